@@ -1,0 +1,10 @@
+/*
+ * Subcommands of the shmfeed program. Each takes the arguments after its name
+ * (argv[0] is the subcommand) and returns the process exit status.
+ */
+#ifndef SF_CLI_COMMANDS_H
+#define SF_CLI_COMMANDS_H
+
+int sf__cmd_inspect(int argc, char **argv);
+
+#endif

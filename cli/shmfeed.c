@@ -1,0 +1,48 @@
+/*
+ * The shmfeed command: a table of subcommands. Each lives in its own cmd_*.c.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "shmfeed/shmfeed.h"
+#include "cli/commands.h"
+
+struct command {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *usage;
+};
+
+static const struct command commands[] = {
+	{"inspect", sf__cmd_inspect, "inspect JOB [--json]      arena header, participants, slots"},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: shmfeed COMMAND [ARGS...]\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(f, "  %s\n", commands[i].usage);
+	fprintf(f, "  version                   print the version\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+		printf("shmfeed %s\n", sf_version());
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "shmfeed: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

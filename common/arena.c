@@ -1,0 +1,556 @@
+/*
+ * Arena creation, attach, stale-arena reclaim and destruction.
+ *
+ * Creation never exposes a half-built arena: the object is built under a temporary name
+ * ("shmfeed.JOB.new.PID"), its full size reserved with posix_fallocate (so a full
+ * /dev/shm is an error here, never a SIGBUS later), its header written with the magic
+ * stored last, and only then linked under its real name with link(2), which fails with
+ * EEXIST instead of replacing another arena.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/arena.h"
+#include "common/futex.h"
+#include "common/proc.h"
+
+#define SHM_DIR_DEFAULT "/dev/shm"
+#define SHM_PREFIX	"shmfeed."
+#define TMP_INFIX	".new."
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+int sf__job_name_valid(const char *job)
+{
+	size_t n;
+
+	if (!job || !job[0] || job[0] == '.')
+		return 0;
+	n = strlen(job);
+	if (n >= SF_JOB_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = job[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '-' || c == '.'))
+			return 0;
+	}
+	/* The temporary name used during creation must not be a job name. */
+	return strstr(job, TMP_INFIX) == NULL;
+}
+
+int sf__arena_layout(const struct sf_geometry *geo, int hugepages, struct sf_arena_header *hdr,
+		     struct sf_err *e)
+{
+	uint64_t nslots, payload_bytes, stride, off, palign;
+	uint32_t nparts;
+
+	if (geo->ranks < 1 || geo->ranks > SF_MAX_RANKS)
+		return sf__err(e, SF_E_CONFIG, "ranks must be 1..%u, got %u", SF_MAX_RANKS,
+			       geo->ranks);
+	if (geo->slots_per_rank < 1 || geo->slots_per_rank > SF_MAX_SLOTS_PER_RANK)
+		return sf__err(e, SF_E_CONFIG, "slots per rank must be 1..%u, got %u",
+			       SF_MAX_SLOTS_PER_RANK, geo->slots_per_rank);
+	if (geo->max_producers > SF_MAX_PRODUCERS)
+		return sf__err(e, SF_E_CONFIG, "producers must be 0..%u, got %u", SF_MAX_PRODUCERS,
+			       geo->max_producers);
+	if (geo->token_bytes != 2 && geo->token_bytes != 4)
+		return sf__err(e, SF_E_CONFIG, "token bytes must be 2 or 4, got %u",
+			       geo->token_bytes);
+	if (geo->batch < 1 || geo->seq_tokens < 2)
+		return sf__err(e, SF_E_CONFIG, "batch must be >= 1 and seq_tokens >= 2");
+	if (geo->world_size < geo->ranks || geo->rank_base > geo->world_size - geo->ranks)
+		return sf__err(e, SF_E_CONFIG,
+			       "world size %u and rank base %u do not hold %u local ranks",
+			       geo->world_size, geo->rank_base, geo->ranks);
+	nparts = geo->max_producers + geo->ranks;
+	if (nparts > SF_SLOT_OWNER_MAX)
+		return sf__err(e, SF_E_CONFIG, "too many participants (%u)", nparts);
+
+	payload_bytes = (uint64_t)geo->batch * geo->seq_tokens * geo->token_bytes;
+	payload_bytes += (uint64_t)geo->batch * geo->doc_starts_per_seq * sizeof(uint32_t);
+	if (payload_bytes > (UINT64_C(1) << 40))
+		return sf__err(e, SF_E_CONFIG, "payload of %llu bytes is too large",
+			       (unsigned long long)payload_bytes);
+	palign = hugepages ? SF_HUGE_PAGE_SIZE : SF_PAGE_SIZE;
+	stride = align_up(payload_bytes ? payload_bytes : 1, SF_PAGE_SIZE);
+	/* A huge-page stride only pays for payloads of at least half a huge page. */
+	if (hugepages && stride >= SF_HUGE_PAGE_SIZE / 2)
+		stride = align_up(stride, SF_HUGE_PAGE_SIZE);
+	nslots = (uint64_t)geo->ranks * geo->slots_per_rank;
+
+	if (!hdr)
+		return 0;
+	off = SF_PAGE_SIZE;
+	hdr->participants_off = off;
+	off += align_up((uint64_t)nparts * sizeof(struct sf_participant), SF_CACHE_LINE);
+	hdr->rings_off = off;
+	off += (uint64_t)geo->ranks * sizeof(struct sf_ring);
+	hdr->slots_off = off;
+	off += nslots * sizeof(struct sf_slot);
+	hdr->telemetry_off = off;
+	off += (uint64_t)nparts * sizeof(struct sf_telemetry);
+	hdr->payloads_off = align_up(off, palign);
+	hdr->payload_stride = stride;
+	hdr->payload_bytes = payload_bytes;
+	hdr->total_size = align_up(hdr->payloads_off + nslots * stride, palign);
+	return 0;
+}
+
+static const char *shm_dir(const struct sf_arena_options *opt)
+{
+	return opt && opt->shm_dir ? opt->shm_dir : SHM_DIR_DEFAULT;
+}
+
+static void shm_name_of(const char *job, char *buf, size_t len)
+{
+	snprintf(buf, len, "/" SHM_PREFIX "%s", job);
+}
+
+/* Decide on transparent huge pages for shmem: they are used only when the kernel's
+ * shmem_enabled policy honours madvise. */
+static int thp_shmem_available(char *why, size_t len)
+{
+	char buf[256] = "";
+	const char *sel, *end;
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "re");
+
+	if (!f) {
+		snprintf(why, len, "no transparent huge pages for shmem in this kernel");
+		return 0;
+	}
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = '\0';
+	fclose(f);
+	sel = strchr(buf, '[');
+	end = sel ? strchr(sel, ']') : NULL;
+	if (!sel || !end) {
+		snprintf(why, len, "unreadable shmem_enabled policy");
+		return 0;
+	}
+	sel++;
+	if (!strncmp(sel, "always", 6) || !strncmp(sel, "within_size", 11) ||
+	    !strncmp(sel, "advise", 6) || !strncmp(sel, "force", 5)) {
+		snprintf(why, len, "shmem_enabled is [%.*s]", (int)(end - sel), sel);
+		return 1;
+	}
+	snprintf(why, len, "shmem_enabled is [%.*s]", (int)(end - sel), sel);
+	return 0;
+}
+
+static int map_fd(int fd, size_t size, int populate, void **ret)
+{
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	*ret = p;
+	return 0;
+}
+
+static struct sf_arena *arena_wrap(void *base, size_t size)
+{
+	struct sf_arena *a = calloc(1, sizeof(*a));
+	unsigned char *b = base;
+
+	if (!a)
+		return NULL;
+	a->hdr = base;
+	a->map_size = size;
+	a->participants = (struct sf_participant *)(b + a->hdr->participants_off);
+	a->rings = (struct sf_ring *)(b + a->hdr->rings_off);
+	a->slots = (struct sf_slot *)(b + a->hdr->slots_off);
+	a->telemetry = (struct sf_telemetry *)(b + a->hdr->telemetry_off);
+	a->payloads = b + a->hdr->payloads_off;
+	return a;
+}
+
+/*
+ * Look at an existing object named like the arena: classify it without changing it.
+ * Returns 1 when it is a shmfeed arena whose creator is dead (stale), or an error:
+ * SF_E_NOT_SHMFEED, SF_E_UID, SF_E_BUSY (live creator), -ENOENT (vanished meanwhile).
+ */
+static int classify_existing(const char *name, struct sf_err *e)
+{
+	struct sf_arena_header prefix;
+	struct stat st;
+	int fd, r;
+	void *p;
+
+	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	if (st.st_uid != geteuid()) {
+		close(fd);
+		return sf__err(e, SF_E_UID, "/dev/shm%s belongs to uid %u, not to uid %u", name,
+			       (unsigned)st.st_uid, (unsigned)geteuid());
+	}
+	if ((size_t)st.st_size < SF_PAGE_SIZE) {
+		close(fd);
+		return sf__err(e, SF_E_NOT_SHMFEED,
+			       "/dev/shm%s exists but is not a shmfeed arena (%lld bytes)", name,
+			       (long long)st.st_size);
+	}
+	p = mmap(NULL, SF_PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return -errno;
+	memcpy(&prefix, p, offsetof(struct sf_arena_header, header_size));
+	munmap(p, SF_PAGE_SIZE);
+	if (prefix.magic != SF_ARENA_MAGIC)
+		return sf__err(e, SF_E_NOT_SHMFEED,
+			       "/dev/shm%s exists but is not a shmfeed arena (bad magic)", name);
+	if (sf__proc_alive(prefix.creator_pid, prefix.creator_starttime))
+		return sf__err(e, SF_E_BUSY, "job arena /dev/shm%s is in use by live pid %d", name,
+			       prefix.creator_pid);
+	return 1;
+}
+
+/* Remove leftovers of creations that crashed before linking: "shmfeed.JOB.new.PID" with
+ * PID dead. Names of live creators are left alone. */
+static void remove_dead_temporaries(const char *dir, const char *job)
+{
+	char prefix[SF_JOB_NAME_MAX + 32];
+	struct dirent *de;
+	size_t plen;
+	DIR *d;
+
+	snprintf(prefix, sizeof(prefix), SHM_PREFIX "%s" TMP_INFIX, job);
+	plen = strlen(prefix);
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char name[300];
+		pid_t pid;
+
+		if (strncmp(de->d_name, prefix, plen))
+			continue;
+		pid = (pid_t)atoi(de->d_name + plen);
+		if (pid > 0 && kill(pid, 0) == 0)
+			continue;
+		snprintf(name, sizeof(name), "/%s", de->d_name);
+		shm_unlink(name);
+	}
+	closedir(d);
+}
+
+int sf__arena_create(const char *job, const struct sf_geometry *geo,
+		     const struct sf_arena_options *opt, struct sf_arena **ret_arena,
+		     char *ret_note, size_t note_len, struct sf_err *e)
+{
+	struct sf_arena_header layout = {0};
+	char name[SF_JOB_NAME_MAX + 16], tmp[SF_JOB_NAME_MAX + 48], path[512], tpath[512];
+	char why[128] = "";
+	struct sf_arena_header *h;
+	struct sf_arena *a;
+	uint64_t starttime = 0;
+	int hugepages = 0, fd, r;
+	void *base = NULL;
+
+	if (!sf__job_name_valid(job))
+		return sf__err(e, SF_E_CONFIG,
+			       "invalid job name '%s': use 1-63 characters of A-Z a-z 0-9 _ - .",
+			       job ? job : "");
+	if (opt && opt->hugepages)
+		hugepages = thp_shmem_available(why, sizeof(why));
+	r = sf__arena_layout(geo, hugepages, &layout, e);
+	if (r < 0)
+		return r;
+	if (ret_note && note_len)
+		snprintf(ret_note, note_len, "%s",
+			 !(opt && opt->hugepages) ? "huge pages not requested; 4 KiB pages"
+			 : hugepages		  ? "huge pages (2 MiB, THP) advised for payloads"
+						  : "huge pages unavailable, using 4 KiB pages");
+	if (ret_note && note_len && opt && opt->hugepages) {
+		size_t n = strlen(ret_note);
+
+		snprintf(ret_note + n, note_len - n, " (%s)", why);
+	}
+
+	shm_name_of(job, name, sizeof(name));
+	snprintf(tmp, sizeof(tmp), "/" SHM_PREFIX "%s" TMP_INFIX "%d", job, (int)getpid());
+	snprintf(path, sizeof(path), "%s%s", shm_dir(opt), name);
+	snprintf(tpath, sizeof(tpath), "%s%s", shm_dir(opt), tmp);
+	remove_dead_temporaries(shm_dir(opt), job);
+	sf__proc_starttime(getpid(), &starttime);
+
+	fd = shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return sf__err(e, -errno, "cannot create /dev/shm%s: %s", tmp, strerror(errno));
+	r = posix_fallocate(fd, 0, (off_t)layout.total_size);
+	if (r) {
+		struct statvfs vfs;
+		unsigned long long avail = 0;
+
+		if (statvfs(shm_dir(opt), &vfs) == 0)
+			avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+		r = sf__err(e, -r,
+			    "cannot reserve %llu bytes for job '%s' in %s (%llu bytes free): %s",
+			    (unsigned long long)layout.total_size, job, shm_dir(opt), avail,
+			    strerror(r));
+		goto fail_unlink;
+	}
+	r = map_fd(fd, layout.total_size, 0, &base);
+	if (r < 0) {
+		sf__err(e, r, "cannot map arena of %llu bytes: %s",
+			(unsigned long long)layout.total_size, strerror(-r));
+		goto fail_unlink;
+	}
+	/* posix_fallocate left every byte zero: all slots are FREE at lap 0, all
+	 * participants free, all counters zero. Only the header needs writing. */
+	h = base;
+	h->layout_version = SF_ARENA_LAYOUT_VERSION;
+	h->creator_uid = (uint32_t)geteuid();
+	h->creator_pid = (int32_t)getpid();
+	h->creator_starttime = starttime;
+	h->header_size = sizeof(struct sf_arena_header);
+	h->participant_size = sizeof(struct sf_participant);
+	h->slot_size = sizeof(struct sf_slot);
+	h->ring_size = sizeof(struct sf_ring);
+	h->telemetry_size = sizeof(struct sf_telemetry);
+	snprintf(h->job, sizeof(h->job), "%s", job);
+	h->geo = *geo;
+	h->geo.flags =
+		(geo->flags & ~SF_ARENA_F_HUGEPAGES) | (hugepages ? SF_ARENA_F_HUGEPAGES : 0);
+	h->payload_stride = layout.payload_stride;
+	h->payload_bytes = layout.payload_bytes;
+	h->participants_off = layout.participants_off;
+	h->rings_off = layout.rings_off;
+	h->slots_off = layout.slots_off;
+	h->telemetry_off = layout.telemetry_off;
+	h->payloads_off = layout.payloads_off;
+	h->total_size = layout.total_size;
+	{
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		h->created_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	}
+	atomic_store_explicit(&h->job_state, SF_JOB_INIT, memory_order_relaxed);
+	if (hugepages)
+		madvise((unsigned char *)base + h->payloads_off, h->total_size - h->payloads_off,
+			MADV_HUGEPAGE);
+	/* Release: pairs with the acquire load of the magic in sf__arena_attach(), so an
+	 * attacher that sees the magic sees the whole header. */
+	atomic_store_explicit((_Atomic uint64_t *)&h->magic, SF_ARENA_MAGIC, memory_order_release);
+
+	for (int attempt = 0;; attempt++) {
+		if (link(tpath, path) == 0)
+			break;
+		if (errno != EEXIST || attempt == 2) {
+			r = sf__err(e, -errno, "cannot publish arena %s: %s", path,
+				    strerror(errno));
+			goto fail_unmap;
+		}
+		r = classify_existing(name, e);
+		if (r == -ENOENT)
+			continue;
+		if (r < 0)
+			goto fail_unmap;
+		/* Stale: its creator is dead, so nobody else will unlink it. */
+		shm_unlink(name);
+		if (ret_note && note_len) {
+			size_t n = strlen(ret_note);
+
+			snprintf(ret_note + n, note_len - n,
+				 "; reclaimed the stale arena of a dead launcher");
+		}
+	}
+	shm_unlink(tmp);
+	close(fd);
+
+	a = arena_wrap(base, layout.total_size);
+	if (!a) {
+		shm_unlink(name);
+		munmap(base, layout.total_size);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	a->creator = 1;
+	snprintf(a->shm_name, sizeof(a->shm_name), "%s", name);
+	*ret_arena = a;
+	return 0;
+
+fail_unmap:
+	munmap(base, layout.total_size);
+fail_unlink:
+	shm_unlink(tmp);
+	close(fd);
+	return r;
+}
+
+int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct sf_arena **ret_arena,
+		     struct sf_err *e)
+{
+	char name[SF_JOB_NAME_MAX + 16];
+	struct sf_arena_header *h;
+	struct sf_arena *a;
+	struct stat st;
+	void *base = NULL;
+	int fd, r;
+
+	if (!sf__job_name_valid(job))
+		return sf__err(e, SF_E_CONFIG, "invalid job name '%s'", job ? job : "");
+	shm_name_of(job, name, sizeof(name));
+	fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+	if (fd < 0) {
+		r = -errno;
+		if (r == -ENOENT)
+			return sf__err(e, r, "no shmfeed job '%s' (no /dev/shm%s)", job, name);
+		if (r == -EACCES)
+			return sf__err(e, SF_E_UID, "job '%s': /dev/shm%s belongs to another user",
+				       job, name);
+		return sf__err(e, r, "cannot open /dev/shm%s: %s", name, strerror(-r));
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto fail_close;
+	}
+	if (st.st_uid != geteuid()) {
+		r = sf__err(e, SF_E_UID, "job '%s': /dev/shm%s belongs to uid %u, not %u", job,
+			    name, (unsigned)st.st_uid, (unsigned)geteuid());
+		goto fail_close;
+	}
+	if ((size_t)st.st_size < SF_PAGE_SIZE) {
+		r = sf__err(e, SF_E_NOT_SHMFEED, "job '%s': /dev/shm%s is not a shmfeed arena", job,
+			    name);
+		goto fail_close;
+	}
+	r = map_fd(fd, SF_PAGE_SIZE, 0, &base);
+	if (r < 0)
+		goto fail_close;
+	h = base;
+	/* Acquire: pairs with the release store of the magic in sf__arena_create(). */
+	if (atomic_load_explicit((_Atomic uint64_t *)&h->magic, memory_order_acquire) !=
+	    SF_ARENA_MAGIC) {
+		r = sf__err(e, SF_E_NOT_SHMFEED, "job '%s': /dev/shm%s is not a shmfeed arena", job,
+			    name);
+		goto fail_unmap_header;
+	}
+	if (h->layout_version != SF_ARENA_LAYOUT_VERSION) {
+		r = sf__err(e, SF_E_LAYOUT,
+			    "job '%s': arena has layout version %u, this build speaks version %u",
+			    job, h->layout_version, SF_ARENA_LAYOUT_VERSION);
+		goto fail_unmap_header;
+	}
+	if (h->header_size != sizeof(struct sf_arena_header) ||
+	    h->participant_size != sizeof(struct sf_participant) ||
+	    h->slot_size != sizeof(struct sf_slot) || h->ring_size != sizeof(struct sf_ring) ||
+	    h->telemetry_size != sizeof(struct sf_telemetry) ||
+	    h->total_size != (uint64_t)st.st_size) {
+		r = sf__err(e, SF_E_LAYOUT,
+			    "job '%s': arena structure sizes differ from this build", job);
+		goto fail_unmap_header;
+	}
+	if (expect) {
+		const struct sf_geometry *g = &h->geo;
+#define GEO_CHECK(f)                                                                               \
+	if (expect->f && expect->f != g->f) {                                                      \
+		r = sf__err(e, SF_E_GEOMETRY, "job '%s': arena has " #f " %llu, expected %llu",    \
+			    job, (unsigned long long)g->f, (unsigned long long)expect->f);         \
+		goto fail_unmap_header;                                                            \
+	}
+		GEO_CHECK(ranks)
+		GEO_CHECK(slots_per_rank)
+		GEO_CHECK(max_producers)
+		GEO_CHECK(batch)
+		GEO_CHECK(seq_tokens)
+		GEO_CHECK(token_bytes)
+		GEO_CHECK(world_size)
+		GEO_CHECK(config_digest)
+#undef GEO_CHECK
+	}
+	munmap(base, SF_PAGE_SIZE);
+	r = map_fd(fd, (size_t)st.st_size, 1, &base);
+	if (r < 0) {
+		sf__err(e, r, "cannot map arena of job '%s': %s", job, strerror(-r));
+		goto fail_close;
+	}
+	close(fd);
+	a = arena_wrap(base, (size_t)st.st_size);
+	if (!a) {
+		munmap(base, (size_t)st.st_size);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	snprintf(a->shm_name, sizeof(a->shm_name), "%s", name);
+	*ret_arena = a;
+	return 0;
+
+fail_unmap_header:
+	munmap(base, SF_PAGE_SIZE);
+fail_close:
+	close(fd);
+	if (r > -4096 && r < 0 && e && e->code != r)
+		sf__err(e, r, "cannot attach job '%s': %s", job, strerror(-r));
+	return r;
+}
+
+void sf__arena_detach(struct sf_arena *a)
+{
+	if (!a)
+		return;
+	munmap(a->hdr, a->map_size);
+	free(a);
+}
+
+void sf__arena_destroy(struct sf_arena *a)
+{
+	if (!a)
+		return;
+	if (a->creator)
+		shm_unlink(a->shm_name);
+	sf__arena_detach(a);
+}
+
+int sf__arena_unlink_job(const char *job)
+{
+	char name[SF_JOB_NAME_MAX + 16];
+
+	if (!sf__job_name_valid(job))
+		return SF_E_CONFIG;
+	shm_name_of(job, name, sizeof(name));
+	return shm_unlink(name) < 0 ? -errno : 0;
+}
+
+int sf__arena_creator_alive(const struct sf_arena *a)
+{
+	return sf__proc_alive(a->hdr->creator_pid, a->hdr->creator_starttime);
+}
+
+void sf__arena_set_job_state(struct sf_arena *a, uint32_t state)
+{
+	struct sf_arena_header *h = a->hdr;
+
+	atomic_store_explicit(&h->job_state, state, memory_order_seq_cst);
+	/* Every sleeper re-reads the job state when woken: bump each futex word so a waiter
+	 * that has not slept yet does not sleep on a stale value. */
+	atomic_fetch_add_explicit(&h->job_seq, 1, memory_order_seq_cst);
+	sf__futex_wake(&h->job_seq, INT32_MAX);
+	atomic_fetch_add_explicit(&h->free_seq, 1, memory_order_seq_cst);
+	sf__futex_wake(&h->free_seq, INT32_MAX);
+	for (uint32_t r = 0; r < h->geo.ranks; r++) {
+		atomic_fetch_add_explicit(&a->rings[r].ready_seq, 1, memory_order_seq_cst);
+		sf__futex_wake(&a->rings[r].ready_seq, INT32_MAX);
+	}
+}

@@ -1,0 +1,287 @@
+/*
+ * The arena: one POSIX shared-memory object per job holding a header page, a participant
+ * table, one ring of K slot headers per local rank, the page-aligned payloads and the
+ * telemetry blocks. Producers, consumers and the supervisor all map it; the layout below
+ * is the contract between them, pinned by SF_ARENA_LAYOUT_VERSION and by the sizeof
+ * fields of the header, so a differently built binary refuses to attach.
+ *
+ * Caveats: a mapping does not survive exec(); after fork() a child may use its parent's
+ * mapping but must register as a participant of its own. All cross-process fields are
+ * C11 atomics that are lock-free (checked at compile time), so they work between
+ * processes.
+ */
+#ifndef SF_COMMON_ARENA_H
+#define SF_COMMON_ARENA_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/errors.h"
+
+#define SF_ARENA_MAGIC		0x00444545464d4853ull /* "SHMFEED\0" in little-endian bytes */
+#define SF_ARENA_LAYOUT_VERSION 1u
+#define SF_CACHE_LINE		64u
+#define SF_PAGE_SIZE		4096u
+#define SF_HUGE_PAGE_SIZE	(2u * 1024u * 1024u)
+#define SF_JOB_NAME_MAX		64u
+#define SF_MAX_RANKS		1024u
+#define SF_MAX_SLOTS_PER_RANK	4096u
+#define SF_MAX_PRODUCERS	256u
+#define SF_WAIT_BUCKETS		48u /* log2 histogram of wait times in ns */
+
+/* Job states (header.job_state). */
+#define SF_JOB_INIT	0u
+#define SF_JOB_RUNNING	1u
+#define SF_JOB_PAUSED	2u
+#define SF_JOB_STOPPING 3u
+
+/* Header flags. */
+#define SF_ARENA_F_HUGEPAGES  0x1u /* payloads 2 MiB aligned and THP advised */
+#define SF_ARENA_F_CHECKSUM   0x2u /* producers store xxh3-64 of each payload */
+#define SF_ARENA_F_DOC_STARTS 0x4u /* payloads carry document starts after the tokens */
+
+/* Participant roles. */
+#define SF_ROLE_NONE	 0u
+#define SF_ROLE_PRODUCER 1u
+#define SF_ROLE_CONSUMER 2u
+
+/*
+ * The batch geometry and options chosen by whoever creates the arena. Attach compares
+ * the fields a consumer or producer was built for against the header.
+ */
+struct sf_geometry {
+	uint32_t ranks;		     /* R: local ranks, one ring each */
+	uint32_t slots_per_rank;     /* K */
+	uint32_t max_producers;	     /* P: participant entries reserved for producers */
+	uint32_t batch;		     /* B */
+	uint32_t seq_tokens;	     /* T + 1 */
+	uint32_t token_bytes;	     /* 2 (uint16) or 4 (int32) */
+	uint32_t doc_starts_per_seq; /* 0, or max document starts recorded per sequence */
+	uint32_t world_size;	     /* W: global ranks of the whole job */
+	uint32_t rank_base;	     /* global rank of local rank 0 on this node */
+	uint32_t flags;		     /* SF_ARENA_F_* */
+	uint64_t config_digest;	     /* digest of the resolved config */
+};
+
+/*
+ * Header page. The first fields, up to and including creator_starttime, keep their
+ * offsets in every layout version so that any version can recognize and reclaim a stale
+ * arena of any other.
+ */
+struct sf_arena_header {
+	uint64_t magic;
+	uint32_t layout_version;
+	uint32_t creator_uid;
+	int32_t creator_pid;
+	uint32_t pad0;
+	uint64_t creator_starttime;
+	/* Version-specific from here on. */
+	uint32_t header_size;	   /* sizeof(struct sf_arena_header) */
+	uint32_t participant_size; /* sizeof(struct sf_participant) */
+	uint32_t slot_size;	   /* sizeof(struct sf_slot) */
+	uint32_t ring_size;	   /* sizeof(struct sf_ring) */
+	uint32_t telemetry_size;   /* sizeof(struct sf_telemetry) */
+	uint32_t pad1;
+	char job[SF_JOB_NAME_MAX];
+	struct sf_geometry geo;
+	uint64_t payload_stride; /* bytes between payloads, page or huge-page aligned */
+	uint64_t payload_bytes;	 /* useful bytes of a payload: tokens + doc starts */
+	uint64_t participants_off;
+	uint64_t rings_off;
+	uint64_t slots_off;
+	uint64_t telemetry_off;
+	uint64_t payloads_off;
+	uint64_t total_size;
+	uint64_t created_ns; /* CLOCK_REALTIME of creation, for inspect */
+	/* Mutable job state, on cache lines of their own. */
+	_Alignas(64) _Atomic uint32_t job_state;
+	_Atomic uint32_t job_seq;		/* bumped on every job_state change; futex word */
+	_Alignas(64) _Atomic uint32_t free_seq; /* futex: bumped when a slot becomes FREE */
+	_Atomic uint32_t free_waiters;		/* producers sleeping on free_seq */
+	_Alignas(64) _Atomic uint64_t producer_restarts;
+	_Atomic uint64_t repairs;	 /* participants repaired after death */
+	_Atomic uint64_t slots_repaired; /* slots returned by repairs */
+};
+
+/*
+ * One cache line per participant. Producer p uses entry p, the consumer of local rank r
+ * uses entry max_producers + r; the entry index is the owner stored in slot words.
+ * `pid` is the claim: 0 means free, and it is set by CAS so two processes never share an
+ * entry.
+ */
+struct sf_participant {
+	_Atomic int32_t pid;
+	uint32_t role;
+	uint64_t starttime;
+	_Atomic uint32_t incarnation; /* bumped at each registration */
+	int32_t rank;		      /* local rank (consumers), producer index (producers) */
+	_Atomic uint64_t heartbeat_ns;
+	_Atomic uint64_t batches;
+	_Atomic uint64_t busy_ns; /* producers: time spent filling */
+	_Atomic uint64_t wait_ns; /* time spent waiting */
+	uint64_t pad;
+};
+
+/*
+ * Per-rank ring control: the futex a consumer sleeps on for READY slots of its ring.
+ */
+struct sf_ring {
+	_Atomic uint32_t ready_seq;	/* futex: bumped when a slot of this ring is READY */
+	_Atomic uint32_t ready_waiters; /* consumers sleeping on ready_seq */
+	uint32_t pad[14];
+};
+
+/*
+ * One slot header per cache line. `word` packs the state, the owner and the lap:
+ *   bits  0..1   state (SF_SLOT_*)
+ *   bits  2..15  owner (participant index, while FILLING or CLAIMED)
+ *   bits 16..63  lap: slot i of a ring serves step lap*K + i
+ * Every transition is one CAS or one release store on `word`; the other fields are
+ * written by the FILLING owner before its release store of READY and read by the consumer
+ * after its acquire load of READY.
+ */
+struct sf_slot {
+	_Atomic uint64_t word;
+	uint64_t step;
+	uint64_t checksum; /* xxh3-64 of the payload's first `length` bytes */
+	uint64_t first_sample;
+	uint64_t fill_ns;  /* CLOCK_MONOTONIC when published */
+	uint32_t length;   /* payload bytes written */
+	uint32_t producer; /* participant index that filled it */
+	uint64_t pad[2];
+};
+
+/* Single-writer telemetry block, one per participant. */
+struct sf_telemetry {
+	_Atomic uint64_t wait_hist[SF_WAIT_BUCKETS]; /* counts of waits by floor(log2(ns)) */
+	_Atomic uint64_t tokens;
+	_Atomic uint64_t bytes;
+	_Atomic uint64_t wakes;	  /* futex wakes issued */
+	_Atomic uint64_t sleeps;  /* futex waits entered */
+	_Atomic uint64_t skipped; /* records skipped by policy (producers) */
+	uint64_t pad[3];
+};
+
+_Static_assert(sizeof(struct sf_participant) == SF_CACHE_LINE, "participant is one line");
+_Static_assert(sizeof(struct sf_slot) == SF_CACHE_LINE, "slot header is one line");
+_Static_assert(sizeof(struct sf_ring) == SF_CACHE_LINE, "ring control is one line");
+_Static_assert(sizeof(struct sf_telemetry) % SF_CACHE_LINE == 0, "telemetry is whole lines");
+_Static_assert(sizeof(struct sf_arena_header) <= SF_PAGE_SIZE, "header fits its page");
+_Static_assert(sizeof(struct sf_arena_header) % SF_CACHE_LINE == 0, "header is whole lines");
+_Static_assert(offsetof(struct sf_arena_header, creator_starttime) == 24, "stable prefix");
+_Static_assert(offsetof(struct sf_arena_header, job_state) % SF_CACHE_LINE == 0, "own line");
+_Static_assert(offsetof(struct sf_arena_header, free_seq) % SF_CACHE_LINE == 0, "own line");
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free in shm");
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free in shm");
+
+/* Slot states. */
+#define SF_SLOT_FREE	0u
+#define SF_SLOT_FILLING 1u
+#define SF_SLOT_READY	2u
+#define SF_SLOT_CLAIMED 3u
+
+#define SF_SLOT_OWNER_MAX ((1u << 14) - 1)
+#define SF_SLOT_LAP_MAX	  ((UINT64_C(1) << 48) - 1)
+
+static inline uint64_t sf__slot_word(uint32_t state, uint32_t owner, uint64_t lap)
+{
+	return (uint64_t)state | ((uint64_t)owner << 2) | (lap << 16);
+}
+static inline uint32_t sf__slot_state(uint64_t w)
+{
+	return (uint32_t)(w & 3u);
+}
+static inline uint32_t sf__slot_owner(uint64_t w)
+{
+	return (uint32_t)((w >> 2) & SF_SLOT_OWNER_MAX);
+}
+static inline uint64_t sf__slot_lap(uint64_t w)
+{
+	return w >> 16;
+}
+
+/*
+ * A process's view of an arena: its mapping and the pointers derived from the header.
+ * Created by sf__arena_create() or sf__arena_attach(), freed by sf__arena_detach().
+ */
+struct sf_arena {
+	struct sf_arena_header *hdr;
+	struct sf_participant *participants;
+	struct sf_ring *rings;
+	struct sf_slot *slots; /* rank r's ring is slots[r*K .. r*K+K-1] */
+	struct sf_telemetry *telemetry;
+	unsigned char *payloads;
+	size_t map_size;
+	int creator; /* this process created it and will unlink it */
+	char shm_name[SF_JOB_NAME_MAX + 16];
+};
+
+/* Options of sf__arena_create(). */
+struct sf_arena_options {
+	int hugepages;	     /* 1: try 2 MiB pages for payloads (falls back cleanly) */
+	const char *shm_dir; /* where POSIX shm lives, for the free-space message; NULL: /dev/shm */
+};
+
+/*
+ * sf__arena_size - the layout (offsets and total size) that `geo` needs. Fills the
+ * offset fields of `hdr` when not NULL. Returns 0, or SF_E_CONFIG for a geometry out of
+ * range (detail in `e`).
+ */
+int sf__arena_layout(const struct sf_geometry *geo, int hugepages, struct sf_arena_header *hdr,
+		     struct sf_err *e);
+
+/* sf__job_name_valid - 1 when `job` is 1..63 characters of [A-Za-z0-9_.-], not starting with '.'.
+ */
+int sf__job_name_valid(const char *job);
+
+/*
+ * sf__arena_create - create the arena of job `job`: shm_open(O_CREAT|O_EXCL, 0600),
+ * posix_fallocate of the full size (a full /dev/shm fails here with -ENOSPC and a message
+ * giving bytes needed and free), mmap, header written last with a release store of the
+ * magic. An existing arena whose creator is dead is reclaimed; a live one yields
+ * SF_E_BUSY. `ret_hugepages_note` (may be NULL) receives a line saying whether huge pages
+ * are used and why, for the caller to log.
+ * Returns 0 and *ret_arena (free with sf__arena_detach(), unlink with sf__arena_destroy()).
+ */
+int sf__arena_create(const char *job, const struct sf_geometry *geo,
+		     const struct sf_arena_options *opt, struct sf_arena **ret_arena,
+		     char *ret_hugepages_note, size_t note_len, struct sf_err *e);
+
+/*
+ * sf__arena_attach - map the existing arena of job `job` read-write. Refuses a
+ * non-shmfeed object (SF_E_NOT_SHMFEED), another layout version (SF_E_LAYOUT), another
+ * owner (SF_E_UID) and, when `expect` is not NULL, a geometry whose fields differ from
+ * the non-zero fields of `expect` (SF_E_GEOMETRY). -ENOENT when there is no such job.
+ */
+int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct sf_arena **ret_arena,
+		     struct sf_err *e);
+
+/* sf__arena_detach - unmap and free; accepts NULL. Does not unlink. */
+void sf__arena_detach(struct sf_arena *a);
+
+/* sf__arena_destroy - unlink the arena of `a` (if this process created it) and detach. */
+void sf__arena_destroy(struct sf_arena *a);
+
+/* sf__arena_unlink_job - unlink the shm object of `job` by name; 0 or -errno. */
+int sf__arena_unlink_job(const char *job);
+
+/* sf__arena_creator_alive - 1 when the arena's creator still runs. */
+int sf__arena_creator_alive(const struct sf_arena *a);
+
+static inline struct sf_slot *sf__arena_slot(const struct sf_arena *a, uint32_t rank, uint32_t i)
+{
+	return &a->slots[(size_t)rank * a->hdr->geo.slots_per_rank + i];
+}
+
+static inline unsigned char *sf__arena_payload(const struct sf_arena *a, uint32_t rank, uint32_t i)
+{
+	return a->payloads +
+	       ((size_t)rank * a->hdr->geo.slots_per_rank + i) * a->hdr->payload_stride;
+}
+
+/* sf__arena_set_job_state - store a job state and wake everyone sleeping on it. */
+void sf__arena_set_job_state(struct sf_arena *a, uint32_t state);
+
+#endif

@@ -1,0 +1,93 @@
+/*
+ * Process identity from /proc. Used at attach and repair time only, never per batch.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/proc.h"
+
+static int read_stat(pid_t pid, char *buf, size_t len)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n <= 0)
+		return n < 0 ? -errno : -EIO;
+	buf[n] = '\0';
+	return 0;
+}
+
+/* Return a pointer to field `field` (1-based) of a stat line. The command name (field 2)
+ * may hold spaces and parentheses, so counting starts after its last ')'. */
+static const char *stat_field(const char *stat, int field, char *state)
+{
+	const char *p = strrchr(stat, ')');
+
+	if (!p || p[1] != ' ')
+		return NULL;
+	p += 2; /* field 3 starts here */
+	if (state)
+		*state = *p;
+	for (int f = 3; f < field; f++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return NULL;
+		p++;
+	}
+	return p;
+}
+
+int sf__proc_starttime(pid_t pid, uint64_t *ret_starttime)
+{
+	char buf[1024];
+	const char *p;
+	int r;
+
+	r = read_stat(pid, buf, sizeof(buf));
+	if (r < 0)
+		return r;
+	p = stat_field(buf, 22, NULL);
+	if (!p)
+		return -EIO;
+	*ret_starttime = strtoull(p, NULL, 10);
+	return 0;
+}
+
+int sf__proc_alive(pid_t pid, uint64_t starttime)
+{
+	char buf[1024];
+	const char *p;
+	char state = 0;
+
+	if (pid <= 0)
+		return 0;
+	if (read_stat(pid, buf, sizeof(buf)) < 0)
+		return 0;
+	p = stat_field(buf, 22, &state);
+	if (!p)
+		return 0;
+	/* A zombie has exited: its slots can be repaired even before it is reaped. */
+	if (state == 'Z' || state == 'X')
+		return 0;
+	return strtoull(p, NULL, 10) == starttime;
+}
+
+uint64_t sf__now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

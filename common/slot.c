@@ -1,0 +1,428 @@
+/*
+ * The slot protocol: participant registration, producer claim/publish, consumer
+ * claim/release, seek, and repair after a participant's death. Nothing here allocates:
+ * it runs on the hot path of producers and consumers.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/futex.h"
+#include "common/proc.h"
+#include "common/slot.h"
+
+/* Participant pid values other than a real pid. */
+#define PID_FREE      0
+#define PID_REPAIRING (-1) /* sf__arena_repair() is returning a dead holder's slots */
+#define PID_CLAIMING  (-2) /* a registrant is writing its identity */
+
+void (*sf__test_hook)(int point);
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+static uint32_t participants_count(const struct sf_arena *a)
+{
+	return a->hdr->geo.max_producers + a->hdr->geo.ranks;
+}
+
+uint64_t sf__payload_checksum(const void *p, size_t len)
+{
+	return XXH3_64bits(p, len);
+}
+
+int sf__participant_register(struct sf_arena *a, uint32_t index, uint32_t role, int32_t rank,
+			     struct sf_err *e)
+{
+	struct sf_participant *p;
+	uint64_t starttime = 0;
+
+	if (index >= participants_count(a))
+		return sf__err(e, SF_E_RANGE, "participant %u out of range (%u)", index,
+			       participants_count(a));
+	p = &a->participants[index];
+	sf__proc_starttime(getpid(), &starttime);
+	for (int attempt = 0; attempt < 1000; attempt++) {
+		int32_t pid = PID_FREE;
+
+		if (atomic_compare_exchange_strong_explicit(&p->pid, &pid, PID_CLAIMING,
+							    memory_order_acquire,
+							    memory_order_acquire)) {
+			uint32_t inc;
+
+			p->role = role;
+			p->rank = rank;
+			p->starttime = starttime;
+			inc = atomic_fetch_add_explicit(&p->incarnation, 1, memory_order_relaxed) +
+			      1;
+			atomic_store_explicit(&p->heartbeat_ns, sf__now_ns(), memory_order_relaxed);
+			/* Release: pairs with the acquire load of pid in sf__arena_repair() and
+			 * in inspection, which then read a complete identity. */
+			atomic_store_explicit(&p->pid, (int32_t)getpid(), memory_order_release);
+			return (int)inc;
+		}
+		if (pid > 0) {
+			int r = sf__arena_repair(a, index);
+
+			if (r == SF_E_BUSY)
+				return sf__err(e, SF_E_BUSY,
+					       "participant %u is held by live pid %d", index, pid);
+			continue;
+		}
+		/* Another process is claiming or repairing this entry: it finishes quickly. */
+		usleep(1000);
+	}
+	return sf__err(e, SF_E_BUSY, "participant %u stayed busy", index);
+}
+
+void sf__participant_unregister(struct sf_arena *a, uint32_t index)
+{
+	/* Release: the holder's last slot transitions happen before the entry is free. */
+	atomic_store_explicit(&a->participants[index].pid, PID_FREE, memory_order_release);
+}
+
+static void wake_producers(struct sf_arena *a)
+{
+	struct sf_arena_header *h = a->hdr;
+
+	/* Store-load barrier: orders the slot store before the load of free_waiters;
+	 * pairs with the fence in producer_sleep() between the waiter count increment and
+	 * its final scan. Either the publisher sees the waiter, or the waiter sees the
+	 * slot. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&h->free_waiters, memory_order_relaxed)) {
+		atomic_fetch_add_explicit(&h->free_seq, 1, memory_order_seq_cst);
+		sf__futex_wake(&h->free_seq, INT32_MAX);
+	}
+}
+
+static void wake_consumer(struct sf_arena *a, uint32_t rank)
+{
+	struct sf_ring *ring = &a->rings[rank];
+
+	/* Pairs with the fence in consumer_sleep(); see wake_producers(). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&ring->ready_waiters, memory_order_relaxed)) {
+		atomic_fetch_add_explicit(&ring->ready_seq, 1, memory_order_seq_cst);
+		sf__futex_wake(&ring->ready_seq, INT32_MAX);
+	}
+}
+
+int sf__arena_repair(struct sf_arena *a, uint32_t index)
+{
+	struct sf_participant *p;
+	uint32_t nslots, repaired = 0;
+	int32_t pid;
+
+	if (index >= participants_count(a))
+		return SF_E_RANGE;
+	p = &a->participants[index];
+	/* Acquire: pairs with the release store of pid in registration. */
+	pid = atomic_load_explicit(&p->pid, memory_order_acquire);
+	if (pid <= 0)
+		return 0;
+	/* Fence first: never take slots back from a process that may still run. */
+	if (sf__proc_alive(pid, p->starttime))
+		return SF_E_BUSY;
+	if (!atomic_compare_exchange_strong_explicit(&p->pid, &pid, PID_REPAIRING,
+						     memory_order_acq_rel, memory_order_relaxed))
+		return 0;
+
+	nslots = a->hdr->geo.ranks * a->hdr->geo.slots_per_rank;
+	for (uint32_t i = 0; i < nslots; i++) {
+		struct sf_slot *s = &a->slots[i];
+		uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+		uint32_t st = sf__slot_state(w);
+		uint64_t to;
+
+		if ((st != SF_SLOT_FILLING && st != SF_SLOT_CLAIMED) || sf__slot_owner(w) != index)
+			continue;
+		to = sf__slot_word(st == SF_SLOT_FILLING ? SF_SLOT_FREE : SF_SLOT_READY, 0,
+				   sf__slot_lap(w));
+		/* The owner is dead, so only a concurrent seek can change this word; if it
+		 * did, the slot is no longer this participant's to repair. */
+		if (atomic_compare_exchange_strong_explicit(&s->word, &w, to, memory_order_acq_rel,
+							    memory_order_relaxed))
+			repaired++;
+	}
+	atomic_fetch_add_explicit(&a->hdr->repairs, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&a->hdr->slots_repaired, repaired, memory_order_relaxed);
+	wake_producers(a);
+	for (uint32_t r = 0; r < a->hdr->geo.ranks; r++)
+		wake_consumer(a, r);
+	/* Release: the repaired slot words are visible before the entry is free again. */
+	atomic_store_explicit(&p->pid, PID_FREE, memory_order_release);
+	return (int)repaired;
+}
+
+/* The FREE slot with the lowest step, ties broken round the ranks from `start`. */
+static int find_free(const struct sf_arena *a, uint32_t start, struct sf_fill *f)
+{
+	const uint32_t R = a->hdr->geo.ranks, K = a->hdr->geo.slots_per_rank;
+	uint64_t best = UINT64_MAX;
+	int found = 0;
+
+	for (uint32_t n = 0; n < R; n++) {
+		uint32_t r = (start + n) % R;
+		struct sf_slot *ring = &a->slots[(size_t)r * K];
+
+		for (uint32_t i = 0; i < K; i++) {
+			/* Relaxed: only a hint; the claiming CAS re-validates the word. */
+			uint64_t w = atomic_load_explicit(&ring[i].word, memory_order_relaxed);
+			uint64_t step;
+
+			if (sf__slot_state(w) != SF_SLOT_FREE)
+				continue;
+			step = sf__slot_lap(w) * K + i;
+			if (step < best) {
+				best = step;
+				f->rank = r;
+				f->index = i;
+				f->step = step;
+				f->lap = sf__slot_lap(w);
+				f->slot = &ring[i];
+				found = 1;
+			}
+		}
+	}
+	return found;
+}
+
+static int job_stopping(const struct sf_arena *a)
+{
+	return atomic_load_explicit(&a->hdr->job_state, memory_order_acquire) == SF_JOB_STOPPING;
+}
+
+static int64_t remaining_ns(uint64_t deadline)
+{
+	uint64_t now;
+
+	if (deadline == UINT64_MAX)
+		return -1;
+	now = sf__now_ns();
+	return now >= deadline ? 0 : (int64_t)(deadline - now);
+}
+
+/* Longest single futex sleep: sleepers wake this often to look at the job state even if
+ * a wake was somehow missed (for instance a publisher killed between store and wake). */
+#define SLEEP_SLICE_NS (100 * 1000 * 1000)
+
+int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
+		       struct sf_fill *ret_fill)
+{
+	struct sf_arena_header *h = a->hdr;
+	uint64_t deadline = timeout_ns < 0 ? UINT64_MAX : sf__now_ns() + (uint64_t)timeout_ns;
+	uint32_t start = me;
+	struct sf_fill f;
+
+	for (uint32_t polls = 0;;) {
+		while (find_free(a, start++, &f)) {
+			uint64_t expect = sf__slot_word(SF_SLOT_FREE, 0, f.lap);
+
+			/* Acquire: pairs with the consumer's release store of FREE, so its
+			 * reads of the old payload happen before this producer writes it. */
+			if (atomic_compare_exchange_strong_explicit(
+				    &f.slot->word, &expect,
+				    sf__slot_word(SF_SLOT_FILLING, me, f.lap), memory_order_acquire,
+				    memory_order_relaxed)) {
+				f.payload = sf__arena_payload(a, f.rank, f.index);
+				*ret_fill = f;
+				SF_TEST_POINT(SF_TP_PRODUCER_CLAIMED);
+				return 0;
+			}
+		}
+		if (job_stopping(a))
+			return SF_E_STOPPED;
+		if (polls < SF_SPIN_POLLS) {
+			polls++;
+			cpu_relax();
+			continue;
+		}
+		{
+			int64_t left = remaining_ns(deadline);
+			uint32_t seq;
+			int found;
+
+			if (left == 0)
+				return SF_E_TIMEOUT;
+			atomic_fetch_add_explicit(&h->free_waiters, 1, memory_order_relaxed);
+			/* Pairs with the fence in wake_producers(). */
+			atomic_thread_fence(memory_order_seq_cst);
+			seq = atomic_load_explicit(&h->free_seq, memory_order_relaxed);
+			found = find_free(a, start, &f);
+			if (!found && !job_stopping(a))
+				sf__futex_wait(&h->free_seq, seq,
+					       left < 0 || left > SLEEP_SLICE_NS ? SLEEP_SLICE_NS
+										 : left);
+			atomic_fetch_sub_explicit(&h->free_waiters, 1, memory_order_relaxed);
+		}
+	}
+}
+
+void sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *fill,
+			  uint32_t length, uint64_t first_sample)
+{
+	struct sf_slot *s = fill->slot;
+
+	s->step = fill->step;
+	s->length = length;
+	s->first_sample = first_sample;
+	s->producer = me;
+	s->checksum = (a->hdr->geo.flags & SF_ARENA_F_CHECKSUM)
+			      ? sf__payload_checksum(fill->payload, length)
+			      : 0;
+	s->fill_ns = sf__now_ns();
+	SF_TEST_POINT(SF_TP_PRODUCER_FILLED);
+	/* Release: publishes the payload and the fields above; pairs with the acquire
+	 * load of READY in sf__consumer_claim(). */
+	atomic_store_explicit(&s->word, sf__slot_word(SF_SLOT_READY, 0, fill->lap),
+			      memory_order_release);
+	SF_TEST_POINT(SF_TP_PRODUCER_PUBLISHED);
+	wake_consumer(a, fill->rank);
+}
+
+int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step,
+		       int64_t timeout_ns, struct sf_slot **ret_slot)
+{
+	const uint32_t K = a->hdr->geo.slots_per_rank;
+	struct sf_slot *s = sf__arena_slot(a, rank, (uint32_t)(step % K));
+	struct sf_ring *ring = &a->rings[rank];
+	const uint64_t lap = step / K;
+	const uint64_t ready = sf__slot_word(SF_SLOT_READY, 0, lap);
+	uint64_t deadline = timeout_ns < 0 ? UINT64_MAX : sf__now_ns() + (uint64_t)timeout_ns;
+
+	for (uint32_t polls = 0;;) {
+		/* Acquire: pairs with the release store of READY in sf__producer_publish(). */
+		uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+
+		if (w == ready) {
+			if (!atomic_compare_exchange_strong_explicit(
+				    &s->word, &w, sf__slot_word(SF_SLOT_CLAIMED, me, lap),
+				    memory_order_acquire, memory_order_relaxed))
+				continue;
+			SF_TEST_POINT(SF_TP_CONSUMER_CLAIMED);
+			*ret_slot = s;
+			if ((a->hdr->geo.flags & SF_ARENA_F_CHECKSUM) &&
+			    sf__payload_checksum(sf__arena_payload(a, rank, (uint32_t)(step % K)),
+						 s->length) != s->checksum)
+				return SF_E_CHECKSUM;
+			return 0;
+		}
+		if (sf__slot_lap(w) > lap)
+			return SF_E_STATE;
+		if (job_stopping(a))
+			return SF_E_STOPPED;
+		if (timeout_ns == 0)
+			return SF_E_AGAIN;
+		if (polls < SF_SPIN_POLLS) {
+			polls++;
+			cpu_relax();
+			continue;
+		}
+		{
+			int64_t left = remaining_ns(deadline);
+			uint32_t seq;
+
+			if (left == 0)
+				return SF_E_TIMEOUT;
+			atomic_fetch_add_explicit(&ring->ready_waiters, 1, memory_order_relaxed);
+			/* Pairs with the fence in wake_consumer(). */
+			atomic_thread_fence(memory_order_seq_cst);
+			seq = atomic_load_explicit(&ring->ready_seq, memory_order_relaxed);
+			if (atomic_load_explicit(&s->word, memory_order_relaxed) != ready &&
+			    !job_stopping(a))
+				sf__futex_wait(&ring->ready_seq, seq,
+					       left < 0 || left > SLEEP_SLICE_NS ? SLEEP_SLICE_NS
+										 : left);
+			atomic_fetch_sub_explicit(&ring->ready_waiters, 1, memory_order_relaxed);
+		}
+	}
+}
+
+void sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *s)
+{
+	uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
+
+	(void)rank;
+	SF_TEST_POINT(SF_TP_CONSUMER_READ);
+	/* Release: the consumer's reads of the payload happen before a producer's claim
+	 * (acquire CAS in sf__producer_claim()) lets it overwrite them. */
+	atomic_store_explicit(&s->word, sf__slot_word(SF_SLOT_FREE, 0, sf__slot_lap(w) + 1),
+			      memory_order_release);
+	SF_TEST_POINT(SF_TP_CONSUMER_RELEASED);
+	wake_producers(a);
+}
+
+uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank)
+{
+	const uint32_t K = a->hdr->geo.slots_per_rank;
+	uint64_t next = UINT64_MAX;
+
+	for (uint32_t i = 0; i < K; i++) {
+		uint64_t w = atomic_load_explicit(&sf__arena_slot(a, rank, i)->word,
+						  memory_order_acquire);
+		uint64_t step = sf__slot_lap(w) * K + i;
+
+		if (step < next)
+			next = step;
+	}
+	return next;
+}
+
+int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step)
+{
+	const uint32_t K = a->hdr->geo.slots_per_rank;
+
+	for (uint32_t i = 0; i < K; i++) {
+		struct sf_slot *s = sf__arena_slot(a, rank, i);
+		/* The first step >= `step` that slot i serves. */
+		uint64_t target = step + (i + K - (uint32_t)(step % K)) % K;
+		uint64_t lap = target / K;
+
+		for (;;) {
+			uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+			uint32_t st = sf__slot_state(w);
+
+			if (st == SF_SLOT_FILLING) {
+				/* Wait for the filler, or repair it if it died meanwhile. */
+				if (job_stopping(a))
+					return SF_E_STOPPED;
+				sf__arena_repair(a, sf__slot_owner(w));
+				usleep(100);
+				continue;
+			}
+			if (st == SF_SLOT_CLAIMED && sf__slot_owner(w) != me) {
+				if (sf__arena_repair(a, sf__slot_owner(w)) == SF_E_BUSY)
+					return SF_E_BUSY;
+				continue;
+			}
+			if (sf__slot_lap(w) == lap && st == SF_SLOT_READY)
+				break; /* already holds the wanted step */
+			if (w == sf__slot_word(SF_SLOT_FREE, 0, lap))
+				break;
+			/* A slot this consumer still holds for the wanted step keeps its
+			 * content; anything else serves the target step from scratch.
+			 * Acq_rel: a producer that later claims the slot (acquire) sees every
+			 * access this consumer made to it. */
+			if (atomic_compare_exchange_strong_explicit(
+				    &s->word, &w,
+				    st == SF_SLOT_CLAIMED && sf__slot_lap(w) == lap
+					    ? sf__slot_word(SF_SLOT_READY, 0, lap)
+					    : sf__slot_word(SF_SLOT_FREE, 0, lap),
+				    memory_order_acq_rel, memory_order_relaxed))
+				break;
+		}
+	}
+	wake_producers(a);
+	return 0;
+}

@@ -1,0 +1,122 @@
+/*
+ * The slot protocol. Slot i of rank r's ring serves steps i, i+K, i+2K, ...; its word
+ * says which (the lap) and in what state:
+ *
+ *   FREE(lap) --producer CAS--> FILLING(owner, lap) --release store--> READY(lap)
+ *   READY(lap) --consumer CAS--> CLAIMED(owner, lap) --release store--> FREE(lap+1)
+ *
+ * Producers take the FREE slot with the lowest step over all rings (ties go round the
+ * ranks), so no rank starves. The consumer of a rank owns its ring alone and takes its
+ * steps in order. Sleepers wait on shared futexes with an eventcount: a waiter announces
+ * itself in a *_waiters counter before its final check, and a publisher wakes only when
+ * that counter is non-zero, so the common case costs no syscall.
+ *
+ * After a participant is known dead, sf__arena_repair() returns its FILLING slots to FREE
+ * and its CLAIMED slots to READY, at the same lap: content is a pure function of (rank,
+ * step), so any producer refills a slot identically.
+ */
+#ifndef SF_COMMON_SLOT_H
+#define SF_COMMON_SLOT_H
+
+#include <stdint.h>
+
+#include "common/arena.h"
+
+/*
+ * Test-only kill points between protocol steps. Tests set sf__test_hook; in production
+ * it stays NULL and each point costs one predictable branch.
+ */
+#define SF_TP_PRODUCER_CLAIMED	 1
+#define SF_TP_PRODUCER_FILLED	 2
+#define SF_TP_PRODUCER_PUBLISHED 3
+#define SF_TP_CONSUMER_CLAIMED	 4
+#define SF_TP_CONSUMER_READ	 5
+#define SF_TP_CONSUMER_RELEASED	 6
+#define SF_TP_COUNT		 7
+
+extern void (*sf__test_hook)(int point);
+
+#define SF_TEST_POINT(p)                                                                           \
+	do {                                                                                       \
+		if (__builtin_expect(sf__test_hook != 0, 0))                                       \
+			sf__test_hook(p);                                                          \
+	} while (0)
+
+/* A slot a producer has claimed for filling. */
+struct sf_fill {
+	uint32_t rank;
+	uint32_t index; /* ring index */
+	uint64_t step;
+	uint64_t lap;
+	struct sf_slot *slot;
+	unsigned char *payload; /* payload_stride bytes, writable */
+};
+
+/* How long to spin before sleeping on a futex, in polls. */
+#define SF_SPIN_POLLS 200
+
+/*
+ * sf__participant_register - take participant entry `index` for the calling process with
+ * `role` and `rank`. A dead previous holder is repaired first. Returns the new
+ * incarnation (>= 1), SF_E_BUSY when a live process holds the entry, or SF_E_RANGE.
+ */
+int sf__participant_register(struct sf_arena *a, uint32_t index, uint32_t role, int32_t rank,
+			     struct sf_err *e);
+
+/* sf__participant_unregister - give entry `index` back (the caller holds no slot). */
+void sf__participant_unregister(struct sf_arena *a, uint32_t index);
+
+/*
+ * sf__arena_repair - after the process of participant `index` is known dead, return its
+ * FILLING slots to FREE and its CLAIMED slots to READY (same lap) and free its entry.
+ * Returns the number of slots repaired, 0 when the entry was free or is being repaired
+ * by another process, or SF_E_BUSY when its process is still alive (nothing touched).
+ */
+int sf__arena_repair(struct sf_arena *a, uint32_t index);
+
+/*
+ * sf__producer_claim - claim the FREE slot with the lowest step for producer `me`.
+ * Waits up to timeout_ns (< 0: no limit) when every slot is taken. Returns 0 and fills
+ * *ret_fill; SF_E_TIMEOUT, or SF_E_STOPPED once the job is stopping.
+ */
+int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
+		       struct sf_fill *ret_fill);
+
+/*
+ * sf__producer_publish - publish a filled slot: record `length` payload bytes (and their
+ * checksum when the arena asks for one) and `first_sample`, then make it READY and wake
+ * the rank's consumer if it sleeps.
+ */
+void sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *fill,
+			  uint32_t length, uint64_t first_sample);
+
+/*
+ * sf__consumer_claim - wait up to timeout_ns (< 0: no limit, 0: do not wait) until step
+ * `step` of `rank` is READY and claim it for participant `me`. Returns 0 and the slot
+ * in *ret_slot; SF_E_AGAIN (timeout 0), SF_E_TIMEOUT, SF_E_STOPPED, SF_E_STATE when
+ * the step is no longer in the ring (already released), or SF_E_CHECKSUM (the claim is
+ * kept, so the caller can release it).
+ */
+int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step,
+		       int64_t timeout_ns, struct sf_slot **ret_slot);
+
+/* sf__consumer_release - release a claimed slot: FREE for the step K later. */
+void sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *slot);
+
+/*
+ * sf__ring_next_step - the first step of `rank` not yet released: the lowest step any
+ * slot of the ring currently serves.
+ */
+uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank);
+
+/*
+ * sf__ring_seek - reposition rank `rank` (whose consumer is `me`) so that its next step
+ * is `step`. Slots already READY for a step still wanted keep their content. Waits for
+ * slots being filled, repairing a dead filler. Returns 0, or SF_E_STOPPED.
+ */
+int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step);
+
+/* sf__payload_checksum - the checksum shmfeed stores: xxh3-64 of the bytes. */
+uint64_t sf__payload_checksum(const void *p, size_t len);
+
+#endif

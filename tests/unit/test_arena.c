@@ -1,0 +1,283 @@
+/*
+ * Unit tests of the arena: layout and alignment, create/attach/detach/destroy, and each
+ * refusal (busy, stale, not shmfeed, layout version, uid, geometry, too small).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/arena.h"
+
+static char job[64];
+
+static void setup(void)
+{
+	snprintf(job, sizeof(job), "t-arena-%d", (int)getpid());
+	sf__arena_unlink_job(job);
+}
+
+static void teardown(void)
+{
+	sf__arena_unlink_job(job);
+}
+
+TestSuite(arena, .init = setup, .fini = teardown);
+
+static struct sf_geometry geo(void)
+{
+	return (struct sf_geometry){.ranks = 2,
+				    .slots_per_rank = 4,
+				    .max_producers = 2,
+				    .batch = 3,
+				    .seq_tokens = 17,
+				    .token_bytes = 2,
+				    .world_size = 2,
+				    .flags = SF_ARENA_F_CHECKSUM,
+				    .config_digest = 0x1234};
+}
+
+Test(arena, layout_is_aligned)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena_header h = {0};
+
+	cr_assert_eq(sf__arena_layout(&g, 0, &h, NULL), 0);
+	cr_expect_eq(h.participants_off % SF_CACHE_LINE, 0);
+	cr_expect_eq(h.rings_off % SF_CACHE_LINE, 0);
+	cr_expect_eq(h.slots_off % SF_CACHE_LINE, 0);
+	cr_expect_eq(h.telemetry_off % SF_CACHE_LINE, 0);
+	cr_expect_eq(h.payloads_off % SF_PAGE_SIZE, 0);
+	cr_expect_eq(h.payload_stride % SF_PAGE_SIZE, 0);
+	cr_expect_eq(h.payload_bytes, 3 * 17 * 2);
+	cr_expect_geq(h.total_size, h.payloads_off + 8 * h.payload_stride);
+	cr_expect_eq(sizeof(struct sf_slot), 64);
+	cr_expect_eq(sizeof(struct sf_participant), 64);
+	/* The slot headers do not overlap the telemetry, nor the telemetry the payloads. */
+	cr_expect_geq(h.telemetry_off, h.slots_off + 8 * sizeof(struct sf_slot));
+	cr_expect_geq(h.payloads_off, h.telemetry_off + 4 * sizeof(struct sf_telemetry));
+}
+
+Test(arena, layout_rejects_bad_geometry)
+{
+	struct sf_geometry g = geo();
+	struct sf_err e = {0};
+
+	g.token_bytes = 3;
+	cr_expect_eq(sf__arena_layout(&g, 0, NULL, &e), SF_E_CONFIG);
+	cr_expect(strstr(e.msg, "token bytes"));
+	g = geo();
+	g.ranks = 0;
+	cr_expect_eq(sf__arena_layout(&g, 0, NULL, &e), SF_E_CONFIG);
+	g = geo();
+	g.world_size = 1;
+	cr_expect_eq(sf__arena_layout(&g, 0, NULL, &e), SF_E_CONFIG);
+}
+
+Test(arena, job_names)
+{
+	cr_expect(sf__job_name_valid("demo"));
+	cr_expect(sf__job_name_valid("a.b-c_9"));
+	cr_expect_not(sf__job_name_valid(""));
+	cr_expect_not(sf__job_name_valid(".hidden"));
+	cr_expect_not(sf__job_name_valid("a/b"));
+	cr_expect_not(sf__job_name_valid("x.new.12"));
+	cr_expect_not(sf__job_name_valid(
+		"0123456789012345678901234567890123456789012345678901234567890123456789"));
+}
+
+Test(arena, create_attach_destroy)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a, *b;
+	struct sf_err e = {0};
+	char path[128];
+
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0, "%s", e.msg);
+	cr_expect_eq(a->hdr->magic, SF_ARENA_MAGIC);
+	cr_expect_eq(a->hdr->creator_pid, getpid());
+	cr_expect_eq(((uintptr_t)a->payloads) % SF_PAGE_SIZE, 0);
+	cr_expect_eq(((uintptr_t)a->slots) % SF_CACHE_LINE, 0);
+	snprintf(path, sizeof(path), "/dev/shm/shmfeed.%s", job);
+	{
+		struct stat st;
+
+		cr_assert_eq(stat(path, &st), 0);
+		cr_expect_eq(st.st_mode & 0777, 0600);
+		cr_expect_eq((uint64_t)st.st_size, a->hdr->total_size);
+		/* posix_fallocate reserved every block: nothing is sparse. */
+		cr_expect_geq((uint64_t)st.st_blocks * 512, a->hdr->total_size);
+	}
+	cr_assert_eq(sf__arena_attach(job, &g, &b, &e), 0, "%s", e.msg);
+	cr_expect_eq(b->hdr->geo.batch, 3);
+	/* Both mappings see the same memory. */
+	a->slots[3].step = 77;
+	cr_expect_eq(b->slots[3].step, 77);
+	sf__arena_detach(b);
+	sf__arena_destroy(a);
+	cr_expect_eq(access(path, F_OK), -1);
+	cr_expect_eq(sf__arena_attach(job, NULL, &b, &e), -ENOENT);
+	cr_expect(strstr(e.msg, "no shmfeed job"));
+}
+
+Test(arena, live_arena_is_busy)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a, *b = NULL;
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0);
+	cr_expect_eq(sf__arena_create(job, &g, NULL, &b, NULL, 0, &e), SF_E_BUSY);
+	cr_expect(strstr(e.msg, "live pid"), "%s", e.msg);
+	cr_expect_null(b);
+	/* The live arena is untouched. */
+	cr_expect_eq(a->hdr->magic, SF_ARENA_MAGIC);
+	sf__arena_destroy(a);
+}
+
+Test(arena, stale_arena_is_reclaimed)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a;
+	struct sf_err e = {0};
+	char note[256] = "";
+	pid_t child;
+	int status;
+
+	child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		struct sf_arena *c;
+
+		/* Create and die without destroying: the arena becomes stale. */
+		_exit(sf__arena_create(job, &g, NULL, &c, NULL, 0, NULL) == 0 ? 0 : 1);
+	}
+	waitpid(child, &status, 0);
+	cr_assert_eq(WEXITSTATUS(status), 0);
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, note, sizeof(note), &e), 0, "%s", e.msg);
+	cr_expect(strstr(note, "reclaimed"), "%s", note);
+	cr_expect_eq(a->hdr->creator_pid, getpid());
+	sf__arena_destroy(a);
+}
+
+Test(arena, foreign_object_is_refused_and_kept)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a;
+	struct sf_err e = {0};
+	char name[128], junk[SF_PAGE_SIZE];
+	int fd;
+
+	snprintf(name, sizeof(name), "/shmfeed.%s", job);
+	fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+	cr_assert_geq(fd, 0);
+	memset(junk, 'x', sizeof(junk));
+	cr_assert_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	close(fd);
+	cr_expect_eq(sf__arena_attach(job, NULL, &a, &e), SF_E_NOT_SHMFEED);
+	cr_expect_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), SF_E_NOT_SHMFEED);
+	cr_expect(strstr(e.msg, "not a shmfeed arena"), "%s", e.msg);
+	/* Nothing of someone else's was removed. */
+	fd = shm_open(name, O_RDONLY, 0);
+	cr_expect_geq(fd, 0);
+	close(fd);
+}
+
+Test(arena, other_layout_version_is_refused)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a, *b;
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0);
+	a->hdr->layout_version = 99;
+	cr_expect_eq(sf__arena_attach(job, NULL, &b, &e), SF_E_LAYOUT);
+	cr_expect(strstr(e.msg, "layout version 99"), "%s", e.msg);
+	sf__arena_destroy(a);
+}
+
+Test(arena, other_uid_is_refused)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a, *b;
+	struct sf_err e = {0};
+	char path[128];
+
+	if (geteuid() != 0)
+		cr_skip_test("changing the owner needs root");
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0);
+	snprintf(path, sizeof(path), "/dev/shm/shmfeed.%s", job);
+	cr_assert_eq(chown(path, 65534, 65534), 0);
+	cr_expect_eq(sf__arena_attach(job, NULL, &b, &e), SF_E_UID);
+	cr_expect(strstr(e.msg, "uid 65534"), "%s", e.msg);
+	sf__arena_destroy(a);
+}
+
+Test(arena, geometry_mismatch_is_refused)
+{
+	struct sf_geometry g = geo(), want = {0};
+	struct sf_arena *a, *b;
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0);
+	want.seq_tokens = 1025;
+	cr_expect_eq(sf__arena_attach(job, &want, &b, &e), SF_E_GEOMETRY);
+	cr_expect(strstr(e.msg, "seq_tokens 17, expected 1025"), "%s", e.msg);
+	want = (struct sf_geometry){.config_digest = 0x999};
+	cr_expect_eq(sf__arena_attach(job, &want, &b, &e), SF_E_GEOMETRY);
+	sf__arena_destroy(a);
+}
+
+Test(arena, too_large_fails_at_creation_with_sizes)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a;
+	struct sf_err e = {0};
+	char tmp[128];
+
+	/* 1024 ranks x 4096 slots x 256 KiB: far beyond any /dev/shm. */
+	g.ranks = 1024;
+	g.world_size = 1024;
+	g.slots_per_rank = 4096;
+	g.batch = 128;
+	g.seq_tokens = 1024;
+	cr_expect_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), -ENOSPC, "%s", e.msg);
+	cr_expect(strstr(e.msg, "cannot reserve"), "%s", e.msg);
+	cr_expect(strstr(e.msg, "bytes free"), "%s", e.msg);
+	/* Nothing is left behind: neither the arena nor its temporary. */
+	snprintf(tmp, sizeof(tmp), "/dev/shm/shmfeed.%s.new.%d", job, (int)getpid());
+	cr_expect_eq(access(tmp, F_OK), -1);
+	cr_expect_eq(sf__arena_attach(job, NULL, &a, &e), -ENOENT);
+}
+
+Test(arena, hugepages_fall_back_cleanly)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena_options opt = {.hugepages = 1};
+	struct sf_arena *a;
+	struct sf_err e = {0};
+	char note[256] = "";
+
+	cr_assert_eq(sf__arena_create(job, &g, &opt, &a, note, sizeof(note), &e), 0, "%s", e.msg);
+	cr_expect(strstr(note, "huge pages"), "%s", note);
+	if (a->hdr->geo.flags & SF_ARENA_F_HUGEPAGES)
+		cr_expect_eq(a->hdr->payloads_off % SF_HUGE_PAGE_SIZE, 0);
+	else
+		cr_expect(strstr(note, "unavailable"), "%s", note);
+	sf__arena_destroy(a);
+}
+
+Test(arena, strerror_never_null)
+{
+	for (int c = SF_E_LAST - 3; c <= 1; c++)
+		cr_expect_not_null(sf_strerror(c));
+	cr_expect_str_eq(sf_strerror(SF_E_LAYOUT), "arena of another layout version");
+	cr_expect_str_eq(sf_strerror(-ENOENT), "No such file or directory");
+	cr_expect_not_null(sf_strerror(-100000));
+}
