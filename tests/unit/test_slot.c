@@ -1,0 +1,290 @@
+/*
+ * Unit tests of the slot protocol: every state transition, the order producers take
+ * work in, waiting and its timeouts, checksums, registration, repair after death and
+ * seek.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/arena.h"
+#include "common/proc.h"
+#include "common/slot.h"
+
+static char job[64];
+static struct sf_arena *arena;
+
+#define R	    2
+#define K	    3
+#define P	    2
+#define CONSUMER(r) (P + (r))
+
+static void setup(void)
+{
+	struct sf_geometry g = {.ranks = R,
+				.slots_per_rank = K,
+				.max_producers = P,
+				.batch = 2,
+				.seq_tokens = 9,
+				.token_bytes = 4,
+				.world_size = R,
+				.flags = SF_ARENA_F_CHECKSUM};
+	struct sf_err e = {0};
+
+	snprintf(job, sizeof(job), "t-slot-%d", (int)getpid());
+	sf__arena_unlink_job(job);
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &arena, NULL, 0, &e), 0, "%s", e.msg);
+	sf__arena_set_job_state(arena, SF_JOB_RUNNING);
+}
+
+static void teardown(void)
+{
+	sf__arena_destroy(arena);
+}
+
+TestSuite(slot, .init = setup, .fini = teardown);
+
+static uint64_t word(uint32_t rank, uint32_t i)
+{
+	return atomic_load(&sf__arena_slot(arena, rank, i)->word);
+}
+
+/* Fill a claimed slot with a pattern of its (rank, step) and publish it. */
+static void fill_and_publish(uint32_t me, const struct sf_fill *f)
+{
+	uint32_t *t = (uint32_t *)f->payload;
+
+	for (uint32_t j = 0; j < 18; j++)
+		t[j] = f->rank * 1000000u + (uint32_t)f->step * 100u + j;
+	sf__producer_publish(arena, me, f, 18 * 4, f->step * 10);
+}
+
+Test(slot, full_cycle_of_one_slot)
+{
+	struct sf_fill f;
+	struct sf_slot *s;
+
+	cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+	cr_expect_eq(f.rank, 0);
+	cr_expect_eq(f.step, 0);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_FILLING, 0, 0));
+	fill_and_publish(0, &f);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_READY, 0, 0));
+	cr_expect_eq(f.slot->length, 72);
+	cr_expect_eq(f.slot->checksum, sf__payload_checksum(f.payload, 72));
+	cr_expect_eq(f.slot->first_sample, 0);
+
+	cr_assert_eq(sf__consumer_claim(arena, CONSUMER(0), 0, 0, 0, &s), 0);
+	cr_expect_eq(s, f.slot);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_CLAIMED, CONSUMER(0), 0));
+	sf__consumer_release(arena, 0, s);
+	/* Released slot 0 now serves step K (lap 1). */
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_FREE, 0, 1));
+	cr_expect_eq(sf__ring_next_step(arena, 0), 1);
+	/* The step just released is gone. */
+	cr_expect_eq(sf__consumer_claim(arena, CONSUMER(0), 0, 0, 0, &s), SF_E_STATE);
+}
+
+Test(slot, producers_take_lowest_step_first_round_the_ranks)
+{
+	struct sf_fill f;
+	uint64_t steps[R * K];
+	uint32_t ranks[R * K];
+
+	for (int n = 0; n < R * K; n++) {
+		cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+		steps[n] = f.step;
+		ranks[n] = f.rank;
+	}
+	/* Steps 0,0,1,1,2,2: every rank gets step s before any rank gets s+1. */
+	for (int n = 0; n < R * K; n++)
+		cr_expect_eq(steps[n], (uint64_t)(n / R), "claim %d got step %llu", n,
+			     (unsigned long long)steps[n]);
+	cr_expect_neq(ranks[0], ranks[1]);
+	/* All slots taken: a claim with a short timeout times out. */
+	cr_expect_eq(sf__producer_claim(arena, 0, 2000000, &f), SF_E_TIMEOUT);
+}
+
+Test(slot, consumer_timeouts_and_again)
+{
+	struct sf_slot *s;
+	uint64_t t0 = sf__now_ns();
+
+	cr_expect_eq(sf__consumer_claim(arena, CONSUMER(1), 1, 0, 0, &s), SF_E_AGAIN);
+	cr_expect_eq(sf__consumer_claim(arena, CONSUMER(1), 1, 0, 20000000, &s), SF_E_TIMEOUT);
+	cr_expect_geq(sf__now_ns() - t0, 20000000);
+}
+
+Test(slot, stopping_job_wakes_waiters)
+{
+	struct sf_fill f;
+	struct sf_slot *s;
+
+	sf__arena_set_job_state(arena, SF_JOB_STOPPING);
+	cr_expect_eq(sf__consumer_claim(arena, CONSUMER(0), 0, 0, -1, &s), SF_E_STOPPED);
+	cr_expect_eq(sf__producer_claim(arena, 0, 0, &f), 0); /* free work is still handed out */
+}
+
+Test(slot, checksum_mismatch_is_reported)
+{
+	struct sf_fill f;
+	struct sf_slot *s;
+
+	cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+	fill_and_publish(0, &f);
+	f.payload[5] ^= 1; /* corrupt after publishing */
+	cr_expect_eq(sf__consumer_claim(arena, CONSUMER(f.rank), f.rank, 0, 0, &s), SF_E_CHECKSUM);
+	/* The claim is kept so the caller can release it. */
+	cr_expect_eq(sf__slot_state(word(f.rank, 0)), SF_SLOT_CLAIMED);
+	sf__consumer_release(arena, f.rank, s);
+}
+
+Test(slot, consumer_sleeps_until_published)
+{
+	pid_t child = fork();
+	struct sf_slot *s;
+	int status;
+
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		struct sf_fill f;
+
+		usleep(50000);
+		/* Step 0 of both ranks, whichever rank the tie-break starts with. */
+		for (int n = 0; n < R; n++) {
+			if (sf__producer_claim(arena, 1, -1, &f) < 0)
+				_exit(1);
+			fill_and_publish(1, &f);
+		}
+		_exit(0);
+	}
+	cr_assert_eq(sf__consumer_claim(arena, CONSUMER(0), 0, 0, 5000000000, &s), 0);
+	cr_expect_eq(((uint32_t *)sf__arena_payload(arena, 0, 0))[3], 3);
+	waitpid(child, &status, 0);
+	cr_expect_eq(WEXITSTATUS(status), 0);
+	cr_expect_eq(s->producer, 1);
+}
+
+Test(slot, register_refuses_live_holder)
+{
+	struct sf_err e = {0};
+	int inc = sf__participant_register(arena, 0, SF_ROLE_PRODUCER, 0, &e);
+
+	cr_assert_geq(inc, 1);
+	cr_expect_eq(sf__participant_register(arena, 0, SF_ROLE_PRODUCER, 0, &e), SF_E_BUSY);
+	cr_expect_eq(sf__arena_repair(arena, 0), SF_E_BUSY);
+	sf__participant_unregister(arena, 0);
+	cr_expect_eq(sf__participant_register(arena, 0, SF_ROLE_PRODUCER, 0, &e), inc + 1);
+	cr_expect_eq(sf__participant_register(arena, 99, SF_ROLE_PRODUCER, 0, &e), SF_E_RANGE);
+	sf__participant_unregister(arena, 0);
+}
+
+/* A child registers as `index`, takes slots as `role`, and dies holding them. */
+static void die_holding(uint32_t index, int consumer)
+{
+	pid_t child = fork();
+	int status;
+
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		struct sf_fill f;
+		struct sf_slot *s;
+
+		if (sf__participant_register(arena, index,
+					     consumer ? SF_ROLE_CONSUMER : SF_ROLE_PRODUCER, 0,
+					     NULL) < 1)
+			_exit(1);
+		if (consumer) {
+			if (sf__consumer_claim(arena, index, 0, 0, 0, &s) < 0)
+				_exit(2);
+		} else {
+			if (sf__producer_claim(arena, index, 0, &f) < 0 ||
+			    sf__producer_claim(arena, index, 0, &f) < 0)
+				_exit(2);
+		}
+		raise(SIGKILL);
+	}
+	waitpid(child, &status, 0);
+	cr_assert(WIFSIGNALED(status), "child exited %d", WEXITSTATUS(status));
+}
+
+Test(slot, repair_returns_dead_producers_slots_to_free)
+{
+	struct sf_fill f;
+
+	die_holding(1, 0);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_FILLING, 1, 0));
+	cr_expect_eq(word(1, 0), sf__slot_word(SF_SLOT_FILLING, 1, 0));
+	cr_expect_eq(sf__arena_repair(arena, 1), 2);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_FREE, 0, 0));
+	cr_expect_eq(word(1, 0), sf__slot_word(SF_SLOT_FREE, 0, 0));
+	cr_expect_eq(atomic_load(&arena->hdr->slots_repaired), 2);
+	/* A second repair finds nothing; the same steps are handed out again. */
+	cr_expect_eq(sf__arena_repair(arena, 1), 0);
+	cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+	cr_expect_eq(f.step, 0);
+}
+
+Test(slot, repair_returns_dead_consumers_claim_to_ready)
+{
+	struct sf_fill f;
+	struct sf_slot *s;
+
+	cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+	cr_assert_eq(f.rank, 0);
+	fill_and_publish(0, &f);
+	die_holding(CONSUMER(0), 1);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_CLAIMED, CONSUMER(0), 0));
+	/* A new consumer of the rank repairs its dead predecessor when registering. */
+	cr_assert_geq(sf__participant_register(arena, CONSUMER(0), SF_ROLE_CONSUMER, 0, NULL), 2);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_READY, 0, 0));
+	cr_expect_eq(sf__ring_next_step(arena, 0), 0);
+	cr_expect_eq(sf__consumer_claim(arena, CONSUMER(0), 0, 0, 0, &s), 0);
+}
+
+Test(slot, seek_repositions_the_ring)
+{
+	struct sf_fill f;
+	struct sf_slot *s;
+
+	/* Fill steps 0..2 of both ranks. */
+	for (int n = 0; n < R * K; n++) {
+		cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+		fill_and_publish(0, &f);
+	}
+	cr_assert_eq(sf__ring_seek(arena, CONSUMER(0), 0, 2), 0);
+	cr_expect_eq(sf__ring_next_step(arena, 0), 2);
+	/* Step 2 was READY and stays; slots 0 and 1 now serve steps 3 and 4. */
+	cr_expect_eq(word(0, 2), sf__slot_word(SF_SLOT_READY, 0, 0));
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_FREE, 0, 1));
+	cr_expect_eq(word(0, 1), sf__slot_word(SF_SLOT_FREE, 0, 1));
+	cr_expect_eq(sf__consumer_claim(arena, CONSUMER(0), 0, 2, 0, &s), 0);
+	sf__consumer_release(arena, 0, s);
+	/* Seek backwards to step 1: slot 1 serves lap 0 again. */
+	cr_assert_eq(sf__ring_seek(arena, CONSUMER(0), 0, 1), 0);
+	cr_expect_eq(sf__ring_next_step(arena, 0), 1);
+	cr_expect_eq(word(0, 1), sf__slot_word(SF_SLOT_FREE, 0, 0));
+	/* Rank 1 is untouched. */
+	cr_expect_eq(sf__ring_next_step(arena, 1), 0);
+	/* Producers now fill rank 0's step 1 before anything of a later step. */
+	cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+	cr_expect_eq(f.rank, 0);
+	cr_expect_eq(f.step, 1);
+}
+
+Test(slot, seek_far_ahead)
+{
+	cr_assert_eq(sf__ring_seek(arena, CONSUMER(1), 1, 1000001), 0);
+	cr_expect_eq(sf__ring_next_step(arena, 1), 1000001);
+	for (uint32_t i = 0; i < K; i++) {
+		uint64_t w = word(1, i);
+		uint64_t step = sf__slot_lap(w) * K + i;
+
+		cr_expect(step >= 1000001 && step < 1000001 + K);
+	}
+}
