@@ -28,6 +28,7 @@ static const char *const sf_messages[] = {
 	[-(SF_E_DIGEST - SF_E_BASE)] = "config digest mismatch",
 	[-(SF_E_AGAIN - SF_E_BASE)] = "nothing ready yet",
 	[-(SF_E_PROTOCOL - SF_E_BASE)] = "malformed control message",
+	[-(SF_E_END - SF_E_BASE)] = "end of data",
 };
 
 const char *sf_strerror(int err)

@@ -1,0 +1,121 @@
+/*
+ * The resolved job configuration: what a YAML job file says, with every default filled
+ * in. The launcher loads it (common/config.c), producers build batches from it, and its
+ * digest (the fields that decide the token stream) is stored in the arena header and in
+ * every resume state.
+ *
+ * Ownership: sf__config_load() allocates the strings and arrays inside; free them with
+ * sf__config_free(). A loaded config is read-only afterwards and can be shared by forked
+ * producers.
+ */
+#ifndef SF_COMMON_CONFIG_H
+#define SF_COMMON_CONFIG_H
+
+#include <stdint.h>
+
+#include "common/errors.h"
+
+/* Source formats. */
+#define SF_FMT_AUTO	0 /* by file name: .bin/.idx, .jsonl[.zst|.gz], .txt[.zst|.gz] */
+#define SF_FMT_NANOGPT	1 /* headerless uint16 tokens */
+#define SF_FMT_LLMC	2 /* llm.c shard: 256 x int32 header, then tokens */
+#define SF_FMT_MEGATRON 3 /* MMIDIDX .bin/.idx pair (path names the prefix or either file) */
+#define SF_FMT_TEXT	4 /* raw text, one document per file or split by a separator */
+#define SF_FMT_JSONL	5 /* one JSON object per line, text in a configured field */
+
+/* Policy for a bad record in a source. */
+#define SF_ON_ERROR_STOP 0
+#define SF_ON_ERROR_SKIP 1
+
+/* Sampling modes. */
+#define SF_SAMPLE_WINDOWS 0 /* stride-T windows, permuted per epoch by a keyed bijection */
+#define SF_SAMPLE_RANDOM  1 /* nanoGPT-style random offsets, counter-based generator */
+
+/* Token dtype choice. */
+#define SF_DTYPE_AUTO 0 /* uint16 when the vocabulary fits, else int32 */
+
+/* Device choice for consumers. */
+#define SF_DEVICE_AUTO 0 /* CUDA when libcuda and a device are there, else CPU */
+#define SF_DEVICE_CPU  1
+#define SF_DEVICE_CUDA 2
+
+struct sf_source_config {
+	char **paths;	     /* paths and globs, as written; expanded sorted at load */
+	uint32_t n_paths;
+	uint32_t format;     /* SF_FMT_* */
+	char *text_field;    /* jsonl: field holding the text (default "text") */
+	char *separator;     /* text: document separator; NULL: one document per file */
+	uint32_t on_error;   /* SF_ON_ERROR_* (default stop) */
+	uint32_t pad;
+};
+
+struct sf_config {
+	char *path;	/* the file it was loaded from (for messages) */
+	char *job;	/* job name (default: file name without .yaml) */
+
+	struct sf_source_config *sources;
+	uint32_t n_sources;
+
+	/* tokenizer */
+	char *encoding;	 /* "bytes", "char", "r50k_base", "cl100k_base", "o200k_base" */
+	char *vocab;	 /* vocabulary file, or NULL to look in vocab_dir */
+	char *vocab_dir; /* directory with ENCODING.tiktoken (default $SHMFEED_VOCAB_DIR) */
+
+	/* batch geometry */
+	uint32_t batch_size; /* B, per rank (default 8) */
+	uint32_t seq_len;    /* T: each sequence holds T+1 tokens (default 256) */
+	uint32_t dtype;	     /* SF_DTYPE_AUTO, SF_DTYPE_U16, SF_DTYPE_I32 */
+
+	/* sampling */
+	uint32_t mode;	      /* SF_SAMPLE_* (default windows) */
+	uint64_t seed;	      /* default 1337 */
+	uint64_t epochs;      /* 0: unlimited */
+	uint32_t doc_starts;  /* max document starts recorded per sequence; 0: off */
+
+	/* arena */
+	uint32_t slots_per_rank; /* K (default 4) */
+	uint32_t hugepages;	 /* 1: try 2 MiB pages (default 0) */
+
+	/* producers */
+	uint32_t producers; /* P (default 2) */
+	uint32_t max_restarts; /* restarts of one producer before the job stops (default 5) */
+
+	/* consumers */
+	uint32_t world_size;   /* W: global ranks (default 1) */
+	uint32_t local_ranks;  /* ranks on this node (default: world_size) */
+	uint32_t rank_base;    /* global rank of this node's local rank 0 (default 0) */
+	uint32_t device;       /* SF_DEVICE_* */
+
+	/* control */
+	char *endpoint;	      /* NULL: ipc:// in the private runtime directory */
+	uint32_t stats_interval_ms; /* PUB interval (default 1000) */
+	char *curve_server_secret; /* z85 keys for a non-loopback tcp:// endpoint */
+	char *curve_server_public;
+
+	/* integrity */
+	uint32_t checksum; /* 1: xxh3-64 per payload, verified by consumers (default 1) */
+	uint32_t pad;
+};
+
+/* sf__config_defaults - a config holding every default (no sources). */
+void sf__config_defaults(struct sf_config *cfg);
+
+/*
+ * sf__config_load - read and validate a YAML job file. Unknown keys, wrong types and
+ * out-of-range values fail with SF_E_CONFIG and "FILE:LINE:COLUMN: what was expected"
+ * in `e`. Returns 0 and fills *ret_cfg (free with sf__config_free()).
+ */
+int sf__config_load(const char *path, struct sf_config *ret_cfg, struct sf_err *e);
+
+/* sf__config_free - free what sf__config_load() allocated; accepts a zeroed config. */
+void sf__config_free(struct sf_config *cfg);
+
+/*
+ * sf__config_digest - digest of the fields that decide the global token stream: sources
+ * (paths, sizes and modification times), tokenizer, seq_len, mode, seed, epochs,
+ * doc_starts, and the global batch B*W. Changing W with B*W fixed keeps the digest, so a
+ * resume state stays valid across an elastic restart.
+ */
+uint64_t sf__config_digest(const struct sf_config *cfg);
+
+#endif
