@@ -47,7 +47,8 @@ extern "C" {
 #define SF_E_DIGEST	 (-1015) /* config digest of a resume state does not match */
 #define SF_E_AGAIN	 (-1016) /* non-blocking call: nothing ready yet */
 #define SF_E_PROTOCOL	 (-1017) /* malformed control message */
-#define SF_E_LAST	 (-1017)
+#define SF_E_END	 (-1018) /* the data ends: every epoch asked for was delivered */
+#define SF_E_LAST	 (-1018)
 
 /*
  * sf_strerror - a static, human-readable description of an error code: an SF_E_* code
