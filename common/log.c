@@ -22,7 +22,7 @@ void sf__log_set_quiet(int quiet)
 	log_quiet = quiet;
 }
 
-static void log_line(const char *fmt, va_list ap)
+__attribute__((format(printf, 1, 0))) static void log_line(const char *fmt, va_list ap)
 {
 	char line[1024];
 	int n;
