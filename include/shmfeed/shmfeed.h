@@ -70,7 +70,10 @@ const char *sf_version(void);
  * of the same layout on the rank's device and `tokens` is NULL; in CPU mode
  * `device_ptr` is 0 and `tokens` points read-only into shared memory (zero copy).
  * `doc_starts` (when the job records document boundaries) holds, per sequence, up to
- * `doc_starts_per_seq` offsets of document starts, padded with UINT32_MAX.
+ * `doc_starts_per_seq` offsets of document starts, padded with UINT32_MAX; it is host
+ * memory in both modes. `buffer` says where the batch lies, so that a binding can keep
+ * one prebuilt view per place: the ring index in CPU mode, the device buffer (0 or 1) in
+ * GPU mode.
  */
 struct sf_batch {
 	uint64_t step;		     /* this rank's step */
@@ -84,21 +87,33 @@ struct sf_batch {
 	const uint32_t *doc_starts;  /* B x doc_starts_per_seq, or NULL */
 	uint64_t digest;	     /* xxh3-64 of the batch's token bytes */
 	uint64_t wait_ns;	     /* time this call waited for the batch */
+	uint32_t buffer;	     /* ring index (CPU) or device buffer 0/1 (GPU) */
+	uint32_t reserved;
 };
 
 /*
  * Resume state of one rank: a few integers. `samples` counts global samples consumed by
  * the whole job before this rank's next batch (step * B * W), so it stays valid when the
- * world size changes with the global batch fixed.
+ * world size changes with the global batch fixed. `epoch` is 0: the arena header does
+ * not record the number of samples in an epoch, so `samples` alone positions a resume
+ * (the producers map a global sample index to its epoch). `provenance` chains the digest
+ * of every batch this rank consumed:
+ *   provenance_0 = 0,
+ *   provenance_n+1 = XXH3-64(le64(step) || le64(digest), seed = provenance_n),
+ * so two runs that saw the same tokens in the same order agree on it, and a resumed run
+ * continues the chain of the run it resumes.
  */
 struct sf_resume {
 	uint64_t samples;	/* global samples consumed before the next step */
-	uint64_t epoch;		/* epoch of the next step */
+	uint64_t epoch;		/* epoch of the next step (0: see above) */
 	uint64_t config_digest; /* digest of the config that produced the stream */
 	uint64_t provenance;	/* running digest over every batch consumed so far */
 };
 
-/* Consumer statistics (sf_consumer_stats). */
+/*
+ * Consumer statistics (sf_consumer_stats). Wait percentiles come from a log-linear
+ * histogram (8 sub-buckets per power of two), so they are exact to within 12.5%.
+ */
 struct sf_consumer_stats {
 	uint64_t batches;
 	uint64_t tokens;
@@ -111,48 +126,131 @@ struct sf_consumer_stats {
 	uint32_t reserved;
 };
 
+/*
+ * What a handle is attached to (sf_consumer_info): the rank mapping, the geometry and
+ * where batches land, so that a binding can build its views once at attach.
+ * In CPU mode the payload of ring index i starts at ring_base + i * payload_stride, its
+ * document starts (if any) right after its B*(T+1) tokens. In GPU mode batches land in
+ * device_buffer[0..1] and their document starts in the host buffers doc_starts_buffer[].
+ */
+struct sf_consumer_info {
+	uint32_t local_rank;
+	uint32_t global_rank; /* rank_base + local_rank */
+	uint32_t world_size;  /* W */
+	uint32_t ranks;	      /* local ranks served by this node's arena */
+	uint32_t rank_base;   /* global rank of local rank 0 */
+	uint32_t slots_per_rank;
+	uint32_t batch;		     /* B */
+	uint32_t seq_tokens;	     /* T + 1 */
+	uint32_t dtype;		     /* SF_DTYPE_* */
+	uint32_t doc_starts_per_seq; /* 0 when the job records no boundaries */
+	int32_t device;		     /* CUDA ordinal, or -1 in CPU mode */
+	uint32_t gpu_buffers;	     /* 2 in GPU mode, 0 in CPU mode */
+	uint64_t payload_stride;
+	uint64_t ring_base; /* address of this rank's ring index 0 payload (CPU mode) */
+	uint64_t device_buffer[2];
+	uint64_t doc_starts_buffer[2];
+	uint64_t config_digest;
+};
+
 struct sf_consumer;
 
 /* Flags for sf_consumer_attach(). */
 #define SF_ATTACH_CPU 0x1u /* never use CUDA, even where it is available */
 
+/* The `device` of sf_consumer_attach() that asks for CPU views. */
+#define SF_DEVICE_NONE (-1)
+
 /*
  * sf_consumer_attach - attach to job `job` as local rank `local_rank`, and start at the
  * rank's current position (the step after the last one released). `device` is the CUDA
- * device ordinal to copy to, or -1 for CPU views. On failure a message naming the cause
- * is written to `errmsg` (when not NULL; always NUL-terminated).
- * Returns 0 and stores the handle in *ret_consumer; free it with sf_consumer_detach().
+ * device ordinal to copy to, or SF_DEVICE_NONE for CPU views. A device asked for on a
+ * machine without a CUDA driver or device fails with -ENODEV (the caller may retry with
+ * SF_DEVICE_NONE); a failing driver call fails with SF_E_CUDA and the CUresult's name in
+ * the message. -ENOENT: no such job; SF_E_RANGE: no such local rank; SF_E_LAYOUT: an arena
+ * of another layout version; SF_E_BUSY: a live process consumes that rank already.
+ * On failure a message naming the cause is written to `errmsg` (when not NULL; always
+ * NUL-terminated). Returns 0 and stores the handle in *ret_consumer; free it with
+ * sf_consumer_detach().
  */
 int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint32_t flags,
 		       struct sf_consumer **ret_consumer, char *errmsg, uint32_t errmsg_len);
 
+/* sf_consumer_info - what the handle is attached to. Returns 0. */
+int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_info);
+
+/*
+ * sf_consumer_set_stream - GPU mode: the CUstream on which the caller uses batches (0, the
+ * default, is the legacy default stream). Work the caller queues on it after
+ * sf_consumer_next() returns sees the batch copied, and a device buffer is refilled only
+ * after the work the caller queued while it held that buffer. Returns 0, or SF_E_STATE
+ * in CPU mode.
+ */
+int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
+
 /*
  * sf_consumer_next - the rank's next batch. Releases the batch returned by the previous
  * call first. `timeout_ms` < 0 waits forever, 0 does not wait (SF_E_AGAIN when nothing is
- * ready). Returns 0 and fills *ret_batch.
+ * ready), > 0 waits that long (SF_E_TIMEOUT). Returns 0 and fills *ret_batch; SF_E_END
+ * when the data ends (and on every later call until a seek); SF_E_STOPPED when the job
+ * stops; SF_E_CHECKSUM when a payload does not match its checksum (the step is then
+ * handed back to the producers, and the next call waits for it afresh); SF_E_CUDA.
+ * In GPU mode the slot stays claimed until its copy has completed, and is released on
+ * the next call, so that the copy of step s+1 overlaps the caller's work on step s.
  */
 int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *ret_batch);
 
-/* sf_consumer_release - release the batch held, if any. Returns 0. */
+/*
+ * sf_consumer_release - release the batch held, if any (in GPU mode after its copy has
+ * completed). Returns 0, or SF_E_CUDA.
+ */
 int sf_consumer_release(struct sf_consumer *c);
 
-/* sf_consumer_state - the resume state before the next batch. */
+/* sf_consumer_state - the resume state before the next batch. Returns 0. */
 int sf_consumer_state(struct sf_consumer *c, struct sf_resume *ret_state);
 
 /*
- * sf_consumer_seek - reposition the rank so that its next batch is the one of `state`.
- * Fails with SF_E_DIGEST when the state came from another config.
+ * sf_consumer_seek - reposition the rank so that its next batch is the one of `state`,
+ * and continue its provenance chain. Releases the batch held. Fails with SF_E_DIGEST when
+ * the state came from another config, SF_E_RANGE when `samples` is not a multiple of the
+ * global batch B*W, SF_E_STOPPED when the job stops.
  */
 int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state);
 
-/* sf_consumer_stats - counters of this handle. */
+/* sf_consumer_stats - counters of this handle. Returns 0. */
 int sf_consumer_stats(struct sf_consumer *c, struct sf_consumer_stats *ret_stats);
 
 /* sf_consumer_errmsg - detail of the last failure on this handle; never NULL. */
 const char *sf_consumer_errmsg(const struct sf_consumer *c);
 
-/* sf_consumer_detach - release any batch held and detach; accepts NULL. */
+/*
+ * sf_consumer_detach - release any batch held (after its copy completes) and detach;
+ * accepts NULL. The rank's position stays in the arena: the next attach of the rank
+ * continues after the last batch released.
+ */
 void sf_consumer_detach(struct sf_consumer *c);
+
+/*
+ * sf_digest - XXH3-64 of `len` bytes with `seed`: the hash of batch digests and of the
+ * provenance chain, exported so that bindings and tests can recompute both.
+ */
+uint64_t sf_digest(const void *p, uint64_t len, uint64_t seed);
+
+/* The public structs' layouts are ABI: python/shmfeed/_native.py mirrors them. */
+#ifndef __cplusplus
+_Static_assert(offsetof(struct sf_batch, tokens) == 32, "sf_batch layout");
+_Static_assert(offsetof(struct sf_batch, digest) == 56, "sf_batch layout");
+_Static_assert(offsetof(struct sf_batch, buffer) == 72, "sf_batch layout");
+_Static_assert(sizeof(struct sf_batch) == 80, "sf_batch layout");
+_Static_assert(offsetof(struct sf_resume, provenance) == 24, "sf_resume layout");
+_Static_assert(sizeof(struct sf_resume) == 32, "sf_resume layout");
+_Static_assert(offsetof(struct sf_consumer_stats, gpu) == 56, "sf_consumer_stats layout");
+_Static_assert(sizeof(struct sf_consumer_stats) == 64, "sf_consumer_stats layout");
+_Static_assert(offsetof(struct sf_consumer_info, payload_stride) == 48, "sf_consumer_info");
+_Static_assert(offsetof(struct sf_consumer_info, device_buffer) == 64, "sf_consumer_info");
+_Static_assert(offsetof(struct sf_consumer_info, config_digest) == 96, "sf_consumer_info");
+_Static_assert(sizeof(struct sf_consumer_info) == 104, "sf_consumer_info layout");
+#endif
 
 #ifdef __cplusplus
 }

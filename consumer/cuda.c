@@ -1,0 +1,119 @@
+/*
+ * Run-time loading of the CUDA Driver API: dlopen("libcuda.so.1") once per process,
+ * resolve the versioned symbols that cuda.h would select (cuMemAlloc is cuMemAlloc_v2, and
+ * so on), and cuInit(0). Also the translation of a CUresult into its name for messages.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "shmfeed/shmfeed.h"
+#include "consumer/cuda.h"
+
+static struct sf_cuda cuda_table;
+static const struct sf_cuda *cuda_loaded;
+static struct sf_err cuda_load_err;
+static int cuda_load_rc;
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+
+/* Symbol names as cuda.h (CUDA 12 and 13, without per-thread default streams) maps them. */
+#define CUDA_SYMBOLS(X)                                                                            \
+	X(cuInit, "cuInit")                                                                        \
+	X(cuDeviceGet, "cuDeviceGet")                                                              \
+	X(cuDeviceGetCount, "cuDeviceGetCount")                                                    \
+	X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                                    \
+	X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2")                               \
+	X(cuCtxPushCurrent, "cuCtxPushCurrent_v2")                                                 \
+	X(cuCtxPopCurrent, "cuCtxPopCurrent_v2")                                                   \
+	X(cuMemHostRegister, "cuMemHostRegister_v2")                                               \
+	X(cuMemHostUnregister, "cuMemHostUnregister")                                              \
+	X(cuMemAlloc, "cuMemAlloc_v2")                                                             \
+	X(cuMemFree, "cuMemFree_v2")                                                               \
+	X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                                               \
+	X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                                         \
+	X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                                         \
+	X(cuMemAllocHost, "cuMemAllocHost_v2")                                                     \
+	X(cuMemFreeHost, "cuMemFreeHost")                                                          \
+	X(cuStreamCreate, "cuStreamCreate")                                                        \
+	X(cuStreamDestroy, "cuStreamDestroy_v2")                                                   \
+	X(cuStreamWaitEvent, "cuStreamWaitEvent")                                                  \
+	X(cuStreamSynchronize, "cuStreamSynchronize")                                              \
+	X(cuEventCreate, "cuEventCreate")                                                          \
+	X(cuEventRecord, "cuEventRecord")                                                          \
+	X(cuEventQuery, "cuEventQuery")                                                            \
+	X(cuEventSynchronize, "cuEventSynchronize")                                                \
+	X(cuEventDestroy, "cuEventDestroy_v2")                                                     \
+	X(cuGetErrorName, "cuGetErrorName")
+
+static void cuda_load_once(void)
+{
+	struct sf_cuda *t = &cuda_table;
+	sf_curesult r;
+	void *lib;
+	int count = 0;
+
+	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		cuda_load_rc = sf__err(&cuda_load_err, -ENODEV, "no CUDA driver: %s", dlerror());
+		return;
+	}
+	/* The library stays loaded for the life of the process: the table points into it,
+	 * and CUDA itself does not support being unloaded. */
+#define RESOLVE(field, name)                                                                       \
+	*(void **)&t->field = dlsym(lib, name);                                                    \
+	if (!t->field) {                                                                           \
+		cuda_load_rc = sf__err(&cuda_load_err, SF_E_CUDA,                                  \
+				       "libcuda.so.1 lacks %s: driver too old", name);             \
+		return;                                                                            \
+	}
+	CUDA_SYMBOLS(RESOLVE)
+#undef RESOLVE
+	r = t->cuInit(0);
+	if (r == SF_CUDA_ERROR_NO_DEVICE) {
+		cuda_load_rc = sf__err(&cuda_load_err, -ENODEV, "cuInit: no CUDA device");
+		return;
+	}
+	if (r != SF_CUDA_SUCCESS) {
+		cuda_load_rc = sf__cuda_check(t, r, "cuInit", &cuda_load_err);
+		return;
+	}
+	r = t->cuDeviceGetCount(&count);
+	if (r != SF_CUDA_SUCCESS) {
+		cuda_load_rc = sf__cuda_check(t, r, "cuDeviceGetCount", &cuda_load_err);
+		return;
+	}
+	if (count < 1) {
+		cuda_load_rc = sf__err(&cuda_load_err, -ENODEV, "no CUDA device");
+		return;
+	}
+	cuda_loaded = t;
+}
+
+int sf__cuda_load(const struct sf_cuda **ret_cuda, struct sf_err *e)
+{
+	pthread_once(&cuda_once, cuda_load_once);
+	if (!cuda_loaded) {
+		if (e)
+			*e = cuda_load_err;
+		return cuda_load_rc;
+	}
+	*ret_cuda = cuda_loaded;
+	return 0;
+}
+
+const char *sf__cuda_error_name(const struct sf_cuda *cu, sf_curesult r)
+{
+	const char *name = NULL;
+
+	if (cu && cu->cuGetErrorName && cu->cuGetErrorName(r, &name) == SF_CUDA_SUCCESS && name)
+		return name;
+	return "CUDA_ERROR_UNKNOWN_CODE";
+}
+
+int sf__cuda_check(const struct sf_cuda *cu, sf_curesult r, const char *what, struct sf_err *e)
+{
+	if (r == SF_CUDA_SUCCESS)
+		return 0;
+	return sf__err(e, SF_E_CUDA, "%s: %s (%u)", what, sf__cuda_error_name(cu, r), r);
+}
