@@ -6,5 +6,6 @@
 #define SF_CLI_COMMANDS_H
 
 int sf__cmd_inspect(int argc, char **argv);
+int sf__cmd_check(int argc, char **argv);
 
 #endif

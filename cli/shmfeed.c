@@ -15,6 +15,7 @@ struct command {
 
 static const struct command commands[] = {
 	{"inspect", sf__cmd_inspect, "inspect JOB [--json]      arena header, participants, slots"},
+	{"check", sf__cmd_check, "check CONFIG [--set K=V]  validate a job file, print it resolved"},
 };
 
 static void usage(FILE *f)

@@ -12,6 +12,7 @@
 #define SF_COMMON_CONFIG_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/errors.h"
 
@@ -106,6 +107,31 @@ void sf__config_defaults(struct sf_config *cfg);
  * in `e`. Returns 0 and fills *ret_cfg (free with sf__config_free()).
  */
 int sf__config_load(const char *path, struct sf_config *ret_cfg, struct sf_err *e);
+
+/*
+ * sf__config_load_overrides - sf__config_load() followed by command-line overrides, each
+ * "KEY=VALUE" with KEY a dotted field name ("batch.size", "job", "consumers.rank_base")
+ * and VALUE a YAML value ("4", "[a.txt, b.txt]" for sources). Overrides are validated
+ * like the file and named as "--set KEY" in messages; relative paths in them are taken
+ * from the current directory, those in the file from the file's directory. `path` may
+ * be NULL to start from the defaults (then sources must come from an override).
+ */
+int sf__config_load_overrides(const char *path, const char *const *overrides, uint32_t n_overrides,
+			      struct sf_config *ret_cfg, struct sf_err *e);
+
+/*
+ * sf__config_load_string - like sf__config_load() from `len` bytes of YAML held in
+ * memory; `name` stands for the file in messages and relative paths are taken from the
+ * current directory. Used by the fuzz target and tests.
+ */
+int sf__config_load_string(const char *name, const char *yaml, size_t len,
+			   struct sf_config *ret_cfg, struct sf_err *e);
+
+/*
+ * sf__config_write - write the resolved config as YAML (every field, defaults filled in)
+ * to `out`, in the form sf__config_load() reads back. Returns 0 or -errno.
+ */
+int sf__config_write(const struct sf_config *cfg, FILE *out);
 
 /* sf__config_free - free what sf__config_load() allocated; accepts a zeroed config. */
 void sf__config_free(struct sf_config *cfg);

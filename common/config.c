@@ -1,0 +1,1188 @@
+/*
+ * The YAML job file loader: a schema table of every field (its YAML key, type, range,
+ * default and place in struct sf_config), a walker that applies a libyaml document to a
+ * config through that table, the cross-field checks, the command-line overrides, the
+ * resolved-config writer of `shmfeed check`, and the digest of the fields that decide
+ * the token stream. Every rejection names FILE:LINE:COLUMN and the expected form.
+ */
+#include <errno.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+#include <yaml.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/arena.h"
+#include "common/config.h"
+
+/* A job file is a few hundred bytes; anything far larger is a mistake. */
+#define CONFIG_MAX_BYTES (1u << 20)
+/* Largest payload of one slot: B x (T+1) tokens plus document starts. */
+#define PAYLOAD_MAX_BYTES (1ull << 30)
+
+enum ftype {
+	T_STRING,  /* any string; nullable fields take null */
+	T_PATH,	   /* a string naming a file, resolved against the file's directory */
+	T_CHOICE,  /* a string from `names`, stored as a string */
+	T_ENUM,	   /* a name from `names`, stored as its index (uint32) */
+	T_U32,	   /* unsigned integer in [min, max] */
+	T_U64,	   /* unsigned 64-bit integer in [min, max] */
+	T_BOOL,	   /* true/false (also yes/no, on/off), stored as uint32 0/1 */
+	T_SECTION, /* a mapping of `sub` fields */
+	T_SOURCES, /* a list of sources: path strings or mappings of source fields */
+	T_PATHS,   /* a path or a list of paths (a source's `paths`) */
+};
+
+#define F_NULLABLE 0x1u /* null is allowed and means "unset" */
+#define F_AUTO	   0x2u /* "auto" is allowed and stored as 0 */
+
+struct field {
+	const char *key;
+	enum ftype type;
+	size_t off;
+	uint64_t min, max;
+	const char *const *names;
+	const struct field *sub;
+	unsigned flags;
+	const char *expect; /* the expected form, for messages */
+};
+
+#define END_FIELDS                                                                                 \
+	{                                                                                          \
+		NULL, 0, 0, 0, 0, NULL, NULL, 0, NULL                                              \
+	}
+#define CFG(m) offsetof(struct sf_config, m)
+#define SRC(m) offsetof(struct sf_source_config, m)
+
+static const char *const format_names[] = {"auto", "nanogpt", "llmc", "megatron",
+					   "text", "jsonl",   NULL};
+static const char *const on_error_names[] = {"stop", "skip", NULL};
+static const char *const encoding_names[] = {"bytes",	    "char",	  "r50k_base",
+					     "cl100k_base", "o200k_base", NULL};
+static const char *const dtype_names[] = {"auto", "uint16", "int32", NULL};
+static const char *const mode_names[] = {"windows", "random", NULL};
+static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+
+static const struct field source_fields[] = {
+	{"paths", T_PATHS, SRC(paths), 0, 0, NULL, NULL, 0, "a path or glob, or a list of them"},
+	{"format", T_ENUM, SRC(format), 0, 0, format_names, NULL, 0, NULL},
+	{"text_field", T_STRING, SRC(text_field), 0, 0, NULL, NULL, 0, "a JSON field name"},
+	{"separator", T_STRING, SRC(separator), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a string, or null for one document per file"},
+	{"on_error", T_ENUM, SRC(on_error), 0, 0, on_error_names, NULL, 0, NULL},
+	END_FIELDS,
+};
+
+static const struct field tokenizer_fields[] = {
+	{"encoding", T_CHOICE, CFG(encoding), 0, 0, encoding_names, NULL, 0, NULL},
+	{"vocab", T_PATH, CFG(vocab), 0, 0, NULL, NULL, F_NULLABLE, "a file path, or null"},
+	{"vocab_dir", T_PATH, CFG(vocab_dir), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a directory path, or null"},
+	END_FIELDS,
+};
+
+static const struct field batch_fields[] = {
+	{"size", T_U32, CFG(batch_size), 1, 65536, NULL, NULL, 0, NULL},
+	{"seq_len", T_U32, CFG(seq_len), 1, 1u << 20, NULL, NULL, 0, NULL},
+	{"dtype", T_ENUM, CFG(dtype), 0, 0, dtype_names, NULL, 0, NULL},
+	END_FIELDS,
+};
+
+static const struct field sampling_fields[] = {
+	{"mode", T_ENUM, CFG(mode), 0, 0, mode_names, NULL, 0, NULL},
+	{"seed", T_U64, CFG(seed), 0, UINT64_MAX, NULL, NULL, 0, NULL},
+	{"epochs", T_U64, CFG(epochs), 0, UINT32_MAX, NULL, NULL, 0, NULL},
+	{"doc_starts", T_U32, CFG(doc_starts), 0, 4096, NULL, NULL, 0, NULL},
+	END_FIELDS,
+};
+
+static const struct field arena_fields[] = {
+	{"slots_per_rank", T_U32, CFG(slots_per_rank), 1, SF_MAX_SLOTS_PER_RANK, NULL, NULL, 0,
+	 NULL},
+	{"hugepages", T_BOOL, CFG(hugepages), 0, 1, NULL, NULL, 0, NULL},
+	END_FIELDS,
+};
+
+static const struct field producer_fields[] = {
+	{"count", T_U32, CFG(producers), 1, SF_MAX_PRODUCERS, NULL, NULL, 0, NULL},
+	{"max_restarts", T_U32, CFG(max_restarts), 0, 1000, NULL, NULL, 0, NULL},
+	END_FIELDS,
+};
+
+static const struct field consumer_fields[] = {
+	{"world_size", T_U32, CFG(world_size), 1, 1u << 20, NULL, NULL, 0, NULL},
+	{"local_ranks", T_U32, CFG(local_ranks), 1, SF_MAX_RANKS, NULL, NULL, F_AUTO, NULL},
+	{"rank_base", T_U32, CFG(rank_base), 0, (1u << 20) - 1, NULL, NULL, 0, NULL},
+	{"device", T_ENUM, CFG(device), 0, 0, device_names, NULL, 0, NULL},
+	END_FIELDS,
+};
+
+static const struct field control_fields[] = {
+	{"endpoint", T_STRING, CFG(endpoint), 0, 0, NULL, NULL, F_NULLABLE,
+	 "null (private ipc://), ipc://PATH or tcp://HOST:PORT"},
+	{"stats_interval_ms", T_U32, CFG(stats_interval_ms), 10, 3600000, NULL, NULL, 0, NULL},
+	{"curve_server_secret", T_STRING, CFG(curve_server_secret), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a 40-character Z85 CURVE key, or null"},
+	{"curve_server_public", T_STRING, CFG(curve_server_public), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a 40-character Z85 CURVE key, or null"},
+	END_FIELDS,
+};
+
+static const struct field integrity_fields[] = {
+	{"checksum", T_BOOL, CFG(checksum), 0, 1, NULL, NULL, 0, NULL},
+	END_FIELDS,
+};
+
+static const struct field root_fields[] = {
+	{"job", T_STRING, CFG(job), 0, 0, NULL, NULL, 0,
+	 "1-63 characters of A-Z a-z 0-9 _ - . not starting with '.'"},
+	{"sources", T_SOURCES, CFG(sources), 0, 0, NULL, source_fields, 0, NULL},
+	{"tokenizer", T_SECTION, 0, 0, 0, NULL, tokenizer_fields, 0, NULL},
+	{"batch", T_SECTION, 0, 0, 0, NULL, batch_fields, 0, NULL},
+	{"sampling", T_SECTION, 0, 0, 0, NULL, sampling_fields, 0, NULL},
+	{"arena", T_SECTION, 0, 0, 0, NULL, arena_fields, 0, NULL},
+	{"producers", T_SECTION, 0, 0, 0, NULL, producer_fields, 0, NULL},
+	{"consumers", T_SECTION, 0, 0, 0, NULL, consumer_fields, 0, NULL},
+	{"control", T_SECTION, 0, 0, 0, NULL, control_fields, 0, NULL},
+	{"integrity", T_SECTION, 0, 0, 0, NULL, integrity_fields, 0, NULL},
+	END_FIELDS,
+};
+
+/* Where a value came from: a file position, or a command-line override. */
+struct origin {
+	const char *file;     /* the file (or "--set KEY" for an override) */
+	const char *base_dir; /* relative paths are joined to this; NULL: keep as written */
+	int override;
+};
+
+/* Positions of the fields that cross-field checks point at. */
+struct mark {
+	const struct field *f;
+	char file[128]; /* a copy: an override's name does not outlive its parsing */
+	int override;
+	size_t line, col;
+};
+
+struct loader {
+	yaml_document_t *doc;
+	struct origin o;
+	struct mark marks[32];
+	unsigned n_marks;
+	struct sf_err *e;
+};
+
+static int fail_at(struct loader *L, const yaml_node_t *n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail_at(struct loader *L, const yaml_node_t *n, const char *fmt, ...)
+{
+	char what[400];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	if (L->o.override || !n)
+		return sf__err(L->e, SF_E_CONFIG, "%s: %s", L->o.file, what);
+	return sf__err(L->e, SF_E_CONFIG, "%s:%zu:%zu: %s", L->o.file, n->start_mark.line + 1,
+		       n->start_mark.column + 1, what);
+}
+
+static void remember(struct loader *L, const struct field *f, const yaml_node_t *n)
+{
+	struct mark *m = NULL;
+
+	for (unsigned i = 0; i < L->n_marks; i++)
+		if (L->marks[i].f == f)
+			m = &L->marks[i];
+	if (!m && L->n_marks < sizeof(L->marks) / sizeof(L->marks[0]))
+		m = &L->marks[L->n_marks++];
+	if (!m)
+		return;
+	m->f = f;
+	snprintf(m->file, sizeof(m->file), "%s", L->o.file);
+	m->override = L->o.override;
+	m->line = n->start_mark.line + 1;
+	m->col = n->start_mark.column + 1;
+}
+
+static const char *scalar(const yaml_node_t *n)
+{
+	return (const char *)n->data.scalar.value;
+}
+
+static int is_plain(const yaml_node_t *n)
+{
+	return n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE ||
+	       n->data.scalar.style == YAML_ANY_SCALAR_STYLE;
+}
+
+static int is_null(const yaml_node_t *n)
+{
+	const char *s;
+
+	if (n->type != YAML_SCALAR_NODE || !is_plain(n))
+		return 0;
+	s = scalar(n);
+	return !s[0] || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
+	       !strcmp(s, "NULL");
+}
+
+static const char *node_kind(const yaml_node_t *n)
+{
+	switch (n->type) {
+	case YAML_MAPPING_NODE:
+		return "a mapping";
+	case YAML_SEQUENCE_NODE:
+		return "a list";
+	default:
+		return is_null(n) ? "null" : "a scalar";
+	}
+}
+
+static void names_list(const char *const *names, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; names[i] && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", names[i]);
+}
+
+static void keys_list(const struct field *fields, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; fields[i].key && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", fields[i].key);
+}
+
+/* A path from the file is relative to the file's directory, so a job file works from
+ * any current directory; absolute paths and globs starting with '/' stay as written. */
+static char *resolve_path(const struct origin *o, const char *p)
+{
+	char *out;
+
+	if (p[0] == '/' || !o->base_dir)
+		return strdup(p);
+	if (asprintf(&out, "%s/%s", o->base_dir, p) < 0)
+		return NULL;
+	return out;
+}
+
+static int parse_u64(const char *s, uint64_t *ret)
+{
+	uint64_t v = 0;
+
+	if (!s[0])
+		return -EINVAL;
+	for (const char *c = s; *c; c++) {
+		if (*c == '_' && c != s)
+			continue;
+		if (*c < '0' || *c > '9')
+			return -EINVAL;
+		if (v > (UINT64_MAX - (uint64_t)(*c - '0')) / 10)
+			return -ERANGE;
+		v = v * 10 + (uint64_t)(*c - '0');
+	}
+	*ret = v;
+	return 0;
+}
+
+static int parse_bool(const char *s, uint32_t *ret)
+{
+	static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes",
+					  "YES",  "on",	  "On",	  "ON",	 NULL};
+	static const char *const no[] = {"false", "False", "FALSE", "no",  "No",
+					 "NO",	  "off",   "Off",   "OFF", NULL};
+
+	for (int i = 0; yes[i]; i++)
+		if (!strcmp(s, yes[i])) {
+			*ret = 1;
+			return 0;
+		}
+	for (int i = 0; no[i]; i++)
+		if (!strcmp(s, no[i])) {
+			*ret = 0;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+static int apply_field(struct loader *L, const struct field *f, const yaml_node_t *n, void *base);
+
+static int set_string(struct loader *L, const struct field *f, const yaml_node_t *n, void *base)
+{
+	char **dst = (char **)((char *)base + f->off);
+	char *v;
+
+	if (n->type != YAML_SCALAR_NODE)
+		return fail_at(L, n, "'%s' must be %s, not %s", f->key, f->expect, node_kind(n));
+	if (is_null(n)) {
+		if (!(f->flags & F_NULLABLE))
+			return fail_at(L, n, "'%s' must be %s, not null", f->key, f->expect);
+		free(*dst);
+		*dst = NULL;
+		return 0;
+	}
+	if (strlen(scalar(n)) > PATH_MAX)
+		return fail_at(L, n, "'%s' is longer than %d characters", f->key, PATH_MAX);
+	v = f->type == T_PATH ? resolve_path(&L->o, scalar(n)) : strdup(scalar(n));
+	if (!v)
+		return sf__err(L->e, -ENOMEM, "out of memory");
+	free(*dst);
+	*dst = v;
+	return 0;
+}
+
+static int lookup_name(struct loader *L, const struct field *f, const yaml_node_t *n,
+		       uint32_t *ret_index)
+{
+	char names[256];
+
+	if (n->type == YAML_SCALAR_NODE && !is_null(n))
+		for (uint32_t i = 0; f->names[i]; i++)
+			if (!strcmp(scalar(n), f->names[i])) {
+				*ret_index = i;
+				return 0;
+			}
+	names_list(f->names, names, sizeof(names));
+	if (n->type == YAML_SCALAR_NODE && !is_null(n))
+		return fail_at(L, n, "'%s' must be one of %s; got '%.64s'", f->key, names,
+			       scalar(n));
+	return fail_at(L, n, "'%s' must be one of %s, not %s", f->key, names, node_kind(n));
+}
+
+static int set_number(struct loader *L, const struct field *f, const yaml_node_t *n, void *base)
+{
+	uint64_t v;
+	int r;
+
+	if (n->type == YAML_SCALAR_NODE && (f->flags & F_AUTO) && !strcmp(scalar(n), "auto")) {
+		*(uint32_t *)((char *)base + f->off) = 0;
+		return 0;
+	}
+	if (n->type != YAML_SCALAR_NODE || !is_plain(n) || is_null(n))
+		return fail_at(L, n, "'%s' must be an unsigned integer in [%llu, %llu]%s, not %s",
+			       f->key, (unsigned long long)f->min, (unsigned long long)f->max,
+			       f->flags & F_AUTO ? " or auto" : "",
+			       n->type == YAML_SCALAR_NODE && !is_null(n) ? "a quoted string"
+									  : node_kind(n));
+	r = parse_u64(scalar(n), &v);
+	if (r == -EINVAL)
+		return fail_at(L, n,
+			       "'%s' must be an unsigned integer in [%llu, %llu]%s; got '%.64s'",
+			       f->key, (unsigned long long)f->min, (unsigned long long)f->max,
+			       f->flags & F_AUTO ? " or auto" : "", scalar(n));
+	if (r == -ERANGE || v < f->min || v > f->max)
+		return fail_at(L, n, "'%s' is out of range: %.64s is not in [%llu, %llu]", f->key,
+			       scalar(n), (unsigned long long)f->min, (unsigned long long)f->max);
+	if (f->type == T_U32)
+		*(uint32_t *)((char *)base + f->off) = (uint32_t)v;
+	else
+		*(uint64_t *)((char *)base + f->off) = v;
+	return 0;
+}
+
+static int set_paths(struct loader *L, const struct field *f, const yaml_node_t *n,
+		     struct sf_source_config *src)
+{
+	const yaml_node_t *one = n;
+	yaml_node_item_t *items = NULL;
+	size_t count = 1;
+	char **paths;
+
+	if (n->type == YAML_SEQUENCE_NODE) {
+		items = n->data.sequence.items.start;
+		count = (size_t)(n->data.sequence.items.top - items);
+		if (!count)
+			return fail_at(L, n, "'%s' must be %s, not an empty list", f->key,
+				       f->expect);
+		if (count > 65536)
+			return fail_at(L, n, "'%s' lists more than 65536 paths", f->key);
+	}
+	paths = calloc(count, sizeof(*paths));
+	if (!paths)
+		return sf__err(L->e, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < count; i++) {
+		if (items)
+			one = yaml_document_get_node(L->doc, items[i]);
+		if (one->type != YAML_SCALAR_NODE || is_null(one) ||
+		    strlen(scalar(one)) > PATH_MAX) {
+			int r = fail_at(
+				L, one, "'%s' must be %s; this entry is %s", f->key, f->expect,
+				one->type == YAML_SCALAR_NODE && !is_null(one) ? "too long"
+									       : node_kind(one));
+
+			for (size_t j = 0; j < i; j++)
+				free(paths[j]);
+			free(paths);
+			return r;
+		}
+		paths[i] = resolve_path(&L->o, scalar(one));
+		if (!paths[i]) {
+			for (size_t j = 0; j < i; j++)
+				free(paths[j]);
+			free(paths);
+			return sf__err(L->e, -ENOMEM, "out of memory");
+		}
+	}
+	for (uint32_t j = 0; j < src->n_paths; j++)
+		free(src->paths[j]);
+	free(src->paths);
+	src->paths = paths;
+	src->n_paths = (uint32_t)count;
+	return 0;
+}
+
+static void source_defaults(struct sf_source_config *src)
+{
+	memset(src, 0, sizeof(*src));
+	src->format = SF_FMT_AUTO;
+	src->on_error = SF_ON_ERROR_STOP;
+}
+
+static void source_free(struct sf_source_config *src)
+{
+	for (uint32_t j = 0; j < src->n_paths; j++)
+		free(src->paths[j]);
+	free(src->paths);
+	free(src->text_field);
+	free(src->separator);
+}
+
+static int apply_mapping(struct loader *L, const struct field *fields, const char *where,
+			 const yaml_node_t *n, void *base)
+{
+	char keys[400];
+
+	if (n->type != YAML_MAPPING_NODE) {
+		keys_list(fields, keys, sizeof(keys));
+		return fail_at(L, n, "%s must be a mapping with keys %s, not %s", where, keys,
+			       node_kind(n));
+	}
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+	     p++) {
+		const yaml_node_t *k = yaml_document_get_node(L->doc, p->key);
+		const yaml_node_t *v = yaml_document_get_node(L->doc, p->value);
+		const struct field *f = NULL;
+		int r;
+
+		if (k->type != YAML_SCALAR_NODE)
+			return fail_at(L, k, "keys in %s must be plain names, not %s", where,
+				       node_kind(k));
+		for (const yaml_node_pair_t *q = n->data.mapping.pairs.start; q < p; q++) {
+			const yaml_node_t *kq = yaml_document_get_node(L->doc, q->key);
+
+			if (kq->type == YAML_SCALAR_NODE && !strcmp(scalar(kq), scalar(k)))
+				return fail_at(L, k, "duplicate key '%.64s' in %s", scalar(k),
+					       where);
+		}
+		for (const struct field *g = fields; g->key; g++)
+			if (!strcmp(g->key, scalar(k)))
+				f = g;
+		if (!f) {
+			keys_list(fields, keys, sizeof(keys));
+			return fail_at(L, k, "unknown key '%.64s' in %s; expected one of: %s",
+				       scalar(k), where, keys);
+		}
+		r = apply_field(L, f, v, base);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int set_sources(struct loader *L, const struct field *f, const yaml_node_t *n,
+		       struct sf_config *cfg)
+{
+	yaml_node_item_t *items;
+	struct sf_source_config *srcs;
+	size_t count;
+
+	if (n->type != YAML_SEQUENCE_NODE)
+		return fail_at(L, n,
+			       "'sources' must be a list of sources (a path, or a mapping with "
+			       "paths, format, ...), not %s",
+			       node_kind(n));
+	items = n->data.sequence.items.start;
+	count = (size_t)(n->data.sequence.items.top - items);
+	if (!count)
+		return fail_at(L, n, "'sources' must list at least one source");
+	if (count > 4096)
+		return fail_at(L, n, "'sources' lists more than 4096 sources");
+	srcs = calloc(count, sizeof(*srcs));
+	if (!srcs)
+		return sf__err(L->e, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < count; i++) {
+		const yaml_node_t *item = yaml_document_get_node(L->doc, items[i]);
+		int r;
+
+		source_defaults(&srcs[i]);
+		if (item->type == YAML_MAPPING_NODE)
+			r = apply_mapping(L, f->sub, "a source", item, &srcs[i]);
+		else if (item->type == YAML_SCALAR_NODE && !is_null(item))
+			r = set_paths(L, &f->sub[0], item, &srcs[i]);
+		else
+			r = fail_at(L, item,
+				    "a source must be a path or a mapping with keys paths, format, "
+				    "text_field, separator, on_error; not %s",
+				    node_kind(item));
+		if (r == 0 && !srcs[i].n_paths)
+			r = fail_at(L, item, "a source needs 'paths'");
+		if (r == 0 && !srcs[i].text_field && !(srcs[i].text_field = strdup("text")))
+			r = sf__err(L->e, -ENOMEM, "out of memory");
+		if (r < 0) {
+			for (size_t j = 0; j <= i; j++)
+				source_free(&srcs[j]);
+			free(srcs);
+			return r;
+		}
+	}
+	for (uint32_t j = 0; j < cfg->n_sources; j++)
+		source_free(&cfg->sources[j]);
+	free(cfg->sources);
+	cfg->sources = srcs;
+	cfg->n_sources = (uint32_t)count;
+	return 0;
+}
+
+static int apply_field(struct loader *L, const struct field *f, const yaml_node_t *n, void *base)
+{
+	char where[80];
+	uint32_t idx;
+	int r;
+
+	remember(L, f, n);
+	switch (f->type) {
+	case T_STRING:
+	case T_PATH:
+		return set_string(L, f, n, base);
+	case T_CHOICE:
+		r = lookup_name(L, f, n, &idx);
+		if (r < 0)
+			return r;
+		return set_string(L, f, n, base);
+	case T_ENUM:
+		r = lookup_name(L, f, n, &idx);
+		if (r == 0)
+			*(uint32_t *)((char *)base + f->off) = idx;
+		return r;
+	case T_U32:
+	case T_U64:
+		return set_number(L, f, n, base);
+	case T_BOOL:
+		if (n->type != YAML_SCALAR_NODE || !is_plain(n) ||
+		    parse_bool(scalar(n), (uint32_t *)((char *)base + f->off)) < 0)
+			return fail_at(L, n, "'%s' must be true or false%s%.64s%s", f->key,
+				       n->type == YAML_SCALAR_NODE ? "; got '" : ", not ",
+				       n->type == YAML_SCALAR_NODE ? scalar(n) : node_kind(n),
+				       n->type == YAML_SCALAR_NODE ? "'" : "");
+		return 0;
+	case T_SECTION:
+		snprintf(where, sizeof(where), "section '%s'", f->key);
+		return apply_mapping(L, f->sub, where, n, base);
+	case T_SOURCES:
+		return set_sources(L, f, n, base);
+	case T_PATHS:
+		return set_paths(L, f, n, base);
+	}
+	return fail_at(L, n, "internal: field '%s' has no type", f->key);
+}
+
+void sf__config_defaults(struct sf_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->batch_size = 8;
+	cfg->seq_len = 256;
+	cfg->dtype = SF_DTYPE_AUTO;
+	cfg->mode = SF_SAMPLE_WINDOWS;
+	cfg->seed = 1337;
+	cfg->slots_per_rank = 4;
+	cfg->producers = 2;
+	cfg->max_restarts = 5;
+	cfg->world_size = 1;
+	cfg->device = SF_DEVICE_AUTO;
+	cfg->stats_interval_ms = 1000;
+	cfg->checksum = 1;
+}
+
+void sf__config_free(struct sf_config *cfg)
+{
+	if (!cfg)
+		return;
+	for (uint32_t i = 0; i < cfg->n_sources; i++)
+		source_free(&cfg->sources[i]);
+	free(cfg->sources);
+	free(cfg->path);
+	free(cfg->job);
+	free(cfg->encoding);
+	free(cfg->vocab);
+	free(cfg->vocab_dir);
+	free(cfg->endpoint);
+	free(cfg->curve_server_secret);
+	free(cfg->curve_server_public);
+	memset(cfg, 0, sizeof(*cfg));
+}
+
+static const struct mark *mark_of(const struct loader *L, const struct field *f)
+{
+	for (unsigned i = 0; i < L->n_marks; i++)
+		if (L->marks[i].f == f)
+			return &L->marks[i];
+	return NULL;
+}
+
+/* A cross-field error: named at the position of field `f` when it was written, else at
+ * the file. */
+static int fail_field(struct loader *L, const struct field *f, const char *what)
+{
+	const struct mark *m = mark_of(L, f);
+
+	/* A field never written is reported at the top of the file, where it belongs. */
+	if (!m)
+		return sf__err(L->e, SF_E_CONFIG, "%s:1:1: %s", L->o.file, what);
+	if (m->override)
+		return sf__err(L->e, SF_E_CONFIG, "%s: %s", m->file, what);
+	return sf__err(L->e, SF_E_CONFIG, "%s:%zu:%zu: %s", m->file, m->line, m->col, what);
+}
+
+static int z85_key_valid(const char *k)
+{
+	static const char z85[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				  ".-:+=^!/*?&<>()[]{}@%$#";
+
+	if (strlen(k) != 40)
+		return 0;
+	for (const char *c = k; *c; c++)
+		if (!strchr(z85, *c))
+			return 0;
+	return 1;
+}
+
+/* tcp:// hosts that only local processes can reach. */
+static int loopback_host(const char *host, size_t len)
+{
+	return (len == 9 && !strncmp(host, "localhost", 9)) ||
+	       (len >= 4 && !strncmp(host, "127.", 4)) || (len == 5 && !strncmp(host, "[::1]", 5));
+}
+
+static int check_endpoint(struct loader *L, struct sf_config *cfg)
+{
+	const struct field *f = &control_fields[0];
+	const char *ep = cfg->endpoint;
+	char msg[400];
+
+	if (!ep)
+		return 0;
+	if (!strncmp(ep, "ipc://", 6)) {
+		if (!ep[6])
+			return fail_field(L, f, "'endpoint' ipc:// needs a socket path");
+		return 0;
+	}
+	if (!strncmp(ep, "tcp://", 6)) {
+		const char *host = ep + 6, *colon = strrchr(host, ':');
+		uint64_t port;
+
+		if (!colon || colon == host || parse_u64(colon + 1, &port) < 0 || port == 0 ||
+		    port > 65535) {
+			snprintf(msg, sizeof(msg),
+				 "'endpoint' must be tcp://HOST:PORT with PORT in [1, 65535]; got "
+				 "'%.64s'",
+				 ep);
+			return fail_field(L, f, msg);
+		}
+		if (!loopback_host(host, (size_t)(colon - host)) &&
+		    !(cfg->curve_server_secret && cfg->curve_server_public)) {
+			snprintf(msg, sizeof(msg),
+				 "'endpoint' %.64s is not on loopback: set "
+				 "control.curve_server_secret and control.curve_server_public, or "
+				 "use 127.0.0.1",
+				 ep);
+			return fail_field(L, f, msg);
+		}
+		return 0;
+	}
+	snprintf(msg, sizeof(msg), "'endpoint' must be %s; got '%.64s'", f->expect, ep);
+	return fail_field(L, f, msg);
+}
+
+static int check_config(struct loader *L, struct sf_config *cfg)
+{
+	char msg[400];
+	uint64_t payload;
+	int r;
+
+	if (!cfg->n_sources)
+		return fail_field(L, &root_fields[1],
+				  "'sources' is required: a list of paths or source mappings");
+	if (!sf__job_name_valid(cfg->job)) {
+		snprintf(msg, sizeof(msg), "'job' must be %s; got '%.64s'", root_fields[0].expect,
+			 cfg->job);
+		return fail_field(L, &root_fields[0], msg);
+	}
+	if (cfg->rank_base >= cfg->world_size) {
+		snprintf(msg, sizeof(msg), "'rank_base' %u must be below world_size %u",
+			 cfg->rank_base, cfg->world_size);
+		return fail_field(L, &consumer_fields[2], msg);
+	}
+	if (!cfg->local_ranks)
+		cfg->local_ranks = cfg->world_size - cfg->rank_base < SF_MAX_RANKS
+					   ? cfg->world_size - cfg->rank_base
+					   : SF_MAX_RANKS;
+	if ((uint64_t)cfg->rank_base + cfg->local_ranks > cfg->world_size) {
+		snprintf(msg, sizeof(msg),
+			 "'local_ranks' %u from rank_base %u goes past world_size %u: this node's "
+			 "ranks must be global ranks rank_base .. rank_base+local_ranks-1",
+			 cfg->local_ranks, cfg->rank_base, cfg->world_size);
+		return fail_field(L, &consumer_fields[1], msg);
+	}
+	if (cfg->producers + cfg->local_ranks > SF_SLOT_OWNER_MAX) {
+		snprintf(msg, sizeof(msg), "producers (%u) plus local_ranks (%u) exceed %u",
+			 cfg->producers, cfg->local_ranks, SF_SLOT_OWNER_MAX);
+		return fail_field(L, &producer_fields[0], msg);
+	}
+	if (cfg->doc_starts > cfg->seq_len + 1) {
+		snprintf(msg, sizeof(msg), "'doc_starts' %u exceeds the %u tokens of a sequence",
+			 cfg->doc_starts, cfg->seq_len + 1);
+		return fail_field(L, &sampling_fields[3], msg);
+	}
+	payload = (uint64_t)cfg->batch_size * (cfg->seq_len + 1) * 4 +
+		  (uint64_t)cfg->batch_size * cfg->doc_starts * 4;
+	if (payload > PAYLOAD_MAX_BYTES) {
+		snprintf(msg, sizeof(msg),
+			 "a batch of size %u x %u tokens needs up to %llu bytes per slot; the "
+			 "limit is %llu",
+			 cfg->batch_size, cfg->seq_len + 1, (unsigned long long)payload,
+			 PAYLOAD_MAX_BYTES);
+		return fail_field(L, &batch_fields[0], msg);
+	}
+	r = check_endpoint(L, cfg);
+	if (r < 0)
+		return r;
+	if (!!cfg->curve_server_secret != !!cfg->curve_server_public)
+		return fail_field(
+			L, cfg->curve_server_secret ? &control_fields[2] : &control_fields[3],
+			"CURVE needs both curve_server_secret and curve_server_public");
+	if (cfg->curve_server_secret && !z85_key_valid(cfg->curve_server_secret))
+		return fail_field(L, &control_fields[2],
+				  "'curve_server_secret' must be a 40-character Z85 key");
+	if (cfg->curve_server_public && !z85_key_valid(cfg->curve_server_public))
+		return fail_field(L, &control_fields[3],
+				  "'curve_server_public' must be a 40-character Z85 key");
+	return 0;
+}
+
+/* Parse `len` bytes of YAML into `doc`; a syntax error is reported at its position. */
+static int parse_document(const char *name, const char *text, size_t len, yaml_document_t *doc,
+			  struct sf_err *e)
+{
+	yaml_parser_t parser;
+	int ok;
+
+	if (!yaml_parser_initialize(&parser))
+		return sf__err(e, -ENOMEM, "out of memory");
+	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+	ok = yaml_parser_load(&parser, doc);
+	if (!ok) {
+		int r = sf__err(e, SF_E_CONFIG, "%s:%zu:%zu: invalid YAML: %s%s%s", name,
+				parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+				parser.problem ? parser.problem : "syntax error",
+				parser.context ? " " : "", parser.context ? parser.context : "");
+
+		yaml_parser_delete(&parser);
+		return r;
+	}
+	yaml_parser_delete(&parser);
+	return 0;
+}
+
+static char *job_from_path(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	const char *b = slash ? slash + 1 : path;
+	size_t n = strlen(b);
+
+	if (n > 5 && !strcmp(b + n - 5, ".yaml"))
+		n -= 5;
+	else if (n > 4 && !strcmp(b + n - 4, ".yml"))
+		n -= 4;
+	return strndup(b, n);
+}
+
+static char *dir_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (!slash)
+		return strdup(".");
+	if (slash == path)
+		return strdup("/");
+	return strndup(path, (size_t)(slash - path));
+}
+
+static int apply_text(struct loader *L, const char *text, size_t len, struct sf_config *cfg)
+{
+	yaml_document_t doc;
+	yaml_node_t *root;
+	int r;
+
+	r = parse_document(L->o.file, text, len, &doc, L->e);
+	if (r < 0)
+		return r;
+	L->doc = &doc;
+	root = yaml_document_get_root_node(&doc);
+	if (!root)
+		r = sf__err(L->e, SF_E_CONFIG,
+			    "%s:1:1: the file is empty; expected a mapping "
+			    "with at least 'sources'",
+			    L->o.file);
+	else
+		r = apply_field(L,
+				&(struct field){"the job file", T_SECTION, 0, 0, 0, NULL,
+						root_fields, 0, NULL},
+				root, cfg);
+	L->doc = NULL;
+	yaml_document_delete(&doc);
+	return r;
+}
+
+/* Find the field named by a dotted key: "job", "batch.size". */
+static const struct field *field_by_key(const char *key)
+{
+	const struct field *fields = root_fields;
+	const char *dot = strchr(key, '.');
+
+	if (dot) {
+		const struct field *sec = NULL;
+
+		for (const struct field *f = root_fields; f->key; f++)
+			if (f->type == T_SECTION && strlen(f->key) == (size_t)(dot - key) &&
+			    !strncmp(f->key, key, (size_t)(dot - key)))
+				sec = f;
+		if (!sec)
+			return NULL;
+		fields = sec->sub;
+		key = dot + 1;
+	}
+	for (const struct field *f = fields; f->key; f++)
+		if (!strcmp(f->key, key))
+			return f;
+	return NULL;
+}
+
+static int apply_override(struct loader *L, const char *ov, struct sf_config *cfg)
+{
+	const char *eq = strchr(ov, '=');
+	const struct field *f;
+	char key[64], name[96];
+	yaml_document_t doc;
+	yaml_node_t *root;
+	int r;
+
+	if (!eq || eq == ov || (size_t)(eq - ov) >= sizeof(key))
+		return sf__err(L->e, SF_E_CONFIG,
+			       "--set '%.64s': expected KEY=VALUE, e.g. batch.size=16", ov);
+	memcpy(key, ov, (size_t)(eq - ov));
+	key[eq - ov] = 0;
+	f = field_by_key(key);
+	if (!f || f->type == T_SECTION)
+		return sf__err(L->e, SF_E_CONFIG,
+			       "--set %s: no such field; see docs/config.md for the keys", key);
+	snprintf(name, sizeof(name), "--set %s", key);
+	L->o = (struct origin){name, NULL, 1};
+	r = parse_document(name, eq + 1, strlen(eq + 1), &doc, L->e);
+	if (r < 0)
+		return r;
+	L->doc = &doc;
+	root = yaml_document_get_root_node(&doc);
+	if (!root) {
+		/* "KEY=" sets the empty value: null for the fields that take it. */
+		yaml_document_delete(&doc);
+		if (!yaml_document_initialize(&doc, NULL, NULL, NULL, 1, 1))
+			return sf__err(L->e, -ENOMEM, "out of memory");
+		yaml_document_add_scalar(&doc, NULL, (yaml_char_t *)"", 0, YAML_PLAIN_SCALAR_STYLE);
+		root = yaml_document_get_root_node(&doc);
+	}
+	r = apply_field(L, f, root, cfg);
+	L->doc = NULL;
+	yaml_document_delete(&doc);
+	return r;
+}
+
+static int read_file(const char *path, char **ret_text, size_t *ret_len, struct sf_err *e)
+{
+	FILE *f = fopen(path, "rb");
+	char *text;
+	size_t n;
+
+	if (!f)
+		return sf__err(e, -errno, "cannot open job file %s: %s", path, strerror(errno));
+	text = malloc(CONFIG_MAX_BYTES + 1);
+	if (!text) {
+		fclose(f);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	n = fread(text, 1, CONFIG_MAX_BYTES + 1, f);
+	if (ferror(f)) {
+		int r = sf__err(e, -EIO, "cannot read job file %s", path);
+
+		fclose(f);
+		free(text);
+		return r;
+	}
+	fclose(f);
+	if (n > CONFIG_MAX_BYTES) {
+		free(text);
+		return sf__err(e, SF_E_CONFIG, "%s: larger than %u bytes; not a job file", path,
+			       CONFIG_MAX_BYTES);
+	}
+	*ret_text = text;
+	*ret_len = n;
+	return 0;
+}
+
+static int load(const char *name, const char *text, size_t len, const char *base_dir,
+		const char *const *overrides, uint32_t n_overrides, struct sf_config *ret_cfg,
+		struct sf_err *e)
+{
+	struct loader L = {.e = e};
+	struct sf_config cfg;
+	int r = 0;
+
+	sf__config_defaults(&cfg);
+	cfg.path = strdup(name ? name : "(defaults)");
+	cfg.job = name ? job_from_path(name) : strdup("shmfeed");
+	cfg.encoding = strdup("bytes");
+	if (getenv("SHMFEED_VOCAB_DIR") && getenv("SHMFEED_VOCAB_DIR")[0])
+		cfg.vocab_dir = strdup(getenv("SHMFEED_VOCAB_DIR"));
+	if (!cfg.path || !cfg.job || !cfg.encoding) {
+		r = sf__err(e, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	if (text) {
+		L.o = (struct origin){name, base_dir, 0};
+		r = apply_text(&L, text, len, &cfg);
+		if (r < 0)
+			goto fail;
+	}
+	for (uint32_t i = 0; i < n_overrides; i++) {
+		r = apply_override(&L, overrides[i], &cfg);
+		if (r < 0)
+			goto fail;
+	}
+	L.o = (struct origin){cfg.path, NULL, 0};
+	r = check_config(&L, &cfg);
+	if (r < 0)
+		goto fail;
+	*ret_cfg = cfg;
+	return 0;
+fail:
+	sf__config_free(&cfg);
+	return r;
+}
+
+int sf__config_load_overrides(const char *path, const char *const *overrides, uint32_t n_overrides,
+			      struct sf_config *ret_cfg, struct sf_err *e)
+{
+	char *text = NULL, *dir = NULL;
+	size_t len = 0;
+	int r;
+
+	if (path) {
+		r = read_file(path, &text, &len, e);
+		if (r < 0)
+			return r;
+		dir = dir_of(path);
+		if (!dir) {
+			free(text);
+			return sf__err(e, -ENOMEM, "out of memory");
+		}
+	}
+	r = load(path, text, len, dir, overrides, n_overrides, ret_cfg, e);
+	free(text);
+	free(dir);
+	return r;
+}
+
+int sf__config_load(const char *path, struct sf_config *ret_cfg, struct sf_err *e)
+{
+	return sf__config_load_overrides(path, NULL, 0, ret_cfg, e);
+}
+
+int sf__config_load_string(const char *name, const char *yaml, size_t len,
+			   struct sf_config *ret_cfg, struct sf_err *e)
+{
+	if (len > CONFIG_MAX_BYTES)
+		return sf__err(e, SF_E_CONFIG, "%s: larger than %u bytes; not a job file", name,
+			       CONFIG_MAX_BYTES);
+	return load(name, yaml, len, NULL, NULL, 0, ret_cfg, e);
+}
+
+/* A YAML double-quoted scalar, or null. */
+static void write_string(FILE *out, const char *s)
+{
+	if (!s) {
+		fputs("null", out);
+		return;
+	}
+	fputc('"', out);
+	for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+		if (*c == '"' || *c == '\\')
+			fprintf(out, "\\%c", *c);
+		else if (*c < 0x20 || *c == 0x7f)
+			fprintf(out, "\\x%02x", *c);
+		else
+			fputc(*c, out);
+	}
+	fputc('"', out);
+}
+
+static void write_fields(FILE *out, const struct field *fields, const void *base, int indent)
+{
+	for (const struct field *f = fields; f->key; f++) {
+		const char *p = (const char *)base + f->off;
+
+		if (f->type == T_SECTION || f->type == T_SOURCES)
+			continue;
+		fprintf(out, "%*s%s: ", indent, "", f->key);
+		switch (f->type) {
+		case T_STRING:
+		case T_PATH:
+		case T_CHOICE:
+			write_string(out, *(char *const *)p);
+			break;
+		case T_ENUM:
+			fputs(f->names[*(const uint32_t *)p], out);
+			break;
+		case T_U32:
+			fprintf(out, "%u", *(const uint32_t *)p);
+			break;
+		case T_U64:
+			fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)p);
+			break;
+		case T_BOOL:
+			fputs(*(const uint32_t *)p ? "true" : "false", out);
+			break;
+		case T_PATHS: {
+			const struct sf_source_config *src = base;
+
+			fputc('[', out);
+			for (uint32_t i = 0; i < src->n_paths; i++) {
+				if (i)
+					fputs(", ", out);
+				write_string(out, src->paths[i]);
+			}
+			fputc(']', out);
+			break;
+		}
+		default:
+			break;
+		}
+		fputc('\n', out);
+	}
+}
+
+int sf__config_write(const struct sf_config *cfg, FILE *out)
+{
+	fputs("job: ", out);
+	write_string(out, cfg->job);
+	fputs("\nsources:\n", out);
+	for (uint32_t i = 0; i < cfg->n_sources; i++) {
+		const struct sf_source_config *src = &cfg->sources[i];
+
+		fputs("  - ", out);
+		/* The first key follows the dash; the others are indented under it. */
+		fputs("paths: ", out);
+		fputc('[', out);
+		for (uint32_t j = 0; j < src->n_paths; j++) {
+			if (j)
+				fputs(", ", out);
+			write_string(out, src->paths[j]);
+		}
+		fputs("]\n", out);
+		write_fields(out, source_fields + 1, src, 4);
+	}
+	for (const struct field *f = root_fields; f->key; f++) {
+		if (f->type != T_SECTION)
+			continue;
+		fprintf(out, "%s:\n", f->key);
+		write_fields(out, f->sub, cfg, 2);
+	}
+	return ferror(out) ? -EIO : 0;
+}
+
+static void digest_str(XXH3_state_t *st, const char *s)
+{
+	uint32_t n = s ? (uint32_t)strlen(s) + 1 : 0;
+
+	XXH3_64bits_update(st, &n, sizeof(n));
+	if (s)
+		XXH3_64bits_update(st, s, n);
+}
+
+static void digest_u64(XXH3_state_t *st, uint64_t v)
+{
+	XXH3_64bits_update(st, &v, sizeof(v));
+}
+
+/* A file's identity for the digest: its path, size and modification time. */
+static void digest_file(XXH3_state_t *st, const char *path)
+{
+	struct stat sb;
+
+	digest_str(st, path);
+	if (stat(path, &sb) == 0) {
+		digest_u64(st, (uint64_t)sb.st_size);
+		digest_u64(st, (uint64_t)sb.st_mtim.tv_sec * 1000000000u +
+				       (uint64_t)sb.st_mtim.tv_nsec);
+	}
+}
+
+uint64_t sf__config_digest(const struct sf_config *cfg)
+{
+	XXH3_state_t st;
+
+	XXH3_INITSTATE(&st);
+	XXH3_64bits_reset(&st);
+	digest_u64(&st, cfg->n_sources);
+	for (uint32_t i = 0; i < cfg->n_sources; i++) {
+		const struct sf_source_config *src = &cfg->sources[i];
+
+		digest_u64(&st, src->format);
+		digest_str(&st, src->text_field);
+		digest_str(&st, src->separator);
+		digest_u64(&st, src->on_error);
+		for (uint32_t j = 0; j < src->n_paths; j++) {
+			glob_t g;
+
+			/* Globs are expanded sorted, as the producers expand them, so the
+			 * digest covers the files actually read. */
+			if (glob(src->paths[j], GLOB_NOCHECK, NULL, &g) == 0) {
+				for (size_t k = 0; k < g.gl_pathc; k++)
+					digest_file(&st, g.gl_pathv[k]);
+				globfree(&g);
+			} else {
+				digest_str(&st, src->paths[j]);
+			}
+		}
+	}
+	digest_str(&st, cfg->encoding);
+	if (cfg->vocab)
+		digest_file(&st, cfg->vocab);
+	digest_u64(&st, cfg->seq_len);
+	digest_u64(&st, cfg->dtype);
+	digest_u64(&st, cfg->mode);
+	digest_u64(&st, cfg->seed);
+	digest_u64(&st, cfg->epochs);
+	digest_u64(&st, cfg->doc_starts);
+	digest_u64(&st, (uint64_t)cfg->batch_size * cfg->world_size);
+	return XXH3_64bits_digest(&st);
+}
