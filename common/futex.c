@@ -24,7 +24,10 @@ int sf__futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns
 	return r < 0 ? -errno : 0;
 }
 
+_Atomic uint64_t sf__futex_wake_calls;
+
 void sf__futex_wake(_Atomic uint32_t *word, int count)
 {
+	atomic_fetch_add_explicit(&sf__futex_wake_calls, 1, memory_order_relaxed);
 	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, count, NULL, NULL, 0);
 }

@@ -18,4 +18,10 @@ int sf__futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns
 /* sf__futex_wake - wake up to `count` waiters on `word`. */
 void sf__futex_wake(_Atomic uint32_t *word, int count);
 
+/*
+ * Wake system calls made by this process, so tests can check that a publisher skips the
+ * syscall when nobody sleeps.
+ */
+extern _Atomic uint64_t sf__futex_wake_calls;
+
 #endif

@@ -13,6 +13,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
+#include "common/futex.h"
 #include "common/proc.h"
 #include "common/slot.h"
 
@@ -287,4 +288,39 @@ Test(slot, seek_far_ahead)
 
 		cr_expect(step >= 1000001 && step < 1000001 + K);
 	}
+}
+
+Test(slot, publisher_skips_the_wake_syscall_when_nobody_sleeps)
+{
+	uint64_t before = atomic_load(&sf__futex_wake_calls);
+	struct sf_fill f;
+	struct sf_slot *s;
+	pid_t child;
+	int status;
+
+	for (int n = 0; n < 100; n++) {
+		cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+		fill_and_publish(0, &f);
+		cr_assert_eq(sf__consumer_claim(arena, CONSUMER(f.rank), f.rank, f.step, 0, &s), 0);
+		sf__consumer_release(arena, f.rank, s);
+	}
+	cr_expect_eq(atomic_load(&sf__futex_wake_calls), before, "no sleeper, no wake syscall");
+
+	/* With the consumer of rank 0 asleep, the publish of its step wakes it. */
+	child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0)
+		_exit(sf__consumer_claim(arena, CONSUMER(0), 0, sf__ring_next_step(arena, 0),
+					 5000000000, &s) == 0
+			      ? 0
+			      : 1);
+	while (atomic_load(&arena->rings[0].ready_waiters) == 0)
+		usleep(1000);
+	do {
+		cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+		fill_and_publish(0, &f);
+	} while (f.rank != 0);
+	waitpid(child, &status, 0);
+	cr_expect_eq(WEXITSTATUS(status), 0);
+	cr_expect_gt(atomic_load(&sf__futex_wake_calls), before, "a sleeper is woken");
 }
