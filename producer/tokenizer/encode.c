@@ -1,0 +1,220 @@
+/*
+ * Encoding: split the text at allowed special tokens, split each stretch between them
+ * into pieces with the pre-tokenizer, and turn each piece into ids: one lookup when the
+ * whole piece is a token (most pieces of ordinary text), else byte pair merging. The
+ * encoder owns every buffer this needs and only ever grows them.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/tokenizer/tok_impl.h"
+#include "producer/tokenizer/unicode.h"
+
+int sf__tok_encoder_create(const struct sf_tok *tok, struct sf_tok_encoder **ret_enc,
+			   struct sf_err *e)
+{
+	struct sf_tok_encoder *enc = calloc(1, sizeof(*enc));
+
+	if (!enc)
+		return sf__err(e, -ENOMEM, "out of memory");
+	enc->tok = tok;
+	if (tok->re) {
+		enc->md = pcre2_match_data_create_from_pattern(tok->re, NULL);
+		if (!enc->md) {
+			free(enc);
+			return sf__err(e, -ENOMEM, "out of memory");
+		}
+	}
+	*ret_enc = enc;
+	return 0;
+}
+
+void sf__tok_encoder_free(struct sf_tok_encoder *enc)
+{
+	if (!enc)
+		return;
+	free(enc->ids);
+	free(enc->nodes);
+	free(enc->heap);
+	pcre2_match_data_free(enc->md);
+	free(enc);
+}
+
+/* Append the ids of one piece s[0..len) at out; their count goes to *ret_n. */
+static int encode_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, uint32_t *out,
+			size_t *ret_n)
+{
+	uint32_t rank = sf__tok_rank(&enc->tok->ranks, s, len);
+
+	if (rank != SF_RANK_NONE) {
+		*out = rank;
+		*ret_n = 1;
+		return 0;
+	}
+	if (len == 1)
+		return SF_E_TOKENIZER;
+	if (len <= SF_BPE_SHORT_MAX)
+		return sf__bpe_short(&enc->tok->ranks, s, len, out, ret_n);
+	return sf__bpe_heap(enc, s, len, out, ret_n);
+}
+
+/*
+ * BPE of s[0..n) with no special tokens: tiktoken's encode_ordinary. With PCRE2, text
+ * between two matches (which a pattern of the built-in kind never leaves) is encoded as
+ * a piece of its own rather than dropped, so that decoding gives the input back.
+ */
+static int encode_bpe(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, size_t *n_out,
+		      struct sf_err *e)
+{
+	const struct sf_tok *tok = enc->tok;
+	size_t p = 0, end, start, count;
+	int rc;
+
+	while (p < n) {
+		if (tok->pretok == SF_PRETOK_PCRE) {
+			rc = sf__pcre_next(tok->re, enc->md, s, n, p, &start, &end);
+			if (rc < 0)
+				return sf__err(e, rc, "%s: pattern match failed at byte %zu",
+					       tok->name, p);
+			if (rc == 0) {
+				start = n;
+				end = n;
+			}
+			if (start > p) {
+				end = start;
+				start = p;
+			}
+		} else {
+			start = p;
+			end = sf__pretok_next(tok->pretok, s, n, p);
+		}
+		rc = encode_piece(enc, s + start, end - start, enc->ids + *n_out, &count);
+		if (rc < 0) {
+			if (rc == SF_E_TOKENIZER)
+				return sf__err(e, rc,
+					       "%s: a byte of the piece at %zu is not a token",
+					       tok->name, start);
+			return sf__err(e, rc, "%s: out of memory", tok->name);
+		}
+		*n_out += count;
+		p = end;
+	}
+	return 0;
+}
+
+static int encode_chars(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, size_t *n_out,
+			struct sf_err *e)
+{
+	const struct sf_tok *tok = enc->tok;
+	size_t p = 0;
+	uint32_t cp;
+
+	while (p < n) {
+		size_t len = sf__utf8_next(s + p, n - p, &cp);
+		size_t lo = 0, hi = tok->n_chars;
+
+		while (lo < hi) {
+			size_t mid = (lo + hi) / 2;
+
+			if (tok->chars[mid] < cp)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (cp == SF_UC_INVALID || lo == tok->n_chars || tok->chars[lo] != cp)
+			return sf__err(e, SF_E_TOKENIZER,
+				       "%s: character at byte %zu is not in the "
+				       "vocabulary",
+				       tok->name, p);
+		enc->ids[(*n_out)++] = (uint32_t)lo;
+		p += len;
+	}
+	return 0;
+}
+
+static int encode_ordinary(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, size_t *n_out,
+			   struct sf_err *e)
+{
+	size_t i;
+
+	switch (enc->tok->kind) {
+	case SF_TOK_BPE:
+		return encode_bpe(enc, s, n, n_out, e);
+	case SF_TOK_BYTES:
+		for (i = 0; i < n; i++)
+			enc->ids[(*n_out)++] = s[i];
+		return 0;
+	default:
+		return encode_chars(enc, s, n, n_out, e);
+	}
+}
+
+int sf__tok_encode(struct sf_tok_encoder *enc, const void *text, size_t len, uint64_t allowed,
+		   const uint32_t **ret_ids, size_t *ret_n, struct sf_err *e)
+{
+	const struct sf_tok *tok = enc->tok;
+	const uint8_t *s = text;
+	size_t next[SF_TOK_MAX_SPECIALS];
+	size_t p = 0, n_out = 0;
+	uint32_t i;
+	int rc;
+
+	/* Every id covers at least one byte, so len ids are always enough. */
+	if (len + 1 > enc->ids_cap) {
+		size_t cap = enc->ids_cap ? enc->ids_cap : 4096;
+		uint32_t *ids;
+
+		while (cap < len + 1)
+			cap *= 2;
+		ids = realloc(enc->ids, cap * sizeof(*ids));
+		if (!ids)
+			return sf__err(e, -ENOMEM, "%s: out of memory for %zu ids", tok->name, cap);
+		enc->ids = ids;
+		enc->ids_cap = cap;
+	}
+	if (tok->n_specials < 64)
+		allowed &= ((uint64_t)1 << tok->n_specials) - 1;
+
+	/*
+	 * next[i] is where special token i next occurs at or after p (len when it does not,
+	 * SIZE_MAX before the first search). It is searched again only once p has passed
+	 * it, so each token's occurrences are found in one pass over the text.
+	 */
+	for (i = 0; i < tok->n_specials; i++)
+		next[i] = SIZE_MAX;
+	while (p < len) {
+		size_t at = len, at_len = 0;
+		uint32_t at_id = 0;
+
+		for (i = 0; allowed && i < tok->n_specials; i++) {
+			const struct sf_tok_special_entry *sp = &tok->specials[i];
+
+			if (!(allowed & ((uint64_t)1 << i)))
+				continue;
+			if (next[i] == SIZE_MAX || next[i] < p) {
+				const uint8_t *hit = memmem(s + p, len - p, sp->text, sp->len);
+
+				next[i] = hit ? (size_t)(hit - s) : len;
+			}
+			/* The earliest occurrence wins, and the longest among those at one place.
+			 */
+			if (next[i] < at || (next[i] == at && at < len && sp->len > at_len)) {
+				at = next[i];
+				at_len = sp->len;
+				at_id = sp->id;
+			}
+		}
+		rc = encode_ordinary(enc, s + p, at - p, &n_out, e);
+		if (rc < 0)
+			return rc;
+		if (at == len)
+			break;
+		enc->ids[n_out++] = at_id;
+		p = at + at_len;
+	}
+	*ret_ids = enc->ids;
+	*ret_n = n_out;
+	return 0;
+}

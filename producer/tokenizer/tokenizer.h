@@ -1,0 +1,135 @@
+/*
+ * The tokenizer of the producer: byte-level BPE that gives the same ids as tiktoken for
+ * r50k_base (GPT-2), cl100k_base and o200k_base, plus a byte tokenizer and a character
+ * tokenizer. Two objects:
+ *
+ *  - struct sf_tok, a loaded vocabulary. It is read-only once sf__tok_load() returns, so
+ *    one instance may be shared by any number of threads.
+ *  - struct sf_tok_encoder, per-thread scratch (the id buffer, BPE work arrays, PCRE2
+ *    match data). Its buffers only grow, so encoding allocates nothing once they have
+ *    reached the size of the largest document seen.
+ *
+ * Text is bytes. Valid UTF-8 is split exactly as tiktoken splits it; a byte that starts no
+ * valid UTF-8 sequence is taken as a character of its own that is neither letter, number
+ * nor space, so any input encodes and decodes back to the same bytes.
+ *
+ * All functions returning int return >= 0 on success, -errno for a system failure, or
+ * SF_E_TOKENIZER; detail goes to `e` when it is not NULL. Out-parameters are written only
+ * on success.
+ */
+#ifndef SF_PRODUCER_TOKENIZER_TOKENIZER_H
+#define SF_PRODUCER_TOKENIZER_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/errors.h"
+
+struct sf_tok;
+struct sf_tok_encoder;
+
+/* At most this many special tokens per vocabulary: an allowed set is a uint64_t mask. */
+#define SF_TOK_MAX_SPECIALS 64
+
+/* Allowed sets for sf__tok_encode(): bit i allows special token i of the vocabulary. */
+#define SF_TOK_ALLOW_NONE ((uint64_t)0)
+#define SF_TOK_ALLOW_ALL  UINT64_MAX
+
+/* The environment variable naming the directory where NAME.tiktoken files are found. */
+#define SF_TOK_VOCAB_DIR_ENV "SHMFEED_VOCAB_DIR"
+
+/* A special token of a custom vocabulary: its text and its id. */
+struct sf_tok_special {
+	const char *text;
+	uint32_t id;
+};
+
+/*
+ * A custom BPE vocabulary for sf__tok_load_spec(). `pattern` is a tiktoken pre-tokenization
+ * regex; when it equals one of the built-in patterns the hand-written scanner is used,
+ * otherwise PCRE2 runs it (with \s and \S meaning White_Space as in Rust's regex crate).
+ */
+struct sf_tok_spec {
+	const char *name;
+	const char *vocab_path; /* a .tiktoken file: "base64 rank" lines */
+	const char *pattern;
+	const struct sf_tok_special *specials;
+	uint32_t n_specials;
+};
+
+/*
+ * sf__tok_load - load the tokenizer named `encoding`:
+ *  - "r50k_base" (alias "gpt2"), "cl100k_base", "o200k_base": the tiktoken encoding, with
+ *    its pattern and special tokens built in. Its vocabulary is read from `vocab_path`
+ *    when that is not NULL, else from $SHMFEED_VOCAB_DIR/ENCODING.tiktoken.
+ *  - "bytes": ids 0..255 are the bytes, 256 is <|endoftext|>.
+ *  - "char:PATH": one id per distinct code point of the UTF-8 file PATH, in code point
+ *    order (nanoGPT's shakespeare_char), and <|endoftext|> after them.
+ * Stores the tokenizer in *ret_tok; free it with sf__tok_free().
+ */
+int sf__tok_load(const char *encoding, const char *vocab_path, struct sf_tok **ret_tok,
+		 struct sf_err *e);
+
+/* sf__tok_load_spec - load a custom BPE vocabulary (see struct sf_tok_spec). */
+int sf__tok_load_spec(const struct sf_tok_spec *spec, struct sf_tok **ret_tok, struct sf_err *e);
+
+/* sf__tok_free - free a tokenizer; accepts NULL. Free its encoders first. */
+void sf__tok_free(struct sf_tok *tok);
+
+/* sf__tok_name - the encoding name given at load time. Never NULL. */
+const char *sf__tok_name(const struct sf_tok *tok);
+
+/* sf__tok_n_vocab - one more than the largest id the tokenizer can produce. */
+uint32_t sf__tok_n_vocab(const struct sf_tok *tok);
+
+/* sf__tok_eot - the id of <|endoftext|>, or SF_E_TOKENIZER when the vocabulary has none. */
+int sf__tok_eot(const struct sf_tok *tok);
+
+/*
+ * sf__tok_special - the id of the special token `text`, and its bit for an allowed set in
+ * *ret_bit (when not NULL). Returns the id, or -ENOENT when there is no such token.
+ */
+int sf__tok_special(const struct sf_tok *tok, const char *text, uint64_t *ret_bit);
+
+/* sf__tok_encoder_create - per-thread encoder for `tok`, which must outlive it. */
+int sf__tok_encoder_create(const struct sf_tok *tok, struct sf_tok_encoder **ret_enc,
+			   struct sf_err *e);
+
+/* sf__tok_encoder_free - free an encoder; accepts NULL. */
+void sf__tok_encoder_free(struct sf_tok_encoder *enc);
+
+/*
+ * sf__tok_encode - encode `len` bytes of `text` as one document. Special tokens in the
+ * `allowed` set (SF_TOK_ALLOW_*, or bits from sf__tok_special()) become their ids; all
+ * other text, special-looking or not, is encoded as ordinary text (tiktoken's
+ * encode_ordinary when `allowed` is 0). Nothing is appended. The ids are stored in the
+ * encoder: *ret_ids stays valid until the next call on `enc`.
+ */
+int sf__tok_encode(struct sf_tok_encoder *enc, const void *text, size_t len, uint64_t allowed,
+		   const uint32_t **ret_ids, size_t *ret_n, struct sf_err *e);
+
+/*
+ * sf__tok_decode - the bytes of `n` ids. Writes them to `buf` (capacity `cap`) and their
+ * length to *ret_len. Fails with SF_E_TOKENIZER on an id the vocabulary does not have and
+ * with -ENOBUFS when `cap` is too small; sf__tok_decoded_len() says how much is needed.
+ * The bytes need not be valid UTF-8 (a token may hold part of a character); see
+ * sf__utf8_replace() to display them.
+ */
+int sf__tok_decode(const struct sf_tok *tok, const uint32_t *ids, size_t n, void *buf, size_t cap,
+		   size_t *ret_len, struct sf_err *e);
+
+/* sf__tok_decoded_len - the number of bytes sf__tok_decode() would write for `ids`. */
+int sf__tok_decoded_len(const struct sf_tok *tok, const uint32_t *ids, size_t n, size_t *ret_len,
+			struct sf_err *e);
+
+/*
+ * sf__utf8_replace - copy `len` bytes to `out`, replacing each maximal invalid UTF-8
+ * subsequence by U+FFFD the way Python's bytes.decode("utf-8", errors="replace") does.
+ * `out` must hold 3 * len bytes. Returns the number of bytes written.
+ */
+size_t sf__utf8_replace(const void *in, size_t len, char *out);
+
+/* sf__tok_unicode_version - the Unicode version of the character tables. Never NULL. */
+const char *sf__tok_unicode_version(void);
+
+#endif

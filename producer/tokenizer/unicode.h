@@ -1,0 +1,96 @@
+/*
+ * Unicode support for the pre-tokenizer: the character-class bits of the generated table
+ * in unicode_tables.c, and a strict UTF-8 decoder. The scanners only ever ask "which of
+ * these classes does the character at this byte offset belong to, and how long is it",
+ * so both live here as inline functions.
+ */
+#ifndef SF_PRODUCER_TOKENIZER_UNICODE_H
+#define SF_PRODUCER_TOKENIZER_UNICODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SF_UC_L	 0x01u /* \p{L} */
+#define SF_UC_N	 0x02u /* \p{N} */
+#define SF_UC_WS 0x04u /* White_Space, which is what \s means in Rust's regex crate */
+#define SF_UC_UP 0x08u /* [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] of the o200k_base pattern */
+#define SF_UC_LO 0x10u /* [\p{Ll}\p{Lm}\p{Lo}\p{M}] of the o200k_base pattern */
+
+/* The code point that sf__utf8_next() reports for a byte that starts no valid sequence. */
+#define SF_UC_INVALID UINT32_MAX
+
+extern const char sf__uc_version[];
+extern const uint8_t sf__uc_stage1[0x1100];
+extern const uint8_t sf__uc_stage2[][256];
+
+/* sf__uc_class - the SF_UC_* bits of a code point; 0 for SF_UC_INVALID. */
+static inline unsigned sf__uc_class(uint32_t cp)
+{
+	if (cp >= 0x110000)
+		return 0;
+	return sf__uc_stage2[sf__uc_stage1[cp >> 8]][cp & 0xff];
+}
+
+static inline int sf__utf8_cont(uint8_t b)
+{
+	return (b & 0xc0) == 0x80;
+}
+
+/*
+ * sf__utf8_next - decode the character at s[0], reading no further than s[n - 1] (n >= 1).
+ * Stores the code point in *ret_cp and returns its length in bytes. A byte that does not
+ * start a well-formed sequence (a stray continuation, an overlong form, a surrogate, a
+ * value above U+10FFFF, or a sequence cut short) decodes as SF_UC_INVALID of length 1,
+ * so that every byte of any input belongs to exactly one character.
+ */
+static inline size_t sf__utf8_next(const uint8_t *s, size_t n, uint32_t *ret_cp)
+{
+	uint8_t b = s[0];
+
+	if (b < 0x80) {
+		*ret_cp = b;
+		return 1;
+	}
+	if (b >= 0xc2 && b <= 0xdf) {
+		if (n >= 2 && sf__utf8_cont(s[1])) {
+			*ret_cp = ((uint32_t)(b & 0x1f) << 6) | (s[1] & 0x3fu);
+			return 2;
+		}
+	} else if (b >= 0xe0 && b <= 0xef) {
+		uint8_t lo = b == 0xe0 ? 0xa0 : 0x80;
+		uint8_t hi = b == 0xed ? 0x9f : 0xbf;
+
+		if (n >= 3 && s[1] >= lo && s[1] <= hi && sf__utf8_cont(s[2])) {
+			*ret_cp = ((uint32_t)(b & 0x0f) << 12) | ((uint32_t)(s[1] & 0x3f) << 6) |
+				  (s[2] & 0x3fu);
+			return 3;
+		}
+	} else if (b >= 0xf0 && b <= 0xf4) {
+		uint8_t lo = b == 0xf0 ? 0x90 : 0x80;
+		uint8_t hi = b == 0xf4 ? 0x8f : 0xbf;
+
+		if (n >= 4 && s[1] >= lo && s[1] <= hi && sf__utf8_cont(s[2]) &&
+		    sf__utf8_cont(s[3])) {
+			*ret_cp = ((uint32_t)(b & 0x07) << 18) | ((uint32_t)(s[1] & 0x3f) << 12) |
+				  ((uint32_t)(s[2] & 0x3f) << 6) | (s[3] & 0x3fu);
+			return 4;
+		}
+	}
+	*ret_cp = SF_UC_INVALID;
+	return 1;
+}
+
+/* sf__uc_at - the class bits of the character at s[p] (p < n); its length in *ret_len. */
+static inline unsigned sf__uc_at(const uint8_t *s, size_t n, size_t p, size_t *ret_len)
+{
+	uint32_t cp;
+
+	if (s[p] < 0x80) {
+		*ret_len = 1;
+		return sf__uc_stage2[0][s[p]];
+	}
+	*ret_len = sf__utf8_next(s + p, n - p, &cp);
+	return sf__uc_class(cp);
+}
+
+#endif

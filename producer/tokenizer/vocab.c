@@ -1,0 +1,261 @@
+/*
+ * Loading a .tiktoken vocabulary ("base64 SPACE rank" per line) into struct sf_tok_ranks:
+ * the token bytes packed by rank for decoding, and the hash table from bytes to rank that
+ * encoding probes for every piece and every candidate pair.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/tokenizer/tok_impl.h"
+
+/* The value of a base64 digit, or -1. */
+static int b64_value(uint8_t c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	if (c == '+')
+		return 62;
+	if (c == '/')
+		return 63;
+	return -1;
+}
+
+/* Decode standard padded base64 s[0..len) into out; returns the byte count or -1. */
+static long b64_decode(const uint8_t *s, size_t len, uint8_t *out)
+{
+	uint32_t acc = 0;
+	size_t i, pad = 0;
+	long o = 0;
+	int bits = 0;
+
+	if (len == 0 || len % 4)
+		return -1;
+	for (i = 0; i < len; i++) {
+		int v;
+
+		if (s[i] == '=') {
+			pad++;
+			continue;
+		}
+		v = b64_value(s[i]);
+		if (v < 0 || pad)
+			return -1;
+		acc = (acc << 6) | (uint32_t)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			out[o++] = (uint8_t)(acc >> bits);
+		}
+	}
+	if (pad > 2)
+		return -1;
+	return o;
+}
+
+static int read_file(const char *path, uint8_t **ret_buf, size_t *ret_len, struct sf_err *e)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0, cap = 0, got;
+	FILE *f;
+	int rc;
+
+	f = fopen(path, "rb");
+	if (!f)
+		return sf__err(e, -errno, "cannot open %s: %s", path, strerror(errno));
+	do {
+		if (cap - len < 65536) {
+			uint8_t *grown;
+
+			cap = cap ? cap * 2 : 1 << 20;
+			grown = realloc(buf, cap);
+			if (!grown) {
+				rc = sf__err(e, -ENOMEM, "%s: out of memory", path);
+				goto fail;
+			}
+			buf = grown;
+		}
+		got = fread(buf + len, 1, cap - len, f);
+		len += got;
+	} while (got);
+	if (ferror(f)) {
+		rc = sf__err(e, -EIO, "cannot read %s", path);
+		goto fail;
+	}
+	fclose(f);
+	*ret_buf = buf;
+	*ret_len = len;
+	return 0;
+fail:
+	free(buf);
+	fclose(f);
+	return rc;
+}
+
+static uint64_t table_size(size_t count)
+{
+	uint64_t size = 1024;
+
+	while (size < 2 * (uint64_t)count)
+		size *= 2;
+	return size;
+}
+
+/* Insert `rank`; returns the rank already holding the same bytes, or SF_RANK_NONE. */
+static uint32_t insert(struct sf_tok_ranks *r, uint32_t rank)
+{
+	const uint8_t *s = r->bytes + r->off[rank];
+	size_t len = r->off[rank + 1] - r->off[rank];
+	uint64_t h = XXH3_64bits(s, len);
+	uint64_t i;
+
+	for (i = h & r->mask; r->slots[i]; i = (i + 1) & r->mask) {
+		uint32_t other = (uint32_t)r->slots[i] - 1;
+
+		if (r->off[other + 1] - r->off[other] == len &&
+		    !memcmp(r->bytes + r->off[other], s, len))
+			return other;
+	}
+	r->slots[i] = (h & 0xffffffff00000000ull) | (rank + 1);
+	return SF_RANK_NONE;
+}
+
+int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *e)
+{
+	struct line {
+		uint32_t b64_off, b64_len, rank;
+	} *lines = NULL;
+	uint8_t *text = NULL;
+	size_t len = 0, pos, n_lines = 0, cap_lines = 0, lineno = 0, i;
+	uint32_t max_rank = 0, total = 0;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	rc = read_file(path, &text, &len, e);
+	if (rc < 0)
+		return rc;
+
+	/* First pass: split lines and parse ranks, to size the arrays. */
+	for (pos = 0; pos < len;) {
+		size_t end = pos, sp;
+		char *stop;
+		unsigned long rank;
+
+		while (end < len && text[end] != '\n')
+			end++;
+		lineno++;
+		if (end == pos) {
+			pos = end + 1;
+			continue;
+		}
+		for (sp = pos; sp < end && text[sp] != ' '; sp++)
+			;
+		if (sp == end || sp == pos || sp + 1 == end) {
+			rc = sf__err(e, SF_E_TOKENIZER, "%s:%zu: expected 'base64 rank'", path,
+				     lineno);
+			goto fail;
+		}
+		text[end] = '\0';
+		errno = 0;
+		rank = strtoul((char *)text + sp + 1, &stop, 10);
+		if (errno || (*stop && *stop != '\r') || rank >= UINT32_MAX - 1) {
+			rc = sf__err(e, SF_E_TOKENIZER, "%s:%zu: bad rank", path, lineno);
+			goto fail;
+		}
+		if (n_lines == cap_lines) {
+			struct line *grown;
+
+			cap_lines = cap_lines ? cap_lines * 2 : 65536;
+			grown = realloc(lines, cap_lines * sizeof(*lines));
+			if (!grown) {
+				rc = sf__err(e, -ENOMEM, "%s: out of memory", path);
+				goto fail;
+			}
+			lines = grown;
+		}
+		lines[n_lines].b64_off = (uint32_t)pos;
+		lines[n_lines].b64_len = (uint32_t)(sp - pos);
+		lines[n_lines].rank = (uint32_t)rank;
+		n_lines++;
+		if (rank > max_rank)
+			max_rank = (uint32_t)rank;
+		total += (uint32_t)(sp - pos);
+		pos = end + 1;
+	}
+	if (!n_lines) {
+		rc = sf__err(e, SF_E_TOKENIZER, "%s: no tokens", path);
+		goto fail;
+	}
+
+	r->n_ranks = max_rank + 1;
+	r->off = calloc((size_t)r->n_ranks + 1, sizeof(*r->off));
+	r->bytes = malloc(total);
+	r->mask = table_size(n_lines) - 1;
+	r->slots = calloc(r->mask + 1, sizeof(*r->slots));
+	if (!r->off || !r->bytes || !r->slots) {
+		rc = sf__err(e, -ENOMEM, "%s: out of memory", path);
+		goto fail;
+	}
+
+	/*
+	 * Pack the tokens in rank order so that a rank's bytes are off[rank]..off[rank + 1].
+	 * Ranks are sorted in every file tiktoken ships, but gaps and any order are allowed:
+	 * each token is decoded in file order into the line's own base64 text (decoding
+	 * shrinks it), its length counted per rank, and then copied to its place.
+	 */
+	for (i = 0; i < n_lines; i++) {
+		uint8_t *at = text + lines[i].b64_off;
+		long got = b64_decode(at, lines[i].b64_len, at);
+
+		if (got <= 0) {
+			rc = sf__err(e, SF_E_TOKENIZER, "%s: bad base64 for rank %u", path,
+				     lines[i].rank);
+			goto fail;
+		}
+		if (r->off[lines[i].rank + 1]) {
+			rc = sf__err(e, SF_E_TOKENIZER, "%s: rank %u appears twice", path,
+				     lines[i].rank);
+			goto fail;
+		}
+		lines[i].b64_len = (uint32_t)got;
+		r->off[lines[i].rank + 1] = (uint32_t)got;
+	}
+	for (i = 0; i < r->n_ranks; i++)
+		r->off[i + 1] += r->off[i];
+	for (i = 0; i < 256; i++)
+		r->byte_rank[i] = SF_RANK_NONE;
+	for (i = 0; i < n_lines; i++) {
+		uint32_t rank = lines[i].rank, other;
+
+		memcpy(r->bytes + r->off[rank], text + lines[i].b64_off, lines[i].b64_len);
+		other = insert(r, rank);
+		if (other != SF_RANK_NONE) {
+			rc = sf__err(e, SF_E_TOKENIZER, "%s: ranks %u and %u have the same bytes",
+				     path, other, rank);
+			goto fail;
+		}
+		if (lines[i].b64_len == 1)
+			r->byte_rank[r->bytes[r->off[rank]]] = rank;
+	}
+	rc = 0;
+fail:
+	free(lines);
+	free(text);
+	if (rc < 0)
+		sf__tok_ranks_free(r);
+	return rc;
+}
+
+void sf__tok_ranks_free(struct sf_tok_ranks *r)
+{
+	free(r->off);
+	free(r->bytes);
+	free(r->slots);
+	memset(r, 0, sizeof(*r));
+}
