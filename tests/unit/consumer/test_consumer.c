@@ -1,0 +1,429 @@
+/*
+ * Unit tests of the consumer C API against the test feed: content and digests, error
+ * paths (no such job, rank out of range, another layout version, timeout, busy rank,
+ * detach while a batch is held), resume and seek, end of data, stop, a dead consumer's
+ * batch handed to its successor, checksum failures and allocation-free steady state.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/arena.h"
+#include "common/proc.h"
+#include "common/slot.h"
+#include "tests/unit/consumer/feed.h"
+
+static char job[64];
+static int job_seq;
+
+static struct feed_options opts(uint32_t producers)
+{
+	snprintf(job, sizeof(job), "t-cons-%d-%d", (int)getpid(), job_seq++);
+	sf__arena_unlink_job(job);
+	return (struct feed_options){.job = job,
+				     .ranks = 2,
+				     .batch = 3,
+				     .seq_len = 16,
+				     .slots_per_rank = 3,
+				     .producers = producers,
+				     .token_bytes = 2,
+				     .doc_starts_per_seq = 4,
+				     .checksum = 1,
+				     .seed = 7};
+}
+
+static struct feed *start(struct feed_options o)
+{
+	struct sf_err e = {0};
+	struct feed *f = NULL;
+
+	cr_assert_eq(feed_start(&o, &f, &e), 0, "%s", e.msg);
+	return f;
+}
+
+static struct sf_consumer *attach(int rank)
+{
+	char msg[256];
+	struct sf_consumer *c = NULL;
+	int r = sf_consumer_attach(job, rank, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg));
+
+	cr_assert_eq(r, 0, "attach: %s", msg);
+	return c;
+}
+
+/* Check a batch against what the feed rule says global rank g gets at `step`. */
+static void expect_batch(const struct feed *f, const struct sf_batch *b, uint32_t g, uint64_t step)
+{
+	static unsigned char want[1 << 16];
+	uint64_t tb = feed_token_bytes(f);
+
+	cr_assert_lt(f->arena->hdr->payload_bytes, sizeof(want));
+	cr_assert_eq(b->step, step);
+	cr_assert_eq(feed_fill(f, g, step, want), f->arena->hdr->payload_bytes);
+	cr_assert_eq(memcmp(b->tokens, want, tb), 0, "tokens of rank %u step %llu", g,
+		     (unsigned long long)step);
+	cr_assert_eq(memcmp(b->doc_starts, want + tb, f->arena->hdr->payload_bytes - tb), 0);
+	cr_assert_eq(b->digest, XXH3_64bits(want, tb));
+	cr_assert_eq(b->first_sample, step * 3 * 2 + g * 3);
+	cr_assert_eq(b->batch, 3);
+	cr_assert_eq(b->seq_tokens, 17);
+	cr_assert_eq(b->dtype, SF_DTYPE_U16);
+	cr_assert_eq(b->device_ptr, 0);
+}
+
+Test(consumer, batches_follow_the_feed_rule_on_every_rank)
+{
+	struct feed *f = start(opts(2));
+	struct sf_consumer *c0 = attach(0), *c1 = attach(1);
+	struct sf_consumer_info info;
+	struct sf_batch b;
+
+	cr_assert_eq(sf_consumer_info(c1, &info), 0);
+	cr_expect_eq(info.global_rank, 1);
+	cr_expect_eq(info.world_size, 2);
+	cr_expect_eq(info.device, SF_DEVICE_NONE);
+	cr_expect_eq(info.config_digest, f->geo.config_digest);
+	for (uint64_t s = 0; s < 20; s++) {
+		cr_assert_eq(sf_consumer_next(c0, 5000, &b), 0, "%s", sf_consumer_errmsg(c0));
+		expect_batch(f, &b, 0, s);
+		cr_assert_eq(b.buffer, s % 3);
+		cr_assert_eq(sf_consumer_next(c1, 5000, &b), 0, "%s", sf_consumer_errmsg(c1));
+		expect_batch(f, &b, 1, s);
+		cr_assert_eq((uint64_t)(uintptr_t)b.tokens,
+			     info.ring_base + (s % 3) * info.payload_stride);
+	}
+	sf_consumer_detach(c0);
+	sf_consumer_detach(c1);
+	feed_stop(f);
+}
+
+Test(consumer, provenance_chains_the_batch_digests)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c = attach(0);
+	struct sf_consumer_stats st;
+	struct sf_resume rs;
+	struct sf_batch b;
+	uint64_t chain = 0;
+
+	for (int i = 0; i < 10; i++) {
+		unsigned char rec[16];
+
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+		memcpy(rec, &b.step, 8); /* little-endian host */
+		memcpy(rec + 8, &b.digest, 8);
+		chain = sf_digest(rec, 16, chain);
+	}
+	cr_assert_eq(sf_consumer_stats(c, &st), 0);
+	cr_expect_eq(st.provenance, chain);
+	cr_expect_eq(st.batches, 10);
+	cr_expect_eq(st.tokens, 10 * 3 * 17);
+	cr_expect_eq(st.next_step, 10);
+	cr_expect_eq(st.gpu, 0);
+	cr_expect_leq(st.wait_ns_p50, st.wait_ns_p99);
+	cr_assert_eq(sf_consumer_state(c, &rs), 0);
+	cr_expect_eq(rs.provenance, chain);
+	cr_expect_eq(rs.samples, 10 * 3 * 2);
+	cr_expect_eq(rs.config_digest, f->geo.config_digest);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, no_such_job)
+{
+	char msg[256] = "";
+	struct sf_consumer *c = (struct sf_consumer *)&msg;
+
+	snprintf(job, sizeof(job), "t-cons-none-%d", (int)getpid());
+	cr_assert_eq(sf_consumer_attach(job, 0, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)), -ENOENT);
+	cr_expect(strstr(msg, job) != NULL, "message names the job: %s", msg);
+	cr_expect_eq(c, (struct sf_consumer *)&msg, "out-parameter untouched on failure");
+	cr_assert_eq(sf_consumer_attach("bad/name", 0, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)),
+		     SF_E_CONFIG);
+}
+
+Test(consumer, rank_out_of_range)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = NULL;
+	char msg[256];
+
+	cr_assert_eq(sf_consumer_attach(job, 2, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)),
+		     SF_E_RANGE);
+	cr_expect(strstr(msg, "0..1") != NULL, "%s", msg);
+	cr_assert_eq(sf_consumer_attach(job, -1, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)),
+		     SF_E_RANGE);
+	cr_assert_null(c);
+	feed_stop(f);
+}
+
+Test(consumer, arena_of_another_layout_version)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = NULL;
+	char msg[256];
+
+	f->arena->hdr->layout_version = SF_ARENA_LAYOUT_VERSION + 1;
+	cr_assert_eq(sf_consumer_attach(job, 0, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)),
+		     SF_E_LAYOUT);
+	cr_expect(strstr(msg, "layout version") != NULL, "%s", msg);
+	f->arena->hdr->layout_version = SF_ARENA_LAYOUT_VERSION;
+	feed_stop(f);
+}
+
+Test(consumer, timeout_and_non_blocking)
+{
+	struct feed *f = start(opts(0)); /* no producers: nothing ever arrives */
+	struct sf_consumer *c = attach(0);
+	struct sf_batch b;
+	uint64_t t0 = sf__now_ns(), dt;
+
+	cr_assert_eq(sf_consumer_next(c, 0, &b), SF_E_AGAIN);
+	cr_assert_eq(sf_consumer_next(c, 60, &b), SF_E_TIMEOUT);
+	dt = sf__now_ns() - t0;
+	cr_expect_geq(dt, 60 * 1000000ull);
+	cr_expect_lt(dt, 2000 * 1000000ull);
+	cr_expect(strstr(sf_consumer_errmsg(c), "timed out") != NULL, "%s", sf_consumer_errmsg(c));
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, second_consumer_of_a_rank_is_refused)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = attach(1), *d = NULL;
+	char msg[256];
+
+	cr_assert_eq(sf_consumer_attach(job, 1, SF_DEVICE_NONE, 0, &d, msg, sizeof(msg)),
+		     SF_E_BUSY);
+	cr_expect(strstr(msg, "local rank 1") != NULL, "%s", msg);
+	sf_consumer_detach(c);
+	c = attach(1);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, detach_while_a_batch_is_held_releases_it)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c = attach(0);
+	struct sf_batch b;
+
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	cr_assert_eq(b.step, 1);
+	cr_assert_eq(sf__slot_state(atomic_load(&sf__arena_slot(f->arena, 0, 1)->word)),
+		     SF_SLOT_CLAIMED);
+	sf_consumer_detach(c);
+	/* Step 1 was released: its slot now serves step 1 + K. */
+	cr_assert_geq(sf__slot_lap(atomic_load(&sf__arena_slot(f->arena, 0, 1)->word)), 1);
+	c = attach(0);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	expect_batch(f, &b, 0, 2);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, release_then_next_continues)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c = attach(1);
+	struct sf_batch b;
+
+	cr_assert_eq(sf_consumer_release(c), 0); /* nothing held: a no-op */
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	cr_assert_eq(sf_consumer_release(c), 0);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	expect_batch(f, &b, 1, 1);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, seek_replays_byte_identical_batches)
+{
+	struct feed *f = start(opts(2));
+	struct sf_consumer *c = attach(1);
+	struct sf_resume at5, bad;
+	struct sf_batch b;
+	uint64_t digests[7], prov_after;
+	struct sf_consumer_stats st;
+
+	for (int i = 0; i < 5; i++)
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	cr_assert_eq(sf_consumer_state(c, &at5), 0);
+	cr_assert_eq(at5.samples, 5 * 3 * 2);
+	for (int i = 0; i < 7; i++) {
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+		digests[i] = b.digest;
+	}
+	sf_consumer_stats(c, &st);
+	prov_after = st.provenance;
+
+	bad = at5;
+	bad.config_digest ^= 1;
+	cr_assert_eq(sf_consumer_seek(c, &bad), SF_E_DIGEST);
+	bad = at5;
+	bad.samples += 1;
+	cr_assert_eq(sf_consumer_seek(c, &bad), SF_E_RANGE);
+
+	cr_assert_eq(sf_consumer_seek(c, &at5), 0, "%s", sf_consumer_errmsg(c));
+	for (int i = 0; i < 7; i++) {
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
+		expect_batch(f, &b, 1, 5 + (uint64_t)i);
+		cr_assert_eq(b.digest, digests[i]);
+	}
+	sf_consumer_stats(c, &st);
+	cr_assert_eq(st.provenance, prov_after);
+
+	/* Forward too: a fresh handle seeks past what was consumed. */
+	sf_consumer_detach(c);
+	c = attach(1);
+	at5.samples = 40 * 6;
+	cr_assert_eq(sf_consumer_seek(c, &at5), 0);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	expect_batch(f, &b, 1, 40);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, end_of_data)
+{
+	struct feed_options o = opts(1);
+	struct feed *f;
+	struct sf_consumer *c;
+	struct sf_resume zero;
+	struct sf_batch b;
+
+	o.steps = 3;
+	f = start(o);
+	c = attach(0);
+	for (uint64_t s = 0; s < 3; s++) {
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+		expect_batch(f, &b, 0, s);
+	}
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), SF_E_END);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), SF_E_END);
+	sf_consumer_state(c, &zero);
+	cr_assert_eq(zero.samples, 3 * 6);
+	zero.samples = 0;
+	zero.provenance = 0;
+	cr_assert_eq(sf_consumer_seek(c, &zero), 0);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	expect_batch(f, &b, 0, 0);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, job_stopping)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = attach(0);
+	struct sf_batch b;
+
+	sf__arena_set_job_state(f->arena, SF_JOB_STOPPING);
+	cr_assert_eq(sf_consumer_next(c, -1, &b), SF_E_STOPPED);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, a_dead_consumers_batch_goes_to_its_successor)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c;
+	struct sf_batch b;
+	int status;
+	pid_t pid = fork();
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct sf_consumer *dying = NULL;
+
+		if (sf_consumer_attach(job, 0, SF_DEVICE_NONE, 0, &dying, NULL, 0) ||
+		    sf_consumer_next(dying, 5000, &b) || sf_consumer_next(dying, 5000, &b))
+			_exit(1);
+		_exit(b.step == 1 ? 0 : 1); /* dies holding step 1, without detaching */
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	c = attach(0);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	expect_batch(f, &b, 0, 1);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, checksum_mismatch_is_refilled)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c = attach(0);
+	struct sf_slot *s0 = sf__arena_slot(f->arena, 0, 0);
+	struct sf_batch b;
+
+	while (atomic_load(&s0->word) != sf__slot_word(SF_SLOT_READY, 0, 0))
+		usleep(100);
+	sf__arena_payload(f->arena, 0, 0)[5] ^= 0x40;
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), SF_E_CHECKSUM);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
+	expect_batch(f, &b, 0, 0);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, steady_state_allocates_nothing)
+{
+	struct feed *f = start(opts(2));
+	struct sf_consumer *c = attach(0);
+	struct sf_batch b;
+	struct mallinfo2 before, after;
+
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	before = mallinfo2();
+	for (int i = 0; i < 2000; i++)
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	after = mallinfo2();
+	cr_expect_eq(after.uordblks, before.uordblks);
+	cr_expect_eq(after.hblkhd, before.hblkhd);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, gpu_request_without_a_gpu)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = NULL;
+	char msg[256];
+	int r = sf_consumer_attach(job, 0, 0, 0, &c, msg, sizeof(msg));
+
+	if (r == 0) {
+		struct sf_consumer_info info;
+
+		sf_consumer_info(c, &info);
+		cr_expect_eq(info.gpu_buffers, 2);
+		sf_consumer_detach(c);
+	} else {
+		cr_expect_eq(r, -ENODEV, "%d: %s", r, msg);
+		cr_expect(strstr(msg, "CUDA") != NULL, "%s", msg);
+	}
+	/* SF_ATTACH_CPU overrides the device. */
+	cr_assert_eq(sf_consumer_attach(job, 0, 0, SF_ATTACH_CPU, &c, msg, sizeof(msg)), 0);
+	cr_expect_eq(sf_consumer_set_stream(c, 0), SF_E_STATE);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+Test(consumer, strerror_never_null)
+{
+	for (int e = SF_E_LAST - 2; e <= 1; e++)
+		cr_assert_not_null(sf_strerror(e));
+	cr_assert_not_null(sf_strerror(-100000));
+	cr_assert_not_null(sf_consumer_errmsg(NULL));
+	cr_expect_str_eq(sf_strerror(SF_E_END), "end of data");
+	sf_consumer_detach(NULL);
+}
