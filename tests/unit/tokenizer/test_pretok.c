@@ -1,0 +1,362 @@
+/*
+ * The hand-written pre-tokenizers against PCRE2 running tiktoken's patterns (the
+ * oracle), the heap merge against tiktoken's merge loop, and the inputs that make naive
+ * regex scanning or merging quadratic. Random inputs draw from a pool of characters
+ * chosen to exercise every alternative of the patterns; code points that PCRE2's Unicode
+ * tables classify differently from ours (PCRE2 10.42 has Unicode 14) are left out, since
+ * there the two are meant to differ.
+ */
+#include <criterion/criterion.h>
+#include <time.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/tokenizer/tok_impl.h"
+#include "producer/tokenizer/unicode.h"
+#include "tok_test_util.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd(uint32_t bound)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (uint32_t)(rng_state % bound);
+}
+
+static size_t put_utf8(uint32_t cp, uint8_t *out)
+{
+	if (cp < 0x80) {
+		out[0] = (uint8_t)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		out[0] = (uint8_t)(0xc0 | cp >> 6);
+		out[1] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		out[0] = (uint8_t)(0xe0 | cp >> 12);
+		out[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
+		out[2] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	out[0] = (uint8_t)(0xf0 | cp >> 18);
+	out[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3f));
+	out[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
+	out[3] = (uint8_t)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* The class bits of a code point according to PCRE2, to compare with our tables. */
+static pcre2_code *class_re[5];
+static pcre2_match_data *class_md;
+
+static void class_init(void)
+{
+	static const char *const pats[5] = {
+		"^\\p{L}$",
+		"^\\p{N}$",
+		"^[\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"
+		"\\x{202f}\\x{205f}\\x{3000}]$",
+		"^[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]$",
+		"^[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]$",
+	};
+	PCRE2_SIZE where;
+	int i, err;
+
+	for (i = 0; i < 5; i++) {
+		class_re[i] = pcre2_compile((PCRE2_SPTR)pats[i], PCRE2_ZERO_TERMINATED,
+					    PCRE2_UTF | PCRE2_UCP, &err, &where, NULL);
+		cr_assert_not_null(class_re[i]);
+	}
+	class_md = pcre2_match_data_create(4, NULL);
+}
+
+static bool classes_agree(uint32_t cp)
+{
+	uint8_t buf[4];
+	size_t len = put_utf8(cp, buf);
+	unsigned bits = 0;
+	int i;
+
+	for (i = 0; i < 5; i++)
+		if (pcre2_match(class_re[i], buf, len, 0, 0, class_md, NULL) >= 0)
+			bits |= 1u << i;
+	return bits == sf__uc_class(cp);
+}
+
+/* A character that stresses the patterns: ASCII classes, case, marks, spaces, numbers. */
+static uint32_t pick_char(void)
+{
+	static const uint32_t pool[] = {
+		'a',	'b',	'Z',	 'Q',	  's',	 'S',	't',	'r',	'e',	 'v',
+		'm',	'l',	'L',	 'd',	  'D',	 '\'',	'\'',	'\'',	' ',	 ' ',
+		' ',	'\t',	'\n',	 '\n',	  '\r',	 '\v',	'\f',	'0',	'7',	 '!',
+		'/',	'/',	'.',	 '-',	  0xa0,	 0x85,	0x1680, 0x2003, 0x3000,	 0x180e,
+		0x17f,	0x212a, 0xc0,	 0xe9,	  0x1c5, 0x2b0, 0x2b0,	0x5d0,	0x4e00,	 0xac00,
+		0x300,	0x301,	0x301,	 0x20dd,  0x903, 0x663, 0xbd,	0x2160, 0x1f44d, 0x1f600,
+		0x200d, 0xfe0f, 0x10400, 0x10428, 0xaa,	 0x3a3, 0x3c2,	0x1e9e, 0xdf,	 0x2028,
+	};
+
+	if (rnd(8) == 0) {
+		uint32_t cp = rnd(4) ? rnd(0x3400) : rnd(0x110000);
+
+		if ((cp < 0xd800 || cp > 0xdfff) && classes_agree(cp))
+			return cp;
+	}
+	return pool[rnd(sizeof(pool) / sizeof(pool[0]))];
+}
+
+static size_t random_text(uint8_t *buf, size_t max_chars)
+{
+	size_t n = 0, chars = 1 + rnd((uint32_t)max_chars), i;
+
+	for (i = 0; i < chars; i++)
+		n += put_utf8(pick_char(), buf + n);
+	return n;
+}
+
+/* Compare the piece boundaries of the scanner and of PCRE2 on s[0..n). */
+static void compare_split(int pretok, pcre2_code *re, pcre2_match_data *md, const uint8_t *s,
+			  size_t n)
+{
+	size_t p = 0, start, end, want;
+	int rc;
+
+	while (p < n) {
+		end = sf__pretok_next(pretok, s, n, p);
+		rc = sf__pcre_next(re, md, s, n, p, &start, &want);
+		cr_assert_eq(rc, 1);
+		cr_assert(start == p && end == want,
+			  "pattern %d: piece at %zu ends at %zu, PCRE2 says %zu..%zu in '%.*s'",
+			  pretok, p, end, start, want, (int)n, s);
+		p = end;
+	}
+}
+
+static void oracle_random(int pretok, int rounds)
+{
+	pcre2_code *re = NULL;
+	pcre2_match_data *md;
+	struct sf_err err = {0};
+	uint8_t buf[64 * 4];
+	int i;
+
+	class_init();
+	cr_assert_eq(sf__pcre_compile(sf__pretok_pattern(pretok), &re, &err), 0, "%s", err.msg);
+	md = pcre2_match_data_create_from_pattern(re, NULL);
+	for (i = 0; i < rounds; i++) {
+		size_t n = random_text(buf, 48);
+
+		compare_split(pretok, re, md, buf, n);
+	}
+	pcre2_match_data_free(md);
+	pcre2_code_free(re);
+}
+
+Test(oracle, r50k_random)
+{
+	oracle_random(SF_PRETOK_R50K, 30000);
+}
+
+Test(oracle, cl100k_random)
+{
+	oracle_random(SF_PRETOK_CL100K, 30000);
+}
+
+Test(oracle, o200k_random)
+{
+	oracle_random(SF_PRETOK_O200K, 30000);
+}
+
+/* The reference texts, split whole, as a longer deterministic check. */
+Test(oracle, reference_texts)
+{
+	static const char *const files[] = {"tokref/unicode_mix.txt", "corpus/tinyshakespeare.txt"};
+	char path[4096];
+	int pretok;
+	size_t f, n;
+
+	for (f = 0; f < 2; f++) {
+		uint8_t *text;
+
+		snprintf(path, sizeof(path), "%s/%s", tok_test_data(), files[f]);
+		text = tok_test_read(path, &n);
+		cr_assert_not_null(text);
+		for (pretok = SF_PRETOK_R50K; pretok <= SF_PRETOK_O200K; pretok++) {
+			pcre2_code *re = NULL;
+			pcre2_match_data *md;
+
+			cr_assert_eq(sf__pcre_compile(sf__pretok_pattern(pretok), &re, NULL), 0);
+			md = pcre2_match_data_create_from_pattern(re, NULL);
+			compare_split(pretok, re, md, text, n);
+			pcre2_match_data_free(md);
+			pcre2_code_free(re);
+		}
+		free(text);
+	}
+}
+
+/* The heap merge must pick the same pairs as tiktoken's loop on every piece. */
+Test(bpe, heap_equals_short)
+{
+	static const char *const encodings[] = {"r50k_base", "cl100k_base", "o200k_base"};
+	static const char alphabet[] = "aaaabbcdee    \n!!=-0011st'";
+	uint32_t a[SF_BPE_SHORT_MAX], b[SF_BPE_SHORT_MAX];
+	uint8_t piece[SF_BPE_SHORT_MAX];
+	size_t e, na, nb, i;
+	int round;
+
+	for (e = 0; e < 3; e++) {
+		struct sf_tok *tok = tok_test_load(encodings[e]);
+		struct sf_tok_encoder *enc;
+
+		cr_assert_not_null(tok);
+		cr_assert_eq(sf__tok_encoder_create(tok, &enc, NULL), 0);
+		for (round = 0; round < 20000; round++) {
+			size_t len = 2 + rnd(SF_BPE_SHORT_MAX - 1);
+
+			for (i = 0; i < len; i++)
+				piece[i] = rnd(4) ? (uint8_t)alphabet[rnd(sizeof(alphabet) - 1)]
+						  : (uint8_t)rnd(256);
+			cr_assert_eq(sf__bpe_short(&tok->ranks, piece, len, a, &na), 0);
+			cr_assert_eq(sf__bpe_heap(enc, piece, len, b, &nb), 0);
+			cr_assert(na == nb && !memcmp(a, b, na * sizeof(*a)),
+				  "%s: merges differ on a piece of %zu bytes", encodings[e], len);
+		}
+		sf__tok_encoder_free(enc);
+		sf__tok_free(tok);
+	}
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define LONG_RUN_LIMIT 10.0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LONG_RUN_LIMIT 10.0
+#endif
+#endif
+#ifndef LONG_RUN_LIMIT
+#define LONG_RUN_LIMIT 1.0
+#endif
+
+/* A megabyte of one character (or pattern) encodes well under a second, and round trips. */
+Test(long_runs, one_megabyte)
+{
+	static const char *const encodings[] = {"r50k_base", "cl100k_base", "o200k_base"};
+	static const char *const units[] = {"a", " ",	     "1",  "^",	  "\n",
+					    "A", "\xcc\x81", "ab", " \n", "\xe4\xb8\x80"};
+	const size_t size = 1 << 20;
+	uint8_t *text = malloc(size), *back = malloc(size);
+	size_t e, u, i, n, len;
+
+	for (e = 0; e < 3; e++) {
+		struct sf_tok *tok = tok_test_load(encodings[e]);
+		struct sf_tok_encoder *enc;
+
+		cr_assert_not_null(tok);
+		cr_assert_eq(sf__tok_encoder_create(tok, &enc, NULL), 0);
+		for (u = 0; u < sizeof(units) / sizeof(units[0]); u++) {
+			size_t ulen = strlen(units[u]);
+			const uint32_t *ids;
+			double t0, dt;
+
+			for (i = 0; i + ulen <= size; i += ulen)
+				memcpy(text + i, units[u], ulen);
+			n = i;
+			t0 = now();
+			cr_assert_eq(sf__tok_encode(enc, text, n, 0, &ids, &len, NULL), 0);
+			dt = now() - t0;
+			cr_expect(dt < LONG_RUN_LIMIT, "%s: 1 MB of '%s' took %.3f s", encodings[e],
+				  units[u], dt);
+			cr_assert_eq(sf__tok_decode(tok, ids, len, back, size, &len, NULL), 0);
+			cr_assert(len == n && !memcmp(back, text, n));
+		}
+		sf__tok_encoder_free(enc);
+		sf__tok_free(tok);
+	}
+	free(text);
+	free(back);
+}
+
+/* decode(encode(x)) == x for random valid UTF-8 and for arbitrary bytes. */
+Test(roundtrip, random)
+{
+	static const char *const encodings[] = {"r50k_base", "cl100k_base", "o200k_base"};
+	uint8_t buf[256 * 4], back[256 * 4];
+	size_t e, n, len, i;
+	int round;
+
+	class_init();
+	for (e = 0; e < 3; e++) {
+		struct sf_tok *tok = tok_test_load(encodings[e]);
+		struct sf_tok_encoder *enc;
+
+		cr_assert_not_null(tok);
+		cr_assert_eq(sf__tok_encoder_create(tok, &enc, NULL), 0);
+		for (round = 0; round < 5000; round++) {
+			const uint32_t *ids;
+			size_t count;
+
+			if (round % 2) {
+				n = random_text(buf, 200);
+			} else {
+				n = rnd(200);
+				for (i = 0; i < n; i++)
+					buf[i] = (uint8_t)rnd(256);
+			}
+			cr_assert_eq(
+				sf__tok_encode(enc, buf, n, SF_TOK_ALLOW_ALL, &ids, &count, NULL),
+				0);
+			cr_assert_eq(
+				sf__tok_decode(tok, ids, count, back, sizeof(back), &len, NULL), 0);
+			cr_assert(len == n && !memcmp(back, buf, n), "%s: round trip failed",
+				  encodings[e]);
+		}
+		sf__tok_encoder_free(enc);
+		sf__tok_free(tok);
+	}
+}
+
+/* A custom pattern runs through PCRE2 and still round trips. */
+Test(custom, pcre_pattern)
+{
+	static const struct sf_tok_special specials[] = {{"<|endoftext|>", 100257}};
+	struct sf_tok_spec spec = {
+		.name = "words", .pattern = "\\p{L}+|\\s+", .specials = specials, .n_specials = 1};
+	struct sf_tok_encoder *enc;
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	const char text[] = "hello world!! 42 <|endoftext|>\xff";
+	const uint32_t *ids;
+	char path[4096], back[64];
+	size_t n, len;
+
+	snprintf(path, sizeof(path), "%s/vocab/cl100k_base.tiktoken", tok_test_data());
+	spec.vocab_path = path;
+	cr_assert_eq(sf__tok_load_spec(&spec, &tok, &err), 0, "%s", err.msg);
+	cr_assert_eq(tok->pretok, SF_PRETOK_PCRE);
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, &err), 0);
+	cr_assert_eq(sf__tok_encode(enc, text, sizeof(text) - 1, SF_TOK_ALLOW_ALL, &ids, &n, &err),
+		     0, "%s", err.msg);
+	cr_assert_eq(ids[0], 15339);
+	cr_assert_eq(ids[n - 2], 100257);
+	cr_assert_eq(sf__tok_decode(tok, ids, n, back, sizeof(back), &len, &err), 0);
+	cr_assert(len == sizeof(text) - 1 && !memcmp(back, text, len));
+	sf__tok_encoder_free(enc);
+	sf__tok_free(tok);
+
+	spec.pattern = "[\\S]";
+	cr_assert_eq(sf__tok_load_spec(&spec, &tok, &err), SF_E_TOKENIZER);
+	spec.pattern = "(";
+	cr_assert_eq(sf__tok_load_spec(&spec, &tok, &err), SF_E_TOKENIZER);
+}
