@@ -1,0 +1,157 @@
+"""The ctypes binding of libshmfeed.so: the library lookup, mirrors of the public
+structs of include/shmfeed/shmfeed.h (their layout is pinned there by _Static_assert and
+compared with these mirrors by tests/python/test_abi.py), and the prototypes."""
+
+import ctypes
+import os
+
+SF_E_BASE = -1000
+ERROR_NAMES = {
+    -1001: "SF_E_NOT_SHMFEED", -1002: "SF_E_LAYOUT", -1003: "SF_E_UID",
+    -1004: "SF_E_GEOMETRY", -1005: "SF_E_BUSY", -1006: "SF_E_CONFIG",
+    -1007: "SF_E_TIMEOUT", -1008: "SF_E_CHECKSUM", -1009: "SF_E_STOPPED",
+    -1010: "SF_E_RANGE", -1011: "SF_E_CUDA", -1012: "SF_E_TOKENIZER",
+    -1013: "SF_E_SOURCE", -1014: "SF_E_STATE", -1015: "SF_E_DIGEST",
+    -1016: "SF_E_AGAIN", -1017: "SF_E_PROTOCOL", -1018: "SF_E_END",
+}
+globals().update({name: code for code, name in ERROR_NAMES.items()})
+
+SF_DTYPE_U16 = 1
+SF_DTYPE_I32 = 2
+SF_ATTACH_CPU = 0x1
+SF_DEVICE_NONE = -1
+
+
+class Batch(ctypes.Structure):
+    _fields_ = [
+        ("step", ctypes.c_uint64),
+        ("first_sample", ctypes.c_uint64),
+        ("batch", ctypes.c_uint32),
+        ("seq_tokens", ctypes.c_uint32),
+        ("dtype", ctypes.c_uint32),
+        ("doc_starts_per_seq", ctypes.c_uint32),
+        ("tokens", ctypes.c_void_p),
+        ("device_ptr", ctypes.c_uint64),
+        ("doc_starts", ctypes.c_void_p),
+        ("digest", ctypes.c_uint64),
+        ("wait_ns", ctypes.c_uint64),
+        ("buffer", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class Resume(ctypes.Structure):
+    _fields_ = [
+        ("samples", ctypes.c_uint64),
+        ("epoch", ctypes.c_uint64),
+        ("config_digest", ctypes.c_uint64),
+        ("provenance", ctypes.c_uint64),
+    ]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [
+        ("batches", ctypes.c_uint64),
+        ("tokens", ctypes.c_uint64),
+        ("wait_ns_total", ctypes.c_uint64),
+        ("wait_ns_p50", ctypes.c_uint64),
+        ("wait_ns_p99", ctypes.c_uint64),
+        ("provenance", ctypes.c_uint64),
+        ("next_step", ctypes.c_uint64),
+        ("gpu", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class Info(ctypes.Structure):
+    _fields_ = [
+        ("local_rank", ctypes.c_uint32),
+        ("global_rank", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
+        ("ranks", ctypes.c_uint32),
+        ("rank_base", ctypes.c_uint32),
+        ("slots_per_rank", ctypes.c_uint32),
+        ("batch", ctypes.c_uint32),
+        ("seq_tokens", ctypes.c_uint32),
+        ("dtype", ctypes.c_uint32),
+        ("doc_starts_per_seq", ctypes.c_uint32),
+        ("device", ctypes.c_int32),
+        ("gpu_buffers", ctypes.c_uint32),
+        ("payload_stride", ctypes.c_uint64),
+        ("ring_base", ctypes.c_uint64),
+        ("device_buffer", ctypes.c_uint64 * 2),
+        ("doc_starts_buffer", ctypes.c_uint64 * 2),
+        ("config_digest", ctypes.c_uint64),
+    ]
+
+
+MIRRORS = {"sf_batch": Batch, "sf_resume": Resume, "sf_consumer_stats": Stats,
+           "sf_consumer_info": Info}
+
+
+def _candidates():
+    env = os.environ.get("SHMFEED_LIB")
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("libshmfeed.so.0", "libshmfeed.so"):
+        path = os.path.join(here, name)
+        if os.path.exists(path):
+            yield path
+    yield "libshmfeed.so.0"
+
+
+def _load():
+    errors = []
+    for path in _candidates():
+        try:
+            return ctypes.CDLL(path)
+        except OSError as exc:
+            errors.append(f"{path}: {exc}")
+    raise OSError("cannot load libshmfeed (set SHMFEED_LIB to its path): " + "; ".join(errors))
+
+
+_lib = None
+
+
+def lib():
+    """The loaded library, with prototypes set; loaded on first use."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    L = _load()
+    vp, u32, i32, u64 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64
+    protos = {
+        "sf_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+        "sf_version": (ctypes.c_char_p, []),
+        "sf_consumer_attach": (ctypes.c_int, [ctypes.c_char_p, i32, i32, u32,
+                                              ctypes.POINTER(vp), ctypes.c_char_p, u32]),
+        "sf_consumer_info": (ctypes.c_int, [vp, ctypes.POINTER(Info)]),
+        "sf_consumer_set_stream": (ctypes.c_int, [vp, u64]),
+        "sf_consumer_next": (ctypes.c_int, [vp, i32, ctypes.POINTER(Batch)]),
+        "sf_consumer_release": (ctypes.c_int, [vp]),
+        "sf_consumer_state": (ctypes.c_int, [vp, ctypes.POINTER(Resume)]),
+        "sf_consumer_seek": (ctypes.c_int, [vp, ctypes.POINTER(Resume)]),
+        "sf_consumer_stats": (ctypes.c_int, [vp, ctypes.POINTER(Stats)]),
+        "sf_consumer_errmsg": (ctypes.c_char_p, [vp]),
+        "sf_consumer_detach": (None, [vp]),
+        "sf_digest": (u64, [vp, u64, u64]),
+    }
+    for name, (restype, argtypes) in protos.items():
+        fn = getattr(L, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    _lib = L
+    return L
+
+
+def strerror(code):
+    return lib().sf_strerror(code).decode()
+
+
+def digest(data, seed=0):
+    """XXH3-64 of a bytes-like object, as the library computes batch digests."""
+    buf = memoryview(data).cast("B")
+    arr = (ctypes.c_uint8 * len(buf)).from_buffer_copy(buf) if buf.readonly else \
+        (ctypes.c_uint8 * len(buf)).from_buffer(buf)
+    return lib().sf_digest(arr, len(buf), seed)
