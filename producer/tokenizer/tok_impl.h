@@ -43,16 +43,19 @@ struct sf_tok_special_entry {
 
 /*
  * The mergeable ranks: token bytes by rank (`off`, `bytes`) and an open-addressing table
- * from bytes to rank. A slot holds the upper half of the key's hash and rank + 1, with 0
- * for an empty slot, so most misses are settled without touching the token bytes.
+ * from bytes to rank. A slot is 32 bits, rank + 1 in the low `rank_bits` (0 for an empty
+ * slot) and the top bits of the key's hash above, so the table stays small enough for
+ * the caches and most misses are settled without touching the token bytes.
  */
 struct sf_tok_ranks {
 	uint32_t n_ranks; /* largest rank + 1; a rank absent from the file has an empty span */
 	uint32_t *off;	  /* n_ranks + 1 offsets into `bytes` */
 	uint8_t *bytes;
-	uint64_t *slots; /* hash >> 32 << 32 | (rank + 1) */
-	uint64_t mask;	 /* table size - 1 */
+	uint32_t *slots;
+	uint64_t mask;	    /* table size - 1 */
+	unsigned rank_bits; /* at most 24, leaving at least 8 bits of tag */
 	uint32_t byte_rank[256];
+	uint32_t *pair_rank; /* 65536 entries: the rank of each two-byte string */
 };
 
 struct sf_tok {
@@ -88,27 +91,43 @@ struct sf_tok_encoder {
 	pcre2_match_data *md;
 };
 
+/*
+ * Most keys are a few bytes long and a 32-bit hash tag has already matched, so a plain
+ * loop beats a call to memcmp here.
+ */
+static inline bool sf__tok_bytes_equal(const uint8_t *a, const uint8_t *b, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (a[i] != b[i])
+			return false;
+	return true;
+}
+
 /* sf__tok_rank - the rank of bytes s[0..len), or SF_RANK_NONE. */
 static inline uint32_t sf__tok_rank(const struct sf_tok_ranks *r, const uint8_t *s, size_t len)
 {
-	uint64_t h, tag, slot;
-	uint64_t i;
+	uint32_t tag, slot, low = ((uint32_t)1 << r->rank_bits) - 1;
+	uint64_t h, i;
 
 	if (len == 1)
 		return r->byte_rank[s[0]];
+	if (len == 2)
+		return r->pair_rank[s[0] << 8 | s[1]];
 	h = XXH3_64bits(s, len);
-	tag = h & 0xffffffff00000000ull;
+	tag = (uint32_t)(h >> 32) & ~low;
 	for (i = h & r->mask;; i = (i + 1) & r->mask) {
 		uint32_t rank;
 
 		slot = r->slots[i];
 		if (!slot)
 			return SF_RANK_NONE;
-		if ((slot & 0xffffffff00000000ull) != tag)
+		if ((slot & ~low) != tag)
 			continue;
-		rank = (uint32_t)slot - 1;
+		rank = (slot & low) - 1;
 		if (r->off[rank + 1] - r->off[rank] == len &&
-		    !memcmp(r->bytes + r->off[rank], s, len))
+		    sf__tok_bytes_equal(r->bytes + r->off[rank], s, len))
 			return rank;
 	}
 }

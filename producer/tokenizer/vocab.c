@@ -112,17 +112,18 @@ static uint32_t insert(struct sf_tok_ranks *r, uint32_t rank)
 {
 	const uint8_t *s = r->bytes + r->off[rank];
 	size_t len = r->off[rank + 1] - r->off[rank];
+	uint32_t low = ((uint32_t)1 << r->rank_bits) - 1;
 	uint64_t h = XXH3_64bits(s, len);
 	uint64_t i;
 
 	for (i = h & r->mask; r->slots[i]; i = (i + 1) & r->mask) {
-		uint32_t other = (uint32_t)r->slots[i] - 1;
+		uint32_t other = (r->slots[i] & low) - 1;
 
 		if (r->off[other + 1] - r->off[other] == len &&
 		    !memcmp(r->bytes + r->off[other], s, len))
 			return other;
 	}
-	r->slots[i] = (h & 0xffffffff00000000ull) | (rank + 1);
+	r->slots[i] = ((uint32_t)(h >> 32) & ~low) | (rank + 1);
 	return SF_RANK_NONE;
 }
 
@@ -194,11 +195,18 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 	}
 
 	r->n_ranks = max_rank + 1;
+	for (r->rank_bits = 1; r->n_ranks >> r->rank_bits; r->rank_bits++)
+		;
+	if (r->rank_bits > 24) {
+		rc = sf__err(e, SF_E_TOKENIZER, "%s: ranks above 2^24 are not supported", path);
+		goto fail;
+	}
 	r->off = calloc((size_t)r->n_ranks + 1, sizeof(*r->off));
 	r->bytes = malloc(total);
 	r->mask = table_size(n_lines) - 1;
 	r->slots = calloc(r->mask + 1, sizeof(*r->slots));
-	if (!r->off || !r->bytes || !r->slots) {
+	r->pair_rank = malloc(65536 * sizeof(*r->pair_rank));
+	if (!r->off || !r->bytes || !r->slots || !r->pair_rank) {
 		rc = sf__err(e, -ENOMEM, "%s: out of memory", path);
 		goto fail;
 	}
@@ -230,6 +238,8 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 		r->off[i + 1] += r->off[i];
 	for (i = 0; i < 256; i++)
 		r->byte_rank[i] = SF_RANK_NONE;
+	for (i = 0; i < 65536; i++)
+		r->pair_rank[i] = SF_RANK_NONE;
 	for (i = 0; i < n_lines; i++) {
 		uint32_t rank = lines[i].rank, other;
 
@@ -242,6 +252,9 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 		}
 		if (lines[i].b64_len == 1)
 			r->byte_rank[r->bytes[r->off[rank]]] = rank;
+		if (lines[i].b64_len == 2)
+			r->pair_rank[r->bytes[r->off[rank]] << 8 | r->bytes[r->off[rank] + 1]] =
+				rank;
 	}
 	rc = 0;
 fail:
@@ -257,5 +270,6 @@ void sf__tok_ranks_free(struct sf_tok_ranks *r)
 	free(r->off);
 	free(r->bytes);
 	free(r->slots);
+	free(r->pair_rank);
 	memset(r, 0, sizeof(*r));
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Time PyPI tiktoken on the files bench_tokenizer uses, run bench_tokenizer in the same
+run, and print the ratio per encoding and file (both on one core: tiktoken's
+encode_ordinary is single-threaded for one string).
+
+The vocabularies are loaded by path from the shared data directory, so nothing is
+downloaded. usage: bench_tiktoken.py [--data DIR] [--bench PATH/TO/bench_tokenizer]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import tiktoken
+import tiktoken.load
+
+ENCODINGS = ["r50k_base", "cl100k_base", "o200k_base"]
+FILES = [("corpus/tinyshakespeare.txt", "tinyshakespeare"),
+         ("tokref/unicode_mix.txt", "unicode_mix")]
+
+
+def load(data, name):
+    with open(os.path.join(data, "vocab", name + ".json")) as f:
+        meta = json.load(f)
+    ranks = tiktoken.load.load_tiktoken_bpe(os.path.join(data, "vocab", name + ".tiktoken"))
+    return tiktoken.Encoding(name, pat_str=meta["pat_str"], mergeable_ranks=ranks,
+                             special_tokens=meta["special_tokens"],
+                             explicit_n_vocab=meta.get("explicit_n_vocab"))
+
+
+def time_tiktoken(enc, text):
+    """Best pass of at least ten and one second, like bench_tokenizer."""
+    best, total, passes = float("inf"), 0.0, 0
+    while passes < 10 or total < 1.0:
+        t = time.perf_counter()
+        ids = enc.encode_ordinary(text)
+        dt = time.perf_counter() - t
+        best = min(best, dt)
+        total += dt
+        passes += 1
+    return best, len(ids)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=os.environ.get(
+        "SF_TEST_DATA", os.path.join(here, "..", "..", "shared", "data")))
+    ap.add_argument("--bench", default=os.path.join(here, "..", "build", "bench",
+                                                    "bench_tokenizer"))
+    args = ap.parse_args()
+
+    out = subprocess.run([args.bench, args.data], check=True, capture_output=True,
+                         text=True).stdout
+    ours = {}
+    for line in out.splitlines():
+        m = re.match(r"(\S+)\s+(\S+)\s+([\d.]+) MB/s", line)
+        if m:
+            ours[(m.group(1), m.group(2))] = float(m.group(3))
+
+    print("tiktoken %s, Python %s" % (tiktoken.__version__, sys.version.split()[0]))
+    print("%-12s %-16s %12s %12s %7s" % ("encoding", "file", "tiktoken", "shmfeed", "ratio"))
+    for name in ENCODINGS:
+        enc = load(args.data, name)
+        for path, label in FILES:
+            with open(os.path.join(args.data, path), encoding="utf-8") as f:
+                text = f.read()
+            size = len(text.encode("utf-8"))
+            best, _ = time_tiktoken(enc, text)
+            theirs = size / best / 1e6
+            mine = ours.get((name, label), float("nan"))
+            print("%-12s %-16s %7.1f MB/s %7.1f MB/s %6.1fx" % (name, label, theirs, mine,
+                                                               mine / theirs))
+
+
+if __name__ == "__main__":
+    main()
