@@ -152,7 +152,10 @@ class Loader:
                 raise ValueError("shmfeed.Loader: a GPU device needs torch")
             self.device = "cpu"
             return N.SF_DEVICE_NONE
-        d = t.device(device)
+        try:
+            d = t.device(device)
+        except RuntimeError as exc:
+            raise ValueError(f"shmfeed.Loader: unsupported device {device!r}") from exc
         if d.type == "cpu":
             self.device = d
             return N.SF_DEVICE_NONE

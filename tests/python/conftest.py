@@ -1,0 +1,121 @@
+"""Shared fixtures of the Python tests: the feed fixture program (a job served by
+deterministic synthetic producers, see tests/unit/consumer/feed.h), a reference of its
+content computed independently here, and a helper that starts rank processes the way
+torchrun does."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURE = os.environ.get("SHMFEED_FIXTURE")
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+ODD = np.uint64(0xD1B54A32D192ED03)
+DOC_MOD = 61
+
+if not FIXTURE or not os.environ.get("SHMFEED_LIB"):
+    pytest.skip("SHMFEED_FIXTURE and SHMFEED_LIB are set by `meson test`", allow_module_level=True)
+
+_counter = [0]
+
+
+def unique_job(tag):
+    _counter[0] += 1
+    return f"py-{tag}-{os.getpid()}-{_counter[0]}"
+
+
+def mix(z):
+    z = z ^ (z >> np.uint64(30))
+    z = z * np.uint64(0xBF58476D1CE4E5B9)
+    z = z ^ (z >> np.uint64(27))
+    z = z * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def reference_tokens(global_rank, step, B, T, world_size, seed=1337, vocab=50257,
+                     dtype=np.uint16):
+    """What global rank `global_rank` must receive at `step`: [B, T+1] tokens."""
+    k = (np.uint64(step * B * world_size + global_rank * B) +
+         np.arange(B, dtype=np.uint64))[:, None]
+    j = np.arange(T + 1, dtype=np.uint64)[None, :]
+    with np.errstate(over="ignore"):
+        h = mix(np.uint64(seed) + k * GOLDEN + j * ODD)
+    return (h % np.uint64(vocab)).astype(dtype)
+
+
+def reference_doc_starts(tokens, D):
+    out = np.full((tokens.shape[0], D), 0xFFFFFFFF, dtype=np.uint32)
+    for b, row in enumerate(tokens):
+        pos = np.nonzero(row.astype(np.int64) % DOC_MOD == 0)[0][:D]
+        out[b, :len(pos)] = pos
+    return out
+
+
+class Feed:
+    """A job served by feed_fixture until the context exits."""
+
+    def __init__(self, tag, ranks=1, world_size=None, rank_base=0, batch=4, seq_len=64,
+                 slots=4, producers=2, extra=()):
+        self.job = unique_job(tag)
+        self.batch, self.seq_len = batch, seq_len
+        self.world_size = world_size or ranks
+        args = [FIXTURE, "--job", self.job, "--ranks", str(ranks),
+                "--world-size", str(self.world_size), "--rank-base", str(rank_base),
+                "--batch", str(batch), "--seq-len", str(seq_len), "--slots", str(slots),
+                "--producers", str(producers), "--lifetime", "120", *extra]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().split()
+        if not line or line[0] != "ready":
+            self.proc.kill()
+            raise RuntimeError(f"feed_fixture did not start: {args}")
+        self.config_digest = int(line[2], 16)
+
+    def expected(self, global_rank, step, **kw):
+        return reference_tokens(global_rank, step, self.batch, self.seq_len, self.world_size,
+                                **kw)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        assert not os.path.exists(f"/dev/shm/shmfeed.{self.job}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def rank_env(job, rank, local_rank, world_size, local_world_size, port=None):
+    """The environment torchrun gives a rank (plus the job name shmfeed run sets)."""
+    env = dict(os.environ)
+    env.update({"SHMFEED_JOB": job, "RANK": str(rank), "LOCAL_RANK": str(local_rank),
+                "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(local_world_size),
+                "GROUP_RANK": str(rank // local_world_size)})
+    if port is not None:
+        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    return env
+
+
+def spawn_worker(env, *args):
+    return subprocess.Popen([sys.executable, os.path.join(HERE, "rank_worker.py"), *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc, timeout=60):
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"worker failed ({proc.returncode}): {err}"
+    return json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
