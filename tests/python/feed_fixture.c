@@ -20,7 +20,7 @@
 #include "common/log.h"
 #include "tests/unit/consumer/feed.h"
 
-#define FIELD(s, f) "\"" #s "." #f "\": [%zu, %zu]"
+#define FIELD(s, f)	 "\"" #s "." #f "\": [%zu, %zu]"
 #define FIELD_ARGS(s, f) offsetof(struct s, f), sizeof(((struct s *)0)->f)
 
 static void print_abi(void)
@@ -89,16 +89,24 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{"job", required_argument, 0, 'j'},	    {"ranks", required_argument, 0, 'r'},
-		{"world-size", required_argument, 0, 'w'},  {"rank-base", required_argument, 0, 'b'},
-		{"batch", required_argument, 0, 'B'},	    {"seq-len", required_argument, 0, 'T'},
-		{"slots", required_argument, 0, 'K'},	    {"producers", required_argument, 0, 'P'},
-		{"dtype", required_argument, 0, 'd'},	    {"doc-starts", required_argument, 0, 'D'},
-		{"vocab", required_argument, 0, 'v'},	    {"seed", required_argument, 0, 's'},
-		{"steps", required_argument, 0, 'n'},	    {"tokens", required_argument, 0, 'f'},
-		{"no-checksum", no_argument, 0, 'c'},	    {"lifetime", required_argument, 0, 'l'},
-		{"abi", no_argument, 0, 'a'},		    {0, 0, 0, 0}};
+	static const struct option longopts[] = {{"job", required_argument, 0, 'j'},
+						 {"ranks", required_argument, 0, 'r'},
+						 {"world-size", required_argument, 0, 'w'},
+						 {"rank-base", required_argument, 0, 'b'},
+						 {"batch", required_argument, 0, 'B'},
+						 {"seq-len", required_argument, 0, 'T'},
+						 {"slots", required_argument, 0, 'K'},
+						 {"producers", required_argument, 0, 'P'},
+						 {"dtype", required_argument, 0, 'd'},
+						 {"doc-starts", required_argument, 0, 'D'},
+						 {"vocab", required_argument, 0, 'v'},
+						 {"seed", required_argument, 0, 's'},
+						 {"steps", required_argument, 0, 'n'},
+						 {"tokens", required_argument, 0, 'f'},
+						 {"no-checksum", no_argument, 0, 'c'},
+						 {"lifetime", required_argument, 0, 'l'},
+						 {"abi", no_argument, 0, 'a'},
+						 {0, 0, 0, 0}};
 	struct feed_options o = {.ranks = 1,
 				 .batch = 4,
 				 .seq_len = 64,
@@ -116,24 +124,60 @@ int main(int argc, char **argv)
 	sf__log_set_who("feed_fixture");
 	while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (opt) {
-		case 'j': o.job = optarg; break;
-		case 'r': o.ranks = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'w': o.world_size = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'b': o.rank_base = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'B': o.batch = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'T': o.seq_len = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'K': o.slots_per_rank = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'P': o.producers = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'd': o.token_bytes = strcmp(optarg, "i32") ? 2 : 4; break;
-		case 'D': o.doc_starts_per_seq = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'v': o.vocab = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 's': o.seed = strtoull(optarg, NULL, 0); break;
-		case 'n': o.steps = strtoull(optarg, NULL, 0); break;
-		case 'f': o.token_file = optarg; break;
-		case 'c': o.checksum = 0; break;
-		case 'l': lifetime = (unsigned)strtoul(optarg, NULL, 0); break;
-		case 'a': print_abi(); return 0;
-		default: usage(); return 2;
+		case 'j':
+			o.job = optarg;
+			break;
+		case 'r':
+			o.ranks = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'w':
+			o.world_size = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'b':
+			o.rank_base = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'B':
+			o.batch = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'T':
+			o.seq_len = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'K':
+			o.slots_per_rank = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'P':
+			o.producers = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'd':
+			o.token_bytes = strcmp(optarg, "i32") ? 2 : 4;
+			break;
+		case 'D':
+			o.doc_starts_per_seq = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'v':
+			o.vocab = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 's':
+			o.seed = strtoull(optarg, NULL, 0);
+			break;
+		case 'n':
+			o.steps = strtoull(optarg, NULL, 0);
+			break;
+		case 'f':
+			o.token_file = optarg;
+			break;
+		case 'c':
+			o.checksum = 0;
+			break;
+		case 'l':
+			lifetime = (unsigned)strtoul(optarg, NULL, 0);
+			break;
+		case 'a':
+			print_abi();
+			return 0;
+		default:
+			usage();
+			return 2;
 		}
 	}
 	if (!o.job) {
