@@ -7,5 +7,7 @@
 
 int sf__cmd_inspect(int argc, char **argv);
 int sf__cmd_check(int argc, char **argv);
+int sf__cmd_encode(int argc, char **argv);
+int sf__cmd_decode(int argc, char **argv);
 
 #endif

@@ -16,6 +16,8 @@ struct command {
 static const struct command commands[] = {
 	{"inspect", sf__cmd_inspect, "inspect JOB [--json]      arena header, participants, slots"},
 	{"check", sf__cmd_check, "check CONFIG [--set K=V]  validate a job file, print it resolved"},
+	{"encode", sf__cmd_encode, "encode -e ENCODING         text on stdin to uint32 ids on stdout"},
+	{"decode", sf__cmd_decode, "decode -e ENCODING         uint32 ids on stdin to text on stdout"},
 };
 
 static void usage(FILE *f)
