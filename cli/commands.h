@@ -7,6 +7,9 @@
 
 int sf__cmd_inspect(int argc, char **argv);
 int sf__cmd_check(int argc, char **argv);
+int sf__cmd_run(int argc, char **argv);
+int sf__cmd_status(int argc, char **argv);
+int sf__cmd_top(int argc, char **argv);
 int sf__cmd_encode(int argc, char **argv);
 int sf__cmd_decode(int argc, char **argv);
 

@@ -18,6 +18,8 @@ static const struct command commands[] = {
 	{"check", sf__cmd_check, "check CONFIG [--set K=V]  validate a job file, print it resolved"},
 	{"encode", sf__cmd_encode, "encode -e ENCODING         text on stdin to uint32 ids on stdout"},
 	{"decode", sf__cmd_decode, "decode -e ENCODING         uint32 ids on stdin to text on stdout"},
+	{"status", sf__cmd_status, "status [JOB] [--json]     a running job: rates, slots, producers"},
+	{"top", sf__cmd_top, "top [JOB] [--count N]     the same, refreshed every stats interval"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,300 @@
+/*
+ * `shmfeed status [JOB] [--json]` and `shmfeed top [JOB] [--count N]`: what a running
+ * job is doing, from its supervisor. status asks once over the control socket (status
+ * and stats requests); top subscribes to the stats the supervisor publishes every
+ * interval and redraws in place like top(1), costing the job one message per interval
+ * and nothing on its data path. JOB may be left out when only one job runs.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "shmfeed/shmfeed.h"
+#include "cli/commands.h"
+#include "common/control.h"
+#include "common/log.h"
+#include "launcher/launcher.h"
+
+#define CALL_TIMEOUT_MS 3000
+
+struct doc {
+	const char *buf;
+	struct sf_json_token tok[SF_JSON_MAX_TOKENS];
+	int n;
+};
+
+static uint64_t u64_of(const struct doc *d, int obj, const char *key)
+{
+	uint64_t v = 0;
+
+	sf__json_u64(d->buf, d->tok, sf__json_get(d->buf, d->tok, obj, key), &v);
+	return v;
+}
+
+static double dbl_of(const struct doc *d, int obj, const char *key)
+{
+	return sf__json_double(d->buf, d->tok, sf__json_get(d->buf, d->tok, obj, key));
+}
+
+static void str_of(const struct doc *d, int obj, const char *key, char *out, size_t len)
+{
+	if (sf__json_string(d->buf, d->tok, sf__json_get(d->buf, d->tok, obj, key), out, len) < 0)
+		snprintf(out, len, "?");
+}
+
+static int parse_reply(struct doc *d, const char *buf, struct sf_err *e)
+{
+	int ok;
+
+	d->buf = buf;
+	d->n = sf__json_parse(buf, strlen(buf), d->tok, SF_JSON_MAX_TOKENS, e);
+	if (d->n < 0)
+		return d->n;
+	if (d->tok[0].type != SF_JSON_OBJECT)
+		return sf__err(e, SF_E_PROTOCOL, "reply is not a JSON object");
+	ok = sf__json_get(buf, d->tok, 0, "ok");
+	if (ok < 0 || d->tok[ok].type != SF_JSON_TRUE) {
+		char msg[400];
+
+		str_of(d, 0, "error", msg, sizeof(msg));
+		return sf__err(e, SF_E_PROTOCOL, "the job answered: %s", msg);
+	}
+	return 0;
+}
+
+static void rate(double v, char *buf, size_t len)
+{
+	if (v >= 1e9)
+		snprintf(buf, len, "%.2f G", v / 1e9);
+	else if (v >= 1e6)
+		snprintf(buf, len, "%.2f M", v / 1e6);
+	else if (v >= 1e3)
+		snprintf(buf, len, "%.2f k", v / 1e3);
+	else
+		snprintf(buf, len, "%.1f ", v);
+}
+
+static void duration(uint64_t ns, char *buf, size_t len)
+{
+	if (ns >= 1000000000ull)
+		snprintf(buf, len, "%.2f s", (double)ns / 1e9);
+	else if (ns >= 1000000ull)
+		snprintf(buf, len, "%.2f ms", (double)ns / 1e6);
+	else if (ns >= 1000ull)
+		snprintf(buf, len, "%.1f us", (double)ns / 1e3);
+	else
+		snprintf(buf, len, "%llu ns", (unsigned long long)ns);
+}
+
+/* The human form of a stats object (and, when given, the status object). */
+static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
+{
+	char job[80], state[16], tps[32], bps[32], p50[32], p99[32];
+	int ranks, prods;
+
+	str_of(sd, 0, "job", job, sizeof(job));
+	str_of(sd, 0, "state", state, sizeof(state));
+	fprintf(f, "job %s: %s, up %.1f s", job, state, dbl_of(sd, 0, "uptime_s"));
+	if (st)
+		fprintf(f,
+			"; pid %llu, %llu rank%s x %llu slots, B=%llu T=%llu, world %llu from "
+			"rank %llu, %llu/%llu producers alive",
+			(unsigned long long)u64_of(st, 0, "pid"),
+			(unsigned long long)u64_of(st, 0, "ranks"),
+			u64_of(st, 0, "ranks") == 1 ? "" : "s",
+			(unsigned long long)u64_of(st, 0, "slots_per_rank"),
+			(unsigned long long)u64_of(st, 0, "batch"),
+			(unsigned long long)u64_of(st, 0, "seq_len"),
+			(unsigned long long)u64_of(st, 0, "world_size"),
+			(unsigned long long)u64_of(st, 0, "rank_base"),
+			(unsigned long long)u64_of(st, 0, "producers_alive"),
+			(unsigned long long)u64_of(st, 0, "producers"));
+	fprintf(f, "\n");
+	rate(dbl_of(sd, 0, "tokens_per_s"), tps, sizeof(tps));
+	rate(dbl_of(sd, 0, "batches_per_s"), bps, sizeof(bps));
+	fprintf(f, "throughput   %stok/s, %sbatches/s; delivered %llu batches, %llu tokens\n", tps,
+		bps, (unsigned long long)u64_of(sd, 0, "batches"),
+		(unsigned long long)u64_of(sd, 0, "tokens"));
+	if (u64_of(sd, 0, "wait_samples")) {
+		duration(u64_of(sd, 0, "wait_p50_ns"), p50, sizeof(p50));
+		duration(u64_of(sd, 0, "wait_p99_ns"), p99, sizeof(p99));
+		fprintf(f, "consumer wait p50 %s, p99 %s (%llu batches)\n", p50, p99,
+			(unsigned long long)u64_of(sd, 0, "wait_samples"));
+	} else {
+		fprintf(f, "consumer wait n/a (no consumer has reported a wait)\n");
+	}
+	fprintf(f, "restarts %llu, repairs %llu, skipped records %llu\n",
+		(unsigned long long)u64_of(sd, 0, "restarts"),
+		(unsigned long long)u64_of(sd, 0, "repairs"),
+		(unsigned long long)u64_of(sd, 0, "skipped"));
+	ranks = sf__json_get(sd->buf, sd->tok, 0, "ranks");
+	fprintf(f, "\n rank  free filling ready claimed   next step  consumer\n");
+	for (uint32_t i = 0; ranks >= 0 && i < sd->tok[ranks].size; i++) {
+		int r = sf__json_at(sd->tok, ranks, i);
+		long long pid = (long long)u64_of(sd, r, "consumer_pid");
+
+		fprintf(f, "%5llu %5llu %7llu %5llu %7llu %11llu  ",
+			(unsigned long long)u64_of(sd, r, "rank"),
+			(unsigned long long)u64_of(sd, r, "free"),
+			(unsigned long long)u64_of(sd, r, "filling"),
+			(unsigned long long)u64_of(sd, r, "ready"),
+			(unsigned long long)u64_of(sd, r, "claimed"),
+			(unsigned long long)u64_of(sd, r, "next_step"));
+		if (pid > 0)
+			fprintf(f, "pid %lld\n", pid);
+		else
+			fprintf(f, "-\n");
+	}
+	prods = sf__json_get(sd->buf, sd->tok, 0, "producers");
+	fprintf(f, "\n producer      pid  incarnation     batches   util\n");
+	for (uint32_t i = 0; prods >= 0 && i < sd->tok[prods].size; i++) {
+		int p = sf__json_at(sd->tok, prods, i);
+
+		fprintf(f, "%9llu %8llu %12llu %11llu %5.1f%%\n",
+			(unsigned long long)u64_of(sd, p, "index"),
+			(unsigned long long)u64_of(sd, p, "pid"),
+			(unsigned long long)u64_of(sd, p, "incarnation"),
+			(unsigned long long)u64_of(sd, p, "batches"),
+			100.0 * dbl_of(sd, p, "utilization"));
+	}
+}
+
+static int call(const struct sf_job_info *info, const char *op, char *reply, size_t len,
+		struct sf_err *e)
+{
+	char req[128];
+
+	snprintf(req, sizeof(req), "{\"v\":%u,\"op\":\"%s\"}", SF_CTL_VERSION, op);
+	return sf__ctl_call(info, req, CALL_TIMEOUT_MS, reply, len, e);
+}
+
+int sf__cmd_status(int argc, char **argv)
+{
+	static char status_buf[SF_CTL_MAX_REPLY], stats_buf[SF_CTL_MAX_REPLY];
+	static struct doc st, sd;
+	const char *job = NULL;
+	struct sf_job_info info;
+	struct sf_err e = {0};
+	int json = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			json = 1;
+		else if (argv[i][0] != '-' && !job)
+			job = argv[i];
+		else {
+			fprintf(stderr, "usage: shmfeed status [JOB] [--json]\n");
+			return 2;
+		}
+	}
+	if (sf__job_info_read(job, &info, &e) < 0 ||
+	    call(&info, "status", status_buf, sizeof(status_buf), &e) < 0 ||
+	    call(&info, "stats", stats_buf, sizeof(stats_buf), &e) < 0 ||
+	    parse_reply(&st, status_buf, &e) < 0 || parse_reply(&sd, stats_buf, &e) < 0) {
+		sf__log_error("%s", e.msg);
+		return 1;
+	}
+	if (json)
+		printf("{\"status\":%s,\"stats\":%s}\n", status_buf, stats_buf);
+	else
+		print_stats(stdout, &st, &sd);
+	return 0;
+}
+
+static volatile sig_atomic_t top_interrupted;
+
+static void on_interrupt(int sig)
+{
+	(void)sig;
+	top_interrupted = 1;
+}
+
+int sf__cmd_top(int argc, char **argv)
+{
+	static char status_buf[SF_CTL_MAX_REPLY], msg[SF_CTL_MAX_REPLY];
+	static struct doc st, sd;
+	const char *job = NULL;
+	struct sf_job_info info;
+	struct sf_err e = {0};
+	long count = -1, shown = 0;
+	int tty = isatty(STDOUT_FILENO), one = 1, timeout = 500, r = 0;
+	void *ctx, *sub;
+	uint32_t silent_ms = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--count") && i + 1 < argc)
+			count = strtol(argv[++i], NULL, 10);
+		else if (argv[i][0] != '-' && !job)
+			job = argv[i];
+		else {
+			fprintf(stderr, "usage: shmfeed top [JOB] [--count N]\n");
+			return 2;
+		}
+	}
+	if (sf__job_info_read(job, &info, &e) < 0 ||
+	    call(&info, "status", status_buf, sizeof(status_buf), &e) < 0 ||
+	    parse_reply(&st, status_buf, &e) < 0) {
+		sf__log_error("%s", e.msg);
+		return 1;
+	}
+	ctx = zmq_ctx_new();
+	sub = zmq_socket(ctx, ZMQ_SUB);
+	/* Only the latest stats matter to a display. */
+	zmq_setsockopt(sub, ZMQ_CONFLATE, &one, sizeof(one));
+	zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
+	zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+	zmq_setsockopt(sub, ZMQ_LINGER, &(int){0}, sizeof(int));
+	if (info.curve_server_public[0]) {
+		char pub[41], sec[41];
+
+		zmq_curve_keypair(pub, sec);
+		zmq_setsockopt(sub, ZMQ_CURVE_SERVERKEY, info.curve_server_public, 41);
+		zmq_setsockopt(sub, ZMQ_CURVE_PUBLICKEY, pub, 41);
+		zmq_setsockopt(sub, ZMQ_CURVE_SECRETKEY, sec, 41);
+	}
+	if (zmq_connect(sub, info.stats) < 0) {
+		sf__log_error("cannot connect to %s: %s", info.stats, zmq_strerror(errno));
+		r = 1;
+		goto out;
+	}
+	signal(SIGINT, on_interrupt);
+	signal(SIGTERM, on_interrupt);
+	while (!top_interrupted && (count < 0 || shown < count)) {
+		int n = zmq_recv(sub, msg, sizeof(msg) - 1, 0);
+
+		if (n < 0) {
+			silent_ms += (uint32_t)timeout;
+			/* The job ended if its supervisor is gone. */
+			if (kill(info.pid, 0) < 0 && errno == ESRCH) {
+				fprintf(stderr, "shmfeed: job %s ended\n", info.job);
+				break;
+			}
+			if (silent_ms >= 10000) {
+				sf__log_error("job %s published no stats for %u ms", info.job,
+					      silent_ms);
+				r = 1;
+				break;
+			}
+			continue;
+		}
+		silent_ms = 0;
+		msg[n < (int)sizeof(msg) ? n : (int)sizeof(msg) - 1] = 0;
+		if (parse_reply(&sd, msg, &e) < 0)
+			continue;
+		if (tty)
+			fputs("\033[H\033[2J", stdout);
+		else if (shown)
+			fputs("\n", stdout);
+		print_stats(stdout, &st, &sd);
+		fflush(stdout);
+		shown++;
+	}
+out:
+	zmq_close(sub);
+	zmq_ctx_term(ctx);
+	return r;
+}

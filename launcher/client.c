@@ -1,0 +1,73 @@
+/*
+ * The control client of `shmfeed status` and `shmfeed top`: one request and its reply
+ * over a DEALER socket connected to the job's ROUTER, bounded by a timeout so a wedged
+ * or vanished supervisor never hangs the caller. With a CURVE-protected tcp:// endpoint
+ * the client uses an ephemeral key pair and the server key from the discovery file.
+ */
+#include <errno.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/control.h"
+#include "launcher/launcher.h"
+
+int sf__ctl_call(const struct sf_job_info *info, const char *request, int timeout_ms, char *reply,
+		 size_t reply_len, struct sf_err *e)
+{
+	void *ctx = zmq_ctx_new(), *sock = NULL;
+	int linger = 0, r, n;
+
+	if (!ctx)
+		return sf__err(e, -errno, "zmq_ctx_new: %s", zmq_strerror(errno));
+	sock = zmq_socket(ctx, ZMQ_DEALER);
+	if (!sock) {
+		r = sf__err(e, -errno, "zmq_socket: %s", zmq_strerror(errno));
+		goto out;
+	}
+	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+	zmq_setsockopt(sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof(timeout_ms));
+	if (info->curve_server_public[0]) {
+		char pub[41], sec[41];
+
+		if (zmq_curve_keypair(pub, sec) < 0) {
+			r = sf__err(e, -errno, "zmq_curve_keypair: %s", zmq_strerror(errno));
+			goto out;
+		}
+		zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, info->curve_server_public, 41);
+		zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 41);
+		zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, sec, 41);
+	}
+	if (zmq_connect(sock, info->control) < 0) {
+		r = sf__err(e, -errno, "cannot connect to %s: %s", info->control,
+			    zmq_strerror(errno));
+		goto out;
+	}
+	if (zmq_send(sock, request, strlen(request), 0) < 0) {
+		r = sf__err(e, -errno, "cannot send to job '%s': %s", info->job,
+			    zmq_strerror(errno));
+		goto out;
+	}
+	n = zmq_recv(sock, reply, reply_len - 1, 0);
+	if (n < 0) {
+		r = errno == EAGAIN ? sf__err(e, SF_E_TIMEOUT,
+					      "job '%s' (pid %d) did not answer within %d ms",
+					      info->job, info->pid, timeout_ms)
+				    : sf__err(e, -errno, "receive from job '%s': %s", info->job,
+					      zmq_strerror(errno));
+		goto out;
+	}
+	if ((size_t)n >= reply_len) {
+		r = sf__err(e, SF_E_PROTOCOL, "reply of job '%s' larger than %zu bytes", info->job,
+			    reply_len);
+		goto out;
+	}
+	reply[n] = 0;
+	r = n;
+out:
+	if (sock)
+		zmq_close(sock);
+	zmq_ctx_term(ctx);
+	return r;
+}

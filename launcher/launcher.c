@@ -1,0 +1,909 @@
+/*
+ * The supervisor of `shmfeed run`. One thread, one loop: zmq_poll over the control
+ * ROUTER socket and a signalfd that carries SIGCHLD, SIGINT, SIGTERM and SIGHUP, with a
+ * timeout of at most SUPERVISE_TICK_MS. A producer's death therefore wakes the loop at
+ * once (SIGCHLD); it is reaped, its slots are repaired (the process is known dead, so
+ * the fence holds) and a replacement starts, unless that producer keeps dying, which
+ * stops the job with the reason. Dead consumers (ranks are not our children) are found
+ * by the tick and repaired the same way. Stats are sampled every stats interval and
+ * published on the PUB socket.
+ *
+ * Shutdown, whatever starts it (the command exits, a stop request, a signal, a failing
+ * producer): the job state becomes STOPPING, producers see it and return, stragglers are
+ * killed after a grace period, the arena, the sockets and the discovery file are
+ * removed, and the launcher exits with the command's status.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/arena.h"
+#include "common/control.h"
+#include "common/log.h"
+#include "common/proc.h"
+#include "common/slot.h"
+#include "launcher/launcher.h"
+
+#define SUPERVISE_TICK_MS 50   /* longest sleep of the loop: consumer checks, deadlines */
+#define PRODUCER_GRACE_MS 3000 /* producers get this long to return after STOPPING */
+#define HEALTHY_RUN_NS	  (30ull * 1000000000ull) /* a producer alive this long is healthy */
+
+struct producer {
+	pid_t pid;	 /* 0: not running */
+	int errfd;	 /* read end of the pipe its last error arrives on */
+	uint32_t deaths; /* deaths since it last ran healthy */
+	uint64_t started_ns;
+	int finished; /* returned 0: it will not be restarted */
+};
+
+struct supervisor {
+	const struct sf_launch *l;
+	const struct sf_config *cfg;
+	void *ds;
+	struct sf_arena *a;
+	struct sf_geometry geo;
+	struct sf_job_paths paths;
+	char ctl_ep[400], pub_ep[400];
+	void *zctx, *router, *pub;
+	int sfd;
+	sigset_t old_mask;
+	pid_t self;
+
+	pid_t cmd_pid;
+	int cmd_status; /* exit status to return */
+	int cmd_done;
+
+	struct producer prod[SF_MAX_PRODUCERS];
+	uint32_t n_prod;
+	int paused;
+
+	int stopping;
+	int failed; /* the job stopped for a reason of its own */
+	char reason[512];
+	uint64_t cmd_kill_at, prod_kill_at;
+	uint32_t term_count;
+
+	uint64_t started_ns;
+	uint64_t *start_steps;
+	uint64_t seek_batches; /* batches delivered before a seek moved a ring */
+	uint64_t next_tick_ns, progress_ticks;
+	struct sf_stats prev, cur;
+	int have_prev;
+	int32_t consumer_seen[SF_MAX_RANKS];
+};
+
+static uint64_t ms_ns(uint64_t ms)
+{
+	return ms * 1000000ull;
+}
+
+static int status_of(int wstatus)
+{
+	if (WIFEXITED(wstatus))
+		return WEXITSTATUS(wstatus);
+	if (WIFSIGNALED(wstatus))
+		return 128 + WTERMSIG(wstatus);
+	return 1;
+}
+
+static void describe_status(int wstatus, char *buf, size_t len)
+{
+	if (WIFEXITED(wstatus))
+		snprintf(buf, len, "exit status %d", WEXITSTATUS(wstatus));
+	else if (WIFSIGNALED(wstatus))
+		snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(wstatus),
+			 sigdescr_np(WTERMSIG(wstatus)) ? sigdescr_np(WTERMSIG(wstatus)) : "?");
+	else
+		snprintf(buf, len, "status 0x%x", wstatus);
+}
+
+/* In a forked child: die with the supervisor, and undo what the supervisor set up. */
+static void child_setup(struct supervisor *S, int deathsig)
+{
+	prctl(PR_SET_PDEATHSIG, deathsig);
+	/* The supervisor may have died between fork() and prctl(). */
+	if (getppid() != S->self)
+		_exit(127);
+	close(S->sfd);
+	signal(SIGPIPE, SIG_DFL);
+	sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
+}
+
+static int spawn_producer(struct supervisor *S, uint32_t i)
+{
+	struct producer *p = &S->prod[i];
+	int pfd[2];
+	pid_t pid;
+
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		int r = -errno;
+
+		close(pfd[0]);
+		close(pfd[1]);
+		return r;
+	}
+	if (pid == 0) {
+		struct sf_err e = {0};
+		char who[32];
+		int r;
+
+		close(pfd[0]);
+		child_setup(S, SIGKILL);
+		snprintf(who, sizeof(who), "producer %u", i);
+		sf__log_set_who(who);
+		r = S->l->ops->main(S->ds, S->a, i, &e);
+		if (r < 0) {
+			const char *msg = e.msg[0] ? e.msg : sf_strerror(r);
+
+			sf__log_error("%s", msg);
+			/* The supervisor quotes it if this producer keeps failing. */
+			if (write(pfd[1], msg, strlen(msg)) < 0)
+				_exit(1);
+			_exit(1);
+		}
+		_exit(0);
+	}
+	close(pfd[1]);
+	p->pid = pid;
+	p->errfd = pfd[0];
+	p->started_ns = sf__now_ns();
+	if (S->paused)
+		kill(pid, SIGSTOP);
+	return 0;
+}
+
+static void begin_stop(struct supervisor *S, int failed, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void begin_stop(struct supervisor *S, int failed, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (S->stopping)
+		return;
+	S->stopping = 1;
+	S->failed = failed;
+	va_start(ap, fmt);
+	vsnprintf(S->reason, sizeof(S->reason), fmt, ap);
+	va_end(ap);
+	if (S->cmd_pid > 0 && !S->cmd_done) {
+		/* Ask the command to finish first; producers keep serving it meanwhile. */
+		kill(S->cmd_pid, SIGTERM);
+		S->cmd_kill_at = sf__now_ns() + ms_ns(S->l->grace_ms);
+		return;
+	}
+	S->cmd_kill_at = 0;
+}
+
+/* Once the command is gone (or there is none), the producers stop. */
+static void stop_producers(struct supervisor *S)
+{
+	if (S->prod_kill_at)
+		return;
+	sf__arena_set_job_state(S->a, SF_JOB_STOPPING);
+	for (uint32_t i = 0; i < S->n_prod; i++)
+		if (S->prod[i].pid > 0 && S->paused)
+			kill(S->prod[i].pid, SIGCONT);
+	S->prod_kill_at = sf__now_ns() + ms_ns(PRODUCER_GRACE_MS);
+}
+
+static void producer_died(struct supervisor *S, uint32_t i, int wstatus)
+{
+	struct producer *p = &S->prod[i];
+	char how[96], msg[512] = "";
+	ssize_t n;
+	int repaired;
+
+	n = read(p->errfd, msg, sizeof(msg) - 1);
+	msg[n > 0 ? n : 0] = 0;
+	close(p->errfd);
+	p->errfd = -1;
+	p->pid = 0;
+	repaired = sf__arena_repair(S->a, i);
+	if (S->stopping || (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)) {
+		p->finished = 1;
+		return;
+	}
+	describe_status(wstatus, how, sizeof(how));
+	if (sf__now_ns() - p->started_ns > HEALTHY_RUN_NS)
+		p->deaths = 0;
+	p->deaths++;
+	sf__log_error("producer %u died (%s)%s%s; %d slot%s repaired", i, how, msg[0] ? ": " : "",
+		      msg, repaired > 0 ? repaired : 0, repaired == 1 ? "" : "s");
+	if (p->deaths > S->cfg->max_restarts) {
+		begin_stop(S, 1,
+			   "producer %u died %u times in a row (last: %s%s%s); stopping the job", i,
+			   p->deaths, how, msg[0] ? ": " : "", msg);
+		sf__log_error("%s", S->reason);
+		return;
+	}
+	atomic_fetch_add_explicit(&S->a->hdr->producer_restarts, 1, memory_order_relaxed);
+	if (spawn_producer(S, i) < 0) {
+		begin_stop(S, 1, "cannot restart producer %u: %s", i, strerror(errno));
+		sf__log_error("%s", S->reason);
+		return;
+	}
+	sf__log_info("producer %u restarted (restart %u of at most %u)", i, p->deaths,
+		     S->cfg->max_restarts);
+}
+
+static void reap(struct supervisor *S)
+{
+	int wstatus;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &wstatus, WNOHANG)) > 0) {
+		if (pid == S->cmd_pid) {
+			S->cmd_done = 1;
+			S->cmd_status = status_of(wstatus);
+			if (!S->stopping) {
+				char how[96];
+
+				describe_status(wstatus, how, sizeof(how));
+				begin_stop(S, 0, "the command finished (%s)", how);
+			}
+			continue;
+		}
+		for (uint32_t i = 0; i < S->n_prod; i++)
+			if (S->prod[i].pid == pid)
+				producer_died(S, i, wstatus);
+	}
+}
+
+static void handle_signals(struct supervisor *S)
+{
+	struct signalfd_siginfo si;
+
+	while (read(S->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		if (si.ssi_signo == SIGCHLD)
+			continue;
+		S->term_count++;
+		if (S->cmd_pid > 0 && !S->cmd_done) {
+			/* The command decides how to end; a second signal is not a request. */
+			kill(S->cmd_pid, S->term_count > 1 ? SIGKILL : (int)si.ssi_signo);
+			if (!S->stopping) {
+				S->stopping = 1;
+				snprintf(S->reason, sizeof(S->reason), "%s received",
+					 sigabbrev_np((int)si.ssi_signo));
+				S->cmd_kill_at = sf__now_ns() + ms_ns(S->l->grace_ms);
+			}
+		} else {
+			begin_stop(S, 0, "SIG%s received", sigabbrev_np((int)si.ssi_signo));
+		}
+	}
+	reap(S);
+}
+
+/* Ranks are not our children: a dead one is found here, and its slots repaired. */
+static void check_consumers(struct supervisor *S)
+{
+	for (uint32_t r = 0; r < S->geo.ranks; r++) {
+		struct sf_participant *p = &S->a->participants[S->geo.max_producers + r];
+		/* Acquire: pairs with the release store of pid at registration. */
+		int32_t pid = atomic_load_explicit(&p->pid, memory_order_acquire);
+		int repaired;
+
+		if (pid <= 0 || sf__proc_alive(pid, p->starttime))
+			continue;
+		repaired = sf__arena_repair(S->a, S->geo.max_producers + r);
+		if (repaired >= 0 && S->consumer_seen[r] != pid)
+			sf__log_info("rank %u: consumer pid %d is gone; %d claimed slot%s back to "
+				     "READY",
+				     r, pid, repaired, repaired == 1 ? "" : "s");
+		S->consumer_seen[r] = pid;
+	}
+}
+
+static void sample(struct supervisor *S)
+{
+	sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps, S->started_ns,
+			 &S->cur);
+	S->cur.batches += S->seek_batches;
+	S->cur.tokens = S->cur.batches * S->geo.batch * (uint64_t)(S->geo.seq_tokens - 1);
+}
+
+static void human_rate(double v, char *buf, size_t len)
+{
+	if (v >= 1e9)
+		snprintf(buf, len, "%.2f G", v / 1e9);
+	else if (v >= 1e6)
+		snprintf(buf, len, "%.2f M", v / 1e6);
+	else if (v >= 1e3)
+		snprintf(buf, len, "%.2f k", v / 1e3);
+	else
+		snprintf(buf, len, "%.1f ", v);
+}
+
+static void human_ns(uint64_t ns, char *buf, size_t len)
+{
+	if (ns >= 1000000000ull)
+		snprintf(buf, len, "%.2f s", (double)ns / 1e9);
+	else if (ns >= 1000000ull)
+		snprintf(buf, len, "%.2f ms", (double)ns / 1e6);
+	else if (ns >= 1000ull)
+		snprintf(buf, len, "%.1f us", (double)ns / 1e3);
+	else
+		snprintf(buf, len, "%llu ns", (unsigned long long)ns);
+}
+
+static void tick(struct supervisor *S)
+{
+	char json[SF_CTL_MAX_REPLY];
+	int n;
+
+	sample(S);
+	n = sf__stats_json(&S->cur, S->cfg->job, json, sizeof(json));
+	if (n > 0)
+		zmq_send(S->pub, json, (size_t)n, ZMQ_DONTWAIT);
+	if (S->l->progress && S->have_prev) {
+		int tty = isatty(STDERR_FILENO);
+		char rate[32], p50[32];
+
+		S->progress_ticks++;
+		/* On a terminal the line is rewritten in place; in a log, one line every
+		 * ten intervals is enough. */
+		if (tty || S->progress_ticks % 10 == 0) {
+			char line[256];
+			int k;
+
+			human_rate(S->cur.tokens_per_s, rate, sizeof(rate));
+			human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
+			k = snprintf(line, sizeof(line),
+				     "%sshmfeed: %s: %llu batches, %stok/s, wait p50 %s, "
+				     "restarts %llu%s",
+				     tty ? "\r\033[K" : "", S->cfg->job,
+				     (unsigned long long)S->cur.batches, rate,
+				     S->cur.wait_samples ? p50 : "n/a",
+				     (unsigned long long)S->cur.restarts, tty ? "" : "\n");
+			/* A failed write to stderr leaves nowhere to report it. */
+			if (k > 0 && write(STDERR_FILENO, line, (size_t)k) < 0)
+				return;
+		}
+	}
+	S->prev = S->cur;
+	S->have_prev = 1;
+}
+
+static void summary(struct supervisor *S)
+{
+	double secs = (double)(sf__now_ns() - S->started_ns) / 1e9;
+	char rate[32], p50[32], p99[32];
+
+	sample(S);
+	if (isatty(STDERR_FILENO) && S->progress_ticks)
+		fputs("\r\033[K", stderr);
+	human_rate(secs > 0 ? (double)S->cur.tokens / secs : 0, rate, sizeof(rate));
+	human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
+	human_ns(S->cur.wait_p99_ns, p99, sizeof(p99));
+	sf__log_info("job %s: %llu batches, %llu tokens delivered in %.2f s (%stok/s)", S->cfg->job,
+		     (unsigned long long)S->cur.batches, (unsigned long long)S->cur.tokens, secs,
+		     rate);
+	if (S->cur.wait_samples)
+		sf__log_info("job %s: consumer wait p50 %s, p99 %s over %llu batches", S->cfg->job,
+			     p50, p99, (unsigned long long)S->cur.wait_samples);
+	else
+		sf__log_info("job %s: consumer wait: no samples (the consumers did not report)",
+			     S->cfg->job);
+	sf__log_info("job %s: producer restarts %llu, repairs %llu, records skipped %llu",
+		     S->cfg->job, (unsigned long long)S->cur.restarts,
+		     (unsigned long long)S->cur.repairs, (unsigned long long)S->cur.skipped);
+}
+
+/* Reply to `id` frame(s) with body; `delim` when the client sent an empty delimiter. */
+static void reply(struct supervisor *S, zmq_msg_t *id, int delim, const char *body, size_t len)
+{
+	zmq_send(S->router, zmq_msg_data(id), zmq_msg_size(id), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	if (delim)
+		zmq_send(S->router, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	zmq_send(S->router, body, len, ZMQ_DONTWAIT);
+}
+
+static int reply_error(char *buf, size_t len, const struct sf_ctl_request *req, int code,
+		       const char *msg)
+{
+	size_t n = 0;
+	int k;
+
+	k = snprintf(buf, len, "{\"v\":%u,", SF_CTL_VERSION);
+	n = (size_t)k;
+	if (req && req->has_id)
+		n += (size_t)snprintf(buf + n, len - n, "\"id\":%llu,",
+				      (unsigned long long)req->id);
+	n += (size_t)snprintf(buf + n, len - n, "\"ok\":false,\"code\":%d,\"error\":", code);
+	sf__json_escape(buf, len, &n, msg);
+	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "}");
+	return n < len ? (int)n : (int)len - 1;
+}
+
+static const char *job_state_name(uint32_t s)
+{
+	static const char *const names[] = {"init", "running", "paused", "stopping"};
+
+	return s < 4 ? names[s] : "unknown";
+}
+
+static int describe_job(struct supervisor *S, char *buf, size_t len)
+{
+	size_t n = 0;
+	uint32_t alive = 0;
+
+	for (uint32_t i = 0; i < S->n_prod; i++)
+		alive += S->prod[i].pid > 0;
+	n += (size_t)snprintf(buf, len, "{\"v\":%u,\"ok\":true,\"job\":", SF_CTL_VERSION);
+	sf__json_escape(buf, len, &n, S->cfg->job);
+	n += (size_t)snprintf(
+		buf + n, len - n,
+		",\"version\":\"%s\",\"pid\":%d,\"state\":\"%s\",\"uptime_s\":%.3f,"
+		"\"command_pid\":%d,\"producers\":%u,\"producers_alive\":%u,\"ranks\":%u,"
+		"\"world_size\":%u,\"rank_base\":%u,\"batch\":%u,\"seq_len\":%u,"
+		"\"slots_per_rank\":%u,\"token_bytes\":%u,\"config_digest\":\"%016llx\","
+		"\"stats\":",
+		sf_version(), (int)S->self,
+		job_state_name(atomic_load_explicit(&S->a->hdr->job_state, memory_order_acquire)),
+		(double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid, S->n_prod, alive,
+		S->geo.ranks, S->geo.world_size, S->geo.rank_base, S->geo.batch,
+		S->geo.seq_tokens - 1, S->geo.slots_per_rank, S->geo.token_bytes,
+		(unsigned long long)S->geo.config_digest);
+	sf__json_escape(buf, len, &n, S->pub_ep);
+	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "}");
+	return n < len ? (int)n : -ENOSPC;
+}
+
+static void set_paused(struct supervisor *S, int paused)
+{
+	S->paused = paused;
+	/* Stopped producers hold nothing a consumer needs beyond the slot they may be
+	 * filling, which they finish once continued. */
+	for (uint32_t i = 0; i < S->n_prod; i++)
+		if (S->prod[i].pid > 0)
+			kill(S->prod[i].pid, paused ? SIGSTOP : SIGCONT);
+	sf__arena_set_job_state(S->a, paused ? SF_JOB_PAUSED : SF_JOB_RUNNING);
+}
+
+/* Execute a validated request; the reply goes into buf. */
+static int execute(struct supervisor *S, const struct sf_ctl_request *req, char *buf, size_t len)
+{
+	char tmp[SF_CTL_MAX_REPLY];
+	int n;
+
+	switch (req->op) {
+	case SF_CTL_HELLO:
+	case SF_CTL_STATUS:
+		n = describe_job(S, tmp, sizeof(tmp));
+		break;
+	case SF_CTL_STATS: {
+		struct sf_stats s;
+
+		sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps,
+				 S->started_ns, &s);
+		s.batches += S->seek_batches;
+		s.tokens = s.batches * S->geo.batch * (uint64_t)(S->geo.seq_tokens - 1);
+		n = sf__stats_json(&s, S->cfg->job, tmp, sizeof(tmp));
+		break;
+	}
+	case SF_CTL_PAUSE:
+	case SF_CTL_RESUME:
+		if (S->stopping)
+			return reply_error(buf, len, req, SF_E_STOPPED, "the job is stopping");
+		if (S->paused != (req->op == SF_CTL_PAUSE)) {
+			set_paused(S, req->op == SF_CTL_PAUSE);
+			sf__log_info("%s", req->op == SF_CTL_PAUSE ? "paused" : "resumed");
+		}
+		n = describe_job(S, tmp, sizeof(tmp));
+		break;
+	case SF_CTL_SEEK: {
+		uint32_t me = S->geo.max_producers + req->rank;
+		uint64_t before;
+		int r;
+
+		if (S->stopping)
+			return reply_error(buf, len, req, SF_E_STOPPED, "the job is stopping");
+		if (S->paused)
+			return reply_error(buf, len, req, SF_E_STATE,
+					   "resume the job first: a paused producer may hold a "
+					   "slot the seek waits for");
+		if (req->rank >= S->geo.ranks)
+			return reply_error(buf, len, req, SF_E_RANGE,
+					   "rank is not a local rank of this job");
+		/* A live consumer tracks its own position; moving its ring under it
+		 * would desynchronize it. Seek positions a rank before it attaches. */
+		if (atomic_load_explicit(&S->a->participants[me].pid, memory_order_acquire) > 0 &&
+		    sf__arena_repair(S->a, me) == SF_E_BUSY)
+			return reply_error(buf, len, req, SF_E_BUSY,
+					   "a consumer is attached to this rank; seek it from "
+					   "the consumer (sf_consumer_seek)");
+		before = sf__ring_next_step(S->a, req->rank);
+		r = sf__ring_seek(S->a, me, req->rank, req->step);
+		if (r < 0)
+			return reply_error(buf, len, req, r, sf_strerror(r));
+		if (before >= S->start_steps[req->rank])
+			S->seek_batches += before - S->start_steps[req->rank];
+		S->start_steps[req->rank] = req->step;
+		sf__log_info("rank %u repositioned to step %llu", req->rank,
+			     (unsigned long long)req->step);
+		n = describe_job(S, tmp, sizeof(tmp));
+		break;
+	}
+	case SF_CTL_STOP:
+		begin_stop(S, 0, "stop requested over the control socket");
+		sf__log_info("%s", S->reason);
+		n = describe_job(S, tmp, sizeof(tmp));
+		break;
+	default:
+		return reply_error(buf, len, req, SF_E_PROTOCOL, "unknown op");
+	}
+	if (n < 0)
+		return reply_error(buf, len, req, n, "reply too large");
+	if (!req->has_id) {
+		memcpy(buf, tmp, (size_t)n + 1 < len ? (size_t)n + 1 : len);
+		return (size_t)n < len ? n : (int)len - 1;
+	}
+	/* Echo the id as the reply's first member. */
+	return snprintf(buf, len, "{\"id\":%llu,%s", (unsigned long long)req->id, tmp + 1);
+}
+
+/* Serve every request waiting on the ROUTER socket. */
+static void serve(struct supervisor *S)
+{
+	for (;;) {
+		char out[SF_CTL_MAX_REPLY];
+		zmq_msg_t id, part;
+		int delim = 0, frames = 1, n, more;
+		struct sf_ctl_request req;
+		struct sf_err e = {0};
+		const char *body = NULL;
+		size_t body_len = 0;
+
+		zmq_msg_init(&id);
+		if (zmq_msg_recv(&id, S->router, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&id);
+			return;
+		}
+		/* Frames after the identity: an optional empty delimiter (REQ clients),
+		 * then exactly one body. Anything else is malformed, and drained. */
+		zmq_msg_init(&part);
+		more = zmq_msg_more(&id);
+		while (more) {
+			zmq_msg_close(&part);
+			zmq_msg_init(&part);
+			if (zmq_msg_recv(&part, S->router, 0) < 0)
+				break;
+			frames++;
+			more = zmq_msg_more(&part);
+			if (frames == 2 && more && zmq_msg_size(&part) == 0)
+				delim = 1;
+		}
+		if (frames == 2 + delim) {
+			body = zmq_msg_data(&part);
+			body_len = zmq_msg_size(&part);
+			n = sf__ctl_parse_request(body, body_len, &req, &e);
+			if (n < 0)
+				n = reply_error(out, sizeof(out), NULL, SF_E_PROTOCOL, e.msg);
+			else
+				n = execute(S, &req, out, sizeof(out));
+		} else {
+			n = reply_error(out, sizeof(out), NULL, SF_E_PROTOCOL,
+					"a request is one frame of JSON");
+		}
+		reply(S, &id, delim, out, (size_t)n);
+		zmq_msg_close(&part);
+		zmq_msg_close(&id);
+	}
+}
+
+static int write_info(struct supervisor *S, struct sf_err *e)
+{
+	char tmp[400], buf[2048];
+	size_t n = 0;
+	FILE *f;
+
+	n += (size_t)snprintf(buf, sizeof(buf), "{\"v\":%u,\"job\":", SF_CTL_VERSION);
+	sf__json_escape(buf, sizeof(buf), &n, S->cfg->job);
+	n += (size_t)snprintf(buf + n, sizeof(buf) - n, ",\"pid\":%d,\"control\":", (int)S->self);
+	sf__json_escape(buf, sizeof(buf), &n, S->ctl_ep);
+	n += (size_t)snprintf(buf + n, sizeof(buf) - n, ",\"stats\":");
+	sf__json_escape(buf, sizeof(buf), &n, S->pub_ep);
+	n += (size_t)snprintf(buf + n, sizeof(buf) - n, ",\"curve_server_public\":");
+	if (S->cfg->curve_server_public)
+		sf__json_escape(buf, sizeof(buf), &n, S->cfg->curve_server_public);
+	else
+		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "null");
+	n += (size_t)snprintf(buf + n, sizeof(buf) - n, "}\n");
+	snprintf(tmp, sizeof(tmp), "%s.tmp", S->paths.info_path);
+	f = fopen(tmp, "w");
+	if (!f)
+		return sf__err(e, -errno, "cannot write %s: %s", tmp, strerror(errno));
+	fwrite(buf, 1, n, f);
+	if (fclose(f) != 0 || rename(tmp, S->paths.info_path) < 0) {
+		unlink(tmp);
+		return sf__err(e, -errno, "cannot write %s: %s", S->paths.info_path,
+			       strerror(errno));
+	}
+	return 0;
+}
+
+/* The PUB endpoint beside a configured control endpoint: the next port, or PATH.pub. */
+static void pub_endpoint_for(const char *ctl, char *buf, size_t len)
+{
+	if (!strncmp(ctl, "tcp://", 6)) {
+		const char *colon = strrchr(ctl, ':');
+
+		snprintf(buf, len, "%.*s:%ld", (int)(colon - ctl), ctl,
+			 strtol(colon + 1, NULL, 10) + 1);
+	} else {
+		snprintf(buf, len, "%s.pub", ctl);
+	}
+}
+
+static int open_sockets(struct supervisor *S, struct sf_err *e)
+{
+	const struct sf_config *cfg = S->cfg;
+	int linger = 0, sndhwm = 4, one = 1;
+	int32_t maxmsg = (int32_t)SF_CTL_MAX_REQUEST + 64;
+
+	if (cfg->endpoint) {
+		snprintf(S->ctl_ep, sizeof(S->ctl_ep), "%s", cfg->endpoint);
+		pub_endpoint_for(cfg->endpoint, S->pub_ep, sizeof(S->pub_ep));
+	} else {
+		snprintf(S->ctl_ep, sizeof(S->ctl_ep), "ipc://%s", S->paths.ctl_path);
+		snprintf(S->pub_ep, sizeof(S->pub_ep), "ipc://%s", S->paths.pub_path);
+	}
+	S->zctx = zmq_ctx_new();
+	if (!S->zctx)
+		return sf__err(e, -errno, "zmq_ctx_new: %s", zmq_strerror(errno));
+	S->router = zmq_socket(S->zctx, ZMQ_ROUTER);
+	S->pub = zmq_socket(S->zctx, ZMQ_PUB);
+	if (!S->router || !S->pub)
+		return sf__err(e, -errno, "zmq_socket: %s", zmq_strerror(errno));
+	zmq_setsockopt(S->router, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(S->pub, ZMQ_LINGER, &linger, sizeof(linger));
+	/* A peer sending more than a request's worth is disconnected by libzmq before the
+	 * message is ever assembled. */
+	zmq_setsockopt(S->router, ZMQ_MAXMSGSIZE, &(int64_t){maxmsg}, sizeof(int64_t));
+	zmq_setsockopt(S->pub, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm));
+	if (cfg->curve_server_secret) {
+		zmq_setsockopt(S->router, ZMQ_CURVE_SERVER, &one, sizeof(one));
+		zmq_setsockopt(S->router, ZMQ_CURVE_SECRETKEY, cfg->curve_server_secret, 41);
+		zmq_setsockopt(S->pub, ZMQ_CURVE_SERVER, &one, sizeof(one));
+		zmq_setsockopt(S->pub, ZMQ_CURVE_SECRETKEY, cfg->curve_server_secret, 41);
+	}
+	if (!cfg->endpoint) {
+		/* The arena is ours, so no live launcher of this job owns these. */
+		unlink(S->paths.ctl_path);
+		unlink(S->paths.pub_path);
+	}
+	if (zmq_bind(S->router, S->ctl_ep) < 0)
+		return sf__err(e, -errno, "cannot bind control socket %s: %s", S->ctl_ep,
+			       zmq_strerror(errno));
+	if (zmq_bind(S->pub, S->pub_ep) < 0)
+		return sf__err(e, -errno, "cannot bind stats socket %s: %s", S->pub_ep,
+			       zmq_strerror(errno));
+	return write_info(S, e);
+}
+
+static void close_sockets(struct supervisor *S)
+{
+	if (S->router)
+		zmq_close(S->router);
+	if (S->pub)
+		zmq_close(S->pub);
+	if (S->zctx)
+		zmq_ctx_term(S->zctx);
+	S->router = S->pub = S->zctx = NULL;
+	if (!S->cfg->endpoint) {
+		unlink(S->paths.ctl_path);
+		unlink(S->paths.pub_path);
+	} else if (!strncmp(S->ctl_ep, "ipc://", 6)) {
+		unlink(S->ctl_ep + 6);
+		unlink(S->pub_ep + 6);
+	}
+	unlink(S->paths.info_path);
+}
+
+static int spawn_command(struct supervisor *S, struct sf_err *e)
+{
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return sf__err(e, -errno, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		/* The command ends with its supervisor: nothing would feed it after. */
+		child_setup(S, SIGTERM);
+		setenv("SHMFEED_JOB", S->cfg->job, 1);
+		setenv("SHMFEED_CONTROL", S->ctl_ep, 1);
+		setenv("SHMFEED_STATS", S->pub_ep, 1);
+		if (S->cfg->path)
+			setenv("SHMFEED_CONFIG", S->cfg->path, 1);
+		execvp(S->l->command[0], S->l->command);
+		sf__log_error("cannot run %s: %s", S->l->command[0], strerror(errno));
+		_exit(127);
+	}
+	S->cmd_pid = pid;
+	return 0;
+}
+
+/* Wait for the end: the command and every producer gone, stragglers killed on time. */
+static int finished(struct supervisor *S)
+{
+	uint64_t now = sf__now_ns();
+	int producers_left = 0;
+
+	if (!S->stopping)
+		return 0;
+	if (S->cmd_pid > 0 && !S->cmd_done) {
+		if (S->cmd_kill_at && now >= S->cmd_kill_at) {
+			sf__log_error("the command did not exit within %u ms; killing it",
+				      S->l->grace_ms);
+			kill(S->cmd_pid, SIGKILL);
+			S->cmd_kill_at = 0;
+		}
+		return 0;
+	}
+	stop_producers(S);
+	for (uint32_t i = 0; i < S->n_prod; i++)
+		producers_left += S->prod[i].pid > 0;
+	if (producers_left && now >= S->prod_kill_at) {
+		for (uint32_t i = 0; i < S->n_prod; i++)
+			if (S->prod[i].pid > 0)
+				kill(S->prod[i].pid, SIGKILL);
+		S->prod_kill_at = UINT64_MAX;
+	}
+	return !producers_left;
+}
+
+static int supervise(struct supervisor *S)
+{
+	uint64_t interval = ms_ns(S->cfg->stats_interval_ms);
+
+	S->next_tick_ns = sf__now_ns() + interval;
+	while (!finished(S)) {
+		zmq_pollitem_t items[2] = {{S->router, 0, ZMQ_POLLIN, 0},
+					   {NULL, S->sfd, ZMQ_POLLIN, 0}};
+		uint64_t now = sf__now_ns();
+		long timeout = SUPERVISE_TICK_MS;
+
+		if (S->next_tick_ns > now && (S->next_tick_ns - now) / 1000000 < (uint64_t)timeout)
+			timeout = (long)((S->next_tick_ns - now) / 1000000);
+		if (S->next_tick_ns <= now)
+			timeout = 0;
+		if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR)
+			return -errno;
+		if (items[1].revents & ZMQ_POLLIN)
+			handle_signals(S);
+		if (items[0].revents & ZMQ_POLLIN)
+			serve(S);
+		check_consumers(S);
+		now = sf__now_ns();
+		if (now >= S->next_tick_ns) {
+			tick(S);
+			S->next_tick_ns = now + interval;
+		}
+	}
+	return 0;
+}
+
+int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *e)
+{
+	struct supervisor *S = calloc(1, sizeof(*S));
+	const struct sf_config *cfg = l->cfg;
+	struct sf_arena_options opt = {.hugepages = (int)cfg->hugepages};
+	char note[256] = "";
+	sigset_t mask;
+	int r, status = 0;
+
+	if (!S)
+		return sf__err(e, -ENOMEM, "out of memory");
+	S->l = l;
+	S->cfg = cfg;
+	S->sfd = -1;
+	S->self = getpid();
+	for (uint32_t i = 0; i < SF_MAX_PRODUCERS; i++)
+		S->prod[i].errfd = -1;
+	r = sf__job_paths(cfg->job, 1, &S->paths, e);
+	if (r < 0)
+		goto out_free;
+	r = l->ops->open(cfg, &S->ds, e);
+	if (r < 0)
+		goto out_free;
+	r = l->ops->geometry(S->ds, cfg, &S->geo, e);
+	if (r < 0)
+		goto out_close_ds;
+	S->start_steps = calloc(S->geo.ranks, sizeof(*S->start_steps));
+	if (!S->start_steps) {
+		r = sf__err(e, -ENOMEM, "out of memory");
+		goto out_close_ds;
+	}
+	r = sf__arena_create(cfg->job, &S->geo, &opt, &S->a, note, sizeof(note), e);
+	if (r < 0)
+		goto out_close_ds;
+	S->started_ns = sf__now_ns();
+	sf__log_info("job %s: arena /dev/shm%s, %llu bytes: %u rank%s x %u slots of %u x %u "
+		     "tokens; %s",
+		     cfg->job, S->a->shm_name, (unsigned long long)S->a->hdr->total_size,
+		     S->geo.ranks, S->geo.ranks == 1 ? "" : "s", S->geo.slots_per_rank,
+		     S->geo.batch, S->geo.seq_tokens, note);
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, &S->old_mask);
+	signal(SIGPIPE, SIG_IGN);
+	S->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (S->sfd < 0) {
+		r = sf__err(e, -errno, "signalfd: %s", strerror(errno));
+		goto out_arena;
+	}
+	/* Sockets before fork: a child inherits the context's descriptors but never uses
+	 * them, and the command sees a working endpoint from its first instruction. */
+	r = open_sockets(S, e);
+	if (r < 0)
+		goto out_sockets;
+	sf__arena_set_job_state(S->a, SF_JOB_RUNNING);
+	S->n_prod = S->geo.max_producers;
+	for (uint32_t i = 0; i < S->n_prod; i++) {
+		r = spawn_producer(S, i);
+		if (r < 0) {
+			sf__err(e, r, "cannot start producer %u: %s", i, strerror(-r));
+			begin_stop(S, 1, "%s", e->msg);
+			break;
+		}
+	}
+	for (uint32_t rk = 0; rk < S->geo.ranks; rk++)
+		S->start_steps[rk] = sf__ring_next_step(S->a, rk);
+	sf__log_info("job %s: %u producer%s started; control %s", cfg->job, S->n_prod,
+		     S->n_prod == 1 ? "" : "s", S->ctl_ep);
+	if (!S->stopping && l->command) {
+		r = spawn_command(S, e);
+		if (r < 0)
+			begin_stop(S, 1, "%s", e->msg);
+	}
+	r = supervise(S);
+	if (r < 0)
+		sf__err(e, r, "supervisor loop: %s", strerror(-r));
+	if (l->progress)
+		summary(S);
+	if (S->failed && r == 0)
+		r = sf__err(e, SF_E_SOURCE, "%s", S->reason);
+	status = S->cmd_pid > 0 ? S->cmd_status : 0;
+out_sockets:
+	close_sockets(S);
+	if (S->sfd >= 0)
+		close(S->sfd);
+	/* Anything still running at this point is killed and reaped before the arena
+	 * goes, so no process outlives its job's shared memory. */
+	for (uint32_t i = 0; i < S->n_prod; i++)
+		if (S->prod[i].pid > 0) {
+			kill(S->prod[i].pid, SIGKILL);
+			waitpid(S->prod[i].pid, NULL, 0);
+			close(S->prod[i].errfd);
+		}
+	sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
+out_arena:
+	sf__arena_destroy(S->a);
+out_close_ds:
+	l->ops->close(S->ds);
+	free(S->start_steps);
+out_free:
+	free(S);
+	if (r < 0)
+		return r;
+	*ret_status = status;
+	return 0;
+}

@@ -1,0 +1,151 @@
+/*
+ * The supervisor of a job (`shmfeed run`): it opens the dataset, creates the arena,
+ * forks the producers, serves the control sockets, runs the user's command and
+ * supervises until that command exits or the job is stopped, then tears everything
+ * down. The producer side is reached through struct sf_producer_ops, so tests can run
+ * the same supervisor over synthetic producers; `shmfeed run` passes the real ones.
+ *
+ * Also here: the per-user runtime directory that holds the control sockets and each
+ * job's discovery file, the job statistics sampled from the arena (for the control
+ * replies, the PUB stream, progress and the summary), and the control client that
+ * `shmfeed status` and `shmfeed top` use.
+ */
+#ifndef SF_LAUNCHER_LAUNCHER_H
+#define SF_LAUNCHER_LAUNCHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/arena.h"
+#include "common/config.h"
+#include "common/errors.h"
+
+/* How the supervisor reaches the producer side. `ds` is opaque to it. */
+struct sf_producer_ops {
+	/* Open the sources once, before fork: 0 and *ret_ds, or an error with detail. */
+	int (*open)(const struct sf_config *cfg, void **ret_ds, struct sf_err *e);
+	void (*close)(void *ds);
+	/* The arena geometry for the job. */
+	int (*geometry)(const void *ds, const struct sf_config *cfg, struct sf_geometry *ret_geo,
+			struct sf_err *e);
+	/* The body of producer `index`, in the forked child: 0 once the job stops. */
+	int (*main)(void *ds, struct sf_arena *a, uint32_t index, struct sf_err *e);
+};
+
+/* The real producers of producer/ (launcher/producer_ops.c). */
+extern const struct sf_producer_ops sf__real_producers;
+
+/* What `shmfeed run` was asked to do. */
+struct sf_launch {
+	const struct sf_config *cfg;
+	const struct sf_producer_ops *ops;
+	char *const *command; /* argv of the command to run, or NULL to serve until stopped */
+	int progress;	      /* print a progress line while running and a summary at the end */
+	uint32_t grace_ms;    /* after SIGTERM to the command, wait this long before SIGKILL */
+};
+
+/*
+ * sf__launcher_run - run a job to its end. Returns 0 with the process exit status the
+ * launcher should use in *ret_status (the command's status, 128+signal when it was
+ * killed, 0 when stopped without a command); or an error (detail in `e`) when the job
+ * could not start or stopped for a reason of its own (a producer that keeps dying).
+ */
+int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *e);
+
+/*
+ * sf__run_command - the `shmfeed run` command line (argv[0] is "run") over the producer
+ * side `ops`. Returns the process exit status.
+ */
+int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops);
+
+/*
+ * sf__runtime_dir - the private runtime directory: $XDG_RUNTIME_DIR/shmfeed, else
+ * /run/shmfeed for root, else /tmp/shmfeed-UID; $SHMFEED_RUNTIME_DIR overrides. With
+ * `create`, it is created mode 0700; in every case it must be a directory owned by the
+ * caller with no group or other access. Returns 0 and the path in buf.
+ */
+int sf__runtime_dir(char *buf, size_t len, int create, struct sf_err *e);
+
+/* Endpoints and discovery file of a job in the runtime directory. */
+struct sf_job_paths {
+	char dir[256];
+	char ctl_path[320];  /* JOB.ctl: the ipc socket of the ROUTER */
+	char pub_path[320];  /* JOB.pub: the ipc socket of the PUB */
+	char info_path[320]; /* JOB.json: endpoints, pid, CURVE public key */
+};
+
+int sf__job_paths(const char *job, int create, struct sf_job_paths *ret, struct sf_err *e);
+
+/* What a client needs to reach a job, read from its discovery file. */
+struct sf_job_info {
+	char job[SF_JOB_NAME_MAX];
+	char control[320];
+	char stats[320];
+	char curve_server_public[41]; /* empty without CURVE */
+	int32_t pid;
+};
+
+/*
+ * sf__job_info_read - read the discovery file of `job` (or, when job is NULL, of the
+ * only job running for this user). -ENOENT when there is none; SF_E_BUSY with the names
+ * when job is NULL and several run.
+ */
+int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e);
+
+/* Statistics of a job, sampled from its arena. */
+#define SF_STATS_MAX_RANKS     64u /* per-rank detail beyond this is summed */
+#define SF_STATS_MAX_PRODUCERS 64u
+
+struct sf_stats_rank {
+	uint32_t free, filling, ready, claimed;
+	uint64_t next_step;
+	uint64_t consumer_pid;
+};
+
+struct sf_stats_producer {
+	int32_t pid;
+	uint32_t incarnation;
+	uint64_t batches;
+	uint64_t busy_ns;
+	double utilization; /* busy fraction over the last interval */
+};
+
+struct sf_stats {
+	uint64_t t_ns; /* CLOCK_MONOTONIC of the sample */
+	uint64_t uptime_ns;
+	uint32_t state; /* SF_JOB_* */
+	uint32_t ranks, producers;
+	uint64_t batches;     /* batches released by consumers since the start */
+	uint64_t tokens;      /* B x T tokens of those batches */
+	uint64_t produced;    /* batches published by producers */
+	double batches_per_s; /* over the last interval */
+	double tokens_per_s;
+	uint64_t wait_samples;
+	uint64_t wait_p50_ns; /* consumer waits (upper bound of the log2 bucket) */
+	uint64_t wait_p99_ns;
+	uint64_t restarts;
+	uint64_t repairs;
+	uint64_t skipped;
+	struct sf_stats_rank rank[SF_STATS_MAX_RANKS];
+	struct sf_stats_producer producer[SF_STATS_MAX_PRODUCERS];
+};
+
+/*
+ * sf__stats_sample - sample the arena into *s; `prev` (may be NULL) is the previous
+ * sample, for rates and utilization; `start_steps` holds each rank's next step at the
+ * start (batches are counted from there).
+ */
+void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
+		      const uint64_t *start_steps, uint64_t started_ns, struct sf_stats *s);
+
+/* sf__stats_json - the stats as the JSON object of replies and the PUB stream. */
+int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t len);
+
+/*
+ * The control client: one request, one reply (a DEALER socket with a timeout).
+ * `request` is the JSON text; the reply is written NUL-terminated into `reply`.
+ */
+int sf__ctl_call(const struct sf_job_info *info, const char *request, int timeout_ms, char *reply,
+		 size_t reply_len, struct sf_err *e);
+
+#endif

@@ -1,0 +1,39 @@
+/*
+ * The real producer side of `shmfeed run`: the supervisor's struct sf_producer_ops over
+ * the dataset and producer loop of producer/producer.h.
+ */
+#include "launcher/launcher.h"
+#include "producer/producer.h"
+
+static int real_open(const struct sf_config *cfg, void **ret_ds, struct sf_err *e)
+{
+	struct sf_dataset *ds;
+	int r = sf__dataset_open(cfg, &ds, e);
+
+	if (r == 0)
+		*ret_ds = ds;
+	return r;
+}
+
+static void real_close(void *ds)
+{
+	sf__dataset_close(ds);
+}
+
+static int real_geometry(const void *ds, const struct sf_config *cfg, struct sf_geometry *ret_geo,
+			 struct sf_err *e)
+{
+	return sf__dataset_geometry(ds, cfg, ret_geo, e);
+}
+
+static int real_main(void *ds, struct sf_arena *a, uint32_t index, struct sf_err *e)
+{
+	return sf__producer_main(ds, a, index, e);
+}
+
+const struct sf_producer_ops sf__real_producers = {
+	.open = real_open,
+	.close = real_close,
+	.geometry = real_geometry,
+	.main = real_main,
+};

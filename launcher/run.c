@@ -1,0 +1,75 @@
+/*
+ * The command line of `shmfeed run CONFIG [--set KEY=VALUE ...] [--quiet] [--grace-ms N]
+ * [-- COMMAND ...]`: load the job file, apply overrides, and hand the job to the
+ * supervisor with the given producer side. Shared by the shmfeed program and the test
+ * launcher, which differ only in their producers.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "launcher/launcher.h"
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: shmfeed run CONFIG [--set KEY=VALUE ...] [--quiet] "
+			"[--grace-ms N] [-- COMMAND [ARG ...]]\n");
+	return 2;
+}
+
+int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
+{
+	const char **sets = calloc((size_t)argc + 1, sizeof(*sets));
+	struct sf_launch l = {.ops = ops, .progress = 1, .grace_ms = 10000};
+	const char *path = NULL;
+	struct sf_config cfg;
+	struct sf_err e = {0};
+	uint32_t n_sets = 0;
+	int status = 0, r;
+
+	if (!sets)
+		return 1;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--")) {
+			if (i + 1 < argc)
+				l.command = argv + i + 1;
+			break;
+		} else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+			sets[n_sets++] = argv[++i];
+		} else if (!strncmp(argv[i], "--set=", 6)) {
+			sets[n_sets++] = argv[i] + 6;
+		} else if (!strcmp(argv[i], "--quiet")) {
+			l.progress = 0;
+			sf__log_set_quiet(1);
+		} else if (!strcmp(argv[i], "--grace-ms") && i + 1 < argc) {
+			l.grace_ms = (uint32_t)strtoul(argv[++i], NULL, 10);
+		} else if (argv[i][0] == '-' || path) {
+			free(sets);
+			return usage();
+		} else {
+			path = argv[i];
+		}
+	}
+	if (!path) {
+		free(sets);
+		return usage();
+	}
+	r = sf__config_load_overrides(path, sets, n_sets, &cfg, &e);
+	free(sets);
+	if (r < 0) {
+		sf__log_error("%s", e.msg);
+		return 1;
+	}
+	l.cfg = &cfg;
+	r = sf__launcher_run(&l, &status, &e);
+	if (r < 0) {
+		sf__log_error("job %s: %s", cfg.job, e.msg[0] ? e.msg : sf_strerror(r));
+		sf__config_free(&cfg);
+		return 1;
+	}
+	sf__config_free(&cfg);
+	return status;
+}

@@ -1,0 +1,175 @@
+/*
+ * The private runtime directory of shmfeed jobs and the discovery file of each job.
+ * The directory is per user and mode 0700, so the ipc:// control sockets inside are
+ * reachable by that user only; a directory with any other owner or mode is refused
+ * rather than used. Each running job leaves JOB.ctl and JOB.pub (sockets) and JOB.json
+ * (how to reach it) there, and removes them when it ends.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/control.h"
+#include "launcher/launcher.h"
+
+static int check_private_dir(const char *path, struct sf_err *e)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return sf__err(e, -errno, "runtime directory %s: %s", path, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return sf__err(e, -ENOTDIR, "runtime directory %s is not a directory", path);
+	if (st.st_uid != geteuid())
+		return sf__err(e, SF_E_UID, "runtime directory %s belongs to uid %u, not %u", path,
+			       (unsigned)st.st_uid, (unsigned)geteuid());
+	if (st.st_mode & 077)
+		return sf__err(e, -EPERM,
+			       "runtime directory %s has mode %03o; it must be 0700 (private)",
+			       path, (unsigned)(st.st_mode & 0777));
+	return 0;
+}
+
+int sf__runtime_dir(char *buf, size_t len, int create, struct sf_err *e)
+{
+	const char *over = getenv("SHMFEED_RUNTIME_DIR");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int n;
+
+	if (over && over[0])
+		n = snprintf(buf, len, "%s", over);
+	else if (xdg && xdg[0] == '/')
+		n = snprintf(buf, len, "%s/shmfeed", xdg);
+	else if (geteuid() == 0)
+		n = snprintf(buf, len, "/run/shmfeed");
+	else
+		n = snprintf(buf, len, "/tmp/shmfeed-%u", (unsigned)geteuid());
+	if (n < 0 || (size_t)n >= len)
+		return sf__err(e, -ENAMETOOLONG, "runtime directory path too long");
+	/* mkdir with 0700 is race-free: an existing entry is checked, never chmod-ed,
+	 * so another user's planted directory is refused, not adopted. */
+	if (create && mkdir(buf, 0700) < 0 && errno != EEXIST)
+		return sf__err(e, -errno, "cannot create runtime directory %s: %s", buf,
+			       strerror(errno));
+	return check_private_dir(buf, e);
+}
+
+int sf__job_paths(const char *job, int create, struct sf_job_paths *ret, struct sf_err *e)
+{
+	struct sf_job_paths p;
+	int r;
+
+	r = sf__runtime_dir(p.dir, sizeof(p.dir), create, e);
+	if (r < 0)
+		return r;
+	snprintf(p.ctl_path, sizeof(p.ctl_path), "%s/%s.ctl", p.dir, job);
+	snprintf(p.pub_path, sizeof(p.pub_path), "%s/%s.pub", p.dir, job);
+	snprintf(p.info_path, sizeof(p.info_path), "%s/%s.json", p.dir, job);
+	/* sun_path holds 108 bytes; a longer ipc:// path fails at bind with a vaguer
+	 * message than this one. */
+	if (strlen(p.ctl_path) >= 108)
+		return sf__err(e, -ENAMETOOLONG,
+			       "control socket path %s is longer than 107 bytes; set "
+			       "SHMFEED_RUNTIME_DIR to a shorter directory",
+			       p.ctl_path);
+	*ret = p;
+	return 0;
+}
+
+static int read_info_file(const char *path, struct sf_job_info *ret, struct sf_err *e)
+{
+	struct sf_json_token tok[32];
+	struct sf_job_info info = {0};
+	char buf[2048];
+	uint64_t pid = 0;
+	size_t n;
+	FILE *f;
+	int r;
+
+	f = fopen(path, "r");
+	if (!f)
+		return sf__err(e, -errno, "%s: %s", path, strerror(errno));
+	n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	r = sf__json_parse(buf, n, tok, 32, e);
+	if (r < 0 || tok[0].type != SF_JSON_OBJECT)
+		return sf__err(e, SF_E_PROTOCOL, "%s: not a shmfeed job file", path);
+	if (sf__json_string(buf, tok, sf__json_get(buf, tok, 0, "job"), info.job,
+			    sizeof(info.job)) < 0 ||
+	    sf__json_string(buf, tok, sf__json_get(buf, tok, 0, "control"), info.control,
+			    sizeof(info.control)) < 0 ||
+	    sf__json_string(buf, tok, sf__json_get(buf, tok, 0, "stats"), info.stats,
+			    sizeof(info.stats)) < 0 ||
+	    sf__json_u64(buf, tok, sf__json_get(buf, tok, 0, "pid"), &pid) < 0)
+		return sf__err(e, SF_E_PROTOCOL, "%s: incomplete shmfeed job file", path);
+	sf__json_string(buf, tok, sf__json_get(buf, tok, 0, "curve_server_public"),
+			info.curve_server_public, sizeof(info.curve_server_public));
+	info.pid = (int32_t)pid;
+	*ret = info;
+	return 0;
+}
+
+static int pid_alive(int32_t pid)
+{
+	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e)
+{
+	char dir[256], path[600], names[256] = "";
+	struct sf_job_info found = {0};
+	struct dirent *de;
+	int count = 0, r;
+	DIR *d;
+
+	if (job) {
+		struct sf_job_paths p;
+
+		if (!sf__job_name_valid(job))
+			return sf__err(e, SF_E_CONFIG, "invalid job name '%s'", job);
+		r = sf__job_paths(job, 0, &p, e);
+		if (r < 0)
+			return r;
+		r = read_info_file(p.info_path, &found, e);
+		if (r == -ENOENT || (r == 0 && !pid_alive(found.pid)))
+			return sf__err(e, -ENOENT, "no running shmfeed job '%s' (no %s)", job,
+				       p.info_path);
+		if (r < 0)
+			return r;
+		*ret = found;
+		return 0;
+	}
+	r = sf__runtime_dir(dir, sizeof(dir), 0, e);
+	if (r < 0)
+		return r == -ENOENT ? sf__err(e, -ENOENT, "no running shmfeed job") : r;
+	d = opendir(dir);
+	if (!d)
+		return sf__err(e, -errno, "%s: %s", dir, strerror(errno));
+	while ((de = readdir(d))) {
+		struct sf_job_info info;
+		size_t n = strlen(de->d_name);
+
+		if (n < 6 || strcmp(de->d_name + n - 5, ".json"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (read_info_file(path, &info, NULL) < 0 || !pid_alive(info.pid))
+			continue;
+		if (count++ == 0)
+			found = info;
+		n = strlen(names);
+		snprintf(names + n, sizeof(names) - n, "%s%s", n ? ", " : "", info.job);
+	}
+	closedir(d);
+	if (count == 0)
+		return sf__err(e, -ENOENT, "no running shmfeed job in %s", dir);
+	if (count > 1)
+		return sf__err(e, SF_E_BUSY, "%d jobs are running (%s): name one", count, names);
+	*ret = found;
+	return 0;
+}

@@ -1,0 +1,175 @@
+/*
+ * Job statistics sampled from the arena: slot occupancy per rank, batches and tokens
+ * delivered (counted from each ring's position, so they need nothing from consumers),
+ * producer utilization from their busy-time counters, consumer wait percentiles from
+ * the telemetry histograms, restarts and repairs; and their JSON form, which is what
+ * control replies and the PUB stream carry. Sampling only reads the arena.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/arena.h"
+#include "common/control.h"
+#include "common/proc.h"
+#include "common/slot.h"
+#include "launcher/launcher.h"
+
+static uint64_t percentile(const uint64_t *hist, uint64_t total, unsigned pct)
+{
+	uint64_t want = (total * pct + 99) / 100, seen = 0;
+
+	if (!total)
+		return 0;
+	for (unsigned b = 0; b < SF_WAIT_BUCKETS; b++) {
+		seen += hist[b];
+		if (seen >= want)
+			return b + 1 < 64 ? UINT64_C(1) << (b + 1) : UINT64_MAX;
+	}
+	return UINT64_MAX;
+}
+
+void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
+		      const uint64_t *start_steps, uint64_t started_ns, struct sf_stats *s)
+{
+	const struct sf_arena_header *h = a->hdr;
+	const struct sf_geometry *g = &h->geo;
+	const uint32_t K = g->slots_per_rank;
+	uint64_t hist[SF_WAIT_BUCKETS] = {0};
+	double dt;
+
+	memset(s, 0, sizeof(*s));
+	s->t_ns = sf__now_ns();
+	s->uptime_ns = s->t_ns - started_ns;
+	s->state = atomic_load_explicit(&h->job_state, memory_order_acquire);
+	s->ranks = g->ranks;
+	s->producers = g->max_producers;
+	for (uint32_t r = 0; r < g->ranks; r++) {
+		struct sf_stats_rank one = {0};
+		uint64_t next = sf__ring_next_step(a, r);
+
+		for (uint32_t i = 0; i < K; i++) {
+			/* Relaxed: a statistics snapshot; no payload is read. */
+			uint64_t w = atomic_load_explicit(&sf__arena_slot(a, r, i)->word,
+							  memory_order_relaxed);
+
+			switch (sf__slot_state(w)) {
+			case SF_SLOT_FREE:
+				one.free++;
+				break;
+			case SF_SLOT_FILLING:
+				one.filling++;
+				break;
+			case SF_SLOT_READY:
+				one.ready++;
+				break;
+			default:
+				one.claimed++;
+				break;
+			}
+		}
+		one.next_step = next;
+		one.consumer_pid = (uint64_t)(int64_t)atomic_load_explicit(
+			&a->participants[g->max_producers + r].pid, memory_order_relaxed);
+		if (next >= start_steps[r])
+			s->batches += next - start_steps[r];
+		if (r < SF_STATS_MAX_RANKS)
+			s->rank[r] = one;
+		for (unsigned b = 0; b < SF_WAIT_BUCKETS; b++)
+			hist[b] += atomic_load_explicit(
+				&a->telemetry[g->max_producers + r].wait_hist[b],
+				memory_order_relaxed);
+	}
+	s->tokens = s->batches * g->batch * (uint64_t)(g->seq_tokens - 1);
+	for (uint32_t p = 0; p < g->max_producers; p++) {
+		const struct sf_participant *pp = &a->participants[p];
+		uint64_t batches = atomic_load_explicit(&pp->batches, memory_order_relaxed);
+
+		s->produced += batches;
+		s->skipped += atomic_load_explicit(&a->telemetry[p].skipped, memory_order_relaxed);
+		if (p < SF_STATS_MAX_PRODUCERS) {
+			struct sf_stats_producer *sp = &s->producer[p];
+
+			sp->pid = atomic_load_explicit(&pp->pid, memory_order_relaxed);
+			sp->incarnation =
+				atomic_load_explicit(&pp->incarnation, memory_order_relaxed);
+			sp->batches = batches;
+			sp->busy_ns = atomic_load_explicit(&pp->busy_ns, memory_order_relaxed);
+		}
+	}
+	for (unsigned b = 0; b < SF_WAIT_BUCKETS; b++)
+		s->wait_samples += hist[b];
+	s->wait_p50_ns = percentile(hist, s->wait_samples, 50);
+	s->wait_p99_ns = percentile(hist, s->wait_samples, 99);
+	s->restarts = atomic_load_explicit(&h->producer_restarts, memory_order_relaxed);
+	s->repairs = atomic_load_explicit(&h->repairs, memory_order_relaxed);
+	if (!prev || s->t_ns <= prev->t_ns)
+		return;
+	dt = (double)(s->t_ns - prev->t_ns) / 1e9;
+	s->batches_per_s = (double)(s->batches - prev->batches) / dt;
+	s->tokens_per_s = (double)(s->tokens - prev->tokens) / dt;
+	for (uint32_t p = 0; p < g->max_producers && p < SF_STATS_MAX_PRODUCERS; p++) {
+		struct sf_stats_producer *sp = &s->producer[p];
+		/* A restarted producer starts its busy counter again. */
+		uint64_t busy = sp->incarnation == prev->producer[p].incarnation &&
+						sp->busy_ns >= prev->producer[p].busy_ns
+					? sp->busy_ns - prev->producer[p].busy_ns
+					: sp->busy_ns;
+
+		sp->utilization = (double)busy / 1e9 / dt;
+		if (sp->utilization > 1.0)
+			sp->utilization = 1.0;
+	}
+}
+
+static const char *state_name(uint32_t s)
+{
+	static const char *const names[] = {"init", "running", "paused", "stopping"};
+
+	return s < 4 ? names[s] : "unknown";
+}
+
+int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t len)
+{
+	size_t n = 0;
+
+#define OUT(...)                                                                                   \
+	do {                                                                                       \
+		int k_ = snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, __VA_ARGS__);  \
+		if (k_ > 0)                                                                        \
+			n += (size_t)k_;                                                           \
+	} while (0)
+	OUT("{\"v\":%u,\"ok\":true,\"job\":", SF_CTL_VERSION);
+	sf__json_escape(buf, len, &n, job);
+	OUT(",\"state\":\"%s\",\"uptime_s\":%.3f,\"batches\":%llu,\"tokens\":%llu,"
+	    "\"produced\":%llu,\"batches_per_s\":%.3f,\"tokens_per_s\":%.1f,"
+	    "\"wait_samples\":%llu,\"wait_p50_ns\":%llu,\"wait_p99_ns\":%llu,"
+	    "\"restarts\":%llu,\"repairs\":%llu,\"skipped\":%llu,\"ranks\":[",
+	    state_name(s->state), (double)s->uptime_ns / 1e9, (unsigned long long)s->batches,
+	    (unsigned long long)s->tokens, (unsigned long long)s->produced, s->batches_per_s,
+	    s->tokens_per_s, (unsigned long long)s->wait_samples,
+	    (unsigned long long)s->wait_p50_ns, (unsigned long long)s->wait_p99_ns,
+	    (unsigned long long)s->restarts, (unsigned long long)s->repairs,
+	    (unsigned long long)s->skipped);
+	for (uint32_t r = 0; r < s->ranks && r < SF_STATS_MAX_RANKS; r++) {
+		const struct sf_stats_rank *q = &s->rank[r];
+
+		OUT("%s{\"rank\":%u,\"free\":%u,\"filling\":%u,\"ready\":%u,\"claimed\":%u,"
+		    "\"next_step\":%llu,\"consumer_pid\":%lld}",
+		    r ? "," : "", r, q->free, q->filling, q->ready, q->claimed,
+		    (unsigned long long)q->next_step, (long long)(int64_t)q->consumer_pid);
+	}
+	OUT("],\"producers\":[");
+	for (uint32_t p = 0; p < s->producers && p < SF_STATS_MAX_PRODUCERS; p++) {
+		const struct sf_stats_producer *q = &s->producer[p];
+
+		OUT("%s{\"index\":%u,\"pid\":%d,\"incarnation\":%u,\"batches\":%llu,"
+		    "\"utilization\":%.3f}",
+		    p ? "," : "", p, q->pid, q->incarnation, (unsigned long long)q->batches,
+		    q->utilization);
+	}
+	OUT("]}");
+#undef OUT
+	return n < len ? (int)n : -ENOSPC;
+}
