@@ -1,0 +1,147 @@
+/*
+ * Fuzz target for the tokenizer: the first input byte picks a tokenizer (the three BPE
+ * encodings, the byte tokenizer, or cl100k's vocabulary under a PCRE2 pattern) and
+ * whether special tokens are allowed; the rest is encoded, decoded, checked to come back
+ * byte for byte, and rendered with U+FFFD replacement. Any crash, sanitizer report or
+ * failed round trip is a bug.
+ *
+ * Built with -DSF_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer target; otherwise a
+ * replay main runs it over the files and directories given as arguments (the committed
+ * corpus, in CI). The vocabularies come from $SF_TEST_DATA/vocab; without them it exits
+ * 77 (skip).
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "producer/tokenizer/tokenizer.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define N_TOKS 5
+
+static struct sf_tok *toks[N_TOKS];
+static struct sf_tok_encoder *encs[N_TOKS];
+
+static void setup(void)
+{
+	static const char *const names[] = {"r50k_base", "cl100k_base", "o200k_base"};
+	static const struct sf_tok_special specials[] = {{"<|endoftext|>", 100257}};
+	const char *dir = getenv("SF_TEST_DATA");
+	struct sf_tok_spec spec = {.name = "custom",
+				   .pattern =
+					   "'s|\\p{L}+|\\p{N}{1,2}|\\s+(?!\\S)|\\s|[^\\s\\p{L}]+",
+				   .specials = specials,
+				   .n_specials = 1};
+	struct sf_err err = {0};
+	char path[4096];
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/vocab/%s.tiktoken", dir ? dir : ".", names[i]);
+		if (sf__tok_load(names[i], path, &toks[i], &err) < 0) {
+			fprintf(stderr, "skip: %s (set SF_TEST_DATA to ../shared/data)\n", err.msg);
+			exit(77);
+		}
+	}
+	if (sf__tok_load("bytes", NULL, &toks[3], &err) < 0)
+		abort();
+	snprintf(path, sizeof(path), "%s/vocab/cl100k_base.tiktoken", dir ? dir : ".");
+	spec.vocab_path = path;
+	if (sf__tok_load_spec(&spec, &toks[4], &err) < 0)
+		abort();
+	for (i = 0; i < N_TOKS; i++)
+		if (sf__tok_encoder_create(toks[i], &encs[i], &err) < 0)
+			abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const uint32_t *ids;
+	size_t n, len, shown_len;
+	uint8_t *back;
+	char *shown;
+	int which;
+
+	if (!toks[0])
+		setup();
+	if (size < 1)
+		return 0;
+	which = data[0] % N_TOKS;
+	if (sf__tok_encode(encs[which], data + 1, size - 1,
+			   data[0] & 0x80 ? SF_TOK_ALLOW_ALL : SF_TOK_ALLOW_NONE, &ids, &n,
+			   NULL) < 0)
+		abort();
+	back = malloc(size);
+	if (sf__tok_decode(toks[which], ids, n, back, size - 1, &len, NULL) < 0 ||
+	    len != size - 1 || memcmp(back, data + 1, len))
+		abort();
+	shown = malloc(3 * size);
+	shown_len = sf__utf8_replace(data + 1, size - 1, shown);
+	if (shown_len > 3 * (size - 1))
+		abort();
+	free(shown);
+	free(back);
+	return 0;
+}
+
+#ifndef SF_LIBFUZZER
+static int run_file(const char *path)
+{
+	uint8_t *buf;
+	long len;
+	FILE *f = fopen(path, "rb");
+
+	if (!f) {
+		perror(path);
+		return 1;
+	}
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = malloc((size_t)len + 1);
+	if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
+		perror(path);
+		fclose(f);
+		free(buf);
+		return 1;
+	}
+	fclose(f);
+	LLVMFuzzerTestOneInput(buf, (size_t)len);
+	free(buf);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int i, rc = 0, count = 0;
+
+	for (i = 1; i < argc; i++) {
+		struct stat st;
+		struct dirent *de;
+		DIR *d;
+
+		if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+			d = opendir(argv[i]);
+			while (d && (de = readdir(d))) {
+				char path[4096];
+
+				if (de->d_name[0] == '.')
+					continue;
+				snprintf(path, sizeof(path), "%s/%s", argv[i], de->d_name);
+				rc |= run_file(path);
+				count++;
+			}
+			if (d)
+				closedir(d);
+		} else {
+			rc |= run_file(argv[i]);
+			count++;
+		}
+	}
+	printf("replayed %d inputs\n", count);
+	return rc;
+}
+#endif
