@@ -1,0 +1,687 @@
+/*
+ * The dataset: sources resolved into one global token stream, the sample space over it,
+ * and the batch builder. Pre-tokenized files are concatenated in source order (each
+ * source's paths and globs sorted); raw text is the concatenation of its chunks
+ * (source_text.c). Sample k of the stream is found by producer/sampler.h without any
+ * state, which makes a batch a pure function of (rank, step).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/arena.h"
+#include "producer/dataset_impl.h"
+#include "producer/sampler.h"
+#include "producer/source_text.h"
+#include "producer/tokenizer/tokenizer.h"
+
+struct sf_builder {
+	const struct sf_dataset *ds;
+	struct sf_text_cache *text; /* raw text only */
+	uint64_t tokens_out;
+};
+
+static int has_suffix(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* The format of `path` when its source says SF_FMT_AUTO. */
+static int detect_format(const char *path, uint32_t *ret_format)
+{
+	static const char *const text_ext[] = {".txt", ".txt.zst", ".txt.gz"};
+	static const char *const jsonl_ext[] = {".jsonl", ".jsonl.zst", ".jsonl.gz"};
+
+	for (size_t i = 0; i < 3; i++) {
+		if (has_suffix(path, text_ext[i])) {
+			*ret_format = SF_FMT_TEXT;
+			return 0;
+		}
+		if (has_suffix(path, jsonl_ext[i])) {
+			*ret_format = SF_FMT_JSONL;
+			return 0;
+		}
+	}
+	return sf__token_format_detect(path, ret_format);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * The paths of a source: each entry taken literally unless it holds a glob character,
+ * all of them sorted and deduplicated. A glob that matches nothing is an error: a typo
+ * must not silently shrink the dataset.
+ */
+static int expand_source(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
+			 struct sf_err *e)
+{
+	char **paths = NULL;
+	size_t n = 0, cap = 0;
+	int r = 0;
+
+	for (uint32_t i = 0; i < src->n_paths && r == 0; i++) {
+		const char *p = src->paths[i];
+		glob_t g = {0};
+		size_t add;
+
+		if (strpbrk(p, "*?[")) {
+			int gr = glob(p, GLOB_ERR, NULL, &g);
+
+			if (gr == GLOB_NOMATCH) {
+				r = sf__err(e, -ENOENT, "%s: no file matches", p);
+				break;
+			}
+			if (gr) {
+				r = sf__err(e, -EIO, "%s: cannot expand the pattern", p);
+				globfree(&g);
+				break;
+			}
+		}
+		add = g.gl_pathc ? g.gl_pathc : 1;
+		if (n + add > cap) {
+			size_t ncap = (n + add) * 2;
+			char **np = realloc(paths, ncap * sizeof(*np));
+
+			if (!np) {
+				r = sf__err(e, -ENOMEM, "out of memory");
+				globfree(&g);
+				break;
+			}
+			paths = np;
+			cap = ncap;
+		}
+		for (size_t j = 0; j < add; j++) {
+			paths[n] = strdup(g.gl_pathc ? g.gl_pathv[j] : p);
+			if (!paths[n]) {
+				r = sf__err(e, -ENOMEM, "out of memory");
+				break;
+			}
+			n++;
+		}
+		globfree(&g);
+	}
+	if (r < 0) {
+		for (size_t i = 0; i < n; i++)
+			free(paths[i]);
+		free(paths);
+		return r;
+	}
+	if (n)
+		qsort(paths, n, sizeof(*paths), cmp_str);
+	for (size_t i = 1; i < n;) {
+		if (!strcmp(paths[i], paths[i - 1])) {
+			free(paths[i]);
+			memmove(&paths[i], &paths[i + 1], (n - i - 1) * sizeof(*paths));
+			n--;
+		} else {
+			i++;
+		}
+	}
+	*ret_paths = paths;
+	*ret_n = n;
+	return 0;
+}
+
+void sf__dataset_note_skip(struct sf_dataset *ds, const struct sf_err *why)
+{
+	if (ds->stats.skipped++ == 0)
+		snprintf(ds->first_skip, sizeof(ds->first_skip), "%s", why->msg);
+}
+
+static int add_token_file(struct sf_dataset *ds, const char *path, uint32_t format,
+			  const struct sf_source_config *src, struct sf_err *e)
+{
+	struct sf_token_file f, *nf;
+	struct sf_err why = {0};
+	int r = sf__token_file_open(&f, path, format, &why);
+
+	if (r < 0) {
+		if (src->on_error != SF_ON_ERROR_SKIP) {
+			*e = why;
+			return r;
+		}
+		sf__dataset_note_skip(ds, &why);
+		return 0;
+	}
+	nf = realloc(ds->token_files, (ds->n_token_files + 1) * sizeof(*nf));
+	if (!nf) {
+		sf__token_file_close(&f);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	ds->token_files = nf;
+	f.start = ds->n_tokens;
+	ds->n_tokens += f.n_tokens;
+	ds->stats.n_docs += f.format == SF_FMT_MEGATRON ? f.n_docs : 0;
+	nf[ds->n_token_files++] = f;
+	return 0;
+}
+
+static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+{
+	for (uint32_t s = 0; s < cfg->n_sources; s++) {
+		const struct sf_source_config *src = &cfg->sources[s];
+		char **paths;
+		size_t n;
+		int r = expand_source(src, &paths, &n, e);
+
+		if (r < 0)
+			return r;
+		for (size_t i = 0; i < n && r == 0; i++) {
+			uint32_t format = src->format;
+
+			ds->stats.n_files++;
+			if (format == SF_FMT_AUTO)
+				r = detect_format(paths[i], &format);
+			if (r < 0) {
+				sf__err(e, r, "%s: cannot detect its format", paths[i]);
+				break;
+			}
+			if (format == SF_FMT_TEXT || format == SF_FMT_JSONL)
+				r = sf__text_add_file(ds, paths[i], format, s, e);
+			else
+				r = add_token_file(ds, paths[i], format, src, e);
+		}
+		for (size_t i = 0; i < n; i++)
+			free(paths[i]);
+		free(paths);
+		if (r < 0)
+			return r;
+	}
+	if (ds->n_token_files && ds->n_text_files)
+		return sf__err(e, SF_E_CONFIG,
+			       "%s: a job reads either pre-tokenized files or raw text, not both",
+			       cfg->path ? cfg->path : "config");
+	return 0;
+}
+
+static int hash_file(XXH3_state_t *st, const char *path, struct sf_err *e)
+{
+	char buf[65536];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return sf__err(e, -errno, "%s: cannot open: %s", path, strerror(errno));
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		XXH3_64bits_update(st, buf, (size_t)n);
+	close(fd);
+	return n < 0 ? sf__err(e, -EIO, "%s: cannot read", path) : 0;
+}
+
+/*
+ * A digest of what decides the ids: the encoding name and the bytes of its vocabulary
+ * (the file sf__tok_load() read, found the same way), or of the text a char tokenizer
+ * was built from. It keys the chunk index cache.
+ */
+static int tokenizer_digest(const char *encoding, const char *vocab, uint64_t *ret,
+			    struct sf_err *e)
+{
+	XXH3_state_t st;
+	const char *dir = getenv(SF_TOK_VOCAB_DIR_ENV);
+	int r = 0;
+
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, encoding, strlen(encoding) + 1);
+	if (vocab) {
+		r = hash_file(&st, vocab, e);
+	} else if (!strncmp(encoding, "char:", 5)) {
+		r = hash_file(&st, encoding + 5, e);
+	} else if (strcmp(encoding, "bytes") && dir) {
+		size_t n = strlen(dir) + strlen(encoding) + 16;
+		char *path = malloc(n);
+
+		if (!path)
+			return sf__err(e, -ENOMEM, "out of memory");
+		snprintf(path, n, "%s/%s.tiktoken", dir, encoding);
+		r = hash_file(&st, path, e);
+		free(path);
+	}
+	if (r < 0)
+		return r;
+	*ret = XXH3_64bits_digest(&st);
+	return 0;
+}
+
+/*
+ * The tokenizer is needed to encode raw text and, for flat token files, to know which
+ * id ends a document (for document starts and for the dtype choice).
+ */
+static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+{
+	char *vocab = NULL;
+	int r;
+
+	if (!cfg->encoding) {
+		if (ds->n_text_files)
+			return sf__err(e, SF_E_CONFIG, "raw text sources need an encoding");
+		return 0;
+	}
+	if (cfg->vocab) {
+		vocab = strdup(cfg->vocab);
+	} else if (cfg->vocab_dir) {
+		size_t n = strlen(cfg->vocab_dir) + strlen(cfg->encoding) + 16;
+
+		vocab = malloc(n);
+		if (vocab)
+			snprintf(vocab, n, "%s/%s.tiktoken", cfg->vocab_dir, cfg->encoding);
+	}
+	if ((cfg->vocab || cfg->vocab_dir) && !vocab)
+		return sf__err(e, -ENOMEM, "out of memory");
+	r = sf__tok_load(cfg->encoding, vocab, &ds->tok, e);
+	if (r >= 0)
+		r = tokenizer_digest(cfg->encoding, vocab, &ds->tok_digest, e);
+	free(vocab);
+	if (r < 0)
+		return r;
+	r = sf__tok_eot(ds->tok);
+	ds->eot = r >= 0 ? (uint32_t)r : UINT32_MAX;
+	return 0;
+}
+
+static int choose_dtype(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+{
+	uint32_t widest = 2;
+
+	for (uint32_t i = 0; i < ds->n_token_files; i++)
+		if (ds->token_files[i].width > widest)
+			widest = ds->token_files[i].width;
+	if (cfg->dtype == SF_DTYPE_U16) {
+		if (ds->tok && sf__tok_n_vocab(ds->tok) > 65536)
+			return sf__err(e, SF_E_CONFIG, "dtype uint16 cannot hold the %u ids of %s",
+				       sf__tok_n_vocab(ds->tok), cfg->encoding);
+		ds->token_bytes = 2;
+	} else if (cfg->dtype == SF_DTYPE_I32) {
+		ds->token_bytes = 4;
+	} else if (ds->tok) {
+		ds->token_bytes = sf__tok_n_vocab(ds->tok) <= 65536 ? 2 : 4;
+	} else {
+		ds->token_bytes = widest;
+	}
+	return 0;
+}
+
+static void copy_config(struct sf_dataset *ds, const struct sf_config *cfg)
+{
+	ds->batch = cfg->batch_size;
+	ds->seq_len = cfg->seq_len;
+	ds->world_size = cfg->world_size;
+	ds->rank_base = cfg->rank_base;
+	ds->local_ranks = cfg->local_ranks;
+	ds->slots_per_rank = cfg->slots_per_rank;
+	ds->producers = cfg->producers;
+	ds->mode = cfg->mode;
+	ds->doc_starts = cfg->doc_starts;
+	ds->checksum = cfg->checksum;
+	ds->hugepages = cfg->hugepages;
+	ds->seed = cfg->seed;
+	ds->epochs = cfg->epochs;
+	ds->sources = cfg->sources;
+	ds->n_sources = cfg->n_sources;
+	ds->eot = UINT32_MAX;
+}
+
+int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, struct sf_err *e)
+{
+	struct sf_dataset *ds;
+	uint64_t G;
+	int r;
+
+	if (!cfg->batch_size || !cfg->seq_len || !cfg->world_size || !cfg->local_ranks ||
+	    cfg->rank_base + cfg->local_ranks > cfg->world_size)
+		return sf__err(e, SF_E_CONFIG,
+			       "batch size, sequence length and ranks must be positive, with "
+			       "rank_base + local_ranks <= world_size");
+	ds = calloc(1, sizeof(*ds));
+	if (!ds)
+		return sf__err(e, -ENOMEM, "out of memory");
+	copy_config(ds, cfg);
+	r = open_sources(ds, cfg, e);
+	if (r >= 0)
+		r = load_tokenizer(ds, cfg, e);
+	if (r >= 0)
+		r = choose_dtype(ds, cfg, e);
+	if (r >= 0 && ds->n_text_files)
+		r = sf__text_build_index(ds, cfg, e);
+	if (r < 0)
+		goto fail;
+	if (ds->n_tokens < (uint64_t)cfg->seq_len + 1) {
+		r = sf__err(e, SF_E_SOURCE,
+			    "the sources hold %llu tokens, fewer than one sequence of %u",
+			    (unsigned long long)ds->n_tokens, cfg->seq_len + 1);
+		goto fail;
+	}
+	ds->n_windows = (ds->n_tokens - 1) / cfg->seq_len;
+	G = (uint64_t)cfg->batch_size * cfg->world_size;
+	/* A finite run ends with the last full global batch, so every rank stops at the
+	 * same step. */
+	ds->n_steps = cfg->epochs ? cfg->epochs * ds->n_windows / G : UINT64_MAX;
+	ds->config_digest = sf__config_digest(cfg);
+	ds->stats.n_tokens = ds->n_tokens;
+	ds->stats.n_windows = ds->n_windows;
+	ds->stats.n_steps = ds->n_steps;
+	ds->stats.token_bytes = ds->token_bytes;
+	*ret_ds = ds;
+	return 0;
+fail:
+	sf__dataset_close(ds);
+	return r;
+}
+
+void sf__dataset_close(struct sf_dataset *ds)
+{
+	if (!ds)
+		return;
+	for (uint32_t i = 0; i < ds->n_token_files; i++)
+		sf__token_file_close(&ds->token_files[i]);
+	free(ds->token_files);
+	sf__text_close(ds);
+	sf__tok_free(ds->tok);
+	free(ds);
+}
+
+void sf__dataset_stats(const struct sf_dataset *ds, struct sf_dataset_stats *ret_stats)
+{
+	*ret_stats = ds->stats;
+}
+
+const char *sf__dataset_first_skip(const struct sf_dataset *ds)
+{
+	return ds->first_skip;
+}
+
+uint64_t sf__dataset_payload_bytes(const struct sf_dataset *ds)
+{
+	return (uint64_t)ds->batch * ((uint64_t)(ds->seq_len + 1) * ds->token_bytes +
+				      (uint64_t)ds->doc_starts * sizeof(uint32_t));
+}
+
+int sf__dataset_geometry(const struct sf_dataset *ds, const struct sf_config *cfg,
+			 struct sf_geometry *ret_geo, struct sf_err *e)
+{
+	struct sf_geometry g = {0};
+
+	if (sf__dataset_payload_bytes(ds) > UINT32_MAX)
+		return sf__err(e, SF_E_CONFIG, "a batch of %llu bytes exceeds 4 GiB",
+			       (unsigned long long)sf__dataset_payload_bytes(ds));
+	g.ranks = cfg->local_ranks;
+	g.slots_per_rank = cfg->slots_per_rank;
+	g.max_producers = cfg->producers;
+	g.batch = cfg->batch_size;
+	g.seq_tokens = cfg->seq_len + 1;
+	g.token_bytes = ds->token_bytes;
+	g.doc_starts_per_seq = cfg->doc_starts;
+	g.world_size = cfg->world_size;
+	g.rank_base = cfg->rank_base;
+	g.flags = (cfg->checksum ? SF_ARENA_F_CHECKSUM : 0) |
+		  (cfg->doc_starts ? SF_ARENA_F_DOC_STARTS : 0) |
+		  (cfg->hugepages ? SF_ARENA_F_HUGEPAGES : 0);
+	g.config_digest = ds->config_digest;
+	*ret_geo = g;
+	return 0;
+}
+
+uint64_t sf__builder_sample_offset(struct sf_builder *b, uint64_t k)
+{
+	const struct sf_dataset *ds = b->ds;
+	struct sf_perm p;
+
+	if (ds->mode == SF_SAMPLE_RANDOM)
+		return sf__random_below(ds->seed, k, ds->n_tokens - ds->seq_len);
+	if (ds->n_text_files)
+		return sf__text_sample_offset(b->text, k);
+	sf__perm_init(&p, ds->n_windows, ds->seed, k / ds->n_windows, 0);
+	return sf__perm_apply(&p, k % ds->n_windows) * ds->seq_len;
+}
+
+/* The token file holding global offset `off` (< n_tokens). */
+static uint32_t find_token_file(const struct sf_dataset *ds, uint64_t off)
+{
+	uint32_t lo = 0, hi = ds->n_token_files - 1;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo + 1) / 2;
+
+		if (ds->token_files[mid].start <= off)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+int sf__copy_tokens(void *dst, uint32_t dst_width, const void *src, uint32_t src_width, size_t n,
+		    size_t *ret_bad)
+{
+	if (dst_width == src_width) {
+		memcpy(dst, src, n * src_width);
+		return 0;
+	}
+	if (dst_width == 4) {
+		const unsigned char *s = src;
+		uint32_t *d = dst;
+
+		for (size_t i = 0; i < n; i++) {
+			uint16_t v;
+
+			memcpy(&v, s + 2 * i, 2);
+			d[i] = v;
+		}
+		return 0;
+	}
+	{
+		const unsigned char *s = src;
+		uint16_t *d = dst;
+
+		for (size_t i = 0; i < n; i++) {
+			uint32_t v;
+
+			memcpy(&v, s + 4 * i, 4);
+			if (v > UINT16_MAX) {
+				*ret_bad = i;
+				return SF_E_RANGE;
+			}
+			d[i] = (uint16_t)v;
+		}
+	}
+	return 0;
+}
+
+/* Megatron: the first document of `f` that starts at or after file offset `at`. */
+static uint64_t megatron_first_doc(const struct sf_token_file *f, uint64_t at)
+{
+	uint64_t lo = 0, hi = f->n_docs;
+
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2, seq, ptr;
+
+		memcpy(&seq, f->doc_idx + mid * 8, 8);
+		if (seq >= f->n_seqs) {
+			hi = mid;
+			continue;
+		}
+		memcpy(&ptr, f->seq_ptrs + seq * 8, 8);
+		if (ptr / f->width < at)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Record a document start at row position `pos`, keeping them ascending and unique. */
+static void add_start(uint32_t *starts, uint32_t *n, uint32_t max, uint32_t pos)
+{
+	if (*n && starts[*n - 1] >= pos)
+		return;
+	if (*n < max)
+		starts[(*n)++] = pos;
+}
+
+/*
+ * Document starts of the row at global offset `off` whose tokens come from `f` at
+ * positions [from, to) of the row: the file start, the tokens after <|endoftext|> in
+ * flat files, the documents of a Megatron index.
+ */
+static void file_doc_starts(const struct sf_dataset *ds, const struct sf_token_file *f,
+			    uint64_t off, uint32_t from, uint32_t to, uint32_t *starts,
+			    uint32_t *n_starts)
+{
+	uint64_t lo = off + from - f->start; /* file offsets of the row's span */
+	uint64_t hi = off + to - f->start;
+
+	if (lo == 0)
+		add_start(starts, n_starts, ds->doc_starts, from);
+	if (f->format == SF_FMT_MEGATRON) {
+		for (uint64_t d = megatron_first_doc(f, lo); d < f->n_docs; d++) {
+			uint64_t seq, ptr;
+
+			memcpy(&seq, f->doc_idx + d * 8, 8);
+			if (seq >= f->n_seqs)
+				break;
+			memcpy(&ptr, f->seq_ptrs + seq * 8, 8);
+			if (ptr / f->width >= hi || *n_starts == ds->doc_starts)
+				break;
+			add_start(starts, n_starts, ds->doc_starts,
+				  (uint32_t)(ptr / f->width - lo) + from);
+		}
+		return;
+	}
+	if (ds->eot == UINT32_MAX)
+		return;
+	for (uint64_t i = lo ? lo : 1; i < hi && *n_starts < ds->doc_starts; i++) {
+		uint32_t prev;
+
+		if (f->width == 2) {
+			uint16_t v;
+
+			memcpy(&v, f->tokens + (i - 1) * 2, 2);
+			prev = v;
+		} else {
+			memcpy(&prev, f->tokens + (i - 1) * 4, 4);
+		}
+		if (prev == ds->eot)
+			add_start(starts, n_starts, ds->doc_starts, (uint32_t)(i - lo) + from);
+	}
+}
+
+/* Copy the T+1 tokens at global offset `off` of the pre-tokenized stream into `row`. */
+static int read_tokens_row(const struct sf_dataset *ds, uint64_t off, unsigned char *row,
+			   uint32_t *starts, struct sf_err *e)
+{
+	const uint32_t L = ds->seq_len + 1, tb = ds->token_bytes;
+	uint32_t done = 0, n_starts = 0;
+	uint32_t fi = find_token_file(ds, off);
+
+	while (done < L) {
+		const struct sf_token_file *f = &ds->token_files[fi];
+		uint64_t in = off + done - f->start;
+		uint64_t avail = f->n_tokens - in;
+		uint32_t take = avail < L - done ? (uint32_t)avail : L - done;
+		size_t bad;
+
+		if (take == 0) {
+			fi++;
+			continue;
+		}
+		if (sf__copy_tokens(row + (size_t)done * tb, tb, f->tokens + in * f->width,
+				    f->width, take, &bad) < 0) {
+			uint32_t v;
+
+			memcpy(&v, f->tokens + (in + bad) * 4, 4);
+			return sf__err(
+				e, SF_E_SOURCE,
+				"%s: byte %llu: token %u does not fit the uint16 dtype", f->path,
+				(unsigned long long)(f->tokens - (const unsigned char *)f->map +
+						     (in + bad) * 4),
+				v);
+		}
+		if (starts)
+			file_doc_starts(ds, f, off, done, done + take, starts, &n_starts);
+		done += take;
+		fi++;
+	}
+	if (starts)
+		for (uint32_t i = n_starts; i < ds->doc_starts; i++)
+			starts[i] = UINT32_MAX;
+	return 0;
+}
+
+int sf__builder_create(const struct sf_dataset *ds, struct sf_builder **ret_b, struct sf_err *e)
+{
+	struct sf_builder *b = calloc(1, sizeof(*b));
+	int r;
+
+	if (!b)
+		return sf__err(e, -ENOMEM, "out of memory");
+	b->ds = ds;
+	if (ds->n_text_files) {
+		r = sf__text_cache_create(ds, &b->text, e);
+		if (r < 0) {
+			free(b);
+			return r;
+		}
+	}
+	*ret_b = b;
+	return 0;
+}
+
+void sf__builder_free(struct sf_builder *b)
+{
+	if (!b)
+		return;
+	sf__text_cache_free(b->text);
+	free(b);
+}
+
+void sf__builder_counters(const struct sf_builder *b, uint64_t *ret_tokens_out,
+			  uint64_t *ret_tokens_encoded)
+{
+	*ret_tokens_out = b->tokens_out;
+	*ret_tokens_encoded = b->text ? sf__text_cache_encoded(b->text) : 0;
+}
+
+int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *payload,
+		     uint32_t *ret_len, uint64_t *ret_first_sample, struct sf_err *e)
+{
+	const struct sf_dataset *ds = b->ds;
+	const uint64_t B = ds->batch, G = B * ds->world_size;
+	const size_t row_bytes = (size_t)(ds->seq_len + 1) * ds->token_bytes;
+	unsigned char *p = payload;
+	uint32_t *starts = ds->doc_starts ? (uint32_t *)(p + B * row_bytes) : NULL;
+	uint64_t first = step * G + rank * B;
+
+	if (rank >= ds->world_size)
+		return sf__err(e, SF_E_RANGE, "rank %u out of range (world size %u)", rank,
+			       ds->world_size);
+	if (step >= ds->n_steps) {
+		*ret_len = 0;
+		*ret_first_sample = first;
+		return 0;
+	}
+	for (uint64_t i = 0; i < B; i++) {
+		uint64_t off = sf__builder_sample_offset(b, first + i);
+		uint32_t *row_starts = starts ? starts + i * ds->doc_starts : NULL;
+		int r = ds->n_text_files
+				? sf__text_read_row(b->text, off, p + i * row_bytes, row_starts, e)
+				: read_tokens_row(ds, off, p + i * row_bytes, row_starts, e);
+
+		if (r < 0)
+			return r;
+	}
+	b->tokens_out += B * (ds->seq_len + 1);
+	*ret_len = (uint32_t)sf__dataset_payload_bytes(ds);
+	*ret_first_sample = first;
+	return 0;
+}

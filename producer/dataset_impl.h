@@ -1,0 +1,121 @@
+/*
+ * Private layout of a dataset, shared by the files of producer/: the pre-tokenized token
+ * files (source_tokens.c), the raw text files and their chunk index (source_text.c,
+ * index_cache.c), and the batch builder (dataset.c). Everything in struct sf_dataset is
+ * written by sf__dataset_open() in the launcher and only read afterwards, so forked
+ * producers share it copy-on-write without ever copying it.
+ */
+#ifndef SF_PRODUCER_DATASET_IMPL_H
+#define SF_PRODUCER_DATASET_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "common/errors.h"
+#include "producer/producer.h"
+
+/* One pre-tokenized token array: a nanoGPT file, an llm.c shard, or a Megatron pair. */
+struct sf_token_file {
+	char *path; /* the .bin file */
+	void *map;  /* read-only mapping of the whole file */
+	size_t map_len;
+	const unsigned char *tokens; /* first token */
+	uint64_t n_tokens;
+	uint64_t start;	 /* global offset of the first token */
+	uint32_t width;	 /* bytes per token: 2 or 4 */
+	uint32_t format; /* SF_FMT_NANOGPT, SF_FMT_LLMC, SF_FMT_MEGATRON */
+	/* Megatron only: the index, whose arrays are unaligned and read with memcpy. */
+	void *idx_map;
+	size_t idx_map_len;
+	const unsigned char *seq_ptrs; /* int64 byte offset of each sequence */
+	const unsigned char *doc_idx;  /* int64 first sequence of each document, n_docs + 1 */
+	uint64_t n_seqs;
+	uint64_t n_docs;
+};
+
+/* One raw text file, its uncompressed bytes in memory. */
+struct sf_text_file {
+	char *path;
+	const char *data;
+	size_t len;
+	size_t map_cap;	 /* bytes mapped at data (a file mapping, or anonymous after decompression)
+			  */
+	uint32_t format; /* SF_FMT_TEXT or SF_FMT_JSONL */
+	uint32_t source; /* index into sf_dataset.sources */
+	uint64_t ident[3]; /* identity for the index cache: size, mtime ns, inode */
+};
+
+/*
+ * A chunk: consecutive whole documents of one text file, the unit the token-count index
+ * counts and producers tokenize. Its token stream is each document's ids followed by
+ * <|endoftext|>.
+ */
+struct sf_chunk {
+	uint64_t off;	     /* byte offset in the uncompressed file */
+	uint64_t len;	     /* bytes */
+	uint64_t start;	     /* global offset of its first token */
+	uint64_t first_line; /* 1-based line of its first byte, for messages */
+	uint32_t file;	     /* index into sf_dataset.text_files */
+	uint32_t n_docs;     /* documents kept (skipped records excluded) */
+	uint64_t n_tokens;   /* including one <|endoftext|> per document */
+};
+
+/* Raw text chunks aim at this many bytes; a chunk ends at the first document end past it. */
+#define SF_CHUNK_BYTES (64u * 1024u)
+
+struct sf_tok;
+
+struct sf_dataset {
+	/* What the stream depends on, copied from the config. */
+	uint32_t batch;	     /* B */
+	uint32_t seq_len;    /* T */
+	uint32_t world_size; /* W */
+	uint32_t rank_base;
+	uint32_t local_ranks;
+	uint32_t slots_per_rank;
+	uint32_t producers;
+	uint32_t mode;	     /* SF_SAMPLE_* */
+	uint32_t doc_starts; /* per sequence; 0: off */
+	uint32_t token_bytes;
+	uint32_t checksum;
+	uint32_t hugepages;
+	uint64_t seed;
+	uint64_t epochs; /* 0: unlimited */
+	uint64_t config_digest;
+	struct sf_source_config *sources; /* borrowed from the config for text parsing */
+	uint32_t n_sources;
+
+	/* Pre-tokenized sources. */
+	struct sf_token_file *token_files;
+	uint32_t n_token_files;
+
+	/* Raw text sources and their chunk index. */
+	struct sf_text_file *text_files;
+	uint32_t n_text_files;
+	struct sf_chunk *chunks;
+	uint64_t n_chunks;
+	uint64_t chunks_cap;
+	uint64_t max_chunk_tokens;
+	uint64_t max_chunk_docs;
+	uint64_t max_doc_bytes; /* longest document or JSON line, sizing the unescape buffer */
+	struct sf_tok *tok;
+	uint64_t tok_digest;
+
+	/* The token stream and the sample space. */
+	uint32_t eot; /* <|endoftext|> id, or UINT32_MAX when unknown */
+	uint64_t n_tokens;
+	uint64_t n_windows; /* samples per epoch */
+	uint64_t n_steps;   /* steps with data; UINT64_MAX when epochs is 0 */
+
+	struct sf_dataset_stats stats;
+	char first_skip[512]; /* message of the first record skipped by policy */
+};
+
+/* source_tokens.c */
+int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format,
+			struct sf_err *e);
+void sf__token_file_close(struct sf_token_file *f);
+int sf__token_format_detect(const char *path, uint32_t *ret_format);
+
+#endif

@@ -1,0 +1,220 @@
+/*
+ * The cache of chunk token counts, one small file beside each raw text file:
+ * FILE.KEY.sfidx, where KEY (16 hex digits) digests the tokenizer and everything that
+ * decides how the file is cut into documents. Its header repeats the key and the file's
+ * identity (size, modification time, inode): a file that changed, or a cache from another
+ * tokenizer, is simply rebuilt. A checksum over the whole cache catches a torn write; the
+ * cache is written to a temporary name and renamed, so readers never see half a file.
+ * Failing to write it (a read-only corpus directory) costs speed only, never
+ * correctness.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "producer/source_text.h"
+
+#define INDEX_MAGIC   "SFCHIDX1"
+#define INDEX_VERSION 1u
+#define SKIP_MSG_LEN  512u
+
+struct index_header {
+	char magic[8];
+	uint32_t version;
+	uint32_t chunk_bytes;
+	uint64_t key;
+	uint64_t ident[3];
+	uint64_t n_chunks;
+	uint64_t skipped;
+	char first_skip[SKIP_MSG_LEN];
+};
+
+struct index_entry {
+	uint64_t off;
+	uint64_t n_docs;
+	uint64_t n_tokens;
+};
+
+uint64_t sf__index_key(const struct sf_dataset *ds, const struct sf_text_file *f)
+{
+	const struct sf_source_config *src = &ds->sources[f->source];
+	XXH3_state_t st;
+	uint32_t words[3] = {f->format, src->on_error, SF_CHUNK_BYTES};
+
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, &ds->tok_digest, sizeof(ds->tok_digest));
+	XXH3_64bits_update(&st, words, sizeof(words));
+	if (f->format == SF_FMT_JSONL)
+		XXH3_64bits_update(&st, src->text_field ? src->text_field : "text",
+				   strlen(src->text_field ? src->text_field : "text") + 1);
+	else if (src->separator)
+		XXH3_64bits_update(&st, src->separator, strlen(src->separator) + 1);
+	return XXH3_64bits_digest(&st);
+}
+
+static char *index_path(const struct sf_text_file *f, uint64_t key)
+{
+	size_t n = strlen(f->path) + 32;
+	char *p = malloc(n);
+
+	if (p)
+		snprintf(p, n, "%s.%016llx.sfidx", f->path, (unsigned long long)key);
+	return p;
+}
+
+/* The chunks of file `file` are consecutive in ds->chunks. */
+static uint64_t first_chunk_of(const struct sf_dataset *ds, uint32_t file, uint64_t *ret_n)
+{
+	uint64_t first = UINT64_MAX, n = 0;
+
+	for (uint64_t c = 0; c < ds->n_chunks; c++) {
+		if (ds->chunks[c].file != file)
+			continue;
+		if (first == UINT64_MAX)
+			first = c;
+		n++;
+	}
+	*ret_n = n;
+	return first;
+}
+
+int sf__index_load(struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t *ret_bytes)
+{
+	const struct sf_text_file *f = &ds->text_files[file];
+	char *path = index_path(f, key);
+	struct index_header h;
+	struct index_entry *ents = NULL;
+	uint64_t n, first, sum, stored;
+	int fd, ok = 0;
+	struct stat st;
+
+	if (!path)
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	free(path);
+	if (fd < 0)
+		return 0;
+	first = first_chunk_of(ds, file, &n);
+	if (fstat(fd, &st) < 0 ||
+	    (uint64_t)st.st_size != sizeof(h) + n * sizeof(*ents) + sizeof(uint64_t) ||
+	    pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
+		goto out;
+	if (memcmp(h.magic, INDEX_MAGIC, 8) || h.version != INDEX_VERSION ||
+	    h.chunk_bytes != SF_CHUNK_BYTES || h.key != key ||
+	    memcmp(h.ident, f->ident, sizeof(h.ident)) || h.n_chunks != n)
+		goto out;
+	ents = malloc(n * sizeof(*ents) + 1);
+	if (!ents ||
+	    pread(fd, ents, n * sizeof(*ents), sizeof(h)) != (ssize_t)(n * sizeof(*ents)) ||
+	    pread(fd, &stored, sizeof(stored), (off_t)(sizeof(h) + n * sizeof(*ents))) !=
+		    (ssize_t)sizeof(stored))
+		goto out;
+	{
+		XXH3_state_t xs;
+
+		XXH3_64bits_reset(&xs);
+		XXH3_64bits_update(&xs, &h, sizeof(h));
+		XXH3_64bits_update(&xs, ents, n * sizeof(*ents));
+		sum = XXH3_64bits_digest(&xs);
+	}
+	if (sum != stored)
+		goto out;
+	for (uint64_t i = 0; i < n; i++)
+		if (ents[i].off != ds->chunks[first + i].off || ents[i].n_docs > UINT32_MAX)
+			goto out;
+	for (uint64_t i = 0; i < n; i++) {
+		ds->chunks[first + i].n_docs = (uint32_t)ents[i].n_docs;
+		ds->chunks[first + i].n_tokens = ents[i].n_tokens;
+	}
+	if (h.skipped) {
+		struct sf_err why = {.code = 0};
+
+		h.first_skip[SKIP_MSG_LEN - 1] = 0;
+		snprintf(why.msg, sizeof(why.msg), "%s", h.first_skip);
+		for (uint64_t i = 0; i < h.skipped; i++)
+			sf__dataset_note_skip(ds, &why);
+	}
+	*ret_bytes = (uint64_t)st.st_size;
+	ok = 1;
+out:
+	free(ents);
+	close(fd);
+	return ok;
+}
+
+int sf__index_save(const struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t skipped,
+		   const char *first_skip, uint64_t *ret_bytes)
+{
+	const struct sf_text_file *f = &ds->text_files[file];
+	char *path = index_path(f, key), *tmp = NULL;
+	struct index_header h;
+	struct index_entry *ents = NULL;
+	uint64_t n, first, sum;
+	size_t body;
+	int fd = -1, r = -ENOMEM;
+
+	if (!path)
+		return -ENOMEM;
+	tmp = malloc(strlen(path) + 32);
+	first = first_chunk_of(ds, file, &n);
+	ents = malloc(n * sizeof(*ents) + 1);
+	if (!tmp || !ents)
+		goto out;
+	snprintf(tmp, strlen(path) + 32, "%s.tmp.%d", path, (int)getpid());
+	memset(&h, 0, sizeof(h));
+	memcpy(h.magic, INDEX_MAGIC, 8);
+	h.version = INDEX_VERSION;
+	h.chunk_bytes = SF_CHUNK_BYTES;
+	h.key = key;
+	memcpy(h.ident, f->ident, sizeof(h.ident));
+	h.n_chunks = n;
+	h.skipped = skipped;
+	if (skipped)
+		snprintf(h.first_skip, sizeof(h.first_skip), "%s", first_skip);
+	for (uint64_t i = 0; i < n; i++) {
+		ents[i].off = ds->chunks[first + i].off;
+		ents[i].n_docs = ds->chunks[first + i].n_docs;
+		ents[i].n_tokens = ds->chunks[first + i].n_tokens;
+	}
+	{
+		XXH3_state_t xs;
+
+		XXH3_64bits_reset(&xs);
+		XXH3_64bits_update(&xs, &h, sizeof(h));
+		XXH3_64bits_update(&xs, ents, n * sizeof(*ents));
+		sum = XXH3_64bits_digest(&xs);
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		r = -errno;
+		goto out;
+	}
+	body = n * sizeof(*ents);
+	if (write(fd, &h, sizeof(h)) != (ssize_t)sizeof(h) ||
+	    write(fd, ents, body) != (ssize_t)body ||
+	    write(fd, &sum, sizeof(sum)) != (ssize_t)sizeof(sum) || fsync(fd) < 0) {
+		r = -EIO;
+		unlink(tmp);
+		goto out;
+	}
+	if (rename(tmp, path) < 0) {
+		r = -errno;
+		unlink(tmp);
+		goto out;
+	}
+	*ret_bytes = sizeof(h) + body + sizeof(sum);
+	r = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(ents);
+	free(tmp);
+	free(path);
+	return r;
+}

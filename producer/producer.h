@@ -1,0 +1,120 @@
+/*
+ * The producer side of shmfeed: a dataset (the sources of a job, resolved, mapped and
+ * indexed once in the launcher), the pure function that builds the batch of any
+ * (global rank, step) from it, and the loop a forked producer process runs to fill arena
+ * slots with those batches.
+ *
+ * Determinism: the bytes of a batch depend only on the config and on (rank, step), never
+ * on which producer builds it, how many there are, or what they built before (D1). Rank
+ * r at step s holds global samples s*B*W + r*B ... + B-1 (D2), each sample located
+ * without state (producer/sampler.h), so a resume needs nothing but the step (D3).
+ *
+ * Payload of a slot: B rows of T+1 tokens (uint16 or int32, little-endian), row-major;
+ * then, when the job records document starts, B x doc_starts uint32 offsets of the
+ * tokens that begin a document in each row, ascending, padded with UINT32_MAX. A step
+ * past the end of a finite run is published with length 0 (end marker).
+ *
+ * Caveats: open the dataset before fork(); each process (launcher, producers, tools)
+ * creates its own builder. A dataset is read-only after sf__dataset_open(); builders
+ * hold per-process scratch and are used by one thread at a time.
+ */
+#ifndef SF_PRODUCER_PRODUCER_H
+#define SF_PRODUCER_PRODUCER_H
+
+#include <stdint.h>
+
+#include "common/arena.h"
+#include "common/config.h"
+#include "common/errors.h"
+
+struct sf_dataset;
+struct sf_builder;
+
+/* What a dataset holds and what building its index cost, for logs and stats. */
+struct sf_dataset_stats {
+	uint64_t n_files;	 /* files after glob expansion, skipped ones included */
+	uint64_t n_tokens;	 /* tokens in the stream */
+	uint64_t n_docs;	 /* documents, where the format says */
+	uint64_t n_windows;	 /* samples per epoch */
+	uint64_t n_steps;	 /* steps with data; UINT64_MAX when unlimited */
+	uint64_t skipped;	 /* bad records or files skipped by the on_error policy */
+	uint64_t text_bytes;	 /* raw text bytes (uncompressed) */
+	uint64_t n_chunks;	 /* raw text chunks in the index */
+	uint64_t index_bytes;	 /* size of the chunk index file */
+	uint64_t index_build_ns; /* time spent tokenizing to build it (0: loaded) */
+	uint32_t index_loaded;	 /* 1: the cached index was valid and reused */
+	uint32_t token_bytes;	 /* 2 or 4 */
+};
+
+/*
+ * sf__dataset_open - resolve the sources of `cfg` (globs expanded, sorted), map the
+ * pre-tokenized files read-only, load the tokenizer, and build or load the per-chunk
+ * token-count index of raw text (tokenizing with cfg->producers worker processes).
+ * A bad input fails with SF_E_SOURCE (or -errno) and "PATH: byte N: ..." or
+ * "PATH:LINE: ..." in `e`, unless its source's policy is skip. Keeps pointers into
+ * `cfg`, which must outlive the dataset. Returns 0 and *ret_ds (free with
+ * sf__dataset_close()).
+ */
+int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, struct sf_err *e);
+
+/* sf__dataset_close - unmap and free; accepts NULL. */
+void sf__dataset_close(struct sf_dataset *ds);
+
+/* sf__dataset_stats - what the dataset holds. */
+void sf__dataset_stats(const struct sf_dataset *ds, struct sf_dataset_stats *ret_stats);
+
+/* sf__dataset_first_skip - message of the first record skipped by policy, or "". */
+const char *sf__dataset_first_skip(const struct sf_dataset *ds);
+
+/*
+ * sf__dataset_geometry - the arena geometry of the job: ranks = local ranks, K, max
+ * producers, B, T+1, token bytes, document starts, world size, rank base, flags and
+ * the config digest. Returns 0, or SF_E_CONFIG.
+ */
+int sf__dataset_geometry(const struct sf_dataset *ds, const struct sf_config *cfg,
+			 struct sf_geometry *ret_geo, struct sf_err *e);
+
+/* sf__dataset_payload_bytes - bytes of a full batch payload (tokens and document starts). */
+uint64_t sf__dataset_payload_bytes(const struct sf_dataset *ds);
+
+/*
+ * sf__builder_create - per-process scratch for building batches (a tokenizer encoder and
+ * a token cache for raw text). Allocates everything it will need, so building allocates
+ * nothing. Returns 0 and *ret_b (free with sf__builder_free()).
+ */
+int sf__builder_create(const struct sf_dataset *ds, struct sf_builder **ret_b, struct sf_err *e);
+
+/* sf__builder_free - free a builder; accepts NULL. */
+void sf__builder_free(struct sf_builder *b);
+
+/*
+ * sf__builder_sample_offset - global token offset of the first of the T+1 tokens of
+ * global sample `k` (any k: epochs repeat, each in its own order).
+ */
+uint64_t sf__builder_sample_offset(struct sf_builder *b, uint64_t k);
+
+/*
+ * sf__builder_fill - build the batch of global rank `rank` at `step` into `payload`
+ * (sf__dataset_payload_bytes() bytes). Stores the payload length (0 past the end of a
+ * finite run) in *ret_len and the global index of its first sample in
+ * *ret_first_sample. Returns 0, or SF_E_SOURCE / SF_E_TOKENIZER with detail in `e`.
+ */
+int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *payload,
+		     uint32_t *ret_len, uint64_t *ret_first_sample, struct sf_err *e);
+
+/*
+ * sf__builder_counters - the tokens built so far by this builder (for telemetry and the
+ * benchmark) and the tokens the tokenizer produced, re-tokenization included.
+ */
+void sf__builder_counters(const struct sf_builder *b, uint64_t *ret_tokens_out,
+			  uint64_t *ret_tokens_encoded);
+
+/*
+ * sf__producer_main - the body of a forked producer process: register as participant
+ * `index` (role producer), then claim, build and publish batches until the job is
+ * STOPPING (returns 0) or a source fails (returns the error, detail in `e`). Global rank
+ * of ring r is rank_base + r.
+ */
+int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index, struct sf_err *e);
+
+#endif

@@ -1,0 +1,958 @@
+/*
+ * Raw text sources. A file is read whole: plain files are mapped, .zst and .gz files are
+ * decompressed into anonymous memory at open (their bytes must be addressable at any
+ * chunk offset, and a compressed stream cannot be entered in the middle). Each file is
+ * cut into chunks of whole documents of about SF_CHUNK_BYTES; the token count of every
+ * chunk is built once by forked workers and cached beside the file. The global token
+ * stream is then the chunks in order, each document followed by <|endoftext|>, and any
+ * offset in it is found by a binary search over the chunk starts.
+ *
+ * Producers tokenize on demand, one chunk at a time, into a per-process cache that also
+ * holds the first T+1 tokens after the chunk, so every window starting in the chunk is
+ * served from it. Windows mode makes that cache effective by taking the windows of a
+ * chunk together (in a permuted order) before moving to the next permuted chunk.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/json.h"
+#include "producer/sampler.h"
+#include "producer/source_text.h"
+#include "producer/tokenizer/tokenizer.h"
+#include "producer/workers.h"
+
+static int has_suffix(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* Grow an anonymous mapping that receives decompressed bytes. */
+static int grow(char **buf, size_t *cap, size_t need)
+{
+	size_t ncap = *cap ? *cap : need;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	while (ncap < need)
+		ncap *= 2;
+	p = *buf ? mremap(*buf, *cap, ncap, MREMAP_MAYMOVE)
+		 : mmap(NULL, ncap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	*buf = p;
+	*cap = ncap;
+	return 0;
+}
+
+static int decompress_zstd(const char *path, const unsigned char *in, size_t in_len, char **ret,
+			   size_t *ret_len, size_t *ret_cap, struct sf_err *e)
+{
+	ZSTD_DStream *ds = ZSTD_createDStream();
+	ZSTD_inBuffer ib = {in, in_len, 0};
+	size_t want = in_len * 4 > (1u << 20) ? in_len * 4 : (1u << 20), cap = 0, len = 0;
+	size_t last = 0;
+	char *buf = NULL;
+	int r = 0;
+
+	if (!ds)
+		return sf__err(e, -ENOMEM, "out of memory");
+	r = grow(&buf, &cap, want);
+	if (r < 0) {
+		ZSTD_freeDStream(ds);
+		return sf__err(e, r, "%s: cannot allocate %zu bytes to decompress", path, want);
+	}
+	while (ib.pos < ib.size) {
+		ZSTD_outBuffer ob;
+
+		if (len == cap && (r = grow(&buf, &cap, cap * 2)) < 0) {
+			r = sf__err(e, r, "%s: cannot allocate %zu bytes to decompress", path,
+				    cap * 2);
+			goto out;
+		}
+		ob = (ZSTD_outBuffer){buf + len, cap - len, 0};
+		last = ZSTD_decompressStream(ds, &ob, &ib);
+		if (ZSTD_isError(last)) {
+			r = sf__err(e, SF_E_SOURCE, "%s: byte %zu: invalid zstd stream: %s", path,
+				    ib.pos, ZSTD_getErrorName(last));
+			goto out;
+		}
+		len += ob.pos;
+	}
+	/* Flush what the decoder still holds once the input is consumed. */
+	while (last != 0) {
+		ZSTD_outBuffer ob;
+		size_t before = len;
+
+		if (len == cap && (r = grow(&buf, &cap, cap * 2)) < 0) {
+			r = sf__err(e, r, "%s: cannot allocate %zu bytes to decompress", path,
+				    cap * 2);
+			goto out;
+		}
+		ob = (ZSTD_outBuffer){buf + len, cap - len, 0};
+		last = ZSTD_decompressStream(ds, &ob, &ib);
+		if (ZSTD_isError(last)) {
+			r = sf__err(e, SF_E_SOURCE, "%s: byte %zu: invalid zstd stream: %s", path,
+				    ib.pos, ZSTD_getErrorName(last));
+			goto out;
+		}
+		len += ob.pos;
+		if (len == before && last != 0) {
+			r = sf__err(e, SF_E_SOURCE,
+				    "%s: byte %zu: truncated zstd stream (the frame is incomplete)",
+				    path, in_len);
+			goto out;
+		}
+	}
+out:
+	ZSTD_freeDStream(ds);
+	if (r < 0) {
+		munmap(buf, cap);
+		return r;
+	}
+	*ret = buf;
+	*ret_len = len;
+	*ret_cap = cap;
+	return 0;
+}
+
+static int decompress_gzip(const char *path, const unsigned char *in, size_t in_len, char **ret,
+			   size_t *ret_len, size_t *ret_cap, struct sf_err *e)
+{
+	z_stream zs = {0};
+	size_t want = in_len * 4 > (1u << 20) ? in_len * 4 : (1u << 20), cap = 0, len = 0;
+	char *buf = NULL;
+	int r = 0, z = Z_OK;
+
+	/* 15 + 16: gzip framing only; multi-member files are handled by the reset below. */
+	if (inflateInit2(&zs, 15 + 16) != Z_OK)
+		return sf__err(e, -ENOMEM, "%s: cannot start zlib", path);
+	r = grow(&buf, &cap, want);
+	if (r < 0) {
+		inflateEnd(&zs);
+		return sf__err(e, r, "%s: cannot allocate %zu bytes to decompress", path, want);
+	}
+	zs.next_in = (unsigned char *)in;
+	zs.avail_in = 0;
+	for (size_t consumed = 0;;) {
+		if (zs.avail_in == 0 && consumed < in_len) {
+			size_t take =
+				in_len - consumed > (1u << 30) ? (1u << 30) : in_len - consumed;
+
+			zs.next_in = (unsigned char *)in + consumed;
+			zs.avail_in = (uInt)take;
+			consumed += take;
+		}
+		if (len == cap && (r = grow(&buf, &cap, cap * 2)) < 0) {
+			r = sf__err(e, r, "%s: cannot allocate %zu bytes to decompress", path,
+				    cap * 2);
+			break;
+		}
+		{
+			size_t room = cap - len > (1u << 30) ? (1u << 30) : cap - len;
+
+			zs.next_out = (unsigned char *)buf + len;
+			zs.avail_out = (uInt)room;
+			z = inflate(&zs, Z_NO_FLUSH);
+			len += room - zs.avail_out;
+		}
+		if (z == Z_STREAM_END) {
+			size_t at = (size_t)((const unsigned char *)zs.next_in - in);
+
+			if (at == in_len)
+				break;
+			/* Another gzip member follows (as `cat a.gz b.gz` makes). */
+			inflateReset(&zs);
+			continue;
+		}
+		if (z == Z_DATA_ERROR || z == Z_NEED_DICT || z == Z_STREAM_ERROR ||
+		    z == Z_MEM_ERROR) {
+			r = sf__err(e, SF_E_SOURCE, "%s: byte %zu: invalid gzip stream: %s", path,
+				    (size_t)((const unsigned char *)zs.next_in - in),
+				    zs.msg ? zs.msg : "corrupt data");
+			break;
+		}
+		if (z == Z_BUF_ERROR && zs.avail_in == 0 && consumed == in_len) {
+			r = sf__err(e, SF_E_SOURCE,
+				    "%s: byte %zu: truncated gzip stream (it ends inside a member)",
+				    path, in_len);
+			break;
+		}
+	}
+	inflateEnd(&zs);
+	if (r < 0) {
+		munmap(buf, cap);
+		return r;
+	}
+	*ret = buf;
+	*ret_len = len;
+	*ret_cap = cap;
+	return 0;
+}
+
+static int read_text_file(struct sf_text_file *f, struct sf_err *e)
+{
+	struct stat st;
+	void *m = NULL;
+	int fd = open(f->path, O_RDONLY | O_CLOEXEC), r = 0;
+
+	if (fd < 0)
+		return sf__err(e, -errno, "%s: cannot open: %s", f->path, strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return sf__err(e, SF_E_SOURCE, "%s: not a regular file", f->path);
+	}
+	f->ident[0] = (uint64_t)st.st_size;
+	f->ident[1] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+	f->ident[2] = (uint64_t)st.st_ino;
+	if (st.st_size) {
+		m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED) {
+			r = -errno;
+			close(fd);
+			return sf__err(e, r, "%s: cannot map: %s", f->path, strerror(-r));
+		}
+	}
+	close(fd);
+	if (has_suffix(f->path, ".zst") || has_suffix(f->path, ".gz")) {
+		char *buf = NULL;
+		size_t len = 0, cap = 0;
+
+		r = has_suffix(f->path, ".zst")
+			    ? decompress_zstd(f->path, m, (size_t)st.st_size, &buf, &len, &cap, e)
+			    : decompress_gzip(f->path, m, (size_t)st.st_size, &buf, &len, &cap, e);
+		if (m)
+			munmap(m, (size_t)st.st_size);
+		if (r < 0)
+			return r;
+		f->data = buf;
+		f->len = len;
+		f->map_cap = cap;
+		return 0;
+	}
+	f->data = m;
+	f->len = (size_t)st.st_size;
+	f->map_cap = (size_t)st.st_size;
+	return 0;
+}
+
+static void free_text_file(struct sf_text_file *f)
+{
+	if (f->data && f->map_cap)
+		munmap((void *)f->data, f->map_cap);
+	free(f->path);
+	memset(f, 0, sizeof(*f));
+}
+
+static int add_chunk(struct sf_dataset *ds, uint32_t file, uint64_t off, uint64_t len,
+		     uint64_t line)
+{
+	struct sf_chunk *c;
+
+	if (ds->n_chunks == ds->chunks_cap) {
+		uint64_t ncap = ds->chunks_cap ? ds->chunks_cap * 2 : 64;
+
+		c = realloc(ds->chunks, ncap * sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		ds->chunks = c;
+		ds->chunks_cap = ncap;
+	}
+	c = &ds->chunks[ds->n_chunks++];
+	memset(c, 0, sizeof(*c));
+	c->off = off;
+	c->len = len;
+	c->file = file;
+	c->first_line = line;
+	return 0;
+}
+
+static uint64_t count_lines(const char *p, const char *end)
+{
+	uint64_t n = 0;
+
+	while ((p = memchr(p, '\n', (size_t)(end - p)))) {
+		n++;
+		p++;
+	}
+	return n;
+}
+
+/* The end of the document starting at p (before its separator), and where the next
+ * one starts. */
+static const char *doc_end(const struct sf_dataset *ds, const struct sf_text_file *f, const char *p,
+			   const char *end, const char **ret_next)
+{
+	const char *sep = ds->sources[f->source].separator;
+	const char *q;
+
+	if (f->format == SF_FMT_JSONL) {
+		q = memchr(p, '\n', (size_t)(end - p));
+		*ret_next = q ? q + 1 : end;
+		return q ? q : end;
+	}
+	if (!sep || !*sep) {
+		*ret_next = end;
+		return end;
+	}
+	q = memmem(p, (size_t)(end - p), sep, strlen(sep));
+	*ret_next = q ? q + strlen(sep) : end;
+	return q ? q : end;
+}
+
+int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
+		      struct sf_err *e)
+{
+	const struct sf_source_config *src = &ds->sources[source];
+	struct sf_text_file f = {0}, *nf;
+	struct sf_err why = {0};
+	uint64_t first_chunk = ds->n_chunks, line = 1;
+	const char *p, *end, *start;
+	int r;
+
+	f.path = strdup(path);
+	if (!f.path)
+		return sf__err(e, -ENOMEM, "out of memory");
+	f.format = format;
+	f.source = source;
+	r = read_text_file(&f, &why);
+	if (r < 0) {
+		free_text_file(&f);
+		if (src->on_error != SF_ON_ERROR_SKIP) {
+			*e = why;
+			return r;
+		}
+		sf__dataset_note_skip(ds, &why);
+		return 0;
+	}
+	ds->stats.text_bytes += f.len;
+	p = start = f.data;
+	end = f.data + f.len;
+	while (p < end) {
+		const char *next, *de = doc_end(ds, &f, p, end, &next);
+
+		if ((uint64_t)(de - p) > ds->max_doc_bytes)
+			ds->max_doc_bytes = (uint64_t)(de - p);
+		p = next;
+		if (p - start >= (ptrdiff_t)SF_CHUNK_BYTES || p == end) {
+			r = add_chunk(ds, ds->n_text_files, (uint64_t)(start - f.data),
+				      (uint64_t)(p - start), line);
+			if (r < 0) {
+				free_text_file(&f);
+				ds->n_chunks = first_chunk;
+				return sf__err(e, r, "out of memory");
+			}
+			line += count_lines(start, p);
+			start = p;
+		}
+	}
+	nf = realloc(ds->text_files, (ds->n_text_files + 1) * sizeof(*nf));
+	if (!nf) {
+		free_text_file(&f);
+		ds->n_chunks = first_chunk;
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	ds->text_files = nf;
+	nf[ds->n_text_files++] = f;
+	return 0;
+}
+
+void sf__text_close(struct sf_dataset *ds)
+{
+	for (uint32_t i = 0; i < ds->n_text_files; i++)
+		free_text_file(&ds->text_files[i]);
+	free(ds->text_files);
+	free(ds->chunks);
+	ds->text_files = NULL;
+	ds->chunks = NULL;
+	ds->n_text_files = 0;
+	ds->n_chunks = 0;
+}
+
+void sf__text_walk_init(struct sf_doc_walk *w, const struct sf_dataset *ds, uint64_t chunk,
+			char *scratch)
+{
+	const struct sf_chunk *c = &ds->chunks[chunk];
+
+	memset(w, 0, sizeof(*w));
+	w->ds = ds;
+	w->file = &ds->text_files[c->file];
+	w->p = w->file->data + c->off;
+	w->end = w->p + c->len;
+	w->line = c->first_line;
+	w->scratch = scratch;
+}
+
+static int bad_record(struct sf_doc_walk *w, struct sf_err *e, const char *fmt_what,
+		      const char *detail, size_t column)
+{
+	const struct sf_source_config *src = &w->ds->sources[w->file->source];
+	struct sf_err why;
+
+	if (column)
+		sf__err(&why, SF_E_SOURCE, "%s:%llu: column %zu: %s%s", w->file->path,
+			(unsigned long long)w->line, column, fmt_what, detail);
+	else
+		sf__err(&why, SF_E_SOURCE, "%s:%llu: %s%s", w->file->path,
+			(unsigned long long)w->line, fmt_what, detail);
+	if (src->on_error != SF_ON_ERROR_SKIP) {
+		*e = why;
+		return SF_E_SOURCE;
+	}
+	if (w->skipped++ == 0)
+		w->why = why;
+	return 0;
+}
+
+int sf__text_next_doc(struct sf_doc_walk *w, const char **ret_doc, size_t *ret_len,
+		      struct sf_err *e)
+{
+	while (w->p < w->end) {
+		const char *next, *p = w->p, *de = doc_end(w->ds, w->file, p, w->end, &next);
+		uint64_t line = w->line;
+		size_t n = (size_t)(de - p), at, len;
+		const char *what;
+		int r;
+
+		w->p = next;
+		if (w->file->format != SF_FMT_JSONL) {
+			w->line += count_lines(p, next);
+			if (n == 0)
+				continue; /* empty documents add nothing but a separator */
+			*ret_doc = p;
+			*ret_len = n;
+			return 1;
+		}
+		w->line++;
+		{
+			size_t i = 0;
+
+			while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r'))
+				i++;
+			if (i == n)
+				continue; /* blank lines separate nothing */
+		}
+		r = sf__json_field(p, n,
+				   w->ds->sources[w->file->source].text_field
+					   ? w->ds->sources[w->file->source].text_field
+					   : "text",
+				   w->scratch, &len, &at, &what);
+		if (r == SF_JSON_OK) {
+			*ret_doc = w->scratch;
+			*ret_len = len;
+			return 1;
+		}
+		w->line = line;
+		if (r == SF_JSON_INVALID)
+			r = bad_record(w, e, "invalid JSON: ", what, at + 1);
+		else if (r == SF_JSON_NOT_OBJECT)
+			r = bad_record(w, e, "not a JSON object", "", 0);
+		else if (r == SF_JSON_NO_FIELD)
+			r = bad_record(w, e, "no field ",
+				       w->ds->sources[w->file->source].text_field
+					       ? w->ds->sources[w->file->source].text_field
+					       : "text",
+				       0);
+		else
+			r = bad_record(w, e, "not a string: field ",
+				       w->ds->sources[w->file->source].text_field
+					       ? w->ds->sources[w->file->source].text_field
+					       : "text",
+				       0);
+		w->line = line + 1;
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+uint64_t sf__text_find_chunk(const struct sf_dataset *ds, uint64_t off)
+{
+	uint64_t lo = 0, hi = ds->n_chunks - 1;
+
+	/* The last chunk starting at or before `off` that holds tokens. */
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo + 1) / 2;
+
+		if (ds->chunks[mid].start <= off)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	while (lo > 0 && ds->chunks[lo].n_tokens == 0)
+		lo--;
+	return lo;
+}
+
+/* ---- index build ---- */
+
+struct count_result {
+	uint64_t n_tokens;
+	uint64_t n_docs;
+	uint64_t skipped;
+};
+
+struct count_job {
+	const struct sf_dataset *ds;
+	const uint64_t *items; /* chunks to count */
+	struct count_result *results;
+};
+
+struct count_state {
+	struct sf_tok_encoder *enc;
+	char *scratch;
+};
+
+static int count_init(void *arg, void **ret_state, struct sf_err *e)
+{
+	struct count_job *j = arg;
+	struct count_state *s = calloc(1, sizeof(*s));
+	int r;
+
+	if (!s)
+		return sf__err(e, -ENOMEM, "out of memory");
+	s->scratch = malloc(j->ds->max_doc_bytes + 1);
+	if (!s->scratch) {
+		free(s);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	r = sf__tok_encoder_create(j->ds->tok, &s->enc, e);
+	if (r < 0) {
+		free(s->scratch);
+		free(s);
+		return r;
+	}
+	*ret_state = s;
+	return 0;
+}
+
+static void count_fini(void *arg, void *state)
+{
+	struct count_state *s = state;
+
+	(void)arg;
+	sf__tok_encoder_free(s->enc);
+	free(s->scratch);
+	free(s);
+}
+
+static int count_item(void *arg, void *state, uint64_t i, struct sf_err *e)
+{
+	struct count_job *j = arg;
+	struct count_state *s = state;
+	struct count_result *res = &j->results[i];
+	struct sf_doc_walk w;
+	const char *doc;
+	size_t len;
+	int r;
+
+	sf__text_walk_init(&w, j->ds, j->items[i], s->scratch);
+	while ((r = sf__text_next_doc(&w, &doc, &len, e)) == 1) {
+		const uint32_t *ids;
+		size_t n;
+
+		r = sf__tok_encode(s->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
+		if (r < 0)
+			return r;
+		res->n_tokens += n + 1;
+		res->n_docs++;
+	}
+	res->skipped = w.skipped;
+	return r;
+}
+
+int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+{
+	struct count_result *results = NULL;
+	uint64_t *items = NULL, n_items = 0, *keys = NULL, pos = 0;
+	uint32_t *loaded = NULL;
+	size_t results_bytes = 0;
+	struct timespec t0, t1;
+	int r = 0;
+
+	if (ds->eot == UINT32_MAX)
+		return sf__err(e, SF_E_TOKENIZER, "%s has no <|endoftext|> to separate documents",
+			       cfg->encoding);
+	items = calloc(ds->n_chunks + 1, sizeof(*items));
+	keys = calloc(ds->n_text_files + 1, sizeof(*keys));
+	loaded = calloc(ds->n_text_files + 1, sizeof(*loaded));
+	if (!items || !keys || !loaded) {
+		r = sf__err(e, -ENOMEM, "out of memory");
+		goto out;
+	}
+	ds->stats.index_loaded = 1;
+	for (uint32_t f = 0; f < ds->n_text_files; f++) {
+		uint64_t bytes = 0;
+
+		keys[f] = sf__index_key(ds, &ds->text_files[f]);
+		loaded[f] = sf__index_load(ds, f, keys[f], &bytes) == 1;
+		ds->stats.index_bytes += bytes;
+		if (!loaded[f])
+			ds->stats.index_loaded = 0;
+	}
+	for (uint64_t c = 0; c < ds->n_chunks; c++)
+		if (!loaded[ds->chunks[c].file])
+			items[n_items++] = c;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (n_items) {
+		struct count_job job = {.ds = ds, .items = items};
+		struct sf_work w = {.n_workers = cfg->producers,
+				    .n_items = n_items,
+				    .arg = &job,
+				    .init = count_init,
+				    .item = count_item,
+				    .fini = count_fini};
+
+		results_bytes = n_items * sizeof(*results);
+		results = sf__shared_alloc(results_bytes);
+		if (!results) {
+			r = sf__err(e, -ENOMEM, "out of memory");
+			goto out;
+		}
+		job.results = results;
+		r = sf__work_run(&w, e);
+		if (r < 0)
+			goto out;
+		for (uint64_t i = 0; i < n_items; i++) {
+			struct sf_chunk *c = &ds->chunks[items[i]];
+
+			c->n_tokens = results[i].n_tokens;
+			c->n_docs = (uint32_t)results[i].n_docs;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (n_items)
+		ds->stats.index_build_ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
+					   (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
+	/* Skips in file order; the first one's message comes from walking its chunk again,
+	 * which meets the same record first. */
+	for (uint64_t i = 0, c = 0; c < ds->n_chunks; c++) {
+		uint32_t f = ds->chunks[c].file;
+
+		if (loaded[f] || i >= n_items || items[i] != c)
+			continue;
+		if (results[i].skipped) {
+			struct sf_doc_walk walk;
+			char *scratch = malloc(ds->max_doc_bytes + 1);
+			const char *doc;
+			size_t len;
+
+			if (!scratch) {
+				r = sf__err(e, -ENOMEM, "out of memory");
+				goto out;
+			}
+			sf__text_walk_init(&walk, ds, c, scratch);
+			while (sf__text_next_doc(&walk, &doc, &len, e) == 1)
+				;
+			free(scratch);
+			for (uint64_t k = 0; k < walk.skipped; k++)
+				sf__dataset_note_skip(ds, &walk.why);
+		}
+		i++;
+	}
+	for (uint64_t c = 0; c < ds->n_chunks; c++) {
+		struct sf_chunk *ch = &ds->chunks[c];
+
+		ch->start = pos;
+		pos += ch->n_tokens;
+		ds->stats.n_docs += ch->n_docs;
+		if (ch->n_tokens > ds->max_chunk_tokens)
+			ds->max_chunk_tokens = ch->n_tokens;
+		if (ch->n_docs > ds->max_chunk_docs)
+			ds->max_chunk_docs = ch->n_docs;
+	}
+	ds->n_tokens = pos;
+	ds->stats.n_chunks = ds->n_chunks;
+	for (uint32_t f = 0; f < ds->n_text_files; f++) {
+		uint64_t skipped = 0, bytes = 0;
+
+		if (loaded[f])
+			continue;
+		for (uint64_t i = 0; i < n_items; i++)
+			if (ds->chunks[items[i]].file == f)
+				skipped += results[i].skipped;
+		if (sf__index_save(ds, f, keys[f], skipped, ds->first_skip, &bytes) == 0)
+			ds->stats.index_bytes += bytes;
+	}
+out:
+	sf__shared_free(results, results_bytes);
+	free(items);
+	free(keys);
+	free(loaded);
+	return r;
+}
+
+/* ---- per-process cache and window order ---- */
+
+struct epoch_table {
+	uint64_t epoch;
+	int valid;
+	uint64_t *prefix; /* n_chunks + 1 window counts, in the epoch's chunk order */
+};
+
+struct sf_text_cache {
+	const struct sf_dataset *ds;
+	struct sf_tok_encoder *enc;
+	char *scratch;
+	uint32_t *tokens;
+	uint64_t cap;
+	uint64_t n;
+	uint64_t *doc_starts; /* offsets into tokens[] */
+	uint64_t docs_cap;
+	uint64_t n_docs;
+	uint64_t chunk; /* UINT64_MAX: empty */
+	uint64_t encoded;
+	uint32_t *doc_lens; /* for sf__text_encode_chunk() callers that want them */
+	struct epoch_table epochs[2];
+	uint32_t next_epoch_slot;
+};
+
+int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **ret_c,
+			  struct sf_err *e)
+{
+	struct sf_text_cache *c = calloc(1, sizeof(*c));
+	int r;
+
+	if (!c)
+		return sf__err(e, -ENOMEM, "out of memory");
+	c->ds = ds;
+	c->chunk = UINT64_MAX;
+	c->cap = ds->max_chunk_tokens + ds->seq_len + 1;
+	c->docs_cap = ds->max_chunk_docs + ds->seq_len + 2;
+	c->tokens = malloc(c->cap * sizeof(*c->tokens));
+	c->doc_starts = malloc(c->docs_cap * sizeof(*c->doc_starts));
+	c->scratch = malloc(ds->max_doc_bytes + 1);
+	for (int i = 0; i < 2; i++)
+		c->epochs[i].prefix = malloc((ds->n_chunks + 1) * sizeof(uint64_t));
+	if (!c->tokens || !c->doc_starts || !c->scratch || !c->epochs[0].prefix ||
+	    !c->epochs[1].prefix) {
+		sf__text_cache_free(c);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	r = sf__tok_encoder_create(ds->tok, &c->enc, e);
+	if (r < 0) {
+		sf__text_cache_free(c);
+		return r;
+	}
+	*ret_c = c;
+	return 0;
+}
+
+void sf__text_cache_free(struct sf_text_cache *c)
+{
+	if (!c)
+		return;
+	sf__tok_encoder_free(c->enc);
+	free(c->tokens);
+	free(c->doc_starts);
+	free(c->scratch);
+	for (int i = 0; i < 2; i++)
+		free(c->epochs[i].prefix);
+	free(c);
+}
+
+uint64_t sf__text_cache_encoded(const struct sf_text_cache *c)
+{
+	return c->encoded;
+}
+
+/* Tokenize the documents of `chunk`, appending up to `limit` tokens in total. */
+static int encode_docs(struct sf_text_cache *c, uint64_t chunk, uint64_t limit, uint32_t *doc_lens,
+		       struct sf_err *e)
+{
+	struct sf_doc_walk w;
+	const char *doc;
+	size_t len;
+	int r = 0;
+	struct sf_err ignored;
+
+	sf__text_walk_init(&w, c->ds, chunk, c->scratch);
+	/* Bad records were counted when the index was built; here they are passed over
+	 * silently, the same ones every time. */
+	while (c->n < limit && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1) {
+		const uint32_t *ids;
+		size_t n, take;
+
+		r = sf__tok_encode(c->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
+		if (r < 0)
+			return r;
+		c->encoded += n + 1;
+		take = n + 1 <= limit - c->n ? n : (size_t)(limit - c->n);
+		if (c->n_docs < c->docs_cap)
+			c->doc_starts[c->n_docs++] = c->n;
+		if (doc_lens)
+			doc_lens[c->n_docs - 1] = (uint32_t)(n + 1);
+		memcpy(c->tokens + c->n, ids, take * sizeof(*ids));
+		c->n += take;
+		if (c->n < limit)
+			c->tokens[c->n++] = c->ds->eot;
+	}
+	return r < 0 ? r : 0;
+}
+
+static int fill_cache(struct sf_text_cache *c, uint64_t chunk, uint32_t *doc_lens, struct sf_err *e)
+{
+	const struct sf_dataset *ds = c->ds;
+	const struct sf_chunk *ch = &ds->chunks[chunk];
+	uint64_t limit, need;
+	int r;
+
+	c->chunk = UINT64_MAX;
+	c->n = 0;
+	c->n_docs = 0;
+	r = encode_docs(c, chunk, ch->n_tokens + 1, doc_lens, e);
+	if (r < 0)
+		return r;
+	if (c->n != ch->n_tokens)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %llu: the chunk holds %llu tokens but its index says %llu "
+			       "(did the file change?)",
+			       ds->text_files[ch->file].path, (unsigned long long)ch->off,
+			       (unsigned long long)c->n, (unsigned long long)ch->n_tokens);
+	/* The window starting at the chunk's last token reads T more after it. */
+	need = ds->n_tokens - ch->start;
+	limit = ch->n_tokens + ds->seq_len + 1 < need ? ch->n_tokens + ds->seq_len + 1 : need;
+	for (uint64_t next = chunk + 1; c->n < limit && next < ds->n_chunks; next++) {
+		r = encode_docs(c, next, limit, NULL, e);
+		if (r < 0)
+			return r;
+	}
+	c->chunk = chunk;
+	return 0;
+}
+
+int sf__text_encode_chunk(struct sf_text_cache *c, uint64_t chunk, const uint32_t **ret_ids,
+			  uint64_t *ret_n, uint32_t *doc_lens, uint64_t *ret_n_docs,
+			  struct sf_err *e)
+{
+	const struct sf_chunk *ch = &c->ds->chunks[chunk];
+	int r = 0;
+
+	c->chunk = UINT64_MAX;
+	c->n = 0;
+	c->n_docs = 0;
+	if (ch->n_tokens)
+		r = encode_docs(c, chunk, ch->n_tokens + 1, doc_lens, e);
+	if (r < 0)
+		return r;
+	if (c->n != ch->n_tokens)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %llu: the chunk holds %llu tokens but its index says %llu "
+			       "(did the file change?)",
+			       c->ds->text_files[ch->file].path, (unsigned long long)ch->off,
+			       (unsigned long long)c->n, (unsigned long long)ch->n_tokens);
+	*ret_ids = c->tokens;
+	*ret_n = c->n;
+	*ret_n_docs = c->n_docs;
+	return 0;
+}
+
+/* Windows (stride T) whose first token lies in chunk `chunk`: [*ret_first, +count). */
+static uint64_t chunk_windows(const struct sf_dataset *ds, uint64_t chunk, uint64_t *ret_first)
+{
+	const struct sf_chunk *ch = &ds->chunks[chunk];
+	const uint64_t T = ds->seq_len;
+	uint64_t first = (ch->start + T - 1) / T, end = (ch->start + ch->n_tokens + T - 1) / T;
+
+	if (end > ds->n_windows)
+		end = ds->n_windows;
+	*ret_first = first;
+	return end > first ? end - first : 0;
+}
+
+static const struct epoch_table *epoch_table(struct sf_text_cache *c, uint64_t epoch)
+{
+	const struct sf_dataset *ds = c->ds;
+	struct epoch_table *t;
+	struct sf_perm p;
+
+	for (int i = 0; i < 2; i++)
+		if (c->epochs[i].valid && c->epochs[i].epoch == epoch)
+			return &c->epochs[i];
+	/* Two tables: a batch may straddle an epoch boundary, and producers alternate. */
+	t = &c->epochs[c->next_epoch_slot];
+	c->next_epoch_slot ^= 1;
+	sf__perm_init(&p, ds->n_chunks, ds->seed, epoch, 1);
+	t->prefix[0] = 0;
+	for (uint64_t i = 0; i < ds->n_chunks; i++) {
+		uint64_t first;
+
+		t->prefix[i + 1] = t->prefix[i] + chunk_windows(ds, sf__perm_apply(&p, i), &first);
+	}
+	t->epoch = epoch;
+	t->valid = 1;
+	return t;
+}
+
+uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k)
+{
+	const struct sf_dataset *ds = c->ds;
+	uint64_t epoch = k / ds->n_windows, pos = k % ds->n_windows;
+	const struct epoch_table *t = epoch_table(c, epoch);
+	uint64_t lo = 0, hi = ds->n_chunks - 1, chunk, first, count;
+	struct sf_perm p;
+
+	/* The first position i of the epoch's chunk order whose windows end past `pos`. */
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (t->prefix[mid + 1] > pos)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	sf__perm_init(&p, ds->n_chunks, ds->seed, epoch, 1);
+	chunk = sf__perm_apply(&p, lo);
+	count = chunk_windows(ds, chunk, &first);
+	sf__perm_init(&p, count, ds->seed, epoch, 2 + chunk);
+	return (first + sf__perm_apply(&p, pos - t->prefix[lo])) * ds->seq_len;
+}
+
+int sf__text_read_row(struct sf_text_cache *c, uint64_t off, unsigned char *row, uint32_t *starts,
+		      struct sf_err *e)
+{
+	const struct sf_dataset *ds = c->ds;
+	const uint32_t L = ds->seq_len + 1;
+	uint64_t chunk = sf__text_find_chunk(ds, off), pos, lo, hi;
+	uint32_t n_starts = 0;
+	size_t bad;
+	int r;
+
+	if (chunk != c->chunk) {
+		r = fill_cache(c, chunk, NULL, e);
+		if (r < 0)
+			return r;
+	}
+	pos = off - ds->chunks[chunk].start;
+	if (sf__copy_tokens(row, ds->token_bytes, c->tokens + pos, 4, L, &bad) < 0)
+		return sf__err(e, SF_E_SOURCE, "token %u at offset %llu does not fit uint16",
+			       c->tokens[pos + bad], (unsigned long long)(off + bad));
+	if (!starts)
+		return 0;
+	lo = 0;
+	hi = c->n_docs;
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (c->doc_starts[mid] < pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < c->n_docs && c->doc_starts[lo] < pos + L && n_starts < ds->doc_starts; lo++)
+		starts[n_starts++] = (uint32_t)(c->doc_starts[lo] - pos);
+	for (uint32_t i = n_starts; i < ds->doc_starts; i++)
+		starts[i] = UINT32_MAX;
+	return 0;
+}

@@ -1,0 +1,88 @@
+/*
+ * Raw text sources (.txt and .jsonl, optionally .zst or .gz): their documents, their
+ * chunks and per-chunk token counts (built in parallel, cached beside each file by
+ * producer/index_cache.c), the chunk-aligned window order, and the per-process token
+ * cache that serves rows without re-tokenizing what came before.
+ */
+#ifndef SF_PRODUCER_SOURCE_TEXT_H
+#define SF_PRODUCER_SOURCE_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "producer/dataset_impl.h"
+
+struct sf_text_cache;
+
+/* sf__text_add_file - read (and decompress) a text file and cut it into chunks. */
+int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
+		      struct sf_err *e);
+
+/* sf__text_build_index - load or build the token counts of every chunk, then lay the
+ * chunks out in the global stream. */
+int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e);
+
+/* sf__text_close - free the text files and chunks of `ds`. */
+void sf__text_close(struct sf_dataset *ds);
+
+/*
+ * A document walk over one chunk. sf__text_next_doc() returns 1 and the document's bytes
+ * (valid until the next call), 0 at the chunk's end, or an error for a bad record when
+ * the source's policy is stop; with skip, bad records are passed over and counted in
+ * *skipped, the first one's message kept in `why`.
+ */
+struct sf_doc_walk {
+	const struct sf_dataset *ds;
+	const struct sf_text_file *file;
+	const char *p, *end;
+	uint64_t line;
+	char *scratch; /* ds->max_doc_bytes, for unescaped JSON strings */
+	uint64_t skipped;
+	struct sf_err why;
+};
+
+void sf__text_walk_init(struct sf_doc_walk *w, const struct sf_dataset *ds, uint64_t chunk,
+			char *scratch);
+int sf__text_next_doc(struct sf_doc_walk *w, const char **ret_doc, size_t *ret_len,
+		      struct sf_err *e);
+
+/* sf__text_find_chunk - the chunk holding global token offset `off`. */
+uint64_t sf__text_find_chunk(const struct sf_dataset *ds, uint64_t off);
+
+/* Per-process cache: see sf__builder_create(). */
+int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **ret_c,
+			  struct sf_err *e);
+void sf__text_cache_free(struct sf_text_cache *c);
+uint64_t sf__text_cache_encoded(const struct sf_text_cache *c);
+
+/*
+ * sf__text_sample_offset - windows mode over raw text: the chunks are permuted per epoch,
+ * and the windows starting in a chunk are permuted among themselves and taken together,
+ * so a producer tokenizes each chunk once for all its windows.
+ */
+uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k);
+
+/* sf__text_read_row - the T+1 tokens at global offset `off` and their document starts. */
+int sf__text_read_row(struct sf_text_cache *c, uint64_t off, unsigned char *row, uint32_t *starts,
+		      struct sf_err *e);
+
+/* sf__text_encode_chunk - every id of chunk `chunk` (documents each followed by
+ * <|endoftext|>) into c's buffer; *ret_ids valid until the next call on `c`. The number
+ * of documents and their lengths with the <|endoftext|> go to *ret_n_docs and, when
+ * doc_lens is not NULL, doc_lens[]. */
+int sf__text_encode_chunk(struct sf_text_cache *c, uint64_t chunk, const uint32_t **ret_ids,
+			  uint64_t *ret_n, uint32_t *doc_lens, uint64_t *ret_n_docs,
+			  struct sf_err *e);
+
+/* Shared with dataset.c. */
+void sf__dataset_note_skip(struct sf_dataset *ds, const struct sf_err *why);
+int sf__copy_tokens(void *dst, uint32_t dst_width, const void *src, uint32_t src_width, size_t n,
+		    size_t *ret_bad);
+
+/* index_cache.c: the per-file cache of chunk token counts. */
+uint64_t sf__index_key(const struct sf_dataset *ds, const struct sf_text_file *f);
+int sf__index_load(struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t *ret_bytes);
+int sf__index_save(const struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t skipped,
+		   const char *first_skip, uint64_t *ret_bytes);
+
+#endif

@@ -1,0 +1,322 @@
+/*
+ * Pre-tokenized sources, mapped read-only: nanoGPT .bin files (headerless uint16),
+ * llm.c shards (a 256 x int32 header then uint16 or uint32 tokens) and Megatron MMIDIDX
+ * .bin/.idx pairs. Each becomes a flat token array; a Megatron index also gives the
+ * document boundaries. Every structural check happens here, at open, so that building
+ * batches later never meets a malformed file; each failure names the file and the byte
+ * offset where it was found.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/dataset_impl.h"
+
+#define LLMC_HEADER_INTS   256
+#define LLMC_MAGIC_U16	   20240520
+#define LLMC_MAGIC_U32	   20240801
+#define LLMC_VERSION	   1
+#define MEGATRON_MAGIC	   "MMIDIDX\x00\x00"
+#define MEGATRON_MAGIC_LEN 9
+#define MEGATRON_VERSION   1
+/* Megatron's DType codes (megatron/core/datasets/indexed_dataset.py). */
+#define MEGATRON_INT32	4
+#define MEGATRON_UINT16 8
+
+static int map_file(const char *path, void **ret_map, size_t *ret_len, struct sf_err *e)
+{
+	struct stat st;
+	void *m;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return sf__err(e, -errno, "%s: cannot open: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0) {
+		int r = -errno;
+
+		close(fd);
+		return sf__err(e, r, "%s: cannot stat: %s", path, strerror(-r));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return sf__err(e, SF_E_SOURCE, "%s: not a regular file", path);
+	}
+	if (st.st_size == 0) {
+		close(fd);
+		*ret_map = NULL;
+		*ret_len = 0;
+		return 0;
+	}
+	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return sf__err(e, -errno, "%s: cannot map: %s", path, strerror(errno));
+	*ret_map = m;
+	*ret_len = (size_t)st.st_size;
+	return 0;
+}
+
+static uint64_t load_u64(const unsigned char *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static int32_t load_i32(const unsigned char *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+int sf__token_format_detect(const char *path, uint32_t *ret_format)
+{
+	size_t n = strlen(path);
+	unsigned char head[4];
+	char *idx;
+	int fd, r;
+
+	if (n >= 4 && !strcmp(path + n - 4, ".idx")) {
+		*ret_format = SF_FMT_MEGATRON;
+		return 0;
+	}
+	idx = malloc(n + 5);
+	if (!idx)
+		return -ENOMEM;
+	memcpy(idx, path, n + 1);
+	if (n >= 4 && !strcmp(path + n - 4, ".bin"))
+		idx[n - 4] = 0;
+	strcat(idx, ".idx");
+	r = access(idx, F_OK);
+	free(idx);
+	if (r == 0) {
+		*ret_format = SF_FMT_MEGATRON;
+		return 0;
+	}
+	/* An llm.c shard announces itself by its magic; any other .bin is nanoGPT's. */
+	*ret_format = SF_FMT_NANOGPT;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0; /* the open that follows reports the error with its path */
+	if (read(fd, head, sizeof(head)) == (ssize_t)sizeof(head)) {
+		int32_t magic = load_i32(head);
+
+		if (magic == LLMC_MAGIC_U16 || magic == LLMC_MAGIC_U32)
+			*ret_format = SF_FMT_LLMC;
+	}
+	close(fd);
+	return 0;
+}
+
+static int open_nanogpt(struct sf_token_file *f, struct sf_err *e)
+{
+	if (f->map_len % 2)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %zu: truncated: a nanoGPT file holds uint16 tokens but "
+			       "its size is odd",
+			       f->path, f->map_len - 1);
+	f->tokens = f->map;
+	f->width = 2;
+	f->n_tokens = f->map_len / 2;
+	return 0;
+}
+
+static int open_llmc(struct sf_token_file *f, struct sf_err *e)
+{
+	const unsigned char *h = f->map;
+	const size_t hdr = LLMC_HEADER_INTS * sizeof(int32_t);
+	int32_t magic, version, count;
+
+	if (f->map_len < hdr)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %zu: truncated: an llm.c header is %zu bytes", f->path,
+			       f->map_len, hdr);
+	magic = load_i32(h);
+	version = load_i32(h + 4);
+	count = load_i32(h + 8);
+	if (magic != LLMC_MAGIC_U16 && magic != LLMC_MAGIC_U32)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte 0: wrong magic %d (llm.c shards have %d or %d)", f->path,
+			       magic, LLMC_MAGIC_U16, LLMC_MAGIC_U32);
+	if (version != LLMC_VERSION)
+		return sf__err(e, SF_E_SOURCE, "%s: byte 4: unsupported llm.c version %d", f->path,
+			       version);
+	if (count < 0)
+		return sf__err(e, SF_E_SOURCE, "%s: byte 8: negative token count %d", f->path,
+			       count);
+	f->width = magic == LLMC_MAGIC_U16 ? 2 : 4;
+	if ((f->map_len - hdr) / f->width < (uint64_t)count)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %zu: truncated: the header announces %d tokens (%llu "
+			       "bytes) but the file ends here",
+			       f->path, f->map_len, count,
+			       (unsigned long long)hdr + (unsigned long long)count * f->width);
+	f->tokens = h + hdr;
+	f->n_tokens = (uint64_t)count;
+	return 0;
+}
+
+/* The path of the .idx or .bin of a Megatron pair named by prefix or either file. */
+static char *megatron_path(const char *path, const char *ext)
+{
+	size_t n = strlen(path);
+	char *p = malloc(n + 5);
+
+	if (!p)
+		return NULL;
+	memcpy(p, path, n + 1);
+	if (n >= 4 && (!strcmp(path + n - 4, ".bin") || !strcmp(path + n - 4, ".idx")))
+		p[n - 4] = 0;
+	strcat(p, ext);
+	return p;
+}
+
+static int open_megatron(struct sf_token_file *f, const char *idx_path, struct sf_err *e)
+{
+	const unsigned char *x = f->idx_map;
+	/* The header is 9 + 8 + 1 + 8 + 8 = 34 bytes: nothing after it is aligned. */
+	const size_t hdr = MEGATRON_MAGIC_LEN + 8 + 1 + 8 + 8;
+	uint64_t version, n_seqs, doc_count, need, expect = 0, prev_doc = 0;
+	const unsigned char *lens;
+	uint8_t code;
+
+	if (f->idx_map_len < hdr)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %zu: truncated: a Megatron index header is %zu bytes",
+			       idx_path, f->idx_map_len, hdr);
+	if (memcmp(x, MEGATRON_MAGIC, MEGATRON_MAGIC_LEN))
+		return sf__err(e, SF_E_SOURCE, "%s: byte 0: wrong magic (expected MMIDIDX)",
+			       idx_path);
+	version = load_u64(x + 9);
+	if (version != MEGATRON_VERSION)
+		return sf__err(e, SF_E_SOURCE, "%s: byte 9: unsupported index version %llu",
+			       idx_path, (unsigned long long)version);
+	code = x[17];
+	if (code != MEGATRON_UINT16 && code != MEGATRON_INT32)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte 17: dtype code %u is not a token type (4 = int32, "
+			       "8 = uint16)",
+			       idx_path, code);
+	f->width = code == MEGATRON_UINT16 ? 2 : 4;
+	n_seqs = load_u64(x + 18);
+	doc_count = load_u64(x + 26);
+	if (doc_count == 0 || n_seqs > (f->idx_map_len - hdr) / 12 ||
+	    doc_count > (f->idx_map_len - hdr) / 8)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte 18: %llu sequences and %llu document indices do not fit "
+			       "in %zu bytes",
+			       idx_path, (unsigned long long)n_seqs, (unsigned long long)doc_count,
+			       f->idx_map_len);
+	need = hdr + n_seqs * 4 + n_seqs * 8 + doc_count * 8;
+	if (f->idx_map_len < need)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %zu: truncated: the header announces %llu bytes", idx_path,
+			       f->idx_map_len, (unsigned long long)need);
+	lens = x + hdr;
+	f->seq_ptrs = lens + n_seqs * 4;
+	f->doc_idx = f->seq_ptrs + n_seqs * 8;
+	f->n_seqs = n_seqs;
+	f->n_docs = doc_count - 1;
+	/* Sequences must lie back to back: the stream is then the .bin file itself. */
+	for (uint64_t i = 0; i < n_seqs; i++) {
+		int32_t len = load_i32(lens + i * 4);
+		uint64_t ptr = load_u64(f->seq_ptrs + i * 8);
+
+		if (len < 0 || ptr != expect)
+			return sf__err(e, SF_E_SOURCE,
+				       "%s: byte %llu: sequence %llu has length %d at byte %llu "
+				       "(expected a non-negative length at byte %llu)",
+				       idx_path, (unsigned long long)(hdr + i * 4),
+				       (unsigned long long)i, len, (unsigned long long)ptr,
+				       (unsigned long long)expect);
+		expect += (uint64_t)len * f->width;
+	}
+	for (uint64_t d = 0; d < doc_count; d++) {
+		uint64_t s = load_u64(f->doc_idx + d * 8);
+
+		if (s < prev_doc || s > n_seqs || (d == 0 && s != 0) ||
+		    (d == doc_count - 1 && s != n_seqs))
+			return sf__err(e, SF_E_SOURCE,
+				       "%s: byte %llu: document index %llu is %llu, out of order",
+				       idx_path, (unsigned long long)(hdr + n_seqs * 12 + d * 8),
+				       (unsigned long long)d, (unsigned long long)s);
+		prev_doc = s;
+	}
+	if (f->map_len != expect)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %zu: the index describes %llu bytes of tokens but the "
+			       "file holds %zu",
+			       f->path, f->map_len < expect ? f->map_len : (size_t)expect,
+			       (unsigned long long)expect, f->map_len);
+	f->tokens = f->map;
+	f->n_tokens = expect / f->width;
+	return 0;
+}
+
+int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format,
+			struct sf_err *e)
+{
+	char *idx_path = NULL;
+	int r;
+
+	memset(f, 0, sizeof(*f));
+	f->format = format;
+	f->path = format == SF_FMT_MEGATRON ? megatron_path(path, ".bin") : strdup(path);
+	if (!f->path)
+		return sf__err(e, -ENOMEM, "out of memory");
+	if (format == SF_FMT_MEGATRON) {
+		idx_path = megatron_path(path, ".idx");
+		if (!idx_path) {
+			r = sf__err(e, -ENOMEM, "out of memory");
+			goto fail;
+		}
+		r = map_file(idx_path, &f->idx_map, &f->idx_map_len, e);
+		if (r < 0)
+			goto fail;
+	}
+	r = map_file(f->path, &f->map, &f->map_len, e);
+	if (r < 0)
+		goto fail;
+	switch (format) {
+	case SF_FMT_NANOGPT:
+		r = open_nanogpt(f, e);
+		break;
+	case SF_FMT_LLMC:
+		r = open_llmc(f, e);
+		break;
+	case SF_FMT_MEGATRON:
+		r = open_megatron(f, idx_path, e);
+		break;
+	default:
+		r = sf__err(e, SF_E_CONFIG, "%s: not a pre-tokenized format", path);
+	}
+	if (r < 0)
+		goto fail;
+	/* Batches read windows at random offsets: read-ahead of neighbours would be waste. */
+	if (f->map)
+		madvise(f->map, f->map_len, MADV_RANDOM);
+	free(idx_path);
+	return 0;
+fail:
+	free(idx_path);
+	sf__token_file_close(f);
+	return r;
+}
+
+void sf__token_file_close(struct sf_token_file *f)
+{
+	if (f->map)
+		munmap(f->map, f->map_len);
+	if (f->idx_map)
+		munmap(f->idx_map, f->idx_map_len);
+	free(f->path);
+	memset(f, 0, sizeof(*f));
+}

@@ -1,0 +1,62 @@
+/*
+ * Test harness of the producer tests: writers of the pre-tokenized formats (so the tests
+ * make their own corpora in a temporary directory), a config with every default, and a
+ * run of the whole pipeline in the launcher's role: create the arena, fork P producers
+ * running sf__producer_main(), fork one consumer process per local rank that claims its
+ * steps through the slot protocol and records a hash of every batch and every row.
+ */
+#ifndef SF_TESTS_PRODUCER_HARNESS_H
+#define SF_TESTS_PRODUCER_HARNESS_H
+
+#include <stdint.h>
+
+#include "common/config.h"
+
+/* Writers: 0 or exit(1) with a message. */
+void h_write_file(const char *path, const void *data, size_t len);
+void h_write_nanogpt(const char *path, const uint16_t *tokens, size_t n);
+void h_write_llmc(const char *path, const void *tokens, size_t n, int wide);
+/* Megatron pair PREFIX.bin/.idx: `n_docs` documents of lengths `lens`, one sequence each. */
+void h_write_megatron(const char *prefix, const void *tokens, const uint32_t *lens, size_t n_docs,
+		      int wide);
+
+/* A fresh temporary directory (removed by h_rmtree). */
+char *h_tmpdir(void);
+void h_rmtree(const char *dir);
+
+/* Defaults, one source of one path, the given geometry. */
+void h_config(struct sf_config *cfg, const char *path, uint32_t B, uint32_t T, uint32_t W);
+
+/* What a pipeline run saw. */
+struct h_run {
+	uint32_t ranks;
+	uint32_t batch;	    /* B */
+	uint64_t steps;	    /* steps recorded per rank */
+	uint64_t *hash;	    /* [rank][step]: hash of the payload, length, first_sample */
+	uint64_t *rows;	    /* [rank][step][row]: hash of the row's tokens */
+	uint64_t *first;    /* [rank][step]: first_sample */
+	uint32_t *length;   /* [rank][step]: payload length */
+	uint32_t *row_head; /* [rank][step][row]: first token of the row */
+};
+
+/*
+ * h_pipeline - run the job of `cfg` with `producers` producer processes, consumers
+ * reading steps [start, start + steps) of every local rank (seeking first when start >
+ * 0). Stops early at an end marker (the rest of the record stays zero). Returns 0, or
+ * -1 with a message on stderr.
+ */
+int h_pipeline(const struct sf_config *cfg, uint32_t producers, uint64_t start, uint64_t steps,
+	       struct h_run *ret);
+void h_run_free(struct h_run *r);
+
+#define H_CHECK(cond, ...)                                                                         \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);   \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fprintf(stderr, "\n");                                                     \
+			exit(1);                                                                   \
+		}                                                                                  \
+	} while (0)
+
+#endif
