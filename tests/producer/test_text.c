@@ -1,0 +1,351 @@
+/*
+ * Raw text through the producers (needs ../shared/data; exits 77 without it):
+ *  - tinyshakespeare.txt as one document gives exactly tiktoken's ids (tokref) followed
+ *    by <|endoftext|>, at every window of an epoch;
+ *  - the same paragraphs as a .txt with a separator, as .jsonl, .jsonl.zst and .jsonl.gz
+ *    give the same windows (compared as the multiset of an epoch's rows);
+ *  - document starts point just after each <|endoftext|>;
+ *  - the chunk index is cached beside the file, reused, and rebuilt when the file changes;
+ *  - 1, 2 and 4 producer processes deliver identical batches of a .jsonl source.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/producer.h"
+#include "tests/producer/harness.h"
+
+static char *read_all(const char *path, size_t *ret_len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	long n;
+
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = malloc((size_t)n + 1);
+	H_CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n, "read %s", path);
+	fclose(f);
+	buf[n] = 0;
+	*ret_len = (size_t)n;
+	return buf;
+}
+
+static void config_text(struct sf_config *cfg, const char *path, const char *vocab_dir, uint32_t T)
+{
+	h_config(cfg, path, 4, T, 2);
+	cfg->encoding = "r50k_base";
+	cfg->vocab_dir = (char *)vocab_dir;
+}
+
+/* Sorted hashes of every row of epoch 0 (samples 0 .. n_windows-1). */
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static uint64_t *epoch_rows(const struct sf_config *cfg, uint64_t *ret_n,
+			    struct sf_dataset_stats *ret_stats)
+{
+	struct sf_dataset *ds;
+	struct sf_builder *b;
+	struct sf_err e = {0};
+	struct sf_dataset_stats st;
+	unsigned char *buf;
+	uint64_t *rows, k = 0;
+	const size_t row_bytes = (size_t)(cfg->seq_len + 1) * 2;
+
+	H_CHECK(sf__dataset_open(cfg, &ds, &e) == 0, "%s", e.msg);
+	H_CHECK(sf__builder_create(ds, &b, &e) == 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	buf = malloc(sf__dataset_payload_bytes(ds));
+	rows = malloc((st.n_windows + 64) * 8);
+	for (uint64_t s = 0; k < st.n_windows; s++)
+		for (uint32_t r = 0; r < cfg->world_size && k < st.n_windows; r++) {
+			uint32_t len;
+			uint64_t first;
+
+			H_CHECK(sf__builder_fill(b, r, s, buf, &len, &first, &e) == 0, "%s", e.msg);
+			for (uint32_t i = 0; i < cfg->batch_size && k < st.n_windows; i++)
+				rows[k++] = XXH3_64bits(buf + i * row_bytes, row_bytes);
+		}
+	qsort(rows, k, 8, cmp_u64);
+	free(buf);
+	sf__builder_free(b);
+	sf__dataset_close(ds);
+	*ret_n = k;
+	if (ret_stats)
+		*ret_stats = st;
+	return rows;
+}
+
+/* Append `s` as a JSON string, escaping quotes, backslashes and control characters. */
+static size_t json_escape(char *out, const char *s, size_t n)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\') {
+			out[o++] = '\\';
+			out[o++] = (char)c;
+		} else if (c == '\n') {
+			out[o++] = '\\';
+			out[o++] = 'n';
+		} else if (c < 0x20) {
+			o += (size_t)sprintf(out + o, "\\u%04x", c);
+		} else {
+			out[o++] = (char)c;
+		}
+	}
+	return o;
+}
+
+int main(int argc, char **argv)
+{
+	char vocab_dir[4096], corpus[4096], tokref[4096], path[4096];
+	char *dir, *text, *ref_bytes;
+	size_t text_len, ref_len;
+	const uint32_t *ref;
+	size_t n_ref;
+	struct sf_config cfg;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s SHARED_DATA_DIR\n", argv[0]);
+		return 2;
+	}
+	snprintf(vocab_dir, sizeof(vocab_dir), "%s/vocab", argv[1]);
+	snprintf(corpus, sizeof(corpus), "%s/corpus/tinyshakespeare.txt", argv[1]);
+	snprintf(tokref, sizeof(tokref), "%s/tokref/tinyshakespeare.r50k_base.u32", argv[1]);
+	text = read_all(corpus, &text_len);
+	ref_bytes = read_all(tokref, &ref_len);
+	if (!text || !ref_bytes) {
+		printf("skip: %s not found\n", argv[1]);
+		return 77;
+	}
+	ref = (const uint32_t *)ref_bytes;
+	n_ref = ref_len / 4;
+	dir = h_tmpdir();
+
+	/* One document: the stream is tokref then <|endoftext|>; check every window. */
+	{
+		struct sf_dataset *ds;
+		struct sf_builder *b;
+		struct sf_err e = {0};
+		struct sf_dataset_stats st;
+		const uint32_t T = 128;
+		uint16_t row[129];
+
+		snprintf(path, sizeof(path), "%s/shakespeare.txt", dir);
+		h_write_file(path, text, text_len);
+		config_text(&cfg, path, vocab_dir, T);
+		cfg.batch_size = 1;
+		cfg.world_size = 1;
+		cfg.local_ranks = 1;
+		H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
+		sf__dataset_stats(ds, &st);
+		H_CHECK(st.n_tokens == n_ref + 1, "%llu tokens, tokref has %zu + 1",
+			(unsigned long long)st.n_tokens, n_ref);
+		H_CHECK(st.token_bytes == 2 && st.index_loaded == 0 && st.index_bytes > 0,
+			"dtype %u, index loaded %u, %llu bytes", st.token_bytes, st.index_loaded,
+			(unsigned long long)st.index_bytes);
+		H_CHECK(sf__builder_create(ds, &b, &e) == 0, "%s", e.msg);
+		for (uint64_t k = 0; k < st.n_windows; k++) {
+			uint32_t len;
+			uint64_t first, off = sf__builder_sample_offset(b, k);
+
+			H_CHECK(sf__builder_fill(b, 0, k, row, &len, &first, &e) == 0, "%s", e.msg);
+			H_CHECK(off % T == 0 && first == k, "sample %llu", (unsigned long long)k);
+			for (uint32_t j = 0; j <= T; j++) {
+				uint32_t want = off + j < n_ref ? ref[off + j] : 50256;
+
+				H_CHECK(row[j] == want, "sample %llu token %u: %u, tokref %u",
+					(unsigned long long)k, j, row[j], want);
+			}
+		}
+		printf("ok: tinyshakespeare as one document: all %llu windows equal tiktoken's ids "
+		       "(%llu tokens)\n",
+		       (unsigned long long)st.n_windows, (unsigned long long)st.n_tokens);
+		sf__builder_free(b);
+		sf__dataset_close(ds);
+		/* The second open finds the cached index. */
+		H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
+		sf__dataset_stats(ds, &st);
+		H_CHECK(st.index_loaded == 1 && st.n_tokens == n_ref + 1, "index not reused");
+		sf__dataset_close(ds);
+		/* A changed file (same size, new mtime) is indexed again. */
+		{
+			struct timespec ts[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
+
+			H_CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0, "utimensat");
+		}
+		H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
+		sf__dataset_stats(ds, &st);
+		H_CHECK(st.index_loaded == 0, "index of a changed file reused");
+		sf__dataset_close(ds);
+		printf("ok: the chunk index is cached, reused, and rebuilt after a change\n");
+	}
+
+	/* Paragraphs as separated .txt, .jsonl, .jsonl.zst, .jsonl.gz: the same windows. */
+	{
+		char *jsonl = malloc(text_len * 2 + 1024), txt_path[4096];
+		size_t jl = 0, n_para = 0;
+		const char *p = text, *end = text + text_len;
+		uint64_t *base, *other, n_base, n_other;
+		struct sf_dataset_stats st;
+		static const char *const kinds[] = {"jsonl", "jsonl.zst", "jsonl.gz"};
+
+		while (p < end) {
+			const char *q = strstr(p, "\n\n");
+			size_t n = q ? (size_t)(q - p) : (size_t)(end - p);
+
+			if (n) {
+				jl += (size_t)sprintf(jsonl + jl, "{\"id\": %zu, \"text\": \"",
+						      n_para);
+				jl += json_escape(jsonl + jl, p, n);
+				jl += (size_t)sprintf(jsonl + jl,
+						      "\", \"meta\": [1, 2.5e3, null]}\n");
+				n_para++;
+			}
+			p = q ? q + 2 : end;
+		}
+		snprintf(txt_path, sizeof(txt_path), "%s/paras.txt", dir);
+		h_write_file(txt_path, text, text_len);
+		config_text(&cfg, txt_path, vocab_dir, 64);
+		cfg.sources[0].separator = "\n\n";
+		base = epoch_rows(&cfg, &n_base, &st);
+		H_CHECK(st.n_docs == n_para && st.n_chunks > 1, "%llu documents (%zu paragraphs)",
+			(unsigned long long)st.n_docs, n_para);
+		for (size_t i = 0; i < 3; i++) {
+			snprintf(path, sizeof(path), "%s/paras.%s", dir, kinds[i]);
+			if (i == 0) {
+				h_write_file(path, jsonl, jl);
+			} else if (i == 1) {
+				size_t cap = ZSTD_compressBound(jl);
+				void *z = malloc(cap);
+				size_t zn = ZSTD_compress(z, cap, jsonl, jl, 3);
+
+				H_CHECK(!ZSTD_isError(zn), "zstd");
+				h_write_file(path, z, zn);
+				free(z);
+			} else {
+				gzFile g = gzopen(path, "wb");
+
+				H_CHECK(g && gzwrite(g, jsonl, (unsigned)jl) == (int)jl &&
+						gzclose(g) == Z_OK,
+					"gzip");
+			}
+			config_text(&cfg, path, vocab_dir, 64);
+			other = epoch_rows(&cfg, &n_other, NULL);
+			H_CHECK(n_other == n_base && !memcmp(base, other, n_base * 8),
+				"%s windows differ from the separated .txt", kinds[i]);
+			free(other);
+		}
+		printf("ok: %zu paragraphs as .txt with a separator, .jsonl, .jsonl.zst, "
+		       ".jsonl.gz: "
+		       "the same %llu windows\n",
+		       n_para, (unsigned long long)n_base);
+		free(base);
+
+		/* Document starts: right after each <|endoftext|>, and only there. */
+		{
+			struct sf_dataset *ds;
+			struct sf_builder *b;
+			struct sf_err e = {0};
+			const uint32_t T = 64, D = 64, B = 4;
+			unsigned char *buf;
+			uint64_t checked = 0;
+
+			snprintf(path, sizeof(path), "%s/paras.jsonl", dir);
+			config_text(&cfg, path, vocab_dir, T);
+			cfg.doc_starts = D;
+			H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
+			H_CHECK(sf__builder_create(ds, &b, &e) == 0, "%s", e.msg);
+			buf = malloc(sf__dataset_payload_bytes(ds));
+			for (uint64_t s = 0; s < 200; s++) {
+				uint32_t len;
+				uint64_t first;
+				const uint32_t *starts;
+
+				H_CHECK(sf__builder_fill(b, s % 2, s, buf, &len, &first, &e) == 0,
+					"%s", e.msg);
+				starts = (const uint32_t *)(buf + B * (T + 1) * 2);
+				for (uint32_t i = 0; i < B; i++) {
+					const uint16_t *row = (const uint16_t *)buf + i * (T + 1);
+					const uint32_t *st_row = starts + i * D;
+					/* Position 0 is listed when the row begins a document,
+					 * which the row alone cannot tell; the rest must be
+					 * exactly the positions after <|endoftext|>. */
+					uint32_t n = st_row[0] == 0 ? 1 : 0;
+
+					for (uint32_t j = 1; j <= T; j++) {
+						if (row[j - 1] != 50256)
+							continue;
+						H_CHECK(n < D && st_row[n] == j,
+							"start at %u missing (found %u)", j,
+							n < D ? st_row[n] : 0);
+						n++;
+						checked++;
+					}
+					H_CHECK(n == D || st_row[n] == UINT32_MAX, "extra start %u",
+						st_row[n]);
+				}
+			}
+			H_CHECK(checked > 100, "only %llu document starts seen",
+				(unsigned long long)checked);
+			printf("ok: %llu document starts, each right after <|endoftext|>\n",
+			       (unsigned long long)checked);
+			free(buf);
+			sf__builder_free(b);
+			sf__dataset_close(ds);
+		}
+
+		/* Producers in processes: identical batches with 1, 2 and 4. */
+		{
+			struct h_run r1, rp;
+			static const uint32_t counts[] = {2, 4};
+
+			snprintf(path, sizeof(path), "%s/paras.jsonl.zst", dir);
+			config_text(&cfg, path, vocab_dir, 128);
+			cfg.doc_starts = 4;
+			H_CHECK(h_pipeline(&cfg, 1, 0, 30, &r1) == 0, "1 producer");
+			for (size_t i = 0; i < 2; i++) {
+				H_CHECK(h_pipeline(&cfg, counts[i], 0, 30, &rp) == 0,
+					"%u producers", counts[i]);
+				H_CHECK(!memcmp(r1.hash, rp.hash, r1.ranks * 30 * 8),
+					"%u producers differ from 1", counts[i]);
+				h_run_free(&rp);
+			}
+			H_CHECK(h_pipeline(&cfg, 2, 11, 19, &rp) == 0, "resumed");
+			for (uint32_t r = 0; r < r1.ranks; r++)
+				H_CHECK(!memcmp(&r1.hash[r * 30 + 11], &rp.hash[r * 19], 19 * 8),
+					"resumed rank %u differs", r);
+			h_run_free(&rp);
+			h_run_free(&r1);
+			printf("ok: .jsonl.zst source: 1, 2, 4 producers and a resume at step 11 "
+			       "agree\n");
+		}
+		free(jsonl);
+	}
+	h_rmtree(dir);
+	free(dir);
+	free(text);
+	free(ref_bytes);
+	return 0;
+}
