@@ -654,7 +654,6 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 {
 	const struct sf_config *cfg = S->cfg;
 	int linger = 0, sndhwm = 4, one = 1;
-	int32_t maxmsg = (int32_t)SF_CTL_MAX_REQUEST + 64;
 
 	if (cfg->endpoint) {
 		snprintf(S->ctl_ep, sizeof(S->ctl_ep), "%s", cfg->endpoint);
@@ -672,9 +671,9 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 		return sf__err(e, -errno, "zmq_socket: %s", zmq_strerror(errno));
 	zmq_setsockopt(S->router, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(S->pub, ZMQ_LINGER, &linger, sizeof(linger));
-	/* A peer sending more than a request's worth is disconnected by libzmq before the
-	 * message is ever assembled. */
-	zmq_setsockopt(S->router, ZMQ_MAXMSGSIZE, &(int64_t){maxmsg}, sizeof(int64_t));
+	/* A request over the limit still gets an error reply, but a peer sending far more
+	 * is disconnected by libzmq before the message is ever assembled. */
+	zmq_setsockopt(S->router, ZMQ_MAXMSGSIZE, &(int64_t){SF_CTL_MAX_REPLY}, sizeof(int64_t));
 	zmq_setsockopt(S->pub, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm));
 	if (cfg->curve_server_secret) {
 		zmq_setsockopt(S->router, ZMQ_CURVE_SERVER, &one, sizeof(one));

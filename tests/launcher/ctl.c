@@ -1,0 +1,60 @@
+/*
+ * A raw control client for tests: `ctl JOB FRAME...` sends the frames as one multipart
+ * message (bytes as given, so malformed requests can be sent) over a DEALER socket to
+ * the job's control endpoint and prints the reply. `ctl JOB --size N` sends a request of
+ * N bytes. Exit status 0 when a reply came, 1 otherwise.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "launcher/launcher.h"
+
+int main(int argc, char **argv)
+{
+	struct sf_job_info info;
+	struct sf_err e = {0};
+	char reply[65536];
+	int timeout = 3000, linger = 0, n;
+	void *ctx, *sock;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: ctl JOB FRAME... | ctl JOB --size N\n");
+		return 2;
+	}
+	if (sf__job_info_read(argv[1], &info, &e) < 0) {
+		fprintf(stderr, "ctl: %s\n", e.msg);
+		return 1;
+	}
+	ctx = zmq_ctx_new();
+	sock = zmq_socket(ctx, ZMQ_DEALER);
+	zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
+	if (zmq_connect(sock, info.control) < 0) {
+		fprintf(stderr, "ctl: connect %s failed\n", info.control);
+		return 1;
+	}
+	if (!strcmp(argv[2], "--size") && argc == 4) {
+		size_t size = strtoul(argv[3], NULL, 10);
+		char *big = malloc(size);
+
+		memset(big, ' ', size);
+		memcpy(big, "{\"v\":1,\"op\":\"status\"}", 21);
+		zmq_send(sock, big, size, 0);
+		free(big);
+	} else {
+		for (int i = 2; i < argc; i++)
+			zmq_send(sock, argv[i], strlen(argv[i]), i + 1 < argc ? ZMQ_SNDMORE : 0);
+	}
+	n = zmq_recv(sock, reply, sizeof(reply) - 1, 0);
+	zmq_close(sock);
+	zmq_ctx_term(ctx);
+	if (n < 0) {
+		fprintf(stderr, "ctl: no reply\n");
+		return 1;
+	}
+	reply[n] = 0;
+	printf("%s\n", reply);
+	return 0;
+}

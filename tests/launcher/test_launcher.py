@@ -1,0 +1,366 @@
+"""The supervisor end to end: `shmfeed run` over synthetic producers (fake_shmfeed) with C
+training ranks (consume), driven as a user would, checked through the ranks' outputs,
+the control socket, the logs, /dev/shm and the runtime directory.
+
+Each test uses a job name with this process's pid and its own private runtime directory,
+and asserts that nothing of the job is left behind."""
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+FAKE = os.environ.get("SF_FAKE_SHMFEED")
+CONSUME = os.environ.get("SF_CONSUME")
+CTL = os.environ.get("SF_CTL")
+SHMFEED = os.environ.get("SF_SHMFEED")
+
+if not (FAKE and CONSUME and CTL and SHMFEED):
+    pytest.skip("set by `meson test` (SF_FAKE_SHMFEED, SF_CONSUME, SF_CTL, SF_SHMFEED)",
+                allow_module_level=True)
+
+_count = [0]
+
+
+def job_name(tag):
+    _count[0] += 1
+    return f"tl-{tag}-{os.getpid()}-{_count[0]}"
+
+
+@pytest.fixture
+def rt(monkeypatch):
+    """A private runtime directory for the test; empty at the end."""
+    d = tempfile.mkdtemp(prefix="sf-rt-")
+    os.chmod(d, 0o700)
+    monkeypatch.setenv("SHMFEED_RUNTIME_DIR", d)
+    yield d
+    left = os.listdir(d)
+    os.rmdir(d) if not left else None
+    assert not left, f"left in the runtime directory: {left}"
+
+
+def write_config(tmp_path, text="", world=2):
+    p = tmp_path / "job.yaml"
+    p.write_text("sources: [/dev/null]\n"
+                 "batch: {size: 2, seq_len: 16}\n"
+                 f"consumers: {{world_size: {world}}}\n"
+                 "control: {stats_interval_ms: 100}\n" + text)
+    return str(p)
+
+
+def ranks_command(n, steps, out_dir, extra="", base=0):
+    """A shell command that starts n consume ranks, like torchrun's workers."""
+    parts = [f"LOCAL_RANK={r} {CONSUME} --fake --steps {steps} --out {out_dir}/r{r + base}.txt "
+             f"{extra} &" for r in range(n)]
+    return ["sh", "-c", " ".join(parts) + " wait"]
+
+
+def shm_of(job):
+    return os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def read_lines(path):
+    with open(path) as f:
+        return [line.split() for line in f]
+
+
+def ctl(job, *frames):
+    out = subprocess.run([CTL, job, *frames], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def wait_for(pred, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def start_serving(cfg, job, env=None, extra=()):
+    """`run` without a command: it serves until stopped. Returns once it answers hello."""
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", *extra],
+                         stderr=subprocess.PIPE, text=True, env=env)
+    assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                           capture_output=True).returncode == 0), \
+        "the job never answered hello"
+    return p
+
+
+def test_two_ranks_end_to_end(rt, tmp_path):
+    job = job_name("e2e")
+    cfg = write_config(tmp_path)
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--",
+                          *ranks_command(2, 200, tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for r in (0, 1):
+        lines = read_lines(tmp_path / f"r{r}.txt")
+        assert [int(l[1]) for l in lines] == list(range(200))
+        assert all(int(l[0]) == r for l in lines)
+        # Megatron's rule: first sample = step*B*W + rank*B.
+        assert all(int(l[2]) == int(l[1]) * 4 + r * 2 for l in lines)
+    assert "400 batches, 12800 tokens delivered" in out.stderr
+    assert not shm_of(job)
+
+
+def test_exit_status_of_the_command(rt, tmp_path):
+    job = job_name("status")
+    cfg = write_config(tmp_path, world=1)
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", "sh", "-c",
+                          f"test \"$SHMFEED_JOB\" = {job} && test -n \"$SHMFEED_CONTROL\" "
+                          "&& exit 7"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 7, out.stderr
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--",
+                          "/nonexistent/command"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 127
+    assert "cannot run /nonexistent/command" in out.stderr
+    assert not shm_of(job)
+
+
+def test_producer_killed_mid_run_changes_nothing(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    ref_dir, kill_dir = tmp_path / "ref", tmp_path / "kill"
+    ref_dir.mkdir()
+    kill_dir.mkdir()
+    job = job_name("ref")
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--",
+                          *ranks_command(2, 300, ref_dir)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    env = dict(os.environ, SHMFEED_TEST_CRASH_AT="50")
+    job = job_name("kill")
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--",
+                          *ranks_command(2, 300, kill_dir)],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "producer 0 died (killed by signal 9" in out.stderr
+    assert "producer 0 restarted" in out.stderr
+    assert "producer restarts 1" in out.stderr
+    for r in (0, 1):
+        assert read_lines(kill_dir / f"r{r}.txt") == read_lines(ref_dir / f"r{r}.txt")
+    assert not shm_of(job)
+
+
+def test_producer_that_keeps_dying_stops_the_job(rt, tmp_path):
+    job = job_name("fail")
+    cfg = write_config(tmp_path, "producers: {count: 2, max_restarts: 3}\n")
+    env = dict(os.environ, SHMFEED_TEST_FAIL="1")
+    t0 = time.monotonic()
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", "sleep", "30"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 1
+    assert time.monotonic() - t0 < 15
+    assert "died 4 times in a row" in out.stderr
+    assert "bad.bin: byte 0: not a token file" in out.stderr
+    assert not shm_of(job)
+
+
+def test_sigterm_and_sigint_shut_down_cleanly(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        job = job_name("term")
+        p = start_serving(cfg, job)
+        pids = [q["pid"] for q in ctl(job, '{"v":1,"op":"stats"}')["producers"]]
+        assert all(pid > 0 for pid in pids)
+        p.send_signal(sig)
+        assert p.wait(timeout=10) == 0
+        assert not shm_of(job)
+        for pid in pids:
+            assert not os.path.exists(f"/proc/{pid}")
+    # With a command, the signal goes to the command and its status comes back.
+    job = job_name("termcmd")
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--", "sleep", "30"],
+                         stderr=subprocess.PIPE, text=True)
+    assert wait_for(lambda: os.path.exists(os.path.join(rt, f"{job}.json")))
+    time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=10) == 128 + signal.SIGTERM
+    assert not shm_of(job)
+
+
+def test_sigkill_of_the_launcher(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    job = job_name("kill9")
+    p = start_serving(cfg, job)
+    pids = [q["pid"] for q in ctl(job, '{"v":1,"op":"stats"}')["producers"]]
+    p.kill()
+    p.wait()
+    # PR_SET_PDEATHSIG: the producers go with their launcher.
+    assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in pids), 5)
+    assert shm_of(job)  # stale, until the next run of the job
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--",
+                          *ranks_command(2, 20, tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "reclaimed the stale arena" in out.stderr
+    assert not shm_of(job)
+    assert len(read_lines(tmp_path / "r1.txt")) == 20
+
+
+def test_control_requests(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    job = job_name("ctl")
+    p = start_serving(cfg, job)
+    try:
+        hello = ctl(job, '{"v":1,"op":"hello","id":42}')
+        assert hello["ok"] and hello["id"] == 42 and hello["job"] == job
+        assert hello["ranks"] == 2 and hello["batch"] == 2 and hello["seq_len"] == 16
+        assert ctl(job, '{"v":1,"op":"status"}')["state"] == "running"
+        # Without consumers the rings fill up: all K slots READY, steps 0..3.
+        assert wait_for(lambda: all(r["ready"] == 4 for r in
+                                    ctl(job, '{"v":1,"op":"stats"}')["ranks"]))
+        # Seek rank 1 to step 100: its ring now serves steps 100..103.
+        seek = ctl(job, '{"v":1,"op":"seek","rank":1,"step":100}')
+        assert seek["ok"], seek
+        assert wait_for(lambda: ctl(job, '{"v":1,"op":"stats"}')["ranks"][1]["next_step"]
+                        == 100)
+        bad = ctl(job, '{"v":1,"op":"seek","rank":9,"step":1}')
+        assert not bad["ok"] and "not a local rank" in bad["error"]
+        # Pause stops the producers: a consumer that takes batches gets at most the K
+        # already READY, then nothing until resume.
+        assert ctl(job, '{"v":1,"op":"pause"}')["state"] == "paused"
+        before = ctl(job, '{"v":1,"op":"stats"}')["produced"]
+        c = subprocess.Popen([CONSUME, "--fake", "--steps", "10", "--out",
+                              str(tmp_path / "p.txt")],
+                             env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"))
+        time.sleep(0.5)
+        assert c.poll() is None
+        assert ctl(job, '{"v":1,"op":"stats"}')["produced"] == before
+        assert ctl(job, '{"v":1,"op":"resume"}')["state"] == "running"
+        assert c.wait(timeout=10) == 0
+        assert len(read_lines(tmp_path / "p.txt")) == 10
+        stop = ctl(job, '{"v":1,"op":"stop"}')
+        assert stop["ok"]
+        assert p.wait(timeout=10) == 0
+        assert not shm_of(job)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+            subprocess.run([SHMFEED, "inspect", job], capture_output=True)
+            os.system(f"rm -f /dev/shm/shmfeed.{job}")
+
+
+MALFORMED = [
+    ("not json", "malformed JSON"),
+    ("", "malformed JSON"),
+    ("[1,2]", "must be a JSON object"),
+    ('{"v":2,"op":"status"}', "unsupported protocol version"),
+    ('{"op":"status"}', 'missing \\"v\\"'),
+    ('{"v":1}', 'missing \\"op\\"'),
+    ('{"v":1,"op":"explode"}', "unknown op"),
+    ('{"v":1,"op":"status","extra":1}', "unknown key"),
+    ('{"v":1,"op":"status","op":"stop"}', "duplicate key"),
+    ('{"v":1,"op":"seek","rank":0}', "seek needs"),
+    ('{"v":1,"op":"stop","rank":0}', "belong to seek only"),
+    ('{"v":1,"op":"seek","rank":-1,"step":0}', "rank"),
+    ('{"v":1,"op":"status"} trailing', "trailing bytes"),
+    ('{"v":1,"op":"st\\u00"}', "malformed JSON"),
+    ('{"a":' * 20 + "1" + "}" * 20, "nested too deeply"),
+]
+
+
+def test_malformed_requests_get_errors_and_change_nothing(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    job = job_name("bad")
+    p = start_serving(cfg, job)
+    try:
+        for raw, why in MALFORMED:
+            rep = ctl(job, raw)
+            assert rep["ok"] is False and rep["code"] == -1017, (raw, rep)
+            assert why in json.dumps(rep["error"]) or why in rep["error"], (raw, rep)
+        rep = ctl(job, "--size", "5000")
+        assert rep["ok"] is False and "limit" in rep["error"]
+        # Far past the limit, libzmq drops the connection: no reply, no harm.
+        out = subprocess.run([CTL, job, "--size", "1000000"], capture_output=True, timeout=10)
+        assert out.returncode == 1
+        rep = ctl(job, '{"v":1,"op":"status"}', "second frame")
+        assert rep["ok"] is False and "one frame" in rep["error"]
+        st = ctl(job, '{"v":1,"op":"status"}')
+        assert st["state"] == "running" and st["producers_alive"] == 2
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+    assert not shm_of(job)
+
+
+def test_status_and_top(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    job = job_name("top")
+    p = start_serving(cfg, job)
+    try:
+        out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
+                             timeout=10)
+        assert out.returncode == 0, out.stderr
+        assert f"job {job}: running" in out.stdout
+        assert "2/2 producers alive" in out.stdout
+        out = subprocess.run([SHMFEED, "status", "--json"], capture_output=True, text=True,
+                             timeout=10)
+        doc = json.loads(out.stdout)
+        assert doc["status"]["job"] == job and len(doc["stats"]["ranks"]) == 2
+        out = subprocess.run([SHMFEED, "top", job, "--count", "2"], capture_output=True,
+                             text=True, timeout=10)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.count(f"job {job}:") == 2
+        assert "producer      pid" in out.stdout
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=10)
+    out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True)
+    assert out.returncode == 1 and "no running shmfeed job" in out.stderr
+
+
+def test_two_jobs_side_by_side(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ja, jb = job_name("a"), job_name("b")
+    pa = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={ja}", "--",
+                           *ranks_command(2, 300, tmp_path / "a", "--sleep-us 200")],
+                          stderr=subprocess.PIPE, text=True)
+    pb = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={jb}", "--set", "batch.size=3",
+                           "--", *ranks_command(2, 300, tmp_path / "b", "--sleep-us 200")],
+                          stderr=subprocess.PIPE, text=True)
+    assert wait_for(lambda: os.path.exists(os.path.join(rt, f"{ja}.json")) and
+                    os.path.exists(os.path.join(rt, f"{jb}.json")))
+    out = subprocess.run([SHMFEED, "status"], capture_output=True, text=True)
+    assert out.returncode == 1 and "2 jobs are running" in out.stderr
+    assert pa.wait(timeout=60) == 0 and pb.wait(timeout=60) == 0
+    for r in (0, 1):
+        a = read_lines(tmp_path / "a" / f"r{r}.txt")
+        b = read_lines(tmp_path / "b" / f"r{r}.txt")
+        assert len(a) == len(b) == 300
+        assert int(a[5][2]) == 5 * 4 + r * 2 and int(b[5][2]) == 5 * 6 + r * 3
+    assert not shm_of(ja) and not shm_of(jb)
+
+
+def test_two_simulated_nodes_match_one_node(rt, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    cfg = write_config(tmp_path, world=4)
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job_name('n')}", "--",
+                          *ranks_command(4, 50, one)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    nodes = []
+    for node in (0, 1):
+        nodes.append(subprocess.Popen(
+            [FAKE, "run", cfg, "--set", f"job={job_name('node%d' % node)}",
+             "--set", "consumers.local_ranks=2", "--set", f"consumers.rank_base={2 * node}",
+             "--", *ranks_command(2, 50, two, base=2 * node)],
+            stderr=subprocess.PIPE, text=True))
+    for p in nodes:
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+    for g in range(4):
+        a, b = read_lines(one / f"r{g}.txt"), read_lines(two / f"r{g}.txt")
+        assert len(a) == 50 and a == b
+        assert all(int(l[0]) == g for l in b)
