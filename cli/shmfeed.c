@@ -15,6 +15,7 @@ struct command {
 
 static const struct command commands[] = {
 	{"inspect", sf__cmd_inspect, "inspect JOB [--json]      arena header, participants, slots"},
+	{"run", sf__cmd_run, "run CONFIG [--set K=V] [-- CMD ...]  run a job, supervise CMD"},
 	{"check", sf__cmd_check, "check CONFIG [--set K=V]  validate a job file, print it resolved"},
 	{"encode", sf__cmd_encode, "encode -e ENCODING         text on stdin to uint32 ids on stdout"},
 	{"decode", sf__cmd_decode, "decode -e ENCODING         uint32 ids on stdin to text on stdout"},
