@@ -1,0 +1,103 @@
+/*
+ * Unit tests of the strict JSON field reader: unescaping (\uXXXX with surrogate pairs,
+ * UTF-8 passed through), the last of repeated members, and rejection of what RFC 8259
+ * forbids, each with the offset of the problem.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "producer/json.h"
+
+static int field(const char *json, const char *name, char *out, size_t *len, size_t *at)
+{
+	const char *what = NULL;
+
+	return sf__json_field(json, strlen(json), name, out, len, at, &what);
+}
+
+Test(json, unescapes_the_field)
+{
+	char out[256];
+	size_t len, at;
+
+	cr_assert_eq(
+		field("{\"a\":1,\"text\":\"x\\ny\\t\\\"q\\\" \\\\ \\/\"}", "text", out, &len, &at),
+		SF_JSON_OK);
+	cr_expect_eq(len, 11);
+	cr_expect(!memcmp(out, "x\ny\t\"q\" \\ /", len));
+	cr_assert_eq(field(" {\"text\" : \"\\u00e9\\u4e2d\\ud83d\\ude00\"} \r\n", "text", out, &len,
+			   &at),
+		     SF_JSON_OK);
+	cr_expect_eq(len, 2 + 3 + 4);
+	cr_expect(!memcmp(out, "\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80", len));
+	cr_assert_eq(field("{\"text\":\"caf\xc3\xa9 \xf0\x9f\x98\x80\"}", "text", out, &len, &at),
+		     SF_JSON_OK);
+	cr_expect_eq(len, 10);
+	cr_assert_eq(field("{\"text\":\"a\",\"nested\":{\"text\":\"b\"},\"text\":\"c\"}", "text",
+			   out, &len, &at),
+		     SF_JSON_OK);
+	cr_expect(len == 1 && out[0] == 'c', "the last top-level member wins");
+	cr_assert_eq(field("{\"text\":\"\\u0000\"}", "text", out, &len, &at), SF_JSON_OK);
+	cr_expect(len == 1 && out[0] == 0);
+}
+
+Test(json, reports_shape_problems)
+{
+	char out[64];
+	size_t len, at;
+
+	cr_expect_eq(field("[1,2]", "text", out, &len, &at), SF_JSON_NOT_OBJECT);
+	cr_expect_eq(field("{\"body\":\"x\"}", "text", out, &len, &at), SF_JSON_NO_FIELD);
+	cr_expect_eq(field("{\"text\":[\"x\"]}", "text", out, &len, &at), SF_JSON_NOT_STRING);
+	cr_expect_eq(field("{\"te\\u0078t\":\"x\"}", "text", out, &len, &at), SF_JSON_NO_FIELD);
+}
+
+Test(json, rejects_invalid_json_with_position)
+{
+	static const struct {
+		const char *json;
+		size_t at;
+	} bad[] = {
+		{"{\"text\":\"x\",}", 12},	    /* trailing comma */
+		{"{\"text\":\"x\"", 11},	    /* unterminated object */
+		{"{\"text\":\"x}", 11},		    /* unterminated string */
+		{"{\"text\":01}", 9},		    /* leading zero: 1 is unexpected */
+		{"{\"text\":\"\\ud83d\"}", 15},	    /* lone high surrogate */
+		{"{\"text\":\"\\ude00\"}", 15},	    /* lone low surrogate */
+		{"{\"text\":\"\\x\"}", 10},	    /* bad escape */
+		{"{\"text\":\"a\tb\"}", 10},	    /* raw control character */
+		{"{\"text\":\"\xc3\x28\"}", 9},	    /* invalid UTF-8 */
+		{"{\"text\":\"\xed\xa0\x80\"}", 9}, /* UTF-8 encoded surrogate */
+		{"{\"a\":tru}", 5},		    /* bad literal */
+		{"{\"a\":1} x", 8},		    /* trailing garbage */
+		{"{\"a\":-}", 6},		    /* bad number */
+		{"{\"a\":1.}", 7},		    /* bad number */
+		{"{a:1}", 1},			    /* unquoted name */
+		{"", 0},			    /* nothing */
+	};
+	char out[64];
+	size_t len, at;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_expect_eq(field(bad[i].json, "text", out, &len, &at), SF_JSON_INVALID,
+			     "case %zu", i);
+		cr_expect_eq(at, bad[i].at, "case %zu: error at %zu", i, at);
+	}
+}
+
+Test(json, depth_is_limited)
+{
+	char deep[2100];
+	char out[8];
+	size_t len, at, n = 0;
+
+	n += (size_t)sprintf(deep, "{\"a\":");
+	for (int i = 0; i < 1000; i++)
+		deep[n++] = '[';
+	for (int i = 0; i < 1000; i++)
+		deep[n++] = ']';
+	deep[n++] = '}';
+	deep[n] = 0;
+	cr_expect_eq(field(deep, "text", out, &len, &at), SF_JSON_INVALID);
+}

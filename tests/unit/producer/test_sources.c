@@ -1,0 +1,352 @@
+/*
+ * Bad inputs, one test each: a missing file, a glob matching nothing, truncated and
+ * mis-tagged pre-tokenized files, a malformed Megatron index, an invalid JSON line, and
+ * invalid or truncated zstd and gzip streams. Each must fail cleanly with a message that
+ * names the file and the byte offset or line; with the skip policy the record (or file)
+ * is skipped and counted instead.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/producer.h"
+
+static char dir[64];
+static char path[4096];
+static struct sf_config cfg;
+static struct sf_source_config src;
+static char *paths[2];
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/sf-srctest-XXXXXX");
+	cr_assert(mkdtemp(dir));
+	sf__config_defaults(&cfg);
+	memset(&src, 0, sizeof(src));
+	paths[0] = path;
+	src.paths = paths;
+	src.n_paths = 1;
+	cfg.sources = &src;
+	cfg.n_sources = 1;
+	cfg.batch_size = 2;
+	cfg.seq_len = 8;
+	cfg.world_size = 1;
+	cfg.local_ranks = 1;
+	cfg.producers = 1;
+}
+
+static void teardown(void)
+{
+	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(sources, .init = setup, .fini = teardown);
+
+static void put(const char *name, const void *data, size_t len)
+{
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	cr_assert(f && fwrite(data, 1, len, f) == len && fclose(f) == 0);
+}
+
+/* Open the dataset and expect failure `code` with every `needle` in the message. */
+static void expect_fail(int code, const char *n1, const char *n2)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	int r = sf__dataset_open(&cfg, &ds, &e);
+
+	cr_assert_eq(r, code, "got %d (%s), message: %s", r, sf_strerror(r), e.msg);
+	cr_expect(strstr(e.msg, n1), "message '%s' lacks '%s'", e.msg, n1);
+	if (n2)
+		cr_expect(strstr(e.msg, n2), "message '%s' lacks '%s'", e.msg, n2);
+}
+
+static void expect_skip(uint64_t skipped, const char *needle)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	src.on_error = SF_ON_ERROR_SKIP;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.skipped, skipped);
+	cr_expect(strstr(sf__dataset_first_skip(ds), needle), "first skip '%s' lacks '%s'",
+		  sf__dataset_first_skip(ds), needle);
+	sf__dataset_close(ds);
+}
+
+Test(sources, missing_file)
+{
+	snprintf(path, sizeof(path), "%s/none.bin", dir);
+	expect_fail(-ENOENT, path, "cannot open");
+}
+
+Test(sources, glob_matching_nothing)
+{
+	snprintf(path, sizeof(path), "%s/*.bin", dir);
+	expect_fail(-ENOENT, path, "no file matches");
+}
+
+Test(sources, nanogpt_odd_size)
+{
+	uint16_t t[40] = {0};
+
+	put("odd.bin", t, sizeof(t) - 1);
+	expect_fail(SF_E_SOURCE, path, "byte 78: truncated");
+}
+
+Test(sources, llmc_wrong_magic)
+{
+	int32_t h[256 + 20] = {12345, 1, 20};
+
+	put("bad.llmc", h, sizeof(h));
+	src.format = SF_FMT_LLMC;
+	expect_fail(SF_E_SOURCE, path, "byte 0: wrong magic 12345");
+}
+
+Test(sources, llmc_truncated_tokens)
+{
+	int32_t h[256 + 10] = {20240520, 1, 100};
+
+	put("short.bin", h, sizeof(h));
+	expect_fail(SF_E_SOURCE, path, "byte 1064: truncated: the header announces 100 tokens");
+}
+
+Test(sources, llmc_truncated_header)
+{
+	int32_t h[10] = {20240520, 1, 100};
+
+	put("tiny.llmc", h, sizeof(h));
+	src.format = SF_FMT_LLMC;
+	expect_fail(SF_E_SOURCE, path, "byte 40: truncated");
+}
+
+static void put_megatron(const char *magic, uint8_t dtype, uint64_t bin_tokens, size_t idx_cut)
+{
+	unsigned char idx[256];
+	size_t n = 0;
+	uint64_t v;
+	int32_t len = 16;
+	uint16_t tokens[64] = {0};
+
+	memcpy(idx, magic, 9);
+	n = 9;
+	v = 1;
+	memcpy(idx + n, &v, 8);
+	n += 8;
+	idx[n++] = dtype;
+	v = 2; /* sequences */
+	memcpy(idx + n, &v, 8);
+	n += 8;
+	v = 3; /* document indices */
+	memcpy(idx + n, &v, 8);
+	n += 8;
+	memcpy(idx + n, &len, 4);
+	memcpy(idx + n + 4, &len, 4);
+	n += 8;
+	v = 0;
+	memcpy(idx + n, &v, 8);
+	v = 32;
+	memcpy(idx + n + 8, &v, 8);
+	n += 16;
+	for (uint64_t d = 0; d < 3; d++) {
+		memcpy(idx + n, &d, 8);
+		n += 8;
+	}
+	put("m.bin", tokens, bin_tokens * 2);
+	put("m.idx", idx, idx_cut ? idx_cut : n);
+}
+
+Test(sources, megatron_wrong_magic)
+{
+	put_megatron("MMIDIDY\0\0", 8, 32, 0);
+	expect_fail(SF_E_SOURCE, "m.idx", "byte 0: wrong magic");
+}
+
+Test(sources, megatron_truncated_index)
+{
+	put_megatron("MMIDIDX\0\0", 8, 32, 60);
+	expect_fail(SF_E_SOURCE, "m.idx", "byte 60: truncated");
+}
+
+Test(sources, megatron_bad_dtype)
+{
+	put_megatron("MMIDIDX\0\0", 6, 32, 0);
+	expect_fail(SF_E_SOURCE, "m.idx", "byte 17: dtype code 6");
+}
+
+Test(sources, megatron_short_bin)
+{
+	put_megatron("MMIDIDX\0\0", 8, 30, 0);
+	expect_fail(SF_E_SOURCE, "m.bin", "byte 60: the index describes 64 bytes");
+}
+
+Test(sources, megatron_good_pair_opens)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	put_megatron("MMIDIDX\0\0", 8, 32, 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.n_tokens, 32);
+	cr_expect_eq(st.n_docs, 2);
+	sf__dataset_close(ds);
+}
+
+static const char jsonl[] = "{\"text\": \"first document, long enough to hold a window\"}\n"
+			    "\n"
+			    "{\"text\": \"second\"}\n"
+			    "{\"text\": \"third\", }\n"
+			    "{\"body\": \"fourth\"}\n"
+			    "{\"text\": \"fifth document\"}\n";
+
+Test(sources, jsonl_invalid_line)
+{
+	cfg.encoding = "bytes";
+	put("docs.jsonl", jsonl, strlen(jsonl));
+	expect_fail(SF_E_SOURCE, path, ":4: column 19: invalid JSON: expected a member name");
+}
+
+Test(sources, jsonl_skip_policy_counts)
+{
+	cfg.encoding = "bytes";
+	put("docs.jsonl", jsonl, strlen(jsonl));
+	expect_skip(2, ":4: column 19: invalid JSON");
+}
+
+Test(sources, jsonl_missing_field)
+{
+	static const char j[] = "{\"text\": \"a document with some words in it\"}\n{\"body\": 1}\n";
+
+	cfg.encoding = "bytes";
+	put("f.jsonl", j, strlen(j));
+	expect_fail(SF_E_SOURCE, path, ":2: no field text");
+}
+
+static size_t zstd_bytes(void *out, size_t cap)
+{
+	static const char text[] = "{\"text\": \"a zstd compressed document of some length\"}\n";
+	size_t n = ZSTD_compress(out, cap, text, strlen(text), 3);
+
+	cr_assert(!ZSTD_isError(n));
+	return n;
+}
+
+Test(sources, zstd_invalid_stream)
+{
+	unsigned char z[256];
+	size_t n = zstd_bytes(z, sizeof(z));
+
+	cfg.encoding = "bytes";
+	memset(z + 4, 0xff, 3); /* break the frame header after the magic */
+	put("bad.jsonl.zst", z, n);
+	expect_fail(SF_E_SOURCE, path, "invalid zstd stream");
+	cr_expect(strstr(path, "bad.jsonl.zst"));
+}
+
+Test(sources, zstd_truncated_stream)
+{
+	unsigned char z[256];
+	size_t n = zstd_bytes(z, sizeof(z));
+	char want[64];
+
+	cfg.encoding = "bytes";
+	put("cut.jsonl.zst", z, n - 5);
+	snprintf(want, sizeof(want), "byte %zu: truncated zstd stream", n - 5);
+	expect_fail(SF_E_SOURCE, path, want);
+}
+
+static size_t gzip_bytes(unsigned char *out, size_t cap)
+{
+	static const char text[] = "{\"text\": \"a gzip compressed document of some length\"}\n";
+	z_stream zs = {0};
+
+	cr_assert_eq(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+	zs.next_in = (unsigned char *)text;
+	zs.avail_in = (uInt)strlen(text);
+	zs.next_out = out;
+	zs.avail_out = (uInt)cap;
+	cr_assert_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
+	deflateEnd(&zs);
+	return cap - zs.avail_out;
+}
+
+Test(sources, gzip_invalid_stream)
+{
+	unsigned char z[256];
+	size_t n = gzip_bytes(z, sizeof(z));
+
+	cfg.encoding = "bytes";
+	z[2] = 9; /* an unknown compression method */
+	put("bad.jsonl.gz", z, n);
+	expect_fail(SF_E_SOURCE, path, "invalid gzip stream");
+}
+
+Test(sources, gzip_truncated_stream)
+{
+	unsigned char z[256];
+	size_t n = gzip_bytes(z, sizeof(z));
+	char want[64];
+
+	cfg.encoding = "bytes";
+	put("cut.txt.gz", z, n - 6);
+	snprintf(want, sizeof(want), "byte %zu: truncated gzip stream", n - 6);
+	expect_fail(SF_E_SOURCE, path, want);
+}
+
+Test(sources, bad_file_skipped_among_good)
+{
+	static const char good[] = "a plain text document that is long enough for windows";
+	uint16_t t[5] = {0};
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	cfg.encoding = "bytes";
+	put("a.txt", good, strlen(good));
+	put("b.txt.gz", t, sizeof(t)); /* not gzip at all */
+	snprintf(path, sizeof(path), "%s/*.txt*", dir);
+	src.on_error = SF_ON_ERROR_SKIP;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.skipped, 1);
+	cr_expect_eq(st.n_files, 2);
+	cr_expect_eq(st.n_tokens, strlen(good) + 1);
+	cr_expect(strstr(sf__dataset_first_skip(ds), "b.txt.gz"), "%s", sf__dataset_first_skip(ds));
+	sf__dataset_close(ds);
+}
+
+Test(sources, too_few_tokens)
+{
+	uint16_t t[5] = {1, 2, 3, 4, 5};
+
+	put("five.bin", t, sizeof(t));
+	expect_fail(SF_E_SOURCE, "5 tokens", "fewer than one sequence of 9");
+}
+
+Test(sources, text_without_encoding)
+{
+	put("x.txt", "hello", 5);
+	expect_fail(SF_E_CONFIG, "encoding", NULL);
+}
