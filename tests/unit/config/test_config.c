@@ -1,0 +1,361 @@
+/*
+ * Unit tests of the job file loader: one test per rule of docs/config.md (defaults,
+ * unknown keys, types, ranges, names, cross-field checks, endpoints and CURVE keys,
+ * overrides, path resolution), each checking the FILE:LINE:COLUMN of the message; and
+ * the resolved-config writer and the digest.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/config.h"
+
+static struct sf_config cfg;
+static struct sf_err err;
+
+static int load(const char *yaml)
+{
+	memset(&err, 0, sizeof(err));
+	sf__config_free(&cfg);
+	return sf__config_load_string("job.yaml", yaml, strlen(yaml), &cfg, &err);
+}
+
+/* The load fails with SF_E_CONFIG and a message starting with `where` and holding `what`. */
+static void rejects(const char *yaml, const char *where, const char *what)
+{
+	int r = load(yaml);
+
+	cr_assert_eq(r, SF_E_CONFIG, "accepted:\n%s", yaml);
+	cr_expect(!strncmp(err.msg, where, strlen(where)), "message '%s' does not start with '%s'",
+		  err.msg, where);
+	cr_expect(strstr(err.msg, what), "message '%s' lacks '%s'", err.msg, what);
+}
+
+static void fini(void)
+{
+	sf__config_free(&cfg);
+}
+
+TestSuite(config, .fini = fini);
+
+Test(config, defaults_fill_every_field)
+{
+	cr_assert_eq(load("sources: [a.txt]\n"), 0, "%s", err.msg);
+	cr_expect_str_eq(cfg.job, "job");
+	cr_expect_eq(cfg.n_sources, 1);
+	cr_expect_str_eq(cfg.sources[0].paths[0], "a.txt");
+	cr_expect_eq(cfg.sources[0].format, SF_FMT_AUTO);
+	cr_expect_str_eq(cfg.sources[0].text_field, "text");
+	cr_expect_null(cfg.sources[0].separator);
+	cr_expect_eq(cfg.sources[0].on_error, SF_ON_ERROR_STOP);
+	cr_expect_str_eq(cfg.encoding, "bytes");
+	cr_expect_eq(cfg.batch_size, 8);
+	cr_expect_eq(cfg.seq_len, 256);
+	cr_expect_eq(cfg.dtype, SF_DTYPE_AUTO);
+	cr_expect_eq(cfg.mode, SF_SAMPLE_WINDOWS);
+	cr_expect_eq(cfg.seed, 1337);
+	cr_expect_eq(cfg.epochs, 0);
+	cr_expect_eq(cfg.slots_per_rank, 4);
+	cr_expect_eq(cfg.hugepages, 0);
+	cr_expect_eq(cfg.producers, 2);
+	cr_expect_eq(cfg.max_restarts, 5);
+	cr_expect_eq(cfg.world_size, 1);
+	cr_expect_eq(cfg.local_ranks, 1);
+	cr_expect_eq(cfg.rank_base, 0);
+	cr_expect_eq(cfg.device, SF_DEVICE_AUTO);
+	cr_expect_null(cfg.endpoint);
+	cr_expect_eq(cfg.stats_interval_ms, 1000);
+	cr_expect_eq(cfg.checksum, 1);
+}
+
+Test(config, every_section_is_read)
+{
+	cr_assert_eq(
+		load("job: j1\n"
+		     "sources:\n"
+		     "  - paths: [a.jsonl, 'b*.jsonl']\n"
+		     "    format: jsonl\n"
+		     "    text_field: body\n"
+		     "    on_error: skip\n"
+		     "  - paths: c.txt\n"
+		     "    separator: \"<|endoftext|>\"\n"
+		     "tokenizer: {encoding: cl100k_base, vocab: /v/cl100k_base.tiktoken}\n"
+		     "batch: {size: 4, seq_len: 1024, dtype: int32}\n"
+		     "sampling: {mode: random, seed: 7, epochs: 3, doc_starts: 16}\n"
+		     "arena: {slots_per_rank: 8, hugepages: yes}\n"
+		     "producers: {count: 3, max_restarts: 0}\n"
+		     "consumers: {world_size: 16, local_ranks: 8, rank_base: 8, device: cuda}\n"
+		     "control: {endpoint: 'tcp://127.0.0.1:5555', stats_interval_ms: 250}\n"
+		     "integrity: {checksum: false}\n"),
+		0, "%s", err.msg);
+	cr_expect_str_eq(cfg.job, "j1");
+	cr_expect_eq(cfg.n_sources, 2);
+	cr_expect_eq(cfg.sources[0].n_paths, 2);
+	cr_expect_str_eq(cfg.sources[0].paths[1], "b*.jsonl");
+	cr_expect_eq(cfg.sources[0].format, SF_FMT_JSONL);
+	cr_expect_str_eq(cfg.sources[0].text_field, "body");
+	cr_expect_eq(cfg.sources[0].on_error, SF_ON_ERROR_SKIP);
+	cr_expect_str_eq(cfg.sources[1].separator, "<|endoftext|>");
+	cr_expect_str_eq(cfg.encoding, "cl100k_base");
+	cr_expect_str_eq(cfg.vocab, "/v/cl100k_base.tiktoken");
+	cr_expect_eq(cfg.batch_size, 4);
+	cr_expect_eq(cfg.seq_len, 1024);
+	cr_expect_eq(cfg.dtype, SF_DTYPE_I32);
+	cr_expect_eq(cfg.mode, SF_SAMPLE_RANDOM);
+	cr_expect_eq(cfg.seed, 7);
+	cr_expect_eq(cfg.epochs, 3);
+	cr_expect_eq(cfg.doc_starts, 16);
+	cr_expect_eq(cfg.slots_per_rank, 8);
+	cr_expect_eq(cfg.hugepages, 1);
+	cr_expect_eq(cfg.producers, 3);
+	cr_expect_eq(cfg.max_restarts, 0);
+	cr_expect_eq(cfg.world_size, 16);
+	cr_expect_eq(cfg.local_ranks, 8);
+	cr_expect_eq(cfg.rank_base, 8);
+	cr_expect_eq(cfg.device, SF_DEVICE_CUDA);
+	cr_expect_str_eq(cfg.endpoint, "tcp://127.0.0.1:5555");
+	cr_expect_eq(cfg.stats_interval_ms, 250);
+	cr_expect_eq(cfg.checksum, 0);
+}
+
+Test(config, unknown_keys_are_rejected_where_they_are)
+{
+	rejects("sources: [a]\nbatch:\n  size: 4\n  seqlen: 9\n", "job.yaml:4:3:",
+		"unknown key 'seqlen' in section 'batch'; expected one of: size, seq_len, dtype");
+	rejects("sources: [a]\nbatches: {size: 4}\n", "job.yaml:2:1:", "unknown key 'batches'");
+	rejects("sources:\n  - paths: a\n    fromat: text\n",
+		"job.yaml:3:5:", "unknown key 'fromat' in a source");
+}
+
+Test(config, wrong_types_are_rejected)
+{
+	rejects("sources: [a]\nbatch: {size: \"4\"}\n", "job.yaml:2:15:",
+		"'size' must be an unsigned integer in [1, 65536], not a quoted string");
+	rejects("sources: [a]\nbatch: {size: four}\n", "job.yaml:2:15:", "got 'four'");
+	rejects("sources: [a]\nbatch: {size: [4]}\n", "job.yaml:2:15:", "not a list");
+	rejects("sources: [a]\nbatch: 4\n", "job.yaml:2:8:", "section 'batch' must be a mapping");
+	rejects("sources: a.txt\n", "job.yaml:1:10:", "'sources' must be a list of sources");
+	rejects("sources: [a]\narena: {hugepages: maybe}\n",
+		"job.yaml:2:20:", "'hugepages' must be true or false; got 'maybe'");
+	rejects("sources: [a]\njob: [x]\n", "job.yaml:2:6:", "'job' must be");
+	rejects("sources: [a]\nsampling: {seed: -1}\n", "job.yaml:2:18:", "unsigned integer");
+	rejects("sources: [[a]]\n", "job.yaml:1:11:", "a source must be a path or a mapping");
+}
+
+Test(config, values_out_of_range_are_rejected)
+{
+	rejects("sources: [a]\nbatch: {size: 0}\n",
+		"job.yaml:2:15:", "'size' is out of range: 0 is not in [1, 65536]");
+	rejects("sources: [a]\nbatch: {seq_len: 2000000}\n", "job.yaml:2:18:", "out of range");
+	rejects("sources: [a]\narena: {slots_per_rank: 5000}\n", "job.yaml:2:25:", "out of range");
+	rejects("sources: [a]\nproducers: {count: 0}\n", "job.yaml:2:20:", "out of range");
+	rejects("sources: [a]\ncontrol: {stats_interval_ms: 1}\n",
+		"job.yaml:2:30:", "out of range");
+	rejects("sources: [a]\nsampling: {seed: 99999999999999999999999}\n",
+		"job.yaml:2:18:", "out of range");
+}
+
+Test(config, names_must_be_known)
+{
+	rejects("sources: [a]\ntokenizer: {encoding: gpt5}\n", "job.yaml:2:23:",
+		"'encoding' must be one of bytes, char, r50k_base, cl100k_base, o200k_base; got "
+		"'gpt5'");
+	rejects("sources: [a]\nsampling: {mode: shuffled}\n",
+		"job.yaml:2:18:", "one of windows, random");
+	rejects("sources: [{paths: a, format: parquet}]\n",
+		"job.yaml:1:30:", "one of auto, nanogpt, llmc, megatron, text, jsonl");
+	rejects("sources: [a]\nconsumers: {device: tpu}\n", "job.yaml:2:21:", "auto, cpu, cuda");
+	rejects("sources: [a]\nbatch: {dtype: float}\n", "job.yaml:2:16:", "auto, uint16, int32");
+}
+
+Test(config, duplicate_keys_are_rejected)
+{
+	rejects("sources: [a]\nbatch: {size: 4, size: 8}\n",
+		"job.yaml:2:18:", "duplicate key 'size' in section 'batch'");
+}
+
+Test(config, yaml_syntax_errors_have_positions)
+{
+	rejects("sources: [a\n", "job.yaml:2:1:", "invalid YAML");
+	rejects("sources:\n  - a\n - b\n", "job.yaml:3:2:", "invalid YAML");
+	rejects("", "job.yaml:1:1:", "the file is empty");
+}
+
+Test(config, sources_are_required_and_need_paths)
+{
+	rejects("batch: {size: 4}\n", "job.yaml:1:1:", "'sources' is required");
+	rejects("sources: []\n", "job.yaml:1:10:", "at least one source");
+	rejects("sources: [{format: text}]\n", "job.yaml:1:11:", "a source needs 'paths'");
+	rejects("sources: [{paths: []}]\n", "job.yaml:1:19:", "not an empty list");
+	rejects("sources: [~]\n", "job.yaml:1:11:", "not null");
+}
+
+Test(config, job_names_are_checked)
+{
+	rejects("job: ../etc\nsources: [a]\n", "job.yaml:1:6:", "'job' must be 1-63 characters");
+	rejects("job: .hidden\nsources: [a]\n", "job.yaml:1:6:", "not starting with '.'");
+}
+
+Test(config, ranks_must_fit_the_world)
+{
+	rejects("sources: [a]\nconsumers: {world_size: 4, rank_base: 4}\n",
+		"job.yaml:2:39:", "'rank_base' 4 must be below world_size 4");
+	rejects("sources: [a]\nconsumers: {world_size: 4, rank_base: 2, local_ranks: 3}\n",
+		"job.yaml:2:55:", "goes past world_size 4");
+	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 4, rank_base: 2}\n"), 0);
+	cr_expect_eq(cfg.local_ranks, 2, "auto local ranks: the rest of the world");
+	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 4, local_ranks: auto}\n"), 0);
+	cr_expect_eq(cfg.local_ranks, 4);
+}
+
+Test(config, document_starts_fit_a_sequence)
+{
+	rejects("sources: [a]\nbatch: {seq_len: 8}\nsampling: {doc_starts: 10}\n",
+		"job.yaml:3:24:", "'doc_starts' 10 exceeds the 9 tokens");
+}
+
+Test(config, a_batch_must_fit_a_slot)
+{
+	rejects("sources: [a]\nbatch: {size: 65536, seq_len: 65536}\n",
+		"job.yaml:2:15:", "bytes per slot; the limit is");
+}
+
+Test(config, endpoints_are_ipc_or_loopback_tcp_unless_curve)
+{
+	static const char key_a[] = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+	static const char key_b[] = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6";
+	char yaml[512];
+
+	rejects("sources: [a]\ncontrol: {endpoint: 'tcp://10.1.2.3:5555'}\n",
+		"job.yaml:2:21:", "is not on loopback");
+	rejects("sources: [a]\ncontrol: {endpoint: 'tcp://127.0.0.1'}\n",
+		"job.yaml:2:21:", "tcp://HOST:PORT");
+	rejects("sources: [a]\ncontrol: {endpoint: 'http://x'}\n",
+		"job.yaml:2:21:", "must be null (private ipc://), ipc://PATH or tcp://HOST:PORT");
+	cr_expect_eq(load("sources: [a]\ncontrol: {endpoint: 'ipc:///tmp/x.ctl'}\n"), 0);
+	cr_expect_eq(load("sources: [a]\ncontrol: {endpoint: 'tcp://localhost:5555'}\n"), 0);
+	snprintf(yaml, sizeof(yaml),
+		 "sources: [a]\ncontrol:\n  endpoint: 'tcp://10.1.2.3:5555'\n"
+		 "  curve_server_secret: '%s'\n  curve_server_public: '%s'\n",
+		 key_a, key_b);
+	cr_expect_eq(load(yaml), 0, "%s", err.msg);
+	snprintf(yaml, sizeof(yaml), "sources: [a]\ncontrol:\n  curve_server_secret: '%s'\n",
+		 key_a);
+	rejects(yaml, "job.yaml:3:24:", "CURVE needs both");
+	rejects("sources: [a]\ncontrol: {curve_server_secret: short, curve_server_public: "
+		"short}\n",
+		"job.yaml:2:32:", "40-character Z85 key");
+}
+
+Test(config, relative_paths_are_taken_from_the_file)
+{
+	char dir[] = "/tmp/sf-cfg-XXXXXX", path[64], vocab[96];
+	FILE *f;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/j.yaml", dir);
+	f = fopen(path, "w");
+	fputs("sources: [data/a.txt, /abs/b.txt]\ntokenizer: {vocab: v.tiktoken}\n", f);
+	fclose(f);
+	sf__config_free(&cfg);
+	cr_assert_eq(sf__config_load(path, &cfg, &err), 0, "%s", err.msg);
+	snprintf(vocab, sizeof(vocab), "%s/data/a.txt", dir);
+	cr_expect_str_eq(cfg.sources[0].paths[0], vocab);
+	cr_expect_str_eq(cfg.sources[1].paths[0], "/abs/b.txt");
+	snprintf(vocab, sizeof(vocab), "%s/v.tiktoken", dir);
+	cr_expect_str_eq(cfg.vocab, vocab);
+	cr_expect_str_eq(cfg.job, "j");
+	unlink(path);
+	rmdir(dir);
+}
+
+Test(config, a_missing_file_is_named)
+{
+	cr_expect_eq(sf__config_load("/nonexistent/job.yaml", &cfg, &err), -ENOENT);
+	cr_expect(strstr(err.msg, "/nonexistent/job.yaml"), "%s", err.msg);
+}
+
+Test(config, overrides_apply_and_are_validated)
+{
+	const char *ok[] = {"batch.size=16", "job=other", "sources=[x.txt, y.txt]",
+			    "control.endpoint=", "integrity.checksum=off"};
+	const char *bad_key[] = {"batch.sise=16"};
+	const char *bad_value[] = {"batch.size=0"};
+	const char *no_eq[] = {"batch.size"};
+	char dir[] = "/tmp/sf-cfg-XXXXXX", path[64];
+	FILE *f;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/j.yaml", dir);
+	f = fopen(path, "w");
+	fputs("sources: [a]\ncontrol: {endpoint: 'ipc:///tmp/q'}\n", f);
+	fclose(f);
+	sf__config_free(&cfg);
+	cr_assert_eq(sf__config_load_overrides(path, ok, 5, &cfg, &err), 0, "%s", err.msg);
+	cr_expect_eq(cfg.batch_size, 16);
+	cr_expect_str_eq(cfg.job, "other");
+	cr_expect_eq(cfg.n_sources, 2);
+	cr_expect_str_eq(cfg.sources[1].paths[0], "y.txt", "override paths are from the cwd");
+	cr_expect_null(cfg.endpoint);
+	cr_expect_eq(cfg.checksum, 0);
+	sf__config_free(&cfg);
+	cr_expect_eq(sf__config_load_overrides(path, bad_key, 1, &cfg, &err), SF_E_CONFIG);
+	cr_expect(strstr(err.msg, "--set batch.sise: no such field"), "%s", err.msg);
+	cr_expect_eq(sf__config_load_overrides(path, bad_value, 1, &cfg, &err), SF_E_CONFIG);
+	cr_expect(strstr(err.msg, "--set batch.size: 'size' is out of range"), "%s", err.msg);
+	cr_expect_eq(sf__config_load_overrides(path, no_eq, 1, &cfg, &err), SF_E_CONFIG);
+	cr_expect(strstr(err.msg, "expected KEY=VALUE"), "%s", err.msg);
+	unlink(path);
+	rmdir(dir);
+}
+
+Test(config, the_written_config_loads_back_identically)
+{
+	char *text = NULL;
+	size_t len = 0;
+	struct sf_config again = {0};
+	FILE *f;
+
+	cr_assert_eq(load("job: w\nsources:\n  - paths: [a, 'b \"q\"']\n    separator: \"\\n\\n\"\n"
+			  "sampling: {seed: 18446744073709551615}\n"
+			  "consumers: {world_size: 2}\n"),
+		     0, "%s", err.msg);
+	f = open_memstream(&text, &len);
+	cr_assert_eq(sf__config_write(&cfg, f), 0);
+	fclose(f);
+	cr_assert_eq(sf__config_load_string("w.yaml", text, len, &again, &err), 0, "%s\n%s",
+		     err.msg, text);
+	cr_expect_str_eq(again.sources[0].paths[1], "b \"q\"");
+	cr_expect_str_eq(again.sources[0].separator, "\n\n");
+	cr_expect_eq(again.seed, UINT64_MAX);
+	cr_expect_eq(again.local_ranks, 2);
+	cr_expect_eq(sf__config_digest(&again), sf__config_digest(&cfg));
+	sf__config_free(&again);
+	free(text);
+}
+
+Test(config, the_digest_follows_the_token_stream_only)
+{
+	uint64_t base, d;
+
+	cr_assert_eq(load("sources: [a]\nbatch: {size: 8}\nconsumers: {world_size: 2}\n"), 0);
+	base = sf__config_digest(&cfg);
+	cr_assert_eq(load("sources: [a]\nbatch: {size: 4}\nconsumers: {world_size: 4}\n"), 0);
+	cr_expect_eq(sf__config_digest(&cfg), base, "same global batch B*W");
+	cr_assert_eq(load("sources: [a]\nbatch: {size: 8}\nconsumers: {world_size: 2}\n"
+			  "producers: {count: 7}\narena: {slots_per_rank: 9}\n"),
+		     0);
+	cr_expect_eq(sf__config_digest(&cfg), base, "producers and slots do not matter");
+	cr_assert_eq(load("sources: [a]\nbatch: {size: 8}\nconsumers: {world_size: 2}\n"
+			  "sampling: {seed: 1}\n"),
+		     0);
+	d = sf__config_digest(&cfg);
+	cr_expect_neq(d, base, "the seed matters");
+	cr_assert_eq(load("sources: [b]\nbatch: {size: 8}\nconsumers: {world_size: 2}\n"), 0);
+	cr_expect_neq(sf__config_digest(&cfg), base, "the sources matter");
+}
