@@ -12,5 +12,6 @@ int sf__cmd_status(int argc, char **argv);
 int sf__cmd_top(int argc, char **argv);
 int sf__cmd_encode(int argc, char **argv);
 int sf__cmd_decode(int argc, char **argv);
+int sf__cmd_tokenize(int argc, char **argv);
 
 #endif

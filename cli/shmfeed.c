@@ -21,6 +21,7 @@ static const struct command commands[] = {
 	{"decode", sf__cmd_decode, "decode -e ENCODING         uint32 ids on stdin to text on stdout"},
 	{"status", sf__cmd_status, "status [JOB] [--json]     a running job: rates, slots, producers"},
 	{"top", sf__cmd_top, "top [JOB] [--count N]     the same, refreshed every stats interval"},
+	{"tokenize", sf__cmd_tokenize, "tokenize CONFIG -o PREFIX  raw text sources to Megatron .bin/.idx"},
 };
 
 static void usage(FILE *f)

@@ -109,6 +109,29 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 void sf__builder_counters(const struct sf_builder *b, uint64_t *ret_tokens_out,
 			  uint64_t *ret_tokens_encoded);
 
+/* Progress of sf__dataset_write_megatron(), sampled by the caller's callback. */
+struct sf_tokenize_progress {
+	uint64_t bytes;	      /* text bytes tokenized so far */
+	uint64_t total_bytes; /* text bytes in all */
+	uint64_t docs;
+	uint64_t tokens;
+	uint64_t elapsed_ns;
+	uint32_t done; /* 1 on the final call */
+};
+
+/*
+ * sf__dataset_write_megatron - write the raw text token stream of `ds` as a Megatron
+ * MMIDIDX pair PREFIX.bin / PREFIX.idx: one sequence and one document per source
+ * document, its ids followed by <|endoftext|> (as Megatron's --append-eod), dtype uint16
+ * or int32 as the dataset's. Tokenizes with `workers` forked processes, each writing its
+ * chunks at their offsets (known from the chunk index). Both files are written under
+ * temporary names and renamed at the end. `progress` (may be NULL) is called about
+ * every 200 ms in the calling process. Returns 0, or an error with detail in `e`.
+ */
+int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, uint32_t workers,
+			       void (*progress)(const struct sf_tokenize_progress *p, void *arg),
+			       void *arg, struct sf_err *e);
+
 /*
  * sf__producer_main - the body of a forked producer process: register as participant
  * `index` (role producer), then claim, build and publish batches until the job is
