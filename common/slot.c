@@ -349,17 +349,27 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 	}
 }
 
-void sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *s)
+void sf__consumer_release_quiet(struct sf_slot *s)
 {
 	uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
 
-	(void)rank;
 	SF_TEST_POINT(SF_TP_CONSUMER_READ);
 	/* Release: the consumer's reads of the payload happen before a producer's claim
 	 * (acquire CAS in sf__producer_claim()) lets it overwrite them. */
 	atomic_store_explicit(&s->word, sf__slot_word(SF_SLOT_FREE, 0, sf__slot_lap(w) + 1),
 			      memory_order_release);
 	SF_TEST_POINT(SF_TP_CONSUMER_RELEASED);
+}
+
+void sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *s)
+{
+	(void)rank;
+	sf__consumer_release_quiet(s);
+	wake_producers(a);
+}
+
+void sf__producers_wake(struct sf_arena *a)
+{
 	wake_producers(a);
 }
 

@@ -104,6 +104,18 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 void sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *slot);
 
 /*
+ * sf__consumer_release_quiet - sf__consumer_release() without waking sleeping producers.
+ * Waking one costs a futex syscall (several microseconds, more in a VM), so a consumer
+ * whose ring still holds enough READY batches may leave the refill for later; it must
+ * then call sf__producers_wake() once its ring runs low (sleeping producers also rescan
+ * every 100 ms, so a forgotten wake costs latency, never liveness).
+ */
+void sf__consumer_release_quiet(struct sf_slot *slot);
+
+/* sf__producers_wake - wake the producers sleeping for a FREE slot, if any. */
+void sf__producers_wake(struct sf_arena *a);
+
+/*
  * sf__ring_next_step - the first step of `rank` not yet released: the lowest step any
  * slot of the ring currently serves.
  */
