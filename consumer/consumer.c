@@ -213,7 +213,28 @@ out_pop:
 	return r;
 }
 
-/* GPU mode: wait until the copy of the held slot has completed, then release it. */
+/*
+ * Whether the next half ring of this rank's steps is (as far as one look tells) READY.
+ * Waking a sleeping producer is a futex syscall, several microseconds on the consumer's
+ * critical path; while half a ring of batches is buffered, the refill can wait until the
+ * consumer comes closer, so producers are woken once per K/2 steps instead of every step,
+ * and then refill in a burst. Rings of fewer than 4 slots always wake.
+ */
+static int ring_well_stocked(const struct sf_consumer *c)
+{
+	const uint32_t K = c->a->hdr->geo.slots_per_rank;
+	uint64_t t = c->step + K / 2 - 1;
+	const struct sf_slot *s = sf__arena_slot(c->a, c->rank, (uint32_t)(t % K));
+
+	if (K < 4)
+		return 0;
+	/* Relaxed: only a hint. Either way the slot just released is FREE already, and
+	 * sleeping producers rescan within 100 ms even without a wake. */
+	return atomic_load_explicit(&s->word, memory_order_relaxed) ==
+	       sf__slot_word(SF_SLOT_READY, 0, t / K);
+}
+
+/* Release the held slot; in GPU mode first wait until its copy has completed. */
 static int release_held(struct sf_consumer *c)
 {
 	int r = 0;
@@ -229,8 +250,10 @@ static int release_held(struct sf_consumer *c)
 	}
 	/* The slot is released even after a failed copy: its content is still in shared
 	 * memory and the caller has the error; holding it would stall the producers. */
-	sf__consumer_release(c->a, c->rank, c->held);
+	sf__consumer_release_quiet(c->held);
 	c->held = NULL;
+	if (!ring_well_stocked(c))
+		sf__producers_wake(c->a);
 	return r;
 }
 

@@ -155,10 +155,6 @@ int feed_start(const struct feed_options *o, struct feed **ret, struct sf_err *e
 		r = map_token_file(f, e);
 		if (r < 0)
 			goto fail;
-		if (o->token_bytes != 2) {
-			r = sf__err(e, SF_E_CONFIG, "a token file holds uint16 tokens");
-			goto fail;
-		}
 	}
 	f->geo.config_digest = stream_digest(f);
 	r = sf__arena_create(o->job, &f->geo, NULL, &f->arena, NULL, 0, e);

@@ -9,7 +9,8 @@
  *     with GOLDEN = 0x9E3779B97F4A7C15, ODD = 0xD1B54A32D192ED03 and feed_mix the
  *     splitmix64 finalizer;
  *   file mode (a headerless uint16 token file of n tokens, as nanoGPT writes): the window
- *     of T+1 tokens starting at feed_mix(seed + k*GOLDEN) % (n - T - 1).
+ *     of T+1 tokens starting at feed_mix(seed + k*GOLDEN) % (n - T - 1) (widened when the
+ *     arena holds int32 tokens).
  * Document starts, when asked for (D per sequence): the positions j with
  *   token % 61 == 0, the first D in ascending order, padded with UINT32_MAX.
  * A step s >= `steps` (when non-zero) is published empty: the end marker.

@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""bench_loader: the time to get the next batch in a training loop, shmfeed against the
+usual ways, over the same uint16 token file and geometry (B=12, T=1024), in one run.
+
+  shmfeed C       sf_consumer_next() (bench_consumer, producers ahead)
+  shmfeed Python  shmfeed.Loader.next(), producers ahead: NumPy views (zero copy); torch
+                  tensors of a uint16 arena (torch < 2.3 has no uint16, so the Loader
+                  widens the tokens to int32 into a buffer per slot: one copy); torch
+                  tensors of an int32 arena (zero copy)
+  get_batch       nanoGPT's get_batch on CPU: np.memmap + torch.stack of B random windows
+  numpy gather    the windows gathered with one vectorized np.take into a preallocated array
+  DataLoader      torch DataLoader, 2 workers, a Dataset of random windows
+
+With two or more CPUs, the producers run on CPU 1 and this process on CPU 0 while
+shmfeed and the in-process baselines are timed (on a training node producers have cores
+of their own; on a 2-CPU machine the scheduler otherwise runs a woken producer on the
+consumer's CPU, in the middle of its next()); the DataLoader gets all CPUs back for its
+workers.
+
+Each method is timed per call, with a simulated training step (a busy wait of --step-us)
+between calls, so that producers and DataLoader workers can run ahead as in training.
+Ratios are p50(method) / p50(shmfeed Python). Prints the machine and a table.
+
+usage: bench_loader.py [--fixture PATH] [--bench-consumer PATH] [--tokens FILE]
+                       [--calls N] [--step-us US]
+"""
+
+import argparse
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+import json
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+B, T = 12, 1024
+
+
+def default_build(name):
+    """The newest `name` among the build directories of the source tree."""
+    found = [os.path.join(ROOT, d, name) for d in os.listdir(ROOT) if d.startswith("build")]
+    found = [p for p in found if os.path.exists(p)]
+    return max(found, key=os.path.getmtime) if found else None
+
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--fixture", default=os.environ.get("SHMFEED_FIXTURE") or
+                default_build("tests/python/feed_fixture"))
+ap.add_argument("--bench-consumer", default=default_build("bench/bench_consumer"))
+ap.add_argument("--lib", default=os.environ.get("SHMFEED_LIB") or default_build("libshmfeed.so"))
+ap.add_argument("--tokens", default="/tmp/shmfeed_bench_tokens.u16")
+ap.add_argument("--ntokens", type=int, default=50_000_000)
+ap.add_argument("--calls", type=int, default=3000)
+ap.add_argument("--step-us", type=float, default=300.0)
+args = ap.parse_args()
+
+os.environ["SHMFEED_LIB"] = args.lib
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import shmfeed  # noqa: E402
+
+
+def ensure_tokens(path, n):
+    if os.path.exists(path) and os.path.getsize(path) == 2 * n:
+        return
+    rng = np.random.default_rng(1337)
+    tmp = path + ".tmp"
+    rng.integers(0, 50257, size=n, dtype=np.uint16).tofile(tmp)
+    os.rename(tmp, path)
+
+
+def busy(us):
+    end = time.perf_counter_ns() + int(us * 1000)
+    while time.perf_counter_ns() < end:
+        pass
+
+
+def timed(fn, calls, step_us, warmup=50):
+    for _ in range(warmup):
+        fn()
+        busy(step_us)
+    out = np.empty(calls, dtype=np.int64)
+    for i in range(calls):
+        t0 = time.perf_counter_ns()
+        fn()
+        out[i] = time.perf_counter_ns() - t0
+        busy(step_us)
+    return out
+
+
+def summary(ns):
+    return np.percentile(ns, 50) / 1e3, np.percentile(ns, 99) / 1e3
+
+
+class Windows(torch.utils.data.Dataset):
+    def __init__(self, path):
+        self.path = path
+        self.data = None
+
+    def __len__(self):
+        return 1 << 30
+
+    def __getitem__(self, i):
+        if self.data is None:  # opened in each worker
+            self.data = np.memmap(self.path, dtype=np.uint16, mode="r")
+        s = np.random.randint(0, len(self.data) - T - 1)
+        return torch.from_numpy(self.data[s:s + T + 1].astype(np.int64))
+
+
+def main():
+    ensure_tokens(args.tokens, args.ntokens)
+    rows = []
+
+    # shmfeed C.
+    if args.bench_consumer:
+        out = subprocess.check_output([args.bench_consumer, "--tokens", args.tokens,
+                                       "--steps", "20000", "--json"], text=True)
+        c = json.loads(out)
+        rows.append(("shmfeed C sf_consumer_next", c["ahead_p50_ns"] / 1e3,
+                     c["ahead_p99_ns"] / 1e3))
+
+    # shmfeed Python: jobs served by the feed fixture from the token file, with uint16
+    # tokens (as the file) and with int32 tokens (what torch < 2.3 can view in place).
+    ncpu = len(os.sched_getaffinity(0))
+    pin = ncpu >= 2
+    all_cpus = os.sched_getaffinity(0)
+    if pin:
+        os.sched_setaffinity(0, {sorted(all_cpus)[0]})
+    waited = 0
+    for dtype, label, numpy_mode in (
+            ("u16", "shmfeed Loader (NumPy, zero copy)", True),
+            ("u16", "shmfeed Loader (torch, u16->int32)", False),
+            ("i32", "shmfeed Loader (torch, int32 arena)", False)):
+        job = f"bench-loader-{os.getpid()}-{len(rows)}"
+        fx = subprocess.Popen([args.fixture, "--job", job, "--ranks", "1", "--batch", str(B),
+                               "--seq-len", str(T), "--slots", "8", "--producers", "1",
+                               "--dtype", dtype, "--tokens", args.tokens, "--lifetime", "600"],
+                              stdout=subprocess.PIPE, text=True,
+                              preexec_fn=(lambda: os.sched_setaffinity(
+                                  0, {sorted(all_cpus)[1]})) if pin else None)
+        assert fx.stdout.readline().startswith("ready")
+        try:
+            with shmfeed.Loader(job=job, rank=0, world_size=1, numpy=numpy_mode) as L:
+                ns = timed(L.next, args.calls, args.step_us)
+                waited = max(waited, L.stats()["wait_ns_p99"])
+            rows.append((label, *summary(ns)))
+        finally:
+            fx.send_signal(signal.SIGTERM)
+            fx.wait()
+    if waited > 20_000:
+        print(f"note: producers were not always ahead (wait p99 {waited / 1e3:.1f} us)")
+
+    # nanoGPT get_batch, CPU branch, verbatim but for the device move.
+    def get_batch():
+        data = np.memmap(args.tokens, dtype=np.uint16, mode="r")
+        ix = torch.randint(len(data) - T, (B,))
+        x = torch.stack([torch.from_numpy((data[i:i + T]).astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy((data[i + 1:i + 1 + T]).astype(np.int64))
+                         for i in ix])
+        return x, y
+    rows.append(("nanoGPT get_batch", *summary(timed(get_batch, min(args.calls, 1000),
+                                                     args.step_us))))
+
+    # The strongest simple baseline: one vectorized gather into a preallocated array.
+    data = np.memmap(args.tokens, dtype=np.uint16, mode="r")
+    out = np.empty((B, T + 1), dtype=np.uint16)
+    offs = np.arange(T + 1, dtype=np.int64)
+    rng = np.random.default_rng(0)
+
+    def gather():
+        starts = rng.integers(0, len(data) - T - 1, size=B)
+        np.take(data, starts[:, None] + offs, out=out)
+        return out[:, :-1], out[:, 1:]
+    rows.append(("numpy vectorized gather", *summary(timed(gather, args.calls, args.step_us))))
+
+    os.sched_setaffinity(0, all_cpus)
+    dl = torch.utils.data.DataLoader(Windows(args.tokens), batch_size=B, num_workers=2,
+                                     persistent_workers=True)
+    it = iter(dl)
+    rows.append(("torch DataLoader, 2 workers",
+                 *summary(timed(lambda: next(it), min(args.calls, 1000), args.step_us))))
+    del it, dl
+
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    print(f"machine: {platform.node()} {cpu}, {os.cpu_count()} CPUs, Linux "
+          f"{platform.release()}, Python {platform.python_version()}, torch {torch.__version__},"
+          f" NumPy {np.__version__}")
+    print(f"geometry: B={B} T={T} uint16, token file {args.tokens} "
+          f"({os.path.getsize(args.tokens) // 2:,} tokens), {args.calls} calls, "
+          f"simulated step {args.step_us:.0f} us, "
+          f"{'producers pinned to CPU 1, consumer to CPU 0' if pin else 'no pinning'}")
+    ref_np = next(r for r in rows if r[0].startswith("shmfeed Loader (NumPy"))[1]
+    ref_t = next(r for r in rows if r[0].startswith("shmfeed Loader (torch, int32"))[1]
+    print(f"{'method':38s} {'p50 us':>9s} {'p99 us':>9s} {'p50/Loader NumPy':>17s} "
+          f"{'p50/Loader torch i32':>21s}")
+    for name, p50, p99 in rows:
+        print(f"{name:38s} {p50:9.2f} {p99:9.2f} {p50 / ref_np:16.1f}x {p50 / ref_t:20.1f}x")
+
+
+if __name__ == "__main__":
+    main()
