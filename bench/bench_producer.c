@@ -1,0 +1,301 @@
+/*
+ * Producer throughput, in tokens per second per core:
+ *  - pre-tokenized windows (a synthetic nanoGPT file): the batch builder alone in this
+ *    process, then the whole pipeline (arena, P producer processes, one consumer per
+ *    rank that claims and releases) with P = 1 and 2, checksums off and on;
+ *  - raw text (tinyshakespeare paragraphs repeated, as .txt with a separator): the
+ *    tokenizer alone over the same documents, the builder over one epoch of windows,
+ *    and the pipeline with P = 1 and 2; the ratio builder / tokenizer is what the
+ *    producers keep of the tokenizer's speed.
+ * Per-core rates divide tokens by the producers' busy time (participant busy_ns).
+ *
+ * usage: bench_producer SHARED_DATA_DIR [MTOKENS]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/arena.h"
+#include "common/proc.h"
+#include "common/slot.h"
+#include "producer/producer.h"
+#include "producer/tokenizer/tokenizer.h"
+
+static double secs_since(uint64_t t0)
+{
+	return (double)(sf__now_ns() - t0) / 1e9;
+}
+
+static void die(const char *what, const struct sf_err *e)
+{
+	fprintf(stderr, "bench_producer: %s: %s\n", what, e ? e->msg : "");
+	exit(1);
+}
+
+static void config(struct sf_config *cfg, char **paths, struct sf_source_config *src, uint32_t B,
+		   uint32_t T)
+{
+	sf__config_defaults(cfg);
+	memset(src, 0, sizeof(*src));
+	src->paths = paths;
+	src->n_paths = 1;
+	cfg->sources = src;
+	cfg->n_sources = 1;
+	cfg->batch_size = B;
+	cfg->seq_len = T;
+	cfg->world_size = 2;
+	cfg->local_ranks = 2;
+	cfg->slots_per_rank = 8;
+}
+
+/* The builder alone: tokens of `steps` batches per second of this one core. */
+static double builder_rate(const struct sf_config *cfg, uint64_t steps, double *ret_encode_ratio)
+{
+	struct sf_dataset *ds;
+	struct sf_builder *b;
+	struct sf_err e = {0};
+	unsigned char *buf;
+	uint64_t t0, out, enc;
+	double s;
+
+	if (sf__dataset_open(cfg, &ds, &e) < 0 || sf__builder_create(ds, &b, &e) < 0)
+		die("dataset", &e);
+	buf = malloc(sf__dataset_payload_bytes(ds));
+	t0 = sf__now_ns();
+	for (uint64_t i = 0; i < steps; i++) {
+		uint32_t len;
+		uint64_t first;
+
+		if (sf__builder_fill(b, (uint32_t)(i % 2), i / 2, buf, &len, &first, &e) < 0)
+			die("fill", &e);
+	}
+	s = secs_since(t0);
+	sf__builder_counters(b, &out, &enc);
+	if (ret_encode_ratio)
+		*ret_encode_ratio = out ? (double)enc / (double)out : 0;
+	free(buf);
+	sf__builder_free(b);
+	sf__dataset_close(ds);
+	return (double)out / s;
+}
+
+/* The pipeline: returns total tokens/s; *ret_per_core is tokens per producer busy second. */
+static double pipeline_rate(struct sf_config *cfg, uint32_t P, uint64_t steps, double *ret_per_core)
+{
+	struct sf_dataset *ds;
+	struct sf_arena *a;
+	struct sf_geometry g;
+	struct sf_err e = {0};
+	char job[64];
+	pid_t pids[8], cons[2];
+	uint64_t t0, busy = 0, tokens = 0;
+	double s;
+
+	cfg->producers = P;
+	if (sf__dataset_open(cfg, &ds, &e) < 0 || sf__dataset_geometry(ds, cfg, &g, &e) < 0)
+		die("dataset", &e);
+	snprintf(job, sizeof(job), "bench-prod-%d", (int)getpid());
+	sf__arena_unlink_job(job);
+	if (sf__arena_create(job, &g, NULL, &a, NULL, 0, &e) < 0)
+		die("arena", &e);
+	sf__arena_set_job_state(a, SF_JOB_RUNNING);
+	for (uint32_t r = 0; r < 2; r++) {
+		cons[r] = fork();
+		if (cons[r] == 0) {
+			if (sf__participant_register(a, P + r, SF_ROLE_CONSUMER, (int32_t)r, &e) <
+			    0)
+				_exit(1);
+			for (uint64_t st = 0; st < steps; st++) {
+				struct sf_slot *slot;
+
+				if (sf__consumer_claim(a, P + r, r, st, -1, &slot) < 0)
+					_exit(1);
+				sf__consumer_release(a, r, slot);
+			}
+			_exit(0);
+		}
+	}
+	t0 = sf__now_ns();
+	for (uint32_t i = 0; i < P; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0)
+			_exit(sf__producer_main(ds, a, i, &e) < 0);
+	}
+	for (uint32_t r = 0; r < 2; r++)
+		waitpid(cons[r], NULL, 0);
+	s = secs_since(t0);
+	for (uint32_t i = 0; i < P; i++) {
+		busy += atomic_load(&a->participants[i].busy_ns);
+		tokens += atomic_load(&a->telemetry[i].tokens);
+	}
+	sf__arena_set_job_state(a, SF_JOB_STOPPING);
+	for (uint32_t i = 0; i < P; i++)
+		waitpid(pids[i], NULL, 0);
+	sf__arena_destroy(a);
+	sf__dataset_close(ds);
+	*ret_per_core = busy ? (double)tokens / ((double)busy / 1e9) : 0;
+	return (double)(steps * 2 * cfg->batch_size * (cfg->seq_len + 1)) / s;
+}
+
+int main(int argc, char **argv)
+{
+	char dir[] = "/tmp/sf-bench-XXXXXX", path[4096], *paths[1] = {path};
+	struct sf_source_config src;
+	struct sf_config cfg;
+	uint64_t mtok = argc > 2 ? strtoull(argv[2], NULL, 10) : 64;
+	double per_core, total;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc < 2 || !mkdtemp(dir)) {
+		fprintf(stderr, "usage: bench_producer SHARED_DATA_DIR [MTOKENS]\n");
+		return 2;
+	}
+
+	/* Pre-tokenized windows. */
+	{
+		size_t n = (size_t)mtok << 20;
+		uint16_t *t = malloc(n * 2);
+		FILE *f;
+		uint64_t x = 88172645463325252ull, steps;
+
+		for (size_t i = 0; i < n; i++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			t[i] = (uint16_t)(x % 50257);
+		}
+		snprintf(path, sizeof(path), "%s/tokens.bin", dir);
+		f = fopen(path, "wb");
+		if (!f || fwrite(t, 2, n, f) != n || fclose(f))
+			die("write tokens", NULL);
+		free(t);
+		config(&cfg, paths, &src, 16, 1024);
+		cfg.checksum = 0;
+		steps = n / (2 * 16 * 1024);
+		printf("pre-tokenized windows: %llu M tokens (uint16), B=16 T=1024, 2 ranks\n",
+		       (unsigned long long)mtok);
+		printf("  builder alone, 1 core:            %7.1f M tokens/s\n",
+		       builder_rate(&cfg, steps * 2, NULL) / 1e6);
+		for (uint32_t P = 1; P <= 2; P++)
+			for (uint32_t ck = 0; ck <= 1; ck++) {
+				cfg.checksum = ck;
+				total = pipeline_rate(&cfg, P, steps, &per_core);
+				printf("  pipeline P=%u checksum %-3s:      %7.1f M tokens/s "
+				       "total, "
+				       "%7.1f M tokens/s per producer core\n",
+				       P, ck ? "on" : "off", total / 1e6, per_core / 1e6);
+			}
+	}
+
+	/* Raw text. */
+	{
+		char corpus[4096], vocab[4096];
+		FILE *in, *out;
+		char *text;
+		long len;
+		struct sf_tok *tok;
+		struct sf_tok_encoder *enc;
+		struct sf_err e = {0};
+		uint64_t t0, n_tok = 0, steps;
+		double tok_rate, build, ratio;
+		const int copies = 16;
+
+		snprintf(corpus, sizeof(corpus), "%s/corpus/tinyshakespeare.txt", argv[1]);
+		snprintf(vocab, sizeof(vocab), "%s/vocab/r50k_base.tiktoken", argv[1]);
+		in = fopen(corpus, "rb");
+		if (!in) {
+			printf("raw text: skipped (%s not found)\n", corpus);
+			return 0;
+		}
+		fseek(in, 0, SEEK_END);
+		len = ftell(in);
+		fseek(in, 0, SEEK_SET);
+		text = malloc((size_t)len);
+		if (fread(text, 1, (size_t)len, in) != (size_t)len)
+			die("read corpus", NULL);
+		fclose(in);
+		snprintf(path, sizeof(path), "%s/paras.txt", dir);
+		out = fopen(path, "wb");
+		for (int c = 0; c < copies; c++)
+			fwrite(text, 1, (size_t)len, out);
+		fclose(out);
+		if (sf__tok_load("r50k_base", vocab, &tok, &e) < 0 ||
+		    sf__tok_encoder_create(tok, &enc, &e) < 0)
+			die("tokenizer", &e);
+		/* The tokenizer alone, over the same paragraphs, on one core: the best of three
+		 * passes, as for the builder below (this machine is shared and noisy). */
+		tok_rate = 0;
+		for (int pass = 0; pass < 3; pass++) {
+			n_tok = 0;
+			t0 = sf__now_ns();
+			for (int c = 0; c < copies; c++) {
+				const char *p = text, *end = text + len;
+
+				while (p < end) {
+					const char *q = memmem(p, (size_t)(end - p), "\n\n", 2);
+					size_t dl = q ? (size_t)(q - p) : (size_t)(end - p);
+					const uint32_t *ids;
+					size_t ni;
+
+					if (dl && sf__tok_encode(enc, p, dl, 0, &ids, &ni, &e) < 0)
+						die("encode", &e);
+					n_tok += dl ? ni + 1 : 0;
+					p = q ? q + 2 : end;
+				}
+			}
+			if ((double)n_tok / secs_since(t0) > tok_rate)
+				tok_rate = (double)n_tok / secs_since(t0);
+		}
+		sf__tok_encoder_free(enc);
+		sf__tok_free(tok);
+		config(&cfg, paths, &src, 16, 1024);
+		cfg.encoding = "r50k_base";
+		cfg.vocab = vocab;
+		src.separator = "\n\n";
+		steps = n_tok / (2 * 16 * 1024);
+		printf("raw text: tinyshakespeare x%d (%.1f MB), %llu tokens, r50k_base, B=16 "
+		       "T=1024\n",
+		       copies, (double)len * copies / 1e6, (unsigned long long)n_tok);
+		printf("  tokenizer alone, 1 core:          %7.2f M tokens/s\n", tok_rate / 1e6);
+		{
+			struct sf_dataset *ds;
+			struct sf_dataset_stats st;
+
+			t0 = sf__now_ns();
+			if (sf__dataset_open(&cfg, &ds, &e) < 0)
+				die("dataset", &e);
+			sf__dataset_stats(ds, &st);
+			printf("  chunk index: %llu chunks, %llu bytes (%.4f%% of the text), built "
+			       "in %.2f s with %u workers\n",
+			       (unsigned long long)st.n_chunks, (unsigned long long)st.index_bytes,
+			       100.0 * (double)st.index_bytes / (double)st.text_bytes,
+			       (double)st.index_build_ns / 1e9, cfg.producers);
+			sf__dataset_close(ds);
+		}
+		build = 0;
+		for (int pass = 0; pass < 3; pass++) {
+			double r = builder_rate(&cfg, steps * 2, &ratio);
+
+			build = r > build ? r : build;
+		}
+		printf("  builder alone, 1 core, one epoch: %7.2f M tokens/s (%.0f%% of the "
+		       "tokenizer; %.2f tokens encoded per token delivered)\n",
+		       build / 1e6, 100 * build / tok_rate, ratio);
+		for (uint32_t P = 1; P <= 2; P++) {
+			total = pipeline_rate(&cfg, P, steps, &per_core);
+			printf("  pipeline P=%u:                     %7.2f M tokens/s total, %7.2f "
+			       "M "
+			       "tokens/s per producer core (%.0f%% of the tokenizer)\n",
+			       P, total / 1e6, per_core / 1e6, 100 * per_core / tok_rate);
+		}
+		free(text);
+	}
+	snprintf(path, sizeof(path), "rm -rf %s", dir);
+	if (system(path) != 0)
+		return 1;
+	return 0;
+}
