@@ -63,8 +63,8 @@ struct field {
 static const char *const format_names[] = {"auto", "nanogpt", "llmc", "megatron",
 					   "text", "jsonl",   NULL};
 static const char *const on_error_names[] = {"stop", "skip", NULL};
-static const char *const encoding_names[] = {"bytes",	    "char",	  "r50k_base",
-					     "cl100k_base", "o200k_base", NULL};
+static const char *const encoding_names[] = {"bytes",	  "char",	 "char:CORPUS", "gpt2",
+					     "r50k_base", "cl100k_base", "o200k_base",	NULL};
 static const char *const dtype_names[] = {"auto", "uint16", "int32", NULL};
 static const char *const mode_names[] = {"windows", "random", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
@@ -566,6 +566,21 @@ static int apply_field(struct loader *L, const struct field *f, const yaml_node_
 	case T_PATH:
 		return set_string(L, f, n, base);
 	case T_CHOICE:
+		/* "char:CORPUS" names a file: its path is resolved like any other. */
+		if (n->type == YAML_SCALAR_NODE && !strncmp(scalar(n), "char:", 5) &&
+		    scalar(n)[5]) {
+			char **dst = (char **)((char *)base + f->off);
+			char *path = resolve_path(&L->o, scalar(n) + 5), *v = NULL;
+
+			if (!path || asprintf(&v, "char:%s", path) < 0)
+				v = NULL;
+			free(path);
+			if (!v)
+				return sf__err(L->e, -ENOMEM, "out of memory");
+			free(*dst);
+			*dst = v;
+			return 0;
+		}
 		r = lookup_name(L, f, n, &idx);
 		if (r < 0)
 			return r;
@@ -763,6 +778,21 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 			 cfg->batch_size, cfg->seq_len + 1, (unsigned long long)payload,
 			 PAYLOAD_MAX_BYTES);
 		return fail_field(L, &batch_fields[0], msg);
+	}
+	/* nanoGPT's char-level vocabulary is the set of characters of its input. */
+	if (cfg->encoding && !strcmp(cfg->encoding, "char")) {
+		char *v = NULL;
+
+		if (cfg->n_sources != 1 || cfg->sources[0].n_paths != 1 ||
+		    strpbrk(cfg->sources[0].paths[0], "*?["))
+			return fail_field(
+				L, &tokenizer_fields[0],
+				"'encoding: char' takes its characters from the one source "
+				"file; with several, write char:CORPUS");
+		if (asprintf(&v, "char:%s", cfg->sources[0].paths[0]) < 0)
+			return sf__err(L->e, -ENOMEM, "out of memory");
+		free(cfg->encoding);
+		cfg->encoding = v;
 	}
 	r = check_endpoint(L, cfg);
 	if (r < 0)

@@ -163,14 +163,25 @@ Test(config, values_out_of_range_are_rejected)
 Test(config, names_must_be_known)
 {
 	rejects("sources: [a]\ntokenizer: {encoding: gpt5}\n", "job.yaml:2:23:",
-		"'encoding' must be one of bytes, char, r50k_base, cl100k_base, o200k_base; got "
-		"'gpt5'");
+		"'encoding' must be one of bytes, char, char:CORPUS, gpt2, r50k_base, cl100k_base, "
+		"o200k_base; got 'gpt5'");
 	rejects("sources: [a]\nsampling: {mode: shuffled}\n",
 		"job.yaml:2:18:", "one of windows, random");
 	rejects("sources: [{paths: a, format: parquet}]\n",
 		"job.yaml:1:30:", "one of auto, nanogpt, llmc, megatron, text, jsonl");
 	rejects("sources: [a]\nconsumers: {device: tpu}\n", "job.yaml:2:21:", "auto, cpu, cuda");
 	rejects("sources: [a]\nbatch: {dtype: float}\n", "job.yaml:2:16:", "auto, uint16, int32");
+}
+
+Test(config, char_encoding_takes_its_corpus)
+{
+	cr_assert_eq(load("sources: [input.txt]\ntokenizer: {encoding: char}\n"), 0, "%s", err.msg);
+	cr_expect_str_eq(cfg.encoding, "char:input.txt");
+	cr_assert_eq(load("sources: [a, b]\ntokenizer: {encoding: 'char:alphabet.txt'}\n"), 0, "%s",
+		     err.msg);
+	cr_expect_str_eq(cfg.encoding, "char:alphabet.txt");
+	rejects("sources: [a, b]\ntokenizer: {encoding: char}\n",
+		"job.yaml:2:23:", "with several, write char:CORPUS");
 }
 
 Test(config, duplicate_keys_are_rejected)
