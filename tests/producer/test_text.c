@@ -211,6 +211,8 @@ int main(int argc, char **argv)
 		struct sf_dataset_stats st;
 		static const char *const kinds[] = {"jsonl", "jsonl.zst", "jsonl.gz"};
 
+		H_CHECK(jsonl, "out of memory");
+
 		while (p < end) {
 			const char *q = strstr(p, "\n\n");
 			size_t n = q ? (size_t)(q - p) : (size_t)(end - p);
