@@ -1,0 +1,117 @@
+/*
+ * Fuzz target of control messages: any bytes go through the request validator and the
+ * JSON reader. An accepted request must format back to one that parses identically; a
+ * rejected one must say why; every token of a parsed value must lie inside the input and
+ * every string must decode within bounds.
+ *
+ * Built with -DSF_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer target; otherwise a
+ * replay main runs it over the files and directories given as arguments (the committed
+ * corpus tests/fuzz/corpus/control/ in CI).
+ */
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/control.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct sf_json_token tok[SF_JSON_MAX_TOKENS];
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *buf = (const char *)data;
+	struct sf_ctl_request req, back;
+	struct sf_err e = {0};
+	char out[256];
+	int n;
+
+	if (sf__ctl_parse_request(buf, size, &req, &e) == 0) {
+		n = sf__ctl_format_request(&req, out, sizeof(out));
+		if (n < 0 || sf__ctl_parse_request(out, (size_t)n, &back, &e) < 0 ||
+		    back.op != req.op || back.rank != req.rank || back.step != req.step ||
+		    back.id != req.id || back.has_id != req.has_id)
+			abort();
+	} else if (!e.msg[0]) {
+		abort();
+	}
+	n = sf__json_parse(buf, size, tok, SF_JSON_MAX_TOKENS, &e);
+	for (int i = 0; i < n; i++) {
+		char s[64];
+
+		if (tok[i].start > tok[i].end || tok[i].end > size || tok[i].next <= (uint32_t)i ||
+		    tok[i].next > (uint32_t)n)
+			abort();
+		if (tok[i].type == SF_JSON_STRING &&
+		    (sf__json_string(buf, tok, i, s, sizeof(s)) < 0 || strlen(s) >= sizeof(s)))
+			abort();
+		if (tok[i].type == SF_JSON_OBJECT)
+			sf__json_get(buf, tok, i, "op");
+		if (tok[i].type == SF_JSON_ARRAY)
+			sf__json_at(tok, i, tok[i].size ? tok[i].size - 1 : 0);
+	}
+	return 0;
+}
+
+#ifndef SF_LIBFUZZER
+static int run_file(const char *path)
+{
+	uint8_t *buf;
+	long len;
+	FILE *f = fopen(path, "rb");
+
+	if (!f) {
+		perror(path);
+		return 1;
+	}
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = malloc((size_t)len + 1);
+	if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
+		perror(path);
+		fclose(f);
+		free(buf);
+		return 1;
+	}
+	fclose(f);
+	LLVMFuzzerTestOneInput(buf, (size_t)len);
+	free(buf);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int i, rc = 0, count = 0;
+
+	for (i = 1; i < argc; i++) {
+		struct stat st;
+		struct dirent *de;
+		DIR *d;
+
+		if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+			d = opendir(argv[i]);
+			while (d && (de = readdir(d))) {
+				char path[4096];
+
+				if (de->d_name[0] == '.')
+					continue;
+				snprintf(path, sizeof(path), "%s/%s", argv[i], de->d_name);
+				rc |= run_file(path);
+				count++;
+			}
+			if (d)
+				closedir(d);
+		} else {
+			rc |= run_file(argv[i]);
+			count++;
+		}
+	}
+	printf("replayed %d inputs\n", count);
+	return rc;
+}
+#endif
