@@ -1,15 +1,18 @@
 /*
- * bench_consumer: the cost of sf_consumer_next() in C, B=12 T=1024 uint16 (nanoGPT's
- * geometry), in two regimes:
+ * bench_consumer: the cost of sf_consumer_next() in C, uint16 tokens, B=12 T=1024 by
+ * default (nanoGPT's geometry; --batch and --seq-len set others), in two regimes:
  *  - ahead: before each timed call the bench waits, outside the timed region, until the
  *    producers have published the step, so the call measures the consumer's own path
  *    (release of the previous slot, claim, checksum check, provenance) with the data
  *    there, as in training where a step takes far longer than a refill;
  *  - back-to-back: calls in a loop, bounded by how fast the producers refill.
  * Producers are the test feed's (synthetic tokens, or random windows of a uint16 token
- * file with --tokens, as nanoGPT samples). Prints a table, or one JSON line with --json.
+ * file with --tokens, as nanoGPT samples). Prints a table, or one JSON line with --json;
+ * --csv FILE also writes every "ahead" latency in ns, one per line in call order, for a
+ * distribution plot.
  *
- * usage: bench_consumer [--tokens FILE] [--steps N] [--producers P] [--json]
+ * usage: bench_consumer [--tokens FILE] [--steps N] [--producers P] [--batch B]
+ *                       [--seq-len T] [--json] [--csv FILE]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +50,7 @@ int main(int argc, char **argv)
 				 .seed = 1};
 	size_t steps = 20000;
 	int json = 0;
+	const char *csv = NULL;
 	char job[64], msg[256];
 	struct sf_err e = {0};
 	struct sf_consumer *c;
@@ -61,11 +65,18 @@ int main(int argc, char **argv)
 			steps = strtoull(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--producers") && i + 1 < argc)
 			o.producers = (uint32_t)strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+			o.batch = (uint32_t)strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--seq-len") && i + 1 < argc)
+			o.seq_len = (uint32_t)strtoul(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--json"))
 			json = 1;
+		else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
+			csv = argv[++i];
 		else {
 			fprintf(stderr, "usage: bench_consumer [--tokens FILE] [--steps N] "
-					"[--producers P] [--json]\n");
+					"[--producers P] [--batch B] [--seq-len T] [--json] "
+					"[--csv FILE]\n");
 			return 2;
 		}
 	}
@@ -110,21 +121,33 @@ int main(int argc, char **argv)
 	t_b2b = sf__now_ns() - t_b2b;
 	sf_consumer_detach(c);
 	feed_stop(f);
+	if (csv) {
+		FILE *out = fopen(csv, "w");
+
+		for (size_t i = 0; out && i < steps; i++)
+			fprintf(out, "%llu\n", (unsigned long long)ahead[i]);
+		if (!out || fclose(out)) {
+			fprintf(stderr, "bench_consumer: cannot write %s\n", csv);
+			return 1;
+		}
+	}
 	qsort(ahead, steps, sizeof(*ahead), cmp_u64);
 	qsort(b2b, steps, sizeof(*b2b), cmp_u64);
 	if (json) {
-		printf("{\"steps\": %zu, \"ahead_p50_ns\": %llu, \"ahead_p99_ns\": %llu, "
-		       "\"ahead_p999_ns\": %llu, \"b2b_p50_ns\": %llu, \"b2b_p99_ns\": %llu, "
-		       "\"b2b_batches_per_s\": %.0f}\n",
-		       steps, (unsigned long long)pct(ahead, steps, 50),
+		printf("{\"steps\": %zu, \"batch\": %u, \"seq_len\": %u, \"ahead_p50_ns\": %llu, "
+		       "\"ahead_p95_ns\": %llu, \"ahead_p99_ns\": %llu, \"ahead_p999_ns\": %llu, "
+		       "\"b2b_p50_ns\": %llu, \"b2b_p99_ns\": %llu, \"b2b_batches_per_s\": %.0f}\n",
+		       steps, o.batch, o.seq_len, (unsigned long long)pct(ahead, steps, 50),
+		       (unsigned long long)pct(ahead, steps, 95),
 		       (unsigned long long)pct(ahead, steps, 99),
 		       (unsigned long long)pct(ahead, steps, 99.9),
 		       (unsigned long long)pct(b2b, steps, 50),
 		       (unsigned long long)pct(b2b, steps, 99),
 		       (double)steps / ((double)t_b2b * 1e-9));
 	} else {
-		printf("sf_consumer_next(), B=12 T=1024 uint16, %zu calls, %u producer(s), %s\n",
-		       steps, o.producers, o.token_file ? o.token_file : "synthetic tokens");
+		printf("sf_consumer_next(), B=%u T=%u uint16, %zu calls, %u producer(s), %s\n",
+		       o.batch, o.seq_len, steps, o.producers,
+		       o.token_file ? o.token_file : "synthetic tokens");
 		printf("  producers ahead: p50 %6.2f us  p99 %6.2f us  p99.9 %6.2f us\n",
 		       pct(ahead, steps, 50) / 1e3, pct(ahead, steps, 99) / 1e3,
 		       pct(ahead, steps, 99.9) / 1e3);
