@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """bench_loader: the time to get the next batch in a training loop, shmfeed against the
-usual ways, over the same uint16 token file and geometry (B=12, T=1024), in one run.
+usual ways, over the same uint16 token file and geometry (B=12, T=1024 by default;
+--batch and --seq-len set others), in one run.
 
   shmfeed C       sf_consumer_next() (bench_consumer, producers ahead)
   shmfeed Python  shmfeed.Loader.next(), producers ahead: NumPy views (zero copy); torch
@@ -9,7 +10,8 @@ usual ways, over the same uint16 token file and geometry (B=12, T=1024), in one 
                   tensors of an int32 arena (zero copy)
   get_batch       nanoGPT's get_batch on CPU: np.memmap + torch.stack of B random windows
   numpy gather    the windows gathered with one vectorized np.take into a preallocated array
-  DataLoader      torch DataLoader, 2 workers, a Dataset of random windows
+  DataLoader      torch DataLoader, 2 workers, pin_memory=True, a Dataset of random
+                  windows (torch turns pin_memory off when it sees no GPU)
 
 With two or more CPUs, the producers run on CPU 1 and this process on CPU 0 while
 shmfeed and the in-process baselines are timed (on a training node producers have cores
@@ -19,13 +21,17 @@ workers.
 
 Each method is timed per call, with a simulated training step (a busy wait of --step-us)
 between calls, so that producers and DataLoader workers can run ahead as in training.
-Ratios are p50(method) / p50(shmfeed Python). Prints the machine and a table.
+Ratios are p50(method) / p50(shmfeed Python). Prints the machine and a table; --json
+FILE also writes the percentiles (p50, p95, p99, p99.9) per method, --csv FILE every
+timed call as CSV rows (method, ns), for a distribution plot.
 
 usage: bench_loader.py [--fixture PATH] [--bench-consumer PATH] [--tokens FILE]
-                       [--calls N] [--step-us US]
+                       [--ntokens N] [--batch B] [--seq-len T] [--calls N]
+                       [--c-steps N] [--step-us US] [--json FILE] [--csv FILE]
 """
 
 import argparse
+import csv
 import os
 import platform
 import signal
@@ -39,7 +45,6 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-B, T = 12, 1024
 
 
 def default_build(name):
@@ -56,9 +61,16 @@ ap.add_argument("--bench-consumer", default=default_build("bench/bench_consumer"
 ap.add_argument("--lib", default=os.environ.get("SHMFEED_LIB") or default_build("libshmfeed.so"))
 ap.add_argument("--tokens", default="/tmp/shmfeed_bench_tokens.u16")
 ap.add_argument("--ntokens", type=int, default=50_000_000)
+ap.add_argument("--batch", type=int, default=12)
+ap.add_argument("--seq-len", type=int, default=1024)
 ap.add_argument("--calls", type=int, default=3000)
+ap.add_argument("--c-steps", type=int, default=20000, help="calls of the C benchmark")
 ap.add_argument("--step-us", type=float, default=300.0)
+ap.add_argument("--json", help="write the percentiles per method to this file")
+ap.add_argument("--csv", help="write every timed call as method,ns to this file")
 args = ap.parse_args()
+B, T = args.batch, args.seq_len
+PCTS = (50, 95, 99, 99.9)
 
 os.environ["SHMFEED_LIB"] = args.lib
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -94,7 +106,8 @@ def timed(fn, calls, step_us, warmup=50):
 
 
 def summary(ns):
-    return np.percentile(ns, 50) / 1e3, np.percentile(ns, 99) / 1e3
+    """The percentiles PCTS in microseconds, and the raw nanoseconds for --csv."""
+    return [float(np.percentile(ns, p)) / 1e3 for p in PCTS], ns
 
 
 class Windows(torch.utils.data.Dataset):
@@ -118,11 +131,14 @@ def main():
 
     # shmfeed C.
     if args.bench_consumer:
+        raw = (args.csv or "/tmp/bench_loader") + f".c-{os.getpid()}"
         out = subprocess.check_output([args.bench_consumer, "--tokens", args.tokens,
-                                       "--steps", "20000", "--json"], text=True)
-        c = json.loads(out)
-        rows.append(("shmfeed C sf_consumer_next", c["ahead_p50_ns"] / 1e3,
-                     c["ahead_p99_ns"] / 1e3))
+                                       "--steps", str(args.c_steps), "--batch", str(B),
+                                       "--seq-len", str(T), "--json", "--csv", raw],
+                                      text=True)
+        ns = np.loadtxt(raw, dtype=np.int64, ndmin=1)
+        os.unlink(raw)
+        rows.append(("shmfeed C sf_consumer_next", *summary(ns)))
 
     # shmfeed Python: jobs served by the feed fixture from the token file, with uint16
     # tokens (as the file) and with int32 tokens (what torch < 2.3 can view in place).
@@ -180,9 +196,10 @@ def main():
 
     os.sched_setaffinity(0, all_cpus)
     dl = torch.utils.data.DataLoader(Windows(args.tokens), batch_size=B, num_workers=2,
-                                     persistent_workers=True)
+                                     persistent_workers=True, pin_memory=True)
     it = iter(dl)
-    rows.append(("torch DataLoader, 2 workers",
+    pinned = it._pin_memory  # False without a GPU: torch then skips the pinning thread
+    rows.append((f"torch DataLoader, 2 workers{', pinned' if pinned else ''}",
                  *summary(timed(lambda: next(it), min(args.calls, 1000), args.step_us))))
     del it, dl
 
@@ -192,19 +209,35 @@ def main():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    print(f"machine: {platform.node()} {cpu}, {os.cpu_count()} CPUs, Linux "
-          f"{platform.release()}, Python {platform.python_version()}, torch {torch.__version__},"
-          f" NumPy {np.__version__}")
-    print(f"geometry: B={B} T={T} uint16, token file {args.tokens} "
-          f"({os.path.getsize(args.tokens) // 2:,} tokens), {args.calls} calls, "
-          f"simulated step {args.step_us:.0f} us, "
-          f"{'producers pinned to CPU 1, consumer to CPU 0' if pin else 'no pinning'}")
-    ref_np = next(r for r in rows if r[0].startswith("shmfeed Loader (NumPy"))[1]
-    ref_t = next(r for r in rows if r[0].startswith("shmfeed Loader (torch, int32"))[1]
+    machine = (f"{platform.node()} {cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, "
+               f"Python {platform.python_version()}, torch {torch.__version__}, "
+               f"NumPy {np.__version__}")
+    setup = (f"B={B} T={T} uint16, token file {args.tokens} "
+             f"({os.path.getsize(args.tokens) // 2:,} tokens), {args.calls} calls, "
+             f"simulated step {args.step_us:.0f} us, "
+             f"{'producers pinned to CPU 1, consumer to CPU 0' if pin else 'no pinning'}")
+    print(f"machine: {machine}")
+    print(f"geometry: {setup}")
+    ref_np = next(r for r in rows if r[0].startswith("shmfeed Loader (NumPy"))[1][0]
+    ref_t = next(r for r in rows if r[0].startswith("shmfeed Loader (torch, int32"))[1][0]
     print(f"{'method':38s} {'p50 us':>9s} {'p99 us':>9s} {'p50/Loader NumPy':>17s} "
           f"{'p50/Loader torch i32':>21s}")
-    for name, p50, p99 in rows:
+    for name, (p50, _, p99, _), _ in rows:
         print(f"{name:38s} {p50:9.2f} {p99:9.2f} {p50 / ref_np:16.1f}x {p50 / ref_t:20.1f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "setup": setup, "batch": B, "seq_len": T,
+                       "step_us": args.step_us, "loader_wait_p99_us": waited / 1e3,
+                       "rows": [{"method": name, "calls": len(ns),
+                                 **{f"p{p:g}_us".replace(".", ""): v
+                                    for p, v in zip(PCTS, pct)}}
+                                for name, pct, ns in rows]}, f, indent=1)
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(("method", "ns"))
+            for name, _, ns in rows:
+                w.writerows((name, v) for v in ns.tolist())
 
 
 if __name__ == "__main__":
