@@ -237,6 +237,10 @@ def test_control_requests(rt, tmp_path):
         assert ctl(job, '{"v":1,"op":"resume"}')["state"] == "running"
         assert c.wait(timeout=10) == 0
         assert len(read_lines(tmp_path / "p.txt")) == 10
+        # The consumer's waits reach the stats through the arena's telemetry.
+        st = ctl(job, '{"v":1,"op":"stats"}')
+        assert st["wait_samples"] == 10, st
+        assert 0 < st["wait_p50_ns"] <= st["wait_p99_ns"], st
         stop = ctl(job, '{"v":1,"op":"stop"}')
         assert stop["ok"]
         assert p.wait(timeout=10) == 0
