@@ -50,7 +50,7 @@ def run_demo(tmp, job, steps):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
     out = subprocess.run(
         [SHMFEED, "run", os.path.join(ROOT, "configs", "demo.yaml"), "--set", f"job={job}",
-         "--", PY, os.path.join(ROOT, "tests", "launcher", "ranks.py"), "--nproc", "2", "--",
+         "--", PY, os.path.join(ROOT, "examples", "ranks.py"), "--nproc", "2", "--",
          PY, os.path.join(ROOT, "tests", "launcher", "train_ranks.py"), "--steps", str(steps),
          "--out-dir", str(tmp)],
         capture_output=True, text=True, timeout=120, env=env)

@@ -1,6 +1,6 @@
 """Start N rank processes the way torchrun --standalone does, for tests and the README.
 
-    python3 ranks.py --nproc 2 [--node-rank K] -- python3 train.py ARGS...
+    python3 examples/ranks.py --nproc 2 [--node-rank K] -- python3 train.py ARGS...
 
 Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 (a free loopback port unless MASTER_PORT is set). If a rank fails, the others are
