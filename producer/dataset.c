@@ -25,8 +25,16 @@
 struct sf_builder {
 	const struct sf_dataset *ds;
 	struct sf_text_cache *text; /* raw text only */
+	uint32_t *deferred;	    /* raw text: rows left for the second pass, B of them */
 	uint64_t tokens_out;
 };
+
+/*
+ * How long a row waits for another producer that is tokenizing its chunk before it
+ * tokenizes the chunk itself: a few times what a 64 KiB chunk takes, so that a filler
+ * that is merely descheduled is waited for, and one that is stuck costs little.
+ */
+#define SHARE_WAIT_NS (20 * 1000 * 1000)
 
 static int has_suffix(const char *s, const char *suffix)
 {
@@ -367,6 +375,11 @@ int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, st
 	/* A finite run ends with the last full global batch, so every rank stops at the
 	 * same step. */
 	ds->n_steps = cfg->epochs ? cfg->epochs * ds->n_windows / G : UINT64_MAX;
+	if (ds->n_text_files) {
+		r = sf__text_share_create(ds, e);
+		if (r < 0)
+			goto fail;
+	}
 	ds->config_digest = sf__config_digest(cfg);
 	ds->stats.n_tokens = ds->n_tokens;
 	ds->stats.n_windows = ds->n_windows;
@@ -440,7 +453,7 @@ uint64_t sf__builder_sample_offset(struct sf_builder *b, uint64_t k)
 	if (ds->mode == SF_SAMPLE_RANDOM)
 		return sf__random_below(ds->seed, k, ds->n_tokens - ds->seq_len);
 	if (ds->n_text_files)
-		return sf__text_sample_offset(b->text, k);
+		return sf__text_sample_offset(b->text, k, NULL);
 	sf__perm_init(&p, ds->n_windows, ds->seed, k / ds->n_windows, 0);
 	return sf__perm_apply(&p, k % ds->n_windows) * ds->seq_len;
 }
@@ -627,8 +640,14 @@ int sf__builder_create(const struct sf_dataset *ds, struct sf_builder **ret_b, s
 		return sf__err(e, -ENOMEM, "out of memory");
 	b->ds = ds;
 	if (ds->n_text_files) {
+		b->deferred = malloc(ds->batch * sizeof(*b->deferred));
+		if (!b->deferred) {
+			free(b);
+			return sf__err(e, -ENOMEM, "out of memory");
+		}
 		r = sf__text_cache_create(ds, &b->text, e);
 		if (r < 0) {
+			free(b->deferred);
 			free(b);
 			return r;
 		}
@@ -642,6 +661,7 @@ void sf__builder_free(struct sf_builder *b)
 	if (!b)
 		return;
 	sf__text_cache_free(b->text);
+	free(b->deferred);
 	free(b);
 }
 
@@ -650,6 +670,44 @@ void sf__builder_counters(const struct sf_builder *b, uint64_t *ret_tokens_out,
 {
 	*ret_tokens_out = b->tokens_out;
 	*ret_tokens_encoded = b->text ? sf__text_cache_encoded(b->text) : 0;
+}
+
+/*
+ * The rows of a raw text batch, in two passes. The first takes every row whose chunk is
+ * cached or free to tokenize, and leaves the rows whose chunk another producer is
+ * tokenizing right now; by the time the second pass comes back to them (waiting if it
+ * must), that producer has usually finished. Two producers on neighbouring batches thus
+ * split their boundary chunk instead of tokenizing it twice. Rows land at their own
+ * positions, so the order of work never shows in the payload.
+ */
+static int fill_text_rows(struct sf_builder *b, uint64_t first, unsigned char *p, uint32_t *starts,
+			  struct sf_err *e)
+{
+	const struct sf_dataset *ds = b->ds;
+	const size_t row_bytes = (size_t)(ds->seq_len + 1) * ds->token_bytes;
+	uint32_t n_deferred = 0;
+
+	for (int pass = 0; pass < 2; pass++) {
+		uint32_t n = pass ? n_deferred : ds->batch;
+
+		for (uint32_t j = 0; j < n; j++) {
+			uint32_t i = pass ? b->deferred[j] : j;
+			uint32_t *row_starts = starts ? starts + (size_t)i * ds->doc_starts : NULL;
+			uint64_t key = UINT64_MAX, off;
+			int r;
+
+			off = ds->mode == SF_SAMPLE_RANDOM
+				      ? sf__builder_sample_offset(b, first + i)
+				      : sf__text_sample_offset(b->text, first + i, &key);
+			r = sf__text_read_row(b->text, off, key, pass ? SHARE_WAIT_NS : 0,
+					      p + i * row_bytes, row_starts, e);
+			if (r < 0)
+				return r;
+			if (r == SF_TEXT_DEFERRED)
+				b->deferred[n_deferred++] = i;
+		}
+	}
+	return 0;
 }
 
 int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *payload,
@@ -670,15 +728,20 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 		*ret_first_sample = first;
 		return 0;
 	}
-	for (uint64_t i = 0; i < B; i++) {
-		uint64_t off = sf__builder_sample_offset(b, first + i);
-		uint32_t *row_starts = starts ? starts + i * ds->doc_starts : NULL;
-		int r = ds->n_text_files
-				? sf__text_read_row(b->text, off, p + i * row_bytes, row_starts, e)
-				: read_tokens_row(ds, off, p + i * row_bytes, row_starts, e);
+	if (ds->n_text_files) {
+		int r = fill_text_rows(b, first, p, starts, e);
 
 		if (r < 0)
 			return r;
+	} else {
+		for (uint64_t i = 0; i < B; i++) {
+			uint64_t off = sf__builder_sample_offset(b, first + i);
+			uint32_t *row_starts = starts ? starts + i * ds->doc_starts : NULL;
+			int r = read_tokens_row(ds, off, p + i * row_bytes, row_starts, e);
+
+			if (r < 0)
+				return r;
+		}
 	}
 	b->tokens_out += B * (ds->seq_len + 1);
 	*ret_len = (uint32_t)sf__dataset_payload_bytes(ds);

@@ -3,7 +3,8 @@
  * files (source_tokens.c), the raw text files and their chunk index (source_text.c,
  * index_cache.c), and the batch builder (dataset.c). Everything in struct sf_dataset is
  * written by sf__dataset_open() in the launcher and only read afterwards, so forked
- * producers share it copy-on-write without ever copying it.
+ * producers share it copy-on-write without ever copying it. The one exception is the
+ * memory behind `share`, which is MAP_SHARED and written by the producers on purpose.
  */
 #ifndef SF_PRODUCER_DATASET_IMPL_H
 #define SF_PRODUCER_DATASET_IMPL_H
@@ -65,6 +66,7 @@ struct sf_chunk {
 #define SF_CHUNK_BYTES (64u * 1024u)
 
 struct sf_tok;
+struct sf_chunk_share;
 
 struct sf_dataset {
 	/* What the stream depends on, copied from the config. */
@@ -101,6 +103,9 @@ struct sf_dataset {
 	uint64_t max_doc_bytes; /* longest document or JSON line, sizing the unescape buffer */
 	struct sf_tok *tok;
 	uint64_t tok_digest;
+	/* Tokenized chunks shared by the producers: the pointer is set at open and never
+	 * changes; the memory it points to is MAP_SHARED and written by them. */
+	struct sf_chunk_share *share;
 
 	/* The token stream and the sample space. */
 	uint32_t eot; /* <|endoftext|> id, or UINT32_MAX when unknown */

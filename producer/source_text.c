@@ -7,9 +7,11 @@
  * stream is then the chunks in order, each document followed by <|endoftext|>, and any
  * offset in it is found by a binary search over the chunk starts.
  *
- * Producers tokenize on demand, one chunk at a time, into a per-process cache that also
- * holds the first T+1 tokens after the chunk, so every window starting in the chunk is
- * served from it. Windows mode makes that cache effective by taking the windows of a
+ * Producers tokenize on demand, one chunk at a time, together with the first T+1 tokens
+ * after the chunk, so every window starting in the chunk is served from one place: an
+ * entry of the shared chunk cache (producer/chunk_share.h), where each chunk is
+ * tokenized by one producer for all of them, or, when that cache cannot serve it, the
+ * process's own buffer. Windows mode makes caching effective by taking the windows of a
  * chunk together (in a permuted order) before moving to the next permuted chunk.
  */
 #include <errno.h>
@@ -24,6 +26,7 @@
 #include <zstd.h>
 
 #include "shmfeed/shmfeed.h"
+#include "producer/chunk_share.h"
 #include "producer/json.h"
 #include "producer/sampler.h"
 #include "producer/source_text.h"
@@ -374,6 +377,8 @@ void sf__text_close(struct sf_dataset *ds)
 		free_text_file(&ds->text_files[i]);
 	free(ds->text_files);
 	free(ds->chunks);
+	sf__share_free(ds->share);
+	ds->share = NULL;
 	ds->text_files = NULL;
 	ds->chunks = NULL;
 	ds->n_text_files = 0;
@@ -693,7 +698,7 @@ out:
 	return r;
 }
 
-/* ---- per-process cache and window order ---- */
+/* ---- per-process cache, shared cache and window order ---- */
 
 struct epoch_table {
 	uint64_t epoch;
@@ -701,22 +706,41 @@ struct epoch_table {
 	uint64_t *prefix; /* n_chunks + 1 window counts, in the epoch's chunk order */
 };
 
+/*
+ * Where a chunk is tokenized to: the process's own buffer or a shared entry. It holds
+ * the chunk's tokens, then up to T+1 tokens of the chunks after it, and the offset of
+ * every document start among them.
+ */
+struct tok_dest {
+	uint32_t *tokens;
+	uint64_t cap;
+	uint64_t n;
+	uint64_t *doc_starts;
+	uint64_t docs_cap;
+	uint64_t n_docs;
+};
+
 struct sf_text_cache {
 	const struct sf_dataset *ds;
 	struct sf_tok_encoder *enc;
 	char *scratch;
-	uint32_t *tokens;
-	uint64_t cap;
-	uint64_t n;
-	uint64_t *doc_starts; /* offsets into tokens[] */
-	uint64_t docs_cap;
-	uint64_t n_docs;
-	uint64_t chunk; /* UINT64_MAX: empty */
+	struct tok_dest own;
+	uint64_t chunk; /* the chunk `own` holds; UINT64_MAX: none */
 	uint64_t encoded;
-	uint32_t *doc_lens; /* for sf__text_encode_chunk() callers that want them */
 	struct epoch_table epochs[2];
 	uint32_t next_epoch_slot;
 };
+
+/* Tokens and document starts an entry must hold: the largest chunk and T+1 after it. */
+static uint64_t dest_tokens_cap(const struct sf_dataset *ds)
+{
+	return ds->max_chunk_tokens + ds->seq_len + 1;
+}
+
+static uint64_t dest_docs_cap(const struct sf_dataset *ds)
+{
+	return ds->max_chunk_docs + ds->seq_len + 2;
+}
 
 int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **ret_c,
 			  struct sf_err *e)
@@ -728,14 +752,14 @@ int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **re
 		return sf__err(e, -ENOMEM, "out of memory");
 	c->ds = ds;
 	c->chunk = UINT64_MAX;
-	c->cap = ds->max_chunk_tokens + ds->seq_len + 1;
-	c->docs_cap = ds->max_chunk_docs + ds->seq_len + 2;
-	c->tokens = malloc(c->cap * sizeof(*c->tokens));
-	c->doc_starts = malloc(c->docs_cap * sizeof(*c->doc_starts));
+	c->own.cap = dest_tokens_cap(ds);
+	c->own.docs_cap = dest_docs_cap(ds);
+	c->own.tokens = malloc(c->own.cap * sizeof(*c->own.tokens));
+	c->own.doc_starts = malloc(c->own.docs_cap * sizeof(*c->own.doc_starts));
 	c->scratch = malloc(ds->max_doc_bytes + 1);
 	for (int i = 0; i < 2; i++)
 		c->epochs[i].prefix = malloc((ds->n_chunks + 1) * sizeof(uint64_t));
-	if (!c->tokens || !c->doc_starts || !c->scratch || !c->epochs[0].prefix ||
+	if (!c->own.tokens || !c->own.doc_starts || !c->scratch || !c->epochs[0].prefix ||
 	    !c->epochs[1].prefix) {
 		sf__text_cache_free(c);
 		return sf__err(e, -ENOMEM, "out of memory");
@@ -754,8 +778,8 @@ void sf__text_cache_free(struct sf_text_cache *c)
 	if (!c)
 		return;
 	sf__tok_encoder_free(c->enc);
-	free(c->tokens);
-	free(c->doc_starts);
+	free(c->own.tokens);
+	free(c->own.doc_starts);
 	free(c->scratch);
 	for (int i = 0; i < 2; i++)
 		free(c->epochs[i].prefix);
@@ -767,9 +791,9 @@ uint64_t sf__text_cache_encoded(const struct sf_text_cache *c)
 	return c->encoded;
 }
 
-/* Tokenize the documents of `chunk`, appending up to `limit` tokens in total. */
-static int encode_docs(struct sf_text_cache *c, uint64_t chunk, uint64_t limit, uint32_t *doc_lens,
-		       struct sf_err *e)
+/* Tokenize the documents of `chunk` into `d`, appending up to `limit` tokens in total. */
+static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk, uint64_t limit,
+		       uint32_t *doc_lens, struct sf_err *e)
 {
 	struct sf_doc_walk w;
 	const char *doc;
@@ -780,7 +804,7 @@ static int encode_docs(struct sf_text_cache *c, uint64_t chunk, uint64_t limit, 
 	sf__text_walk_init(&w, c->ds, chunk, c->scratch);
 	/* Bad records were counted when the index was built; here they are passed over
 	 * silently, the same ones every time. */
-	while (c->n < limit && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1) {
+	while (d->n < limit && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1) {
 		const uint32_t *ids;
 		size_t n, take;
 
@@ -788,47 +812,53 @@ static int encode_docs(struct sf_text_cache *c, uint64_t chunk, uint64_t limit, 
 		if (r < 0)
 			return r;
 		c->encoded += n + 1;
-		take = n + 1 <= limit - c->n ? n : (size_t)(limit - c->n);
-		if (c->n_docs < c->docs_cap)
-			c->doc_starts[c->n_docs++] = c->n;
+		take = n + 1 <= limit - d->n ? n : (size_t)(limit - d->n);
+		if (d->n_docs < d->docs_cap)
+			d->doc_starts[d->n_docs++] = d->n;
 		if (doc_lens)
-			doc_lens[c->n_docs - 1] = (uint32_t)(n + 1);
-		memcpy(c->tokens + c->n, ids, take * sizeof(*ids));
-		c->n += take;
-		if (c->n < limit)
-			c->tokens[c->n++] = c->ds->eot;
+			doc_lens[d->n_docs - 1] = (uint32_t)(n + 1);
+		memcpy(d->tokens + d->n, ids, take * sizeof(*ids));
+		d->n += take;
+		if (d->n < limit)
+			d->tokens[d->n++] = c->ds->eot;
 	}
 	return r < 0 ? r : 0;
 }
 
-static int fill_cache(struct sf_text_cache *c, uint64_t chunk, uint32_t *doc_lens, struct sf_err *e)
+static int count_mismatch(const struct sf_dataset *ds, uint64_t chunk, uint64_t n, struct sf_err *e)
+{
+	const struct sf_chunk *ch = &ds->chunks[chunk];
+
+	return sf__err(e, SF_E_SOURCE,
+		       "%s: byte %llu: the chunk holds %llu tokens but its index says %llu "
+		       "(did the file change?)",
+		       ds->text_files[ch->file].path, (unsigned long long)ch->off,
+		       (unsigned long long)n, (unsigned long long)ch->n_tokens);
+}
+
+/* Tokenize `chunk` and the T+1 tokens after it into `d`. */
+static int fill_dest(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk, struct sf_err *e)
 {
 	const struct sf_dataset *ds = c->ds;
 	const struct sf_chunk *ch = &ds->chunks[chunk];
 	uint64_t limit, need;
 	int r;
 
-	c->chunk = UINT64_MAX;
-	c->n = 0;
-	c->n_docs = 0;
-	r = encode_docs(c, chunk, ch->n_tokens + 1, doc_lens, e);
+	d->n = 0;
+	d->n_docs = 0;
+	r = encode_docs(c, d, chunk, ch->n_tokens + 1, NULL, e);
 	if (r < 0)
 		return r;
-	if (c->n != ch->n_tokens)
-		return sf__err(e, SF_E_SOURCE,
-			       "%s: byte %llu: the chunk holds %llu tokens but its index says %llu "
-			       "(did the file change?)",
-			       ds->text_files[ch->file].path, (unsigned long long)ch->off,
-			       (unsigned long long)c->n, (unsigned long long)ch->n_tokens);
+	if (d->n != ch->n_tokens)
+		return count_mismatch(ds, chunk, d->n, e);
 	/* The window starting at the chunk's last token reads T more after it. */
 	need = ds->n_tokens - ch->start;
 	limit = ch->n_tokens + ds->seq_len + 1 < need ? ch->n_tokens + ds->seq_len + 1 : need;
-	for (uint64_t next = chunk + 1; c->n < limit && next < ds->n_chunks; next++) {
-		r = encode_docs(c, next, limit, NULL, e);
+	for (uint64_t next = chunk + 1; d->n < limit && next < ds->n_chunks; next++) {
+		r = encode_docs(c, d, next, limit, NULL, e);
 		if (r < 0)
 			return r;
 	}
-	c->chunk = chunk;
 	return 0;
 }
 
@@ -840,21 +870,17 @@ int sf__text_encode_chunk(struct sf_text_cache *c, uint64_t chunk, const uint32_
 	int r = 0;
 
 	c->chunk = UINT64_MAX;
-	c->n = 0;
-	c->n_docs = 0;
+	c->own.n = 0;
+	c->own.n_docs = 0;
 	if (ch->n_tokens)
-		r = encode_docs(c, chunk, ch->n_tokens + 1, doc_lens, e);
+		r = encode_docs(c, &c->own, chunk, ch->n_tokens + 1, doc_lens, e);
 	if (r < 0)
 		return r;
-	if (c->n != ch->n_tokens)
-		return sf__err(e, SF_E_SOURCE,
-			       "%s: byte %llu: the chunk holds %llu tokens but its index says %llu "
-			       "(did the file change?)",
-			       c->ds->text_files[ch->file].path, (unsigned long long)ch->off,
-			       (unsigned long long)c->n, (unsigned long long)ch->n_tokens);
-	*ret_ids = c->tokens;
-	*ret_n = c->n;
-	*ret_n_docs = c->n_docs;
+	if (c->own.n != ch->n_tokens)
+		return count_mismatch(c->ds, chunk, c->own.n, e);
+	*ret_ids = c->own.tokens;
+	*ret_n = c->own.n;
+	*ret_n_docs = c->own.n_docs;
 	return 0;
 }
 
@@ -895,7 +921,7 @@ static const struct epoch_table *epoch_table(struct sf_text_cache *c, uint64_t e
 	return t;
 }
 
-uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k)
+uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k, uint64_t *ret_key)
 {
 	const struct sf_dataset *ds = c->ds;
 	uint64_t epoch = k / ds->n_windows, pos = k % ds->n_windows;
@@ -916,43 +942,141 @@ uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k)
 	chunk = sf__perm_apply(&p, lo);
 	count = chunk_windows(ds, chunk, &first);
 	sf__perm_init(&p, count, ds->seed, epoch, 2 + chunk);
+	if (ret_key)
+		*ret_key = epoch * ds->n_chunks + lo;
 	return (first + sf__perm_apply(&p, pos - t->prefix[lo])) * ds->seq_len;
 }
 
-int sf__text_read_row(struct sf_text_cache *c, uint64_t off, unsigned char *row, uint32_t *starts,
-		      struct sf_err *e)
+/*
+ * Copy the row at `pos` of a tokenized chunk (global offset `off`) and its document
+ * starts. The caller has checked that pos + T + 1 <= d->n.
+ */
+static int copy_row(const struct sf_dataset *ds, const struct tok_dest *d, uint64_t pos,
+		    uint64_t off, unsigned char *row, uint32_t *starts, struct sf_err *e)
 {
-	const struct sf_dataset *ds = c->ds;
 	const uint32_t L = ds->seq_len + 1;
-	uint64_t chunk = sf__text_find_chunk(ds, off), pos, lo, hi;
 	uint32_t n_starts = 0;
+	uint64_t lo = 0, hi = d->n_docs;
 	size_t bad;
-	int r;
 
-	if (chunk != c->chunk) {
-		r = fill_cache(c, chunk, NULL, e);
-		if (r < 0)
-			return r;
-	}
-	pos = off - ds->chunks[chunk].start;
-	if (sf__copy_tokens(row, ds->token_bytes, c->tokens + pos, 4, L, &bad) < 0)
+	if (sf__copy_tokens(row, ds->token_bytes, d->tokens + pos, 4, L, &bad) < 0)
 		return sf__err(e, SF_E_SOURCE, "token %u at offset %llu does not fit uint16",
-			       c->tokens[pos + bad], (unsigned long long)(off + bad));
+			       d->tokens[pos + bad], (unsigned long long)(off + bad));
 	if (!starts)
 		return 0;
-	lo = 0;
-	hi = c->n_docs;
 	while (lo < hi) {
 		uint64_t mid = lo + (hi - lo) / 2;
 
-		if (c->doc_starts[mid] < pos)
+		if (d->doc_starts[mid] < pos)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	for (; lo < c->n_docs && c->doc_starts[lo] < pos + L && n_starts < ds->doc_starts; lo++)
-		starts[n_starts++] = (uint32_t)(c->doc_starts[lo] - pos);
+	for (; lo < d->n_docs && d->doc_starts[lo] < pos + L && n_starts < ds->doc_starts; lo++)
+		starts[n_starts++] = (uint32_t)(d->doc_starts[lo] - pos);
 	for (uint32_t i = n_starts; i < ds->doc_starts; i++)
 		starts[i] = UINT32_MAX;
 	return 0;
+}
+
+/*
+ * How many times a row goes round acquiring and filling a shared entry before it gives
+ * up and tokenizes locally: an entry that other producers keep refilling with other
+ * chunks (more chunks in flight than entries) must not keep a producer spinning.
+ */
+#define SHARE_ROUNDS 4
+
+/*
+ * Read the row through the shared cache. Returns 0 (row copied), SF_TEXT_DEFERRED
+ * (another producer fills the chunk and wait_ns is 0), 1 (the cache cannot serve it:
+ * tokenize locally), or an error.
+ */
+static int read_row_shared(struct sf_text_cache *c, uint64_t chunk, uint64_t pos, uint64_t off,
+			   uint64_t key, int64_t wait_ns, unsigned char *row, uint32_t *starts,
+			   struct sf_err *e)
+{
+	const struct sf_dataset *ds = c->ds;
+	struct sf_chunk_share *share = ds->share;
+
+	for (int round = 0; round < SHARE_ROUNDS; round++) {
+		struct sf_share_ref ref;
+		struct tok_dest d;
+		int r = sf__share_acquire(share, key, chunk, wait_ns, &ref);
+
+		if (r == SF_SHARE_BUSY)
+			return wait_ns > 0 ? 1 : SF_TEXT_DEFERRED;
+		d = (struct tok_dest){.tokens = ref.tokens,
+				      .cap = dest_tokens_cap(ds),
+				      .doc_starts = ref.doc_starts,
+				      .docs_cap = dest_docs_cap(ds)};
+		if (r == SF_SHARE_FILL) {
+			r = fill_dest(c, &d, chunk, e);
+			if (r < 0) {
+				sf__share_abandon(&ref);
+				return r;
+			}
+			sf__share_publish(&ref, chunk, d.n, d.n_docs);
+			/* Read it back as any reader would: once published, another producer
+			 * may already be replacing it. */
+			continue;
+		}
+		d.n = ref.n_tokens;
+		d.n_docs = ref.n_docs;
+		r = pos + ds->seq_len + 1 <= d.n ? copy_row(ds, &d, pos, off, row, starts, e) : 1;
+		if (sf__share_valid(share, &ref))
+			return r;
+	}
+	return 1;
+}
+
+int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64_t wait_ns,
+		      unsigned char *row, uint32_t *starts, struct sf_err *e)
+{
+	const struct sf_dataset *ds = c->ds;
+	uint64_t chunk = sf__text_find_chunk(ds, off), pos = off - ds->chunks[chunk].start;
+	int r;
+
+	if (chunk != c->chunk && ds->share) {
+		r = read_row_shared(c, chunk, pos, off, key == UINT64_MAX ? chunk : key, wait_ns,
+				    row, starts, e);
+		if (r != 1)
+			return r;
+	}
+	if (chunk != c->chunk) {
+		c->chunk = UINT64_MAX;
+		r = fill_dest(c, &c->own, chunk, e);
+		if (r < 0)
+			return r;
+		c->chunk = chunk;
+	}
+	return copy_row(ds, &c->own, pos, off, row, starts, e);
+}
+
+/*
+ * The shared cache is sized so that the chunks all producers need at once fit without
+ * colliding: in windows mode a batch of B windows spans at most min(B, ceil(B / windows
+ * per chunk)) + 1 consecutive chunks of the epoch's order, P producers fill P batches
+ * at once, and the batches just before and after theirs share boundary chunks with
+ * them, hence (P + 2) batches' worth. Random offsets have no such locality: the same
+ * count of entries, placed by chunk index, serves repeats when the data is small. Never
+ * more entries than chunks, and at most SHARE_MAX_BYTES in all (entries hold whole
+ * chunks, so a corpus of huge documents gets fewer, or none below two).
+ */
+#define SHARE_MAX_BYTES (UINT64_C(1) << 30)
+
+int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
+{
+	uint64_t B = ds->batch, per_batch, n, entry_bytes;
+	uint64_t wpc = ds->n_windows / ds->n_chunks ? ds->n_windows / ds->n_chunks : 1;
+
+	per_batch = (B + wpc - 1) / wpc < B ? (B + wpc - 1) / wpc + 1 : B + 1;
+	n = (uint64_t)(ds->producers + 2) * per_batch;
+	if (n > ds->n_chunks)
+		n = ds->n_chunks;
+	entry_bytes = dest_tokens_cap(ds) * sizeof(uint32_t) + dest_docs_cap(ds) * sizeof(uint64_t);
+	if (n * entry_bytes > SHARE_MAX_BYTES)
+		n = SHARE_MAX_BYTES / entry_bytes;
+	if (n < 2)
+		return 0;
+	return sf__share_create(n, dest_tokens_cap(ds), dest_docs_cap(ds), &ds->share, e);
 }

@@ -58,13 +58,31 @@ uint64_t sf__text_cache_encoded(const struct sf_text_cache *c);
 /*
  * sf__text_sample_offset - windows mode over raw text: the chunks are permuted per epoch,
  * and the windows starting in a chunk are permuted among themselves and taken together,
- * so a producer tokenizes each chunk once for all its windows.
+ * so a chunk is tokenized once for all its windows. *ret_key (when not NULL) receives
+ * the chunk's position in the sequence of chunks of all epochs, the placement key of
+ * the shared cache.
  */
-uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k);
+uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k, uint64_t *ret_key);
 
-/* sf__text_read_row - the T+1 tokens at global offset `off` and their document starts. */
-int sf__text_read_row(struct sf_text_cache *c, uint64_t off, unsigned char *row, uint32_t *starts,
-		      struct sf_err *e);
+/* sf__text_read_row() found the chunk being tokenized by another producer. */
+#define SF_TEXT_DEFERRED 1
+
+/*
+ * sf__text_read_row - the T+1 tokens at global offset `off` and their document starts,
+ * from this process's last chunk, the shared cache (placement `key`, or the chunk index
+ * when key is UINT64_MAX), or tokenized here. When another producer is tokenizing the
+ * chunk, returns SF_TEXT_DEFERRED if wait_ns is 0; otherwise waits up to wait_ns for it
+ * and then tokenizes locally. Returns 0 when the row is written, or an error.
+ */
+int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64_t wait_ns,
+		      unsigned char *row, uint32_t *starts, struct sf_err *e);
+
+/*
+ * sf__text_share_create - map the shared chunk cache of `ds` (see producer/chunk_share.h),
+ * sized from the batch size, the number of producers and the chunk sizes; leaves
+ * ds->share NULL when not even two entries fit. Call after the index is built.
+ */
+int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e);
 
 /* sf__text_encode_chunk - every id of chunk `chunk` (documents each followed by
  * <|endoftext|>) into c's buffer; *ret_ids valid until the next call on `c`. The number

@@ -1,0 +1,298 @@
+/*
+ * The shared chunk cache: its entry protocol (fill, hit, refill seen by a reader's
+ * validation, abandon), a live filler that makes others wait or give up, a dead filler
+ * (reaped, or still a zombie) whose entry is taken over, and two builders in one process
+ * that tokenize each chunk of a corpus once between them while building the same batches
+ * as a single builder, in windows and in random mode.
+ */
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/proc.h"
+#include "producer/chunk_share.h"
+#include "producer/producer.h"
+
+static struct sf_chunk_share *share;
+
+static void setup(void)
+{
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__share_create(4, 100, 10, &share, &e), 0, "%s", e.msg);
+}
+
+static void teardown(void)
+{
+	sf__share_free(share);
+}
+
+TestSuite(share, .init = setup, .fini = teardown);
+
+static void put(struct sf_share_ref *ref, uint64_t chunk, uint32_t base, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		ref->tokens[i] = base + (uint32_t)i;
+	ref->doc_starts[0] = 0;
+	sf__share_publish(ref, chunk, n, 1);
+}
+
+Test(share, fill_hit_refill_abandon)
+{
+	struct sf_share_ref a, b, c;
+	struct sf_share_counters n;
+
+	cr_assert_eq(sf__share_acquire(share, 1, 7, 0, &a), SF_SHARE_FILL);
+	put(&a, 7, 1000, 50);
+	cr_assert_eq(sf__share_acquire(share, 1, 7, 0, &b), SF_SHARE_HIT);
+	cr_assert_eq(b.n_tokens, 50);
+	cr_assert_eq(b.n_docs, 1);
+	cr_assert_eq(b.tokens[49], 1049);
+	cr_assert(sf__share_valid(share, &b));
+	/* Key 5 lands on the same entry (5 mod 4): another chunk replaces chunk 7, and the
+	 * reader of chunk 7 learns that its copy is void. */
+	cr_assert_eq(sf__share_acquire(share, 5, 8, 0, &c), SF_SHARE_FILL);
+	put(&c, 8, 2000, 60);
+	cr_assert_not(sf__share_valid(share, &b));
+	cr_assert_eq(sf__share_acquire(share, 1, 8, 0, &b), SF_SHARE_HIT);
+	cr_assert_eq(b.tokens[0], 2000);
+	/* A failed fill leaves the entry free for the next one. */
+	cr_assert_eq(sf__share_acquire(share, 2, 3, 0, &a), SF_SHARE_FILL);
+	sf__share_abandon(&a);
+	cr_assert_eq(sf__share_acquire(share, 2, 3, 0, &a), SF_SHARE_FILL);
+	put(&a, 3, 0, 1);
+	sf__share_counters(share, &n);
+	cr_assert_eq(n.fills, 4);
+	cr_assert_eq(n.hits, 2);
+	cr_assert_eq(n.stale_reads, 1);
+}
+
+/* A child that claims entry 0 for chunk 1, says so on `ready`, then waits for a byte on
+ * `go` before it publishes (or exits without publishing when `die` is set). */
+static pid_t filler(int ready[2], int go[2], int die)
+{
+	pid_t pid;
+
+	cr_assert_eq(pipe(ready), 0);
+	cr_assert_eq(pipe(go), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct sf_share_ref ref;
+		char ch = 1;
+
+		if (sf__share_acquire(share, 0, 1, 0, &ref) != SF_SHARE_FILL)
+			_exit(2);
+		if (write(ready[1], &ch, 1) != 1)
+			_exit(3);
+		if (die)
+			_exit(0);
+		if (read(go[0], &ch, 1) != 1)
+			_exit(4);
+		put(&ref, 1, 500, 10);
+		_exit(0);
+	}
+	{
+		char ch;
+
+		cr_assert_eq(read(ready[0], &ch, 1), 1);
+	}
+	return pid;
+}
+
+Test(share, live_filler_is_waited_for_then_given_up)
+{
+	int ready[2], go[2], status;
+	struct sf_share_ref ref;
+	struct sf_share_counters n;
+	pid_t pid = filler(ready, go, 0);
+	uint64_t t0;
+	char ch = 1;
+
+	cr_assert_eq(sf__share_acquire(share, 0, 1, 0, &ref), SF_SHARE_BUSY);
+	t0 = sf__now_ns();
+	cr_assert_eq(sf__share_acquire(share, 0, 1, 50 * 1000 * 1000, &ref), SF_SHARE_BUSY);
+	cr_assert_geq(sf__now_ns() - t0, 50 * 1000 * 1000, "gave up before the wait ended");
+	cr_assert_eq(write(go[1], &ch, 1), 1);
+	/* Woken by the publish, long before the 10 s limit. */
+	t0 = sf__now_ns();
+	cr_assert_eq(sf__share_acquire(share, 0, 1, 10ll * 1000 * 1000 * 1000, &ref), SF_SHARE_HIT);
+	cr_assert_lt(sf__now_ns() - t0, 5ull * 1000 * 1000 * 1000);
+	cr_assert_eq(ref.tokens[9], 509);
+	cr_assert(sf__share_valid(share, &ref));
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	sf__share_counters(share, &n);
+	cr_assert_eq(n.takeovers, 0);
+}
+
+/* A filler that died is found out whether it was reaped or is still a zombie. */
+static void dead_filler(int reap)
+{
+	int ready[2], go[2];
+	struct sf_share_ref ref;
+	struct sf_share_counters n;
+	pid_t pid = filler(ready, go, 1);
+	siginfo_t si;
+
+	if (reap) {
+		cr_assert_eq(waitpid(pid, NULL, 0), pid);
+	} else {
+		memset(&si, 0, sizeof(si));
+		cr_assert_eq(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT), 0);
+	}
+	/* Without waiting nobody looks at the filler: the entry just reads as busy. */
+	cr_assert_eq(sf__share_acquire(share, 0, 1, 0, &ref), SF_SHARE_BUSY);
+	cr_assert_eq(sf__share_acquire(share, 0, 1, 10ll * 1000 * 1000 * 1000, &ref),
+		     SF_SHARE_FILL);
+	put(&ref, 1, 700, 5);
+	cr_assert_eq(sf__share_acquire(share, 0, 1, 0, &ref), SF_SHARE_HIT);
+	cr_assert_eq(ref.tokens[4], 704);
+	sf__share_counters(share, &n);
+	cr_assert_eq(n.takeovers, 1);
+	if (!reap)
+		cr_assert_eq(waitpid(pid, NULL, 0), pid);
+}
+
+Test(share, dead_filler_reaped_is_taken_over)
+{
+	dead_filler(1);
+}
+
+Test(share, dead_filler_zombie_is_taken_over)
+{
+	dead_filler(0);
+}
+
+/* ---- two builders sharing one dataset ---- */
+
+static char dir[64];
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+static void builders_setup(void)
+{
+	strcpy(dir, "/tmp/sf-sharetest-XXXXXX");
+	cr_assert(mkdtemp(dir));
+}
+
+static void builders_teardown(void)
+{
+	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(builders, .init = builders_setup, .fini = builders_teardown);
+
+/*
+ * About 1 MiB of documents of varied length (16 chunks), byte tokens. Two builders build
+ * the batches of an epoch alternately, as two producers would, and must produce what one
+ * builder alone produces (over a dataset, and so a shared cache, of its own); returns the tokens
+ * the two encoded together and the tokens the stream holds.
+ */
+static void alternate(uint32_t mode, uint64_t *ret_encoded, uint64_t *ret_tokens)
+{
+	char path[4096], *paths[1] = {path};
+	struct sf_source_config src = {0};
+	struct sf_config cfg;
+	struct sf_dataset *ds, *ds1;
+	struct sf_dataset_stats st;
+	struct sf_builder *one, *two[2];
+	struct sf_err e = {0};
+	unsigned char *p1, *p2;
+	uint64_t encoded = 0, n_batches;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/docs.txt", dir);
+	f = fopen(path, "w");
+	cr_assert(f);
+	for (uint32_t d = 0, x = 1; d < 4000; d++) {
+		uint32_t len = 20 + (x = x * 1103515245u + 12345u) % 500;
+
+		for (uint32_t i = 0; i < len; i++)
+			fputc('a' + (int)((d + i) % 26), f);
+		fputs("\n\n", f);
+	}
+	cr_assert_eq(fclose(f), 0);
+	sf__config_defaults(&cfg);
+	src.paths = paths;
+	src.n_paths = 1;
+	src.separator = "\n\n";
+	cfg.sources = &src;
+	cfg.n_sources = 1;
+	cfg.encoding = "bytes";
+	cfg.batch_size = 8;
+	cfg.seq_len = 256;
+	cfg.world_size = 2;
+	cfg.local_ranks = 2;
+	cfg.producers = 2;
+	cfg.mode = mode;
+	cfg.doc_starts = 4;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds1, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_assert_gt(st.n_chunks, 8);
+	cr_assert_eq(sf__builder_create(ds1, &one, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__builder_create(ds, &two[0], &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__builder_create(ds, &two[1], &e), 0, "%s", e.msg);
+	p1 = malloc(sf__dataset_payload_bytes(ds));
+	p2 = malloc(sf__dataset_payload_bytes(ds));
+	n_batches = st.n_windows / cfg.batch_size;
+	/* Builder two[i % 2] takes batch i, in the order producers claim them. */
+	for (uint64_t i = 0; i < n_batches; i++) {
+		uint32_t rank = (uint32_t)(i % 2), len1, len2;
+		uint64_t step = i / 2, f1, f2;
+
+		cr_assert_eq(sf__builder_fill(two[i % 2], rank, step, p2, &len2, &f2, &e), 0, "%s",
+			     e.msg);
+		cr_assert_eq(sf__builder_fill(one, rank, step, p1, &len1, &f1, &e), 0, "%s", e.msg);
+		cr_assert_eq(len1, len2);
+		cr_assert_eq(f1, f2);
+		cr_assert(!memcmp(p1, p2, len1), "batch %llu differs", (unsigned long long)i);
+	}
+	for (int i = 0; i < 2; i++) {
+		uint64_t out, enc;
+
+		sf__builder_counters(two[i], &out, &enc);
+		encoded += enc;
+	}
+	free(p1);
+	free(p2);
+	sf__builder_free(one);
+	sf__builder_free(two[0]);
+	sf__builder_free(two[1]);
+	sf__dataset_close(ds);
+	sf__dataset_close(ds1);
+	*ret_encoded = encoded;
+	*ret_tokens = st.n_tokens;
+}
+
+Test(builders, windows_tokenize_each_chunk_once)
+{
+	uint64_t encoded, tokens;
+
+	alternate(SF_SAMPLE_WINDOWS, &encoded, &tokens);
+	/* Each chunk once, plus T+1 tokens after each of the 16 or so chunks (a private
+	 * cache per builder would encode nearly everything twice). */
+	cr_assert_leq(encoded, tokens + tokens / 10, "encoded %llu of %llu tokens",
+		      (unsigned long long)encoded, (unsigned long long)tokens);
+}
+
+Test(builders, random_offsets_agree)
+{
+	uint64_t encoded, tokens;
+
+	alternate(SF_SAMPLE_RANDOM, &encoded, &tokens);
+	cr_assert_gt(encoded, 0);
+}
