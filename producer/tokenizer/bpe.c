@@ -24,48 +24,64 @@ static int emit(const struct sf_tok_ranks *r, const uint8_t *s, size_t len, uint
 	return 0;
 }
 
+/*
+ * A part of a short piece: where it starts, its own rank (known once it has been merged:
+ * it is the rank of the pair that made it) and the rank of it joined with the next part.
+ * Keeping the three together makes a merge one memmove and the output a copy.
+ */
+struct part {
+	uint32_t start;
+	uint32_t rank;
+	uint32_t pair;
+};
+
 int sf__bpe_short(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
 		  size_t *ret_n)
 {
-	uint32_t start[SF_BPE_SHORT_MAX + 1], rank[SF_BPE_SHORT_MAX + 1];
-	size_t parts = len + 1, i, best;
+	struct part p[SF_BPE_SHORT_MAX + 1];
+	size_t parts = len, i, best;
 	uint32_t min;
 
 	for (i = 0; i < len; i++) {
-		start[i] = (uint32_t)i;
-		rank[i] = i + 1 < len ? sf__tok_rank(r, piece + i, 2) : SF_RANK_NONE;
+		p[i].start = (uint32_t)i;
+		p[i].rank = r->byte_rank[piece[i]];
+		p[i].pair = i + 1 < len ? r->pair_rank[piece[i] << 8 | piece[i + 1]] : SF_RANK_NONE;
 	}
-	start[len] = (uint32_t)len;
-	rank[len] = SF_RANK_NONE;
+	p[len].start = (uint32_t)len;
 
+	/* `parts` counts the parts; p[parts] only marks the end of the last one. */
 	for (;;) {
+		/*
+		 * The leftmost lowest pair. Written without a branch on the comparison, which
+		 * the compiler turns into conditional moves: on text the branch is a coin toss.
+		 */
 		min = SF_RANK_NONE;
 		best = 0;
 		for (i = 0; i + 1 < parts; i++) {
-			if (rank[i] < min) {
-				min = rank[i];
-				best = i;
-			}
+			bool lower = p[i].pair < min;
+
+			min = lower ? p[i].pair : min;
+			best = lower ? i : best;
 		}
 		if (min == SF_RANK_NONE)
 			break;
 		/* Part best + 1 joins part best; then the two pairs touching it change. */
+		p[best].rank = min;
 		parts--;
-		memmove(start + best + 1, start + best + 2, (parts - best - 1) * sizeof(*start));
-		memmove(rank + best + 1, rank + best + 2, (parts - best - 1) * sizeof(*rank));
+		memmove(p + best + 1, p + best + 2, (parts - best) * sizeof(*p));
 		if (best > 0)
-			rank[best - 1] = best + 1 < parts
-						 ? sf__tok_rank(r, piece + start[best - 1],
-								start[best + 1] - start[best - 1])
-						 : SF_RANK_NONE;
-		rank[best] = best + 2 < parts ? sf__tok_rank(r, piece + start[best],
-							     start[best + 2] - start[best])
-					      : SF_RANK_NONE;
+			p[best - 1].pair = sf__tok_rank(r, piece + p[best - 1].start,
+							p[best + 1].start - p[best - 1].start);
+		p[best].pair = best + 1 < parts ? sf__tok_rank(r, piece + p[best].start,
+							       p[best + 2].start - p[best].start)
+						: SF_RANK_NONE;
 	}
-	for (i = 0; i + 1 < parts; i++)
-		if (emit(r, piece + start[i], start[i + 1] - start[i], out + i) < 0)
+	for (i = 0; i < parts; i++) {
+		if (p[i].rank == SF_RANK_NONE)
 			return SF_E_TOKENIZER;
-	*ret_n = parts - 1;
+		out[i] = p[i].rank;
+	}
+	*ret_n = parts;
 	return 0;
 }
 

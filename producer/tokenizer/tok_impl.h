@@ -13,8 +13,6 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "producer/tokenizer/tokenizer.h"
 
@@ -42,18 +40,29 @@ struct sf_tok_special_entry {
 };
 
 /*
+ * One slot of the rank table: the token's first 8 bytes packed little-endian (zero-padded
+ * when shorter), its length (0 for an empty slot) and its rank. A token of up to 8 bytes
+ * is found or ruled out from the slot alone, so a lookup touches one cache line; a
+ * longer one then compares the rest of its bytes with `bytes`.
+ */
+struct sf_tok_slot {
+	uint64_t key;
+	uint32_t len;
+	uint32_t rank;
+};
+
+/*
  * The mergeable ranks: token bytes by rank (`off`, `bytes`) and an open-addressing table
- * from bytes to rank. A slot is 32 bits, rank + 1 in the low `rank_bits` (0 for an empty
- * slot) and the top bits of the key's hash above, so the table stays small enough for
- * the caches and most misses are settled without touching the token bytes.
+ * from bytes to rank, at most half full and probed linearly, with single bytes and byte
+ * pairs answered by direct tables instead.
  */
 struct sf_tok_ranks {
 	uint32_t n_ranks; /* largest rank + 1; a rank absent from the file has an empty span */
 	uint32_t *off;	  /* n_ranks + 1 offsets into `bytes` */
 	uint8_t *bytes;
-	uint32_t *slots;
-	uint64_t mask;	    /* table size - 1 */
-	unsigned rank_bits; /* at most 24, leaving at least 8 bits of tag */
+	struct sf_tok_slot *slots;
+	uint64_t mask;	/* table size - 1 */
+	unsigned shift; /* 64 - log2(table size): a hash's top bits index the table */
 	uint32_t byte_rank[256];
 	uint32_t *pair_rank; /* 65536 entries: the rank of each two-byte string */
 };
@@ -91,44 +100,87 @@ struct sf_tok_encoder {
 	pcre2_match_data *md;
 };
 
+static inline uint64_t sf__tok_load64(const uint8_t *s)
+{
+	uint64_t v;
+
+	memcpy(&v, s, sizeof(v));
+	return v;
+}
+
+static inline uint32_t sf__tok_load32(const uint8_t *s)
+{
+	uint32_t v;
+
+	memcpy(&v, s, sizeof(v));
+	return v;
+}
+
 /*
- * Most keys are a few bytes long and a 32-bit hash tag has already matched, so a plain
- * loop beats a call to memcmp here.
+ * The first min(len, 8) bytes of s as a little-endian integer, zero above them, reading
+ * only s[0..len). Two overlapping loads cover 4 to 8 bytes: the bytes they share land on
+ * the same bits with the same values, so OR-ing them packs the string exactly. (The
+ * arithmetic assumes a little-endian machine, as the rest of the data path does.)
  */
-static inline bool sf__tok_bytes_equal(const uint8_t *a, const uint8_t *b, size_t len)
+static inline uint64_t sf__tok_key(const uint8_t *s, size_t len)
+{
+	if (len >= 8)
+		return sf__tok_load64(s);
+	if (len >= 4)
+		return sf__tok_load32(s) | (uint64_t)sf__tok_load32(s + len - 4) << (8 * (len - 4));
+	if (len == 3)
+		return (uint64_t)s[0] | (uint64_t)s[1] << 8 | (uint64_t)s[2] << 16;
+	return len == 2 ? (uint64_t)s[0] | (uint64_t)s[1] << 8 : s[0];
+}
+
+/*
+ * The table index of bytes s[0..len) whose first 8 bytes are `key`: a multiplicative
+ * hash of the key, the last 8 bytes and the length, whose top bits are the index.
+ */
+static inline uint64_t sf__tok_hash(const struct sf_tok_ranks *r, const uint8_t *s, size_t len,
+				    uint64_t key)
+{
+	uint64_t h = key ^ ((uint64_t)len << 56);
+
+	if (len > 8)
+		h ^= sf__tok_load64(s + len - 8) * 0xc2b2ae3d27d4eb4full;
+	h *= 0x9e3779b97f4a7c15ull;
+	return (h ^ (h >> 31)) >> r->shift;
+}
+
+/* Bytes past the first 8, whose key has already matched. A short plain loop beats memcmp. */
+static inline bool sf__tok_tail_equal(const uint8_t *a, const uint8_t *b, size_t len)
 {
 	size_t i;
 
-	for (i = 0; i < len; i++)
+	for (i = 8; i < len; i++)
 		if (a[i] != b[i])
 			return false;
 	return true;
 }
 
-/* sf__tok_rank - the rank of bytes s[0..len), or SF_RANK_NONE. */
-static inline uint32_t sf__tok_rank(const struct sf_tok_ranks *r, const uint8_t *s, size_t len)
+/*
+ * sf__tok_rank - the rank of bytes s[0..len), or SF_RANK_NONE. Always inlined: it sits in
+ * the innermost loops, where the call would cost as much as a hit.
+ */
+static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct sf_tok_ranks *r,
+								   const uint8_t *s, size_t len)
 {
-	uint32_t tag, slot, low = ((uint32_t)1 << r->rank_bits) - 1;
-	uint64_t h, i;
+	uint64_t key, i;
 
 	if (len == 1)
 		return r->byte_rank[s[0]];
 	if (len == 2)
 		return r->pair_rank[s[0] << 8 | s[1]];
-	h = XXH3_64bits(s, len);
-	tag = (uint32_t)(h >> 32) & ~low;
-	for (i = h & r->mask;; i = (i + 1) & r->mask) {
-		uint32_t rank;
+	key = sf__tok_key(s, len);
+	for (i = sf__tok_hash(r, s, len, key);; i = (i + 1) & r->mask) {
+		const struct sf_tok_slot *slot = &r->slots[i];
 
-		slot = r->slots[i];
-		if (!slot)
+		if (slot->key == key && slot->len == len &&
+		    (len <= 8 || sf__tok_tail_equal(r->bytes + r->off[slot->rank], s, len)))
+			return slot->rank;
+		if (!slot->len)
 			return SF_RANK_NONE;
-		if ((slot & ~low) != tag)
-			continue;
-		rank = (slot & low) - 1;
-		if (r->off[rank + 1] - r->off[rank] == len &&
-		    sf__tok_bytes_equal(r->bytes + r->off[rank], s, len))
-			return rank;
 	}
 }
 

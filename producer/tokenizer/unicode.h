@@ -81,7 +81,8 @@ static inline size_t sf__utf8_next(const uint8_t *s, size_t n, uint32_t *ret_cp)
 }
 
 /* sf__uc_at - the class bits of the character at s[p] (p < n); its length in *ret_len. */
-static inline unsigned sf__uc_at(const uint8_t *s, size_t n, size_t p, size_t *ret_len)
+static inline __attribute__((always_inline)) unsigned sf__uc_at(const uint8_t *s, size_t n,
+								size_t p, size_t *ret_len)
 {
 	uint32_t cp;
 

@@ -112,18 +112,16 @@ static uint32_t insert(struct sf_tok_ranks *r, uint32_t rank)
 {
 	const uint8_t *s = r->bytes + r->off[rank];
 	size_t len = r->off[rank + 1] - r->off[rank];
-	uint32_t low = ((uint32_t)1 << r->rank_bits) - 1;
-	uint64_t h = XXH3_64bits(s, len);
+	uint64_t key = sf__tok_key(s, len);
 	uint64_t i;
 
-	for (i = h & r->mask; r->slots[i]; i = (i + 1) & r->mask) {
-		uint32_t other = (r->slots[i] & low) - 1;
+	for (i = sf__tok_hash(r, s, len, key); r->slots[i].len; i = (i + 1) & r->mask) {
+		uint32_t other = r->slots[i].rank;
 
-		if (r->off[other + 1] - r->off[other] == len &&
-		    !memcmp(r->bytes + r->off[other], s, len))
+		if (r->slots[i].len == len && !memcmp(r->bytes + r->off[other], s, len))
 			return other;
 	}
-	r->slots[i] = ((uint32_t)(h >> 32) & ~low) | (rank + 1);
+	r->slots[i] = (struct sf_tok_slot){.key = key, .len = (uint32_t)len, .rank = rank};
 	return SF_RANK_NONE;
 }
 
@@ -195,15 +193,10 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 	}
 
 	r->n_ranks = max_rank + 1;
-	for (r->rank_bits = 1; r->n_ranks >> r->rank_bits; r->rank_bits++)
-		;
-	if (r->rank_bits > 24) {
-		rc = sf__err(e, SF_E_TOKENIZER, "%s: ranks above 2^24 are not supported", path);
-		goto fail;
-	}
 	r->off = calloc((size_t)r->n_ranks + 1, sizeof(*r->off));
 	r->bytes = malloc(total);
 	r->mask = table_size(n_lines) - 1;
+	r->shift = 64 - (unsigned)__builtin_popcountll(r->mask);
 	r->slots = calloc(r->mask + 1, sizeof(*r->slots));
 	r->pair_rank = malloc(65536 * sizeof(*r->pair_rank));
 	if (!r->off || !r->bytes || !r->slots || !r->pair_rank) {
