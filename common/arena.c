@@ -83,7 +83,10 @@ int sf__arena_layout(const struct sf_geometry *geo, int hugepages, struct sf_are
 		return sf__err(e, SF_E_CONFIG, "too many participants (%u)", nparts);
 
 	payload_bytes = (uint64_t)geo->batch * geo->seq_tokens * geo->token_bytes;
-	payload_bytes += (uint64_t)geo->batch * geo->doc_starts_per_seq * sizeof(uint32_t);
+	if (geo->doc_starts_per_seq)
+		payload_bytes =
+			sf__doc_starts_offset(geo->batch, geo->seq_tokens, geo->token_bytes) +
+			(uint64_t)geo->batch * geo->doc_starts_per_seq * sizeof(uint32_t);
 	if (payload_bytes > (UINT64_C(1) << 40))
 		return sf__err(e, SF_E_CONFIG, "payload of %llu bytes is too large",
 			       (unsigned long long)payload_bytes);

@@ -203,6 +203,17 @@ static inline uint64_t sf__slot_lap(uint64_t w)
 }
 
 /*
+ * Offset of the document starts inside a payload: after the B x (T+1) tokens, rounded up
+ * to a cache line so that the uint32 offsets are aligned whatever B, T and the token size.
+ */
+static inline uint64_t sf__doc_starts_offset(uint64_t batch, uint64_t seq_tokens,
+					     uint64_t token_bytes)
+{
+	return (batch * seq_tokens * token_bytes + SF_CACHE_LINE - 1) / SF_CACHE_LINE *
+	       SF_CACHE_LINE;
+}
+
+/*
  * A process's view of an arena: its mapping and the pointers derived from the header.
  * Created by sf__arena_create() or sf__arena_attach(), freed by sf__arena_detach().
  */

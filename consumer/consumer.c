@@ -48,6 +48,7 @@ struct sf_consumer {
 	uint32_t ended;	      /* an end marker was met; cleared by seek */
 	uint64_t step;	      /* the next step to claim */
 	uint64_t token_bytes; /* B * (T+1) * token size: what is digested and copied */
+	uint64_t doc_off;     /* where the document starts begin in a payload */
 	struct sf_slot *held; /* CPU: the slot handed out; GPU: the slot being copied */
 	uint64_t provenance;
 	uint64_t batches;
@@ -316,6 +317,7 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 	c->me = geo->max_producers + c->rank;
 	c->global_rank = geo->rank_base + c->rank;
 	c->token_bytes = (uint64_t)geo->batch * geo->seq_tokens * geo->token_bytes;
+	c->doc_off = sf__doc_starts_offset(geo->batch, geo->seq_tokens, geo->token_bytes);
 	r = sf__participant_register(c->a, c->me, SF_ROLE_CONSUMER, local_rank, &c->err);
 	if (r < 0) {
 		if (r == SF_E_BUSY)
@@ -426,7 +428,7 @@ out:
 	b->tokens = NULL;
 	b->buffer = buf;
 	if (g->doc_starts[buf]) {
-		memcpy(g->doc_starts[buf], payload + c->token_bytes,
+		memcpy(g->doc_starts[buf], payload + c->doc_off,
 		       (size_t)b->batch * b->doc_starts_per_seq * sizeof(uint32_t));
 		b->doc_starts = g->doc_starts[buf];
 	}
@@ -487,7 +489,7 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	b.doc_starts_per_seq = h->geo.doc_starts_per_seq;
 	b.tokens = payload;
 	b.device_ptr = 0;
-	b.doc_starts = b.doc_starts_per_seq ? (const uint32_t *)(payload + c->token_bytes) : NULL;
+	b.doc_starts = b.doc_starts_per_seq ? (const uint32_t *)(payload + c->doc_off) : NULL;
 	/* When the checksum covers exactly the tokens, the claim has just verified that it
 	 * is their XXH3-64: no need to hash them again. */
 	b.digest = (h->geo.flags & SF_ARENA_F_CHECKSUM) && s->length == c->token_bytes

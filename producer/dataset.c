@@ -416,8 +416,10 @@ const char *sf__dataset_first_skip(const struct sf_dataset *ds)
 
 uint64_t sf__dataset_payload_bytes(const struct sf_dataset *ds)
 {
-	return (uint64_t)ds->batch * ((uint64_t)(ds->seq_len + 1) * ds->token_bytes +
-				      (uint64_t)ds->doc_starts * sizeof(uint32_t));
+	if (!ds->doc_starts)
+		return (uint64_t)ds->batch * (ds->seq_len + 1) * ds->token_bytes;
+	return sf__doc_starts_offset(ds->batch, ds->seq_len + 1, ds->token_bytes) +
+	       (uint64_t)ds->batch * ds->doc_starts * sizeof(uint32_t);
 }
 
 int sf__dataset_geometry(const struct sf_dataset *ds, const struct sf_config *cfg,
@@ -716,8 +718,9 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 	const struct sf_dataset *ds = b->ds;
 	const uint64_t B = ds->batch, G = B * ds->world_size;
 	const size_t row_bytes = (size_t)(ds->seq_len + 1) * ds->token_bytes;
+	const uint64_t doc_off = sf__doc_starts_offset(B, ds->seq_len + 1, ds->token_bytes);
 	unsigned char *p = payload;
-	uint32_t *starts = ds->doc_starts ? (uint32_t *)(p + B * row_bytes) : NULL;
+	uint32_t *starts = ds->doc_starts ? (uint32_t *)(p + doc_off) : NULL;
 	uint64_t first = step * G + rank * B;
 
 	if (rank >= ds->world_size)
@@ -743,6 +746,10 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 				return r;
 		}
 	}
+	/* The gap that aligns the document starts is part of the payload and its checksum:
+	 * zero it, so the bytes of a batch depend on nothing but (rank, step). */
+	if (starts)
+		memset(p + B * row_bytes, 0, doc_off - B * row_bytes);
 	b->tokens_out += B * (ds->seq_len + 1);
 	*ret_len = (uint32_t)sf__dataset_payload_bytes(ds);
 	*ret_first_sample = first;

@@ -39,6 +39,7 @@ int main(void)
 	struct sf_err e = {0};
 	struct feed *f;
 	unsigned char *want, *back;
+	uint64_t doc_off;
 	sf_cucontext ctx, popped;
 	sf_cudevice dev;
 	int r, rc = 0;
@@ -65,6 +66,7 @@ int main(void)
 		rc = fail("attach", "no device buffers in GPU mode");
 	want = malloc(f->arena->hdr->payload_bytes);
 	back = malloc(feed_token_bytes(f));
+	doc_off = sf__doc_starts_offset(f->geo.batch, f->geo.seq_tokens, f->geo.token_bytes);
 	if (cu->cuDeviceGet(&dev, 0) || cu->cuDevicePrimaryCtxRetain(&ctx, dev) ||
 	    cu->cuCtxPushCurrent(ctx))
 		rc = fail("context", "cannot make the primary context current");
@@ -87,8 +89,8 @@ int main(void)
 			rc = fail("cuMemcpyDtoH", sf__cuda_error_name(cu, cr));
 		else if (memcmp(back, want, feed_token_bytes(f)))
 			rc = fail("compare", "device copy differs from the feed rule");
-		else if (memcmp(b.doc_starts, want + feed_token_bytes(f),
-				f->arena->hdr->payload_bytes - feed_token_bytes(f)))
+		else if (memcmp(b.doc_starts, want + doc_off,
+				f->arena->hdr->payload_bytes - doc_off))
 			rc = fail("compare", "document starts differ");
 		else if (b.digest != sf_digest(want, feed_token_bytes(f), 0))
 			rc = fail("digest", "batch digest differs");

@@ -21,6 +21,7 @@
 #include <zstd.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/arena.h"
 #include "producer/producer.h"
 #include "tests/producer/harness.h"
 
@@ -287,7 +288,8 @@ int main(int argc, char **argv)
 
 				H_CHECK(sf__builder_fill(b, s % 2, s, buf, &len, &first, &e) == 0,
 					"%s", e.msg);
-				starts = (const uint32_t *)(buf + B * (T + 1) * 2);
+				starts = (const uint32_t *)(buf +
+							    sf__doc_starts_offset(B, T + 1, 2));
 				for (uint32_t i = 0; i < B; i++) {
 					const uint16_t *row = (const uint16_t *)buf + i * (T + 1);
 					const uint32_t *st_row = starts + i * D;

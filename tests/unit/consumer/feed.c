@@ -44,7 +44,9 @@ static uint32_t token_of(const struct feed *f, const uint64_t base, uint64_t k, 
 uint32_t feed_fill(const struct feed *f, uint32_t global_rank, uint64_t step, void *payload)
 {
 	const uint32_t B = f->geo.batch, S = f->geo.seq_tokens, D = f->geo.doc_starts_per_seq;
-	uint32_t *docs = (uint32_t *)((unsigned char *)payload + feed_token_bytes(f));
+	uint32_t *docs = (uint32_t *)((unsigned char *)payload +
+				      sf__doc_starts_offset(f->geo.batch, f->geo.seq_tokens,
+							    f->geo.token_bytes));
 
 	if (f->opt.steps && step >= f->opt.steps)
 		return 0;
