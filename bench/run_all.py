@@ -23,6 +23,7 @@ usage: run_all.py --builddir DIR [--smoke] [--soak-minutes M] [--out DIR] [--dat
 """
 
 import argparse
+import fcntl
 import gzip
 import json
 import os
@@ -30,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -69,6 +71,9 @@ class Run:
         self.tokens = os.path.join(args.cache, f"tokens-{self.ntokens // 1_000_000}M.u16")
         self.text = os.path.join(args.cache, "tinyshakespeare-x16.txt")
         self.vocab = os.path.join(args.data, "vocab")
+        # Intermediate files of this run only: a concurrent run into another OUT (or the
+        # same one, refused by the lock in main) cannot take them away.
+        self.tmp = tempfile.mkdtemp(prefix="sf-bench-run-")
 
     def py(self, script, *argv):
         return [bl.SYS_PYTHON, os.path.join(bl.HERE, script), *argv]
@@ -79,7 +84,7 @@ class Run:
         bl.ensure_tokens(self.tokens, self.ntokens)
         out = []
         for B, T in GEOMETRIES:
-            stem = os.path.join(self.out, "raw", f"latency-B{B}-T{T}")
+            stem = os.path.join(self.tmp, f"latency-B{B}-T{T}")
             sh(self.py("bench_loader.py", "--tokens", self.tokens, "--ntokens",
                        str(self.ntokens), "--batch", str(B), "--seq-len", str(T),
                        "--calls", "300" if s else "3000", "--c-steps", "2000" if s else "20000",
@@ -89,20 +94,17 @@ class Run:
                        "--json", stem + ".json", "--csv", stem + ".csv"), self.log)
             with open(stem + ".json") as f:
                 out.append(json.load(f))
-            os.unlink(stem + ".json")
         return out
 
     # 2.
     def memory(self):
         bl.ensure_tokens(self.tokens, self.ntokens)
-        path = os.path.join(self.out, "raw", "memory.json")
+        path = os.path.join(self.tmp, "memory.json")
         sh(self.py("bench_memory.py", "--builddir", self.b, "--tokens", self.tokens,
                    "--batches", "50" if self.a.smoke else "2000", "--vocab-dir", self.vocab,
                    "--json", path), self.log)
         with open(path) as f:
-            r = json.load(f)
-        os.unlink(path)
-        return r
+            return json.load(f)
 
     # 3.
     def tokenizer(self):
@@ -146,20 +148,18 @@ class Run:
     # 4.
     def e2e(self):
         bl.ensure_text(self.text, self.a.data, 16)
-        path = os.path.join(self.out, "raw", "e2e.json")
+        path = os.path.join(self.tmp, "e2e.json")
         s = self.a.smoke
         sh(self.py("bench_e2e.py", "--builddir", self.b, "--text", self.text, "--seconds",
                    "4" if s else "30", "--warmup", "1" if s else "5", "--vocab-dir",
                    self.vocab, "--json", path), self.log)
         with open(path) as f:
-            r = json.load(f)
-        os.unlink(path)
-        return r
+            return json.load(f)
 
     # 5.
     def soak(self):
         bl.ensure_text(self.text, self.a.data, 16)
-        path = os.path.join(self.out, "raw", "soak.json")
+        path = os.path.join(self.tmp, "soak.json")
         s = self.a.smoke
         minutes = 20 / 60 if s else self.a.soak_minutes
         sh(self.py("bench_soak.py", "--builddir", self.b, "--text", self.text, "--minutes",
@@ -401,7 +401,7 @@ def draw(run):
     res, out = run.res, run.out
     todo = []
     if "latency" in res:
-        csvs = [os.path.join(out, "raw", f"latency-B{g['batch']}-T{g['seq_len']}.csv")
+        csvs = [os.path.join(run.tmp, f"latency-B{g['batch']}-T{g['seq_len']}.csv")
                 for g in res["latency"]]
         todo.append(("latency", lambda: plots.latency(
             csvs, [f"B={g['batch']} T={g['seq_len']}" for g in res["latency"]],
@@ -420,13 +420,15 @@ def draw(run):
         except Exception as e:
             run.failed[f"{name} plot"] = f"{type(e).__name__}: {e}"
             traceback.print_exc()
-    # Keep the raw latencies, compressed.
-    for name in os.listdir(os.path.join(out, "raw")):
+    # Keep the raw latencies (compressed) and the soak's samples.
+    for name in os.listdir(run.tmp):
+        p = os.path.join(run.tmp, name)
         if name.endswith(".csv"):
-            p = os.path.join(out, "raw", name)
-            with open(p, "rb") as f, gzip.open(p + ".gz", "wb") as g:
+            with open(p, "rb") as f, gzip.open(os.path.join(out, "raw", name + ".gz"),
+                                               "wb") as g:
                 shutil.copyfileobj(f, g)
-            os.unlink(p)
+        elif name == "soak.json":
+            shutil.copy(p, os.path.join(out, "raw", name))
 
 
 def main():
@@ -452,6 +454,13 @@ def main():
     if not os.path.isdir(os.path.join(args.data, "vocab")):
         sys.exit(f"run_all: no shared data at {args.data} (set SF_TEST_DATA or --data)")
     os.makedirs(os.path.join(args.out, "raw"), exist_ok=True)
+    lock = open(os.path.join(args.out, ".lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(f"run_all: another run is writing to {args.out}")
+    for name in os.listdir(os.path.join(args.out, "raw")):
+        os.unlink(os.path.join(args.out, "raw", name))
     open(os.path.join(args.out, "run.log"), "w").close()
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     t0 = time.monotonic()
@@ -462,6 +471,7 @@ def main():
     run = Run(args)
     run.run(names)
     draw(run)
+    shutil.rmtree(run.tmp, ignore_errors=True)
     wall = time.monotonic() - t0
     write_results(run, m, args, started, wall)
     print(f"wrote {os.path.join(args.out, 'RESULTS.md')} in {wall:.0f} s"
