@@ -10,8 +10,9 @@
  * without state (producer/sampler.h), so a resume needs nothing but the step (D3).
  *
  * Payload of a slot: B rows of T+1 tokens (uint16 or int32, little-endian), row-major;
- * then, when the job records document starts, B x doc_starts uint32 offsets of the
- * tokens that begin a document in each row, ascending, padded with UINT32_MAX. A step
+ * then, when the job records document starts, zero bytes up to the next 64-byte boundary
+ * (sf__doc_starts_offset()) and B x doc_starts uint32 offsets of the tokens that begin a
+ * document in each row, ascending, padded with UINT32_MAX. A step
  * past the end of a finite run is published with length 0 (end marker).
  *
  * Caveats: open the dataset before fork(); each process (launcher, producers, tools)
