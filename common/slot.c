@@ -203,6 +203,13 @@ static int job_stopping(const struct sf_arena *a)
 	return atomic_load_explicit(&a->hdr->job_state, memory_order_acquire) == SF_JOB_STOPPING;
 }
 
+/* A paused job hands out no work: its producers claim nothing until it runs again (the
+ * state change bumps free_seq, which wakes them). */
+static int job_paused(const struct sf_arena *a)
+{
+	return atomic_load_explicit(&a->hdr->job_state, memory_order_acquire) == SF_JOB_PAUSED;
+}
+
 static int64_t remaining_ns(uint64_t deadline)
 {
 	uint64_t now;
@@ -226,7 +233,7 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 	struct sf_fill f;
 
 	for (uint32_t polls = 0;;) {
-		while (find_free(a, start++, &f)) {
+		while (!job_paused(a) && find_free(a, start++, &f)) {
 			uint64_t expect = sf__slot_word(SF_SLOT_FREE, 0, f.lap);
 
 			/* Acquire: pairs with the consumer's release store of FREE, so its
@@ -259,7 +266,7 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 			/* Pairs with the fence in wake_producers(). */
 			atomic_thread_fence(memory_order_seq_cst);
 			seq = atomic_load_explicit(&h->free_seq, memory_order_relaxed);
-			found = find_free(a, start, &f);
+			found = !job_paused(a) && find_free(a, start, &f);
 			if (!found && !job_stopping(a))
 				sf__futex_wait(&h->free_seq, seq,
 					       left < 0 || left > SLEEP_SLICE_NS ? SLEEP_SLICE_NS

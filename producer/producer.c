@@ -3,17 +3,42 @@
  * into the slot's payload, publish, repeat. All memory it needs is allocated before the
  * first claim (sf__builder_create()), so the loop itself allocates nothing. The process
  * keeps no state between batches that the batches depend on: whichever producer claims a
- * slot, a crashed one's included, writes the same bytes.
+ * slot, a crashed one's included, writes the same bytes. While the job is PAUSED (the
+ * launcher's `pause` request) a producer finishes the batch it holds, claims nothing
+ * more, and sleeps on the job state's futex until the job runs again or stops.
  */
 #include <stdatomic.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/futex.h"
 #include "common/proc.h"
 #include "common/slot.h"
 #include "producer/producer.h"
 
 /* How long one claim waits before the loop looks at the job state and heartbeats. */
 #define CLAIM_SLICE_NS (200 * 1000 * 1000)
+
+/*
+ * Sleep while the job is PAUSED, waking at least every CLAIM_SLICE_NS to heartbeat.
+ * Returns once it runs again or is stopping (the caller's claim then says which).
+ */
+static void sleep_while_paused(struct sf_arena *a, struct sf_participant *me)
+{
+	struct sf_arena_header *h = a->hdr;
+
+	for (;;) {
+		/* Seq_cst, and the sequence before the state: sf__arena_set_job_state() stores
+		 * the state and then bumps job_seq, so if the state read here is still PAUSED
+		 * while a resume is under way, the futex finds job_seq changed and returns. */
+		uint32_t seq = atomic_load_explicit(&h->job_seq, memory_order_seq_cst);
+
+		if (atomic_load_explicit(&h->job_state, memory_order_seq_cst) != SF_JOB_PAUSED)
+			return;
+		sf__futex_wait(&h->job_seq, seq, CLAIM_SLICE_NS);
+		/* Relaxed: a statistic for the supervisor, like the heartbeat of the loop. */
+		atomic_store_explicit(&me->heartbeat_ns, sf__now_ns(), memory_order_relaxed);
+	}
+}
 
 int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index, struct sf_err *e)
 {
@@ -39,6 +64,12 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 		uint64_t t0 = sf__now_ns(), t1, first, out, enc;
 		uint32_t len;
 
+		/* Acquire: pairs with the store in sf__arena_set_job_state(). */
+		if (atomic_load_explicit(&a->hdr->job_state, memory_order_acquire) ==
+		    SF_JOB_PAUSED) {
+			sleep_while_paused(a, me);
+			continue;
+		}
 		r = sf__producer_claim(a, index, CLAIM_SLICE_NS, &f);
 		t1 = sf__now_ns();
 		/* Relaxed: counters and heartbeat are single-writer statistics that readers
