@@ -742,6 +742,26 @@ static uint64_t dest_docs_cap(const struct sf_dataset *ds)
 	return ds->max_chunk_docs + ds->seq_len + 2;
 }
 
+/*
+ * An encoder's buffers grow to the largest document it has met and then stay: the ids
+ * to the document's bytes, the BPE work arrays to its longest pre-tokenization piece.
+ * So that building batches never allocates, the encoder meets the worst case before the
+ * first batch: a document of max_doc_bytes (the longest document or JSON line of the
+ * sources) made of one letter repeated, which every built-in pattern takes as a single
+ * piece. It costs one encode of that many bytes per process.
+ */
+static int warm_encoder(struct sf_text_cache *c, struct sf_err *e)
+{
+	const uint32_t *ids;
+	size_t n;
+
+	if (!c->ds->max_doc_bytes)
+		return 0;
+	memset(c->scratch, 'a', c->ds->max_doc_bytes);
+	return sf__tok_encode(c->enc, c->scratch, c->ds->max_doc_bytes, SF_TOK_ALLOW_NONE, &ids,
+			      &n, e);
+}
+
 int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **ret_c,
 			  struct sf_err *e)
 {
@@ -765,6 +785,8 @@ int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **re
 		return sf__err(e, -ENOMEM, "out of memory");
 	}
 	r = sf__tok_encoder_create(ds->tok, &c->enc, e);
+	if (r >= 0)
+		r = warm_encoder(c, e);
 	if (r < 0) {
 		sf__text_cache_free(c);
 		return r;
