@@ -2,10 +2,13 @@
  * Byte pair merging with tiktoken's semantics (byte_pair_merge in its src/lib.rs): start
  * from single bytes, and repeatedly merge the adjacent pair whose concatenation has the
  * lowest rank, the leftmost one on a tie, until no adjacent pair is in the vocabulary.
- * Short pieces use tiktoken's own loop (a rescan of the parts after each merge, fastest
- * for a handful of bytes); long ones keep the parts in a linked list and the candidate
- * pairs in a binary heap ordered by (rank, start), which picks the same pair every step
- * in O(log n) instead of O(n).
+ * Three ways to find that pair, chosen by the length of the piece:
+ *  - up to SF_BPE_SCAN_MAX bytes, tiktoken's own loop: rescan the parts after each merge
+ *    (fastest for a handful of bytes);
+ *  - up to SF_BPE_SHORT_MAX, a tournament tree over the parts, on the stack;
+ *  - longer, a linked list of parts and a binary heap of candidate pairs ordered by
+ *    (rank, start), in the encoder's scratch.
+ * All three pick the same pair at every step; the tests compare them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -35,8 +38,8 @@ struct part {
 	uint32_t pair;
 };
 
-int sf__bpe_short(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
-		  size_t *ret_n)
+int sf__bpe_scan(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
+		 size_t *ret_n)
 {
 	struct part p[SF_BPE_SHORT_MAX + 1];
 	size_t parts = len, i, best;
@@ -82,6 +85,77 @@ int sf__bpe_short(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len
 		out[i] = p[i].rank;
 	}
 	*ret_n = parts;
+	return 0;
+}
+
+/*
+ * Pieces of more than SF_BPE_SCAN_MAX bytes (up to SF_BPE_SHORT_MAX) keep their candidate
+ * pairs in a tournament tree instead, since rescanning all parts after every merge costs
+ * more than the tree once there are more than a dozen: leaf i holds (rank << 32 | i) for the part
+ * that starts at byte i and its successor, so the root is the leftmost lowest pair, as the scan
+ * finds it, and each merge updates three leaves in O(log n) instead of rescanning. The parts are a
+ * linked list over their first bytes.
+ */
+#define TREE_NONE ((uint64_t)SF_RANK_NONE << 32)
+
+static inline void tree_set(uint64_t *t, size_t size, size_t i, uint64_t v)
+{
+	i += size;
+	t[i] = v;
+	for (i >>= 1; i; i >>= 1)
+		t[i] = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
+}
+
+int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
+		 size_t *ret_n)
+{
+	uint64_t t[4 * SF_BPE_SHORT_MAX];
+	uint32_t next[SF_BPE_SHORT_MAX + 1], prev[SF_BPE_SHORT_MAX + 1];
+	uint32_t rank[SF_BPE_SHORT_MAX];
+	size_t size = 1, i, n = 0;
+
+	while (size < len)
+		size *= 2;
+	for (i = 0; i < len; i++) {
+		uint32_t pair =
+			i + 1 < len ? r->pair_rank[piece[i] << 8 | piece[i + 1]] : SF_RANK_NONE;
+
+		next[i] = (uint32_t)i + 1;
+		prev[i] = (uint32_t)i - 1;
+		rank[i] = r->byte_rank[piece[i]];
+		t[size + i] = (uint64_t)pair << 32 | i;
+	}
+	for (; i < size; i++)
+		t[size + i] = TREE_NONE | i;
+	for (i = size - 1; i; i--)
+		t[i] = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
+
+	while ((t[1] >> 32) != SF_RANK_NONE) {
+		uint32_t a = (uint32_t)t[1], b = next[a], c = next[b];
+
+		/* Part b joins part a; then the pairs of a and of its predecessor change. */
+		rank[a] = (uint32_t)(t[1] >> 32);
+		next[a] = c;
+		if (c < len)
+			prev[c] = a;
+		tree_set(t, size, b, TREE_NONE | b);
+		tree_set(
+			t, size, a,
+			(uint64_t)(c < len ? sf__tok_rank(r, piece + a, next[c] - a) : SF_RANK_NONE)
+					<< 32 |
+				a);
+		if (a > 0) {
+			uint32_t p = prev[a];
+
+			tree_set(t, size, p, (uint64_t)sf__tok_rank(r, piece + p, c - p) << 32 | p);
+		}
+	}
+	for (i = 0; i < len; i = next[i]) {
+		if (rank[i] == SF_RANK_NONE)
+			return SF_E_TOKENIZER;
+		out[n++] = rank[i];
+	}
+	*ret_n = n;
 	return 0;
 }
 
@@ -211,4 +285,12 @@ int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, u
 			return SF_E_TOKENIZER;
 	*ret_n = n_out;
 	return 0;
+}
+
+int sf__bpe_short(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
+		  size_t *ret_n)
+{
+	if (len <= SF_BPE_SCAN_MAX)
+		return sf__bpe_scan(r, piece, len, out, ret_n);
+	return sf__bpe_tree(r, piece, len, out, ret_n);
 }

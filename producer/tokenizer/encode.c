@@ -20,9 +20,15 @@ int sf__tok_encoder_create(const struct sf_tok *tok, struct sf_tok_encoder **ret
 	if (!enc)
 		return sf__err(e, -ENOMEM, "out of memory");
 	enc->tok = tok;
+	enc->cache = calloc((size_t)1 << SF_TOK_CACHE_BITS, sizeof(*enc->cache));
+	if (!enc->cache) {
+		free(enc);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
 	if (tok->re) {
 		enc->md = pcre2_match_data_create_from_pattern(tok->re, NULL);
 		if (!enc->md) {
+			free(enc->cache);
 			free(enc);
 			return sf__err(e, -ENOMEM, "out of memory");
 		}
@@ -38,8 +44,41 @@ void sf__tok_encoder_free(struct sf_tok_encoder *enc)
 	free(enc->ids);
 	free(enc->nodes);
 	free(enc->heap);
+	free(enc->cache);
 	pcre2_match_data_free(enc->md);
 	free(enc);
+}
+
+/* Merge a piece that is not a token, through the piece cache when it is short enough. */
+static int merge_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, uint32_t *out,
+		       size_t *ret_n)
+{
+	const struct sf_tok_ranks *r = &enc->tok->ranks;
+	struct sf_tok_cache_entry *c;
+	uint64_t head, tail, h;
+	int rc;
+
+	if (len > SF_TOK_CACHE_MAX_LEN)
+		return len <= SF_BPE_SHORT_MAX ? sf__bpe_short(r, s, len, out, ret_n)
+					       : sf__bpe_heap(enc, s, len, out, ret_n);
+	head = sf__tok_key(s, len);
+	tail = len > 8 ? sf__tok_load64(s + len - 8) : 0;
+	h = (head ^ tail * 0xc2b2ae3d27d4eb4full ^ len) * 0x9e3779b97f4a7c15ull;
+	c = &enc->cache[h >> (64 - SF_TOK_CACHE_BITS)];
+	if (c->len == len && c->head == head && c->tail == tail) {
+		memcpy(out, c->ids, c->n * sizeof(*out));
+		*ret_n = c->n;
+		return 0;
+	}
+	rc = sf__bpe_short(r, s, len, out, ret_n);
+	if (rc == 0 && *ret_n <= SF_TOK_CACHE_IDS) {
+		c->head = head;
+		c->tail = tail;
+		c->len = (uint32_t)len;
+		c->n = (uint32_t)*ret_n;
+		memcpy(c->ids, out, *ret_n * sizeof(*out));
+	}
+	return rc;
 }
 
 /* Append the ids of one piece s[0..len) at out; their count goes to *ret_n. */
@@ -55,9 +94,7 @@ static int encode_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len
 	}
 	if (len == 1)
 		return SF_E_TOKENIZER;
-	if (len <= SF_BPE_SHORT_MAX)
-		return sf__bpe_short(&enc->tok->ranks, s, len, out, ret_n);
-	return sf__bpe_heap(enc, s, len, out, ret_n);
+	return merge_piece(enc, s, len, out, ret_n);
 }
 
 /*

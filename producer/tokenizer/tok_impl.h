@@ -30,7 +30,11 @@
 /* The rank of a byte string that is not in the vocabulary. */
 #define SF_RANK_NONE UINT32_MAX
 
-/* Pieces longer than this are merged with the heap rather than tiktoken's quadratic scan. */
+/*
+ * Pieces up to SF_BPE_SCAN_MAX bytes are merged with tiktoken's quadratic scan, up to
+ * SF_BPE_SHORT_MAX with a tournament tree on the stack, longer ones with a heap.
+ */
+#define SF_BPE_SCAN_MAX	 12
 #define SF_BPE_SHORT_MAX 64
 
 struct sf_tok_special_entry {
@@ -89,8 +93,28 @@ struct sf_bpe_node {
 	uint32_t pair_rank;
 };
 
+/*
+ * The piece cache of an encoder: the ids of recently merged pieces, direct-mapped by a
+ * hash of the piece. Text repeats its words, and a piece that is not a token costs a
+ * byte pair merge each time it occurs; a hit costs a compare and a copy. Pieces of 3 to
+ * 16 bytes that merge into at most SF_TOK_CACHE_IDS ids are kept: their first and last 8
+ * bytes (overlapping, or zero-padded below 8) and their length name them exactly.
+ */
+#define SF_TOK_CACHE_BITS    12
+#define SF_TOK_CACHE_IDS     6
+#define SF_TOK_CACHE_MAX_LEN 16
+
+struct sf_tok_cache_entry {
+	uint64_t head;
+	uint64_t tail;
+	uint32_t len; /* 0: empty */
+	uint32_t n;
+	uint32_t ids[SF_TOK_CACHE_IDS];
+};
+
 struct sf_tok_encoder {
 	const struct sf_tok *tok;
+	struct sf_tok_cache_entry *cache; /* 1 << SF_TOK_CACHE_BITS entries */
 	uint32_t *ids;
 	size_t ids_cap;
 	/* BPE scratch, sized for the longest piece seen. */
@@ -204,7 +228,14 @@ int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e)
 int sf__pcre_next(const pcre2_code *re, pcre2_match_data *md, const uint8_t *s, size_t n, size_t p,
 		  size_t *ret_start, size_t *ret_end);
 
-/* bpe.c: append the ranks of one piece (not in the vocabulary as a whole) to `out`. */
+/*
+ * bpe.c: append the ranks of one piece (not in the vocabulary as a whole) to `out`.
+ * sf__bpe_short() picks the scan or the tree by length; the tests call each directly.
+ */
+int sf__bpe_scan(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
+		 size_t *ret_n);
+int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
+		 size_t *ret_n);
 int sf__bpe_short(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
 		  size_t *ret_n);
 int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, uint32_t *out,

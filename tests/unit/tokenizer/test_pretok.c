@@ -198,14 +198,14 @@ Test(oracle, reference_texts)
 	}
 }
 
-/* The heap merge must pick the same pairs as tiktoken's loop on every piece. */
-Test(bpe, heap_equals_short)
+/* The tree and heap merges must pick the same pairs as tiktoken's loop on every piece. */
+Test(bpe, tree_and_heap_equal_scan)
 {
 	static const char *const encodings[] = {"r50k_base", "cl100k_base", "o200k_base"};
 	static const char alphabet[] = "aaaabbcdee    \n!!=-0011st'";
-	uint32_t a[SF_BPE_SHORT_MAX], b[SF_BPE_SHORT_MAX];
+	uint32_t a[SF_BPE_SHORT_MAX], b[SF_BPE_SHORT_MAX], c[SF_BPE_SHORT_MAX];
 	uint8_t piece[SF_BPE_SHORT_MAX];
-	size_t e, na, nb, i;
+	size_t e, na, nb, nc, i;
 	int round;
 
 	for (e = 0; e < 3; e++) {
@@ -220,10 +220,15 @@ Test(bpe, heap_equals_short)
 			for (i = 0; i < len; i++)
 				piece[i] = rnd(4) ? (uint8_t)alphabet[rnd(sizeof(alphabet) - 1)]
 						  : (uint8_t)rnd(256);
-			cr_assert_eq(sf__bpe_short(&tok->ranks, piece, len, a, &na), 0);
-			cr_assert_eq(sf__bpe_heap(enc, piece, len, b, &nb), 0);
+			cr_assert_eq(sf__bpe_scan(&tok->ranks, piece, len, a, &na), 0);
+			cr_assert_eq(sf__bpe_tree(&tok->ranks, piece, len, b, &nb), 0);
+			cr_assert_eq(sf__bpe_heap(enc, piece, len, c, &nc), 0);
 			cr_assert(na == nb && !memcmp(a, b, na * sizeof(*a)),
-				  "%s: merges differ on a piece of %zu bytes", encodings[e], len);
+				  "%s: tree merges differ on a piece of %zu bytes", encodings[e],
+				  len);
+			cr_assert(na == nc && !memcmp(a, c, na * sizeof(*a)),
+				  "%s: heap merges differ on a piece of %zu bytes", encodings[e],
+				  len);
 		}
 		sf__tok_encoder_free(enc);
 		sf__tok_free(tok);
