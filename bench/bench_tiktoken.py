@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Time PyPI tiktoken on the files bench_tokenizer uses, run bench_tokenizer in the same
 run, and print the ratio per encoding and file (both on one core: tiktoken's
-encode_ordinary is single-threaded for one string).
+encode_ordinary is single-threaded for one string). With --repeat N both are measured N
+times, alternating, and the best and the range of each are printed: on a shared machine
+one round says little.
 
 The vocabularies are loaded by path from the shared data directory, so nothing is
-downloaded. usage: bench_tiktoken.py [--data DIR] [--bench PATH/TO/bench_tokenizer]
+downloaded. usage: bench_tiktoken.py [--data DIR] [--bench PATH/TO/bench_tokenizer] [--repeat N]
 """
 import argparse
 import json
@@ -51,29 +53,39 @@ def main():
         "SF_TEST_DATA", os.path.join(here, "..", "..", "shared", "data")))
     ap.add_argument("--bench", default=os.path.join(here, "..", "build", "bench",
                                                     "bench_tokenizer"))
+    ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
 
-    out = subprocess.run([args.bench, args.data], check=True, capture_output=True,
-                         text=True).stdout
-    ours = {}
-    for line in out.splitlines():
-        m = re.match(r"(\S+)\s+(\S+)\s+([\d.]+) MB/s", line)
-        if m:
-            ours[(m.group(1), m.group(2))] = float(m.group(3))
+    encs = {name: load(args.data, name) for name in ENCODINGS}
+    texts = {}
+    for path, label in FILES:
+        with open(os.path.join(args.data, path), encoding="utf-8") as f:
+            texts[label] = f.read()
+    ours, theirs = {}, {}
+    for _ in range(args.repeat):
+        out = subprocess.run([args.bench, args.data], check=True, capture_output=True,
+                             text=True).stdout
+        for line in out.splitlines():
+            m = re.match(r"(\S+)\s+(\S+)\s+([\d.]+) MB/s", line)
+            if m:
+                ours.setdefault((m.group(1), m.group(2)), []).append(float(m.group(3)))
+        for name in ENCODINGS:
+            for _, label in FILES:
+                size = len(texts[label].encode("utf-8"))
+                best, _ = time_tiktoken(encs[name], texts[label])
+                theirs.setdefault((name, label), []).append(size / best / 1e6)
 
-    print("tiktoken %s, Python %s" % (tiktoken.__version__, sys.version.split()[0]))
-    print("%-12s %-16s %12s %12s %7s" % ("encoding", "file", "tiktoken", "shmfeed", "ratio"))
+    print("tiktoken %s, Python %s, %d round(s); MB/s best (range)" % (
+        tiktoken.__version__, sys.version.split()[0], args.repeat))
+    print("%-12s %-16s %22s %22s %7s" % ("encoding", "file", "tiktoken", "shmfeed",
+                                         "ratio"))
     for name in ENCODINGS:
-        enc = load(args.data, name)
-        for path, label in FILES:
-            with open(os.path.join(args.data, path), encoding="utf-8") as f:
-                text = f.read()
-            size = len(text.encode("utf-8"))
-            best, _ = time_tiktoken(enc, text)
-            theirs = size / best / 1e6
-            mine = ours.get((name, label), float("nan"))
-            print("%-12s %-16s %7.1f MB/s %7.1f MB/s %6.1fx" % (name, label, theirs, mine,
-                                                               mine / theirs))
+        for _, label in FILES:
+            t = theirs[(name, label)]
+            o = ours.get((name, label), [float("nan")])
+            print("%-12s %-16s %6.1f (%5.1f-%5.1f) %6.1f (%5.1f-%5.1f) %6.1fx" % (
+                name, label, max(t), min(t), max(t), max(o), min(o), max(o),
+                max(o) / max(t)))
 
 
 if __name__ == "__main__":

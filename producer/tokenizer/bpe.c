@@ -102,8 +102,14 @@ static inline void tree_set(uint64_t *t, size_t size, size_t i, uint64_t v)
 {
 	i += size;
 	t[i] = v;
-	for (i >>= 1; i; i >>= 1)
-		t[i] = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
+	/* A node whose minimum stays the same leaves everything above it the same too. */
+	for (i >>= 1; i; i >>= 1) {
+		uint64_t m = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
+
+		if (t[i] == m)
+			break;
+		t[i] = m;
+	}
 }
 
 int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
