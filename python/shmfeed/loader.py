@@ -200,7 +200,9 @@ class Loader:
                 self._docs.append(_host_array(i.doc_starts_buffer[k], np.uint32, (B, D))
                                   if D else None)
         else:
-            tok_bytes = B * S * np.dtype(dtype).itemsize
+            # Document starts begin at the first 64-byte boundary after the tokens
+            # (sf__doc_starts_offset() in common/arena.h).
+            doc_off = (B * S * np.dtype(dtype).itemsize + 63) // 64 * 64
             for k in range(i.slots_per_rank):
                 addr = i.ring_base + k * i.payload_stride
                 view = _host_array(addr, dtype, (B, S))
@@ -215,7 +217,7 @@ class Loader:
                     view.flags.writeable = False
                     tok = view
                 self._tokens.append(tok)
-                docs = _host_array(addr + tok_bytes, np.uint32, (B, D)) if D else None
+                docs = _host_array(addr + doc_off, np.uint32, (B, D)) if D else None
                 if docs is not None:
                     docs.flags.writeable = False
                 self._docs.append(docs)
