@@ -224,6 +224,61 @@ static int64_t remaining_ns(uint64_t deadline)
  * a wake was somehow missed (for instance a publisher killed between store and wake). */
 #define SLEEP_SLICE_NS (100 * 1000 * 1000)
 
+/*
+ * The sleeping half of the eventcount: announce this waiter in `waiters`, then look once
+ * more with `can_go` and sleep on `seq` only if there is still nothing to do, at most
+ * until the deadline or one slice. The full fence pairs with the one in wake_producers()
+ * and wake_consumer(): either the publisher sees this waiter and bumps `seq` (so the
+ * futex wait returns at once or is woken), or this final look sees what it published.
+ * Returns 0 after a sleep or a look, SF_E_TIMEOUT when the deadline has passed.
+ */
+static int eventcount_sleep(_Atomic uint32_t *seq, _Atomic uint32_t *waiters, uint64_t deadline,
+			    int (*can_go)(void *), void *arg)
+{
+	int64_t left = remaining_ns(deadline);
+	uint32_t v;
+
+	if (left == 0)
+		return SF_E_TIMEOUT;
+	atomic_fetch_add_explicit(waiters, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	v = atomic_load_explicit(seq, memory_order_relaxed);
+	if (!can_go(arg))
+		sf__futex_wait(seq, v, left < 0 || left > SLEEP_SLICE_NS ? SLEEP_SLICE_NS : left);
+	atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+	return 0;
+}
+
+struct producer_check {
+	const struct sf_arena *a;
+	uint32_t start;
+	struct sf_fill *f;
+};
+
+/* A producer may stop sleeping: there is free work (and the job is not paused), or the
+ * job is stopping. */
+static int producer_can_go(void *arg)
+{
+	struct producer_check *pc = arg;
+
+	return (!job_paused(pc->a) && find_free(pc->a, pc->start, pc->f)) || job_stopping(pc->a);
+}
+
+struct consumer_check {
+	const struct sf_arena *a;
+	struct sf_slot *slot;
+	uint64_t ready;
+};
+
+/* A consumer may stop sleeping: its step is READY, or the job is stopping. */
+static int consumer_can_go(void *arg)
+{
+	struct consumer_check *cc = arg;
+
+	return atomic_load_explicit(&cc->slot->word, memory_order_relaxed) == cc->ready ||
+	       job_stopping(cc->a);
+}
+
 int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 		       struct sf_fill *ret_fill)
 {
@@ -256,22 +311,12 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 			continue;
 		}
 		{
-			int64_t left = remaining_ns(deadline);
-			uint32_t seq;
-			int found;
+			struct producer_check pc = {a, start, &f};
+			int r = eventcount_sleep(&h->free_seq, &h->free_waiters, deadline,
+						 producer_can_go, &pc);
 
-			if (left == 0)
-				return SF_E_TIMEOUT;
-			atomic_fetch_add_explicit(&h->free_waiters, 1, memory_order_relaxed);
-			/* Pairs with the fence in wake_producers(). */
-			atomic_thread_fence(memory_order_seq_cst);
-			seq = atomic_load_explicit(&h->free_seq, memory_order_relaxed);
-			found = !job_paused(a) && find_free(a, start, &f);
-			if (!found && !job_stopping(a))
-				sf__futex_wait(&h->free_seq, seq,
-					       left < 0 || left > SLEEP_SLICE_NS ? SLEEP_SLICE_NS
-										 : left);
-			atomic_fetch_sub_explicit(&h->free_waiters, 1, memory_order_relaxed);
+			if (r < 0)
+				return r;
 		}
 	}
 }
@@ -337,21 +382,12 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 			continue;
 		}
 		{
-			int64_t left = remaining_ns(deadline);
-			uint32_t seq;
+			struct consumer_check cc = {a, s, ready};
+			int r = eventcount_sleep(&ring->ready_seq, &ring->ready_waiters, deadline,
+						 consumer_can_go, &cc);
 
-			if (left == 0)
-				return SF_E_TIMEOUT;
-			atomic_fetch_add_explicit(&ring->ready_waiters, 1, memory_order_relaxed);
-			/* Pairs with the fence in wake_consumer(). */
-			atomic_thread_fence(memory_order_seq_cst);
-			seq = atomic_load_explicit(&ring->ready_seq, memory_order_relaxed);
-			if (atomic_load_explicit(&s->word, memory_order_relaxed) != ready &&
-			    !job_stopping(a))
-				sf__futex_wait(&ring->ready_seq, seq,
-					       left < 0 || left > SLEEP_SLICE_NS ? SLEEP_SLICE_NS
-										 : left);
-			atomic_fetch_sub_explicit(&ring->ready_waiters, 1, memory_order_relaxed);
+			if (r < 0)
+				return r;
 		}
 	}
 }
