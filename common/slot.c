@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -16,9 +17,13 @@
 #include "common/slot.h"
 
 /* Participant pid values other than a real pid. */
-#define PID_FREE      0
-#define PID_REPAIRING (-1) /* sf__arena_repair() is returning a dead holder's slots */
-#define PID_CLAIMING  (-2) /* a registrant is writing its identity */
+/*
+ * Participant pid values: > 0, the registered holder; 0, free; < 0, -q: process q holds
+ * the entry for a moment, to register (while it writes its identity) or to repair it.
+ * A transient holder that dies leaves its own pid behind, so the next comer sees that q
+ * is gone and takes over: an entry is never stuck.
+ */
+#define PID_FREE 0
 
 void (*sf__test_hook)(int point);
 
@@ -41,6 +46,14 @@ uint64_t sf__payload_checksum(const void *p, size_t len)
 	return XXH3_64bits(p, len);
 }
 
+/* 1 when the transient holder encoded in a negative pid value still runs. Only its pid
+ * is known; a reuse of that pid within the microseconds of a registration would make an
+ * entry look busy, never free, so an error is on the safe side. */
+static int transient_holder_alive(int32_t pid)
+{
+	return kill(-pid, 0) == 0 || errno == EPERM;
+}
+
 int sf__participant_register(struct sf_arena *a, uint32_t index, uint32_t role, int32_t rank,
 			     struct sf_err *e)
 {
@@ -55,7 +68,7 @@ int sf__participant_register(struct sf_arena *a, uint32_t index, uint32_t role, 
 	for (int attempt = 0; attempt < 1000; attempt++) {
 		int32_t pid = PID_FREE;
 
-		if (atomic_compare_exchange_strong_explicit(&p->pid, &pid, PID_CLAIMING,
+		if (atomic_compare_exchange_strong_explicit(&p->pid, &pid, -(int32_t)getpid(),
 							    memory_order_acquire,
 							    memory_order_acquire)) {
 			uint32_t inc;
@@ -71,7 +84,7 @@ int sf__participant_register(struct sf_arena *a, uint32_t index, uint32_t role, 
 			atomic_store_explicit(&p->pid, (int32_t)getpid(), memory_order_release);
 			return (int)inc;
 		}
-		if (pid > 0) {
+		if (pid > 0 || !transient_holder_alive(pid)) {
 			int r = sf__arena_repair(a, index);
 
 			if (r == SF_E_BUSY)
@@ -79,7 +92,7 @@ int sf__participant_register(struct sf_arena *a, uint32_t index, uint32_t role, 
 					       "participant %u is held by live pid %d", index, pid);
 			continue;
 		}
-		/* Another process is claiming or repairing this entry: it finishes quickly. */
+		/* A live process is registering or repairing this entry: it finishes quickly. */
 		usleep(1000);
 	}
 	return sf__err(e, SF_E_BUSY, "participant %u stayed busy", index);
@@ -129,12 +142,15 @@ int sf__arena_repair(struct sf_arena *a, uint32_t index)
 	p = &a->participants[index];
 	/* Acquire: pairs with the release store of pid in registration. */
 	pid = atomic_load_explicit(&p->pid, memory_order_acquire);
-	if (pid <= 0)
+	if (pid == PID_FREE)
 		return 0;
-	/* Fence first: never take slots back from a process that may still run. */
-	if (sf__proc_alive(pid, p->starttime))
+	/* Fence first: never take slots back from a process that may still run. A
+	 * transient holder that still runs finishes its own work. */
+	if (pid > 0 && sf__proc_alive(pid, p->starttime))
 		return SF_E_BUSY;
-	if (!atomic_compare_exchange_strong_explicit(&p->pid, &pid, PID_REPAIRING,
+	if (pid < 0 && transient_holder_alive(pid))
+		return 0;
+	if (!atomic_compare_exchange_strong_explicit(&p->pid, &pid, -(int32_t)getpid(),
 						     memory_order_acq_rel, memory_order_relaxed))
 		return 0;
 

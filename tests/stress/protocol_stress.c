@@ -130,13 +130,16 @@ static void consumer_loop(uint32_t rank)
 	if (last && step == last - 1)
 		atomic_fetch_add(&sh->redelivered, 1);
 	/* Without kills the run is exactly N steps; with kills it goes on until the parent
-	 * has done them all and says finish. */
+	 * has done them all and says finish, and past any step seen but not released by a
+	 * killed predecessor, which is delivered again first. */
 	for (;; step++) {
 		struct sf_slot *s;
+		int r;
 
-		if (atomic_load(&sh->finish) || (!atomic_load(&sh->kills_pending) && step >= steps))
+		if ((atomic_load(&sh->finish) && step >= atomic_load(&sh->seen[rank])) ||
+		    (!atomic_load(&sh->kills_pending) && step >= steps))
 			break;
-		int r = sf__consumer_claim(arena, me, rank, step, -1, &s);
+		r = sf__consumer_claim(arena, me, rank, step, -1, &s);
 
 		if (r < 0) {
 			fail("rank %u step %llu: claim failed: %s", rank, (unsigned long long)step,

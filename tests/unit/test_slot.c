@@ -324,3 +324,24 @@ Test(slot, publisher_skips_the_wake_syscall_when_nobody_sleeps)
 	cr_expect_eq(WEXITSTATUS(status), 0);
 	cr_expect_gt(atomic_load(&sf__futex_wake_calls), before, "a sleeper is woken");
 }
+
+Test(slot, entry_left_mid_registration_by_a_dead_process_is_taken_over)
+{
+	pid_t child = fork();
+	int status;
+
+	cr_assert_geq(child, 0);
+	if (child == 0)
+		_exit(0);
+	waitpid(child, &status, 0);
+	/* What a registrant killed between its claim and its identity store leaves. */
+	atomic_store(&arena->participants[1].pid, -(int32_t)child);
+	cr_expect_geq(sf__participant_register(arena, 1, SF_ROLE_PRODUCER, 1, NULL), 1);
+	cr_expect_eq(atomic_load(&arena->participants[1].pid), getpid());
+	/* A live transient holder is waited for, not overrun. */
+	atomic_store(&arena->participants[0].pid, -(int32_t)getppid());
+	cr_expect_eq(sf__arena_repair(arena, 0), 0);
+	cr_expect_eq(atomic_load(&arena->participants[0].pid), -(int32_t)getppid());
+	atomic_store(&arena->participants[0].pid, 0);
+	sf__participant_unregister(arena, 1);
+}
