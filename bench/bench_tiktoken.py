@@ -54,6 +54,7 @@ def main():
     ap.add_argument("--bench", default=os.path.join(here, "..", "build", "bench",
                                                     "bench_tokenizer"))
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--json", help="also write the rows (best MB/s of each) to this file")
     args = ap.parse_args()
 
     encs = {name: load(args.data, name) for name in ENCODINGS}
@@ -79,6 +80,7 @@ def main():
         tiktoken.__version__, sys.version.split()[0], args.repeat))
     print("%-12s %-16s %22s %22s %7s" % ("encoding", "file", "tiktoken", "shmfeed",
                                          "ratio"))
+    rows = []
     for name in ENCODINGS:
         for _, label in FILES:
             t = theirs[(name, label)]
@@ -86,6 +88,13 @@ def main():
             print("%-12s %-16s %6.1f (%5.1f-%5.1f) %6.1f (%5.1f-%5.1f) %6.1fx" % (
                 name, label, max(t), min(t), max(t), max(o), min(o), max(o),
                 max(o) / max(t)))
+            rows.append({"encoding": name, "file": label, "tiktoken_mb_s": max(t),
+                         "shmfeed_mb_s": max(o), "tiktoken_range": [min(t), max(t)],
+                         "shmfeed_range": [min(o), max(o)]})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"tiktoken": tiktoken.__version__, "repeat": args.repeat,
+                       "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -123,13 +123,12 @@ class Run:
         bench = os.path.join(self.b, "bench", "bench_tokenizer")
         rows = []
         if why is None:
+            rows_json = os.path.join(self.tmp, "tokenizer.json")
             out = sh([pp, os.path.join(bl.HERE, "bench_tiktoken.py"), "--data", self.a.data,
-                      "--bench", bench], self.log)
-            for line in out.splitlines():
-                m = re.match(r"(\S+)\s+(\S+)\s+([\d.]+) MB/s\s+([\d.]+|nan) MB/s", line)
-                if m:
-                    rows.append({"encoding": m[1], "file": m[2], "tiktoken_mb_s": float(m[3]),
-                                 "shmfeed_mb_s": float(m[4])})
+                      "--bench", bench, "--repeat", "1" if self.a.smoke else "3",
+                      "--json", rows_json], self.log)
+            with open(rows_json) as f:
+                rows = json.load(f)["rows"]
             version = out.splitlines()[0]
         else:
             self.skipped["tokenizer"] = why
