@@ -161,6 +161,13 @@ static double pipeline_rate(struct sf_config *cfg, uint32_t P, uint64_t steps, d
 	return (double)(steps * 2 * cfg->batch_size * (cfg->seq_len + 1)) / s;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 /* One pass of the tokenizer alone over `copies` copies of the paragraphs of `text`:
  * tokens per CPU second, and the tokens in *ret_n (each paragraph's ids and one
  * <|endoftext|>, as the producers count them). */
@@ -241,8 +248,9 @@ int main(int argc, char **argv)
 	double per_core, total;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (argc < 2 || !mkdtemp(dir)) {
-		fprintf(stderr, "usage: bench_producer SHARED_DATA_DIR [MTOKENS]\n");
+	if (argc < 2 || repeat < 1 || repeat > 64 || !mkdtemp(dir)) {
+		fprintf(stderr,
+			"usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT (1-64)]]\n");
 		return 2;
 	}
 
@@ -356,7 +364,7 @@ int main(int argc, char **argv)
 		 * processes, measured just before it, so that load from elsewhere affects both
 		 * alike; the range over the runs is reported. */
 		for (uint32_t P = 1; P <= 2; P++) {
-			double lo = 0, hi = 0, tlo = 0, thi = 0, plo = 0, phi = 0;
+			double lo = 0, hi = 0, tlo = 0, thi = 0, plo = 0, phi = 0, pcts[64];
 
 			for (int i = 0; i < repeat; i++) {
 				uint64_t n;
@@ -366,6 +374,7 @@ int main(int argc, char **argv)
 
 				total = pipeline_rate(&cfg, P, steps, &per_core);
 				pct = 100 * per_core / tr;
+				pcts[i] = pct;
 				lo = !i || per_core < lo ? per_core : lo;
 				hi = per_core > hi ? per_core : hi;
 				tlo = !i || total < tlo ? total : tlo;
@@ -373,12 +382,13 @@ int main(int argc, char **argv)
 				plo = !i || pct < plo ? pct : plo;
 				phi = pct > phi ? pct : phi;
 			}
+			qsort(pcts, (size_t)repeat, sizeof(double), cmp_double);
 			printf("  pipeline P=%u, %d runs:   %5.2f-%5.2f M tokens/s total, "
 			       "%5.2f-%5.2f M "
-			       "tokens/s per producer core, %.0f-%.0f%% of the tokenizer alone in "
-			       "%u process%s\n",
-			       P, repeat, tlo / 1e6, thi / 1e6, lo / 1e6, hi / 1e6, plo, phi, P,
-			       P > 1 ? "es at once" : "");
+			       "tokens/s per producer core, %.0f-%.0f%% (median %.0f%%) of the "
+			       "tokenizer alone in %u process%s\n",
+			       P, repeat, tlo / 1e6, thi / 1e6, lo / 1e6, hi / 1e6, plo, phi,
+			       pcts[repeat / 2], P, P > 1 ? "es at once" : "");
 		}
 		sf__tok_encoder_free(enc);
 		sf__tok_free(tok);

@@ -431,8 +431,9 @@ int sf__text_next_doc(struct sf_doc_walk *w, const char **ret_doc, size_t *ret_l
 		int r;
 
 		w->p = next;
+		/* Plain text has no bad records, so it needs no line numbers: counting the
+		 * newlines of every document would cost a pass over the text per tokenization. */
 		if (w->file->format != SF_FMT_JSONL) {
-			w->line += count_lines(p, next);
 			if (n == 0)
 				continue; /* empty documents add nothing but a separator */
 			*ret_doc = p;
@@ -758,8 +759,8 @@ static int warm_encoder(struct sf_text_cache *c, struct sf_err *e)
 	if (!c->ds->max_doc_bytes)
 		return 0;
 	memset(c->scratch, 'a', c->ds->max_doc_bytes);
-	return sf__tok_encode(c->enc, c->scratch, c->ds->max_doc_bytes, SF_TOK_ALLOW_NONE, &ids,
-			      &n, e);
+	return sf__tok_encode(c->enc, c->scratch, c->ds->max_doc_bytes, SF_TOK_ALLOW_NONE, &ids, &n,
+			      e);
 }
 
 int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **ret_c,
@@ -1008,10 +1009,13 @@ static int copy_row(const struct sf_dataset *ds, const struct tok_dest *d, uint6
  */
 #define SHARE_ROUNDS 4
 
+/* read_row_shared() could not serve the row: tokenize its chunk locally. */
+#define READ_LOCALLY 2
+_Static_assert(READ_LOCALLY != SF_TEXT_DEFERRED, "distinct outcomes");
+
 /*
  * Read the row through the shared cache. Returns 0 (row copied), SF_TEXT_DEFERRED
- * (another producer fills the chunk and wait_ns is 0), 1 (the cache cannot serve it:
- * tokenize locally), or an error.
+ * (another producer fills the chunk and wait_ns is 0), READ_LOCALLY, or an error.
  */
 static int read_row_shared(struct sf_text_cache *c, uint64_t chunk, uint64_t pos, uint64_t off,
 			   uint64_t key, int64_t wait_ns, unsigned char *row, uint32_t *starts,
@@ -1026,7 +1030,7 @@ static int read_row_shared(struct sf_text_cache *c, uint64_t chunk, uint64_t pos
 		int r = sf__share_acquire(share, key, chunk, wait_ns, &ref);
 
 		if (r == SF_SHARE_BUSY)
-			return wait_ns > 0 ? 1 : SF_TEXT_DEFERRED;
+			return wait_ns > 0 ? READ_LOCALLY : SF_TEXT_DEFERRED;
 		d = (struct tok_dest){.tokens = ref.tokens,
 				      .cap = dest_tokens_cap(ds),
 				      .doc_starts = ref.doc_starts,
@@ -1044,11 +1048,12 @@ static int read_row_shared(struct sf_text_cache *c, uint64_t chunk, uint64_t pos
 		}
 		d.n = ref.n_tokens;
 		d.n_docs = ref.n_docs;
-		r = pos + ds->seq_len + 1 <= d.n ? copy_row(ds, &d, pos, off, row, starts, e) : 1;
+		r = pos + ds->seq_len + 1 <= d.n ? copy_row(ds, &d, pos, off, row, starts, e)
+						 : READ_LOCALLY;
 		if (sf__share_valid(share, &ref))
 			return r;
 	}
-	return 1;
+	return READ_LOCALLY;
 }
 
 int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64_t wait_ns,
@@ -1061,7 +1066,7 @@ int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64
 	if (chunk != c->chunk && ds->share) {
 		r = read_row_shared(c, chunk, pos, off, key == UINT64_MAX ? chunk : key, wait_ns,
 				    row, starts, e);
-		if (r != 1)
+		if (r != READ_LOCALLY)
 			return r;
 	}
 	if (chunk != c->chunk) {

@@ -35,7 +35,7 @@ struct sf_doc_walk {
 	const struct sf_dataset *ds;
 	const struct sf_text_file *file;
 	const char *p, *end;
-	uint64_t line;
+	uint64_t line; /* JSONL only: the line of the next record, for messages */
 	char *scratch; /* ds->max_doc_bytes, for unescaped JSON strings */
 	uint64_t skipped;
 	struct sf_err why;

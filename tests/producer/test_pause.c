@@ -4,9 +4,11 @@
  * while they wait; resumed, they refill those slots with the batches the steps call for;
  * paused and then stopped, they exit cleanly.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +23,17 @@
 #define P 2u
 #define K 4u
 #define R 2u
+
+static char job[64];
+static pid_t parent;
+
+/* A failed check exits: the arena must not outlive the test (the producers die with
+ * it, by PR_SET_PDEATHSIG). */
+static void unlink_job(void)
+{
+	if (getpid() == parent)
+		sf__arena_unlink_job(job);
+}
 
 static void sleep_ms(long ms)
 {
@@ -75,7 +88,7 @@ static uint64_t cpu_ticks(pid_t pid)
 
 int main(void)
 {
-	char *dir = h_tmpdir(), path[4096], job[64];
+	char *dir = h_tmpdir(), path[4096];
 	struct sf_config cfg;
 	struct sf_dataset *ds;
 	struct sf_builder *b;
@@ -98,16 +111,21 @@ int main(void)
 	cfg.producers = P;
 	H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
 	H_CHECK(sf__dataset_geometry(ds, &cfg, &g, &e) == 0, "%s", e.msg);
-	snprintf(job, sizeof(job), "test-pause-%d", (int)getpid());
+	parent = getpid();
+	snprintf(job, sizeof(job), "test-pause-%d", (int)parent);
 	H_CHECK(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e) == 0, "%s", e.msg);
+	atexit(unlink_job);
 
 	/* Started paused: registered, but nothing claimed. */
 	sf__arena_set_job_state(a, SF_JOB_PAUSED);
 	for (uint32_t i = 0; i < P; i++) {
 		prod[i] = fork();
 		H_CHECK(prod[i] >= 0, "fork");
-		if (prod[i] == 0)
+		if (prod[i] == 0) {
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+				_exit(9);
 			_exit(sf__producer_main(ds, a, i, &e) < 0);
+		}
 	}
 	for (int t = 0; t < 1000; t++) {
 		if (atomic_load(&a->participants[0].pid) && atomic_load(&a->participants[1].pid))

@@ -1,14 +1,16 @@
 /*
  * The shared chunk cache: its entry protocol (fill, hit, refill seen by a reader's
  * validation, abandon), a live filler that makes others wait or give up, a dead filler
- * (reaped, or still a zombie) whose entry is taken over, and two builders in one process
- * that tokenize each chunk of a corpus once between them while building the same batches
- * as a single builder, in windows and in random mode.
+ * (reaped, or still a zombie) whose entry is taken over, a row whose chunk another
+ * process is tokenizing (deferred without tokenizing, then waited for), and two builders
+ * in one process that tokenize each chunk of a corpus once between them while building
+ * the same batches as a single builder, in windows and in random mode.
  */
 #include <criterion/criterion.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -17,7 +19,9 @@
 #include "shmfeed/shmfeed.h"
 #include "common/proc.h"
 #include "producer/chunk_share.h"
+#include "producer/dataset_impl.h"
 #include "producer/producer.h"
+#include "producer/source_text.h"
 
 static struct sf_chunk_share *share;
 
@@ -34,6 +38,14 @@ static void teardown(void)
 }
 
 TestSuite(share, .init = setup, .fini = teardown);
+
+/* In a forked child: die with the test process, so a failed test leaves no process
+ * blocked on a pipe behind it. */
+static void die_with_parent(pid_t parent)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+		_exit(9);
+}
 
 static void put(struct sf_share_ref *ref, uint64_t chunk, uint32_t base, uint64_t n)
 {
@@ -77,7 +89,7 @@ Test(share, fill_hit_refill_abandon)
  * `go` before it publishes (or exits without publishing when `die` is set). */
 static pid_t filler(int ready[2], int go[2], int die)
 {
-	pid_t pid;
+	pid_t pid, parent = getpid();
 
 	cr_assert_eq(pipe(ready), 0);
 	cr_assert_eq(pipe(go), 0);
@@ -87,6 +99,7 @@ static pid_t filler(int ready[2], int go[2], int die)
 		struct sf_share_ref ref;
 		char ch = 1;
 
+		die_with_parent(parent);
 		if (sf__share_acquire(share, 0, 1, 0, &ref) != SF_SHARE_FILL)
 			_exit(2);
 		if (write(ready[1], &ch, 1) != 1)
@@ -201,17 +214,11 @@ TestSuite(builders, .init = builders_setup, .fini = builders_teardown);
  * builder alone produces (over a dataset, and so a shared cache, of its own); returns the tokens
  * the two encoded together and the tokens the stream holds.
  */
-static void alternate(uint32_t mode, uint64_t *ret_encoded, uint64_t *ret_tokens)
+static char path[4096], *paths[1] = {path};
+static struct sf_source_config src;
+
+static void corpus_config(struct sf_config *cfg, uint32_t mode)
 {
-	char path[4096], *paths[1] = {path};
-	struct sf_source_config src = {0};
-	struct sf_config cfg;
-	struct sf_dataset *ds, *ds1;
-	struct sf_dataset_stats st;
-	struct sf_builder *one, *two[2];
-	struct sf_err e = {0};
-	unsigned char *p1, *p2;
-	uint64_t encoded = 0, n_batches;
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/docs.txt", dir);
@@ -225,20 +232,34 @@ static void alternate(uint32_t mode, uint64_t *ret_encoded, uint64_t *ret_tokens
 		fputs("\n\n", f);
 	}
 	cr_assert_eq(fclose(f), 0);
-	sf__config_defaults(&cfg);
+	sf__config_defaults(cfg);
+	memset(&src, 0, sizeof(src));
 	src.paths = paths;
 	src.n_paths = 1;
 	src.separator = "\n\n";
-	cfg.sources = &src;
-	cfg.n_sources = 1;
-	cfg.encoding = "bytes";
-	cfg.batch_size = 8;
-	cfg.seq_len = 256;
-	cfg.world_size = 2;
-	cfg.local_ranks = 2;
-	cfg.producers = 2;
-	cfg.mode = mode;
-	cfg.doc_starts = 4;
+	cfg->sources = &src;
+	cfg->n_sources = 1;
+	cfg->encoding = "bytes";
+	cfg->batch_size = 8;
+	cfg->seq_len = 256;
+	cfg->world_size = 2;
+	cfg->local_ranks = 2;
+	cfg->producers = 2;
+	cfg->mode = mode;
+	cfg->doc_starts = 4;
+}
+
+static void alternate(uint32_t mode, uint64_t *ret_encoded, uint64_t *ret_tokens)
+{
+	struct sf_config cfg;
+	struct sf_dataset *ds, *ds1;
+	struct sf_dataset_stats st;
+	struct sf_builder *one, *two[2];
+	struct sf_err e = {0};
+	unsigned char *p1, *p2;
+	uint64_t encoded = 0, n_batches;
+
+	corpus_config(&cfg, mode);
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	cr_assert_eq(sf__dataset_open(&cfg, &ds1, &e), 0, "%s", e.msg);
 	sf__dataset_stats(ds, &st);
@@ -295,4 +316,63 @@ Test(builders, random_offsets_agree)
 
 	alternate(SF_SAMPLE_RANDOM, &encoded, &tokens);
 	cr_assert_gt(encoded, 0);
+}
+
+Test(builders, row_of_a_chunk_being_filled_is_deferred_then_waited_for)
+{
+	struct sf_config cfg;
+	struct sf_dataset *ds, *ref_ds;
+	struct sf_text_cache *c, *ref;
+	struct sf_err e = {0};
+	unsigned char row[257 * 2], want[257 * 2];
+	uint32_t starts[4], want_starts[4];
+	uint64_t key, off, chunk;
+	int ready[2], go[2], status;
+	pid_t pid, parent = getpid();
+	char ch = 1;
+
+	corpus_config(&cfg, SF_SAMPLE_WINDOWS);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__dataset_open(&cfg, &ref_ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__text_cache_create(ds, &c, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__text_cache_create(ref_ds, &ref, &e), 0, "%s", e.msg);
+	off = sf__text_sample_offset(c, 5, &key);
+	chunk = sf__text_find_chunk(ds, off);
+	cr_assert_eq(pipe(ready), 0);
+	cr_assert_eq(pipe(go), 0);
+	/* Another process takes the chunk's entry as a producer about to tokenize it. */
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct sf_share_ref sref;
+
+		die_with_parent(parent);
+		if (sf__share_acquire(ds->share, key, chunk, 0, &sref) != SF_SHARE_FILL)
+			_exit(2);
+		if (write(ready[1], &ch, 1) != 1 || read(go[0], &ch, 1) != 1)
+			_exit(3);
+		/* It fails: the waiter must then tokenize the chunk itself. */
+		sf__share_abandon(&sref);
+		_exit(0);
+	}
+	cr_assert_eq(read(ready[0], &ch, 1), 1);
+	/* First pass: the row is left for later, and nothing is tokenized here. */
+	cr_assert_eq(sf__text_read_row(c, off, key, 0, row, starts, &e), SF_TEXT_DEFERRED);
+	cr_assert_eq(sf__text_cache_encoded(c), 0);
+	cr_assert_eq(write(go[1], &ch, 1), 1);
+	/* Second pass: woken when the entry is given back, it fills it. */
+	cr_assert_eq(sf__text_read_row(c, off, key, 10ll * 1000 * 1000 * 1000, row, starts, &e), 0,
+		     "%s", e.msg);
+	cr_assert_gt(sf__text_cache_encoded(c), 0);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* The same row as a process that tokenizes alone (its own dataset and cache). */
+	cr_assert_eq(sf__text_read_row(ref, off, UINT64_MAX, 0, want, want_starts, &e), 0, "%s",
+		     e.msg);
+	cr_assert(!memcmp(row, want, sizeof(row)));
+	cr_assert(!memcmp(starts, want_starts, sizeof(starts)));
+	sf__text_cache_free(c);
+	sf__text_cache_free(ref);
+	sf__dataset_close(ds);
+	sf__dataset_close(ref_ds);
 }
