@@ -18,8 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,15 +28,8 @@
 #include "common/arena.h"
 #include "common/slot.h"
 #include "producer/producer.h"
+#include "tests/alloc_count.h"
 #include "tests/producer/harness.h"
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
 
 #ifdef SANITIZED
 int main(void)
@@ -44,36 +38,6 @@ int main(void)
 	return 77;
 }
 #else
-
-static unsigned long allocations;
-
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-
-void *malloc(size_t n)
-{
-	allocations++;
-	return __libc_malloc(n);
-}
-
-void *calloc(size_t n, size_t m)
-{
-	allocations++;
-	return __libc_calloc(n, m);
-}
-
-void *realloc(void *p, size_t n)
-{
-	allocations++;
-	return __libc_realloc(p, n);
-}
-
-void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-	allocations++;
-	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-}
 
 #define P      2u
 #define WARMUP 3u
@@ -87,6 +51,16 @@ struct counts {
 };
 
 static struct counts *counts;
+static char job[64];
+static pid_t parent;
+
+/* A failed check exits: the arena must not outlive the test (the producers die with
+ * it, by PR_SET_PDEATHSIG). */
+static void unlink_job(void)
+{
+	if (getpid() == parent && job[0])
+		sf__arena_unlink_job(job);
+}
 static uint32_t me;
 static unsigned long at_last_publish;
 
@@ -94,18 +68,20 @@ static unsigned long at_last_publish;
 static void on_point(int point)
 {
 	struct counts *c = &counts[me];
+	unsigned long allocations;
 	uint64_t n;
 
 	if (point != SF_TP_PRODUCER_PUBLISHED)
 		return;
 	n = atomic_fetch_add(&c->batches, 1) + 1;
 	if (n == WARMUP) {
-		allocations = 0;
+		alloc_count_reset();
 		at_last_publish = 0;
 		return;
 	}
 	if (n < WARMUP)
 		return;
+	allocations = alloc_count();
 	if (allocations - at_last_publish > atomic_load(&c->worst))
 		atomic_store(&c->worst, allocations - at_last_publish);
 	at_last_publish = allocations;
@@ -121,7 +97,6 @@ static void run(const char *name, const struct sf_config *cfg, uint64_t epochs)
 	struct sf_geometry g;
 	struct sf_arena *a;
 	struct sf_err e = {0};
-	char job[64];
 	pid_t prod[P];
 	uint64_t steps;
 	int status;
@@ -138,6 +113,8 @@ static void run(const char *name, const struct sf_config *cfg, uint64_t epochs)
 		prod[i] = fork();
 		H_CHECK(prod[i] >= 0, "fork");
 		if (prod[i] == 0) {
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+				_exit(9);
 			me = i;
 			sf__test_hook = on_point;
 			_exit(sf__producer_main(ds, a, i, &e) < 0);
@@ -180,6 +157,7 @@ static void run(const char *name, const struct sf_config *cfg, uint64_t epochs)
 	       (unsigned long long)atomic_load(&counts[0].counted),
 	       (unsigned long long)atomic_load(&counts[1].counted));
 	sf__arena_destroy(a);
+	job[0] = 0;
 	sf__dataset_close(ds);
 }
 
@@ -187,22 +165,17 @@ int main(int argc, char **argv)
 {
 	char *dir, path[4096], vocab_dir[4096], corpus[4096];
 	struct sf_config cfg;
-	unsigned long before;
+	const char *what;
 	uint16_t *tokens;
-	void *p;
 	FILE *f;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	/* The interposition must count, or a pass would mean nothing. */
-	before = allocations;
-	p = malloc(64);
-	free(p);
-	H_CHECK(allocations == before + 1, "malloc is not interposed");
-	before = allocations;
-	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	H_CHECK(p != MAP_FAILED && allocations == before + 1, "mmap is not interposed");
-	munmap(p, 4096);
+	what = alloc_count_self_check();
+	H_CHECK(!what, "%s is not interposed", what);
 
+	parent = getpid();
+	atexit(unlink_job);
 	counts = mmap(NULL, P * sizeof(*counts), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
 		      -1, 0);
 	H_CHECK(counts != MAP_FAILED, "mmap");

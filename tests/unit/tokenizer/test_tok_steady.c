@@ -11,57 +11,14 @@
  * around each test. The sanitizers interpose the allocator themselves, so under them the
  * count is skipped and only the round trip is checked.
  */
-#include <dlfcn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "producer/tokenizer/tokenizer.h"
+#include "tests/alloc_count.h"
 #include "tok_test_util.h"
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-
-static unsigned long allocations;
-
-#ifndef SANITIZED
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-
-void *malloc(size_t n)
-{
-	allocations++;
-	return __libc_malloc(n);
-}
-
-void *calloc(size_t n, size_t m)
-{
-	allocations++;
-	return __libc_calloc(n, m);
-}
-
-void *realloc(void *p, size_t n)
-{
-	allocations++;
-	return __libc_realloc(p, n);
-}
-
-void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-	allocations++;
-	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-}
-#endif
 
 /* Documents the encoder is warmed up on: the first few, and then the longest one. */
 #define WARM_FIRST 4
@@ -139,7 +96,7 @@ static int check(const char *encoding, struct sf_tok *tok, const char *text, siz
 	if (encode_doc(enc, text, &docs[longest], &ids, &n) < 0)
 		goto out_fail;
 
-	allocations = 0;
+	alloc_count_reset();
 	for (i = 0; i < n_docs; i++) {
 		if (encode_doc(enc, text, &docs[i], &ids, &n) < 0)
 			goto out_fail;
@@ -151,7 +108,7 @@ static int check(const char *encoding, struct sf_tok *tok, const char *text, siz
 		decoded += back_len;
 		total_ids += n;
 	}
-	counted = allocations;
+	counted = alloc_count();
 
 	if (decoded != len || memcmp(back, text, len)) {
 		fprintf(stderr, "FAIL: %s: the documents do not decode back to the corpus\n",
@@ -191,12 +148,14 @@ int main(void)
 	int fail = 0;
 
 #ifndef SANITIZED
-	/* The counter must see what it is meant to count, or a zero proves nothing. */
-	allocations = 0;
-	free(malloc(16));
-	if (allocations != 1) {
-		fprintf(stderr, "FAIL: malloc interposition is not effective\n");
-		return 1;
+	{
+		/* The counter must see what it is meant to count, or a zero proves nothing. */
+		const char *what = alloc_count_self_check();
+
+		if (what) {
+			fprintf(stderr, "FAIL: %s interposition is not effective\n", what);
+			return 1;
+		}
 	}
 #endif
 	snprintf(path, sizeof(path), "%s/corpus/tinyshakespeare.txt", dir);
