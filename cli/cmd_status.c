@@ -66,30 +66,6 @@ static int parse_reply(struct doc *d, const char *buf, struct sf_err *e)
 	return 0;
 }
 
-static void rate(double v, char *buf, size_t len)
-{
-	if (v >= 1e9)
-		snprintf(buf, len, "%.2f G", v / 1e9);
-	else if (v >= 1e6)
-		snprintf(buf, len, "%.2f M", v / 1e6);
-	else if (v >= 1e3)
-		snprintf(buf, len, "%.2f k", v / 1e3);
-	else
-		snprintf(buf, len, "%.1f ", v);
-}
-
-static void duration(uint64_t ns, char *buf, size_t len)
-{
-	if (ns >= 1000000000ull)
-		snprintf(buf, len, "%.2f s", (double)ns / 1e9);
-	else if (ns >= 1000000ull)
-		snprintf(buf, len, "%.2f ms", (double)ns / 1e6);
-	else if (ns >= 1000ull)
-		snprintf(buf, len, "%.1f us", (double)ns / 1e3);
-	else
-		snprintf(buf, len, "%llu ns", (unsigned long long)ns);
-}
-
 /* The human form of a stats object (and, when given, the status object). */
 static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 {
@@ -114,14 +90,14 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 			(unsigned long long)u64_of(st, 0, "producers_alive"),
 			(unsigned long long)u64_of(st, 0, "producers"));
 	fprintf(f, "\n");
-	rate(dbl_of(sd, 0, "tokens_per_s"), tps, sizeof(tps));
-	rate(dbl_of(sd, 0, "batches_per_s"), bps, sizeof(bps));
+	sf__stats_human_rate(dbl_of(sd, 0, "tokens_per_s"), tps, sizeof(tps));
+	sf__stats_human_rate(dbl_of(sd, 0, "batches_per_s"), bps, sizeof(bps));
 	fprintf(f, "throughput   %stok/s, %sbatches/s; delivered %llu batches, %llu tokens\n", tps,
 		bps, (unsigned long long)u64_of(sd, 0, "batches"),
 		(unsigned long long)u64_of(sd, 0, "tokens"));
 	if (u64_of(sd, 0, "wait_samples")) {
-		duration(u64_of(sd, 0, "wait_p50_ns"), p50, sizeof(p50));
-		duration(u64_of(sd, 0, "wait_p99_ns"), p99, sizeof(p99));
+		sf__stats_human_ns(u64_of(sd, 0, "wait_p50_ns"), p50, sizeof(p50));
+		sf__stats_human_ns(u64_of(sd, 0, "wait_p99_ns"), p99, sizeof(p99));
 		fprintf(f, "consumer wait p50 %s, p99 %s (%llu batches)\n", p50, p99,
 			(unsigned long long)u64_of(sd, 0, "wait_samples"));
 	} else {

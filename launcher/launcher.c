@@ -317,30 +317,6 @@ static void sample(struct supervisor *S)
 	S->cur.tokens = S->cur.batches * S->geo.batch * (uint64_t)(S->geo.seq_tokens - 1);
 }
 
-static void human_rate(double v, char *buf, size_t len)
-{
-	if (v >= 1e9)
-		snprintf(buf, len, "%.2f G", v / 1e9);
-	else if (v >= 1e6)
-		snprintf(buf, len, "%.2f M", v / 1e6);
-	else if (v >= 1e3)
-		snprintf(buf, len, "%.2f k", v / 1e3);
-	else
-		snprintf(buf, len, "%.1f ", v);
-}
-
-static void human_ns(uint64_t ns, char *buf, size_t len)
-{
-	if (ns >= 1000000000ull)
-		snprintf(buf, len, "%.2f s", (double)ns / 1e9);
-	else if (ns >= 1000000ull)
-		snprintf(buf, len, "%.2f ms", (double)ns / 1e6);
-	else if (ns >= 1000ull)
-		snprintf(buf, len, "%.1f us", (double)ns / 1e3);
-	else
-		snprintf(buf, len, "%llu ns", (unsigned long long)ns);
-}
-
 static void tick(struct supervisor *S)
 {
 	char json[SF_CTL_MAX_REPLY];
@@ -361,8 +337,8 @@ static void tick(struct supervisor *S)
 			char line[256];
 			int k;
 
-			human_rate(S->cur.tokens_per_s, rate, sizeof(rate));
-			human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
+			sf__stats_human_rate(S->cur.tokens_per_s, rate, sizeof(rate));
+			sf__stats_human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
 			k = snprintf(line, sizeof(line),
 				     "%sshmfeed: %s: %llu batches, %stok/s, wait p50 %s, "
 				     "restarts %llu%s",
@@ -387,9 +363,9 @@ static void summary(struct supervisor *S)
 	sample(S);
 	if (isatty(STDERR_FILENO) && S->progress_ticks)
 		fputs("\r\033[K", stderr);
-	human_rate(secs > 0 ? (double)S->cur.tokens / secs : 0, rate, sizeof(rate));
-	human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
-	human_ns(S->cur.wait_p99_ns, p99, sizeof(p99));
+	sf__stats_human_rate(secs > 0 ? (double)S->cur.tokens / secs : 0, rate, sizeof(rate));
+	sf__stats_human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
+	sf__stats_human_ns(S->cur.wait_p99_ns, p99, sizeof(p99));
 	sf__log_info("job %s: %llu batches, %llu tokens delivered in %.2f s (%stok/s)", S->cfg->job,
 		     (unsigned long long)S->cur.batches, (unsigned long long)S->cur.tokens, secs,
 		     rate);

@@ -142,6 +142,13 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t len);
 
 /*
+ * The human forms of a rate and of a duration, for the supervisor's progress lines and
+ * `shmfeed status`/`top`: "12.34 M" (the caller appends the unit), "1.50 ms".
+ */
+void sf__stats_human_rate(double v, char *buf, size_t len);
+void sf__stats_human_ns(uint64_t ns, char *buf, size_t len);
+
+/*
  * The control client: one request, one reply (a DEALER socket with a timeout).
  * `request` is the JSON text; the reply is written NUL-terminated into `reply`.
  */

@@ -2,8 +2,10 @@
  * Job statistics sampled from the arena: slot occupancy per rank, batches and tokens
  * delivered (counted from each ring's position, so they need nothing from consumers),
  * producer utilization from their busy-time counters, consumer wait percentiles from
- * the telemetry histograms, restarts and repairs; and their JSON form, which is what
- * control replies and the PUB stream carry. Sampling only reads the arena.
+ * the telemetry histograms, restarts and repairs; their JSON form, which is what
+ * control replies and the PUB stream carry; and the human forms of a rate and of a
+ * duration that the supervisor's progress lines and `shmfeed status`/`top` print.
+ * Sampling only reads the arena.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -172,4 +174,28 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 	OUT("]}");
 #undef OUT
 	return n < len ? (int)n : -ENOSPC;
+}
+
+void sf__stats_human_rate(double v, char *buf, size_t len)
+{
+	if (v >= 1e9)
+		snprintf(buf, len, "%.2f G", v / 1e9);
+	else if (v >= 1e6)
+		snprintf(buf, len, "%.2f M", v / 1e6);
+	else if (v >= 1e3)
+		snprintf(buf, len, "%.2f k", v / 1e3);
+	else
+		snprintf(buf, len, "%.1f ", v);
+}
+
+void sf__stats_human_ns(uint64_t ns, char *buf, size_t len)
+{
+	if (ns >= 1000000000ull)
+		snprintf(buf, len, "%.2f s", (double)ns / 1e9);
+	else if (ns >= 1000000ull)
+		snprintf(buf, len, "%.2f ms", (double)ns / 1e6);
+	else if (ns >= 1000ull)
+		snprintf(buf, len, "%.1f us", (double)ns / 1e3);
+	else
+		snprintf(buf, len, "%llu ns", (unsigned long long)ns);
 }
