@@ -309,30 +309,6 @@ const char *sf__tok_unicode_version(void)
 	return sf__uc_version;
 }
 
-static size_t utf8_encode(uint32_t cp, uint8_t *out)
-{
-	if (cp < 0x80) {
-		out[0] = (uint8_t)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		out[0] = (uint8_t)(0xc0 | cp >> 6);
-		out[1] = (uint8_t)(0x80 | (cp & 0x3f));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		out[0] = (uint8_t)(0xe0 | cp >> 12);
-		out[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
-		out[2] = (uint8_t)(0x80 | (cp & 0x3f));
-		return 3;
-	}
-	out[0] = (uint8_t)(0xf0 | cp >> 18);
-	out[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3f));
-	out[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
-	out[3] = (uint8_t)(0x80 | (cp & 0x3f));
-	return 4;
-}
-
 /*
  * The bytes of one id: a pointer into the tokenizer, or into `scratch` (4 bytes) for a
  * byte or a character. Returns the length, or -1 for an id the tokenizer does not have.
@@ -358,7 +334,7 @@ static long id_bytes(const struct sf_tok *tok, uint32_t id, const uint8_t **ret,
 	default:
 		if (id < tok->n_chars) {
 			*ret = scratch;
-			return (long)utf8_encode(tok->chars[id], scratch);
+			return (long)sf__utf8_encode(tok->chars[id], scratch);
 		}
 		break;
 	}

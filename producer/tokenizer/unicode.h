@@ -2,7 +2,8 @@
  * Unicode support for the pre-tokenizer: the character-class bits of the generated table
  * in unicode_tables.c, and a strict UTF-8 decoder. The scanners only ever ask "which of
  * these classes does the character at this byte offset belong to, and how long is it",
- * so both live here as inline functions.
+ * so both live here as inline functions, with the UTF-8 encoder of one code point that
+ * the character tokenizer decodes with.
  */
 #ifndef SF_PRODUCER_TOKENIZER_UNICODE_H
 #define SF_PRODUCER_TOKENIZER_UNICODE_H
@@ -78,6 +79,34 @@ static inline size_t sf__utf8_next(const uint8_t *s, size_t n, uint32_t *ret_cp)
 	}
 	*ret_cp = SF_UC_INVALID;
 	return 1;
+}
+
+/*
+ * sf__utf8_encode - the UTF-8 form of code point `cp` (at most U+10FFFF, not a surrogate)
+ * in out[0..3]; returns its length in bytes.
+ */
+static inline size_t sf__utf8_encode(uint32_t cp, uint8_t *out)
+{
+	if (cp < 0x80) {
+		out[0] = (uint8_t)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		out[0] = (uint8_t)(0xc0 | cp >> 6);
+		out[1] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		out[0] = (uint8_t)(0xe0 | cp >> 12);
+		out[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
+		out[2] = (uint8_t)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	out[0] = (uint8_t)(0xf0 | cp >> 18);
+	out[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3f));
+	out[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
+	out[3] = (uint8_t)(0x80 | (cp & 0x3f));
+	return 4;
 }
 
 /* sf__uc_at - the class bits of the character at s[p] (p < n); its length in *ret_len. */

@@ -24,30 +24,6 @@ static uint32_t rnd(uint32_t bound)
 	return (uint32_t)(rng_state % bound);
 }
 
-static size_t put_utf8(uint32_t cp, uint8_t *out)
-{
-	if (cp < 0x80) {
-		out[0] = (uint8_t)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		out[0] = (uint8_t)(0xc0 | cp >> 6);
-		out[1] = (uint8_t)(0x80 | (cp & 0x3f));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		out[0] = (uint8_t)(0xe0 | cp >> 12);
-		out[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
-		out[2] = (uint8_t)(0x80 | (cp & 0x3f));
-		return 3;
-	}
-	out[0] = (uint8_t)(0xf0 | cp >> 18);
-	out[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3f));
-	out[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
-	out[3] = (uint8_t)(0x80 | (cp & 0x3f));
-	return 4;
-}
-
 /* The class bits of a code point according to PCRE2, to compare with our tables. */
 static pcre2_code *class_re[5];
 static pcre2_match_data *class_md;
@@ -76,7 +52,7 @@ static void class_init(void)
 static bool classes_agree(uint32_t cp)
 {
 	uint8_t buf[4];
-	size_t len = put_utf8(cp, buf);
+	size_t len = sf__utf8_encode(cp, buf);
 	unsigned bits = 0;
 	int i;
 
@@ -113,7 +89,7 @@ static size_t random_text(uint8_t *buf, size_t max_chars)
 	size_t n = 0, chars = 1 + rnd((uint32_t)max_chars), i;
 
 	for (i = 0; i < chars; i++)
-		n += put_utf8(pick_char(), buf + n);
+		n += sf__utf8_encode(pick_char(), buf + n);
 	return n;
 }
 
