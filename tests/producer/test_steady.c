@@ -14,13 +14,13 @@
  * A plain program (exit 0 pass, 1 fail, 77 skip): the sanitizers interpose the allocator
  * themselves, so under them the count cannot be taken and the test skips.
  */
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +51,8 @@ struct counts {
 };
 
 static struct counts *counts;
+static uint32_t me; /* in a producer: its index */
+static unsigned long at_last_publish;
 static char job[64];
 static pid_t parent;
 
@@ -61,8 +63,6 @@ static void unlink_job(void)
 	if (getpid() == parent && job[0])
 		sf__arena_unlink_job(job);
 }
-static uint32_t me;
-static unsigned long at_last_publish;
 
 /* Called in a producer after each publish. */
 static void on_point(int point)
