@@ -50,8 +50,7 @@ def run_one(args, builddir, env, P, tmp):
            bl.SYS_PYTHON, os.path.join(bl.HERE, "bench_ranks.py"), "--dir", d]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
     try:
-        if not bl.wait_files([os.path.join(d, f"ready.{r}") for r in range(2)], 600, p):
-            raise RuntimeError(f"shmfeed run (P={P}): ranks not ready (exit {p.poll()})")
+        bl.wait_ready(p, d, 2, 600, f"shmfeed run (P={P})")
         producers = [m["pid"] for m in bl.sample_tree(p.pid, True) if m["role"] == "producer"]
         bl.touch(os.path.join(d, "go"))
         time.sleep(args.warmup)
@@ -60,12 +59,7 @@ def run_one(args, builddir, env, P, tmp):
         t_b, c_b = time.monotonic(), cpu_seconds(producers)
         time.sleep(2 * 0.25)  # a progress line after t_b from each rank
     finally:
-        bl.touch(os.path.join(d, "stop"))
-        try:
-            rc = p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            rc = p.wait()
+        rc = bl.stop_ranks(p, d)
     if rc != 0:
         raise RuntimeError(f"shmfeed run (P={P}): exit {rc}")
     per_rank = []
@@ -86,11 +80,7 @@ def main():
     ap.add_argument("--producers", default="1,2")
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--warmup", type=float, default=5)
-    ap.add_argument("--batch", type=int, default=12)
-    ap.add_argument("--seq-len", type=int, default=1024)
-    ap.add_argument("--vocab-dir", default=os.path.join(bl.ROOT, "..", "shared", "data",
-                                                         "vocab"))
-    ap.add_argument("--json")
+    bl.add_job_args(ap)
     args = ap.parse_args()
     builddir = os.path.abspath(args.builddir)
     env = bl.env_for_ranks(builddir)

@@ -37,19 +37,12 @@ def measure(cmd, env, d, shmfeed_root, ranks, job=None, timeout=300):
     """Runs cmd, waits until its ranks hold, samples the tree, stops it."""
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
     try:
-        if not bl.wait_files([os.path.join(d, f"ready.{r}") for r in range(ranks)], timeout,
-                             p):
-            raise RuntimeError(f"{' '.join(cmd[:3])}: ranks not ready (exit {p.poll()})")
+        bl.wait_ready(p, d, ranks, timeout, ' '.join(cmd[:3]))
         time.sleep(1.0)  # DataLoader workers refill their prefetch queues
         procs = bl.sample_tree(p.pid, shmfeed_root)
         arena = bl.shm_job_bytes(job) if job else (0, 0)
     finally:
-        bl.touch(os.path.join(d, "stop"))
-        try:
-            rc = p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            rc = p.wait()
+        rc = bl.stop_ranks(p, d)
     if rc != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])}: exit {rc}")
     totals = {k: sum(m.get(k, 0) for m in procs) for k in KEYS}
@@ -62,11 +55,7 @@ def main():
     ap.add_argument("--builddir", required=True)
     ap.add_argument("--tokens", required=True)
     ap.add_argument("--batches", type=int, default=2000)
-    ap.add_argument("--batch", type=int, default=12)
-    ap.add_argument("--seq-len", type=int, default=1024)
-    ap.add_argument("--vocab-dir", default=os.path.join(bl.ROOT, "..", "shared", "data",
-                                                         "vocab"))
-    ap.add_argument("--json")
+    bl.add_job_args(ap)
     args = ap.parse_args()
     builddir = os.path.abspath(args.builddir)
     env = bl.env_for_ranks(builddir)

@@ -84,11 +84,7 @@ def main():
     ap.add_argument("--interval", type=float, default=10)
     ap.add_argument("--warmup", type=float, default=60)
     ap.add_argument("--producers", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=12)
-    ap.add_argument("--seq-len", type=int, default=1024)
-    ap.add_argument("--vocab-dir", default=os.path.join(bl.ROOT, "..", "shared", "data",
-                                                         "vocab"))
-    ap.add_argument("--json")
+    bl.add_job_args(ap)
     args = ap.parse_args()
     builddir = os.path.abspath(args.builddir)
     shmfeed = os.path.join(builddir, "cli", "shmfeed")
@@ -104,8 +100,7 @@ def main():
                os.path.join(bl.HERE, "bench_ranks.py"), "--dir", d, "--sample-s", "1"]
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
         try:
-            if not bl.wait_files([os.path.join(d, f"ready.{r}") for r in range(2)], 600, p):
-                raise RuntimeError(f"soak: ranks not ready (exit {p.poll()})")
+            bl.wait_ready(p, d, 2, 600, "soak")
             bl.touch(os.path.join(d, "go"))
             t0 = time.monotonic()
             end = t0 + args.minutes * 60
@@ -123,12 +118,7 @@ def main():
                     break
                 time.sleep(max(0.0, nxt - time.monotonic()))
         finally:
-            bl.touch(os.path.join(d, "stop"))
-            try:
-                rc = p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                rc = p.wait()
+            rc = bl.stop_ranks(p, d)
         if rc != 0:
             raise RuntimeError(f"soak: shmfeed run exit {rc}")
         progress = [bl.read_progress(os.path.join(d, f"rank.{r}.jsonl")) for r in range(2)]

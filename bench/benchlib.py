@@ -1,7 +1,7 @@
 """Helpers shared by the benchmark driver (run_all.py) and its benchmarks: the machine's
 description, the process tree of a job and the memory of each process in it, the cached
-input files, job configs, and the ready/go/stop files through which bench_ranks.py ranks
-and a driver agree on when to measure.
+input files, job configs and the options that describe them, and the ready/go/stop files
+through which bench_ranks.py ranks and a driver agree on when to measure.
 
 Memory per process comes from /proc/PID/smaps_rollup: RSS counts every resident page the
 process maps, so a shared page (the arena, a page-cache page of a mapped token file, a
@@ -264,6 +264,34 @@ def wait_files(paths, timeout, proc=None):
 def touch(path):
     with open(path, "w"):
         pass
+
+
+def wait_ready(p, d, ranks, timeout, what):
+    """Waits for the ready files of ranks 0..ranks-1 in d; raises RuntimeError naming
+    `what` when they do not all come within timeout seconds or p exits first."""
+    if not wait_files([os.path.join(d, f"ready.{r}") for r in range(ranks)], timeout, p):
+        raise RuntimeError(f"{what}: ranks not ready (exit {p.poll()})")
+
+
+def stop_ranks(p, d):
+    """Tells the ranks to stop (the stop file in d) and waits for p, killing it after
+    60 s; returns its exit status."""
+    touch(os.path.join(d, "stop"))
+    try:
+        return p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return p.wait()
+
+
+def add_job_args(ap):
+    """The options every job benchmark ends with: the geometry, the vocabularies and
+    the JSON output."""
+    ap.add_argument("--batch", type=int, default=12)
+    ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--vocab-dir", default=os.path.join(ROOT, "..", "shared", "data",
+                                                         "vocab"))
+    ap.add_argument("--json")
 
 
 def env_for_ranks(builddir):
