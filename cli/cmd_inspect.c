@@ -139,22 +139,12 @@ static void print_json(const struct sf_arena *a)
 
 int sf__cmd_inspect(int argc, char **argv)
 {
-	const char *job = NULL;
+	const char *job;
 	struct sf_err e = {0};
 	struct sf_arena *a;
-	int json = 0, r;
+	int json, r;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json"))
-			json = 1;
-		else if (argv[i][0] != '-' && !job)
-			job = argv[i];
-		else {
-			fprintf(stderr, "usage: shmfeed inspect JOB [--json]\n");
-			return 2;
-		}
-	}
-	if (!job) {
+	if (sf__cli_job_args(argc, argv, &job, &json) < 0 || !job) {
 		fprintf(stderr, "usage: shmfeed inspect JOB [--json]\n");
 		return 2;
 	}

@@ -152,20 +152,14 @@ int sf__cmd_status(int argc, char **argv)
 {
 	static char status_buf[SF_CTL_MAX_REPLY], stats_buf[SF_CTL_MAX_REPLY];
 	static struct doc st, sd;
-	const char *job = NULL;
+	const char *job;
 	struct sf_job_info info;
 	struct sf_err e = {0};
-	int json = 0;
+	int json;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json"))
-			json = 1;
-		else if (argv[i][0] != '-' && !job)
-			job = argv[i];
-		else {
-			fprintf(stderr, "usage: shmfeed status [JOB] [--json]\n");
-			return 2;
-		}
+	if (sf__cli_job_args(argc, argv, &job, &json) < 0) {
+		fprintf(stderr, "usage: shmfeed status [JOB] [--json]\n");
+		return 2;
 	}
 	if (sf__job_info_read(job, &info, &e) < 0 ||
 	    call(&info, "status", status_buf, sizeof(status_buf), &e) < 0 ||

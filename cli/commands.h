@@ -14,4 +14,11 @@ int sf__cmd_encode(int argc, char **argv);
 int sf__cmd_decode(int argc, char **argv);
 int sf__cmd_tokenize(int argc, char **argv);
 
+/*
+ * sf__cli_job_args - the arguments "[JOB] [--json]" of inspect and status: at most one
+ * job name and the --json flag. Returns 0, or -1 on anything else (the caller prints its
+ * usage).
+ */
+int sf__cli_job_args(int argc, char **argv, const char **ret_job, int *ret_json);
+
 #endif

@@ -1,5 +1,6 @@
 /*
- * The shmfeed command: a table of subcommands. Each lives in its own cmd_*.c.
+ * The shmfeed command: a table of subcommands, each living in its own cmd_*.c, and the
+ * argument parsing that several of them share.
  */
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +24,21 @@ static const struct command commands[] = {
 	{"top", sf__cmd_top, "top [JOB] [--count N]     the same, refreshed every stats interval"},
 	{"tokenize", sf__cmd_tokenize, "tokenize CONFIG -o PREFIX  raw text sources to Megatron .bin/.idx"},
 };
+
+int sf__cli_job_args(int argc, char **argv, const char **ret_job, int *ret_json)
+{
+	*ret_job = NULL;
+	*ret_json = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			*ret_json = 1;
+		else if (argv[i][0] != '-' && !*ret_job)
+			*ret_job = argv[i];
+		else
+			return -1;
+	}
+	return 0;
+}
 
 static void usage(FILE *f)
 {
