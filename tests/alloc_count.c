@@ -6,6 +6,7 @@
  * including calls made inside shmfeed's static libraries. free and munmap are not
  * counted: releasing memory is not what the steady-state rule forbids.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -75,5 +76,15 @@ const char *alloc_count_self_check(void)
 		return "mmap";
 	munmap(p, 4096);
 	return NULL;
+}
+
+void alloc_count_require(void)
+{
+	const char *what = alloc_count_self_check();
+
+	if (what) {
+		fprintf(stderr, "FAIL: %s interposition is not effective\n", what);
+		exit(1);
+	}
 }
 #endif

@@ -30,6 +30,12 @@ void alloc_count_reset(void);
  * call that was not ("malloc" or "mmap"). It does not reset the count.
  */
 const char *alloc_count_self_check(void);
+
+/*
+ * alloc_count_require - the self-check, or exit(1) with "FAIL: X interposition is not
+ * effective" on stderr when it fails.
+ */
+void alloc_count_require(void);
 #endif
 
 #endif
