@@ -743,24 +743,37 @@ static uint64_t dest_docs_cap(const struct sf_dataset *ds)
 	return ds->max_chunk_docs + ds->seq_len + 2;
 }
 
+/* The longest pre-tokenization piece the encoder is warmed up on (see warm_encoder()). */
+#define WARM_PIECE_BYTES (64u * 1024u)
+
 /*
  * An encoder's buffers grow to the largest document it has met and then stay: the ids
  * to the document's bytes, the BPE work arrays to its longest pre-tokenization piece.
- * So that building batches never allocates, the encoder meets the worst case before the
- * first batch: a document of max_doc_bytes (the longest document or JSON line of the
- * sources) made of one letter repeated, which every built-in pattern takes as a single
- * piece. It costs one encode of that many bytes per process.
+ * So that building batches does not allocate, the encoder meets the worst case before
+ * the first batch: a document of max_doc_bytes (the longest document or JSON line of the
+ * sources) made of short words, which sizes the ids, then a run of one letter, which
+ * every built-in pattern takes as a single piece, as long as the longest document but
+ * at most WARM_PIECE_BYTES: the BPE arrays cost about 40 bytes per byte of piece, and
+ * real pieces are words. A piece longer than that (a run of 64 Ki letters) still grows
+ * them, once per producer. It costs one encode of max_doc_bytes per process.
  */
 static int warm_encoder(struct sf_text_cache *c, struct sf_err *e)
 {
+	const uint64_t n = c->ds->max_doc_bytes;
+	const uint64_t piece = n < WARM_PIECE_BYTES ? n : WARM_PIECE_BYTES;
 	const uint32_t *ids;
-	size_t n;
+	size_t n_ids;
+	int r;
 
-	if (!c->ds->max_doc_bytes)
+	if (!n)
 		return 0;
-	memset(c->scratch, 'a', c->ds->max_doc_bytes);
-	return sf__tok_encode(c->enc, c->scratch, c->ds->max_doc_bytes, SF_TOK_ALLOW_NONE, &ids, &n,
-			      e);
+	for (uint64_t i = 0; i < n; i++)
+		c->scratch[i] = i % 2 ? ' ' : 'a';
+	r = sf__tok_encode(c->enc, c->scratch, n, SF_TOK_ALLOW_NONE, &ids, &n_ids, e);
+	if (r < 0)
+		return r;
+	memset(c->scratch, 'a', piece);
+	return sf__tok_encode(c->enc, c->scratch, piece, SF_TOK_ALLOW_NONE, &ids, &n_ids, e);
 }
 
 int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **ret_c,
