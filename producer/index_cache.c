@@ -1,15 +1,18 @@
 /*
- * The cache of chunk token counts, one small file beside each raw text file:
- * FILE.KEY.sfidx, where KEY (16 hex digits) digests the tokenizer and everything that
- * decides how the file is cut into documents. Its header repeats the key and the file's
+ * The cache of chunk token counts, one small file per raw text file in the user's cache
+ * directory (sf__index_dir()): index/PATHHASH-KEY.sfidx, where PATHHASH digests the
+ * file's absolute path and KEY (16 hex digits) the tokenizer and everything that decides
+ * how the file is cut into documents. Not beside the corpus: corpora often sit in
+ * read-only or shared directories, and a glob over the corpus folder would take the
+ * cache files for text. Its header repeats the key and the file's
  * identity (size, modification time, inode): a file that changed, or a cache from another
  * tokenizer, is simply rebuilt. A checksum over the whole cache catches a torn write; the
  * cache is written to a temporary name and renamed, so readers never see half a file.
- * Failing to write it (a read-only corpus directory) costs speed only, never
- * correctness.
+ * Failing to write it (no writable cache directory) costs speed only, never correctness.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,13 +61,61 @@ uint64_t sf__index_key(const struct sf_dataset *ds, const struct sf_text_file *f
 	return XXH3_64bits_digest(&st);
 }
 
-static char *index_path(const struct sf_text_file *f, uint64_t key)
+int sf__index_dir(char *buf, size_t len)
 {
-	size_t n = strlen(f->path) + 32;
-	char *p = malloc(n);
+	const char *env = getenv("SHMFEED_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
+	const char *home = getenv("HOME");
+	int n;
 
+	if (env && env[0])
+		n = snprintf(buf, len, "%s/index", env);
+	else if (xdg && xdg[0])
+		n = snprintf(buf, len, "%s/shmfeed/index", xdg);
+	else if (home && home[0])
+		n = snprintf(buf, len, "%s/.cache/shmfeed/index", home);
+	else
+		return -ENOENT;
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* Create `dir` and its parents (mode 0700 for what is created). */
+static int make_dirs(char *dir)
+{
+	for (char *p = dir + 1;; p++) {
+		char c = *p;
+
+		if (c != '/' && c != '\0')
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+			*p = c;
+			return -errno;
+		}
+		*p = c;
+		if (!c)
+			return 0;
+	}
+}
+
+/* The cache file of `f` for `key`, or NULL (no cache directory, or out of memory). With
+ * `create`, its directory is created. */
+static char *index_path(const struct sf_text_file *f, uint64_t key, int create)
+{
+	char dir[PATH_MAX], *abs = realpath(f->path, NULL), *p;
+	const char *name = abs ? abs : f->path;
+	size_t n;
+
+	if (sf__index_dir(dir, sizeof(dir)) < 0 || (create && make_dirs(dir) < 0)) {
+		free(abs);
+		return NULL;
+	}
+	n = strlen(dir) + 64;
+	p = malloc(n);
 	if (p)
-		snprintf(p, n, "%s.%016llx.sfidx", f->path, (unsigned long long)key);
+		snprintf(p, n, "%s/%016llx-%016llx.sfidx", dir,
+			 (unsigned long long)XXH3_64bits(name, strlen(name)),
+			 (unsigned long long)key);
+	free(abs);
 	return p;
 }
 
@@ -87,7 +138,7 @@ static uint64_t first_chunk_of(const struct sf_dataset *ds, uint32_t file, uint6
 int sf__index_load(struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t *ret_bytes)
 {
 	const struct sf_text_file *f = &ds->text_files[file];
-	char *path = index_path(f, key);
+	char *path = index_path(f, key, 0);
 	struct index_header h;
 	struct index_entry *ents = NULL;
 	uint64_t n, first, sum, stored;
@@ -152,7 +203,7 @@ int sf__index_save(const struct sf_dataset *ds, uint32_t file, uint64_t key, uin
 		   const char *first_skip, uint64_t *ret_bytes)
 {
 	const struct sf_text_file *f = &ds->text_files[file];
-	char *path = index_path(f, key), *tmp = NULL;
+	char *path = index_path(f, key, 1), *tmp = NULL;
 	struct index_header h;
 	struct index_entry *ents = NULL;
 	uint64_t n, first, sum;

@@ -99,6 +99,13 @@ int sf__copy_tokens(void *dst, uint32_t dst_width, const void *src, uint32_t src
 
 /* index_cache.c: the per-file cache of chunk token counts. */
 uint64_t sf__index_key(const struct sf_dataset *ds, const struct sf_text_file *f);
+
+/*
+ * sf__index_dir - where index caches live: $SHMFEED_CACHE_DIR/index, else
+ * $XDG_CACHE_HOME/shmfeed/index, else $HOME/.cache/shmfeed/index. Returns 0, or -ENOENT
+ * when none of these is set.
+ */
+int sf__index_dir(char *buf, size_t len);
 int sf__index_load(struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t *ret_bytes);
 int sf__index_save(const struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t skipped,
 		   const char *first_skip, uint64_t *ret_bytes);

@@ -5,7 +5,7 @@
  *  - the same paragraphs as a .txt with a separator, as .jsonl, .jsonl.zst and .jsonl.gz
  *    give the same windows (compared as the multiset of an epoch's rows);
  *  - document starts point just after each <|endoftext|>;
- *  - the chunk index is cached beside the file, reused, and rebuilt when the file changes;
+ *  - the chunk index is cached, reused, and rebuilt when the file changes;
  *  - 1, 2 and 4 producer processes deliver identical batches of a .jsonl source.
  */
 #include <errno.h>

@@ -51,7 +51,8 @@ def tokenize(tmp_path, yaml_text):
     cfg.write_text(yaml_text)
     prefix = str(tmp_path / "out")
     run = subprocess.run([SHMFEED, "tokenize", str(cfg), "-o", prefix],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, SHMFEED_CACHE_DIR=str(tmp_path / "cache")))
     assert run.returncode == 0, run.stderr
     return prefix, run.stderr
 
@@ -87,7 +88,9 @@ producers:
     # One document: tiktoken's ids, then <|endoftext|> as Megatron's --append-eod.
     assert np.array_equal(seqs[0][:-1].astype(np.uint32), ref)
     assert seqs[0][-1] == 50256
-    assert glob.glob(str(tmp_path / "tinyshakespeare.txt.*.sfidx")), "no index cache"
+    # The index cache goes to the cache directory, never beside the corpus.
+    assert glob.glob(str(tmp_path / "cache" / "index" / "*.sfidx")), "no index cache"
+    assert not glob.glob(str(tmp_path / "*.sfidx")), "an index cache beside the corpus"
     assert "tokens/s" in stderr and "docs" in stderr and ("ETA" in stderr or "took" in stderr)
 
 
