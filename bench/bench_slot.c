@@ -9,7 +9,9 @@
  *     between two threads;
  *  2. 1 MiB payloads, 4 slots: GB/s written by the producer and read by the consumer;
  *     the same through a pipe carrying the payload, and with malloc/free per batch;
- *  3. wake latency: from the publish to the return of a consumer that slept in futex.
+ *  3. wake latency: from the publish to the return of a consumer that slept in futex;
+ *     beside it, the floor of this machine: a bare futex wait/wake between two
+ *     processes, timed the same way.
  *
  * Usage: bench_slot [-n ITERATIONS] [--quick]
  */
@@ -27,6 +29,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
+#include "common/futex.h"
 #include "common/proc.h"
 #include "common/slot.h"
 
@@ -305,6 +308,38 @@ static void wake_run(size_t n)
 	sf__arena_destroy(a);
 }
 
+/* The platform's floor for the same measurement: one process sleeps in FUTEX_WAIT on a
+ * shared word, the other stores a timestamp, bumps the word and calls FUTEX_WAKE. */
+static void bare_futex_run(size_t n)
+{
+	struct shared_word {
+		_Atomic uint32_t word;
+		_Atomic uint64_t sent_ns;
+	} *w = mmap(NULL, sizeof(*w), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pid_t c;
+
+	atomic_store(&w->word, 0);
+	c = fork();
+	if (c == 0) {
+		pin(1);
+		for (uint32_t s = 0; s < n; s++) {
+			while (atomic_load_explicit(&w->word, memory_order_acquire) == s)
+				sf__futex_wait(&w->word, s, -1);
+			samples[s] = sf__now_ns() - atomic_load(&w->sent_ns);
+		}
+		_exit(0);
+	}
+	pin(0);
+	for (uint32_t i = 0; i < n; i++) {
+		usleep(1000);
+		atomic_store(&w->sent_ns, sf__now_ns());
+		atomic_store_explicit(&w->word, i + 1, memory_order_release);
+		sf__futex_wake(&w->word, 1);
+	}
+	waitpid(c, NULL, 0);
+	munmap(w, sizeof(*w));
+}
+
 static void machine(void)
 {
 	char model[256] = "unknown";
@@ -395,6 +430,12 @@ int main(int argc, char **argv)
 	       nwake);
 	wake_run(nwake);
 	d = distribution(samples, nwake);
-	printf("p50 %.1f us, p99 %.1f us, p99.9 %.1f us\n", d.p50 / 1e3, d.p99 / 1e3, d.p999 / 1e3);
+	printf("arena consumer:        p50 %.1f us, p99 %.1f us, p99.9 %.1f us\n", d.p50 / 1e3,
+	       d.p99 / 1e3, d.p999 / 1e3);
+	bare_futex_run(nwake);
+	d = distribution(samples, nwake);
+	printf("bare futex wait/wake:  p50 %.1f us, p99 %.1f us, p99.9 %.1f us (this machine's "
+	       "floor)\n",
+	       d.p50 / 1e3, d.p99 / 1e3, d.p999 / 1e3);
 	return 0;
 }
