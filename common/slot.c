@@ -10,6 +10,11 @@
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
+#ifdef SF_HAVE_XXH3_DISPATCH
+/* Replaces XXH3_64bits and its variants by libxxhash's runtime-dispatched versions:
+ * the same hashes, computed with the widest vector unit the CPU has. */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "shmfeed/shmfeed.h"
 #include "common/futex.h"
