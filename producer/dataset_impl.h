@@ -106,6 +106,10 @@ struct sf_dataset {
 	/* Tokenized chunks shared by the producers: the pointer is set at open and never
 	 * changes; the memory it points to is MAP_SHARED and written by them. */
 	struct sf_chunk_share *share;
+	/* The head of every chunk (its first whole documents holding T+1 tokens), shared by
+	 * the producers the same way, so that a chunk's head is tokenized once, not once for
+	 * the chunk and once more as the tail of the chunk before it. NULL: none. */
+	struct sf_chunk_share *heads;
 
 	/* The token stream and the sample space. */
 	uint32_t eot; /* <|endoftext|> id, or UINT32_MAX when unknown */

@@ -12,7 +12,10 @@
  * entry of the shared chunk cache (producer/chunk_share.h), where each chunk is
  * tokenized by one producer for all of them, or, when that cache cannot serve it, the
  * process's own buffer. Windows mode makes caching effective by taking the windows of a
- * chunk together (in a permuted order) before moving to the next permuted chunk.
+ * chunk together (in a permuted order) before moving to the next permuted chunk. The
+ * T+1 tokens after a chunk are the head of the next one, which is tokenized anyway when
+ * that chunk's turn comes: a second shared table keeps every chunk's head, so that
+ * whichever of the two needs it first tokenizes it and the other copies it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -378,7 +381,9 @@ void sf__text_close(struct sf_dataset *ds)
 	free(ds->text_files);
 	free(ds->chunks);
 	sf__share_free(ds->share);
+	sf__share_free(ds->heads);
 	ds->share = NULL;
+	ds->heads = NULL;
 	ds->text_files = NULL;
 	ds->chunks = NULL;
 	ds->n_text_files = 0;
@@ -827,9 +832,12 @@ uint64_t sf__text_cache_encoded(const struct sf_text_cache *c)
 	return c->encoded;
 }
 
-/* Tokenize the documents of `chunk` into `d`, appending up to `limit` tokens in total. */
+/*
+ * Tokenize the documents of `chunk` into `d`, appending up to `limit` tokens in total,
+ * after passing over its first `skip` documents (already in `d`, copied from its head).
+ */
 static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk, uint64_t limit,
-		       uint32_t *doc_lens, struct sf_err *e)
+		       uint64_t skip, uint32_t *doc_lens, struct sf_err *e)
 {
 	struct sf_doc_walk w;
 	const char *doc;
@@ -840,6 +848,10 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	sf__text_walk_init(&w, c->ds, chunk, c->scratch);
 	/* Bad records were counted when the index was built; here they are passed over
 	 * silently, the same ones every time. */
+	while (skip && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1)
+		skip--;
+	if (r < 0)
+		return r;
 	while (d->n < limit && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1) {
 		const uint32_t *ids;
 		size_t n, take;
@@ -872,26 +884,197 @@ static int count_mismatch(const struct sf_dataset *ds, uint64_t chunk, uint64_t 
 		       (unsigned long long)n, (unsigned long long)ch->n_tokens);
 }
 
+/*
+ * Chunk heads. The head of a chunk is its first documents, whole, up to and including
+ * the first one that reaches T+1 tokens (all of them in a shorter chunk): a pure function
+ * of the chunk, written by whichever producer tokenizes it first, the one filling the
+ * chunk or the one filling the chunk before it (whose tail it is). It holds at most T
+ * tokens before its last document, which holds at most max_doc_bytes + 1 (a token covers
+ * at least a byte, then <|endoftext|>), and at most T+1 documents.
+ */
+static uint64_t head_tokens_cap(const struct sf_dataset *ds)
+{
+	uint64_t doc = ds->max_doc_bytes + 1;
+
+	return ds->seq_len + 1 + (doc < ds->max_chunk_tokens ? doc : ds->max_chunk_tokens);
+}
+
+static uint64_t head_docs_cap(const struct sf_dataset *ds)
+{
+	return ds->seq_len + 2;
+}
+
+/*
+ * How long a head lookup waits for another producer filling it: long enough to check
+ * whether that filler died (and take its entry over), never long enough to wait for a
+ * live one, since tokenizing the head again costs about as much as waiting for it.
+ */
+#define HEAD_WAIT_NS 1
+
+/* A head that does not fit its entry (a document longer than its bytes allow). */
+#define HEAD_TOO_BIG 1
+
+/* Append head `h` to `d` up to `limit` tokens, with the document starts encode_docs()
+ * would record. */
+static void append_head(struct tok_dest *d, const struct sf_share_ref *h, uint64_t limit)
+{
+	uint64_t take = h->n_tokens < limit - d->n ? h->n_tokens : limit - d->n;
+
+	for (uint64_t i = 0; i < h->n_docs && h->doc_starts[i] < take && d->n_docs < d->docs_cap;
+	     i++)
+		d->doc_starts[d->n_docs++] = d->n + h->doc_starts[i];
+	memcpy(d->tokens + d->n, h->tokens, take * sizeof(*d->tokens));
+	d->n += take;
+}
+
+/* Tokenize the head of `chunk` into `h`. Returns 0, HEAD_TOO_BIG or an error. */
+static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chunk,
+		       struct sf_err *e)
+{
+	const uint64_t L = c->ds->seq_len + 1;
+	struct sf_doc_walk w;
+	const char *doc;
+	size_t len;
+	int r = 0;
+	struct sf_err ignored;
+
+	sf__text_walk_init(&w, c->ds, chunk, c->scratch);
+	while (h->n < L && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1) {
+		const uint32_t *ids;
+		size_t n;
+
+		r = sf__tok_encode(c->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
+		if (r < 0)
+			return r;
+		c->encoded += n + 1;
+		if (n + 1 > h->cap - h->n || h->n_docs == h->docs_cap)
+			return HEAD_TOO_BIG;
+		h->doc_starts[h->n_docs++] = h->n;
+		memcpy(h->tokens + h->n, ids, n * sizeof(*ids));
+		h->n += n;
+		h->tokens[h->n++] = c->ds->eot;
+	}
+	return r < 0 ? r : 0;
+}
+
+/*
+ * Append the tokens of `chunk` to `d` up to `limit`, as the tail of the chunk before it
+ * (limit - d->n <= T+1, so its head holds them): copied from the chunk's head when
+ * another producer has tokenized it, else tokenized into the head entry and copied.
+ */
+static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk, uint64_t limit,
+		       struct sf_err *e)
+{
+	const struct sf_dataset *ds = c->ds;
+	const uint64_t n0 = d->n, docs0 = d->n_docs;
+	struct sf_share_ref ref;
+	struct tok_dest h;
+	int r;
+
+	if (!ds->heads)
+		return encode_docs(c, d, chunk, limit, 0, NULL, e);
+	r = sf__share_acquire(ds->heads, chunk, chunk, HEAD_WAIT_NS, &ref);
+	if (r == SF_SHARE_HIT) {
+		append_head(d, &ref, limit);
+		if (sf__share_valid(ds->heads, &ref))
+			return 0;
+		/* Refilled while it was copied: what was copied may be another chunk's. */
+		d->n = n0;
+		d->n_docs = docs0;
+	}
+	if (r != SF_SHARE_FILL)
+		return encode_docs(c, d, chunk, limit, 0, NULL, e);
+	h = (struct tok_dest){.tokens = ref.tokens,
+			      .cap = head_tokens_cap(ds),
+			      .doc_starts = ref.doc_starts,
+			      .docs_cap = head_docs_cap(ds)};
+	r = encode_head(c, &h, chunk, e);
+	if (r) {
+		sf__share_abandon(&ref);
+		return r < 0 ? r : encode_docs(c, d, chunk, limit, 0, NULL, e);
+	}
+	/* The entry is this producer's until it publishes it: nobody else writes it. */
+	ref.n_tokens = h.n;
+	ref.n_docs = h.n_docs;
+	append_head(d, &ref, limit);
+	sf__share_publish(&ref, chunk, h.n, h.n_docs);
+	return 0;
+}
+
+/*
+ * Look up the head of `chunk` before tokenizing the chunk into `d` (empty). On a hit it
+ * is copied into `d` and *ret_skip is the number of its documents; on a claim *ret_ref
+ * is the entry this producer now owns and must publish (publish_head()) or abandon.
+ * Returns SF_SHARE_HIT, SF_SHARE_FILL or SF_SHARE_BUSY.
+ */
+static int lookup_head(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk,
+		       struct sf_share_ref *ret_ref, uint64_t *ret_skip)
+{
+	const struct sf_dataset *ds = c->ds;
+	int r;
+
+	*ret_skip = 0;
+	if (!ds->heads)
+		return SF_SHARE_BUSY;
+	r = sf__share_acquire(ds->heads, chunk, chunk, HEAD_WAIT_NS, ret_ref);
+	if (r != SF_SHARE_HIT)
+		return r;
+	append_head(d, ret_ref, d->cap);
+	if (sf__share_valid(ds->heads, ret_ref)) {
+		*ret_skip = ret_ref->n_docs;
+		return r;
+	}
+	d->n = 0;
+	d->n_docs = 0;
+	return SF_SHARE_BUSY;
+}
+
+/* Write the head of the chunk just tokenized into `d` to the claimed entry `ref`. */
+static void publish_head(const struct sf_dataset *ds, const struct tok_dest *d, uint64_t chunk,
+			 const struct sf_share_ref *ref)
+{
+	uint64_t k = 0, n;
+
+	while (k < d->n_docs && d->doc_starts[k] < ds->seq_len + 1)
+		k++;
+	n = k < d->n_docs ? d->doc_starts[k] : d->n;
+	if (n > head_tokens_cap(ds) || k > head_docs_cap(ds)) {
+		sf__share_abandon(ref);
+		return;
+	}
+	memcpy(ref->tokens, d->tokens, n * sizeof(*d->tokens));
+	memcpy(ref->doc_starts, d->doc_starts, k * sizeof(*d->doc_starts));
+	sf__share_publish(ref, chunk, n, k);
+}
+
 /* Tokenize `chunk` and the T+1 tokens after it into `d`. */
 static int fill_dest(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk, struct sf_err *e)
 {
 	const struct sf_dataset *ds = c->ds;
 	const struct sf_chunk *ch = &ds->chunks[chunk];
-	uint64_t limit, need;
-	int r;
+	struct sf_share_ref head;
+	uint64_t limit, need, skip;
+	int hr, r;
 
 	d->n = 0;
 	d->n_docs = 0;
-	r = encode_docs(c, d, chunk, ch->n_tokens + 1, NULL, e);
+	hr = lookup_head(c, d, chunk, &head, &skip);
+	r = encode_docs(c, d, chunk, ch->n_tokens + 1, skip, NULL, e);
+	if (r >= 0 && d->n != ch->n_tokens)
+		r = count_mismatch(ds, chunk, d->n, e);
+	if (hr == SF_SHARE_FILL) {
+		if (r < 0)
+			sf__share_abandon(&head);
+		else
+			publish_head(ds, d, chunk, &head);
+	}
 	if (r < 0)
 		return r;
-	if (d->n != ch->n_tokens)
-		return count_mismatch(ds, chunk, d->n, e);
 	/* The window starting at the chunk's last token reads T more after it. */
 	need = ds->n_tokens - ch->start;
 	limit = ch->n_tokens + ds->seq_len + 1 < need ? ch->n_tokens + ds->seq_len + 1 : need;
 	for (uint64_t next = chunk + 1; d->n < limit && next < ds->n_chunks; next++) {
-		r = encode_docs(c, d, next, limit, NULL, e);
+		r = append_tail(c, d, next, limit, e);
 		if (r < 0)
 			return r;
 	}
@@ -909,7 +1092,7 @@ int sf__text_encode_chunk(struct sf_text_cache *c, uint64_t chunk, const uint32_
 	c->own.n = 0;
 	c->own.n_docs = 0;
 	if (ch->n_tokens)
-		r = encode_docs(c, &c->own, chunk, ch->n_tokens + 1, doc_lens, e);
+		r = encode_docs(c, &c->own, chunk, ch->n_tokens + 1, 0, doc_lens, e);
 	if (r < 0)
 		return r;
 	if (c->own.n != ch->n_tokens)
@@ -1107,6 +1290,7 @@ int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64
 int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 {
 	uint64_t B = ds->batch, per_batch, n, entry_bytes;
+	int r;
 	uint64_t wpc = ds->n_windows / ds->n_chunks ? ds->n_windows / ds->n_chunks : 1;
 
 	per_batch = (B + wpc - 1) / wpc < B ? (B + wpc - 1) / wpc + 1 : B + 1;
@@ -1116,7 +1300,17 @@ int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 	entry_bytes = dest_tokens_cap(ds) * sizeof(uint32_t) + dest_docs_cap(ds) * sizeof(uint64_t);
 	if (n * entry_bytes > SHARE_MAX_BYTES)
 		n = SHARE_MAX_BYTES / entry_bytes;
+	if (n >= 2) {
+		r = sf__share_create(n, dest_tokens_cap(ds), dest_docs_cap(ds), &ds->share, e);
+		if (r < 0)
+			return r;
+	}
+	/* One head per chunk, placed by chunk index, within the same bound. */
+	n = ds->n_chunks;
+	entry_bytes = head_tokens_cap(ds) * sizeof(uint32_t) + head_docs_cap(ds) * sizeof(uint64_t);
+	if (n * entry_bytes > SHARE_MAX_BYTES)
+		n = SHARE_MAX_BYTES / entry_bytes;
 	if (n < 2)
 		return 0;
-	return sf__share_create(n, dest_tokens_cap(ds), dest_docs_cap(ds), &ds->share, e);
+	return sf__share_create(n, head_tokens_cap(ds), head_docs_cap(ds), &ds->heads, e);
 }

@@ -79,8 +79,9 @@ int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64
 
 /*
  * sf__text_share_create - map the shared chunk cache of `ds` (see producer/chunk_share.h),
- * sized from the batch size, the number of producers and the chunk sizes; leaves
- * ds->share NULL when not even two entries fit. Call after the index is built.
+ * sized from the batch size, the number of producers and the chunk sizes, and the shared
+ * table of chunk heads (one entry per chunk); leaves ds->share or ds->heads NULL when not
+ * even two entries fit. Call after the index is built.
  */
 int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e);
 
