@@ -79,25 +79,9 @@ static int decompress_zstd(const char *path, const unsigned char *in, size_t in_
 		ZSTD_freeDStream(ds);
 		return sf__err(e, r, "%s: cannot allocate %zu bytes to decompress", path, want);
 	}
-	while (ib.pos < ib.size) {
-		ZSTD_outBuffer ob;
-
-		if (len == cap && (r = grow(&buf, &cap, cap * 2)) < 0) {
-			r = sf__err(e, r, "%s: cannot allocate %zu bytes to decompress", path,
-				    cap * 2);
-			goto out;
-		}
-		ob = (ZSTD_outBuffer){buf + len, cap - len, 0};
-		last = ZSTD_decompressStream(ds, &ob, &ib);
-		if (ZSTD_isError(last)) {
-			r = sf__err(e, SF_E_SOURCE, "%s: byte %zu: invalid zstd stream: %s", path,
-				    ib.pos, ZSTD_getErrorName(last));
-			goto out;
-		}
-		len += ob.pos;
-	}
-	/* Flush what the decoder still holds once the input is consumed. */
-	while (last != 0) {
+	/* Until the input is consumed and the decoder holds nothing back (`last` is the
+	 * number of bytes it still wants, 0 at the end of a frame). */
+	while (ib.pos < ib.size || last != 0) {
 		ZSTD_outBuffer ob;
 		size_t before = len;
 
@@ -114,7 +98,7 @@ static int decompress_zstd(const char *path, const unsigned char *in, size_t in_
 			goto out;
 		}
 		len += ob.pos;
-		if (len == before && last != 0) {
+		if (ib.pos == ib.size && len == before && last != 0) {
 			r = sf__err(e, SF_E_SOURCE,
 				    "%s: byte %zu: truncated zstd stream (the frame is incomplete)",
 				    path, in_len);
