@@ -156,12 +156,10 @@ struct sf_slot {
 /* Single-writer telemetry block, one per participant. */
 struct sf_telemetry {
 	_Atomic uint64_t wait_hist[SF_WAIT_BUCKETS]; /* counts of waits by floor(log2(ns)) */
-	_Atomic uint64_t tokens;
-	_Atomic uint64_t bytes;
-	_Atomic uint64_t wakes;	  /* futex wakes issued */
-	_Atomic uint64_t sleeps;  /* futex waits entered */
+	_Atomic uint64_t tokens;  /* tokens written (producers) or handed out (consumers) */
+	_Atomic uint64_t bytes;	  /* payload bytes written (producers) */
 	_Atomic uint64_t skipped; /* records skipped by policy (producers) */
-	uint64_t pad[3];
+	uint64_t pad[5];
 };
 
 _Static_assert(sizeof(struct sf_participant) == SF_CACHE_LINE, "participant is one line");
