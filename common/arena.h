@@ -234,7 +234,7 @@ struct sf_arena_options {
 };
 
 /*
- * sf__arena_size - the layout (offsets and total size) that `geo` needs. Fills the
+ * sf__arena_layout - the layout (offsets and total size) that `geo` needs. Fills the
  * offset fields of `hdr` when not NULL. Returns 0, or SF_E_CONFIG for a geometry out of
  * range (detail in `e`).
  */
@@ -246,17 +246,18 @@ int sf__arena_layout(const struct sf_geometry *geo, int hugepages, struct sf_are
 int sf__job_name_valid(const char *job);
 
 /*
- * sf__arena_create - create the arena of job `job`: shm_open(O_CREAT|O_EXCL, 0600),
- * posix_fallocate of the full size (a full /dev/shm fails here with -ENOSPC and a message
- * giving bytes needed and free), mmap, header written last with a release store of the
- * magic. An existing arena whose creator is dead is reclaimed; a live one yields
- * SF_E_BUSY. `ret_hugepages_note` (may be NULL) receives a line saying whether huge pages
- * are used and why, for the caller to log.
+ * sf__arena_create - create the arena of job `job`: built under a temporary name with
+ * shm_open(O_CREAT|O_EXCL, 0600), posix_fallocate of the full size (a full /dev/shm fails
+ * here with -ENOSPC and a message giving bytes needed and free), mmap, header written
+ * last with a release store of the magic, then linked under its real name. An existing
+ * arena whose creator is dead is reclaimed; a live one yields SF_E_BUSY. `ret_note` (may
+ * be NULL) receives a line saying whether huge pages are used and why, and whether a
+ * stale arena was reclaimed, for the caller to log.
  * Returns 0 and *ret_arena (free with sf__arena_detach(), unlink with sf__arena_destroy()).
  */
 int sf__arena_create(const char *job, const struct sf_geometry *geo,
 		     const struct sf_arena_options *opt, struct sf_arena **ret_arena,
-		     char *ret_hugepages_note, size_t note_len, struct sf_err *e);
+		     char *ret_note, size_t note_len, struct sf_err *e);
 
 /*
  * sf__arena_attach - map the existing arena of job `job` read-write. Refuses a
