@@ -201,6 +201,17 @@ static inline uint64_t sf__slot_lap(uint64_t w)
 }
 
 /*
+ * Add to a counter that has one writer (a participant's own entry or telemetry block):
+ * a relaxed load and store, no locked instruction on the hot path. Readers sample it
+ * and see each update whole.
+ */
+static inline void sf__counter_add(_Atomic uint64_t *counter, uint64_t v)
+{
+	atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v,
+			      memory_order_relaxed);
+}
+
+/*
  * Offset of the document starts inside a payload: after the B x (T+1) tokens, rounded up
  * to a cache line so that the uint32 offsets are aligned whatever B, T and the token size.
  */

@@ -76,29 +76,20 @@ static uint32_t hist_bucket(uint64_t v)
 }
 
 /*
- * Counters the supervisor reads for `status` and `top`: this consumer's participant
- * entry and telemetry block have one writer, this handle, so each counter is a relaxed
- * load and store (no locked instruction on the hot path); readers see each update whole.
- * The arena histogram is coarser than the handle's: floor(log2(ns)) buckets.
+ * Counters the supervisor reads for `status` and `top`, in this consumer's participant
+ * entry and telemetry block, which have one writer: this handle. The arena histogram is coarser
+ * than the handle's: floor(log2(ns)) buckets.
  */
 static void publish_telemetry(struct sf_consumer *c, uint64_t waited, uint64_t tokens)
 {
 	struct sf_telemetry *t = &c->a->telemetry[c->me];
 	struct sf_participant *p = &c->a->participants[c->me];
 	uint32_t b = waited ? 63u - (uint32_t)__builtin_clzll(waited) : 0;
-	_Atomic uint64_t *bucket = &t->wait_hist[b < SF_WAIT_BUCKETS ? b : SF_WAIT_BUCKETS - 1];
 
-	atomic_store_explicit(bucket, atomic_load_explicit(bucket, memory_order_relaxed) + 1,
-			      memory_order_relaxed);
-	atomic_store_explicit(&t->tokens,
-			      atomic_load_explicit(&t->tokens, memory_order_relaxed) + tokens,
-			      memory_order_relaxed);
-	atomic_store_explicit(&p->batches,
-			      atomic_load_explicit(&p->batches, memory_order_relaxed) + 1,
-			      memory_order_relaxed);
-	atomic_store_explicit(&p->wait_ns,
-			      atomic_load_explicit(&p->wait_ns, memory_order_relaxed) + waited,
-			      memory_order_relaxed);
+	sf__counter_add(&t->wait_hist[b < SF_WAIT_BUCKETS ? b : SF_WAIT_BUCKETS - 1], 1);
+	sf__counter_add(&t->tokens, tokens);
+	sf__counter_add(&p->batches, 1);
+	sf__counter_add(&p->wait_ns, waited);
 }
 
 /* The middle of a bucket's range, as the value it stands for. */

@@ -4,41 +4,18 @@
  * first claim (sf__builder_create()), so the loop itself allocates nothing. The process
  * keeps no state between batches that the batches depend on: whichever producer claims a
  * slot, a crashed one's included, writes the same bytes. While the job is PAUSED (the
- * launcher's `pause` request) a producer finishes the batch it holds, claims nothing
- * more, and sleeps on the job state's futex until the job runs again or stops.
+ * launcher's `pause` request) a producer finishes the batch it holds and claims nothing
+ * more: sf__producer_claim() sleeps until the job runs again or stops.
  */
 #include <stdatomic.h>
 
 #include "shmfeed/shmfeed.h"
-#include "common/futex.h"
 #include "common/proc.h"
 #include "common/slot.h"
 #include "producer/producer.h"
 
 /* How long one claim waits before the loop looks at the job state and heartbeats. */
 #define CLAIM_SLICE_NS (200 * 1000 * 1000)
-
-/*
- * Sleep while the job is PAUSED, waking at least every CLAIM_SLICE_NS to heartbeat.
- * Returns once it runs again or is stopping (the caller's claim then says which).
- */
-static void sleep_while_paused(struct sf_arena *a, struct sf_participant *me)
-{
-	struct sf_arena_header *h = a->hdr;
-
-	for (;;) {
-		/* Seq_cst, and the sequence before the state: sf__arena_set_job_state() stores
-		 * the state and then bumps job_seq, so if the state read here is still PAUSED
-		 * while a resume is under way, the futex finds job_seq changed and returns. */
-		uint32_t seq = atomic_load_explicit(&h->job_seq, memory_order_seq_cst);
-
-		if (atomic_load_explicit(&h->job_state, memory_order_seq_cst) != SF_JOB_PAUSED)
-			return;
-		sf__futex_wait(&h->job_seq, seq, CLAIM_SLICE_NS);
-		/* Relaxed: a statistic for the supervisor, like the heartbeat of the loop. */
-		atomic_store_explicit(&me->heartbeat_ns, sf__now_ns(), memory_order_relaxed);
-	}
-}
 
 int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index, struct sf_err *e)
 {
@@ -64,17 +41,13 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 		uint64_t t0 = sf__now_ns(), t1, first, out, enc;
 		uint32_t len;
 
-		/* Acquire: pairs with the store in sf__arena_set_job_state(). */
-		if (atomic_load_explicit(&a->hdr->job_state, memory_order_acquire) ==
-		    SF_JOB_PAUSED) {
-			sleep_while_paused(a, me);
-			continue;
-		}
+		/* While the job is PAUSED the claim hands out nothing and sleeps; it times out
+		 * every CLAIM_SLICE_NS so the heartbeat below goes on. */
 		r = sf__producer_claim(a, index, CLAIM_SLICE_NS, &f);
 		t1 = sf__now_ns();
 		/* Relaxed: counters and heartbeat are single-writer statistics that readers
 		 * sample; nothing is ordered by them. */
-		atomic_fetch_add_explicit(&me->wait_ns, t1 - t0, memory_order_relaxed);
+		sf__counter_add(&me->wait_ns, t1 - t0);
 		atomic_store_explicit(&me->heartbeat_ns, t1, memory_order_relaxed);
 		if (r == SF_E_TIMEOUT)
 			continue;
@@ -95,10 +68,10 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 		sf__producer_publish(a, index, &f, len, first);
 		sf__builder_counters(b, &out, &enc);
 		(void)enc;
-		atomic_fetch_add_explicit(&me->batches, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&me->busy_ns, sf__now_ns() - t1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&tm->tokens, out - out_before, memory_order_relaxed);
-		atomic_fetch_add_explicit(&tm->bytes, len, memory_order_relaxed);
+		sf__counter_add(&me->batches, 1);
+		sf__counter_add(&me->busy_ns, sf__now_ns() - t1);
+		sf__counter_add(&tm->tokens, out - out_before);
+		sf__counter_add(&tm->bytes, len);
 		out_before = out;
 	}
 	if (r == 0)
