@@ -36,9 +36,9 @@ static void print_text(const struct sf_arena *a)
 	       job_state_name(atomic_load_explicit(&h->job_state, memory_order_acquire)),
 	       (unsigned long long)g->config_digest);
 	printf("  geometry: %u ranks x %u slots, B=%u T+1=%u, %u-byte tokens, world %u from "
-	       "rank %u\n",
+	       "rank %u, %llu samples an epoch\n",
 	       g->ranks, g->slots_per_rank, g->batch, g->seq_tokens, g->token_bytes, g->world_size,
-	       g->rank_base);
+	       g->rank_base, (unsigned long long)g->samples_per_epoch);
 	printf("  payload %llu bytes, stride %llu, flags%s%s%s\n",
 	       (unsigned long long)h->payload_bytes, (unsigned long long)h->payload_stride,
 	       g->flags & SF_ARENA_F_HUGEPAGES ? " hugepages" : "",
@@ -97,9 +97,10 @@ static void print_json(const struct sf_arena *a)
 	       (unsigned long long)g->config_digest);
 	printf("\"geometry\":{\"ranks\":%u,\"slots_per_rank\":%u,\"max_producers\":%u,"
 	       "\"batch\":%u,\"seq_tokens\":%u,\"token_bytes\":%u,\"doc_starts_per_seq\":%u,"
-	       "\"world_size\":%u,\"rank_base\":%u,\"flags\":%u},",
+	       "\"world_size\":%u,\"rank_base\":%u,\"flags\":%u,\"samples_per_epoch\":%llu},",
 	       g->ranks, g->slots_per_rank, g->max_producers, g->batch, g->seq_tokens,
-	       g->token_bytes, g->doc_starts_per_seq, g->world_size, g->rank_base, g->flags);
+	       g->token_bytes, g->doc_starts_per_seq, g->world_size, g->rank_base, g->flags,
+	       (unsigned long long)g->samples_per_epoch);
 	printf("\"payload_bytes\":%llu,\"payload_stride\":%llu,\"repairs\":%llu,"
 	       "\"slots_repaired\":%llu,",
 	       (unsigned long long)h->payload_bytes, (unsigned long long)h->payload_stride,

@@ -21,7 +21,7 @@
 #include "common/errors.h"
 
 #define SF_ARENA_MAGIC		0x00444545464d4853ull /* "SHMFEED\0" in little-endian bytes */
-#define SF_ARENA_LAYOUT_VERSION 1u
+#define SF_ARENA_LAYOUT_VERSION 2u
 #define SF_CACHE_LINE		64u
 #define SF_PAGE_SIZE		4096u
 #define SF_HUGE_PAGE_SIZE	(2u * 1024u * 1024u)
@@ -63,6 +63,7 @@ struct sf_geometry {
 	uint32_t rank_base;	     /* global rank of local rank 0 on this node */
 	uint32_t flags;		     /* SF_ARENA_F_* */
 	uint64_t config_digest;	     /* digest of the resolved config */
+	uint64_t samples_per_epoch;  /* global samples in one epoch (windows of the stream) */
 };
 
 /*

@@ -524,9 +524,10 @@ int sf_consumer_release(struct sf_consumer *c)
 int sf_consumer_state(struct sf_consumer *c, struct sf_resume *ret_state)
 {
 	const struct sf_geometry *geo = &c->a->hdr->geo;
+	uint64_t samples = c->step * geo->batch * geo->world_size;
 	struct sf_resume st = {
-		.samples = c->step * geo->batch * geo->world_size,
-		.epoch = 0,
+		.samples = samples,
+		.epoch = geo->samples_per_epoch ? samples / geo->samples_per_epoch : 0,
 		.config_digest = geo->config_digest,
 		.provenance = c->provenance,
 	};

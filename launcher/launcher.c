@@ -427,14 +427,14 @@ static int describe_job(struct supervisor *S, char *buf, size_t len)
 		",\"version\":\"%s\",\"pid\":%d,\"state\":\"%s\",\"uptime_s\":%.3f,"
 		"\"command_pid\":%d,\"producers\":%u,\"producers_alive\":%u,\"ranks\":%u,"
 		"\"world_size\":%u,\"rank_base\":%u,\"batch\":%u,\"seq_len\":%u,"
-		"\"slots_per_rank\":%u,\"token_bytes\":%u,\"config_digest\":\"%016llx\","
-		"\"stats\":",
+		"\"slots_per_rank\":%u,\"token_bytes\":%u,\"samples_per_epoch\":%llu,"
+		"\"config_digest\":\"%016llx\",\"stats\":",
 		sf_version(), (int)S->self,
 		job_state_name(atomic_load_explicit(&S->a->hdr->job_state, memory_order_acquire)),
 		(double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid, S->n_prod, alive,
 		S->geo.ranks, S->geo.world_size, S->geo.rank_base, S->geo.batch,
 		S->geo.seq_tokens - 1, S->geo.slots_per_rank, S->geo.token_bytes,
-		(unsigned long long)S->geo.config_digest);
+		(unsigned long long)S->geo.samples_per_epoch, (unsigned long long)S->geo.config_digest);
 	sf__json_escape(buf, len, &n, S->pub_ep);
 	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "}");
 	return n < len ? (int)n : -ENOSPC;

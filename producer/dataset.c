@@ -443,6 +443,7 @@ int sf__dataset_geometry(const struct sf_dataset *ds, const struct sf_config *cf
 		  (cfg->doc_starts ? SF_ARENA_F_DOC_STARTS : 0) |
 		  (cfg->hugepages ? SF_ARENA_F_HUGEPAGES : 0);
 	g.config_digest = ds->config_digest;
+	g.samples_per_epoch = ds->n_windows;
 	*ret_geo = g;
 	return 0;
 }

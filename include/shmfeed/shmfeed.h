@@ -94,9 +94,9 @@ struct sf_batch {
 /*
  * Resume state of one rank: a few integers. `samples` counts global samples consumed by
  * the whole job before this rank's next batch (step * B * W), so it stays valid when the
- * world size changes with the global batch fixed. `epoch` is 0: the arena header does
- * not record the number of samples in an epoch, so `samples` alone positions a resume
- * (the producers map a global sample index to its epoch). `provenance` chains the digest
+ * world size changes with the global batch fixed. `epoch` is the epoch that sample
+ * belongs to (samples / samples per epoch of the job's stream); it is for reading only:
+ * sf_consumer_seek() positions by `samples` and ignores it. `provenance` chains the digest
  * of every batch this rank consumed:
  *   provenance_0 = 0,
  *   provenance_n+1 = XXH3-64(le64(step) || le64(digest), seed = provenance_n),
@@ -105,7 +105,7 @@ struct sf_batch {
  */
 struct sf_resume {
 	uint64_t samples;	/* global samples consumed before the next step */
-	uint64_t epoch;		/* epoch of the next step (0: see above) */
+	uint64_t epoch;		/* epoch of the next step's first sample */
 	uint64_t config_digest; /* digest of the config that produced the stream */
 	uint64_t provenance;	/* running digest over every batch consumed so far */
 };

@@ -105,6 +105,8 @@ static void run(const char *name, const struct sf_config *cfg, uint64_t epochs)
 	H_CHECK(sf__dataset_open(cfg, &ds, &e) == 0, "%s", e.msg);
 	H_CHECK(sf__dataset_geometry(ds, cfg, &g, &e) == 0, "%s", e.msg);
 	sf__dataset_stats(ds, &st);
+	H_CHECK(g.samples_per_epoch == st.n_windows, "the arena records %llu samples an epoch",
+		(unsigned long long)g.samples_per_epoch);
 	steps = epochs * st.n_windows / ((uint64_t)cfg->batch_size * cfg->world_size);
 	snprintf(job, sizeof(job), "test-psteady-%d", (int)getpid());
 	H_CHECK(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e) == 0, "%s", e.msg);

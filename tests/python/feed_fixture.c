@@ -83,7 +83,7 @@ static void usage(void)
 		"usage: feed_fixture --job NAME [--ranks R] [--world-size W] [--rank-base N]\n"
 		"       [--batch B] [--seq-len T] [--slots K] [--producers P] [--dtype u16|i32]\n"
 		"       [--doc-starts D] [--vocab V] [--seed S] [--steps N] [--tokens FILE]\n"
-		"       [--no-checksum] [--lifetime SECONDS]\n"
+		"       [--samples-per-epoch N] [--no-checksum] [--lifetime SECONDS]\n"
 		"       feed_fixture --abi\n");
 }
 
@@ -103,6 +103,7 @@ int main(int argc, char **argv)
 						 {"seed", required_argument, 0, 's'},
 						 {"steps", required_argument, 0, 'n'},
 						 {"tokens", required_argument, 0, 'f'},
+						 {"samples-per-epoch", required_argument, 0, 'E'},
 						 {"no-checksum", no_argument, 0, 'c'},
 						 {"lifetime", required_argument, 0, 'l'},
 						 {"abi", no_argument, 0, 'a'},
@@ -165,6 +166,9 @@ int main(int argc, char **argv)
 			break;
 		case 'f':
 			o.token_file = optarg;
+			break;
+		case 'E':
+			o.samples_per_epoch = strtoull(optarg, NULL, 0);
 			break;
 		case 'c':
 			o.checksum = 0;

@@ -72,12 +72,13 @@ def test_provenance_is_the_chain_of_digests():
 
 
 def test_state_dict_resume_is_byte_identical():
-    with Feed("resume", ranks=2) as feed:
+    with Feed("resume", ranks=2, extra=("--samples-per-epoch", "12")) as feed:
         L = shmfeed.Loader(job=feed.job, local_rank=1)
         for _ in range(5):
             L.next()
         state = L.state_dict()
         assert state["samples"] == 5 * 4 * 2 and state["step"] == 5
+        assert state["epoch"] == 40 // 12
         first = [(bytes(L.next().tokens.numpy().tobytes())) for _ in range(8)]
         end_prov = L.state_dict()["provenance"]
         L.close()

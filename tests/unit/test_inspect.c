@@ -53,7 +53,8 @@ int main(int argc, char **argv)
 				.token_bytes = 2,
 				.world_size = 2,
 				.flags = SF_ARENA_F_CHECKSUM,
-				.config_digest = 0xabcdef};
+				.config_digest = 0xabcdef,
+				.samples_per_epoch = 1234};
 	static char out[1 << 16];
 	struct sf_arena *a;
 	struct sf_err e = {0};
@@ -86,6 +87,7 @@ int main(int argc, char **argv)
 	run(cmd, out, sizeof(out));
 	expect(strstr(out, "job t-inspect-") != NULL, "text names the job", out);
 	expect(strstr(out, "2 ranks x 2 slots, B=4 T+1=65") != NULL, "text geometry", out);
+	expect(strstr(out, "1234 samples an epoch") != NULL, "text samples per epoch", out);
 	expect(strstr(out, "state running") != NULL, "text job state", out);
 	expect(strstr(out, "rank 0 (next step 1): 2:FREE 1:READY") != NULL, "rank 0 slots", out);
 	expect(strstr(out, "rank 1 (next step 0): 0:CLAIMED(2) 1:FILLING(0)") != NULL,
@@ -94,11 +96,11 @@ int main(int argc, char **argv)
 
 	snprintf(cmd, sizeof(cmd),
 		 "%s inspect %s --json | python3 -c 'import json,sys; d=json.load(sys.stdin); "
-		 "print(d[\"geometry\"][\"seq_tokens\"], d[\"rings\"][1][\"slots\"][1][\"state\"], "
+		 "print(d[\"geometry\"][\"seq_tokens\"], d[\"geometry\"][\"samples_per_epoch\"], d[\"rings\"][1][\"slots\"][1][\"state\"], "
 		 "d[\"participants\"][0][\"role\"], d[\"config_digest\"])'",
 		 argv[1], job);
 	run(cmd, out, sizeof(out));
-	expect(strcmp(out, "65 FILLING producer 0000000000abcdef\n") == 0, "JSON fields", out);
+	expect(strcmp(out, "65 1234 FILLING producer 0000000000abcdef\n") == 0, "JSON fields", out);
 
 	snprintf(cmd, sizeof(cmd), "%s inspect no-such-job-%d 2>&1", argv[1], (int)getpid());
 	{

@@ -150,6 +150,7 @@ int feed_start(const struct feed_options *o, struct feed **ret, struct sf_err *e
 		.doc_starts_per_seq = o->doc_starts_per_seq,
 		.world_size = o->world_size ? o->world_size : o->ranks,
 		.rank_base = o->rank_base,
+		.samples_per_epoch = o->samples_per_epoch,
 		.flags = (o->checksum ? SF_ARENA_F_CHECKSUM : 0) |
 			 (o->doc_starts_per_seq ? SF_ARENA_F_DOC_STARTS : 0),
 	};

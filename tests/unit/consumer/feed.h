@@ -45,6 +45,7 @@ struct feed_options {
 	uint32_t checksum;	     /* 1: producers store xxh3 checksums */
 	uint64_t seed;
 	uint64_t steps;		/* 0: unlimited */
+	uint64_t samples_per_epoch; /* recorded in the geometry (the stream ignores it) */
 	const char *token_file; /* NULL: synthetic tokens */
 };
 

@@ -113,12 +113,18 @@ Test(consumer, batches_follow_the_feed_rule_on_every_rank)
 
 Test(consumer, provenance_chains_the_batch_digests)
 {
-	struct feed *f = start(opts(1));
-	struct sf_consumer *c = attach(0);
+	struct feed_options o = opts(1);
+	struct feed *f;
+	struct sf_consumer *c;
 	struct sf_consumer_stats st;
 	struct sf_resume rs;
 	struct sf_batch b;
 	uint64_t chain = 0;
+
+	/* 7 samples an epoch: the state after 60 samples is in epoch 8. */
+	o.samples_per_epoch = 7;
+	f = start(o);
+	c = attach(0);
 
 	for (int i = 0; i < 10; i++) {
 		unsigned char rec[16];
@@ -138,6 +144,7 @@ Test(consumer, provenance_chains_the_batch_digests)
 	cr_assert_eq(sf_consumer_state(c, &rs), 0);
 	cr_expect_eq(rs.provenance, chain);
 	cr_expect_eq(rs.samples, 10 * 3 * 2);
+	cr_expect_eq(rs.epoch, 60 / 7);
 	cr_expect_eq(rs.config_digest, f->geo.config_digest);
 	sf_consumer_detach(c);
 	feed_stop(f);
