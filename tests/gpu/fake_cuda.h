@@ -1,0 +1,51 @@
+/*
+ * A stand-in for libcuda.so.1 (tests/gpu/fake_cuda.c), so that the consumer's GPU path
+ * runs on a machine without a GPU: "device memory" is host memory, and each stream is a
+ * queue of operations (copies, event records, event waits, reads) that run only when the
+ * model below lets them, so that a missing wait or an early release shows up as wrong
+ * bytes or as a counted violation.
+ *
+ * Environment, read at cuInit:
+ *   FAKE_CUDA_DEVICES=N    devices cuDeviceGetCount reports (default 1);
+ *   FAKE_CUDA_INIT=CODE    what cuInit returns (default 0);
+ *   FAKE_CUDA_FAIL=NAME:CODE[:NTH]  the NTH call (default 1st) of the driver function
+ *                          NAME (without version suffix) returns CODE and does nothing;
+ *   FAKE_CUDA_POLICY=lazy|eager  when queued work runs:
+ *     lazy:  nothing runs until a synchronizing call needs it (cuEventSynchronize,
+ *            cuStreamSynchronize, the synchronous copies, which order on the NULL stream);
+ *            cuEventQuery answers NOT_READY for work not run yet. A copy whose host
+ *            source changed between cuMemcpyHtoDAsync and the copy running counts as a
+ *            violation (the slot was released before its copy completed).
+ *     eager (default): work on streams made by cuStreamCreate runs as soon as every
+ *            event it waits for has completed; work on the NULL stream stays lazy. A
+ *            copy that does not wait for the caller's work on its buffer then overwrites
+ *            the buffer before that work reads it.
+ */
+#ifndef SF_TESTS_FAKE_CUDA_H
+#define SF_TESTS_FAKE_CUDA_H
+
+#include <stddef.h>
+
+struct fake_cuda_stats {
+	long retains, releases; /* cuDevicePrimaryCtxRetain / Release */
+	long pushes, pops;	/* cuCtxPushCurrent / PopCurrent */
+	long registers, unregisters;
+	long allocs, frees;
+	long streams, stream_destroys;
+	long events, event_destroys;
+	long htod_async;	    /* cuMemcpyHtoDAsync calls queued */
+	long htod_async_registered; /* ... whose source lay in registered host memory */
+	long violations;	    /* async copies whose source changed before they ran */
+	long bad_pointers;	    /* device pointers that were not allocated */
+};
+
+/* fake_cuda_stats - the counters so far (resolve with dlsym in the process under test). */
+typedef void fake_cuda_stats_fn(struct fake_cuda_stats *ret);
+
+/*
+ * fake_cuda_read_async - queue on `stream` a "kernel" that copies `bytes` of device memory
+ * at `src` to host `dst` when it runs: the caller's use of a batch.
+ */
+typedef int fake_cuda_read_async_fn(void *dst, unsigned long long src, size_t bytes, void *stream);
+
+#endif

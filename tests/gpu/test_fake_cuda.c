@@ -1,0 +1,346 @@
+/*
+ * The consumer's GPU path against the fake driver (tests/gpu/fake_cuda.c, found as
+ * libcuda.so.1 through LD_LIBRARY_PATH): each case runs in its own process, since the
+ * driver table is loaded once per process, with its FAKE_CUDA_* environment.
+ *  - copies: two GPU handles (ranks 0 and 1) read STEPS batches each; after every batch a
+ *    "kernel" that reads the device buffer is queued on the caller's stream (the NULL
+ *    stream, or a stream given with sf_consumer_set_stream) and nothing is synchronized
+ *    until the end. Every read must see its own batch, under the eager policy (a refill
+ *    that did not wait for the caller's work overwrites the buffer first) and the lazy
+ *    one (a slot released before its copy ran changes under it, counted as a violation).
+ *    Every copy comes from registered memory; every driver object is freed at detach.
+ *  - attach failures at each driver call of the set-up, named by their CUresult, with
+ *    nothing leaked; a copy failing mid-run, reported, and the step served again.
+ *  - no device, or cuInit failing: -ENODEV (CPU is then the caller's choice) or SF_E_CUDA.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "consumer/cuda.h"
+#include "tests/gpu/fake_cuda.h"
+#include "tests/unit/consumer/feed.h"
+
+#define STEPS 40
+
+static const struct sf_cuda *cu;
+static fake_cuda_stats_fn *get_stats;
+static fake_cuda_read_async_fn *read_async;
+static int failed;
+static struct feed *running; /* stopped by bail() */
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "  %s:%d: %s: ", __FILE__, __LINE__, #cond);               \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fputc('\n', stderr);                                                       \
+			failed = 1;                                                                \
+		}                                                                                  \
+	} while (0)
+
+/* Give up on this case: stop its producers and unlink its arena first. */
+static void bail(void)
+{
+	if (running)
+		feed_stop(running);
+	exit(1);
+}
+
+static void load(void)
+{
+	struct sf_err e = {0};
+	void *lib;
+
+	if (sf__cuda_load(&cu, &e) < 0) {
+		fprintf(stderr, "  cannot load the fake driver: %s\n", e.msg);
+		exit(1);
+	}
+	/* The same library instance as the consumer's: dlopen returns the loaded one. */
+	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	*(void **)&get_stats = lib ? dlsym(lib, "fake_cuda_stats") : NULL;
+	*(void **)&read_async = lib ? dlsym(lib, "fake_cuda_read_async") : NULL;
+	if (!get_stats || !read_async) {
+		fprintf(stderr, "  libcuda.so.1 is not the fake driver\n");
+		exit(1);
+	}
+}
+
+static struct feed *start(const char *tag, uint32_t ranks)
+{
+	static char job[64];
+	struct feed_options o = {.job = job,
+				 .ranks = ranks,
+				 .batch = 4,
+				 .seq_len = 64,
+				 .slots_per_rank = 4,
+				 .producers = 2,
+				 .token_bytes = 2,
+				 .doc_starts_per_seq = 4,
+				 .checksum = 1,
+				 .seed = 5};
+	struct sf_err e = {0};
+	struct feed *f;
+
+	snprintf(job, sizeof(job), "t-fakecuda-%s-%d", tag, (int)getpid());
+	sf__arena_unlink_job(job);
+	if (feed_start(&o, &f, &e) < 0) {
+		fprintf(stderr, "  feed: %s\n", e.msg);
+		exit(1);
+	}
+	running = f;
+	return f;
+}
+
+/* Every object the driver handed out has been given back. */
+static void expect_balanced(const char *when)
+{
+	struct fake_cuda_stats s;
+
+	get_stats(&s);
+	CHECK(s.retains == s.releases, "%s: %ld retains, %ld releases", when, s.retains,
+	      s.releases);
+	CHECK(s.pushes == s.pops, "%s: %ld pushes, %ld pops", when, s.pushes, s.pops);
+	CHECK(s.registers == s.unregisters, "%s: %ld registered, %ld unregistered", when,
+	      s.registers, s.unregisters);
+	CHECK(s.allocs == s.frees, "%s: %ld allocs, %ld frees", when, s.allocs, s.frees);
+	CHECK(s.streams == s.stream_destroys, "%s: %ld streams, %ld destroyed", when, s.streams,
+	      s.stream_destroys);
+	CHECK(s.events == s.event_destroys, "%s: %ld events, %ld destroyed", when, s.events,
+	      s.event_destroys);
+	CHECK(s.bad_pointers == 0, "%s: %ld bad device pointers", when, s.bad_pointers);
+}
+
+/* Two GPU handles; reads queued on `user_stream_kind` (0: NULL, 1: a created stream). */
+static void case_copies(int user_stream_kind)
+{
+	struct feed *f;
+	struct sf_consumer *c[2];
+	struct sf_consumer_info info[2];
+	struct fake_cuda_stats s;
+	uint64_t tb, pb, doc_off;
+	unsigned char *out, *want, *docs;
+	sf_custream user = NULL;
+	sf_cucontext ctx, popped;
+	sf_cudevice dev;
+	char msg[256];
+
+	load();
+	f = start("copies", 2);
+	tb = feed_token_bytes(f);
+	pb = f->arena->hdr->payload_bytes;
+	doc_off = sf__doc_starts_offset(f->geo.batch, f->geo.seq_tokens, 2);
+	out = malloc(2 * STEPS * tb);
+	want = malloc(pb);
+	docs = malloc(pb);
+
+	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
+		      !cu->cuCtxPushCurrent(ctx),
+	      "the test's own context");
+	if (user_stream_kind)
+		CHECK(!cu->cuStreamCreate(&user, 0), "the test's stream");
+	for (int r = 0; r < 2; r++) {
+		CHECK(sf_consumer_attach(f->opt.job, r, 0, 0, &c[r], msg, sizeof(msg)) == 0, "%s",
+		      msg);
+		if (failed)
+			bail();
+		sf_consumer_info(c[r], &info[r]);
+		CHECK(info[r].device == 0 && info[r].gpu_buffers == 2, "GPU mode");
+		if (user)
+			CHECK(sf_consumer_set_stream(c[r], (uint64_t)(uintptr_t)user) == 0, "%s",
+			      sf_consumer_errmsg(c[r]));
+	}
+	for (uint64_t st = 0; st < STEPS; st++)
+		for (int r = 0; r < 2; r++) {
+			struct sf_batch b;
+
+			CHECK(sf_consumer_next(c[r], 10000, &b) == 0, "%s",
+			      sf_consumer_errmsg(c[r]));
+			if (failed)
+				bail();
+			CHECK(b.step == st && !b.tokens &&
+				      b.device_ptr == info[r].device_buffer[b.buffer],
+			      "rank %d step %llu: a device buffer", r, (unsigned long long)st);
+			feed_fill(f, (uint32_t)r, st, want);
+			CHECK(b.digest == sf_digest(want, tb, 0), "rank %d step %llu: digest", r,
+			      (unsigned long long)st);
+			/* The document starts are host copies that outlive the slot. */
+			memcpy(docs, b.doc_starts, pb - doc_off);
+			CHECK(!memcmp(docs, want + doc_off, pb - doc_off), "doc starts");
+			CHECK(read_async(out + (st * 2 + (uint64_t)r) * tb, b.device_ptr, tb,
+					 user) == 0,
+			      "queue the read");
+		}
+	for (int r = 0; r < 2; r++)
+		CHECK(sf_consumer_release(c[r]) == 0, "%s", sf_consumer_errmsg(c[r]));
+	CHECK(!cu->cuStreamSynchronize(user), "synchronize");
+	for (uint64_t st = 0; st < STEPS; st++)
+		for (uint32_t r = 0; r < 2; r++) {
+			feed_fill(f, r, st, want);
+			CHECK(!memcmp(out + (st * 2 + r) * tb, want, tb),
+			      "rank %u step %llu: the caller's read saw other bytes", r,
+			      (unsigned long long)st);
+		}
+	get_stats(&s);
+	CHECK(s.registers == 2, "one registration per handle, got %ld", s.registers);
+	CHECK(s.htod_async == 2 * STEPS && s.htod_async_registered == s.htod_async,
+	      "%ld async copies, %ld from registered memory", s.htod_async,
+	      s.htod_async_registered);
+	CHECK(s.violations == 0, "%ld slots changed before their copy ran", s.violations);
+	for (int r = 0; r < 2; r++)
+		sf_consumer_detach(c[r]);
+	if (user)
+		CHECK(!cu->cuStreamDestroy(user), "destroy the test's stream");
+	cu->cuCtxPopCurrent(&popped);
+	cu->cuDevicePrimaryCtxRelease(dev);
+	expect_balanced("after detach");
+	feed_stop(f);
+	free(out);
+	free(want);
+	free(docs);
+}
+
+/* FAKE_CUDA_FAIL makes one set-up call fail: attach names it, and leaks nothing. */
+static void case_attach_fails(const char *expect)
+{
+	struct feed *f;
+	struct sf_consumer *c = NULL;
+	char msg[256] = "";
+	int r;
+
+	load();
+	f = start("attach", 1);
+	r = sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg));
+	CHECK(r == SF_E_CUDA, "attach returned %d: %s", r, msg);
+	CHECK(strstr(msg, expect) != NULL, "message '%s' lacks '%s'", msg, expect);
+	expect_balanced("after a failed attach");
+	/* The rank is free again: a CPU handle attaches. */
+	CHECK(sf_consumer_attach(f->opt.job, 0, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)) == 0, "%s",
+	      msg);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+/* The 5th copy fails (FAKE_CUDA_FAIL=cuMemcpyHtoDAsync:700:5): step 4 is reported, then
+ * served again. */
+static void case_copy_fails(void)
+{
+	struct feed *f;
+	struct sf_consumer *c;
+	struct sf_batch b;
+	char msg[256];
+	int r;
+
+	load();
+	f = start("copyfail", 1);
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	for (uint64_t st = 0; st < 4; st++)
+		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == st, "step %llu",
+		      (unsigned long long)st);
+	r = sf_consumer_next(c, 10000, &b);
+	CHECK(r == SF_E_CUDA, "the failed copy returned %d", r);
+	CHECK(strstr(sf_consumer_errmsg(c), "cuMemcpyHtoDAsync: CUDA_ERROR_ILLEGAL_ADDRESS (700)"),
+	      "message: %s", sf_consumer_errmsg(c));
+	CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == 4, "step 4 again: %s",
+	      sf_consumer_errmsg(c));
+	sf_consumer_detach(c);
+	expect_balanced("after detach");
+	feed_stop(f);
+}
+
+/* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
+ * failure: SF_E_CUDA with its name. */
+static void case_no_device(int want_rc, const char *expect)
+{
+	struct feed *f = start("nodev", 1);
+	struct sf_consumer *c = NULL;
+	char msg[256] = "";
+	int r = sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg));
+
+	CHECK(r == want_rc, "attach returned %d: %s", r, msg);
+	CHECK(strstr(msg, expect) != NULL, "message '%s' lacks '%s'", msg, expect);
+	CHECK(sf_consumer_attach(f->opt.job, 0, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)) == 0, "%s",
+	      msg);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+struct run {
+	const char *name;
+	const char *env[2];
+	int kind;
+	const char *expect;
+};
+
+int main(void)
+{
+	static const struct run runs[] = {
+		{"copies, eager, NULL stream", {"FAKE_CUDA_POLICY=eager"}, 0, NULL},
+		{"copies, eager, caller's stream", {"FAKE_CUDA_POLICY=eager"}, 1, NULL},
+		{"copies, lazy, NULL stream", {"FAKE_CUDA_POLICY=lazy"}, 0, NULL},
+		{"copies, lazy, caller's stream", {"FAKE_CUDA_POLICY=lazy"}, 1, NULL},
+		{"attach: retain fails",
+		 {"FAKE_CUDA_FAIL=cuDevicePrimaryCtxRetain:2"},
+		 2,
+		 "cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		{"attach: register fails",
+		 {"FAKE_CUDA_FAIL=cuMemHostRegister:2"},
+		 2,
+		 "cuMemHostRegister: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		{"attach: stream fails",
+		 {"FAKE_CUDA_FAIL=cuStreamCreate:2"},
+		 2,
+		 "cuStreamCreate: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		{"attach: 2nd buffer fails",
+		 {"FAKE_CUDA_FAIL=cuMemAlloc:2:2"},
+		 2,
+		 "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		{"attach: 4th event fails",
+		 {"FAKE_CUDA_FAIL=cuEventCreate:2:4"},
+		 2,
+		 "cuEventCreate: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		{"attach: no such device",
+		 {"FAKE_CUDA_FAIL=cuDeviceGet:101"},
+		 2,
+		 "cuDeviceGet: CUDA_ERROR_INVALID_DEVICE (101)"},
+		{"copy fails mid-run", {"FAKE_CUDA_FAIL=cuMemcpyHtoDAsync:700:5"}, 3, NULL},
+		{"no device", {"FAKE_CUDA_DEVICES=0"}, 4, "no CUDA device"},
+		{"cuInit: NO_DEVICE", {"FAKE_CUDA_INIT=100"}, 4, "no CUDA device"},
+		{"cuInit fails", {"FAKE_CUDA_INIT=3"}, 5, "cuInit: CUDA_ERROR_NOT_INITIALIZED (3)"},
+	};
+	int bad = 0;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		const struct run *t = &runs[i];
+		int status;
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			for (int k = 0; k < 2 && t->env[k]; k++)
+				putenv((char *)t->env[k]);
+			if (t->kind <= 1)
+				case_copies(t->kind);
+			else if (t->kind == 2)
+				case_attach_fails(t->expect);
+			else if (t->kind == 3)
+				case_copy_fails();
+			else
+				case_no_device(t->kind == 4 ? -ENODEV : SF_E_CUDA, t->expect);
+			_exit(failed);
+		}
+		status = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status)
+				 ? WEXITSTATUS(status)
+				 : 1;
+		printf("%s: %s\n", status ? "FAIL" : "ok", t->name);
+		bad |= status != 0;
+	}
+	return bad;
+}
