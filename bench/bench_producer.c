@@ -4,9 +4,11 @@
  *    process, then the whole pipeline (arena, P producer processes, one consumer per
  *    rank that claims and releases) with P = 1 and 2, checksums off and on;
  *  - raw text (tinyshakespeare paragraphs repeated, as .txt with a separator): the
- *    tokenizer alone over the same documents, the builder over one epoch of windows,
- *    and the pipeline with P = 1 and 2; the ratio builder / tokenizer is what the
- *    producers keep of the tokenizer's speed.
+ *    tokenizer alone over the same documents (sf__tok_encode() only, the documents cut
+ *    beforehand), the builder over one epoch of windows, and the pipeline with P = 1
+ *    and 2, its consumers either waiting at every step or polling every millisecond;
+ *    the ratio pipeline / tokenizer is what the producers keep of the tokenizer's
+ *    speed.
  * Per-core rates divide tokens by CPU time: this process's for the tokenizer and the
  * builder alone, the producer processes' (user + system, from wait4) for the pipeline,
  * so that a machine shared with other work does not count time spent descheduled. The
@@ -100,8 +102,15 @@ static double builder_rate(const struct sf_config *cfg, uint64_t steps, double *
 	return (double)out / s;
 }
 
-/* The pipeline: returns total tokens/s; *ret_per_core is tokens per producer CPU second. */
-static double pipeline_rate(struct sf_config *cfg, uint32_t P, uint64_t steps, double *ret_per_core)
+/*
+ * The pipeline: returns total tokens/s; *ret_per_core is tokens per producer CPU second.
+ * The consumers either wait in sf__consumer_claim() for each step in turn (`poll_us` 0:
+ * each publish wakes one, so on a machine with fewer cores than processes a producer is
+ * preempted at every batch), or come back every `poll_us` and take what is ready, as a
+ * training rank that returns once per step finds its batches waiting.
+ */
+static double pipeline_rate(struct sf_config *cfg, uint32_t P, uint64_t steps, unsigned poll_us,
+			    double *ret_per_core)
 {
 	struct sf_dataset *ds;
 	struct sf_arena *a;
@@ -129,7 +138,14 @@ static double pipeline_rate(struct sf_config *cfg, uint32_t P, uint64_t steps, d
 			for (uint64_t st = 0; st < steps; st++) {
 				struct sf_slot *slot;
 
-				if (sf__consumer_claim(a, P + r, r, st, -1, &slot) < 0)
+				int rc;
+
+				while (poll_us && (rc = sf__consumer_claim(a, P + r, r, st, 0,
+									   &slot)) == SF_E_AGAIN)
+					usleep(poll_us);
+				if (!poll_us)
+					rc = sf__consumer_claim(a, P + r, r, st, -1, &slot);
+				if (rc < 0)
 					_exit(1);
 				/* As the consumer library does: wake the producers once per
 				 * half ring rather than at every release. */
@@ -174,29 +190,31 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* One pass of the tokenizer alone over `copies` copies of the paragraphs of `text`:
- * tokens per CPU second, and the tokens in *ret_n (each paragraph's ids and one
- * <|endoftext|>, as the producers count them). */
-static double tokenizer_pass(struct sf_tok_encoder *enc, const char *text, size_t len, int copies,
-			     uint64_t *ret_n)
+/* The documents of the corpus, cut before any timing. */
+struct span {
+	size_t off, len;
+};
+
+/*
+ * One pass of the tokenizer alone over the documents of `corpus` (the bytes of the file
+ * the producers read, in memory): tokens per CPU second, and the tokens in *ret_n (each
+ * document's ids and one <|endoftext|>, as the producers count them). Only
+ * sf__tok_encode() is timed: finding the documents is part of the producers' work, not
+ * of the tokenizer's.
+ */
+static double tokenizer_pass(struct sf_tok_encoder *enc, const char *corpus,
+			     const struct span *docs, size_t n_docs, uint64_t *ret_n)
 {
 	struct sf_err e = {0};
 	uint64_t n_tok = 0, t0 = cpu_now_ns();
 
-	for (int c = 0; c < copies; c++) {
-		const char *p = text, *end = text + len;
+	for (size_t i = 0; i < n_docs; i++) {
+		const uint32_t *ids;
+		size_t ni;
 
-		while (p < end) {
-			const char *q = memmem(p, (size_t)(end - p), "\n\n", 2);
-			size_t dl = q ? (size_t)(q - p) : (size_t)(end - p);
-			const uint32_t *ids;
-			size_t ni;
-
-			if (dl && sf__tok_encode(enc, p, dl, 0, &ids, &ni, &e) < 0)
-				die("encode", &e);
-			n_tok += dl ? ni + 1 : 0;
-			p = q ? q + 2 : end;
-		}
+		if (sf__tok_encode(enc, corpus + docs[i].off, docs[i].len, 0, &ids, &ni, &e) < 0)
+			die("encode", &e);
+		n_tok += ni + 1;
 	}
 	*ret_n = n_tok;
 	return (double)n_tok / cpu_secs_since(t0);
@@ -209,8 +227,8 @@ static double tokenizer_pass(struct sf_tok_encoder *enc, const char *text, size_
  * Each process starts from a fresh encoder, as a producer does (an encoder keeps a cache
  * of pieces it has met).
  */
-static double tokenizer_rate(const struct sf_tok *tok, const char *text, size_t len, int copies,
-			     int procs, int passes, uint64_t *ret_n)
+static double tokenizer_rate(const struct sf_tok *tok, const char *corpus, const struct span *docs,
+			     size_t n_docs, int procs, int passes)
 {
 	struct sf_tok_encoder *enc;
 	struct sf_err e = {0};
@@ -228,7 +246,8 @@ static double tokenizer_rate(const struct sf_tok *tok, const char *text, size_t 
 			if (sf__tok_encoder_create(tok, &enc, &e) < 0)
 				die("encoder", &e);
 			for (int pass = 0; pass < passes; pass++) {
-				double r = tokenizer_pass(enc, text, len, copies, ret_n);
+				uint64_t n;
+				double r = tokenizer_pass(enc, corpus, docs, n_docs, &n);
 
 				best = r > best ? r : best;
 			}
@@ -245,11 +264,6 @@ static double tokenizer_rate(const struct sf_tok *tok, const char *text, size_t 
 	}
 	close(fds[0]);
 	close(fds[1]);
-	if (sf__tok_encoder_create(tok, &enc, &e) < 0)
-		die("encoder", &e);
-	tokenizer_pass(enc, text, len, 1, ret_n);
-	sf__tok_encoder_free(enc);
-	*ret_n *= (uint64_t)copies;
 	return sum / procs;
 }
 
@@ -297,7 +311,7 @@ int main(int argc, char **argv)
 		for (uint32_t P = 1; P <= 2; P++)
 			for (uint32_t ck = 0; ck <= 1; ck++) {
 				cfg.checksum = ck;
-				total = pipeline_rate(&cfg, P, steps, &per_core);
+				total = pipeline_rate(&cfg, P, steps, 0, &per_core);
 				printf("  pipeline P=%u checksum %-3s:      %7.1f M tokens/s "
 				       "total, "
 				       "%7.1f M tokens/s per producer core\n",
@@ -309,13 +323,19 @@ int main(int argc, char **argv)
 	{
 		char corpus[4096], vocab[4096];
 		FILE *in, *out;
-		char *text;
+		char *text, *all;
 		long len;
 		struct sf_tok *tok;
+		struct sf_tok_encoder *enc;
 		struct sf_err e = {0};
+		struct span *docs;
+		size_t n_docs = 0, all_len;
 		uint64_t n_tok = 0, steps;
 		double tok_rate, build, ratio;
-		const int copies = 16;
+		/* 285 MB: far more than this machine's 32 MiB L3, as a real corpus is, and a
+		 * pipeline run of over a second per producer, so that starting the processes
+		 * weighs little. */
+		const int copies = 256;
 
 		snprintf(corpus, sizeof(corpus), "%s/corpus/tinyshakespeare.txt", argv[1]);
 		snprintf(vocab, sizeof(vocab), "%s/vocab/r50k_base.tiktoken", argv[1]);
@@ -331,16 +351,33 @@ int main(int argc, char **argv)
 		if (fread(text, 1, (size_t)len, in) != (size_t)len)
 			die("read corpus", NULL);
 		fclose(in);
+		all_len = (size_t)len * copies;
+		all = malloc(all_len);
+		for (int c = 0; c < copies; c++)
+			memcpy(all + (size_t)c * (size_t)len, text, (size_t)len);
 		snprintf(path, sizeof(path), "%s/paras.txt", dir);
 		out = fopen(path, "wb");
-		for (int c = 0; c < copies; c++)
-			fwrite(text, 1, (size_t)len, out);
-		fclose(out);
-		if (sf__tok_load("r50k_base", vocab, &tok, &e) < 0)
+		if (!out || fwrite(all, 1, all_len, out) != all_len || fclose(out))
+			die("write corpus", NULL);
+		/* The documents, as the producers cut them (separator "\n\n", empty ones
+		 * skipped). */
+		docs = malloc((all_len / 2 + 1) * sizeof(*docs));
+		for (const char *p = all, *end = all + all_len; p < end;) {
+			const char *q = memmem(p, (size_t)(end - p), "\n\n", 2);
+			size_t dl = q ? (size_t)(q - p) : (size_t)(end - p);
+
+			if (dl)
+				docs[n_docs++] = (struct span){(size_t)(p - all), dl};
+			p = q ? q + 2 : end;
+		}
+		if (sf__tok_load("r50k_base", vocab, &tok, &e) < 0 ||
+		    sf__tok_encoder_create(tok, &enc, &e) < 0)
 			die("tokenizer", &e);
-		/* The tokenizer alone, over the same paragraphs, on one core: the best of three
+		tokenizer_pass(enc, all, docs, n_docs, &n_tok);
+		sf__tok_encoder_free(enc);
+		/* The tokenizer alone, over the same documents, on one core: the best of three
 		 * passes, as for the builder below (this machine is shared and noisy). */
-		tok_rate = tokenizer_rate(tok, text, (size_t)len, copies, 1, 3, &n_tok);
+		tok_rate = tokenizer_rate(tok, all, docs, n_docs, 1, 3);
 		config(&cfg, paths, &src, 16, 1024);
 		cfg.encoding = "r50k_base";
 		cfg.vocab = vocab;
@@ -376,34 +413,38 @@ int main(int argc, char **argv)
 		/* Each run of the pipeline is compared with the tokenizer alone in as many
 		 * processes, measured just before it, so that load from elsewhere affects both
 		 * alike; the range over the runs is reported. */
-		for (uint32_t P = 1; P <= 2; P++) {
-			double lo = 0, hi = 0, tlo = 0, thi = 0, plo = 0, phi = 0, pcts[64];
+		for (int poll = 0; poll <= 1; poll++)
+			for (uint32_t P = 1; P <= 2; P++) {
+				double lo = 0, hi = 0, tlo = 0, thi = 0, plo = 0, phi = 0, pcts[64];
 
-			for (int i = 0; i < repeat; i++) {
-				uint64_t n;
-				double tr = tokenizer_rate(tok, text, (size_t)len, copies, (int)P,
-							   1, &n),
-				       pct;
+				for (int i = 0; i < repeat; i++) {
+					double tr = tokenizer_rate(tok, all, docs, n_docs, (int)P,
+								   1),
+					       pct;
 
-				total = pipeline_rate(&cfg, P, steps, &per_core);
-				pct = 100 * per_core / tr;
-				pcts[i] = pct;
-				lo = !i || per_core < lo ? per_core : lo;
-				hi = per_core > hi ? per_core : hi;
-				tlo = !i || total < tlo ? total : tlo;
-				thi = total > thi ? total : thi;
-				plo = !i || pct < plo ? pct : plo;
-				phi = pct > phi ? pct : phi;
+					total = pipeline_rate(&cfg, P, steps, poll ? 1000 : 0,
+							      &per_core);
+					pct = 100 * per_core / tr;
+					pcts[i] = pct;
+					lo = !i || per_core < lo ? per_core : lo;
+					hi = per_core > hi ? per_core : hi;
+					tlo = !i || total < tlo ? total : tlo;
+					thi = total > thi ? total : thi;
+					plo = !i || pct < plo ? pct : plo;
+					phi = pct > phi ? pct : phi;
+				}
+				qsort(pcts, (size_t)repeat, sizeof(double), cmp_double);
+				printf("  pipeline P=%u, consumers %s, %d runs: %5.2f-%5.2f M "
+				       "tokens/s total, %5.2f-%5.2f M tokens/s per producer core, "
+				       "%.0f-%.0f%% (median %.0f%%) of the tokenizer alone in %u "
+				       "process%s\n",
+				       P, poll ? "polling every 1 ms" : "waiting at every step",
+				       repeat, tlo / 1e6, thi / 1e6, lo / 1e6, hi / 1e6, plo, phi,
+				       pcts[repeat / 2], P, P > 1 ? "es at once" : "");
 			}
-			qsort(pcts, (size_t)repeat, sizeof(double), cmp_double);
-			printf("  pipeline P=%u, %d runs:   %5.2f-%5.2f M tokens/s total, "
-			       "%5.2f-%5.2f M "
-			       "tokens/s per producer core, %.0f-%.0f%% (median %.0f%%) of the "
-			       "tokenizer alone in %u process%s\n",
-			       P, repeat, tlo / 1e6, thi / 1e6, lo / 1e6, hi / 1e6, plo, phi,
-			       pcts[repeat / 2], P, P > 1 ? "es at once" : "");
-		}
 		sf__tok_free(tok);
+		free(docs);
+		free(all);
 		free(text);
 	}
 	snprintf(path, sizeof(path), "rm -rf %s", dir);

@@ -22,6 +22,9 @@ int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, 
  * chunks out in the global stream. */
 int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e);
 
+/* sf__find_sep - the first occurrence of the m-byte `sep` (m >= 1) in [p, end), or NULL. */
+const char *sf__find_sep(const char *p, const char *end, const char *sep, size_t m);
+
 /* sf__text_close - free the text files and chunks of `ds`. */
 void sf__text_close(struct sf_dataset *ds);
 

@@ -255,3 +255,23 @@ int sf__tok_encode(struct sf_tok_encoder *enc, const void *text, size_t len, uin
 	*ret_n = n_out;
 	return 0;
 }
+
+int sf__tok_encode_to(struct sf_tok_encoder *enc, const void *text, size_t len, uint64_t allowed,
+		      uint32_t *out, size_t cap, size_t *ret_n, struct sf_err *e)
+{
+	uint32_t *own = enc->ids;
+	size_t own_cap = enc->ids_cap;
+	const uint32_t *ids;
+	int rc;
+
+	if (cap < len + 1)
+		return sf__err(e, -ENOBUFS, "%s: %zu ids do not fit %zu bytes", enc->tok->name,
+			       cap, len);
+	/* The encoder writes to enc->ids and grows it only below len + 1: lend it `out`. */
+	enc->ids = out;
+	enc->ids_cap = cap;
+	rc = sf__tok_encode(enc, text, len, allowed, &ids, ret_n, e);
+	enc->ids = own;
+	enc->ids_cap = own_cap;
+	return rc;
+}

@@ -109,6 +109,14 @@ int sf__tok_encode(struct sf_tok_encoder *enc, const void *text, size_t len, uin
 		   const uint32_t **ret_ids, size_t *ret_n, struct sf_err *e);
 
 /*
+ * sf__tok_encode_to - sf__tok_encode() into the caller's `out`, which must hold at least
+ * len + 1 ids (every id covers a byte at least): saves copying the ids out of the
+ * encoder. -ENOBUFS when `cap` is smaller.
+ */
+int sf__tok_encode_to(struct sf_tok_encoder *enc, const void *text, size_t len, uint64_t allowed,
+		      uint32_t *out, size_t cap, size_t *ret_n, struct sf_err *e);
+
+/*
  * sf__tok_decode - the bytes of `n` ids. Writes them to `buf` (capacity `cap`) and their
  * length to *ret_len. Fails with SF_E_TOKENIZER on an id the vocabulary does not have and
  * with -ENOBUFS when `cap` is too small; sf__tok_decoded_len() says how much is needed.

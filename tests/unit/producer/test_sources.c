@@ -17,6 +17,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/producer.h"
+#include "producer/source_text.h"
 
 static char dir[64];
 static char path[4096];
@@ -349,4 +350,38 @@ Test(sources, text_without_encoding)
 {
 	put("x.txt", "hello", 5);
 	expect_fail(SF_E_CONFIG, "encoding", NULL);
+}
+
+/* The separator search agrees with memmem on random text over a small alphabet (so that
+ * partial matches abound), for separators of 1 to 5 bytes, every length up to 80 bytes
+ * (the vector loop and the tail) and every start offset (alignment). */
+Test(sources, find_sep_agrees_with_memmem)
+{
+	static const char *seps[] = {"\n", "\n\n", "ab", "aba", "\n\na\n", "aaaaa"};
+	char buf[96];
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	unsigned checked = 0;
+
+	for (int round = 0; round < 400; round++) {
+		for (size_t i = 0; i < sizeof(buf); i++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			buf[i] = "ab\n"[x % 3];
+		}
+		for (size_t si = 0; si < sizeof(seps) / sizeof(seps[0]); si++) {
+			size_t m = strlen(seps[si]);
+
+			for (size_t off = 0; off < 16; off++)
+				for (size_t n = 0; off + n <= 80; n++) {
+					const char *p = buf + off;
+					const char *want = memmem(p, n, seps[si], m);
+
+					cr_assert_eq(sf__find_sep(p, p + n, seps[si], m), want,
+						     "sep %zu, offset %zu, length %zu", si, off, n);
+					checked += want != NULL;
+				}
+		}
+	}
+	cr_expect_gt(checked, 100000, "found %u", checked);
 }

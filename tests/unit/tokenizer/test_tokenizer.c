@@ -66,6 +66,25 @@ static void check_reference(const char *encoding, const char *text_path, const c
 		  "%s on %s: first difference at id %zu of %zu (reference has %zu): %u vs %u",
 		  encoding, ref_name, i, n, ref_len, i < n ? ids[i] : 0, i < ref_len ? ref[i] : 0);
 
+	/* The same ids straight into the caller's buffer; too small a buffer is refused, and
+	 * the encoder keeps its own buffer. */
+	{
+		uint32_t *out = malloc((text_len + 1) * sizeof(*out));
+		size_t n2 = 0;
+
+		cr_assert_eq(sf__tok_encode_to(enc, text, text_len, SF_TOK_ALLOW_NONE, out,
+					       text_len + 1, &n2, &err),
+			     0, "%s", err.msg);
+		cr_assert(n2 == ref_len && !memcmp(out, ref, n2 * sizeof(*out)));
+		cr_assert_eq(sf__tok_encode_to(enc, text, text_len, SF_TOK_ALLOW_NONE, out,
+					       text_len, &n2, &err),
+			     -ENOBUFS);
+		free(out);
+		cr_assert_eq(sf__tok_encode(enc, text, text_len, SF_TOK_ALLOW_NONE, &ids, &n, &err),
+			     0);
+		cr_assert(n == ref_len && !memcmp(ids, ref, n * sizeof(*ids)));
+	}
+
 	/* decode(encode(x)) == x */
 	back = malloc(text_len);
 	cr_assert_eq(sf__tok_decode(tok, ids, n, back, text_len, &back_len, &err), 0, "%s",
