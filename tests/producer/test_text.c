@@ -22,7 +22,9 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
+#include "producer/dataset_impl.h"
 #include "producer/producer.h"
+#include "producer/sampler.h"
 #include "tests/producer/harness.h"
 
 static char *read_all(const char *path, size_t *ret_len)
@@ -346,6 +348,58 @@ int main(int argc, char **argv)
 			       "agree\n");
 		}
 		free(jsonl);
+	}
+	/* The raw text window order over more chunks than the epoch tables keep one entry
+	 * for (64): every sample of three epochs at the offset a direct computation gives
+	 * (the epoch's chunk order in full, then the windows of the chunk in their order). */
+	{
+		struct sf_dataset *ds;
+		struct sf_builder *b;
+		struct sf_err e = {0};
+		const int copies = 6;
+		char *big = malloc(text_len * copies);
+		uint64_t checked = 0;
+
+		for (int i = 0; i < copies; i++)
+			memcpy(big + text_len * (size_t)i, text, text_len);
+		snprintf(path, sizeof(path), "%s/six.txt", dir);
+		h_write_file(path, big, text_len * copies);
+		free(big);
+		config_text(&cfg, path, vocab_dir, 64);
+		cfg.sources[0].separator = "\n\n";
+		H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
+		H_CHECK(sf__builder_create(ds, &b, &e) == 0, "%s", e.msg);
+		H_CHECK(ds->n_chunks > 64, "only %llu chunks", (unsigned long long)ds->n_chunks);
+		for (uint64_t epoch = 0; epoch < 3; epoch++) {
+			struct sf_perm chunks;
+			uint64_t k = epoch * ds->n_windows;
+
+			sf__perm_init(&chunks, ds->n_chunks, ds->seed, epoch, 1);
+			for (uint64_t i = 0; i < ds->n_chunks; i++) {
+				const struct sf_chunk *ch = &ds->chunks[sf__perm_apply(&chunks, i)];
+				uint64_t first = (ch->start + 63) / 64;
+				uint64_t end = (ch->start + ch->n_tokens + 63) / 64;
+				struct sf_perm w;
+
+				end = end < ds->n_windows ? end : ds->n_windows;
+				if (end <= first)
+					continue;
+				sf__perm_init(&w, end - first, ds->seed, epoch,
+					      2 + (uint64_t)(ch - ds->chunks));
+				for (uint64_t j = 0; j < end - first; j++, k++, checked++)
+					H_CHECK(sf__builder_sample_offset(b, k) ==
+							(first + sf__perm_apply(&w, j)) * 64,
+						"sample %llu", (unsigned long long)k);
+			}
+			H_CHECK(k == (epoch + 1) * ds->n_windows, "epoch %llu has %llu samples",
+				(unsigned long long)epoch,
+				(unsigned long long)(k - epoch * ds->n_windows));
+		}
+		printf("ok: raw text window order over %llu chunks: %llu samples of 3 epochs as "
+		       "computed directly\n",
+		       (unsigned long long)ds->n_chunks, (unsigned long long)checked);
+		sf__builder_free(b);
+		sf__dataset_close(ds);
 	}
 	h_rmtree(dir);
 	free(dir);
