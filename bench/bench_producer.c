@@ -110,7 +110,7 @@ static double builder_rate(const struct sf_config *cfg, uint64_t steps, double *
  * training rank that returns once per step finds its batches waiting.
  */
 static double pipeline_rate(struct sf_config *cfg, uint32_t P, uint64_t steps, unsigned poll_us,
-			    double *ret_per_core)
+			    double *ret_per_core, double *ret_encoded)
 {
 	struct sf_dataset *ds;
 	struct sf_arena *a;
@@ -118,7 +118,7 @@ static double pipeline_rate(struct sf_config *cfg, uint32_t P, uint64_t steps, u
 	struct sf_err e = {0};
 	char job[64];
 	pid_t pids[8], cons[2];
-	uint64_t t0, tokens = 0;
+	uint64_t t0, tokens = 0, encoded = 0;
 	double s, cpu = 0;
 
 	cfg->producers = P;
@@ -175,11 +175,15 @@ static double pipeline_rate(struct sf_config *cfg, uint32_t P, uint64_t steps, u
 	}
 	/* Read once the producers are gone: the batches they built after the consumers
 	 * were done (refilling the rings) cost CPU time too. */
-	for (uint32_t i = 0; i < P; i++)
+	for (uint32_t i = 0; i < P; i++) {
 		tokens += atomic_load(&a->telemetry[i].tokens);
+		encoded += atomic_load(&a->telemetry[i].encoded);
+	}
 	sf__arena_destroy(a);
 	sf__dataset_close(ds);
 	*ret_per_core = cpu > 0 ? (double)tokens / cpu : 0;
+	if (ret_encoded)
+		*ret_encoded = tokens ? (double)encoded / (double)tokens : 0;
 	return (double)(steps * 2 * cfg->batch_size * (cfg->seq_len + 1)) / s;
 }
 
@@ -311,7 +315,7 @@ int main(int argc, char **argv)
 		for (uint32_t P = 1; P <= 2; P++)
 			for (uint32_t ck = 0; ck <= 1; ck++) {
 				cfg.checksum = ck;
-				total = pipeline_rate(&cfg, P, steps, 0, &per_core);
+				total = pipeline_rate(&cfg, P, steps, 0, &per_core, NULL);
 				printf("  pipeline P=%u checksum %-3s:      %7.1f M tokens/s "
 				       "total, "
 				       "%7.1f M tokens/s per producer core\n",
@@ -416,14 +420,16 @@ int main(int argc, char **argv)
 		for (int poll = 0; poll <= 1; poll++)
 			for (uint32_t P = 1; P <= 2; P++) {
 				double lo = 0, hi = 0, tlo = 0, thi = 0, plo = 0, phi = 0, pcts[64];
+				double enc_max = 0;
 
 				for (int i = 0; i < repeat; i++) {
 					double tr = tokenizer_rate(tok, all, docs, n_docs, (int)P,
 								   1),
-					       pct;
+					       pct, enc_ratio;
 
 					total = pipeline_rate(&cfg, P, steps, poll ? 1000 : 0,
-							      &per_core);
+							      &per_core, &enc_ratio);
+					enc_max = enc_ratio > enc_max ? enc_ratio : enc_max;
 					pct = 100 * per_core / tr;
 					pcts[i] = pct;
 					lo = !i || per_core < lo ? per_core : lo;
@@ -437,10 +443,10 @@ int main(int argc, char **argv)
 				printf("  pipeline P=%u, consumers %s, %d runs: %5.2f-%5.2f M "
 				       "tokens/s total, %5.2f-%5.2f M tokens/s per producer core, "
 				       "%.0f-%.0f%% (median %.0f%%) of the tokenizer alone in %u "
-				       "process%s\n",
+				       "process%s; at most %.3f tokens encoded per token written\n",
 				       P, poll ? "polling every 1 ms" : "waiting at every step",
 				       repeat, tlo / 1e6, thi / 1e6, lo / 1e6, hi / 1e6, plo, phi,
-				       pcts[repeat / 2], P, P > 1 ? "es at once" : "");
+				       pcts[repeat / 2], P, P > 1 ? "es at once" : "", enc_max);
 			}
 		sf__tok_free(tok);
 		free(docs);

@@ -107,6 +107,10 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 		(unsigned long long)u64_of(sd, 0, "restarts"),
 		(unsigned long long)u64_of(sd, 0, "repairs"),
 		(unsigned long long)u64_of(sd, 0, "skipped"));
+	if (u64_of(sd, 0, "tokens_encoded") && u64_of(sd, 0, "tokens_produced"))
+		fprintf(f, "tokens encoded per token produced %.3f\n",
+			(double)u64_of(sd, 0, "tokens_encoded") /
+				(double)u64_of(sd, 0, "tokens_produced"));
 	ranks = sf__json_get(sd->buf, sd->tok, 0, "ranks");
 	fprintf(f, "\n rank  free filling ready claimed   next step  consumer\n");
 	for (uint32_t i = 0; ranks >= 0 && i < sd->tok[ranks].size; i++) {

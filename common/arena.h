@@ -160,7 +160,8 @@ struct sf_telemetry {
 	_Atomic uint64_t tokens;  /* tokens written (producers) or handed out (consumers) */
 	_Atomic uint64_t bytes;	  /* payload bytes written (producers) */
 	_Atomic uint64_t skipped; /* records skipped by policy (producers) */
-	uint64_t pad[5];
+	_Atomic uint64_t encoded; /* tokens its tokenizer produced (producers of raw text) */
+	uint64_t pad[4];
 };
 
 _Static_assert(sizeof(struct sf_participant) == SF_CACHE_LINE, "participant is one line");

@@ -378,6 +378,9 @@ static void summary(struct supervisor *S)
 	sf__log_info("job %s: producer restarts %llu, repairs %llu, records skipped %llu",
 		     S->cfg->job, (unsigned long long)S->cur.restarts,
 		     (unsigned long long)S->cur.repairs, (unsigned long long)S->cur.skipped);
+	if (S->cur.tokens_encoded && S->cur.tokens_produced)
+		sf__log_info("job %s: %.3f tokens encoded per token produced", S->cfg->job,
+			     (double)S->cur.tokens_encoded / (double)S->cur.tokens_produced);
 }
 
 /* Reply to `id` frame(s) with body; `delim` when the client sent an empty delimiter. */

@@ -126,6 +126,8 @@ struct sf_stats {
 	uint64_t restarts;
 	uint64_t repairs;
 	uint64_t skipped;
+	uint64_t tokens_produced; /* tokens the producers wrote into slots */
+	uint64_t tokens_encoded;  /* tokens their tokenizers produced (raw text) */
 	struct sf_stats_rank rank[SF_STATS_MAX_RANKS];
 	struct sf_stats_producer producer[SF_STATS_MAX_PRODUCERS];
 };

@@ -90,6 +90,10 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 
 		s->produced += batches;
 		s->skipped += atomic_load_explicit(&a->telemetry[p].skipped, memory_order_relaxed);
+		s->tokens_produced +=
+			atomic_load_explicit(&a->telemetry[p].tokens, memory_order_relaxed);
+		s->tokens_encoded +=
+			atomic_load_explicit(&a->telemetry[p].encoded, memory_order_relaxed);
 		if (p < SF_STATS_MAX_PRODUCERS) {
 			struct sf_stats_producer *sp = &s->producer[p];
 
@@ -147,13 +151,15 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 	OUT(",\"state\":\"%s\",\"uptime_s\":%.3f,\"batches\":%llu,\"tokens\":%llu,"
 	    "\"produced\":%llu,\"batches_per_s\":%.3f,\"tokens_per_s\":%.1f,"
 	    "\"wait_samples\":%llu,\"wait_p50_ns\":%llu,\"wait_p99_ns\":%llu,"
-	    "\"restarts\":%llu,\"repairs\":%llu,\"skipped\":%llu,\"ranks\":[",
+	    "\"restarts\":%llu,\"repairs\":%llu,\"skipped\":%llu,\"tokens_produced\":%llu,"
+	    "\"tokens_encoded\":%llu,\"ranks\":[",
 	    state_name(s->state), (double)s->uptime_ns / 1e9, (unsigned long long)s->batches,
 	    (unsigned long long)s->tokens, (unsigned long long)s->produced, s->batches_per_s,
 	    s->tokens_per_s, (unsigned long long)s->wait_samples,
 	    (unsigned long long)s->wait_p50_ns, (unsigned long long)s->wait_p99_ns,
 	    (unsigned long long)s->restarts, (unsigned long long)s->repairs,
-	    (unsigned long long)s->skipped);
+	    (unsigned long long)s->skipped, (unsigned long long)s->tokens_produced,
+	    (unsigned long long)s->tokens_encoded);
 	for (uint32_t r = 0; r < s->ranks && r < SF_STATS_MAX_RANKS; r++) {
 		const struct sf_stats_rank *q = &s->rank[r];
 

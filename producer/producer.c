@@ -22,7 +22,7 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 	struct sf_participant *me;
 	struct sf_telemetry *tm;
 	struct sf_builder *b = NULL;
-	uint64_t out_before = 0;
+	uint64_t out_before = 0, enc_before = 0;
 	uint32_t rank_base = a->hdr->geo.rank_base;
 	int r;
 
@@ -67,12 +67,13 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 		}
 		sf__producer_publish(a, index, &f, len, first);
 		sf__builder_counters(b, &out, &enc);
-		(void)enc;
 		sf__counter_add(&me->batches, 1);
 		sf__counter_add(&me->busy_ns, sf__now_ns() - t1);
 		sf__counter_add(&tm->tokens, out - out_before);
 		sf__counter_add(&tm->bytes, len);
+		sf__counter_add(&tm->encoded, enc - enc_before);
 		out_before = out;
+		enc_before = enc;
 	}
 	if (r == 0)
 		sf__participant_unregister(a, index);

@@ -91,4 +91,8 @@ def test_shared_data_jobs_deliver(rt, tmp_path, name):
         capture_output=True, text=True, timeout=120, env=dict(os.environ, LOCAL_RANK="0"))
     assert out.returncode == 0, out.stderr
     assert len((tmp_path / "r0.txt").read_text().split("\n")) == 21
+    if name.endswith("_text.yaml"):
+        # Raw text: the producers report how many tokens they encoded per token written.
+        ratio = float(out.stderr.split(" tokens encoded per token produced")[0].split()[-1])
+        assert ratio > 0.5, out.stderr
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
