@@ -265,8 +265,8 @@ int sf__tok_encode_to(struct sf_tok_encoder *enc, const void *text, size_t len, 
 	int rc;
 
 	if (cap < len + 1)
-		return sf__err(e, -ENOBUFS, "%s: %zu ids do not fit %zu bytes", enc->tok->name,
-			       cap, len);
+		return sf__err(e, -ENOBUFS, "%s: %zu bytes need room for %zu ids, not %zu",
+			       enc->tok->name, len, len + 1, cap);
 	/* The encoder writes to enc->ids and grows it only below len + 1: lend it `out`. */
 	enc->ids = out;
 	enc->ids_cap = cap;

@@ -44,6 +44,7 @@ sf_cuEventDestroy_fn cuEventDestroy_v2;
 sf_cuGetErrorName_fn cuGetErrorName;
 fake_cuda_stats_fn fake_cuda_stats;
 fake_cuda_read_async_fn fake_cuda_read_async;
+fake_cuda_set_eager_fn fake_cuda_set_eager;
 
 enum {
 	INVALID_VALUE = 1,
@@ -61,9 +62,10 @@ enum op_kind { OP_COPY, OP_READ, OP_RECORD, OP_WAIT };
 struct CUstream_st;
 
 struct CUevent_st {
-	uint64_t recorded; /* records queued so far */
-	uint64_t done;	   /* the latest record that has run */
+	uint64_t recorded; /* records queued so far; record g is the g-th */
+	uint64_t ran;	   /* bit g % 64: record g has run (records older than 64 have) */
 	struct CUstream_st *on;
+	int destroyed; /* kept, not freed: queued operations may still name it */
 };
 
 struct op {
@@ -80,7 +82,7 @@ struct op {
 struct CUstream_st {
 	struct op *ops;
 	size_t head, tail, cap;
-	int eager; /* a stream made by cuStreamCreate, under the eager policy */
+	int eager; /* runs its work as soon as its waits allow (see fake_cuda.h) */
 };
 
 struct CUctx_st {
@@ -96,6 +98,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_cuda_stats stats;
 static struct CUctx_st primary;
 static struct CUstream_st null_stream, *streams[64];
+static struct CUevent_st *events[256]; /* every event made, destroyed ones included */
 static struct range allocs[64], registered[16];
 static int n_devices = 1, init_code, eager = 1, ctx_depth;
 static char fail_name[64];
@@ -153,10 +156,16 @@ static int push(struct CUstream_st *s, struct op o)
 
 static int run_one(struct CUstream_st *s);
 
+/* Whether record `gen` of `ev` has run. */
+static int record_ran(const struct CUevent_st *ev, uint64_t gen)
+{
+	return gen == 0 || ev->recorded - gen >= 64 || (ev->ran >> (gen % 64) & 1);
+}
+
 /* Run what an OP_WAIT needs: the awaited record's stream up to that record. */
 static void satisfy(const struct op *o)
 {
-	while (o->ev->done < o->gen && run_one(o->ev_on))
+	while (!record_ran(o->ev, o->gen) && run_one(o->ev_on))
 		;
 }
 
@@ -182,8 +191,7 @@ static int run_one(struct CUstream_st *s)
 		memcpy(o.dst, o.src, o.n);
 		break;
 	case OP_RECORD:
-		if (o.gen > o.ev->done)
-			o.ev->done = o.gen;
+		o.ev->ran |= UINT64_C(1) << (o.gen % 64);
 		break;
 	case OP_WAIT:
 		break;
@@ -199,20 +207,20 @@ static void drain(struct CUstream_st *s)
 		;
 }
 
-/* Eager policy: run created streams as far as their waits allow, without forcing. */
+/* Run eager streams as far as their waits allow, without forcing any other stream. */
 static void progress(void)
 {
 	int moved = 1;
 
 	while (moved) {
 		moved = 0;
-		for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++) {
-			struct CUstream_st *s = streams[i];
+		for (size_t i = 0; i <= sizeof(streams) / sizeof(streams[0]); i++) {
+			struct CUstream_st *s = i ? streams[i - 1] : &null_stream;
 
 			while (s && s->eager && s->head < s->tail) {
 				const struct op *o = &s->ops[s->head];
 
-				if (o->kind == OP_WAIT && o->ev->done < o->gen)
+				if (o->kind == OP_WAIT && !record_ran(o->ev, o->gen))
 					break;
 				run_one(s);
 				moved = 1;
@@ -498,10 +506,12 @@ EXPORT sf_curesult cuStreamDestroy_v2(sf_custream stream)
 
 EXPORT sf_curesult cuStreamWaitEvent(sf_custream stream, sf_cuevent event, unsigned int flags)
 {
-	struct op o = {.kind = OP_WAIT, .ev = event, .ev_on = event->on, .gen = event->recorded};
+	struct op o = {.kind = OP_WAIT, .ev = event};
 
 	ENTER("cuStreamWaitEvent");
 	(void)flags;
+	o.ev_on = event->on;
+	o.gen = event->recorded;
 	/* An event never recorded is complete: nothing to wait for. */
 	if (o.gen && push(stream_of(stream), o) < 0)
 		ret_ = OUT_OF_MEMORY;
@@ -517,27 +527,34 @@ EXPORT sf_curesult cuStreamSynchronize(sf_custream stream)
 
 EXPORT sf_curesult cuEventCreate(sf_cuevent *event, unsigned int flags)
 {
+	size_t i;
+
 	ENTER("cuEventCreate");
 	(void)flags;
 	NEED_CONTEXT();
-	*event = calloc(1, sizeof(**event));
-	if (!*event)
+	for (i = 0; i < 256 && events[i]; i++)
+		;
+	if (i == 256 || !(events[i] = calloc(1, sizeof(*events[i])))) {
 		ret_ = OUT_OF_MEMORY;
-	else
-		stats.events++;
+		goto out;
+	}
+	*event = events[i];
+	stats.events++;
 	LEAVE();
 }
 
 EXPORT sf_curesult cuEventRecord(sf_cuevent event, sf_custream stream)
 {
-	struct op o = {.kind = OP_RECORD, .ev = event, .gen = event->recorded + 1};
+	struct op o = {.kind = OP_RECORD, .ev = event};
 
 	ENTER("cuEventRecord");
+	o.gen = event->recorded + 1;
 	if (push(stream_of(stream), o) < 0) {
 		ret_ = OUT_OF_MEMORY;
 		goto out;
 	}
 	event->recorded = o.gen;
+	event->ran &= ~(UINT64_C(1) << (o.gen % 64));
 	event->on = stream_of(stream);
 	LEAVE();
 }
@@ -546,7 +563,7 @@ EXPORT sf_curesult cuEventQuery(sf_cuevent event)
 {
 	ENTER("cuEventQuery");
 	progress();
-	if (event->done < event->recorded)
+	if (!record_ran(event, event->recorded))
 		ret_ = NOT_READY;
 	LEAVE();
 }
@@ -554,7 +571,7 @@ EXPORT sf_curesult cuEventQuery(sf_cuevent event)
 EXPORT sf_curesult cuEventSynchronize(sf_cuevent event)
 {
 	ENTER("cuEventSynchronize");
-	while (event->done < event->recorded && run_one(event->on))
+	while (!record_ran(event, event->recorded) && run_one(event->on))
 		;
 	LEAVE();
 }
@@ -562,8 +579,14 @@ EXPORT sf_curesult cuEventSynchronize(sf_cuevent event)
 EXPORT sf_curesult cuEventDestroy_v2(sf_cuevent event)
 {
 	ENTER("cuEventDestroy");
-	free(event);
-	stats.event_destroys++;
+	if (event->destroyed) {
+		ret_ = INVALID_HANDLE;
+	} else {
+		/* As with the driver, work queued before still completes: the event stays
+		 * allocated (and reachable) for the operations that name it. */
+		event->destroyed = 1;
+		stats.event_destroys++;
+	}
 	LEAVE();
 }
 
@@ -615,4 +638,12 @@ EXPORT int fake_cuda_read_async(void *dst, unsigned long long src, size_t bytes,
 	progress();
 	pthread_mutex_unlock(&lock);
 	return r;
+}
+
+EXPORT void fake_cuda_set_eager(void *stream, int on)
+{
+	pthread_mutex_lock(&lock);
+	stream_of(stream)->eager = on;
+	progress();
+	pthread_mutex_unlock(&lock);
 }

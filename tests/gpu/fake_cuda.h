@@ -20,6 +20,9 @@
  *            event it waits for has completed; work on the NULL stream stays lazy. A
  *            copy that does not wait for the caller's work on its buffer then overwrites
  *            the buffer before that work reads it.
+ *   fake_cuda_set_eager() makes one stream (the NULL stream included) eager whatever the
+ *   policy: with the consumer's stream lazy and the caller's eager, the caller's work
+ *   runs before a copy it was not made to wait for.
  */
 #ifndef SF_TESTS_FAKE_CUDA_H
 #define SF_TESTS_FAKE_CUDA_H
@@ -47,5 +50,8 @@ typedef void fake_cuda_stats_fn(struct fake_cuda_stats *ret);
  * at `src` to host `dst` when it runs: the caller's use of a batch.
  */
 typedef int fake_cuda_read_async_fn(void *dst, unsigned long long src, size_t bytes, void *stream);
+
+/* fake_cuda_set_eager - make a stream run its work as early as its waits allow, or not. */
+typedef void fake_cuda_set_eager_fn(void *stream, int eager);
 
 #endif

@@ -6,8 +6,10 @@
  *    "kernel" that reads the device buffer is queued on the caller's stream (the NULL
  *    stream, or a stream given with sf_consumer_set_stream) and nothing is synchronized
  *    until the end. Every read must see its own batch, under the eager policy (a refill
- *    that did not wait for the caller's work overwrites the buffer first) and the lazy
- *    one (a slot released before its copy ran changes under it, counted as a violation).
+ *    that did not wait for the caller's work overwrites the buffer first), the lazy one
+ *    (a slot released before its copy ran changes under it, counted as a violation), and
+ *    with lazy copies but the caller's stream eager (a read not made to wait for its copy
+ *    runs first).
  *    Every copy comes from registered memory; every driver object is freed at detach.
  *  - attach failures at each driver call of the set-up, named by their CUresult, with
  *    nothing leaked; a copy failing mid-run, reported, and the step served again.
@@ -31,6 +33,7 @@
 static const struct sf_cuda *cu;
 static fake_cuda_stats_fn *get_stats;
 static fake_cuda_read_async_fn *read_async;
+static fake_cuda_set_eager_fn *set_eager;
 static int failed;
 static struct feed *running; /* stopped by bail() */
 
@@ -65,7 +68,8 @@ static void load(void)
 	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 	*(void **)&get_stats = lib ? dlsym(lib, "fake_cuda_stats") : NULL;
 	*(void **)&read_async = lib ? dlsym(lib, "fake_cuda_read_async") : NULL;
-	if (!get_stats || !read_async) {
+	*(void **)&set_eager = lib ? dlsym(lib, "fake_cuda_set_eager") : NULL;
+	if (!get_stats || !read_async || !set_eager) {
 		fprintf(stderr, "  libcuda.so.1 is not the fake driver\n");
 		exit(1);
 	}
@@ -116,8 +120,12 @@ static void expect_balanced(const char *when)
 	CHECK(s.bad_pointers == 0, "%s: %ld bad device pointers", when, s.bad_pointers);
 }
 
-/* Two GPU handles; reads queued on `user_stream_kind` (0: NULL, 1: a created stream). */
-static void case_copies(int user_stream_kind)
+/*
+ * Two GPU handles; reads queued on the NULL stream or (`created`) a stream of the test's,
+ * which runs eagerly when `caller_eager`: then the caller's read of a batch runs as soon
+ * as its waits allow, before a copy it was not made to wait for.
+ */
+static void case_copies(int created, int caller_eager)
 {
 	struct feed *f;
 	struct sf_consumer *c[2];
@@ -142,8 +150,10 @@ static void case_copies(int user_stream_kind)
 	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
 		      !cu->cuCtxPushCurrent(ctx),
 	      "the test's own context");
-	if (user_stream_kind)
+	if (created)
 		CHECK(!cu->cuStreamCreate(&user, 0), "the test's stream");
+	if (caller_eager)
+		set_eager(user, 1);
 	for (int r = 0; r < 2; r++) {
 		CHECK(sf_consumer_attach(f->opt.job, r, 0, 0, &c[r], msg, sizeof(msg)) == 0, "%s",
 		      msg);
@@ -283,9 +293,10 @@ int main(void)
 {
 	static const struct run runs[] = {
 		{"copies, eager, NULL stream", {"FAKE_CUDA_POLICY=eager"}, 0, NULL},
-		{"copies, eager, caller's stream", {"FAKE_CUDA_POLICY=eager"}, 1, NULL},
 		{"copies, lazy, NULL stream", {"FAKE_CUDA_POLICY=lazy"}, 0, NULL},
 		{"copies, lazy, caller's stream", {"FAKE_CUDA_POLICY=lazy"}, 1, NULL},
+		{"copies lazy, NULL stream eager", {"FAKE_CUDA_POLICY=lazy"}, 6, NULL},
+		{"copies lazy, caller's stream eager", {"FAKE_CUDA_POLICY=lazy"}, 7, NULL},
 		{"attach: retain fails",
 		 {"FAKE_CUDA_FAIL=cuDevicePrimaryCtxRetain:2"},
 		 2,
@@ -326,8 +337,8 @@ int main(void)
 		if (pid == 0) {
 			for (int k = 0; k < 2 && t->env[k]; k++)
 				putenv((char *)t->env[k]);
-			if (t->kind <= 1)
-				case_copies(t->kind);
+			if (t->kind <= 1 || t->kind >= 6)
+				case_copies(t->kind & 1, t->kind >= 6);
 			else if (t->kind == 2)
 				case_attach_fails(t->expect);
 			else if (t->kind == 3)
