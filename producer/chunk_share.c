@@ -79,6 +79,7 @@ struct sf_chunk_share {
 	uint64_t n_entries;
 	uint64_t stride;
 	uint64_t tokens_cap;
+	uint32_t token_bytes;
 	uint64_t docs_cap;
 	/* This process. */
 	uint32_t pid;
@@ -91,8 +92,8 @@ static uint64_t round_up(uint64_t n, uint64_t to)
 	return (n + to - 1) / to * to;
 }
 
-int sf__share_create(uint64_t n_entries, uint64_t tokens_cap, uint64_t docs_cap,
-		     struct sf_chunk_share **ret_share, struct sf_err *e)
+int sf__share_create(uint64_t n_entries, uint64_t tokens_cap, uint32_t token_bytes,
+		     uint64_t docs_cap, struct sf_chunk_share **ret_share, struct sf_err *e)
 {
 	struct sf_chunk_share *s = calloc(1, sizeof(*s));
 	uint64_t head, stride, total;
@@ -101,7 +102,7 @@ int sf__share_create(uint64_t n_entries, uint64_t tokens_cap, uint64_t docs_cap,
 	if (!s)
 		return sf__err(e, -ENOMEM, "out of memory");
 	head = round_up(n_entries * sizeof(struct share_entry), 4096);
-	stride = round_up(docs_cap * sizeof(uint64_t) + tokens_cap * sizeof(uint32_t), 4096);
+	stride = round_up(docs_cap * sizeof(uint64_t) + tokens_cap * token_bytes, 4096);
 	total = head + n_entries * stride;
 	/* MAP_NORESERVE: entries take memory only as they are filled. */
 	m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
@@ -118,6 +119,7 @@ int sf__share_create(uint64_t n_entries, uint64_t tokens_cap, uint64_t docs_cap,
 	s->n_entries = n_entries;
 	s->stride = stride;
 	s->tokens_cap = tokens_cap;
+	s->token_bytes = token_bytes;
 	s->docs_cap = docs_cap;
 	*ret_share = s;
 	return 0;
@@ -184,8 +186,8 @@ static void fill_ref(const struct sf_chunk_share *s, struct share_entry *en, uin
 
 	ref->word = w;
 	ref->entry = en;
-	ref->doc_starts = (uint64_t *)d;
-	ref->tokens = (uint32_t *)(d + s->docs_cap * sizeof(uint64_t));
+	ref->doc_starts = s->docs_cap ? (uint64_t *)(void *)d : NULL;
+	ref->tokens = d + s->docs_cap * sizeof(uint64_t);
 	ref->n_tokens = 0;
 	ref->n_docs = 0;
 }
@@ -211,7 +213,7 @@ int sf__share_acquire(struct sf_chunk_share *s, uint64_t key, uint64_t chunk, in
 			fill_ref(s, en, w, ret_ref);
 			/* Bounded, so that even a stale count never reads past the entry. */
 			ret_ref->n_tokens = n < s->tokens_cap ? n : s->tokens_cap;
-			ret_ref->n_docs = d < s->docs_cap ? d : s->docs_cap;
+			ret_ref->n_docs = d < s->docs_cap || !s->docs_cap ? d : s->docs_cap;
 			s->counters.hits++;
 			return SF_SHARE_HIT;
 		}

@@ -40,20 +40,21 @@ struct sf_chunk_share;
 /* A view of one entry, valid until validated, published or abandoned. */
 struct sf_share_ref {
 	uint64_t word;	      /* the entry's word when acquired */
-	uint32_t *tokens;     /* tokens_cap ids */
-	uint64_t *doc_starts; /* docs_cap offsets into tokens */
+	void *tokens;	      /* tokens_cap ids of token_bytes each */
+	uint64_t *doc_starts; /* docs_cap offsets into tokens (none when docs_cap is 0) */
 	uint64_t n_tokens;    /* HIT: tokens held (<= tokens_cap) */
 	uint64_t n_docs;      /* HIT: document starts held (<= docs_cap) */
 	void *entry;
 };
 
 /*
- * sf__share_create - map `n_entries` entries of `tokens_cap` ids and `docs_cap` document
- * starts, shared with the processes forked afterwards. Returns 0 and *ret_share (free
- * with sf__share_free()), or -ENOMEM.
+ * sf__share_create - map `n_entries` entries of `tokens_cap` ids of `token_bytes` (2 or 4)
+ * each and `docs_cap` document starts, shared with the processes forked afterwards. With
+ * `docs_cap` 0 an entry keeps a count of documents (n_docs) but not their starts.
+ * Returns 0 and *ret_share (free with sf__share_free()), or -ENOMEM.
  */
-int sf__share_create(uint64_t n_entries, uint64_t tokens_cap, uint64_t docs_cap,
-		     struct sf_chunk_share **ret_share, struct sf_err *e);
+int sf__share_create(uint64_t n_entries, uint64_t tokens_cap, uint32_t token_bytes,
+		     uint64_t docs_cap, struct sf_chunk_share **ret_share, struct sf_err *e);
 
 /* sf__share_free - unmap; accepts NULL. Other processes keep their own mappings. */
 void sf__share_free(struct sf_chunk_share *s);

@@ -763,7 +763,8 @@ struct sf_text_cache {
 	struct sf_tok_encoder *enc;
 	char *scratch;
 	struct tok_dest own;
-	uint64_t chunk; /* the chunk `own` holds; UINT64_MAX: none */
+	uint64_t chunk;	      /* the chunk `own` holds; UINT64_MAX: none */
+	struct tok_dest head; /* a head being tokenized, before it goes to its entry */
 	uint64_t encoded;
 	struct epoch_table epochs[2];
 	uint32_t next_epoch_slot;
@@ -778,6 +779,33 @@ static uint64_t dest_tokens_cap(const struct sf_dataset *ds)
 static uint64_t dest_docs_cap(const struct sf_dataset *ds)
 {
 	return ds->max_chunk_docs + ds->seq_len + 2;
+}
+
+/*
+ * Chunk heads. The head of a chunk is its first documents, whole, up to and including
+ * the first one that reaches T+1 tokens (all of them in a shorter chunk): a pure function
+ * of the chunk, written by whichever producer tokenizes it first, the one filling the
+ * chunk or the one filling the chunk before it (whose tail it is). It holds at most T
+ * tokens before its last document, which holds at most max_doc_bytes + 1 (a token covers
+ * at least a byte, then <|endoftext|>), and at most T+1 documents.
+ *
+ * An entry keeps the head's tokens at the job's token width and the number of its
+ * documents, not their starts: each document ends with <|endoftext|>, which ordinary
+ * text never encodes to, so the starts are 0 and every position after one. There is one
+ * entry per chunk, each written once, so the pages an entry touches are fresh memory: at
+ * T = 1024 a head of 2-byte tokens fills about one page, where 4-byte tokens and a table
+ * of starts took three or four.
+ */
+static uint64_t head_tokens_cap(const struct sf_dataset *ds)
+{
+	uint64_t doc = ds->max_doc_bytes + 1;
+
+	return ds->seq_len + 1 + (doc < ds->max_chunk_tokens ? doc : ds->max_chunk_tokens);
+}
+
+static uint64_t head_docs_cap(const struct sf_dataset *ds)
+{
+	return ds->seq_len + 2;
 }
 
 /* The longest pre-tokenization piece the encoder is warmed up on (see warm_encoder()). */
@@ -828,11 +856,15 @@ int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **re
 	c->own.tokens = malloc(c->own.cap * sizeof(*c->own.tokens));
 	c->own.doc_starts = malloc(c->own.docs_cap * sizeof(*c->own.doc_starts));
 	c->scratch = malloc(ds->max_doc_bytes + 1);
+	c->head.cap = head_tokens_cap(ds);
+	c->head.docs_cap = head_docs_cap(ds);
+	c->head.tokens = malloc(c->head.cap * sizeof(*c->head.tokens));
+	c->head.doc_starts = malloc(c->head.docs_cap * sizeof(*c->head.doc_starts));
 	for (int i = 0; i < 2; i++)
-		c->epochs[i].prefix = malloc(
-			((ds->n_chunks + EPOCH_STRIDE - 1) / EPOCH_STRIDE) * sizeof(uint64_t));
-	if (!c->own.tokens || !c->own.doc_starts || !c->scratch || !c->epochs[0].prefix ||
-	    !c->epochs[1].prefix) {
+		c->epochs[i].prefix = malloc(((ds->n_chunks + EPOCH_STRIDE - 1) / EPOCH_STRIDE) *
+					     sizeof(uint64_t));
+	if (!c->own.tokens || !c->own.doc_starts || !c->scratch || !c->head.tokens ||
+	    !c->head.doc_starts || !c->epochs[0].prefix || !c->epochs[1].prefix) {
 		sf__text_cache_free(c);
 		return sf__err(e, -ENOMEM, "out of memory");
 	}
@@ -854,6 +886,8 @@ void sf__text_cache_free(struct sf_text_cache *c)
 	sf__tok_encoder_free(c->enc);
 	free(c->own.tokens);
 	free(c->own.doc_starts);
+	free(c->head.tokens);
+	free(c->head.doc_starts);
 	free(c->scratch);
 	for (int i = 0; i < 2; i++)
 		free(c->epochs[i].prefix);
@@ -926,26 +960,6 @@ static int count_mismatch(const struct sf_dataset *ds, uint64_t chunk, uint64_t 
 }
 
 /*
- * Chunk heads. The head of a chunk is its first documents, whole, up to and including
- * the first one that reaches T+1 tokens (all of them in a shorter chunk): a pure function
- * of the chunk, written by whichever producer tokenizes it first, the one filling the
- * chunk or the one filling the chunk before it (whose tail it is). It holds at most T
- * tokens before its last document, which holds at most max_doc_bytes + 1 (a token covers
- * at least a byte, then <|endoftext|>), and at most T+1 documents.
- */
-static uint64_t head_tokens_cap(const struct sf_dataset *ds)
-{
-	uint64_t doc = ds->max_doc_bytes + 1;
-
-	return ds->seq_len + 1 + (doc < ds->max_chunk_tokens ? doc : ds->max_chunk_tokens);
-}
-
-static uint64_t head_docs_cap(const struct sf_dataset *ds)
-{
-	return ds->seq_len + 2;
-}
-
-/*
  * How long a head lookup waits for another producer filling it: long enough to check
  * whether that filler died (and take its entry over), never long enough to wait for a
  * live one, since tokenizing the head again costs about as much as waiting for it.
@@ -955,17 +969,48 @@ static uint64_t head_docs_cap(const struct sf_dataset *ds)
 /* A head that does not fit its entry (a document longer than its bytes allow). */
 #define HEAD_TOO_BIG 1
 
-/* Append head `h` to `d` up to `limit` tokens, with the document starts encode_docs()
- * would record. */
-static void append_head(struct tok_dest *d, const struct sf_share_ref *h, uint64_t limit)
+/*
+ * Append the head in entry `h` to `d` up to `limit` tokens, with the document starts
+ * encode_docs() would record. Returns 0, or -1 (and leaves `d` as it was) when the
+ * head's <|endoftext|> count is not its document count, which only an encoding whose
+ * ordinary tokens include that id could cause: the head is then not used.
+ */
+static int append_head(const struct sf_dataset *ds, struct tok_dest *d,
+		       const struct sf_share_ref *h, uint64_t limit)
 {
-	uint64_t take = h->n_tokens < limit - d->n ? h->n_tokens : limit - d->n;
+	uint64_t take = h->n_tokens < limit - d->n ? h->n_tokens : limit - d->n, ends = 0;
+	uint64_t n0 = d->n, docs0 = d->n_docs;
+	uint32_t *out = d->tokens + d->n;
+	size_t bad;
 
-	for (uint64_t i = 0; i < h->n_docs && h->doc_starts[i] < take && d->n_docs < d->docs_cap;
-	     i++)
-		d->doc_starts[d->n_docs++] = d->n + h->doc_starts[i];
-	memcpy(d->tokens + d->n, h->tokens, take * sizeof(*d->tokens));
+	sf__copy_tokens(out, 4, h->tokens, ds->token_bytes, take, &bad);
+	for (uint64_t i = 0; i < take; i++) {
+		if ((i == 0 || out[i - 1] == ds->eot) && d->n_docs < d->docs_cap)
+			d->doc_starts[d->n_docs++] = n0 + i;
+		ends += out[i] == ds->eot;
+	}
+	/* The rest of the head, past `limit`, only for the count. */
+	for (uint64_t i = take; i < h->n_tokens; i++)
+		ends += (ds->token_bytes == 2 ? ((const uint16_t *)h->tokens)[i]
+					      : ((const uint32_t *)h->tokens)[i]) == ds->eot;
+	if (ends != h->n_docs) {
+		d->n_docs = docs0;
+		return -1;
+	}
 	d->n += take;
+	return 0;
+}
+
+/* Write the first `n` tokens of `src` (whole documents, `n_docs` of them) to the head
+ * entry `ref` this producer claimed, and publish it. */
+static void store_head(const struct sf_dataset *ds, const struct sf_share_ref *ref,
+		       const uint32_t *src, uint64_t n, uint64_t n_docs, uint64_t chunk)
+{
+	size_t bad;
+
+	/* With 2-byte tokens every id fits: the vocabulary was checked at open. */
+	sf__copy_tokens(ref->tokens, ds->token_bytes, src, 4, n, &bad);
+	sf__share_publish(ref, chunk, n, n_docs);
 }
 
 /* Tokenize the head of `chunk` into `h`. Returns 0, HEAD_TOO_BIG or an error. */
@@ -1001,7 +1046,7 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 /*
  * Append the tokens of `chunk` to `d` up to `limit`, as the tail of the chunk before it
  * (limit - d->n <= T+1, so its head holds them): copied from the chunk's head when
- * another producer has tokenized it, else tokenized into the head entry and copied.
+ * another producer has tokenized it, else tokenized, copied and stored as the head.
  */
 static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk, uint64_t limit,
 		       struct sf_err *e)
@@ -1009,15 +1054,15 @@ static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	const struct sf_dataset *ds = c->ds;
 	const uint64_t n0 = d->n, docs0 = d->n_docs;
 	struct sf_share_ref ref;
-	struct tok_dest h;
+	struct tok_dest *h;
+	uint64_t take;
 	int r;
 
 	if (!ds->heads)
 		return encode_docs(c, d, chunk, limit, 0, NULL, e);
 	r = sf__share_acquire(ds->heads, chunk, chunk, HEAD_WAIT_NS, &ref);
 	if (r == SF_SHARE_HIT) {
-		append_head(d, &ref, limit);
-		if (sf__share_valid(ds->heads, &ref))
+		if (append_head(ds, d, &ref, limit) == 0 && sf__share_valid(ds->heads, &ref))
 			return 0;
 		/* Refilled while it was copied: what was copied may be another chunk's. */
 		d->n = n0;
@@ -1025,20 +1070,21 @@ static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	}
 	if (r != SF_SHARE_FILL)
 		return encode_docs(c, d, chunk, limit, 0, NULL, e);
-	h = (struct tok_dest){.tokens = ref.tokens,
-			      .cap = head_tokens_cap(ds),
-			      .doc_starts = ref.doc_starts,
-			      .docs_cap = head_docs_cap(ds)};
-	r = encode_head(c, &h, chunk, e);
+	h = &c->head;
+	h->n = 0;
+	h->n_docs = 0;
+	r = encode_head(c, h, chunk, e);
 	if (r) {
 		sf__share_abandon(&ref);
 		return r < 0 ? r : encode_docs(c, d, chunk, limit, 0, NULL, e);
 	}
-	/* The entry is this producer's until it publishes it: nobody else writes it. */
-	ref.n_tokens = h.n;
-	ref.n_docs = h.n_docs;
-	append_head(d, &ref, limit);
-	sf__share_publish(&ref, chunk, h.n, h.n_docs);
+	take = h->n < limit - d->n ? h->n : limit - d->n;
+	for (uint64_t i = 0; i < h->n_docs && h->doc_starts[i] < take && d->n_docs < d->docs_cap;
+	     i++)
+		d->doc_starts[d->n_docs++] = d->n + h->doc_starts[i];
+	memcpy(d->tokens + d->n, h->tokens, take * sizeof(*d->tokens));
+	d->n += take;
+	store_head(ds, &ref, h->tokens, h->n, h->n_docs, chunk);
 	return 0;
 }
 
@@ -1060,8 +1106,7 @@ static int lookup_head(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	r = sf__share_acquire(ds->heads, chunk, chunk, HEAD_WAIT_NS, ret_ref);
 	if (r != SF_SHARE_HIT)
 		return r;
-	append_head(d, ret_ref, d->cap);
-	if (sf__share_valid(ds->heads, ret_ref)) {
+	if (append_head(ds, d, ret_ref, d->cap) == 0 && sf__share_valid(ds->heads, ret_ref)) {
 		*ret_skip = ret_ref->n_docs;
 		return r;
 	}
@@ -1083,9 +1128,7 @@ static void publish_head(const struct sf_dataset *ds, const struct tok_dest *d, 
 		sf__share_abandon(ref);
 		return;
 	}
-	memcpy(ref->tokens, d->tokens, n * sizeof(*d->tokens));
-	memcpy(ref->doc_starts, d->doc_starts, k * sizeof(*d->doc_starts));
-	sf__share_publish(ref, chunk, n, k);
+	store_head(ds, ref, d->tokens, n, k, chunk);
 }
 
 /* Tokenize `chunk` and the T+1 tokens after it into `d`. */
@@ -1361,16 +1404,17 @@ int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 	if (n * entry_bytes > SHARE_MAX_BYTES)
 		n = SHARE_MAX_BYTES / entry_bytes;
 	if (n >= 2) {
-		r = sf__share_create(n, dest_tokens_cap(ds), dest_docs_cap(ds), &ds->share, e);
+		r = sf__share_create(n, dest_tokens_cap(ds), sizeof(uint32_t), dest_docs_cap(ds),
+				     &ds->share, e);
 		if (r < 0)
 			return r;
 	}
 	/* One head per chunk, placed by chunk index, within the same bound. */
 	n = ds->n_chunks;
-	entry_bytes = head_tokens_cap(ds) * sizeof(uint32_t) + head_docs_cap(ds) * sizeof(uint64_t);
+	entry_bytes = head_tokens_cap(ds) * ds->token_bytes;
 	if (n * entry_bytes > SHARE_MAX_BYTES)
 		n = SHARE_MAX_BYTES / entry_bytes;
 	if (n < 2)
 		return 0;
-	return sf__share_create(n, head_tokens_cap(ds), head_docs_cap(ds), &ds->heads, e);
+	return sf__share_create(n, head_tokens_cap(ds), ds->token_bytes, 0, &ds->heads, e);
 }

@@ -29,7 +29,7 @@ static void setup(void)
 {
 	struct sf_err e = {0};
 
-	cr_assert_eq(sf__share_create(4, 100, 10, &share, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__share_create(4, 100, sizeof(uint32_t), 10, &share, &e), 0, "%s", e.msg);
 }
 
 static void teardown(void)
@@ -50,7 +50,7 @@ static void die_with_parent(pid_t parent)
 static void put(struct sf_share_ref *ref, uint64_t chunk, uint32_t base, uint64_t n)
 {
 	for (uint64_t i = 0; i < n; i++)
-		ref->tokens[i] = base + (uint32_t)i;
+		((uint32_t *)ref->tokens)[i] = base + (uint32_t)i;
 	ref->doc_starts[0] = 0;
 	sf__share_publish(ref, chunk, n, 1);
 }
@@ -65,7 +65,7 @@ Test(share, fill_hit_refill_abandon)
 	cr_assert_eq(sf__share_acquire(share, 1, 7, 0, &b), SF_SHARE_HIT);
 	cr_assert_eq(b.n_tokens, 50);
 	cr_assert_eq(b.n_docs, 1);
-	cr_assert_eq(b.tokens[49], 1049);
+	cr_assert_eq(((uint32_t *)b.tokens)[49], 1049);
 	cr_assert(sf__share_valid(share, &b));
 	/* Key 5 lands on the same entry (5 mod 4): another chunk replaces chunk 7, and the
 	 * reader of chunk 7 learns that its copy is void. */
@@ -73,7 +73,7 @@ Test(share, fill_hit_refill_abandon)
 	put(&c, 8, 2000, 60);
 	cr_assert_not(sf__share_valid(share, &b));
 	cr_assert_eq(sf__share_acquire(share, 1, 8, 0, &b), SF_SHARE_HIT);
-	cr_assert_eq(b.tokens[0], 2000);
+	cr_assert_eq(((uint32_t *)b.tokens)[0], 2000);
 	/* A failed fill leaves the entry free for the next one. */
 	cr_assert_eq(sf__share_acquire(share, 2, 3, 0, &a), SF_SHARE_FILL);
 	sf__share_abandon(&a);
@@ -137,7 +137,7 @@ Test(share, live_filler_is_waited_for_then_given_up)
 	t0 = sf__now_ns();
 	cr_assert_eq(sf__share_acquire(share, 0, 1, 10ll * 1000 * 1000 * 1000, &ref), SF_SHARE_HIT);
 	cr_assert_lt(sf__now_ns() - t0, 5ull * 1000 * 1000 * 1000);
-	cr_assert_eq(ref.tokens[9], 509);
+	cr_assert_eq(((uint32_t *)ref.tokens)[9], 509);
 	cr_assert(sf__share_valid(share, &ref));
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -166,7 +166,7 @@ static void dead_filler(int reap)
 		     SF_SHARE_FILL);
 	put(&ref, 1, 700, 5);
 	cr_assert_eq(sf__share_acquire(share, 0, 1, 0, &ref), SF_SHARE_HIT);
-	cr_assert_eq(ref.tokens[4], 704);
+	cr_assert_eq(((uint32_t *)ref.tokens)[4], 704);
 	sf__share_counters(share, &n);
 	cr_assert_eq(n.takeovers, 1);
 	if (!reap)
@@ -218,7 +218,7 @@ TestSuite(builders, .init = builders_setup, .fini = builders_teardown);
 static char path[4096], *paths[1] = {path};
 static struct sf_source_config src;
 
-static void corpus_config(struct sf_config *cfg, uint32_t mode)
+static void corpus_config(struct sf_config *cfg, uint32_t mode, uint32_t dtype)
 {
 	FILE *f;
 
@@ -247,10 +247,11 @@ static void corpus_config(struct sf_config *cfg, uint32_t mode)
 	cfg->local_ranks = 2;
 	cfg->producers = 2;
 	cfg->mode = mode;
+	cfg->dtype = dtype;
 	cfg->doc_starts = 4;
 }
 
-static void alternate(uint32_t mode, uint64_t *ret_encoded, uint64_t *ret_tokens)
+static void alternate(uint32_t mode, uint32_t dtype, uint64_t *ret_encoded, uint64_t *ret_tokens)
 {
 	struct sf_config cfg;
 	struct sf_dataset *ds, *ds1;
@@ -260,7 +261,7 @@ static void alternate(uint32_t mode, uint64_t *ret_encoded, uint64_t *ret_tokens
 	unsigned char *p1, *p2;
 	uint64_t encoded = 0, n_batches;
 
-	corpus_config(&cfg, mode);
+	corpus_config(&cfg, mode, dtype);
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	cr_assert_eq(sf__dataset_open(&cfg, &ds1, &e), 0, "%s", e.msg);
 	cr_assert(ds->heads);
@@ -305,21 +306,27 @@ static void alternate(uint32_t mode, uint64_t *ret_encoded, uint64_t *ret_tokens
 
 Test(builders, windows_tokenize_each_chunk_once)
 {
-	uint64_t encoded, tokens;
+	/* Heads stored as 2-byte tokens (the byte vocabulary fits) and as 4-byte ones. */
+	static const uint32_t dtypes[] = {SF_DTYPE_AUTO, SF_DTYPE_I32};
 
-	alternate(SF_SAMPLE_WINDOWS, &encoded, &tokens);
-	/* Each chunk once, and the T+1 tokens after each chunk (the next one's head) not
-	 * again: no token of the stream is encoded twice (a private cache per builder would
-	 * encode nearly everything twice, and without the heads every tail is encoded twice). */
-	cr_assert_leq(encoded, tokens, "encoded %llu of %llu tokens", (unsigned long long)encoded,
-		      (unsigned long long)tokens);
+	for (int i = 0; i < 2; i++) {
+		uint64_t encoded, tokens;
+
+		alternate(SF_SAMPLE_WINDOWS, dtypes[i], &encoded, &tokens);
+		/* Each chunk once, and the T+1 tokens after each chunk (the next one's head)
+		 * not again: no token of the stream is encoded twice (a private cache per
+		 * builder would encode nearly everything twice, and without the heads every
+		 * tail is encoded twice). */
+		cr_assert_leq(encoded, tokens, "dtype %u: encoded %llu of %llu tokens", dtypes[i],
+			      (unsigned long long)encoded, (unsigned long long)tokens);
+	}
 }
 
 Test(builders, random_offsets_agree)
 {
 	uint64_t encoded, tokens;
 
-	alternate(SF_SAMPLE_RANDOM, &encoded, &tokens);
+	alternate(SF_SAMPLE_RANDOM, SF_DTYPE_AUTO, &encoded, &tokens);
 	cr_assert_gt(encoded, 0);
 }
 
@@ -336,7 +343,7 @@ Test(builders, row_of_a_chunk_being_filled_is_deferred_then_waited_for)
 	pid_t pid, parent = getpid();
 	char ch = 1;
 
-	corpus_config(&cfg, SF_SAMPLE_WINDOWS);
+	corpus_config(&cfg, SF_SAMPLE_WINDOWS, SF_DTYPE_AUTO);
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	cr_assert_eq(sf__dataset_open(&cfg, &ref_ds, &e), 0, "%s", e.msg);
 	cr_assert_eq(sf__text_cache_create(ds, &c, &e), 0, "%s", e.msg);
