@@ -42,8 +42,9 @@ struct sf_text_file {
 	size_t len;
 	size_t map_cap;	 /* bytes mapped at data (a file mapping, or anonymous after decompression)
 			  */
-	uint32_t format; /* SF_FMT_TEXT or SF_FMT_JSONL */
-	uint32_t source; /* index into sf_dataset.sources */
+	uint32_t format;  /* SF_FMT_TEXT or SF_FMT_JSONL */
+	uint32_t source;  /* index into sf_dataset.sources */
+	uint32_t sep_len; /* bytes of the source's separator (0: one document per file) */
 	uint64_t ident[3]; /* identity for the index cache: size, mtime ns, inode */
 };
 

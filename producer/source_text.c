@@ -321,7 +321,6 @@ const char *sf__find_sep(const char *p, const char *end, const char *sep, size_t
 static const char *doc_end(const struct sf_dataset *ds, const struct sf_text_file *f, const char *p,
 			   const char *end, const char **ret_next)
 {
-	const char *sep = ds->sources[f->source].separator;
 	const char *q;
 
 	if (f->format == SF_FMT_JSONL) {
@@ -329,12 +328,12 @@ static const char *doc_end(const struct sf_dataset *ds, const struct sf_text_fil
 		*ret_next = q ? q + 1 : end;
 		return q ? q : end;
 	}
-	if (!sep || !*sep) {
+	if (!f->sep_len) {
 		*ret_next = end;
 		return end;
 	}
-	q = sf__find_sep(p, end, sep, strlen(sep));
-	*ret_next = q ? q + strlen(sep) : end;
+	q = sf__find_sep(p, end, ds->sources[f->source].separator, f->sep_len);
+	*ret_next = q ? q + f->sep_len : end;
 	return q ? q : end;
 }
 
@@ -353,6 +352,7 @@ int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, 
 		return sf__err(e, -ENOMEM, "out of memory");
 	f.format = format;
 	f.source = source;
+	f.sep_len = src->separator ? (uint32_t)strlen(src->separator) : 0;
 	r = read_text_file(&f, &why);
 	if (r < 0) {
 		free_text_file(&f);
