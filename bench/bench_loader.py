@@ -47,9 +47,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def sanitized(build_dir):
+    """Whether meson configured `build_dir` with a sanitizer (CPython cannot load such a
+    libshmfeed.so, and its timings mean nothing)."""
+    try:
+        with open(os.path.join(build_dir, "meson-info", "intro-buildoptions.json")) as f:
+            opts = {o["name"]: o["value"] for o in json.load(f)}
+    except (OSError, ValueError, KeyError):
+        return False
+    return opts.get("b_sanitize", "none") != "none"
+
+
 def default_build(name):
-    """The newest `name` among the build directories of the source tree."""
-    found = [os.path.join(ROOT, d, name) for d in os.listdir(ROOT) if d.startswith("build")]
+    """The newest `name` among the build directories of the source tree, sanitizer builds
+    left out."""
+    found = [os.path.join(ROOT, d, name) for d in os.listdir(ROOT)
+             if d.startswith("build") and not sanitized(os.path.join(ROOT, d))]
     found = [p for p in found if os.path.exists(p)]
     return max(found, key=os.path.getmtime) if found else None
 
