@@ -971,34 +971,22 @@ static int count_mismatch(const struct sf_dataset *ds, uint64_t chunk, uint64_t 
 
 /*
  * Append the head in entry `h` to `d` up to `limit` tokens, with the document starts
- * encode_docs() would record. Returns 0, or -1 (and leaves `d` as it was) when the
- * head's <|endoftext|> count is not its document count, which only an encoding whose
- * ordinary tokens include that id could cause: the head is then not used.
+ * encode_docs() would record: the first token and each one after <|endoftext|>, an id
+ * that ordinary text never encodes to (a vocabulary whose ranks include a special
+ * token's id is refused at load).
  */
-static int append_head(const struct sf_dataset *ds, struct tok_dest *d,
-		       const struct sf_share_ref *h, uint64_t limit)
+static void append_head(const struct sf_dataset *ds, struct tok_dest *d,
+			const struct sf_share_ref *h, uint64_t limit)
 {
-	uint64_t take = h->n_tokens < limit - d->n ? h->n_tokens : limit - d->n, ends = 0;
-	uint64_t n0 = d->n, docs0 = d->n_docs;
+	uint64_t take = h->n_tokens < limit - d->n ? h->n_tokens : limit - d->n;
 	uint32_t *out = d->tokens + d->n;
 	size_t bad;
 
 	sf__copy_tokens(out, 4, h->tokens, ds->token_bytes, take, &bad);
-	for (uint64_t i = 0; i < take; i++) {
-		if ((i == 0 || out[i - 1] == ds->eot) && d->n_docs < d->docs_cap)
-			d->doc_starts[d->n_docs++] = n0 + i;
-		ends += out[i] == ds->eot;
-	}
-	/* The rest of the head, past `limit`, only for the count. */
-	for (uint64_t i = take; i < h->n_tokens; i++)
-		ends += (ds->token_bytes == 2 ? ((const uint16_t *)h->tokens)[i]
-					      : ((const uint32_t *)h->tokens)[i]) == ds->eot;
-	if (ends != h->n_docs) {
-		d->n_docs = docs0;
-		return -1;
-	}
+	for (uint64_t i = 0; i < take && d->n_docs < d->docs_cap; i++)
+		if (i == 0 || out[i - 1] == ds->eot)
+			d->doc_starts[d->n_docs++] = d->n + i;
 	d->n += take;
-	return 0;
 }
 
 /* Write the first `n` tokens of `src` (whole documents, `n_docs` of them) to the head
@@ -1062,7 +1050,8 @@ static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		return encode_docs(c, d, chunk, limit, 0, NULL, e);
 	r = sf__share_acquire(ds->heads, chunk, chunk, HEAD_WAIT_NS, &ref);
 	if (r == SF_SHARE_HIT) {
-		if (append_head(ds, d, &ref, limit) == 0 && sf__share_valid(ds->heads, &ref))
+		append_head(ds, d, &ref, limit);
+		if (sf__share_valid(ds->heads, &ref))
 			return 0;
 		/* Refilled while it was copied: what was copied may be another chunk's. */
 		d->n = n0;
@@ -1106,7 +1095,8 @@ static int lookup_head(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	r = sf__share_acquire(ds->heads, chunk, chunk, HEAD_WAIT_NS, ret_ref);
 	if (r != SF_SHARE_HIT)
 		return r;
-	if (append_head(ds, d, ret_ref, d->cap) == 0 && sf__share_valid(ds->heads, ret_ref)) {
+	append_head(ds, d, ret_ref, d->cap);
+	if (sf__share_valid(ds->heads, ret_ref)) {
 		*ret_skip = ret_ref->n_docs;
 		return r;
 	}
