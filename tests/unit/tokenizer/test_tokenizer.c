@@ -316,3 +316,25 @@ Test(load, errors)
 	cr_assert(strstr(err.msg, "openaipublic"));
 	cr_assert_null(tok);
 }
+
+/* A special token may not take the id of a rank: raw text relies on <|endoftext|> never
+ * coming out of ordinary text (document ends, chunk heads). */
+Test(load, special_id_of_a_rank)
+{
+	static const struct sf_tok_special eot = {"<|endoftext|>", 1};
+	char path[] = "/tmp/sf-vocab-XXXXXX";
+	int fd = mkstemp(path);
+	/* "a" and "b" as ranks 0 and 1, base64. */
+	static const char vocab[] = "YQ== 0\nYg== 1\n";
+	struct sf_tok_spec spec = {"tiny", path, "[a-z]+", &eot, 1};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, vocab, sizeof(vocab) - 1), (ssize_t)(sizeof(vocab) - 1));
+	close(fd);
+	cr_assert_eq(sf__tok_load_spec(&spec, &tok, &err), SF_E_TOKENIZER);
+	cr_assert(strstr(err.msg, "has the id 1 of a rank"), "%s", err.msg);
+	cr_assert_null(tok);
+	unlink(path);
+}
