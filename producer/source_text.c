@@ -989,16 +989,15 @@ static void append_head(const struct sf_dataset *ds, struct tok_dest *d,
 	d->n += take;
 }
 
-/* Write the first `n` tokens of `src` (whole documents, `n_docs` of them) to the head
- * entry `ref` this producer claimed, and publish it. */
-static void store_head(const struct sf_dataset *ds, const struct sf_share_ref *ref,
-		       const uint32_t *src, uint64_t n, uint64_t n_docs, uint64_t chunk)
+/* Write the first `n` tokens of `src` (whole documents) to the head entry `ref` this
+ * producer claimed; nobody else writes it until it is published. */
+static void write_head(const struct sf_dataset *ds, const struct sf_share_ref *ref,
+		       const uint32_t *src, uint64_t n)
 {
 	size_t bad;
 
 	/* With 2-byte tokens every id fits: the vocabulary was checked at open. */
 	sf__copy_tokens(ref->tokens, ds->token_bytes, src, 4, n, &bad);
-	sf__share_publish(ref, chunk, n, n_docs);
 }
 
 /* Tokenize the head of `chunk` into `h`. Returns 0, HEAD_TOO_BIG or an error. */
@@ -1043,7 +1042,6 @@ static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	const uint64_t n0 = d->n, docs0 = d->n_docs;
 	struct sf_share_ref ref;
 	struct tok_dest *h;
-	uint64_t take;
 	int r;
 
 	if (!ds->heads)
@@ -1067,13 +1065,10 @@ static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		sf__share_abandon(&ref);
 		return r < 0 ? r : encode_docs(c, d, chunk, limit, 0, NULL, e);
 	}
-	take = h->n < limit - d->n ? h->n : limit - d->n;
-	for (uint64_t i = 0; i < h->n_docs && h->doc_starts[i] < take && d->n_docs < d->docs_cap;
-	     i++)
-		d->doc_starts[d->n_docs++] = d->n + h->doc_starts[i];
-	memcpy(d->tokens + d->n, h->tokens, take * sizeof(*d->tokens));
-	d->n += take;
-	store_head(ds, &ref, h->tokens, h->n, h->n_docs, chunk);
+	write_head(ds, &ref, h->tokens, h->n);
+	ref.n_tokens = h->n;
+	append_head(ds, d, &ref, limit);
+	sf__share_publish(&ref, chunk, h->n, h->n_docs);
 	return 0;
 }
 
@@ -1118,7 +1113,8 @@ static void publish_head(const struct sf_dataset *ds, const struct tok_dest *d, 
 		sf__share_abandon(ref);
 		return;
 	}
-	store_head(ds, ref, d->tokens, n, k, chunk);
+	write_head(ds, ref, d->tokens, n);
+	sf__share_publish(ref, chunk, n, k);
 }
 
 /* Tokenize `chunk` and the T+1 tokens after it into `d`. */
