@@ -738,9 +738,12 @@ out:
 struct epoch_table {
 	uint64_t epoch;
 	int valid;
+	struct sf_perm order; /* the epoch's chunk order */
 	uint64_t *prefix; /* windows before position j * EPOCH_STRIDE, j < n_chunks / STRIDE */
-	/* The position found last, which the next samples mostly fall in again. */
-	uint64_t last_pos, last_start, last_count;
+	/* The position found last, which the next samples mostly fall in again: its chunk,
+	 * the chunk's first window, and the order of the chunk's windows. */
+	uint64_t last_pos, last_start, last_count, last_chunk, last_first;
+	struct sf_perm last_windows;
 	int last_valid;
 };
 
@@ -1190,7 +1193,6 @@ static struct epoch_table *epoch_table(struct sf_text_cache *c, uint64_t epoch)
 {
 	const struct sf_dataset *ds = c->ds;
 	struct epoch_table *t;
-	struct sf_perm p;
 	uint64_t sum = 0;
 
 	for (int i = 0; i < 2; i++)
@@ -1199,13 +1201,13 @@ static struct epoch_table *epoch_table(struct sf_text_cache *c, uint64_t epoch)
 	/* Two tables: a batch may straddle an epoch boundary, and producers alternate. */
 	t = &c->epochs[c->next_epoch_slot];
 	c->next_epoch_slot ^= 1;
-	sf__perm_init(&p, ds->n_chunks, ds->seed, epoch, 1);
+	sf__perm_init(&t->order, ds->n_chunks, ds->seed, epoch, 1);
 	for (uint64_t i = 0; i < ds->n_chunks; i++) {
 		uint64_t first;
 
 		if (i % EPOCH_STRIDE == 0)
 			t->prefix[i / EPOCH_STRIDE] = sum;
-		sum += chunk_windows(ds, sf__perm_apply(&p, i), &first);
+		sum += chunk_windows(ds, sf__perm_apply(&t->order, i), &first);
 	}
 	t->epoch = epoch;
 	t->valid = 1;
@@ -1213,19 +1215,38 @@ static struct epoch_table *epoch_table(struct sf_text_cache *c, uint64_t epoch)
 	return t;
 }
 
-uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k, uint64_t *ret_key)
+/* Make position `i` of the epoch's chunk order, whose windows start at `start`, the
+ * table's last position; returns its window count. */
+static uint64_t set_last(const struct sf_dataset *ds, struct epoch_table *t, uint64_t i,
+			 uint64_t start)
 {
-	const struct sf_dataset *ds = c->ds;
-	uint64_t epoch = k / ds->n_windows, pos = k % ds->n_windows;
-	struct epoch_table *t = epoch_table(c, epoch);
-	uint64_t chunk, first, count;
-	struct sf_perm p;
+	t->last_pos = i;
+	t->last_start = start;
+	t->last_chunk = sf__perm_apply(&t->order, i);
+	t->last_count = chunk_windows(ds, t->last_chunk, &t->last_first);
+	t->last_valid = 1;
+	return t->last_count;
+}
 
-	sf__perm_init(&p, ds->n_chunks, ds->seed, epoch, 1);
-	if (!t->last_valid || pos < t->last_start || pos - t->last_start >= t->last_count) {
-		/* The last table entry at or before `pos`, then the position whose windows
-		 * hold it (positions of chunks without windows are passed over). */
-		uint64_t lo = 0, hi = (ds->n_chunks + EPOCH_STRIDE - 1) / EPOCH_STRIDE - 1, i, at;
+/*
+ * Find the position of the epoch's chunk order whose windows hold `pos` and make it the
+ * table's last. Positions are walked from the last position, when `pos` lies past its
+ * windows but before the next table entry (consecutive samples do), else from the last
+ * table entry at or before `pos`: at most EPOCH_STRIDE - 1 steps either way (positions of
+ * chunks without windows are passed over).
+ */
+static void find_position(const struct sf_dataset *ds, struct epoch_table *t, uint64_t pos)
+{
+	const uint64_t n_strides = (ds->n_chunks + EPOCH_STRIDE - 1) / EPOCH_STRIDE;
+	uint64_t i, at, next;
+
+	if (t->last_valid && pos >= t->last_start + t->last_count &&
+	    t->last_pos + 1 < ds->n_chunks &&
+	    ((next = (t->last_pos + 1) / EPOCH_STRIDE + 1) >= n_strides || pos < t->prefix[next])) {
+		i = t->last_pos + 1;
+		at = t->last_start + t->last_count;
+	} else {
+		uint64_t lo = 0, hi = n_strides - 1;
 
 		while (lo < hi) {
 			uint64_t mid = lo + (hi - lo + 1) / 2;
@@ -1235,24 +1256,32 @@ uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k, uint64_t *r
 			else
 				hi = mid - 1;
 		}
+		i = lo * EPOCH_STRIDE;
 		at = t->prefix[lo];
-		for (i = lo * EPOCH_STRIDE;; i++) {
-			count = chunk_windows(ds, sf__perm_apply(&p, i), &first);
-			if (pos - at < count)
-				break;
-			at += count;
-		}
-		t->last_pos = i;
-		t->last_start = at;
-		t->last_count = count;
-		t->last_valid = 1;
 	}
-	chunk = sf__perm_apply(&p, t->last_pos);
-	count = chunk_windows(ds, chunk, &first);
-	sf__perm_init(&p, count, ds->seed, epoch, 2 + chunk);
+	for (;; i++) {
+		uint64_t count = set_last(ds, t, i, at);
+
+		if (pos - at < count)
+			return;
+		at += count;
+	}
+}
+
+uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k, uint64_t *ret_key)
+{
+	const struct sf_dataset *ds = c->ds;
+	uint64_t epoch = k / ds->n_windows, pos = k % ds->n_windows;
+	struct epoch_table *t = epoch_table(c, epoch);
+
+	if (!t->last_valid || pos < t->last_start || pos - t->last_start >= t->last_count) {
+		find_position(ds, t, pos);
+		sf__perm_init(&t->last_windows, t->last_count, ds->seed, epoch, 2 + t->last_chunk);
+	}
 	if (ret_key)
 		*ret_key = epoch * ds->n_chunks + t->last_pos;
-	return (first + sf__perm_apply(&p, pos - t->last_start)) * ds->seq_len;
+	return (t->last_first + sf__perm_apply(&t->last_windows, pos - t->last_start)) *
+	       ds->seq_len;
 }
 
 /*

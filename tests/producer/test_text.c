@@ -358,7 +358,7 @@ int main(int argc, char **argv)
 		struct sf_err e = {0};
 		const int copies = 6;
 		char *big = malloc(text_len * copies);
-		uint64_t checked = 0;
+		uint64_t checked = 0, *expect, x = 0x9e3779b97f4a7c15ull;
 
 		for (int i = 0; i < copies; i++)
 			memcpy(big + text_len * (size_t)i, text, text_len);
@@ -370,6 +370,7 @@ int main(int argc, char **argv)
 		H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
 		H_CHECK(sf__builder_create(ds, &b, &e) == 0, "%s", e.msg);
 		H_CHECK(ds->n_chunks > 64, "only %llu chunks", (unsigned long long)ds->n_chunks);
+		expect = malloc(3 * ds->n_windows * sizeof(*expect));
 		for (uint64_t epoch = 0; epoch < 3; epoch++) {
 			struct sf_perm chunks;
 			uint64_t k = epoch * ds->n_windows;
@@ -386,18 +387,31 @@ int main(int argc, char **argv)
 					continue;
 				sf__perm_init(&w, end - first, ds->seed, epoch,
 					      2 + (uint64_t)(ch - ds->chunks));
-				for (uint64_t j = 0; j < end - first; j++, k++, checked++)
-					H_CHECK(sf__builder_sample_offset(b, k) ==
-							(first + sf__perm_apply(&w, j)) * 64,
+				for (uint64_t j = 0; j < end - first; j++, k++, checked++) {
+					expect[k] = (first + sf__perm_apply(&w, j)) * 64;
+					H_CHECK(sf__builder_sample_offset(b, k) == expect[k],
 						"sample %llu", (unsigned long long)k);
+				}
 			}
 			H_CHECK(k == (epoch + 1) * ds->n_windows, "epoch %llu has %llu samples",
 				(unsigned long long)epoch,
 				(unsigned long long)(k - epoch * ds->n_windows));
 		}
+		/* The same samples out of order: jumps back, far ahead, and short skips, so
+		 * that a lookup starts from the last position found, mid-stride, or from a
+		 * table entry. */
+		for (uint64_t i = 0, k = 0; i < 20000; i++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			k = x % 4 ? (k + 1 + x % 97) % (3 * ds->n_windows) : x % (3 * ds->n_windows);
+			H_CHECK(sf__builder_sample_offset(b, k) == expect[k], "sample %llu (jump)",
+				(unsigned long long)k);
+		}
 		printf("ok: raw text window order over %llu chunks: %llu samples of 3 epochs as "
-		       "computed directly\n",
+		       "computed directly, in order and 20000 out of order\n",
 		       (unsigned long long)ds->n_chunks, (unsigned long long)checked);
+		free(expect);
 		sf__builder_free(b);
 		sf__dataset_close(ds);
 	}
