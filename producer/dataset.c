@@ -14,6 +14,9 @@
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
@@ -477,18 +480,26 @@ static uint32_t find_token_file(const struct sf_dataset *ds, uint64_t off)
 	return lo;
 }
 
+/*
+ * Ids of src_width bytes to dst_width bytes. Narrowing (every raw text row: ids are
+ * encoded as uint32) checks eight ids at a time for bits above 16 and packs them with
+ * SSE2: biased by -0x8000, every id fits the signed saturating pack exactly, and the bias
+ * is undone on the 16-bit lanes.
+ */
 int sf__copy_tokens(void *dst, uint32_t dst_width, const void *src, uint32_t src_width, size_t n,
 		    size_t *ret_bad)
 {
+	const unsigned char *s = src;
+	size_t i = 0;
+
 	if (dst_width == src_width) {
 		memcpy(dst, src, n * src_width);
 		return 0;
 	}
 	if (dst_width == 4) {
-		const unsigned char *s = src;
 		uint32_t *d = dst;
 
-		for (size_t i = 0; i < n; i++) {
+		for (; i < n; i++) {
 			uint16_t v;
 
 			memcpy(&v, s + 2 * i, 2);
@@ -496,11 +507,29 @@ int sf__copy_tokens(void *dst, uint32_t dst_width, const void *src, uint32_t src
 		}
 		return 0;
 	}
+#ifdef __SSE2__
 	{
-		const unsigned char *s = src;
+		const __m128i bias = _mm_set1_epi32(0x8000), zero = _mm_setzero_si128();
+		const __m128i unbias = _mm_set1_epi16((short)0x8000);
+
+		for (; i + 8 <= n; i += 8) {
+			__m128i a = _mm_loadu_si128((const __m128i *)(const void *)(s + 4 * i));
+			__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + 4 * i + 16));
+			__m128i high = _mm_or_si128(_mm_srli_epi32(a, 16), _mm_srli_epi32(b, 16));
+
+			if (_mm_movemask_epi8(_mm_cmpeq_epi32(high, zero)) != 0xffff)
+				break; /* the loop below finds which */
+			_mm_storeu_si128((__m128i *)(void *)((unsigned char *)dst + 2 * i),
+					 _mm_xor_si128(_mm_packs_epi32(_mm_sub_epi32(a, bias),
+								       _mm_sub_epi32(b, bias)),
+						       unbias));
+		}
+	}
+#endif
+	{
 		uint16_t *d = dst;
 
-		for (size_t i = 0; i < n; i++) {
+		for (; i < n; i++) {
 			uint32_t v;
 
 			memcpy(&v, s + 4 * i, 4);

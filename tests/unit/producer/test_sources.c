@@ -385,3 +385,42 @@ Test(sources, find_sep_agrees_with_memmem)
 	}
 	cr_expect_gt(checked, 100000, "found %u", checked);
 }
+
+/* Narrowing ids to uint16 gives each id at every length and alignment (the vector loop
+ * and the tail), and an id above 65535 anywhere is reported at its index. */
+Test(sources, copy_tokens_narrows_and_finds_the_first_wide_id)
+{
+	uint32_t ids[80];
+	uint16_t dst[80];
+	uint64_t x = 0x2545f4914f6cdd1dull;
+
+	for (size_t i = 0; i < 80; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		ids[i] = i % 9 == 0 ? 65535u - (uint32_t)i : (uint32_t)(x % 65536);
+	}
+	for (size_t off = 0; off < 8; off++)
+		for (size_t n = 0; off + n <= 80; n++) {
+			size_t bad = SIZE_MAX;
+
+			memset(dst, 0xa5, sizeof(dst));
+			cr_assert_eq(sf__copy_tokens(dst, 2, ids + off, 4, n, &bad), 0);
+			for (size_t i = 0; i < n; i++)
+				cr_assert_eq(dst[i], ids[off + i], "offset %zu, length %zu, id %zu",
+					     off, n, i);
+			if (n < 80)
+				cr_assert_eq(dst[n], 0xa5a5, "written past %zu ids", n);
+		}
+	for (size_t at = 0; at < 40; at++) {
+		uint32_t keep = ids[at], keep2 = ids[at + 5];
+		size_t bad = SIZE_MAX;
+
+		ids[at] = 65536u + (uint32_t)at;
+		ids[at + 5] = UINT32_MAX;
+		cr_assert_eq(sf__copy_tokens(dst, 2, ids, 4, 40, &bad), SF_E_RANGE);
+		cr_assert_eq(bad, at);
+		ids[at] = keep;
+		ids[at + 5] = keep2;
+	}
+}
