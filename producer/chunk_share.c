@@ -6,6 +6,7 @@
  * (fork copies it), and so are its counters.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -81,11 +82,31 @@ struct sf_chunk_share {
 	uint64_t tokens_cap;
 	uint32_t token_bytes;
 	uint64_t docs_cap;
-	/* This process. */
+	/* This process, as of fork generation `forks`. */
 	uint32_t pid;
 	uint64_t ident;
+	uint32_t forks;
+	/* The busy entry word a waiting look-up of this process gave up on last: found
+	 * again unchanged, its filler's start time is read (see filler_dead()). */
+	const struct share_entry *suspect;
+	uint64_t suspect_word;
 	struct sf_share_counters counters;
 };
+
+/* Bumped in every child a fork() makes, so that self() notices a new process without a
+ * getpid() system call at every look-up. */
+static _Atomic uint32_t fork_generation = 1;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void count_fork(void)
+{
+	atomic_fetch_add_explicit(&fork_generation, 1, memory_order_relaxed);
+}
+
+static void register_atfork(void)
+{
+	pthread_atfork(NULL, NULL, count_fork);
+}
 
 static uint64_t round_up(uint64_t n, uint64_t to)
 {
@@ -112,6 +133,7 @@ int sf__share_create(uint64_t n_entries, uint64_t tokens_cap, uint32_t token_byt
 		return sf__err(e, -ENOMEM, "cannot map %llu bytes for the shared chunk cache",
 			       (unsigned long long)total);
 	}
+	pthread_once(&atfork_once, register_atfork);
 	s->map = m;
 	s->map_len = total;
 	s->entries = m;
@@ -146,23 +168,33 @@ void sf__share_counters(const struct sf_chunk_share *s, struct sf_share_counters
 /* The calling process's pid and identity, read again after a fork. */
 static void self(struct sf_chunk_share *s)
 {
-	uint32_t pid = (uint32_t)getpid();
+	uint32_t forks = atomic_load_explicit(&fork_generation, memory_order_relaxed);
+	uint32_t pid;
 	uint64_t start = 0;
 
-	if (pid == s->pid)
+	if (forks == s->forks && s->pid)
 		return;
+	pid = (uint32_t)getpid();
 	if (sf__proc_starttime((pid_t)pid, &start) < 0)
 		start = 0;
+	s->forks = forks;
 	s->pid = pid;
 	s->ident = ((uint64_t)pid << START_BITS) | (start & START_MASK);
+	s->suspect = NULL;
 }
 
 /*
  * Whether the filler recorded in `w` is gone. An entry FILLING under this process's own
  * pid was left by an earlier process that had the same pid, since this one fills
- * nothing while it looks an entry up.
+ * nothing while it looks an entry up. A filler whose pid no longer exists is gone. One
+ * whose pid exists may still be a zombie, or the pid may name another process now,
+ * which only its start time tells (read from /proc): that is looked at with
+ * `look_closer`, when this word has been busy for a wait slice or was found busy by an
+ * earlier look-up, rather than at every busy look-up (a live filler publishes long
+ * before).
  */
-static int filler_dead(struct sf_chunk_share *s, const struct share_entry *en, uint64_t w)
+static int filler_dead(struct sf_chunk_share *s, const struct share_entry *en, uint64_t w,
+		       int look_closer)
 {
 	uint32_t pid = word_pid(w);
 	uint64_t ident;
@@ -171,6 +203,8 @@ static int filler_dead(struct sf_chunk_share *s, const struct share_entry *en, u
 		return 1;
 	if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
 		return 1;
+	if (!look_closer)
+		return 0;
 	/* Relaxed: the identity is advisory; a mismatch only means it is not written yet. */
 	ident = atomic_load_explicit(&en->owner, memory_order_relaxed);
 	if ((ident >> START_BITS) != pid)
@@ -196,7 +230,7 @@ int sf__share_acquire(struct sf_chunk_share *s, uint64_t key, uint64_t chunk, in
 		      struct sf_share_ref *ret_ref)
 {
 	struct share_entry *en = &s->entries[key % s->n_entries];
-	uint64_t deadline = 0;
+	uint64_t deadline = 0, busy_word = 0, busy_since = 0;
 	int waited = 0;
 
 	for (;;) {
@@ -223,16 +257,25 @@ int sf__share_acquire(struct sf_chunk_share *s, uint64_t key, uint64_t chunk, in
 				s->counters.busy++;
 				return SF_SHARE_BUSY;
 			}
-			if (filler_dead(s, en, w)) {
+			uint64_t now = sf__now_ns();
+
+			if (w != busy_word) {
+				busy_word = w;
+				busy_since = now;
+			}
+			if (filler_dead(s, en, w,
+					now - busy_since >= WAIT_SLICE_NS ||
+						(s->suspect == en && s->suspect_word == w))) {
 				s->counters.takeovers++;
 			} else {
-				uint64_t now = sf__now_ns();
 				uint32_t seq;
 
 				if (!deadline)
 					deadline = now + (uint64_t)wait_ns;
 				if (now >= deadline) {
 					s->counters.busy++;
+					s->suspect = en;
+					s->suspect_word = w;
 					return SF_SHARE_BUSY;
 				}
 				if (!waited++)

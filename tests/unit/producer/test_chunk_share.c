@@ -90,7 +90,12 @@ Test(share, fill_hit_refill_abandon)
 static pid_t filler(int ready[2], int go[2], int die)
 {
 	pid_t pid, parent = getpid();
+	struct sf_share_ref mine;
 
+	/* This process uses the cache first, so the child has to notice that it is
+	 * another process (the fork generation) rather than claim under this one's pid. */
+	cr_assert_eq(sf__share_acquire(share, 3, 99, 0, &mine), SF_SHARE_FILL);
+	sf__share_abandon(&mine);
 	cr_assert_eq(pipe(ready), 0);
 	cr_assert_eq(pipe(go), 0);
 	pid = fork();
@@ -171,6 +176,38 @@ static void dead_filler(int reap)
 	cr_assert_eq(n.takeovers, 1);
 	if (!reap)
 		cr_assert_eq(waitpid(pid, NULL, 0), pid);
+}
+
+/*
+ * Look-ups that do not wait (1 ns, as for chunk heads) read a filler's start time only
+ * when they find the same busy word a second time: a zombie's entry is taken over then,
+ * and a live filler's entry stays busy however often it is looked up.
+ */
+Test(share, busy_word_seen_twice_is_checked)
+{
+	int ready[2], go[2], ready2[2], go2[2];
+	struct sf_share_ref ref;
+	struct sf_share_counters n;
+	pid_t dead = filler(ready, go, 1), live;
+	siginfo_t si;
+	char ch = 1;
+
+	memset(&si, 0, sizeof(si));
+	cr_assert_eq(waitid(P_PID, (id_t)dead, &si, WEXITED | WNOWAIT), 0);
+	cr_assert_eq(sf__share_acquire(share, 0, 1, 1, &ref), SF_SHARE_BUSY);
+	cr_assert_eq(sf__share_acquire(share, 0, 1, 1, &ref), SF_SHARE_FILL);
+	sf__share_abandon(&ref);
+	cr_assert_eq(waitpid(dead, NULL, 0), dead);
+	live = filler(ready2, go2, 0);
+	for (int i = 0; i < 5; i++)
+		cr_assert_eq(sf__share_acquire(share, 0, 1, 1, &ref), SF_SHARE_BUSY);
+	cr_assert_eq(write(go2[1], &ch, 1), 1);
+	cr_assert_eq(waitpid(live, NULL, 0), live);
+	cr_assert_eq(sf__share_acquire(share, 0, 1, 1, &ref), SF_SHARE_HIT);
+	cr_assert_eq(((uint32_t *)ref.tokens)[9], 509);
+	sf__share_counters(share, &n);
+	cr_assert_eq(n.takeovers, 1);
+	(void)go;
 }
 
 Test(share, dead_filler_reaped_is_taken_over)
