@@ -12,7 +12,8 @@
  * Per-core rates divide tokens by CPU time: this process's for the tokenizer and the
  * builder alone, the producer processes' (user + system, from wait4) for the pipeline,
  * so that a machine shared with other work does not count time spent descheduled. The
- * raw text pipeline runs REPEAT times per producer count and reports the range.
+ * raw text pipeline runs REPEAT rounds, each with one run of every configuration in
+ * turn, and reports the range and median of each.
  *
  * usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT]]
  */
@@ -200,9 +201,9 @@ struct span {
 };
 
 /*
- * One pass of the tokenizer alone over the documents of `corpus` (the bytes of the file
- * the producers read, in memory): tokens per CPU second, and the tokens in *ret_n (each
- * document's ids and one <|endoftext|>, as the producers count them). Only
+ * One pass of the tokenizer alone over `n_docs` documents of `corpus` (the bytes of the
+ * file the producers read, in memory): tokens per CPU second, and the tokens in *ret_n
+ * (each document's ids and one <|endoftext|>, as the producers count them). Only
  * sf__tok_encode() is timed: finding the documents is part of the producers' work, not
  * of the tokenizer's.
  */
@@ -226,10 +227,13 @@ static double tokenizer_pass(struct sf_tok_encoder *enc, const char *corpus,
 
 /*
  * The tokenizer alone in `procs` processes at once (the best of `passes` passes in each),
- * as the producers run: the mean per-core rate. On a machine whose cores slow each other
+ * as P producers run: the mean per-core rate. On a machine whose cores slow each other
  * down (shared caches, a hypervisor), this is what P producers can at best approach.
  * Each process starts from a fresh encoder, as a producer does (an encoder keeps a cache
- * of pieces it has met).
+ * of pieces it has met), and takes its own 1/procs of the documents, as P producers
+ * split an epoch: processes walking the same text in step would share its cache misses,
+ * and a process over the whole corpus would spread its encoder's warm-up over P times
+ * the tokens a producer does.
  */
 static double tokenizer_rate(const struct sf_tok *tok, const char *corpus, const struct span *docs,
 			     size_t n_docs, int procs, int passes)
@@ -251,7 +255,9 @@ static double tokenizer_rate(const struct sf_tok *tok, const char *corpus, const
 				die("encoder", &e);
 			for (int pass = 0; pass < passes; pass++) {
 				uint64_t n;
-				double r = tokenizer_pass(enc, corpus, docs, n_docs, &n);
+				size_t lo = n_docs * (size_t)i / (size_t)procs;
+				size_t hi = n_docs * (size_t)(i + 1) / (size_t)procs;
+				double r = tokenizer_pass(enc, corpus, docs + lo, hi - lo, &n);
 
 				best = r > best ? r : best;
 			}
@@ -416,38 +422,50 @@ int main(int argc, char **argv)
 		       build / 1e6, 100 * build / tok_rate, ratio);
 		/* Each run of the pipeline is compared with the tokenizer alone in as many
 		 * processes, measured just before it, so that load from elsewhere affects both
-		 * alike; the range over the runs is reported. */
-		for (int poll = 0; poll <= 1; poll++)
-			for (uint32_t P = 1; P <= 2; P++) {
-				double lo = 0, hi = 0, tlo = 0, thi = 0, plo = 0, phi = 0, pcts[64];
-				double enc_max = 0;
+		 * alike. The four configurations take turns, a run of each per round, so that
+		 * a machine that is slower for a minute does not weigh on one of them only;
+		 * the range and median over the rounds are reported. */
+		{
+			struct line {
+				double lo, hi, tlo, thi, plo, phi, enc_max, pcts[64];
+			} lines[4] = {{0}};
 
-				for (int i = 0; i < repeat; i++) {
+			for (int i = 0; i < repeat; i++)
+				for (int l = 0; l < 4; l++) {
+					struct line *x = &lines[l];
+					const uint32_t P = 1 + (uint32_t)(l % 2);
+					const int poll = l / 2;
 					double tr = tokenizer_rate(tok, all, docs, n_docs, (int)P,
 								   1),
 					       pct, enc_ratio;
 
 					total = pipeline_rate(&cfg, P, steps, poll ? 1000 : 0,
 							      &per_core, &enc_ratio);
-					enc_max = enc_ratio > enc_max ? enc_ratio : enc_max;
+					x->enc_max = enc_ratio > x->enc_max ? enc_ratio : x->enc_max;
 					pct = 100 * per_core / tr;
-					pcts[i] = pct;
-					lo = !i || per_core < lo ? per_core : lo;
-					hi = per_core > hi ? per_core : hi;
-					tlo = !i || total < tlo ? total : tlo;
-					thi = total > thi ? total : thi;
-					plo = !i || pct < plo ? pct : plo;
-					phi = pct > phi ? pct : phi;
+					x->pcts[i] = pct;
+					x->lo = !i || per_core < x->lo ? per_core : x->lo;
+					x->hi = per_core > x->hi ? per_core : x->hi;
+					x->tlo = !i || total < x->tlo ? total : x->tlo;
+					x->thi = total > x->thi ? total : x->thi;
+					x->plo = !i || pct < x->plo ? pct : x->plo;
+					x->phi = pct > x->phi ? pct : x->phi;
 				}
-				qsort(pcts, (size_t)repeat, sizeof(double), cmp_double);
+			for (int l = 0; l < 4; l++) {
+				struct line *x = &lines[l];
+				const uint32_t P = 1 + (uint32_t)(l % 2);
+
+				qsort(x->pcts, (size_t)repeat, sizeof(double), cmp_double);
 				printf("  pipeline P=%u, consumers %s, %d runs: %5.2f-%5.2f M "
 				       "tokens/s total, %5.2f-%5.2f M tokens/s per producer core, "
 				       "%.0f-%.0f%% (median %.0f%%) of the tokenizer alone in %u "
 				       "process%s; at most %.3f tokens encoded per token written\n",
-				       P, poll ? "polling every 1 ms" : "waiting at every step",
-				       repeat, tlo / 1e6, thi / 1e6, lo / 1e6, hi / 1e6, plo, phi,
-				       pcts[repeat / 2], P, P > 1 ? "es at once" : "", enc_max);
+				       P, l / 2 ? "polling every 1 ms" : "waiting at every step",
+				       repeat, x->tlo / 1e6, x->thi / 1e6, x->lo / 1e6, x->hi / 1e6,
+				       x->plo, x->phi, x->pcts[repeat / 2], P,
+				       P > 1 ? "es at once" : "", x->enc_max);
 			}
+		}
 		sf__tok_free(tok);
 		free(docs);
 		free(all);
