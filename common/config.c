@@ -63,6 +63,7 @@ struct field {
 static const char *const format_names[] = {"auto", "nanogpt", "llmc", "megatron",
 					   "text", "jsonl",   NULL};
 static const char *const on_error_names[] = {"stop", "skip", NULL};
+static const char *const index_names[] = {"cache", "beside", NULL};
 static const char *const encoding_names[] = {"bytes",	  "char",	 "char:CORPUS", "gpt2",
 					     "r50k_base", "cl100k_base", "o200k_base",	NULL};
 static const char *const dtype_names[] = {"auto", "uint16", "int32", NULL};
@@ -76,6 +77,7 @@ static const struct field source_fields[] = {
 	{"separator", T_STRING, SRC(separator), 0, 0, NULL, NULL, F_NULLABLE,
 	 "a string, or null for one document per file"},
 	{"on_error", T_ENUM, SRC(on_error), 0, 0, on_error_names, NULL, 0, NULL},
+	{"index", T_ENUM, SRC(index), 0, 0, index_names, NULL, 0, NULL},
 	END_FIELDS,
 };
 
@@ -447,6 +449,7 @@ static void source_defaults(struct sf_source_config *src)
 	memset(src, 0, sizeof(*src));
 	src->format = SF_FMT_AUTO;
 	src->on_error = SF_ON_ERROR_STOP;
+	src->index = SF_INDEX_CACHE;
 }
 
 static void source_free(struct sf_source_config *src)
@@ -533,7 +536,7 @@ static int set_sources(struct loader *L, const struct field *f, const yaml_node_
 		else
 			r = fail_at(L, item,
 				    "a source must be a path or a mapping with keys paths, format, "
-				    "text_field, separator, on_error; not %s",
+				    "text_field, separator, on_error, index; not %s",
 				    node_kind(item));
 		if (r == 0 && !srcs[i].n_paths)
 			r = fail_at(L, item, "a source needs 'paths'");

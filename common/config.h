@@ -28,6 +28,9 @@
 #define SF_ON_ERROR_STOP 0
 #define SF_ON_ERROR_SKIP 1
 
+#define SF_INDEX_CACHE	0 /* the user's cache directory (default) */
+#define SF_INDEX_BESIDE 1 /* a dot-file beside the text file, else the cache directory */
+
 /* Sampling modes. */
 #define SF_SAMPLE_WINDOWS 0 /* stride-T windows, permuted per epoch by a keyed bijection */
 #define SF_SAMPLE_RANDOM  1 /* nanoGPT-style random offsets, counter-based generator */
@@ -47,7 +50,7 @@ struct sf_source_config {
 	char *text_field;    /* jsonl: field holding the text (default "text") */
 	char *separator;     /* text: document separator; NULL: one document per file */
 	uint32_t on_error;   /* SF_ON_ERROR_* (default stop) */
-	uint32_t pad;
+	uint32_t index;	     /* SF_INDEX_*: where raw text token-count indexes are cached */
 };
 
 struct sf_config {

@@ -1,10 +1,13 @@
 /*
- * The cache of chunk token counts, one small file per raw text file in the user's cache
- * directory (sf__index_dir()): index/PATHHASH-KEY.sfidx, where PATHHASH digests the
- * file's absolute path and KEY (16 hex digits) the tokenizer and everything that decides
- * how the file is cut into documents. Not beside the corpus: corpora often sit in
- * read-only or shared directories, and a glob over the corpus folder would take the
- * cache files for text. Its header repeats the key and the file's
+ * The cache of chunk token counts, one small file per raw text file: by default in the
+ * user's cache directory (sf__index_dir()) as index/PATHHASH-KEY.sfidx, where PATHHASH
+ * digests the file's absolute path and KEY (16 hex digits) the tokenizer and everything
+ * that decides how the file is cut into documents; with the source's `index: beside`,
+ * as the dot-file .NAME.KEY.sfidx beside the file, so that it travels with the corpus
+ * (every node of a job reading a shared file system finds it), falling back to the cache
+ * directory where the file's directory is not writable. The default keeps corpus
+ * directories untouched: they are often read-only or shared. Its header repeats the key
+ * and the file's
  * identity (size, modification time, inode): a file that changed, or a cache from another
  * tokenizer, is simply rebuilt. A checksum over the whole cache catches a torn write; the
  * cache is written to a temporary name and renamed, so readers never see half a file.
@@ -97,24 +100,35 @@ static int make_dirs(char *dir)
 	}
 }
 
-/* The cache file of `f` for `key`, or NULL (no cache directory, or out of memory). With
- * `create`, its directory is created. */
-static char *index_path(const struct sf_text_file *f, uint64_t key, int create)
+/*
+ * The index file of `f` for `key`: beside the file (`beside`: DIR/.NAME.KEY.sfidx, a
+ * dot-file that globs such as DIR/\* pass over), else in the user's cache directory
+ * (created with `create`). NULL: no cache directory, or out of memory.
+ */
+static char *index_path(const struct sf_text_file *f, uint64_t key, int beside, int create)
 {
-	char dir[PATH_MAX], *abs = realpath(f->path, NULL), *p;
+	char dir[PATH_MAX], *abs = realpath(f->path, NULL), *p = NULL;
 	const char *name = abs ? abs : f->path;
-	size_t n;
 
-	if (sf__index_dir(dir, sizeof(dir)) < 0 || (create && make_dirs(dir) < 0)) {
-		free(abs);
-		return NULL;
+	if (beside) {
+		const char *slash = strrchr(name, '/');
+		size_t n = strlen(name) + 64;
+
+		p = malloc(n);
+		if (p && slash)
+			snprintf(p, n, "%.*s/.%s.%016llx.sfidx", (int)(slash - name), name, slash + 1,
+				 (unsigned long long)key);
+		else if (p)
+			snprintf(p, n, ".%s.%016llx.sfidx", name, (unsigned long long)key);
+	} else if (sf__index_dir(dir, sizeof(dir)) == 0 && (!create || make_dirs(dir) == 0)) {
+		size_t n = strlen(dir) + 64;
+
+		p = malloc(n);
+		if (p)
+			snprintf(p, n, "%s/%016llx-%016llx.sfidx", dir,
+				 (unsigned long long)XXH3_64bits(name, strlen(name)),
+				 (unsigned long long)key);
 	}
-	n = strlen(dir) + 64;
-	p = malloc(n);
-	if (p)
-		snprintf(p, n, "%s/%016llx-%016llx.sfidx", dir,
-			 (unsigned long long)XXH3_64bits(name, strlen(name)),
-			 (unsigned long long)key);
 	free(abs);
 	return p;
 }
@@ -135,10 +149,11 @@ static uint64_t first_chunk_of(const struct sf_dataset *ds, uint32_t file, uint6
 	return first;
 }
 
-int sf__index_load(struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t *ret_bytes)
+/* Load the index of `file` from `path` (NULL: none). Returns 1 when it was valid. */
+static int load_from(struct sf_dataset *ds, uint32_t file, uint64_t key, char *path,
+		     uint64_t *ret_bytes)
 {
 	const struct sf_text_file *f = &ds->text_files[file];
-	char *path = index_path(f, key, 0);
 	struct index_header h;
 	struct index_entry *ents = NULL;
 	uint64_t n, first, sum, stored;
@@ -199,11 +214,23 @@ out:
 	return ok;
 }
 
-int sf__index_save(const struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t skipped,
-		   const char *first_skip, uint64_t *ret_bytes)
+int sf__index_load(struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t *ret_bytes)
 {
 	const struct sf_text_file *f = &ds->text_files[file];
-	char *path = index_path(f, key, 1), *tmp = NULL;
+	const int beside = ds->sources[f->source].index == SF_INDEX_BESIDE;
+
+	/* An index beside the file wins; one in the cache directory serves too (written there
+	 * when the file's directory was not writable, or before the source said `beside`). */
+	return (beside && load_from(ds, file, key, index_path(f, key, 1, 0), ret_bytes)) ||
+	       load_from(ds, file, key, index_path(f, key, 0, 0), ret_bytes);
+}
+
+/* Write the index of `file` to `path` (NULL: -ENOMEM), through a temporary file. */
+static int save_to(const struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t skipped,
+		   const char *first_skip, char *path, uint64_t *ret_bytes)
+{
+	const struct sf_text_file *f = &ds->text_files[file];
+	char *tmp = NULL;
 	struct index_header h;
 	struct index_entry *ents = NULL;
 	uint64_t n, first, sum;
@@ -268,4 +295,15 @@ out:
 	free(tmp);
 	free(path);
 	return r;
+}
+
+int sf__index_save(const struct sf_dataset *ds, uint32_t file, uint64_t key, uint64_t skipped,
+		   const char *first_skip, uint64_t *ret_bytes)
+{
+	const struct sf_text_file *f = &ds->text_files[file];
+
+	if (ds->sources[f->source].index == SF_INDEX_BESIDE &&
+	    save_to(ds, file, key, skipped, first_skip, index_path(f, key, 1, 0), ret_bytes) == 0)
+		return 0;
+	return save_to(ds, file, key, skipped, first_skip, index_path(f, key, 0, 1), ret_bytes);
 }

@@ -81,10 +81,13 @@ void h_write_megatron(const char *prefix, const void *tokens, const uint32_t *le
 
 char *h_tmpdir(void)
 {
-	char tmpl[] = "/tmp/sf-prodtest-XXXXXX";
+	char tmpl[] = "/tmp/sf-prodtest-XXXXXX", cache[64];
 	char *d = mkdtemp(tmpl);
 
 	H_CHECK(d, "mkdtemp: %s", strerror(errno));
+	/* Index caches of the corpora made here go with them, not to the user's cache. */
+	snprintf(cache, sizeof(cache), "%s/cache", d);
+	H_CHECK(setenv("SHMFEED_CACHE_DIR", cache, 1) == 0, "setenv");
 	return strdup(d);
 }
 

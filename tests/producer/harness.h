@@ -20,7 +20,8 @@ void h_write_llmc(const char *path, const void *tokens, size_t n, int wide);
 void h_write_megatron(const char *prefix, const void *tokens, const uint32_t *lens, size_t n_docs,
 		      int wide);
 
-/* A fresh temporary directory (removed by h_rmtree). */
+/* A fresh temporary directory (removed by h_rmtree); DIR/cache becomes the index cache
+ * directory ($SHMFEED_CACHE_DIR) of this process. */
 char *h_tmpdir(void);
 void h_rmtree(const char *dir);
 

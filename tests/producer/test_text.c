@@ -8,6 +8,7 @@
  *  - the chunk index is cached, reused, and rebuilt when the file changes;
  *  - 1, 2 and 4 producer processes deliver identical batches of a .jsonl source.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -119,9 +120,42 @@ static size_t json_escape(char *out, const char *s, size_t n)
 	return o;
 }
 
+/* Entries of `dir` whose names start with `prefix`; the first one's path. */
+static int count_files(const char *dir, const char *prefix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *ent;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((ent = readdir(d)))
+		if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..") &&
+		    !strncmp(ent->d_name, prefix, strlen(prefix)))
+			n++;
+	closedir(d);
+	return n;
+}
+
+static int first_match(const char *dir, const char *prefix, char *buf, size_t len)
+{
+	DIR *d = opendir(dir);
+	struct dirent *ent;
+	int r = -1;
+
+	while (d && r && (ent = readdir(d)))
+		if (!strncmp(ent->d_name, prefix, strlen(prefix))) {
+			snprintf(buf, len, "%s/%s", dir, ent->d_name);
+			r = 0;
+		}
+	if (d)
+		closedir(d);
+	return r;
+}
+
 int main(int argc, char **argv)
 {
-	char vocab_dir[4096], corpus[4096], tokref[4096], path[4096];
+	char vocab_dir[4096], corpus[4096], tokref[4096], path[4096], cache_dir[4200];
 	char *dir, *text, *ref_bytes;
 	size_t text_len, ref_len;
 	const uint32_t *ref;
@@ -145,6 +179,7 @@ int main(int argc, char **argv)
 	ref = (const uint32_t *)ref_bytes;
 	n_ref = ref_len / 4;
 	dir = h_tmpdir();
+	snprintf(cache_dir, sizeof(cache_dir), "%s/cache/index", dir);
 
 	/* One document: the stream is tokref then <|endoftext|>; check every window. */
 	{
@@ -202,7 +237,77 @@ int main(int argc, char **argv)
 		sf__dataset_stats(ds, &st);
 		H_CHECK(st.index_loaded == 0, "index of a changed file reused");
 		sf__dataset_close(ds);
+		/* Only in the cache directory, nothing beside the corpus. */
+		H_CHECK(count_files(dir, ".shakespeare.txt.") == 0 &&
+				count_files(cache_dir, "") == 1,
+			"index files: %d beside, %d cached", count_files(dir, ".shakespeare.txt."),
+			count_files(cache_dir, ""));
 		printf("ok: the chunk index is cached, reused, and rebuilt after a change\n");
+		/* `index: beside`: a dot-file next to the corpus, reused from there. */
+		cfg.sources[0].index = SF_INDEX_BESIDE;
+		H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
+		sf__dataset_stats(ds, &st);
+		sf__dataset_close(ds);
+		H_CHECK(st.index_loaded == 1, "the cached index was not used for beside");
+		H_CHECK(utimensat(AT_FDCWD, path, NULL, 0) == 0, "utimensat");
+		H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
+		sf__dataset_stats(ds, &st);
+		sf__dataset_close(ds);
+		H_CHECK(st.index_loaded == 0 && count_files(dir, ".shakespeare.txt.") == 1,
+			"not written beside the corpus (%d files)",
+			count_files(dir, ".shakespeare.txt."));
+		H_CHECK(count_files(cache_dir, "") == 1, "written to the cache directory too");
+		H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
+		sf__dataset_stats(ds, &st);
+		sf__dataset_close(ds);
+		H_CHECK(st.index_loaded == 1 && st.n_tokens == n_ref + 1, "beside not reused");
+		/* Where the index cannot be written beside the file (here a directory holds
+		 * its name), it goes to the cache directory. */
+		{
+			char beside[4096];
+
+			H_CHECK(first_match(dir, ".shakespeare.txt.", beside, sizeof(beside)) == 0,
+				"no index beside");
+			H_CHECK(unlink(beside) == 0 && mkdir(beside, 0700) == 0, "%s", beside);
+			H_CHECK(utimensat(AT_FDCWD, path, NULL, 0) == 0, "utimensat");
+			H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
+			sf__dataset_close(ds);
+			/* The cache directory's index was stale (an older modification time):
+			 * found valid now, it was written there. */
+			H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
+			sf__dataset_stats(ds, &st);
+			sf__dataset_close(ds);
+			H_CHECK(st.index_loaded == 1, "no fallback to the cache directory");
+			H_CHECK(rmdir(beside) == 0, "rmdir");
+		}
+		/* A glob over a corpus folder does not take the dot-file for text (h_config()
+		 * shares one source between configurations: cfg is not used after this). */
+		{
+			char folder[4096], file[4200], pattern[4200];
+			struct sf_config gcfg;
+
+			snprintf(folder, sizeof(folder), "%s/corpus", dir);
+			snprintf(file, sizeof(file), "%s/a.txt", folder);
+			snprintf(pattern, sizeof(pattern), "%s/*", folder);
+			H_CHECK(mkdir(folder, 0700) == 0, "mkdir");
+			h_write_file(file, text, text_len);
+			for (int i = 0; i < 2; i++) {
+				config_text(&gcfg, i ? pattern : file, vocab_dir, T);
+				gcfg.batch_size = 1;
+				gcfg.world_size = 1;
+				gcfg.local_ranks = 1;
+				gcfg.sources[0].index = SF_INDEX_BESIDE;
+				H_CHECK(sf__dataset_open(&gcfg, &ds, &e) == 0, "%s", e.msg);
+				sf__dataset_stats(ds, &st);
+				sf__dataset_close(ds);
+				H_CHECK(st.n_tokens == n_ref + 1 && st.index_loaded == (uint32_t)i,
+					"%s read %llu tokens", i ? "the glob" : "the file",
+					(unsigned long long)st.n_tokens);
+			}
+			H_CHECK(count_files(folder, ".a.txt.") == 1, "no index beside a.txt");
+		}
+		printf("ok: index: beside writes a dot-file next to the corpus, reuses it, is "
+		       "passed over by globs, and falls back to the cache directory\n");
 	}
 
 	/* Paragraphs as separated .txt, .jsonl, .jsonl.zst, .jsonl.gz: the same windows. */

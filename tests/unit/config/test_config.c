@@ -53,6 +53,7 @@ Test(config, defaults_fill_every_field)
 	cr_expect_str_eq(cfg.sources[0].text_field, "text");
 	cr_expect_null(cfg.sources[0].separator);
 	cr_expect_eq(cfg.sources[0].on_error, SF_ON_ERROR_STOP);
+	cr_expect_eq(cfg.sources[0].index, SF_INDEX_CACHE);
 	cr_expect_str_eq(cfg.encoding, "bytes");
 	cr_expect_eq(cfg.batch_size, 8);
 	cr_expect_eq(cfg.seq_len, 256);
@@ -84,6 +85,7 @@ Test(config, every_section_is_read)
 		     "    on_error: skip\n"
 		     "  - paths: c.txt\n"
 		     "    separator: \"<|endoftext|>\"\n"
+		     "    index: beside\n"
 		     "tokenizer: {encoding: cl100k_base, vocab: /v/cl100k_base.tiktoken}\n"
 		     "batch: {size: 4, seq_len: 1024, dtype: int32}\n"
 		     "sampling: {mode: random, seed: 7, epochs: 3, doc_starts: 16}\n"
@@ -101,6 +103,8 @@ Test(config, every_section_is_read)
 	cr_expect_str_eq(cfg.sources[0].text_field, "body");
 	cr_expect_eq(cfg.sources[0].on_error, SF_ON_ERROR_SKIP);
 	cr_expect_str_eq(cfg.sources[1].separator, "<|endoftext|>");
+	cr_expect_eq(cfg.sources[0].index, SF_INDEX_CACHE);
+	cr_expect_eq(cfg.sources[1].index, SF_INDEX_BESIDE);
 	cr_expect_str_eq(cfg.encoding, "cl100k_base");
 	cr_expect_str_eq(cfg.vocab, "/v/cl100k_base.tiktoken");
 	cr_expect_eq(cfg.batch_size, 4);
