@@ -292,6 +292,9 @@ int main(int argc, char **argv)
 			"usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT (1-64)]]\n");
 		return 2;
 	}
+	/* The index cache of the corpus made here goes with it. */
+	if (setenv("SHMFEED_CACHE_DIR", dir, 1) < 0)
+		die("setenv", NULL);
 
 	/* Pre-tokenized windows. */
 	{

@@ -24,6 +24,12 @@ if not FIXTURE or not os.environ.get("SHMFEED_LIB"):
 _counter = [0]
 
 
+@pytest.fixture(autouse=True)
+def own_index_cache(tmp_path, monkeypatch):
+    """Index caches of the corpora a test makes stay in its temporary directory."""
+    monkeypatch.setenv("SHMFEED_CACHE_DIR", str(tmp_path / "index-cache"))
+
+
 def unique_job(tag):
     _counter[0] += 1
     return f"py-{tag}-{os.getpid()}-{_counter[0]}"

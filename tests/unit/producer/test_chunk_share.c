@@ -236,6 +236,7 @@ static void builders_setup(void)
 {
 	strcpy(dir, "/tmp/sf-sharetest-XXXXXX");
 	cr_assert(mkdtemp(dir));
+	cr_assert_eq(setenv("SHMFEED_CACHE_DIR", dir, 1), 0); /* index caches go with dir */
 }
 
 static void builders_teardown(void)

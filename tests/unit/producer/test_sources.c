@@ -37,6 +37,7 @@ static void setup(void)
 {
 	strcpy(dir, "/tmp/sf-srctest-XXXXXX");
 	cr_assert(mkdtemp(dir));
+	cr_assert_eq(setenv("SHMFEED_CACHE_DIR", dir, 1), 0); /* index caches go with dir */
 	sf__config_defaults(&cfg);
 	memset(&src, 0, sizeof(src));
 	paths[0] = path;
