@@ -444,7 +444,8 @@ int main(int argc, char **argv)
 
 					total = pipeline_rate(&cfg, P, steps, poll ? 1000 : 0,
 							      &per_core, &enc_ratio);
-					x->enc_max = enc_ratio > x->enc_max ? enc_ratio : x->enc_max;
+					x->enc_max =
+						enc_ratio > x->enc_max ? enc_ratio : x->enc_max;
 					pct = 100 * per_core / tr;
 					x->pcts[i] = pct;
 					x->lo = !i || per_core < x->lo ? per_core : x->lo;

@@ -514,7 +514,8 @@ int sf__copy_tokens(void *dst, uint32_t dst_width, const void *src, uint32_t src
 
 		for (; i + 8 <= n; i += 8) {
 			__m128i a = _mm_loadu_si128((const __m128i *)(const void *)(s + 4 * i));
-			__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + 4 * i + 16));
+			__m128i b =
+				_mm_loadu_si128((const __m128i *)(const void *)(s + 4 * i + 16));
 			__m128i high = _mm_or_si128(_mm_srli_epi32(a, 16), _mm_srli_epi32(b, 16));
 
 			if (_mm_movemask_epi8(_mm_cmpeq_epi32(high, zero)) != 0xffff)
@@ -705,12 +706,41 @@ void sf__builder_counters(const struct sf_builder *b, uint64_t *ret_tokens_out,
 }
 
 /*
+ * Before waiting for a chunk that another producer is tokenizing, tokenize the first
+ * free chunk of the batches after this one, up to P of them (the ones that the producers
+ * claim next): work those batches need anyway, done while the other producer finishes,
+ * rather than a sleep and a wake-up. One chunk at most, so that this batch is not held
+ * back; chunks already cached or being tokenized are passed over.
+ */
+static int work_ahead(struct sf_builder *b, uint64_t first, struct sf_err *e)
+{
+	const struct sf_dataset *ds = b->ds;
+	const uint64_t B = ds->batch, G = B * ds->world_size;
+	const uint64_t end = ds->n_steps == UINT64_MAX ? UINT64_MAX : ds->n_steps * G;
+	uint64_t last = UINT64_MAX;
+
+	for (uint64_t k = first + B; k < first + (ds->producers + 1) * B && k < end; k++) {
+		uint64_t key, off = sf__text_sample_offset(b->text, k, &key);
+		uint64_t chunk = sf__text_find_chunk(ds, off);
+		int r;
+
+		if (chunk == last)
+			continue;
+		last = chunk;
+		r = sf__text_work_ahead(b->text, chunk, key, e);
+		if (r)
+			return r < 0 ? r : 0;
+	}
+	return 0;
+}
+
+/*
  * The rows of a raw text batch, in two passes. The first takes every row whose chunk is
  * cached or free to tokenize, and leaves the rows whose chunk another producer is
- * tokenizing right now; by the time the second pass comes back to them (waiting if it
- * must), that producer has usually finished. Two producers on neighbouring batches thus
- * split their boundary chunk instead of tokenizing it twice. Rows land at their own
- * positions, so the order of work never shows in the payload.
+ * tokenizing right now; the second comes back to them after working ahead (above), by
+ * when that producer has usually finished, and waits if it must. Two producers on
+ * neighbouring batches thus split their boundary chunk instead of tokenizing it twice.
+ * Rows land at their own positions, so the order of work never shows in the payload.
  */
 static int fill_text_rows(struct sf_builder *b, uint64_t first, unsigned char *p, uint32_t *starts,
 			  struct sf_err *e)
@@ -721,6 +751,13 @@ static int fill_text_rows(struct sf_builder *b, uint64_t first, unsigned char *p
 
 	for (int pass = 0; pass < 2; pass++) {
 		uint32_t n = pass ? n_deferred : ds->batch;
+
+		if (pass && n_deferred && ds->mode == SF_SAMPLE_WINDOWS) {
+			int r = work_ahead(b, first, e);
+
+			if (r < 0)
+				return r;
+		}
 
 		for (uint32_t j = 0; j < n; j++) {
 			uint32_t i = pass ? b->deferred[j] : j;

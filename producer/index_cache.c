@@ -116,8 +116,8 @@ static char *index_path(const struct sf_text_file *f, uint64_t key, int beside, 
 
 		p = malloc(n);
 		if (p && slash)
-			snprintf(p, n, "%.*s/.%s.%016llx.sfidx", (int)(slash - name), name, slash + 1,
-				 (unsigned long long)key);
+			snprintf(p, n, "%.*s/.%s.%016llx.sfidx", (int)(slash - name), name,
+				 slash + 1, (unsigned long long)key);
 		else if (p)
 			snprintf(p, n, ".%s.%016llx.sfidx", name, (unsigned long long)key);
 	} else if (sf__index_dir(dir, sizeof(dir)) == 0 && (!create || make_dirs(dir) == 0)) {

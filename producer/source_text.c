@@ -739,7 +739,7 @@ struct epoch_table {
 	uint64_t epoch;
 	int valid;
 	struct sf_perm order; /* the epoch's chunk order */
-	uint64_t *prefix; /* windows before position j * EPOCH_STRIDE, j < n_chunks / STRIDE */
+	uint64_t *prefix;     /* windows before position j * EPOCH_STRIDE, j < n_chunks / STRIDE */
 	/* The position found last, which the next samples mostly fall in again: its chunk,
 	 * the chunk's first window, and the order of the chunk's windows. */
 	uint64_t last_pos, last_start, last_count, last_chunk, last_first;
@@ -1368,6 +1368,29 @@ static int read_row_shared(struct sf_text_cache *c, uint64_t chunk, uint64_t pos
 			return r;
 	}
 	return READ_LOCALLY;
+}
+
+int sf__text_work_ahead(struct sf_text_cache *c, uint64_t chunk, uint64_t key, struct sf_err *e)
+{
+	const struct sf_dataset *ds = c->ds;
+	struct sf_share_ref ref;
+	struct tok_dest d;
+	int r;
+
+	if (!ds->share || chunk == c->chunk ||
+	    sf__share_acquire(ds->share, key, chunk, 0, &ref) != SF_SHARE_FILL)
+		return 0;
+	d = (struct tok_dest){.tokens = ref.tokens,
+			      .cap = dest_tokens_cap(ds),
+			      .doc_starts = ref.doc_starts,
+			      .docs_cap = dest_docs_cap(ds)};
+	r = fill_dest(c, &d, chunk, e);
+	if (r < 0) {
+		sf__share_abandon(&ref);
+		return r;
+	}
+	sf__share_publish(&ref, chunk, d.n, d.n_docs);
+	return 1;
 }
 
 int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64_t wait_ns,

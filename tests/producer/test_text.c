@@ -509,7 +509,8 @@ int main(int argc, char **argv)
 			x ^= x << 13;
 			x ^= x >> 7;
 			x ^= x << 17;
-			k = x % 4 ? (k + 1 + x % 97) % (3 * ds->n_windows) : x % (3 * ds->n_windows);
+			k = x % 4 ? (k + 1 + x % 97) % (3 * ds->n_windows)
+				  : x % (3 * ds->n_windows);
 			H_CHECK(sf__builder_sample_offset(b, k) == expect[k], "sample %llu (jump)",
 				(unsigned long long)k);
 		}

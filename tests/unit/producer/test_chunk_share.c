@@ -426,3 +426,93 @@ Test(builders, row_of_a_chunk_being_filled_is_deferred_then_waited_for)
 	sf__dataset_close(ds);
 	sf__dataset_close(ref_ds);
 }
+
+/*
+ * A builder whose batch needs a chunk that another process is tokenizing does not sleep
+ * at once: it first tokenizes a free chunk of the batches after its own (the next P),
+ * and its batch is still the one a builder alone makes.
+ */
+Test(builders, waiting_builder_tokenizes_a_later_chunk_first)
+{
+	struct sf_config cfg;
+	struct sf_dataset *ds, *ref_ds;
+	struct sf_builder *b, *ref;
+	struct sf_text_cache *probe;
+	struct sf_share_ref sref;
+	struct sf_err e = {0};
+	unsigned char *got, *want;
+	uint64_t step, held = UINT64_MAX, held_key = 0, ahead = UINT64_MAX, ahead_key = 0, first;
+	uint32_t len, B;
+	int ready[2], go[2], status;
+	pid_t pid, parent = getpid();
+	char ch = 1;
+
+	corpus_config(&cfg, SF_SAMPLE_WINDOWS, SF_DTYPE_AUTO);
+	B = cfg.batch_size;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__dataset_open(&cfg, &ref_ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__text_cache_create(ds, &probe, &e), 0, "%s", e.msg);
+	/* A step whose rank-0 batch lies in one chunk (held by the other process) while
+	 * the next P batches reach another chunk, the one to be tokenized ahead. */
+	for (step = 0; step < 1000 && ahead == UINT64_MAX; step++) {
+		uint64_t key, c0;
+
+		first = step * B * cfg.world_size;
+		c0 = sf__text_find_chunk(ds, sf__text_sample_offset(probe, first, &key));
+		held_key = key;
+		held = c0;
+		for (uint64_t k = first + 1; k < first + B; k++)
+			if (sf__text_find_chunk(ds, sf__text_sample_offset(probe, k, &key)) != c0)
+				held = UINT64_MAX;
+		for (uint64_t k = first + B;
+		     held != UINT64_MAX && k < first + (cfg.producers + 1) * B; k++) {
+			uint64_t c =
+				sf__text_find_chunk(ds, sf__text_sample_offset(probe, k, &key));
+
+			if (c != c0) {
+				ahead = c;
+				ahead_key = key;
+				break;
+			}
+		}
+	}
+	cr_assert_neq(ahead, UINT64_MAX, "no step ends a chunk");
+	step--;
+	cr_assert_eq(pipe(ready), 0);
+	cr_assert_eq(pipe(go), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		die_with_parent(parent);
+		close(go[1]);
+		if (sf__share_acquire(ds->share, held_key, held, 0, &sref) != SF_SHARE_FILL)
+			_exit(2);
+		if (write(ready[1], &ch, 1) != 1)
+			_exit(3);
+		/* Held until the parent is done (end of file on `go`), never published. */
+		while (read(go[0], &ch, 1) > 0)
+			;
+		_exit(0);
+	}
+	close(go[0]);
+	cr_assert_eq(read(ready[0], &ch, 1), 1);
+	got = malloc(sf__dataset_payload_bytes(ds));
+	want = malloc(sf__dataset_payload_bytes(ds));
+	cr_assert_eq(sf__builder_create(ds, &b, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__builder_create(ref_ds, &ref, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__builder_fill(b, 0, step, got, &len, &first, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__share_acquire(ds->share, ahead_key, ahead, 0, &sref), SF_SHARE_HIT,
+		     "chunk %llu was not tokenized ahead", (unsigned long long)ahead);
+	cr_assert_eq(sf__builder_fill(ref, 0, step, want, &len, &first, &e), 0, "%s", e.msg);
+	cr_assert(!memcmp(got, want, len));
+	close(go[1]);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	free(got);
+	free(want);
+	sf__builder_free(b);
+	sf__builder_free(ref);
+	sf__text_cache_free(probe);
+	sf__dataset_close(ds);
+	sf__dataset_close(ref_ds);
+}
