@@ -1316,6 +1316,31 @@ static int copy_row(const struct sf_dataset *ds, const struct tok_dest *d, uint6
 	return 0;
 }
 
+/* The shared entry `ref` as a destination to tokenize into (empty). */
+static struct tok_dest entry_dest(const struct sf_dataset *ds, const struct sf_share_ref *ref)
+{
+	return (struct tok_dest){.tokens = ref->tokens,
+				 .cap = dest_tokens_cap(ds),
+				 .doc_starts = ref->doc_starts,
+				 .docs_cap = dest_docs_cap(ds)};
+}
+
+/* Tokenize `chunk` into the entry `ref` this producer claimed and publish it, or give
+ * the entry back on an error. */
+static int fill_entry(struct sf_text_cache *c, struct sf_share_ref *ref, uint64_t chunk,
+		      struct sf_err *e)
+{
+	struct tok_dest d = entry_dest(c->ds, ref);
+	int r = fill_dest(c, &d, chunk, e);
+
+	if (r < 0) {
+		sf__share_abandon(ref);
+		return r;
+	}
+	sf__share_publish(ref, chunk, d.n, d.n_docs);
+	return 0;
+}
+
 /*
  * How many times a row goes round acquiring and filling a shared entry before it gives
  * up and tokenizes locally: an entry that other producers keep refilling with other
@@ -1345,21 +1370,15 @@ static int read_row_shared(struct sf_text_cache *c, uint64_t chunk, uint64_t pos
 
 		if (r == SF_SHARE_BUSY)
 			return wait_ns > 0 ? READ_LOCALLY : SF_TEXT_DEFERRED;
-		d = (struct tok_dest){.tokens = ref.tokens,
-				      .cap = dest_tokens_cap(ds),
-				      .doc_starts = ref.doc_starts,
-				      .docs_cap = dest_docs_cap(ds)};
 		if (r == SF_SHARE_FILL) {
-			r = fill_dest(c, &d, chunk, e);
-			if (r < 0) {
-				sf__share_abandon(&ref);
+			r = fill_entry(c, &ref, chunk, e);
+			if (r < 0)
 				return r;
-			}
-			sf__share_publish(&ref, chunk, d.n, d.n_docs);
 			/* Read it back as any reader would: once published, another producer
 			 * may already be replacing it. */
 			continue;
 		}
+		d = entry_dest(ds, &ref);
 		d.n = ref.n_tokens;
 		d.n_docs = ref.n_docs;
 		r = pos + ds->seq_len + 1 <= d.n ? copy_row(ds, &d, pos, off, row, starts, e)
@@ -1372,25 +1391,14 @@ static int read_row_shared(struct sf_text_cache *c, uint64_t chunk, uint64_t pos
 
 int sf__text_work_ahead(struct sf_text_cache *c, uint64_t chunk, uint64_t key, struct sf_err *e)
 {
-	const struct sf_dataset *ds = c->ds;
 	struct sf_share_ref ref;
-	struct tok_dest d;
 	int r;
 
-	if (!ds->share || chunk == c->chunk ||
-	    sf__share_acquire(ds->share, key, chunk, 0, &ref) != SF_SHARE_FILL)
+	if (!c->ds->share || chunk == c->chunk ||
+	    sf__share_acquire(c->ds->share, key, chunk, 0, &ref) != SF_SHARE_FILL)
 		return 0;
-	d = (struct tok_dest){.tokens = ref.tokens,
-			      .cap = dest_tokens_cap(ds),
-			      .doc_starts = ref.doc_starts,
-			      .docs_cap = dest_docs_cap(ds)};
-	r = fill_dest(c, &d, chunk, e);
-	if (r < 0) {
-		sf__share_abandon(&ref);
-		return r;
-	}
-	sf__share_publish(&ref, chunk, d.n, d.n_docs);
-	return 1;
+	r = fill_entry(c, &ref, chunk, e);
+	return r < 0 ? r : 1;
 }
 
 int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64_t wait_ns,
