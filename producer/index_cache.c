@@ -7,9 +7,8 @@
  * (every node of a job reading a shared file system finds it), falling back to the cache
  * directory where the file's directory is not writable. The default keeps corpus
  * directories untouched: they are often read-only or shared. Its header repeats the key
- * and the file's
- * identity (size, modification time, inode): a file that changed, or a cache from another
- * tokenizer, is simply rebuilt. A checksum over the whole cache catches a torn write; the
+ * and the file's identity (size, modification time, inode): a file that changed, or a
+ * cache from another tokenizer, is simply rebuilt. A checksum over the whole cache catches a torn write; the
  * cache is written to a temporary name and renamed, so readers never see half a file.
  * Failing to write it (no writable cache directory) costs speed only, never correctness.
  */
