@@ -710,9 +710,10 @@ void sf__builder_counters(const struct sf_builder *b, uint64_t *ret_tokens_out,
  * free chunk of the batches after this one, up to P of them (the ones that the producers
  * claim next): work those batches need anyway, done while the other producer finishes,
  * rather than a sleep and a wake-up. One chunk at most, so that this batch is not held
- * back; chunks already cached or being tokenized are passed over.
+ * back; chunks already cached or being tokenized are passed over. The shared cache holds
+ * the chunks of the batches in flight and of these (sf__text_share_create()).
  */
-static int work_ahead(struct sf_builder *b, uint64_t first, struct sf_err *e)
+static void work_ahead(struct sf_builder *b, uint64_t first)
 {
 	const struct sf_dataset *ds = b->ds;
 	const uint64_t B = ds->batch, G = B * ds->world_size;
@@ -722,16 +723,13 @@ static int work_ahead(struct sf_builder *b, uint64_t first, struct sf_err *e)
 	for (uint64_t k = first + B; k < first + (ds->producers + 1) * B && k < end; k++) {
 		uint64_t key, off = sf__text_sample_offset(b->text, k, &key);
 		uint64_t chunk = sf__text_find_chunk(ds, off);
-		int r;
 
 		if (chunk == last)
 			continue;
 		last = chunk;
-		r = sf__text_work_ahead(b->text, chunk, key, e);
-		if (r)
-			return r < 0 ? r : 0;
+		if (sf__text_work_ahead(b->text, chunk, key))
+			return;
 	}
-	return 0;
 }
 
 /*
@@ -752,12 +750,8 @@ static int fill_text_rows(struct sf_builder *b, uint64_t first, unsigned char *p
 	for (int pass = 0; pass < 2; pass++) {
 		uint32_t n = pass ? n_deferred : ds->batch;
 
-		if (pass && n_deferred && ds->mode == SF_SAMPLE_WINDOWS) {
-			int r = work_ahead(b, first, e);
-
-			if (r < 0)
-				return r;
-		}
+		if (pass && n_deferred && ds->mode == SF_SAMPLE_WINDOWS)
+			work_ahead(b, first);
 
 		for (uint32_t j = 0; j < n; j++) {
 			uint32_t i = pass ? b->deferred[j] : j;

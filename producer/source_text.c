@@ -1389,16 +1389,19 @@ static int read_row_shared(struct sf_text_cache *c, uint64_t chunk, uint64_t pos
 	return READ_LOCALLY;
 }
 
-int sf__text_work_ahead(struct sf_text_cache *c, uint64_t chunk, uint64_t key, struct sf_err *e)
+int sf__text_work_ahead(struct sf_text_cache *c, uint64_t chunk, uint64_t key)
 {
 	struct sf_share_ref ref;
-	int r;
+	struct sf_err ignored;
 
 	if (!c->ds->share || chunk == c->chunk ||
 	    sf__share_acquire(c->ds->share, key, chunk, 0, &ref) != SF_SHARE_FILL)
 		return 0;
-	r = fill_entry(c, &ref, chunk, e);
-	return r < 0 ? r : 1;
+	/* A chunk that fails (a file changed since it was indexed, a corrupt record) fails
+	 * the batch that reads it, when that batch is built, not this one: the entry is
+	 * given back and the work counts as done. */
+	fill_entry(c, &ref, chunk, &ignored);
+	return 1;
 }
 
 int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64_t wait_ns,
@@ -1429,7 +1432,9 @@ int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64
  * colliding: in windows mode a batch of B windows spans at most min(B, ceil(B / windows
  * per chunk)) + 1 consecutive chunks of the epoch's order, P producers fill P batches
  * at once, and the batches just before and after theirs share boundary chunks with
- * them, hence (P + 2) batches' worth. Random offsets have no such locality: the same
+ * them, hence (P + 2) batches' worth; a producer works ahead into the P batches after
+ * its own (see work_ahead() in dataset.c), while the oldest batch in flight may be P - 1
+ * before it, hence 2P + 2. Random offsets have no such locality: the same
  * count of entries, placed by chunk index, serves repeats when the data is small. Never
  * more entries than chunks, and at most SHARE_MAX_BYTES in all (entries hold whole
  * chunks, so a corpus of huge documents gets fewer, or none below two).
@@ -1443,7 +1448,7 @@ int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 	uint64_t wpc = ds->n_windows / ds->n_chunks ? ds->n_windows / ds->n_chunks : 1;
 
 	per_batch = (B + wpc - 1) / wpc < B ? (B + wpc - 1) / wpc + 1 : B + 1;
-	n = (uint64_t)(ds->producers + 2) * per_batch;
+	n = (uint64_t)(2 * ds->producers + 2) * per_batch;
 	if (n > ds->n_chunks)
 		n = ds->n_chunks;
 	entry_bytes = dest_tokens_cap(ds) * sizeof(uint32_t) + dest_docs_cap(ds) * sizeof(uint64_t);

@@ -70,9 +70,10 @@ uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k, uint64_t *r
 /*
  * sf__text_work_ahead - tokenize `chunk` into its shared entry at placement `key` when
  * that entry is free (not holding it, nobody filling it): work a later batch needs,
- * done ahead. Returns 1 when it did, 0 when there was nothing to do, or an error.
+ * done ahead. Returns 1 when it tried (an error is left for the batch that reads the
+ * chunk to report), 0 when there was nothing to do.
  */
-int sf__text_work_ahead(struct sf_text_cache *c, uint64_t chunk, uint64_t key, struct sf_err *e);
+int sf__text_work_ahead(struct sf_text_cache *c, uint64_t chunk, uint64_t key);
 
 /* sf__text_read_row() found the chunk being tokenized by another producer. */
 #define SF_TEXT_DEFERRED 1

@@ -7,6 +7,7 @@
  * the same batches as a single builder, in windows and in random mode.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
@@ -430,9 +431,11 @@ Test(builders, row_of_a_chunk_being_filled_is_deferred_then_waited_for)
 /*
  * A builder whose batch needs a chunk that another process is tokenizing does not sleep
  * at once: it first tokenizes a free chunk of the batches after its own (the next P),
- * and its batch is still the one a builder alone makes.
+ * and its batch is still the one a builder alone makes. With `corrupt`, that later chunk
+ * no longer matches the index (the file changed under it): working ahead gives up on it
+ * without failing this batch, and the batch that reads the chunk reports it.
  */
-Test(builders, waiting_builder_tokenizes_a_later_chunk_first)
+static void work_ahead_case(int corrupt)
 {
 	struct sf_config cfg;
 	struct sf_dataset *ds, *ref_ds;
@@ -442,6 +445,7 @@ Test(builders, waiting_builder_tokenizes_a_later_chunk_first)
 	struct sf_err e = {0};
 	unsigned char *got, *want;
 	uint64_t step, held = UINT64_MAX, held_key = 0, ahead = UINT64_MAX, ahead_key = 0, first;
+	uint64_t ahead_sample = 0;
 	uint32_t len, B;
 	int ready[2], go[2], status;
 	pid_t pid, parent = getpid();
@@ -472,6 +476,7 @@ Test(builders, waiting_builder_tokenizes_a_later_chunk_first)
 			if (c != c0) {
 				ahead = c;
 				ahead_key = key;
+				ahead_sample = k;
 				break;
 			}
 		}
@@ -500,10 +505,31 @@ Test(builders, waiting_builder_tokenizes_a_later_chunk_first)
 	want = malloc(sf__dataset_payload_bytes(ds));
 	cr_assert_eq(sf__builder_create(ds, &b, &e), 0, "%s", e.msg);
 	cr_assert_eq(sf__builder_create(ref_ds, &ref, &e), 0, "%s", e.msg);
+	if (corrupt) {
+		/* Two letters of the later chunk's first document become a separator: one
+		 * token fewer than its index says. */
+		int fd = open(path, O_WRONLY);
+
+		cr_assert_geq(fd, 0);
+		cr_assert_eq(pwrite(fd, "\n\n", 2, (off_t)ds->chunks[ahead].off + 5), 2);
+		cr_assert_eq(close(fd), 0);
+	}
 	cr_assert_eq(sf__builder_fill(b, 0, step, got, &len, &first, &e), 0, "%s", e.msg);
-	cr_assert_eq(sf__share_acquire(ds->share, ahead_key, ahead, 0, &sref), SF_SHARE_HIT,
-		     "chunk %llu was not tokenized ahead", (unsigned long long)ahead);
+	if (!corrupt) {
+		cr_assert_eq(sf__share_acquire(ds->share, ahead_key, ahead, 0, &sref), SF_SHARE_HIT,
+			     "chunk %llu was not tokenized ahead", (unsigned long long)ahead);
+	} else {
+		const uint64_t G = (uint64_t)B * cfg.world_size;
+		uint32_t r = (uint32_t)(ahead_sample % G / B);
+
+		cr_assert_eq(sf__share_acquire(ds->share, ahead_key, ahead, 0, &sref),
+			     SF_SHARE_FILL, "a failed chunk was kept");
+		sf__share_abandon(&sref);
+		cr_assert_lt(sf__builder_fill(b, r, ahead_sample / G, got, &len, &first, &e), 0);
+		cr_assert(strstr(e.msg, "its index says"), "%s", e.msg);
+	}
 	cr_assert_eq(sf__builder_fill(ref, 0, step, want, &len, &first, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__builder_fill(b, 0, step, got, &len, &first, &e), 0, "%s", e.msg);
 	cr_assert(!memcmp(got, want, len));
 	close(go[1]);
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
@@ -515,4 +541,14 @@ Test(builders, waiting_builder_tokenizes_a_later_chunk_first)
 	sf__text_cache_free(probe);
 	sf__dataset_close(ds);
 	sf__dataset_close(ref_ds);
+}
+
+Test(builders, waiting_builder_tokenizes_a_later_chunk_first)
+{
+	work_ahead_case(0);
+}
+
+Test(builders, failing_later_chunk_does_not_fail_the_batch)
+{
+	work_ahead_case(1);
 }
