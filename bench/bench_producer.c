@@ -150,7 +150,8 @@ static double pipeline_rate(struct sf_config *cfg, uint32_t P, uint64_t steps, u
 					_exit(1);
 				/* As the consumer library does: wake the producers once per
 				 * half ring rather than at every release. */
-				sf__consumer_release_quiet(slot);
+				if (sf__consumer_release_quiet(a, r, slot) < 0)
+					_exit(1);
 				if (st % (cfg->slots_per_rank / 2) == 0)
 					sf__producers_wake(a);
 			}

@@ -10,7 +10,6 @@
 #include "cli/commands.h"
 #include "common/arena.h"
 #include "common/log.h"
-#include "common/proc.h"
 #include "common/slot.h"
 
 static const char *const state_names[] = {"FREE", "FILLING", "READY", "CLAIMED"};
@@ -22,7 +21,7 @@ static const char *job_state_name(uint32_t s)
 	return s < 4 ? job_state_names[s] : "unknown";
 }
 
-static void print_text(const struct sf_arena *a)
+static void print_text(struct sf_arena *a)
 {
 	const struct sf_arena_header *h = a->hdr;
 	const struct sf_geometry *g = &h->geo;
@@ -58,7 +57,7 @@ static void print_text(const struct sf_arena *a)
 			continue;
 		printf("  %3u %-8s rank %-3d pid %-7d %s incarnation %u batches %llu\n", i,
 		       p->role < 3 ? role_names[p->role] : "?", p->rank, pid,
-		       pid > 0 && sf__proc_alive(pid, p->starttime) ? "alive" : "dead ",
+		       pid > 0 && sf__participant_alive(a, i) ? "alive" : "dead ",
 		       atomic_load_explicit(&p->incarnation, memory_order_relaxed),
 		       (unsigned long long)atomic_load_explicit(&p->batches, memory_order_relaxed));
 	}
@@ -81,7 +80,7 @@ static void print_text(const struct sf_arena *a)
 	}
 }
 
-static void print_json(const struct sf_arena *a)
+static void print_json(struct sf_arena *a)
 {
 	const struct sf_arena_header *h = a->hdr;
 	const struct sf_geometry *g = &h->geo;
@@ -116,7 +115,7 @@ static void print_json(const struct sf_arena *a)
 		printf("%s{\"index\":%u,\"role\":\"%s\",\"rank\":%d,\"pid\":%d,\"alive\":%s,"
 		       "\"incarnation\":%u,\"batches\":%llu}",
 		       sep, i, p->role < 3 ? role_names[p->role] : "?", p->rank, pid,
-		       pid > 0 && sf__proc_alive(pid, p->starttime) ? "true" : "false",
+		       pid > 0 && sf__participant_alive(a, i) ? "true" : "false",
 		       atomic_load_explicit(&p->incarnation, memory_order_relaxed),
 		       (unsigned long long)atomic_load_explicit(&p->batches, memory_order_relaxed));
 		sep = ",";

@@ -6,10 +6,15 @@
  * /dev/shm is an error here, never a SIGBUS later), its header written with the magic
  * stored last, and only then linked under its real name with link(2), which fails with
  * EEXIST instead of replacing another arena.
+ *
+ * Liveness (see arena.h) rests on OFD locks of the arena object. A stale arena, whose
+ * creator's lock is free, is reclaimed only by the process that takes that lock, so two
+ * launchers can never both reclaim it and unlink each other's fresh arena.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +29,7 @@
 #include "common/arena.h"
 #include "common/futex.h"
 #include "common/proc.h"
+#include "common/slot.h"
 
 #define SHM_DIR_DEFAULT "/dev/shm"
 #define SHM_PREFIX	"shmfeed."
@@ -176,6 +182,8 @@ static struct sf_arena *arena_wrap(void *base, size_t size)
 		return NULL;
 	a->hdr = base;
 	a->map_size = size;
+	a->lock_fd = -1;
+	a->probe_fd = -1;
 	a->participants = (struct sf_participant *)(b + a->hdr->participants_off);
 	a->rings = (struct sf_ring *)(b + a->hdr->rings_off);
 	a->slots = (struct sf_slot *)(b + a->hdr->slots_off);
@@ -184,50 +192,200 @@ static struct sf_arena *arena_wrap(void *base, size_t size)
 	return a;
 }
 
+/* One OFD lock operation on byte `byte` of `fd`: F_OFD_SETLK with `type`. */
+static int ofd_setlk(int fd, uint64_t byte, short type)
+{
+	struct flock fl = {
+		.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)byte, .l_len = 1};
+
+	if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+		return 0;
+	return errno == EAGAIN || errno == EACCES ? SF_E_BUSY : -errno;
+}
+
 /*
- * Look at an existing object named like the arena: classify it without changing it.
- * Returns 1 when it is a shmfeed arena whose creator is dead (stale), or an error:
- * SF_E_NOT_SHMFEED, SF_E_UID, SF_E_BUSY (live creator), -ENOENT (vanished meanwhile).
+ * The arenas this process has open, so that a child of fork() closes the descriptors it
+ * inherited: they share their open file descriptions, hence their locks, with the
+ * parent, and a child that kept them would keep a dead parent looking alive.
  */
-static int classify_existing(const char *name, struct sf_err *e)
+static pthread_mutex_t fork_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sf_arena *fork_list;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&fork_lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&fork_lock);
+}
+
+static void fork_child(void)
+{
+	for (struct sf_arena *a = fork_list; a; a = a->fork_next) {
+		if (a->lock_fd >= 0)
+			close(a->lock_fd);
+		if (a->probe_fd >= 0)
+			close(a->probe_fd);
+		a->lock_fd = -1;
+		a->probe_fd = -1;
+	}
+	pthread_mutex_unlock(&fork_lock);
+}
+
+static void fork_register_handlers(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+static void fork_list_add(struct sf_arena *a)
+{
+	pthread_once(&fork_once, fork_register_handlers);
+	pthread_mutex_lock(&fork_lock);
+	a->fork_next = fork_list;
+	fork_list = a;
+	pthread_mutex_unlock(&fork_lock);
+}
+
+static void fork_list_remove(struct sf_arena *a)
+{
+	pthread_mutex_lock(&fork_lock);
+	for (struct sf_arena **pp = &fork_list; *pp; pp = &(*pp)->fork_next) {
+		if (*pp == a) {
+			*pp = a->fork_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fork_lock);
+}
+
+/* Open the lock descriptors again where fork() closed them (or they were never open). */
+static int lock_fds(struct sf_arena *a)
+{
+	if (a->lock_fd < 0)
+		a->lock_fd = shm_open(a->shm_name, O_RDWR | O_CLOEXEC, 0);
+	if (a->probe_fd < 0)
+		a->probe_fd = shm_open(a->shm_name, O_RDWR | O_CLOEXEC, 0);
+	return a->lock_fd < 0 || a->probe_fd < 0 ? -errno : 0;
+}
+
+int sf__arena_lock(struct sf_arena *a, uint64_t byte)
+{
+	int r = lock_fds(a);
+
+	return r < 0 ? r : ofd_setlk(a->lock_fd, byte, F_WRLCK);
+}
+
+void sf__arena_unlock(struct sf_arena *a, uint64_t byte)
+{
+	if (a->lock_fd >= 0)
+		ofd_setlk(a->lock_fd, byte, F_UNLCK);
+}
+
+int sf__arena_fence(struct sf_arena *a, uint64_t byte)
+{
+	int r = lock_fds(a);
+
+	return r < 0 ? r : ofd_setlk(a->probe_fd, byte, F_WRLCK);
+}
+
+void sf__arena_unfence(struct sf_arena *a, uint64_t byte)
+{
+	if (a->probe_fd >= 0)
+		ofd_setlk(a->probe_fd, byte, F_UNLCK);
+}
+
+int sf__arena_lock_held(struct sf_arena *a, uint64_t byte)
+{
+	struct flock fl = {
+		.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)byte, .l_len = 1};
+	int r = lock_fds(a);
+
+	if (r < 0)
+		return r;
+	if (fcntl(a->probe_fd, F_OFD_GETLK, &fl) < 0)
+		return -errno;
+	return fl.l_type != F_UNLCK;
+}
+
+/*
+ * An existing object named like the arena: reclaim it if it is a stale shmfeed arena.
+ * Returns 1 once it is unlinked, or an error that leaves it alone: SF_E_NOT_SHMFEED,
+ * SF_E_UID, SF_E_BUSY (live creator), -ENOENT (it vanished or changed meanwhile: look
+ * again).
+ */
+static int reclaim_stale(const char *dir, const char *name, struct sf_err *e)
 {
 	struct sf_arena_header prefix;
-	struct stat st;
+	struct stat st, now;
+	char path[512];
 	int fd, r;
 	void *p;
 
-	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0)
+	fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+	if (fd < 0) {
+		if (errno == EACCES)
+			return sf__err(e, SF_E_UID, "/dev/shm%s belongs to another user", name);
 		return -errno;
+	}
 	if (fstat(fd, &st) < 0) {
 		r = -errno;
-		close(fd);
-		return r;
+		goto out;
 	}
 	if (st.st_uid != geteuid()) {
-		close(fd);
-		return sf__err(e, SF_E_UID, "/dev/shm%s belongs to uid %u, not to uid %u", name,
-			       (unsigned)st.st_uid, (unsigned)geteuid());
+		r = sf__err(e, SF_E_UID, "/dev/shm%s belongs to uid %u, not to uid %u", name,
+			    (unsigned)st.st_uid, (unsigned)geteuid());
+		goto out;
 	}
 	if ((size_t)st.st_size < SF_PAGE_SIZE) {
-		close(fd);
-		return sf__err(e, SF_E_NOT_SHMFEED,
-			       "/dev/shm%s exists but is not a shmfeed arena (%lld bytes)", name,
-			       (long long)st.st_size);
+		r = sf__err(e, SF_E_NOT_SHMFEED,
+			    "/dev/shm%s exists but is not a shmfeed arena (%lld bytes)", name,
+			    (long long)st.st_size);
+		goto out;
 	}
 	p = mmap(NULL, SF_PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (p == MAP_FAILED)
-		return -errno;
+	if (p == MAP_FAILED) {
+		r = -errno;
+		goto out;
+	}
 	memcpy(&prefix, p, offsetof(struct sf_arena_header, header_size));
 	munmap(p, SF_PAGE_SIZE);
-	if (prefix.magic != SF_ARENA_MAGIC)
-		return sf__err(e, SF_E_NOT_SHMFEED,
-			       "/dev/shm%s exists but is not a shmfeed arena (bad magic)", name);
-	if (sf__proc_alive(prefix.creator_pid, prefix.creator_starttime))
-		return sf__err(e, SF_E_BUSY, "job arena /dev/shm%s is in use by live pid %d", name,
-			       prefix.creator_pid);
-	return 1;
+	if (prefix.magic != SF_ARENA_MAGIC) {
+		r = sf__err(e, SF_E_NOT_SHMFEED,
+			    "/dev/shm%s exists but is not a shmfeed arena (bad magic)", name);
+		goto out;
+	}
+	/* The fence: holding the creator's byte proves the creator gone and keeps every
+	 * other reclaimer out until this descriptor closes. A creator of a layout before
+	 * version 3 held no such lock; its process is asked instead. */
+	r = ofd_setlk(fd, SF_LOCK_CREATOR, F_WRLCK);
+	if (r == 0 && prefix.layout_version < 3 &&
+	    sf__proc_alive(prefix.creator_pid, prefix.creator_starttime))
+		r = SF_E_BUSY;
+	if (r == SF_E_BUSY) {
+		r = sf__err(e, SF_E_BUSY, "job arena /dev/shm%s is in use by live pid %d", name,
+			    prefix.creator_pid);
+		goto out;
+	}
+	if (r < 0) {
+		r = sf__err(e, r, "cannot lock /dev/shm%s: %s", name, strerror(-r));
+		goto out;
+	}
+	/* Only a reclaimer holding this object's creator byte unlinks its name, and link()
+	 * never replaces a name, so while the byte is held the name still names this object
+	 * unless it was unlinked before the byte was taken: check that last case. */
+	snprintf(path, sizeof(path), "%s%s", dir, name);
+	if (stat(path, &now) < 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) {
+		r = -ENOENT;
+		goto out;
+	}
+	SF_TEST_POINT(SF_TP_RECLAIM_FENCED);
+	r = shm_unlink(name) < 0 ? -errno : 1;
+out:
+	close(fd);
+	return r;
 }
 
 /* Remove leftovers of creations that crashed before linking: "shmfeed.JOB.new.PID" with
@@ -269,7 +427,7 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	struct sf_arena_header *h;
 	struct sf_arena *a;
 	uint64_t starttime = 0;
-	int hugepages = 0, fd, r;
+	int hugepages = 0, fd, probe_fd = -1, r;
 	void *base = NULL;
 
 	if (!sf__job_name_valid(job))
@@ -302,6 +460,14 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	fd = shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return sf__err(e, -errno, "cannot create /dev/shm%s: %s", tmp, strerror(errno));
+	/* The creator's lock, held through `fd` for the arena's life; and a second open file
+	 * description of the same object to test other processes' locks with. */
+	probe_fd = shm_open(tmp, O_RDWR | O_CLOEXEC, 0);
+	r = probe_fd < 0 ? -errno : ofd_setlk(fd, SF_LOCK_CREATOR, F_WRLCK);
+	if (r < 0) {
+		r = sf__err(e, r, "cannot lock /dev/shm%s: %s", tmp, strerror(-r));
+		goto fail_unlink;
+	}
 	r = posix_fallocate(fd, 0, (off_t)layout.total_size);
 	if (r) {
 		struct statvfs vfs;
@@ -367,13 +533,11 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 				    strerror(errno));
 			goto fail_unmap;
 		}
-		r = classify_existing(name, e);
+		r = reclaim_stale(shm_dir(opt), name, e);
 		if (r == -ENOENT)
 			continue;
 		if (r < 0)
 			goto fail_unmap;
-		/* Stale: its creator is dead, so nobody else will unlink it. */
-		shm_unlink(name);
 		if (ret_note && note_len) {
 			size_t n = strlen(ret_note);
 
@@ -382,23 +546,31 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 		}
 	}
 	shm_unlink(tmp);
-	close(fd);
 
 	a = arena_wrap(base, layout.total_size);
 	if (!a) {
 		shm_unlink(name);
-		munmap(base, layout.total_size);
-		return sf__err(e, -ENOMEM, "out of memory");
+		r = sf__err(e, -ENOMEM, "out of memory");
+		goto fail_unmap_linked;
 	}
 	a->creator = 1;
+	a->lock_fd = fd;
+	a->probe_fd = probe_fd;
 	snprintf(a->shm_name, sizeof(a->shm_name), "%s", name);
+	fork_list_add(a);
 	*ret_arena = a;
 	return 0;
 
 fail_unmap:
+	shm_unlink(tmp);
+fail_unmap_linked:
 	munmap(base, layout.total_size);
+	goto fail_close;
 fail_unlink:
 	shm_unlink(tmp);
+fail_close:
+	if (probe_fd >= 0)
+		close(probe_fd);
 	close(fd);
 	return r;
 }
@@ -409,9 +581,9 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 	char name[SF_JOB_NAME_MAX + 16];
 	struct sf_arena_header *h;
 	struct sf_arena *a;
-	struct stat st;
+	struct stat st, pst;
 	void *base = NULL;
-	int fd, r;
+	int fd, probe_fd, r;
 
 	if (!sf__job_name_valid(job))
 		return sf__err(e, SF_E_CONFIG, "invalid job name '%s'", job ? job : "");
@@ -490,13 +662,29 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 		sf__err(e, r, "cannot map arena of job '%s': %s", job, strerror(-r));
 		goto fail_close;
 	}
-	close(fd);
+	/* The descriptor stays open as this process's lock descriptor; a second open of
+	 * the same object (checked to be the same) tests other processes' locks. */
+	probe_fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+	if (probe_fd < 0 || fstat(probe_fd, &pst) < 0 || pst.st_ino != st.st_ino ||
+	    pst.st_dev != st.st_dev) {
+		r = sf__err(e, probe_fd < 0 ? -errno : -ESTALE,
+			    "job '%s': /dev/shm%s changed while attaching", job, name);
+		if (probe_fd >= 0)
+			close(probe_fd);
+		munmap(base, (size_t)st.st_size);
+		goto fail_close;
+	}
 	a = arena_wrap(base, (size_t)st.st_size);
 	if (!a) {
+		close(probe_fd);
 		munmap(base, (size_t)st.st_size);
+		close(fd);
 		return sf__err(e, -ENOMEM, "out of memory");
 	}
+	a->lock_fd = fd;
+	a->probe_fd = probe_fd;
 	snprintf(a->shm_name, sizeof(a->shm_name), "%s", name);
+	fork_list_add(a);
 	*ret_arena = a;
 	return 0;
 
@@ -513,6 +701,11 @@ void sf__arena_detach(struct sf_arena *a)
 {
 	if (!a)
 		return;
+	fork_list_remove(a);
+	if (a->lock_fd >= 0)
+		close(a->lock_fd);
+	if (a->probe_fd >= 0)
+		close(a->probe_fd);
 	munmap(a->hdr, a->map_size);
 	free(a);
 }
@@ -536,9 +729,9 @@ int sf__arena_unlink_job(const char *job)
 	return shm_unlink(name) < 0 ? -errno : 0;
 }
 
-int sf__arena_creator_alive(const struct sf_arena *a)
+int sf__arena_creator_alive(struct sf_arena *a)
 {
-	return sf__proc_alive(a->hdr->creator_pid, a->hdr->creator_starttime);
+	return sf__arena_lock_held(a, SF_LOCK_CREATOR) != 0;
 }
 
 void sf__arena_set_job_state(struct sf_arena *a, uint32_t state)

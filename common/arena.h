@@ -21,7 +21,7 @@
 #include "common/errors.h"
 
 #define SF_ARENA_MAGIC		0x00444545464d4853ull /* "SHMFEED\0" in little-endian bytes */
-#define SF_ARENA_LAYOUT_VERSION 2u
+#define SF_ARENA_LAYOUT_VERSION 3u
 #define SF_CACHE_LINE		64u
 #define SF_PAGE_SIZE		4096u
 #define SF_HUGE_PAGE_SIZE	(2u * 1024u * 1024u)
@@ -100,7 +100,11 @@ struct sf_arena_header {
 	_Alignas(64) _Atomic uint32_t job_state;
 	_Atomic uint32_t job_seq;		/* bumped on every job_state change; futex word */
 	_Alignas(64) _Atomic uint32_t free_seq; /* futex: bumped when a slot becomes FREE */
-	_Atomic uint32_t free_waiters;		/* producers sleeping on free_seq */
+	uint32_t pad2;
+	/* Bit p of word p / 64: producer p sleeps on free_seq. One bit per producer rather
+	 * than a count, so that a sleeper killed in its sleep leaves a bit that repair
+	 * clears, never a count nobody can correct. */
+	_Atomic uint64_t free_waiters[SF_MAX_PRODUCERS / 64];
 	_Alignas(64) _Atomic uint64_t producer_restarts;
 	_Atomic uint64_t repairs;	 /* participants repaired after death */
 	_Atomic uint64_t slots_repaired; /* slots returned by repairs */
@@ -129,9 +133,13 @@ struct sf_participant {
  * Per-rank ring control: the futex a consumer sleeps on for READY slots of its ring.
  */
 struct sf_ring {
-	_Atomic uint32_t ready_seq;	/* futex: bumped when a slot of this ring is READY */
-	_Atomic uint32_t ready_waiters; /* consumers sleeping on ready_seq */
-	uint32_t pad[14];
+	_Atomic uint32_t ready_seq; /* futex: bumped when a slot of this ring is READY */
+	uint32_t pad0;
+	/* 1 while the rank's consumer sleeps on ready_seq. A ring has one consumer, so a
+	 * flag is exact, and registration or repair of that consumer clears what a killed
+	 * sleeper left. */
+	_Atomic uint64_t ready_waiters;
+	uint64_t pad[6];
 };
 
 /*
@@ -173,6 +181,7 @@ _Static_assert(sizeof(struct sf_arena_header) % SF_CACHE_LINE == 0, "header is w
 _Static_assert(offsetof(struct sf_arena_header, creator_starttime) == 24, "stable prefix");
 _Static_assert(offsetof(struct sf_arena_header, job_state) % SF_CACHE_LINE == 0, "own line");
 _Static_assert(offsetof(struct sf_arena_header, free_seq) % SF_CACHE_LINE == 0, "own line");
+_Static_assert(SF_MAX_PRODUCERS % 64 == 0, "free_waiters holds one bit per producer");
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free in shm");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free in shm");
 
@@ -238,7 +247,27 @@ struct sf_arena {
 	size_t map_size;
 	int creator; /* this process created it and will unlink it */
 	char shm_name[SF_JOB_NAME_MAX + 16];
+	/* Two open file descriptions of the arena object for OFD locks (see "Liveness"
+	 * below): lock_fd holds this process's locks, probe_fd tests and fences others'.
+	 * Both are closed in a child of fork() (the child must not share the parent's
+	 * locks) and opened again when the child needs them. */
+	int lock_fd;
+	int probe_fd;
+	struct sf_arena *fork_next; /* the process's list of arenas, for fork() */
 };
+
+/*
+ * Liveness. A process holds an OFD lock (fcntl F_OFD_SETLK) on one byte of the arena
+ * object for as long as it holds a role: the creator on SF_LOCK_CREATOR for its
+ * lifetime, the holder of participant entry i on SF_LOCK_PARTICIPANT(i). The kernel drops
+ * such a lock when the last descriptor of its open file description closes, that is when
+ * the holding process has exited (all of its threads), whatever namespace it ran in and
+ * without reading /proc. Taking the byte from another open file description is therefore
+ * a fence: while a repairer holds it, the previous holder is known dead and no new one
+ * can start. The locks are advisory: they never touch the bytes themselves.
+ */
+#define SF_LOCK_CREATOR	       0u
+#define SF_LOCK_PARTICIPANT(i) (1u + (uint64_t)(i))
 
 /* Options of sf__arena_create(). */
 struct sf_arena_options {
@@ -290,8 +319,33 @@ void sf__arena_destroy(struct sf_arena *a);
 /* sf__arena_unlink_job - unlink the shm object of `job` by name; 0 or -errno. */
 int sf__arena_unlink_job(const char *job);
 
-/* sf__arena_creator_alive - 1 when the arena's creator still runs. */
-int sf__arena_creator_alive(const struct sf_arena *a);
+/*
+ * sf__arena_creator_alive - 1 when the arena's creator still runs (it holds its lock),
+ * 0 when it is gone. When that cannot be told (an fcntl error) the answer is 1: only a
+ * known death counts.
+ */
+int sf__arena_creator_alive(struct sf_arena *a);
+
+/*
+ * sf__arena_lock - take lock byte `byte` for this process (its lock_fd). Returns 0,
+ * SF_E_BUSY when another open file description holds it, or -errno.
+ * sf__arena_unlock - give it back.
+ */
+int sf__arena_lock(struct sf_arena *a, uint64_t byte);
+void sf__arena_unlock(struct sf_arena *a, uint64_t byte);
+
+/*
+ * sf__arena_fence - take lock byte `byte` from the probe descriptor, to act on behalf of
+ * a holder that must be dead: 0 when taken (nobody else holds it, and nobody can take
+ * it until sf__arena_unfence()), SF_E_BUSY when held (also by this process's own
+ * lock_fd), or -errno (unknown: act as if held).
+ */
+int sf__arena_fence(struct sf_arena *a, uint64_t byte);
+void sf__arena_unfence(struct sf_arena *a, uint64_t byte);
+
+/* sf__arena_lock_held - 1 when some open file description (this process's lock_fd
+ * included) holds lock byte `byte`, 0 when none does, -errno when it cannot be told. */
+int sf__arena_lock_held(struct sf_arena *a, uint64_t byte);
 
 static inline struct sf_slot *sf__arena_slot(const struct sf_arena *a, uint32_t rank, uint32_t i)
 {

@@ -21,14 +21,19 @@
 #include "common/proc.h"
 #include "common/slot.h"
 
-/* Participant pid values other than a real pid. */
 /*
  * Participant pid values: > 0, the registered holder; 0, free; < 0, -q: process q holds
- * the entry for a moment, to register (while it writes its identity) or to repair it.
- * A transient holder that dies leaves its own pid behind, so the next comer sees that q
- * is gone and takes over: an entry is never stuck.
+ * the entry without a role (a seek of an unattached rank). Who holds an entry is decided
+ * by its lock byte, never by this field: it is what inspection shows, and a non-zero
+ * value in an entry whose lock is free is what a dead holder left for repair.
  */
 #define PID_FREE 0
+
+/* Tries of a registration that finds the entry's lock held: a registered holder (pid >
+ * 0) is refused after a few milliseconds (the time a repairer needs to clear a dead one's
+ * pid); a role-less holder or a registrant in progress is waited for up to 2 s. */
+#define REGISTER_TRIES_HELD 20
+#define REGISTER_TRIES_MAX  2000
 
 void (*sf__test_hook)(int point);
 
@@ -51,115 +56,46 @@ uint64_t sf__payload_checksum(const void *p, size_t len)
 	return XXH3_64bits(p, len);
 }
 
-/* 1 when the transient holder encoded in a negative pid value still runs. Only its pid
- * is known; a reuse of that pid within the microseconds of a registration would make an
- * entry look busy, never free, so an error is on the safe side. */
-static int transient_holder_alive(int32_t pid)
+/* The waiter word and bit of producer `me` in the header's free_waiters bitmap. */
+static _Atomic uint64_t *producer_waiter_word(struct sf_arena *a, uint32_t me, uint64_t *ret_bit)
 {
-	return kill(-pid, 0) == 0 || errno == EPERM;
+	uint32_t b = me % SF_MAX_PRODUCERS;
+
+	*ret_bit = UINT64_C(1) << (b % 64);
+	return &a->hdr->free_waiters[b / 64];
 }
 
-int sf__participant_register(struct sf_arena *a, uint32_t index, uint32_t role, int32_t rank,
-			     struct sf_err *e)
+/*
+ * Clear what a sleeper of entry `index` may have left when it was killed in its sleep:
+ * its bit among the producers' waiters, or its ring's waiter flag. The caller holds the
+ * entry's lock, so that holder is gone and no new one sleeps yet.
+ */
+static void clear_waiter(struct sf_arena *a, uint32_t index)
 {
-	struct sf_participant *p;
-	uint64_t starttime = 0;
+	const uint32_t P = a->hdr->geo.max_producers;
 
-	if (index >= participants_count(a))
-		return sf__err(e, SF_E_RANGE, "participant %u out of range (%u)", index,
-			       participants_count(a));
-	p = &a->participants[index];
-	sf__proc_starttime(getpid(), &starttime);
-	for (int attempt = 0; attempt < 1000; attempt++) {
-		int32_t pid = PID_FREE;
+	if (index < P) {
+		uint64_t bit;
+		_Atomic uint64_t *w = producer_waiter_word(a, index, &bit);
 
-		if (atomic_compare_exchange_strong_explicit(&p->pid, &pid, -(int32_t)getpid(),
-							    memory_order_acquire,
-							    memory_order_acquire)) {
-			uint32_t inc;
-
-			p->role = role;
-			p->rank = rank;
-			p->starttime = starttime;
-			inc = atomic_fetch_add_explicit(&p->incarnation, 1, memory_order_relaxed) +
-			      1;
-			atomic_store_explicit(&p->heartbeat_ns, sf__now_ns(), memory_order_relaxed);
-			/* Release: pairs with the acquire load of pid in sf__arena_repair() and
-			 * in inspection, which then read a complete identity. */
-			atomic_store_explicit(&p->pid, (int32_t)getpid(), memory_order_release);
-			return (int)inc;
-		}
-		if (pid > 0 || !transient_holder_alive(pid)) {
-			int r = sf__arena_repair(a, index);
-
-			if (r == SF_E_BUSY)
-				return sf__err(e, SF_E_BUSY,
-					       "participant %u is held by live pid %d", index, pid);
-			continue;
-		}
-		/* A live process is registering or repairing this entry: it finishes quickly. */
-		usleep(1000);
-	}
-	return sf__err(e, SF_E_BUSY, "participant %u stayed busy", index);
-}
-
-void sf__participant_unregister(struct sf_arena *a, uint32_t index)
-{
-	/* Release: the holder's last slot transitions happen before the entry is free. */
-	atomic_store_explicit(&a->participants[index].pid, PID_FREE, memory_order_release);
-}
-
-static void wake_producers(struct sf_arena *a)
-{
-	struct sf_arena_header *h = a->hdr;
-
-	/* Store-load barrier: orders the slot store before the load of free_waiters;
-	 * pairs with the fence in producer_sleep() between the waiter count increment and
-	 * its final scan. Either the publisher sees the waiter, or the waiter sees the
-	 * slot. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&h->free_waiters, memory_order_relaxed)) {
-		atomic_fetch_add_explicit(&h->free_seq, 1, memory_order_seq_cst);
-		sf__futex_wake(&h->free_seq, INT32_MAX);
+		atomic_fetch_and_explicit(w, ~bit, memory_order_relaxed);
+	} else {
+		atomic_store_explicit(&a->rings[index - P].ready_waiters, 0, memory_order_relaxed);
 	}
 }
 
-static void wake_consumer(struct sf_arena *a, uint32_t rank)
+static void wake_producers(struct sf_arena *a);
+static void wake_consumer(struct sf_arena *a, uint32_t rank);
+
+/*
+ * Return the slots a dead holder of entry `index` left: FILLING to FREE, CLAIMED to
+ * READY, at the same lap (content is a pure function of the step). The caller holds the
+ * entry's lock, which fences the dead holder: every slot owned by `index` is its.
+ */
+static uint32_t repair_slots(struct sf_arena *a, uint32_t index)
 {
-	struct sf_ring *ring = &a->rings[rank];
+	uint32_t nslots = a->hdr->geo.ranks * a->hdr->geo.slots_per_rank, repaired = 0;
 
-	/* Pairs with the fence in consumer_sleep(); see wake_producers(). */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&ring->ready_waiters, memory_order_relaxed)) {
-		atomic_fetch_add_explicit(&ring->ready_seq, 1, memory_order_seq_cst);
-		sf__futex_wake(&ring->ready_seq, INT32_MAX);
-	}
-}
-
-int sf__arena_repair(struct sf_arena *a, uint32_t index)
-{
-	struct sf_participant *p;
-	uint32_t nslots, repaired = 0;
-	int32_t pid;
-
-	if (index >= participants_count(a))
-		return SF_E_RANGE;
-	p = &a->participants[index];
-	/* Acquire: pairs with the release store of pid in registration. */
-	pid = atomic_load_explicit(&p->pid, memory_order_acquire);
-	if (pid == PID_FREE)
-		return 0;
-	/* Fence first: never take slots back from a process that may still run. A
-	 * transient holder that still runs finishes its own work. */
-	if (pid > 0 && sf__proc_alive(pid, p->starttime))
-		return SF_E_BUSY;
-	if (pid < 0 && transient_holder_alive(pid))
-		return 0;
-	if (!atomic_compare_exchange_strong_explicit(&p->pid, &pid, -(int32_t)getpid(),
-						     memory_order_acq_rel, memory_order_relaxed))
-		return 0;
-
-	nslots = a->hdr->geo.ranks * a->hdr->geo.slots_per_rank;
 	for (uint32_t i = 0; i < nslots; i++) {
 		struct sf_slot *s = &a->slots[i];
 		uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
@@ -170,20 +106,153 @@ int sf__arena_repair(struct sf_arena *a, uint32_t index)
 			continue;
 		to = sf__slot_word(st == SF_SLOT_FILLING ? SF_SLOT_FREE : SF_SLOT_READY, 0,
 				   sf__slot_lap(w));
-		/* The owner is dead, so only a concurrent seek can change this word; if it
+		/* The owner is fenced, so only a concurrent seek can change this word; if it
 		 * did, the slot is no longer this participant's to repair. */
 		if (atomic_compare_exchange_strong_explicit(&s->word, &w, to, memory_order_acq_rel,
 							    memory_order_relaxed))
 			repaired++;
 	}
+	clear_waiter(a, index);
 	atomic_fetch_add_explicit(&a->hdr->repairs, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&a->hdr->slots_repaired, repaired, memory_order_relaxed);
 	wake_producers(a);
 	for (uint32_t r = 0; r < a->hdr->geo.ranks; r++)
 		wake_consumer(a, r);
-	/* Release: the repaired slot words are visible before the entry is free again. */
-	atomic_store_explicit(&p->pid, PID_FREE, memory_order_release);
-	return (int)repaired;
+	return repaired;
+}
+
+int sf__participant_register(struct sf_arena *a, uint32_t index, uint32_t role, int32_t rank,
+			     struct sf_err *e)
+{
+	const int32_t self = (int32_t)getpid();
+	struct sf_participant *p;
+	uint64_t starttime = 0;
+	uint32_t inc;
+	int32_t old;
+	int r = SF_E_BUSY;
+
+	if (index >= participants_count(a))
+		return sf__err(e, SF_E_RANGE, "participant %u out of range (%u)", index,
+			       participants_count(a));
+	p = &a->participants[index];
+	for (int attempt = 0;; attempt++) {
+		/* The probe sees a lock this process itself holds through another handle or
+		 * an earlier registration of this entry, which taking the lock would not. */
+		r = sf__arena_lock_held(a, SF_LOCK_PARTICIPANT(index));
+		if (r == 0)
+			r = sf__arena_lock(a, SF_LOCK_PARTICIPANT(index));
+		else if (r == 1)
+			r = SF_E_BUSY;
+		if (r == 0)
+			break;
+		if (r != SF_E_BUSY)
+			return sf__err(e, r, "participant %u: cannot lock its entry: %s", index,
+				       strerror(-r));
+		old = atomic_load_explicit(&p->pid, memory_order_relaxed);
+		if ((old > 0 && attempt >= REGISTER_TRIES_HELD) || attempt >= REGISTER_TRIES_MAX)
+			return sf__err(e, SF_E_BUSY, "participant %u is held by live pid %d", index,
+				       old < 0 ? -old : old);
+		usleep(1000);
+	}
+	/* This process holds the entry's lock: any earlier holder is dead. Acquire: pairs
+	 * with the release stores of pid, so what a dead holder wrote is seen whole. */
+	old = atomic_load_explicit(&p->pid, memory_order_acquire);
+	if (old != PID_FREE)
+		repair_slots(a, index);
+	else
+		clear_waiter(a, index);
+	sf__proc_starttime(getpid(), &starttime);
+	p->role = role;
+	p->rank = rank;
+	p->starttime = starttime;
+	inc = atomic_fetch_add_explicit(&p->incarnation, 1, memory_order_relaxed) + 1;
+	atomic_store_explicit(&p->heartbeat_ns, sf__now_ns(), memory_order_relaxed);
+	/* Release: pairs with the acquire loads of pid in repair and inspection, which then
+	 * read a complete identity. */
+	atomic_store_explicit(&p->pid, role == SF_ROLE_NONE ? -self : self, memory_order_release);
+	return (int)inc;
+}
+
+int sf__participant_unregister(struct sf_arena *a, uint32_t index)
+{
+	struct sf_participant *p = &a->participants[index];
+	const int32_t self = (int32_t)getpid();
+	int32_t pid = atomic_load_explicit(&p->pid, memory_order_relaxed);
+	int r = 0;
+
+	/* Release: the holder's last slot transitions happen before the entry is free. A
+	 * pid that is not this process's means the entry was taken from it: say so. */
+	if ((pid != self && pid != -self) ||
+	    !atomic_compare_exchange_strong_explicit(&p->pid, &pid, PID_FREE, memory_order_release,
+						     memory_order_relaxed))
+		r = SF_E_STATE;
+	sf__arena_unlock(a, SF_LOCK_PARTICIPANT(index));
+	return r;
+}
+
+int sf__participant_alive(struct sf_arena *a, uint32_t index)
+{
+	if (index >= participants_count(a))
+		return 0;
+	return sf__arena_lock_held(a, SF_LOCK_PARTICIPANT(index)) != 0;
+}
+
+static void wake_producers(struct sf_arena *a)
+{
+	struct sf_arena_header *h = a->hdr;
+	uint64_t any = 0;
+
+	/* Store-load barrier: orders the slot store before the loads of free_waiters;
+	 * pairs with the fence in eventcount_sleep() between a waiter's bit and its final
+	 * look. Either the publisher sees the waiter, or the waiter sees the slot. */
+	atomic_thread_fence(memory_order_seq_cst);
+	for (uint32_t i = 0; i < SF_MAX_PRODUCERS / 64; i++)
+		any |= atomic_load_explicit(&h->free_waiters[i], memory_order_relaxed);
+	if (any) {
+		atomic_fetch_add_explicit(&h->free_seq, 1, memory_order_seq_cst);
+		sf__futex_wake(&h->free_seq, INT32_MAX);
+	}
+}
+
+static void wake_consumer(struct sf_arena *a, uint32_t rank)
+{
+	struct sf_ring *ring = &a->rings[rank];
+
+	/* Pairs with the fence in eventcount_sleep(); see wake_producers(). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&ring->ready_waiters, memory_order_relaxed)) {
+		atomic_fetch_add_explicit(&ring->ready_seq, 1, memory_order_seq_cst);
+		sf__futex_wake(&ring->ready_seq, INT32_MAX);
+	}
+}
+
+int sf__arena_repair(struct sf_arena *a, uint32_t index)
+{
+	struct sf_participant *p;
+	int32_t pid;
+	int r;
+
+	if (index >= participants_count(a))
+		return SF_E_RANGE;
+	p = &a->participants[index];
+	if (atomic_load_explicit(&p->pid, memory_order_relaxed) == PID_FREE)
+		return 0;
+	/* Fence first: never take slots back from a process that may still run. The
+	 * entry's lock is free only once its holder has exited; while this process holds
+	 * it, nobody registers. Any failure to tell counts as alive. */
+	r = sf__arena_fence(a, SF_LOCK_PARTICIPANT(index));
+	if (r < 0)
+		return atomic_load_explicit(&p->pid, memory_order_relaxed) < 0 ? 0 : SF_E_BUSY;
+	/* Acquire: pairs with the release store of pid in registration. */
+	pid = atomic_load_explicit(&p->pid, memory_order_acquire);
+	r = 0;
+	if (pid != PID_FREE) {
+		r = (int)repair_slots(a, index);
+		/* Release: the repaired slot words are visible before the entry is free. */
+		atomic_store_explicit(&p->pid, PID_FREE, memory_order_release);
+	}
+	sf__arena_unfence(a, SF_LOCK_PARTICIPANT(index));
+	return r;
 }
 
 /* The FREE slot with the lowest step, ties broken round the ranks from `start`. */
@@ -246,27 +315,32 @@ static int64_t remaining_ns(uint64_t deadline)
 #define SLEEP_SLICE_NS (100 * 1000 * 1000)
 
 /*
- * The sleeping half of the eventcount: announce this waiter in `waiters`, then look once
+ * The sleeping half of the eventcount: set this waiter's bit in `waiters`, then look once
  * more with `can_go` and sleep on `seq` only if there is still nothing to do, at most
  * until the deadline or one slice. The full fence pairs with the one in wake_producers()
  * and wake_consumer(): either the publisher sees this waiter and bumps `seq` (so the
  * futex wait returns at once or is woken), or this final look sees what it published.
  * Returns 0 after a sleep or a look, SF_E_TIMEOUT when the deadline has passed.
  */
-static int eventcount_sleep(_Atomic uint32_t *seq, _Atomic uint32_t *waiters, uint64_t deadline,
-			    int (*can_go)(void *), void *arg)
+static int eventcount_sleep(_Atomic uint32_t *seq, _Atomic uint64_t *waiters, uint64_t bit,
+			    uint64_t deadline, int (*can_go)(void *), void *arg)
 {
 	int64_t left = remaining_ns(deadline);
 	uint32_t v;
 
 	if (left == 0)
 		return SF_E_TIMEOUT;
-	atomic_fetch_add_explicit(waiters, 1, memory_order_relaxed);
+	atomic_fetch_or_explicit(waiters, bit, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
-	v = atomic_load_explicit(seq, memory_order_relaxed);
+	/* Acquire: the loads of `can_go` may not pass this one. Pairs with the publisher's
+	 * seq_cst increment of `seq`, made after its store of the condition: a waiter that
+	 * reads the bumped value sees the condition, and one that reads an older value has
+	 * the futex return at once. Relaxed, a weakly ordered CPU (ARM, POWER) could read a
+	 * stale condition and a fresh `seq`, and sleep through its wake. */
+	v = atomic_load_explicit(seq, memory_order_acquire);
 	if (!can_go(arg))
 		sf__futex_wait(seq, v, left < 0 || left > SLEEP_SLICE_NS ? SLEEP_SLICE_NS : left);
-	atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+	atomic_fetch_and_explicit(waiters, ~bit, memory_order_relaxed);
 	return 0;
 }
 
@@ -333,7 +407,9 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 		}
 		{
 			struct producer_check pc = {a, start, &f};
-			int r = eventcount_sleep(&h->free_seq, &h->free_waiters, deadline,
+			uint64_t bit;
+			_Atomic uint64_t *waiters = producer_waiter_word(a, me, &bit);
+			int r = eventcount_sleep(&h->free_seq, waiters, bit, deadline,
 						 producer_can_go, &pc);
 
 			if (r < 0)
@@ -342,10 +418,11 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 	}
 }
 
-void sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *fill,
-			  uint32_t length, uint64_t first_sample)
+int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *fill,
+			 uint32_t length, uint64_t first_sample)
 {
 	struct sf_slot *s = fill->slot;
+	uint64_t filling = sf__slot_word(SF_SLOT_FILLING, me, fill->lap);
 
 	s->step = fill->step;
 	s->length = length;
@@ -357,11 +434,16 @@ void sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill 
 	s->fill_ns = sf__now_ns();
 	SF_TEST_POINT(SF_TP_PRODUCER_FILLED);
 	/* Release: publishes the payload and the fields above; pairs with the acquire
-	 * load of READY in sf__consumer_claim(). */
-	atomic_store_explicit(&s->word, sf__slot_word(SF_SLOT_READY, 0, fill->lap),
-			      memory_order_release);
+	 * load of READY in sf__consumer_claim(). A CAS from the word this producer's claim
+	 * wrote: if the slot is no longer its FILLING one, nothing is published over what
+	 * now stands there. */
+	if (!atomic_compare_exchange_strong_explicit(&s->word, &filling,
+						     sf__slot_word(SF_SLOT_READY, 0, fill->lap),
+						     memory_order_release, memory_order_relaxed))
+		return SF_E_STATE;
 	SF_TEST_POINT(SF_TP_PRODUCER_PUBLISHED);
 	wake_consumer(a, fill->rank);
+	return 0;
 }
 
 int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step,
@@ -404,8 +486,8 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 		}
 		{
 			struct consumer_check cc = {a, s, ready};
-			int r = eventcount_sleep(&ring->ready_seq, &ring->ready_waiters, deadline,
-						 consumer_can_go, &cc);
+			int r = eventcount_sleep(&ring->ready_seq, &ring->ready_waiters, 1,
+						 deadline, consumer_can_go, &cc);
 
 			if (r < 0)
 				return r;
@@ -413,23 +495,32 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 	}
 }
 
-void sf__consumer_release_quiet(struct sf_slot *s)
+int sf__consumer_release_quiet(struct sf_arena *a, uint32_t rank, struct sf_slot *s)
 {
+	const uint32_t me = a->hdr->geo.max_producers + rank;
 	uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
 
 	SF_TEST_POINT(SF_TP_CONSUMER_READ);
+	if (sf__slot_state(w) != SF_SLOT_CLAIMED || sf__slot_owner(w) != me)
+		return SF_E_STATE;
 	/* Release: the consumer's reads of the payload happen before a producer's claim
-	 * (acquire CAS in sf__producer_claim()) lets it overwrite them. */
-	atomic_store_explicit(&s->word, sf__slot_word(SF_SLOT_FREE, 0, sf__slot_lap(w) + 1),
-			      memory_order_release);
+	 * (acquire CAS in sf__producer_claim()) lets it overwrite them. A CAS from this
+	 * consumer's own claim, so that a slot taken from it is never freed under its new
+	 * owner. */
+	if (!atomic_compare_exchange_strong_explicit(
+		    &s->word, &w, sf__slot_word(SF_SLOT_FREE, 0, sf__slot_lap(w) + 1),
+		    memory_order_release, memory_order_relaxed))
+		return SF_E_STATE;
 	SF_TEST_POINT(SF_TP_CONSUMER_RELEASED);
+	return 0;
 }
 
-void sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *s)
+int sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *s)
 {
-	(void)rank;
-	sf__consumer_release_quiet(s);
+	int r = sf__consumer_release_quiet(a, rank, s);
+
 	wake_producers(a);
+	return r;
 }
 
 void sf__producers_wake(struct sf_arena *a)
@@ -499,4 +590,28 @@ int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step)
 	}
 	wake_producers(a);
 	return 0;
+}
+
+int sf__ring_seek_unattached(struct sf_arena *a, uint32_t rank, uint64_t step, struct sf_err *e)
+{
+	uint32_t me = a->hdr->geo.max_producers + rank;
+	int r;
+
+	if (rank >= a->hdr->geo.ranks)
+		return sf__err(e, SF_E_RANGE, "rank %u is not a local rank (0..%u)", rank,
+			       a->hdr->geo.ranks - 1);
+	/* Hold the rank's consumer entry for the whole seek: a consumer that attaches
+	 * meanwhile waits, so it can never claim a step the seek then moves, and one that
+	 * is attached refuses the hold. */
+	r = sf__participant_register(a, me, SF_ROLE_NONE, (int32_t)rank, e);
+	if (r < 0)
+		return r == SF_E_BUSY ? sf__err(e, SF_E_BUSY,
+						"a consumer is attached to rank %u; seek it from "
+						"the consumer (sf_consumer_seek)",
+						rank)
+				      : r;
+	SF_TEST_POINT(SF_TP_SEEK_HELD);
+	r = sf__ring_seek(a, me, rank, step);
+	sf__participant_unregister(a, me);
+	return r < 0 ? sf__err(e, r, "%s", sf_strerror(r)) : 0;
 }

@@ -33,6 +33,10 @@
 #define SF_TP_CONSUMER_READ	 5
 #define SF_TP_CONSUMER_RELEASED	 6
 #define SF_TP_COUNT		 7
+/* Points for deterministic interleavings, not kills: a reclaimer holds a stale arena's
+ * creator byte and is about to unlink it; a seek of an unattached rank holds its entry. */
+#define SF_TP_RECLAIM_FENCED 100
+#define SF_TP_SEEK_HELD	     101
 
 extern void (*sf__test_hook)(int point);
 
@@ -63,20 +67,35 @@ struct sf_fill {
 
 /*
  * sf__participant_register - take participant entry `index` for the calling process with
- * `role` and `rank`. A dead previous holder is repaired first. Returns the new
- * incarnation (>= 1), SF_E_BUSY when a live process holds the entry, or SF_E_RANGE.
+ * `role` and `rank`: take the entry's lock byte (see arena.h), which a live holder keeps,
+ * then repair what a dead previous holder left. Returns the new incarnation (>= 1),
+ * SF_E_BUSY when a live process holds the entry, SF_E_RANGE, or -errno.
  */
 int sf__participant_register(struct sf_arena *a, uint32_t index, uint32_t role, int32_t rank,
 			     struct sf_err *e);
 
-/* sf__participant_unregister - give entry `index` back (the caller holds no slot). */
-void sf__participant_unregister(struct sf_arena *a, uint32_t index);
+/*
+ * Registering with role SF_ROLE_NONE holds the entry without acting in it (its pid reads
+ * negative): a registrant meanwhile waits up to 2 s instead of being refused.
+ */
 
 /*
- * sf__arena_repair - after the process of participant `index` is known dead, return its
- * FILLING slots to FREE and its CLAIMED slots to READY (same lap) and free its entry.
- * Returns the number of slots repaired, 0 when the entry was free or is being repaired
- * by another process, or SF_E_BUSY when its process is still alive (nothing touched).
+ * sf__participant_unregister - give entry `index` back (the caller holds no slot).
+ * Returns 0, or SF_E_STATE when the entry no longer names this process (it was taken
+ * from it); the entry's lock is given back either way.
+ */
+int sf__participant_unregister(struct sf_arena *a, uint32_t index);
+
+/* sf__participant_alive - 1 when a live process holds entry `index` (or when that cannot
+ * be told), 0 when nobody does. */
+int sf__participant_alive(struct sf_arena *a, uint32_t index);
+
+/*
+ * sf__arena_repair - if the holder of participant `index` is dead (its lock byte is free,
+ * and taken here as a fence), return its FILLING slots to FREE and its CLAIMED slots to
+ * READY (same lap) and free its entry. Returns the number of slots repaired, 0 when the
+ * entry was free or is held without a role, or SF_E_BUSY when its holder is alive or
+ * its liveness cannot be told (nothing touched).
  */
 int sf__arena_repair(struct sf_arena *a, uint32_t index);
 
@@ -92,10 +111,11 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 /*
  * sf__producer_publish - publish a filled slot: record `length` payload bytes (and their
  * checksum when the arena asks for one) and `first_sample`, then make it READY and wake
- * the rank's consumer if it sleeps.
+ * the rank's consumer if it sleeps. Returns 0, or SF_E_STATE when the slot is no longer
+ * this producer's FILLING slot (nothing is published).
  */
-void sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *fill,
-			  uint32_t length, uint64_t first_sample);
+int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *fill,
+			 uint32_t length, uint64_t first_sample);
 
 /*
  * sf__consumer_claim - wait up to timeout_ns (< 0: no limit, 0: do not wait) until step
@@ -107,8 +127,12 @@ void sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill 
 int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step,
 		       int64_t timeout_ns, struct sf_slot **ret_slot);
 
-/* sf__consumer_release - release a claimed slot: FREE for the step K later. */
-void sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *slot);
+/*
+ * sf__consumer_release - release a slot claimed by the consumer of `rank`: FREE for the
+ * step K later. Returns 0, or SF_E_STATE when the slot is not that consumer's claim any
+ * more (nothing is changed).
+ */
+int sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *slot);
 
 /*
  * sf__consumer_release_quiet - sf__consumer_release() without waking sleeping producers.
@@ -117,7 +141,7 @@ void sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *slo
  * then call sf__producers_wake() once its ring runs low (sleeping producers also rescan
  * every 100 ms, so a forgotten wake costs latency, never liveness).
  */
-void sf__consumer_release_quiet(struct sf_slot *slot);
+int sf__consumer_release_quiet(struct sf_arena *a, uint32_t rank, struct sf_slot *slot);
 
 /* sf__producers_wake - wake the producers sleeping for a FREE slot, if any. */
 void sf__producers_wake(struct sf_arena *a);
@@ -134,6 +158,13 @@ uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank);
  * slots being filled, repairing a dead filler. Returns 0, or SF_E_STOPPED.
  */
 int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step);
+
+/*
+ * sf__ring_seek_unattached - sf__ring_seek() of a rank no consumer is attached to (the
+ * launcher's control `seek`), holding the rank's consumer entry throughout. Returns 0,
+ * SF_E_BUSY when a consumer is attached, or the seek's error; detail in `e`.
+ */
+int sf__ring_seek_unattached(struct sf_arena *a, uint32_t rank, uint64_t step, struct sf_err *e);
 
 /* sf__payload_checksum - the checksum shmfeed stores: xxh3-64 of the bytes. */
 uint64_t sf__payload_checksum(const void *p, size_t len);

@@ -273,7 +273,10 @@ static int release_held(struct sf_consumer *c)
 	}
 	/* The slot is released even after a failed copy: its content is still in shared
 	 * memory and the caller has the error; holding it would stall the producers. */
-	sf__consumer_release_quiet(c->held);
+	if (sf__consumer_release_quiet(c->a, c->rank, c->held) < 0 && r >= 0)
+		r = sf__err(&c->err, SF_E_STATE,
+			    "rank %u: the slot of step %llu was taken from this consumer",
+			    c->global_rank, (unsigned long long)(c->step - 1));
 	c->held = NULL;
 	if (!ring_well_stocked(c))
 		sf__producers_wake(c->a);

@@ -298,7 +298,8 @@ static void check_consumers(struct supervisor *S)
 		int32_t pid = atomic_load_explicit(&p->pid, memory_order_acquire);
 		int repaired;
 
-		if (pid <= 0 || sf__proc_alive(pid, p->starttime))
+		/* The repair's fence tells a live consumer (left alone) from a dead one. */
+		if (pid <= 0)
 			continue;
 		repaired = sf__arena_repair(S->a, S->geo.max_producers + r);
 		if (repaired >= 0 && S->consumer_seen[r] != pid)
@@ -437,7 +438,8 @@ static int describe_job(struct supervisor *S, char *buf, size_t len)
 		(double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid, S->n_prod, alive,
 		S->geo.ranks, S->geo.world_size, S->geo.rank_base, S->geo.batch,
 		S->geo.seq_tokens - 1, S->geo.slots_per_rank, S->geo.token_bytes,
-		(unsigned long long)S->geo.samples_per_epoch, (unsigned long long)S->geo.config_digest);
+		(unsigned long long)S->geo.samples_per_epoch,
+		(unsigned long long)S->geo.config_digest);
 	sf__json_escape(buf, len, &n, S->pub_ep);
 	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "}");
 	return n < len ? (int)n : -ENOSPC;
@@ -486,7 +488,7 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 		n = describe_job(S, tmp, sizeof(tmp));
 		break;
 	case SF_CTL_SEEK: {
-		uint32_t me = S->geo.max_producers + req->rank;
+		struct sf_err err = {0};
 		uint64_t before;
 		int r;
 
@@ -500,16 +502,12 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 			return reply_error(buf, len, req, SF_E_RANGE,
 					   "rank is not a local rank of this job");
 		/* A live consumer tracks its own position; moving its ring under it
-		 * would desynchronize it. Seek positions a rank before it attaches. */
-		if (atomic_load_explicit(&S->a->participants[me].pid, memory_order_acquire) > 0 &&
-		    sf__arena_repair(S->a, me) == SF_E_BUSY)
-			return reply_error(buf, len, req, SF_E_BUSY,
-					   "a consumer is attached to this rank; seek it from "
-					   "the consumer (sf_consumer_seek)");
+		 * would desynchronize it. Seek positions a rank before it attaches, and
+		 * holds the rank's entry meanwhile so that none attaches mid-seek. */
 		before = sf__ring_next_step(S->a, req->rank);
-		r = sf__ring_seek(S->a, me, req->rank, req->step);
+		r = sf__ring_seek_unattached(S->a, req->rank, req->step, &err);
 		if (r < 0)
-			return reply_error(buf, len, req, r, sf_strerror(r));
+			return reply_error(buf, len, req, r, err.msg);
 		if (before >= S->start_steps[req->rank])
 			S->seek_batches += before - S->start_steps[req->rank];
 		S->start_steps[req->rank] = req->step;

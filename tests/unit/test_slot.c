@@ -5,6 +5,8 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -338,10 +340,253 @@ Test(slot, entry_left_mid_registration_by_a_dead_process_is_taken_over)
 	atomic_store(&arena->participants[1].pid, -(int32_t)child);
 	cr_expect_geq(sf__participant_register(arena, 1, SF_ROLE_PRODUCER, 1, NULL), 1);
 	cr_expect_eq(atomic_load(&arena->participants[1].pid), getpid());
-	/* A live transient holder is waited for, not overrun. */
-	atomic_store(&arena->participants[0].pid, -(int32_t)getppid());
+	cr_expect_eq(sf__participant_unregister(arena, 1), 0);
+}
+
+/*
+ * A child takes entry `index` (a role-less hold when `role` is SF_ROLE_NONE), claims
+ * step 0 of rank 0 when `claim` is set, says so on `ready` and stays alive until
+ * `go` is written or closed. With `thread_exit`, its main thread calls pthread_exit()
+ * while a second thread keeps the process (and its claim) alive.
+ */
+struct holder {
+	pid_t pid;
+	int go;
+};
+
+static void *hold_until_go(void *arg)
+{
+	char c;
+
+	if (read((int)(intptr_t)arg, &c, 1) < 0)
+		_exit(3);
+	_exit(0);
+}
+
+static struct holder hold_in_child(uint32_t index, uint32_t role, int claim, int thread_exit)
+{
+	int ready[2], go[2];
+	struct holder h;
+	char c = 0;
+
+	cr_assert_eq(pipe(ready), 0);
+	cr_assert_eq(pipe(go), 0);
+	h.pid = fork();
+	cr_assert_geq(h.pid, 0);
+	if (h.pid == 0) {
+		struct sf_slot *s;
+		pthread_t t;
+
+		close(ready[0]);
+		close(go[1]);
+		if (sf__participant_register(arena, index, role, 0, NULL) < 1)
+			_exit(1);
+		if (claim && sf__consumer_claim(arena, index, 0, 0, 0, &s) < 0)
+			_exit(2);
+		if (write(ready[1], "r", 1) != 1)
+			_exit(3);
+		if (!thread_exit)
+			hold_until_go((void *)(intptr_t)go[0]);
+		if (pthread_create(&t, NULL, hold_until_go, (void *)(intptr_t)go[0]))
+			_exit(4);
+		pthread_exit(NULL);
+	}
+	close(ready[1]);
+	close(go[0]);
+	cr_assert_eq(read(ready[0], &c, 1), 1, "the holder child failed");
+	close(ready[0]);
+	h.go = go[1];
+	return h;
+}
+
+static void release_holder(struct holder h)
+{
+	int status;
+
+	close(h.go);
+	waitpid(h.pid, &status, 0);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "holder status %d", status);
+}
+
+Test(slot, a_live_roleless_holder_is_not_overrun)
+{
+	struct holder h = hold_in_child(0, SF_ROLE_NONE, 0, 0);
+
+	cr_expect_eq(atomic_load(&arena->participants[0].pid), -(int32_t)h.pid);
+	cr_expect_eq(sf__participant_alive(arena, 0), 1);
 	cr_expect_eq(sf__arena_repair(arena, 0), 0);
-	cr_expect_eq(atomic_load(&arena->participants[0].pid), -(int32_t)getppid());
-	atomic_store(&arena->participants[0].pid, 0);
-	sf__participant_unregister(arena, 1);
+	cr_expect_eq(atomic_load(&arena->participants[0].pid), -(int32_t)h.pid);
+	release_holder(h);
+	/* Gone without unregistering: its entry is repaired and taken. */
+	cr_expect_eq(sf__participant_alive(arena, 0), 0);
+	cr_expect_geq(sf__participant_register(arena, 0, SF_ROLE_PRODUCER, 0, NULL), 2);
+	cr_expect_eq(sf__participant_unregister(arena, 0), 0);
+}
+
+Test(slot, a_process_whose_main_thread_exited_is_alive)
+{
+	struct sf_fill f;
+	struct holder h;
+
+	cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+	fill_and_publish(0, &f);
+	h = hold_in_child(CONSUMER(0), SF_ROLE_CONSUMER, 1, 1);
+	/* Its main thread is a zombie now; a worker thread still holds step 0. */
+	usleep(100000);
+	cr_expect_eq(sf__participant_alive(arena, CONSUMER(0)), 1);
+	cr_expect_eq(sf__arena_repair(arena, CONSUMER(0)), SF_E_BUSY);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_CLAIMED, CONSUMER(0), 0));
+	release_holder(h);
+	cr_expect_eq(sf__arena_repair(arena, CONSUMER(0)), 1);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_READY, 0, 0));
+}
+
+Test(slot, liveness_needs_no_process_identity)
+{
+	struct sf_fill f;
+	struct holder h;
+
+	cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+	fill_and_publish(0, &f);
+	h = hold_in_child(CONSUMER(0), SF_ROLE_CONSUMER, 1, 0);
+	/* A start time that could not be read, or a pid that names nothing in this
+	 * namespace, do not make a live holder dead. */
+	arena->participants[CONSUMER(0)].starttime = 0;
+	atomic_store(&arena->participants[CONSUMER(0)].pid, 0x3ffffe);
+	cr_expect_eq(sf__arena_repair(arena, CONSUMER(0)), SF_E_BUSY);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_CLAIMED, CONSUMER(0), 0));
+	release_holder(h);
+}
+
+/* A child sleeps in `consumer` ? a claim of rank 0 step 0 : a producer claim of a full
+ * arena, and is killed in its sleep. */
+static void kill_sleeper(int consumer)
+{
+	pid_t child;
+	int status;
+
+	child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		struct sf_slot *s;
+		struct sf_fill f;
+
+		if (consumer) {
+			if (sf__participant_register(arena, CONSUMER(0), SF_ROLE_CONSUMER, 0,
+						     NULL) < 1)
+				_exit(1);
+			sf__consumer_claim(arena, CONSUMER(0), 0, 0, -1, &s);
+		} else {
+			if (sf__participant_register(arena, 1, SF_ROLE_PRODUCER, 1, NULL) < 1)
+				_exit(1);
+			sf__producer_claim(arena, 1, -1, &f);
+		}
+		_exit(2);
+	}
+	while (consumer ? atomic_load(&arena->rings[0].ready_waiters) == 0
+			: atomic_load(&arena->hdr->free_waiters[0]) == 0)
+		usleep(1000);
+	kill(child, SIGKILL);
+	waitpid(child, &status, 0);
+	cr_assert(WIFSIGNALED(status));
+}
+
+Test(slot, a_consumer_killed_in_its_sleep_leaves_no_waiter)
+{
+	uint64_t before;
+	struct sf_fill f;
+
+	kill_sleeper(1);
+	cr_assert_geq(sf__arena_repair(arena, CONSUMER(0)), 0);
+	cr_expect_eq(atomic_load(&arena->rings[0].ready_waiters), 0);
+	before = atomic_load(&sf__futex_wake_calls);
+	cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+	cr_assert_eq(f.rank, 0);
+	fill_and_publish(0, &f);
+	cr_expect_eq(atomic_load(&sf__futex_wake_calls), before, "nobody sleeps: no wake");
+}
+
+Test(slot, a_producer_killed_in_its_sleep_leaves_no_waiter)
+{
+	struct sf_fill f;
+	struct sf_slot *s;
+	uint64_t before;
+
+	for (int n = 0; n < R * K; n++) {
+		cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+		fill_and_publish(0, &f);
+	}
+	kill_sleeper(0);
+	/* A new producer in the entry clears what the killed one left. */
+	cr_assert_geq(sf__participant_register(arena, 1, SF_ROLE_PRODUCER, 1, NULL), 2);
+	cr_expect_eq(atomic_load(&arena->hdr->free_waiters[0]), 0);
+	before = atomic_load(&sf__futex_wake_calls);
+	cr_assert_eq(sf__consumer_claim(arena, CONSUMER(0), 0, 0, 0, &s), 0);
+	cr_expect_eq(sf__consumer_release(arena, 0, s), 0);
+	cr_expect_eq(atomic_load(&sf__futex_wake_calls), before, "nobody sleeps: no wake");
+	cr_expect_eq(sf__participant_unregister(arena, 1), 0);
+}
+
+Test(slot, transitions_refuse_a_slot_that_changed_hands)
+{
+	struct sf_fill f;
+	struct sf_slot *s;
+	uint64_t w;
+
+	/* A producer whose FILLING slot was taken from it publishes nothing over it. */
+	cr_assert_eq(sf__producer_claim(arena, 0, 0, &f), 0);
+	atomic_store(&f.slot->word, sf__slot_word(SF_SLOT_FILLING, 1, 0));
+	cr_expect_eq(sf__producer_publish(arena, 0, &f, 72, 0), SF_E_STATE);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_FILLING, 1, 0));
+	cr_expect_eq(sf__producer_publish(arena, 1, &f, 72, 0), 0);
+	/* A consumer whose claim was taken does not free the slot under its new state. */
+	cr_assert_eq(sf__consumer_claim(arena, CONSUMER(0), 0, 0, 0, &s), 0);
+	w = sf__slot_word(SF_SLOT_READY, 0, 0);
+	atomic_store(&s->word, w);
+	cr_expect_eq(sf__consumer_release(arena, 0, s), SF_E_STATE);
+	cr_expect_eq(word(0, 0), w);
+	/* An entry taken from its holder: unregistering says so. */
+	cr_assert_geq(sf__participant_register(arena, 0, SF_ROLE_PRODUCER, 0, NULL), 1);
+	atomic_store(&arena->participants[0].pid, 1);
+	cr_expect_eq(sf__participant_unregister(arena, 0), SF_E_STATE);
+}
+
+static pid_t seek_racer;
+
+/* At the moment the seek holds the rank's entry, a consumer tries to attach. */
+static void attach_during_seek(int point)
+{
+	int status;
+
+	if (point != SF_TP_SEEK_HELD)
+		return;
+	cr_expect_eq(atomic_load(&arena->participants[CONSUMER(0)].pid), -(int32_t)getpid());
+	seek_racer = fork();
+	if (seek_racer == 0)
+		_exit(sf__participant_register(arena, CONSUMER(0), SF_ROLE_CONSUMER, 0, NULL) ==
+				      SF_E_BUSY
+			      ? 0
+			      : 1);
+	waitpid(seek_racer, &status, 0);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "a consumer attached in the middle of a seek");
+}
+
+Test(slot, seek_of_an_unattached_rank_holds_its_entry)
+{
+	struct sf_err e = {0};
+	struct holder h;
+
+	sf__test_hook = attach_during_seek;
+	cr_expect_eq(sf__ring_seek_unattached(arena, 0, 4, &e), 0, "%s", e.msg);
+	sf__test_hook = NULL;
+	cr_expect_eq(sf__ring_next_step(arena, 0), 4);
+	cr_expect_eq(atomic_load(&arena->participants[CONSUMER(0)].pid), 0);
+	/* An attached consumer refuses it, and its ring is untouched. */
+	h = hold_in_child(CONSUMER(1), SF_ROLE_CONSUMER, 0, 0);
+	cr_expect_eq(sf__ring_seek_unattached(arena, 1, 7, &e), SF_E_BUSY);
+	cr_expect(strstr(e.msg, "attached") != NULL, "%s", e.msg);
+	cr_expect_eq(sf__ring_next_step(arena, 1), 0);
+	release_holder(h);
+	cr_expect_eq(sf__ring_seek_unattached(arena, 2, 7, &e), SF_E_RANGE);
 }
