@@ -14,6 +14,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
+#include "common/slot.h"
 
 static char job[64];
 
@@ -164,6 +165,80 @@ Test(arena, stale_arena_is_reclaimed)
 	cr_expect(strstr(note, "reclaimed"), "%s", note);
 	cr_expect_eq(a->hdr->creator_pid, getpid());
 	sf__arena_destroy(a);
+}
+
+/* Make the arena of `job` stale: a child creates it and dies without destroying it. */
+static void make_stale(void)
+{
+	struct sf_geometry g = geo();
+	pid_t child = fork();
+	int status;
+
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		struct sf_arena *c;
+
+		_exit(sf__arena_create(job, &g, NULL, &c, NULL, 0, NULL) == 0 ? 0 : 1);
+	}
+	waitpid(child, &status, 0);
+	cr_assert_eq(WEXITSTATUS(status), 0);
+}
+
+/* While this process holds the stale arena's fence, a second launcher tries to create. */
+static void second_launcher(int point)
+{
+	struct sf_geometry g = geo();
+	pid_t child;
+	int status;
+
+	if (point != SF_TP_RECLAIM_FENCED)
+		return;
+	sf__test_hook = NULL;
+	child = fork();
+	if (child == 0) {
+		struct sf_arena *c;
+		int r = sf__arena_create(job, &g, NULL, &c, NULL, 0, NULL);
+
+		/* 0 would mean it reclaimed the same stale arena and published its own, which
+		 * this process is about to unlink. */
+		_exit(r == SF_E_BUSY ? 0 : 1);
+	}
+	waitpid(child, &status, 0);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "a second launcher reclaimed the same stale arena");
+}
+
+Test(arena, two_launchers_never_both_reclaim)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a, *b;
+	struct sf_err e = {0};
+
+	make_stale();
+	sf__test_hook = second_launcher;
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0, "%s", e.msg);
+	sf__test_hook = NULL;
+	/* The name is this process's arena, and it is live. */
+	cr_assert_eq(sf__arena_attach(job, NULL, &b, &e), 0, "%s", e.msg);
+	cr_expect_eq(b->hdr->creator_pid, getpid());
+	cr_expect_eq(sf__arena_creator_alive(b), 1);
+	sf__arena_detach(b);
+	sf__arena_destroy(a);
+}
+
+Test(arena, creator_liveness_is_its_lock)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a, *b;
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__arena_attach(job, NULL, &b, &e), 0, "%s", e.msg);
+	cr_expect_eq(sf__arena_creator_alive(b), 1);
+	/* Detaching without destroying is what a crash leaves: the lock goes with it. */
+	sf__arena_detach(a);
+	cr_expect_eq(sf__arena_creator_alive(b), 0);
+	sf__arena_detach(b);
 }
 
 Test(arena, foreign_object_is_refused_and_kept)
