@@ -68,20 +68,30 @@ int sf__proc_starttime(pid_t pid, uint64_t *ret_starttime)
 int sf__proc_alive(pid_t pid, uint64_t starttime)
 {
 	char buf[1024];
-	const char *p;
+	const char *p, *threads;
 	char state = 0;
+	int r;
 
 	if (pid <= 0)
 		return 0;
-	if (read_stat(pid, buf, sizeof(buf)) < 0)
-		return 0;
+	r = read_stat(pid, buf, sizeof(buf));
+	/* Only "no such process" is a death, and only where this /proc shows processes at
+	 * all; any other failure leaves it unknown, which counts as alive. */
+	if (r == -ENOENT || r == -ESRCH)
+		return access("/proc/self/stat", R_OK) == 0 ? 0 : 1;
+	if (r < 0)
+		return 1;
 	p = stat_field(buf, 22, &state);
-	if (!p)
+	threads = stat_field(buf, 20, NULL);
+	if (!p || !threads)
+		return 1;
+	/* A zombie has exited and its slots can be repaired before it is reaped, unless
+	 * it is a leader whose main thread called pthread_exit() while other threads run:
+	 * its thread count stays above 1 until the last of them ends. */
+	if ((state == 'Z' || state == 'X') && strtoul(threads, NULL, 10) <= 1)
 		return 0;
-	/* A zombie has exited: its slots can be repaired even before it is reaped. */
-	if (state == 'Z' || state == 'X')
-		return 0;
-	return strtoull(p, NULL, 10) == starttime;
+	/* A start time that could not be read at registration tells nothing. */
+	return starttime == 0 || strtoull(p, NULL, 10) == starttime;
 }
 
 uint64_t sf__now_ns(void)

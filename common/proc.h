@@ -13,8 +13,11 @@
 int sf__proc_starttime(pid_t pid, uint64_t *ret_starttime);
 
 /*
- * sf__proc_alive - 1 when the process (pid, starttime) still exists (and is not a
- * zombie), 0 when it is gone or the pid now names another process.
+ * sf__proc_alive - 0 when the process (pid, starttime) is known gone: no such process,
+ * an exited zombie, or the pid now names a process with another start time. 1 otherwise,
+ * also when that cannot be told (a /proc read error, a start time of 0): a caller
+ * repairs only after a known death. Participants and creators of arenas use lock fences
+ * instead (common/arena.h); this serves the shared chunk cache's fillers.
  */
 int sf__proc_alive(pid_t pid, uint64_t starttime);
 

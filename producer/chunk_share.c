@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "shmfeed/shmfeed.h"
 #include "common/futex.h"
 #include "common/proc.h"
 #include "producer/chunk_share.h"
@@ -64,8 +65,11 @@ struct share_entry {
 	_Atomic uint64_t chunk;
 	_Atomic uint64_t n_tokens;
 	_Atomic uint64_t n_docs;
-	_Atomic uint32_t seq;	  /* futex: bumped when a fill ends and somebody waits */
-	_Atomic uint32_t waiters; /* processes sleeping on seq */
+	_Atomic uint32_t seq; /* futex: bumped when a fill ends and somebody waits */
+	/* 1 when somebody may sleep on seq. Sleepers set it and never clear it; the wake
+	 * that sees it clears it. A sleeper killed in its sleep (or one that left at its
+	 * slice's end) so costs at most one futex wake, never one per later publish. */
+	_Atomic uint32_t waiters;
 	uint64_t pad[2];
 };
 
@@ -280,17 +284,19 @@ int sf__share_acquire(struct sf_chunk_share *s, uint64_t key, uint64_t chunk, in
 				}
 				if (!waited++)
 					s->counters.waits++;
-				atomic_fetch_add_explicit(&en->waiters, 1, memory_order_relaxed);
+				atomic_store_explicit(&en->waiters, 1, memory_order_relaxed);
 				/* Pairs with the fence in wake(): either the filler sees this
 				 * waiter, or this waiter sees the word it published. */
 				atomic_thread_fence(memory_order_seq_cst);
-				seq = atomic_load_explicit(&en->seq, memory_order_relaxed);
+				/* Acquire: the load of the word below may not pass it; pairs
+				 * with the seq_cst increment in wake(), made after the word's
+				 * store (see eventcount_sleep() in common/slot.c). */
+				seq = atomic_load_explicit(&en->seq, memory_order_acquire);
 				if (atomic_load_explicit(&en->word, memory_order_relaxed) == w)
 					sf__futex_wait(&en->seq, seq,
 						       deadline - now < WAIT_SLICE_NS
 							       ? (int64_t)(deadline - now)
 							       : WAIT_SLICE_NS);
-				atomic_fetch_sub_explicit(&en->waiters, 1, memory_order_relaxed);
 				continue;
 			}
 		}
@@ -329,33 +335,46 @@ static void wake(struct share_entry *en)
 	/* Store-load barrier between the word's store and the waiter count; pairs with the
 	 * fence a waiter makes between its count increment and its last look. */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&en->waiters, memory_order_relaxed)) {
+	if (atomic_load_explicit(&en->waiters, memory_order_relaxed) &&
+	    atomic_exchange_explicit(&en->waiters, 0, memory_order_relaxed)) {
 		atomic_fetch_add_explicit(&en->seq, 1, memory_order_seq_cst);
 		sf__futex_wake(&en->seq, INT32_MAX);
 	}
 }
 
-void sf__share_publish(const struct sf_share_ref *ref, uint64_t chunk, uint64_t n_tokens,
-		       uint64_t n_docs)
+int sf__share_publish(const struct sf_share_ref *ref, uint64_t chunk, uint64_t n_tokens,
+		      uint64_t n_docs)
 {
 	struct share_entry *en = ref->entry;
+	uint64_t w = ref->word;
 
+	/* The fields are written before the word is checked: a filler that lost the entry
+	 * writes them over its taker's, but the taker's claim bumped the generation, so
+	 * readers check them against the taker's word and the taker writes them again. */
 	atomic_store_explicit(&en->chunk, chunk, memory_order_relaxed);
 	atomic_store_explicit(&en->n_tokens, n_tokens, memory_order_relaxed);
 	atomic_store_explicit(&en->n_docs, n_docs, memory_order_relaxed);
 	/* Release: publishes the contents and the fields above; pairs with the acquire load
-	 * in sf__share_acquire(). */
-	atomic_store_explicit(&en->word, make_word(E_READY, 0, word_gen(ref->word)),
-			      memory_order_release);
+	 * in sf__share_acquire(). A CAS from this fill's own word, so that a filler whose
+	 * entry was taken over never labels the taker's contents as its chunk. */
+	if (!atomic_compare_exchange_strong_explicit(&en->word, &w,
+						     make_word(E_READY, 0, word_gen(ref->word)),
+						     memory_order_release, memory_order_relaxed))
+		return SF_E_STATE;
 	wake(en);
+	return 0;
 }
 
-void sf__share_abandon(const struct sf_share_ref *ref)
+int sf__share_abandon(const struct sf_share_ref *ref)
 {
 	struct share_entry *en = ref->entry;
+	uint64_t w = ref->word;
 
 	/* Release: pairs with the acquire load of a later claimer, like a publish. */
-	atomic_store_explicit(&en->word, make_word(E_EMPTY, 0, word_gen(ref->word)),
-			      memory_order_release);
+	if (!atomic_compare_exchange_strong_explicit(&en->word, &w,
+						     make_word(E_EMPTY, 0, word_gen(ref->word)),
+						     memory_order_release, memory_order_relaxed))
+		return SF_E_STATE;
 	wake(en);
+	return 0;
 }

@@ -79,12 +79,18 @@ int sf__share_acquire(struct sf_chunk_share *s, uint64_t key, uint64_t chunk, in
  */
 int sf__share_valid(struct sf_chunk_share *s, const struct sf_share_ref *ref);
 
-/* sf__share_publish - make a filled entry READY with `n_tokens` ids and `n_docs` starts. */
-void sf__share_publish(const struct sf_share_ref *ref, uint64_t chunk, uint64_t n_tokens,
-		       uint64_t n_docs);
+/*
+ * sf__share_publish - make a filled entry READY with `n_tokens` ids and `n_docs` starts.
+ * Returns 0, or SF_E_STATE when the entry is no longer this fill's (it was taken over):
+ * nothing is published, and what the caller read back from the entry is not to be
+ * trusted.
+ */
+int sf__share_publish(const struct sf_share_ref *ref, uint64_t chunk, uint64_t n_tokens,
+		      uint64_t n_docs);
 
-/* sf__share_abandon - give back an entry whose fill failed (it becomes EMPTY). */
-void sf__share_abandon(const struct sf_share_ref *ref);
+/* sf__share_abandon - give back an entry whose fill failed (it becomes EMPTY). Returns 0,
+ * or SF_E_STATE when the entry is no longer this fill's (left as it is). */
+int sf__share_abandon(const struct sf_share_ref *ref);
 
 /* Counters of this process, for the benchmark and the tests. */
 struct sf_share_counters {

@@ -1033,6 +1033,16 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 	return r < 0 ? r : 0;
 }
 
+/* The shared entry this producer filled was taken over meanwhile (its liveness was
+ * misjudged): what it read back from the entry may be the taker's, so the batch fails. */
+static int taken_over(uint64_t chunk, struct sf_err *e)
+{
+	return sf__err(e, SF_E_STATE,
+		       "chunk %llu: the shared cache entry was taken over while this producer "
+		       "filled it",
+		       (unsigned long long)chunk);
+}
+
 /*
  * Append the tokens of `chunk` to `d` up to `limit`, as the tail of the chunk before it
  * (limit - d->n <= T+1, so its head holds them): copied from the chunk's head when
@@ -1071,7 +1081,8 @@ static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	write_head(ds, &ref, h->tokens, h->n);
 	ref.n_tokens = h->n;
 	append_head(ds, d, &ref, limit);
-	sf__share_publish(&ref, chunk, h->n, h->n_docs);
+	if (sf__share_publish(&ref, chunk, h->n, h->n_docs) < 0)
+		return taken_over(chunk, e);
 	return 0;
 }
 
@@ -1337,7 +1348,8 @@ static int fill_entry(struct sf_text_cache *c, struct sf_share_ref *ref, uint64_
 		sf__share_abandon(ref);
 		return r;
 	}
-	sf__share_publish(ref, chunk, d.n, d.n_docs);
+	if (sf__share_publish(ref, chunk, d.n, d.n_docs) < 0)
+		return taken_over(chunk, e);
 	return 0;
 }
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/futex.h"
 #include "common/proc.h"
 #include "producer/chunk_share.h"
 #include "producer/dataset_impl.h"
@@ -219,6 +220,53 @@ Test(share, dead_filler_reaped_is_taken_over)
 Test(share, dead_filler_zombie_is_taken_over)
 {
 	dead_filler(0);
+}
+
+/* A waiter killed in its sleep costs the next publish of its entry one wake, and the
+ * publishes after it none. */
+Test(share, a_waiter_killed_in_its_sleep_leaves_no_waiter)
+{
+	struct sf_share_ref ref;
+	pid_t pid, parent = getpid();
+	uint64_t before;
+
+	cr_assert_eq(sf__share_acquire(share, 0, 1, 0, &ref), SF_SHARE_FILL);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct sf_share_ref w;
+
+		die_with_parent(parent);
+		sf__share_acquire(share, 0, 1, 60ll * 1000 * 1000 * 1000, &w);
+		_exit(0);
+	}
+	usleep(50000);
+	kill(pid, SIGKILL);
+	cr_assert_eq(waitpid(pid, NULL, 0), pid);
+	put(&ref, 1, 0, 3);
+	before = atomic_load(&sf__futex_wake_calls);
+	for (uint64_t c = 2; c < 12; c++) {
+		cr_assert_eq(sf__share_acquire(share, 0, c, 0, &ref), SF_SHARE_FILL);
+		put(&ref, c, 0, 3);
+	}
+	cr_expect_eq(atomic_load(&sf__futex_wake_calls), before, "nobody sleeps: no wake");
+}
+
+/* A filler whose entry was taken over publishes nothing over the taker's contents. */
+Test(share, a_filler_taken_over_publishes_nothing)
+{
+	struct sf_share_ref old, taker, r;
+
+	cr_assert_eq(sf__share_acquire(share, 0, 1, 0, &old), SF_SHARE_FILL);
+	/* The takeover, as a look-up that judged the filler dead would make it. */
+	taker = old;
+	taker.word = old.word + (UINT64_C(1) << 24);
+	atomic_store((_Atomic uint64_t *)old.entry, taker.word);
+	cr_expect_eq(sf__share_publish(&old, 1, 3, 1), SF_E_STATE);
+	cr_expect_eq(sf__share_abandon(&old), SF_E_STATE);
+	cr_expect_eq(sf__share_acquire(share, 0, 1, 0, &r), SF_SHARE_BUSY);
+	cr_expect_eq(sf__share_publish(&taker, 2, 3, 1), 0);
+	cr_expect_eq(sf__share_acquire(share, 0, 2, 0, &r), SF_SHARE_HIT);
 }
 
 /* ---- two builders sharing one dataset ---- */
