@@ -65,7 +65,14 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 			 * it once this process has exited, and another producer rebuilds it. */
 			break;
 		}
-		sf__producer_publish(a, index, &f, len, first);
+		r = sf__producer_publish(a, index, &f, len, first);
+		if (r < 0) {
+			sf__err(e, r,
+				"producer %u: rank %u step %llu was taken from this producer "
+				"while it filled it; nothing was published",
+				index, rank_base + f.rank, (unsigned long long)f.step);
+			break;
+		}
 		sf__builder_counters(b, &out, &enc);
 		sf__counter_add(&me->batches, 1);
 		sf__counter_add(&me->busy_ns, sf__now_ns() - t1);
@@ -75,8 +82,9 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 		out_before = out;
 		enc_before = enc;
 	}
-	if (r == 0)
-		sf__participant_unregister(a, index);
+	if (r == 0 && sf__participant_unregister(a, index) < 0)
+		r = sf__err(e, SF_E_STATE, "producer %u: its participant entry was taken from it",
+			    index);
 	sf__builder_free(b);
 	return r;
 }
