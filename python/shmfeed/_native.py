@@ -92,7 +92,9 @@ MIRRORS = {"sf_batch": Batch, "sf_resume": Resume, "sf_consumer_stats": Stats,
 def _candidates():
     env = os.environ.get("SHMFEED_LIB")
     if env:
+        # An explicit override is the only candidate: falling back would hide its typo.
         yield env
+        return
     here = os.path.dirname(os.path.abspath(__file__))
     for name in ("libshmfeed.so.0", "libshmfeed.so"):
         path = os.path.join(here, name)
@@ -108,7 +110,8 @@ def _load():
             return ctypes.CDLL(path)
         except OSError as exc:
             errors.append(f"{path}: {exc}")
-    raise OSError("cannot load libshmfeed (set SHMFEED_LIB to its path): " + "; ".join(errors))
+    raise OSError("cannot load libshmfeed (install shmfeed with pip, or set SHMFEED_LIB to "
+                  "its path): " + "; ".join(errors))
 
 
 _lib = None
