@@ -192,6 +192,31 @@ Test(consumer, arena_of_another_layout_version)
 	feed_stop(f);
 }
 
+/* A header that claims 1000 ranks in a file laid out for 2: attaching as local rank 999
+ * is refused (before the fix it registered in, and read slots of, memory past the
+ * mapping, and crashed). */
+Test(consumer, lying_geometry_is_refused)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = NULL;
+	char msg[256];
+
+	f->arena->hdr->geo.ranks = 1000;
+	f->arena->hdr->geo.world_size = 1000;
+	cr_assert_eq(sf_consumer_attach(job, 999, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)),
+		     SF_E_LAYOUT);
+	cr_expect(strstr(msg, "header field") != NULL, "%s", msg);
+	cr_assert_null(c);
+	f->arena->hdr->geo.ranks = 2;
+	f->arena->hdr->geo.world_size = 2;
+	f->arena->hdr->geo.token_bytes = 0;
+	cr_assert_eq(sf_consumer_attach(job, 0, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)),
+		     SF_E_LAYOUT);
+	cr_expect(strstr(msg, "token bytes must be 2 or 4, got 0") != NULL, "%s", msg);
+	f->arena->hdr->geo.token_bytes = 2;
+	feed_stop(f);
+}
+
 Test(consumer, timeout_and_non_blocking)
 {
 	struct feed *f = start(opts(0)); /* no producers: nothing ever arrives */
