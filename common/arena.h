@@ -318,6 +318,9 @@ int sf__arena_creator_alive(const struct sf_arena *a);
  * 64 bits. Every step from outside (a seek, a resume state, a control request) is checked
  * against this limit; with K = 8 it is about 2.3e15 steps.
  */
+/* The largest step limit of any geometry: SF_MAX_SLOTS_PER_RANK laps of 48 bits. */
+#define SF_STEP_MAX ((uint64_t)SF_MAX_SLOTS_PER_RANK * SF_SLOT_LAP_MAX)
+
 static inline uint64_t sf__arena_step_limit(const struct sf_geometry *g)
 {
 	uint64_t laps = (uint64_t)g->slots_per_rank * SF_SLOT_LAP_MAX;

@@ -437,7 +437,8 @@ static int describe_job(struct supervisor *S, char *buf, size_t len)
 		(double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid, S->n_prod, alive,
 		S->geo.ranks, S->geo.world_size, S->geo.rank_base, S->geo.batch,
 		S->geo.seq_tokens - 1, S->geo.slots_per_rank, S->geo.token_bytes,
-		(unsigned long long)S->geo.samples_per_epoch, (unsigned long long)S->geo.config_digest);
+		(unsigned long long)S->geo.samples_per_epoch,
+		(unsigned long long)S->geo.config_digest);
 	sf__json_escape(buf, len, &n, S->pub_ep);
 	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "}");
 	return n < len ? (int)n : -ENOSPC;
@@ -487,7 +488,8 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 		break;
 	case SF_CTL_SEEK: {
 		uint32_t me = S->geo.max_producers + req->rank;
-		uint64_t before;
+		uint64_t before, limit = sf__arena_step_limit(&S->geo);
+		char why[160];
 		int r;
 
 		if (S->stopping)
@@ -496,9 +498,20 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 			return reply_error(buf, len, req, SF_E_STATE,
 					   "resume the job first: a paused producer may hold a "
 					   "slot the seek waits for");
-		if (req->rank >= S->geo.ranks)
-			return reply_error(buf, len, req, SF_E_RANGE,
-					   "rank is not a local rank of this job");
+		if (req->rank >= S->geo.ranks) {
+			snprintf(why, sizeof(why),
+				 "rank %u is not a local rank of this job (local ranks 0..%u)",
+				 req->rank, S->geo.ranks - 1);
+			return reply_error(buf, len, req, SF_E_RANGE, why);
+		}
+		/* Beyond the limit the 48-bit lap of the slot words would wrap, and the ring
+		 * would serve another step than the one it reports. */
+		if (req->step >= limit) {
+			snprintf(why, sizeof(why),
+				 "step %llu is out of range: this job's steps are 0..%llu",
+				 (unsigned long long)req->step, (unsigned long long)(limit - 1));
+			return reply_error(buf, len, req, SF_E_RANGE, why);
+		}
 		/* A live consumer tracks its own position; moving its ring under it
 		 * would desynchronize it. Seek positions a rank before it attaches. */
 		if (atomic_load_explicit(&S->a->participants[me].pid, memory_order_acquire) > 0 &&

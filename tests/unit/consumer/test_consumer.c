@@ -332,6 +332,41 @@ Test(consumer, seek_replays_byte_identical_batches)
 	feed_stop(f);
 }
 
+/*
+ * Resume states beyond the job's step limit are refused, never wrapped: before the fix a
+ * seek to step 2^50 made the ring serve step 0's data labelled as step 2^50. The last
+ * step below the limit is served under its own number.
+ */
+Test(consumer, seek_out_of_range_is_refused)
+{
+	struct feed *f = start(opts(0)); /* K = 3, B = 3, W = 2 */
+	struct sf_consumer *c = attach(0);
+	const uint64_t limit = 3 * ((UINT64_C(1) << 48) - 1);
+	struct sf_resume st;
+	struct sf_batch b;
+
+	cr_assert_eq(sf__arena_step_limit(&f->arena->hdr->geo), limit);
+	cr_assert_eq(sf_consumer_state(c, &st), 0);
+	st.samples = (UINT64_C(1) << 50) * 6;
+	cr_assert_eq(sf_consumer_seek(c, &st), SF_E_RANGE);
+	cr_expect(strstr(sf_consumer_errmsg(c), "step 1125899906842624, out of range") != NULL,
+		  "%s", sf_consumer_errmsg(c));
+	cr_expect(strstr(sf_consumer_errmsg(c), "steps are 0..844424930131964") != NULL, "%s",
+		  sf_consumer_errmsg(c));
+	st.samples = limit * 6;
+	cr_assert_eq(sf_consumer_seek(c, &st), SF_E_RANGE);
+	/* Nothing moved: the ring still starts at step 0. */
+	cr_expect_eq(sf__ring_next_step(f->arena, 0), 0);
+	st.samples = (limit - 1) * 6;
+	cr_assert_eq(sf_consumer_seek(c, &st), 0, "%s", sf_consumer_errmsg(c));
+	cr_expect_eq(sf__ring_next_step(f->arena, 0), limit - 1);
+	cr_expect_eq(sf_consumer_next(c, 0, &b), SF_E_AGAIN);
+	cr_assert_eq(sf_consumer_state(c, &st), 0);
+	cr_expect_eq(st.samples, (limit - 1) * 6);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
 Test(consumer, end_of_data)
 {
 	struct feed_options o = opts(1);
