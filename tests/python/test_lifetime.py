@@ -117,3 +117,32 @@ def test_a_failed_constructor_detaches_at_once(feed):
             L.next()
         print("ok")
     """)
+
+
+def test_device_tensors_outlive_the_loader():
+    """GPU mode: the device buffers are freed by the detach, so a batch's CUDA tensors
+    keep them too. An int32 job, so that the tensor is the device buffer itself (uint16
+    tokens are widened into a tensor of torch's own on torch < 2.3). Runs only where
+    torch sees a GPU (never on this project's machines so far)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU visible to torch")
+    with Feed("life-gpu", extra=["--dtype", "i32"]) as feed:
+        out = run_case(feed, """
+        import torch
+        L = shmfeed.Loader(job=JOB, device="cuda:0")
+        L.load_state_dict(dict(L.state_dict(), samples=0))
+        b = L.next()
+        tokens, step = b.tokens, b.step
+        del b
+        L.close()
+        torch.cuda.synchronize()
+        got = tokens.cpu().numpy()
+        assert np.array_equal(got, expected(step, dtype=np.int32))
+        del tokens
+        gc.collect()
+        with shmfeed.Loader(job=JOB, device="cuda:0") as L2:
+            assert L2.next().step == step + 1
+        print("ok")
+    """)
+    assert out.strip() == "ok"
