@@ -88,12 +88,21 @@ int sf__arena_layout(const struct sf_geometry *geo, int hugepages, struct sf_are
 	if (nparts > SF_SLOT_OWNER_MAX)
 		return sf__err(e, SF_E_CONFIG, "too many participants (%u)", nparts);
 
+	/* Each product is bounded before it is scaled, so that no geometry (these fields may
+	 * come from a crafted arena header) wraps the 64-bit arithmetic below. */
+	if ((uint64_t)geo->batch * geo->seq_tokens > SF_PAYLOAD_MAX / geo->token_bytes ||
+	    (uint64_t)geo->batch * geo->doc_starts_per_seq > SF_PAYLOAD_MAX / sizeof(uint32_t))
+		return sf__err(e, SF_E_CONFIG,
+			       "a payload of %u x %u tokens and %u document starts a row exceeds "
+			       "%llu bytes",
+			       geo->batch, geo->seq_tokens, geo->doc_starts_per_seq,
+			       (unsigned long long)SF_PAYLOAD_MAX);
 	payload_bytes = (uint64_t)geo->batch * geo->seq_tokens * geo->token_bytes;
 	if (geo->doc_starts_per_seq)
 		payload_bytes =
 			sf__doc_starts_offset(geo->batch, geo->seq_tokens, geo->token_bytes) +
 			(uint64_t)geo->batch * geo->doc_starts_per_seq * sizeof(uint32_t);
-	if (payload_bytes > (UINT64_C(1) << 40))
+	if (payload_bytes > SF_PAYLOAD_MAX)
 		return sf__err(e, SF_E_CONFIG, "payload of %llu bytes is too large",
 			       (unsigned long long)payload_bytes);
 	palign = hugepages ? SF_HUGE_PAGE_SIZE : SF_PAGE_SIZE;
@@ -173,7 +182,9 @@ static int map_fd(int fd, size_t size, int populate, void **ret)
 	return 0;
 }
 
-static struct sf_arena *arena_wrap(void *base, size_t size)
+/* The pointers into a mapping, from the offsets of `layout`: a header this process wrote
+ * or a private copy that sf__arena_header_check() accepted. */
+static struct sf_arena *arena_wrap(void *base, size_t size, const struct sf_arena_header *layout)
 {
 	struct sf_arena *a = calloc(1, sizeof(*a));
 	unsigned char *b = base;
@@ -184,11 +195,11 @@ static struct sf_arena *arena_wrap(void *base, size_t size)
 	a->map_size = size;
 	a->lock_fd = -1;
 	a->probe_fd = -1;
-	a->participants = (struct sf_participant *)(b + a->hdr->participants_off);
-	a->rings = (struct sf_ring *)(b + a->hdr->rings_off);
-	a->slots = (struct sf_slot *)(b + a->hdr->slots_off);
-	a->telemetry = (struct sf_telemetry *)(b + a->hdr->telemetry_off);
-	a->payloads = b + a->hdr->payloads_off;
+	a->participants = (struct sf_participant *)(b + layout->participants_off);
+	a->rings = (struct sf_ring *)(b + layout->rings_off);
+	a->slots = (struct sf_slot *)(b + layout->slots_off);
+	a->telemetry = (struct sf_telemetry *)(b + layout->telemetry_off);
+	a->payloads = b + layout->payloads_off;
 	return a;
 }
 
@@ -547,7 +558,7 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	}
 	shm_unlink(tmp);
 
-	a = arena_wrap(base, layout.total_size);
+	a = arena_wrap(base, layout.total_size, &layout);
 	if (!a) {
 		shm_unlink(name);
 		r = sf__err(e, -ENOMEM, "out of memory");
@@ -575,19 +586,72 @@ fail_close:
 	return r;
 }
 
+int sf__arena_header_check(const struct sf_arena_header *h, uint64_t file_size, const char *where,
+			   struct sf_err *e)
+{
+	struct sf_arena_header want = {0};
+	struct sf_err why = {0};
+
+	if (h->magic != SF_ARENA_MAGIC)
+		return sf__err(e, SF_E_NOT_SHMFEED, "%s is not a shmfeed arena", where);
+	if (h->layout_version != SF_ARENA_LAYOUT_VERSION)
+		return sf__err(e, SF_E_LAYOUT,
+			       "%s has layout version %u, this build speaks version %u", where,
+			       h->layout_version, SF_ARENA_LAYOUT_VERSION);
+	if (h->header_size != sizeof(struct sf_arena_header) ||
+	    h->participant_size != sizeof(struct sf_participant) ||
+	    h->slot_size != sizeof(struct sf_slot) || h->ring_size != sizeof(struct sf_ring) ||
+	    h->telemetry_size != sizeof(struct sf_telemetry))
+		return sf__err(e, SF_E_LAYOUT, "%s: arena structure sizes differ from this build",
+			       where);
+	if (!memchr(h->job, 0, sizeof(h->job)) || !sf__job_name_valid(h->job))
+		return sf__err(e, SF_E_LAYOUT, "%s: the header's job name is not a valid name",
+			       where);
+	if (h->geo.flags & ~SF_ARENA_F_KNOWN)
+		return sf__err(e, SF_E_LAYOUT, "%s: unknown flags 0x%x in the header", where,
+			       h->geo.flags & ~SF_ARENA_F_KNOWN);
+	/* The geometry decides every offset: recompute the layout from it, with this
+	 * build's limits, and accept only a header that says exactly the same. */
+	if (sf__arena_layout(&h->geo, !!(h->geo.flags & SF_ARENA_F_HUGEPAGES), &want, &why) < 0)
+		return sf__err(e, SF_E_LAYOUT, "%s: invalid geometry in the header: %s", where,
+			       why.msg);
+#define LAYOUT_CHECK(f)                                                                            \
+	if (h->f != want.f)                                                                        \
+		return sf__err(e, SF_E_LAYOUT,                                                     \
+			       "%s: header field " #f " is %llu, but its geometry lays it out at " \
+			       "%llu",                                                             \
+			       where, (unsigned long long)h->f, (unsigned long long)want.f);
+	LAYOUT_CHECK(participants_off)
+	LAYOUT_CHECK(rings_off)
+	LAYOUT_CHECK(slots_off)
+	LAYOUT_CHECK(telemetry_off)
+	LAYOUT_CHECK(payloads_off)
+	LAYOUT_CHECK(payload_stride)
+	LAYOUT_CHECK(payload_bytes)
+	LAYOUT_CHECK(total_size)
+#undef LAYOUT_CHECK
+	if (h->total_size != file_size)
+		return sf__err(e, SF_E_LAYOUT, "%s: the header says %llu bytes, the file has %llu",
+			       where, (unsigned long long)h->total_size,
+			       (unsigned long long)file_size);
+	return 0;
+}
+
 int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct sf_arena **ret_arena,
 		     struct sf_err *e)
 {
-	char name[SF_JOB_NAME_MAX + 16];
-	struct sf_arena_header *h;
+	char name[SF_JOB_NAME_MAX + 16], where[SF_JOB_NAME_MAX * 2 + 48];
+	struct sf_arena_header h;
 	struct sf_arena *a;
 	struct stat st, pst;
 	void *base = NULL;
+	ssize_t got;
 	int fd, probe_fd, r;
 
 	if (!sf__job_name_valid(job))
 		return sf__err(e, SF_E_CONFIG, "invalid job name '%s'", job ? job : "");
 	shm_name_of(job, name, sizeof(name));
+	snprintf(where, sizeof(where), "job '%s': /dev/shm%s", job, name);
 	fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
 	if (fd < 0) {
 		r = -errno;
@@ -608,43 +672,31 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 		goto fail_close;
 	}
 	if ((size_t)st.st_size < SF_PAGE_SIZE) {
-		r = sf__err(e, SF_E_NOT_SHMFEED, "job '%s': /dev/shm%s is not a shmfeed arena", job,
-			    name);
+		r = sf__err(e, SF_E_NOT_SHMFEED, "%s is not a shmfeed arena", where);
 		goto fail_close;
 	}
-	r = map_fd(fd, SF_PAGE_SIZE, 0, &base);
+	/* The header is read into private memory and checked there, against the file's
+	 * size, before anything is mapped: nothing derived from it can point outside the
+	 * file, and a header rewritten meanwhile cannot change what was checked. The
+	 * creator stores the magic last and links the name only after that, so a header
+	 * read through the name is complete. */
+	got = pread(fd, &h, sizeof(h), 0);
+	if (got != (ssize_t)sizeof(h)) {
+		r = got < 0 ? -errno : SF_E_NOT_SHMFEED;
+		if (r == SF_E_NOT_SHMFEED)
+			sf__err(e, r, "%s: short header", where);
+		goto fail_close;
+	}
+	r = sf__arena_header_check(&h, (uint64_t)st.st_size, where, e);
 	if (r < 0)
 		goto fail_close;
-	h = base;
-	/* Acquire: pairs with the release store of the magic in sf__arena_create(). */
-	if (atomic_load_explicit((_Atomic uint64_t *)&h->magic, memory_order_acquire) !=
-	    SF_ARENA_MAGIC) {
-		r = sf__err(e, SF_E_NOT_SHMFEED, "job '%s': /dev/shm%s is not a shmfeed arena", job,
-			    name);
-		goto fail_unmap_header;
-	}
-	if (h->layout_version != SF_ARENA_LAYOUT_VERSION) {
-		r = sf__err(e, SF_E_LAYOUT,
-			    "job '%s': arena has layout version %u, this build speaks version %u",
-			    job, h->layout_version, SF_ARENA_LAYOUT_VERSION);
-		goto fail_unmap_header;
-	}
-	if (h->header_size != sizeof(struct sf_arena_header) ||
-	    h->participant_size != sizeof(struct sf_participant) ||
-	    h->slot_size != sizeof(struct sf_slot) || h->ring_size != sizeof(struct sf_ring) ||
-	    h->telemetry_size != sizeof(struct sf_telemetry) ||
-	    h->total_size != (uint64_t)st.st_size) {
-		r = sf__err(e, SF_E_LAYOUT,
-			    "job '%s': arena structure sizes differ from this build", job);
-		goto fail_unmap_header;
-	}
 	if (expect) {
-		const struct sf_geometry *g = &h->geo;
+		const struct sf_geometry *g = &h.geo;
 #define GEO_CHECK(f)                                                                               \
 	if (expect->f && expect->f != g->f) {                                                      \
 		r = sf__err(e, SF_E_GEOMETRY, "job '%s': arena has " #f " %llu, expected %llu",    \
 			    job, (unsigned long long)g->f, (unsigned long long)expect->f);         \
-		goto fail_unmap_header;                                                            \
+		goto fail_close;                                                                   \
 	}
 		GEO_CHECK(ranks)
 		GEO_CHECK(slots_per_rank)
@@ -656,7 +708,6 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 		GEO_CHECK(config_digest)
 #undef GEO_CHECK
 	}
-	munmap(base, SF_PAGE_SIZE);
 	r = map_fd(fd, (size_t)st.st_size, 1, &base);
 	if (r < 0) {
 		sf__err(e, r, "cannot map arena of job '%s': %s", job, strerror(-r));
@@ -674,7 +725,7 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 		munmap(base, (size_t)st.st_size);
 		goto fail_close;
 	}
-	a = arena_wrap(base, (size_t)st.st_size);
+	a = arena_wrap(base, (size_t)st.st_size, &h);
 	if (!a) {
 		close(probe_fd);
 		munmap(base, (size_t)st.st_size);
@@ -688,8 +739,6 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 	*ret_arena = a;
 	return 0;
 
-fail_unmap_header:
-	munmap(base, SF_PAGE_SIZE);
 fail_close:
 	close(fd);
 	if (r > -4096 && r < 0 && e && e->code != r)

@@ -29,7 +29,8 @@
 #define SF_MAX_RANKS		1024u
 #define SF_MAX_SLOTS_PER_RANK	4096u
 #define SF_MAX_PRODUCERS	256u
-#define SF_WAIT_BUCKETS		48u /* log2 histogram of wait times in ns */
+#define SF_WAIT_BUCKETS		48u		    /* log2 histogram of wait times in ns */
+#define SF_PAYLOAD_MAX		(UINT64_C(1) << 40) /* bytes of one slot's payload, at most */
 
 /* Job states (header.job_state). */
 #define SF_JOB_INIT	0u
@@ -41,6 +42,7 @@
 #define SF_ARENA_F_HUGEPAGES  0x1u /* payloads 2 MiB aligned and THP advised */
 #define SF_ARENA_F_CHECKSUM   0x2u /* producers store xxh3-64 of each payload */
 #define SF_ARENA_F_DOC_STARTS 0x4u /* payloads carry document starts after the tokens */
+#define SF_ARENA_F_KNOWN      0x7u /* every flag this build knows; attach refuses others */
 
 /* Participant roles. */
 #define SF_ROLE_NONE	 0u
@@ -302,10 +304,25 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 		     char *ret_note, size_t note_len, struct sf_err *e);
 
 /*
+ * sf__arena_header_check - whether the header `h` (a private copy, not the shared
+ * mapping) describes an arena this build can use in a file of `file_size` bytes: the
+ * magic, the layout version, the structure sizes, a NUL-terminated valid job name, known
+ * flags, a geometry within sf__arena_layout()'s limits, and every offset, stride and size
+ * equal to the layout recomputed from that geometry, whose total is the file's size. So
+ * every participant, ring, slot, telemetry block and payload an accepted header implies
+ * lies inside the file. `where` names the arena in messages. Returns 0, SF_E_NOT_SHMFEED
+ * (bad magic) or SF_E_LAYOUT (anything else), with the field and its values in `e`.
+ */
+int sf__arena_header_check(const struct sf_arena_header *h, uint64_t file_size, const char *where,
+			   struct sf_err *e);
+
+/*
  * sf__arena_attach - map the existing arena of job `job` read-write. Refuses a
- * non-shmfeed object (SF_E_NOT_SHMFEED), another layout version (SF_E_LAYOUT), another
- * owner (SF_E_UID) and, when `expect` is not NULL, a geometry whose fields differ from
- * the non-zero fields of `expect` (SF_E_GEOMETRY). -ENOENT when there is no such job.
+ * non-shmfeed object (SF_E_NOT_SHMFEED), another owner (SF_E_UID), another layout
+ * version or any header that sf__arena_header_check() refuses (SF_E_LAYOUT: checked on a
+ * private copy before anything is mapped) and, when `expect` is not NULL, a geometry
+ * whose fields differ from the non-zero fields of `expect` (SF_E_GEOMETRY). -ENOENT when
+ * there is no such job.
  */
 int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct sf_arena **ret_arena,
 		     struct sf_err *e);
@@ -346,6 +363,26 @@ void sf__arena_unfence(struct sf_arena *a, uint64_t byte);
 /* sf__arena_lock_held - 1 when some open file description (this process's lock_fd
  * included) holds lock byte `byte`, 0 when none does, -errno when it cannot be told. */
 int sf__arena_lock_held(struct sf_arena *a, uint64_t byte);
+
+/*
+ * sf__arena_step_limit - the first step a rank of geometry `g` cannot serve. A slot word
+ * keeps a 48-bit lap, and slot i serves steps lap*K + i, so steps stay below
+ * K * (2^48 - 1): the slot released after the last step then moves to lap 2^48 - 1, which
+ * still fits. And the global sample count after a step, (step + 1) * B * W, must fit in
+ * 64 bits. Every step from outside (a seek, a resume state, a control request) is checked
+ * against this limit; with K = 8 it is about 2.3e15 steps.
+ */
+/* The largest step limit of any geometry: SF_MAX_SLOTS_PER_RANK laps of 48 bits. */
+#define SF_STEP_MAX ((uint64_t)SF_MAX_SLOTS_PER_RANK * SF_SLOT_LAP_MAX)
+
+static inline uint64_t sf__arena_step_limit(const struct sf_geometry *g)
+{
+	uint64_t laps = (uint64_t)g->slots_per_rank * SF_SLOT_LAP_MAX;
+	uint64_t global_batch = (uint64_t)g->batch * g->world_size;
+	uint64_t samples = global_batch ? UINT64_MAX / global_batch : UINT64_MAX;
+
+	return laps < samples ? laps : samples;
+}
 
 static inline struct sf_slot *sf__arena_slot(const struct sf_arena *a, uint32_t rank, uint32_t i)
 {

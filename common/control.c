@@ -525,9 +525,12 @@ int sf__ctl_parse_request(const char *buf, size_t len, struct sf_ctl_request *re
 			req.rank = (uint32_t)u;
 			have_rank = 1;
 		} else if (key_is(buf, k, "step")) {
-			if (sf__json_u64(buf, tok, v, &req.step) < 0)
+			/* No geometry has steps beyond this one; the supervisor checks the
+			 * job's own limit (sf__arena_step_limit()). */
+			if (sf__json_u64(buf, tok, v, &req.step) < 0 || req.step >= SF_STEP_MAX)
 				return sf__err(e, SF_E_PROTOCOL,
-					       "\"step\" must be an unsigned 64-bit integer");
+					       "\"step\" must be an unsigned integer below %llu",
+					       (unsigned long long)SF_STEP_MAX);
 			have_step = 1;
 		} else {
 			return sf__err(e, SF_E_PROTOCOL,

@@ -452,6 +452,11 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	if (c->ended)
 		return sf__err(&c->err, SF_E_END, "rank %u: the data ended at step %llu",
 			       c->global_rank, (unsigned long long)c->step);
+	if (c->step >= sf__arena_step_limit(&h->geo))
+		return sf__err(&c->err, SF_E_RANGE,
+			       "rank %u: step %llu is out of range: this job's steps are 0..%llu",
+			       c->global_rank, (unsigned long long)c->step,
+			       (unsigned long long)(sf__arena_step_limit(&h->geo) - 1));
 	t0 = sf__now_ns();
 	r = sf__consumer_claim(a, c->me, c->rank, c->step, timeout_ns, &s);
 	waited = sf__now_ns() - t0;
@@ -556,6 +561,17 @@ int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state)
 			       "%llu",
 			       (unsigned long long)state->samples,
 			       (unsigned long long)global_batch);
+	/* Beyond the limit the slot words' 48-bit lap would wrap and the ring would serve
+	 * an earlier step under this one's number. */
+	if (state->samples / global_batch >= sf__arena_step_limit(geo))
+		return sf__err(
+			&c->err, SF_E_RANGE,
+			"resume state at sample %llu is step %llu, out of range: this job's "
+			"steps are 0..%llu (samples 0..%llu)",
+			(unsigned long long)state->samples,
+			(unsigned long long)(state->samples / global_batch),
+			(unsigned long long)(sf__arena_step_limit(geo) - 1),
+			(unsigned long long)((sf__arena_step_limit(geo) - 1) * global_batch));
 	r = release_held(c);
 	if (r < 0)
 		return r;

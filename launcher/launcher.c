@@ -489,7 +489,8 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 		break;
 	case SF_CTL_SEEK: {
 		struct sf_err err = {0};
-		uint64_t before;
+		uint64_t before, limit = sf__arena_step_limit(&S->geo);
+		char why[160];
 		int r;
 
 		if (S->stopping)
@@ -498,9 +499,20 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 			return reply_error(buf, len, req, SF_E_STATE,
 					   "resume the job first: a paused producer may hold a "
 					   "slot the seek waits for");
-		if (req->rank >= S->geo.ranks)
-			return reply_error(buf, len, req, SF_E_RANGE,
-					   "rank is not a local rank of this job");
+		if (req->rank >= S->geo.ranks) {
+			snprintf(why, sizeof(why),
+				 "rank %u is not a local rank of this job (local ranks 0..%u)",
+				 req->rank, S->geo.ranks - 1);
+			return reply_error(buf, len, req, SF_E_RANGE, why);
+		}
+		/* Beyond the limit the 48-bit lap of the slot words would wrap, and the ring
+		 * would serve another step than the one it reports. */
+		if (req->step >= limit) {
+			snprintf(why, sizeof(why),
+				 "step %llu is out of range: this job's steps are 0..%llu",
+				 (unsigned long long)req->step, (unsigned long long)(limit - 1));
+			return reply_error(buf, len, req, SF_E_RANGE, why);
+		}
 		/* A live consumer tracks its own position; moving its ring under it
 		 * would desynchronize it. Seek positions a rank before it attaches, and
 		 * holds the rank's entry meanwhile so that none attaches mid-seek. */

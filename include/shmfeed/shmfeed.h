@@ -194,7 +194,8 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
  * ready), > 0 waits that long (SF_E_TIMEOUT). Returns 0 and fills *ret_batch; SF_E_END
  * when the data ends (and on every later call until a seek); SF_E_STOPPED when the job
  * stops; SF_E_CHECKSUM when a payload does not match its checksum (the step is then
- * handed back to the producers, and the next call waits for it afresh); SF_E_CUDA.
+ * handed back to the producers, and the next call waits for it afresh); SF_E_RANGE at
+ * the job's step limit (see sf_consumer_seek()); SF_E_CUDA.
  * In GPU mode the slot stays claimed until its copy has completed, and is released on
  * the next call, so that the copy of step s+1 overlaps the caller's work on step s.
  */
@@ -213,7 +214,10 @@ int sf_consumer_state(struct sf_consumer *c, struct sf_resume *ret_state);
  * sf_consumer_seek - reposition the rank so that its next batch is the one of `state`,
  * and continue its provenance chain. Releases the batch held. Fails with SF_E_DIGEST when
  * the state came from another config, SF_E_RANGE when `samples` is not a multiple of the
- * global batch B*W, SF_E_STOPPED when the job stops.
+ * global batch B*W or names a step at or beyond the job's step limit (the smaller of
+ * K * (2^48 - 1), K slots per rank with a 48-bit lap in each slot word, and
+ * (2^64 - 1) / (B*W), so that sample counts fit in 64 bits; the message gives both
+ * ranges), SF_E_STOPPED when the job stops.
  */
 int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state);
 

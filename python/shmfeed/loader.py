@@ -6,14 +6,24 @@ Slurm set them), and yields the rank's batches in order. Batches are views, buil
 at attach for each place a batch can land (the K slots of the rank's ring on CPU, the two
 device buffers on a GPU), so that next() costs one C call and no allocation of arrays.
 
-A batch's arrays are valid until the next call on the Loader (next, state_dict,
-load_state_dict, close): on CPU they are read-only, zero-copy views of shared memory
-(NumPy marks them read-only; torch tensors cannot be, so do not write to them), on a GPU
-they are the device buffer the batch was copied to, ordered on the current CUDA stream.
+A batch's arrays hold the batch until the next call on the Loader (next, release,
+load_state_dict): on CPU they are read-only, zero-copy views of shared memory (NumPy
+marks them read-only; torch tensors cannot be, so do not write to them), on a GPU they
+are the device buffer the batch was copied to, ordered on the current CUDA stream.
+
+Lifetime: every array the Loader hands out holds a reference to the rank's attachment
+(the C handle, its mapping of the arena and, on a GPU, its device buffers). close()
+marks the Loader closed (every method then raises Error with code SF_E_STATE); the
+handle is detached, which releases the batch held and frees the rank for another
+Loader, when the last of those arrays is gone. So an array read after close() still
+reads the batch it showed, never unmapped memory.
 """
 
 import ctypes
+import math
+import operator
 import os
+import weakref
 
 import numpy as np
 
@@ -57,23 +67,103 @@ class Batch:
                 f"shape={tuple(self.tokens.shape)}, digest={self.digest:016x})")
 
 
-def _env_int(name):
+# Ranges of what the Loader takes from outside: ranks and sizes are C int32 (ctypes
+# would wrap larger Python ints silently), resume state fields are uint64, a timeout
+# is an int32 of milliseconds.
+_RANK_MAX = 2**31 - 1
+_U64_MAX = 2**64 - 1
+_TIMEOUT_MAX_S = (2**31 - 1) / 1000
+
+
+def _checked_int(what, value, lo, hi):
+    """`value` as an int in lo..hi, or ValueError naming it and the range."""
+    if isinstance(value, bool):
+        raise ValueError(f"shmfeed: {what}={value!r} is not an integer in {lo}..{hi}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise ValueError(f"shmfeed: {what}={value!r} is not an integer in {lo}..{hi}") \
+            from None
+    if not lo <= n <= hi:
+        raise ValueError(f"shmfeed: {what}={n} is out of range {lo}..{hi}")
+    return n
+
+
+def _env_int(name, lo, hi):
+    """Environment variable `name` as an int in lo..hi; None when unset or empty. Only
+    ASCII digits are accepted: no sign, spaces, underscores or other scripts' digits."""
     v = os.environ.get(name)
-    return int(v) if v not in (None, "") else None
+    if v is None or v == "":
+        return None
+    if not (v.isascii() and v.isdigit()):
+        raise ValueError(f"shmfeed: {name}={v!r} is not an integer in {lo}..{hi}")
+    return _checked_int(name, int(v), lo, hi)
 
 
-def _host_array(addr, dtype, shape):
-    count = int(np.prod(shape))
-    raw = (ctypes.c_uint8 * (count * np.dtype(dtype).itemsize)).from_address(addr)
-    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+def _timeout_ms(timeout):
+    """A timeout in seconds (None: forever) as the int32 milliseconds of the C API."""
+    if timeout is None:
+        return -1
+    try:
+        t = float(timeout)
+    except (TypeError, ValueError):
+        t = math.nan
+    if not 0 <= t <= _TIMEOUT_MAX_S:
+        raise ValueError(f"shmfeed: timeout={timeout!r} is out of range 0..{_TIMEOUT_MAX_S} "
+                         "seconds (None waits forever)")
+    return int(t * 1000)
+
+
+class _Attachment:
+    """The C handle of one attached rank. The Loader and every array it hands out hold a
+    reference, so the handle (its mapping of the arena, its device buffers) is detached
+    only when the Loader is closed and the last array is gone."""
+
+    __slots__ = ("handle", "key", "_detach", "__weakref__")
+
+    def __init__(self, lib, handle, key):
+        self.handle = handle
+        self.key = key
+        self._detach = lib.sf_consumer_detach
+
+    def detach(self):
+        h, self.handle = self.handle, None
+        if h:
+            self._detach(h)
+
+    def __del__(self):
+        self.detach()
+
+
+# The live attachments of this process by (job, local rank), so that a Loader refused a
+# rank this process itself holds can say so.
+_attached = weakref.WeakValueDictionary()
+
+
+class _HostMemory:
+    """Exposes host memory through __array_interface__; the array made from it keeps it,
+    and so `owner`, alive."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, addr, typestr, shape, owner):
+        self.__array_interface__ = {"shape": shape, "typestr": typestr,
+                                    "data": (addr, False), "version": 3}
+        self.owner = owner
+
+
+def _host_array(addr, dtype, shape, owner):
+    return np.asarray(_HostMemory(addr, np.dtype(dtype).str, shape, owner))
 
 
 class _CudaBuffer:
-    """Exposes a device pointer through __cuda_array_interface__ for torch.as_tensor."""
+    """Exposes a device pointer through __cuda_array_interface__ for torch.as_tensor,
+    which keeps this object, and so `owner`, alive as long as the tensor."""
 
-    def __init__(self, ptr, shape, typestr):
+    def __init__(self, ptr, shape, typestr, owner):
         self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr,
                                          "data": (ptr, False), "version": 2}
+        self.owner = owner
 
 
 class Loader:
@@ -95,14 +185,27 @@ class Loader:
     def __init__(self, job=None, rank=None, world_size=None, device=None, local_rank=None,
                  timeout=None, numpy=False):
         self._h = None
+        self._owner = None
         job = job if job is not None else os.environ.get("SHMFEED_JOB")
         if not job:
             raise ValueError("shmfeed.Loader: no job name (pass job= or set SHMFEED_JOB)")
-        rank = rank if rank is not None else _env_int("RANK")
-        world_size = world_size if world_size is not None else _env_int("WORLD_SIZE")
-        local_rank = local_rank if local_rank is not None else _env_int("LOCAL_RANK")
+        if not isinstance(job, str) or "\0" in job:
+            raise ValueError(f"shmfeed.Loader: job={job!r} is not a job name")
+        if rank is None:
+            rank = _env_int("RANK", 0, _RANK_MAX)
+        else:
+            rank = _checked_int("rank", rank, 0, _RANK_MAX)
+        if world_size is None:
+            world_size = _env_int("WORLD_SIZE", 1, _RANK_MAX)
+        else:
+            world_size = _checked_int("world_size", world_size, 1, _RANK_MAX)
+        if local_rank is None:
+            local_rank = _env_int("LOCAL_RANK", 0, _RANK_MAX)
+        else:
+            local_rank = _checked_int("local_rank", local_rank, 0, _RANK_MAX)
         if local_rank is None:
             local_rank = rank if rank is not None else 0
+        timeout_ms = _timeout_ms(timeout)
         self._torch = None if numpy else torch
         self._lib = N.lib()
         dev_index = self._pick_device(device, local_rank)
@@ -112,7 +215,14 @@ class Loader:
         r = self._lib.sf_consumer_attach(job.encode(), local_rank, dev_index, 0,
                                          ctypes.byref(handle), msg, len(msg))
         if r < 0:
-            raise Error(r, f"shmfeed: job '{job}' rank {local_rank}: {msg.value.decode()}")
+            detail = msg.value.decode()
+            if r == N.SF_E_BUSY and (job, local_rank) in _attached:
+                detail = (f"local rank {local_rank} is held in this process, by another "
+                          "Loader or by arrays of batches of a closed one: close it and "
+                          "delete them first")
+            raise Error(r, f"shmfeed: job '{job}' rank {local_rank}: {detail}")
+        self._owner = _Attachment(self._lib, handle, (job, local_rank))
+        _attached[self._owner.key] = self._owner
         self._h = handle
         self.job = job
         info = N.Info()
@@ -122,14 +232,17 @@ class Loader:
             self._check_ranks(rank, world_size, local_rank)
             self._build_views()
         except BaseException:
+            # No array was handed out: detach now, whatever the traceback still holds.
+            owner = self._owner
             self.close()
+            owner.detach()
             raise
         self.rank = info.global_rank
         self.local_rank = info.local_rank
         self.world_size = info.world_size
         self.batch_size = info.batch
         self.seq_len = info.seq_tokens - 1
-        self._timeout_ms = -1 if timeout is None else int(timeout * 1000)
+        self._timeout_ms = timeout_ms
         self._batch = N.Batch()
         self._batch_ref = ctypes.byref(self._batch)
         self._next = self._lib.sf_consumer_next
@@ -189,23 +302,23 @@ class Loader:
             for k in range(2):
                 typestr = "<u2" if dtype == np.uint16 and native_u16 else \
                     "<i2" if dtype == np.uint16 else "<i4"
-                raw = t.as_tensor(_CudaBuffer(i.device_buffer[k], (B, S), typestr),
-                                  device=self.device)
+                raw = t.as_tensor(_CudaBuffer(i.device_buffer[k], (B, S), typestr,
+                                              self._owner), device=self.device)
                 if typestr == "<i2":
                     wide = t.empty((B, S), dtype=t.int32, device=self.device)
                     self._widen = self._widen or []
                     self._widen.append((raw, wide))
                     raw = wide
                 self._tokens.append(raw)
-                self._docs.append(_host_array(i.doc_starts_buffer[k], np.uint32, (B, D))
-                                  if D else None)
+                self._docs.append(_host_array(i.doc_starts_buffer[k], np.uint32, (B, D),
+                                              self._owner) if D else None)
         else:
             # Document starts begin at the first 64-byte boundary after the tokens
             # (sf__doc_starts_offset() in common/arena.h).
             doc_off = (B * S * np.dtype(dtype).itemsize + 63) // 64 * 64
             for k in range(i.slots_per_rank):
                 addr = i.ring_base + k * i.payload_stride
-                view = _host_array(addr, dtype, (B, S))
+                view = _host_array(addr, dtype, (B, S), self._owner)
                 if t is not None and dtype == np.uint16 and not hasattr(t, "uint16"):
                     wide = np.empty((B, S), dtype=np.int32)
                     self._widen = self._widen or []
@@ -217,7 +330,8 @@ class Loader:
                     view.flags.writeable = False
                     tok = view
                 self._tokens.append(tok)
-                docs = _host_array(addr + doc_off, np.uint32, (B, D)) if D else None
+                docs = _host_array(addr + doc_off, np.uint32, (B, D), self._owner) \
+                    if D else None
                 if docs is not None:
                     docs.flags.writeable = False
                 self._docs.append(docs)
@@ -240,9 +354,11 @@ class Loader:
     def next(self, timeout=None):
         """The next batch; releases the previous one. Raises Error (SF_E_END at the end of
         the data, SF_E_TIMEOUT after `timeout` seconds, default: the Loader's)."""
+        if self._h is None:
+            self._raise_closed("next")
         if self._gpu:
             self._sync_stream()
-        ms = self._timeout_ms if timeout is None else int(timeout * 1000)
+        ms = self._timeout_ms if timeout is None else _timeout_ms(timeout)
         r = self._next(self._h, ms, self._batch_ref)
         if r:
             self._raise(r)
@@ -266,13 +382,19 @@ class Loader:
                 self._raise(r)
             self._stream = s
 
+    def _raise_closed(self, what):
+        raise Error(N.SF_E_STATE, f"shmfeed: job '{getattr(self, 'job', '?')}' rank "
+                    f"{getattr(self, 'rank', '?')}: {what}() on a closed Loader")
+
     def _raise(self, code):
         msg = self._lib.sf_consumer_errmsg(self._h).decode() if self._h else ""
         raise Error(code, f"shmfeed: job '{self.job}' rank {self.rank}: "
                     f"{msg or N.strerror(code)}")
 
     def release(self):
-        """Release the batch held (its arrays become invalid)."""
+        """Release the batch held (its arrays may then show another batch)."""
+        if self._h is None:
+            self._raise_closed("release")
         r = self._lib.sf_consumer_release(self._h)
         if r < 0:
             self._raise(r)
@@ -283,6 +405,8 @@ class Loader:
         """The rank's resume state: a few integers. `samples` counts the global samples
         consumed before this rank's next step; `provenance` chains the digests of every
         batch this rank consumed (compare two runs with it)."""
+        if self._h is None:
+            self._raise_closed("state_dict")
         st = N.Resume()
         self._lib.sf_consumer_state(self._h, ctypes.byref(st))
         G = self.batch_size * self.world_size
@@ -292,15 +416,24 @@ class Loader:
 
     def load_state_dict(self, state):
         """Continue from `state` (from state_dict(), possibly of another world size with
-        the same global batch): the next batch is the one that followed it."""
-        st = N.Resume(int(state["samples"]), int(state.get("epoch", 0)),
-                      int(state["config_digest"]), int(state["provenance"]))
+        the same global batch): the next batch is the one that followed it. Each field is
+        an integer in 0..2^64-1 (ValueError otherwise); `samples` must be a multiple of
+        the global batch and below the job's step limit times it (Error SF_E_RANGE, see
+        docs/config.md)."""
+        if self._h is None:
+            self._raise_closed("load_state_dict")
+        fields = [_checked_int(f"load_state_dict: {name}", state[name], 0, _U64_MAX)
+                  for name in ("samples", "config_digest", "provenance")]
+        epoch = _checked_int("load_state_dict: epoch", state.get("epoch", 0), 0, _U64_MAX)
+        st = N.Resume(fields[0], epoch, fields[1], fields[2])
         r = self._lib.sf_consumer_seek(self._h, ctypes.byref(st))
         if r < 0:
             self._raise(r)
 
     def stats(self):
         """Counters of this rank: batches, tokens, wait times (ns), provenance, next step."""
+        if self._h is None:
+            self._raise_closed("stats")
         st = N.Stats()
         self._lib.sf_consumer_stats(self._h, ctypes.byref(st))
         return {"batches": st.batches, "tokens": st.tokens, "wait_ns_total": st.wait_ns_total,
@@ -311,18 +444,19 @@ class Loader:
     # Lifetime.
 
     def close(self):
-        """Release the batch held and detach; the rank's position stays in the arena."""
-        if self._h:
-            self._lib.sf_consumer_detach(self._h)
-            self._h = None
+        """Close the Loader: every method raises from now on. The rank is detached (its
+        batch released, its position kept in the arena) at once when no array of its
+        batches is left, else when the last one goes; until then the arrays stay valid
+        and another Loader of the rank is refused. Closing twice does nothing."""
+        self._owner = self._h = None
         self._tokens = self._x = self._y = self._docs = self._widen = None
+
+    @property
+    def closed(self):
+        return self._h is None
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", None):
-            self.close()

@@ -223,7 +223,24 @@ def test_control_requests(rt, tmp_path):
         assert wait_for(lambda: ctl(job, '{"v":1,"op":"stats"}')["ranks"][1]["next_step"]
                         == 100)
         bad = ctl(job, '{"v":1,"op":"seek","rank":9,"step":1}')
-        assert not bad["ok"] and "not a local rank" in bad["error"]
+        assert not bad["ok"] and "rank 9 is not a local rank" in bad["error"]
+        assert "0..1" in bad["error"]
+        # Steps the slot words' 48-bit lap cannot hold are refused, naming the value and
+        # the range (before, 2^52 was reported done while rank 0 kept serving step 0,
+        # and 2^64-1 wedged rank 0).
+        limit = 4 * (2**48 - 1)  # K = 4
+        for step in (2**52, limit):
+            bad = ctl(job, f'{{"v":1,"op":"seek","rank":0,"step":{step}}}')
+            assert not bad["ok"] and bad["code"] == -1010, bad
+            assert f"step {step} is out of range" in bad["error"], bad
+            assert f"0..{limit - 1}" in bad["error"], bad
+        bad = ctl(job, '{"v":1,"op":"seek","rank":0,"step":18446744073709551615}')
+        assert not bad["ok"] and bad["code"] == -1017 and "below" in bad["error"], bad
+        assert ctl(job, '{"v":1,"op":"stats"}')["ranks"][0]["next_step"] == 0
+        assert ctl(job, f'{{"v":1,"op":"seek","rank":0,"step":{limit - 1}}}')["ok"]
+        assert wait_for(lambda: ctl(job, '{"v":1,"op":"stats"}')["ranks"][0]["next_step"]
+                        == limit - 1)
+        assert ctl(job, '{"v":1,"op":"seek","rank":0,"step":0}')["ok"]
         # Pause stops the producers: a consumer that takes batches gets at most the K
         # already READY, then nothing until resume.
         assert ctl(job, '{"v":1,"op":"pause"}')["state"] == "paused"

@@ -55,6 +55,11 @@ def test_numpy_views_are_zero_copy_and_read_only():
             assert np.array_equal(b.tokens, feed.expected(0, 0, vocab=100277, dtype=np.int32))
             assert np.shares_memory(b.x, b.tokens) and np.shares_memory(b.y, b.tokens)
             assert b.doc_starts is None
+        # The batch's arrays hold the closed Loader's rank until they go.
+        with pytest.raises(shmfeed.Error) as e:
+            shmfeed.Loader(job=feed.job)
+        assert e.value.code == N.SF_E_BUSY and "arrays of batches" in str(e.value)
+        del b
         with shmfeed.Loader(job=feed.job) as L:  # torch views int32 in place
             b = L.next()
             assert b.tokens.dtype == torch.int32 and b.step == 1
@@ -138,3 +143,47 @@ def test_environment_defaults(monkeypatch):
             b = L.next()
             assert np.array_equal(b.tokens.numpy(), feed.expected(3, 0).astype(np.int32))
             assert str(L.device) == "cpu"
+
+
+def test_out_of_range_inputs_are_refused(monkeypatch):
+    """Ranks, sizes, timeouts and resume states from the environment or the caller are
+    range-checked, never wrapped by ctypes (before, LOCAL_RANK=2^32 attached as rank 0 and
+    a resume state of -8 samples became 2^64-8)."""
+    with Feed("range") as feed:  # B = 4, W = 1, K = 4
+        monkeypatch.setenv("SHMFEED_JOB", feed.job)
+        for name, value in [("LOCAL_RANK", "4294967296"), ("LOCAL_RANK", "-1"),
+                            ("LOCAL_RANK", " 0"), ("LOCAL_RANK", "+0"), ("LOCAL_RANK", "0_0"),
+                            ("LOCAL_RANK", "\u0660"), ("RANK", "4294967296"),
+                            ("WORLD_SIZE", "0"), ("WORLD_SIZE", "18446744073709551617")]:
+            with monkeypatch.context() as m:
+                m.setenv(name, value)
+                with pytest.raises(ValueError) as e:
+                    shmfeed.Loader()
+                assert f"{name}=" in str(e.value) and "..2147483647" in str(e.value), e.value
+        for kw in [{"local_rank": 2**32}, {"local_rank": -1}, {"local_rank": True},
+                   {"local_rank": 0.0}, {"rank": 2**31}, {"world_size": 0},
+                   {"timeout": -1}, {"timeout": 1e10}, {"timeout": float("nan")},
+                   {"timeout": "soon"}]:
+            with pytest.raises(ValueError) as e:
+                shmfeed.Loader(**kw)
+            assert next(iter(kw)) in str(e.value), e.value
+        with shmfeed.Loader() as L:
+            with pytest.raises(ValueError):
+                L.next(timeout=-5)
+            state = L.state_dict()
+            for field, value in [("samples", -8), ("samples", 2**64), ("epoch", -1),
+                                 ("config_digest", -1), ("provenance", 2**64),
+                                 ("samples", "8")]:
+                with pytest.raises(ValueError) as e:
+                    L.load_state_dict(dict(state, **{field: value}))
+                assert f"{field}=" in str(e.value) and "18446744073709551615" in str(e.value)
+            # A multiple of the global batch, but beyond the 48-bit lap of K = 4 slots.
+            with pytest.raises(shmfeed.Error) as e:
+                L.load_state_dict(dict(state, samples=8 * 2**50))
+            assert e.value.code == N.SF_E_RANGE
+            assert f"step {2**51}, out of range" in str(e.value), e.value
+            assert f"steps are 0..{4 * (2**48 - 1) - 1}" in str(e.value), e.value
+            assert L.next().step == 0  # nothing moved
+        monkeypatch.setenv("LOCAL_RANK", "0")
+        with shmfeed.Loader() as L:
+            assert L.local_rank == 0 and L.next().step == 1

@@ -356,3 +356,133 @@ Test(arena, strerror_never_null)
 	cr_expect_str_eq(sf_strerror(-ENOENT), "No such file or directory");
 	cr_expect_not_null(sf_strerror(-100000));
 }
+
+/*
+ * A same-user file with the right magic, version and structure sizes but a header that
+ * lies about its geometry or offsets: attach refuses each one (before the fix, a consumer
+ * or inspect read past the mapping). Each case edits the header of a real arena through
+ * the creator's mapping.
+ */
+struct header_lie {
+	const char *what;
+	void (*edit)(struct sf_arena_header *h);
+	const char *message;
+};
+
+static void lie_ranks(struct sf_arena_header *h)
+{
+	h->geo.ranks = 1000;
+	h->geo.world_size = 1000;
+}
+static void lie_slots_off(struct sf_arena_header *h)
+{
+	h->slots_off = UINT64_C(1) << 50;
+}
+static void lie_payloads_off(struct sf_arena_header *h)
+{
+	h->payloads_off = h->total_size - 64;
+}
+static void lie_producers(struct sf_arena_header *h)
+{
+	h->geo.max_producers = 100000;
+}
+static void lie_token_bytes(struct sf_arena_header *h)
+{
+	h->geo.token_bytes = 0;
+}
+static void lie_stride(struct sf_arena_header *h)
+{
+	h->payload_stride *= 2;
+}
+static void lie_total(struct sf_arena_header *h)
+{
+	h->total_size += SF_PAGE_SIZE;
+}
+static void lie_slots(struct sf_arena_header *h)
+{
+	h->geo.slots_per_rank = 0;
+}
+static void lie_batch_overflow(struct sf_arena_header *h)
+{
+	/* B x (T+1) x 4 wraps 64 bits. */
+	h->geo.batch = UINT32_MAX;
+	h->geo.seq_tokens = UINT32_MAX;
+	h->geo.token_bytes = 4;
+}
+static void lie_job_name(struct sf_arena_header *h)
+{
+	memset(h->job, 'x', sizeof(h->job));
+}
+static void lie_flags(struct sf_arena_header *h)
+{
+	h->geo.flags |= 0x80000000u;
+}
+static void lie_rank_base(struct sf_arena_header *h)
+{
+	h->geo.rank_base = UINT32_MAX;
+}
+
+static const struct header_lie lies[] = {
+	{"ranks", lie_ranks, "header field"},
+	{"slots_off", lie_slots_off, "header field slots_off is 1125899906842624"},
+	{"payloads_off", lie_payloads_off, "header field payloads_off"},
+	{"max_producers", lie_producers, "producers must be 0..256, got 100000"},
+	{"token_bytes", lie_token_bytes, "token bytes must be 2 or 4, got 0"},
+	{"payload_stride", lie_stride, "header field payload_stride"},
+	{"total_size", lie_total, "header field total_size"},
+	{"slots_per_rank", lie_slots, "slots per rank must be 1..4096, got 0"},
+	{"batch overflow", lie_batch_overflow, "exceeds"},
+	{"job name", lie_job_name, "job name"},
+	{"flags", lie_flags, "unknown flags 0x80000000"},
+	{"rank_base", lie_rank_base, "rank base"},
+};
+
+Test(arena, lying_header_is_refused)
+{
+	for (size_t i = 0; i < sizeof(lies) / sizeof(lies[0]); i++) {
+		struct sf_geometry g = geo();
+		struct sf_arena *a, *b = NULL;
+		struct sf_err e = {0};
+
+		cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0, "%s", e.msg);
+		lies[i].edit(a->hdr);
+		cr_expect_eq(sf__arena_attach(job, NULL, &b, &e), SF_E_LAYOUT, "%s: %s",
+			     lies[i].what, e.msg);
+		cr_expect_null(b, "%s", lies[i].what);
+		cr_expect(strstr(e.msg, lies[i].message), "%s: %s", lies[i].what, e.msg);
+		cr_expect(strstr(e.msg, job), "%s: %s", lies[i].what, e.msg);
+		sf__arena_destroy(a);
+	}
+}
+
+Test(arena, header_check_accepts_what_create_wrote)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena_header copy;
+	struct sf_arena *a;
+	struct sf_err e = {0};
+
+	g.doc_starts_per_seq = 3;
+	g.flags |= SF_ARENA_F_DOC_STARTS;
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0, "%s", e.msg);
+	memcpy(&copy, a->hdr, sizeof(copy));
+	cr_expect_eq(sf__arena_header_check(&copy, a->hdr->total_size, "here", &e), 0, "%s", e.msg);
+	cr_expect_eq(sf__arena_header_check(&copy, a->hdr->total_size - 1, "here", &e),
+		     SF_E_LAYOUT);
+	cr_expect(strstr(e.msg, "the file has"), "%s", e.msg);
+	copy.magic ^= 1;
+	cr_expect_eq(sf__arena_header_check(&copy, a->hdr->total_size, "here", &e),
+		     SF_E_NOT_SHMFEED);
+	sf__arena_destroy(a);
+}
+
+Test(arena, step_limit)
+{
+	struct sf_geometry g = geo();
+
+	/* K = 4 slots with a 48-bit lap. */
+	cr_expect_eq(sf__arena_step_limit(&g), 4 * ((UINT64_C(1) << 48) - 1));
+	/* A global batch of 2^20 samples: 2^44 steps would overflow the sample count. */
+	g.batch = 1u << 19;
+	cr_expect_eq(sf__arena_step_limit(&g), UINT64_MAX / (UINT64_C(1) << 20));
+}

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
@@ -96,7 +97,8 @@ int main(int argc, char **argv)
 
 	snprintf(cmd, sizeof(cmd),
 		 "%s inspect %s --json | python3 -c 'import json,sys; d=json.load(sys.stdin); "
-		 "print(d[\"geometry\"][\"seq_tokens\"], d[\"geometry\"][\"samples_per_epoch\"], d[\"rings\"][1][\"slots\"][1][\"state\"], "
+		 "print(d[\"geometry\"][\"seq_tokens\"], d[\"geometry\"][\"samples_per_epoch\"], "
+		 "d[\"rings\"][1][\"slots\"][1][\"state\"], "
 		 "d[\"participants\"][0][\"role\"], d[\"config_digest\"])'",
 		 argv[1], job);
 	run(cmd, out, sizeof(out));
@@ -112,6 +114,42 @@ int main(int argc, char **argv)
 		expect(strstr(out, "no shmfeed job") != NULL, "missing job message", out);
 	}
 	sf__arena_destroy(a);
+
+	/* Headers that lie about the geometry or the offsets of a file of the right size:
+	 * inspect refuses them with a message (before the fix it died of SIGBUS). */
+	for (int lie = 0; lie < 4; lie++) {
+		struct sf_arena_header *h;
+		int status;
+
+		if (sf__arena_create(job, &g, NULL, &a, NULL, 0, &e) < 0) {
+			fprintf(stderr, "create: %s\n", e.msg);
+			return 1;
+		}
+		h = a->hdr;
+		if (lie == 0) {
+			h->geo.ranks = 1000;
+			h->geo.world_size = 1000;
+		} else if (lie == 1) {
+			h->slots_off = UINT64_C(1) << 40;
+		} else if (lie == 2) {
+			h->geo.max_producers = 100000;
+		} else {
+			h->geo.slots_per_rank = 4000;
+		}
+		snprintf(cmd, sizeof(cmd), "%s inspect %s 2>&1", argv[1], job);
+		{
+			FILE *p = popen(cmd, "r");
+			size_t n = fread(out, 1, sizeof(out) - 1, p);
+
+			out[n] = 0;
+			status = pclose(p);
+		}
+		expect(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+		       "a lying header makes inspect exit 1, not crash", out);
+		expect(strstr(out, "shmfeed: inspect: job 't-inspect-") != NULL,
+		       "a lying header is named", out);
+		sf__arena_destroy(a);
+	}
 	printf("%s\n", failures ? "FAIL" : "ok");
 	return failures ? 1 : 0;
 }

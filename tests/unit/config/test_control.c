@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/arena.h"
 #include "common/control.h"
 
 static struct sf_err err;
@@ -38,13 +39,14 @@ Test(control, every_request_parses)
 		cr_expect_str_eq(sf__ctl_op_name(req.op), ops[i]);
 		cr_expect_eq(req.has_id, 0);
 	}
-	cr_assert_eq(parse("{\"v\":1,\"op\":\"seek\",\"rank\":3,\"step\":18446744073709551615,"
+	/* The largest step any geometry has: 4096 slots x (2^48 - 1) laps, minus one. */
+	cr_assert_eq(parse("{\"v\":1,\"op\":\"seek\",\"rank\":3,\"step\":1152921504606842879,"
 			   "\"id\":9}",
 			   &req),
 		     0, "%s", err.msg);
 	cr_expect_eq(req.op, SF_CTL_SEEK);
 	cr_expect_eq(req.rank, 3);
-	cr_expect_eq(req.step, UINT64_MAX);
+	cr_expect_eq(req.step, SF_STEP_MAX - 1);
 	cr_expect_eq(req.has_id, 1);
 	cr_expect_eq(req.id, 9);
 }
@@ -85,6 +87,11 @@ Test(control, malformed_requests_are_rejected)
 	rejects("{\"v\":1,\"op\":\"stats\",\"step\":1}", "belong to seek only");
 	rejects("{\"v\":1,\"op\":\"seek\",\"rank\":1.5,\"step\":1}", "\"rank\" must be");
 	rejects("{\"v\":1,\"op\":\"seek\",\"rank\":1,\"step\":18446744073709551616}",
+		"\"step\" must be");
+	/* Steps that would wrap the slot words' 48-bit lap in every geometry. */
+	rejects("{\"v\":1,\"op\":\"seek\",\"rank\":1,\"step\":18446744073709551615}",
+		"\"step\" must be an unsigned integer below 1152921504606842880");
+	rejects("{\"v\":1,\"op\":\"seek\",\"rank\":1,\"step\":1152921504606842880}",
 		"\"step\" must be");
 	rejects("{\"v\":1,\"op\":\"stats\",\"id\":-1}", "\"id\" must be");
 	memset(big, ' ', sizeof(big));

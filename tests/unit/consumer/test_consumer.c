@@ -192,6 +192,31 @@ Test(consumer, arena_of_another_layout_version)
 	feed_stop(f);
 }
 
+/* A header that claims 1000 ranks in a file laid out for 2: attaching as local rank 999
+ * is refused (before the fix it registered in, and read slots of, memory past the
+ * mapping, and crashed). */
+Test(consumer, lying_geometry_is_refused)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = NULL;
+	char msg[256];
+
+	f->arena->hdr->geo.ranks = 1000;
+	f->arena->hdr->geo.world_size = 1000;
+	cr_assert_eq(sf_consumer_attach(job, 999, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)),
+		     SF_E_LAYOUT);
+	cr_expect(strstr(msg, "header field") != NULL, "%s", msg);
+	cr_assert_null(c);
+	f->arena->hdr->geo.ranks = 2;
+	f->arena->hdr->geo.world_size = 2;
+	f->arena->hdr->geo.token_bytes = 0;
+	cr_assert_eq(sf_consumer_attach(job, 0, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)),
+		     SF_E_LAYOUT);
+	cr_expect(strstr(msg, "token bytes must be 2 or 4, got 0") != NULL, "%s", msg);
+	f->arena->hdr->geo.token_bytes = 2;
+	feed_stop(f);
+}
+
 Test(consumer, timeout_and_non_blocking)
 {
 	struct feed *f = start(opts(0)); /* no producers: nothing ever arrives */
@@ -303,6 +328,41 @@ Test(consumer, seek_replays_byte_identical_batches)
 	cr_assert_eq(sf_consumer_seek(c, &at5), 0);
 	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
 	expect_batch(f, &b, 1, 40);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+/*
+ * Resume states beyond the job's step limit are refused, never wrapped: before the fix a
+ * seek to step 2^50 made the ring serve step 0's data labelled as step 2^50. The last
+ * step below the limit is served under its own number.
+ */
+Test(consumer, seek_out_of_range_is_refused)
+{
+	struct feed *f = start(opts(0)); /* K = 3, B = 3, W = 2 */
+	struct sf_consumer *c = attach(0);
+	const uint64_t limit = 3 * ((UINT64_C(1) << 48) - 1);
+	struct sf_resume st;
+	struct sf_batch b;
+
+	cr_assert_eq(sf__arena_step_limit(&f->arena->hdr->geo), limit);
+	cr_assert_eq(sf_consumer_state(c, &st), 0);
+	st.samples = (UINT64_C(1) << 50) * 6;
+	cr_assert_eq(sf_consumer_seek(c, &st), SF_E_RANGE);
+	cr_expect(strstr(sf_consumer_errmsg(c), "step 1125899906842624, out of range") != NULL,
+		  "%s", sf_consumer_errmsg(c));
+	cr_expect(strstr(sf_consumer_errmsg(c), "steps are 0..844424930131964") != NULL, "%s",
+		  sf_consumer_errmsg(c));
+	st.samples = limit * 6;
+	cr_assert_eq(sf_consumer_seek(c, &st), SF_E_RANGE);
+	/* Nothing moved: the ring still starts at step 0. */
+	cr_expect_eq(sf__ring_next_step(f->arena, 0), 0);
+	st.samples = (limit - 1) * 6;
+	cr_assert_eq(sf_consumer_seek(c, &st), 0, "%s", sf_consumer_errmsg(c));
+	cr_expect_eq(sf__ring_next_step(f->arena, 0), limit - 1);
+	cr_expect_eq(sf_consumer_next(c, 0, &b), SF_E_AGAIN);
+	cr_assert_eq(sf_consumer_state(c, &st), 0);
+	cr_expect_eq(st.samples, (limit - 1) * 6);
 	sf_consumer_detach(c);
 	feed_stop(f);
 }

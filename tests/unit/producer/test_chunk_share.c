@@ -193,11 +193,17 @@ Test(share, busy_word_seen_twice_is_checked)
 	pid_t dead = filler(ready, go, 1), live;
 	siginfo_t si;
 	char ch = 1;
+	int r;
 
 	memset(&si, 0, sizeof(si));
 	cr_assert_eq(waitid(P_PID, (id_t)dead, &si, WEXITED | WNOWAIT), 0);
-	cr_assert_eq(sf__share_acquire(share, 0, 1, 1, &ref), SF_SHARE_BUSY);
-	cr_assert_eq(sf__share_acquire(share, 0, 1, 1, &ref), SF_SHARE_FILL);
+	/* The first look-up gives up at once, unless its 1 ns wait took a whole wait slice
+	 * (a loaded machine), which makes it look closer itself; the second looks closer in
+	 * any case. */
+	r = sf__share_acquire(share, 0, 1, 1, &ref);
+	if (r == SF_SHARE_BUSY)
+		r = sf__share_acquire(share, 0, 1, 1, &ref);
+	cr_assert_eq(r, SF_SHARE_FILL);
 	sf__share_abandon(&ref);
 	cr_assert_eq(waitpid(dead, NULL, 0), dead);
 	live = filler(ready2, go2, 0);

@@ -1,0 +1,148 @@
+"""The Loader's lifetime (issue 12 item 9, issue 17 item 7): methods after close() raise,
+and a batch's arrays keep the rank's attachment (its mapping of the arena) alive, so they
+stay readable after close() or the Loader's collection; the rank is detached when the
+last array goes. Each case runs in its own interpreter, so that a segfault (what every
+one of them did before) is a failed test, not a dead pytest."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import HERE, Feed
+
+PRELUDE = """
+import gc, sys, weakref
+import numpy as np
+import shmfeed
+from shmfeed import _native as N
+sys.path.insert(0, {here!r})
+from conftest import reference_tokens, reference_doc_starts
+JOB = {job!r}
+def expected(step, dtype=np.uint16):
+    return reference_tokens(0, step, 4, 64, 1, dtype=dtype)
+"""
+
+
+def run_case(feed, body):
+    code = PRELUDE.format(here=HERE, job=feed.job) + textwrap.dedent(body)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ))
+    assert out.returncode == 0, \
+        f"exit status {out.returncode}\nstdout: {out.stdout}\nstderr: {out.stderr}"
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def feed():
+    with Feed("life", extra=["--doc-starts", "3"]) as f:
+        yield f
+
+
+CALLS = ["L.next()", "next(L)", "L.state_dict()", "L.stats()", "L.release()",
+         "L.load_state_dict(state)"]
+
+
+def test_methods_after_close_raise(feed):
+    out = run_case(feed, f"""
+        for call in {CALLS!r}:
+            L = shmfeed.Loader(job=JOB)
+            state = L.state_dict()
+            L.close()
+            try:
+                eval(call)
+            except shmfeed.Error as e:
+                assert e.code == N.SF_E_STATE and "closed Loader" in str(e), (call, e)
+            else:
+                raise AssertionError(f"{{call}}: no error")
+            assert L.closed
+            L.close()  # closing twice does nothing
+            print(call, "raised")
+    """)
+    assert out.count("raised") == len(CALLS), out
+
+
+@pytest.mark.parametrize("numpy_mode", [False, True])
+def test_arrays_outlive_the_loader(feed, numpy_mode):
+    out = run_case(feed, f"""
+        numpy_mode = {numpy_mode}
+        as_np = (lambda a: a) if numpy_mode else (lambda a: a.numpy())
+        for how in ("close", "del", "with"):
+            L = shmfeed.Loader(job=JOB, numpy=numpy_mode)
+            L.load_state_dict(dict(L.state_dict(), samples=0))
+            for _ in range(3):
+                b = L.next()
+            tokens, x, y, docs, step = b.tokens, b.x, b.y, b.doc_starts, b.step
+            del b
+            if how == "close":
+                L.close()
+            elif how == "del":
+                del L
+                gc.collect()
+            else:
+                with L:
+                    pass
+            # The mapping is still there: the arrays read the batch they showed.
+            want = expected(step)
+            assert np.array_equal(as_np(tokens), want.astype(as_np(tokens).dtype))
+            assert np.array_equal(as_np(x), want[:, :-1].astype(as_np(x).dtype))
+            assert np.array_equal(as_np(y), want[:, 1:].astype(as_np(y).dtype))
+            assert np.array_equal(docs, reference_doc_starts(want, 3))
+            # The rank is held until the last array goes...
+            try:
+                shmfeed.Loader(job=JOB)
+            except shmfeed.Error as e:
+                assert e.code == N.SF_E_BUSY and "arrays of batches" in str(e), e
+            else:
+                raise AssertionError("the rank was free while arrays of it lived")
+            del tokens, x, y, docs
+            gc.collect()
+            # ... and then it is free, at the position the closed Loader reached.
+            with shmfeed.Loader(job=JOB) as L2:
+                assert L2.next().step == step + 1
+            print(how, "ok")
+    """)
+    assert out.split() == ["close", "ok", "del", "ok", "with", "ok"], out
+
+
+def test_a_failed_constructor_detaches_at_once(feed):
+    run_case(feed, """
+        try:
+            shmfeed.Loader(job=JOB, rank=0, world_size=5)
+        except shmfeed.Error as e:
+            assert e.code == N.SF_E_GEOMETRY
+        with shmfeed.Loader(job=JOB) as L:
+            L.next()
+        print("ok")
+    """)
+
+
+def test_device_tensors_outlive_the_loader():
+    """GPU mode: the device buffers are freed by the detach, so a batch's CUDA tensors
+    keep them too. An int32 job, so that the tensor is the device buffer itself (uint16
+    tokens are widened into a tensor of torch's own on torch < 2.3). Runs only where
+    torch sees a GPU (never on this project's machines so far)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU visible to torch")
+    with Feed("life-gpu", extra=["--dtype", "i32"]) as feed:
+        out = run_case(feed, """
+        import torch
+        L = shmfeed.Loader(job=JOB, device="cuda:0")
+        L.load_state_dict(dict(L.state_dict(), samples=0))
+        b = L.next()
+        tokens, step = b.tokens, b.step
+        del b
+        L.close()
+        torch.cuda.synchronize()
+        got = tokens.cpu().numpy()
+        assert np.array_equal(got, expected(step, dtype=np.int32))
+        del tokens
+        gc.collect()
+        with shmfeed.Loader(job=JOB, device="cuda:0") as L2:
+            assert L2.next().step == step + 1
+        print("ok")
+    """)
+    assert out.strip() == "ok"
