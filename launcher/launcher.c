@@ -13,6 +13,7 @@
  * killed after a grace period, the arena, the sockets and the discovery file are
  * removed, and the launcher exits with the command's status.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -39,6 +41,18 @@
 #define SUPERVISE_TICK_MS 50   /* longest sleep of the loop: consumer checks, deadlines */
 #define PRODUCER_GRACE_MS 3000 /* producers get this long to return after STOPPING */
 #define HEALTHY_RUN_NS	  (30ull * 1000000000ull) /* a producer alive this long is healthy */
+
+/*
+ * Descriptors the supervisor holds beyond those open when it starts: the signalfd, the
+ * lock of an ipc endpoint, libzmq's (an eventfd and an epoll descriptor each for its
+ * reaper and I/O threads, one eventfd per socket with the ZAP handler's, a listener per
+ * bound endpoint: 9), and the arena's and the discovery file's while they are made: 16
+ * with room to spare. Each producer adds the read end of its error pipe (two while it is
+ * made). The margin is for control clients connected at once and for what a producer
+ * opens on its own.
+ */
+#define FDS_FIXED  16u
+#define FDS_MARGIN 16u
 
 struct producer {
 	pid_t pid;	 /* 0: not running */
@@ -437,7 +451,8 @@ static int describe_job(struct supervisor *S, char *buf, size_t len)
 		(double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid, S->n_prod, alive,
 		S->geo.ranks, S->geo.world_size, S->geo.rank_base, S->geo.batch,
 		S->geo.seq_tokens - 1, S->geo.slots_per_rank, S->geo.token_bytes,
-		(unsigned long long)S->geo.samples_per_epoch, (unsigned long long)S->geo.config_digest);
+		(unsigned long long)S->geo.samples_per_epoch,
+		(unsigned long long)S->geo.config_digest);
 	sf__json_escape(buf, len, &n, S->pub_ep);
 	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "}");
 	return n < len ? (int)n : -ENOSPC;
@@ -775,6 +790,54 @@ static int supervise(struct supervisor *S)
 	return 0;
 }
 
+/* Descriptors open now below `limit` (the ones that take room under RLIMIT_NOFILE). */
+static uint64_t fds_open(uint64_t limit)
+{
+	uint64_t n = 0;
+	struct dirent *de;
+	DIR *d = opendir("/proc/self/fd");
+
+	if (!d) {
+		for (uint64_t fd = 0; fd < limit && fd < 65536; fd++)
+			n += fcntl((int)fd, F_GETFD) >= 0;
+		return n;
+	}
+	while ((de = readdir(d))) {
+		uint64_t fd = strtoull(de->d_name, NULL, 10);
+
+		/* The directory's own descriptor is closed again below. */
+		if (de->d_name[0] != '.' && fd < limit && fd != (uint64_t)dirfd(d))
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * Refuse a job that would run out of file descriptors, before anything of it exists.
+ * libzmq does not fail cleanly there: it asserts (epoll_create in its I/O thread) and the
+ * launcher would die by SIGABRT with its arena left in /dev/shm.
+ */
+static int check_fd_budget(uint32_t producers, struct sf_err *e)
+{
+	struct rlimit rl;
+	uint64_t open_now, need;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 0;
+	open_now = fds_open(rl.rlim_cur);
+	need = open_now + FDS_FIXED + 2ull * producers + FDS_MARGIN;
+	if (need <= rl.rlim_cur)
+		return 0;
+	return sf__err(e, -EMFILE,
+		       "the job needs at least %llu file descriptors (%llu open now, %u "
+		       "producer%s, control sockets and a margin) but the limit is %llu "
+		       "(RLIMIT_NOFILE); raise it with `ulimit -n %llu` or more",
+		       (unsigned long long)need, (unsigned long long)open_now, producers,
+		       producers == 1 ? "" : "s", (unsigned long long)rl.rlim_cur,
+		       (unsigned long long)need);
+}
+
 int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *e)
 {
 	struct supervisor *S = calloc(1, sizeof(*S));
@@ -799,6 +862,9 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	if (r < 0)
 		goto out_free;
 	r = l->ops->geometry(S->ds, cfg, &S->geo, e);
+	if (r < 0)
+		goto out_close_ds;
+	r = check_fd_budget(S->geo.max_producers, e);
 	if (r < 0)
 		goto out_close_ds;
 	S->start_steps = calloc(S->geo.ranks, sizeof(*S->start_steps));
