@@ -70,6 +70,7 @@ struct supervisor {
 	struct sf_geometry geo;
 	struct sf_job_paths paths;
 	char ctl_ep[400], pub_ep[400];
+	struct sf_ipc_claim ipc; /* of an ipc:// endpoint; lock_fd -1 otherwise */
 	void *zctx, *router, *pub;
 	int sfd;
 	sigset_t old_mask;
@@ -644,10 +645,32 @@ static void pub_endpoint_for(const char *ctl, char *buf, size_t len)
 	}
 }
 
+/*
+ * Bind the control and stats sockets. An ipc:// socket is made with umask 077, so that
+ * only this user can connect wherever its path is (the private runtime directory is
+ * 0700 in any case); libzmq binds in the calling thread, and no other thread of ours
+ * makes files meanwhile.
+ */
+static int bind_both(struct supervisor *S, int ipc, struct sf_err *e)
+{
+	mode_t old_umask = ipc ? umask(077) : 0;
+	int r = 0;
+
+	if (zmq_bind(S->router, S->ctl_ep) < 0)
+		r = sf__err(e, -errno, "cannot bind control socket %s: %s", S->ctl_ep,
+			    zmq_strerror(errno));
+	else if (zmq_bind(S->pub, S->pub_ep) < 0)
+		r = sf__err(e, -errno, "cannot bind stats socket %s: %s", S->pub_ep,
+			    zmq_strerror(errno));
+	if (ipc)
+		umask(old_umask);
+	return r;
+}
+
 static int open_sockets(struct supervisor *S, struct sf_err *e)
 {
 	const struct sf_config *cfg = S->cfg;
-	int linger = 0, sndhwm = 4, one = 1;
+	int linger = 0, sndhwm = 4, one = 1, ipc, r;
 
 	if (cfg->endpoint) {
 		snprintf(S->ctl_ep, sizeof(S->ctl_ep), "%s", cfg->endpoint);
@@ -656,6 +679,7 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 		snprintf(S->ctl_ep, sizeof(S->ctl_ep), "ipc://%s", S->paths.ctl_path);
 		snprintf(S->pub_ep, sizeof(S->pub_ep), "ipc://%s", S->paths.pub_path);
 	}
+	ipc = !strncmp(S->ctl_ep, "ipc://", 6);
 	S->zctx = zmq_ctx_new();
 	if (!S->zctx)
 		return sf__err(e, -errno, "zmq_ctx_new: %s", zmq_strerror(errno));
@@ -675,17 +699,21 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 		zmq_setsockopt(S->pub, ZMQ_CURVE_SERVER, &one, sizeof(one));
 		zmq_setsockopt(S->pub, ZMQ_CURVE_SECRETKEY, cfg->curve_server_secret, 41);
 	}
-	if (!cfg->endpoint) {
-		/* The arena is ours, so no live launcher of this job owns these. */
-		unlink(S->paths.ctl_path);
-		unlink(S->paths.pub_path);
+	/* libzmq unlinks whatever is at an ipc:// path before binding it: claim the paths
+	 * first (launcher/endpoint.c). Abstract sockets (ipc://@NAME) have no file. */
+	if (ipc && S->ctl_ep[6] != '@') {
+		r = sf__ipc_claim(&S->ipc, S->ctl_ep + 6, S->pub_ep + 6, !cfg->endpoint, e);
+		if (r < 0)
+			return r;
 	}
-	if (zmq_bind(S->router, S->ctl_ep) < 0)
-		return sf__err(e, -errno, "cannot bind control socket %s: %s", S->ctl_ep,
-			       zmq_strerror(errno));
-	if (zmq_bind(S->pub, S->pub_ep) < 0)
-		return sf__err(e, -errno, "cannot bind stats socket %s: %s", S->pub_ep,
-			       zmq_strerror(errno));
+	r = bind_both(S, ipc, e);
+	if (r < 0)
+		return r;
+	if (S->ipc.lock_fd >= 0) {
+		r = sf__ipc_claim_bound(&S->ipc, e);
+		if (r < 0)
+			return r;
+	}
 	return write_info(S, e);
 }
 
@@ -698,13 +726,7 @@ static void close_sockets(struct supervisor *S)
 	if (S->zctx)
 		zmq_ctx_term(S->zctx);
 	S->router = S->pub = S->zctx = NULL;
-	if (!S->cfg->endpoint) {
-		unlink(S->paths.ctl_path);
-		unlink(S->paths.pub_path);
-	} else if (!strncmp(S->ctl_ep, "ipc://", 6)) {
-		unlink(S->ctl_ep + 6);
-		unlink(S->pub_ep + 6);
-	}
+	sf__ipc_release(&S->ipc);
 	unlink(S->paths.info_path);
 }
 
@@ -852,6 +874,7 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	S->l = l;
 	S->cfg = cfg;
 	S->sfd = -1;
+	S->ipc.lock_fd = -1;
 	S->self = getpid();
 	for (uint32_t i = 0; i < SF_MAX_PRODUCERS; i++)
 		S->prod[i].errfd = -1;

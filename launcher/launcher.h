@@ -76,6 +76,38 @@ struct sf_job_paths {
 
 int sf__job_paths(const char *job, int create, struct sf_job_paths *ret, struct sf_err *e);
 
+/*
+ * The claim of a job on its ipc:// endpoint (launcher/endpoint.c): an flock on PATH.lock
+ * held for the life of the job, and the device and inode of the sockets it bound.
+ */
+struct sf_ipc_claim {
+	char path[2][400];	 /* the control socket, then the stats socket */
+	char lock[416];		 /* PATH.lock beside the control socket */
+	int lock_fd;		 /* -1: nothing held */
+	int private_dir;	 /* the paths are in the private runtime directory */
+	uint64_t dev[2], ino[2]; /* of the sockets bound; 0: none */
+};
+
+/*
+ * sf__ipc_claim - claim the socket paths of an ipc:// endpoint before binding them: lock
+ * CTL_PATH.lock (SF_E_BUSY, naming the holder's pid, while another job holds it), then
+ * make way at both paths. A path that exists is refused (-EEXIST, with its name) unless
+ * it is a stale socket of this user that a dead job recorded in the lock file, or any
+ * socket of this user when `private_dir` (the private runtime directory). Returns 0 with
+ * the lock held; on failure nothing is held and a lock file it made is gone.
+ */
+int sf__ipc_claim(struct sf_ipc_claim *c, const char *ctl_path, const char *pub_path,
+		  int private_dir, struct sf_err *e);
+
+/* sf__ipc_claim_bound - record the sockets just bound at the claimed paths. */
+int sf__ipc_claim_bound(struct sf_ipc_claim *c, struct sf_err *e);
+
+/*
+ * sf__ipc_release - unlink the sockets the job bound (only while they are still the ones
+ * recorded) and the lock file, and let go of the lock. Safe on a claim that holds nothing.
+ */
+void sf__ipc_release(struct sf_ipc_claim *c);
+
 /* What a client needs to reach a job, read from its discovery file. */
 struct sf_job_info {
 	char job[SF_JOB_NAME_MAX];
