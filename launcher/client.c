@@ -1,8 +1,9 @@
 /*
  * The control client of `shmfeed status` and `shmfeed top`: one request and its reply
  * over a DEALER socket connected to the job's ROUTER, bounded by a timeout so a wedged
- * or vanished supervisor never hangs the caller. With a CURVE-protected tcp:// endpoint
- * the client uses an ephemeral key pair and the server key from the discovery file.
+ * or vanished supervisor never hangs the caller. With a CURVE-protected endpoint the
+ * client uses the server key from the discovery file and its own key pair
+ * (sf__curve_client_setup), whose public key the job must allow.
  */
 #include <errno.h>
 #include <string.h>
@@ -28,17 +29,9 @@ int sf__ctl_call(const struct sf_job_info *info, const char *request, int timeou
 	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
 	zmq_setsockopt(sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof(timeout_ms));
-	if (info->curve_server_public[0]) {
-		char pub[41], sec[41];
-
-		if (zmq_curve_keypair(pub, sec) < 0) {
-			r = sf__err(e, -errno, "zmq_curve_keypair: %s", zmq_strerror(errno));
-			goto out;
-		}
-		zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, info->curve_server_public, 41);
-		zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 41);
-		zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, sec, 41);
-	}
+	r = sf__curve_client_setup(sock, info, e);
+	if (r < 0)
+		goto out;
 	if (zmq_connect(sock, info->control) < 0) {
 		r = sf__err(e, -errno, "cannot connect to %s: %s", info->control,
 			    zmq_strerror(errno));

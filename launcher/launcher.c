@@ -71,6 +71,7 @@ struct supervisor {
 	struct sf_job_paths paths;
 	char ctl_ep[400], pub_ep[400];
 	struct sf_ipc_claim ipc; /* of an ipc:// endpoint; lock_fd -1 otherwise */
+	struct sf_curve_server curve;
 	void *zctx, *router, *pub;
 	int sfd;
 	sigset_t old_mask;
@@ -614,8 +615,8 @@ static int write_info(struct supervisor *S, struct sf_err *e)
 	n += (size_t)snprintf(buf + n, sizeof(buf) - n, ",\"stats\":");
 	sf__json_escape(buf, sizeof(buf), &n, S->pub_ep);
 	n += (size_t)snprintf(buf + n, sizeof(buf) - n, ",\"curve_server_public\":");
-	if (S->cfg->curve_server_public)
-		sf__json_escape(buf, sizeof(buf), &n, S->cfg->curve_server_public);
+	if (S->curve.enabled)
+		sf__json_escape(buf, sizeof(buf), &n, S->curve.public_key);
 	else
 		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "null");
 	n += (size_t)snprintf(buf + n, sizeof(buf) - n, "}\n");
@@ -670,7 +671,7 @@ static int bind_both(struct supervisor *S, int ipc, struct sf_err *e)
 static int open_sockets(struct supervisor *S, struct sf_err *e)
 {
 	const struct sf_config *cfg = S->cfg;
-	int linger = 0, sndhwm = 4, one = 1, ipc, r;
+	int linger = 0, sndhwm = 4, ipc, r;
 
 	if (cfg->endpoint) {
 		snprintf(S->ctl_ep, sizeof(S->ctl_ep), "%s", cfg->endpoint);
@@ -693,11 +694,12 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 	 * is disconnected by libzmq before the message is ever assembled. */
 	zmq_setsockopt(S->router, ZMQ_MAXMSGSIZE, &(int64_t){SF_CTL_MAX_REPLY}, sizeof(int64_t));
 	zmq_setsockopt(S->pub, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm));
-	if (cfg->curve_server_secret) {
-		zmq_setsockopt(S->router, ZMQ_CURVE_SERVER, &one, sizeof(one));
-		zmq_setsockopt(S->router, ZMQ_CURVE_SECRETKEY, cfg->curve_server_secret, 41);
-		zmq_setsockopt(S->pub, ZMQ_CURVE_SERVER, &one, sizeof(one));
-		zmq_setsockopt(S->pub, ZMQ_CURVE_SECRETKEY, cfg->curve_server_secret, 41);
+	if (S->curve.enabled) {
+		void *socks[2] = {S->router, S->pub};
+
+		r = sf__curve_server_setup(&S->curve, S->zctx, socks, 2, e);
+		if (r < 0)
+			return r;
 	}
 	/* libzmq unlinks whatever is at an ipc:// path before binding it: claim the paths
 	 * first (launcher/endpoint.c). Abstract sockets (ipc://@NAME) have no file. */
@@ -723,6 +725,9 @@ static void close_sockets(struct supervisor *S)
 		zmq_close(S->router);
 	if (S->pub)
 		zmq_close(S->pub);
+	if (S->curve.zap)
+		zmq_close(S->curve.zap);
+	S->curve.zap = NULL;
 	if (S->zctx)
 		zmq_ctx_term(S->zctx);
 	S->router = S->pub = S->zctx = NULL;
@@ -787,8 +792,9 @@ static int supervise(struct supervisor *S)
 
 	S->next_tick_ns = sf__now_ns() + interval;
 	while (!finished(S)) {
-		zmq_pollitem_t items[2] = {{S->router, 0, ZMQ_POLLIN, 0},
-					   {NULL, S->sfd, ZMQ_POLLIN, 0}};
+		zmq_pollitem_t items[3] = {{S->router, 0, ZMQ_POLLIN, 0},
+					   {NULL, S->sfd, ZMQ_POLLIN, 0},
+					   {S->curve.zap, 0, ZMQ_POLLIN, 0}};
 		uint64_t now = sf__now_ns();
 		long timeout = SUPERVISE_TICK_MS;
 
@@ -796,8 +802,11 @@ static int supervise(struct supervisor *S)
 			timeout = (long)((S->next_tick_ns - now) / 1000000);
 		if (S->next_tick_ns <= now)
 			timeout = 0;
-		if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR)
+		if (zmq_poll(items, S->curve.zap ? 3 : 2, timeout) < 0 && errno != EINTR)
 			return -errno;
+		/* A CURVE handshake waits for its ZAP reply: answer before anything else. */
+		if (S->curve.zap && (items[2].revents & ZMQ_POLLIN))
+			sf__curve_zap_serve(&S->curve);
 		if (items[1].revents & ZMQ_POLLIN)
 			handle_signals(S);
 		if (items[0].revents & ZMQ_POLLIN)
@@ -871,6 +880,11 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 
 	if (!S)
 		return sf__err(e, -ENOMEM, "out of memory");
+	if (cfg->insecure_tcp)
+		sf__log_error("warning: control endpoint %s has no authentication "
+			      "(control.insecure_tcp): anyone who can reach the port, any local "
+			      "user included, can stop, pause or seek job %s",
+			      cfg->endpoint, cfg->job);
 	S->l = l;
 	S->cfg = cfg;
 	S->sfd = -1;
@@ -888,6 +902,9 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	if (r < 0)
 		goto out_close_ds;
 	r = check_fd_budget(S->geo.max_producers, e);
+	if (r < 0)
+		goto out_close_ds;
+	r = sf__curve_server_load(cfg, &S->curve, e);
 	if (r < 0)
 		goto out_close_ds;
 	S->start_steps = calloc(S->geo.ranks, sizeof(*S->start_steps));
@@ -967,6 +984,7 @@ out_arena:
 out_close_ds:
 	l->ops->close(S->ds);
 	free(S->start_steps);
+	sf__curve_server_free(&S->curve);
 out_free:
 	free(S);
 	if (r < 0)

@@ -115,6 +115,9 @@ struct sf_job_info {
 	char stats[320];
 	char curve_server_public[41]; /* empty without CURVE */
 	int32_t pid;
+	/* The client's CURVE key pair file (not from the discovery file: the caller's
+	 * --key); empty: $SHMFEED_CURVE_KEY. */
+	char client_key_file[512];
 };
 
 /*
@@ -123,6 +126,65 @@ struct sf_job_info {
  * when job is NULL and several run.
  */
 int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e);
+
+/*
+ * CURVE for the control and stats sockets (launcher/curve.c). The server side holds its
+ * key pair, the allow-list of client public keys (binary, 32 bytes each) and the ZAP
+ * handler socket that applies it.
+ */
+struct sf_curve_server {
+	int enabled;
+	char public_key[41], secret_key[41]; /* Z85 */
+	uint8_t (*allowed)[32];
+	uint32_t n_allowed;
+	void *zap;	  /* REP socket at inproc://zeromq.zap.01 */
+	uint64_t refused; /* clients refused so far */
+};
+
+/*
+ * sf__curve_read_key_pair - read a key pair file (ZeroMQ certificate format: a line
+ * secret-key = "Z85", optionally public-key = "Z85", which must match). The file must be
+ * a regular file of this user, mode 0600 or stricter. Returns 0 and both keys in Z85.
+ */
+int sf__curve_read_key_pair(const char *path, char ret_public[41], char ret_secret[41],
+			    struct sf_err *e);
+
+/*
+ * sf__curve_read_allowed - read an allow-list: one Z85 public key a line, optionally
+ * followed by a comment; blank lines and lines starting with # are skipped. Returns 0,
+ * the keys (binary, freed by the caller with free()) and their count (at least 1).
+ */
+int sf__curve_read_allowed(const char *path, uint8_t (**ret_keys)[32], uint32_t *ret_count,
+			   struct sf_err *e);
+
+/* sf__curve_server_load - the server keys and allow-list of cfg (disabled without). */
+int sf__curve_server_load(const struct sf_config *cfg, struct sf_curve_server *ret,
+			  struct sf_err *e);
+void sf__curve_server_free(struct sf_curve_server *c);
+
+/*
+ * sf__curve_server_setup - bind the ZAP handler in `zctx` and make each of `socks` a
+ * CURVE server with the job's key. Call before binding the sockets.
+ */
+int sf__curve_server_setup(struct sf_curve_server *c, void *zctx, void *const *socks,
+			   uint32_t n_socks, struct sf_err *e);
+
+/* sf__curve_zap_serve - answer every ZAP request waiting on c->zap; never blocks. */
+void sf__curve_zap_serve(struct sf_curve_server *c);
+
+/*
+ * sf__curve_client_setup - make `sock` a CURVE client of the job in `info` when its
+ * discovery file names a server key, with the key pair of info->client_key_file or
+ * $SHMFEED_CURVE_KEY; SF_E_CONFIG when neither is given. 0 (nothing done) without CURVE.
+ */
+int sf__curve_client_setup(void *sock, const struct sf_job_info *info, struct sf_err *e);
+
+/*
+ * sf__curve_keygen - write a new key pair to `path` (mode 0600) and its public key to
+ * PATH.pub (one allow-list line); existing files are never replaced. Returns 0 and the
+ * public key.
+ */
+int sf__curve_keygen(const char *path, char ret_public[41], struct sf_err *e);
 
 /* Statistics of a job, sampled from its arena. */
 #define SF_STATS_MAX_RANKS     64u /* per-rank detail beyond this is summed */
