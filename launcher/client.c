@@ -13,12 +13,27 @@
 #include "common/control.h"
 #include "launcher/launcher.h"
 
+/*
+ * A client's libzmq context holds 5 descriptors (an eventfd and an epoll descriptor for
+ * each of its two threads, the context's own eventfd), its socket an eventfd and a
+ * connection.
+ */
+#define CLIENT_FDS 7u
+
 int sf__ctl_call(const struct sf_job_info *info, const char *request, int timeout_ms, char *reply,
 		 size_t reply_len, struct sf_err *e)
 {
-	void *ctx = zmq_ctx_new(), *sock = NULL;
+	void *ctx, *sock = NULL;
 	int linger = 0, r, n;
+	uint64_t open_now, limit, need = sf__fds_needed(CLIENT_FDS, &open_now, &limit);
 
+	if (need > limit)
+		return sf__err(e, -EMFILE,
+			       "a control client needs %llu file descriptors (%llu open now) but "
+			       "the limit is %llu (RLIMIT_NOFILE); raise it with `ulimit -n %llu`",
+			       (unsigned long long)need, (unsigned long long)open_now,
+			       (unsigned long long)limit, (unsigned long long)need);
+	ctx = zmq_ctx_new();
 	if (!ctx)
 		return sf__err(e, -errno, "zmq_ctx_new: %s", zmq_strerror(errno));
 	sock = zmq_socket(ctx, ZMQ_DEALER);

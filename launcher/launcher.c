@@ -13,7 +13,6 @@
  * killed after a grace period, the arena, the sockets and the discovery file are
  * removed, and the launcher exits with the command's status.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -23,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -821,29 +819,6 @@ static int supervise(struct supervisor *S)
 	return 0;
 }
 
-/* Descriptors open now below `limit` (the ones that take room under RLIMIT_NOFILE). */
-static uint64_t fds_open(uint64_t limit)
-{
-	uint64_t n = 0;
-	struct dirent *de;
-	DIR *d = opendir("/proc/self/fd");
-
-	if (!d) {
-		for (uint64_t fd = 0; fd < limit && fd < 65536; fd++)
-			n += fcntl((int)fd, F_GETFD) >= 0;
-		return n;
-	}
-	while ((de = readdir(d))) {
-		uint64_t fd = strtoull(de->d_name, NULL, 10);
-
-		/* The directory's own descriptor is closed again below. */
-		if (de->d_name[0] != '.' && fd < limit && fd != (uint64_t)dirfd(d))
-			n++;
-	}
-	closedir(d);
-	return n;
-}
-
 /*
  * Refuse a job that would run out of file descriptors, before anything of it exists.
  * libzmq does not fail cleanly there: it asserts (epoll_create in its I/O thread) and the
@@ -851,21 +826,17 @@ static uint64_t fds_open(uint64_t limit)
  */
 static int check_fd_budget(uint32_t producers, struct sf_err *e)
 {
-	struct rlimit rl;
-	uint64_t open_now, need;
+	uint64_t open_now, limit, need;
 
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
-		return 0;
-	open_now = fds_open(rl.rlim_cur);
-	need = open_now + FDS_FIXED + 2ull * producers + FDS_MARGIN;
-	if (need <= rl.rlim_cur)
+	need = sf__fds_needed(FDS_FIXED + 2ull * producers + FDS_MARGIN, &open_now, &limit);
+	if (need <= limit)
 		return 0;
 	return sf__err(e, -EMFILE,
 		       "the job needs at least %llu file descriptors (%llu open now, %u "
 		       "producer%s, control sockets and a margin) but the limit is %llu "
 		       "(RLIMIT_NOFILE); raise it with `ulimit -n %llu` or more",
 		       (unsigned long long)need, (unsigned long long)open_now, producers,
-		       producers == 1 ? "" : "s", (unsigned long long)rl.rlim_cur,
+		       producers == 1 ? "" : "s", (unsigned long long)limit,
 		       (unsigned long long)need);
 }
 

@@ -108,6 +108,14 @@ int sf__ipc_claim_bound(struct sf_ipc_claim *c, struct sf_err *e);
  */
 void sf__ipc_release(struct sf_ipc_claim *c);
 
+/*
+ * sf__fds_needed - the file descriptors a process needs in all to open `more` beside
+ * those open now (in *ret_open), and its soft RLIMIT_NOFILE (*ret_limit, UINT64_MAX when
+ * unlimited). libzmq does not fail when it runs out: it asserts (epoll_create in its
+ * threads), so every program here checks this before its first zmq context.
+ */
+uint64_t sf__fds_needed(uint64_t more, uint64_t *ret_open, uint64_t *ret_limit);
+
 /* What a client needs to reach a job, read from its discovery file. */
 struct sf_job_info {
 	char job[SF_JOB_NAME_MAX];

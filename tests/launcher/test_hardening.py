@@ -37,11 +37,17 @@ def test_a_low_descriptor_limit_is_refused_and_leaves_nothing(rt, tmp_path):
             out.stderr
         assert not shm_of(job)
         assert os.listdir(rt) == []
-    # The same job runs at the default limit.
+    # The same job runs at the default limit; a control client at a low one refuses too.
     job = job_name("nofile")
-    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", "true"],
-                         capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
+    p = start_serving(cfg, job)
+    try:
+        out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
+                             timeout=30, preexec_fn=with_nofile(6))
+        assert out.returncode == 1, (out.returncode, out.stderr)
+        assert "a control client needs" in out.stderr and "the limit is 6" in out.stderr
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
     assert not shm_of(job)
 
 
