@@ -154,7 +154,7 @@ def keygen(path):
     return out.stdout.strip()
 
 
-def call(target, env=None, timeout_ms=1500, user=None, **kw):
+def call(target, env=None, timeout_ms=1500, user=None, client=None):
     """One hello through the test client; (returncode, stdout, stderr)."""
     env = dict(os.environ if env is None else env, SF_CTL_TIMEOUT_MS=str(timeout_ms))
     pre = None
@@ -163,8 +163,8 @@ def call(target, env=None, timeout_ms=1500, user=None, **kw):
             os.setgroups([])
             os.setgid(user.pw_gid)
             os.setuid(user.pw_uid)
-    out = subprocess.run([CTL, target, '{"v":1,"op":"hello"}'], capture_output=True,
-                         text=True, timeout=30, env=env, preexec_fn=pre, **kw)
+    out = subprocess.run([client or CTL, target, '{"v":1,"op":"hello"}'], capture_output=True,
+                         text=True, timeout=30, env=env, preexec_fn=pre)
     return out.returncode, out.stdout, out.stderr
 
 
@@ -292,13 +292,14 @@ def other_user():
 
 
 def test_a_second_local_user_is_refused_over_tcp_and_ipc(rt, tmp_path, other_user):
-    if not os.access(CTL, os.X_OK, effective_ids=False) or \
-            os.stat(CTL).st_mode & 0o001 == 0:
-        pytest.skip("the test client is not executable by other users")
     cfg = write_config(tmp_path)
     shared = tempfile.mkdtemp(prefix="sf-other-")
     os.chmod(shared, 0o755)
     try:
+        # The other user runs a copy of the test client that it can reach.
+        client = os.path.join(shared, "ctl")
+        shutil.copy(CTL, client)
+        os.chmod(client, 0o755)
         # The other user's own key pair, which the job does not allow.
         keygen(os.path.join(shared, "mine"))
         os.chown(os.path.join(shared, "mine"), other_user.pw_uid, other_user.pw_gid)
@@ -309,11 +310,12 @@ def test_a_second_local_user_is_refused_over_tcp_and_ipc(rt, tmp_path, other_use
         try:
             # It knows the server key (public) and the port, and brings its own key...
             rc, out, err = call(f"tcp://127.0.0.1:{port}",
-                                env=dict(env, SF_CTL_SERVER_KEY=server), user=other_user)
+                                env=dict(env, SF_CTL_SERVER_KEY=server), user=other_user,
+                                client=client)
             assert rc == 1 and "no reply" in err, (rc, out, err)
             # ...or none at all.
             rc, out, err = call(f"tcp://127.0.0.1:{port}", env={"PATH": "/usr/bin:/bin"},
-                                user=other_user)
+                                user=other_user, client=client)
             assert rc == 1 and "no reply" in err, (rc, out, err)
             assert call(job, env=dict(os.environ,
                                       SHMFEED_CURVE_KEY=str(keys / "client")))[0] == 0
@@ -329,7 +331,8 @@ def test_a_second_local_user_is_refused_over_tcp_and_ipc(rt, tmp_path, other_use
             p = start_serving(cfg, job, extra=extra)
             try:
                 target = f"ipc://{where}" if where else f"ipc://{rt}/{job}.ctl"
-                rc, out, err = call(target, env={"PATH": "/usr/bin:/bin"}, user=other_user)
+                rc, out, err = call(target, env={"PATH": "/usr/bin:/bin"}, user=other_user,
+                                    client=client)
                 assert rc == 1 and "no reply" in err, (where, rc, out, err)
                 assert call(target)[0] == 0
             finally:
