@@ -89,9 +89,10 @@ static int cert_value(const char *text, const char *name, char out[41])
 {
 	size_t nlen = strlen(name);
 
-	for (const char *line = text; line && *line; line = strchr(line, '\n'), line += !!line) {
+	for (const char *line = text, *end; *line; line = end + !!*end) {
 		const char *p = line + strspn(line, " \t");
 
+		end = line + strcspn(line, "\n");
 		if (strncmp(p, name, nlen))
 			continue;
 		p += nlen;

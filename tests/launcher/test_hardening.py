@@ -210,6 +210,43 @@ def test_tcp_control_needs_curve_or_an_explicit_warned_opt_in(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_check_reads_the_key_files_as_run_does(tmp_path):
+    cfg = write_config(tmp_path)
+    pub = keygen(tmp_path / "server")
+    other = keygen(tmp_path / "other")
+    allowed = tmp_path / "allowed"
+    allowed.write_text((tmp_path / "other.pub").read_text())
+
+    def check(secret, allow):
+        return subprocess.run([SHMFEED, "check", cfg, "--set", "control.endpoint=tcp://[::1]:7",
+                               "--set", f"control.curve_secret_key_file={secret}",
+                               "--set", f"control.curve_allowed_clients={allow}"],
+                              capture_output=True, text=True)
+
+    assert check(tmp_path / "server", allowed).returncode == 0
+    os.chmod(tmp_path / "server", 0o640)
+    out = check(tmp_path / "server", allowed)
+    assert out.returncode == 1 and "no access for group or others" in out.stderr
+    os.chmod(tmp_path / "server", 0o600)
+    text = (tmp_path / "server").read_text()
+    bad = tmp_path / "mismatch"
+    bad.write_text(text.replace(pub, other))
+    bad.chmod(0o600)
+    out = check(bad, allowed)
+    assert out.returncode == 1 and "is not the public key of its secret-key" in out.stderr
+    bad.write_text("secret-key = \"short\"\n")
+    out = check(bad, allowed)
+    assert out.returncode == 1 and "no line secret-key" in out.stderr
+    allowed.write_text("# nobody\n\n")
+    out = check(tmp_path / "server", allowed)
+    assert out.returncode == 1 and "holds no key" in out.stderr
+    allowed.write_text(f"{other} fine\nnot-a-key\n")
+    out = check(tmp_path / "server", allowed)
+    assert out.returncode == 1 and f"{allowed}:2: expected a 40-character Z85" in out.stderr
+    out = check(tmp_path / "server", tmp_path)
+    assert out.returncode == 1 and "is not a regular file" in out.stderr
+
+
 def curve_job(tmp_path, cfg, job, port):
     keys = tmp_path / "keys"
     keys.mkdir()
