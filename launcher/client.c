@@ -59,11 +59,16 @@ int sf__ctl_call(const struct sf_job_info *info, const char *request, int timeou
 	}
 	n = zmq_recv(sock, reply, reply_len - 1, 0);
 	if (n < 0) {
-		r = errno == EAGAIN ? sf__err(e, SF_E_TIMEOUT,
-					      "job '%s' (pid %d) did not answer within %d ms",
-					      info->job, info->pid, timeout_ms)
-				    : sf__err(e, -errno, "receive from job '%s': %s", info->job,
-					      zmq_strerror(errno));
+		/* A CURVE server says nothing to a client it refuses. */
+		r = errno == EAGAIN
+			    ? sf__err(e, SF_E_TIMEOUT,
+				      "job '%s' (pid %d) did not answer within %d ms%s", info->job,
+				      info->pid, timeout_ms,
+				      info->curve_server_public[0]
+					      ? " (or does not allow this client's CURVE key)"
+					      : "")
+			    : sf__err(e, -errno, "receive from job '%s': %s", info->job,
+				      zmq_strerror(errno));
 		goto out;
 	}
 	if ((size_t)n >= reply_len) {

@@ -296,6 +296,9 @@ def test_tcp_control_lets_in_only_allowed_curve_keys(rt, tmp_path):
         out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
                              timeout=10, env=env)
         assert out.returncode == 1 and "takes CURVE clients only" in out.stderr
+        out = subprocess.run([SHMFEED, "status", job, "--key", str(keys / "stranger")],
+                             capture_output=True, text=True, timeout=10, env=env)
+        assert out.returncode == 1 and "does not allow this client's CURVE key" in out.stderr
         # A secret key file others can read is refused.
         os.chmod(keys / "client", 0o644)
         rc, out, err = call(job, env=dict(os.environ, SHMFEED_CURVE_KEY=str(keys / "client")))
