@@ -2,7 +2,8 @@
  * `shmfeed check CONFIG [--set KEY=VALUE ...] [--strict]`: load and validate a job file,
  * then print the resolved config (every default filled in) as YAML, followed by what
  * each source pattern matches today and the config digest as comments. With --strict,
- * a source that matches no file fails the check.
+ * a source that matches no file fails the check. CURVE key files are read as `run` reads
+ * them; a plain tcp:// endpoint (control.insecure_tcp) is warned about.
  */
 #include <glob.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "cli/commands.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "launcher/launcher.h"
 
 /* Print what each source pattern matches; returns the number of patterns matching
  * nothing. */
@@ -92,6 +94,23 @@ int sf__cmd_check(int argc, char **argv)
 		sf__log_error("%s", e.msg);
 		return 1;
 	}
+	/* The key files are read as the launcher reads them, so a job that checks starts. */
+	if (cfg.curve_secret_key_file) {
+		struct sf_curve_server curve = {0};
+
+		r = sf__curve_server_load(&cfg, &curve, &e);
+		sf__curve_server_free(&curve);
+		if (r < 0) {
+			sf__log_error("%s", e.msg);
+			sf__config_free(&cfg);
+			return 1;
+		}
+	}
+	if (cfg.insecure_tcp)
+		sf__log_error("warning: %s: control endpoint %s has no authentication "
+			      "(control.insecure_tcp): anyone who can reach the port, any local "
+			      "user included, can stop, pause or seek the job",
+			      path, cfg.endpoint);
 	printf("# %s: valid\n", path);
 	sf__config_write(&cfg, stdout);
 	missing = report_sources(&cfg);

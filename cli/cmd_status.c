@@ -3,7 +3,8 @@
  * job is doing, from its supervisor. status asks once over the control socket (status
  * and stats requests); top subscribes to the stats the supervisor publishes every
  * interval and redraws in place like top(1), costing the job one message per interval
- * and nothing on its data path. JOB may be left out when only one job runs.
+ * and nothing on its data path. JOB may be left out when only one job runs. A job served
+ * with CURVE takes clients whose key pair (--key FILE, else $SHMFEED_CURVE_KEY) it allows.
  */
 #include <errno.h>
 #include <signal.h>
@@ -152,20 +153,55 @@ static int call(const struct sf_job_info *info, const char *op, char *reply, siz
 	return sf__ctl_call(info, req, CALL_TIMEOUT_MS, reply, len, e);
 }
 
+/*
+ * Take "--key FILE" (the client's CURVE key pair) out of argv; the rest is left for the
+ * command's own parsing. Returns the new argc, or -1 on a --key without FILE.
+ */
+static int take_key_arg(int argc, char **argv, const char **ret_key)
+{
+	int n = 0;
+
+	*ret_key = NULL;
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--key")) {
+			if (i + 1 == argc)
+				return -1;
+			*ret_key = argv[++i];
+		} else {
+			argv[n++] = argv[i];
+		}
+	}
+	return n;
+}
+
+/* The job's discovery file, with the client key of --key. */
+static int job_info(const char *job, const char *key, struct sf_job_info *info, struct sf_err *e)
+{
+	int r = sf__job_info_read(job, info, e);
+
+	if (r < 0)
+		return r;
+	if (key && (size_t)snprintf(info->client_key_file, sizeof(info->client_key_file), "%s",
+				    key) >= sizeof(info->client_key_file))
+		return sf__err(e, -ENAMETOOLONG, "--key %.64s...: path too long", key);
+	return 0;
+}
+
 int sf__cmd_status(int argc, char **argv)
 {
 	static char status_buf[SF_CTL_MAX_REPLY], stats_buf[SF_CTL_MAX_REPLY];
 	static struct doc st, sd;
-	const char *job;
+	const char *job, *key;
 	struct sf_job_info info;
 	struct sf_err e = {0};
 	int json;
 
-	if (sf__cli_job_args(argc, argv, &job, &json) < 0) {
-		fprintf(stderr, "usage: shmfeed status [JOB] [--json]\n");
+	argc = take_key_arg(argc, argv, &key);
+	if (argc < 0 || sf__cli_job_args(argc, argv, &job, &json) < 0) {
+		fprintf(stderr, "usage: shmfeed status [JOB] [--json] [--key FILE]\n");
 		return 2;
 	}
-	if (sf__job_info_read(job, &info, &e) < 0 ||
+	if (job_info(job, key, &info, &e) < 0 ||
 	    call(&info, "status", status_buf, sizeof(status_buf), &e) < 0 ||
 	    call(&info, "stats", stats_buf, sizeof(stats_buf), &e) < 0 ||
 	    parse_reply(&st, status_buf, &e) < 0 || parse_reply(&sd, stats_buf, &e) < 0) {
@@ -191,25 +227,28 @@ int sf__cmd_top(int argc, char **argv)
 {
 	static char status_buf[SF_CTL_MAX_REPLY], msg[SF_CTL_MAX_REPLY];
 	static struct doc st, sd;
-	const char *job = NULL;
+	const char *job = NULL, *key;
 	struct sf_job_info info;
 	struct sf_err e = {0};
 	long count = -1, shown = 0;
-	int tty = isatty(STDOUT_FILENO), one = 1, timeout = 500, r = 0;
+	int tty = isatty(STDOUT_FILENO), one = 1, timeout = 500, r = 0, bad = 0;
 	void *ctx, *sub;
 	uint32_t silent_ms = 0;
 
-	for (int i = 1; i < argc; i++) {
+	argc = take_key_arg(argc, argv, &key);
+	for (int i = 1; i < argc && !bad; i++) {
 		if (!strcmp(argv[i], "--count") && i + 1 < argc)
 			count = strtol(argv[++i], NULL, 10);
 		else if (argv[i][0] != '-' && !job)
 			job = argv[i];
-		else {
-			fprintf(stderr, "usage: shmfeed top [JOB] [--count N]\n");
-			return 2;
-		}
+		else
+			bad = 1;
 	}
-	if (sf__job_info_read(job, &info, &e) < 0 ||
+	if (argc < 0 || bad) {
+		fprintf(stderr, "usage: shmfeed top [JOB] [--count N] [--key FILE]\n");
+		return 2;
+	}
+	if (job_info(job, key, &info, &e) < 0 ||
 	    call(&info, "status", status_buf, sizeof(status_buf), &e) < 0 ||
 	    parse_reply(&st, status_buf, &e) < 0) {
 		sf__log_error("%s", e.msg);
@@ -222,13 +261,10 @@ int sf__cmd_top(int argc, char **argv)
 	zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
 	zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
 	zmq_setsockopt(sub, ZMQ_LINGER, &(int){0}, sizeof(int));
-	if (info.curve_server_public[0]) {
-		char pub[41], sec[41];
-
-		zmq_curve_keypair(pub, sec);
-		zmq_setsockopt(sub, ZMQ_CURVE_SERVERKEY, info.curve_server_public, 41);
-		zmq_setsockopt(sub, ZMQ_CURVE_PUBLICKEY, pub, 41);
-		zmq_setsockopt(sub, ZMQ_CURVE_SECRETKEY, sec, 41);
+	if (sf__curve_client_setup(sub, &info, &e) < 0) {
+		sf__log_error("%s", e.msg);
+		r = 1;
+		goto out;
 	}
 	if (zmq_connect(sub, info.stats) < 0) {
 		sf__log_error("cannot connect to %s: %s", info.stats, zmq_strerror(errno));

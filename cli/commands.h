@@ -13,6 +13,7 @@ int sf__cmd_top(int argc, char **argv);
 int sf__cmd_encode(int argc, char **argv);
 int sf__cmd_decode(int argc, char **argv);
 int sf__cmd_tokenize(int argc, char **argv);
+int sf__cmd_keygen(int argc, char **argv);
 
 /*
  * sf__cli_job_args - the arguments "[JOB] [--json]" of inspect and status: at most one

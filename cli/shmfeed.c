@@ -20,8 +20,9 @@ static const struct command commands[] = {
 	{"check", sf__cmd_check, "check CONFIG [--set K=V]  validate a job file, print it resolved"},
 	{"encode", sf__cmd_encode, "encode -e ENCODING         text on stdin to uint32 ids on stdout"},
 	{"decode", sf__cmd_decode, "decode -e ENCODING         uint32 ids on stdin to text on stdout"},
-	{"status", sf__cmd_status, "status [JOB] [--json]     a running job: rates, slots, producers"},
-	{"top", sf__cmd_top, "top [JOB] [--count N]     the same, refreshed every stats interval"},
+	{"status", sf__cmd_status, "status [JOB] [--json] [--key FILE]  a running job: rates, slots, producers"},
+	{"top", sf__cmd_top, "top [JOB] [--count N] [--key FILE]  the same, refreshed every stats interval"},
+	{"keygen", sf__cmd_keygen, "keygen FILE               a CURVE key pair for tcp control: FILE, FILE.pub"},
 	{"tokenize", sf__cmd_tokenize, "tokenize CONFIG -o PREFIX  raw text sources to Megatron .bin/.idx"},
 };
 

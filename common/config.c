@@ -129,10 +129,11 @@ static const struct field control_fields[] = {
 	{"endpoint", T_STRING, CFG(endpoint), 0, 0, NULL, NULL, F_NULLABLE,
 	 "null (private ipc://), ipc://PATH or tcp://HOST:PORT"},
 	{"stats_interval_ms", T_U32, CFG(stats_interval_ms), 10, 3600000, NULL, NULL, 0, NULL},
-	{"curve_server_secret", T_STRING, CFG(curve_server_secret), 0, 0, NULL, NULL, F_NULLABLE,
-	 "a 40-character Z85 CURVE key, or null"},
-	{"curve_server_public", T_STRING, CFG(curve_server_public), 0, 0, NULL, NULL, F_NULLABLE,
-	 "a 40-character Z85 CURVE key, or null"},
+	{"curve_secret_key_file", T_PATH, CFG(curve_secret_key_file), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a file path (from `shmfeed keygen`), or null"},
+	{"curve_allowed_clients", T_PATH, CFG(curve_allowed_clients), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a file path (Z85 public keys, one a line), or null"},
+	{"insecure_tcp", T_BOOL, CFG(insecure_tcp), 0, 1, NULL, NULL, 0, NULL},
 	END_FIELDS,
 };
 
@@ -645,8 +646,8 @@ void sf__config_free(struct sf_config *cfg)
 	free(cfg->vocab);
 	free(cfg->vocab_dir);
 	free(cfg->endpoint);
-	free(cfg->curve_server_secret);
-	free(cfg->curve_server_public);
+	free(cfg->curve_secret_key_file);
+	free(cfg->curve_allowed_clients);
 	memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -670,26 +671,6 @@ static int fail_field(struct loader *L, const struct field *f, const char *what)
 	if (m->override)
 		return sf__err(L->e, SF_E_CONFIG, "%s: %s", m->file, what);
 	return sf__err(L->e, SF_E_CONFIG, "%s:%zu:%zu: %s", m->file, m->line, m->col, what);
-}
-
-static int z85_key_valid(const char *k)
-{
-	static const char z85[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-				  ".-:+=^!/*?&<>()[]{}@%$#";
-
-	if (strlen(k) != 40)
-		return 0;
-	for (const char *c = k; *c; c++)
-		if (!strchr(z85, *c))
-			return 0;
-	return 1;
-}
-
-/* tcp:// hosts that only local processes can reach. */
-static int loopback_host(const char *host, size_t len)
-{
-	return (len == 9 && !strncmp(host, "localhost", 9)) ||
-	       (len >= 4 && !strncmp(host, "127.", 4)) || (len == 5 && !strncmp(host, "[::1]", 5));
 }
 
 static int check_endpoint(struct loader *L, struct sf_config *cfg)
@@ -717,12 +698,13 @@ static int check_endpoint(struct loader *L, struct sf_config *cfg)
 				 ep);
 			return fail_field(L, f, msg);
 		}
-		if (!loopback_host(host, (size_t)(colon - host)) &&
-		    !(cfg->curve_server_secret && cfg->curve_server_public)) {
+		/* Any local user can reach a loopback port: tcp needs CURVE everywhere. */
+		if (!cfg->curve_secret_key_file && !cfg->insecure_tcp) {
 			snprintf(msg, sizeof(msg),
-				 "'endpoint' %.64s is not on loopback: set "
-				 "control.curve_server_secret and control.curve_server_public, or "
-				 "use 127.0.0.1",
+				 "'endpoint' %.64s is tcp without CURVE: set "
+				 "control.curve_secret_key_file and control.curve_allowed_clients "
+				 "(keys from `shmfeed keygen`), or control.insecure_tcp: true "
+				 "to let anyone who reaches the port control the job",
 				 ep);
 			return fail_field(L, f, msg);
 		}
@@ -800,16 +782,16 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 	r = check_endpoint(L, cfg);
 	if (r < 0)
 		return r;
-	if (!!cfg->curve_server_secret != !!cfg->curve_server_public)
+	if (!!cfg->curve_secret_key_file != !!cfg->curve_allowed_clients)
 		return fail_field(
-			L, cfg->curve_server_secret ? &control_fields[2] : &control_fields[3],
-			"CURVE needs both curve_server_secret and curve_server_public");
-	if (cfg->curve_server_secret && !z85_key_valid(cfg->curve_server_secret))
-		return fail_field(L, &control_fields[2],
-				  "'curve_server_secret' must be a 40-character Z85 key");
-	if (cfg->curve_server_public && !z85_key_valid(cfg->curve_server_public))
-		return fail_field(L, &control_fields[3],
-				  "'curve_server_public' must be a 40-character Z85 key");
+			L, cfg->curve_secret_key_file ? &control_fields[2] : &control_fields[3],
+			"CURVE needs both curve_secret_key_file and curve_allowed_clients");
+	if (cfg->insecure_tcp && cfg->curve_secret_key_file)
+		return fail_field(L, &control_fields[4],
+				  "'insecure_tcp' and the CURVE keys exclude each other");
+	if (cfg->insecure_tcp && (!cfg->endpoint || strncmp(cfg->endpoint, "tcp://", 6)))
+		return fail_field(L, &control_fields[4],
+				  "'insecure_tcp' applies to a tcp:// endpoint only");
 	return 0;
 }
 

@@ -93,8 +93,9 @@ struct sf_config {
 	/* control */
 	char *endpoint;	      /* NULL: ipc:// in the private runtime directory */
 	uint32_t stats_interval_ms; /* PUB interval (default 1000) */
-	char *curve_server_secret; /* z85 keys for a non-loopback tcp:// endpoint */
-	char *curve_server_public;
+	char *curve_secret_key_file; /* the server's CURVE key pair (shmfeed keygen) */
+	char *curve_allowed_clients; /* Z85 public keys of the clients let in */
+	uint32_t insecure_tcp;	     /* 1: plain tcp:// allowed, and warned about */
 
 	/* integrity */
 	uint32_t checksum; /* 1: xxh3-64 per payload, verified by consumers (default 1) */

@@ -1,8 +1,9 @@
 /*
  * The control client of `shmfeed status` and `shmfeed top`: one request and its reply
  * over a DEALER socket connected to the job's ROUTER, bounded by a timeout so a wedged
- * or vanished supervisor never hangs the caller. With a CURVE-protected tcp:// endpoint
- * the client uses an ephemeral key pair and the server key from the discovery file.
+ * or vanished supervisor never hangs the caller. With a CURVE-protected endpoint the
+ * client uses the server key from the discovery file and its own key pair
+ * (sf__curve_client_setup), whose public key the job must allow.
  */
 #include <errno.h>
 #include <string.h>
@@ -12,12 +13,27 @@
 #include "common/control.h"
 #include "launcher/launcher.h"
 
+/*
+ * A client's libzmq context holds 5 descriptors (an eventfd and an epoll descriptor for
+ * each of its two threads, the context's own eventfd), its socket an eventfd and a
+ * connection.
+ */
+#define CLIENT_FDS 7u
+
 int sf__ctl_call(const struct sf_job_info *info, const char *request, int timeout_ms, char *reply,
 		 size_t reply_len, struct sf_err *e)
 {
-	void *ctx = zmq_ctx_new(), *sock = NULL;
+	void *ctx, *sock = NULL;
 	int linger = 0, r, n;
+	uint64_t open_now, limit, need = sf__fds_needed(CLIENT_FDS, &open_now, &limit);
 
+	if (need > limit)
+		return sf__err(e, -EMFILE,
+			       "a control client needs %llu file descriptors (%llu open now) but "
+			       "the limit is %llu (RLIMIT_NOFILE); raise it with `ulimit -n %llu`",
+			       (unsigned long long)need, (unsigned long long)open_now,
+			       (unsigned long long)limit, (unsigned long long)need);
+	ctx = zmq_ctx_new();
 	if (!ctx)
 		return sf__err(e, -errno, "zmq_ctx_new: %s", zmq_strerror(errno));
 	sock = zmq_socket(ctx, ZMQ_DEALER);
@@ -28,17 +44,9 @@ int sf__ctl_call(const struct sf_job_info *info, const char *request, int timeou
 	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
 	zmq_setsockopt(sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof(timeout_ms));
-	if (info->curve_server_public[0]) {
-		char pub[41], sec[41];
-
-		if (zmq_curve_keypair(pub, sec) < 0) {
-			r = sf__err(e, -errno, "zmq_curve_keypair: %s", zmq_strerror(errno));
-			goto out;
-		}
-		zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, info->curve_server_public, 41);
-		zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 41);
-		zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, sec, 41);
-	}
+	r = sf__curve_client_setup(sock, info, e);
+	if (r < 0)
+		goto out;
 	if (zmq_connect(sock, info->control) < 0) {
 		r = sf__err(e, -errno, "cannot connect to %s: %s", info->control,
 			    zmq_strerror(errno));
@@ -51,11 +59,16 @@ int sf__ctl_call(const struct sf_job_info *info, const char *request, int timeou
 	}
 	n = zmq_recv(sock, reply, reply_len - 1, 0);
 	if (n < 0) {
-		r = errno == EAGAIN ? sf__err(e, SF_E_TIMEOUT,
-					      "job '%s' (pid %d) did not answer within %d ms",
-					      info->job, info->pid, timeout_ms)
-				    : sf__err(e, -errno, "receive from job '%s': %s", info->job,
-					      zmq_strerror(errno));
+		/* A CURVE server says nothing to a client it refuses. */
+		r = errno == EAGAIN
+			    ? sf__err(e, SF_E_TIMEOUT,
+				      "job '%s' (pid %d) did not answer within %d ms%s", info->job,
+				      info->pid, timeout_ms,
+				      info->curve_server_public[0]
+					      ? " (or does not allow this client's CURVE key)"
+					      : "")
+			    : sf__err(e, -errno, "receive from job '%s': %s", info->job,
+				      zmq_strerror(errno));
 		goto out;
 	}
 	if ((size_t)n >= reply_len) {

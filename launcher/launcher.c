@@ -40,6 +40,18 @@
 #define PRODUCER_GRACE_MS 3000 /* producers get this long to return after STOPPING */
 #define HEALTHY_RUN_NS	  (30ull * 1000000000ull) /* a producer alive this long is healthy */
 
+/*
+ * Descriptors the supervisor holds beyond those open when it starts: the signalfd, the
+ * lock of an ipc endpoint, libzmq's (an eventfd and an epoll descriptor each for its
+ * reaper and I/O threads, one eventfd per socket with the ZAP handler's, a listener per
+ * bound endpoint: 9), and the arena's and the discovery file's while they are made: 16
+ * with room to spare. Each producer adds the read end of its error pipe (two while it is
+ * made). The margin is for control clients connected at once and for what a producer
+ * opens on its own.
+ */
+#define FDS_FIXED  16u
+#define FDS_MARGIN 16u
+
 struct producer {
 	pid_t pid;	 /* 0: not running */
 	int errfd;	 /* read end of the pipe its last error arrives on */
@@ -56,6 +68,8 @@ struct supervisor {
 	struct sf_geometry geo;
 	struct sf_job_paths paths;
 	char ctl_ep[400], pub_ep[400];
+	struct sf_ipc_claim ipc; /* of an ipc:// endpoint; lock_fd -1 otherwise */
+	struct sf_curve_server curve;
 	void *zctx, *router, *pub;
 	int sfd;
 	sigset_t old_mask;
@@ -608,8 +622,8 @@ static int write_info(struct supervisor *S, struct sf_err *e)
 	n += (size_t)snprintf(buf + n, sizeof(buf) - n, ",\"stats\":");
 	sf__json_escape(buf, sizeof(buf), &n, S->pub_ep);
 	n += (size_t)snprintf(buf + n, sizeof(buf) - n, ",\"curve_server_public\":");
-	if (S->cfg->curve_server_public)
-		sf__json_escape(buf, sizeof(buf), &n, S->cfg->curve_server_public);
+	if (S->curve.enabled)
+		sf__json_escape(buf, sizeof(buf), &n, S->curve.public_key);
 	else
 		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "null");
 	n += (size_t)snprintf(buf + n, sizeof(buf) - n, "}\n");
@@ -639,10 +653,32 @@ static void pub_endpoint_for(const char *ctl, char *buf, size_t len)
 	}
 }
 
+/*
+ * Bind the control and stats sockets. An ipc:// socket is made with umask 077, so that
+ * only this user can connect wherever its path is (the private runtime directory is
+ * 0700 in any case); libzmq binds in the calling thread, and no other thread of ours
+ * makes files meanwhile.
+ */
+static int bind_both(struct supervisor *S, int ipc, struct sf_err *e)
+{
+	mode_t old_umask = ipc ? umask(077) : 0;
+	int r = 0;
+
+	if (zmq_bind(S->router, S->ctl_ep) < 0)
+		r = sf__err(e, -errno, "cannot bind control socket %s: %s", S->ctl_ep,
+			    zmq_strerror(errno));
+	else if (zmq_bind(S->pub, S->pub_ep) < 0)
+		r = sf__err(e, -errno, "cannot bind stats socket %s: %s", S->pub_ep,
+			    zmq_strerror(errno));
+	if (ipc)
+		umask(old_umask);
+	return r;
+}
+
 static int open_sockets(struct supervisor *S, struct sf_err *e)
 {
 	const struct sf_config *cfg = S->cfg;
-	int linger = 0, sndhwm = 4, one = 1;
+	int linger = 0, sndhwm = 4, ipc, r;
 
 	if (cfg->endpoint) {
 		snprintf(S->ctl_ep, sizeof(S->ctl_ep), "%s", cfg->endpoint);
@@ -651,6 +687,7 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 		snprintf(S->ctl_ep, sizeof(S->ctl_ep), "ipc://%s", S->paths.ctl_path);
 		snprintf(S->pub_ep, sizeof(S->pub_ep), "ipc://%s", S->paths.pub_path);
 	}
+	ipc = !strncmp(S->ctl_ep, "ipc://", 6);
 	S->zctx = zmq_ctx_new();
 	if (!S->zctx)
 		return sf__err(e, -errno, "zmq_ctx_new: %s", zmq_strerror(errno));
@@ -664,23 +701,28 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 	 * is disconnected by libzmq before the message is ever assembled. */
 	zmq_setsockopt(S->router, ZMQ_MAXMSGSIZE, &(int64_t){SF_CTL_MAX_REPLY}, sizeof(int64_t));
 	zmq_setsockopt(S->pub, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm));
-	if (cfg->curve_server_secret) {
-		zmq_setsockopt(S->router, ZMQ_CURVE_SERVER, &one, sizeof(one));
-		zmq_setsockopt(S->router, ZMQ_CURVE_SECRETKEY, cfg->curve_server_secret, 41);
-		zmq_setsockopt(S->pub, ZMQ_CURVE_SERVER, &one, sizeof(one));
-		zmq_setsockopt(S->pub, ZMQ_CURVE_SECRETKEY, cfg->curve_server_secret, 41);
+	if (S->curve.enabled) {
+		void *socks[2] = {S->router, S->pub};
+
+		r = sf__curve_server_setup(&S->curve, S->zctx, socks, 2, e);
+		if (r < 0)
+			return r;
 	}
-	if (!cfg->endpoint) {
-		/* The arena is ours, so no live launcher of this job owns these. */
-		unlink(S->paths.ctl_path);
-		unlink(S->paths.pub_path);
+	/* libzmq unlinks whatever is at an ipc:// path before binding it: claim the paths
+	 * first (launcher/endpoint.c). Abstract sockets (ipc://@NAME) have no file. */
+	if (ipc && S->ctl_ep[6] != '@') {
+		r = sf__ipc_claim(&S->ipc, S->ctl_ep + 6, S->pub_ep + 6, !cfg->endpoint, e);
+		if (r < 0)
+			return r;
 	}
-	if (zmq_bind(S->router, S->ctl_ep) < 0)
-		return sf__err(e, -errno, "cannot bind control socket %s: %s", S->ctl_ep,
-			       zmq_strerror(errno));
-	if (zmq_bind(S->pub, S->pub_ep) < 0)
-		return sf__err(e, -errno, "cannot bind stats socket %s: %s", S->pub_ep,
-			       zmq_strerror(errno));
+	r = bind_both(S, ipc, e);
+	if (r < 0)
+		return r;
+	if (S->ipc.lock_fd >= 0) {
+		r = sf__ipc_claim_bound(&S->ipc, e);
+		if (r < 0)
+			return r;
+	}
 	return write_info(S, e);
 }
 
@@ -690,16 +732,13 @@ static void close_sockets(struct supervisor *S)
 		zmq_close(S->router);
 	if (S->pub)
 		zmq_close(S->pub);
+	if (S->curve.zap)
+		zmq_close(S->curve.zap);
+	S->curve.zap = NULL;
 	if (S->zctx)
 		zmq_ctx_term(S->zctx);
 	S->router = S->pub = S->zctx = NULL;
-	if (!S->cfg->endpoint) {
-		unlink(S->paths.ctl_path);
-		unlink(S->paths.pub_path);
-	} else if (!strncmp(S->ctl_ep, "ipc://", 6)) {
-		unlink(S->ctl_ep + 6);
-		unlink(S->pub_ep + 6);
-	}
+	sf__ipc_release(&S->ipc);
 	unlink(S->paths.info_path);
 }
 
@@ -760,8 +799,9 @@ static int supervise(struct supervisor *S)
 
 	S->next_tick_ns = sf__now_ns() + interval;
 	while (!finished(S)) {
-		zmq_pollitem_t items[2] = {{S->router, 0, ZMQ_POLLIN, 0},
-					   {NULL, S->sfd, ZMQ_POLLIN, 0}};
+		zmq_pollitem_t items[3] = {{S->router, 0, ZMQ_POLLIN, 0},
+					   {NULL, S->sfd, ZMQ_POLLIN, 0},
+					   {S->curve.zap, 0, ZMQ_POLLIN, 0}};
 		uint64_t now = sf__now_ns();
 		long timeout = SUPERVISE_TICK_MS;
 
@@ -769,8 +809,11 @@ static int supervise(struct supervisor *S)
 			timeout = (long)((S->next_tick_ns - now) / 1000000);
 		if (S->next_tick_ns <= now)
 			timeout = 0;
-		if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR)
+		if (zmq_poll(items, S->curve.zap ? 3 : 2, timeout) < 0 && errno != EINTR)
 			return -errno;
+		/* A CURVE handshake waits for its ZAP reply: answer before anything else. */
+		if (S->curve.zap && (items[2].revents & ZMQ_POLLIN))
+			sf__curve_zap_serve(&S->curve);
 		if (items[1].revents & ZMQ_POLLIN)
 			handle_signals(S);
 		if (items[0].revents & ZMQ_POLLIN)
@@ -785,6 +828,27 @@ static int supervise(struct supervisor *S)
 	return 0;
 }
 
+/*
+ * Refuse a job that would run out of file descriptors, before anything of it exists.
+ * libzmq does not fail cleanly there: it asserts (epoll_create in its I/O thread) and the
+ * launcher would die by SIGABRT with its arena left in /dev/shm.
+ */
+static int check_fd_budget(uint32_t producers, struct sf_err *e)
+{
+	uint64_t open_now, limit, need;
+
+	need = sf__fds_needed(FDS_FIXED + 2ull * producers + FDS_MARGIN, &open_now, &limit);
+	if (need <= limit)
+		return 0;
+	return sf__err(e, -EMFILE,
+		       "the job needs at least %llu file descriptors (%llu open now, %u "
+		       "producer%s, control sockets and a margin) but the limit is %llu "
+		       "(RLIMIT_NOFILE); raise it with `ulimit -n %llu` or more",
+		       (unsigned long long)need, (unsigned long long)open_now, producers,
+		       producers == 1 ? "" : "s", (unsigned long long)limit,
+		       (unsigned long long)need);
+}
+
 int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *e)
 {
 	struct supervisor *S = calloc(1, sizeof(*S));
@@ -796,9 +860,15 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 
 	if (!S)
 		return sf__err(e, -ENOMEM, "out of memory");
+	if (cfg->insecure_tcp)
+		sf__log_error("warning: control endpoint %s has no authentication "
+			      "(control.insecure_tcp): anyone who can reach the port, any local "
+			      "user included, can stop, pause or seek job %s",
+			      cfg->endpoint, cfg->job);
 	S->l = l;
 	S->cfg = cfg;
 	S->sfd = -1;
+	S->ipc.lock_fd = -1;
 	S->self = getpid();
 	for (uint32_t i = 0; i < SF_MAX_PRODUCERS; i++)
 		S->prod[i].errfd = -1;
@@ -809,6 +879,12 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	if (r < 0)
 		goto out_free;
 	r = l->ops->geometry(S->ds, cfg, &S->geo, e);
+	if (r < 0)
+		goto out_close_ds;
+	r = check_fd_budget(S->geo.max_producers, e);
+	if (r < 0)
+		goto out_close_ds;
+	r = sf__curve_server_load(cfg, &S->curve, e);
 	if (r < 0)
 		goto out_close_ds;
 	S->start_steps = calloc(S->geo.ranks, sizeof(*S->start_steps));
@@ -888,6 +964,7 @@ out_arena:
 out_close_ds:
 	l->ops->close(S->ds);
 	free(S->start_steps);
+	sf__curve_server_free(&S->curve);
 out_free:
 	free(S);
 	if (r < 0)

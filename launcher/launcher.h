@@ -76,6 +76,46 @@ struct sf_job_paths {
 
 int sf__job_paths(const char *job, int create, struct sf_job_paths *ret, struct sf_err *e);
 
+/*
+ * The claim of a job on its ipc:// endpoint (launcher/endpoint.c): an flock on PATH.lock
+ * held for the life of the job, and the device and inode of the sockets it bound.
+ */
+struct sf_ipc_claim {
+	char path[2][400];	 /* the control socket, then the stats socket */
+	char lock[416];		 /* PATH.lock beside the control socket */
+	int lock_fd;		 /* -1: nothing held */
+	int private_dir;	 /* the paths are in the private runtime directory */
+	uint64_t dev[2], ino[2]; /* of the sockets bound; 0: none */
+};
+
+/*
+ * sf__ipc_claim - claim the socket paths of an ipc:// endpoint before binding them: lock
+ * CTL_PATH.lock (SF_E_BUSY, naming the holder's pid, while another job holds it), then
+ * make way at both paths. A path that exists is refused (-EEXIST, with its name) unless
+ * it is a stale socket of this user that a dead job recorded in the lock file, or any
+ * socket of this user when `private_dir` (the private runtime directory). Returns 0 with
+ * the lock held; on failure nothing is held and a lock file it made is gone.
+ */
+int sf__ipc_claim(struct sf_ipc_claim *c, const char *ctl_path, const char *pub_path,
+		  int private_dir, struct sf_err *e);
+
+/* sf__ipc_claim_bound - record the sockets just bound at the claimed paths. */
+int sf__ipc_claim_bound(struct sf_ipc_claim *c, struct sf_err *e);
+
+/*
+ * sf__ipc_release - unlink the sockets the job bound (only while they are still the ones
+ * recorded) and the lock file, and let go of the lock. Safe on a claim that holds nothing.
+ */
+void sf__ipc_release(struct sf_ipc_claim *c);
+
+/*
+ * sf__fds_needed - the file descriptors a process needs in all to open `more` beside
+ * those open now (in *ret_open), and its soft RLIMIT_NOFILE (*ret_limit, UINT64_MAX when
+ * unlimited). libzmq does not fail when it runs out: it asserts (epoll_create in its
+ * threads), so every program here checks this before its first zmq context.
+ */
+uint64_t sf__fds_needed(uint64_t more, uint64_t *ret_open, uint64_t *ret_limit);
+
 /* What a client needs to reach a job, read from its discovery file. */
 struct sf_job_info {
 	char job[SF_JOB_NAME_MAX];
@@ -83,6 +123,9 @@ struct sf_job_info {
 	char stats[320];
 	char curve_server_public[41]; /* empty without CURVE */
 	int32_t pid;
+	/* The client's CURVE key pair file (not from the discovery file: the caller's
+	 * --key); empty: $SHMFEED_CURVE_KEY. */
+	char client_key_file[512];
 };
 
 /*
@@ -91,6 +134,65 @@ struct sf_job_info {
  * when job is NULL and several run.
  */
 int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e);
+
+/*
+ * CURVE for the control and stats sockets (launcher/curve.c). The server side holds its
+ * key pair, the allow-list of client public keys (binary, 32 bytes each) and the ZAP
+ * handler socket that applies it.
+ */
+struct sf_curve_server {
+	int enabled;
+	char public_key[41], secret_key[41]; /* Z85 */
+	uint8_t (*allowed)[32];
+	uint32_t n_allowed;
+	void *zap;	  /* REP socket at inproc://zeromq.zap.01 */
+	uint64_t refused; /* clients refused so far */
+};
+
+/*
+ * sf__curve_read_key_pair - read a key pair file (ZeroMQ certificate format: a line
+ * secret-key = "Z85", optionally public-key = "Z85", which must match). The file must be
+ * a regular file of this user, mode 0600 or stricter. Returns 0 and both keys in Z85.
+ */
+int sf__curve_read_key_pair(const char *path, char ret_public[41], char ret_secret[41],
+			    struct sf_err *e);
+
+/*
+ * sf__curve_read_allowed - read an allow-list: one Z85 public key a line, optionally
+ * followed by a comment; blank lines and lines starting with # are skipped. Returns 0,
+ * the keys (binary, freed by the caller with free()) and their count (at least 1).
+ */
+int sf__curve_read_allowed(const char *path, uint8_t (**ret_keys)[32], uint32_t *ret_count,
+			   struct sf_err *e);
+
+/* sf__curve_server_load - the server keys and allow-list of cfg (disabled without). */
+int sf__curve_server_load(const struct sf_config *cfg, struct sf_curve_server *ret,
+			  struct sf_err *e);
+void sf__curve_server_free(struct sf_curve_server *c);
+
+/*
+ * sf__curve_server_setup - bind the ZAP handler in `zctx` and make each of `socks` a
+ * CURVE server with the job's key. Call before binding the sockets.
+ */
+int sf__curve_server_setup(struct sf_curve_server *c, void *zctx, void *const *socks,
+			   uint32_t n_socks, struct sf_err *e);
+
+/* sf__curve_zap_serve - answer every ZAP request waiting on c->zap; never blocks. */
+void sf__curve_zap_serve(struct sf_curve_server *c);
+
+/*
+ * sf__curve_client_setup - make `sock` a CURVE client of the job in `info` when its
+ * discovery file names a server key, with the key pair of info->client_key_file or
+ * $SHMFEED_CURVE_KEY; SF_E_CONFIG when neither is given. 0 (nothing done) without CURVE.
+ */
+int sf__curve_client_setup(void *sock, const struct sf_job_info *info, struct sf_err *e);
+
+/*
+ * sf__curve_keygen - write a new key pair to `path` (mode 0600) and its public key to
+ * PATH.pub (one allow-list line); existing files are never replaced. Returns 0 and the
+ * public key.
+ */
+int sf__curve_keygen(const char *path, char ret_public[41], struct sf_err *e);
 
 /* Statistics of a job, sampled from its arena. */
 #define SF_STATS_MAX_RANKS     64u /* per-rank detail beyond this is summed */

@@ -3,14 +3,17 @@
  * The directory is per user and mode 0700, so the ipc:// control sockets inside are
  * reachable by that user only; a directory with any other owner or mode is refused
  * rather than used. Each running job leaves JOB.ctl and JOB.pub (sockets) and JOB.json
- * (how to reach it) there, and removes them when it ends.
+ * (how to reach it) there, and removes them when it ends. Also here: the descriptor
+ * count that the launcher and the control clients check before they start libzmq.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -172,4 +175,43 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		return sf__err(e, SF_E_BUSY, "%d jobs are running (%s): name one", count, names);
 	*ret = found;
 	return 0;
+}
+
+/* Descriptors open now below `limit` (the ones that take room under RLIMIT_NOFILE). */
+static uint64_t fds_open(uint64_t limit)
+{
+	uint64_t n = 0;
+	struct dirent *de;
+	DIR *d = opendir("/proc/self/fd");
+
+	if (!d) {
+		for (uint64_t fd = 0; fd < limit && fd < 65536; fd++)
+			n += fcntl((int)fd, F_GETFD) >= 0;
+		return n;
+	}
+	while ((de = readdir(d))) {
+		uint64_t fd = strtoull(de->d_name, NULL, 10);
+
+		/* The directory's own descriptor is closed again below. */
+		if (de->d_name[0] != '.' && fd < limit && fd != (uint64_t)dirfd(d))
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+uint64_t sf__fds_needed(uint64_t more, uint64_t *ret_open, uint64_t *ret_limit)
+{
+	struct rlimit rl;
+	uint64_t open_now;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY) {
+		*ret_open = 0;
+		*ret_limit = UINT64_MAX;
+		return more;
+	}
+	open_now = fds_open(rl.rlim_cur);
+	*ret_open = open_now;
+	*ret_limit = rl.rlim_cur;
+	return open_now + more;
 }

@@ -2,7 +2,9 @@
  * A raw control client for tests: `ctl JOB FRAME...` sends the frames as one multipart
  * message (bytes as given, so malformed requests can be sent) over a DEALER socket to
  * the job's control endpoint and prints the reply. `ctl JOB --size N` sends a request of
- * N bytes. Exit status 0 when a reply came, 1 otherwise.
+ * N bytes. Exit status 0 when a reply came, 1 otherwise. JOB may be an endpoint instead
+ * (tcp://..., ipc://...), with the server's CURVE key in $SF_CTL_SERVER_KEY; a CURVE
+ * client's key pair comes from $SHMFEED_CURVE_KEY; $SF_CTL_TIMEOUT_MS bounds the wait.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,12 +25,28 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: ctl JOB FRAME... | ctl JOB --size N\n");
 		return 2;
 	}
-	if (sf__job_info_read(argv[1], &info, &e) < 0) {
+	if (strstr(argv[1], "://")) {
+		/* An endpoint given directly: a client without the job's discovery file. */
+		const char *server_key = getenv("SF_CTL_SERVER_KEY");
+
+		memset(&info, 0, sizeof(info));
+		snprintf(info.job, sizeof(info.job), "?");
+		snprintf(info.control, sizeof(info.control), "%s", argv[1]);
+		if (server_key)
+			snprintf(info.curve_server_public, sizeof(info.curve_server_public), "%s",
+				 server_key);
+	} else if (sf__job_info_read(argv[1], &info, &e) < 0) {
 		fprintf(stderr, "ctl: %s\n", e.msg);
 		return 1;
 	}
+	if (getenv("SF_CTL_TIMEOUT_MS"))
+		timeout = atoi(getenv("SF_CTL_TIMEOUT_MS"));
 	ctx = zmq_ctx_new();
 	sock = zmq_socket(ctx, ZMQ_DEALER);
+	if (sf__curve_client_setup(sock, &info, &e) < 0) {
+		fprintf(stderr, "ctl: %s\n", e.msg);
+		return 1;
+	}
 	zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
 	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
 	if (zmq_connect(sock, info.control) < 0) {

@@ -1,6 +1,6 @@
 /*
  * Unit tests of the job file loader: one test per rule of docs/config.md (defaults,
- * unknown keys, types, ranges, names, cross-field checks, endpoints and CURVE keys,
+ * unknown keys, types, ranges, names, cross-field checks, endpoints and CURVE key files,
  * overrides, path resolution), each checking the FILE:LINE:COLUMN of the message; and
  * the resolved-config writer and the digest.
  */
@@ -92,7 +92,8 @@ Test(config, every_section_is_read)
 		     "arena: {slots_per_rank: 8, hugepages: yes}\n"
 		     "producers: {count: 3, max_restarts: 0}\n"
 		     "consumers: {world_size: 16, local_ranks: 8, rank_base: 8, device: cuda}\n"
-		     "control: {endpoint: 'tcp://127.0.0.1:5555', stats_interval_ms: 250}\n"
+		     "control: {endpoint: 'tcp://127.0.0.1:5555', stats_interval_ms: 250,\n"
+		     "          insecure_tcp: true}\n"
 		     "integrity: {checksum: false}\n"),
 		0, "%s", err.msg);
 	cr_expect_str_eq(cfg.job, "j1");
@@ -124,6 +125,7 @@ Test(config, every_section_is_read)
 	cr_expect_eq(cfg.device, SF_DEVICE_CUDA);
 	cr_expect_str_eq(cfg.endpoint, "tcp://127.0.0.1:5555");
 	cr_expect_eq(cfg.stats_interval_ms, 250);
+	cr_expect_eq(cfg.insecure_tcp, 1);
 	cr_expect_eq(cfg.checksum, 0);
 }
 
@@ -240,31 +242,38 @@ Test(config, a_batch_must_fit_a_slot)
 		"job.yaml:2:15:", "bytes per slot; the limit is");
 }
 
-Test(config, endpoints_are_ipc_or_loopback_tcp_unless_curve)
+Test(config, tcp_endpoints_need_curve_keys_or_an_explicit_insecure_opt_in)
 {
-	static const char key_a[] = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
-	static const char key_b[] = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6";
-	char yaml[512];
-
-	rejects("sources: [a]\ncontrol: {endpoint: 'tcp://10.1.2.3:5555'}\n",
-		"job.yaml:2:21:", "is not on loopback");
 	rejects("sources: [a]\ncontrol: {endpoint: 'tcp://127.0.0.1'}\n",
 		"job.yaml:2:21:", "tcp://HOST:PORT");
 	rejects("sources: [a]\ncontrol: {endpoint: 'http://x'}\n",
 		"job.yaml:2:21:", "must be null (private ipc://), ipc://PATH or tcp://HOST:PORT");
 	cr_expect_eq(load("sources: [a]\ncontrol: {endpoint: 'ipc:///tmp/x.ctl'}\n"), 0);
-	cr_expect_eq(load("sources: [a]\ncontrol: {endpoint: 'tcp://localhost:5555'}\n"), 0);
-	snprintf(yaml, sizeof(yaml),
-		 "sources: [a]\ncontrol:\n  endpoint: 'tcp://10.1.2.3:5555'\n"
-		 "  curve_server_secret: '%s'\n  curve_server_public: '%s'\n",
-		 key_a, key_b);
-	cr_expect_eq(load(yaml), 0, "%s", err.msg);
-	snprintf(yaml, sizeof(yaml), "sources: [a]\ncontrol:\n  curve_server_secret: '%s'\n",
-		 key_a);
-	rejects(yaml, "job.yaml:3:24:", "CURVE needs both");
-	rejects("sources: [a]\ncontrol: {curve_server_secret: short, curve_server_public: "
-		"short}\n",
-		"job.yaml:2:32:", "40-character Z85 key");
+	/* Any local user reaches a loopback port: no tcp without keys, loopback included. */
+	rejects("sources: [a]\ncontrol: {endpoint: 'tcp://localhost:5555'}\n", "job.yaml:2:21:",
+		"is tcp without CURVE: set control.curve_secret_key_file and "
+		"control.curve_allowed_clients");
+	rejects("sources: [a]\ncontrol: {endpoint: 'tcp://10.1.2.3:5555'}\n",
+		"job.yaml:2:21:", "control.insecure_tcp: true");
+	cr_expect_eq(load("sources: [a]\ncontrol: {endpoint: 'tcp://127.0.0.1:5555', "
+			  "insecure_tcp: true}\n"),
+		     0, "%s", err.msg);
+	cr_expect_eq(cfg.insecure_tcp, 1);
+	cr_expect_eq(load("sources: [a]\ncontrol:\n  endpoint: 'tcp://10.1.2.3:5555'\n"
+			  "  curve_secret_key_file: /k/server\n"
+			  "  curve_allowed_clients: clients\n"),
+		     0, "%s", err.msg);
+	cr_expect_str_eq(cfg.curve_secret_key_file, "/k/server");
+	cr_expect_str_eq(cfg.curve_allowed_clients, "clients");
+	rejects("sources: [a]\ncontrol:\n  endpoint: 'tcp://10.1.2.3:5555'\n"
+		"  curve_secret_key_file: /k/server\n",
+		"job.yaml:4:26:",
+		"CURVE needs both curve_secret_key_file and curve_allowed_clients");
+	rejects("sources: [a]\ncontrol: {endpoint: 'tcp://127.0.0.1:5555', insecure_tcp: true,\n"
+		"  curve_secret_key_file: s, curve_allowed_clients: c}\n",
+		"job.yaml:2:59:", "exclude each other");
+	rejects("sources: [a]\ncontrol: {insecure_tcp: true}\n",
+		"job.yaml:2:25:", "'insecure_tcp' applies to a tcp:// endpoint only");
 }
 
 Test(config, relative_paths_are_taken_from_the_file)

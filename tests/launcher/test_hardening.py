@@ -1,0 +1,383 @@
+"""The launcher's edges: what it refuses before a job starts, and what it leaves behind
+(nothing) when it does. Control endpoints that are not the job's own, tcp control without
+CURVE keys, and a descriptor limit too low for the job.
+
+Helpers and the private runtime directory fixture come from test_launcher.py."""
+
+import os
+import pwd
+import random
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+
+import pytest
+
+from test_launcher import (CTL, FAKE, SHMFEED, ctl, job_name, rt, shm_of,  # noqa: F401
+                           start_serving, wait_for, write_config)
+
+
+def with_nofile(n):
+    """preexec_fn: the child runs under `ulimit -n n`."""
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
+def test_a_low_descriptor_limit_is_refused_and_leaves_nothing(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    for n in (6, 10, 16):
+        job = job_name(f"nofile{n}")
+        out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", "true"],
+                             capture_output=True, text=True, timeout=30,
+                             preexec_fn=with_nofile(n))
+        assert out.returncode == 1, (n, out.returncode, out.stderr)
+        assert "file descriptors" in out.stderr and f"the limit is {n}" in out.stderr, \
+            out.stderr
+        assert not shm_of(job)
+        assert os.listdir(rt) == []
+    # The same job runs at the default limit; a control client at a low one refuses too.
+    job = job_name("nofile")
+    p = start_serving(cfg, job)
+    try:
+        out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
+                             timeout=30, preexec_fn=with_nofile(6))
+        assert out.returncode == 1, (out.returncode, out.stderr)
+        assert "a control client needs" in out.stderr and "the limit is 6" in out.stderr
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+    assert not shm_of(job)
+
+
+def run_job(cfg, job, *sets, cmd=("true",)):
+    args = [FAKE, "run", cfg, "--set", f"job={job}"]
+    for kv in sets:
+        args += ["--set", kv]
+    return subprocess.run([*args, "--", *cmd], capture_output=True, text=True, timeout=30)
+
+
+def test_an_ipc_endpoint_never_deletes_what_the_job_did_not_create(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    ep = tmp_path / "ep"
+    # A regular file at the socket path, at PATH.pub, and a lock file not shmfeed's.
+    for victim in (ep, tmp_path / "ep.pub", tmp_path / "ep.lock"):
+        victim.write_text("precious\n")
+        job = job_name("victim")
+        out = run_job(cfg, job, f"control.endpoint=ipc://{ep}")
+        assert out.returncode == 1, out.stderr
+        assert f"{victim} exists and is not a" in out.stderr, out.stderr
+        assert victim.read_text() == "precious\n"
+        assert sorted(os.listdir(tmp_path)) == sorted(["job.yaml", victim.name])
+        assert not shm_of(job)
+        victim.unlink()
+    # Nor a socket someone else bound there.
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(ep))
+    try:
+        job = job_name("sock")
+        out = run_job(cfg, job, f"control.endpoint=ipc://{ep}")
+        assert out.returncode == 1 and "not a socket this job created" in out.stderr
+        assert ep.is_socket()
+    finally:
+        s.close()
+        ep.unlink()
+    # A free path is bound, made private to the user, and cleaned up after.
+    job = job_name("free")
+    out = run_job(cfg, job, f"control.endpoint=ipc://{ep}",
+                  cmd=("sh", "-c", f'stat -c %a {ep} > {tmp_path}/mode'))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "mode").read_text().strip() == "700"
+    assert sorted(os.listdir(tmp_path)) == ["job.yaml", "mode"]
+
+
+def test_a_second_job_on_the_same_ipc_path_is_refused(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    ep = tmp_path / "ep"
+    first = job_name("first")
+    p = start_serving(cfg, first, extra=("--set", f"control.endpoint=ipc://{ep}"))
+    try:
+        second = job_name("second")
+        out = run_job(cfg, second, f"control.endpoint=ipc://{ep}")
+        assert out.returncode == 1
+        assert f"control endpoint ipc://{ep} is in use by another job (launcher pid " \
+            f"{p.pid} holds {ep}.lock)" in out.stderr, out.stderr
+        assert not shm_of(second)
+        # The first job is untouched and still reachable.
+        assert ep.is_socket() and (tmp_path / "ep.pub").is_socket()
+        assert ctl(first, '{"v":1,"op":"hello"}')["job"] == first
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+    assert sorted(os.listdir(tmp_path)) == ["job.yaml"]
+    assert not shm_of(first)
+
+
+def test_the_stale_endpoint_of_a_killed_job_is_reclaimed(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    ep = tmp_path / "ep"
+    job = job_name("stale")
+    p = start_serving(cfg, job, extra=("--set", f"control.endpoint=ipc://{ep}"))
+    p.kill()
+    p.wait()
+    assert ep.is_socket() and (tmp_path / "ep.lock").exists()
+    # The sockets it recorded in its lock are its own: the next run takes them over.
+    out = run_job(cfg, job, f"control.endpoint=ipc://{ep}")
+    assert out.returncode == 0, out.stderr
+    assert sorted(os.listdir(tmp_path)) == ["job.yaml"]
+    assert not shm_of(job)
+
+
+def free_port_pair():
+    """A tcp port P on loopback with P+1 free too (control and stats)."""
+    for _ in range(100):
+        port = random.randrange(20000, 60000)
+        socks = []
+        try:
+            for p in (port, port + 1):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port pair")
+
+
+def keygen(path):
+    out = subprocess.run([SHMFEED, "keygen", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def call(target, env=None, timeout_ms=1500, user=None, client=None):
+    """One hello through the test client; (returncode, stdout, stderr)."""
+    env = dict(os.environ if env is None else env, SF_CTL_TIMEOUT_MS=str(timeout_ms))
+    pre = None
+    if user is not None:
+        def pre():
+            os.setgroups([])
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+    out = subprocess.run([client or CTL, target, '{"v":1,"op":"hello"}'], capture_output=True,
+                         text=True, timeout=30, env=env, preexec_fn=pre)
+    return out.returncode, out.stdout, out.stderr
+
+
+def test_keygen_writes_a_private_pair_and_never_overwrites(tmp_path):
+    pub = keygen(tmp_path / "k")
+    assert len(pub) == 40
+    assert os.stat(tmp_path / "k").st_mode & 0o777 == 0o600
+    assert f'public-key = "{pub}"' in (tmp_path / "k").read_text()
+    assert (tmp_path / "k.pub").read_text().split()[0] == pub
+    before = (tmp_path / "k").read_text()
+    out = subprocess.run([SHMFEED, "keygen", str(tmp_path / "k")], capture_output=True,
+                         text=True)
+    assert out.returncode == 1 and "File exists" in out.stderr
+    assert (tmp_path / "k").read_text() == before
+
+
+def test_tcp_control_needs_curve_or_an_explicit_warned_opt_in(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    port = free_port_pair()
+    ep = f"control.endpoint=tcp://127.0.0.1:{port}"
+    # Loopback is no exception: any local user reaches it.
+    out = subprocess.run([SHMFEED, "check", cfg, "--set", ep], capture_output=True, text=True)
+    assert out.returncode == 1 and "is tcp without CURVE" in out.stderr, out.stderr
+    job = job_name("plain")
+    out = run_job(cfg, job, ep)
+    assert out.returncode == 1 and "is tcp without CURVE" in out.stderr
+    assert not shm_of(job)
+    insecure = "control.insecure_tcp=true"
+    out = subprocess.run([SHMFEED, "check", cfg, "--set", ep, "--set", insecure],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "warning:" in out.stderr and "no authentication" in out.stderr
+    job = job_name("insecure")
+    p = start_serving(cfg, job, extra=("--set", ep, "--set", insecure))
+    try:
+        assert ctl(job, '{"v":1,"op":"hello"}')["ok"]
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+    first = p.stderr.readline()
+    assert first.startswith("shmfeed: warning: control endpoint") and \
+        "no authentication" in first, first
+    assert not shm_of(job)
+
+
+def test_check_reads_the_key_files_as_run_does(tmp_path):
+    cfg = write_config(tmp_path)
+    pub = keygen(tmp_path / "server")
+    other = keygen(tmp_path / "other")
+    allowed = tmp_path / "allowed"
+    allowed.write_text((tmp_path / "other.pub").read_text())
+
+    def check(secret, allow):
+        return subprocess.run([SHMFEED, "check", cfg, "--set", "control.endpoint=tcp://[::1]:7",
+                               "--set", f"control.curve_secret_key_file={secret}",
+                               "--set", f"control.curve_allowed_clients={allow}"],
+                              capture_output=True, text=True)
+
+    assert check(tmp_path / "server", allowed).returncode == 0
+    os.chmod(tmp_path / "server", 0o640)
+    out = check(tmp_path / "server", allowed)
+    assert out.returncode == 1 and "no access for group or others" in out.stderr
+    os.chmod(tmp_path / "server", 0o600)
+    text = (tmp_path / "server").read_text()
+    bad = tmp_path / "mismatch"
+    bad.write_text(text.replace(pub, other))
+    bad.chmod(0o600)
+    out = check(bad, allowed)
+    assert out.returncode == 1 and "is not the public key of its secret-key" in out.stderr
+    bad.write_text("secret-key = \"short\"\n")
+    out = check(bad, allowed)
+    assert out.returncode == 1 and "no line secret-key" in out.stderr
+    allowed.write_text("# nobody\n\n")
+    out = check(tmp_path / "server", allowed)
+    assert out.returncode == 1 and "holds no key" in out.stderr
+    allowed.write_text(f"{other} fine\nnot-a-key\n")
+    out = check(tmp_path / "server", allowed)
+    assert out.returncode == 1 and f"{allowed}:2: expected a 40-character Z85" in out.stderr
+    out = check(tmp_path / "server", tmp_path)
+    assert out.returncode == 1 and "is not a regular file" in out.stderr
+
+
+def curve_job(tmp_path, cfg, job, port):
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    server = keygen(keys / "server")
+    keygen(keys / "client")
+    keygen(keys / "stranger")
+    (keys / "allowed").write_text("# clients of the test job\n\n" +
+                                  (keys / "client.pub").read_text())
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}",
+                          "--set", f"control.endpoint=tcp://127.0.0.1:{port}",
+                          "--set", f"control.curve_secret_key_file={keys}/server",
+                          "--set", f"control.curve_allowed_clients={keys}/allowed"],
+                         stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ, SHMFEED_CURVE_KEY=str(keys / "client"))
+    assert wait_for(lambda: call(job, env=env)[0] == 0), "the job never answered hello"
+    return p, keys, server
+
+
+def test_tcp_control_lets_in_only_allowed_curve_keys(rt, tmp_path):
+    cfg = write_config(tmp_path)
+    job = job_name("curve")
+    port = free_port_pair()
+    p, keys, server = curve_job(tmp_path, cfg, job, port)
+    try:
+        rc, out, err = call(job, env=dict(os.environ, SHMFEED_CURVE_KEY=str(keys / "client")))
+        assert rc == 0 and f'"job":"{job}"' in out, err
+        # A key pair not in the allow-list: refused, and the job says so.
+        rc, out, err = call(job, env=dict(os.environ,
+                                          SHMFEED_CURVE_KEY=str(keys / "stranger")))
+        assert rc == 1 and "no reply" in err
+        # No key: the client is told what it needs.
+        env = dict(os.environ)
+        env.pop("SHMFEED_CURVE_KEY", None)
+        rc, out, err = call(job, env=env)
+        assert rc == 1 and "takes CURVE clients only" in err
+        # A plain (NULL mechanism) client at the port, as any local user could try.
+        rc, out, err = call(f"tcp://127.0.0.1:{port}", env=env)
+        assert rc == 1 and "no reply" in err
+        # status and top with the key; status without it.
+        out = subprocess.run([SHMFEED, "status", job, "--key", str(keys / "client")],
+                             capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0 and f"job {job}: running" in out.stdout, out.stderr
+        out = subprocess.run([SHMFEED, "top", job, "--count", "1", "--key",
+                              str(keys / "client")],
+                             capture_output=True, text=True, timeout=20)
+        assert out.returncode == 0 and f"job {job}:" in out.stdout, out.stderr
+        out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
+                             timeout=10, env=env)
+        assert out.returncode == 1 and "takes CURVE clients only" in out.stderr
+        out = subprocess.run([SHMFEED, "status", job, "--key", str(keys / "stranger")],
+                             capture_output=True, text=True, timeout=10, env=env)
+        assert out.returncode == 1 and "does not allow this client's CURVE key" in out.stderr
+        # A secret key file others can read is refused.
+        os.chmod(keys / "client", 0o644)
+        rc, out, err = call(job, env=dict(os.environ, SHMFEED_CURVE_KEY=str(keys / "client")))
+        assert rc == 1 and "chmod 600" in err
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+    log = p.stderr.read()
+    assert "control: refused a client from 127.0.0.1 with public key " + \
+        (keys / "stranger.pub").read_text().split()[0] in log, log
+    assert not shm_of(job)
+
+
+OTHER_USER = "sf-test-other"
+
+
+@pytest.fixture
+def other_user():
+    """A second local user (created when missing); the test is skipped unless root."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a client as a second local user")
+    try:
+        return pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        pass
+    if not shutil.which("useradd"):
+        pytest.skip("no useradd to create a second local user")
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                    "/usr/sbin/nologin", OTHER_USER], check=True, capture_output=True)
+    return pwd.getpwnam(OTHER_USER)
+
+
+def test_a_second_local_user_is_refused_over_tcp_and_ipc(rt, tmp_path, other_user):
+    cfg = write_config(tmp_path)
+    shared = tempfile.mkdtemp(prefix="sf-other-")
+    os.chmod(shared, 0o755)
+    try:
+        # The other user runs a copy of the test client that it can reach.
+        client = os.path.join(shared, "ctl")
+        shutil.copy(CTL, client)
+        os.chmod(client, 0o755)
+        # The other user's own key pair, which the job does not allow.
+        keygen(os.path.join(shared, "mine"))
+        os.chown(os.path.join(shared, "mine"), other_user.pw_uid, other_user.pw_gid)
+        env = {"PATH": "/usr/bin:/bin", "SHMFEED_CURVE_KEY": os.path.join(shared, "mine")}
+        job = job_name("tcp-other")
+        port = free_port_pair()
+        p, keys, server = curve_job(tmp_path, cfg, job, port)
+        try:
+            # It knows the server key (public) and the port, and brings its own key...
+            rc, out, err = call(f"tcp://127.0.0.1:{port}",
+                                env=dict(env, SF_CTL_SERVER_KEY=server), user=other_user,
+                                client=client)
+            assert rc == 1 and "no reply" in err, (rc, out, err)
+            # ...or none at all.
+            rc, out, err = call(f"tcp://127.0.0.1:{port}", env={"PATH": "/usr/bin:/bin"},
+                                user=other_user, client=client)
+            assert rc == 1 and "no reply" in err, (rc, out, err)
+            assert call(job, env=dict(os.environ,
+                                      SHMFEED_CURVE_KEY=str(keys / "client")))[0] == 0
+        finally:
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=10) == 0
+        assert "refused a client" in p.stderr.read()
+        # ipc: the default endpoint in the private runtime directory, and a socket in a
+        # directory everyone can enter (made with umask 077).
+        for where in (None, os.path.join(shared, "ep")):
+            job = job_name("ipc-other")
+            extra = ("--set", f"control.endpoint=ipc://{where}") if where else ()
+            p = start_serving(cfg, job, extra=extra)
+            try:
+                target = f"ipc://{where}" if where else f"ipc://{rt}/{job}.ctl"
+                rc, out, err = call(target, env={"PATH": "/usr/bin:/bin"}, user=other_user,
+                                    client=client)
+                assert rc == 1 and "no reply" in err, (where, rc, out, err)
+                assert call(target)[0] == 0
+            finally:
+                p.send_signal(signal.SIGTERM)
+                assert p.wait(timeout=10) == 0
+            assert not shm_of(job)
+    finally:
+        shutil.rmtree(shared)
