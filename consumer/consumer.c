@@ -265,11 +265,20 @@ static int release_held(struct sf_consumer *c)
 	if (!c->held)
 		return 0;
 	if (c->gpu.cu) {
-		sf_curesult q = c->gpu.cu->cuEventQuery(c->gpu.copied[c->gpu.held_buf]);
+		const struct sf_cuda *cu = c->gpu.cu;
+		sf_cucontext popped;
 
-		if (q == SF_CUDA_ERROR_NOT_READY)
-			q = c->gpu.cu->cuEventSynchronize(c->gpu.copied[c->gpu.held_buf]);
-		r = cuda_call(c, q, "cuEventSynchronize");
+		/* The calling thread may have no context current (a loader thread): every
+		 * driver call here runs in the primary context, pushed for it. */
+		r = cuda_call(c, cu->cuCtxPushCurrent(c->gpu.ctx), "cuCtxPushCurrent");
+		if (r >= 0) {
+			sf_curesult q = cu->cuEventQuery(c->gpu.copied[c->gpu.held_buf]);
+
+			if (q == SF_CUDA_ERROR_NOT_READY)
+				q = cu->cuEventSynchronize(c->gpu.copied[c->gpu.held_buf]);
+			r = cuda_call(c, q, "cuEventSynchronize");
+			cu->cuCtxPopCurrent(&popped);
+		}
 	}
 	/* The slot is released even after a failed copy: its content is still in shared
 	 * memory and the caller has the error; holding it would stall the producers. */

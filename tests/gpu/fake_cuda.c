@@ -100,7 +100,10 @@ static struct CUctx_st primary;
 static struct CUstream_st null_stream, *streams[64];
 static struct CUevent_st *events[256]; /* every event made, destroyed ones included */
 static struct range allocs[64], registered[16];
-static int n_devices = 1, init_code, eager = 1, ctx_depth;
+static int n_devices = 1, init_code, eager = 1;
+/* As with the driver, the context stack is per thread: a call made on a thread that has no
+ * context current fails, whatever other threads have pushed. */
+static _Thread_local int ctx_depth;
 static char fail_name[64];
 static unsigned fail_code;
 static long fail_nth = 1, fail_calls;
@@ -347,6 +350,7 @@ EXPORT sf_curesult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int f
 EXPORT sf_curesult cuMemHostUnregister(void *p)
 {
 	ENTER("cuMemHostUnregister");
+	NEED_CONTEXT();
 	ret_ = NOT_REGISTERED;
 	for (size_t i = 0; i < 16; i++)
 		if (registered[i].n && registered[i].p == (uintptr_t)p) {
@@ -382,6 +386,7 @@ EXPORT sf_curesult cuMemAlloc_v2(sf_cudeviceptr *dptr, size_t bytesize)
 EXPORT sf_curesult cuMemFree_v2(sf_cudeviceptr dptr)
 {
 	ENTER("cuMemFree");
+	NEED_CONTEXT();
 	ret_ = INVALID_VALUE;
 	for (size_t i = 0; i < 64; i++)
 		if (allocs[i].n && allocs[i].p == (uintptr_t)dptr) {
@@ -464,6 +469,7 @@ EXPORT sf_curesult cuMemAllocHost_v2(void **pp, size_t bytesize)
 EXPORT sf_curesult cuMemFreeHost(void *p)
 {
 	ENTER("cuMemFreeHost");
+	NEED_CONTEXT();
 	free(p);
 	LEAVE();
 }
@@ -490,6 +496,7 @@ EXPORT sf_curesult cuStreamCreate(sf_custream *stream, unsigned int flags)
 EXPORT sf_curesult cuStreamDestroy_v2(sf_custream stream)
 {
 	ENTER("cuStreamDestroy");
+	NEED_CONTEXT();
 	ret_ = INVALID_HANDLE;
 	for (size_t i = 0; i < 64; i++)
 		if (stream && streams[i] == stream) {
@@ -510,6 +517,7 @@ EXPORT sf_curesult cuStreamWaitEvent(sf_custream stream, sf_cuevent event, unsig
 
 	ENTER("cuStreamWaitEvent");
 	(void)flags;
+	NEED_CONTEXT();
 	o.ev_on = event->on;
 	o.gen = event->recorded;
 	/* An event never recorded is complete: nothing to wait for. */
@@ -521,6 +529,7 @@ EXPORT sf_curesult cuStreamWaitEvent(sf_custream stream, sf_cuevent event, unsig
 EXPORT sf_curesult cuStreamSynchronize(sf_custream stream)
 {
 	ENTER("cuStreamSynchronize");
+	NEED_CONTEXT();
 	drain(stream_of(stream));
 	LEAVE();
 }
@@ -548,6 +557,7 @@ EXPORT sf_curesult cuEventRecord(sf_cuevent event, sf_custream stream)
 	struct op o = {.kind = OP_RECORD, .ev = event};
 
 	ENTER("cuEventRecord");
+	NEED_CONTEXT();
 	o.gen = event->recorded + 1;
 	if (push(stream_of(stream), o) < 0) {
 		ret_ = OUT_OF_MEMORY;
@@ -562,6 +572,7 @@ EXPORT sf_curesult cuEventRecord(sf_cuevent event, sf_custream stream)
 EXPORT sf_curesult cuEventQuery(sf_cuevent event)
 {
 	ENTER("cuEventQuery");
+	NEED_CONTEXT();
 	progress();
 	if (!record_ran(event, event->recorded))
 		ret_ = NOT_READY;
@@ -571,6 +582,7 @@ EXPORT sf_curesult cuEventQuery(sf_cuevent event)
 EXPORT sf_curesult cuEventSynchronize(sf_cuevent event)
 {
 	ENTER("cuEventSynchronize");
+	NEED_CONTEXT();
 	while (!record_ran(event, event->recorded) && run_one(event->on))
 		;
 	LEAVE();
@@ -579,6 +591,7 @@ EXPORT sf_curesult cuEventSynchronize(sf_cuevent event)
 EXPORT sf_curesult cuEventDestroy_v2(sf_cuevent event)
 {
 	ENTER("cuEventDestroy");
+	NEED_CONTEXT();
 	if (event->destroyed) {
 		ret_ = INVALID_HANDLE;
 	} else {
@@ -633,7 +646,7 @@ EXPORT int fake_cuda_read_async(void *dst, unsigned long long src, size_t bytes,
 	int r = -1;
 
 	pthread_mutex_lock(&lock);
-	if (device_ok(src, bytes))
+	if (ctx_depth && device_ok(src, bytes))
 		r = push(stream_of(stream), o);
 	progress();
 	pthread_mutex_unlock(&lock);

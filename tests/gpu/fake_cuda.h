@@ -20,6 +20,9 @@
  *            event it waits for has completed; work on the NULL stream stays lazy. A
  *            copy that does not wait for the caller's work on its buffer then overwrites
  *            the buffer before that work reads it.
+ *   The context stack is per thread, as with the driver: every call that acts in a context
+ *   (all but cuInit, the device and primary-context calls, cuCtxPush/PopCurrent and
+ *   cuGetErrorName) fails with CUDA_ERROR_INVALID_CONTEXT on a thread that has none current.
  *   fake_cuda_set_eager() makes one stream (the NULL stream included) eager whatever the
  *   policy: with the consumer's stream lazy and the caller's eager, the caller's work
  *   runs before a copy it was not made to wait for.
@@ -47,7 +50,8 @@ typedef void fake_cuda_stats_fn(struct fake_cuda_stats *ret);
 
 /*
  * fake_cuda_read_async - queue on `stream` a "kernel" that copies `bytes` of device memory
- * at `src` to host `dst` when it runs: the caller's use of a batch.
+ * at `src` to host `dst` when it runs: the caller's use of a batch. Returns 0, or -1 when
+ * the calling thread has no context current or `src` is not device memory.
  */
 typedef int fake_cuda_read_async_fn(void *dst, unsigned long long src, size_t bytes, void *stream);
 

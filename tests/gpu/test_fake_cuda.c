@@ -17,6 +17,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +266,62 @@ static void case_copy_fails(void)
 	feed_stop(f);
 }
 
+struct thread_case {
+	struct feed *f;
+	struct sf_consumer *c;
+};
+
+static void *consume_on_thread(void *arg)
+{
+	struct thread_case *t = arg;
+	unsigned char *want = malloc(feed_token_bytes(t->f));
+
+	for (uint64_t st = 0; st < 10; st++) {
+		struct sf_batch b;
+		int r = sf_consumer_next(t->c, 10000, &b);
+
+		CHECK(r == 0 && b.step == st, "step %llu: %s", (unsigned long long)st,
+		      sf_consumer_errmsg(t->c));
+		if (r < 0)
+			break;
+		feed_fill(t->f, 0, st, want);
+		CHECK(b.digest == sf_digest(want, feed_token_bytes(t->f), 0), "digest");
+	}
+	CHECK(sf_consumer_release(t->c) == 0, "release: %s", sf_consumer_errmsg(t->c));
+	sf_consumer_detach(t->c);
+	free(want);
+	return NULL;
+}
+
+/*
+ * The handle used from a thread that has no CUDA context current (a data-loading thread):
+ * every driver call the consumer makes must push its own. The main thread holds a context
+ * meanwhile, so a driver (or fake) that kept one context stack per process would hide it.
+ */
+static void case_other_thread(void)
+{
+	struct thread_case t;
+	sf_cucontext ctx, popped;
+	sf_cudevice dev;
+	pthread_t th;
+	char msg[256];
+
+	load();
+	t.f = start("thread", 1);
+	CHECK(sf_consumer_attach(t.f->opt.job, 0, 0, 0, &t.c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
+		      !cu->cuCtxPushCurrent(ctx),
+	      "the main thread's context");
+	CHECK(pthread_create(&th, NULL, consume_on_thread, &t) == 0, "pthread_create");
+	pthread_join(th, NULL);
+	cu->cuCtxPopCurrent(&popped);
+	cu->cuDevicePrimaryCtxRelease(dev);
+	expect_balanced("after detach on the other thread");
+	feed_stop(t.f);
+}
+
 /* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
  * failure: SF_E_CUDA with its name. */
 static void case_no_device(int want_rc, const char *expect)
@@ -325,6 +382,7 @@ int main(void)
 		{"no device", {"FAKE_CUDA_DEVICES=0"}, 4, "no CUDA device"},
 		{"cuInit: NO_DEVICE", {"FAKE_CUDA_INIT=100"}, 4, "no CUDA device"},
 		{"cuInit fails", {"FAKE_CUDA_INIT=3"}, 5, "cuInit: CUDA_ERROR_NOT_INITIALIZED (3)"},
+		{"next() on a thread without a context", {"FAKE_CUDA_POLICY=lazy"}, 8, NULL},
 	};
 	int bad = 0;
 
@@ -337,8 +395,10 @@ int main(void)
 		if (pid == 0) {
 			for (int k = 0; k < 2 && t->env[k]; k++)
 				putenv((char *)t->env[k]);
-			if (t->kind <= 1 || t->kind >= 6)
+			if (t->kind <= 1 || t->kind == 6 || t->kind == 7)
 				case_copies(t->kind & 1, t->kind >= 6);
+			else if (t->kind == 8)
+				case_other_thread();
 			else if (t->kind == 2)
 				case_attach_fails(t->expect);
 			else if (t->kind == 3)
