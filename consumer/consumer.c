@@ -155,6 +155,10 @@ static void gpu_teardown(struct sf_consumer *c)
 	 * done about them and the first error is already in the handle. */
 	if (cu->cuCtxPushCurrent(g->ctx) != SF_CUDA_SUCCESS)
 		return;
+	/* The caller's work queued on its stream may still read the device buffers: an
+	 * event recorded there now completes after it. Then the copies. */
+	if (g->used[0] && cu->cuEventRecord(g->used[0], g->user_stream) == SF_CUDA_SUCCESS)
+		cu->cuEventSynchronize(g->used[0]);
 	if (g->stream)
 		cu->cuStreamSynchronize(g->stream);
 	for (int i = 0; i < 2; i++) {

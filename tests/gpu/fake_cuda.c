@@ -383,6 +383,29 @@ EXPORT sf_curesult cuMemAlloc_v2(sf_cudeviceptr *dptr, size_t bytesize)
 	LEAVE();
 }
 
+/*
+ * Queued operations that still touch [p, p + n): counted as freed_in_use and made empty,
+ * so that the test sees the violation rather than a use after free.
+ */
+static void drop_ops_on(uintptr_t p, size_t n)
+{
+	for (size_t i = 0; i <= sizeof(streams) / sizeof(streams[0]); i++) {
+		struct CUstream_st *s = i ? streams[i - 1] : &null_stream;
+
+		for (size_t k = s ? s->head : 0; s && k < s->tail; k++) {
+			struct op *o = &s->ops[k];
+			uintptr_t dev = o->kind == OP_COPY   ? (uintptr_t)o->dst
+					: o->kind == OP_READ ? (uintptr_t)o->src
+							     : 0;
+
+			if (dev && o->n && dev < p + n && p < dev + o->n) {
+				stats.freed_in_use++;
+				o->n = 0;
+			}
+		}
+	}
+}
+
 EXPORT sf_curesult cuMemFree_v2(sf_cudeviceptr dptr)
 {
 	ENTER("cuMemFree");
@@ -390,6 +413,7 @@ EXPORT sf_curesult cuMemFree_v2(sf_cudeviceptr dptr)
 	ret_ = INVALID_VALUE;
 	for (size_t i = 0; i < 64; i++)
 		if (allocs[i].n && allocs[i].p == (uintptr_t)dptr) {
+			drop_ops_on(allocs[i].p, allocs[i].n);
 			free((void *)allocs[i].p);
 			allocs[i].n = 0;
 			stats.frees++;

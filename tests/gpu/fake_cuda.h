@@ -43,6 +43,7 @@ struct fake_cuda_stats {
 	long htod_async_registered; /* ... whose source lay in registered host memory */
 	long violations;	    /* async copies whose source changed before they ran */
 	long bad_pointers;	    /* device pointers that were not allocated */
+	long freed_in_use;	    /* cuMemFree of memory queued work still reads or writes */
 };
 
 /* fake_cuda_stats - the counters so far (resolve with dlsym in the process under test). */

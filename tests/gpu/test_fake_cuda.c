@@ -322,6 +322,58 @@ static void case_other_thread(void)
 	feed_stop(t.f);
 }
 
+/*
+ * Detach while the caller's reads of the last batches are still queued on its stream (lazy
+ * policy: nothing has run): the device buffers may be freed only after them.
+ */
+static void case_detach_with_reads_queued(void)
+{
+	struct feed *f;
+	struct sf_consumer *c;
+	struct fake_cuda_stats s;
+	sf_cucontext ctx, popped;
+	sf_cudevice dev;
+	unsigned char *out, *want;
+	uint64_t tb;
+	char msg[256];
+
+	load();
+	f = start("detach", 1);
+	tb = feed_token_bytes(f);
+	out = calloc(3, tb);
+	want = malloc(tb);
+	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
+		      !cu->cuCtxPushCurrent(ctx),
+	      "the test's own context");
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	for (uint64_t st = 0; st < 3; st++) {
+		struct sf_batch b;
+
+		CHECK(sf_consumer_next(c, 10000, &b) == 0, "%s", sf_consumer_errmsg(c));
+		if (failed)
+			bail();
+		CHECK(read_async(out + st * tb, b.device_ptr, tb, NULL) == 0, "queue the read");
+	}
+	sf_consumer_detach(c);
+	get_stats(&s);
+	CHECK(s.freed_in_use == 0, "%ld queued reads of device buffers freed by detach",
+	      s.freed_in_use);
+	CHECK(!cu->cuStreamSynchronize(NULL), "synchronize");
+	for (uint64_t st = 0; st < 3; st++) {
+		feed_fill(f, 0, st, want);
+		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
+		      (unsigned long long)st);
+	}
+	cu->cuCtxPopCurrent(&popped);
+	cu->cuDevicePrimaryCtxRelease(dev);
+	expect_balanced("after detach");
+	feed_stop(f);
+	free(out);
+	free(want);
+}
+
 /* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
  * failure: SF_E_CUDA with its name. */
 static void case_no_device(int want_rc, const char *expect)
@@ -383,6 +435,7 @@ int main(void)
 		{"cuInit: NO_DEVICE", {"FAKE_CUDA_INIT=100"}, 4, "no CUDA device"},
 		{"cuInit fails", {"FAKE_CUDA_INIT=3"}, 5, "cuInit: CUDA_ERROR_NOT_INITIALIZED (3)"},
 		{"next() on a thread without a context", {"FAKE_CUDA_POLICY=lazy"}, 8, NULL},
+		{"detach with the caller's reads queued", {"FAKE_CUDA_POLICY=lazy"}, 9, NULL},
 	};
 	int bad = 0;
 
@@ -399,6 +452,8 @@ int main(void)
 				case_copies(t->kind & 1, t->kind >= 6);
 			else if (t->kind == 8)
 				case_other_thread();
+			else if (t->kind == 9)
+				case_detach_with_reads_queued();
 			else if (t->kind == 2)
 				case_attach_fails(t->expect);
 			else if (t->kind == 3)
