@@ -38,6 +38,7 @@ struct sf_consumer_gpu {
 	sf_cudeviceptr buf[2];
 	sf_cuevent copied[2]; /* recorded on `stream` after the copy into buf[i] */
 	sf_cuevent used[2];   /* recorded on user_stream after the caller's work on buf[i] */
+	sf_cuevent switched;  /* recorded on the previous user_stream by set_stream */
 	uint32_t used_valid[2];
 	uint32_t *doc_starts[2]; /* host copies, so that they outlive the slot */
 	void *registered;	 /* the ring's payloads, registered with the driver */
@@ -170,6 +171,8 @@ static void gpu_teardown(struct sf_consumer *c)
 			cu->cuMemFree(g->buf[i]);
 		free(g->doc_starts[i]);
 	}
+	if (g->switched)
+		cu->cuEventDestroy(g->switched);
 	if (g->stream)
 		cu->cuStreamDestroy(g->stream);
 	if (g->registered)
@@ -218,6 +221,9 @@ static int gpu_setup(struct sf_consumer *c, int32_t device)
 	g->registered = sf__arena_payload(c->a, c->rank, 0);
 	r = cuda_call(c, cu->cuStreamCreate(&g->stream, SF_CU_STREAM_NON_BLOCKING),
 		      "cuStreamCreate");
+	if (r >= 0)
+		r = cuda_call(c, cu->cuEventCreate(&g->switched, SF_CU_EVENT_DISABLE_TIMING),
+			      "cuEventCreate");
 	for (int i = 0; i < 2 && r >= 0; i++) {
 		r = cuda_call(c, cu->cuMemAlloc(&g->buf[i], c->token_bytes), "cuMemAlloc");
 		if (r >= 0)
@@ -386,10 +392,29 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 
 int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream)
 {
-	if (!c->gpu.cu)
+	struct sf_consumer_gpu *g = &c->gpu;
+	sf_custream to = (sf_custream)(uintptr_t)stream;
+	sf_cucontext popped;
+	int r;
+
+	if (!g->cu)
 		return sf__err(&c->err, SF_E_STATE, "set_stream: the handle is in CPU mode");
-	c->gpu.user_stream = (sf_custream)(uintptr_t)stream;
-	/* Events recorded on the previous stream still order the buffers correctly. */
+	if (to == g->user_stream)
+		return 0;
+	/* The caller's work on the batches it holds may still sit on the old stream, and
+	 * the waits for their copies do: the new stream waits for all of it, so that the
+	 * "used" events recorded on it from now on come after that work, and work queued on
+	 * it sees the copies. */
+	r = cuda_call(c, g->cu->cuCtxPushCurrent(g->ctx), "cuCtxPushCurrent");
+	if (r < 0)
+		return r;
+	r = cuda_call(c, g->cu->cuEventRecord(g->switched, g->user_stream), "cuEventRecord");
+	if (r >= 0)
+		r = cuda_call(c, g->cu->cuStreamWaitEvent(to, g->switched, 0), "cuStreamWaitEvent");
+	g->cu->cuCtxPopCurrent(&popped);
+	if (r < 0)
+		return r;
+	g->user_stream = to;
 	return 0;
 }
 

@@ -183,8 +183,11 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
  * sf_consumer_set_stream - GPU mode: the CUstream on which the caller uses batches (0, the
  * default, is the legacy default stream). Work the caller queues on it after
  * sf_consumer_next() returns sees the batch copied, and a device buffer is refilled only
- * after the work the caller queued while it held that buffer. Returns 0, or SF_E_STATE
- * in CPU mode.
+ * after the work the caller queued while it held that buffer. Switching streams makes the
+ * new stream wait for everything queued on the old one so far, so batches handed out
+ * before the switch stay ordered. The stream must outlive its use by the handle: until
+ * another stream is set, or until detach (which waits for the work queued on it).
+ * Returns 0, SF_E_STATE in CPU mode, or SF_E_CUDA.
  */
 int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
 

@@ -274,7 +274,7 @@ struct thread_case {
 static void *consume_on_thread(void *arg)
 {
 	struct thread_case *t = arg;
-	unsigned char *want = malloc(feed_token_bytes(t->f));
+	unsigned char *want = malloc(t->f->arena->hdr->payload_bytes);
 
 	for (uint64_t st = 0; st < 10; st++) {
 		struct sf_batch b;
@@ -341,7 +341,7 @@ static void case_detach_with_reads_queued(void)
 	f = start("detach", 1);
 	tb = feed_token_bytes(f);
 	out = calloc(3, tb);
-	want = malloc(tb);
+	want = malloc(f->arena->hdr->payload_bytes);
 	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
 		      !cu->cuCtxPushCurrent(ctx),
 	      "the test's own context");
@@ -374,6 +374,67 @@ static void case_detach_with_reads_queued(void)
 	free(want);
 }
 
+/*
+ * The caller moves to another stream (eager policy): the read of step 0 is queued on
+ * stream A, which runs lazily, then the caller switches to stream B. The refill of step
+ * 0's buffer must still wait for that read, which only B now orders.
+ */
+static void case_switch_stream(void)
+{
+	enum { N = 8 };
+	struct feed *f;
+	struct sf_consumer *c;
+	sf_custream streams[2];
+	sf_cucontext ctx, popped;
+	sf_cudevice dev;
+	unsigned char *out, *want;
+	uint64_t tb;
+	char msg[256];
+
+	load();
+	f = start("switch", 1);
+	tb = feed_token_bytes(f);
+	out = calloc(N, tb);
+	want = malloc(f->arena->hdr->payload_bytes);
+	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
+		      !cu->cuCtxPushCurrent(ctx),
+	      "the test's own context");
+	for (int i = 0; i < 2; i++)
+		CHECK(!cu->cuStreamCreate(&streams[i], 0), "the test's streams");
+	set_eager(streams[0], 0);
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	for (uint64_t st = 0; st < N; st++) {
+		sf_custream on = streams[st > 0];
+		struct sf_batch b;
+
+		if (st < 2)
+			CHECK(sf_consumer_set_stream(c, (uint64_t)(uintptr_t)on) == 0, "%s",
+			      sf_consumer_errmsg(c));
+		CHECK(sf_consumer_next(c, 10000, &b) == 0, "%s", sf_consumer_errmsg(c));
+		if (failed)
+			bail();
+		CHECK(read_async(out + st * tb, b.device_ptr, tb, on) == 0, "queue the read");
+	}
+	for (int i = 0; i < 2; i++)
+		CHECK(!cu->cuStreamSynchronize(streams[i]), "synchronize");
+	for (uint64_t st = 0; st < N; st++) {
+		feed_fill(f, 0, st, want);
+		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
+		      (unsigned long long)st);
+	}
+	sf_consumer_detach(c);
+	for (int i = 0; i < 2; i++)
+		cu->cuStreamDestroy(streams[i]);
+	cu->cuCtxPopCurrent(&popped);
+	cu->cuDevicePrimaryCtxRelease(dev);
+	expect_balanced("after detach");
+	feed_stop(f);
+	free(out);
+	free(want);
+}
+
 /* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
  * failure: SF_E_CUDA with its name. */
 static void case_no_device(int want_rc, const char *expect)
@@ -398,7 +459,8 @@ struct run {
 	const char *expect;
 };
 
-int main(void)
+/* With an argument, runs only the cases whose name contains it. */
+int main(int argc, char **argv)
 {
 	static const struct run runs[] = {
 		{"copies, eager, NULL stream", {"FAKE_CUDA_POLICY=eager"}, 0, NULL},
@@ -436,6 +498,7 @@ int main(void)
 		{"cuInit fails", {"FAKE_CUDA_INIT=3"}, 5, "cuInit: CUDA_ERROR_NOT_INITIALIZED (3)"},
 		{"next() on a thread without a context", {"FAKE_CUDA_POLICY=lazy"}, 8, NULL},
 		{"detach with the caller's reads queued", {"FAKE_CUDA_POLICY=lazy"}, 9, NULL},
+		{"the caller switches streams", {"FAKE_CUDA_POLICY=eager"}, 10, NULL},
 	};
 	int bad = 0;
 
@@ -443,7 +506,11 @@ int main(void)
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		const struct run *t = &runs[i];
 		int status;
-		pid_t pid = fork();
+		pid_t pid;
+
+		if (argc > 1 && !strstr(t->name, argv[1]))
+			continue;
+		pid = fork();
 
 		if (pid == 0) {
 			for (int k = 0; k < 2 && t->env[k]; k++)
@@ -454,6 +521,8 @@ int main(void)
 				case_other_thread();
 			else if (t->kind == 9)
 				case_detach_with_reads_queued();
+			else if (t->kind == 10)
+				case_switch_stream();
 			else if (t->kind == 2)
 				case_attach_fails(t->expect);
 			else if (t->kind == 3)
@@ -462,11 +531,16 @@ int main(void)
 				case_no_device(t->kind == 4 ? -ENODEV : SF_E_CUDA, t->expect);
 			_exit(failed);
 		}
-		status = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status)
-				 ? WEXITSTATUS(status)
-				 : 1;
-		printf("%s: %s\n", status ? "FAIL" : "ok", t->name);
-		bad |= status != 0;
+		if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+			printf("FAIL: %s: cannot run it\n", t->name);
+			bad = 1;
+			continue;
+		}
+		if (WIFSIGNALED(status))
+			printf("FAIL: %s: killed by signal %d\n", t->name, WTERMSIG(status));
+		else
+			printf("%s: %s\n", WEXITSTATUS(status) ? "FAIL" : "ok", t->name);
+		bad |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 	}
 	return bad;
 }
