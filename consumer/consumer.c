@@ -40,8 +40,7 @@ struct sf_consumer_gpu {
 	sf_cuevent used[2];   /* recorded on user_stream after the caller's work on buf[i] */
 	sf_cuevent switched;  /* recorded on the previous user_stream by set_stream */
 	uint32_t used_valid[2];
-	uint32_t *doc_starts[2]; /* host copies, so that they outlive the slot */
-	void *registered;	 /* the ring's payloads, registered with the driver */
+	void *registered; /* the ring's payloads, registered with the driver */
 	uint32_t next_buf;
 	uint32_t held_buf;
 };
@@ -55,6 +54,7 @@ struct sf_consumer {
 	uint64_t step;	      /* the next step to claim */
 	uint64_t token_bytes; /* B * (T+1) * token size: what is digested and copied */
 	uint64_t doc_off;     /* where the document starts begin in a payload */
+	uint64_t copy_bytes;  /* GPU: the tokens, and the document starts when recorded */
 	struct sf_slot *held; /* CPU: the slot handed out; GPU: the slot being copied */
 	uint64_t provenance;
 	uint64_t batches;
@@ -169,7 +169,6 @@ static void gpu_teardown(struct sf_consumer *c)
 			cu->cuEventDestroy(g->used[i]);
 		if (g->buf[i])
 			cu->cuMemFree(g->buf[i]);
-		free(g->doc_starts[i]);
 	}
 	if (g->switched)
 		cu->cuEventDestroy(g->switched);
@@ -188,7 +187,6 @@ static int gpu_setup(struct sf_consumer *c, int32_t device)
 	const struct sf_arena_header *h = c->a->hdr;
 	const struct sf_cuda *cu;
 	sf_cucontext popped;
-	size_t doc_bytes = (size_t)h->geo.batch * h->geo.doc_starts_per_seq * sizeof(uint32_t);
 	int r;
 
 	r = sf__cuda_load(&cu, &c->err);
@@ -225,7 +223,7 @@ static int gpu_setup(struct sf_consumer *c, int32_t device)
 		r = cuda_call(c, cu->cuEventCreate(&g->switched, SF_CU_EVENT_DISABLE_TIMING),
 			      "cuEventCreate");
 	for (int i = 0; i < 2 && r >= 0; i++) {
-		r = cuda_call(c, cu->cuMemAlloc(&g->buf[i], c->token_bytes), "cuMemAlloc");
+		r = cuda_call(c, cu->cuMemAlloc(&g->buf[i], c->copy_bytes), "cuMemAlloc");
 		if (r >= 0)
 			r = cuda_call(c,
 				      cu->cuEventCreate(&g->copied[i], SF_CU_EVENT_DISABLE_TIMING),
@@ -233,11 +231,6 @@ static int gpu_setup(struct sf_consumer *c, int32_t device)
 		if (r >= 0)
 			r = cuda_call(c, cu->cuEventCreate(&g->used[i], SF_CU_EVENT_DISABLE_TIMING),
 				      "cuEventCreate");
-		if (r >= 0 && doc_bytes) {
-			g->doc_starts[i] = malloc(doc_bytes);
-			if (!g->doc_starts[i])
-				r = sf__err(&c->err, -ENOMEM, "out of memory");
-		}
 	}
 out_pop:
 	cu->cuCtxPopCurrent(&popped);
@@ -333,6 +326,8 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 	c->global_rank = geo->rank_base + c->rank;
 	c->token_bytes = (uint64_t)geo->batch * geo->seq_tokens * geo->token_bytes;
 	c->doc_off = sf__doc_starts_offset(geo->batch, geo->seq_tokens, geo->token_bytes);
+	/* The document starts follow the tokens within 64 bytes: one copy moves both. */
+	c->copy_bytes = geo->doc_starts_per_seq ? c->a->hdr->payload_bytes : c->token_bytes;
 	r = sf__participant_register(c->a, c->me, SF_ROLE_CONSUMER, local_rank, &c->err);
 	if (r < 0) {
 		if (r == SF_E_BUSY)
@@ -362,6 +357,14 @@ fail:
 	return r;
 }
 
+/* GPU mode: the device address of buffer i's document starts, or 0 when none. */
+static uint64_t gpu_doc_starts(const struct sf_consumer *c, uint32_t i)
+{
+	if (!c->gpu.cu || !c->a->hdr->geo.doc_starts_per_seq)
+		return 0;
+	return c->gpu.buf[i] + c->doc_off;
+}
+
 int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_info)
 {
 	const struct sf_arena_header *h = c->a->hdr;
@@ -381,8 +384,7 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 		.payload_stride = h->payload_stride,
 		.ring_base = (uint64_t)(uintptr_t)sf__arena_payload(c->a, c->rank, 0),
 		.device_buffer = {c->gpu.buf[0], c->gpu.buf[1]},
-		.doc_starts_buffer = {(uint64_t)(uintptr_t)c->gpu.doc_starts[0],
-				      (uint64_t)(uintptr_t)c->gpu.doc_starts[1]},
+		.doc_starts_buffer = {gpu_doc_starts(c, 0), gpu_doc_starts(c, 1)},
 		.config_digest = h->geo.config_digest,
 	};
 
@@ -445,7 +447,7 @@ static int gpu_copy(struct sf_consumer *c, const unsigned char *payload, struct 
 		if (r < 0)
 			goto out;
 	}
-	r = cuda_call(c, cu->cuMemcpyHtoDAsync(g->buf[buf], payload, c->token_bytes, g->stream),
+	r = cuda_call(c, cu->cuMemcpyHtoDAsync(g->buf[buf], payload, c->copy_bytes, g->stream),
 		      "cuMemcpyHtoDAsync");
 	if (r >= 0)
 		r = cuda_call(c, cu->cuEventRecord(g->copied[buf], g->stream), "cuEventRecord");
@@ -461,11 +463,7 @@ out:
 	b->device_ptr = g->buf[buf];
 	b->tokens = NULL;
 	b->buffer = buf;
-	if (g->doc_starts[buf]) {
-		memcpy(g->doc_starts[buf], payload + c->doc_off,
-		       (size_t)b->batch * b->doc_starts_per_seq * sizeof(uint32_t));
-		b->doc_starts = g->doc_starts[buf];
-	}
+	b->doc_starts = (const uint32_t *)(uintptr_t)gpu_doc_starts(c, buf);
 	return 0;
 }
 

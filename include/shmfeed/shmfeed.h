@@ -70,10 +70,11 @@ const char *sf_version(void);
  * of the same layout on the rank's device and `tokens` is NULL; in CPU mode
  * `device_ptr` is 0 and `tokens` points read-only into shared memory (zero copy).
  * `doc_starts` (when the job records document boundaries) holds, per sequence, up to
- * `doc_starts_per_seq` offsets of document starts, padded with UINT32_MAX; it is host
- * memory in both modes. `buffer` says where the batch lies, so that a binding can keep
- * one prebuilt view per place: the ring index in CPU mode, the device buffer (0 or 1) in
- * GPU mode.
+ * `doc_starts_per_seq` offsets of document starts, padded with UINT32_MAX; in CPU mode it
+ * points into shared memory, in GPU mode it is the device address (a CUdeviceptr) where
+ * they were copied with the tokens, in the same device buffer. `buffer` says where the batch lies,
+ * so that a binding can keep one prebuilt view per place: the ring index in CPU mode, the device
+ * buffer (0 or 1) in GPU mode.
  */
 struct sf_batch {
 	uint64_t step;		     /* this rank's step */
@@ -131,7 +132,8 @@ struct sf_consumer_stats {
  * where batches land, so that a binding can build its views once at attach.
  * In CPU mode the payload of ring index i starts at ring_base + i * payload_stride, its
  * document starts (if any) right after its B*(T+1) tokens. In GPU mode batches land in
- * device_buffer[0..1] and their document starts in the host buffers doc_starts_buffer[].
+ * device_buffer[0..1] and their document starts at the device addresses
+ * doc_starts_buffer[] (0 when the job records none).
  */
 struct sf_consumer_info {
 	uint32_t local_rank;

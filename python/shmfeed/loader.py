@@ -38,7 +38,8 @@ class Batch:
     """One step of one rank: `tokens` [B, T+1], `x` = tokens[:, :-1], `y` = tokens[:, 1:],
     `step`, `first_sample` (global index of row 0), `digest` (XXH3-64 of the token bytes),
     `doc_starts` (a [B, D] uint32 NumPy array of document starts per row, padded with
-    0xFFFFFFFF, or None when the job records no boundaries) and `wait_ns`."""
+    0xFFFFFFFF; on a GPU an int32 tensor on the device, padded with -1; None when the job
+    records no boundaries) and `wait_ns`."""
 
     __slots__ = ("tokens", "x", "y", "step", "first_sample", "digest", "doc_starts", "wait_ns")
 
@@ -197,7 +198,10 @@ class Loader:
                     self._widen.append((raw, wide))
                     raw = wide
                 self._tokens.append(raw)
-                self._docs.append(_host_array(i.doc_starts_buffer[k], np.uint32, (B, D))
+                # The document starts come to the device with the tokens; int32, since
+                # torch 1.13 has no uint32: the padding reads -1 there.
+                self._docs.append(t.as_tensor(_CudaBuffer(i.doc_starts_buffer[k], (B, D),
+                                                          "<i4"), device=self.device)
                                   if D else None)
         else:
             # Document starts begin at the first 64-byte boundary after the tokens

@@ -146,7 +146,7 @@ static void case_copies(int created, int caller_eager)
 	doc_off = sf__doc_starts_offset(f->geo.batch, f->geo.seq_tokens, 2);
 	out = malloc(2 * STEPS * tb);
 	want = malloc(pb);
-	docs = malloc(pb);
+	docs = calloc(2 * STEPS, pb - doc_off);
 
 	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
 		      !cu->cuCtxPushCurrent(ctx),
@@ -180,12 +180,18 @@ static void case_copies(int created, int caller_eager)
 			feed_fill(f, (uint32_t)r, st, want);
 			CHECK(b.digest == sf_digest(want, tb, 0), "rank %d step %llu: digest", r,
 			      (unsigned long long)st);
-			/* The document starts are host copies that outlive the slot. */
-			memcpy(docs, b.doc_starts, pb - doc_off);
-			CHECK(!memcmp(docs, want + doc_off, pb - doc_off), "doc starts");
+			/* The document starts are copied to the device with the tokens. */
+			CHECK(b.doc_starts && (uint64_t)(uintptr_t)b.doc_starts ==
+						      info[r].doc_starts_buffer[b.buffer],
+			      "document starts in the device buffer");
 			CHECK(read_async(out + (st * 2 + (uint64_t)r) * tb, b.device_ptr, tb,
 					 user) == 0,
 			      "queue the read");
+			CHECK(read_async(docs + (st * 2 + (uint64_t)r) * (pb - doc_off),
+					 (uint64_t)(uintptr_t)b.doc_starts, pb - doc_off,
+					 user) == 0,
+			      "rank %d step %llu: queue the read of the document starts", r,
+			      (unsigned long long)st);
 		}
 	for (int r = 0; r < 2; r++)
 		CHECK(sf_consumer_release(c[r]) == 0, "%s", sf_consumer_errmsg(c[r]));
@@ -195,6 +201,10 @@ static void case_copies(int created, int caller_eager)
 			feed_fill(f, r, st, want);
 			CHECK(!memcmp(out + (st * 2 + r) * tb, want, tb),
 			      "rank %u step %llu: the caller's read saw other bytes", r,
+			      (unsigned long long)st);
+			CHECK(!memcmp(docs + (st * 2 + r) * (pb - doc_off), want + doc_off,
+				      pb - doc_off),
+			      "rank %u step %llu: the document starts read on the device differ", r,
 			      (unsigned long long)st);
 		}
 	get_stats(&s);
