@@ -35,14 +35,19 @@ struct sf_consumer_gpu {
 	sf_cucontext ctx;
 	sf_custream stream;	 /* this handle's copy stream */
 	sf_custream user_stream; /* where the caller uses batches */
-	sf_cudeviceptr buf[2];
-	sf_cuevent copied[2]; /* recorded on `stream` after the copy into buf[i] */
-	sf_cuevent used[2];   /* recorded on user_stream after the caller's work on buf[i] */
-	sf_cuevent switched;  /* recorded on the previous user_stream by set_stream */
-	uint32_t used_valid[2];
+	sf_cudeviceptr buf[SF_GPU_BUFFERS_MAX];
+	sf_cuevent copied[SF_GPU_BUFFERS_MAX]; /* on `stream` after the copy into buf[i] */
+	sf_cuevent used[SF_GPU_BUFFERS_MAX];   /* on user_stream after the caller's work */
+	sf_cuevent switched; /* recorded on the previous user_stream by set_stream */
+	uint8_t used_valid[SF_GPU_BUFFERS_MAX];
+	uint8_t out[SF_GPU_BUFFERS_MAX]; /* handed out, its "used" event not recorded yet */
+	uint64_t step_in[SF_GPU_BUFFERS_MAX];
 	void *registered; /* the ring's payloads, registered with the driver */
+	uint32_t nbuf;
+	uint32_t explicit_release; /* SF_ATTACH_EXPLICIT_RELEASE */
 	uint32_t next_buf;
-	uint32_t held_buf;
+	uint32_t held_buf; /* the buffer of the slot still held (being copied) */
+	uint32_t last_buf; /* the buffer of the last batch handed out */
 };
 
 struct sf_consumer {
@@ -162,7 +167,7 @@ static void gpu_teardown(struct sf_consumer *c)
 		cu->cuEventSynchronize(g->used[0]);
 	if (g->stream)
 		cu->cuStreamSynchronize(g->stream);
-	for (int i = 0; i < 2; i++) {
+	for (uint32_t i = 0; i < g->nbuf; i++) {
 		if (g->copied[i])
 			cu->cuEventDestroy(g->copied[i]);
 		if (g->used[i])
@@ -181,14 +186,46 @@ static void gpu_teardown(struct sf_consumer *c)
 	memset(g, 0, sizeof(*g));
 }
 
-static int gpu_setup(struct sf_consumer *c, int32_t device)
+/*
+ * The number of device buffers: SF_ATTACH_GPU_BUFFERS(n) in the flags, else
+ * $SHMFEED_GPU_BUFFERS, else 2.
+ */
+static int gpu_buffer_count(struct sf_consumer *c, uint32_t flags, uint32_t *ret_n)
+{
+	const char *env = getenv("SHMFEED_GPU_BUFFERS");
+	unsigned long n = (flags >> 8) & 0xffu;
+	char *end = NULL;
+
+	if (!n && env && *env) {
+		n = strtoul(env, &end, 10);
+		if (*end)
+			n = 0;
+		if (n < 1 || n > SF_GPU_BUFFERS_MAX)
+			return sf__err(&c->err, SF_E_RANGE,
+				       "SHMFEED_GPU_BUFFERS='%s': expected 1..%d device buffers",
+				       env, SF_GPU_BUFFERS_MAX);
+	}
+	if (!n)
+		n = 2;
+	if (n > SF_GPU_BUFFERS_MAX)
+		return sf__err(&c->err, SF_E_RANGE, "%lu device buffers asked for, at most %d", n,
+			       SF_GPU_BUFFERS_MAX);
+	*ret_n = (uint32_t)n;
+	return 0;
+}
+
+static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
 {
 	struct sf_consumer_gpu *g = &c->gpu;
 	const struct sf_arena_header *h = c->a->hdr;
 	const struct sf_cuda *cu;
 	sf_cucontext popped;
+	uint32_t nbuf = 2;
 	int r;
 
+	r = gpu_buffer_count(c, flags, &nbuf);
+	if (r < 0)
+		return r;
 	r = sf__cuda_load(&cu, &c->err);
 	if (r < 0)
 		return r;
@@ -200,6 +237,8 @@ static int gpu_setup(struct sf_consumer *c, int32_t device)
 	if (r < 0)
 		return r;
 	g->cu = cu;
+	g->nbuf = nbuf;
+	g->explicit_release = (flags & SF_ATTACH_EXPLICIT_RELEASE) != 0;
 	r = cuda_call(c, cu->cuCtxPushCurrent(g->ctx), "cuCtxPushCurrent");
 	if (r < 0) {
 		cu->cuDevicePrimaryCtxRelease(g->dev);
@@ -222,7 +261,7 @@ static int gpu_setup(struct sf_consumer *c, int32_t device)
 	if (r >= 0)
 		r = cuda_call(c, cu->cuEventCreate(&g->switched, SF_CU_EVENT_DISABLE_TIMING),
 			      "cuEventCreate");
-	for (int i = 0; i < 2 && r >= 0; i++) {
+	for (uint32_t i = 0; i < nbuf && r >= 0; i++) {
 		r = cuda_call(c, cu->cuMemAlloc(&g->buf[i], c->copy_bytes), "cuMemAlloc");
 		if (r >= 0)
 			r = cuda_call(c,
@@ -340,7 +379,7 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 	 * ring's lowest step is the first one nobody finished with. */
 	c->step = sf__ring_next_step(c->a, c->rank);
 	if (device >= 0 && !(flags & SF_ATTACH_CPU)) {
-		r = gpu_setup(c, device);
+		r = gpu_setup(c, device, flags);
 		if (r < 0)
 			goto fail_unregister;
 		c->device = device;
@@ -360,9 +399,19 @@ fail:
 /* GPU mode: the device address of buffer i's document starts, or 0 when none. */
 static uint64_t gpu_doc_starts(const struct sf_consumer *c, uint32_t i)
 {
-	if (!c->gpu.cu || !c->a->hdr->geo.doc_starts_per_seq)
+	if (!c->gpu.cu || i >= c->gpu.nbuf || !c->a->hdr->geo.doc_starts_per_seq)
 		return 0;
 	return c->gpu.buf[i] + c->doc_off;
+}
+
+int sf_consumer_device_buffer(const struct sf_consumer *c, uint32_t index, uint64_t *ret_tokens,
+			      uint64_t *ret_doc_starts)
+{
+	if (index >= c->gpu.nbuf)
+		return SF_E_RANGE;
+	*ret_tokens = c->gpu.buf[index];
+	*ret_doc_starts = gpu_doc_starts(c, index);
+	return 0;
 }
 
 int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_info)
@@ -380,7 +429,7 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 		.dtype = h->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32,
 		.doc_starts_per_seq = h->geo.doc_starts_per_seq,
 		.device = c->device,
-		.gpu_buffers = c->gpu.cu ? 2 : 0,
+		.gpu_buffers = c->gpu.nbuf,
 		.payload_stride = h->payload_stride,
 		.ring_base = (uint64_t)(uintptr_t)sf__arena_payload(c->a, c->rank, 0),
 		.device_buffer = {c->gpu.buf[0], c->gpu.buf[1]},
@@ -420,26 +469,42 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream)
 	return 0;
 }
 
-/* GPU mode: copy the claimed slot into the next device buffer (see the header comment
- * of sf_consumer_next() for the ordering between the two streams). */
+/*
+ * Mark the end of the caller's work on device buffer k: an event recorded on its stream,
+ * which the copy that next refills k waits for. The context is current.
+ */
+static int gpu_mark_used(struct sf_consumer *c, uint32_t k)
+{
+	struct sf_consumer_gpu *g = &c->gpu;
+	int r = cuda_call(c, g->cu->cuEventRecord(g->used[k], g->user_stream), "cuEventRecord");
+
+	if (r < 0)
+		return r;
+	g->used_valid[k] = 1;
+	g->out[k] = 0;
+	return 0;
+}
+
+/* GPU mode: copy the claimed slot into the next device buffer (see the header comments
+ * of sf_consumer_next() and sf_consumer_release_batch() for the ordering between the two
+ * streams). */
 static int gpu_copy(struct sf_consumer *c, const unsigned char *payload, struct sf_batch *b)
 {
 	struct sf_consumer_gpu *g = &c->gpu;
 	const struct sf_cuda *cu = g->cu;
-	uint32_t buf = g->next_buf, prev = buf ^ 1u;
+	uint32_t buf = g->next_buf;
 	sf_cucontext popped;
 	int r;
 
 	r = cuda_call(c, cu->cuCtxPushCurrent(g->ctx), "cuCtxPushCurrent");
 	if (r < 0)
 		return r;
-	/* Everything the caller queued since the previous batch used buffer `prev`: mark
-	 * its end, so the copy that next refills `prev` waits for it. */
-	if (c->batches) {
-		r = cuda_call(c, cu->cuEventRecord(g->used[prev], g->user_stream), "cuEventRecord");
+	/* Without explicit releases, everything the caller queued since the previous batch
+	 * used that batch's buffer: mark its end now. */
+	if (!g->explicit_release && g->out[g->last_buf]) {
+		r = gpu_mark_used(c, g->last_buf);
 		if (r < 0)
 			goto out;
-		g->used_valid[prev] = 1;
 	}
 	if (g->used_valid[buf]) {
 		r = cuda_call(c, cu->cuStreamWaitEvent(g->stream, g->used[buf], 0),
@@ -459,7 +524,10 @@ out:
 	if (r < 0)
 		return r;
 	g->held_buf = buf;
-	g->next_buf = prev;
+	g->last_buf = buf;
+	g->out[buf] = 1;
+	g->step_in[buf] = b->step;
+	g->next_buf = (buf + 1) % g->nbuf;
 	b->device_ptr = g->buf[buf];
 	b->tokens = NULL;
 	b->buffer = buf;
@@ -479,6 +547,11 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	unsigned char *payload;
 	int r;
 
+	if (c->gpu.explicit_release && c->gpu.out[c->gpu.next_buf])
+		return sf__err(&c->err, SF_E_STATE,
+			       "rank %u: all %u device buffers hold batches not released yet "
+			       "(release one with sf_consumer_release_batch, or attach with more)",
+			       c->global_rank, c->gpu.nbuf);
 	r = release_held(c);
 	if (r < 0)
 		return r;
@@ -555,6 +628,28 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 int sf_consumer_release(struct sf_consumer *c)
 {
 	return release_held(c);
+}
+
+int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batch)
+{
+	struct sf_consumer_gpu *g = &c->gpu;
+	uint32_t k = batch->buffer;
+	sf_cucontext popped;
+	int r;
+
+	if (!g->cu)
+		return batch->step + 1 == c->step ? release_held(c) : 0;
+	if (k >= g->nbuf || !g->out[k] || g->step_in[k] != batch->step)
+		return sf__err(&c->err, SF_E_STATE,
+			       "rank %u: the batch of step %llu is not held (released already, or "
+			       "implicitly by the next call)",
+			       c->global_rank, (unsigned long long)batch->step);
+	r = cuda_call(c, g->cu->cuCtxPushCurrent(g->ctx), "cuCtxPushCurrent");
+	if (r < 0)
+		return r;
+	r = gpu_mark_used(c, k);
+	g->cu->cuCtxPopCurrent(&popped);
+	return r;
 }
 
 int sf_consumer_state(struct sf_consumer *c, struct sf_resume *ret_state)

@@ -159,6 +159,20 @@ struct sf_consumer;
 
 /* Flags for sf_consumer_attach(). */
 #define SF_ATTACH_CPU 0x1u /* never use CUDA, even where it is available */
+/*
+ * GPU mode: the caller releases each batch with sf_consumer_release_batch() once it has
+ * queued all its work on it, instead of sf_consumer_next() releasing the previous batch;
+ * the caller may then hold up to the number of device buffers at once (prefetching
+ * loops, gradient accumulation that fetches ahead). sf_consumer_next() refuses with
+ * SF_E_STATE when the buffer it would refill still holds a batch not released.
+ */
+#define SF_ATTACH_EXPLICIT_RELEASE 0x2u
+/*
+ * GPU mode: the number of device buffers (1..SF_GPU_BUFFERS_MAX), in bits 8..15 of the
+ * flags. 0 there takes $SHMFEED_GPU_BUFFERS, else 2.
+ */
+#define SF_ATTACH_GPU_BUFFERS(n) (((uint32_t)(n)&0xffu) << 8)
+#define SF_GPU_BUFFERS_MAX	 16
 
 /* The `device` of sf_consumer_attach() that asks for CPU views. */
 #define SF_DEVICE_NONE (-1)
@@ -172,14 +186,22 @@ struct sf_consumer;
  * the message. -ENOENT: no such job; SF_E_RANGE: no such local rank; SF_E_LAYOUT: an arena
  * of another layout version; SF_E_BUSY: a live process consumes that rank already.
  * On failure a message naming the cause is written to `errmsg` (when not NULL; always
- * NUL-terminated). Returns 0 and stores the handle in *ret_consumer; free it with
- * sf_consumer_detach().
+ * NUL-terminated). SF_E_RANGE also for a number of device buffers out of range.
+ * Returns 0 and stores the handle in *ret_consumer; free it with sf_consumer_detach().
  */
 int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint32_t flags,
 		       struct sf_consumer **ret_consumer, char *errmsg, uint32_t errmsg_len);
 
 /* sf_consumer_info - what the handle is attached to. Returns 0. */
 int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_info);
+
+/*
+ * sf_consumer_device_buffer - GPU mode: the device addresses of device buffer `index`
+ * (0..gpu_buffers-1; sf_consumer_info lists only the first two) and of its document
+ * starts (0 when the job records none). Returns 0, or SF_E_RANGE (and in CPU mode).
+ */
+int sf_consumer_device_buffer(const struct sf_consumer *c, uint32_t index, uint64_t *ret_tokens,
+			      uint64_t *ret_doc_starts);
 
 /*
  * sf_consumer_set_stream - GPU mode: the CUstream on which the caller uses batches (0, the
@@ -202,8 +224,28 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
  * handed back to the producers, and the next call waits for it afresh); SF_E_CUDA.
  * In GPU mode the slot stays claimed until its copy has completed, and is released on
  * the next call, so that the copy of step s+1 overlaps the caller's work on step s.
+ * GPU mode, which thread and stream: the handle may move between threads (one at a time;
+ * it pushes its context for every driver call), but the caller's work on batches must be
+ * queued on the stream given to sf_consumer_set_stream() (the legacy default stream
+ * unless set), which need not be the thread's current stream: work on another stream
+ * must be made to wait for the batch (cuStreamWaitEvent on an event recorded on that
+ * stream) and be ordered back into it before the batch is released. Without
+ * SF_ATTACH_EXPLICIT_RELEASE, a batch is released by the next call: work on it queued
+ * after that call (a loop that fetches ahead, a prefetch thread) races its refill. With
+ * it, a batch is released by sf_consumer_release_batch(), and SF_E_STATE is returned when
+ * every device buffer holds a batch not released.
  */
 int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *ret_batch);
+
+/*
+ * sf_consumer_release_batch - GPU mode: the caller has queued all its work on `batch` on
+ * its stream; the buffer may be refilled after that work (an event recorded on the stream
+ * now). Needed with SF_ATTACH_EXPLICIT_RELEASE, allowed without (it then releases the
+ * buffer earlier than the next call would). CPU mode: releases the slot when `batch` is
+ * the one held. Returns 0; SF_E_STATE when the batch is not held (released already, or
+ * not this handle's); SF_E_CUDA.
+ */
+int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batch);
 
 /*
  * sf_consumer_release - release the batch held, if any (in GPU mode after its copy has

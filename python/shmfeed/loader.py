@@ -187,10 +187,15 @@ class Loader:
         self._widen = None
         if self._gpu:
             native_u16 = hasattr(t, "uint16")
-            for k in range(2):
+            for k in range(i.gpu_buffers):
+                tok_ptr, doc_ptr = ctypes.c_uint64(), ctypes.c_uint64()
+                r = self._lib.sf_consumer_device_buffer(self._h, k, ctypes.byref(tok_ptr),
+                                                        ctypes.byref(doc_ptr))
+                if r < 0:
+                    self._raise(r)
                 typestr = "<u2" if dtype == np.uint16 and native_u16 else \
                     "<i2" if dtype == np.uint16 else "<i4"
-                raw = t.as_tensor(_CudaBuffer(i.device_buffer[k], (B, S), typestr),
+                raw = t.as_tensor(_CudaBuffer(tok_ptr.value, (B, S), typestr),
                                   device=self.device)
                 if typestr == "<i2":
                     wide = t.empty((B, S), dtype=t.int32, device=self.device)
@@ -200,9 +205,8 @@ class Loader:
                 self._tokens.append(raw)
                 # The document starts come to the device with the tokens; int32, since
                 # torch 1.13 has no uint32: the padding reads -1 there.
-                self._docs.append(t.as_tensor(_CudaBuffer(i.doc_starts_buffer[k], (B, D),
-                                                          "<i4"), device=self.device)
-                                  if D else None)
+                self._docs.append(t.as_tensor(_CudaBuffer(doc_ptr.value, (B, D), "<i4"),
+                                              device=self.device) if D else None)
         else:
             # Document starts begin at the first 64-byte boundary after the tokens
             # (sf__doc_starts_offset() in common/arena.h).

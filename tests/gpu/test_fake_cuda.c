@@ -445,6 +445,92 @@ static void case_switch_stream(void)
 	free(want);
 }
 
+/*
+ * A loop that fetches ahead (eager copies, the caller's reads on the lazy NULL stream):
+ * with SF_ATTACH_EXPLICIT_RELEASE and SHMFEED_GPU_BUFFERS=3 it holds three batches, reads
+ * the oldest after fetching the newest and releases it with sf_consumer_release_batch.
+ * Then: a fourth batch held is refused; the buffer count from the flags wins over the
+ * environment; an out-of-range count fails the attach.
+ */
+static void case_explicit_release(void)
+{
+	enum { N = 12, HOLD = 3 };
+	struct feed *f;
+	struct sf_consumer *c;
+	struct sf_consumer_info info;
+	struct sf_batch held[N];
+	sf_cucontext ctx, popped;
+	sf_cudevice dev;
+	unsigned char *out, *want;
+	uint64_t tb, ptr, docs;
+	char msg[256];
+	int r;
+
+	load();
+	f = start("explicit", 1);
+	tb = feed_token_bytes(f);
+	out = calloc(N, tb);
+	want = malloc(f->arena->hdr->payload_bytes);
+	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
+		      !cu->cuCtxPushCurrent(ctx),
+	      "the test's own context");
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, SF_ATTACH_EXPLICIT_RELEASE, &c, msg,
+				 sizeof(msg)) == 0,
+	      "%s", msg);
+	if (failed)
+		bail();
+	sf_consumer_info(c, &info);
+	CHECK(info.gpu_buffers == HOLD, "%u device buffers ($SHMFEED_GPU_BUFFERS=3)",
+	      info.gpu_buffers);
+	for (uint64_t st = 0; st < N; st++) {
+		CHECK(sf_consumer_next(c, 10000, &held[st]) == 0, "step %llu: %s",
+		      (unsigned long long)st, sf_consumer_errmsg(c));
+		if (failed)
+			bail();
+		CHECK(sf_consumer_device_buffer(c, held[st].buffer, &ptr, &docs) == 0 &&
+			      ptr == held[st].device_ptr &&
+			      docs == (uint64_t)(uintptr_t)held[st].doc_starts,
+		      "sf_consumer_device_buffer");
+		if (st + 1 < HOLD)
+			continue;
+		/* The oldest batch held is used only now, after the newest was fetched. */
+		r = (int)(st + 1 - HOLD);
+		CHECK(read_async(out + (uint64_t)r * tb, held[r].device_ptr, tb, NULL) == 0,
+		      "queue the read");
+		CHECK(sf_consumer_release_batch(c, &held[r]) == 0, "%s", sf_consumer_errmsg(c));
+	}
+	CHECK(sf_consumer_release_batch(c, &held[N - HOLD]) == SF_E_STATE, "released twice");
+	CHECK(!cu->cuStreamSynchronize(NULL), "synchronize");
+	for (uint64_t st = 0; st + HOLD <= N; st++) {
+		feed_fill(f, 0, st, want);
+		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
+		      (unsigned long long)st);
+	}
+	/* Three held (steps N-2, N-1 not released, and N-3... released): fetch until full. */
+	CHECK(sf_consumer_next(c, 10000, &held[0]) == 0, "%s", sf_consumer_errmsg(c));
+	r = sf_consumer_next(c, 10000, &held[1]);
+	CHECK(r == SF_E_STATE && strstr(sf_consumer_errmsg(c), "all 3 device buffers"),
+	      "a fourth batch held: %d %s", r, sf_consumer_errmsg(c));
+	sf_consumer_detach(c);
+
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, SF_ATTACH_GPU_BUFFERS(5), &c, msg,
+				 sizeof(msg)) == 0,
+	      "%s", msg);
+	sf_consumer_info(c, &info);
+	CHECK(info.gpu_buffers == 5, "%u device buffers (flags: 5)", info.gpu_buffers);
+	sf_consumer_detach(c);
+	putenv("SHMFEED_GPU_BUFFERS=17");
+	r = sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg));
+	CHECK(r == SF_E_RANGE && strstr(msg, "SHMFEED_GPU_BUFFERS"), "17 buffers: %d %s", r, msg);
+
+	cu->cuCtxPopCurrent(&popped);
+	cu->cuDevicePrimaryCtxRelease(dev);
+	expect_balanced("after detach");
+	feed_stop(f);
+	free(out);
+	free(want);
+}
+
 /* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
  * failure: SF_E_CUDA with its name. */
 static void case_no_device(int want_rc, const char *expect)
@@ -509,6 +595,10 @@ int main(int argc, char **argv)
 		{"next() on a thread without a context", {"FAKE_CUDA_POLICY=lazy"}, 8, NULL},
 		{"detach with the caller's reads queued", {"FAKE_CUDA_POLICY=lazy"}, 9, NULL},
 		{"the caller switches streams", {"FAKE_CUDA_POLICY=eager"}, 10, NULL},
+		{"explicit release, three batches held",
+		 {"FAKE_CUDA_POLICY=eager", "SHMFEED_GPU_BUFFERS=3"},
+		 11,
+		 NULL},
 	};
 	int bad = 0;
 
@@ -533,6 +623,8 @@ int main(int argc, char **argv)
 				case_detach_with_reads_queued();
 			else if (t->kind == 10)
 				case_switch_stream();
+			else if (t->kind == 11)
+				case_explicit_release();
 			else if (t->kind == 2)
 				case_attach_fails(t->expect);
 			else if (t->kind == 3)
