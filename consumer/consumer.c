@@ -43,6 +43,10 @@ struct sf_consumer_gpu {
 	uint8_t out[SF_GPU_BUFFERS_MAX]; /* handed out, its "used" event not recorded yet */
 	uint64_t step_in[SF_GPU_BUFFERS_MAX];
 	void *registered; /* the ring's payloads, registered with the driver */
+	/* Where the ring could not be registered: one pinned staging buffer per device
+	 * buffer, which a batch is copied into on the CPU before its DMA. */
+	void *staging[SF_GPU_BUFFERS_MAX];
+	uint64_t staged_copies;
 	uint32_t nbuf;
 	uint32_t explicit_release; /* SF_ATTACH_EXPLICIT_RELEASE */
 	uint32_t next_buf;
@@ -174,6 +178,8 @@ static void gpu_teardown(struct sf_consumer *c)
 			cu->cuEventDestroy(g->used[i]);
 		if (g->buf[i])
 			cu->cuMemFree(g->buf[i]);
+		if (g->staging[i])
+			cu->cuMemFreeHost(g->staging[i]);
 	}
 	if (g->switched)
 		cu->cuEventDestroy(g->switched);
@@ -220,6 +226,7 @@ static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
 	const struct sf_arena_header *h = c->a->hdr;
 	const struct sf_cuda *cu;
 	sf_cucontext popped;
+	sf_curesult rr;
 	uint32_t nbuf = 2;
 	int r;
 
@@ -247,15 +254,20 @@ static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
 	}
 	/* The primary context is the one the CUDA runtime (and so PyTorch) uses, so the
 	 * device pointers handed out are valid in the caller's tensors. Only this rank's
-	 * ring is registered: it is all this handle copies from. */
-	r = cuda_call(c,
-		      cu->cuMemHostRegister(sf__arena_payload(c->a, c->rank, 0),
-					    (size_t)h->geo.slots_per_rank * h->payload_stride,
-					    SF_CU_MEMHOSTREGISTER_PORTABLE),
-		      "cuMemHostRegister");
-	if (r < 0)
-		goto out_pop;
-	g->registered = sf__arena_payload(c->a, c->rank, 0);
+	 * ring is registered: it is all this handle copies from. Where registration fails
+	 * (confidential-computing mode, containers with a low locked-memory limit), batches
+	 * are staged through pinned buffers instead: one memcpy more per batch. The reason
+	 * stays in the handle's message, for the caller to log (sf_consumer_stats() says
+	 * that batches are staged). */
+	rr = cu->cuMemHostRegister(sf__arena_payload(c->a, c->rank, 0),
+				   (size_t)h->geo.slots_per_rank * h->payload_stride,
+				   SF_CU_MEMHOSTREGISTER_PORTABLE);
+	if (rr == SF_CUDA_SUCCESS)
+		g->registered = sf__arena_payload(c->a, c->rank, 0);
+	else
+		sf__err(&c->err, SF_E_CUDA,
+			"cuMemHostRegister: %s (%u): batches are staged through pinned buffers",
+			sf__cuda_error_name(cu, rr), rr);
 	r = cuda_call(c, cu->cuStreamCreate(&g->stream, SF_CU_STREAM_NON_BLOCKING),
 		      "cuStreamCreate");
 	if (r >= 0)
@@ -270,8 +282,10 @@ static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
 		if (r >= 0)
 			r = cuda_call(c, cu->cuEventCreate(&g->used[i], SF_CU_EVENT_DISABLE_TIMING),
 				      "cuEventCreate");
+		if (r >= 0 && !g->registered)
+			r = cuda_call(c, cu->cuMemAllocHost(&g->staging[i], c->copy_bytes),
+				      "cuMemAllocHost");
 	}
-out_pop:
 	cu->cuCtxPopCurrent(&popped);
 	if (r < 0)
 		gpu_teardown(c);
@@ -493,6 +507,7 @@ static int gpu_copy(struct sf_consumer *c, const unsigned char *payload, struct 
 	struct sf_consumer_gpu *g = &c->gpu;
 	const struct sf_cuda *cu = g->cu;
 	uint32_t buf = g->next_buf;
+	const void *src = payload;
 	sf_cucontext popped;
 	int r;
 
@@ -512,7 +527,14 @@ static int gpu_copy(struct sf_consumer *c, const unsigned char *payload, struct 
 		if (r < 0)
 			goto out;
 	}
-	r = cuda_call(c, cu->cuMemcpyHtoDAsync(g->buf[buf], payload, c->copy_bytes, g->stream),
+	if (g->staging[buf]) {
+		/* The DMA out of this staging buffer's previous batch is done: release_held()
+		 * waited for it before this slot was claimed. */
+		memcpy(g->staging[buf], payload, c->copy_bytes);
+		src = g->staging[buf];
+		g->staged_copies++;
+	}
+	r = cuda_call(c, cu->cuMemcpyHtoDAsync(g->buf[buf], src, c->copy_bytes, g->stream),
 		      "cuMemcpyHtoDAsync");
 	if (r >= 0)
 		r = cuda_call(c, cu->cuEventRecord(g->copied[buf], g->stream), "cuEventRecord");
@@ -707,6 +729,8 @@ int sf_consumer_stats(struct sf_consumer *c, struct sf_consumer_stats *ret_stats
 		.provenance = c->provenance,
 		.next_step = c->step,
 		.gpu = c->gpu.cu ? 1 : 0,
+		.gpu_staged = c->gpu.cu && !c->gpu.registered,
+		.staged_copies = c->gpu.staged_copies,
 	};
 
 	*ret_stats = st;

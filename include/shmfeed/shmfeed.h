@@ -124,7 +124,11 @@ struct sf_consumer_stats {
 	uint64_t provenance;
 	uint64_t next_step;
 	uint32_t gpu; /* 1 when batches go to a device */
-	uint32_t reserved;
+	/* 1 when the ring could not be registered with the driver (cuMemHostRegister failed:
+	 * sf_consumer_errmsg() says why), so that batches are copied into pinned staging
+	 * buffers before their DMA: one more memcpy each. */
+	uint32_t gpu_staged;
+	uint64_t staged_copies; /* batches copied through a staging buffer */
 };
 
 /*
@@ -292,7 +296,8 @@ _Static_assert(sizeof(struct sf_batch) == 80, "sf_batch layout");
 _Static_assert(offsetof(struct sf_resume, provenance) == 24, "sf_resume layout");
 _Static_assert(sizeof(struct sf_resume) == 32, "sf_resume layout");
 _Static_assert(offsetof(struct sf_consumer_stats, gpu) == 56, "sf_consumer_stats layout");
-_Static_assert(sizeof(struct sf_consumer_stats) == 64, "sf_consumer_stats layout");
+_Static_assert(offsetof(struct sf_consumer_stats, staged_copies) == 64, "sf_consumer_stats");
+_Static_assert(sizeof(struct sf_consumer_stats) == 72, "sf_consumer_stats layout");
 _Static_assert(offsetof(struct sf_consumer_info, payload_stride) == 48, "sf_consumer_info");
 _Static_assert(offsetof(struct sf_consumer_info, device_buffer) == 64, "sf_consumer_info");
 _Static_assert(offsetof(struct sf_consumer_info, config_digest) == 96, "sf_consumer_info");

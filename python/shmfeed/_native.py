@@ -65,7 +65,8 @@ class Stats(ctypes.Structure):
         ("provenance", ctypes.c_uint64),
         ("next_step", ctypes.c_uint64),
         ("gpu", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("gpu_staged", ctypes.c_uint32),
+        ("staged_copies", ctypes.c_uint64),
     ]
 
 

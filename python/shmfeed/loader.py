@@ -14,6 +14,7 @@ they are the device buffer the batch was copied to, ordered on the current CUDA 
 
 import ctypes
 import os
+import warnings
 
 import numpy as np
 
@@ -125,6 +126,11 @@ class Loader:
         except BaseException:
             self.close()
             raise
+        if self._gpu and self.stats()["gpu_staged"]:
+            # Said once per process: the library itself never prints.
+            warnings.warn(f"shmfeed: job '{job}' rank {local_rank}: "
+                          f"{self._lib.sf_consumer_errmsg(self._h).decode()}",
+                          RuntimeWarning, stacklevel=2)
         self.rank = info.global_rank
         self.local_rank = info.local_rank
         self.world_size = info.world_size
@@ -314,7 +320,8 @@ class Loader:
         return {"batches": st.batches, "tokens": st.tokens, "wait_ns_total": st.wait_ns_total,
                 "wait_ns_p50": st.wait_ns_p50, "wait_ns_p99": st.wait_ns_p99,
                 "provenance": st.provenance, "next_step": st.next_step, "gpu": bool(st.gpu),
-                "rank": self.rank}
+                "gpu_staged": bool(st.gpu_staged), "staged_copies": st.staged_copies,
+                "rank": getattr(self, "rank", self._info.global_rank)}
 
     # Lifetime.
 

@@ -54,7 +54,8 @@ enum {
 	INVALID_HANDLE = 400,
 	NOT_READY = 600,
 	ALREADY_REGISTERED = 712,
-	NOT_REGISTERED = 713
+	NOT_REGISTERED = 713,
+	NOT_SUPPORTED = 801
 };
 
 enum op_kind { OP_COPY, OP_READ, OP_RECORD, OP_WAIT };
@@ -99,8 +100,8 @@ static struct fake_cuda_stats stats;
 static struct CUctx_st primary;
 static struct CUstream_st null_stream, *streams[64];
 static struct CUevent_st *events[256]; /* every event made, destroyed ones included */
-static struct range allocs[64], registered[16];
-static int n_devices = 1, init_code, eager = 1;
+static struct range allocs[64], registered[16], pinned[16];
+static int n_devices = 1, init_code, eager = 1, no_register;
 /* As with the driver, the context stack is per thread: a call made on a thread that has no
  * context current fails, whatever other threads have pushed. */
 static _Thread_local int ctx_depth;
@@ -111,7 +112,7 @@ static long fail_nth = 1, fail_calls;
 /* The injected failure, if this call is the one. */
 static int failing(const char *name, sf_curesult *ret)
 {
-	if (!fail_name[0] || strcmp(name, fail_name) || ++fail_calls != fail_nth)
+	if (!fail_name[0] || strcmp(name, fail_name) || (++fail_calls != fail_nth && fail_nth))
 		return 0;
 	*ret = fail_code;
 	return 1;
@@ -242,6 +243,8 @@ EXPORT sf_curesult cuInit(unsigned int flags)
 		n_devices = atoi(v);
 	if ((v = getenv("FAKE_CUDA_INIT")))
 		init_code = atoi(v);
+	if ((v = getenv("FAKE_CUDA_NO_REGISTER")))
+		no_register = atoi(v);
 	if ((v = getenv("FAKE_CUDA_POLICY")))
 		eager = strcmp(v, "lazy") != 0;
 	if ((v = getenv("FAKE_CUDA_FAIL")) &&
@@ -330,6 +333,10 @@ EXPORT sf_curesult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int f
 	ENTER("cuMemHostRegister");
 	(void)flags;
 	NEED_CONTEXT();
+	if (no_register) {
+		ret_ = NOT_SUPPORTED;
+		goto out;
+	}
 	for (i = 0; i < 16; i++)
 		if (registered[i].n && (uintptr_t)p < registered[i].p + registered[i].n &&
 		    registered[i].p < (uintptr_t)p + bytesize) {
@@ -453,6 +460,8 @@ EXPORT sf_curesult cuMemcpyHtoDAsync_v2(sf_cudeviceptr dst, const void *src, siz
 	stats.htod_async++;
 	if (in_ranges(registered, 16, (uintptr_t)src, bytes))
 		stats.htod_async_registered++;
+	if (in_ranges(pinned, 16, (uintptr_t)src, bytes))
+		stats.htod_async_pinned++;
 	LEAVE();
 }
 
@@ -482,11 +491,21 @@ EXPORT sf_curesult cuMemcpyDtoH_v2(void *dst, sf_cudeviceptr src, size_t bytes)
 
 EXPORT sf_curesult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
+	size_t i;
+	void *p;
+
 	ENTER("cuMemAllocHost");
 	NEED_CONTEXT();
-	*pp = malloc(bytesize);
-	if (!*pp)
-		ret_ = OUT_OF_MEMORY;
+	for (i = 0; i < 16 && pinned[i].n; i++)
+		;
+	p = i < 16 && bytesize ? malloc(bytesize) : NULL;
+	if (!p) {
+		ret_ = bytesize ? OUT_OF_MEMORY : INVALID_VALUE;
+		goto out;
+	}
+	pinned[i] = (struct range){(uintptr_t)p, bytesize};
+	stats.host_allocs++;
+	*pp = p;
 	LEAVE();
 }
 
@@ -494,7 +513,14 @@ EXPORT sf_curesult cuMemFreeHost(void *p)
 {
 	ENTER("cuMemFreeHost");
 	NEED_CONTEXT();
-	free(p);
+	ret_ = INVALID_VALUE;
+	for (size_t i = 0; i < 16; i++)
+		if (pinned[i].n && pinned[i].p == (uintptr_t)p) {
+			free(p);
+			pinned[i].n = 0;
+			stats.host_frees++;
+			ret_ = 0;
+		}
 	LEAVE();
 }
 
@@ -643,7 +669,8 @@ EXPORT sf_curesult cuGetErrorName(sf_curesult error, const char **pstr)
 		     {600, "CUDA_ERROR_NOT_READY"},
 		     {700, "CUDA_ERROR_ILLEGAL_ADDRESS"},
 		     {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"},
-		     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"}};
+		     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"},
+		     {801, "CUDA_ERROR_NOT_SUPPORTED"}};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (names[i].code == error) {

@@ -8,8 +8,11 @@
  * Environment, read at cuInit:
  *   FAKE_CUDA_DEVICES=N    devices cuDeviceGetCount reports (default 1);
  *   FAKE_CUDA_INIT=CODE    what cuInit returns (default 0);
- *   FAKE_CUDA_FAIL=NAME:CODE[:NTH]  the NTH call (default 1st) of the driver function
- *                          NAME (without version suffix) returns CODE and does nothing;
+ *   FAKE_CUDA_NO_REGISTER=1  cuMemHostRegister always fails with CUDA_ERROR_NOT_SUPPORTED
+ *                          (801), as in confidential-computing mode;
+ *   FAKE_CUDA_FAIL=NAME:CODE[:NTH]  the NTH call (default 1st; 0: every call) of the
+ *                          driver function NAME (without version suffix) returns CODE and
+ *                          does nothing;
  *   FAKE_CUDA_POLICY=lazy|eager  when queued work runs:
  *     lazy:  nothing runs until a synchronizing call needs it (cuEventSynchronize,
  *            cuStreamSynchronize, the synchronous copies, which order on the NULL stream);
@@ -39,11 +42,13 @@ struct fake_cuda_stats {
 	long allocs, frees;
 	long streams, stream_destroys;
 	long events, event_destroys;
-	long htod_async;	    /* cuMemcpyHtoDAsync calls queued */
-	long htod_async_registered; /* ... whose source lay in registered host memory */
-	long violations;	    /* async copies whose source changed before they ran */
-	long bad_pointers;	    /* device pointers that were not allocated */
-	long freed_in_use;	    /* cuMemFree of memory queued work still reads or writes */
+	long htod_async;	      /* cuMemcpyHtoDAsync calls queued */
+	long htod_async_registered;   /* ... whose source lay in registered host memory */
+	long htod_async_pinned;	      /* ... whose source lay in cuMemAllocHost memory */
+	long host_allocs, host_frees; /* cuMemAllocHost / cuMemFreeHost */
+	long violations;	      /* async copies whose source changed before they ran */
+	long bad_pointers;	      /* device pointers that were not allocated */
+	long freed_in_use;	      /* cuMemFree of memory queued work still reads or writes */
 };
 
 /* fake_cuda_stats - the counters so far (resolve with dlsym in the process under test). */

@@ -118,6 +118,8 @@ static void expect_balanced(const char *when)
 	      s.stream_destroys);
 	CHECK(s.events == s.event_destroys, "%s: %ld events, %ld destroyed", when, s.events,
 	      s.event_destroys);
+	CHECK(s.host_allocs == s.host_frees, "%s: %ld pinned host allocations, %ld freed", when,
+	      s.host_allocs, s.host_frees);
 	CHECK(s.bad_pointers == 0, "%s: %ld bad device pointers", when, s.bad_pointers);
 }
 
@@ -126,7 +128,7 @@ static void expect_balanced(const char *when)
  * which runs eagerly when `caller_eager`: then the caller's read of a batch runs as soon
  * as its waits allow, before a copy it was not made to wait for.
  */
-static void case_copies(int created, int caller_eager)
+static void case_copies(int created, int caller_eager, int staged)
 {
 	struct feed *f;
 	struct sf_consumer *c[2];
@@ -208,10 +210,28 @@ static void case_copies(int created, int caller_eager)
 			      (unsigned long long)st);
 		}
 	get_stats(&s);
-	CHECK(s.registers == 2, "one registration per handle, got %ld", s.registers);
-	CHECK(s.htod_async == 2 * STEPS && s.htod_async_registered == s.htod_async,
-	      "%ld async copies, %ld from registered memory", s.htod_async,
-	      s.htod_async_registered);
+	if (staged) {
+		/* cuMemHostRegister failed: every copy comes from a pinned staging buffer. */
+		CHECK(s.registers == 0, "%ld registrations", s.registers);
+		CHECK(s.htod_async == 2 * STEPS && s.htod_async_pinned == s.htod_async,
+		      "%ld async copies, %ld from pinned memory", s.htod_async,
+		      s.htod_async_pinned);
+		for (int r = 0; r < 2; r++) {
+			struct sf_consumer_stats st;
+
+			sf_consumer_stats(c[r], &st);
+			CHECK(st.gpu_staged == 1 && st.staged_copies == STEPS,
+			      "stats: staged %u, %llu staged copies", st.gpu_staged,
+			      (unsigned long long)st.staged_copies);
+			CHECK(strstr(sf_consumer_errmsg(c[r]), "cuMemHostRegister: CUDA_ERROR_"),
+			      "the reason: %s", sf_consumer_errmsg(c[r]));
+		}
+	} else {
+		CHECK(s.registers == 2, "one registration per handle, got %ld", s.registers);
+		CHECK(s.htod_async == 2 * STEPS && s.htod_async_registered == s.htod_async,
+		      "%ld async copies, %ld from registered memory", s.htod_async,
+		      s.htod_async_registered);
+	}
 	CHECK(s.violations == 0, "%ld slots changed before their copy ran", s.violations);
 	for (int r = 0; r < 2; r++)
 		sf_consumer_detach(c[r]);
@@ -568,10 +588,10 @@ int main(int argc, char **argv)
 		 {"FAKE_CUDA_FAIL=cuDevicePrimaryCtxRetain:2"},
 		 2,
 		 "cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY (2)"},
-		{"attach: register fails",
-		 {"FAKE_CUDA_FAIL=cuMemHostRegister:2"},
+		{"attach: no registration, 2nd staging buffer fails",
+		 {"FAKE_CUDA_NO_REGISTER=1", "FAKE_CUDA_FAIL=cuMemAllocHost:2:2"},
 		 2,
-		 "cuMemHostRegister: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		 "cuMemAllocHost: CUDA_ERROR_OUT_OF_MEMORY (2)"},
 		{"attach: stream fails",
 		 {"FAKE_CUDA_FAIL=cuStreamCreate:2"},
 		 2,
@@ -595,6 +615,14 @@ int main(int argc, char **argv)
 		{"next() on a thread without a context", {"FAKE_CUDA_POLICY=lazy"}, 8, NULL},
 		{"detach with the caller's reads queued", {"FAKE_CUDA_POLICY=lazy"}, 9, NULL},
 		{"the caller switches streams", {"FAKE_CUDA_POLICY=eager"}, 10, NULL},
+		{"copies staged, lazy (registration not supported)",
+		 {"FAKE_CUDA_POLICY=lazy", "FAKE_CUDA_NO_REGISTER=1"},
+		 12,
+		 NULL},
+		{"copies staged, eager (registration fails)",
+		 {"FAKE_CUDA_POLICY=eager", "FAKE_CUDA_FAIL=cuMemHostRegister:2:0"},
+		 12,
+		 NULL},
 		{"explicit release, three batches held",
 		 {"FAKE_CUDA_POLICY=eager", "SHMFEED_GPU_BUFFERS=3"},
 		 11,
@@ -616,7 +644,9 @@ int main(int argc, char **argv)
 			for (int k = 0; k < 2 && t->env[k]; k++)
 				putenv((char *)t->env[k]);
 			if (t->kind <= 1 || t->kind == 6 || t->kind == 7)
-				case_copies(t->kind & 1, t->kind >= 6);
+				case_copies(t->kind & 1, t->kind >= 6, 0);
+			else if (t->kind == 12)
+				case_copies(0, 0, 1);
 			else if (t->kind == 8)
 				case_other_thread();
 			else if (t->kind == 9)
