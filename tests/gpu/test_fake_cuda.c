@@ -102,6 +102,24 @@ static struct feed *start(const char *tag, uint32_t ranks)
 	return f;
 }
 
+/* The test's own use of the device, as a training script's: the primary context. */
+static void push_own_context(sf_cudevice *dev)
+{
+	sf_cucontext ctx;
+
+	CHECK(!cu->cuDeviceGet(dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, *dev) &&
+		      !cu->cuCtxPushCurrent(ctx),
+	      "the test's own context");
+}
+
+static void pop_own_context(sf_cudevice dev)
+{
+	sf_cucontext popped;
+
+	cu->cuCtxPopCurrent(&popped);
+	cu->cuDevicePrimaryCtxRelease(dev);
+}
+
 /* Every object the driver handed out has been given back. */
 static void expect_balanced(const char *when)
 {
@@ -137,7 +155,6 @@ static void case_copies(int created, int caller_eager, int staged)
 	uint64_t tb, pb, doc_off;
 	unsigned char *out, *want, *docs;
 	sf_custream user = NULL;
-	sf_cucontext ctx, popped;
 	sf_cudevice dev;
 	char msg[256];
 
@@ -150,9 +167,7 @@ static void case_copies(int created, int caller_eager, int staged)
 	want = malloc(pb);
 	docs = calloc(2 * STEPS, pb - doc_off);
 
-	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
-		      !cu->cuCtxPushCurrent(ctx),
-	      "the test's own context");
+	push_own_context(&dev);
 	if (created)
 		CHECK(!cu->cuStreamCreate(&user, 0), "the test's stream");
 	if (caller_eager)
@@ -237,8 +252,7 @@ static void case_copies(int created, int caller_eager, int staged)
 		sf_consumer_detach(c[r]);
 	if (user)
 		CHECK(!cu->cuStreamDestroy(user), "destroy the test's stream");
-	cu->cuCtxPopCurrent(&popped);
-	cu->cuDevicePrimaryCtxRelease(dev);
+	pop_own_context(dev);
 	expect_balanced("after detach");
 	feed_stop(f);
 	free(out);
@@ -331,7 +345,6 @@ static void *consume_on_thread(void *arg)
 static void case_other_thread(void)
 {
 	struct thread_case t;
-	sf_cucontext ctx, popped;
 	sf_cudevice dev;
 	pthread_t th;
 	char msg[256];
@@ -341,13 +354,10 @@ static void case_other_thread(void)
 	CHECK(sf_consumer_attach(t.f->opt.job, 0, 0, 0, &t.c, msg, sizeof(msg)) == 0, "%s", msg);
 	if (failed)
 		bail();
-	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
-		      !cu->cuCtxPushCurrent(ctx),
-	      "the main thread's context");
+	push_own_context(&dev);
 	CHECK(pthread_create(&th, NULL, consume_on_thread, &t) == 0, "pthread_create");
 	pthread_join(th, NULL);
-	cu->cuCtxPopCurrent(&popped);
-	cu->cuDevicePrimaryCtxRelease(dev);
+	pop_own_context(dev);
 	expect_balanced("after detach on the other thread");
 	feed_stop(t.f);
 }
@@ -361,7 +371,6 @@ static void case_detach_with_reads_queued(void)
 	struct feed *f;
 	struct sf_consumer *c;
 	struct fake_cuda_stats s;
-	sf_cucontext ctx, popped;
 	sf_cudevice dev;
 	unsigned char *out, *want;
 	uint64_t tb;
@@ -372,9 +381,7 @@ static void case_detach_with_reads_queued(void)
 	tb = feed_token_bytes(f);
 	out = calloc(3, tb);
 	want = malloc(f->arena->hdr->payload_bytes);
-	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
-		      !cu->cuCtxPushCurrent(ctx),
-	      "the test's own context");
+	push_own_context(&dev);
 	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
 	if (failed)
 		bail();
@@ -396,8 +403,7 @@ static void case_detach_with_reads_queued(void)
 		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
 		      (unsigned long long)st);
 	}
-	cu->cuCtxPopCurrent(&popped);
-	cu->cuDevicePrimaryCtxRelease(dev);
+	pop_own_context(dev);
 	expect_balanced("after detach");
 	feed_stop(f);
 	free(out);
@@ -415,7 +421,6 @@ static void case_switch_stream(void)
 	struct feed *f;
 	struct sf_consumer *c;
 	sf_custream streams[2];
-	sf_cucontext ctx, popped;
 	sf_cudevice dev;
 	unsigned char *out, *want;
 	uint64_t tb;
@@ -426,9 +431,7 @@ static void case_switch_stream(void)
 	tb = feed_token_bytes(f);
 	out = calloc(N, tb);
 	want = malloc(f->arena->hdr->payload_bytes);
-	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
-		      !cu->cuCtxPushCurrent(ctx),
-	      "the test's own context");
+	push_own_context(&dev);
 	for (int i = 0; i < 2; i++)
 		CHECK(!cu->cuStreamCreate(&streams[i], 0), "the test's streams");
 	set_eager(streams[0], 0);
@@ -457,8 +460,7 @@ static void case_switch_stream(void)
 	sf_consumer_detach(c);
 	for (int i = 0; i < 2; i++)
 		cu->cuStreamDestroy(streams[i]);
-	cu->cuCtxPopCurrent(&popped);
-	cu->cuDevicePrimaryCtxRelease(dev);
+	pop_own_context(dev);
 	expect_balanced("after detach");
 	feed_stop(f);
 	free(out);
@@ -479,7 +481,6 @@ static void case_explicit_release(void)
 	struct sf_consumer *c;
 	struct sf_consumer_info info;
 	struct sf_batch held[N];
-	sf_cucontext ctx, popped;
 	sf_cudevice dev;
 	unsigned char *out, *want;
 	uint64_t tb, ptr, docs;
@@ -491,9 +492,7 @@ static void case_explicit_release(void)
 	tb = feed_token_bytes(f);
 	out = calloc(N, tb);
 	want = malloc(f->arena->hdr->payload_bytes);
-	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
-		      !cu->cuCtxPushCurrent(ctx),
-	      "the test's own context");
+	push_own_context(&dev);
 	CHECK(sf_consumer_attach(f->opt.job, 0, 0, SF_ATTACH_EXPLICIT_RELEASE, &c, msg,
 				 sizeof(msg)) == 0,
 	      "%s", msg);
@@ -543,8 +542,7 @@ static void case_explicit_release(void)
 	r = sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg));
 	CHECK(r == SF_E_RANGE && strstr(msg, "SHMFEED_GPU_BUFFERS"), "17 buffers: %d %s", r, msg);
 
-	cu->cuCtxPopCurrent(&popped);
-	cu->cuDevicePrimaryCtxRelease(dev);
+	pop_own_context(dev);
 	expect_balanced("after detach");
 	feed_stop(f);
 	free(out);
