@@ -9,7 +9,8 @@
  *  - a consumer handle belongs to one thread at a time; use one handle per thread;
  *  - a handle does not survive fork(): a child must attach on its own;
  *  - views returned by sf_consumer_next() stay valid only until the next call on the
- *    same handle (or its detach).
+ *    same handle (or its detach); in GPU mode with SF_ATTACH_EXPLICIT_RELEASE, until
+ *    sf_consumer_release_batch().
  *
  * Return convention: every function returning int returns >= 0 on success, -errno for a
  * system failure, or one of the SF_E_* codes below (a reserved negative band) for a
@@ -65,16 +66,16 @@ const char *sf_version(void);
 
 /*
  * A batch as the consumer hands it out. Filled by sf_consumer_next(); valid until the
- * next call on the same handle. `tokens` is B x (T+1) tokens, row-major; inputs are
- * tokens[:, :-1] and targets tokens[:, 1:]. In GPU mode `device_ptr` is the CUdeviceptr
- * of the same layout on the rank's device and `tokens` is NULL; in CPU mode
+ * next call on the same handle (see SF_ATTACH_EXPLICIT_RELEASE for GPU mode). `tokens` is B x (T+1)
+ * tokens, row-major; inputs are tokens[:, :-1] and targets tokens[:, 1:]. In GPU mode `device_ptr`
+ * is the CUdeviceptr of the same layout on the rank's device and `tokens` is NULL; in CPU mode
  * `device_ptr` is 0 and `tokens` points read-only into shared memory (zero copy).
  * `doc_starts` (when the job records document boundaries) holds, per sequence, up to
  * `doc_starts_per_seq` offsets of document starts, padded with UINT32_MAX; in CPU mode it
  * points into shared memory, in GPU mode it is the device address (a CUdeviceptr) where
- * they were copied with the tokens, in the same device buffer. `buffer` says where the batch lies,
- * so that a binding can keep one prebuilt view per place: the ring index in CPU mode, the device
- * buffer (0 or 1) in GPU mode.
+ * they were copied with the tokens, in the same device buffer. `buffer` says where the
+ * batch lies, so that a binding can keep one prebuilt view per place: the ring index in CPU
+ * mode, the device buffer (0..gpu_buffers-1) in GPU mode.
  */
 struct sf_batch {
 	uint64_t step;		     /* this rank's step */
@@ -88,7 +89,7 @@ struct sf_batch {
 	const uint32_t *doc_starts;  /* B x doc_starts_per_seq, or NULL */
 	uint64_t digest;	     /* xxh3-64 of the batch's token bytes */
 	uint64_t wait_ns;	     /* time this call waited for the batch */
-	uint32_t buffer;	     /* ring index (CPU) or device buffer 0/1 (GPU) */
+	uint32_t buffer;	     /* ring index (CPU) or device buffer (GPU) */
 	uint32_t reserved;
 };
 
@@ -136,8 +137,9 @@ struct sf_consumer_stats {
  * where batches land, so that a binding can build its views once at attach.
  * In CPU mode the payload of ring index i starts at ring_base + i * payload_stride, its
  * document starts (if any) right after its B*(T+1) tokens. In GPU mode batches land in
- * device_buffer[0..1] and their document starts at the device addresses
- * doc_starts_buffer[] (0 when the job records none).
+ * gpu_buffers device buffers, the first two listed in device_buffer[] and their document
+ * starts at the device addresses doc_starts_buffer[] (0 when the job records none); all
+ * of them through sf_consumer_device_buffer().
  */
 struct sf_consumer_info {
 	uint32_t local_rank;
@@ -151,7 +153,7 @@ struct sf_consumer_info {
 	uint32_t dtype;		     /* SF_DTYPE_* */
 	uint32_t doc_starts_per_seq; /* 0 when the job records no boundaries */
 	int32_t device;		     /* CUDA ordinal, or -1 in CPU mode */
-	uint32_t gpu_buffers;	     /* 2 in GPU mode, 0 in CPU mode */
+	uint32_t gpu_buffers;	     /* device buffers (GPU mode), 0 in CPU mode */
 	uint64_t payload_stride;
 	uint64_t ring_base; /* address of this rank's ring index 0 payload (CPU mode) */
 	uint64_t device_buffer[2];
