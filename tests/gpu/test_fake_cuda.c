@@ -11,9 +11,16 @@
  *    with lazy copies but the caller's stream eager (a read not made to wait for its copy
  *    runs first).
  *    Every copy comes from registered memory; every driver object is freed at detach.
+ *    The document starts are read on the device too. With registration refused, the same
+ *    runs go through pinned staging buffers.
  *  - attach failures at each driver call of the set-up, named by their CUresult, with
- *    nothing leaked; a copy failing mid-run, reported, and the step served again.
+ *    nothing leaked (then a CPU handle, whose sf_consumer_release_batch releases its
+ *    slot); a copy failing mid-run, reported, and the step served again.
  *  - no device, or cuInit failing: -ENODEV (CPU is then the caller's choice) or SF_E_CUDA.
+ *  - next() on a thread with no context current; detach with the caller's reads still
+ *    queued; a switch of the caller's stream with reads queued on the old one; three
+ *    batches held at once with SF_ATTACH_EXPLICIT_RELEASE, and the fourth refused.
+ * An argument runs only the cases whose name contains it.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -277,6 +284,18 @@ static void case_attach_fails(const char *expect)
 	/* The rank is free again: a CPU handle attaches. */
 	CHECK(sf_consumer_attach(f->opt.job, 0, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)) == 0, "%s",
 	      msg);
+	if (!failed) {
+		/* CPU mode: sf_consumer_release_batch() of the batch held releases its slot. */
+		struct sf_slot *slot = sf__arena_slot(f->arena, 0, 0);
+		struct sf_batch b;
+
+		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == 0, "%s",
+		      sf_consumer_errmsg(c));
+		CHECK(sf__slot_state(atomic_load(&slot->word)) == SF_SLOT_CLAIMED, "held");
+		CHECK(sf_consumer_release_batch(c, &b) == 0, "%s", sf_consumer_errmsg(c));
+		CHECK(sf__slot_state(atomic_load(&slot->word)) != SF_SLOT_CLAIMED, "released");
+		CHECK(sf_consumer_release_batch(c, &b) == 0, "a second release is a no-op");
+	}
 	sf_consumer_detach(c);
 	feed_stop(f);
 }
