@@ -6,9 +6,12 @@
  * driver's peak). Each size is copied many times with cuMemcpyHtoDAsync (or
  * cuMemcpyHtoD for pageable memory) on one stream and timed with the wall clock around
  * the queue and a stream synchronize, so launch latency shows at small sizes.
- * Exits 77 where there is no CUDA driver or device.
+ * Sizes go from 64 KiB to MAX_BYTES (default 256 MiB) by factors of 4; each measurement
+ * moves about BUDGET_BYTES (default 2 GiB; 3 to 2000 copies). scripts/gpu-check runs it,
+ * with small values against the fake driver. Exits 77 where there is no CUDA driver or
+ * device.
  *
- * usage: gpu_dma [DEVICE]
+ * usage: gpu_dma [DEVICE [MAX_BYTES [BUDGET_BYTES]]]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -60,10 +63,10 @@ static double copy_rate(sf_cudeviceptr dst, const void *src, size_t bytes, int r
 
 int main(int argc, char **argv)
 {
-	static const size_t sizes[] = {12u * 1025u * 2u, 1u << 20, 16u << 20, 64u << 20};
-	const size_t max = 64u << 20;
 	struct sf_err e = {0};
 	int ordinal = argc > 1 ? atoi(argv[1]) : 0;
+	size_t max = argc > 2 ? strtoull(argv[2], NULL, 0) : (size_t)256 << 20;
+	double budget = argc > 3 ? strtod(argv[3], NULL) : 2.0 * (1u << 30);
 	sf_cucontext ctx, popped;
 	sf_custream stream;
 	sf_cudeviceptr dbuf;
@@ -107,9 +110,13 @@ int main(int argc, char **argv)
 	printf("device %d, H2D GB/s (wall clock, one stream)\n", ordinal);
 	printf("%12s %14s %14s %14s %10s\n", "bytes", "registered-shm", "pageable", "pinned-peak",
 	       "shm/peak");
-	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		size_t n = sizes[i];
-		int reps = n < (1u << 20) ? 2000 : n < (16u << 20) ? 200 : 20;
+	if (max < (64u << 10)) {
+		fprintf(stderr, "gpu_dma: MAX_BYTES below 64 KiB\n");
+		return 1;
+	}
+	for (size_t n = 64u << 10; n <= max; n *= 4) {
+		double want = budget / (double)n;
+		int reps = want < 3 ? 3 : want > 2000 ? 2000 : (int)want;
 		double reg = copy_rate(dbuf, shm, n, reps, stream, 1);
 		double pag = copy_rate(dbuf, pageable, n, reps, stream, 0);
 		double pin = copy_rate(dbuf, pinned, n, reps, stream, 1);

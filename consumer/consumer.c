@@ -35,14 +35,23 @@ struct sf_consumer_gpu {
 	sf_cucontext ctx;
 	sf_custream stream;	 /* this handle's copy stream */
 	sf_custream user_stream; /* where the caller uses batches */
-	sf_cudeviceptr buf[2];
-	sf_cuevent copied[2]; /* recorded on `stream` after the copy into buf[i] */
-	sf_cuevent used[2];   /* recorded on user_stream after the caller's work on buf[i] */
-	uint32_t used_valid[2];
-	uint32_t *doc_starts[2]; /* host copies, so that they outlive the slot */
-	void *registered;	 /* the ring's payloads, registered with the driver */
+	sf_cudeviceptr buf[SF_GPU_BUFFERS_MAX];
+	sf_cuevent copied[SF_GPU_BUFFERS_MAX]; /* on `stream` after the copy into buf[i] */
+	sf_cuevent used[SF_GPU_BUFFERS_MAX];   /* on user_stream after the caller's work */
+	sf_cuevent switched; /* recorded on the previous user_stream by set_stream */
+	uint8_t used_valid[SF_GPU_BUFFERS_MAX];
+	uint8_t out[SF_GPU_BUFFERS_MAX]; /* handed out, its "used" event not recorded yet */
+	uint64_t step_in[SF_GPU_BUFFERS_MAX];
+	void *registered; /* the ring's payloads, registered with the driver */
+	/* Where the ring could not be registered: one pinned staging buffer per device
+	 * buffer, which a batch is copied into on the CPU before its DMA. */
+	void *staging[SF_GPU_BUFFERS_MAX];
+	uint64_t staged_copies;
+	uint32_t nbuf;
+	uint32_t explicit_release; /* SF_ATTACH_EXPLICIT_RELEASE */
 	uint32_t next_buf;
-	uint32_t held_buf;
+	uint32_t held_buf; /* the buffer of the slot still held (being copied) */
+	uint32_t last_buf; /* the buffer of the last batch handed out */
 };
 
 struct sf_consumer {
@@ -54,6 +63,7 @@ struct sf_consumer {
 	uint64_t step;	      /* the next step to claim */
 	uint64_t token_bytes; /* B * (T+1) * token size: what is digested and copied */
 	uint64_t doc_off;     /* where the document starts begin in a payload */
+	uint64_t copy_bytes;  /* GPU: the tokens, and the document starts when recorded */
 	struct sf_slot *held; /* CPU: the slot handed out; GPU: the slot being copied */
 	uint64_t provenance;
 	uint64_t batches;
@@ -155,17 +165,24 @@ static void gpu_teardown(struct sf_consumer *c)
 	 * done about them and the first error is already in the handle. */
 	if (cu->cuCtxPushCurrent(g->ctx) != SF_CUDA_SUCCESS)
 		return;
+	/* The caller's work queued on its stream may still read the device buffers: an
+	 * event recorded there now completes after it. Then the copies. */
+	if (g->used[0] && cu->cuEventRecord(g->used[0], g->user_stream) == SF_CUDA_SUCCESS)
+		cu->cuEventSynchronize(g->used[0]);
 	if (g->stream)
 		cu->cuStreamSynchronize(g->stream);
-	for (int i = 0; i < 2; i++) {
+	for (uint32_t i = 0; i < g->nbuf; i++) {
 		if (g->copied[i])
 			cu->cuEventDestroy(g->copied[i]);
 		if (g->used[i])
 			cu->cuEventDestroy(g->used[i]);
 		if (g->buf[i])
 			cu->cuMemFree(g->buf[i]);
-		free(g->doc_starts[i]);
+		if (g->staging[i])
+			cu->cuMemFreeHost(g->staging[i]);
 	}
+	if (g->switched)
+		cu->cuEventDestroy(g->switched);
 	if (g->stream)
 		cu->cuStreamDestroy(g->stream);
 	if (g->registered)
@@ -175,15 +192,47 @@ static void gpu_teardown(struct sf_consumer *c)
 	memset(g, 0, sizeof(*g));
 }
 
-static int gpu_setup(struct sf_consumer *c, int32_t device)
+/*
+ * The number of device buffers: SF_ATTACH_GPU_BUFFERS(n) in the flags, else
+ * $SHMFEED_GPU_BUFFERS, else 2.
+ */
+static int gpu_buffer_count(struct sf_consumer *c, uint32_t flags, uint32_t *ret_n)
+{
+	const char *env = getenv("SHMFEED_GPU_BUFFERS");
+	unsigned long n = (flags >> 8) & 0xffu;
+	char *end = NULL;
+
+	if (!n && env && *env) {
+		n = strtoul(env, &end, 10);
+		if (*end)
+			n = 0;
+		if (n < 1 || n > SF_GPU_BUFFERS_MAX)
+			return sf__err(&c->err, SF_E_RANGE,
+				       "SHMFEED_GPU_BUFFERS='%s': expected 1..%d device buffers",
+				       env, SF_GPU_BUFFERS_MAX);
+	}
+	if (!n)
+		n = 2;
+	if (n > SF_GPU_BUFFERS_MAX)
+		return sf__err(&c->err, SF_E_RANGE, "%lu device buffers asked for, at most %d", n,
+			       SF_GPU_BUFFERS_MAX);
+	*ret_n = (uint32_t)n;
+	return 0;
+}
+
+static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
 {
 	struct sf_consumer_gpu *g = &c->gpu;
 	const struct sf_arena_header *h = c->a->hdr;
 	const struct sf_cuda *cu;
 	sf_cucontext popped;
-	size_t doc_bytes = (size_t)h->geo.batch * h->geo.doc_starts_per_seq * sizeof(uint32_t);
+	sf_curesult rr;
+	uint32_t nbuf = 2;
 	int r;
 
+	r = gpu_buffer_count(c, flags, &nbuf);
+	if (r < 0)
+		return r;
 	r = sf__cuda_load(&cu, &c->err);
 	if (r < 0)
 		return r;
@@ -195,6 +244,8 @@ static int gpu_setup(struct sf_consumer *c, int32_t device)
 	if (r < 0)
 		return r;
 	g->cu = cu;
+	g->nbuf = nbuf;
+	g->explicit_release = (flags & SF_ATTACH_EXPLICIT_RELEASE) != 0;
 	r = cuda_call(c, cu->cuCtxPushCurrent(g->ctx), "cuCtxPushCurrent");
 	if (r < 0) {
 		cu->cuDevicePrimaryCtxRelease(g->dev);
@@ -203,19 +254,27 @@ static int gpu_setup(struct sf_consumer *c, int32_t device)
 	}
 	/* The primary context is the one the CUDA runtime (and so PyTorch) uses, so the
 	 * device pointers handed out are valid in the caller's tensors. Only this rank's
-	 * ring is registered: it is all this handle copies from. */
-	r = cuda_call(c,
-		      cu->cuMemHostRegister(sf__arena_payload(c->a, c->rank, 0),
-					    (size_t)h->geo.slots_per_rank * h->payload_stride,
-					    SF_CU_MEMHOSTREGISTER_PORTABLE),
-		      "cuMemHostRegister");
-	if (r < 0)
-		goto out_pop;
-	g->registered = sf__arena_payload(c->a, c->rank, 0);
+	 * ring is registered: it is all this handle copies from. Where registration fails
+	 * (confidential-computing mode, containers with a low locked-memory limit), batches
+	 * are staged through pinned buffers instead: one memcpy more per batch. The reason
+	 * stays in the handle's message, for the caller to log (sf_consumer_stats() says
+	 * that batches are staged). */
+	rr = cu->cuMemHostRegister(sf__arena_payload(c->a, c->rank, 0),
+				   (size_t)h->geo.slots_per_rank * h->payload_stride,
+				   SF_CU_MEMHOSTREGISTER_PORTABLE);
+	if (rr == SF_CUDA_SUCCESS)
+		g->registered = sf__arena_payload(c->a, c->rank, 0);
+	else
+		sf__err(&c->err, SF_E_CUDA,
+			"cuMemHostRegister: %s (%u): batches are staged through pinned buffers",
+			sf__cuda_error_name(cu, rr), rr);
 	r = cuda_call(c, cu->cuStreamCreate(&g->stream, SF_CU_STREAM_NON_BLOCKING),
 		      "cuStreamCreate");
-	for (int i = 0; i < 2 && r >= 0; i++) {
-		r = cuda_call(c, cu->cuMemAlloc(&g->buf[i], c->token_bytes), "cuMemAlloc");
+	if (r >= 0)
+		r = cuda_call(c, cu->cuEventCreate(&g->switched, SF_CU_EVENT_DISABLE_TIMING),
+			      "cuEventCreate");
+	for (uint32_t i = 0; i < nbuf && r >= 0; i++) {
+		r = cuda_call(c, cu->cuMemAlloc(&g->buf[i], c->copy_bytes), "cuMemAlloc");
 		if (r >= 0)
 			r = cuda_call(c,
 				      cu->cuEventCreate(&g->copied[i], SF_CU_EVENT_DISABLE_TIMING),
@@ -223,13 +282,10 @@ static int gpu_setup(struct sf_consumer *c, int32_t device)
 		if (r >= 0)
 			r = cuda_call(c, cu->cuEventCreate(&g->used[i], SF_CU_EVENT_DISABLE_TIMING),
 				      "cuEventCreate");
-		if (r >= 0 && doc_bytes) {
-			g->doc_starts[i] = malloc(doc_bytes);
-			if (!g->doc_starts[i])
-				r = sf__err(&c->err, -ENOMEM, "out of memory");
-		}
+		if (r >= 0 && !g->registered)
+			r = cuda_call(c, cu->cuMemAllocHost(&g->staging[i], c->copy_bytes),
+				      "cuMemAllocHost");
 	}
-out_pop:
 	cu->cuCtxPopCurrent(&popped);
 	if (r < 0)
 		gpu_teardown(c);
@@ -265,11 +321,20 @@ static int release_held(struct sf_consumer *c)
 	if (!c->held)
 		return 0;
 	if (c->gpu.cu) {
-		sf_curesult q = c->gpu.cu->cuEventQuery(c->gpu.copied[c->gpu.held_buf]);
+		const struct sf_cuda *cu = c->gpu.cu;
+		sf_cucontext popped;
 
-		if (q == SF_CUDA_ERROR_NOT_READY)
-			q = c->gpu.cu->cuEventSynchronize(c->gpu.copied[c->gpu.held_buf]);
-		r = cuda_call(c, q, "cuEventSynchronize");
+		/* The calling thread may have no context current (a loader thread): every
+		 * driver call here runs in the primary context, pushed for it. */
+		r = cuda_call(c, cu->cuCtxPushCurrent(c->gpu.ctx), "cuCtxPushCurrent");
+		if (r >= 0) {
+			sf_curesult q = cu->cuEventQuery(c->gpu.copied[c->gpu.held_buf]);
+
+			if (q == SF_CUDA_ERROR_NOT_READY)
+				q = cu->cuEventSynchronize(c->gpu.copied[c->gpu.held_buf]);
+			r = cuda_call(c, q, "cuEventSynchronize");
+			cu->cuCtxPopCurrent(&popped);
+		}
 	}
 	/* The slot is released even after a failed copy: its content is still in shared
 	 * memory and the caller has the error; holding it would stall the producers. */
@@ -317,6 +382,8 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 	c->global_rank = geo->rank_base + c->rank;
 	c->token_bytes = (uint64_t)geo->batch * geo->seq_tokens * geo->token_bytes;
 	c->doc_off = sf__doc_starts_offset(geo->batch, geo->seq_tokens, geo->token_bytes);
+	/* The document starts follow the tokens within 64 bytes: one copy moves both. */
+	c->copy_bytes = geo->doc_starts_per_seq ? c->a->hdr->payload_bytes : c->token_bytes;
 	r = sf__participant_register(c->a, c->me, SF_ROLE_CONSUMER, local_rank, &c->err);
 	if (r < 0) {
 		if (r == SF_E_BUSY)
@@ -329,7 +396,7 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 	 * ring's lowest step is the first one nobody finished with. */
 	c->step = sf__ring_next_step(c->a, c->rank);
 	if (device >= 0 && !(flags & SF_ATTACH_CPU)) {
-		r = gpu_setup(c, device);
+		r = gpu_setup(c, device, flags);
 		if (r < 0)
 			goto fail_unregister;
 		c->device = device;
@@ -344,6 +411,24 @@ fail:
 	sf__arena_detach(c->a);
 	free(c);
 	return r;
+}
+
+/* GPU mode: the device address of buffer i's document starts, or 0 when none. */
+static uint64_t gpu_doc_starts(const struct sf_consumer *c, uint32_t i)
+{
+	if (!c->gpu.cu || i >= c->gpu.nbuf || !c->a->hdr->geo.doc_starts_per_seq)
+		return 0;
+	return c->gpu.buf[i] + c->doc_off;
+}
+
+int sf_consumer_device_buffer(const struct sf_consumer *c, uint32_t index, uint64_t *ret_tokens,
+			      uint64_t *ret_doc_starts)
+{
+	if (index >= c->gpu.nbuf)
+		return SF_E_RANGE;
+	*ret_tokens = c->gpu.buf[index];
+	*ret_doc_starts = gpu_doc_starts(c, index);
+	return 0;
 }
 
 int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_info)
@@ -361,12 +446,11 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 		.dtype = h->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32,
 		.doc_starts_per_seq = h->geo.doc_starts_per_seq,
 		.device = c->device,
-		.gpu_buffers = c->gpu.cu ? 2 : 0,
+		.gpu_buffers = c->gpu.nbuf,
 		.payload_stride = h->payload_stride,
 		.ring_base = (uint64_t)(uintptr_t)sf__arena_payload(c->a, c->rank, 0),
 		.device_buffer = {c->gpu.buf[0], c->gpu.buf[1]},
-		.doc_starts_buffer = {(uint64_t)(uintptr_t)c->gpu.doc_starts[0],
-				      (uint64_t)(uintptr_t)c->gpu.doc_starts[1]},
+		.doc_starts_buffer = {gpu_doc_starts(c, 0), gpu_doc_starts(c, 1)},
 		.config_digest = h->geo.config_digest,
 	};
 
@@ -376,33 +460,69 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 
 int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream)
 {
-	if (!c->gpu.cu)
+	struct sf_consumer_gpu *g = &c->gpu;
+	sf_custream to = (sf_custream)(uintptr_t)stream;
+	sf_cucontext popped;
+	int r;
+
+	if (!g->cu)
 		return sf__err(&c->err, SF_E_STATE, "set_stream: the handle is in CPU mode");
-	c->gpu.user_stream = (sf_custream)(uintptr_t)stream;
-	/* Events recorded on the previous stream still order the buffers correctly. */
+	if (to == g->user_stream)
+		return 0;
+	/* The caller's work on the batches it holds may still sit on the old stream, and
+	 * the waits for their copies do: the new stream waits for all of it, so that the
+	 * "used" events recorded on it from now on come after that work, and work queued on
+	 * it sees the copies. */
+	r = cuda_call(c, g->cu->cuCtxPushCurrent(g->ctx), "cuCtxPushCurrent");
+	if (r < 0)
+		return r;
+	r = cuda_call(c, g->cu->cuEventRecord(g->switched, g->user_stream), "cuEventRecord");
+	if (r >= 0)
+		r = cuda_call(c, g->cu->cuStreamWaitEvent(to, g->switched, 0), "cuStreamWaitEvent");
+	g->cu->cuCtxPopCurrent(&popped);
+	if (r < 0)
+		return r;
+	g->user_stream = to;
 	return 0;
 }
 
-/* GPU mode: copy the claimed slot into the next device buffer (see the header comment
- * of sf_consumer_next() for the ordering between the two streams). */
+/*
+ * Mark the end of the caller's work on device buffer k: an event recorded on its stream,
+ * which the copy that next refills k waits for. The context is current.
+ */
+static int gpu_mark_used(struct sf_consumer *c, uint32_t k)
+{
+	struct sf_consumer_gpu *g = &c->gpu;
+	int r = cuda_call(c, g->cu->cuEventRecord(g->used[k], g->user_stream), "cuEventRecord");
+
+	if (r < 0)
+		return r;
+	g->used_valid[k] = 1;
+	g->out[k] = 0;
+	return 0;
+}
+
+/* GPU mode: copy the claimed slot into the next device buffer (see the header comments
+ * of sf_consumer_next() and sf_consumer_release_batch() for the ordering between the two
+ * streams). */
 static int gpu_copy(struct sf_consumer *c, const unsigned char *payload, struct sf_batch *b)
 {
 	struct sf_consumer_gpu *g = &c->gpu;
 	const struct sf_cuda *cu = g->cu;
-	uint32_t buf = g->next_buf, prev = buf ^ 1u;
+	uint32_t buf = g->next_buf;
+	const void *src = payload;
 	sf_cucontext popped;
 	int r;
 
 	r = cuda_call(c, cu->cuCtxPushCurrent(g->ctx), "cuCtxPushCurrent");
 	if (r < 0)
 		return r;
-	/* Everything the caller queued since the previous batch used buffer `prev`: mark
-	 * its end, so the copy that next refills `prev` waits for it. */
-	if (c->batches) {
-		r = cuda_call(c, cu->cuEventRecord(g->used[prev], g->user_stream), "cuEventRecord");
+	/* Without explicit releases, everything the caller queued since the previous batch
+	 * used that batch's buffer: mark its end now. */
+	if (!g->explicit_release && g->out[g->last_buf]) {
+		r = gpu_mark_used(c, g->last_buf);
 		if (r < 0)
 			goto out;
-		g->used_valid[prev] = 1;
 	}
 	if (g->used_valid[buf]) {
 		r = cuda_call(c, cu->cuStreamWaitEvent(g->stream, g->used[buf], 0),
@@ -410,7 +530,14 @@ static int gpu_copy(struct sf_consumer *c, const unsigned char *payload, struct 
 		if (r < 0)
 			goto out;
 	}
-	r = cuda_call(c, cu->cuMemcpyHtoDAsync(g->buf[buf], payload, c->token_bytes, g->stream),
+	if (g->staging[buf]) {
+		/* The DMA out of this staging buffer's previous batch is done: release_held()
+		 * waited for it before this slot was claimed. */
+		memcpy(g->staging[buf], payload, c->copy_bytes);
+		src = g->staging[buf];
+		g->staged_copies++;
+	}
+	r = cuda_call(c, cu->cuMemcpyHtoDAsync(g->buf[buf], src, c->copy_bytes, g->stream),
 		      "cuMemcpyHtoDAsync");
 	if (r >= 0)
 		r = cuda_call(c, cu->cuEventRecord(g->copied[buf], g->stream), "cuEventRecord");
@@ -422,15 +549,14 @@ out:
 	if (r < 0)
 		return r;
 	g->held_buf = buf;
-	g->next_buf = prev;
+	g->last_buf = buf;
+	g->out[buf] = 1;
+	g->step_in[buf] = b->step;
+	g->next_buf = (buf + 1) % g->nbuf;
 	b->device_ptr = g->buf[buf];
 	b->tokens = NULL;
 	b->buffer = buf;
-	if (g->doc_starts[buf]) {
-		memcpy(g->doc_starts[buf], payload + c->doc_off,
-		       (size_t)b->batch * b->doc_starts_per_seq * sizeof(uint32_t));
-		b->doc_starts = g->doc_starts[buf];
-	}
+	b->doc_starts = (const uint32_t *)(uintptr_t)gpu_doc_starts(c, buf);
 	return 0;
 }
 
@@ -446,6 +572,11 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	unsigned char *payload;
 	int r;
 
+	if (c->gpu.explicit_release && c->gpu.out[c->gpu.next_buf])
+		return sf__err(&c->err, SF_E_STATE,
+			       "rank %u: all %u device buffers hold batches not released yet "
+			       "(release one with sf_consumer_release_batch, or attach with more)",
+			       c->global_rank, c->gpu.nbuf);
 	r = release_held(c);
 	if (r < 0)
 		return r;
@@ -529,6 +660,28 @@ int sf_consumer_release(struct sf_consumer *c)
 	return release_held(c);
 }
 
+int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batch)
+{
+	struct sf_consumer_gpu *g = &c->gpu;
+	uint32_t k = batch->buffer;
+	sf_cucontext popped;
+	int r;
+
+	if (!g->cu)
+		return batch->step + 1 == c->step ? release_held(c) : 0;
+	if (k >= g->nbuf || !g->out[k] || g->step_in[k] != batch->step)
+		return sf__err(&c->err, SF_E_STATE,
+			       "rank %u: the batch of step %llu is not held (released already, or "
+			       "implicitly by the next call)",
+			       c->global_rank, (unsigned long long)batch->step);
+	r = cuda_call(c, g->cu->cuCtxPushCurrent(g->ctx), "cuCtxPushCurrent");
+	if (r < 0)
+		return r;
+	r = gpu_mark_used(c, k);
+	g->cu->cuCtxPopCurrent(&popped);
+	return r;
+}
+
 int sf_consumer_state(struct sf_consumer *c, struct sf_resume *ret_state)
 {
 	const struct sf_geometry *geo = &c->a->hdr->geo;
@@ -595,6 +748,8 @@ int sf_consumer_stats(struct sf_consumer *c, struct sf_consumer_stats *ret_stats
 		.provenance = c->provenance,
 		.next_step = c->step,
 		.gpu = c->gpu.cu ? 1 : 0,
+		.gpu_staged = c->gpu.cu && !c->gpu.registered,
+		.staged_copies = c->gpu.staged_copies,
 	};
 
 	*ret_stats = st;

@@ -9,7 +9,8 @@
  *  - a consumer handle belongs to one thread at a time; use one handle per thread;
  *  - a handle does not survive fork(): a child must attach on its own;
  *  - views returned by sf_consumer_next() stay valid only until the next call on the
- *    same handle (or its detach).
+ *    same handle (or its detach); in GPU mode with SF_ATTACH_EXPLICIT_RELEASE, until
+ *    sf_consumer_release_batch().
  *
  * Return convention: every function returning int returns >= 0 on success, -errno for a
  * system failure, or one of the SF_E_* codes below (a reserved negative band) for a
@@ -65,15 +66,16 @@ const char *sf_version(void);
 
 /*
  * A batch as the consumer hands it out. Filled by sf_consumer_next(); valid until the
- * next call on the same handle. `tokens` is B x (T+1) tokens, row-major; inputs are
- * tokens[:, :-1] and targets tokens[:, 1:]. In GPU mode `device_ptr` is the CUdeviceptr
- * of the same layout on the rank's device and `tokens` is NULL; in CPU mode
+ * next call on the same handle (see SF_ATTACH_EXPLICIT_RELEASE for GPU mode). `tokens` is B x (T+1)
+ * tokens, row-major; inputs are tokens[:, :-1] and targets tokens[:, 1:]. In GPU mode `device_ptr`
+ * is the CUdeviceptr of the same layout on the rank's device and `tokens` is NULL; in CPU mode
  * `device_ptr` is 0 and `tokens` points read-only into shared memory (zero copy).
  * `doc_starts` (when the job records document boundaries) holds, per sequence, up to
- * `doc_starts_per_seq` offsets of document starts, padded with UINT32_MAX; it is host
- * memory in both modes. `buffer` says where the batch lies, so that a binding can keep
- * one prebuilt view per place: the ring index in CPU mode, the device buffer (0 or 1) in
- * GPU mode.
+ * `doc_starts_per_seq` offsets of document starts, padded with UINT32_MAX; in CPU mode it
+ * points into shared memory, in GPU mode it is the device address (a CUdeviceptr) where
+ * they were copied with the tokens, in the same device buffer. `buffer` says where the
+ * batch lies, so that a binding can keep one prebuilt view per place: the ring index in CPU
+ * mode, the device buffer (0..gpu_buffers-1) in GPU mode.
  */
 struct sf_batch {
 	uint64_t step;		     /* this rank's step */
@@ -87,7 +89,7 @@ struct sf_batch {
 	const uint32_t *doc_starts;  /* B x doc_starts_per_seq, or NULL */
 	uint64_t digest;	     /* xxh3-64 of the batch's token bytes */
 	uint64_t wait_ns;	     /* time this call waited for the batch */
-	uint32_t buffer;	     /* ring index (CPU) or device buffer 0/1 (GPU) */
+	uint32_t buffer;	     /* ring index (CPU) or device buffer (GPU) */
 	uint32_t reserved;
 };
 
@@ -123,7 +125,11 @@ struct sf_consumer_stats {
 	uint64_t provenance;
 	uint64_t next_step;
 	uint32_t gpu; /* 1 when batches go to a device */
-	uint32_t reserved;
+	/* 1 when the ring could not be registered with the driver (cuMemHostRegister failed:
+	 * sf_consumer_errmsg() says why), so that batches are copied into pinned staging
+	 * buffers before their DMA: one more memcpy each. */
+	uint32_t gpu_staged;
+	uint64_t staged_copies; /* batches copied through a staging buffer */
 };
 
 /*
@@ -131,7 +137,9 @@ struct sf_consumer_stats {
  * where batches land, so that a binding can build its views once at attach.
  * In CPU mode the payload of ring index i starts at ring_base + i * payload_stride, its
  * document starts (if any) right after its B*(T+1) tokens. In GPU mode batches land in
- * device_buffer[0..1] and their document starts in the host buffers doc_starts_buffer[].
+ * gpu_buffers device buffers, the first two listed in device_buffer[] and their document
+ * starts at the device addresses doc_starts_buffer[] (0 when the job records none); all
+ * of them through sf_consumer_device_buffer().
  */
 struct sf_consumer_info {
 	uint32_t local_rank;
@@ -145,7 +153,7 @@ struct sf_consumer_info {
 	uint32_t dtype;		     /* SF_DTYPE_* */
 	uint32_t doc_starts_per_seq; /* 0 when the job records no boundaries */
 	int32_t device;		     /* CUDA ordinal, or -1 in CPU mode */
-	uint32_t gpu_buffers;	     /* 2 in GPU mode, 0 in CPU mode */
+	uint32_t gpu_buffers;	     /* device buffers (GPU mode), 0 in CPU mode */
 	uint64_t payload_stride;
 	uint64_t ring_base; /* address of this rank's ring index 0 payload (CPU mode) */
 	uint64_t device_buffer[2];
@@ -157,6 +165,20 @@ struct sf_consumer;
 
 /* Flags for sf_consumer_attach(). */
 #define SF_ATTACH_CPU 0x1u /* never use CUDA, even where it is available */
+/*
+ * GPU mode: the caller releases each batch with sf_consumer_release_batch() once it has
+ * queued all its work on it, instead of sf_consumer_next() releasing the previous batch;
+ * the caller may then hold up to the number of device buffers at once (prefetching
+ * loops, gradient accumulation that fetches ahead). sf_consumer_next() refuses with
+ * SF_E_STATE when the buffer it would refill still holds a batch not released.
+ */
+#define SF_ATTACH_EXPLICIT_RELEASE 0x2u
+/*
+ * GPU mode: the number of device buffers (1..SF_GPU_BUFFERS_MAX), in bits 8..15 of the
+ * flags. 0 there takes $SHMFEED_GPU_BUFFERS, else 2.
+ */
+#define SF_ATTACH_GPU_BUFFERS(n) (((uint32_t)(n)&0xffu) << 8)
+#define SF_GPU_BUFFERS_MAX	 16
 
 /* The `device` of sf_consumer_attach() that asks for CPU views. */
 #define SF_DEVICE_NONE (-1)
@@ -170,8 +192,8 @@ struct sf_consumer;
  * the message. -ENOENT: no such job; SF_E_RANGE: no such local rank; SF_E_LAYOUT: an arena
  * of another layout version; SF_E_BUSY: a live process consumes that rank already.
  * On failure a message naming the cause is written to `errmsg` (when not NULL; always
- * NUL-terminated). Returns 0 and stores the handle in *ret_consumer; free it with
- * sf_consumer_detach().
+ * NUL-terminated). SF_E_RANGE also for a number of device buffers out of range.
+ * Returns 0 and stores the handle in *ret_consumer; free it with sf_consumer_detach().
  */
 int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint32_t flags,
 		       struct sf_consumer **ret_consumer, char *errmsg, uint32_t errmsg_len);
@@ -180,11 +202,22 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_info);
 
 /*
+ * sf_consumer_device_buffer - GPU mode: the device addresses of device buffer `index`
+ * (0..gpu_buffers-1; sf_consumer_info lists only the first two) and of its document
+ * starts (0 when the job records none). Returns 0, or SF_E_RANGE (and in CPU mode).
+ */
+int sf_consumer_device_buffer(const struct sf_consumer *c, uint32_t index, uint64_t *ret_tokens,
+			      uint64_t *ret_doc_starts);
+
+/*
  * sf_consumer_set_stream - GPU mode: the CUstream on which the caller uses batches (0, the
  * default, is the legacy default stream). Work the caller queues on it after
  * sf_consumer_next() returns sees the batch copied, and a device buffer is refilled only
- * after the work the caller queued while it held that buffer. Returns 0, or SF_E_STATE
- * in CPU mode.
+ * after the work the caller queued while it held that buffer. Switching streams makes the
+ * new stream wait for everything queued on the old one so far, so batches handed out
+ * before the switch stay ordered. The stream must outlive its use by the handle: until
+ * another stream is set, or until detach (which waits for the work queued on it).
+ * Returns 0, SF_E_STATE in CPU mode, or SF_E_CUDA.
  */
 int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
 
@@ -198,8 +231,28 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
  * the job's step limit (see sf_consumer_seek()); SF_E_CUDA.
  * In GPU mode the slot stays claimed until its copy has completed, and is released on
  * the next call, so that the copy of step s+1 overlaps the caller's work on step s.
+ * GPU mode, which thread and stream: the handle may move between threads (one at a time;
+ * it pushes its context for every driver call), but the caller's work on batches must be
+ * queued on the stream given to sf_consumer_set_stream() (the legacy default stream
+ * unless set), which need not be the thread's current stream: work on another stream
+ * must be made to wait for the batch (cuStreamWaitEvent on an event recorded on that
+ * stream) and be ordered back into it before the batch is released. Without
+ * SF_ATTACH_EXPLICIT_RELEASE, a batch is released by the next call: work on it queued
+ * after that call (a loop that fetches ahead, a prefetch thread) races its refill. With
+ * it, a batch is released by sf_consumer_release_batch(), and SF_E_STATE is returned when
+ * every device buffer holds a batch not released.
  */
 int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *ret_batch);
+
+/*
+ * sf_consumer_release_batch - GPU mode: the caller has queued all its work on `batch` on
+ * its stream; the buffer may be refilled after that work (an event recorded on the stream
+ * now). Needed with SF_ATTACH_EXPLICIT_RELEASE, allowed without (it then releases the
+ * buffer earlier than the next call would). CPU mode: releases the slot when `batch` is
+ * the one held. Returns 0; SF_E_STATE when the batch is not held (released already, or
+ * not this handle's); SF_E_CUDA.
+ */
+int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batch);
 
 /*
  * sf_consumer_release - release the batch held, if any (in GPU mode after its copy has
@@ -249,7 +302,8 @@ _Static_assert(sizeof(struct sf_batch) == 80, "sf_batch layout");
 _Static_assert(offsetof(struct sf_resume, provenance) == 24, "sf_resume layout");
 _Static_assert(sizeof(struct sf_resume) == 32, "sf_resume layout");
 _Static_assert(offsetof(struct sf_consumer_stats, gpu) == 56, "sf_consumer_stats layout");
-_Static_assert(sizeof(struct sf_consumer_stats) == 64, "sf_consumer_stats layout");
+_Static_assert(offsetof(struct sf_consumer_stats, staged_copies) == 64, "sf_consumer_stats");
+_Static_assert(sizeof(struct sf_consumer_stats) == 72, "sf_consumer_stats layout");
 _Static_assert(offsetof(struct sf_consumer_info, payload_stride) == 48, "sf_consumer_info");
 _Static_assert(offsetof(struct sf_consumer_info, device_buffer) == 64, "sf_consumer_info");
 _Static_assert(offsetof(struct sf_consumer_info, config_digest) == 96, "sf_consumer_info");

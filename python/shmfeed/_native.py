@@ -19,6 +19,12 @@ globals().update({name: code for code, name in ERROR_NAMES.items()})
 SF_DTYPE_U16 = 1
 SF_DTYPE_I32 = 2
 SF_ATTACH_CPU = 0x1
+SF_ATTACH_EXPLICIT_RELEASE = 0x2
+SF_GPU_BUFFERS_MAX = 16
+
+
+def SF_ATTACH_GPU_BUFFERS(n):
+    return (n & 0xFF) << 8
 SF_DEVICE_NONE = -1
 
 
@@ -59,7 +65,8 @@ class Stats(ctypes.Structure):
         ("provenance", ctypes.c_uint64),
         ("next_step", ctypes.c_uint64),
         ("gpu", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("gpu_staged", ctypes.c_uint32),
+        ("staged_copies", ctypes.c_uint64),
     ]
 
 
@@ -133,6 +140,9 @@ def lib():
         "sf_consumer_set_stream": (ctypes.c_int, [vp, u64]),
         "sf_consumer_next": (ctypes.c_int, [vp, i32, ctypes.POINTER(Batch)]),
         "sf_consumer_release": (ctypes.c_int, [vp]),
+        "sf_consumer_release_batch": (ctypes.c_int, [vp, ctypes.POINTER(Batch)]),
+        "sf_consumer_device_buffer": (ctypes.c_int, [vp, u32, ctypes.POINTER(u64),
+                                                     ctypes.POINTER(u64)]),
         "sf_consumer_state": (ctypes.c_int, [vp, ctypes.POINTER(Resume)]),
         "sf_consumer_seek": (ctypes.c_int, [vp, ctypes.POINTER(Resume)]),
         "sf_consumer_stats": (ctypes.c_int, [vp, ctypes.POINTER(Stats)]),

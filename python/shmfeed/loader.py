@@ -23,6 +23,7 @@ import ctypes
 import math
 import operator
 import os
+import warnings
 import weakref
 
 import numpy as np
@@ -48,7 +49,8 @@ class Batch:
     """One step of one rank: `tokens` [B, T+1], `x` = tokens[:, :-1], `y` = tokens[:, 1:],
     `step`, `first_sample` (global index of row 0), `digest` (XXH3-64 of the token bytes),
     `doc_starts` (a [B, D] uint32 NumPy array of document starts per row, padded with
-    0xFFFFFFFF, or None when the job records no boundaries) and `wait_ns`."""
+    0xFFFFFFFF; on a GPU an int32 tensor on the device, padded with -1; None when the job
+    records no boundaries) and `wait_ns`."""
 
     __slots__ = ("tokens", "x", "y", "step", "first_sample", "digest", "doc_starts", "wait_ns")
 
@@ -237,6 +239,11 @@ class Loader:
             self.close()
             owner.detach()
             raise
+        if self._gpu and self.stats()["gpu_staged"]:
+            # Said once per process: the library itself never prints.
+            warnings.warn(f"shmfeed: job '{job}' rank {local_rank}: "
+                          f"{self._lib.sf_consumer_errmsg(self._h).decode()}",
+                          RuntimeWarning, stacklevel=2)
         self.rank = info.global_rank
         self.local_rank = info.local_rank
         self.world_size = info.world_size
@@ -299,19 +306,27 @@ class Loader:
         self._widen = None
         if self._gpu:
             native_u16 = hasattr(t, "uint16")
-            for k in range(2):
+            for k in range(i.gpu_buffers):
+                tok_ptr, doc_ptr = ctypes.c_uint64(), ctypes.c_uint64()
+                r = self._lib.sf_consumer_device_buffer(self._h, k, ctypes.byref(tok_ptr),
+                                                        ctypes.byref(doc_ptr))
+                if r < 0:
+                    self._raise(r)
                 typestr = "<u2" if dtype == np.uint16 and native_u16 else \
                     "<i2" if dtype == np.uint16 else "<i4"
-                raw = t.as_tensor(_CudaBuffer(i.device_buffer[k], (B, S), typestr,
-                                              self._owner), device=self.device)
+                raw = t.as_tensor(_CudaBuffer(tok_ptr.value, (B, S), typestr, self._owner),
+                                  device=self.device)
                 if typestr == "<i2":
                     wide = t.empty((B, S), dtype=t.int32, device=self.device)
                     self._widen = self._widen or []
                     self._widen.append((raw, wide))
                     raw = wide
                 self._tokens.append(raw)
-                self._docs.append(_host_array(i.doc_starts_buffer[k], np.uint32, (B, D),
-                                              self._owner) if D else None)
+                # The document starts come to the device with the tokens; int32, since
+                # torch 1.13 has no uint32: the padding reads -1 there.
+                self._docs.append(t.as_tensor(_CudaBuffer(doc_ptr.value, (B, D), "<i4",
+                                                          self._owner),
+                                              device=self.device) if D else None)
         else:
             # Document starts begin at the first 64-byte boundary after the tokens
             # (sf__doc_starts_offset() in common/arena.h).
@@ -439,7 +454,8 @@ class Loader:
         return {"batches": st.batches, "tokens": st.tokens, "wait_ns_total": st.wait_ns_total,
                 "wait_ns_p50": st.wait_ns_p50, "wait_ns_p99": st.wait_ns_p99,
                 "provenance": st.provenance, "next_step": st.next_step, "gpu": bool(st.gpu),
-                "rank": self.rank}
+                "gpu_staged": bool(st.gpu_staged), "staged_copies": st.staged_copies,
+                "rank": getattr(self, "rank", self._info.global_rank)}
 
     # Lifetime.
 

@@ -54,7 +54,8 @@ enum {
 	INVALID_HANDLE = 400,
 	NOT_READY = 600,
 	ALREADY_REGISTERED = 712,
-	NOT_REGISTERED = 713
+	NOT_REGISTERED = 713,
+	NOT_SUPPORTED = 801
 };
 
 enum op_kind { OP_COPY, OP_READ, OP_RECORD, OP_WAIT };
@@ -99,8 +100,11 @@ static struct fake_cuda_stats stats;
 static struct CUctx_st primary;
 static struct CUstream_st null_stream, *streams[64];
 static struct CUevent_st *events[256]; /* every event made, destroyed ones included */
-static struct range allocs[64], registered[16];
-static int n_devices = 1, init_code, eager = 1, ctx_depth;
+static struct range allocs[64], registered[16], pinned[16];
+static int n_devices = 1, init_code, eager = 1, no_register;
+/* As with the driver, the context stack is per thread: a call made on a thread that has no
+ * context current fails, whatever other threads have pushed. */
+static _Thread_local int ctx_depth;
 static char fail_name[64];
 static unsigned fail_code;
 static long fail_nth = 1, fail_calls;
@@ -108,7 +112,7 @@ static long fail_nth = 1, fail_calls;
 /* The injected failure, if this call is the one. */
 static int failing(const char *name, sf_curesult *ret)
 {
-	if (!fail_name[0] || strcmp(name, fail_name) || ++fail_calls != fail_nth)
+	if (!fail_name[0] || strcmp(name, fail_name) || (++fail_calls != fail_nth && fail_nth))
 		return 0;
 	*ret = fail_code;
 	return 1;
@@ -239,6 +243,8 @@ EXPORT sf_curesult cuInit(unsigned int flags)
 		n_devices = atoi(v);
 	if ((v = getenv("FAKE_CUDA_INIT")))
 		init_code = atoi(v);
+	if ((v = getenv("FAKE_CUDA_NO_REGISTER")))
+		no_register = atoi(v);
 	if ((v = getenv("FAKE_CUDA_POLICY")))
 		eager = strcmp(v, "lazy") != 0;
 	if ((v = getenv("FAKE_CUDA_FAIL")) &&
@@ -327,6 +333,10 @@ EXPORT sf_curesult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int f
 	ENTER("cuMemHostRegister");
 	(void)flags;
 	NEED_CONTEXT();
+	if (no_register) {
+		ret_ = NOT_SUPPORTED;
+		goto out;
+	}
 	for (i = 0; i < 16; i++)
 		if (registered[i].n && (uintptr_t)p < registered[i].p + registered[i].n &&
 		    registered[i].p < (uintptr_t)p + bytesize) {
@@ -347,6 +357,7 @@ EXPORT sf_curesult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int f
 EXPORT sf_curesult cuMemHostUnregister(void *p)
 {
 	ENTER("cuMemHostUnregister");
+	NEED_CONTEXT();
 	ret_ = NOT_REGISTERED;
 	for (size_t i = 0; i < 16; i++)
 		if (registered[i].n && registered[i].p == (uintptr_t)p) {
@@ -379,12 +390,37 @@ EXPORT sf_curesult cuMemAlloc_v2(sf_cudeviceptr *dptr, size_t bytesize)
 	LEAVE();
 }
 
+/*
+ * Queued operations that still touch [p, p + n): counted as freed_in_use and made empty,
+ * so that the test sees the violation rather than a use after free.
+ */
+static void drop_ops_on(uintptr_t p, size_t n)
+{
+	for (size_t i = 0; i <= sizeof(streams) / sizeof(streams[0]); i++) {
+		struct CUstream_st *s = i ? streams[i - 1] : &null_stream;
+
+		for (size_t k = s ? s->head : 0; s && k < s->tail; k++) {
+			struct op *o = &s->ops[k];
+			uintptr_t dev = o->kind == OP_COPY   ? (uintptr_t)o->dst
+					: o->kind == OP_READ ? (uintptr_t)o->src
+							     : 0;
+
+			if (dev && o->n && dev < p + n && p < dev + o->n) {
+				stats.freed_in_use++;
+				o->n = 0;
+			}
+		}
+	}
+}
+
 EXPORT sf_curesult cuMemFree_v2(sf_cudeviceptr dptr)
 {
 	ENTER("cuMemFree");
+	NEED_CONTEXT();
 	ret_ = INVALID_VALUE;
 	for (size_t i = 0; i < 64; i++)
 		if (allocs[i].n && allocs[i].p == (uintptr_t)dptr) {
+			drop_ops_on(allocs[i].p, allocs[i].n);
 			free((void *)allocs[i].p);
 			allocs[i].n = 0;
 			stats.frees++;
@@ -424,6 +460,8 @@ EXPORT sf_curesult cuMemcpyHtoDAsync_v2(sf_cudeviceptr dst, const void *src, siz
 	stats.htod_async++;
 	if (in_ranges(registered, 16, (uintptr_t)src, bytes))
 		stats.htod_async_registered++;
+	if (in_ranges(pinned, 16, (uintptr_t)src, bytes))
+		stats.htod_async_pinned++;
 	LEAVE();
 }
 
@@ -453,18 +491,36 @@ EXPORT sf_curesult cuMemcpyDtoH_v2(void *dst, sf_cudeviceptr src, size_t bytes)
 
 EXPORT sf_curesult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
+	size_t i;
+	void *p;
+
 	ENTER("cuMemAllocHost");
 	NEED_CONTEXT();
-	*pp = malloc(bytesize);
-	if (!*pp)
-		ret_ = OUT_OF_MEMORY;
+	for (i = 0; i < 16 && pinned[i].n; i++)
+		;
+	p = i < 16 && bytesize ? malloc(bytesize) : NULL;
+	if (!p) {
+		ret_ = bytesize ? OUT_OF_MEMORY : INVALID_VALUE;
+		goto out;
+	}
+	pinned[i] = (struct range){(uintptr_t)p, bytesize};
+	stats.host_allocs++;
+	*pp = p;
 	LEAVE();
 }
 
 EXPORT sf_curesult cuMemFreeHost(void *p)
 {
 	ENTER("cuMemFreeHost");
-	free(p);
+	NEED_CONTEXT();
+	ret_ = INVALID_VALUE;
+	for (size_t i = 0; i < 16; i++)
+		if (pinned[i].n && pinned[i].p == (uintptr_t)p) {
+			free(p);
+			pinned[i].n = 0;
+			stats.host_frees++;
+			ret_ = 0;
+		}
 	LEAVE();
 }
 
@@ -490,6 +546,7 @@ EXPORT sf_curesult cuStreamCreate(sf_custream *stream, unsigned int flags)
 EXPORT sf_curesult cuStreamDestroy_v2(sf_custream stream)
 {
 	ENTER("cuStreamDestroy");
+	NEED_CONTEXT();
 	ret_ = INVALID_HANDLE;
 	for (size_t i = 0; i < 64; i++)
 		if (stream && streams[i] == stream) {
@@ -510,6 +567,7 @@ EXPORT sf_curesult cuStreamWaitEvent(sf_custream stream, sf_cuevent event, unsig
 
 	ENTER("cuStreamWaitEvent");
 	(void)flags;
+	NEED_CONTEXT();
 	o.ev_on = event->on;
 	o.gen = event->recorded;
 	/* An event never recorded is complete: nothing to wait for. */
@@ -521,6 +579,7 @@ EXPORT sf_curesult cuStreamWaitEvent(sf_custream stream, sf_cuevent event, unsig
 EXPORT sf_curesult cuStreamSynchronize(sf_custream stream)
 {
 	ENTER("cuStreamSynchronize");
+	NEED_CONTEXT();
 	drain(stream_of(stream));
 	LEAVE();
 }
@@ -548,6 +607,7 @@ EXPORT sf_curesult cuEventRecord(sf_cuevent event, sf_custream stream)
 	struct op o = {.kind = OP_RECORD, .ev = event};
 
 	ENTER("cuEventRecord");
+	NEED_CONTEXT();
 	o.gen = event->recorded + 1;
 	if (push(stream_of(stream), o) < 0) {
 		ret_ = OUT_OF_MEMORY;
@@ -562,6 +622,7 @@ EXPORT sf_curesult cuEventRecord(sf_cuevent event, sf_custream stream)
 EXPORT sf_curesult cuEventQuery(sf_cuevent event)
 {
 	ENTER("cuEventQuery");
+	NEED_CONTEXT();
 	progress();
 	if (!record_ran(event, event->recorded))
 		ret_ = NOT_READY;
@@ -571,6 +632,7 @@ EXPORT sf_curesult cuEventQuery(sf_cuevent event)
 EXPORT sf_curesult cuEventSynchronize(sf_cuevent event)
 {
 	ENTER("cuEventSynchronize");
+	NEED_CONTEXT();
 	while (!record_ran(event, event->recorded) && run_one(event->on))
 		;
 	LEAVE();
@@ -579,6 +641,7 @@ EXPORT sf_curesult cuEventSynchronize(sf_cuevent event)
 EXPORT sf_curesult cuEventDestroy_v2(sf_cuevent event)
 {
 	ENTER("cuEventDestroy");
+	NEED_CONTEXT();
 	if (event->destroyed) {
 		ret_ = INVALID_HANDLE;
 	} else {
@@ -606,7 +669,8 @@ EXPORT sf_curesult cuGetErrorName(sf_curesult error, const char **pstr)
 		     {600, "CUDA_ERROR_NOT_READY"},
 		     {700, "CUDA_ERROR_ILLEGAL_ADDRESS"},
 		     {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"},
-		     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"}};
+		     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"},
+		     {801, "CUDA_ERROR_NOT_SUPPORTED"}};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (names[i].code == error) {
@@ -633,7 +697,7 @@ EXPORT int fake_cuda_read_async(void *dst, unsigned long long src, size_t bytes,
 	int r = -1;
 
 	pthread_mutex_lock(&lock);
-	if (device_ok(src, bytes))
+	if (ctx_depth && device_ok(src, bytes))
 		r = push(stream_of(stream), o);
 	progress();
 	pthread_mutex_unlock(&lock);

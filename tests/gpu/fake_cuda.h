@@ -8,8 +8,11 @@
  * Environment, read at cuInit:
  *   FAKE_CUDA_DEVICES=N    devices cuDeviceGetCount reports (default 1);
  *   FAKE_CUDA_INIT=CODE    what cuInit returns (default 0);
- *   FAKE_CUDA_FAIL=NAME:CODE[:NTH]  the NTH call (default 1st) of the driver function
- *                          NAME (without version suffix) returns CODE and does nothing;
+ *   FAKE_CUDA_NO_REGISTER=1  cuMemHostRegister always fails with CUDA_ERROR_NOT_SUPPORTED
+ *                          (801), as in confidential-computing mode;
+ *   FAKE_CUDA_FAIL=NAME:CODE[:NTH]  the NTH call (default 1st; 0: every call) of the
+ *                          driver function NAME (without version suffix) returns CODE and
+ *                          does nothing;
  *   FAKE_CUDA_POLICY=lazy|eager  when queued work runs:
  *     lazy:  nothing runs until a synchronizing call needs it (cuEventSynchronize,
  *            cuStreamSynchronize, the synchronous copies, which order on the NULL stream);
@@ -20,6 +23,9 @@
  *            event it waits for has completed; work on the NULL stream stays lazy. A
  *            copy that does not wait for the caller's work on its buffer then overwrites
  *            the buffer before that work reads it.
+ *   The context stack is per thread, as with the driver: every call that acts in a context
+ *   (all but cuInit, the device and primary-context calls, cuCtxPush/PopCurrent and
+ *   cuGetErrorName) fails with CUDA_ERROR_INVALID_CONTEXT on a thread that has none current.
  *   fake_cuda_set_eager() makes one stream (the NULL stream included) eager whatever the
  *   policy: with the consumer's stream lazy and the caller's eager, the caller's work
  *   runs before a copy it was not made to wait for.
@@ -36,10 +42,13 @@ struct fake_cuda_stats {
 	long allocs, frees;
 	long streams, stream_destroys;
 	long events, event_destroys;
-	long htod_async;	    /* cuMemcpyHtoDAsync calls queued */
-	long htod_async_registered; /* ... whose source lay in registered host memory */
-	long violations;	    /* async copies whose source changed before they ran */
-	long bad_pointers;	    /* device pointers that were not allocated */
+	long htod_async;	      /* cuMemcpyHtoDAsync calls queued */
+	long htod_async_registered;   /* ... whose source lay in registered host memory */
+	long htod_async_pinned;	      /* ... whose source lay in cuMemAllocHost memory */
+	long host_allocs, host_frees; /* cuMemAllocHost / cuMemFreeHost */
+	long violations;	      /* async copies whose source changed before they ran */
+	long bad_pointers;	      /* device pointers that were not allocated */
+	long freed_in_use;	      /* cuMemFree of memory queued work still reads or writes */
 };
 
 /* fake_cuda_stats - the counters so far (resolve with dlsym in the process under test). */
@@ -47,7 +56,8 @@ typedef void fake_cuda_stats_fn(struct fake_cuda_stats *ret);
 
 /*
  * fake_cuda_read_async - queue on `stream` a "kernel" that copies `bytes` of device memory
- * at `src` to host `dst` when it runs: the caller's use of a batch.
+ * at `src` to host `dst` when it runs: the caller's use of a batch. Returns 0, or -1 when
+ * the calling thread has no context current or `src` is not device memory.
  */
 typedef int fake_cuda_read_async_fn(void *dst, unsigned long long src, size_t bytes, void *stream);
 

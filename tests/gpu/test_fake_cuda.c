@@ -11,12 +11,20 @@
  *    with lazy copies but the caller's stream eager (a read not made to wait for its copy
  *    runs first).
  *    Every copy comes from registered memory; every driver object is freed at detach.
+ *    The document starts are read on the device too. With registration refused, the same
+ *    runs go through pinned staging buffers.
  *  - attach failures at each driver call of the set-up, named by their CUresult, with
- *    nothing leaked; a copy failing mid-run, reported, and the step served again.
+ *    nothing leaked (then a CPU handle, whose sf_consumer_release_batch releases its
+ *    slot); a copy failing mid-run, reported, and the step served again.
  *  - no device, or cuInit failing: -ENODEV (CPU is then the caller's choice) or SF_E_CUDA.
+ *  - next() on a thread with no context current; detach with the caller's reads still
+ *    queued; a switch of the caller's stream with reads queued on the old one; three
+ *    batches held at once with SF_ATTACH_EXPLICIT_RELEASE, and the fourth refused.
+ * An argument runs only the cases whose name contains it.
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +109,24 @@ static struct feed *start(const char *tag, uint32_t ranks)
 	return f;
 }
 
+/* The test's own use of the device, as a training script's: the primary context. */
+static void push_own_context(sf_cudevice *dev)
+{
+	sf_cucontext ctx;
+
+	CHECK(!cu->cuDeviceGet(dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, *dev) &&
+		      !cu->cuCtxPushCurrent(ctx),
+	      "the test's own context");
+}
+
+static void pop_own_context(sf_cudevice dev)
+{
+	sf_cucontext popped;
+
+	cu->cuCtxPopCurrent(&popped);
+	cu->cuDevicePrimaryCtxRelease(dev);
+}
+
 /* Every object the driver handed out has been given back. */
 static void expect_balanced(const char *when)
 {
@@ -117,6 +143,8 @@ static void expect_balanced(const char *when)
 	      s.stream_destroys);
 	CHECK(s.events == s.event_destroys, "%s: %ld events, %ld destroyed", when, s.events,
 	      s.event_destroys);
+	CHECK(s.host_allocs == s.host_frees, "%s: %ld pinned host allocations, %ld freed", when,
+	      s.host_allocs, s.host_frees);
 	CHECK(s.bad_pointers == 0, "%s: %ld bad device pointers", when, s.bad_pointers);
 }
 
@@ -125,7 +153,7 @@ static void expect_balanced(const char *when)
  * which runs eagerly when `caller_eager`: then the caller's read of a batch runs as soon
  * as its waits allow, before a copy it was not made to wait for.
  */
-static void case_copies(int created, int caller_eager)
+static void case_copies(int created, int caller_eager, int staged)
 {
 	struct feed *f;
 	struct sf_consumer *c[2];
@@ -134,7 +162,6 @@ static void case_copies(int created, int caller_eager)
 	uint64_t tb, pb, doc_off;
 	unsigned char *out, *want, *docs;
 	sf_custream user = NULL;
-	sf_cucontext ctx, popped;
 	sf_cudevice dev;
 	char msg[256];
 
@@ -145,11 +172,9 @@ static void case_copies(int created, int caller_eager)
 	doc_off = sf__doc_starts_offset(f->geo.batch, f->geo.seq_tokens, 2);
 	out = malloc(2 * STEPS * tb);
 	want = malloc(pb);
-	docs = malloc(pb);
+	docs = calloc(2 * STEPS, pb - doc_off);
 
-	CHECK(!cu->cuDeviceGet(&dev, 0) && !cu->cuDevicePrimaryCtxRetain(&ctx, dev) &&
-		      !cu->cuCtxPushCurrent(ctx),
-	      "the test's own context");
+	push_own_context(&dev);
 	if (created)
 		CHECK(!cu->cuStreamCreate(&user, 0), "the test's stream");
 	if (caller_eager)
@@ -179,12 +204,18 @@ static void case_copies(int created, int caller_eager)
 			feed_fill(f, (uint32_t)r, st, want);
 			CHECK(b.digest == sf_digest(want, tb, 0), "rank %d step %llu: digest", r,
 			      (unsigned long long)st);
-			/* The document starts are host copies that outlive the slot. */
-			memcpy(docs, b.doc_starts, pb - doc_off);
-			CHECK(!memcmp(docs, want + doc_off, pb - doc_off), "doc starts");
+			/* The document starts are copied to the device with the tokens. */
+			CHECK(b.doc_starts && (uint64_t)(uintptr_t)b.doc_starts ==
+						      info[r].doc_starts_buffer[b.buffer],
+			      "document starts in the device buffer");
 			CHECK(read_async(out + (st * 2 + (uint64_t)r) * tb, b.device_ptr, tb,
 					 user) == 0,
 			      "queue the read");
+			CHECK(read_async(docs + (st * 2 + (uint64_t)r) * (pb - doc_off),
+					 (uint64_t)(uintptr_t)b.doc_starts, pb - doc_off,
+					 user) == 0,
+			      "rank %d step %llu: queue the read of the document starts", r,
+			      (unsigned long long)st);
 		}
 	for (int r = 0; r < 2; r++)
 		CHECK(sf_consumer_release(c[r]) == 0, "%s", sf_consumer_errmsg(c[r]));
@@ -195,19 +226,40 @@ static void case_copies(int created, int caller_eager)
 			CHECK(!memcmp(out + (st * 2 + r) * tb, want, tb),
 			      "rank %u step %llu: the caller's read saw other bytes", r,
 			      (unsigned long long)st);
+			CHECK(!memcmp(docs + (st * 2 + r) * (pb - doc_off), want + doc_off,
+				      pb - doc_off),
+			      "rank %u step %llu: the document starts read on the device differ", r,
+			      (unsigned long long)st);
 		}
 	get_stats(&s);
-	CHECK(s.registers == 2, "one registration per handle, got %ld", s.registers);
-	CHECK(s.htod_async == 2 * STEPS && s.htod_async_registered == s.htod_async,
-	      "%ld async copies, %ld from registered memory", s.htod_async,
-	      s.htod_async_registered);
+	if (staged) {
+		/* cuMemHostRegister failed: every copy comes from a pinned staging buffer. */
+		CHECK(s.registers == 0, "%ld registrations", s.registers);
+		CHECK(s.htod_async == 2 * STEPS && s.htod_async_pinned == s.htod_async,
+		      "%ld async copies, %ld from pinned memory", s.htod_async,
+		      s.htod_async_pinned);
+		for (int r = 0; r < 2; r++) {
+			struct sf_consumer_stats st;
+
+			sf_consumer_stats(c[r], &st);
+			CHECK(st.gpu_staged == 1 && st.staged_copies == STEPS,
+			      "stats: staged %u, %llu staged copies", st.gpu_staged,
+			      (unsigned long long)st.staged_copies);
+			CHECK(strstr(sf_consumer_errmsg(c[r]), "cuMemHostRegister: CUDA_ERROR_"),
+			      "the reason: %s", sf_consumer_errmsg(c[r]));
+		}
+	} else {
+		CHECK(s.registers == 2, "one registration per handle, got %ld", s.registers);
+		CHECK(s.htod_async == 2 * STEPS && s.htod_async_registered == s.htod_async,
+		      "%ld async copies, %ld from registered memory", s.htod_async,
+		      s.htod_async_registered);
+	}
 	CHECK(s.violations == 0, "%ld slots changed before their copy ran", s.violations);
 	for (int r = 0; r < 2; r++)
 		sf_consumer_detach(c[r]);
 	if (user)
 		CHECK(!cu->cuStreamDestroy(user), "destroy the test's stream");
-	cu->cuCtxPopCurrent(&popped);
-	cu->cuDevicePrimaryCtxRelease(dev);
+	pop_own_context(dev);
 	expect_balanced("after detach");
 	feed_stop(f);
 	free(out);
@@ -232,6 +284,18 @@ static void case_attach_fails(const char *expect)
 	/* The rank is free again: a CPU handle attaches. */
 	CHECK(sf_consumer_attach(f->opt.job, 0, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)) == 0, "%s",
 	      msg);
+	if (!failed) {
+		/* CPU mode: sf_consumer_release_batch() of the batch held releases its slot. */
+		struct sf_slot *slot = sf__arena_slot(f->arena, 0, 0);
+		struct sf_batch b;
+
+		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == 0, "%s",
+		      sf_consumer_errmsg(c));
+		CHECK(sf__slot_state(atomic_load(&slot->word)) == SF_SLOT_CLAIMED, "held");
+		CHECK(sf_consumer_release_batch(c, &b) == 0, "%s", sf_consumer_errmsg(c));
+		CHECK(sf__slot_state(atomic_load(&slot->word)) != SF_SLOT_CLAIMED, "released");
+		CHECK(sf_consumer_release_batch(c, &b) == 0, "a second release is a no-op");
+	}
 	sf_consumer_detach(c);
 	feed_stop(f);
 }
@@ -265,6 +329,245 @@ static void case_copy_fails(void)
 	feed_stop(f);
 }
 
+struct thread_case {
+	struct feed *f;
+	struct sf_consumer *c;
+};
+
+static void *consume_on_thread(void *arg)
+{
+	struct thread_case *t = arg;
+	unsigned char *want = malloc(t->f->arena->hdr->payload_bytes);
+
+	for (uint64_t st = 0; st < 10; st++) {
+		struct sf_batch b;
+		int r = sf_consumer_next(t->c, 10000, &b);
+
+		CHECK(r == 0 && b.step == st, "step %llu: %s", (unsigned long long)st,
+		      sf_consumer_errmsg(t->c));
+		if (r < 0)
+			break;
+		feed_fill(t->f, 0, st, want);
+		CHECK(b.digest == sf_digest(want, feed_token_bytes(t->f), 0), "digest");
+	}
+	CHECK(sf_consumer_release(t->c) == 0, "release: %s", sf_consumer_errmsg(t->c));
+	sf_consumer_detach(t->c);
+	free(want);
+	return NULL;
+}
+
+/*
+ * The handle used from a thread that has no CUDA context current (a data-loading thread):
+ * every driver call the consumer makes must push its own. The main thread holds a context
+ * meanwhile, so a driver (or fake) that kept one context stack per process would hide it.
+ */
+static void case_other_thread(void)
+{
+	struct thread_case t;
+	sf_cudevice dev;
+	pthread_t th;
+	char msg[256];
+
+	load();
+	t.f = start("thread", 1);
+	CHECK(sf_consumer_attach(t.f->opt.job, 0, 0, 0, &t.c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	push_own_context(&dev);
+	CHECK(pthread_create(&th, NULL, consume_on_thread, &t) == 0, "pthread_create");
+	pthread_join(th, NULL);
+	pop_own_context(dev);
+	expect_balanced("after detach on the other thread");
+	feed_stop(t.f);
+}
+
+/*
+ * Detach while the caller's reads of the last batches are still queued on its stream (lazy
+ * policy: nothing has run): the device buffers may be freed only after them.
+ */
+static void case_detach_with_reads_queued(void)
+{
+	struct feed *f;
+	struct sf_consumer *c;
+	struct fake_cuda_stats s;
+	sf_cudevice dev;
+	unsigned char *out, *want;
+	uint64_t tb;
+	char msg[256];
+
+	load();
+	f = start("detach", 1);
+	tb = feed_token_bytes(f);
+	out = calloc(3, tb);
+	want = malloc(f->arena->hdr->payload_bytes);
+	push_own_context(&dev);
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	for (uint64_t st = 0; st < 3; st++) {
+		struct sf_batch b;
+
+		CHECK(sf_consumer_next(c, 10000, &b) == 0, "%s", sf_consumer_errmsg(c));
+		if (failed)
+			bail();
+		CHECK(read_async(out + st * tb, b.device_ptr, tb, NULL) == 0, "queue the read");
+	}
+	sf_consumer_detach(c);
+	get_stats(&s);
+	CHECK(s.freed_in_use == 0, "%ld queued reads of device buffers freed by detach",
+	      s.freed_in_use);
+	CHECK(!cu->cuStreamSynchronize(NULL), "synchronize");
+	for (uint64_t st = 0; st < 3; st++) {
+		feed_fill(f, 0, st, want);
+		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
+		      (unsigned long long)st);
+	}
+	pop_own_context(dev);
+	expect_balanced("after detach");
+	feed_stop(f);
+	free(out);
+	free(want);
+}
+
+/*
+ * The caller moves to another stream (eager policy): the read of step 0 is queued on
+ * stream A, which runs lazily, then the caller switches to stream B. The refill of step
+ * 0's buffer must still wait for that read, which only B now orders.
+ */
+static void case_switch_stream(void)
+{
+	enum { N = 8 };
+	struct feed *f;
+	struct sf_consumer *c;
+	sf_custream streams[2];
+	sf_cudevice dev;
+	unsigned char *out, *want;
+	uint64_t tb;
+	char msg[256];
+
+	load();
+	f = start("switch", 1);
+	tb = feed_token_bytes(f);
+	out = calloc(N, tb);
+	want = malloc(f->arena->hdr->payload_bytes);
+	push_own_context(&dev);
+	for (int i = 0; i < 2; i++)
+		CHECK(!cu->cuStreamCreate(&streams[i], 0), "the test's streams");
+	set_eager(streams[0], 0);
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	for (uint64_t st = 0; st < N; st++) {
+		sf_custream on = streams[st > 0];
+		struct sf_batch b;
+
+		if (st < 2)
+			CHECK(sf_consumer_set_stream(c, (uint64_t)(uintptr_t)on) == 0, "%s",
+			      sf_consumer_errmsg(c));
+		CHECK(sf_consumer_next(c, 10000, &b) == 0, "%s", sf_consumer_errmsg(c));
+		if (failed)
+			bail();
+		CHECK(read_async(out + st * tb, b.device_ptr, tb, on) == 0, "queue the read");
+	}
+	for (int i = 0; i < 2; i++)
+		CHECK(!cu->cuStreamSynchronize(streams[i]), "synchronize");
+	for (uint64_t st = 0; st < N; st++) {
+		feed_fill(f, 0, st, want);
+		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
+		      (unsigned long long)st);
+	}
+	sf_consumer_detach(c);
+	for (int i = 0; i < 2; i++)
+		cu->cuStreamDestroy(streams[i]);
+	pop_own_context(dev);
+	expect_balanced("after detach");
+	feed_stop(f);
+	free(out);
+	free(want);
+}
+
+/*
+ * A loop that fetches ahead (eager copies, the caller's reads on the lazy NULL stream):
+ * with SF_ATTACH_EXPLICIT_RELEASE and SHMFEED_GPU_BUFFERS=3 it holds three batches, reads
+ * the oldest after fetching the newest and releases it with sf_consumer_release_batch.
+ * Then: a fourth batch held is refused; the buffer count from the flags wins over the
+ * environment; an out-of-range count fails the attach.
+ */
+static void case_explicit_release(void)
+{
+	enum { N = 12, HOLD = 3 };
+	struct feed *f;
+	struct sf_consumer *c;
+	struct sf_consumer_info info;
+	struct sf_batch held[N];
+	sf_cudevice dev;
+	unsigned char *out, *want;
+	uint64_t tb, ptr, docs;
+	char msg[256];
+	int r;
+
+	load();
+	f = start("explicit", 1);
+	tb = feed_token_bytes(f);
+	out = calloc(N, tb);
+	want = malloc(f->arena->hdr->payload_bytes);
+	push_own_context(&dev);
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, SF_ATTACH_EXPLICIT_RELEASE, &c, msg,
+				 sizeof(msg)) == 0,
+	      "%s", msg);
+	if (failed)
+		bail();
+	sf_consumer_info(c, &info);
+	CHECK(info.gpu_buffers == HOLD, "%u device buffers ($SHMFEED_GPU_BUFFERS=3)",
+	      info.gpu_buffers);
+	for (uint64_t st = 0; st < N; st++) {
+		CHECK(sf_consumer_next(c, 10000, &held[st]) == 0, "step %llu: %s",
+		      (unsigned long long)st, sf_consumer_errmsg(c));
+		if (failed)
+			bail();
+		CHECK(sf_consumer_device_buffer(c, held[st].buffer, &ptr, &docs) == 0 &&
+			      ptr == held[st].device_ptr &&
+			      docs == (uint64_t)(uintptr_t)held[st].doc_starts,
+		      "sf_consumer_device_buffer");
+		if (st + 1 < HOLD)
+			continue;
+		/* The oldest batch held is used only now, after the newest was fetched. */
+		r = (int)(st + 1 - HOLD);
+		CHECK(read_async(out + (uint64_t)r * tb, held[r].device_ptr, tb, NULL) == 0,
+		      "queue the read");
+		CHECK(sf_consumer_release_batch(c, &held[r]) == 0, "%s", sf_consumer_errmsg(c));
+	}
+	CHECK(sf_consumer_release_batch(c, &held[N - HOLD]) == SF_E_STATE, "released twice");
+	CHECK(!cu->cuStreamSynchronize(NULL), "synchronize");
+	for (uint64_t st = 0; st + HOLD <= N; st++) {
+		feed_fill(f, 0, st, want);
+		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
+		      (unsigned long long)st);
+	}
+	/* Three held (steps N-2, N-1 not released, and N-3... released): fetch until full. */
+	CHECK(sf_consumer_next(c, 10000, &held[0]) == 0, "%s", sf_consumer_errmsg(c));
+	r = sf_consumer_next(c, 10000, &held[1]);
+	CHECK(r == SF_E_STATE && strstr(sf_consumer_errmsg(c), "all 3 device buffers"),
+	      "a fourth batch held: %d %s", r, sf_consumer_errmsg(c));
+	sf_consumer_detach(c);
+
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, SF_ATTACH_GPU_BUFFERS(5), &c, msg,
+				 sizeof(msg)) == 0,
+	      "%s", msg);
+	sf_consumer_info(c, &info);
+	CHECK(info.gpu_buffers == 5, "%u device buffers (flags: 5)", info.gpu_buffers);
+	sf_consumer_detach(c);
+	putenv("SHMFEED_GPU_BUFFERS=17");
+	r = sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg));
+	CHECK(r == SF_E_RANGE && strstr(msg, "SHMFEED_GPU_BUFFERS"), "17 buffers: %d %s", r, msg);
+
+	pop_own_context(dev);
+	expect_balanced("after detach");
+	feed_stop(f);
+	free(out);
+	free(want);
+}
+
 /* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
  * failure: SF_E_CUDA with its name. */
 static void case_no_device(int want_rc, const char *expect)
@@ -289,7 +592,8 @@ struct run {
 	const char *expect;
 };
 
-int main(void)
+/* With an argument, runs only the cases whose name contains it. */
+int main(int argc, char **argv)
 {
 	static const struct run runs[] = {
 		{"copies, eager, NULL stream", {"FAKE_CUDA_POLICY=eager"}, 0, NULL},
@@ -301,10 +605,10 @@ int main(void)
 		 {"FAKE_CUDA_FAIL=cuDevicePrimaryCtxRetain:2"},
 		 2,
 		 "cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY (2)"},
-		{"attach: register fails",
-		 {"FAKE_CUDA_FAIL=cuMemHostRegister:2"},
+		{"attach: no registration, 2nd staging buffer fails",
+		 {"FAKE_CUDA_NO_REGISTER=1", "FAKE_CUDA_FAIL=cuMemAllocHost:2:2"},
 		 2,
-		 "cuMemHostRegister: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		 "cuMemAllocHost: CUDA_ERROR_OUT_OF_MEMORY (2)"},
 		{"attach: stream fails",
 		 {"FAKE_CUDA_FAIL=cuStreamCreate:2"},
 		 2,
@@ -325,6 +629,21 @@ int main(void)
 		{"no device", {"FAKE_CUDA_DEVICES=0"}, 4, "no CUDA device"},
 		{"cuInit: NO_DEVICE", {"FAKE_CUDA_INIT=100"}, 4, "no CUDA device"},
 		{"cuInit fails", {"FAKE_CUDA_INIT=3"}, 5, "cuInit: CUDA_ERROR_NOT_INITIALIZED (3)"},
+		{"next() on a thread without a context", {"FAKE_CUDA_POLICY=lazy"}, 8, NULL},
+		{"detach with the caller's reads queued", {"FAKE_CUDA_POLICY=lazy"}, 9, NULL},
+		{"the caller switches streams", {"FAKE_CUDA_POLICY=eager"}, 10, NULL},
+		{"copies staged, lazy (registration not supported)",
+		 {"FAKE_CUDA_POLICY=lazy", "FAKE_CUDA_NO_REGISTER=1"},
+		 12,
+		 NULL},
+		{"copies staged, eager (registration fails)",
+		 {"FAKE_CUDA_POLICY=eager", "FAKE_CUDA_FAIL=cuMemHostRegister:2:0"},
+		 12,
+		 NULL},
+		{"explicit release, three batches held",
+		 {"FAKE_CUDA_POLICY=eager", "SHMFEED_GPU_BUFFERS=3"},
+		 11,
+		 NULL},
 	};
 	int bad = 0;
 
@@ -332,13 +651,27 @@ int main(void)
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		const struct run *t = &runs[i];
 		int status;
-		pid_t pid = fork();
+		pid_t pid;
+
+		if (argc > 1 && !strstr(t->name, argv[1]))
+			continue;
+		pid = fork();
 
 		if (pid == 0) {
 			for (int k = 0; k < 2 && t->env[k]; k++)
 				putenv((char *)t->env[k]);
-			if (t->kind <= 1 || t->kind >= 6)
-				case_copies(t->kind & 1, t->kind >= 6);
+			if (t->kind <= 1 || t->kind == 6 || t->kind == 7)
+				case_copies(t->kind & 1, t->kind >= 6, 0);
+			else if (t->kind == 12)
+				case_copies(0, 0, 1);
+			else if (t->kind == 8)
+				case_other_thread();
+			else if (t->kind == 9)
+				case_detach_with_reads_queued();
+			else if (t->kind == 10)
+				case_switch_stream();
+			else if (t->kind == 11)
+				case_explicit_release();
 			else if (t->kind == 2)
 				case_attach_fails(t->expect);
 			else if (t->kind == 3)
@@ -347,11 +680,16 @@ int main(void)
 				case_no_device(t->kind == 4 ? -ENODEV : SF_E_CUDA, t->expect);
 			_exit(failed);
 		}
-		status = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status)
-				 ? WEXITSTATUS(status)
-				 : 1;
-		printf("%s: %s\n", status ? "FAIL" : "ok", t->name);
-		bad |= status != 0;
+		if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+			printf("FAIL: %s: cannot run it\n", t->name);
+			bad = 1;
+			continue;
+		}
+		if (WIFSIGNALED(status))
+			printf("FAIL: %s: killed by signal %d\n", t->name, WTERMSIG(status));
+		else
+			printf("%s: %s\n", WEXITSTATUS(status) ? "FAIL" : "ok", t->name);
+		bad |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 	}
 	return bad;
 }

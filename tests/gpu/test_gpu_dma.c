@@ -65,7 +65,7 @@ int main(void)
 	if (info.gpu_buffers != 2 || !info.device_buffer[0] || !info.device_buffer[1])
 		rc = fail("attach", "no device buffers in GPU mode");
 	want = malloc(f->arena->hdr->payload_bytes);
-	back = malloc(feed_token_bytes(f));
+	back = malloc(f->arena->hdr->payload_bytes);
 	doc_off = sf__doc_starts_offset(f->geo.batch, f->geo.seq_tokens, f->geo.token_bytes);
 	if (cu->cuDeviceGet(&dev, 0) || cu->cuDevicePrimaryCtxRetain(&ctx, dev) ||
 	    cu->cuCtxPushCurrent(ctx))
@@ -89,20 +89,23 @@ int main(void)
 			rc = fail("cuMemcpyDtoH", sf__cuda_error_name(cu, cr));
 		else if (memcmp(back, want, feed_token_bytes(f)))
 			rc = fail("compare", "device copy differs from the feed rule");
-		else if (memcmp(b.doc_starts, want + doc_off,
-				f->arena->hdr->payload_bytes - doc_off))
-			rc = fail("compare", "document starts differ");
+		else if ((cr = cu->cuMemcpyDtoH(back, (uint64_t)(uintptr_t)b.doc_starts,
+						f->arena->hdr->payload_bytes - doc_off)))
+			rc = fail("cuMemcpyDtoH of the document starts",
+				  sf__cuda_error_name(cu, cr));
+		else if (memcmp(back, want + doc_off, f->arena->hdr->payload_bytes - doc_off))
+			rc = fail("compare", "document starts on the device differ");
 		else if (b.digest != sf_digest(want, feed_token_bytes(f), 0))
 			rc = fail("digest", "batch digest differs");
 	}
+	if (!rc)
+		printf("ok: %d batches of %llu bytes copied to device 0 and back\n", STEPS,
+		       (unsigned long long)feed_token_bytes(f));
 	cu->cuCtxPopCurrent(&popped);
 	cu->cuDevicePrimaryCtxRelease(dev);
 	sf_consumer_detach(c);
 	feed_stop(f);
 	free(want);
 	free(back);
-	if (!rc)
-		printf("ok: %d batches of %llu bytes copied to device 0 and back\n", STEPS,
-		       (unsigned long long)feed_token_bytes(f));
 	return rc;
 }

@@ -55,7 +55,8 @@ static void print_abi(void)
 	P(sf_consumer_stats, provenance);
 	P(sf_consumer_stats, next_step);
 	P(sf_consumer_stats, gpu);
-	P(sf_consumer_stats, reserved);
+	P(sf_consumer_stats, gpu_staged);
+	P(sf_consumer_stats, staged_copies);
 	P(sf_consumer_info, local_rank);
 	P(sf_consumer_info, global_rank);
 	P(sf_consumer_info, world_size);
