@@ -417,6 +417,44 @@ const char *sf__dataset_first_skip(const struct sf_dataset *ds)
 	return ds->first_skip;
 }
 
+/* Whether `addr` lies in the `len` bytes mapped at `base`; its offset in *ret_off. */
+static int in_map(const void *base, size_t len, const void *addr, uint64_t *ret_off)
+{
+	uintptr_t b = (uintptr_t)base, a = (uintptr_t)addr;
+
+	if (!base || a < b || a - b >= len)
+		return 0;
+	*ret_off = a - b;
+	return 1;
+}
+
+int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_err *e)
+{
+	const char *path = NULL;
+	uint64_t off = 0;
+
+	for (uint32_t i = 0; i < ds->n_token_files && !path; i++) {
+		const struct sf_token_file *f = &ds->token_files[i];
+
+		if (in_map(f->map, f->map_len, addr, &off))
+			path = f->path;
+		else if (in_map(f->idx_map, f->idx_map_len, addr, &off))
+			path = f->idx_path;
+	}
+	for (uint32_t i = 0; i < ds->n_text_files && !path; i++) {
+		const struct sf_text_file *f = &ds->text_files[i];
+
+		if (in_map(f->data, f->map_cap, addr, &off))
+			path = f->path;
+	}
+	if (!path)
+		return sf__err(e, -EFAULT, "SIGBUS at address %p, outside every source", addr);
+	return sf__err(e, SF_E_SOURCE,
+		       "%s: byte %llu: cannot read: the file is shorter than when the job opened "
+		       "it (truncated under the running job?)",
+		       path, (unsigned long long)off);
+}
+
 uint64_t sf__dataset_payload_bytes(const struct sf_dataset *ds)
 {
 	if (!ds->doc_starts)

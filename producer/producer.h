@@ -134,6 +134,23 @@ int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, 
 			       void *arg, struct sf_err *e);
 
 /*
+ * sf__producer_fill - sf__builder_fill() in a producer process: a SIGBUS raised while it
+ * reads a mapped source (a file truncated under the running job) becomes SF_E_SOURCE
+ * naming the file and the byte offset, instead of killing the process. A SIGBUS at any
+ * other address stays fatal. Installs the process's SIGBUS handler on first use; one
+ * thread per process may call it.
+ */
+int sf__producer_fill(const struct sf_dataset *ds, struct sf_builder *b, uint32_t rank,
+		      uint64_t step, void *payload, uint32_t *ret_len, uint64_t *ret_first_sample,
+		      struct sf_err *e);
+
+/*
+ * sf__dataset_fault - the error for a SIGBUS at `addr`: SF_E_SOURCE naming the source
+ * file mapped there and the byte offset, or -EFAULT when no source is mapped there.
+ */
+int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_err *e);
+
+/*
  * sf__producer_main - the body of a forked producer process: register as participant
  * `index` (role producer), then claim, build and publish batches until the job is
  * STOPPING (returns 0) or a source fails (returns the error, detail in `e`). Global rank

@@ -198,7 +198,8 @@ static int read_text_file(struct sf_text_file *f, struct sf_err *e)
 {
 	struct stat st;
 	void *m = NULL;
-	int fd = open(f->path, O_RDONLY | O_CLOEXEC), r = 0;
+	/* O_NONBLOCK: open() of a FIFO must not wait for a writer before it is refused. */
+	int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), r = 0;
 
 	if (fd < 0)
 		return sf__err(e, -errno, "%s: cannot open: %s", f->path, strerror(errno));
@@ -206,6 +207,7 @@ static int read_text_file(struct sf_text_file *f, struct sf_err *e)
 		close(fd);
 		return sf__err(e, SF_E_SOURCE, "%s: not a regular file", f->path);
 	}
+	sf__file_id_of(&st, &f->id);
 	f->ident[0] = (uint64_t)st.st_size;
 	f->ident[1] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
 	f->ident[2] = (uint64_t)st.st_ino;

@@ -1,0 +1,105 @@
+"""Bad data under the real `shmfeed run` (issue 12): a data error stops the job at once
+with the file named, never a crash retried five times, and never wrong batches delivered
+in silence. Each test uses its own job name and runtime directory and leaves nothing in
+/dev/shm."""
+
+import os
+import struct
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+SHMFEED = os.environ.get("SF_SHMFEED")
+CONSUME = os.environ.get("SF_CONSUME")
+
+if not (SHMFEED and CONSUME):
+    pytest.skip("set by `meson test` (SF_SHMFEED, SF_CONSUME)", allow_module_level=True)
+
+_count = [0]
+
+
+def job_name(tag):
+    _count[0] += 1
+    return f"tbd-{tag}-{os.getpid()}-{_count[0]}"
+
+
+@pytest.fixture
+def rt(monkeypatch, tmp_path):
+    d = tempfile.mkdtemp(prefix="sf-rt-")
+    os.chmod(d, 0o700)
+    monkeypatch.setenv("SHMFEED_RUNTIME_DIR", d)
+    monkeypatch.setenv("SHMFEED_CACHE_DIR", str(tmp_path / "cache"))
+    yield d
+    left = os.listdir(d)
+    os.rmdir(d) if not left else None
+    assert not left, f"left in the runtime directory: {left}"
+
+
+def write_config(tmp_path, sources, text=""):
+    p = tmp_path / "job.yaml"
+    p.write_text(f"sources: {sources}\n"
+                 "batch: {size: 4, seq_len: 64}\n"
+                 "consumers: {world_size: 1}\n"
+                 "producers: {count: 2, max_restarts: 4}\n" + text)
+    return str(p)
+
+
+def put_tokens(path, n, fmt="<H", modulo=50000):
+    with open(path, "wb") as f:
+        f.write(b"".join(struct.pack(fmt, i % modulo) for i in range(n)))
+
+
+def consume_cmd(out, steps, sleep_us=0):
+    return [CONSUME, "--steps", str(steps), "--out", str(out), "--sleep-us", str(sleep_us)]
+
+
+def run_job(cfg, job, cmd, timeout=60, env=None, sets=()):
+    sets = [a for s in sets for a in ("--set", s)]
+    return subprocess.run([SHMFEED, "run", cfg, "--set", f"job={job}", *sets, "--", *cmd],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, LOCAL_RANK="0", **(env or {})))
+
+
+def assert_stopped_at_once(out, needle):
+    assert out.returncode != 0, out.stderr
+    assert "data error: " in out.stderr, out.stderr
+    assert needle in out.stderr, out.stderr
+    assert "restarted" not in out.stderr, out.stderr
+    assert "killed by signal" not in out.stderr, out.stderr
+
+
+def test_truncated_source_names_itself_and_stops_at_once(rt, tmp_path):
+    data = tmp_path / "a.bin"
+    put_tokens(data, 1 << 20)
+    cfg = write_config(tmp_path, f"[{data}]")
+    job = job_name("trunc")
+    p = subprocess.Popen([SHMFEED, "run", cfg, "--set", f"job={job}", "--",
+                          *consume_cmd(tmp_path / "r0.txt", 10**7, 200)],
+                         stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, LOCAL_RANK="0"))
+    out0 = tmp_path / "r0.txt"
+    end = time.monotonic() + 20
+    while time.monotonic() < end and (not out0.exists() or out0.stat().st_size < 1000):
+        time.sleep(0.05)
+    os.truncate(data, 4096)
+    _, err = p.communicate(timeout=30)
+    out = subprocess.CompletedProcess(p.args, p.returncode, "", err)
+    assert_stopped_at_once(out, str(data))
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_wide_ids_in_a_uint16_job_stop_at_once(rt, tmp_path):
+    # An llm.c shard of uint32 tokens, some above 65535, in a job whose dtype is uint16.
+    data = tmp_path / "wide.bin"
+    n = 4096
+    header = struct.pack("<256i", 20240801, 1, n, *([0] * 253))
+    with open(data, "wb") as f:
+        f.write(header + b"".join(struct.pack("<I", 70000 + i) for i in range(n)))
+    cfg = write_config(tmp_path, f"[{data}]")
+    job = job_name("wide")
+    out = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 10), sets=["batch.dtype=uint16"])
+    assert_stopped_at_once(out, "does not fit the uint16 dtype")
+    assert str(data) in out.stderr
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")

