@@ -30,6 +30,7 @@ struct sf_builder {
 	struct sf_text_cache *text; /* raw text only */
 	uint32_t *deferred;	    /* raw text: rows left for the second pass, B of them */
 	uint64_t tokens_out;
+	uint64_t epoch_checked; /* the epoch whose start checked the files; UINT64_MAX: none */
 };
 
 /*
@@ -417,6 +418,26 @@ const char *sf__dataset_first_skip(const struct sf_dataset *ds)
 	return ds->first_skip;
 }
 
+int sf__dataset_check_files(const struct sf_dataset *ds, struct sf_err *e)
+{
+	for (uint32_t i = 0; i < ds->n_token_files; i++) {
+		const struct sf_token_file *f = &ds->token_files[i];
+		int r = sf__file_id_check(f->path, &f->id, e);
+
+		if (r == 0 && f->idx_path)
+			r = sf__file_id_check(f->idx_path, &f->idx_id, e);
+		if (r < 0)
+			return r;
+	}
+	for (uint32_t i = 0; i < ds->n_text_files; i++) {
+		int r = sf__file_id_check(ds->text_files[i].path, &ds->text_files[i].id, e);
+
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 /* Whether `addr` lies in the `len` bytes mapped at `base`; its offset in *ret_off. */
 static int in_map(const void *base, size_t len, const void *addr, uint64_t *ret_off)
 {
@@ -710,6 +731,7 @@ int sf__builder_create(const struct sf_dataset *ds, struct sf_builder **ret_b, s
 	if (!b)
 		return sf__err(e, -ENOMEM, "out of memory");
 	b->ds = ds;
+	b->epoch_checked = UINT64_MAX;
 	if (ds->n_text_files) {
 		b->deferred = malloc(ds->batch * sizeof(*b->deferred));
 		if (!b->deferred) {
@@ -829,6 +851,14 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 		*ret_len = 0;
 		*ret_first_sample = first;
 		return 0;
+	}
+	/* Every file again at the first batch of each epoch this builder reaches. */
+	if (first / ds->n_windows != b->epoch_checked) {
+		int r = sf__dataset_check_files(ds, e);
+
+		if (r < 0)
+			return r;
+		b->epoch_checked = first / ds->n_windows;
 	}
 	if (ds->n_text_files) {
 		int r = fill_text_rows(b, first, p, starts, e);

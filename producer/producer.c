@@ -21,6 +21,9 @@
 /* How long one claim waits before the loop looks at the job state and heartbeats. */
 #define CLAIM_SLICE_NS (200 * 1000 * 1000)
 
+/* How often a producer checks that no source file changed (sf__dataset_check_files()). */
+#define FILE_CHECK_NS (2ull * 1000 * 1000 * 1000)
+
 /*
  * Sources are mapped, so a file truncated under the job makes the next read of its lost
  * pages raise SIGBUS. While a batch is built the handler jumps back to
@@ -94,10 +97,18 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 	}
 	me = &a->participants[index];
 	tm = &a->telemetry[index];
-	for (;;) {
+	for (uint64_t checked = 0;;) {
 		struct sf_fill f;
 		uint64_t t0 = sf__now_ns(), t1, first, out, enc;
 		uint32_t len;
+
+		/* Before a claim, so that a change stops this producer holding no slot. */
+		if (t0 - checked >= FILE_CHECK_NS) {
+			r = sf__dataset_check_files(ds, e);
+			if (r < 0)
+				break;
+			checked = t0;
+		}
 
 		/* While the job is PAUSED the claim hands out nothing and sleeps; it times out
 		 * every CLAIM_SLICE_NS so the heartbeat below goes on. */

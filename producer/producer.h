@@ -145,6 +145,14 @@ int sf__producer_fill(const struct sf_dataset *ds, struct sf_builder *b, uint32_
 		      struct sf_err *e);
 
 /*
+ * sf__dataset_check_files - whether every source file is still the one opened (device,
+ * inode, size, modification time). Builders call it at the first batch of each epoch,
+ * raw text before tokenizing a chunk (its file only), producers every few seconds.
+ * Returns 0, or SF_E_SOURCE naming the file that changed.
+ */
+int sf__dataset_check_files(const struct sf_dataset *ds, struct sf_err *e);
+
+/*
  * sf__dataset_fault - the error for a SIGBUS at `addr`: SF_E_SOURCE naming the source
  * file mapped there and the byte offset, or -EFAULT when no source is mapped there.
  */

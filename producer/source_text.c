@@ -1131,6 +1131,10 @@ static int fill_dest(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk
 	uint64_t limit, need, skip;
 	int hr, r;
 
+	/* The file must still be the one indexed: a stat, against a tokenization. */
+	r = sf__file_id_check(ds->text_files[ch->file].path, &ds->text_files[ch->file].id, e);
+	if (r < 0)
+		return r;
 	d->n = 0;
 	d->n_docs = 0;
 	hr = lookup_head(c, d, chunk, &head, &skip);

@@ -70,24 +70,48 @@ def assert_stopped_at_once(out, needle):
     assert "killed by signal" not in out.stderr, out.stderr
 
 
-def test_truncated_source_names_itself_and_stops_at_once(rt, tmp_path):
-    data = tmp_path / "a.bin"
-    put_tokens(data, 1 << 20)
+def start_and_change(tmp_path, data, change):
+    """Run a slow rank over the job; once it has taken batches, change the data."""
     cfg = write_config(tmp_path, f"[{data}]")
-    job = job_name("trunc")
+    job = job_name("change")
+    out0 = tmp_path / "r0.txt"
     p = subprocess.Popen([SHMFEED, "run", cfg, "--set", f"job={job}", "--",
-                          *consume_cmd(tmp_path / "r0.txt", 10**7, 200)],
+                          *consume_cmd(out0, 10**7, 200)],
                          stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, LOCAL_RANK="0"))
-    out0 = tmp_path / "r0.txt"
     end = time.monotonic() + 20
     while time.monotonic() < end and (not out0.exists() or out0.stat().st_size < 1000):
         time.sleep(0.05)
-    os.truncate(data, 4096)
-    _, err = p.communicate(timeout=30)
-    out = subprocess.CompletedProcess(p.args, p.returncode, "", err)
-    assert_stopped_at_once(out, str(data))
+    t0 = time.monotonic()
+    change()
+    try:
+        _, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        p.communicate(timeout=30)
+        raise
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+    return subprocess.CompletedProcess(p.args, p.returncode, "", err), time.monotonic() - t0
+
+
+def test_truncated_source_names_itself_and_stops_at_once(rt, tmp_path):
+    data = tmp_path / "a.bin"
+    put_tokens(data, 1 << 20)
+    out, _ = start_and_change(tmp_path, data, lambda: os.truncate(data, 4096))
+    assert_stopped_at_once(out, str(data))
+
+
+def test_source_rewritten_in_place_stops_the_job(rt, tmp_path):
+    data = tmp_path / "a.bin"
+    put_tokens(data, 1 << 20)
+
+    def zero():
+        with open(data, "r+b") as f:
+            f.write(bytes(2 << 20))
+
+    out, took = start_and_change(tmp_path, data, zero)
+    assert_stopped_at_once(out, f"{data}: changed under the running job")
+    assert took < 10, out.stderr
 
 
 def test_wide_ids_in_a_uint16_job_stop_at_once(rt, tmp_path):

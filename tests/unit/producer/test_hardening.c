@@ -76,21 +76,31 @@ static void put_tokens(const char *name, size_t n, uint32_t modulo)
 	cr_assert_eq(fclose(f), 0);
 }
 
-/* Build steps from 0 until one fails or `steps` are built; returns the error or 0. */
-static int fill_until_error(struct sf_dataset *ds, uint64_t steps, struct sf_err *e)
+/* Build steps [from, to) with `b` until one fails; returns the error or 0. */
+static int fill_steps(struct sf_dataset *ds, struct sf_builder *b, uint64_t from, uint64_t to,
+		      struct sf_err *e)
 {
-	struct sf_builder *b = NULL;
 	void *payload = malloc(sf__dataset_payload_bytes(ds));
 	uint64_t first;
 	uint32_t len;
 	int r = 0;
 
 	cr_assert(payload);
-	cr_assert_eq(sf__builder_create(ds, &b, e), 0, "%s", e->msg);
-	for (uint64_t s = 0; s < steps && r == 0; s++)
+	for (uint64_t s = from; s < to && r == 0; s++)
 		r = sf__producer_fill(ds, b, 0, s, payload, &len, &first, e);
-	sf__builder_free(b);
 	free(payload);
+	return r;
+}
+
+/* Build steps [0, to) with a new builder. */
+static int fill_until_error(struct sf_dataset *ds, uint64_t to, struct sf_err *e)
+{
+	struct sf_builder *b = NULL;
+	int r;
+
+	cr_assert_eq(sf__builder_create(ds, &b, e), 0, "%s", e->msg);
+	r = fill_steps(ds, b, 0, to, e);
+	sf__builder_free(b);
 	return r;
 }
 
@@ -100,12 +110,78 @@ Test(hardening, truncated_source_is_an_error_naming_file_and_offset)
 	struct sf_err e = {0};
 
 	put_tokens("a.bin", 1 << 20, 50000);
+	struct sf_builder *b = NULL;
+
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	cr_assert_eq(fill_until_error(ds, 4, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__builder_create(ds, &b, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_steps(ds, b, 0, 4, &e), 0, "%s", e.msg);
 	cr_assert_eq(truncate(path, 4096), 0);
-	/* Without the SIGBUS guard this process dies of signal 7 here. */
-	cr_assert_eq(fill_until_error(ds, 1000, &e), SF_E_SOURCE, "%s", e.msg);
+	/* Within the epoch nothing checks the file: without the SIGBUS guard this process
+	 * dies of signal 7 here. */
+	cr_assert_eq(fill_steps(ds, b, 4, 1000, &e), SF_E_SOURCE, "%s", e.msg);
 	cr_expect(strstr(e.msg, path), "%s", e.msg);
-	cr_expect(strstr(e.msg, ": byte "), "%s", e.msg);
+	cr_expect(strstr(e.msg, ": byte ") && strstr(e.msg, "shorter than when the job opened"),
+		  "%s", e.msg);
+	sf__builder_free(b);
+	sf__dataset_close(ds);
+}
+
+/* Rewrite `path` in place with zeros, the same size: inode and size stay, mtime moves. */
+static void zero_in_place(void)
+{
+	struct stat st;
+	char *zeros;
+	int fd = open(path, O_WRONLY);
+
+	cr_assert(fd >= 0 && fstat(fd, &st) == 0);
+	zeros = calloc(1, (size_t)st.st_size);
+	cr_assert(zeros);
+	usleep(10000); /* a later modification time even on a coarse clock */
+	cr_assert_eq(pwrite(fd, zeros, (size_t)st.st_size, 0), st.st_size);
+	close(fd);
+	free(zeros);
+}
+
+Test(hardening, source_rewritten_in_place_is_found)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	put_tokens("a.bin", 4096, 50000);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__dataset_check_files(ds, &e), 0, "%s", e.msg);
+	zero_in_place();
+	cr_assert_eq(sf__dataset_check_files(ds, &e), SF_E_SOURCE);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "changed under the running job"), "%s",
+		  e.msg);
+	/* A builder checks at its first batch and again at each epoch's first. */
+	cr_assert_eq(fill_until_error(ds, 1, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path), "%s", e.msg);
+	sf__dataset_close(ds);
+}
+
+Test(hardening, text_file_replaced_stops_before_its_chunk_is_tokenized)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	char text[8192], moved[4200];
+	FILE *f;
+
+	for (size_t i = 0; i < sizeof(text); i++)
+		text[i] = i % 7 == 6 ? ' ' : (char)('a' + i % 26);
+	snprintf(path, sizeof(path), "%s/a.txt", dir);
+	f = fopen(path, "wb");
+	cr_assert(f && fwrite(text, 1, sizeof(text), f) == sizeof(text) && fclose(f) == 0);
+	cfg.encoding = "bytes";
+	cfg.epochs = 0;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	/* Replaced by rename, as editors and rsync do: the name now holds another inode. */
+	snprintf(moved, sizeof(moved), "%s.new", path);
+	f = fopen(moved, "wb");
+	cr_assert(f && fwrite(text, 1, sizeof(text), f) == sizeof(text) && fclose(f) == 0);
+	cr_assert_eq(rename(moved, path), 0);
+	cr_assert_eq(fill_until_error(ds, 1, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "another file now has its name"), "%s",
+		  e.msg);
 	sf__dataset_close(ds);
 }
