@@ -16,6 +16,7 @@
 #include "shmfeed/shmfeed.h"
 #include "common/proc.h"
 #include "common/slot.h"
+#include "producer/dataset_impl.h"
 #include "producer/producer.h"
 
 /* How long one claim waits before the loop looks at the job state and heartbeats. */
@@ -97,6 +98,11 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 	}
 	me = &a->participants[index];
 	tm = &a->telemetry[index];
+	/* Records skipped by policy are the dataset's, counted once when its index was built
+	 * or loaded; producer 0 reports them, so the sum over producers counts each once.
+	 * Relaxed: a statistic, as the counters below. */
+	if (index == 0)
+		atomic_store_explicit(&tm->skipped, ds->stats.skipped, memory_order_relaxed);
 	for (uint64_t checked = 0;;) {
 		struct sf_fill f;
 		uint64_t t0 = sf__now_ns(), t1, first, out, enc;

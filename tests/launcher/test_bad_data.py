@@ -127,3 +127,14 @@ def test_wide_ids_in_a_uint16_job_stop_at_once(rt, tmp_path):
     assert_stopped_at_once(out, "does not fit the uint16 dtype")
     assert str(data) in out.stderr
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_skipped_records_are_counted_by_run(rt, tmp_path):
+    data = tmp_path / "docs.jsonl"
+    good = "".join(f'{{"text": "document number {i} with some words in it"}}\n'
+                   for i in range(200))
+    data.write_text(good + '{"text": broken}\n' + good)
+    cfg = write_config(tmp_path, f"[{{paths: [{data}], on_error: skip}}]")
+    out = run_job(cfg, job_name("skip"), consume_cmd(tmp_path / "r0.txt", 5))
+    assert out.returncode == 0, out.stderr
+    assert "records skipped 1" in out.stderr, out.stderr
