@@ -146,10 +146,16 @@ static int expand_source(const struct sf_source_config *src, char ***ret_paths, 
 	return 0;
 }
 
+void sf__dataset_note_skips(struct sf_dataset *ds, const struct sf_err *why, uint64_t n)
+{
+	if (n && ds->stats.skipped == 0)
+		snprintf(ds->first_skip, sizeof(ds->first_skip), "%s", why->msg);
+	ds->stats.skipped += n;
+}
+
 void sf__dataset_note_skip(struct sf_dataset *ds, const struct sf_err *why)
 {
-	if (ds->stats.skipped++ == 0)
-		snprintf(ds->first_skip, sizeof(ds->first_skip), "%s", why->msg);
+	sf__dataset_note_skips(ds, why, 1);
 }
 
 static int add_token_file(struct sf_dataset *ds, const char *path, uint32_t format,

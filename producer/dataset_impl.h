@@ -64,6 +64,7 @@ struct sf_text_file {
 	uint32_t sep_len;  /* bytes of the source's separator (0: one document per file) */
 	uint64_t ident[3]; /* identity for the index cache: size, mtime ns, inode */
 	struct sf_file_id id;
+	char *index_path; /* the cached index its chunk counts came from; NULL: built here */
 };
 
 /*

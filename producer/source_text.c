@@ -247,6 +247,7 @@ static void free_text_file(struct sf_text_file *f)
 	if (f->data && f->map_cap)
 		munmap((void *)f->data, f->map_cap);
 	free(f->path);
+	free(f->index_path);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -953,10 +954,24 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	return r < 0 ? r : 0;
 }
 
+/*
+ * A chunk that does not hold the tokens its index says. The file was checked unchanged
+ * just before, so a cached index lied: it is removed, so that the next run rebuilds it,
+ * and the job stops, since every offset after the chunk depends on the count.
+ */
 static int count_mismatch(const struct sf_dataset *ds, uint64_t chunk, uint64_t n, struct sf_err *e)
 {
 	const struct sf_chunk *ch = &ds->chunks[chunk];
+	const struct sf_text_file *f = &ds->text_files[ch->file];
 
+	if (f->index_path) {
+		unlink(f->index_path);
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %llu: the chunk holds %llu tokens but its cached index %s "
+			       "says %llu; the index is removed and the next run rebuilds it",
+			       f->path, (unsigned long long)ch->off, (unsigned long long)n,
+			       f->index_path, (unsigned long long)ch->n_tokens);
+	}
 	return sf__err(e, SF_E_SOURCE,
 		       "%s: byte %llu: the chunk holds %llu tokens but its index says %llu "
 		       "(did the file change?)",

@@ -8,12 +8,14 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "shmfeed/shmfeed.h"
 #include "producer/dataset_impl.h"
@@ -183,5 +185,192 @@ Test(hardening, text_file_replaced_stops_before_its_chunk_is_tokenized)
 	cr_assert_eq(fill_until_error(ds, 1, &e), SF_E_SOURCE, "%s", e.msg);
 	cr_expect(strstr(e.msg, path) && strstr(e.msg, "another file now has its name"), "%s",
 		  e.msg);
+	sf__dataset_close(ds);
+}
+
+/* ---- the token-count index ---- */
+
+#define INDEX_HEADER_BYTES 576 /* struct index_header of producer/index_cache.c */
+#define INDEX_ENTRY_BYTES  24
+
+/* A text file of `n_docs` documents of words separated by blank lines. */
+static void put_text(const char *name, size_t n_docs)
+{
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	cr_assert(f);
+	for (size_t d = 0; d < n_docs; d++) {
+		for (size_t w = 0; w < 40 + d % 13; w++)
+			fprintf(f, "word%zu ", (d * 31 + w) % 97);
+		fputs("\n\n", f);
+	}
+	cr_assert_eq(fclose(f), 0);
+	cfg.encoding = "bytes";
+	cfg.epochs = 1;
+	src.separator = "\n\n";
+}
+
+/* The one index file in the cache directory, read whole into *ret_buf. */
+static size_t read_index(char *ret_path, size_t path_len, unsigned char **ret_buf)
+{
+	glob_t g;
+	char pattern[128];
+	struct stat st;
+	FILE *f;
+
+	snprintf(pattern, sizeof(pattern), "%s/index/*.sfidx", dir);
+	cr_assert_eq(glob(pattern, 0, NULL, &g), 0, "no index in %s", dir);
+	cr_assert_eq(g.gl_pathc, 1);
+	snprintf(ret_path, path_len, "%s", g.gl_pathv[0]);
+	globfree(&g);
+	cr_assert_eq(stat(ret_path, &st), 0);
+	*ret_buf = malloc((size_t)st.st_size);
+	f = fopen(ret_path, "rb");
+	cr_assert(f && fread(*ret_buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size);
+	fclose(f);
+	return (size_t)st.st_size;
+}
+
+/* Write an index back with a valid checksum, as someone forging it would. */
+static void write_index(const char *p, unsigned char *buf, size_t len)
+{
+	uint64_t sum = XXH3_64bits(buf, len - 8);
+	FILE *f = fopen(p, "wb");
+
+	memcpy(buf + len - 8, &sum, 8);
+	cr_assert(f && fwrite(buf, 1, len, f) == len && fclose(f) == 0);
+}
+
+static void store_u64(unsigned char *p, uint64_t v)
+{
+	memcpy(p, &v, 8);
+}
+
+static uint64_t load_u64(const unsigned char *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, 8);
+	return v;
+}
+
+/* Open the text dataset once so that its index is built and cached; close it. */
+static void build_index(void)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_assert_eq(st.index_loaded, 0);
+	cr_assert_gt(st.n_chunks, 3);
+	sf__dataset_close(ds);
+}
+
+Test(hardening, lowered_index_count_never_gives_wrong_batches)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	char ipath[4096];
+	unsigned char *buf;
+	size_t len;
+	int r;
+
+	put_text("a.txt", 2000);
+	build_index();
+	len = read_index(ipath, sizeof(ipath), &buf);
+	/* Chunk 1 counts 100 tokens fewer, under a valid checksum. */
+	{
+		unsigned char *ent = buf + INDEX_HEADER_BYTES + 1 * INDEX_ENTRY_BYTES;
+
+		store_u64(ent + 16, load_u64(ent + 16) - 100);
+	}
+	write_index(ipath, buf, len);
+	free(buf);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_assert_eq(st.index_loaded, 1);
+	/* Every batch of an epoch: the chunk is tokenized and its count found wrong. */
+	r = fill_until_error(ds, st.n_steps, &e);
+	cr_assert_eq(r, SF_E_SOURCE, "got %d: %s", r, e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, ipath), "%s", e.msg);
+	sf__dataset_close(ds);
+	/* The lying index is gone: the next run counts again. */
+	cr_expect_neq(access(ipath, F_OK), 0, "%s is still there", ipath);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.index_loaded, 0);
+	cr_expect_eq(fill_until_error(ds, st.n_steps, &e), 0, "%s", e.msg);
+	sf__dataset_close(ds);
+}
+
+Test(hardening, index_of_another_user_is_not_trusted)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	char ipath[4096];
+	unsigned char *buf;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to give a file to another user");
+	put_text("a.txt", 2000);
+	build_index();
+	read_index(ipath, sizeof(ipath), &buf);
+	free(buf);
+	cr_assert_eq(chown(ipath, 65534, 65534), 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.index_loaded, 0);
+	sf__dataset_close(ds);
+}
+
+Test(hardening, index_with_a_huge_skip_count_is_rebuilt, .timeout = 10)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	char ipath[4096];
+	unsigned char *buf;
+	size_t len;
+
+	put_text("a.txt", 2000);
+	build_index();
+	len = read_index(ipath, sizeof(ipath), &buf);
+	store_u64(buf + 8 + 4 + 4 + 8 + 24 + 8, UINT64_C(1) << 40); /* skipped */
+	write_index(ipath, buf, len);
+	free(buf);
+	/* Before: a loop of 2^40 skips at open. */
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.index_loaded, 0);
+	cr_expect_eq(st.skipped, 0);
+	sf__dataset_close(ds);
+}
+
+Test(hardening, index_with_impossible_counts_is_rebuilt)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	char ipath[4096];
+	unsigned char *buf;
+	size_t len;
+
+	put_text("a.txt", 2000);
+	build_index();
+	len = read_index(ipath, sizeof(ipath), &buf);
+	/* Chunk 0 claims 2^50 tokens: more than its bytes can hold. */
+	store_u64(buf + INDEX_HEADER_BYTES + 16, UINT64_C(1) << 50);
+	write_index(ipath, buf, len);
+	free(buf);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.index_loaded, 0);
+	cr_expect_lt(st.n_tokens, UINT64_C(1) << 40);
 	sf__dataset_close(ds);
 }
