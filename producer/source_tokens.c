@@ -273,8 +273,9 @@ static int open_megatron(struct sf_token_file *f, const char *idx_path, struct s
 
 		if (len < 0 || ptr != expect)
 			return sf__err(e, SF_E_SOURCE,
-				       "%s: byte %llu: sequence %llu has length %d at byte %llu "
-				       "(expected a non-negative length at byte %llu)",
+				       "%s: byte %llu: sequence %llu has length %d and starts at "
+				       "byte %llu of the .bin (expected a non-negative length, "
+				       "starting at byte %llu)",
 				       idx_path, (unsigned long long)(hdr + i * 4),
 				       (unsigned long long)i, len, (unsigned long long)ptr,
 				       (unsigned long long)expect);
