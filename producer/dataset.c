@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
@@ -72,12 +73,13 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /*
- * The paths of a source: each entry taken literally unless it holds a glob character,
- * all of them sorted and deduplicated. A glob that matches nothing is an error: a typo
- * must not silently shrink the dataset.
+ * The paths of a source: each entry taken literally when it holds no glob character or
+ * when a file of exactly that name exists (so "data[1].bin" names itself), else expanded
+ * as a glob; all of them sorted and deduplicated. A glob that matches nothing is an
+ * error: a typo must not silently shrink the dataset.
  */
-static int expand_source(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
-			 struct sf_err *e)
+int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
+		      struct sf_err *e)
 {
 	char **paths = NULL;
 	size_t n = 0, cap = 0;
@@ -88,7 +90,7 @@ static int expand_source(const struct sf_source_config *src, char ***ret_paths, 
 		glob_t g = {0};
 		size_t add;
 
-		if (strpbrk(p, "*?[")) {
+		if (strpbrk(p, "*?[") && access(p, F_OK) != 0) {
 			int gr = glob(p, GLOB_ERR, NULL, &g);
 
 			if (gr == GLOB_NOMATCH) {
@@ -192,7 +194,7 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg, stru
 		const struct sf_source_config *src = &cfg->sources[s];
 		char **paths;
 		size_t n;
-		int r = expand_source(src, &paths, &n, e);
+		int r = sf__source_expand(src, &paths, &n, e);
 
 		if (r < 0)
 			return r;
@@ -228,10 +230,15 @@ static int hash_file(XXH3_state_t *st, const char *path, struct sf_err *e)
 {
 	char buf[65536];
 	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat sb;
 
 	if (fd < 0)
 		return sf__err(e, -errno, "%s: cannot open: %s", path, strerror(errno));
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return sf__err(e, SF_E_TOKENIZER, "%s: not a regular file", path);
+	}
 	while ((n = read(fd, buf, sizeof(buf))) > 0)
 		XXH3_64bits_update(st, buf, (size_t)n);
 	close(fd);
@@ -306,6 +313,15 @@ static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, st
 	r = sf__tok_eot(ds->tok);
 	ds->eot = r >= 0 ? (uint32_t)r : UINT32_MAX;
 	return 0;
+}
+
+int sf__dataset_check_tokenizer(const struct sf_config *cfg, struct sf_err *e)
+{
+	struct sf_dataset ds = {.eot = UINT32_MAX};
+	int r = load_tokenizer(&ds, cfg, e);
+
+	sf__tok_free(ds.tok);
+	return r;
 }
 
 static int choose_dtype(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)

@@ -58,6 +58,22 @@ struct sf_dataset_stats {
  */
 int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, struct sf_err *e);
 
+/*
+ * sf__source_expand - the files of a source, as the dataset reads them: each path taken
+ * literally when it has no glob character or names an existing file, else expanded as
+ * a glob (one matching nothing fails with -ENOENT); sorted, without duplicates. Returns 0
+ * with *ret_paths (free each, then the array) and *ret_n.
+ */
+int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
+		      struct sf_err *e);
+
+/*
+ * sf__dataset_check_tokenizer - load the tokenizer of `cfg` as sf__dataset_open() would
+ * (its vocabulary or char corpus found, read and parsed) and free it again: what
+ * `shmfeed check` verifies. Returns 0, or the error with detail in `e`.
+ */
+int sf__dataset_check_tokenizer(const struct sf_config *cfg, struct sf_err *e);
+
 /* sf__dataset_close - unmap and free; accepts NULL. */
 void sf__dataset_close(struct sf_dataset *ds);
 

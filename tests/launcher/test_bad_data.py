@@ -138,3 +138,50 @@ def test_skipped_records_are_counted_by_run(rt, tmp_path):
     out = run_job(cfg, job_name("skip"), consume_cmd(tmp_path / "r0.txt", 5))
     assert out.returncode == 0, out.stderr
     assert "records skipped 1" in out.stderr, out.stderr
+
+
+def check(cfg, *sets):
+    args = [a for s in sets for a in ("--set", s)]
+    return subprocess.run([SHMFEED, "check", cfg, *args], capture_output=True, text=True,
+                          timeout=20)
+
+
+def test_check_loads_the_vocabulary(tmp_path):
+    (tmp_path / "a.txt").write_text("some text\n")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("sources: [a.txt]\ntokenizer: {encoding: r50k_base}\n")
+    env_vocab = os.environ.pop("SHMFEED_VOCAB_DIR", None)
+    try:
+        out = check(str(cfg), f"tokenizer.vocab={tmp_path}/missing.tiktoken")
+        assert out.returncode == 1 and "missing.tiktoken" in out.stderr, out
+        for dev in ("/dev/zero", "/dev/urandom"):
+            out = check(str(cfg), f"tokenizer.vocab={dev}")
+            assert out.returncode == 1 and f"{dev}: not a regular file" in out.stderr, out
+        out = check(str(cfg), "tokenizer.encoding=char:/dev/zero")
+        assert out.returncode == 1 and "/dev/zero: not a regular file" in out.stderr, out
+        (tmp_path / "bad.tiktoken").write_text("not base64 at all\n")
+        out = check(str(cfg), f"tokenizer.vocab={tmp_path}/bad.tiktoken")
+        assert out.returncode == 1 and "bad.tiktoken" in out.stderr, out
+        shared = os.environ.get("SF_SHARED_DATA", "")
+        vocab = os.path.join(shared, "vocab", "r50k_base.tiktoken")
+        if os.path.exists(vocab):
+            out = check(str(cfg), f"tokenizer.vocab={vocab}")
+            assert out.returncode == 0, out.stderr
+    finally:
+        if env_vocab is not None:
+            os.environ["SHMFEED_VOCAB_DIR"] = env_vocab
+
+
+def test_check_prints_absolute_paths_and_literal_names(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x[1].txt").write_text("a document\n")
+    cfg = tmp_path / "sub" / "job.yaml"
+    cfg.write_text('sources: ["./x[1].txt", "./*.txt"]\n')
+    monkeypatch.chdir(tmp_path)
+    out = check("sub/job.yaml")
+    assert out.returncode == 0, out.stderr
+    where = os.path.realpath(tmp_path / "sub")
+    assert f'paths: ["{where}/x[1].txt"]' in out.stdout, out.stdout
+    assert f'paths: ["{where}/*.txt"]' in out.stdout, out.stdout
+    assert f"# source 0: {where}/x[1].txt: 1 file, 11 bytes" in out.stdout, out.stdout
+    assert f"# source 1: {where}/*.txt: 1 file, 11 bytes" in out.stdout, out.stdout

@@ -374,3 +374,109 @@ Test(hardening, index_with_impossible_counts_is_rebuilt)
 	cr_expect_lt(st.n_tokens, UINT64_C(1) << 40);
 	sf__dataset_close(ds);
 }
+
+/* ---- paths that are not regular files ---- */
+
+/* Opening the dataset must fail fast, naming `needle`, with code SF_E_TOKENIZER. */
+static void expect_tokenizer_refused(const char *encoding, const char *vocab, const char *needle)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	int r;
+
+	put_tokens("a.bin", 4096, 200);
+	cfg.encoding = (char *)encoding;
+	cfg.vocab = (char *)vocab;
+	r = sf__dataset_open(&cfg, &ds, &e);
+	cr_assert_eq(r, SF_E_TOKENIZER, "got %d: %s", r, e.msg);
+	cr_expect(strstr(e.msg, needle) && strstr(e.msg, "not a regular file"), "%s", e.msg);
+	cr_expect_eq(sf__dataset_check_tokenizer(&cfg, &e), SF_E_TOKENIZER, "%s", e.msg);
+}
+
+/* Before: read until memory ran out (13 GB in 30 s for /dev/zero). */
+Test(hardening, vocabulary_from_dev_zero_is_refused, .timeout = 10)
+{
+	expect_tokenizer_refused("r50k_base", "/dev/zero", "/dev/zero");
+}
+
+Test(hardening, vocabulary_from_dev_urandom_is_refused, .timeout = 10)
+{
+	expect_tokenizer_refused("r50k_base", "/dev/urandom", "/dev/urandom");
+}
+
+/* Before: hung reading a stream without end. */
+Test(hardening, char_corpus_from_dev_zero_is_refused, .timeout = 10)
+{
+	expect_tokenizer_refused("char:/dev/zero", NULL, "/dev/zero");
+}
+
+Test(hardening, vocabulary_from_a_fifo_is_refused, .timeout = 10)
+{
+	char fifo[128];
+
+	snprintf(fifo, sizeof(fifo), "%s/vocab.fifo", dir);
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	expect_tokenizer_refused("r50k_base", fifo, fifo);
+}
+
+Test(hardening, source_that_is_a_fifo_is_refused, .timeout = 10)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	snprintf(path, sizeof(path), "%s/a.txt", dir);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	cfg.encoding = "bytes";
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "not a regular file"), "%s", e.msg);
+	snprintf(path, sizeof(path), "%s/b.bin", dir);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "not a regular file"), "%s", e.msg);
+}
+
+/* Before: open() of the FIFO waited for a writer forever. */
+Test(hardening, index_that_is_a_fifo_is_passed_over, .timeout = 10)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	char ipath[4096];
+	unsigned char *buf;
+
+	put_text("a.txt", 2000);
+	build_index();
+	read_index(ipath, sizeof(ipath), &buf);
+	free(buf);
+	cr_assert_eq(unlink(ipath), 0);
+	cr_assert_eq(mkfifo(ipath, 0600), 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.index_loaded, 0);
+	sf__dataset_close(ds);
+}
+
+/* ---- file names with glob characters ---- */
+
+Test(hardening, existing_file_named_like_a_glob_is_taken_literally)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	char other[4200];
+
+	/* "a[1].bin" as a glob matches "a1.bin" only; the file of that very name is meant. */
+	put_tokens("a[1].bin", 4096, 200);
+	snprintf(other, sizeof(other), "%s/a1.bin", dir);
+	cr_assert_eq(symlink("/nonexistent", other), 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.n_files, 1);
+	cr_expect_eq(st.n_tokens, 4096);
+	sf__dataset_close(ds);
+	put_tokens("b*.bin", 2048, 200);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.n_tokens, 2048);
+	sf__dataset_close(ds);
+}
