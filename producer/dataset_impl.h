@@ -133,6 +133,9 @@ struct sf_dataset {
 
 	/* The token stream and the sample space. */
 	uint32_t eot; /* <|endoftext|> id, or UINT32_MAX when unknown */
+	/* Pre-tokenized ids must be below this: the vocabulary size of the job's encoding
+	 * (0: not checked, for `bytes` or no encoding; see load_tokenizer()). */
+	uint32_t id_limit;
 	uint64_t n_tokens;
 	uint64_t n_windows; /* samples per epoch */
 	uint64_t n_steps;   /* steps with data; UINT64_MAX when epochs is 0 */

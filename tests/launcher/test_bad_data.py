@@ -185,3 +185,19 @@ def test_check_prints_absolute_paths_and_literal_names(tmp_path, monkeypatch):
     assert f'paths: ["{where}/*.txt"]' in out.stdout, out.stdout
     assert f"# source 0: {where}/x[1].txt: 1 file, 11 bytes" in out.stdout, out.stdout
     assert f"# source 1: {where}/*.txt: 1 file, 11 bytes" in out.stdout, out.stdout
+
+
+def test_ids_outside_the_vocabulary_stop_the_job(rt, tmp_path):
+    vocab = os.path.join(os.environ.get("SF_SHARED_DATA", ""), "vocab", "r50k_base.tiktoken")
+    if not os.path.exists(vocab):
+        pytest.skip("no shared test data")
+    data = tmp_path / "a.bin"
+    put_tokens(data, 1 << 16, modulo=1)  # all zeros
+    with open(data, "r+b") as f:  # and one 60000, past r50k_base's 50257 ids
+        f.seek(2 * 40000)
+        f.write(struct.pack("<H", 60000))
+    cfg = write_config(tmp_path, f"[{data}]",
+                       f"tokenizer: {{encoding: r50k_base, vocab: {vocab}}}\n"
+                       "sampling: {epochs: 1}\n")
+    out = run_job(cfg, job_name("vocab"), consume_cmd(tmp_path / "r0.txt", 10**6))
+    assert_stopped_at_once(out, f"{data}: byte 80000: token 60000 is outside the vocabulary")

@@ -480,3 +480,71 @@ Test(hardening, existing_file_named_like_a_glob_is_taken_literally)
 	cr_expect_eq(st.n_tokens, 2048);
 	sf__dataset_close(ds);
 }
+
+/* ---- ids outside the vocabulary ---- */
+
+/* The GPT-2 vocabulary of the shared test data (meson passes its folder). */
+static char r50k[4096];
+
+static int have_r50k(void)
+{
+	const char *d = getenv("SF_SHARED_DATA");
+
+	snprintf(r50k, sizeof(r50k), "%s/vocab/r50k_base.tiktoken", d ? d : "../shared/data");
+	return access(r50k, R_OK) == 0;
+}
+
+Test(hardening, id_outside_the_vocabulary_names_file_and_offset)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	uint16_t bad = 60000;
+	FILE *f;
+
+	if (!have_r50k())
+		cr_skip_test("no shared test data at %s", r50k);
+	put_tokens("a.bin", 8192, 50257);
+	cfg.encoding = "r50k_base";
+	cfg.vocab = r50k;
+	cfg.epochs = 1;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	/* Every id is below 50257: a whole epoch builds. */
+	cr_assert_eq(fill_until_error(ds, 1000, &e), 0, "%s", e.msg);
+	sf__dataset_close(ds);
+	f = fopen(path, "r+b");
+	cr_assert(f && fseek(f, 2 * 5000, SEEK_SET) == 0 && fwrite(&bad, 2, 1, f) == 1);
+	cr_assert_eq(fclose(f), 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_until_error(ds, 1000, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "byte 10000: token 60000 is outside the "
+						       "vocabulary of 50257 ids"),
+		  "%s", e.msg);
+	sf__dataset_close(ds);
+}
+
+Test(hardening, wide_ids_outside_the_vocabulary_are_found_too)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	int32_t header[256] = {20240801, 1, 4096};
+	uint32_t ids[4096];
+	FILE *f;
+
+	if (!have_r50k())
+		cr_skip_test("no shared test data at %s", r50k);
+	for (uint32_t i = 0; i < 4096; i++)
+		ids[i] = i == 3000 ? 50257 : i;
+	snprintf(path, sizeof(path), "%s/a.bin", dir);
+	f = fopen(path, "wb");
+	cr_assert(f && fwrite(header, sizeof(header), 1, f) == 1 &&
+		  fwrite(ids, sizeof(ids), 1, f) == 1 && fclose(f) == 0);
+	cfg.encoding = "r50k_base";
+	cfg.vocab = r50k;
+	cfg.dtype = SF_DTYPE_I32;
+	cfg.epochs = 1;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_until_error(ds, 1000, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "byte 13024: token 50257 is outside"), "%s",
+		  e.msg);
+	sf__dataset_close(ds);
+}
