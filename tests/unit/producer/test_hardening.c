@@ -212,61 +212,73 @@ static void put_text(const char *name, size_t n_docs)
 	src.separator = "\n\n";
 }
 
-/* The one index file in the cache directory, read whole into *ret_buf. */
-static size_t read_index(char *ret_path, size_t path_len, unsigned char **ret_buf)
+/* The one index file in the cache directory. */
+static char ipath[4096];
+
+static void find_index(void)
 {
 	glob_t g;
 	char pattern[128];
-	struct stat st;
-	FILE *f;
 
 	snprintf(pattern, sizeof(pattern), "%s/index/*.sfidx", dir);
 	cr_assert_eq(glob(pattern, 0, NULL, &g), 0, "no index in %s", dir);
 	cr_assert_eq(g.gl_pathc, 1);
-	snprintf(ret_path, path_len, "%s", g.gl_pathv[0]);
+	snprintf(ipath, sizeof(ipath), "%s", g.gl_pathv[0]);
 	globfree(&g);
-	cr_assert_eq(stat(ret_path, &st), 0);
-	*ret_buf = malloc((size_t)st.st_size);
-	f = fopen(ret_path, "rb");
-	cr_assert(f && fread(*ret_buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size);
-	fclose(f);
-	return (size_t)st.st_size;
 }
 
-/* Write an index back with a valid checksum, as someone forging it would. */
-static void write_index(const char *p, unsigned char *buf, size_t len)
-{
-	uint64_t sum = XXH3_64bits(buf, len - 8);
-	FILE *f = fopen(p, "wb");
-
-	memcpy(buf + len - 8, &sum, 8);
-	cr_assert(f && fwrite(buf, 1, len, f) == len && fclose(f) == 0);
-}
-
-static void store_u64(unsigned char *p, uint64_t v)
-{
-	memcpy(p, &v, 8);
-}
-
-static uint64_t load_u64(const unsigned char *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return v;
-}
-
-/* Open the text dataset once so that its index is built and cached; close it. */
-static void build_index(void)
+/* A text file of 2000 documents whose index is built and cached (in ipath). */
+static void text_with_index(void)
 {
 	struct sf_dataset *ds = NULL;
 	struct sf_dataset_stats st;
 	struct sf_err e = {0};
 
+	put_text("a.txt", 2000);
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	sf__dataset_stats(ds, &st);
 	cr_assert_eq(st.index_loaded, 0);
 	cr_assert_gt(st.n_chunks, 3);
+	sf__dataset_close(ds);
+	find_index();
+}
+
+/*
+ * Set the 64-bit field at byte `at` of the index to `value` (added to it with `add`) and
+ * write the file back with a valid checksum, as someone forging it would.
+ */
+static void forge_index(size_t at, uint64_t value, int add)
+{
+	struct stat sb;
+	unsigned char *buf;
+	uint64_t v, sum;
+	FILE *f;
+
+	cr_assert_eq(stat(ipath, &sb), 0);
+	buf = malloc((size_t)sb.st_size);
+	f = fopen(ipath, "rb");
+	cr_assert(buf && f && fread(buf, 1, (size_t)sb.st_size, f) == (size_t)sb.st_size);
+	fclose(f);
+	memcpy(&v, buf + at, 8);
+	v = add ? v + value : value;
+	memcpy(buf + at, &v, 8);
+	sum = XXH3_64bits(buf, (size_t)sb.st_size - 8);
+	memcpy(buf + sb.st_size - 8, &sum, 8);
+	f = fopen(ipath, "wb");
+	cr_assert(f && fwrite(buf, 1, (size_t)sb.st_size, f) == (size_t)sb.st_size &&
+		  fclose(f) == 0);
+	free(buf);
+}
+
+/* Open the dataset and expect the cached index passed over and the counts rebuilt. */
+static void expect_rebuilt(struct sf_dataset_stats *ret_st)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, ret_st);
+	cr_expect_eq(ret_st->index_loaded, 0);
 	sf__dataset_close(ds);
 }
 
@@ -275,22 +287,11 @@ Test(hardening, lowered_index_count_never_gives_wrong_batches)
 	struct sf_dataset *ds = NULL;
 	struct sf_dataset_stats st;
 	struct sf_err e = {0};
-	char ipath[4096];
-	unsigned char *buf;
-	size_t len;
 	int r;
 
-	put_text("a.txt", 2000);
-	build_index();
-	len = read_index(ipath, sizeof(ipath), &buf);
+	text_with_index();
 	/* Chunk 1 counts 100 tokens fewer, under a valid checksum. */
-	{
-		unsigned char *ent = buf + INDEX_HEADER_BYTES + 1 * INDEX_ENTRY_BYTES;
-
-		store_u64(ent + 16, load_u64(ent + 16) - 100);
-	}
-	write_index(ipath, buf, len);
-	free(buf);
+	forge_index(INDEX_HEADER_BYTES + INDEX_ENTRY_BYTES + 16, (uint64_t)-100, 1);
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	sf__dataset_stats(ds, &st);
 	cr_assert_eq(st.index_loaded, 1);
@@ -310,69 +311,35 @@ Test(hardening, lowered_index_count_never_gives_wrong_batches)
 
 Test(hardening, index_of_another_user_is_not_trusted)
 {
-	struct sf_dataset *ds = NULL;
 	struct sf_dataset_stats st;
-	struct sf_err e = {0};
-	char ipath[4096];
-	unsigned char *buf;
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to give a file to another user");
-	put_text("a.txt", 2000);
-	build_index();
-	read_index(ipath, sizeof(ipath), &buf);
-	free(buf);
+	text_with_index();
 	cr_assert_eq(chown(ipath, 65534, 65534), 0);
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	sf__dataset_stats(ds, &st);
-	cr_expect_eq(st.index_loaded, 0);
-	sf__dataset_close(ds);
+	expect_rebuilt(&st);
 }
 
+/* Before: a loop of 2^40 skips at open. */
 Test(hardening, index_with_a_huge_skip_count_is_rebuilt, .timeout = 10)
 {
-	struct sf_dataset *ds = NULL;
 	struct sf_dataset_stats st;
-	struct sf_err e = {0};
-	char ipath[4096];
-	unsigned char *buf;
-	size_t len;
 
-	put_text("a.txt", 2000);
-	build_index();
-	len = read_index(ipath, sizeof(ipath), &buf);
-	store_u64(buf + 8 + 4 + 4 + 8 + 24 + 8, UINT64_C(1) << 40); /* skipped */
-	write_index(ipath, buf, len);
-	free(buf);
-	/* Before: a loop of 2^40 skips at open. */
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	sf__dataset_stats(ds, &st);
-	cr_expect_eq(st.index_loaded, 0);
+	text_with_index();
+	forge_index(8 + 4 + 4 + 8 + 24 + 8, UINT64_C(1) << 40, 0); /* the header's skipped */
+	expect_rebuilt(&st);
 	cr_expect_eq(st.skipped, 0);
-	sf__dataset_close(ds);
 }
 
 Test(hardening, index_with_impossible_counts_is_rebuilt)
 {
-	struct sf_dataset *ds = NULL;
 	struct sf_dataset_stats st;
-	struct sf_err e = {0};
-	char ipath[4096];
-	unsigned char *buf;
-	size_t len;
 
-	put_text("a.txt", 2000);
-	build_index();
-	len = read_index(ipath, sizeof(ipath), &buf);
+	text_with_index();
 	/* Chunk 0 claims 2^50 tokens: more than its bytes can hold. */
-	store_u64(buf + INDEX_HEADER_BYTES + 16, UINT64_C(1) << 50);
-	write_index(ipath, buf, len);
-	free(buf);
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	sf__dataset_stats(ds, &st);
-	cr_expect_eq(st.index_loaded, 0);
+	forge_index(INDEX_HEADER_BYTES + 16, UINT64_C(1) << 50, 0);
+	expect_rebuilt(&st);
 	cr_expect_lt(st.n_tokens, UINT64_C(1) << 40);
-	sf__dataset_close(ds);
 }
 
 /* ---- paths that are not regular files ---- */
@@ -438,22 +405,12 @@ Test(hardening, source_that_is_a_fifo_is_refused, .timeout = 10)
 /* Before: open() of the FIFO waited for a writer forever. */
 Test(hardening, index_that_is_a_fifo_is_passed_over, .timeout = 10)
 {
-	struct sf_dataset *ds = NULL;
 	struct sf_dataset_stats st;
-	struct sf_err e = {0};
-	char ipath[4096];
-	unsigned char *buf;
 
-	put_text("a.txt", 2000);
-	build_index();
-	read_index(ipath, sizeof(ipath), &buf);
-	free(buf);
+	text_with_index();
 	cr_assert_eq(unlink(ipath), 0);
 	cr_assert_eq(mkfifo(ipath, 0600), 0);
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	sf__dataset_stats(ds, &st);
-	cr_expect_eq(st.index_loaded, 0);
-	sf__dataset_close(ds);
+	expect_rebuilt(&st);
 }
 
 /* ---- file names with glob characters ---- */
