@@ -303,6 +303,7 @@ int main(int argc, char **argv)
 		uint16_t *t = malloc(n * 2);
 		FILE *f;
 		uint64_t x = 88172645463325252ull, steps;
+		char vocab[4096];
 
 		for (size_t i = 0; i < n; i++) {
 			x ^= x << 13;
@@ -317,8 +318,14 @@ int main(int argc, char **argv)
 		free(t);
 		config(&cfg, paths, &src, 16, 1024);
 		cfg.checksum = 0;
+		/* The files' encoding, as a GPT-2 job names it: producers check every id
+		 * against its vocabulary. */
+		snprintf(vocab, sizeof(vocab), "%s/vocab/r50k_base.tiktoken", argv[1]);
+		cfg.encoding = "r50k_base";
+		cfg.vocab = vocab;
 		steps = n / (2 * 16 * 1024);
-		printf("pre-tokenized windows: %llu M tokens (uint16), B=16 T=1024, 2 ranks\n",
+		printf("pre-tokenized windows: %llu M tokens (uint16, r50k_base), B=16 T=1024, "
+		       "2 ranks\n",
 		       (unsigned long long)mtok);
 		printf("  builder alone, 1 core:            %7.1f M tokens/s\n",
 		       builder_rate(&cfg, steps * 2, NULL) / 1e6);

@@ -1,11 +1,11 @@
 /*
  * `shmfeed check CONFIG [--set KEY=VALUE ...] [--strict]`: load and validate a job file,
  * then print the resolved config (every default filled in) as YAML, followed by what
- * each source pattern matches today and the config digest as comments. With --strict,
- * a source that matches no file fails the check. CURVE key files are read as `run` reads
- * them; a plain tcp:// endpoint (control.insecure_tcp) is warned about.
+ * each source pattern matches today and the config digest as comments. The tokenizer is
+ * loaded, so a missing or malformed vocabulary fails the check. With --strict, a source
+ * that matches no file fails the check. CURVE key files are read as `run` reads them; a
+ * plain tcp:// endpoint (control.insecure_tcp) is warned about.
  */
-#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +16,12 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "launcher/launcher.h"
+#include "producer/producer.h"
 
-/* Print what each source pattern matches; returns the number of patterns matching
- * nothing. */
+/*
+ * Print what each source path matches, found as the producers will find it
+ * (sf__source_expand()); returns the number of paths matching nothing.
+ */
 static int report_sources(const struct sf_config *cfg)
 {
 	int missing = 0;
@@ -27,30 +30,35 @@ static int report_sources(const struct sf_config *cfg)
 		const struct sf_source_config *src = &cfg->sources[i];
 
 		for (uint32_t j = 0; j < src->n_paths; j++) {
+			struct sf_source_config one = *src;
 			unsigned long long bytes = 0;
-			glob_t g;
-			size_t n = 0;
+			struct sf_err e = {0};
+			char **paths = NULL;
+			size_t n = 0, files = 0;
 
-			if (glob(src->paths[j], 0, NULL, &g) == 0) {
-				for (size_t k = 0; k < g.gl_pathc; k++) {
+			one.paths = &src->paths[j];
+			one.n_paths = 1;
+			if (sf__source_expand(&one, &paths, &n, &e) == 0) {
+				for (size_t k = 0; k < n; k++) {
 					struct stat sb;
 
-					if (stat(g.gl_pathv[k], &sb) == 0 && S_ISREG(sb.st_mode)) {
+					if (stat(paths[k], &sb) == 0 && S_ISREG(sb.st_mode)) {
 						bytes += (unsigned long long)sb.st_size;
-						n++;
+						files++;
 					}
+					free(paths[k]);
 				}
-				globfree(&g);
+				free(paths);
 			}
-			if (n)
+			if (files)
 				printf("# source %u: %s: %zu file%s, %llu bytes\n", i,
-				       src->paths[j], n, n == 1 ? "" : "s", bytes);
+				       src->paths[j], files, files == 1 ? "" : "s", bytes);
 			else
 				printf("# source %u: %s: matches no file%s\n", i, src->paths[j],
 				       src->format == SF_FMT_MEGATRON ? " (a Megatron prefix is "
 									"checked by the producers)"
 								      : "");
-			if (!n && src->format != SF_FMT_MEGATRON)
+			if (!files && src->format != SF_FMT_MEGATRON)
 				missing++;
 		}
 	}
@@ -111,6 +119,14 @@ int sf__cmd_check(int argc, char **argv)
 			      "(control.insecure_tcp): anyone who can reach the port, any local "
 			      "user included, can stop, pause or seek the job",
 			      path, cfg.endpoint);
+	/* The vocabulary (or char corpus) must exist and parse, as the producers need it. */
+	r = sf__dataset_check_tokenizer(&cfg, &e);
+	if (r < 0) {
+		sf__log_error("%s: tokenizer %s: %s", path, cfg.encoding ? cfg.encoding : "(none)",
+			      e.msg);
+		sf__config_free(&cfg);
+		return 1;
+	}
 	printf("# %s: valid\n", path);
 	sf__config_write(&cfg, stdout);
 	missing = report_sources(&cfg);

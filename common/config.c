@@ -267,16 +267,41 @@ static void keys_list(const struct field *fields, char *buf, size_t len)
 		n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", fields[i].key);
 }
 
-/* A path from the file is relative to the file's directory, so a job file works from
- * any current directory; absolute paths and globs starting with '/' stay as written. */
+/*
+ * A path from the file is relative to the file's directory, made absolute when the file
+ * is read, so a job file works from any current directory and `check` prints where each
+ * path leads; absolute paths, globs starting with '/', and paths from overrides or from
+ * a config given as text stay as written. The joined path has no "." segments or
+ * doubled slashes; ".." segments stay, since removing them by text would be wrong past
+ * a symlink.
+ */
 static char *resolve_path(const struct origin *o, const char *p)
 {
 	char *out;
+	size_t n;
 
 	if (p[0] == '/' || !o->base_dir)
 		return strdup(p);
-	if (asprintf(&out, "%s/%s", o->base_dir, p) < 0)
+	out = malloc(strlen(o->base_dir) + strlen(p) + 2);
+	if (!out)
 		return NULL;
+	n = strlen(o->base_dir);
+	memcpy(out, o->base_dir, n + 1);
+	while (n > 1 && out[n - 1] == '/')
+		out[--n] = 0;
+	for (const char *seg = p; *seg;) {
+		const char *end = strchr(seg, '/');
+		size_t len = end ? (size_t)(end - seg) : strlen(seg);
+
+		if (len && !(len == 1 && seg[0] == '.')) {
+			if (n != 1 || out[0] != '/')
+				out[n++] = '/';
+			memcpy(out + n, seg, len);
+			n += len;
+		}
+		seg += len + (end ? 1 : 0);
+	}
+	out[n] = 0;
 	return out;
 }
 
@@ -733,10 +758,17 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 			 cfg->rank_base, cfg->world_size);
 		return fail_field(L, &consumer_fields[2], msg);
 	}
+	/* `auto` never caps silently: a node left with ranks nobody serves would hang. */
+	if (!cfg->local_ranks && cfg->world_size - cfg->rank_base > SF_MAX_RANKS) {
+		snprintf(msg, sizeof(msg),
+			 "'local_ranks: auto' means world_size - rank_base = %u ranks on this "
+			 "node, more than the %u one job serves: set local_ranks and rank_base to "
+			 "this node's ranks",
+			 cfg->world_size - cfg->rank_base, SF_MAX_RANKS);
+		return fail_field(L, &consumer_fields[1], msg);
+	}
 	if (!cfg->local_ranks)
-		cfg->local_ranks = cfg->world_size - cfg->rank_base < SF_MAX_RANKS
-					   ? cfg->world_size - cfg->rank_base
-					   : SF_MAX_RANKS;
+		cfg->local_ranks = cfg->world_size - cfg->rank_base;
 	if ((uint64_t)cfg->rank_base + cfg->local_ranks > cfg->world_size) {
 		snprintf(msg, sizeof(msg),
 			 "'local_ranks' %u from rank_base %u goes past world_size %u: this node's "
@@ -832,15 +864,23 @@ static char *job_from_path(const char *path)
 	return strndup(b, n);
 }
 
+/* The directory of `path`, absolute (as written when it cannot be resolved). */
 static char *dir_of(const char *path)
 {
 	const char *slash = strrchr(path, '/');
+	char *dir, *abs;
 
 	if (!slash)
-		return strdup(".");
-	if (slash == path)
-		return strdup("/");
-	return strndup(path, (size_t)(slash - path));
+		dir = strdup(".");
+	else if (slash == path)
+		dir = strdup("/");
+	else
+		dir = strndup(path, (size_t)(slash - path));
+	abs = dir ? realpath(dir, NULL) : NULL;
+	if (!abs)
+		return dir;
+	free(dir);
+	return abs;
 }
 
 static int apply_text(struct loader *L, const char *text, size_t len, struct sf_config *cfg)

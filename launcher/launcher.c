@@ -165,10 +165,11 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 			const char *msg = e.msg[0] ? e.msg : sf_strerror(r);
 
 			sf__log_error("%s", msg);
-			/* The supervisor quotes it if this producer keeps failing. */
+			/* The supervisor quotes it when it stops the job: at once for a data
+			 * error, or once this producer keeps failing. */
 			if (write(pfd[1], msg, strlen(msg)) < 0)
 				_exit(1);
-			_exit(1);
+			_exit(r == SF_E_SOURCE || r == SF_E_TOKENIZER ? SF_PRODUCER_EXIT_DATA : 1);
 		}
 		_exit(0);
 	}
@@ -231,6 +232,12 @@ static void producer_died(struct supervisor *S, uint32_t i, int wstatus)
 	repaired = sf__arena_repair(S->a, i);
 	if (S->stopping || (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)) {
 		p->finished = 1;
+		return;
+	}
+	if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == SF_PRODUCER_EXIT_DATA) {
+		begin_stop(S, 1, "producer %u: data error: %s; stopping the job", i,
+			   msg[0] ? msg : "(no message)");
+		sf__log_error("%s", S->reason);
 		return;
 	}
 	describe_status(wstatus, how, sizeof(how));

@@ -32,6 +32,14 @@ struct sf_producer_ops {
 	int (*main)(void *ds, struct sf_arena *a, uint32_t index, struct sf_err *e);
 };
 
+/*
+ * Exit status of a producer that failed on its data (SF_E_SOURCE or SF_E_TOKENIZER: a
+ * malformed, changed or truncated source, an id outside the vocabulary). Another
+ * producer would fail the same way, so the supervisor stops the job at once with the
+ * message; any other failure is taken for a crash and restarted.
+ */
+#define SF_PRODUCER_EXIT_DATA 3
+
 /* The real producers of producer/ (launcher/producer_ops.c). */
 extern const struct sf_producer_ops sf__real_producers;
 

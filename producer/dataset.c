@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
@@ -30,6 +31,7 @@ struct sf_builder {
 	struct sf_text_cache *text; /* raw text only */
 	uint32_t *deferred;	    /* raw text: rows left for the second pass, B of them */
 	uint64_t tokens_out;
+	uint64_t epoch_checked; /* the epoch whose start checked the files; UINT64_MAX: none */
 };
 
 /*
@@ -71,12 +73,13 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /*
- * The paths of a source: each entry taken literally unless it holds a glob character,
- * all of them sorted and deduplicated. A glob that matches nothing is an error: a typo
- * must not silently shrink the dataset.
+ * The paths of a source: each entry taken literally when it holds no glob character or
+ * when a file of exactly that name exists (so "data[1].bin" names itself), else expanded
+ * as a glob; all of them sorted and deduplicated. A glob that matches nothing is an
+ * error: a typo must not silently shrink the dataset.
  */
-static int expand_source(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
-			 struct sf_err *e)
+int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
+		      struct sf_err *e)
 {
 	char **paths = NULL;
 	size_t n = 0, cap = 0;
@@ -87,7 +90,7 @@ static int expand_source(const struct sf_source_config *src, char ***ret_paths, 
 		glob_t g = {0};
 		size_t add;
 
-		if (strpbrk(p, "*?[")) {
+		if (strpbrk(p, "*?[") && access(p, F_OK) != 0) {
 			int gr = glob(p, GLOB_ERR, NULL, &g);
 
 			if (gr == GLOB_NOMATCH) {
@@ -145,10 +148,16 @@ static int expand_source(const struct sf_source_config *src, char ***ret_paths, 
 	return 0;
 }
 
+void sf__dataset_note_skips(struct sf_dataset *ds, const struct sf_err *why, uint64_t n)
+{
+	if (n && ds->stats.skipped == 0)
+		snprintf(ds->first_skip, sizeof(ds->first_skip), "%s", why->msg);
+	ds->stats.skipped += n;
+}
+
 void sf__dataset_note_skip(struct sf_dataset *ds, const struct sf_err *why)
 {
-	if (ds->stats.skipped++ == 0)
-		snprintf(ds->first_skip, sizeof(ds->first_skip), "%s", why->msg);
+	sf__dataset_note_skips(ds, why, 1);
 }
 
 static int add_token_file(struct sf_dataset *ds, const char *path, uint32_t format,
@@ -185,7 +194,7 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg, stru
 		const struct sf_source_config *src = &cfg->sources[s];
 		char **paths;
 		size_t n;
-		int r = expand_source(src, &paths, &n, e);
+		int r = sf__source_expand(src, &paths, &n, e);
 
 		if (r < 0)
 			return r;
@@ -221,10 +230,15 @@ static int hash_file(XXH3_state_t *st, const char *path, struct sf_err *e)
 {
 	char buf[65536];
 	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat sb;
 
 	if (fd < 0)
 		return sf__err(e, -errno, "%s: cannot open: %s", path, strerror(errno));
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return sf__err(e, SF_E_TOKENIZER, "%s: not a regular file", path);
+	}
 	while ((n = read(fd, buf, sizeof(buf))) > 0)
 		XXH3_64bits_update(st, buf, (size_t)n);
 	close(fd);
@@ -298,7 +312,20 @@ static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, st
 		return r;
 	r = sf__tok_eot(ds->tok);
 	ds->eot = r >= 0 ? (uint32_t)r : UINT32_MAX;
+	/* `bytes`, the default, names how raw text is cut, not how token files were made:
+	 * their ids are held to the vocabulary of any other encoding the job names. */
+	if (ds->n_token_files && strcmp(cfg->encoding, "bytes"))
+		ds->id_limit = sf__tok_n_vocab(ds->tok);
 	return 0;
+}
+
+int sf__dataset_check_tokenizer(const struct sf_config *cfg, struct sf_err *e)
+{
+	struct sf_dataset ds = {.eot = UINT32_MAX};
+	int r = load_tokenizer(&ds, cfg, e);
+
+	sf__tok_free(ds.tok);
+	return r;
 }
 
 static int choose_dtype(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
@@ -415,6 +442,64 @@ void sf__dataset_stats(const struct sf_dataset *ds, struct sf_dataset_stats *ret
 const char *sf__dataset_first_skip(const struct sf_dataset *ds)
 {
 	return ds->first_skip;
+}
+
+int sf__dataset_check_files(const struct sf_dataset *ds, struct sf_err *e)
+{
+	for (uint32_t i = 0; i < ds->n_token_files; i++) {
+		const struct sf_token_file *f = &ds->token_files[i];
+		int r = sf__file_id_check(f->path, &f->id, e);
+
+		if (r == 0 && f->idx_path)
+			r = sf__file_id_check(f->idx_path, &f->idx_id, e);
+		if (r < 0)
+			return r;
+	}
+	for (uint32_t i = 0; i < ds->n_text_files; i++) {
+		int r = sf__file_id_check(ds->text_files[i].path, &ds->text_files[i].id, e);
+
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* Whether `addr` lies in the `len` bytes mapped at `base`; its offset in *ret_off. */
+static int in_map(const void *base, size_t len, const void *addr, uint64_t *ret_off)
+{
+	uintptr_t b = (uintptr_t)base, a = (uintptr_t)addr;
+
+	if (!base || a < b || a - b >= len)
+		return 0;
+	*ret_off = a - b;
+	return 1;
+}
+
+int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_err *e)
+{
+	const char *path = NULL;
+	uint64_t off = 0;
+
+	for (uint32_t i = 0; i < ds->n_token_files && !path; i++) {
+		const struct sf_token_file *f = &ds->token_files[i];
+
+		if (in_map(f->map, f->map_len, addr, &off))
+			path = f->path;
+		else if (in_map(f->idx_map, f->idx_map_len, addr, &off))
+			path = f->idx_path;
+	}
+	for (uint32_t i = 0; i < ds->n_text_files && !path; i++) {
+		const struct sf_text_file *f = &ds->text_files[i];
+
+		if (in_map(f->data, f->map_cap, addr, &off))
+			path = f->path;
+	}
+	if (!path)
+		return sf__err(e, -EFAULT, "SIGBUS at address %p, outside every source", addr);
+	return sf__err(e, SF_E_SOURCE,
+		       "%s: byte %llu: cannot read: the file is shorter than when the job opened "
+		       "it (truncated under the running job?)",
+		       path, (unsigned long long)off);
 }
 
 uint64_t sf__dataset_payload_bytes(const struct sf_dataset *ds)
@@ -542,6 +627,91 @@ int sf__copy_tokens(void *dst, uint32_t dst_width, const void *src, uint32_t src
 		}
 	}
 	return 0;
+}
+
+/*
+ * The largest of `n` ids of `width` bytes at `p`, SSE2 where it is: neither unsigned
+ * max exists there, so ids are biased by the sign bit into signed ones (16-bit: signed
+ * max; 32-bit: signed compare and select) and the bias is undone at the end. A batch of
+ * 16 x 1025 uint16 ids is about 2,000 vector steps over memory just written.
+ */
+static uint32_t max_id(const unsigned char *p, size_t n, uint32_t width)
+{
+	uint32_t m = 0;
+	size_t i = 0;
+
+#ifdef __SSE2__
+	if (width == 2) {
+		const __m128i bias = _mm_set1_epi16((short)0x8000);
+		__m128i acc = bias; /* 0 biased */
+		uint16_t lanes[8];
+
+		for (; i + 8 <= n; i += 8)
+			acc = _mm_max_epi16(
+				acc,
+				_mm_xor_si128(
+					_mm_loadu_si128((const __m128i *)(const void *)(p + 2 * i)),
+					bias));
+		_mm_storeu_si128((__m128i *)(void *)lanes, _mm_xor_si128(acc, bias));
+		for (int k = 0; k < 8; k++)
+			m = lanes[k] > m ? lanes[k] : m;
+	} else {
+		const __m128i bias = _mm_set1_epi32((int)0x80000000u);
+		__m128i acc = bias;
+		uint32_t lanes[4];
+
+		for (; i + 4 <= n; i += 4) {
+			__m128i v = _mm_xor_si128(
+				_mm_loadu_si128((const __m128i *)(const void *)(p + 4 * i)), bias);
+			__m128i gt = _mm_cmpgt_epi32(v, acc);
+
+			acc = _mm_or_si128(_mm_and_si128(gt, v), _mm_andnot_si128(gt, acc));
+		}
+		_mm_storeu_si128((__m128i *)(void *)lanes, _mm_xor_si128(acc, bias));
+		for (int k = 0; k < 4; k++)
+			m = lanes[k] > m ? lanes[k] : m;
+	}
+#endif
+	for (; i < n; i++) {
+		uint32_t v = 0;
+
+		memcpy(&v, p + (size_t)width * i, width); /* little-endian */
+		m = v > m ? v : m;
+	}
+	return m;
+}
+
+/*
+ * An id of the batch at `p` is outside the vocabulary: find the first, and name the file
+ * and byte it came from.
+ */
+static int id_out_of_range(struct sf_builder *b, uint64_t first, const unsigned char *p,
+			   struct sf_err *e)
+{
+	const struct sf_dataset *ds = b->ds;
+	const uint32_t L = ds->seq_len + 1, tb = ds->token_bytes;
+
+	for (uint64_t i = 0; i < ds->batch; i++)
+		for (uint32_t j = 0; j < L; j++) {
+			uint32_t v = 0;
+			uint64_t off;
+			const struct sf_token_file *f;
+
+			memcpy(&v, p + (i * L + j) * tb, tb);
+			if (v < ds->id_limit)
+				continue;
+			off = sf__builder_sample_offset(b, first + i) + j;
+			f = &ds->token_files[find_token_file(ds, off)];
+			return sf__err(e, SF_E_SOURCE,
+				       "%s: byte %llu: token %u is outside the vocabulary of %u "
+				       "ids (tokenizer %s)",
+				       f->path,
+				       (unsigned long long)(f->tokens -
+							    (const unsigned char *)f->map +
+							    (off - f->start) * f->width),
+				       v, ds->id_limit, sf__tok_name(ds->tok));
+		}
+	return sf__err(e, SF_E_SOURCE, "a token outside the vocabulary of %u ids", ds->id_limit);
 }
 
 /* Megatron: the first document of `f` that starts at or after file offset `at`. */
@@ -672,6 +842,7 @@ int sf__builder_create(const struct sf_dataset *ds, struct sf_builder **ret_b, s
 	if (!b)
 		return sf__err(e, -ENOMEM, "out of memory");
 	b->ds = ds;
+	b->epoch_checked = UINT64_MAX;
 	if (ds->n_text_files) {
 		b->deferred = malloc(ds->batch * sizeof(*b->deferred));
 		if (!b->deferred) {
@@ -792,6 +963,14 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 		*ret_first_sample = first;
 		return 0;
 	}
+	/* Every file again at the first batch of each epoch this builder reaches. */
+	if (first / ds->n_windows != b->epoch_checked) {
+		int r = sf__dataset_check_files(ds, e);
+
+		if (r < 0)
+			return r;
+		b->epoch_checked = first / ds->n_windows;
+	}
 	if (ds->n_text_files) {
 		int r = fill_text_rows(b, first, p, starts, e);
 
@@ -806,6 +985,10 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 			if (r < 0)
 				return r;
 		}
+		/* Never an id the model has no embedding for. */
+		if (ds->id_limit &&
+		    max_id(p, B * (ds->seq_len + 1), ds->token_bytes) >= ds->id_limit)
+			return id_out_of_range(b, first, p, e);
 	}
 	/* The gap that aligns the document starts is part of the payload and its checksum:
 	 * zero it, so the bytes of a batch depend on nothing but (rank, step). */

@@ -11,15 +11,30 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "common/config.h"
 #include "common/errors.h"
 #include "producer/producer.h"
 
+/*
+ * What identifies a source file's contents for the length of a job: taken by fstat() at
+ * open and compared with stat() of its path while the job runs (sf__dataset_check_files()),
+ * so a file replaced, rewritten or truncated under the job stops it rather than changing
+ * its data.
+ */
+struct sf_file_id {
+	uint64_t dev;
+	uint64_t ino;
+	uint64_t size;
+	uint64_t mtime_ns;
+};
+
 /* One pre-tokenized token array: a nanoGPT file, an llm.c shard, or a Megatron pair. */
 struct sf_token_file {
 	char *path; /* the .bin file */
 	void *map;  /* read-only mapping of the whole file */
+	struct sf_file_id id;
 	size_t map_len;
 	const unsigned char *tokens; /* first token */
 	uint64_t n_tokens;
@@ -27,8 +42,10 @@ struct sf_token_file {
 	uint32_t width;	 /* bytes per token: 2 or 4 */
 	uint32_t format; /* SF_FMT_NANOGPT, SF_FMT_LLMC, SF_FMT_MEGATRON */
 	/* Megatron only: the index, whose arrays are unaligned and read with memcpy. */
+	char *idx_path;
 	void *idx_map;
 	size_t idx_map_len;
+	struct sf_file_id idx_id;
 	const unsigned char *seq_ptrs; /* int64 byte offset of each sequence */
 	const unsigned char *doc_idx;  /* int64 first sequence of each document, n_docs + 1 */
 	uint64_t n_seqs;
@@ -40,12 +57,14 @@ struct sf_text_file {
 	char *path;
 	const char *data;
 	size_t len;
-	size_t map_cap;	 /* bytes mapped at data (a file mapping, or anonymous after decompression)
-			  */
-	uint32_t format;  /* SF_FMT_TEXT or SF_FMT_JSONL */
-	uint32_t source;  /* index into sf_dataset.sources */
-	uint32_t sep_len; /* bytes of the source's separator (0: one document per file) */
+	/* Bytes mapped at data: a file mapping, or anonymous memory after decompression. */
+	size_t map_cap;
+	uint32_t format;   /* SF_FMT_TEXT or SF_FMT_JSONL */
+	uint32_t source;   /* index into sf_dataset.sources */
+	uint32_t sep_len;  /* bytes of the source's separator (0: one document per file) */
 	uint64_t ident[3]; /* identity for the index cache: size, mtime ns, inode */
+	struct sf_file_id id;
+	char *index_path; /* the cached index its chunk counts came from; NULL: built here */
 };
 
 /*
@@ -114,6 +133,9 @@ struct sf_dataset {
 
 	/* The token stream and the sample space. */
 	uint32_t eot; /* <|endoftext|> id, or UINT32_MAX when unknown */
+	/* Pre-tokenized ids must be below this: the vocabulary size of the job's encoding
+	 * (0: not checked, for `bytes` or no encoding; see load_tokenizer()). */
+	uint32_t id_limit;
 	uint64_t n_tokens;
 	uint64_t n_windows; /* samples per epoch */
 	uint64_t n_steps;   /* steps with data; UINT64_MAX when epochs is 0 */
@@ -123,6 +145,8 @@ struct sf_dataset {
 };
 
 /* source_tokens.c */
+void sf__file_id_of(const struct stat *st, struct sf_file_id *ret_id);
+int sf__file_id_check(const char *path, const struct sf_file_id *id, struct sf_err *e);
 int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format,
 			struct sf_err *e);
 void sf__token_file_close(struct sf_token_file *f);

@@ -8,9 +8,11 @@
  * directory where the file's directory is not writable. The default keeps corpus
  * directories untouched: they are often read-only or shared. Its header repeats the key
  * and the file's identity (size, modification time, inode): a file that changed, or a
- * cache from another tokenizer, is simply rebuilt. A checksum over the whole cache catches a torn write; the
- * cache is written to a temporary name and renamed, so readers never see half a file.
- * Failing to write it (no writable cache directory) costs speed only, never correctness.
+ * cache from another tokenizer, is simply rebuilt. A checksum over the whole cache catches a
+ * torn write; every field is range-checked, only the user's own regular files are read,
+ * and each count is verified when its chunk is tokenized. The cache is written to a temporary name
+ * and renamed, so readers never see half a file. Failing to write it (no writable cache directory)
+ * costs speed only, never correctness.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -161,12 +163,15 @@ static int load_from(struct sf_dataset *ds, uint32_t file, uint64_t key, char *p
 
 	if (!path)
 		return 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	free(path);
-	if (fd < 0)
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		free(path);
 		return 0;
+	}
 	first = first_chunk_of(ds, file, &n);
-	if (fstat(fd, &st) < 0 ||
+	/* Only a regular file of this user is trusted: with `index: beside`, whoever can
+	 * write the corpus directory could otherwise decide another user's batches. */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
 	    (uint64_t)st.st_size != sizeof(h) + n * sizeof(*ents) + sizeof(uint64_t) ||
 	    pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
 		goto out;
@@ -190,9 +195,22 @@ static int load_from(struct sf_dataset *ds, uint32_t file, uint64_t key, char *p
 	}
 	if (sum != stored)
 		goto out;
-	for (uint64_t i = 0; i < n; i++)
-		if (ents[i].off != ds->chunks[first + i].off || ents[i].n_docs > UINT32_MAX)
+	/*
+	 * A checksum proves no torn write, not honest numbers: every field is held to what
+	 * the file can hold. A document is at least one byte (empty ones are dropped) and
+	 * adds one <|endoftext|>; a token covers at least one byte; a skipped record is at
+	 * least one byte. The counts are verified again when each chunk is tokenized.
+	 */
+	if (h.skipped > f->len)
+		goto out;
+	for (uint64_t i = 0; i < n; i++) {
+		const struct sf_chunk *c = &ds->chunks[first + i];
+
+		if (ents[i].off != c->off || ents[i].n_docs > UINT32_MAX ||
+		    ents[i].n_docs > c->len || ents[i].n_tokens < ents[i].n_docs ||
+		    ents[i].n_tokens > c->len + ents[i].n_docs)
 			goto out;
+	}
 	for (uint64_t i = 0; i < n; i++) {
 		ds->chunks[first + i].n_docs = (uint32_t)ents[i].n_docs;
 		ds->chunks[first + i].n_tokens = ents[i].n_tokens;
@@ -202,12 +220,14 @@ static int load_from(struct sf_dataset *ds, uint32_t file, uint64_t key, char *p
 
 		h.first_skip[SKIP_MSG_LEN - 1] = 0;
 		snprintf(why.msg, sizeof(why.msg), "%s", h.first_skip);
-		for (uint64_t i = 0; i < h.skipped; i++)
-			sf__dataset_note_skip(ds, &why);
+		sf__dataset_note_skips(ds, &why, h.skipped);
 	}
 	*ret_bytes = (uint64_t)st.st_size;
+	ds->text_files[file].index_path = path;
+	path = NULL;
 	ok = 1;
 out:
+	free(path);
 	free(ents);
 	close(fd);
 	return ok;

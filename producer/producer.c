@@ -7,15 +7,77 @@
  * launcher's `pause` request) a producer finishes the batch it holds and claims nothing
  * more: sf__producer_claim() sleeps until the job runs again or stops.
  */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "shmfeed/shmfeed.h"
 #include "common/proc.h"
 #include "common/slot.h"
+#include "producer/dataset_impl.h"
 #include "producer/producer.h"
 
 /* How long one claim waits before the loop looks at the job state and heartbeats. */
 #define CLAIM_SLICE_NS (200 * 1000 * 1000)
+
+/* How often a producer checks that no source file changed (sf__dataset_check_files()). */
+#define FILE_CHECK_NS (2ull * 1000 * 1000 * 1000)
+
+/*
+ * Sources are mapped, so a file truncated under the job makes the next read of its lost
+ * pages raise SIGBUS. While a batch is built the handler jumps back to
+ * sf__producer_fill(), which reports the file and offset; a data error stops the job
+ * instead of a crash being retried. The jump leaves the builder's scratch and any shared
+ * entry it was filling as they were: the producer exits right after, and an entry whose
+ * filler died is taken over by the others (producer/chunk_share.h).
+ */
+static sigjmp_buf fill_jmp;
+static volatile sig_atomic_t fill_armed;
+static void *volatile fault_addr;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	if (!fill_armed) {
+		/* Not in a batch: returning re-raises it with the default action. */
+		signal(sig, SIG_DFL);
+		return;
+	}
+	fill_armed = 0;
+	fault_addr = si->si_addr;
+	siglongjmp(fill_jmp, 1);
+}
+
+int sf__producer_fill(const struct sf_dataset *ds, struct sf_builder *b, uint32_t rank,
+		      uint64_t step, void *payload, uint32_t *ret_len, uint64_t *ret_first_sample,
+		      struct sf_err *e)
+{
+	static int installed;
+	int r;
+
+	if (!installed) {
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_sigaction = on_sigbus;
+		/* SA_NODEFER: the jump leaves the handler without unblocking SIGBUS. */
+		sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+		sigemptyset(&sa.sa_mask);
+		if (sigaction(SIGBUS, &sa, NULL) < 0)
+			return sf__err(e, -errno, "cannot install the SIGBUS handler: %s",
+				       strerror(errno));
+		installed = 1;
+	}
+	/* savemask 0: no system call per batch; the handler runs with SA_NODEFER. */
+	if (sigsetjmp(fill_jmp, 0))
+		return sf__dataset_fault(ds, fault_addr, e);
+	fill_armed = 1;
+	r = sf__builder_fill(b, rank, step, payload, ret_len, ret_first_sample, e);
+	fill_armed = 0;
+	return r;
+}
 
 int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index, struct sf_err *e)
 {
@@ -36,10 +98,23 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 	}
 	me = &a->participants[index];
 	tm = &a->telemetry[index];
-	for (;;) {
+	/* Records skipped by policy are the dataset's, counted once when its index was built
+	 * or loaded; producer 0 reports them, so the sum over producers counts each once.
+	 * Relaxed: a statistic, as the counters below. */
+	if (index == 0)
+		atomic_store_explicit(&tm->skipped, ds->stats.skipped, memory_order_relaxed);
+	for (uint64_t checked = 0;;) {
 		struct sf_fill f;
 		uint64_t t0 = sf__now_ns(), t1, first, out, enc;
 		uint32_t len;
+
+		/* Before a claim, so that a change stops this producer holding no slot. */
+		if (t0 - checked >= FILE_CHECK_NS) {
+			r = sf__dataset_check_files(ds, e);
+			if (r < 0)
+				break;
+			checked = t0;
+		}
 
 		/* While the job is PAUSED the claim hands out nothing and sleeps; it times out
 		 * every CLAIM_SLICE_NS so the heartbeat below goes on. */
@@ -59,7 +134,8 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 			sf__err(e, r, "producer %u: claim failed: %s", index, sf_strerror(r));
 			break;
 		}
-		r = sf__builder_fill(b, rank_base + f.rank, f.step, f.payload, &len, &first, e);
+		r = sf__producer_fill(ds, b, rank_base + f.rank, f.step, f.payload, &len, &first,
+				      e);
 		if (r < 0) {
 			/* The slot stays FILLING under this participant; the supervisor repairs
 			 * it once this process has exited, and another producer rebuilds it. */

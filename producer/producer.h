@@ -58,6 +58,22 @@ struct sf_dataset_stats {
  */
 int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, struct sf_err *e);
 
+/*
+ * sf__source_expand - the files of a source, as the dataset reads them: each path taken
+ * literally when it has no glob character or names an existing file, else expanded as
+ * a glob (one matching nothing fails with -ENOENT); sorted, without duplicates. Returns 0
+ * with *ret_paths (free each, then the array) and *ret_n.
+ */
+int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
+		      struct sf_err *e);
+
+/*
+ * sf__dataset_check_tokenizer - load the tokenizer of `cfg` as sf__dataset_open() would
+ * (its vocabulary or char corpus found, read and parsed) and free it again: what
+ * `shmfeed check` verifies. Returns 0, or the error with detail in `e`.
+ */
+int sf__dataset_check_tokenizer(const struct sf_config *cfg, struct sf_err *e);
+
 /* sf__dataset_close - unmap and free; accepts NULL. */
 void sf__dataset_close(struct sf_dataset *ds);
 
@@ -132,6 +148,31 @@ struct sf_tokenize_progress {
 int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, uint32_t workers,
 			       void (*progress)(const struct sf_tokenize_progress *p, void *arg),
 			       void *arg, struct sf_err *e);
+
+/*
+ * sf__producer_fill - sf__builder_fill() in a producer process: a SIGBUS raised while it
+ * reads a mapped source (a file truncated under the running job) becomes SF_E_SOURCE
+ * naming the file and the byte offset, instead of killing the process. A SIGBUS at any
+ * other address stays fatal. Installs the process's SIGBUS handler on first use; one
+ * thread per process may call it.
+ */
+int sf__producer_fill(const struct sf_dataset *ds, struct sf_builder *b, uint32_t rank,
+		      uint64_t step, void *payload, uint32_t *ret_len, uint64_t *ret_first_sample,
+		      struct sf_err *e);
+
+/*
+ * sf__dataset_check_files - whether every source file is still the one opened (device,
+ * inode, size, modification time). Builders call it at the first batch of each epoch,
+ * raw text before tokenizing a chunk (its file only), producers every few seconds.
+ * Returns 0, or SF_E_SOURCE naming the file that changed.
+ */
+int sf__dataset_check_files(const struct sf_dataset *ds, struct sf_err *e);
+
+/*
+ * sf__dataset_fault - the error for a SIGBUS at `addr`: SF_E_SOURCE naming the source
+ * file mapped there and the byte offset, or -EFAULT when no source is mapped there.
+ */
+int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_err *e);
 
 /*
  * sf__producer_main - the body of a forked producer process: register as participant

@@ -198,7 +198,8 @@ static int read_text_file(struct sf_text_file *f, struct sf_err *e)
 {
 	struct stat st;
 	void *m = NULL;
-	int fd = open(f->path, O_RDONLY | O_CLOEXEC), r = 0;
+	/* O_NONBLOCK: open() of a FIFO must not wait for a writer before it is refused. */
+	int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), r = 0;
 
 	if (fd < 0)
 		return sf__err(e, -errno, "%s: cannot open: %s", f->path, strerror(errno));
@@ -206,6 +207,7 @@ static int read_text_file(struct sf_text_file *f, struct sf_err *e)
 		close(fd);
 		return sf__err(e, SF_E_SOURCE, "%s: not a regular file", f->path);
 	}
+	sf__file_id_of(&st, &f->id);
 	f->ident[0] = (uint64_t)st.st_size;
 	f->ident[1] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
 	f->ident[2] = (uint64_t)st.st_ino;
@@ -245,6 +247,7 @@ static void free_text_file(struct sf_text_file *f)
 	if (f->data && f->map_cap)
 		munmap((void *)f->data, f->map_cap);
 	free(f->path);
+	free(f->index_path);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -951,10 +954,24 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	return r < 0 ? r : 0;
 }
 
+/*
+ * A chunk that does not hold the tokens its index says. The file was checked unchanged
+ * just before, so a cached index lied: it is removed, so that the next run rebuilds it,
+ * and the job stops, since every offset after the chunk depends on the count.
+ */
 static int count_mismatch(const struct sf_dataset *ds, uint64_t chunk, uint64_t n, struct sf_err *e)
 {
 	const struct sf_chunk *ch = &ds->chunks[chunk];
+	const struct sf_text_file *f = &ds->text_files[ch->file];
 
+	if (f->index_path) {
+		unlink(f->index_path);
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %llu: the chunk holds %llu tokens but its cached index %s "
+			       "says %llu; the index is removed and the next run rebuilds it",
+			       f->path, (unsigned long long)ch->off, (unsigned long long)n,
+			       f->index_path, (unsigned long long)ch->n_tokens);
+	}
 	return sf__err(e, SF_E_SOURCE,
 		       "%s: byte %llu: the chunk holds %llu tokens but its index says %llu "
 		       "(did the file change?)",
@@ -1140,6 +1157,10 @@ static int fill_dest(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk
 	uint64_t limit, need, skip;
 	int hr, r;
 
+	/* The file must still be the one indexed: a stat, against a tokenization. */
+	r = sf__file_id_check(ds->text_files[ch->file].path, &ds->text_files[ch->file].id, e);
+	if (r < 0)
+		return r;
 	d->n = 0;
 	d->n_docs = 0;
 	hr = lookup_head(c, d, chunk, &head, &skip);

@@ -106,6 +106,7 @@ int sf__text_encode_chunk(struct sf_text_cache *c, uint64_t chunk, const uint32_
 
 /* Shared with dataset.c. */
 void sf__dataset_note_skip(struct sf_dataset *ds, const struct sf_err *why);
+void sf__dataset_note_skips(struct sf_dataset *ds, const struct sf_err *why, uint64_t n);
 int sf__copy_tokens(void *dst, uint32_t dst_width, const void *src, uint32_t src_width, size_t n,
 		    size_t *ret_bad);
 

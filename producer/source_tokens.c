@@ -28,11 +28,49 @@
 #define MEGATRON_INT32	4
 #define MEGATRON_UINT16 8
 
-static int map_file(const char *path, void **ret_map, size_t *ret_len, struct sf_err *e)
+void sf__file_id_of(const struct stat *st, struct sf_file_id *ret_id)
+{
+	ret_id->dev = (uint64_t)st->st_dev;
+	ret_id->ino = (uint64_t)st->st_ino;
+	ret_id->size = (uint64_t)st->st_size;
+	ret_id->mtime_ns =
+		(uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+}
+
+int sf__file_id_check(const char *path, const struct sf_file_id *id, struct sf_err *e)
+{
+	struct sf_file_id now;
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return sf__err(e, SF_E_SOURCE, "%s: changed under the running job: %s", path,
+			       strerror(errno));
+	sf__file_id_of(&st, &now);
+	if (now.dev != id->dev || now.ino != id->ino)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: changed under the running job: another file now has its name",
+			       path);
+	if (now.size != id->size)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: changed under the running job: %llu bytes, %llu when opened",
+			       path, (unsigned long long)now.size, (unsigned long long)id->size);
+	if (now.mtime_ns != id->mtime_ns)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: changed under the running job: modified since it was opened",
+			       path);
+	return 0;
+}
+
+/*
+ * Map `path` read-only. It must be a regular file (after symlinks): a device such as
+ * /dev/zero or a FIFO is refused, and O_NONBLOCK keeps open() of a FIFO from waiting.
+ */
+static int map_file(const char *path, void **ret_map, size_t *ret_len, struct sf_file_id *ret_id,
+		    struct sf_err *e)
 {
 	struct stat st;
 	void *m;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd < 0)
 		return sf__err(e, -errno, "%s: cannot open: %s", path, strerror(errno));
@@ -46,6 +84,7 @@ static int map_file(const char *path, void **ret_map, size_t *ret_len, struct sf
 		close(fd);
 		return sf__err(e, SF_E_SOURCE, "%s: not a regular file", path);
 	}
+	sf__file_id_of(&st, ret_id);
 	if (st.st_size == 0) {
 		close(fd);
 		*ret_map = NULL;
@@ -81,6 +120,7 @@ int sf__token_format_detect(const char *path, uint32_t *ret_format)
 {
 	size_t n = strlen(path);
 	unsigned char head[4];
+	struct stat st;
 	char *idx;
 	int fd, r;
 
@@ -103,10 +143,11 @@ int sf__token_format_detect(const char *path, uint32_t *ret_format)
 	}
 	/* An llm.c shard announces itself by its magic; any other .bin is nanoGPT's. */
 	*ret_format = SF_FMT_NANOGPT;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return 0; /* the open that follows reports the error with its path */
-	if (read(fd, head, sizeof(head)) == (ssize_t)sizeof(head)) {
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    read(fd, head, sizeof(head)) == (ssize_t)sizeof(head)) {
 		int32_t magic = load_i32(head);
 
 		if (magic == LLMC_MAGIC_U16 || magic == LLMC_MAGIC_U32)
@@ -232,8 +273,9 @@ static int open_megatron(struct sf_token_file *f, const char *idx_path, struct s
 
 		if (len < 0 || ptr != expect)
 			return sf__err(e, SF_E_SOURCE,
-				       "%s: byte %llu: sequence %llu has length %d at byte %llu "
-				       "(expected a non-negative length at byte %llu)",
+				       "%s: byte %llu: sequence %llu has length %d and starts at "
+				       "byte %llu of the .bin (expected a non-negative length, "
+				       "starting at byte %llu)",
 				       idx_path, (unsigned long long)(hdr + i * 4),
 				       (unsigned long long)i, len, (unsigned long long)ptr,
 				       (unsigned long long)expect);
@@ -264,7 +306,6 @@ static int open_megatron(struct sf_token_file *f, const char *idx_path, struct s
 int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format,
 			struct sf_err *e)
 {
-	char *idx_path = NULL;
 	int r;
 
 	memset(f, 0, sizeof(*f));
@@ -273,16 +314,16 @@ int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t form
 	if (!f->path)
 		return sf__err(e, -ENOMEM, "out of memory");
 	if (format == SF_FMT_MEGATRON) {
-		idx_path = megatron_path(path, ".idx");
-		if (!idx_path) {
+		f->idx_path = megatron_path(path, ".idx");
+		if (!f->idx_path) {
 			r = sf__err(e, -ENOMEM, "out of memory");
 			goto fail;
 		}
-		r = map_file(idx_path, &f->idx_map, &f->idx_map_len, e);
+		r = map_file(f->idx_path, &f->idx_map, &f->idx_map_len, &f->idx_id, e);
 		if (r < 0)
 			goto fail;
 	}
-	r = map_file(f->path, &f->map, &f->map_len, e);
+	r = map_file(f->path, &f->map, &f->map_len, &f->id, e);
 	if (r < 0)
 		goto fail;
 	switch (format) {
@@ -293,7 +334,7 @@ int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t form
 		r = open_llmc(f, e);
 		break;
 	case SF_FMT_MEGATRON:
-		r = open_megatron(f, idx_path, e);
+		r = open_megatron(f, f->idx_path, e);
 		break;
 	default:
 		r = sf__err(e, SF_E_CONFIG, "%s: not a pre-tokenized format", path);
@@ -303,10 +344,8 @@ int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t form
 	/* Batches read windows at random offsets: read-ahead of neighbours would be waste. */
 	if (f->map)
 		madvise(f->map, f->map_len, MADV_RANDOM);
-	free(idx_path);
 	return 0;
 fail:
-	free(idx_path);
 	sf__token_file_close(f);
 	return r;
 }
@@ -318,5 +357,6 @@ void sf__token_file_close(struct sf_token_file *f)
 	if (f->idx_map)
 		munmap(f->idx_map, f->idx_map_len);
 	free(f->path);
+	free(f->idx_path);
 	memset(f, 0, sizeof(*f));
 }

@@ -156,11 +156,10 @@ static int load_char(const char *name, const char *path, struct sf_tok **ret_tok
 		rc = sf__err(e, -ENOMEM, "out of memory");
 		goto out;
 	}
-	f = fopen(path, "rb");
-	if (!f) {
-		rc = sf__err(e, -errno, "cannot open %s: %s", path, strerror(errno));
+	/* Any size: the corpus is read as a stream, and only its alphabet is kept. */
+	rc = sf__tok_open_regular(path, 0, &f, e);
+	if (rc < 0)
 		goto out;
-	}
 	/* Read in blocks, carrying an incomplete character over to the next block. */
 	for (;;) {
 		size_t pos = 0;

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -210,6 +211,20 @@ static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct 
 
 /* vocab.c */
 int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *e);
+
+/*
+ * The largest vocabulary file read: o200k_base is 3.6 MB; a file 70 times that is not a
+ * vocabulary, and reading it whole would only exhaust memory.
+ */
+#define SF_TOK_VOCAB_MAX_BYTES (256u << 20)
+
+/*
+ * sf__tok_open_regular - open `path` for reading as a stream, refusing what is not a
+ * regular file after symlinks (a device such as /dev/zero, a FIFO, a directory) and, when
+ * max_bytes is not 0, a file larger than that. Returns 0 and *ret_f, or an error naming
+ * the path.
+ */
+int sf__tok_open_regular(const char *path, uint64_t max_bytes, FILE **ret_f, struct sf_err *e);
 void sf__tok_ranks_free(struct sf_tok_ranks *r);
 
 /* pretok.c: the end of the piece that starts at s[p], p < n, for a built-in preset. */

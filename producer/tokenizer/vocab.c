@@ -4,9 +4,12 @@
  * encoding probes for every piece and every candidate pair.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
 #include "producer/tokenizer/tok_impl.h"
@@ -59,6 +62,36 @@ static long b64_decode(const uint8_t *s, size_t len, uint8_t *out)
 	return o;
 }
 
+int sf__tok_open_regular(const char *path, uint64_t max_bytes, FILE **ret_f, struct sf_err *e)
+{
+	/* O_NONBLOCK: open() of a FIFO must not wait for a writer before it is refused. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat st;
+	FILE *f;
+
+	if (fd < 0)
+		return sf__err(e, -errno, "cannot open %s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return sf__err(e, SF_E_TOKENIZER, "%s: not a regular file", path);
+	}
+	if (max_bytes && (uint64_t)st.st_size > max_bytes) {
+		close(fd);
+		return sf__err(e, SF_E_TOKENIZER,
+			       "%s: %llu bytes, more than a vocabulary holds (at most %llu)", path,
+			       (unsigned long long)st.st_size, (unsigned long long)max_bytes);
+	}
+	f = fdopen(fd, "rb");
+	if (!f) {
+		int r = -errno;
+
+		close(fd);
+		return sf__err(e, r, "cannot open %s: %s", path, strerror(-r));
+	}
+	*ret_f = f;
+	return 0;
+}
+
 static int read_file(const char *path, uint8_t **ret_buf, size_t *ret_len, struct sf_err *e)
 {
 	uint8_t *buf = NULL;
@@ -66,9 +99,9 @@ static int read_file(const char *path, uint8_t **ret_buf, size_t *ret_len, struc
 	FILE *f;
 	int rc;
 
-	f = fopen(path, "rb");
-	if (!f)
-		return sf__err(e, -errno, "cannot open %s: %s", path, strerror(errno));
+	rc = sf__tok_open_regular(path, SF_TOK_VOCAB_MAX_BYTES, &f, e);
+	if (rc < 0)
+		return rc;
 	do {
 		if (cap - len < 65536) {
 			uint8_t *grown;

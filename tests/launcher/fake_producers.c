@@ -6,9 +6,11 @@
  *   SHMFEED_TEST_CRASH_AT=N  producer 0, in its first incarnation, claims its Nth slot
  *                            and dies by SIGKILL while the slot is FILLING;
  *   SHMFEED_TEST_FAIL=1      every producer fails at once with a source error;
+ *   SHMFEED_TEST_FAIL=io     every producer fails at once with a read error (-EIO);
  *   SHMFEED_TEST_SLOW_US=U   each batch takes U microseconds more to build.
  * With sampling.epochs = E, steps from 16*E on are end markers (length 0).
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -74,6 +76,8 @@ static int fake_main(void *ds, struct sf_arena *a, uint32_t index, struct sf_err
 	unsigned slow_us = slow ? (unsigned)strtoul(slow, NULL, 10) : 0;
 	int inc;
 
+	if (getenv("SHMFEED_TEST_FAIL") && !strcmp(getenv("SHMFEED_TEST_FAIL"), "io"))
+		return sf__err(e, -EIO, "bad.bin: cannot read (test fault)");
 	if (getenv("SHMFEED_TEST_FAIL"))
 		return sf__err(e, SF_E_SOURCE, "bad.bin: byte 0: not a token file (test fault)");
 	inc = sf__participant_register(a, index, SF_ROLE_PRODUCER, (int32_t)index, e);

@@ -40,6 +40,8 @@ def test_configs_are_there():
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
 def test_config_loads(path):
     out = subprocess.run([SHMFEED, "check", path], capture_output=True, text=True, timeout=30)
+    if out.returncode and "tokenizer" in out.stderr and not os.path.isdir(SHARED):
+        pytest.skip("check loads the vocabulary, and the shared test data is absent")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"# {path}: valid\n")
     assert "\nsources:\n  - paths: [" in out.stdout

@@ -152,14 +152,28 @@ def test_producer_killed_mid_run_changes_nothing(rt, tmp_path):
 def test_producer_that_keeps_dying_stops_the_job(rt, tmp_path):
     job = job_name("fail")
     cfg = write_config(tmp_path, "producers: {count: 2, max_restarts: 3}\n")
-    env = dict(os.environ, SHMFEED_TEST_FAIL="1")
+    env = dict(os.environ, SHMFEED_TEST_FAIL="io")
     t0 = time.monotonic()
     out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", "sleep", "30"],
                          capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 1
     assert time.monotonic() - t0 < 15
     assert "died 4 times in a row" in out.stderr
-    assert "bad.bin: byte 0: not a token file" in out.stderr
+    assert "bad.bin: cannot read" in out.stderr
+    assert not shm_of(job)
+
+
+def test_data_error_stops_the_job_at_once(rt, tmp_path):
+    """A data error is deterministic: no restart, the job stops with the message."""
+    job = job_name("dataerr")
+    cfg = write_config(tmp_path, "producers: {count: 2, max_restarts: 3}\n")
+    env = dict(os.environ, SHMFEED_TEST_FAIL="1")
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", "sleep", "30"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 1
+    assert "data error: bad.bin: byte 0: not a token file" in out.stderr
+    assert "restarted" not in out.stderr
+    assert "times in a row" not in out.stderr
     assert not shm_of(job)
 
 

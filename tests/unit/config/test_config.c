@@ -228,6 +228,12 @@ Test(config, ranks_must_fit_the_world)
 	cr_expect_eq(cfg.local_ranks, 2, "auto local ranks: the rest of the world");
 	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 4, local_ranks: auto}\n"), 0);
 	cr_expect_eq(cfg.local_ranks, 4);
+	/* auto never caps at the 1024 ranks a job serves: the ranks past it would hang. */
+	rejects("sources: [a]\nconsumers: {world_size: 4096}\n", "job.yaml",
+		"'local_ranks: auto' means world_size - rank_base = 4096 ranks on this node, "
+		"more than the 1024");
+	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 4096, rank_base: 3072}\n"), 0);
+	cr_expect_eq(cfg.local_ranks, 1024);
 }
 
 Test(config, document_starts_fit_a_sequence)

@@ -190,6 +190,22 @@ Test(sources, megatron_truncated_index)
 	expect_fail(SF_E_SOURCE, "m.idx", "byte 60: truncated");
 }
 
+Test(sources, megatron_negative_length_says_each_offset_once)
+{
+	int32_t bad = -5;
+	FILE *f;
+
+	put_megatron("MMIDIDX\0\0", 8, 32, 0);
+	f = fopen(path, "r+b");
+	cr_assert(f && fseek(f, 38, SEEK_SET) == 0 && fwrite(&bad, 4, 1, f) == 1);
+	cr_assert_eq(fclose(f), 0);
+	/* Byte 38 of the .idx holds the length; byte 32 of the .bin is where it starts. */
+	expect_fail(SF_E_SOURCE,
+		    "m.idx: byte 38: sequence 1 has length -5 and starts at byte 32 "
+		    "of the .bin",
+		    "(expected a non-negative length, starting at byte 32)");
+}
+
 Test(sources, megatron_bad_dtype)
 {
 	put_megatron("MMIDIDX\0\0", 6, 32, 0);

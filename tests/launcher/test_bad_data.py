@@ -1,0 +1,203 @@
+"""Bad data under the real `shmfeed run` (issue 12): a data error stops the job at once
+with the file named, never a crash retried five times, and never wrong batches delivered
+in silence. Each test uses its own job name and runtime directory and leaves nothing in
+/dev/shm."""
+
+import os
+import struct
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+SHMFEED = os.environ.get("SF_SHMFEED")
+CONSUME = os.environ.get("SF_CONSUME")
+
+if not (SHMFEED and CONSUME):
+    pytest.skip("set by `meson test` (SF_SHMFEED, SF_CONSUME)", allow_module_level=True)
+
+_count = [0]
+
+
+def job_name(tag):
+    _count[0] += 1
+    return f"tbd-{tag}-{os.getpid()}-{_count[0]}"
+
+
+@pytest.fixture
+def rt(monkeypatch, tmp_path):
+    d = tempfile.mkdtemp(prefix="sf-rt-")
+    os.chmod(d, 0o700)
+    monkeypatch.setenv("SHMFEED_RUNTIME_DIR", d)
+    monkeypatch.setenv("SHMFEED_CACHE_DIR", str(tmp_path / "cache"))
+    yield d
+    left = os.listdir(d)
+    os.rmdir(d) if not left else None
+    assert not left, f"left in the runtime directory: {left}"
+
+
+def write_config(tmp_path, sources, text=""):
+    p = tmp_path / "job.yaml"
+    p.write_text(f"sources: {sources}\n"
+                 "batch: {size: 4, seq_len: 64}\n"
+                 "consumers: {world_size: 1}\n"
+                 "producers: {count: 2, max_restarts: 4}\n" + text)
+    return str(p)
+
+
+def put_tokens(path, n, fmt="<H", modulo=50000):
+    with open(path, "wb") as f:
+        f.write(b"".join(struct.pack(fmt, i % modulo) for i in range(n)))
+
+
+def consume_cmd(out, steps, sleep_us=0):
+    return [CONSUME, "--steps", str(steps), "--out", str(out), "--sleep-us", str(sleep_us)]
+
+
+def run_job(cfg, job, cmd, timeout=60, env=None, sets=()):
+    sets = [a for s in sets for a in ("--set", s)]
+    return subprocess.run([SHMFEED, "run", cfg, "--set", f"job={job}", *sets, "--", *cmd],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, LOCAL_RANK="0", **(env or {})))
+
+
+def assert_stopped_at_once(out, needle):
+    assert out.returncode != 0, out.stderr
+    assert "data error: " in out.stderr, out.stderr
+    assert needle in out.stderr, out.stderr
+    assert "restarted" not in out.stderr, out.stderr
+    assert "killed by signal" not in out.stderr, out.stderr
+
+
+def start_and_change(tmp_path, data, change):
+    """Run a slow rank over the job; once it has taken batches, change the data."""
+    cfg = write_config(tmp_path, f"[{data}]")
+    job = job_name("change")
+    out0 = tmp_path / "r0.txt"
+    p = subprocess.Popen([SHMFEED, "run", cfg, "--set", f"job={job}", "--",
+                          *consume_cmd(out0, 10**7, 200)],
+                         stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, LOCAL_RANK="0"))
+    end = time.monotonic() + 20
+    while time.monotonic() < end and (not out0.exists() or out0.stat().st_size < 1000):
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    change()
+    try:
+        _, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        p.communicate(timeout=30)
+        raise
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+    return subprocess.CompletedProcess(p.args, p.returncode, "", err), time.monotonic() - t0
+
+
+def test_truncated_source_names_itself_and_stops_at_once(rt, tmp_path):
+    data = tmp_path / "a.bin"
+    put_tokens(data, 1 << 20)
+    out, _ = start_and_change(tmp_path, data, lambda: os.truncate(data, 4096))
+    assert_stopped_at_once(out, str(data))
+
+
+def test_source_rewritten_in_place_stops_the_job(rt, tmp_path):
+    data = tmp_path / "a.bin"
+    put_tokens(data, 1 << 20)
+
+    def zero():
+        with open(data, "r+b") as f:
+            f.write(bytes(2 << 20))
+
+    out, took = start_and_change(tmp_path, data, zero)
+    assert_stopped_at_once(out, f"{data}: changed under the running job")
+    assert took < 10, out.stderr
+
+
+def test_wide_ids_in_a_uint16_job_stop_at_once(rt, tmp_path):
+    # An llm.c shard of uint32 tokens, some above 65535, in a job whose dtype is uint16.
+    data = tmp_path / "wide.bin"
+    n = 4096
+    header = struct.pack("<256i", 20240801, 1, n, *([0] * 253))
+    with open(data, "wb") as f:
+        f.write(header + b"".join(struct.pack("<I", 70000 + i) for i in range(n)))
+    cfg = write_config(tmp_path, f"[{data}]")
+    job = job_name("wide")
+    out = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 10), sets=["batch.dtype=uint16"])
+    assert_stopped_at_once(out, "does not fit the uint16 dtype")
+    assert str(data) in out.stderr
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_skipped_records_are_counted_by_run(rt, tmp_path):
+    data = tmp_path / "docs.jsonl"
+    good = "".join(f'{{"text": "document number {i} with some words in it"}}\n'
+                   for i in range(200))
+    data.write_text(good + '{"text": broken}\n' + good)
+    cfg = write_config(tmp_path, f"[{{paths: [{data}], on_error: skip}}]")
+    out = run_job(cfg, job_name("skip"), consume_cmd(tmp_path / "r0.txt", 5))
+    assert out.returncode == 0, out.stderr
+    assert "records skipped 1" in out.stderr, out.stderr
+
+
+def check(cfg, *sets):
+    args = [a for s in sets for a in ("--set", s)]
+    return subprocess.run([SHMFEED, "check", cfg, *args], capture_output=True, text=True,
+                          timeout=20)
+
+
+def test_check_loads_the_vocabulary(tmp_path):
+    (tmp_path / "a.txt").write_text("some text\n")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("sources: [a.txt]\ntokenizer: {encoding: r50k_base}\n")
+    env_vocab = os.environ.pop("SHMFEED_VOCAB_DIR", None)
+    try:
+        out = check(str(cfg), f"tokenizer.vocab={tmp_path}/missing.tiktoken")
+        assert out.returncode == 1 and "missing.tiktoken" in out.stderr, out
+        for dev in ("/dev/zero", "/dev/urandom"):
+            out = check(str(cfg), f"tokenizer.vocab={dev}")
+            assert out.returncode == 1 and f"{dev}: not a regular file" in out.stderr, out
+        out = check(str(cfg), "tokenizer.encoding=char:/dev/zero")
+        assert out.returncode == 1 and "/dev/zero: not a regular file" in out.stderr, out
+        (tmp_path / "bad.tiktoken").write_text("not base64 at all\n")
+        out = check(str(cfg), f"tokenizer.vocab={tmp_path}/bad.tiktoken")
+        assert out.returncode == 1 and "bad.tiktoken" in out.stderr, out
+        shared = os.environ.get("SF_SHARED_DATA", "")
+        vocab = os.path.join(shared, "vocab", "r50k_base.tiktoken")
+        if os.path.exists(vocab):
+            out = check(str(cfg), f"tokenizer.vocab={vocab}")
+            assert out.returncode == 0, out.stderr
+    finally:
+        if env_vocab is not None:
+            os.environ["SHMFEED_VOCAB_DIR"] = env_vocab
+
+
+def test_check_prints_absolute_paths_and_literal_names(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x[1].txt").write_text("a document\n")
+    cfg = tmp_path / "sub" / "job.yaml"
+    cfg.write_text('sources: ["./x[1].txt", "./*.txt"]\n')
+    monkeypatch.chdir(tmp_path)
+    out = check("sub/job.yaml")
+    assert out.returncode == 0, out.stderr
+    where = os.path.realpath(tmp_path / "sub")
+    assert f'paths: ["{where}/x[1].txt"]' in out.stdout, out.stdout
+    assert f'paths: ["{where}/*.txt"]' in out.stdout, out.stdout
+    assert f"# source 0: {where}/x[1].txt: 1 file, 11 bytes" in out.stdout, out.stdout
+    assert f"# source 1: {where}/*.txt: 1 file, 11 bytes" in out.stdout, out.stdout
+
+
+def test_ids_outside_the_vocabulary_stop_the_job(rt, tmp_path):
+    vocab = os.path.join(os.environ.get("SF_SHARED_DATA", ""), "vocab", "r50k_base.tiktoken")
+    if not os.path.exists(vocab):
+        pytest.skip("no shared test data")
+    data = tmp_path / "a.bin"
+    put_tokens(data, 1 << 16, modulo=1)  # all zeros
+    with open(data, "r+b") as f:  # and one 60000, past r50k_base's 50257 ids
+        f.seek(2 * 40000)
+        f.write(struct.pack("<H", 60000))
+    cfg = write_config(tmp_path, f"[{data}]",
+                       f"tokenizer: {{encoding: r50k_base, vocab: {vocab}}}\n"
+                       "sampling: {epochs: 1}\n")
+    out = run_job(cfg, job_name("vocab"), consume_cmd(tmp_path / "r0.txt", 10**6))
+    assert_stopped_at_once(out, f"{data}: byte 80000: token 60000 is outside the vocabulary")

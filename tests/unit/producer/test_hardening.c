@@ -1,0 +1,507 @@
+/*
+ * Inputs that change or lie under a job, one test each (issue 12): a source truncated or
+ * rewritten while batches are built, ids outside the vocabulary, a token-count index
+ * whose fields lie, and paths that are not regular files. Each must end in an error that
+ * names the file (and the byte offset where there is one), never in wrong data, a crash
+ * or a hang.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/dataset_impl.h"
+#include "producer/producer.h"
+#include "producer/source_text.h"
+
+static char dir[64];
+static char path[4096];
+static struct sf_config cfg;
+static struct sf_source_config src;
+static char *paths[2];
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/sf-hardtest-XXXXXX");
+	cr_assert(mkdtemp(dir));
+	cr_assert_eq(setenv("SHMFEED_CACHE_DIR", dir, 1), 0); /* index caches go with dir */
+	sf__config_defaults(&cfg);
+	memset(&src, 0, sizeof(src));
+	paths[0] = path;
+	src.paths = paths;
+	src.n_paths = 1;
+	cfg.sources = &src;
+	cfg.n_sources = 1;
+	cfg.batch_size = 4;
+	cfg.seq_len = 64;
+	cfg.world_size = 1;
+	cfg.local_ranks = 1;
+	cfg.producers = 1;
+}
+
+static void teardown(void)
+{
+	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(hardening, .init = setup, .fini = teardown);
+
+/* A nanoGPT file of `n` uint16 tokens, token i = i % modulo. */
+static void put_tokens(const char *name, size_t n, uint32_t modulo)
+{
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	cr_assert(f);
+	for (size_t i = 0; i < n; i++) {
+		uint16_t v = (uint16_t)(i % modulo);
+
+		cr_assert_eq(fwrite(&v, 2, 1, f), 1);
+	}
+	cr_assert_eq(fclose(f), 0);
+}
+
+/* Build steps [from, to) with `b` until one fails; returns the error or 0. */
+static int fill_steps(struct sf_dataset *ds, struct sf_builder *b, uint64_t from, uint64_t to,
+		      struct sf_err *e)
+{
+	void *payload = malloc(sf__dataset_payload_bytes(ds));
+	uint64_t first;
+	uint32_t len;
+	int r = 0;
+
+	cr_assert(payload);
+	for (uint64_t s = from; s < to && r == 0; s++)
+		r = sf__producer_fill(ds, b, 0, s, payload, &len, &first, e);
+	free(payload);
+	return r;
+}
+
+/* Build steps [0, to) with a new builder. */
+static int fill_until_error(struct sf_dataset *ds, uint64_t to, struct sf_err *e)
+{
+	struct sf_builder *b = NULL;
+	int r;
+
+	cr_assert_eq(sf__builder_create(ds, &b, e), 0, "%s", e->msg);
+	r = fill_steps(ds, b, 0, to, e);
+	sf__builder_free(b);
+	return r;
+}
+
+Test(hardening, truncated_source_is_an_error_naming_file_and_offset)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	put_tokens("a.bin", 1 << 20, 50000);
+	struct sf_builder *b = NULL;
+
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__builder_create(ds, &b, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_steps(ds, b, 0, 4, &e), 0, "%s", e.msg);
+	cr_assert_eq(truncate(path, 4096), 0);
+	/* Within the epoch nothing checks the file: without the SIGBUS guard this process
+	 * dies of signal 7 here. */
+	cr_assert_eq(fill_steps(ds, b, 4, 1000, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path), "%s", e.msg);
+	cr_expect(strstr(e.msg, ": byte ") && strstr(e.msg, "shorter than when the job opened"),
+		  "%s", e.msg);
+	sf__builder_free(b);
+	sf__dataset_close(ds);
+}
+
+/* Rewrite `path` in place with zeros, the same size: inode and size stay, mtime moves. */
+static void zero_in_place(void)
+{
+	struct stat st;
+	char *zeros;
+	int fd = open(path, O_WRONLY);
+
+	cr_assert(fd >= 0 && fstat(fd, &st) == 0);
+	zeros = calloc(1, (size_t)st.st_size);
+	cr_assert(zeros);
+	usleep(10000); /* a later modification time even on a coarse clock */
+	cr_assert_eq(pwrite(fd, zeros, (size_t)st.st_size, 0), st.st_size);
+	close(fd);
+	free(zeros);
+}
+
+Test(hardening, source_rewritten_in_place_is_found)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	put_tokens("a.bin", 4096, 50000);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__dataset_check_files(ds, &e), 0, "%s", e.msg);
+	zero_in_place();
+	cr_assert_eq(sf__dataset_check_files(ds, &e), SF_E_SOURCE);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "changed under the running job"), "%s",
+		  e.msg);
+	/* A builder checks at its first batch and again at each epoch's first. */
+	cr_assert_eq(fill_until_error(ds, 1, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path), "%s", e.msg);
+	sf__dataset_close(ds);
+}
+
+Test(hardening, text_file_replaced_stops_before_its_chunk_is_tokenized)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	char text[8192], moved[4200];
+	FILE *f;
+
+	for (size_t i = 0; i < sizeof(text); i++)
+		text[i] = i % 7 == 6 ? ' ' : (char)('a' + i % 26);
+	snprintf(path, sizeof(path), "%s/a.txt", dir);
+	f = fopen(path, "wb");
+	cr_assert(f && fwrite(text, 1, sizeof(text), f) == sizeof(text) && fclose(f) == 0);
+	cfg.encoding = "bytes";
+	cfg.epochs = 0;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	/* Replaced by rename, as editors and rsync do: the name now holds another inode. */
+	snprintf(moved, sizeof(moved), "%s.new", path);
+	f = fopen(moved, "wb");
+	cr_assert(f && fwrite(text, 1, sizeof(text), f) == sizeof(text) && fclose(f) == 0);
+	cr_assert_eq(rename(moved, path), 0);
+	cr_assert_eq(fill_until_error(ds, 1, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "another file now has its name"), "%s",
+		  e.msg);
+	sf__dataset_close(ds);
+}
+
+/* ---- the token-count index ---- */
+
+#define INDEX_HEADER_BYTES 576 /* struct index_header of producer/index_cache.c */
+#define INDEX_ENTRY_BYTES  24
+
+/* A text file of `n_docs` documents of words separated by blank lines. */
+static void put_text(const char *name, size_t n_docs)
+{
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	cr_assert(f);
+	for (size_t d = 0; d < n_docs; d++) {
+		for (size_t w = 0; w < 40 + d % 13; w++)
+			fprintf(f, "word%zu ", (d * 31 + w) % 97);
+		fputs("\n\n", f);
+	}
+	cr_assert_eq(fclose(f), 0);
+	cfg.encoding = "bytes";
+	cfg.epochs = 1;
+	src.separator = "\n\n";
+}
+
+/* The one index file in the cache directory. */
+static char ipath[4096];
+
+static void find_index(void)
+{
+	glob_t g;
+	char pattern[128];
+
+	snprintf(pattern, sizeof(pattern), "%s/index/*.sfidx", dir);
+	cr_assert_eq(glob(pattern, 0, NULL, &g), 0, "no index in %s", dir);
+	cr_assert_eq(g.gl_pathc, 1);
+	snprintf(ipath, sizeof(ipath), "%s", g.gl_pathv[0]);
+	globfree(&g);
+}
+
+/* A text file of 2000 documents whose index is built and cached (in ipath). */
+static void text_with_index(void)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	put_text("a.txt", 2000);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_assert_eq(st.index_loaded, 0);
+	cr_assert_gt(st.n_chunks, 3);
+	sf__dataset_close(ds);
+	find_index();
+}
+
+/*
+ * Set the 64-bit field at byte `at` of the index to `value` (added to it with `add`) and
+ * write the file back with a valid checksum, as someone forging it would.
+ */
+static void forge_index(size_t at, uint64_t value, int add)
+{
+	struct stat sb;
+	unsigned char *buf;
+	uint64_t v, sum;
+	FILE *f;
+
+	cr_assert_eq(stat(ipath, &sb), 0);
+	buf = malloc((size_t)sb.st_size);
+	f = fopen(ipath, "rb");
+	cr_assert(buf && f && fread(buf, 1, (size_t)sb.st_size, f) == (size_t)sb.st_size);
+	fclose(f);
+	memcpy(&v, buf + at, 8);
+	v = add ? v + value : value;
+	memcpy(buf + at, &v, 8);
+	sum = XXH3_64bits(buf, (size_t)sb.st_size - 8);
+	memcpy(buf + sb.st_size - 8, &sum, 8);
+	f = fopen(ipath, "wb");
+	cr_assert(f && fwrite(buf, 1, (size_t)sb.st_size, f) == (size_t)sb.st_size &&
+		  fclose(f) == 0);
+	free(buf);
+}
+
+/* Open the dataset and expect the cached index passed over and the counts rebuilt. */
+static void expect_rebuilt(struct sf_dataset_stats *ret_st)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, ret_st);
+	cr_expect_eq(ret_st->index_loaded, 0);
+	sf__dataset_close(ds);
+}
+
+Test(hardening, lowered_index_count_never_gives_wrong_batches)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	int r;
+
+	text_with_index();
+	/* Chunk 1 counts 100 tokens fewer, under a valid checksum. */
+	forge_index(INDEX_HEADER_BYTES + INDEX_ENTRY_BYTES + 16, (uint64_t)-100, 1);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_assert_eq(st.index_loaded, 1);
+	/* Every batch of an epoch: the chunk is tokenized and its count found wrong. */
+	r = fill_until_error(ds, st.n_steps, &e);
+	cr_assert_eq(r, SF_E_SOURCE, "got %d: %s", r, e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, ipath), "%s", e.msg);
+	sf__dataset_close(ds);
+	/* The lying index is gone: the next run counts again. */
+	cr_expect_neq(access(ipath, F_OK), 0, "%s is still there", ipath);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.index_loaded, 0);
+	cr_expect_eq(fill_until_error(ds, st.n_steps, &e), 0, "%s", e.msg);
+	sf__dataset_close(ds);
+}
+
+Test(hardening, index_of_another_user_is_not_trusted)
+{
+	struct sf_dataset_stats st;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to give a file to another user");
+	text_with_index();
+	cr_assert_eq(chown(ipath, 65534, 65534), 0);
+	expect_rebuilt(&st);
+}
+
+/* Before: a loop of 2^40 skips at open. */
+Test(hardening, index_with_a_huge_skip_count_is_rebuilt, .timeout = 10)
+{
+	struct sf_dataset_stats st;
+
+	text_with_index();
+	forge_index(8 + 4 + 4 + 8 + 24 + 8, UINT64_C(1) << 40, 0); /* the header's skipped */
+	expect_rebuilt(&st);
+	cr_expect_eq(st.skipped, 0);
+}
+
+Test(hardening, index_with_impossible_counts_is_rebuilt)
+{
+	struct sf_dataset_stats st;
+
+	text_with_index();
+	/* Chunk 0 claims 2^50 tokens: more than its bytes can hold. */
+	forge_index(INDEX_HEADER_BYTES + 16, UINT64_C(1) << 50, 0);
+	expect_rebuilt(&st);
+	cr_expect_lt(st.n_tokens, UINT64_C(1) << 40);
+}
+
+/* ---- paths that are not regular files ---- */
+
+/* Opening the dataset must fail fast, naming `needle`, with code SF_E_TOKENIZER. */
+static void expect_tokenizer_refused(const char *encoding, const char *vocab, const char *needle)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	int r;
+
+	put_tokens("a.bin", 4096, 200);
+	cfg.encoding = (char *)encoding;
+	cfg.vocab = (char *)vocab;
+	r = sf__dataset_open(&cfg, &ds, &e);
+	cr_assert_eq(r, SF_E_TOKENIZER, "got %d: %s", r, e.msg);
+	cr_expect(strstr(e.msg, needle) && strstr(e.msg, "not a regular file"), "%s", e.msg);
+	cr_expect_eq(sf__dataset_check_tokenizer(&cfg, &e), SF_E_TOKENIZER, "%s", e.msg);
+}
+
+/* Before: read until memory ran out (13 GB in 30 s for /dev/zero). */
+Test(hardening, vocabulary_from_dev_zero_is_refused, .timeout = 10)
+{
+	expect_tokenizer_refused("r50k_base", "/dev/zero", "/dev/zero");
+}
+
+Test(hardening, vocabulary_from_dev_urandom_is_refused, .timeout = 10)
+{
+	expect_tokenizer_refused("r50k_base", "/dev/urandom", "/dev/urandom");
+}
+
+/* Before: hung reading a stream without end. */
+Test(hardening, char_corpus_from_dev_zero_is_refused, .timeout = 10)
+{
+	expect_tokenizer_refused("char:/dev/zero", NULL, "/dev/zero");
+}
+
+Test(hardening, vocabulary_from_a_fifo_is_refused, .timeout = 10)
+{
+	char fifo[128];
+
+	snprintf(fifo, sizeof(fifo), "%s/vocab.fifo", dir);
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	expect_tokenizer_refused("r50k_base", fifo, fifo);
+}
+
+Test(hardening, source_that_is_a_fifo_is_refused, .timeout = 10)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	snprintf(path, sizeof(path), "%s/a.txt", dir);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	cfg.encoding = "bytes";
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "not a regular file"), "%s", e.msg);
+	snprintf(path, sizeof(path), "%s/b.bin", dir);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "not a regular file"), "%s", e.msg);
+}
+
+/* Before: open() of the FIFO waited for a writer forever. */
+Test(hardening, index_that_is_a_fifo_is_passed_over, .timeout = 10)
+{
+	struct sf_dataset_stats st;
+
+	text_with_index();
+	cr_assert_eq(unlink(ipath), 0);
+	cr_assert_eq(mkfifo(ipath, 0600), 0);
+	expect_rebuilt(&st);
+}
+
+/* ---- file names with glob characters ---- */
+
+Test(hardening, existing_file_named_like_a_glob_is_taken_literally)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	char other[4200];
+
+	/* "a[1].bin" as a glob matches "a1.bin" only; the file of that very name is meant. */
+	put_tokens("a[1].bin", 4096, 200);
+	snprintf(other, sizeof(other), "%s/a1.bin", dir);
+	cr_assert_eq(symlink("/nonexistent", other), 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.n_files, 1);
+	cr_expect_eq(st.n_tokens, 4096);
+	sf__dataset_close(ds);
+	put_tokens("b*.bin", 2048, 200);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.n_tokens, 2048);
+	sf__dataset_close(ds);
+}
+
+/* ---- ids outside the vocabulary ---- */
+
+/* The GPT-2 vocabulary of the shared test data (meson passes its folder). */
+static char r50k[4096];
+
+static int have_r50k(void)
+{
+	const char *d = getenv("SF_SHARED_DATA");
+
+	snprintf(r50k, sizeof(r50k), "%s/vocab/r50k_base.tiktoken", d ? d : "../shared/data");
+	return access(r50k, R_OK) == 0;
+}
+
+Test(hardening, id_outside_the_vocabulary_names_file_and_offset)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	uint16_t bad = 60000;
+	FILE *f;
+
+	if (!have_r50k())
+		cr_skip_test("no shared test data at %s", r50k);
+	put_tokens("a.bin", 8192, 50257);
+	cfg.encoding = "r50k_base";
+	cfg.vocab = r50k;
+	cfg.epochs = 1;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	/* Every id is below 50257: a whole epoch builds. */
+	cr_assert_eq(fill_until_error(ds, 1000, &e), 0, "%s", e.msg);
+	sf__dataset_close(ds);
+	f = fopen(path, "r+b");
+	cr_assert(f && fseek(f, 2 * 5000, SEEK_SET) == 0 && fwrite(&bad, 2, 1, f) == 1);
+	cr_assert_eq(fclose(f), 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_until_error(ds, 1000, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "byte 10000: token 60000 is outside the "
+						       "vocabulary of 50257 ids"),
+		  "%s", e.msg);
+	sf__dataset_close(ds);
+}
+
+Test(hardening, wide_ids_outside_the_vocabulary_are_found_too)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	int32_t header[256] = {20240801, 1, 4096};
+	uint32_t ids[4096];
+	FILE *f;
+
+	if (!have_r50k())
+		cr_skip_test("no shared test data at %s", r50k);
+	for (uint32_t i = 0; i < 4096; i++)
+		ids[i] = i == 3000 ? 50257 : i;
+	snprintf(path, sizeof(path), "%s/a.bin", dir);
+	f = fopen(path, "wb");
+	cr_assert(f && fwrite(header, sizeof(header), 1, f) == 1 &&
+		  fwrite(ids, sizeof(ids), 1, f) == 1 && fclose(f) == 0);
+	cfg.encoding = "r50k_base";
+	cfg.vocab = r50k;
+	cfg.dtype = SF_DTYPE_I32;
+	cfg.epochs = 1;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_until_error(ds, 1000, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "byte 13024: token 50257 is outside"), "%s",
+		  e.msg);
+	sf__dataset_close(ds);
+}
