@@ -22,6 +22,7 @@
 #include "common/proc.h"
 #include "common/slot.h"
 #include "consumer/cuda.h"
+#include "consumer/widen.h"
 
 /* Log-linear histogram of wait times: values below 16 ns exactly, then 8 sub-buckets
  * per power of two up to 2^63. */
@@ -65,6 +66,8 @@ struct sf_consumer {
 	uint64_t doc_off;     /* where the document starts begin in a payload */
 	uint64_t copy_bytes;  /* GPU: the tokens, and the document starts when recorded */
 	struct sf_slot *held; /* CPU: the slot handed out; GPU: the slot being copied */
+	void **out;	      /* CPU: widened copies of each ring slot's tokens, or NULL */
+	uint32_t out_dtype;   /* their SF_DTYPE_I32 or SF_DTYPE_I64 */
 	uint64_t provenance;
 	uint64_t batches;
 	uint64_t tokens;
@@ -633,6 +636,13 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	b.wait_ns = waited;
 	b.buffer = (uint32_t)(c->step % K);
 	b.reserved = 0;
+	b.provenance = c->provenance;
+	b.epoch = h->geo.samples_per_epoch
+			  ? c->step * h->geo.batch * h->geo.world_size / h->geo.samples_per_epoch
+			  : 0;
+	if (c->out)
+		sf_tokens_widen(payload, b.dtype, c->out[b.buffer], c->out_dtype,
+				(uint64_t)b.batch * b.seq_tokens);
 	c->held = s;
 	if (c->gpu.cu) {
 		r = gpu_copy(c, payload, &b);
@@ -761,10 +771,48 @@ const char *sf_consumer_errmsg(const struct sf_consumer *c)
 	return c ? c->err.msg : "no handle";
 }
 
+int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
+			   uint32_t count)
+{
+	const uint32_t K = c->a->hdr->geo.slots_per_rank;
+	const uint32_t src_dtype = c->a->hdr->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32;
+	void **out = NULL;
+
+	if (c->gpu.cu)
+		return sf__err(&c->err, SF_E_STATE,
+			       "rank %u: widened copies are for CPU mode; on a GPU widen on the "
+			       "device",
+			       c->global_rank);
+	if (count && (count != K || !buffers || !sf__widen_valid(src_dtype, dtype)))
+		return sf__err(&c->err, SF_E_RANGE,
+			       "rank %u: output needs one buffer per ring slot (%u, got %u) of "
+			       "int32 or int64 (dtype %u)",
+			       c->global_rank, K, count, dtype);
+	if (count) {
+		out = malloc(sizeof(*out) * count);
+		if (!out)
+			return sf__err(&c->err, -ENOMEM, "out of memory");
+		for (uint32_t i = 0; i < count; i++) {
+			if (!buffers[i]) {
+				free(out);
+				return sf__err(&c->err, SF_E_RANGE,
+					       "rank %u: output buffer %u is NULL", c->global_rank,
+					       i);
+			}
+			out[i] = buffers[i];
+		}
+	}
+	free(c->out);
+	c->out = out;
+	c->out_dtype = dtype;
+	return 0;
+}
+
 void sf_consumer_detach(struct sf_consumer *c)
 {
 	if (!c)
 		return;
+	free(c->out);
 	release_held(c);
 	gpu_teardown(c);
 	sf__participant_unregister(c->a, c->me);

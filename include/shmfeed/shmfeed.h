@@ -91,6 +91,10 @@ struct sf_batch {
 	uint64_t wait_ns;	     /* time this call waited for the batch */
 	uint32_t buffer;	     /* ring index (CPU) or device buffer (GPU) */
 	uint32_t reserved;
+	/* The resume state that starts a run at this batch (sf_consumer_seek() with it
+	 * delivers this batch next): its `samples` is step * B * W, and these two fields. */
+	uint64_t provenance; /* the provenance chain before this batch */
+	uint64_t epoch;	     /* epoch of sample step * B * W */
 };
 
 /*
@@ -287,6 +291,28 @@ const char *sf_consumer_errmsg(const struct sf_consumer *c);
  */
 void sf_consumer_detach(struct sf_consumer *c);
 
+/* Output types of sf_consumer_set_output() and sf_tokens_widen(). */
+#define SF_DTYPE_I64 3
+
+/*
+ * sf_consumer_set_output - CPU mode: from the next sf_consumer_next() on, also write each
+ * batch's B x (T+1) tokens widened to `dtype` (SF_DTYPE_I32 or SF_DTYPE_I64) into
+ * buffers[batch.buffer], which the caller allocated (`count` = the ring's slots, as
+ * sf_consumer_info() reports them, each of B x (T+1) elements) and keeps until detach or
+ * the next call of this function; `batch.tokens` still points into the arena. No
+ * allocation, one pass over the tokens with SIMD. count 0 turns it off. Returns 0,
+ * SF_E_STATE in GPU mode (widen on the device there), SF_E_RANGE for a bad dtype or count.
+ */
+int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
+			   uint32_t count);
+
+/*
+ * sf_tokens_widen - write `n` token ids of `src_dtype` (SF_DTYPE_U16 or SF_DTYPE_I32) from
+ * `src` into `dst` as `dst_dtype` (SF_DTYPE_I32 or SF_DTYPE_I64). Returns 0, or
+ * SF_E_RANGE for a pair of types it does not convert.
+ */
+int sf_tokens_widen(const void *src, uint32_t src_dtype, void *dst, uint32_t dst_dtype, uint64_t n);
+
 /*
  * sf_digest - XXH3-64 of `len` bytes with `seed`: the hash of batch digests and of the
  * provenance chain, exported so that bindings and tests can recompute both.
@@ -298,7 +324,8 @@ uint64_t sf_digest(const void *p, uint64_t len, uint64_t seed);
 _Static_assert(offsetof(struct sf_batch, tokens) == 32, "sf_batch layout");
 _Static_assert(offsetof(struct sf_batch, digest) == 56, "sf_batch layout");
 _Static_assert(offsetof(struct sf_batch, buffer) == 72, "sf_batch layout");
-_Static_assert(sizeof(struct sf_batch) == 80, "sf_batch layout");
+_Static_assert(offsetof(struct sf_batch, provenance) == 80, "sf_batch layout");
+_Static_assert(sizeof(struct sf_batch) == 96, "sf_batch layout");
 _Static_assert(offsetof(struct sf_resume, provenance) == 24, "sf_resume layout");
 _Static_assert(sizeof(struct sf_resume) == 32, "sf_resume layout");
 _Static_assert(offsetof(struct sf_consumer_stats, gpu) == 56, "sf_consumer_stats layout");

@@ -18,6 +18,7 @@ globals().update({name: code for code, name in ERROR_NAMES.items()})
 
 SF_DTYPE_U16 = 1
 SF_DTYPE_I32 = 2
+SF_DTYPE_I64 = 3
 SF_ATTACH_CPU = 0x1
 SF_ATTACH_EXPLICIT_RELEASE = 0x2
 SF_GPU_BUFFERS_MAX = 16
@@ -43,6 +44,8 @@ class Batch(ctypes.Structure):
         ("wait_ns", ctypes.c_uint64),
         ("buffer", ctypes.c_uint32),
         ("reserved", ctypes.c_uint32),
+        ("provenance", ctypes.c_uint64),
+        ("epoch", ctypes.c_uint64),
     ]
 
 
@@ -149,6 +152,8 @@ def lib():
         "sf_consumer_errmsg": (ctypes.c_char_p, [vp]),
         "sf_consumer_detach": (None, [vp]),
         "sf_digest": (u64, [vp, u64, u64]),
+        "sf_consumer_set_output": (ctypes.c_int, [vp, u32, ctypes.POINTER(vp), u32]),
+        "sf_tokens_widen": (ctypes.c_int, [vp, u32, vp, u32, u64]),
     }
     for name, (restype, argtypes) in protos.items():
         fn = getattr(L, name)

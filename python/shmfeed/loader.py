@@ -47,14 +47,18 @@ class Error(RuntimeError):
 
 class Batch:
     """One step of one rank: `tokens` [B, T+1], `x` = tokens[:, :-1], `y` = tokens[:, 1:],
-    `step`, `first_sample` (global index of row 0), `digest` (XXH3-64 of the token bytes),
-    `doc_starts` (a [B, D] uint32 NumPy array of document starts per row, padded with
-    0xFFFFFFFF; on a GPU an int32 tensor on the device, padded with -1; None when the job
-    records no boundaries) and `wait_ns`."""
+    `step`, `first_sample` (global index of row 0), `digest` (XXH3-64 of the token bytes
+    in the arena), `doc_starts` (a [B, D] uint32 NumPy array of document starts per row,
+    padded with 0xFFFFFFFF; on a GPU an int32 tensor on the device, padded with -1; None
+    when the job records no boundaries), `wait_ns`, and `state`: the resume state that
+    starts a run at this batch (load_state_dict(batch.state) delivers it next), so a loop
+    that fetches ahead checkpoints the batch it has not trained on yet."""
 
-    __slots__ = ("tokens", "x", "y", "step", "first_sample", "digest", "doc_starts", "wait_ns")
+    __slots__ = ("tokens", "x", "y", "step", "first_sample", "digest", "doc_starts", "wait_ns",
+                 "_provenance", "_epoch", "_meta")
 
-    def __init__(self, tokens, x, y, step, first_sample, digest, doc_starts, wait_ns):
+    def __init__(self, tokens, x, y, step, first_sample, digest, doc_starts, wait_ns,
+                 provenance=0, epoch=0, meta=None):
         self.tokens = tokens
         self.x = x
         self.y = y
@@ -63,6 +67,17 @@ class Batch:
         self.digest = digest
         self.doc_starts = doc_starts
         self.wait_ns = wait_ns
+        self._provenance = provenance
+        self._epoch = epoch
+        self._meta = meta
+
+    @property
+    def state(self):
+        """The state_dict() of the Loader just before this batch was delivered."""
+        G, digest, rank, world_size = self._meta
+        return {"samples": self.step * G, "epoch": self._epoch, "config_digest": digest,
+                "provenance": self._provenance, "step": self.step, "rank": rank,
+                "world_size": world_size}
 
     def __repr__(self):
         return (f"Batch(step={self.step}, first_sample={self.first_sample}, "
@@ -121,11 +136,12 @@ class _Attachment:
     reference, so the handle (its mapping of the arena, its device buffers) is detached
     only when the Loader is closed and the last array is gone."""
 
-    __slots__ = ("handle", "key", "_detach", "__weakref__")
+    __slots__ = ("handle", "key", "outputs", "_detach", "__weakref__")
 
     def __init__(self, lib, handle, key):
         self.handle = handle
         self.key = key
+        self.outputs = None  # buffers the library widens batches into
         self._detach = lib.sf_consumer_detach
 
     def detach(self):
@@ -178,16 +194,24 @@ class Loader:
     "cuda", "cuda:N", an int or a torch.device. timeout: seconds next() waits (None:
     forever). numpy: True to get NumPy arrays even when torch is importable.
 
-    Tokens keep the arena's dtype: int32, or uint16 as NumPy uint16 (or torch.uint16 on
-    torch >= 2.3). Older torch has no uint16, so such tokens are widened to int32: on CPU
-    into a buffer per ring slot (one copy, no allocation), on a GPU by a kernel on the
-    current stream.
+    dtype: what the token arrays hold.
+    - "int64" (default): what nn.Embedding and F.cross_entropy take as they are. On CPU
+      the library widens each batch into a buffer per ring slot, allocated once (one
+      SIMD pass, no allocation per step); on a GPU a kernel widens it on the current
+      stream after the copy.
+    - "int32": the same at half the size (embeddings take int32; cross_entropy targets
+      need int64).
+    - "native": the arena's own width, uint16 or int32: on CPU a zero-copy view of shared
+      memory, no per-step work at all. torch before 2.3 has no uint16: it gets int32.
     """
 
     def __init__(self, job=None, rank=None, world_size=None, device=None, local_rank=None,
-                 timeout=None, numpy=False):
+                 timeout=None, numpy=False, dtype="int64"):
         self._h = None
         self._owner = None
+        if dtype not in ("int64", "int32", "native"):
+            raise ValueError(f"shmfeed.Loader: dtype={dtype!r} is not one of 'int64', "
+                             "'int32', 'native'")
         job = job if job is not None else os.environ.get("SHMFEED_JOB")
         if not job:
             raise ValueError("shmfeed.Loader: no job name (pass job= or set SHMFEED_JOB)")
@@ -232,7 +256,7 @@ class Loader:
         self._info = info
         try:
             self._check_ranks(rank, world_size, local_rank)
-            self._build_views()
+            self._build_views(dtype)
         except BaseException:
             # No array was handed out: detach now, whatever the traceback still holds.
             owner = self._owner
@@ -254,6 +278,8 @@ class Loader:
         self._batch_ref = ctypes.byref(self._batch)
         self._next = self._lib.sf_consumer_next
         self._stream = 0
+        self._meta = (info.batch * info.world_size, info.config_digest, self.rank,
+                      self.world_size)
 
     # Setup.
 
@@ -297,29 +323,35 @@ class Loader:
                         f"shmfeed: RANK={rank} with LOCAL_RANK={local_rank}, but in {where} "
                         f"local rank {local_rank} is global rank {i.global_rank}")
 
-    def _build_views(self):
+    def _build_views(self, out):
+        """One set of arrays per place a batch can land. `out` is "int64", "int32" or
+        "native" (the arena's own width, zero copy on CPU)."""
         i, t = self._info, self._torch
         B, S, D = i.batch, i.seq_tokens, i.doc_starts_per_seq
         dtype = np.uint16 if i.dtype == N.SF_DTYPE_U16 else np.int32
+        if out == "native" and t is not None and dtype == np.uint16 and \
+                not hasattr(t, "uint16"):
+            out = "int32"  # torch before 2.3 has no uint16
         self._gpu = i.gpu_buffers > 0
         self._tokens, self._x, self._y, self._docs = [], [], [], []
         self._widen = None
         if self._gpu:
-            native_u16 = hasattr(t, "uint16")
             for k in range(i.gpu_buffers):
                 tok_ptr, doc_ptr = ctypes.c_uint64(), ctypes.c_uint64()
                 r = self._lib.sf_consumer_device_buffer(self._h, k, ctypes.byref(tok_ptr),
                                                         ctypes.byref(doc_ptr))
                 if r < 0:
                     self._raise(r)
-                typestr = "<u2" if dtype == np.uint16 and native_u16 else \
+                # uint16 ids are read as int16 and masked after widening, which every
+                # torch can do; int32 ids as they are.
+                typestr = "<u2" if dtype == np.uint16 and out == "native" else \
                     "<i2" if dtype == np.uint16 else "<i4"
                 raw = t.as_tensor(_CudaBuffer(tok_ptr.value, (B, S), typestr, self._owner),
                                   device=self.device)
-                if typestr == "<i2":
-                    wide = t.empty((B, S), dtype=t.int32, device=self.device)
+                if out != "native" and not (out == "int32" and typestr == "<i4"):
+                    wide = t.empty((B, S), dtype=getattr(t, out), device=self.device)
                     self._widen = self._widen or []
-                    self._widen.append((raw, wide))
+                    self._widen.append((raw, wide, typestr == "<i2"))
                     raw = wide
                 self._tokens.append(raw)
                 # The document starts come to the device with the tokens; int32, since
@@ -331,25 +363,36 @@ class Loader:
             # Document starts begin at the first 64-byte boundary after the tokens
             # (sf__doc_starts_offset() in common/arena.h).
             doc_off = (B * S * np.dtype(dtype).itemsize + 63) // 64 * 64
+            wide = None
+            if out != "native" and not (out == "int32" and dtype == np.int32):
+                # The library widens each batch into these as next() returns it: one
+                # buffer per ring slot, allocated once.
+                wide = [np.empty((B, S), dtype=out) for _ in range(i.slots_per_rank)]
+                ptrs = (ctypes.c_void_p * len(wide))(*[w.ctypes.data for w in wide])
+                r = self._lib.sf_consumer_set_output(
+                    self._h, N.SF_DTYPE_I64 if out == "int64" else N.SF_DTYPE_I32, ptrs,
+                    len(wide))
+                if r < 0:
+                    self._raise(r)
+                self._owner.outputs = wide  # the library writes them while it lives
             for k in range(i.slots_per_rank):
                 addr = i.ring_base + k * i.payload_stride
-                view = _host_array(addr, dtype, (B, S), self._owner)
-                if t is not None and dtype == np.uint16 and not hasattr(t, "uint16"):
-                    wide = np.empty((B, S), dtype=np.int32)
-                    self._widen = self._widen or []
-                    self._widen.append((view, wide))
-                    tok = t.from_numpy(wide)
-                elif t is not None:
-                    tok = t.from_numpy(view)  # writable mapping; see the module docstring
+                if wide is not None:
+                    tok = t.from_numpy(wide[k]) if t is not None else wide[k]
                 else:
-                    view.flags.writeable = False
-                    tok = view
+                    view = _host_array(addr, dtype, (B, S), self._owner)
+                    if t is not None:
+                        tok = t.from_numpy(view)  # writable mapping; see the docstring
+                    else:
+                        view.flags.writeable = False
+                        tok = view
                 self._tokens.append(tok)
                 docs = _host_array(addr + doc_off, np.uint32, (B, D), self._owner) \
                     if D else None
                 if docs is not None:
                     docs.flags.writeable = False
                 self._docs.append(docs)
+        self.dtype = out
         self._x = [tok[:, :-1] for tok in self._tokens]
         self._y = [tok[:, 1:] for tok in self._tokens]
 
@@ -380,14 +423,12 @@ class Loader:
         b = self._batch
         k = b.buffer
         if self._widen is not None:
-            src, dst = self._widen[k]
-            if self._gpu:
-                dst.copy_(src)
+            src, dst, masked = self._widen[k]
+            dst.copy_(src)
+            if masked:
                 dst.bitwise_and_(0xFFFF)
-            else:
-                np.copyto(dst, src)
         return Batch(self._tokens[k], self._x[k], self._y[k], b.step, b.first_sample,
-                     b.digest, self._docs[k], b.wait_ns)
+                     b.digest, self._docs[k], b.wait_ns, b.provenance, b.epoch, self._meta)
 
     def _sync_stream(self):
         s = self._torch.cuda.current_stream(self.device).cuda_stream

@@ -43,6 +43,8 @@ static void print_abi(void)
 	P(sf_batch, wait_ns);
 	P(sf_batch, buffer);
 	P(sf_batch, reserved);
+	P(sf_batch, provenance);
+	P(sf_batch, epoch);
 	P(sf_resume, samples);
 	P(sf_resume, epoch);
 	P(sf_resume, config_digest);

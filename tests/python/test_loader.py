@@ -37,7 +37,8 @@ def test_batches_match_the_reference_on_both_ranks():
                 assert b.first_sample == step * 4 * 2 + r * 4
                 assert isinstance(b.tokens, torch.Tensor)
                 assert b.tokens.shape == (4, 65)
-                assert np.array_equal(b.tokens.numpy(), want.astype(np.int32))
+                assert b.tokens.dtype == torch.int64  # the default: ready for a model
+                assert np.array_equal(b.tokens.numpy(), want.astype(np.int64))
                 assert torch.equal(b.x, b.tokens[:, :-1]) and torch.equal(b.y, b.tokens[:, 1:])
                 assert b.digest == shmfeed.digest(want.tobytes())
                 assert np.array_equal(b.doc_starts, reference_doc_starts(want, 5))
@@ -47,7 +48,7 @@ def test_batches_match_the_reference_on_both_ranks():
 
 def test_numpy_views_are_zero_copy_and_read_only():
     with Feed("numpy", extra=["--dtype", "i32", "--vocab", "100277"]) as feed:
-        with shmfeed.Loader(job=feed.job, numpy=True) as L:
+        with shmfeed.Loader(job=feed.job, numpy=True, dtype="native") as L:
             b = L.next()
             assert b.tokens.dtype == np.int32
             assert not b.tokens.flags.writeable
@@ -60,7 +61,7 @@ def test_numpy_views_are_zero_copy_and_read_only():
             shmfeed.Loader(job=feed.job)
         assert e.value.code == N.SF_E_BUSY and "arrays of batches" in str(e.value)
         del b
-        with shmfeed.Loader(job=feed.job) as L:  # torch views int32 in place
+        with shmfeed.Loader(job=feed.job, dtype="native") as L:  # torch views int32 in place
             b = L.next()
             assert b.tokens.dtype == torch.int32 and b.step == 1
 
@@ -187,3 +188,56 @@ def test_out_of_range_inputs_are_refused(monkeypatch):
         monkeypatch.setenv("LOCAL_RANK", "0")
         with shmfeed.Loader() as L:
             assert L.local_rank == 0 and L.next().step == 1
+
+
+def test_batches_are_ready_for_a_model_in_every_dtype():
+    """int64 by default (nn.Embedding and F.cross_entropy take it as it is), int32, and the
+    arena's own width; the same ids in each."""
+    import torch.nn.functional as F
+
+    with Feed("dtypes") as feed:
+        for dtype, want_dtype in (("int64", torch.int64), ("int32", torch.int32),
+                                  ("native", getattr(torch, "uint16", torch.int32))):
+            with shmfeed.Loader(job=feed.job, dtype=dtype) as L:
+                b = L.next()
+                assert L.dtype == (dtype if want_dtype != torch.int32 or dtype != "native"
+                                   else "int32")
+                assert b.tokens.dtype == want_dtype, dtype
+                want = feed.expected(0, b.step)
+                assert np.array_equal(b.tokens.to(torch.int64).numpy(), want.astype(np.int64))
+                if dtype == "int64":
+                    emb = torch.nn.Embedding(50257, 8)
+                    logits = emb(b.x) @ emb.weight.T
+                    loss = F.cross_entropy(logits.view(-1, 50257), b.y.reshape(-1))
+                    assert torch.isfinite(loss)
+                    assert int(b.x.max()) + 1 > 0
+            del b
+        with shmfeed.Loader(job=feed.job, numpy=True) as L:
+            b = L.next()
+            assert b.tokens.dtype == np.int64
+        del b
+        with pytest.raises(ValueError, match="dtype"):
+            shmfeed.Loader(job=feed.job, dtype="float32")
+
+
+def test_prefetching_loop_resumes_at_the_batch_it_did_not_train_on():
+    """nanoGPT fetches the next batch before it checkpoints: saving that batch's
+    `state` resumes exactly there; every later batch equals an uninterrupted run's."""
+    with Feed("prefetch") as feed:
+        with shmfeed.Loader(job=feed.job) as L:
+            start = L.state_dict()
+            straight = [L.next().digest for _ in range(12)]
+        with shmfeed.Loader(job=feed.job) as L:
+            L.load_state_dict(start)
+            seen = []
+            b = L.next()  # fetched before the loop, as train.py does
+            for _ in range(5):
+                seen.append(b.digest)  # "train" on b ...
+                b = L.next()  # ... while the next batch is fetched
+            ckpt = b.state  # the checkpoint: b has not been trained on
+            assert ckpt != L.state_dict()  # the Loader's own state is one batch later
+        with shmfeed.Loader(job=feed.job) as L:
+            L.load_state_dict(ckpt)
+            rest = [L.next().digest for _ in range(12 - len(seen))]
+        assert seen + rest == straight
+        assert ckpt["step"] == 5 and ckpt["samples"] == 5 * 4

@@ -150,6 +150,100 @@ Test(consumer, provenance_chains_the_batch_digests)
 	feed_stop(f);
 }
 
+/* A batch carries the state that resumes a run at it: seeking there serves it again. */
+Test(consumer, a_batch_carries_the_state_that_resumes_at_it)
+{
+	struct feed_options o = opts(1);
+	struct sf_resume before, at;
+	struct sf_consumer *c;
+	struct sf_batch b, again;
+	struct feed *f;
+
+	o.samples_per_epoch = 7;
+	f = start(o);
+	c = attach(0);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	cr_assert_eq(sf_consumer_state(c, &before), 0);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	cr_expect_eq(b.provenance, before.provenance);
+	cr_expect_eq(b.epoch, before.epoch);
+	cr_expect_eq(b.epoch, 4 * 3 * 2 / 7);
+	at = (struct sf_resume){.samples = b.step * 3 * 2,
+				.epoch = b.epoch,
+				.config_digest = f->geo.config_digest,
+				.provenance = b.provenance};
+	cr_assert_eq(sf_consumer_next(c, 5000, &again), 0);
+	cr_assert_eq(sf_consumer_seek(c, &at), 0, "%s", sf_consumer_errmsg(c));
+	cr_assert_eq(sf_consumer_next(c, 5000, &again), 0);
+	cr_expect_eq(again.step, b.step);
+	cr_expect_eq(again.digest, b.digest);
+	cr_expect_eq(again.provenance, b.provenance);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+/* Every pair of types, every length to 40 and every start offset, with extreme ids. */
+Test(consumer, tokens_widen_exactly)
+{
+	uint16_t u16[48];
+	int32_t i32[48], o32[48];
+	int64_t o64[48];
+
+	for (int i = 0; i < 48; i++) {
+		u16[i] = (uint16_t)(i % 3 == 0 ? 0xFFFF : i * 2654435761u);
+		i32[i] = i % 3 == 0 ? INT32_MIN + i : (int32_t)(i * 2654435761u);
+	}
+	for (int off = 0; off < 8; off++) {
+		for (uint64_t n = 0; n + off <= 40; n++) {
+			memset(o64, 0x5a, sizeof(o64));
+			cr_assert_eq(sf_tokens_widen(u16 + off, SF_DTYPE_U16, o64, SF_DTYPE_I64, n),
+				     0);
+			for (uint64_t i = 0; i < n; i++)
+				cr_assert_eq(o64[i], (int64_t)u16[off + i]);
+			cr_assert_eq(o64[n], 0x5a5a5a5a5a5a5a5a, "nothing written past n");
+			memset(o32, 0x5a, sizeof(o32));
+			cr_assert_eq(sf_tokens_widen(u16 + off, SF_DTYPE_U16, o32, SF_DTYPE_I32, n),
+				     0);
+			for (uint64_t i = 0; i < n; i++)
+				cr_assert_eq(o32[i], (int32_t)u16[off + i]);
+			cr_assert_eq(o32[n], 0x5a5a5a5a);
+			cr_assert_eq(sf_tokens_widen(i32 + off, SF_DTYPE_I32, o64, SF_DTYPE_I64, n),
+				     0);
+			for (uint64_t i = 0; i < n; i++)
+				cr_assert_eq(o64[i], (int64_t)i32[off + i]);
+		}
+	}
+	cr_expect_eq(sf_tokens_widen(u16, SF_DTYPE_I64, o64, SF_DTYPE_I64, 1), SF_E_RANGE);
+	cr_expect_eq(sf_tokens_widen(u16, SF_DTYPE_U16, o64, SF_DTYPE_U16, 1), SF_E_RANGE);
+}
+
+Test(consumer, output_buffers_get_each_batch_widened)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c = attach(0);
+	static int64_t bufs[3][3 * 17];
+	void *ptrs[3] = {bufs[0], bufs[1], bufs[2]};
+	struct sf_batch b;
+
+	cr_expect_eq(sf_consumer_set_output(c, SF_DTYPE_I64, ptrs, 2), SF_E_RANGE);
+	cr_expect_eq(sf_consumer_set_output(c, SF_DTYPE_U16, ptrs, 3), SF_E_RANGE);
+	cr_assert_eq(sf_consumer_set_output(c, SF_DTYPE_I64, ptrs, 3), 0);
+	for (uint64_t s = 0; s < 7; s++) {
+		const uint16_t *t;
+
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+		expect_batch(f, &b, 0, s);
+		t = b.tokens;
+		for (int i = 0; i < 3 * 17; i++)
+			cr_assert_eq(bufs[b.buffer][i], t[i], "step %llu token %d",
+				     (unsigned long long)s, i);
+	}
+	cr_assert_eq(sf_consumer_set_output(c, 0, NULL, 0), 0);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
 Test(consumer, no_such_job)
 {
 	char msg[256] = "";
