@@ -34,6 +34,17 @@ class Error(RuntimeError):
         super().__init__(f"{message} [{self.name}]")
 
 
+class JobGone(Error):
+    """The job's launcher died (a crash or SIGKILL): nothing will fill this rank's ring
+    again. A waiting next() raises it within a second of the death, whatever its timeout.
+    The next `shmfeed run` of the job reclaims the stale arena."""
+
+
+def _error(code, message):
+    """The exception for a C error code: JobGone for SF_E_JOB_GONE, else Error."""
+    return (JobGone if code == N.SF_E_JOB_GONE else Error)(code, message)
+
+
 class Batch:
     """One step of one rank: `tokens` [B, T+1], `x` = tokens[:, :-1], `y` = tokens[:, 1:],
     `step`, `first_sample` (global index of row 0), `digest` (XXH3-64 of the token bytes),
@@ -112,7 +123,7 @@ class Loader:
         r = self._lib.sf_consumer_attach(job.encode(), local_rank, dev_index, 0,
                                          ctypes.byref(handle), msg, len(msg))
         if r < 0:
-            raise Error(r, f"shmfeed: job '{job}' rank {local_rank}: {msg.value.decode()}")
+            raise _error(r, f"shmfeed: job '{job}' rank {local_rank}: {msg.value.decode()}")
         self._h = handle
         self.job = job
         info = N.Info()
@@ -239,7 +250,8 @@ class Loader:
 
     def next(self, timeout=None):
         """The next batch; releases the previous one. Raises Error (SF_E_END at the end of
-        the data, SF_E_TIMEOUT after `timeout` seconds, default: the Loader's)."""
+        the data, SF_E_TIMEOUT after `timeout` seconds, default: the Loader's), or JobGone
+        when the job's launcher died."""
         if self._gpu:
             self._sync_stream()
         ms = self._timeout_ms if timeout is None else int(timeout * 1000)
@@ -268,7 +280,7 @@ class Loader:
 
     def _raise(self, code):
         msg = self._lib.sf_consumer_errmsg(self._h).decode() if self._h else ""
-        raise Error(code, f"shmfeed: job '{self.job}' rank {self.rank}: "
+        raise _error(code, f"shmfeed: job '{self.job}' rank {self.rank}: "
                     f"{msg or N.strerror(code)}")
 
     def release(self):

@@ -196,6 +196,15 @@ def test_sigkill_of_the_launcher(rt, tmp_path):
     # PR_SET_PDEATHSIG: the producers go with their launcher.
     assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in pids), 5)
     assert shm_of(job)  # stale, until the next run of the job
+    # status says the job is dead and what cleans it up, not that nothing is there.
+    out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1
+    assert f"job '{job}' is dead: its launcher (pid {p.pid}) is gone" in out.stderr, out.stderr
+    assert f"/dev/shm/shmfeed.{job} and {rt}/{job}.json" in out.stderr, out.stderr
+    assert "the next `shmfeed run` of this job reclaims them" in out.stderr, out.stderr
+    os.unlink(os.path.join(rt, f"{job}.json"))  # the arena alone says the same
+    out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1 and "is dead" in out.stderr and "reclaims it" in out.stderr
     out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--",
                           *ranks_command(2, 20, tmp_path)],
                          capture_output=True, text=True, timeout=60)
