@@ -36,9 +36,10 @@
 #include "common/slot.h"
 #include "launcher/launcher.h"
 
-#define SUPERVISE_TICK_MS 50   /* longest sleep of the loop: consumer checks, deadlines */
-#define PRODUCER_GRACE_MS 3000 /* producers get this long to return after STOPPING */
-#define HEALTHY_RUN_NS	  (30ull * 1000000000ull) /* a producer alive this long is healthy */
+#define SUPERVISE_TICK_MS    50	  /* longest sleep of the loop: consumer checks, deadlines */
+#define PRODUCER_GRACE_MS    3000 /* producers get this long to return after STOPPING */
+#define HEALTHY_RUN_NS	     (30ull * 1000000000ull) /* a producer alive this long is healthy */
+#define STARTUP_STALL_FACTOR 4 /* stall timeouts a producer gets before its first heartbeat */
 
 struct producer {
 	pid_t pid;	 /* 0: not running */
@@ -393,31 +394,34 @@ static void describe_fill(const struct supervisor *S, const struct producer *p, 
 
 /*
  * Stalled producers: a producer renews its heartbeat at least every 200 ms while idle
- * and every 64 KiB of input while it builds a batch (producer/producer.c), so a silent
- * heartbeat means it does not run (SIGSTOP) or does not progress (a hung read). One
- * silent for half the stall timeout, or holding a FILLING slot for as long and far
- * longer than this job's fills take, is reported stalled (log, status, top); one silent
- * for the whole stall timeout is killed with SIGKILL. Its slot is repaired only once
- * waitpid() has confirmed the death (reap()), as for any dead producer, and it is then
- * restarted like one. Nothing is watched while the job is paused (the producers are
- * stopped then) or stopping.
+ * and every 64 KiB of input while it builds a batch (producer/producer.c, and the BPE
+ * encoder inside one long document), so a silent heartbeat means it does not run
+ * (SIGSTOP) or does not progress (a hung read). One silent for half the stall timeout is
+ * reported stalled (log, status, top), with the slot it holds and for how long against
+ * this job's mean fill time; one silent for the whole stall timeout is killed with
+ * SIGKILL. Its slot is repaired only once waitpid() has confirmed the death (reap()), as
+ * for any dead producer, and it is then restarted like one. A slot held long by a
+ * producer whose heartbeat moves is a long fill, not a stall: the first fills of a raw
+ * text job tokenize whole chunks and take hundreds of times the mean. Before its first
+ * heartbeat (it opens its sources and allocates its buffers) a producer gets
+ * STARTUP_STALL_FACTOR stall timeouts. Nothing is watched while the job is paused (the
+ * producers are stopped then) or stopping.
  */
 static void check_producers(struct supervisor *S)
 {
-	const uint64_t timeout = ms_ns(S->cfg->stall_timeout_ms);
-	uint64_t now, mean;
+	const uint64_t stall_timeout = ms_ns(S->cfg->stall_timeout_ms);
+	uint64_t now;
 
-	if (!timeout || S->paused || S->stopping)
+	if (!stall_timeout || S->paused || S->stopping)
 		return;
 	now = sf__now_ns();
 	scan_filling(S, now);
-	mean = mean_fill_ns(S);
 	for (uint32_t i = 0; i < S->n_prod; i++) {
 		struct producer *p = &S->prod[i];
 		const struct sf_participant *pp = &S->a->participants[i];
 		uint64_t last = p->started_ns > S->resumed_ns ? p->started_ns : S->resumed_ns;
-		uint64_t hb, held;
-		int overdue;
+		uint64_t hb, timeout = stall_timeout;
+		int registered;
 		char fill[160];
 
 		if (p->pid <= 0 || p->stall_killed)
@@ -425,17 +429,18 @@ static void check_producers(struct supervisor *S)
 		/* Relaxed: a single-writer statistic; the pid check keeps a predecessor's
 		 * heartbeat from counting for this process. */
 		hb = atomic_load_explicit(&pp->heartbeat_ns, memory_order_relaxed);
-		if (atomic_load_explicit(&pp->pid, memory_order_relaxed) == p->pid && hb > last)
+		registered = atomic_load_explicit(&pp->pid, memory_order_relaxed) == p->pid;
+		if (registered && hb > last)
 			last = hb;
+		if (!registered)
+			timeout *= STARTUP_STALL_FACTOR;
 		/* A silence the producer ended itself, by a heartbeat: the measure of how
 		 * often healthy producers heartbeat, reported at the end of the job. */
 		if (last != p->last_beat_ns && p->silent_ns > S->max_healthy_silence_ns)
 			S->max_healthy_silence_ns = p->silent_ns;
 		p->last_beat_ns = last;
 		p->silent_ns = now > last ? now - last : 0;
-		held = p->fill_word ? now - p->fill_seen_ns : 0;
-		overdue = mean && held >= timeout / 2 && held >= 100 * mean;
-		if (!p->stalled && (p->silent_ns >= timeout / 2 || overdue)) {
+		if (!p->stalled && p->silent_ns >= timeout / 2) {
 			p->stalled = 1;
 			describe_fill(S, p, now, fill, sizeof(fill));
 			sf__log_error(
@@ -443,18 +448,20 @@ static void check_producers(struct supervisor *S)
 				"%s; it is killed at %.1f s of silence",
 				i, (int)p->pid, (double)p->silent_ns / 1e9, fill,
 				(double)timeout / 1e9);
-		} else if (p->stalled && p->silent_ns < timeout / 2 && !overdue) {
+		} else if (p->stalled && p->silent_ns < timeout / 2) {
 			p->stalled = 0;
 			sf__log_info("producer %u (pid %d) is making progress again", i,
 				     (int)p->pid);
 		}
 		if (p->silent_ns >= timeout) {
 			describe_fill(S, p, now, fill, sizeof(fill));
-			sf__log_error("producer %u (pid %d) stalled: no heartbeat for %.2f s "
-				      "(producers.stall_timeout %.1f s), %s; killing it (SIGKILL), "
-				      "then repairing its slot and restarting it",
-				      i, (int)p->pid, (double)p->silent_ns / 1e9,
-				      (double)timeout / 1e9, fill);
+			sf__log_error(
+				"producer %u (pid %d) stalled: no heartbeat for %.2f s "
+				"(producers.stall_timeout %.1f s%s), %s; killing it (SIGKILL), "
+				"then repairing its slot and restarting it",
+				i, (int)p->pid, (double)p->silent_ns / 1e9,
+				(double)stall_timeout / 1e9,
+				registered ? "" : ", x4 before a first heartbeat", fill);
 			/* A stopped process dies of SIGKILL too. Its death reaches reap()
 			 * through SIGCHLD like any other, and only then, the fence holding,
 			 * is its slot repaired. */

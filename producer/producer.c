@@ -13,6 +13,7 @@
 #include "common/proc.h"
 #include "common/slot.h"
 #include "producer/producer.h"
+#include "producer/tokenizer/tokenizer.h"
 
 /* How long one claim waits before the loop looks at the job state and heartbeats. */
 #define CLAIM_SLICE_NS (200 * 1000 * 1000)
@@ -64,6 +65,8 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 	me = &a->participants[index];
 	tm = &a->telemetry[index];
 	heartbeat_word = &me->heartbeat_ns;
+	/* One long document is one tokenizer call: it reports its progress too. */
+	sf__tok_progress = sf__producer_progress;
 	for (;;) {
 		struct sf_fill f;
 		uint64_t t0 = sf__now_ns(), t1, first, out, enc;
@@ -102,6 +105,7 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 		enc_before = enc;
 	}
 	heartbeat_word = NULL;
+	sf__tok_progress = NULL;
 	if (r == 0)
 		sf__participant_unregister(a, index);
 	sf__builder_free(b);

@@ -193,9 +193,15 @@ def test_stalled_producer_is_killed_repaired_and_replaced(rt, tmp_path):
         killed = time.monotonic()
         _, err = p.communicate(timeout=60)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        if p.poll() is None:  # a failed check: end the job cleanly, leave nothing
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", "true"],
+                               capture_output=True, timeout=30)
     wall = time.monotonic() - t0
     assert p.returncode == 0, err
     assert stall_s * 0.9 <= killed - stopped < stall_s + 3, killed - stopped
