@@ -5,8 +5,9 @@
  * once (SIGCHLD); it is reaped, its slots are repaired (the process is known dead, so
  * the fence holds) and a replacement starts, unless that producer keeps dying, which
  * stops the job with the reason. Dead consumers (ranks are not our children) are found
- * by the tick and repaired the same way. Stats are sampled every stats interval and
- * published on the PUB socket.
+ * by the tick and repaired the same way. Producers whose heartbeat stops are reported
+ * stalled, then killed and handled as dead (check_producers()). Stats are sampled every
+ * stats interval and published on the PUB socket.
  *
  * Shutdown, whatever starts it (the command exits, a stop request, a signal, a failing
  * producer): the job state becomes STOPPING, producers see it and return, stragglers are
