@@ -131,6 +131,7 @@ class Run:
         self.logs = []
         self.jobname = f"kc-{job.kind}-{os.getpid()}-{name}"
         self.stopped = []  # (pid, starttime, cont_at)
+        self.long_stopped = None  # a producer stopped past the stall timeout
 
     # Processes.
 
@@ -192,11 +193,14 @@ class Run:
                 return None
             kids = children_of(self.launcher.pid)
             self.c.seen_producers.update((k, proc_starttime(k)) for k in kids)
-            return rng_choice(self.c.rng, kids)
+            return rng_choice(self.c.rng, [k for k in kids if k != self.long_stopped])
         if role == "rank":
             live = [p.pid for p in self.ranks if p is not None and p.poll() is None]
             return rng_choice(self.c.rng, live)
-        if self.launcher is not None and self.launcher.poll() is None:
+        # While a producer is stopped past the stall timeout, its launcher lives on, so
+        # that it is the launcher's stall watch that kills it.
+        if self.launcher is not None and self.launcher.poll() is None and \
+                not self.long_stopped:
             return self.launcher.pid
         return None
 
@@ -209,7 +213,8 @@ class Run:
             if pid is None:
                 return
             st = proc_starttime(pid)
-            long_stop = role == "producer" and c.rng.random() < 0.1
+            long_stop = role == "producer" and c.rng.random() < 0.1 and \
+                not self.long_stopped
             pause = 1.6 if long_stop else c.rng.uniform(0.01, 0.3)
             try:
                 os.kill(pid, signal.SIGSTOP)
@@ -218,6 +223,7 @@ class Run:
             c.count("stops", role)
             if long_stop:
                 c.count("long_stops", role)
+                self.long_stopped = pid
             self.stopped.append((pid, st, time.monotonic() + pause))
             return
         weights = c.kill_weights
@@ -246,6 +252,8 @@ class Run:
         keep = []
         for pid, st, at in self.stopped:
             if everything or now >= at:
+                if pid == self.long_stopped:
+                    self.long_stopped = None
                 if proc_starttime(pid) == st:
                     try:
                         os.kill(pid, signal.SIGCONT)
