@@ -221,18 +221,18 @@ def test_stalled_producer_is_killed_repaired_and_replaced(rt, tmp_path):
 def test_idle_producers_are_not_stalled(rt, tmp_path):
     """Producers waiting for free slots (no consumer takes batches, every ring is full)
     and producers of a paused job are not stalled, however long that lasts."""
-    cfg = write_config(tmp_path, "producers: {count: 2, stall_timeout: 500ms}\n")
+    cfg = write_config(tmp_path, "producers: {count: 2, stall_timeout: 1s}\n")
     job = job_name("idle")
     p = start_serving(cfg, job)
     try:
         assert wait_for(lambda: all(r["ready"] == 4 for r in
                                     ctl(job, '{"v":1,"op":"stats"}')["ranks"]))
         pids = [q["pid"] for q in ctl(job, '{"v":1,"op":"stats"}')["producers"]]
-        time.sleep(1.5)
+        time.sleep(2.5)
         assert ctl(job, '{"v":1,"op":"pause"}')["state"] == "paused"
-        time.sleep(1.5)
+        time.sleep(2.5)
         assert ctl(job, '{"v":1,"op":"resume"}')["state"] == "running"
-        time.sleep(1.0)
+        time.sleep(1.5)
         st = ctl(job, '{"v":1,"op":"stats"}')
         assert st["stalls"] == 0 and st["restarts"] == 0, st
         assert [q["pid"] for q in st["producers"]] == pids
