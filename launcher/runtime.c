@@ -141,7 +141,7 @@ static int arena_stale(const char *job, int32_t *ret_creator)
 
 int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e)
 {
-	char dir[256], path[600], names[256] = "";
+	char dir[256], path[600], names[256] = "", dead[256] = "";
 	struct sf_job_info found = {0};
 	struct dirent *de;
 	int count = 0, r;
@@ -197,14 +197,24 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		if (n < 6 || strcmp(de->d_name + n - 5, ".json"))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		if (read_info_file(path, &info, NULL) < 0 || !pid_alive(info.pid))
+		if (read_info_file(path, &info, NULL) < 0)
 			continue;
+		if (!pid_alive(info.pid)) {
+			n = strlen(dead);
+			snprintf(dead + n, sizeof(dead) - n, "%s%s", n ? ", " : "", info.job);
+			continue;
+		}
 		if (count++ == 0)
 			found = info;
 		n = strlen(names);
 		snprintf(names + n, sizeof(names) - n, "%s%s", n ? ", " : "", info.job);
 	}
 	closedir(d);
+	if (count == 0 && dead[0])
+		return sf__err(e, SF_E_JOB_GONE,
+			       "no running shmfeed job in %s; dead (their launcher crashed or was "
+			       "killed; the next `shmfeed run` of each reclaims what it left): %s",
+			       dir, dead);
 	if (count == 0)
 		return sf__err(e, -ENOENT, "no running shmfeed job in %s", dir);
 	if (count > 1)

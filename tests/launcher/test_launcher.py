@@ -299,6 +299,9 @@ def test_sigkill_of_the_launcher(rt, tmp_path):
     assert f"job '{job}' is dead: its launcher (pid {p.pid}) is gone" in out.stderr, out.stderr
     assert f"/dev/shm/shmfeed.{job} and {rt}/{job}.json" in out.stderr, out.stderr
     assert "the next `shmfeed run` of this job reclaims them" in out.stderr, out.stderr
+    out = subprocess.run([SHMFEED, "status"], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1 and f"dead (their launcher crashed" in out.stderr, out.stderr
+    assert job in out.stderr
     os.unlink(os.path.join(rt, f"{job}.json"))  # the arena alone says the same
     out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True, timeout=10)
     assert out.returncode == 1 and "is dead" in out.stderr and "reclaims it" in out.stderr
