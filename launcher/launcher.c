@@ -285,6 +285,14 @@ static void reap(struct supervisor *S)
 	}
 }
 
+/* 1 when SIGHUP is ignored, as nohup(1) leaves it. */
+static int sighup_ignored(void)
+{
+	struct sigaction sa;
+
+	return sigaction(SIGHUP, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN;
+}
+
 static void handle_signals(struct supervisor *S)
 {
 	struct signalfd_siginfo si;
@@ -292,6 +300,9 @@ static void handle_signals(struct supervisor *S)
 	while (read(S->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 		if (si.ssi_signo == SIGCHLD)
 			continue;
+		if (!S->stopping)
+			sf__log_info("SIG%s from pid %u: stopping", sigabbrev_np((int)si.ssi_signo),
+				     si.ssi_pid);
 		S->term_count++;
 		if (S->cmd_pid > 0 && !S->cmd_done) {
 			/* The command decides how to end; a second signal is not a request. */
@@ -1007,7 +1018,11 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	sigaddset(&mask, SIGCHLD);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGHUP);
+	/* Under nohup (SIGHUP ignored) a hangup must not stop the job. A blocked signal is
+	 * queued even when ignored, so an ignored SIGHUP stays out of the mask rather than
+	 * reach the signalfd. */
+	if (!sighup_ignored())
+		sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, &S->old_mask);
 	signal(SIGPIPE, SIG_IGN);
 	S->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);

@@ -283,6 +283,26 @@ def test_sigterm_and_sigint_shut_down_cleanly(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_a_launcher_under_nohup_ignores_sighup(rt, tmp_path):
+    """With SIGHUP ignored (nohup), a hangup does not stop the job; SIGTERM still does."""
+    cfg = write_config(tmp_path)
+    job = job_name("nohup")
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}"], stderr=subprocess.PIPE,
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGHUP,
+                                                                     signal.SIG_IGN))
+    assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                           capture_output=True).returncode == 0)
+    p.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    assert p.poll() is None
+    assert ctl(job, '{"v":1,"op":"status"}')["state"] == "running"
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=10)
+    assert p.returncode == 0
+    assert "SIGTERM from pid" in err and "SIGHUP" not in err, err
+    assert not shm_of(job)
+
+
 def test_sigkill_of_the_launcher(rt, tmp_path):
     cfg = write_config(tmp_path)
     job = job_name("kill9")
