@@ -90,6 +90,9 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 			(unsigned long long)u64_of(st, 0, "rank_base"),
 			(unsigned long long)u64_of(st, 0, "producers_alive"),
 			(unsigned long long)u64_of(st, 0, "producers"));
+	if (st && u64_of(st, 0, "producers_stalled"))
+		fprintf(f, " (%llu stalled)",
+			(unsigned long long)u64_of(st, 0, "producers_stalled"));
 	fprintf(f, "\n");
 	sf__stats_human_rate(dbl_of(sd, 0, "tokens_per_s"), tps, sizeof(tps));
 	sf__stats_human_rate(dbl_of(sd, 0, "batches_per_s"), bps, sizeof(bps));
@@ -104,8 +107,9 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 	} else {
 		fprintf(f, "consumer wait n/a (no consumer has reported a wait)\n");
 	}
-	fprintf(f, "restarts %llu, repairs %llu, skipped records %llu\n",
+	fprintf(f, "restarts %llu, stalls %llu, repairs %llu, skipped records %llu\n",
 		(unsigned long long)u64_of(sd, 0, "restarts"),
+		(unsigned long long)u64_of(sd, 0, "stalls"),
 		(unsigned long long)u64_of(sd, 0, "repairs"),
 		(unsigned long long)u64_of(sd, 0, "skipped"));
 	if (u64_of(sd, 0, "tokens_encoded") && u64_of(sd, 0, "tokens_produced"))
@@ -131,16 +135,19 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 			fprintf(f, "-\n");
 	}
 	prods = sf__json_get(sd->buf, sd->tok, 0, "producers");
-	fprintf(f, "\n producer      pid  incarnation     batches   util\n");
+	fprintf(f, "\n producer      pid  incarnation     batches   util  state     silent\n");
 	for (uint32_t i = 0; prods >= 0 && i < sd->tok[prods].size; i++) {
 		int p = sf__json_at(sd->tok, prods, i);
+		char pstate[16], silent[32];
 
-		fprintf(f, "%9llu %8llu %12llu %11llu %5.1f%%\n",
+		str_of(sd, p, "state", pstate, sizeof(pstate));
+		sf__stats_human_ns(u64_of(sd, p, "silent_ms") * 1000000ull, silent, sizeof(silent));
+		fprintf(f, "%9llu %8llu %12llu %11llu %5.1f%%  %-8s %s\n",
 			(unsigned long long)u64_of(sd, p, "index"),
 			(unsigned long long)u64_of(sd, p, "pid"),
 			(unsigned long long)u64_of(sd, p, "incarnation"),
 			(unsigned long long)u64_of(sd, p, "batches"),
-			100.0 * dbl_of(sd, p, "utilization"));
+			100.0 * dbl_of(sd, p, "utilization"), pstate, silent);
 	}
 }
 

@@ -33,6 +33,7 @@ enum ftype {
 	T_ENUM,	   /* a name from `names`, stored as its index (uint32) */
 	T_U32,	   /* unsigned integer in [min, max] */
 	T_U64,	   /* unsigned 64-bit integer in [min, max] */
+	T_MS,	   /* a duration ("5s", "500ms", "2.5s", or 0), stored as uint32 ms in [min, max] */
 	T_BOOL,	   /* true/false (also yes/no, on/off), stored as uint32 0/1 */
 	T_SECTION, /* a mapping of `sub` fields */
 	T_SOURCES, /* a list of sources: path strings or mappings of source fields */
@@ -114,6 +115,7 @@ static const struct field arena_fields[] = {
 static const struct field producer_fields[] = {
 	{"count", T_U32, CFG(producers), 1, SF_MAX_PRODUCERS, NULL, NULL, 0, NULL},
 	{"max_restarts", T_U32, CFG(max_restarts), 0, 1000, NULL, NULL, 0, NULL},
+	{"stall_timeout", T_MS, CFG(stall_timeout_ms), 0, 3600000, NULL, NULL, 0, NULL},
 	END_FIELDS,
 };
 
@@ -419,6 +421,68 @@ static int set_number(struct loader *L, const struct field *f, const yaml_node_t
 	return 0;
 }
 
+/*
+ * Parse a duration: digits with an optional fraction, then "ms" or "s"; a bare "0" is
+ * zero. Returns 0 and milliseconds (rounded down), -EINVAL or -ERANGE.
+ */
+static int parse_duration_ms(const char *s, uint64_t *ret_ms)
+{
+	uint64_t whole = 0, frac = 0, frac_scale = 1, scale;
+	const char *c = s;
+
+	if (!strcmp(s, "0")) {
+		*ret_ms = 0;
+		return 0;
+	}
+	if (*c < '0' || *c > '9')
+		return -EINVAL;
+	for (; *c >= '0' && *c <= '9'; c++) {
+		if (whole > UINT32_MAX)
+			return -ERANGE;
+		whole = whole * 10 + (uint64_t)(*c - '0');
+	}
+	if (*c == '.') {
+		if (c[1] < '0' || c[1] > '9')
+			return -EINVAL;
+		for (c++; *c >= '0' && *c <= '9'; c++) {
+			if (frac_scale < 1000000) {
+				frac = frac * 10 + (uint64_t)(*c - '0');
+				frac_scale *= 10;
+			}
+		}
+	}
+	if (!strcmp(c, "ms"))
+		scale = 1;
+	else if (!strcmp(c, "s"))
+		scale = 1000;
+	else
+		return -EINVAL;
+	*ret_ms = whole * scale + frac * scale / frac_scale;
+	return 0;
+}
+
+static int set_duration(struct loader *L, const struct field *f, const yaml_node_t *n, void *base)
+{
+	uint64_t ms;
+	int r = -EINVAL;
+
+	if (n->type == YAML_SCALAR_NODE && is_plain(n) && !is_null(n))
+		r = parse_duration_ms(scalar(n), &ms);
+	if (r == -EINVAL)
+		return fail_at(L, n,
+			       "'%s' must be a duration with a unit, such as 5s, 2.5s or 500ms "
+			       "(0: off)%s%.64s%s",
+			       f->key, n->type == YAML_SCALAR_NODE ? "; got '" : ", not ",
+			       n->type == YAML_SCALAR_NODE ? scalar(n) : node_kind(n),
+			       n->type == YAML_SCALAR_NODE ? "'" : "");
+	if (r == -ERANGE || ms < f->min || ms > f->max)
+		return fail_at(L, n, "'%s' is out of range: %.64s is not in [%llums, %llums]",
+			       f->key, scalar(n), (unsigned long long)f->min,
+			       (unsigned long long)f->max);
+	*(uint32_t *)((char *)base + f->off) = (uint32_t)ms;
+	return 0;
+}
+
 static int set_paths(struct loader *L, const struct field *f, const yaml_node_t *n,
 		     struct sf_source_config *src)
 {
@@ -622,6 +686,8 @@ static int apply_field(struct loader *L, const struct field *f, const yaml_node_
 	case T_U32:
 	case T_U64:
 		return set_number(L, f, n, base);
+	case T_MS:
+		return set_duration(L, f, n, base);
 	case T_BOOL:
 		if (n->type != YAML_SCALAR_NODE || !is_plain(n) ||
 		    parse_bool(scalar(n), (uint32_t *)((char *)base + f->off)) < 0)
@@ -652,6 +718,7 @@ void sf__config_defaults(struct sf_config *cfg)
 	cfg->slots_per_rank = 4;
 	cfg->producers = 2;
 	cfg->max_restarts = 5;
+	cfg->stall_timeout_ms = SF_STALL_TIMEOUT_DEFAULT_MS;
 	cfg->world_size = 1;
 	cfg->device = SF_DEVICE_AUTO;
 	cfg->stats_interval_ms = 1000;
@@ -1122,6 +1189,9 @@ static void write_fields(FILE *out, const struct field *fields, const void *base
 			break;
 		case T_U64:
 			fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)p);
+			break;
+		case T_MS:
+			fprintf(out, "%ums", *(const uint32_t *)p);
 			break;
 		case T_BOOL:
 			fputs(*(const uint32_t *)p ? "true" : "false", out);

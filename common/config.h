@@ -53,6 +53,13 @@ struct sf_source_config {
 	uint32_t index;	     /* SF_INDEX_*: where raw text token-count indexes are cached */
 };
 
+/*
+ * Default producers.stall_timeout. Producers renew their heartbeat at least every 200 ms
+ * when idle and every 64 KiB of input while building a batch; docs/config.md gives the
+ * longest silence measured and why this default leaves a wide margin over it.
+ */
+#define SF_STALL_TIMEOUT_DEFAULT_MS 5000u
+
 struct sf_config {
 	char *path;	/* the file it was loaded from (for messages) */
 	char *job;	/* job name (default: file name without .yaml) */
@@ -83,6 +90,7 @@ struct sf_config {
 	/* producers */
 	uint32_t producers; /* P (default 2) */
 	uint32_t max_restarts; /* restarts of one producer before the job stops (default 5) */
+	uint32_t stall_timeout_ms; /* a producer silent this long is killed and replaced (0: off) */
 
 	/* consumers */
 	uint32_t world_size;   /* W: global ranks (default 1) */

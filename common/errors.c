@@ -29,6 +29,7 @@ static const char *const sf_messages[] = {
 	[-(SF_E_AGAIN - SF_E_BASE)] = "nothing ready yet",
 	[-(SF_E_PROTOCOL - SF_E_BASE)] = "malformed control message",
 	[-(SF_E_END - SF_E_BASE)] = "end of data",
+	[-(SF_E_JOB_GONE - SF_E_BASE)] = "the job's launcher is gone",
 };
 
 const char *sf_strerror(int err)

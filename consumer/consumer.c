@@ -30,6 +30,15 @@
 #define HIST_LINEAR  16u
 #define HIST_BUCKETS (HIST_LINEAR + (64u - 4u) * HIST_SUB)
 
+/*
+ * Longest single wait of a consumer before it looks whether the job's launcher still
+ * runs. A launcher killed outright (SIGKILL, a crash) takes its producers with it
+ * (PR_SET_PDEATHSIG) and never marks the job STOPPING, so without this look a consumer
+ * with no timeout would wait forever. Half a second keeps the answer within a second of
+ * the death; the look reads /proc/PID/stat, which only a waiting consumer pays.
+ */
+#define LIVENESS_SLICE_NS (500 * 1000 * 1000)
+
 struct sf_consumer_gpu {
 	const struct sf_cuda *cu;
 	sf_cudevice dev;
@@ -72,6 +81,7 @@ struct sf_consumer {
 	uint64_t batches;
 	uint64_t tokens;
 	uint64_t wait_total;
+	uint64_t liveness_checked_ns; /* when the launcher was last seen alive */
 	uint32_t wait_hist[HIST_BUCKETS];
 	int32_t device;
 	struct sf_consumer_gpu gpu;
@@ -563,6 +573,44 @@ out:
 	return 0;
 }
 
+/*
+ * sf__consumer_claim() in slices of at most LIVENESS_SLICE_NS, looking between slices
+ * whether the creator of the arena (the launcher: pid and start time in the header) still
+ * runs. Returns what the claim returns, or SF_E_JOB_GONE once the creator is dead.
+ */
+static int claim_watching_job(struct sf_consumer *c, int64_t timeout_ns, struct sf_slot **ret_slot)
+{
+	uint64_t deadline = timeout_ns < 0 ? UINT64_MAX : sf__now_ns() + (uint64_t)timeout_ns;
+
+	for (;;) {
+		int64_t slice = LIVENESS_SLICE_NS;
+		uint64_t now = sf__now_ns();
+		int r;
+
+		if (timeout_ns == 0)
+			slice = 0;
+		else if (deadline != UINT64_MAX)
+			slice = now >= deadline			   ? 0
+				: deadline - now < (uint64_t)slice ? (int64_t)(deadline - now)
+								   : slice;
+		r = sf__consumer_claim(c->a, c->me, c->rank, c->step, slice, ret_slot);
+		if (r != SF_E_TIMEOUT && r != SF_E_AGAIN)
+			return r;
+		/* Looked at once per slice, and no more often across calls that do not wait
+		 * (timeout 0) or wait briefly. */
+		now = sf__now_ns();
+		if (now - c->liveness_checked_ns >= LIVENESS_SLICE_NS) {
+			c->liveness_checked_ns = now;
+			if (!sf__arena_creator_alive(c->a))
+				return SF_E_JOB_GONE;
+		}
+		if (timeout_ns == 0)
+			return r;
+		if (deadline != UINT64_MAX && now >= deadline)
+			return SF_E_TIMEOUT;
+	}
+}
+
 int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *ret_batch)
 {
 	struct sf_arena *a = c->a;
@@ -592,7 +640,7 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 			       c->global_rank, (unsigned long long)c->step,
 			       (unsigned long long)(sf__arena_step_limit(&h->geo) - 1));
 	t0 = sf__now_ns();
-	r = sf__consumer_claim(a, c->me, c->rank, c->step, timeout_ns, &s);
+	r = claim_watching_job(c, timeout_ns, &s);
 	waited = sf__now_ns() - t0;
 	if (r == SF_E_CHECKSUM) {
 		/* Hand the step back for a refill: release it (FREE for the step K later), then
@@ -608,6 +656,13 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 				       "rank %u step %llu is no longer in the ring: another handle "
 				       "moved the rank",
 				       c->global_rank, (unsigned long long)c->step);
+		if (r == SF_E_JOB_GONE)
+			return sf__err(&c->err, r,
+				       "rank %u step %llu: the job's launcher (pid %d) is gone, so "
+				       "nothing will fill the ring; the next `shmfeed run` of job "
+				       "'%s' reclaims its arena",
+				       c->global_rank, (unsigned long long)c->step,
+				       (int)a->hdr->creator_pid, a->hdr->job);
 		return sf__err(&c->err, r, "rank %u step %llu: %s", c->global_rank,
 			       (unsigned long long)c->step, sf_strerror(r));
 	}

@@ -5,8 +5,9 @@
  * once (SIGCHLD); it is reaped, its slots are repaired (the process is known dead, so
  * the fence holds) and a replacement starts, unless that producer keeps dying, which
  * stops the job with the reason. Dead consumers (ranks are not our children) are found
- * by the tick and repaired the same way. Stats are sampled every stats interval and
- * published on the PUB socket.
+ * by the tick and repaired the same way. Producers whose heartbeat stops are reported
+ * stalled, then killed and handled as dead (check_producers()). Stats are sampled every
+ * stats interval and published on the PUB socket.
  *
  * Shutdown, whatever starts it (the command exits, a stop request, a signal, a failing
  * producer): the job state becomes STOPPING, producers see it and return, stragglers are
@@ -36,9 +37,10 @@
 #include "common/slot.h"
 #include "launcher/launcher.h"
 
-#define SUPERVISE_TICK_MS 50   /* longest sleep of the loop: consumer checks, deadlines */
-#define PRODUCER_GRACE_MS 3000 /* producers get this long to return after STOPPING */
-#define HEALTHY_RUN_NS	  (30ull * 1000000000ull) /* a producer alive this long is healthy */
+#define SUPERVISE_TICK_MS    50	  /* longest sleep of the loop: consumer checks, deadlines */
+#define PRODUCER_GRACE_MS    3000 /* producers get this long to return after STOPPING */
+#define HEALTHY_RUN_NS	     (30ull * 1000000000ull) /* a producer alive this long is healthy */
+#define STARTUP_STALL_FACTOR 4 /* stall timeouts a producer gets before its first heartbeat */
 
 /*
  * Descriptors the supervisor holds beyond those open when it starts: the signalfd, the
@@ -58,6 +60,14 @@ struct producer {
 	uint32_t deaths; /* deaths since it last ran healthy */
 	uint64_t started_ns;
 	int finished; /* returned 0: it will not be restarted */
+	/* Stall watch (check_producers()). */
+	uint64_t fill_word;    /* word of the FILLING slot it was last seen holding; 0: none */
+	uint32_t fill_slot;    /* that slot's index over all rings */
+	uint64_t fill_seen_ns; /* when it was first seen holding that slot at that lap */
+	uint64_t silent_ns;    /* how long its heartbeat had not moved at the last look */
+	uint64_t last_beat_ns; /* its last sign of life at the last look */
+	int stalled;	       /* reported stalled: killed once silent for the stall timeout */
+	int stall_killed;      /* SIGKILLed for stalling; repaired once reaped */
 };
 
 struct supervisor {
@@ -90,6 +100,9 @@ struct supervisor {
 	uint32_t term_count;
 
 	uint64_t started_ns;
+	uint64_t resumed_ns; /* last resume: stopped producers do not heartbeat while paused */
+	uint64_t stalls;     /* producers killed for stalling */
+	uint64_t max_healthy_silence_ns; /* longest silence a producer ended itself */
 	uint64_t *start_steps;
 	uint64_t seek_batches; /* batches delivered before a seek moved a ring */
 	uint64_t next_tick_ns, progress_ticks;
@@ -177,6 +190,11 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 	p->pid = pid;
 	p->errfd = pfd[0];
 	p->started_ns = sf__now_ns();
+	p->fill_word = 0;
+	p->silent_ns = 0;
+	p->last_beat_ns = 0;
+	p->stalled = 0;
+	p->stall_killed = 0;
 	if (S->paused)
 		kill(pid, SIGSTOP);
 	return 0;
@@ -222,7 +240,7 @@ static void producer_died(struct supervisor *S, uint32_t i, int wstatus)
 	struct producer *p = &S->prod[i];
 	char how[96], msg[512] = "";
 	ssize_t n;
-	int repaired;
+	int repaired, stall_killed = p->stall_killed;
 
 	n = read(p->errfd, msg, sizeof(msg) - 1);
 	msg[n > 0 ? n : 0] = 0;
@@ -241,6 +259,8 @@ static void producer_died(struct supervisor *S, uint32_t i, int wstatus)
 		return;
 	}
 	describe_status(wstatus, how, sizeof(how));
+	if (stall_killed)
+		snprintf(how, sizeof(how), "killed after stalling");
 	if (sf__now_ns() - p->started_ns > HEALTHY_RUN_NS)
 		p->deaths = 0;
 	p->deaths++;
@@ -286,6 +306,14 @@ static void reap(struct supervisor *S)
 	}
 }
 
+/* 1 when SIGHUP is ignored, as nohup(1) leaves it. */
+static int sighup_ignored(void)
+{
+	struct sigaction sa;
+
+	return sigaction(SIGHUP, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN;
+}
+
 static void handle_signals(struct supervisor *S)
 {
 	struct signalfd_siginfo si;
@@ -293,6 +321,9 @@ static void handle_signals(struct supervisor *S)
 	while (read(S->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 		if (si.ssi_signo == SIGCHLD)
 			continue;
+		if (!S->stopping)
+			sf__log_info("SIG%s from pid %u: stopping", sigabbrev_np((int)si.ssi_signo),
+				     si.ssi_pid);
 		S->term_count++;
 		if (S->cmd_pid > 0 && !S->cmd_done) {
 			/* The command decides how to end; a second signal is not a request. */
@@ -331,12 +362,169 @@ static void check_consumers(struct supervisor *S)
 	}
 }
 
+/*
+ * The FILLING slot each producer holds now, by a scan of every slot word (R x K relaxed
+ * loads). A producer first seen holding a slot at a lap starts that slot's clock.
+ */
+static void scan_filling(struct supervisor *S, uint64_t now)
+{
+	const uint32_t nslots = S->geo.ranks * S->geo.slots_per_rank;
+	uint64_t held[SF_MAX_PRODUCERS] = {0};
+	uint32_t where[SF_MAX_PRODUCERS] = {0};
+
+	for (uint32_t i = 0; i < nslots; i++) {
+		/* Relaxed: a snapshot for supervision; no payload is read. */
+		uint64_t w = atomic_load_explicit(&S->a->slots[i].word, memory_order_relaxed);
+		uint32_t owner = sf__slot_owner(w);
+
+		if (sf__slot_state(w) == SF_SLOT_FILLING && owner < S->n_prod) {
+			held[owner] = w;
+			where[owner] = i;
+		}
+	}
+	for (uint32_t i = 0; i < S->n_prod; i++) {
+		struct producer *p = &S->prod[i];
+
+		if (held[i] != p->fill_word || !held[i]) {
+			p->fill_word = held[i];
+			p->fill_slot = where[i];
+			p->fill_seen_ns = now;
+		}
+	}
+}
+
+/* The mean time producers of this job took to fill a slot so far; 0 before any. */
+static uint64_t mean_fill_ns(const struct supervisor *S)
+{
+	uint64_t busy = 0, batches = 0;
+
+	for (uint32_t i = 0; i < S->n_prod; i++) {
+		const struct sf_participant *pp = &S->a->participants[i];
+
+		busy += atomic_load_explicit(&pp->busy_ns, memory_order_relaxed);
+		batches += atomic_load_explicit(&pp->batches, memory_order_relaxed);
+	}
+	return batches ? busy / batches : 0;
+}
+
+/* "holding rank R step S for X s" or "holding no slot", for the stall messages. */
+static void describe_fill(const struct supervisor *S, const struct producer *p, uint64_t now,
+			  char *buf, size_t len)
+{
+	const uint32_t K = S->geo.slots_per_rank;
+	uint64_t mean = mean_fill_ns(S);
+
+	if (!p->fill_word) {
+		snprintf(buf, len, "holding no slot");
+		return;
+	}
+	snprintf(buf, len,
+		 "holding rank %u step %llu for %.2f s (this job's fills take %.2f ms "
+		 "on average)",
+		 p->fill_slot / K,
+		 (unsigned long long)(sf__slot_lap(p->fill_word) * K + p->fill_slot % K),
+		 (double)(now - p->fill_seen_ns) / 1e9, (double)mean / 1e6);
+}
+
+/*
+ * Stalled producers: a producer renews its heartbeat at least every 200 ms while idle
+ * and every 64 KiB of input while it builds a batch (producer/producer.c, and the BPE
+ * encoder inside one long document), so a silent heartbeat means it does not run
+ * (SIGSTOP) or does not progress (a hung read). One silent for half the stall timeout is
+ * reported stalled (log, status, top), with the slot it holds and for how long against
+ * this job's mean fill time; one silent for the whole stall timeout is killed with
+ * SIGKILL. Its slot is repaired only once waitpid() has confirmed the death (reap()), as
+ * for any dead producer, and it is then restarted like one. A slot held long by a
+ * producer whose heartbeat moves is a long fill, not a stall: the first fills of a raw
+ * text job tokenize whole chunks and take hundreds of times the mean. Before its first
+ * heartbeat (it opens its sources and allocates its buffers) a producer gets
+ * STARTUP_STALL_FACTOR stall timeouts. Nothing is watched while the job is paused (the
+ * producers are stopped then) or stopping.
+ */
+static void check_producers(struct supervisor *S)
+{
+	const uint64_t stall_timeout = ms_ns(S->cfg->stall_timeout_ms);
+	uint64_t now;
+
+	if (!stall_timeout || S->paused || S->stopping)
+		return;
+	now = sf__now_ns();
+	scan_filling(S, now);
+	for (uint32_t i = 0; i < S->n_prod; i++) {
+		struct producer *p = &S->prod[i];
+		const struct sf_participant *pp = &S->a->participants[i];
+		uint64_t last = p->started_ns > S->resumed_ns ? p->started_ns : S->resumed_ns;
+		uint64_t hb, timeout = stall_timeout;
+		int registered;
+		char fill[160];
+
+		if (p->pid <= 0 || p->stall_killed)
+			continue;
+		/* Relaxed: a single-writer statistic; the pid check keeps a predecessor's
+		 * heartbeat from counting for this process. */
+		hb = atomic_load_explicit(&pp->heartbeat_ns, memory_order_relaxed);
+		registered = atomic_load_explicit(&pp->pid, memory_order_relaxed) == p->pid;
+		if (registered && hb > last)
+			last = hb;
+		if (!registered)
+			timeout *= STARTUP_STALL_FACTOR;
+		/* A silence the producer ended itself, by a heartbeat: the measure of how
+		 * often healthy producers heartbeat, reported at the end of the job. */
+		if (last != p->last_beat_ns && p->silent_ns > S->max_healthy_silence_ns)
+			S->max_healthy_silence_ns = p->silent_ns;
+		p->last_beat_ns = last;
+		p->silent_ns = now > last ? now - last : 0;
+		if (!p->stalled && p->silent_ns >= timeout / 2) {
+			p->stalled = 1;
+			describe_fill(S, p, now, fill, sizeof(fill));
+			sf__log_error(
+				"producer %u (pid %d) looks stalled: no heartbeat for %.2f s, "
+				"%s; it is killed at %.1f s of silence",
+				i, (int)p->pid, (double)p->silent_ns / 1e9, fill,
+				(double)timeout / 1e9);
+		} else if (p->stalled && p->silent_ns < timeout / 2) {
+			p->stalled = 0;
+			sf__log_info("producer %u (pid %d) is making progress again", i,
+				     (int)p->pid);
+		}
+		if (p->silent_ns >= timeout) {
+			describe_fill(S, p, now, fill, sizeof(fill));
+			sf__log_error(
+				"producer %u (pid %d) stalled: no heartbeat for %.2f s "
+				"(producers.stall_timeout %.1f s%s), %s; killing it (SIGKILL), "
+				"then repairing its slot and restarting it",
+				i, (int)p->pid, (double)p->silent_ns / 1e9,
+				(double)stall_timeout / 1e9,
+				registered ? "" : ", x4 before a first heartbeat", fill);
+			/* A stopped process dies of SIGKILL too. Its death reaches reap()
+			 * through SIGCHLD like any other, and only then, the fence holding,
+			 * is its slot repaired. */
+			kill(p->pid, SIGKILL);
+			p->stall_killed = 1;
+			S->stalls++;
+		}
+	}
+}
+
+/* Add to a sample of the arena what only the supervisor knows. */
+static void annotate(const struct supervisor *S, struct sf_stats *s)
+{
+	s->batches += S->seek_batches;
+	s->tokens = s->batches * S->geo.batch * (uint64_t)(S->geo.seq_tokens - 1);
+	s->stalls = S->stalls;
+	for (uint32_t i = 0; i < S->n_prod && i < SF_STATS_MAX_PRODUCERS; i++) {
+		const struct producer *p = &S->prod[i];
+
+		s->producer[i].stalled = p->pid > 0 && p->stalled;
+		s->producer[i].silent_ns = p->pid > 0 ? p->silent_ns : 0;
+	}
+}
+
 static void sample(struct supervisor *S)
 {
 	sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps, S->started_ns,
 			 &S->cur);
-	S->cur.batches += S->seek_batches;
-	S->cur.tokens = S->cur.batches * S->geo.batch * (uint64_t)(S->geo.seq_tokens - 1);
+	annotate(S, &S->cur);
 }
 
 static void tick(struct supervisor *S)
@@ -400,6 +588,10 @@ static void summary(struct supervisor *S)
 	sf__log_info("job %s: producer restarts %llu, repairs %llu, records skipped %llu",
 		     S->cfg->job, (unsigned long long)S->cur.restarts,
 		     (unsigned long long)S->cur.repairs, (unsigned long long)S->cur.skipped);
+	sf__log_info("job %s: producer stalls %llu; longest heartbeat silence a producer ended "
+		     "itself %.1f ms (stall timeout %u ms)",
+		     S->cfg->job, (unsigned long long)S->stalls,
+		     (double)S->max_healthy_silence_ns / 1e6, S->cfg->stall_timeout_ms);
 	if (S->cur.tokens_encoded && S->cur.tokens_produced)
 		sf__log_info("job %s: %.3f tokens encoded per token produced", S->cfg->job,
 			     (double)S->cur.tokens_encoded / (double)S->cur.tokens_produced);
@@ -441,25 +633,28 @@ static const char *job_state_name(uint32_t s)
 static int describe_job(struct supervisor *S, char *buf, size_t len)
 {
 	size_t n = 0;
-	uint32_t alive = 0;
+	uint32_t alive = 0, stalled = 0;
 
-	for (uint32_t i = 0; i < S->n_prod; i++)
+	for (uint32_t i = 0; i < S->n_prod; i++) {
 		alive += S->prod[i].pid > 0;
+		stalled += S->prod[i].pid > 0 && S->prod[i].stalled;
+	}
 	n += (size_t)snprintf(buf, len, "{\"v\":%u,\"ok\":true,\"job\":", SF_CTL_VERSION);
 	sf__json_escape(buf, len, &n, S->cfg->job);
 	n += (size_t)snprintf(
 		buf + n, len - n,
 		",\"version\":\"%s\",\"pid\":%d,\"state\":\"%s\",\"uptime_s\":%.3f,"
-		"\"command_pid\":%d,\"producers\":%u,\"producers_alive\":%u,\"ranks\":%u,"
+		"\"command_pid\":%d,\"producers\":%u,\"producers_alive\":%u,"
+		"\"producers_stalled\":%u,\"stall_timeout_ms\":%u,\"ranks\":%u,"
 		"\"world_size\":%u,\"rank_base\":%u,\"batch\":%u,\"seq_len\":%u,"
 		"\"slots_per_rank\":%u,\"token_bytes\":%u,\"samples_per_epoch\":%llu,"
 		"\"config_digest\":\"%016llx\",\"stats\":",
 		sf_version(), (int)S->self,
 		job_state_name(atomic_load_explicit(&S->a->hdr->job_state, memory_order_acquire)),
 		(double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid, S->n_prod, alive,
-		S->geo.ranks, S->geo.world_size, S->geo.rank_base, S->geo.batch,
-		S->geo.seq_tokens - 1, S->geo.slots_per_rank, S->geo.token_bytes,
-		(unsigned long long)S->geo.samples_per_epoch,
+		stalled, S->cfg->stall_timeout_ms, S->geo.ranks, S->geo.world_size,
+		S->geo.rank_base, S->geo.batch, S->geo.seq_tokens - 1, S->geo.slots_per_rank,
+		S->geo.token_bytes, (unsigned long long)S->geo.samples_per_epoch,
 		(unsigned long long)S->geo.config_digest);
 	sf__json_escape(buf, len, &n, S->pub_ep);
 	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "}");
@@ -474,6 +669,8 @@ static void set_paused(struct supervisor *S, int paused)
 	for (uint32_t i = 0; i < S->n_prod; i++)
 		if (S->prod[i].pid > 0)
 			kill(S->prod[i].pid, paused ? SIGSTOP : SIGCONT);
+	/* Stopped producers do not heartbeat: their silence counts from the resume. */
+	S->resumed_ns = sf__now_ns();
 	sf__arena_set_job_state(S->a, paused ? SF_JOB_PAUSED : SF_JOB_RUNNING);
 }
 
@@ -493,8 +690,7 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 
 		sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps,
 				 S->started_ns, &s);
-		s.batches += S->seek_batches;
-		s.tokens = s.batches * S->geo.batch * (uint64_t)(S->geo.seq_tokens - 1);
+		annotate(S, &s);
 		n = sf__stats_json(&s, S->cfg->job, tmp, sizeof(tmp));
 		break;
 	}
@@ -826,6 +1022,7 @@ static int supervise(struct supervisor *S)
 		if (items[0].revents & ZMQ_POLLIN)
 			serve(S);
 		check_consumers(S);
+		check_producers(S);
 		now = sf__now_ns();
 		if (now >= S->next_tick_ns) {
 			tick(S);
@@ -913,7 +1110,11 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	sigaddset(&mask, SIGCHLD);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGHUP);
+	/* Under nohup (SIGHUP ignored) a hangup must not stop the job. A blocked signal is
+	 * queued even when ignored, so an ignored SIGHUP stays out of the mask rather than
+	 * reach the signalfd. */
+	if (!sighup_ignored())
+		sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, &S->old_mask);
 	signal(SIGPIPE, SIG_IGN);
 	S->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);

@@ -218,6 +218,8 @@ struct sf_stats_producer {
 	uint64_t batches;
 	uint64_t busy_ns;
 	double utilization; /* busy fraction over the last interval */
+	uint32_t stalled;   /* the supervisor deems it stalled (see producers.stall_timeout) */
+	uint64_t silent_ns; /* how long its heartbeat had not moved */
 };
 
 struct sf_stats {
@@ -234,6 +236,7 @@ struct sf_stats {
 	uint64_t wait_p50_ns; /* consumer waits (upper bound of the log2 bucket) */
 	uint64_t wait_p99_ns;
 	uint64_t restarts;
+	uint64_t stalls; /* producers killed and replaced for stalling */
 	uint64_t repairs;
 	uint64_t skipped;
 	uint64_t tokens_produced; /* tokens the producers wrote into slots */

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/arena.h"
 #include "common/control.h"
 #include "launcher/launcher.h"
 
@@ -123,9 +124,27 @@ static int pid_alive(int32_t pid)
 	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
 }
 
+/*
+ * Whether job `job` has an arena whose creator (the holder of its creator lock byte) is
+ * dead: what a launcher killed outright leaves behind. 1: stale; 0: none, live, or not
+ * one this user can attach.
+ */
+static int arena_stale(const char *job, int32_t *ret_creator)
+{
+	struct sf_arena *a = NULL;
+	int stale;
+
+	if (sf__arena_attach(job, NULL, &a, NULL) < 0)
+		return 0;
+	stale = !sf__arena_creator_alive(a);
+	*ret_creator = a->hdr->creator_pid;
+	sf__arena_detach(a);
+	return stale;
+}
+
 int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e)
 {
-	char dir[256], path[600], names[256] = "";
+	char dir[256], path[600], names[256] = "", dead[256] = "";
 	struct sf_job_info found = {0};
 	struct dirent *de;
 	int count = 0, r;
@@ -133,6 +152,8 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 
 	if (job) {
 		struct sf_job_paths p;
+		int32_t creator = 0;
+		int stale;
 
 		if (!sf__job_name_valid(job))
 			return sf__err(e, SF_E_CONFIG, "invalid job name '%s'", job);
@@ -140,11 +161,29 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		if (r < 0)
 			return r;
 		r = read_info_file(p.info_path, &found, e);
-		if (r == -ENOENT || (r == 0 && !pid_alive(found.pid)))
-			return sf__err(e, -ENOENT, "no running shmfeed job '%s' (no %s)", job,
-				       p.info_path);
-		if (r < 0)
+		if (r < 0 && r != -ENOENT)
 			return r;
+		stale = arena_stale(job, &creator);
+		/* A launcher killed outright leaves its discovery file and its arena: the
+		 * job is dead, not absent, and the next run of it cleans up. */
+		if ((r == 0 && !pid_alive(found.pid)) || stale) {
+			char left[700];
+
+			if (stale)
+				snprintf(left, sizeof(left), "its arena /dev/shm/shmfeed.%s%s%s",
+					 job, r == 0 ? " and " : "", r == 0 ? p.info_path : "");
+			else
+				snprintf(left, sizeof(left), "%s", p.info_path);
+			return sf__err(
+				e, SF_E_JOB_GONE,
+				"job '%s' is dead: its launcher (pid %d) is gone (it crashed "
+				"or was killed) and left %s behind; the next `shmfeed run` of "
+				"this job reclaims %s",
+				job, r == 0 ? (int)found.pid : (int)creator, left,
+				stale && r == 0 ? "them" : "it");
+		}
+		if (r == -ENOENT)
+			return sf__err(e, -ENOENT, "no running shmfeed job '%s'", job);
 		*ret = found;
 		return 0;
 	}
@@ -161,14 +200,24 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		if (n < 6 || strcmp(de->d_name + n - 5, ".json"))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		if (read_info_file(path, &info, NULL) < 0 || !pid_alive(info.pid))
+		if (read_info_file(path, &info, NULL) < 0)
 			continue;
+		if (!pid_alive(info.pid)) {
+			n = strlen(dead);
+			snprintf(dead + n, sizeof(dead) - n, "%s%s", n ? ", " : "", info.job);
+			continue;
+		}
 		if (count++ == 0)
 			found = info;
 		n = strlen(names);
 		snprintf(names + n, sizeof(names) - n, "%s%s", n ? ", " : "", info.job);
 	}
 	closedir(d);
+	if (count == 0 && dead[0])
+		return sf__err(e, SF_E_JOB_GONE,
+			       "no running shmfeed job in %s; dead (their launcher crashed or was "
+			       "killed; the next `shmfeed run` of each reclaims what it left): %s",
+			       dir, dead);
 	if (count == 0)
 		return sf__err(e, -ENOENT, "no running shmfeed job in %s", dir);
 	if (count > 1)

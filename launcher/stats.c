@@ -151,15 +151,16 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 	OUT(",\"state\":\"%s\",\"uptime_s\":%.3f,\"batches\":%llu,\"tokens\":%llu,"
 	    "\"produced\":%llu,\"batches_per_s\":%.3f,\"tokens_per_s\":%.1f,"
 	    "\"wait_samples\":%llu,\"wait_p50_ns\":%llu,\"wait_p99_ns\":%llu,"
-	    "\"restarts\":%llu,\"repairs\":%llu,\"skipped\":%llu,\"tokens_produced\":%llu,"
+	    "\"restarts\":%llu,\"stalls\":%llu,\"repairs\":%llu,\"skipped\":%llu,\"tokens_"
+	    "produced\":%llu,"
 	    "\"tokens_encoded\":%llu,\"ranks\":[",
 	    state_name(s->state), (double)s->uptime_ns / 1e9, (unsigned long long)s->batches,
 	    (unsigned long long)s->tokens, (unsigned long long)s->produced, s->batches_per_s,
 	    s->tokens_per_s, (unsigned long long)s->wait_samples,
 	    (unsigned long long)s->wait_p50_ns, (unsigned long long)s->wait_p99_ns,
-	    (unsigned long long)s->restarts, (unsigned long long)s->repairs,
-	    (unsigned long long)s->skipped, (unsigned long long)s->tokens_produced,
-	    (unsigned long long)s->tokens_encoded);
+	    (unsigned long long)s->restarts, (unsigned long long)s->stalls,
+	    (unsigned long long)s->repairs, (unsigned long long)s->skipped,
+	    (unsigned long long)s->tokens_produced, (unsigned long long)s->tokens_encoded);
 	for (uint32_t r = 0; r < s->ranks && r < SF_STATS_MAX_RANKS; r++) {
 		const struct sf_stats_rank *q = &s->rank[r];
 
@@ -173,9 +174,13 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 		const struct sf_stats_producer *q = &s->producer[p];
 
 		OUT("%s{\"index\":%u,\"pid\":%d,\"incarnation\":%u,\"batches\":%llu,"
-		    "\"utilization\":%.3f}",
+		    "\"utilization\":%.3f,\"state\":\"%s\",\"silent_ms\":%llu}",
 		    p ? "," : "", p, q->pid, q->incarnation, (unsigned long long)q->batches,
-		    q->utilization);
+		    q->utilization,
+		    q->pid <= 0	 ? "down"
+		    : q->stalled ? "stalled"
+				 : "running",
+		    (unsigned long long)(q->silent_ns / 1000000));
 	}
 	OUT("]}");
 #undef OUT

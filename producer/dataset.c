@@ -937,6 +937,7 @@ static int fill_text_rows(struct sf_builder *b, uint64_t first, unsigned char *p
 					      p + i * row_bytes, row_starts, e);
 			if (r < 0)
 				return r;
+			sf__producer_progress(row_bytes);
 			if (r == SF_TEXT_DEFERRED)
 				b->deferred[n_deferred++] = i;
 		}

@@ -18,6 +18,7 @@
 #include "common/slot.h"
 #include "producer/dataset_impl.h"
 #include "producer/producer.h"
+#include "producer/tokenizer/tokenizer.h"
 
 /* How long one claim waits before the loop looks at the job state and heartbeats. */
 #define CLAIM_SLICE_NS (200 * 1000 * 1000)
@@ -79,6 +80,33 @@ int sf__producer_fill(const struct sf_dataset *ds, struct sf_builder *b, uint32_
 	return r;
 }
 
+/*
+ * This process's heartbeat word once it is registered, and the input worked through
+ * since the word was last renewed. The heartbeat proves progress, not mere existence: it
+ * is renewed by the loop below (at least every CLAIM_SLICE_NS while idle, so waiting for
+ * a free slot is never mistaken for a stall) and, while a batch is being built, by the
+ * sources as they go through their input (sf__producer_progress()), so a long
+ * tokenization keeps it fresh while a stopped or hung producer lets it age.
+ */
+static _Atomic uint64_t *heartbeat_word;
+static uint64_t heartbeat_pending;
+
+static void heartbeat_at(uint64_t now)
+{
+	heartbeat_pending = 0;
+	/* Relaxed: a single-writer statistic the supervisor samples; nothing is ordered
+	 * by it. */
+	if (heartbeat_word)
+		atomic_store_explicit(heartbeat_word, now, memory_order_relaxed);
+}
+
+void sf__producer_progress(uint64_t bytes)
+{
+	heartbeat_pending += bytes;
+	if (!bytes || heartbeat_pending >= SF_HEARTBEAT_BYTES)
+		heartbeat_at(sf__now_ns());
+}
+
 int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index, struct sf_err *e)
 {
 	struct sf_participant *me;
@@ -103,6 +131,9 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 	 * Relaxed: a statistic, as the counters below. */
 	if (index == 0)
 		atomic_store_explicit(&tm->skipped, ds->stats.skipped, memory_order_relaxed);
+	heartbeat_word = &me->heartbeat_ns;
+	/* One long document is one tokenizer call: it reports its progress too. */
+	sf__tok_progress = sf__producer_progress;
 	for (uint64_t checked = 0;;) {
 		struct sf_fill f;
 		uint64_t t0 = sf__now_ns(), t1, first, out, enc;
@@ -120,10 +151,8 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 		 * every CLAIM_SLICE_NS so the heartbeat below goes on. */
 		r = sf__producer_claim(a, index, CLAIM_SLICE_NS, &f);
 		t1 = sf__now_ns();
-		/* Relaxed: counters and heartbeat are single-writer statistics that readers
-		 * sample; nothing is ordered by them. */
 		sf__counter_add(&me->wait_ns, t1 - t0);
-		atomic_store_explicit(&me->heartbeat_ns, t1, memory_order_relaxed);
+		heartbeat_at(t1);
 		if (r == SF_E_TIMEOUT)
 			continue;
 		if (r == SF_E_STOPPED) {
@@ -158,6 +187,8 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 		out_before = out;
 		enc_before = enc;
 	}
+	heartbeat_word = NULL;
+	sf__tok_progress = NULL;
 	if (r == 0 && sf__participant_unregister(a, index) < 0)
 		r = sf__err(e, SF_E_STATE, "producer %u: its participant entry was taken from it",
 			    index);

@@ -182,4 +182,14 @@ int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_e
  */
 int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index, struct sf_err *e);
 
+/*
+ * sf__producer_progress - in a registered producer process, note that `bytes` of input
+ * were worked through: the producer's heartbeat (which the supervisor reads to tell a
+ * stalled producer from a busy one) is renewed once per SF_HEARTBEAT_BYTES, and at once
+ * when `bytes` is 0. Costs an addition, and a clock read now and then; a no-op in any
+ * other process (index builds, `shmfeed tokenize`).
+ */
+#define SF_HEARTBEAT_BYTES (64u * 1024u)
+void sf__producer_progress(uint64_t bytes);
+
 #endif

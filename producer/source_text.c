@@ -939,6 +939,8 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 			r = sf__tok_encode(c->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
 		if (r < 0)
 			return r;
+		/* The supervisor reads progress from the heartbeat this renews. */
+		sf__producer_progress(len);
 		c->encoded += n + 1;
 		take = n + 1 <= limit - d->n ? n : (size_t)(limit - d->n);
 		if (d->n_docs < d->docs_cap)
@@ -1039,6 +1041,8 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 		r = sf__tok_encode(c->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
 		if (r < 0)
 			return r;
+		/* The supervisor reads progress from the heartbeat this renews. */
+		sf__producer_progress(len);
 		c->encoded += n + 1;
 		if (n + 1 > h->cap - h->n || h->n_docs == h->docs_cap)
 			return HEAD_TOO_BIG;

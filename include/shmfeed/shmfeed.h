@@ -49,7 +49,8 @@ extern "C" {
 #define SF_E_AGAIN	 (-1016) /* non-blocking call: nothing ready yet */
 #define SF_E_PROTOCOL	 (-1017) /* malformed control message */
 #define SF_E_END	 (-1018) /* the data ends: every epoch asked for was delivered */
-#define SF_E_LAST	 (-1018)
+#define SF_E_JOB_GONE	 (-1019) /* the job's launcher died: nothing will fill the arena */
+#define SF_E_LAST	 (-1019)
 
 /*
  * sf_strerror - a static, human-readable description of an error code: an SF_E_* code
@@ -232,7 +233,10 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
  * when the data ends (and on every later call until a seek); SF_E_STOPPED when the job
  * stops; SF_E_CHECKSUM when a payload does not match its checksum (the step is then
  * handed back to the producers, and the next call waits for it afresh); SF_E_RANGE at
- * the job's step limit (see sf_consumer_seek()); SF_E_CUDA.
+ * the job's step limit (see sf_consumer_seek()); SF_E_CUDA;
+ * SF_E_JOB_GONE when the job's launcher died (a crash or SIGKILL, so nothing will ever
+ * fill the ring): a waiting call looks at the launcher's liveness every half second,
+ * whatever its timeout, and returns within a second of its death.
  * In GPU mode the slot stays claimed until its copy has completed, and is released on
  * the next call, so that the copy of step s+1 overlaps the caller's work on step s.
  * GPU mode, which thread and stream: the handle may move between threads (one at a time;

@@ -102,11 +102,13 @@ static int encode_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len
  * between two matches (which a pattern of the built-in kind never leaves) is encoded as
  * a piece of its own rather than dropped, so that decoding gives the input back.
  */
+void (*sf__tok_progress)(uint64_t bytes);
+
 static int encode_bpe(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, size_t *n_out,
 		      struct sf_err *e)
 {
 	const struct sf_tok *tok = enc->tok;
-	size_t p = 0, end, start, count;
+	size_t p = 0, end, start, count, reported = 0;
 	int rc;
 
 	while (p < n) {
@@ -137,6 +139,11 @@ static int encode_bpe(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, si
 		}
 		*n_out += count;
 		p = end;
+		if (__builtin_expect(p - reported >= SF_TOK_PROGRESS_BYTES, 0) &&
+		    sf__tok_progress) {
+			sf__tok_progress(p - reported);
+			reported = p;
+		}
 	}
 	return 0;
 }

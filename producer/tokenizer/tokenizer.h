@@ -99,6 +99,15 @@ int sf__tok_encoder_create(const struct sf_tok *tok, struct sf_tok_encoder **ret
 void sf__tok_encoder_free(struct sf_tok_encoder *enc);
 
 /*
+ * sf__tok_progress - when not NULL, called by a BPE encode every SF_TOK_PROGRESS_BYTES of
+ * input it has worked through, with the bytes since the previous call. A producer sets
+ * it to renew its heartbeat, so that one long document (a whole file without a
+ * separator) does not look like a stalled producer. Per process; NULL by default.
+ */
+#define SF_TOK_PROGRESS_BYTES (256u * 1024u)
+extern void (*sf__tok_progress)(uint64_t bytes);
+
+/*
  * sf__tok_encode - encode `len` bytes of `text` as one document. Special tokens in the
  * `allowed` set (SF_TOK_ALLOW_*, or bits from sf__tok_special()) become their ids; all
  * other text, special-looking or not, is encoded as ordinary text (tiktoken's

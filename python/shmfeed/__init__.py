@@ -9,7 +9,7 @@ shmfeed.Loader for the environment it reads and the lifetime of the views it ret
 """
 
 from ._native import strerror, digest  # noqa: F401
-from .loader import Loader, Batch, Error  # noqa: F401
+from .loader import Loader, Batch, Error, JobGone  # noqa: F401
 
 
 def version():

@@ -13,6 +13,7 @@ ERROR_NAMES = {
     -1010: "SF_E_RANGE", -1011: "SF_E_CUDA", -1012: "SF_E_TOKENIZER",
     -1013: "SF_E_SOURCE", -1014: "SF_E_STATE", -1015: "SF_E_DIGEST",
     -1016: "SF_E_AGAIN", -1017: "SF_E_PROTOCOL", -1018: "SF_E_END",
+    -1019: "SF_E_JOB_GONE",
 }
 globals().update({name: code for code, name in ERROR_NAMES.items()})
 

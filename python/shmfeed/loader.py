@@ -45,6 +45,17 @@ class Error(RuntimeError):
         super().__init__(f"{message} [{self.name}]")
 
 
+class JobGone(Error):
+    """The job's launcher died (a crash or SIGKILL): nothing will fill this rank's ring
+    again. A waiting next() raises it within a second of the death, whatever its timeout.
+    The next `shmfeed run` of the job reclaims the stale arena."""
+
+
+def _error(code, message):
+    """The exception for a C error code: JobGone for SF_E_JOB_GONE, else Error."""
+    return (JobGone if code == N.SF_E_JOB_GONE else Error)(code, message)
+
+
 class Batch:
     """One step of one rank: `tokens` [B, T+1], `x` = tokens[:, :-1], `y` = tokens[:, 1:],
     `step`, `first_sample` (global index of row 0), `digest` (XXH3-64 of the token bytes
@@ -246,7 +257,7 @@ class Loader:
                 detail = (f"local rank {local_rank} is held in this process, by another "
                           "Loader or by arrays of batches of a closed one: close it and "
                           "delete them first")
-            raise Error(r, f"shmfeed: job '{job}' rank {local_rank}: {detail}")
+            raise _error(r, f"shmfeed: job '{job}' rank {local_rank}: {detail}")
         self._owner = _Attachment(self._lib, handle, (job, local_rank))
         _attached[self._owner.key] = self._owner
         self._h = handle
@@ -411,7 +422,8 @@ class Loader:
 
     def next(self, timeout=None):
         """The next batch; releases the previous one. Raises Error (SF_E_END at the end of
-        the data, SF_E_TIMEOUT after `timeout` seconds, default: the Loader's)."""
+        the data, SF_E_TIMEOUT after `timeout` seconds, default: the Loader's), or JobGone
+        when the job's launcher died."""
         if self._h is None:
             self._raise_closed("next")
         if self._gpu:
@@ -444,7 +456,7 @@ class Loader:
 
     def _raise(self, code):
         msg = self._lib.sf_consumer_errmsg(self._h).decode() if self._h else ""
-        raise Error(code, f"shmfeed: job '{self.job}' rank {self.rank}: "
+        raise _error(code, f"shmfeed: job '{self.job}' rank {self.rank}: "
                     f"{msg or N.strerror(code)}")
 
     def release(self):

@@ -87,8 +87,13 @@ static int fake_main(void *ds, struct sf_arena *a, uint32_t index, struct sf_err
 		uint64_t t0, n = (uint64_t)g->batch * g->seq_tokens;
 		uint32_t gr, len;
 		struct sf_fill f;
-		int r = sf__producer_claim(a, index, -1, &f);
+		/* Claims in slices and heartbeats after each, as the real producers do, so
+		 * that the supervisor tells an idle producer from a stalled one. */
+		int r = sf__producer_claim(a, index, 200 * 1000 * 1000, &f);
 
+		atomic_store_explicit(&me->heartbeat_ns, sf__now_ns(), memory_order_relaxed);
+		if (r == SF_E_TIMEOUT)
+			continue;
 		if (r == SF_E_STOPPED)
 			break;
 		if (r < 0)

@@ -149,6 +149,103 @@ def test_producer_killed_mid_run_changes_nothing(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_stalled_producer_is_killed_repaired_and_replaced(rt, tmp_path):
+    """SIGSTOP of one producer of a 2-rank job: it is reported stalled (log and status)
+    after half the stall timeout, killed at the stall timeout, its slot repaired, and it
+    is restarted; both ranks get their batches, byte-identical to an uninterrupted run,
+    within the stall timeout plus a margin."""
+    steps, stall_s = 300, 1.0
+    cfg = write_config(tmp_path, f"producers: {{count: 2, stall_timeout: {stall_s}s}}\n")
+    ref_dir, stop_dir = tmp_path / "ref", tmp_path / "stop"
+    ref_dir.mkdir()
+    stop_dir.mkdir()
+    env = dict(os.environ, SHMFEED_TEST_SLOW_US="2000")  # fills take 2 ms: a slot is held
+    job = job_name("stallref")
+    t0 = time.monotonic()
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--",
+                          *ranks_command(2, steps, ref_dir)],
+                         capture_output=True, text=True, timeout=60, env=env)
+    ref_wall = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr
+    assert "producer stalls 0" in out.stderr, out.stderr
+
+    job = job_name("stall")
+    t0 = time.monotonic()
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--",
+                          *ranks_command(2, steps, stop_dir, extra="--sleep-us 2000")],
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                               capture_output=True).returncode == 0)
+        assert wait_for(lambda: ctl(job, '{"v":1,"op":"stats"}')["batches"] >= 20)
+        victim = ctl(job, '{"v":1,"op":"stats"}')["producers"][0]["pid"]
+        os.kill(victim, signal.SIGSTOP)
+        stopped = time.monotonic()
+        # Before the kill, status and stats show it stalled.
+        assert wait_for(lambda: ctl(job, '{"v":1,"op":"status"}')["producers_stalled"] == 1,
+                        stall_s)
+        st = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
+                            timeout=10)
+        assert "2/2 producers alive (1 stalled)" in st.stdout, st.stdout
+        assert "stalled" in [q["state"] for q in ctl(job, '{"v":1,"op":"stats"}')["producers"]]
+        # Then it is killed and replaced.
+        assert wait_for(lambda: not os.path.exists(f"/proc/{victim}"), stall_s + 5)
+        killed = time.monotonic()
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:  # a failed check: end the job cleanly, leave nothing
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", "true"],
+                               capture_output=True, timeout=30)
+    wall = time.monotonic() - t0
+    assert p.returncode == 0, err
+    assert stall_s * 0.9 <= killed - stopped < stall_s + 3, killed - stopped
+    assert f"producer 0 (pid {victim}) looks stalled" in err, err
+    assert f"producer 0 (pid {victim}) stalled: no heartbeat for" in err, err
+    assert "killing it (SIGKILL)" in err
+    assert "producer 0 died (killed after stalling)" in err, err
+    assert "producer 0 restarted" in err
+    assert "producer stalls 1" in err, err
+    for r in (0, 1):
+        assert read_lines(stop_dir / f"r{r}.txt") == read_lines(ref_dir / f"r{r}.txt")
+    assert len(read_lines(stop_dir / "r0.txt")) == steps
+    assert wall < ref_wall + steps * 0.002 + stall_s + 10, (wall, ref_wall)
+    assert not shm_of(job)
+
+
+def test_idle_producers_are_not_stalled(rt, tmp_path):
+    """Producers waiting for free slots (no consumer takes batches, every ring is full)
+    and producers of a paused job are not stalled, however long that lasts."""
+    cfg = write_config(tmp_path, "producers: {count: 2, stall_timeout: 1s}\n")
+    job = job_name("idle")
+    p = start_serving(cfg, job)
+    try:
+        assert wait_for(lambda: all(r["ready"] == 4 for r in
+                                    ctl(job, '{"v":1,"op":"stats"}')["ranks"]))
+        pids = [q["pid"] for q in ctl(job, '{"v":1,"op":"stats"}')["producers"]]
+        time.sleep(2.5)
+        assert ctl(job, '{"v":1,"op":"pause"}')["state"] == "paused"
+        time.sleep(2.5)
+        assert ctl(job, '{"v":1,"op":"resume"}')["state"] == "running"
+        time.sleep(1.5)
+        st = ctl(job, '{"v":1,"op":"stats"}')
+        assert st["stalls"] == 0 and st["restarts"] == 0, st
+        assert [q["pid"] for q in st["producers"]] == pids
+        assert all(q["state"] == "running" for q in st["producers"]), st
+        assert ctl(job, '{"v":1,"op":"status"}')["producers_stalled"] == 0
+    finally:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=10)
+    assert p.returncode == 0
+    assert "stalled" not in err, err
+    assert not shm_of(job)
+
+
 def test_producer_that_keeps_dying_stops_the_job(rt, tmp_path):
     job = job_name("fail")
     cfg = write_config(tmp_path, "producers: {count: 2, max_restarts: 3}\n")
@@ -200,6 +297,26 @@ def test_sigterm_and_sigint_shut_down_cleanly(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_a_launcher_under_nohup_ignores_sighup(rt, tmp_path):
+    """With SIGHUP ignored (nohup), a hangup does not stop the job; SIGTERM still does."""
+    cfg = write_config(tmp_path)
+    job = job_name("nohup")
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}"], stderr=subprocess.PIPE,
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGHUP,
+                                                                     signal.SIG_IGN))
+    assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                           capture_output=True).returncode == 0)
+    p.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    assert p.poll() is None
+    assert ctl(job, '{"v":1,"op":"status"}')["state"] == "running"
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=10)
+    assert p.returncode == 0
+    assert "SIGTERM from pid" in err and "SIGHUP" not in err, err
+    assert not shm_of(job)
+
+
 def test_sigkill_of_the_launcher(rt, tmp_path):
     cfg = write_config(tmp_path)
     job = job_name("kill9")
@@ -210,6 +327,18 @@ def test_sigkill_of_the_launcher(rt, tmp_path):
     # PR_SET_PDEATHSIG: the producers go with their launcher.
     assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in pids), 5)
     assert shm_of(job)  # stale, until the next run of the job
+    # status says the job is dead and what cleans it up, not that nothing is there.
+    out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1
+    assert f"job '{job}' is dead: its launcher (pid {p.pid}) is gone" in out.stderr, out.stderr
+    assert f"/dev/shm/shmfeed.{job} and {rt}/{job}.json" in out.stderr, out.stderr
+    assert "the next `shmfeed run` of this job reclaims them" in out.stderr, out.stderr
+    out = subprocess.run([SHMFEED, "status"], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1 and f"dead (their launcher crashed" in out.stderr, out.stderr
+    assert job in out.stderr
+    os.unlink(os.path.join(rt, f"{job}.json"))  # the arena alone says the same
+    out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1 and "is dead" in out.stderr and "reclaims it" in out.stderr
     out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--",
                           *ranks_command(2, 20, tmp_path)],
                          capture_output=True, text=True, timeout=60)

@@ -3,7 +3,10 @@
 import ctypes
 import errno
 import json
+import os
 import subprocess
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -122,6 +125,39 @@ def test_errors_carry_the_c_message():
             assert e.value.code == N.SF_E_BUSY
         with pytest.raises(ValueError):
             shmfeed.Loader(job=feed.job, local_rank=0, device="tpu")
+
+
+def test_job_gone_when_the_launcher_is_killed():
+    """A rank blocked in next() with no timeout raises JobGone within 2 s of a SIGKILL of
+    the arena's creator (the fixture stands for the launcher), instead of waiting forever."""
+    feed = Feed("gone", producers=0)
+    killed = []
+
+    def kill_creator():
+        time.sleep(0.3)
+        killed.append(time.monotonic())
+        feed.proc.kill()
+        feed.proc.wait()
+
+    try:
+        with shmfeed.Loader(job=feed.job) as L:
+            killer = threading.Thread(target=kill_creator)
+            killer.start()
+            with pytest.raises(shmfeed.JobGone) as e:
+                L.next()
+            gone = time.monotonic()
+            killer.join()
+            assert gone - killed[0] < 2.0, f"JobGone {gone - killed[0]:.3f} s after the kill"
+            assert isinstance(e.value, shmfeed.Error)
+            assert e.value.code == N.SF_E_JOB_GONE and "launcher" in str(e.value)
+            with pytest.raises(shmfeed.JobGone):
+                next(L)
+    finally:
+        if feed.proc.poll() is None:
+            feed.proc.kill()
+            feed.proc.wait()
+        if os.path.exists(f"/dev/shm/shmfeed.{feed.job}"):
+            os.unlink(f"/dev/shm/shmfeed.{feed.job}")
 
 
 def test_iteration_stops_at_the_end_of_data():

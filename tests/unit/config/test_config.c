@@ -65,6 +65,7 @@ Test(config, defaults_fill_every_field)
 	cr_expect_eq(cfg.hugepages, 0);
 	cr_expect_eq(cfg.producers, 2);
 	cr_expect_eq(cfg.max_restarts, 5);
+	cr_expect_eq(cfg.stall_timeout_ms, 5000);
 	cr_expect_eq(cfg.world_size, 1);
 	cr_expect_eq(cfg.local_ranks, 1);
 	cr_expect_eq(cfg.rank_base, 0);
@@ -164,6 +165,29 @@ Test(config, values_out_of_range_are_rejected)
 		"job.yaml:2:30:", "out of range");
 	rejects("sources: [a]\nsampling: {seed: 99999999999999999999999}\n",
 		"job.yaml:2:18:", "out of range");
+}
+
+Test(config, stall_timeout_is_a_duration)
+{
+	static const struct {
+		const char *text;
+		uint32_t ms;
+	} ok[] = {{"5s", 5000}, {"2.5s", 2500}, {"500ms", 500}, {"0", 0}, {"0.25s", 250}};
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		char yaml[128];
+
+		snprintf(yaml, sizeof(yaml), "sources: [a]\nproducers: {stall_timeout: %s}\n",
+			 ok[i].text);
+		cr_assert_eq(load(yaml), 0, "%s: %s", ok[i].text, err.msg);
+		cr_expect_eq(cfg.stall_timeout_ms, ok[i].ms, "%s", ok[i].text);
+	}
+	rejects("sources: [a]\nproducers: {stall_timeout: 5}\n",
+		"job.yaml:2:", "must be a duration with a unit");
+	rejects("sources: [a]\nproducers: {stall_timeout: 5min}\n", "job.yaml:2:", "such as 5s");
+	rejects("sources: [a]\nproducers: {stall_timeout: -1s}\n", "job.yaml:2:", "duration");
+	rejects("sources: [a]\nproducers: {stall_timeout: '5s'}\n", "job.yaml:2:", "duration");
+	rejects("sources: [a]\nproducers: {stall_timeout: 7200s}\n", "job.yaml:2:", "out of range");
 }
 
 Test(config, names_must_be_known)

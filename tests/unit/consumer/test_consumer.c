@@ -7,6 +7,8 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -501,6 +503,72 @@ Test(consumer, job_stopping)
 	feed_stop(f);
 }
 
+struct creator_kill {
+	pid_t pid;
+	uint64_t killed_ns;
+};
+
+static void *kill_creator_later(void *arg)
+{
+	struct creator_kill *k = arg;
+
+	usleep(300 * 1000);
+	k->killed_ns = sf__now_ns();
+	kill(k->pid, SIGKILL);
+	waitpid(k->pid, NULL, 0);
+	return NULL;
+}
+
+/* The launcher killed outright (no STOPPING): a consumer waiting with no timeout gets
+ * SF_E_JOB_GONE within 2 s, not a wait forever. */
+Test(consumer, job_gone_when_the_launcher_dies)
+{
+	struct feed_options o = opts(0);
+	struct creator_kill k = {0};
+	struct sf_consumer *c;
+	struct sf_batch b;
+	pthread_t killer;
+	int ready[2];
+	uint64_t gone_ns;
+	char byte;
+	int r;
+
+	cr_assert_eq(pipe(ready), 0);
+	k.pid = fork();
+	cr_assert_geq(k.pid, 0);
+	if (k.pid == 0) {
+		struct sf_err e = {0};
+		struct feed *f = NULL;
+
+		/* The arena's creator, standing for the launcher; no producers, so the
+		 * consumer waits. */
+		if (feed_start(&o, &f, &e) < 0 || write(ready[1], "r", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	cr_assert_eq(read(ready[0], &byte, 1), 1);
+	c = attach(0);
+	cr_assert_eq(pthread_create(&killer, NULL, kill_creator_later, &k), 0);
+	r = sf_consumer_next(c, -1, &b);
+	gone_ns = sf__now_ns();
+	pthread_join(killer, NULL);
+	cr_expect_eq(r, SF_E_JOB_GONE, "%d: %s", r, sf_consumer_errmsg(c));
+	cr_expect_lt(gone_ns - k.killed_ns, 2000000000ull, "JobGone after %.3f s",
+		     (double)(gone_ns - k.killed_ns) / 1e9);
+	cr_log_info("SF_E_JOB_GONE %.3f s after the creator's SIGKILL",
+		    (double)(gone_ns - k.killed_ns) / 1e9);
+	cr_expect(strstr(sf_consumer_errmsg(c), "launcher") != NULL, "%s", sf_consumer_errmsg(c));
+	/* A call with a timeout, and one that does not wait, say the same. */
+	cr_expect_eq(sf_consumer_next(c, 5000, &b), SF_E_JOB_GONE);
+	usleep(600 * 1000);
+	cr_expect_eq(sf_consumer_next(c, 0, &b), SF_E_JOB_GONE);
+	sf_consumer_detach(c);
+	close(ready[0]);
+	close(ready[1]);
+	cr_assert_eq(sf__arena_unlink_job(job), 0);
+}
+
 Test(consumer, a_dead_consumers_batch_goes_to_its_successor)
 {
 	struct feed *f = start(opts(1));
@@ -593,5 +661,6 @@ Test(consumer, strerror_never_null)
 	cr_assert_not_null(sf_strerror(-100000));
 	cr_assert_not_null(sf_consumer_errmsg(NULL));
 	cr_expect_str_eq(sf_strerror(SF_E_END), "end of data");
+	cr_expect_str_eq(sf_strerror(SF_E_JOB_GONE), "the job's launcher is gone");
 	sf_consumer_detach(NULL);
 }
