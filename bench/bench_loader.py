@@ -161,10 +161,14 @@ def main():
     if pin:
         os.sched_setaffinity(0, {sorted(all_cpus)[0]})
     waited = 0
-    for dtype, label, numpy_mode in (
-            ("u16", "shmfeed Loader (NumPy, zero copy)", True),
-            ("u16", "shmfeed Loader (torch, u16->int32)", False),
-            ("i32", "shmfeed Loader (torch, int32 arena)", False)):
+    native_u16 = "u16" if hasattr(torch, "uint16") else "u16->int32"
+    for dtype, label, numpy_mode, out, post in (
+            ("u16", "shmfeed Loader (NumPy, zero copy)", True, "native", None),
+            ("u16", "shmfeed Loader (torch, int64 default)", False, "int64", None),
+            ("u16", f"shmfeed Loader (torch, native {native_u16})", False, "native", None),
+            ("u16", "shmfeed Loader native + .long() x, y", False, "native",
+             lambda b: (b.x.long(), b.y.long())),
+            ("i32", "shmfeed Loader (torch, int32 arena)", False, "native", None)):
         job = f"bench-loader-{os.getpid()}-{len(rows)}"
         fx = subprocess.Popen([args.fixture, "--job", job, "--ranks", "1", "--batch", str(B),
                                "--seq-len", str(T), "--slots", "8", "--producers", "1",
@@ -174,8 +178,10 @@ def main():
                                   0, {sorted(all_cpus)[1]})) if pin else None)
         assert fx.stdout.readline().startswith("ready")
         try:
-            with shmfeed.Loader(job=job, rank=0, world_size=1, numpy=numpy_mode) as L:
-                ns = timed(L.next, args.calls, args.step_us)
+            with shmfeed.Loader(job=job, rank=0, world_size=1, numpy=numpy_mode,
+                                dtype=out) as L:
+                fn = L.next if post is None else (lambda: post(L.next()))
+                ns = timed(fn, args.calls, args.step_us)
                 waited = max(waited, L.stats()["wait_ns_p99"])
             rows.append((label, *summary(ns)))
         finally:

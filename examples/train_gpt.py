@@ -7,8 +7,11 @@ under torchrun (one process per GPU, DDP over NCCL, or gloo on CPUs).
 
 shmfeed.Loader reads the job, rank and world size from the environment (SHMFEED_JOB,
 RANK, LOCAL_RANK, WORLD_SIZE) and hands each rank its own batches: nothing else here
-knows about data. The loader's state_dict() goes into the checkpoint beside the model's,
-so a resumed run sees exactly the batches it would have seen.
+knows about data. Batches come as int64 indices, ready for nn.Embedding and
+F.cross_entropy. The loop fetches the next batch before it steps the optimizer, as
+nanoGPT's train.py does; the checkpoint therefore holds the state of the batch fetched but
+not yet trained on (`batch.state`), not the loader's own (one batch later), so a resumed
+run sees exactly the batches it would have seen.
 """
 
 import argparse
@@ -79,24 +82,27 @@ def main():
         opt.load_state_dict(ck["opt"])
         loader.load_state_dict(ck["loader"])
 
+    batch = next(loader)  # fetched before the loop; each step fetches the next one early
     for _ in range(args.steps):
-        batch = next(loader)
-        # Embedding and cross_entropy want int64 indices; the batch is a view, so the
-        # conversion is the only copy on the host (on a GPU it is a kernel).
-        loss = model(batch.x.long(), batch.y.long())
+        loss = model(batch.x, batch.y)
+        # The next batch is fetched while this step's work runs (on a GPU its copy
+        # overlaps the backward pass); this batch's arrays stay valid meanwhile.
+        upcoming = next(loader)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         if loader.rank == 0:
             print(f"step {batch.step} loss {loss.item():.4f} "
                   f"(ln vocab {math.log(args.vocab):.2f})", flush=True)
+        batch = upcoming
 
     if args.checkpoint and loader.rank == 0:
+        # `batch` was fetched but not trained on: the resumed run starts with it.
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                    "loader": loader.state_dict()}, args.checkpoint)
+                    "loader": batch.state}, args.checkpoint)
     st = loader.stats()
-    print(f"rank {loader.rank}: {st['batches']} batches, provenance {st['provenance']:016x}",
-          flush=True)
+    print(f"rank {loader.rank}: {args.steps} batches trained on, {st['batches']} fetched, "
+          f"provenance {st['provenance']:016x}", flush=True)
     loader.close()
     if world > 1:
         torch.distributed.destroy_process_group()

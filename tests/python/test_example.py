@@ -1,6 +1,8 @@
 """examples/train_gpt.py runs on CPU, alone and as two gloo ranks started as torchrun would,
-reading every step from shmfeed. (The feed's tokens are uniform, so the loss stays near
-ln(vocab): the test checks that training runs, not that it learns.)"""
+reading every step from shmfeed, and a run checkpointed mid-way (with the prefetched
+batch's state) resumes with the losses of a run that never stopped. (The feed's tokens
+are uniform, so the loss stays near ln(vocab): the test checks that training runs, not
+that it learns.)"""
 
 import os
 import re
@@ -24,7 +26,7 @@ def test_example_trains_one_rank():
         assert out.returncode == 0, out.stderr
         ls = losses(out.stdout)
         assert len(ls) == 8 and all(0 < v < 10 for v in ls)
-        assert "rank 0: 8 batches" in out.stdout
+        assert "rank 0: 8 batches trained on, 9 fetched" in out.stdout
 
 
 def test_example_two_gloo_ranks():
@@ -38,4 +40,28 @@ def test_example_two_gloo_ranks():
         for p, (out, err) in zip(procs, outs):
             assert p.returncode == 0, err
         assert len(losses(outs[0][0])) == 4
-        assert "rank 1: 4 batches" in outs[1][0]
+        assert "rank 1: 4 batches trained on" in outs[1][0]
+
+
+def test_example_resumes_with_the_losses_of_an_unbroken_run(tmp_path):
+    """nanoGPT's order: the next batch is fetched before the checkpoint is written. The
+    checkpoint holds that batch's state, so steps 4..7 after a resume at step 4 have the
+    losses steps 4..7 have in one run of 8."""
+    def run(feed, steps, ckpt=None):
+        cmd = [sys.executable, EXAMPLE, "--steps", str(steps), "--vocab", "64"]
+        if ckpt:
+            cmd += ["--checkpoint", str(ckpt)]
+        out = subprocess.run(cmd, env=rank_env(feed.job, 0, 0, 1, 1), capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return re.findall(r"step (\d+) loss ([0-9.]+)", out.stdout)
+
+    with Feed("resume-a", batch=4, seq_len=32, extra=["--vocab", "64"]) as feed:
+        unbroken = run(feed, 8)
+    ckpt = tmp_path / "ckpt.pt"
+    with Feed("resume-b", batch=4, seq_len=32, extra=["--vocab", "64"]) as feed:
+        first = run(feed, 4, ckpt)
+        resumed = run(feed, 4, ckpt)
+    assert [s for s, _ in unbroken] == [str(i) for i in range(8)]
+    assert first == unbroken[:4]
+    assert resumed == unbroken[4:]

@@ -191,9 +191,10 @@ def test_elastic_restart_loses_and_repeats_nothing(tmp_path):
         # at most the one step read but not yet checkpointed is read again, none lost.
         for part in (first, second):
             assert part == list(range(part[0], part[0] + len(part))) if part else True
-        assert first and first[0] == 0
+        # (A rank killed by torchrun before it read anything has no first part.)
+        assert (first or second)[0] == 0
         assert (second or first)[-1] == STEPS - 1
-        if second:
+        if first and second:
             assert first[-1] <= second[0] <= first[-1] + 1, (first, second)
         for s, _, sha in got[r]:
             assert sha == ref_shas[r][s], f"rank {r} step {s}"
