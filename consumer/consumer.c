@@ -75,8 +75,9 @@ struct sf_consumer {
 	uint64_t doc_off;     /* where the document starts begin in a payload */
 	uint64_t copy_bytes;  /* GPU: the tokens, and the document starts when recorded */
 	struct sf_slot *held; /* CPU: the slot handed out; GPU: the slot being copied */
-	void **out;	      /* CPU: widened copies of each ring slot's tokens, or NULL */
-	uint32_t out_dtype;   /* their SF_DTYPE_I32 or SF_DTYPE_I64 */
+	void **out;	      /* CPU: widened copies of batches, step s in out[s % out_count] */
+	uint32_t out_count;
+	uint32_t out_dtype; /* their SF_DTYPE_I32 or SF_DTYPE_I64 */
 	uint64_t provenance;
 	uint64_t batches;
 	uint64_t tokens;
@@ -696,7 +697,7 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 			  ? c->step * h->geo.batch * h->geo.world_size / h->geo.samples_per_epoch
 			  : 0;
 	if (c->out)
-		sf_tokens_widen(payload, b.dtype, c->out[b.buffer], c->out_dtype,
+		sf_tokens_widen(payload, b.dtype, c->out[c->step % c->out_count], c->out_dtype,
 				(uint64_t)b.batch * b.seq_tokens);
 	c->held = s;
 	if (c->gpu.cu) {
@@ -829,7 +830,6 @@ const char *sf_consumer_errmsg(const struct sf_consumer *c)
 int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
 			   uint32_t count)
 {
-	const uint32_t K = c->a->hdr->geo.slots_per_rank;
 	const uint32_t src_dtype = c->a->hdr->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32;
 	void **out = NULL;
 
@@ -838,11 +838,12 @@ int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *b
 			       "rank %u: widened copies are for CPU mode; on a GPU widen on the "
 			       "device",
 			       c->global_rank);
-	if (count && (count != K || !buffers || !sf__widen_valid(src_dtype, dtype)))
+	if (count &&
+	    (count > SF_OUTPUT_BUFFERS_MAX || !buffers || !sf__widen_valid(src_dtype, dtype)))
 		return sf__err(&c->err, SF_E_RANGE,
-			       "rank %u: output needs one buffer per ring slot (%u, got %u) of "
-			       "int32 or int64 (dtype %u)",
-			       c->global_rank, K, count, dtype);
+			       "rank %u: output needs 1..%u buffers (got %u) of int32 or int64 "
+			       "(dtype %u)",
+			       c->global_rank, SF_OUTPUT_BUFFERS_MAX, count, dtype);
 	if (count) {
 		out = malloc(sizeof(*out) * count);
 		if (!out)
@@ -859,6 +860,7 @@ int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *b
 	}
 	free(c->out);
 	c->out = out;
+	c->out_count = count;
 	c->out_dtype = dtype;
 	return 0;
 }

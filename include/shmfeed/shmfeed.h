@@ -301,12 +301,15 @@ void sf_consumer_detach(struct sf_consumer *c);
 /*
  * sf_consumer_set_output - CPU mode: from the next sf_consumer_next() on, also write each
  * batch's B x (T+1) tokens widened to `dtype` (SF_DTYPE_I32 or SF_DTYPE_I64) into
- * buffers[batch.buffer], which the caller allocated (`count` = the ring's slots, as
- * sf_consumer_info() reports them, each of B x (T+1) elements) and keeps until detach or
- * the next call of this function; `batch.tokens` still points into the arena. No
- * allocation, one pass over the tokens with SIMD. count 0 turns it off. Returns 0,
- * SF_E_STATE in GPU mode (widen on the device there), SF_E_RANGE for a bad dtype or count.
+ * buffers[step % count], which the caller allocated (each of B x (T+1) elements) and
+ * keeps until detach or the next call of this function; `batch.tokens` still points into
+ * the arena. A widened batch so stays valid until `count` batches later: 2 covers a loop
+ * that fetches one batch ahead, and keeps the buffers warm in cache. No allocation, one
+ * SIMD pass over the tokens. count 0 turns it off. Returns 0, SF_E_STATE in GPU mode
+ * (widen on the device there), SF_E_RANGE for a bad dtype or a count above
+ * SF_OUTPUT_BUFFERS_MAX.
  */
+#define SF_OUTPUT_BUFFERS_MAX 64u
 int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
 			   uint32_t count);
 

@@ -346,6 +346,7 @@ class Loader:
         self._gpu = i.gpu_buffers > 0
         self._tokens, self._x, self._y, self._docs = [], [], [], []
         self._widen = None
+        self._out_count = 0  # CPU widening: step s's tokens are in self._tokens[s % 2]
         if self._gpu:
             for k in range(i.gpu_buffers):
                 tok_ptr, doc_ptr = ctypes.c_uint64(), ctypes.c_uint64()
@@ -376,9 +377,10 @@ class Loader:
             doc_off = (B * S * np.dtype(dtype).itemsize + 63) // 64 * 64
             wide = None
             if out != "native" and not (out == "int32" and dtype == np.int32):
-                # The library widens each batch into these as next() returns it: one
-                # buffer per ring slot, allocated once.
-                wide = [np.empty((B, S), dtype=out) for _ in range(i.slots_per_rank)]
+                # The library widens each batch into these as next() returns it, step s
+                # into wide[s % 2]: allocated once, warm in cache, and a batch stays valid
+                # while the next one is fetched.
+                wide = [np.empty((B, S), dtype=out) for _ in range(2)]
                 ptrs = (ctypes.c_void_p * len(wide))(*[w.ctypes.data for w in wide])
                 r = self._lib.sf_consumer_set_output(
                     self._h, N.SF_DTYPE_I64 if out == "int64" else N.SF_DTYPE_I32, ptrs,
@@ -386,18 +388,19 @@ class Loader:
                 if r < 0:
                     self._raise(r)
                 self._owner.outputs = wide  # the library writes them while it lives
+            if wide is not None:
+                self._out_count = len(wide)
+                self._tokens = [t.from_numpy(w) if t is not None else w for w in wide]
             for k in range(i.slots_per_rank):
                 addr = i.ring_base + k * i.payload_stride
-                if wide is not None:
-                    tok = t.from_numpy(wide[k]) if t is not None else wide[k]
-                else:
+                if wide is None:
                     view = _host_array(addr, dtype, (B, S), self._owner)
                     if t is not None:
                         tok = t.from_numpy(view)  # writable mapping; see the docstring
                     else:
                         view.flags.writeable = False
                         tok = view
-                self._tokens.append(tok)
+                    self._tokens.append(tok)
                 docs = _host_array(addr + doc_off, np.uint32, (B, D), self._owner) \
                     if D else None
                 if docs is not None:
@@ -439,7 +442,8 @@ class Loader:
             dst.copy_(src)
             if masked:
                 dst.bitwise_and_(0xFFFF)
-        return Batch(self._tokens[k], self._x[k], self._y[k], b.step, b.first_sample,
+        kt = b.step % self._out_count if self._out_count else k
+        return Batch(self._tokens[kt], self._x[kt], self._y[kt], b.step, b.first_sample,
                      b.digest, self._docs[k], b.wait_ns, b.provenance, b.epoch, self._meta)
 
     def _sync_stream(self):
