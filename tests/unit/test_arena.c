@@ -142,31 +142,6 @@ Test(arena, live_arena_is_busy)
 	sf__arena_destroy(a);
 }
 
-Test(arena, stale_arena_is_reclaimed)
-{
-	struct sf_geometry g = geo();
-	struct sf_arena *a;
-	struct sf_err e = {0};
-	char note[256] = "";
-	pid_t child;
-	int status;
-
-	child = fork();
-	cr_assert_geq(child, 0);
-	if (child == 0) {
-		struct sf_arena *c;
-
-		/* Create and die without destroying: the arena becomes stale. */
-		_exit(sf__arena_create(job, &g, NULL, &c, NULL, 0, NULL) == 0 ? 0 : 1);
-	}
-	waitpid(child, &status, 0);
-	cr_assert_eq(WEXITSTATUS(status), 0);
-	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, note, sizeof(note), &e), 0, "%s", e.msg);
-	cr_expect(strstr(note, "reclaimed"), "%s", note);
-	cr_expect_eq(a->hdr->creator_pid, getpid());
-	sf__arena_destroy(a);
-}
-
 /* Make the arena of `job` stale: a child creates it and dies without destroying it. */
 static void make_stale(void)
 {
@@ -182,6 +157,20 @@ static void make_stale(void)
 	}
 	waitpid(child, &status, 0);
 	cr_assert_eq(WEXITSTATUS(status), 0);
+}
+
+Test(arena, stale_arena_is_reclaimed)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a;
+	struct sf_err e = {0};
+	char note[256] = "";
+
+	make_stale();
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, note, sizeof(note), &e), 0, "%s", e.msg);
+	cr_expect(strstr(note, "reclaimed"), "%s", note);
+	cr_expect_eq(a->hdr->creator_pid, getpid());
+	sf__arena_destroy(a);
 }
 
 /* While this process holds the stale arena's fence, a second launcher tries to create. */

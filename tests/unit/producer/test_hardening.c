@@ -21,46 +21,14 @@
 #include "producer/dataset_impl.h"
 #include "producer/producer.h"
 #include "producer/source_text.h"
-
-static char dir[64];
-static char path[4096];
-static struct sf_config cfg;
-static struct sf_source_config src;
-static char *paths[2];
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
+#include "tests/unit/producer/source_fixture.h"
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/sf-hardtest-XXXXXX");
-	cr_assert(mkdtemp(dir));
-	cr_assert_eq(setenv("SHMFEED_CACHE_DIR", dir, 1), 0); /* index caches go with dir */
-	sf__config_defaults(&cfg);
-	memset(&src, 0, sizeof(src));
-	paths[0] = path;
-	src.paths = paths;
-	src.n_paths = 1;
-	cfg.sources = &src;
-	cfg.n_sources = 1;
-	cfg.batch_size = 4;
-	cfg.seq_len = 64;
-	cfg.world_size = 1;
-	cfg.local_ranks = 1;
-	cfg.producers = 1;
+	source_fixture_setup("hardtest", 4, 64);
 }
 
-static void teardown(void)
-{
-	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-TestSuite(hardening, .init = setup, .fini = teardown);
+TestSuite(hardening, .init = setup, .fini = source_fixture_teardown);
 
 /* A nanoGPT file of `n` uint16 tokens, token i = i % modulo. */
 static void put_tokens(const char *name, size_t n, uint32_t modulo)

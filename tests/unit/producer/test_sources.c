@@ -18,46 +18,14 @@
 #include "shmfeed/shmfeed.h"
 #include "producer/producer.h"
 #include "producer/source_text.h"
-
-static char dir[64];
-static char path[4096];
-static struct sf_config cfg;
-static struct sf_source_config src;
-static char *paths[2];
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
+#include "tests/unit/producer/source_fixture.h"
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/sf-srctest-XXXXXX");
-	cr_assert(mkdtemp(dir));
-	cr_assert_eq(setenv("SHMFEED_CACHE_DIR", dir, 1), 0); /* index caches go with dir */
-	sf__config_defaults(&cfg);
-	memset(&src, 0, sizeof(src));
-	paths[0] = path;
-	src.paths = paths;
-	src.n_paths = 1;
-	cfg.sources = &src;
-	cfg.n_sources = 1;
-	cfg.batch_size = 2;
-	cfg.seq_len = 8;
-	cfg.world_size = 1;
-	cfg.local_ranks = 1;
-	cfg.producers = 1;
+	source_fixture_setup("srctest", 2, 8);
 }
 
-static void teardown(void)
-{
-	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-TestSuite(sources, .init = setup, .fini = teardown);
+TestSuite(sources, .init = setup, .fini = source_fixture_teardown);
 
 static void put(const char *name, const void *data, size_t len)
 {
