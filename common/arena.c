@@ -35,6 +35,9 @@
 #define SHM_PREFIX	"shmfeed."
 #define TMP_INFIX	".new."
 
+/* How long a reclaimer waits for children of a dead creator to let go of its lock. */
+#define RECLAIM_WAIT_MS 3000
+
 static uint64_t align_up(uint64_t v, uint64_t a)
 {
 	return (v + a - 1) / a * a;
@@ -372,6 +375,15 @@ static int reclaim_stale(const char *dir, const char *name, struct sf_err *e)
 	 * other reclaimer out until this descriptor closes. A creator of a layout before
 	 * version 3 held no such lock; its process is asked instead. */
 	r = ofd_setlk(fd, SF_LOCK_CREATOR, F_WRLCK);
+	/* A child forked by the creator holds the byte too until it has closed what it
+	 * inherited (at once after fork(), unless it was stopped before it ran): with the
+	 * creator itself gone, give such an orphan a few seconds to do so or die. */
+	for (int waited = 0; r == SF_E_BUSY && waited < RECLAIM_WAIT_MS &&
+			     kill(prefix.creator_pid, 0) < 0 && errno == ESRCH;
+	     waited += 10) {
+		usleep(10 * 1000);
+		r = ofd_setlk(fd, SF_LOCK_CREATOR, F_WRLCK);
+	}
 	if (r == 0 && prefix.layout_version < 3 &&
 	    sf__proc_alive(prefix.creator_pid, prefix.creator_starttime))
 		r = SF_E_BUSY;

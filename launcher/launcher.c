@@ -144,6 +144,10 @@ static void child_setup(struct supervisor *S, int deathsig)
 	if (getppid() != S->self)
 		_exit(127);
 	close(S->sfd);
+	/* The endpoint's lock is the supervisor's: a child that outlived it must not keep
+	 * its job's endpoint looking in use. */
+	if (S->ipc.lock_fd >= 0)
+		close(S->ipc.lock_fd);
 	signal(SIGPIPE, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
 }

@@ -381,3 +381,36 @@ def test_a_second_local_user_is_refused_over_tcp_and_ipc(rt, tmp_path, other_use
             assert not shm_of(job)
     finally:
         shutil.rmtree(shared)
+
+
+def test_children_hold_none_of_the_supervisors_locks(rt, tmp_path):
+    """A producer that outlives its launcher for a moment (until PR_SET_PDEATHSIG kills
+    it) must not keep the job's endpoint or arena looking in use: it holds neither the
+    endpoint's lock file nor the arena descriptor that carries the creator's lock."""
+    cfg = write_config(tmp_path)
+    job = job_name("locks")
+    p = start_serving(cfg, job)
+    try:
+        def fds(pid):
+            out = []
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                except OSError:
+                    pass
+            return out
+        kids = [int(d) for d in os.listdir("/proc") if d.isdigit() and
+                open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1] == str(p.pid)]
+        assert kids, "no producer found"
+        assert any(".lock" in f for f in fds(p.pid))
+        creator = [f for f in fds(p.pid) if f.startswith("/dev/shm/shmfeed.")]
+        assert creator
+        for k in kids:
+            mine = fds(k)
+            assert not any(".lock" in f for f in mine), (k, mine)
+            # Its own descriptors of the arena are opened by name, never the
+            # creator's (a temporary name, unlinked after creation).
+            assert not set(mine) & set(creator), (k, mine)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -170,6 +171,37 @@ Test(arena, stale_arena_is_reclaimed)
 	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, note, sizeof(note), &e), 0, "%s", e.msg);
 	cr_expect(strstr(note, "reclaimed"), "%s", note);
 	cr_expect_eq(a->hdr->creator_pid, getpid());
+	sf__arena_destroy(a);
+}
+
+/* A child of the dead creator that still holds what it inherited (as one stopped before
+ * its fork handlers ran does) is waited for, then the arena is reclaimed. */
+Test(arena, an_orphan_holding_the_creators_lock_is_waited_for)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a;
+	struct sf_err e = {0};
+	char note[256] = "";
+	pid_t creator = fork();
+	int status;
+
+	cr_assert_geq(creator, 0);
+	if (creator == 0) {
+		struct sf_arena *c;
+
+		if (sf__arena_create(job, &g, NULL, &c, NULL, 0, NULL) < 0)
+			_exit(1);
+		/* A fork without the fork handlers: the child keeps the creator's lock. */
+		if (syscall(SYS_fork) == 0) {
+			usleep(400 * 1000);
+			_exit(0);
+		}
+		_exit(0);
+	}
+	waitpid(creator, &status, 0);
+	cr_assert_eq(WEXITSTATUS(status), 0);
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, note, sizeof(note), &e), 0, "%s", e.msg);
+	cr_expect(strstr(note, "reclaimed"), "%s", note);
 	sf__arena_destroy(a);
 }
 
