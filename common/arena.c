@@ -187,23 +187,19 @@ static int map_fd(int fd, size_t size, int populate, void **ret)
 
 /* The pointers into a mapping, from the offsets of `layout`: a header this process wrote
  * or a private copy that sf__arena_header_check() accepted. */
-static struct sf_arena *arena_wrap(void *base, size_t size, const struct sf_arena_header *layout)
+/* Point the handle at the regions of the mapping `base` of `size` bytes. */
+static void arena_map(struct sf_arena *a, void *base, size_t size,
+		      const struct sf_arena_header *layout)
 {
-	struct sf_arena *a = calloc(1, sizeof(*a));
 	unsigned char *b = base;
 
-	if (!a)
-		return NULL;
 	a->hdr = base;
 	a->map_size = size;
-	a->lock_fd = -1;
-	a->probe_fd = -1;
 	a->participants = (struct sf_participant *)(b + layout->participants_off);
 	a->rings = (struct sf_ring *)(b + layout->rings_off);
 	a->slots = (struct sf_slot *)(b + layout->slots_off);
 	a->telemetry = (struct sf_telemetry *)(b + layout->telemetry_off);
 	a->payloads = b + layout->payloads_off;
-	return a;
 }
 
 /* One OFD lock operation on byte `byte` of `fd`: F_OFD_SETLK with `type`. */
@@ -245,6 +241,7 @@ static void fork_child(void)
 			close(a->probe_fd);
 		a->lock_fd = -1;
 		a->probe_fd = -1;
+		a->inherited = 1;
 	}
 	pthread_mutex_unlock(&fork_lock);
 }
@@ -254,16 +251,66 @@ static void fork_register_handlers(void)
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-static void fork_list_add(struct sf_arena *a)
+/* Open both descriptors of the object `name` (the first with `oflag`), the same object
+ * both, into `a`; the caller holds fork_lock. 0 or -errno, nothing left open on failure. */
+static int open_fds_locked(struct sf_arena *a, const char *name, int oflag)
 {
-	pthread_once(&fork_once, fork_register_handlers);
-	pthread_mutex_lock(&fork_lock);
-	a->fork_next = fork_list;
-	fork_list = a;
-	pthread_mutex_unlock(&fork_lock);
+	struct stat st, pst;
+	int r = 0;
+
+	a->lock_fd = shm_open(name, oflag | O_CLOEXEC, 0600);
+	if (a->lock_fd < 0)
+		return -errno;
+	a->probe_fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+	if (a->probe_fd < 0 || fstat(a->lock_fd, &st) < 0 || fstat(a->probe_fd, &pst) < 0)
+		r = -errno;
+	else if (st.st_ino != pst.st_ino || st.st_dev != pst.st_dev ||
+		 (a->ino && (st.st_ino != a->ino || st.st_dev != a->dev)))
+		r = -ESTALE; /* the name was replaced between the opens, or since attach */
+	if (r < 0) {
+		close(a->lock_fd);
+		if (a->probe_fd >= 0)
+			close(a->probe_fd);
+		a->lock_fd = a->probe_fd = -1;
+		return r;
+	}
+	a->ino = st.st_ino;
+	a->dev = st.st_dev;
+	return 0;
 }
 
-static void fork_list_remove(struct sf_arena *a)
+/*
+ * A new handle of the object `name`, its two descriptors opened and the handle entered
+ * in the process's list in one step under fork_lock: a fork() by another thread meanwhile
+ * either comes before (the child has none of them) or after (its fork handler closes
+ * them), never between, where a child would keep this process's locks. 0 and *ret, or
+ * -errno (ENOMEM when out of memory).
+ */
+static int arena_open(const char *name, int oflag, struct sf_arena **ret)
+{
+	struct sf_arena *a = calloc(1, sizeof(*a));
+	int r;
+
+	if (!a)
+		return -ENOMEM;
+	pthread_once(&fork_once, fork_register_handlers);
+	pthread_mutex_lock(&fork_lock);
+	r = open_fds_locked(a, name, oflag);
+	if (r == 0) {
+		a->fork_next = fork_list;
+		fork_list = a;
+	}
+	pthread_mutex_unlock(&fork_lock);
+	if (r < 0) {
+		free(a);
+		return r;
+	}
+	*ret = a;
+	return 0;
+}
+
+/* Take the handle out of the list and close its descriptors, under fork_lock; free it. */
+static void arena_close(struct sf_arena *a)
 {
 	pthread_mutex_lock(&fork_lock);
 	for (struct sf_arena **pp = &fork_list; *pp; pp = &(*pp)->fork_next) {
@@ -272,17 +319,27 @@ static void fork_list_remove(struct sf_arena *a)
 			break;
 		}
 	}
+	if (a->lock_fd >= 0)
+		close(a->lock_fd);
+	if (a->probe_fd >= 0)
+		close(a->probe_fd);
 	pthread_mutex_unlock(&fork_lock);
+	free(a);
 }
 
-/* Open the lock descriptors again where fork() closed them (or they were never open). */
+/* Open the lock descriptors again where fork() closed them: in a child, by name, and only
+ * if the name still names the object attached. */
 static int lock_fds(struct sf_arena *a)
 {
-	if (a->lock_fd < 0)
-		a->lock_fd = shm_open(a->shm_name, O_RDWR | O_CLOEXEC, 0);
-	if (a->probe_fd < 0)
-		a->probe_fd = shm_open(a->shm_name, O_RDWR | O_CLOEXEC, 0);
-	return a->lock_fd < 0 || a->probe_fd < 0 ? -errno : 0;
+	int r = 0;
+
+	if (a->lock_fd >= 0 && a->probe_fd >= 0)
+		return 0;
+	pthread_mutex_lock(&fork_lock);
+	if (a->lock_fd < 0 || a->probe_fd < 0)
+		r = open_fds_locked(a, a->shm_name, O_RDWR);
+	pthread_mutex_unlock(&fork_lock);
+	return r;
 }
 
 int sf__arena_lock(struct sf_arena *a, uint64_t byte)
@@ -450,7 +507,7 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	struct sf_arena_header *h;
 	struct sf_arena *a;
 	uint64_t starttime = 0;
-	int hugepages = 0, fd, probe_fd = -1, r;
+	int hugepages = 0, fd, r;
 	void *base = NULL;
 
 	if (!sf__job_name_valid(job))
@@ -480,13 +537,16 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	remove_dead_temporaries(shm_dir(opt), job);
 	sf__proc_starttime(getpid(), &starttime);
 
-	fd = shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return sf__err(e, -errno, "cannot create /dev/shm%s: %s", tmp, strerror(errno));
-	/* The creator's lock, held through `fd` for the arena's life; and a second open file
-	 * description of the same object to test other processes' locks with. */
-	probe_fd = shm_open(tmp, O_RDWR | O_CLOEXEC, 0);
-	r = probe_fd < 0 ? -errno : ofd_setlk(fd, SF_LOCK_CREATOR, F_WRLCK);
+	r = arena_open(tmp, O_RDWR | O_CREAT | O_EXCL, &a);
+	if (r < 0) {
+		if (r != -EEXIST)
+			shm_unlink(tmp);
+		return sf__err(e, r, "cannot create /dev/shm%s: %s", tmp, strerror(-r));
+	}
+	/* The creator's lock, held through the handle's lock descriptor for the arena's
+	 * life (its probe descriptor tests other processes' locks). */
+	fd = a->lock_fd;
+	r = ofd_setlk(fd, SF_LOCK_CREATOR, F_WRLCK);
 	if (r < 0) {
 		r = sf__err(e, r, "cannot lock /dev/shm%s: %s", tmp, strerror(-r));
 		goto fail_unlink;
@@ -570,31 +630,17 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	}
 	shm_unlink(tmp);
 
-	a = arena_wrap(base, layout.total_size, &layout);
-	if (!a) {
-		shm_unlink(name);
-		r = sf__err(e, -ENOMEM, "out of memory");
-		goto fail_unmap_linked;
-	}
+	arena_map(a, base, layout.total_size, &layout);
 	a->creator = 1;
-	a->lock_fd = fd;
-	a->probe_fd = probe_fd;
 	snprintf(a->shm_name, sizeof(a->shm_name), "%s", name);
-	fork_list_add(a);
 	*ret_arena = a;
 	return 0;
 
 fail_unmap:
-	shm_unlink(tmp);
-fail_unmap_linked:
 	munmap(base, layout.total_size);
-	goto fail_close;
 fail_unlink:
 	shm_unlink(tmp);
-fail_close:
-	if (probe_fd >= 0)
-		close(probe_fd);
-	close(fd);
+	arena_close(a);
 	return r;
 }
 
@@ -655,18 +701,18 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 	char name[SF_JOB_NAME_MAX + 16], where[SF_JOB_NAME_MAX * 2 + 48];
 	struct sf_arena_header h;
 	struct sf_arena *a;
-	struct stat st, pst;
+	struct stat st;
 	void *base = NULL;
 	ssize_t got;
-	int fd, probe_fd, r;
+	int fd, r;
 
 	if (!sf__job_name_valid(job))
 		return sf__err(e, SF_E_CONFIG, "invalid job name '%s'", job ? job : "");
 	shm_name_of(job, name, sizeof(name));
 	snprintf(where, sizeof(where), "job '%s': /dev/shm%s", job, name);
-	fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-	if (fd < 0) {
-		r = -errno;
+	/* Both descriptors first, entered in the fork list at once (see arena_open()). */
+	r = arena_open(name, O_RDWR, &a);
+	if (r < 0) {
 		if (r == -ENOENT)
 			return sf__err(e, r, "no shmfeed job '%s' (no /dev/shm%s)", job, name);
 		if (r == -EACCES)
@@ -674,6 +720,8 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 				       job, name);
 		return sf__err(e, r, "cannot open /dev/shm%s: %s", name, strerror(-r));
 	}
+	fd = a->lock_fd;
+	SF_TEST_POINT(SF_TP_ATTACH_OPENED);
 	if (fstat(fd, &st) < 0) {
 		r = -errno;
 		goto fail_close;
@@ -725,34 +773,13 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 		sf__err(e, r, "cannot map arena of job '%s': %s", job, strerror(-r));
 		goto fail_close;
 	}
-	/* The descriptor stays open as this process's lock descriptor; a second open of
-	 * the same object (checked to be the same) tests other processes' locks. */
-	probe_fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-	if (probe_fd < 0 || fstat(probe_fd, &pst) < 0 || pst.st_ino != st.st_ino ||
-	    pst.st_dev != st.st_dev) {
-		r = sf__err(e, probe_fd < 0 ? -errno : -ESTALE,
-			    "job '%s': /dev/shm%s changed while attaching", job, name);
-		if (probe_fd >= 0)
-			close(probe_fd);
-		munmap(base, (size_t)st.st_size);
-		goto fail_close;
-	}
-	a = arena_wrap(base, (size_t)st.st_size, &h);
-	if (!a) {
-		close(probe_fd);
-		munmap(base, (size_t)st.st_size);
-		close(fd);
-		return sf__err(e, -ENOMEM, "out of memory");
-	}
-	a->lock_fd = fd;
-	a->probe_fd = probe_fd;
+	arena_map(a, base, (size_t)st.st_size, &h);
 	snprintf(a->shm_name, sizeof(a->shm_name), "%s", name);
-	fork_list_add(a);
 	*ret_arena = a;
 	return 0;
 
 fail_close:
-	close(fd);
+	arena_close(a);
 	if (r > -4096 && r < 0 && e && e->code != r)
 		sf__err(e, r, "cannot attach job '%s': %s", job, strerror(-r));
 	return r;
@@ -762,13 +789,8 @@ void sf__arena_detach(struct sf_arena *a)
 {
 	if (!a)
 		return;
-	fork_list_remove(a);
-	if (a->lock_fd >= 0)
-		close(a->lock_fd);
-	if (a->probe_fd >= 0)
-		close(a->probe_fd);
 	munmap(a->hdr, a->map_size);
-	free(a);
+	arena_close(a);
 }
 
 void sf__arena_destroy(struct sf_arena *a)

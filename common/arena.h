@@ -255,6 +255,11 @@ struct sf_arena {
 	 * locks) and opened again when the child needs them. */
 	int lock_fd;
 	int probe_fd;
+	ino_t ino; /* the object's identity, checked when a child opens it again */
+	dev_t dev;
+	/* Set in a child of fork(): the handle is a copy of its parent's, whose participant
+	 * entries, slots and device state are the parent's. Only unmapping is left to it. */
+	int inherited;
 	struct sf_arena *fork_next; /* the process's list of arenas, for fork() */
 };
 
@@ -352,6 +357,11 @@ int sf__arena_lock(struct sf_arena *a, uint64_t byte);
 void sf__arena_unlock(struct sf_arena *a, uint64_t byte);
 
 /*
+ * A handle's fences are not counted: OFD locks do not conflict within one open file
+ * description, so two threads fencing the same byte through one handle would both hold
+ * it. A handle is used for fences by one thread at a time (the launcher's loop; a
+ * consumer's own calls).
+ *
  * sf__arena_fence - take lock byte `byte` from the probe descriptor, to act on behalf of
  * a holder that must be dead: 0 when taken (nobody else holds it, and nobody can take
  * it until sf__arena_unfence()), SF_E_BUSY when held (also by this process's own

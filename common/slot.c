@@ -149,9 +149,14 @@ int sf__participant_register(struct sf_arena *a, uint32_t index, uint32_t role, 
 			return sf__err(e, r, "participant %u: cannot lock its entry: %s", index,
 				       strerror(-r));
 		old = atomic_load_explicit(&p->pid, memory_order_relaxed);
+		if (old < 0 && attempt >= REGISTER_TRIES_MAX)
+			return sf__err(e, SF_E_BUSY,
+				       "participant %u is held by pid %d without a role (a launcher "
+				       "repositioning the rank); try again",
+				       index, -old);
 		if ((old > 0 && attempt >= REGISTER_TRIES_HELD) || attempt >= REGISTER_TRIES_MAX)
 			return sf__err(e, SF_E_BUSY, "participant %u is held by live pid %d", index,
-				       old < 0 ? -old : old);
+				       old);
 		usleep(1000);
 	}
 	/* This process holds the entry's lock: any earlier holder is dead. Acquire: pairs
@@ -435,8 +440,9 @@ int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *
 	SF_TEST_POINT(SF_TP_PRODUCER_FILLED);
 	/* Release: publishes the payload and the fields above; pairs with the acquire
 	 * load of READY in sf__consumer_claim(). A CAS from the word this producer's claim
-	 * wrote: if the slot is no longer its FILLING one, nothing is published over what
-	 * now stands there. */
+	 * wrote: if the slot is no longer its FILLING one, its state is left as it stands
+	 * (the fields above were written already: only a fence that failed could get here,
+	 * and the caller stops with the error). */
 	if (!atomic_compare_exchange_strong_explicit(&s->word, &filling,
 						     sf__slot_word(SF_SLOT_READY, 0, fill->lap),
 						     memory_order_release, memory_order_relaxed))

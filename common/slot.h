@@ -34,9 +34,11 @@
 #define SF_TP_CONSUMER_RELEASED	 6
 #define SF_TP_COUNT		 7
 /* Points for deterministic interleavings, not kills: a reclaimer holds a stale arena's
- * creator byte and is about to unlink it; a seek of an unattached rank holds its entry. */
+ * creator byte and is about to unlink it; a seek of an unattached rank holds its entry;
+ * an attach has opened its descriptors and is about to read and map the arena. */
 #define SF_TP_RECLAIM_FENCED 100
 #define SF_TP_SEEK_HELD	     101
+#define SF_TP_ATTACH_OPENED  102
 
 extern void (*sf__test_hook)(int point);
 

@@ -472,6 +472,19 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 	return 0;
 }
 
+/*
+ * A handle copied into a child of fork() is its parent's: the rank's entry, the slot held
+ * and the device state are the parent's, so the child may only let go of its copy. Every
+ * call that would act on them refuses; detach only unmaps.
+ */
+static int refuse_inherited(struct sf_consumer *c)
+{
+	return sf__err(&c->err, SF_E_STATE,
+		       "rank %u: this handle was attached by the parent of this process (before "
+		       "fork()); attach again here",
+		       c->global_rank);
+}
+
 int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream)
 {
 	struct sf_consumer_gpu *g = &c->gpu;
@@ -479,6 +492,8 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream)
 	sf_cucontext popped;
 	int r;
 
+	if (c->a->inherited)
+		return refuse_inherited(c);
 	if (!g->cu)
 		return sf__err(&c->err, SF_E_STATE, "set_stream: the handle is in CPU mode");
 	if (to == g->user_stream)
@@ -624,6 +639,8 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	unsigned char *payload;
 	int r;
 
+	if (c->a->inherited)
+		return refuse_inherited(c);
 	if (c->gpu.explicit_release && c->gpu.out[c->gpu.next_buf])
 		return sf__err(&c->err, SF_E_STATE,
 			       "rank %u: all %u device buffers hold batches not released yet "
@@ -723,6 +740,8 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 
 int sf_consumer_release(struct sf_consumer *c)
 {
+	if (c->a->inherited)
+		return refuse_inherited(c);
 	return release_held(c);
 }
 
@@ -733,6 +752,8 @@ int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batc
 	sf_cucontext popped;
 	int r;
 
+	if (c->a->inherited)
+		return refuse_inherited(c);
 	if (!g->cu)
 		return batch->step + 1 == c->step ? release_held(c) : 0;
 	if (k >= g->nbuf || !g->out[k] || g->step_in[k] != batch->step)
@@ -769,6 +790,8 @@ int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state)
 	uint64_t global_batch = (uint64_t)geo->batch * geo->world_size;
 	int r;
 
+	if (c->a->inherited)
+		return refuse_inherited(c);
 	if (state->config_digest != geo->config_digest)
 		return sf__err(&c->err, SF_E_DIGEST,
 			       "resume state of config %016llx, but the job runs config %016llx",
@@ -833,6 +856,8 @@ int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *b
 	const uint32_t src_dtype = c->a->hdr->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32;
 	void **out = NULL;
 
+	if (c->a->inherited)
+		return refuse_inherited(c);
 	if (c->gpu.cu)
 		return sf__err(&c->err, SF_E_STATE,
 			       "rank %u: widened copies are for CPU mode; on a GPU widen on the "
@@ -870,6 +895,13 @@ void sf_consumer_detach(struct sf_consumer *c)
 	if (!c)
 		return;
 	free(c->out);
+	if (c->a->inherited) {
+		/* The parent's slot, entry and device buffers are left alone; CUDA state does
+		 * not survive fork(), so its host-side tables are only forgotten. */
+		sf__arena_detach(c->a);
+		free(c);
+		return;
+	}
 	release_held(c);
 	gpu_teardown(c);
 	sf__participant_unregister(c->a, c->me);

@@ -199,8 +199,9 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 	p->last_beat_ns = 0;
 	p->stalled = 0;
 	p->stall_killed = 0;
-	if (S->paused)
-		kill(pid, SIGSTOP);
+	/* Not stopped even while the job is paused: a stop could land before the child has
+	 * run its fork handlers, leaving it holding the supervisor's locks if the supervisor
+	 * then died; a paused job hands out no work, so the new producer idles in its claim. */
 	return 0;
 }
 

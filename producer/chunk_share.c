@@ -349,8 +349,9 @@ int sf__share_publish(const struct sf_share_ref *ref, uint64_t chunk, uint64_t n
 	uint64_t w = ref->word;
 
 	/* The fields are written before the word is checked: a filler that lost the entry
-	 * writes them over its taker's, but the taker's claim bumped the generation, so
-	 * readers check them against the taker's word and the taker writes them again. */
+	 * (only a misjudged death gets there) writes them over its taker's; the CAS below
+	 * then fails and the caller's batch fails, but a taker that had published already
+	 * keeps the fields written here until its entry is next filled. */
 	atomic_store_explicit(&en->chunk, chunk, memory_order_relaxed);
 	atomic_store_explicit(&en->n_tokens, n_tokens, memory_order_relaxed);
 	atomic_store_explicit(&en->n_docs, n_docs, memory_order_relaxed);

@@ -205,6 +205,47 @@ Test(arena, an_orphan_holding_the_creators_lock_is_waited_for)
 	sf__arena_destroy(a);
 }
 
+/* Another thread's fork() in the middle of an attach, as the hook makes it: the child
+ * lives on 1.5 s with whatever it inherited. */
+static void fork_during_attach(int point)
+{
+	if (point != SF_TP_ATTACH_OPENED)
+		return;
+	sf__test_hook = NULL;
+	if (fork() == 0) {
+		usleep(1500 * 1000);
+		_exit(0);
+	}
+}
+
+Test(arena, a_fork_during_attach_leaves_the_child_no_lock)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a;
+	struct sf_err e = {0};
+	pid_t holder;
+	int status;
+
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0, "%s", e.msg);
+	holder = fork();
+	cr_assert_geq(holder, 0);
+	if (holder == 0) {
+		struct sf_arena *b;
+
+		sf__test_hook = fork_during_attach;
+		if (sf__arena_attach(job, NULL, &b, NULL) < 0)
+			_exit(1);
+		if (sf__participant_register(b, 0, SF_ROLE_PRODUCER, 0, NULL) < 1)
+			_exit(2);
+		_exit(0); /* dies holding entry 0; its child lives on */
+	}
+	waitpid(holder, &status, 0);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+	cr_expect_eq(sf__participant_alive(a, 0), 0, "the dead holder's child keeps its lock");
+	cr_expect_geq(sf__arena_repair(a, 0), 0);
+	sf__arena_destroy(a);
+}
+
 /* While this process holds the stale arena's fence, a second launcher tries to create. */
 static void second_launcher(int point)
 {

@@ -246,6 +246,42 @@ Test(consumer, output_buffers_get_each_batch_widened)
 	feed_stop(f);
 }
 
+/* A child of fork() that detaches (or uses) the handle it inherited leaves the parent's
+ * batch and rank alone. */
+Test(consumer, a_forked_child_leaves_the_parents_handle_alone)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c = attach(0);
+	struct sf_batch b, child_b;
+	unsigned char held[3 * 17 * 2];
+	uint64_t w;
+	pid_t pid;
+	int status;
+
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	memcpy(held, b.tokens, sizeof(held));
+	w = atomic_load(&sf__arena_slot(f->arena, 0, 0)->word);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int ok = sf_consumer_next(c, 0, &child_b) == SF_E_STATE &&
+			 strstr(sf_consumer_errmsg(c), "fork") != NULL;
+
+		sf_consumer_detach(c);
+		_exit(ok ? 0 : 1);
+	}
+	waitpid(pid, &status, 0);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* Still claimed by this process, its bytes unchanged after the producers ran on. */
+	cr_expect_eq(atomic_load(&sf__arena_slot(f->arena, 0, 0)->word), w);
+	usleep(50000);
+	cr_expect_eq(memcmp(b.tokens, held, sizeof(held)), 0);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
+	expect_batch(f, &b, 0, 1);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
 Test(consumer, no_such_job)
 {
 	char msg[256] = "";
