@@ -118,7 +118,7 @@ def test_wide_ids_in_a_uint16_job_stop_at_once(rt, tmp_path):
     # An llm.c shard of uint32 tokens, some above 65535, in a job whose dtype is uint16.
     data = tmp_path / "wide.bin"
     n = 4096
-    header = struct.pack("<256i", 20240801, 1, n, *([0] * 253))
+    header = struct.pack("<256i", 20240801, 7, n, *([0] * 253))
     with open(data, "wb") as f:
         f.write(header + b"".join(struct.pack("<I", 70000 + i) for i in range(n)))
     cfg = write_config(tmp_path, f"[{data}]")

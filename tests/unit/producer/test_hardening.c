@@ -451,7 +451,7 @@ Test(hardening, wide_ids_outside_the_vocabulary_are_found_too)
 {
 	struct sf_dataset *ds = NULL;
 	struct sf_err e = {0};
-	int32_t header[256] = {20240801, 1, 4096};
+	int32_t header[256] = {20240801, 7, 4096};
 	uint32_t ids[4096];
 	FILE *f;
 

@@ -93,6 +93,40 @@ Test(sources, llmc_wrong_magic)
 	expect_fail(SF_E_SOURCE, path, "byte 0: wrong magic 12345");
 }
 
+/* What llm.c's write_datafile makes must open: gpt-2 (v1, uint16) and llama-3 (v7, uint32). */
+static void expect_llmc_opens(const char *model_desc, uint32_t width)
+{
+	uint32_t tokens[300];
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	for (uint32_t i = 0; i < 300; i++)
+		tokens[i] = i * 7;
+	snprintf(path, sizeof(path), "%s/shard_000000.bin", dir);
+	write_llmc_datafile(path, tokens, 300, model_desc);
+	cfg.dtype = width == 4 ? SF_DTYPE_I32 : SF_DTYPE_U16;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s: %s", model_desc, e.msg);
+	sf__dataset_close(ds);
+}
+
+Test(sources, llmc_gpt2_shard_as_llmc_writes_it)
+{
+	expect_llmc_opens("gpt-2", 2);
+}
+
+Test(sources, llmc_llama3_shard_as_llmc_writes_it)
+{
+	expect_llmc_opens("llama-3", 4);
+}
+
+Test(sources, llmc_version_not_of_its_magic)
+{
+	int32_t h[256 + 20] = {20240801, 1, 20};
+
+	put("v1wide.bin", h, sizeof(h));
+	expect_fail(SF_E_SOURCE, path, "byte 4: unsupported llm.c version 1 for magic 20240801");
+}
+
 Test(sources, llmc_truncated_tokens)
 {
 	int32_t h[256 + 10] = {20240520, 1, 100};
