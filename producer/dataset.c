@@ -296,11 +296,13 @@ static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, st
 	if (cfg->vocab) {
 		vocab = strdup(cfg->vocab);
 	} else if (cfg->vocab_dir) {
-		size_t n = strlen(cfg->vocab_dir) + strlen(cfg->encoding) + 16;
+		/* tiktoken names the file after the encoding: gpt2's is r50k_base.tiktoken. */
+		const char *name = sf__tok_vocab_name(cfg->encoding);
+		size_t n = strlen(cfg->vocab_dir) + strlen(name) + 16;
 
 		vocab = malloc(n);
 		if (vocab)
-			snprintf(vocab, n, "%s/%s.tiktoken", cfg->vocab_dir, cfg->encoding);
+			snprintf(vocab, n, "%s/%s.tiktoken", cfg->vocab_dir, name);
 	}
 	if ((cfg->vocab || cfg->vocab_dir) && !vocab)
 		return sf__err(e, -ENOMEM, "out of memory");

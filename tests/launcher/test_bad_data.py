@@ -172,6 +172,30 @@ def test_check_loads_the_vocabulary(tmp_path):
             os.environ["SHMFEED_VOCAB_DIR"] = env_vocab
 
 
+def test_gpt2_vocab_dir_names_tiktoken_file(tmp_path, monkeypatch):
+    # tiktoken's file for gpt2 is r50k_base.tiktoken; check, --strict or not, finds it in
+    # vocab_dir, and fails naming it when vocab_dir lacks it.
+    shared = os.environ.get("SF_SHARED_DATA", "")
+    vocab_dir = os.path.join(shared, "vocab")
+    if not os.path.exists(os.path.join(vocab_dir, "r50k_base.tiktoken")):
+        pytest.skip(f"no shared test data at {vocab_dir}")
+    monkeypatch.delenv("SHMFEED_VOCAB_DIR", raising=False)
+    (tmp_path / "a.txt").write_text("some text\n")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"sources: [a.txt]\ntokenizer: {{encoding: gpt2, vocab_dir: {vocab_dir}}}\n")
+    for strict in ([], ["--strict"]):
+        out = subprocess.run([SHMFEED, "check", str(cfg), *strict], capture_output=True,
+                             text=True, timeout=20)
+        assert out.returncode == 0, out.stderr
+        empty = tmp_path / "empty"
+        empty.mkdir(exist_ok=True)
+        out = subprocess.run([SHMFEED, "check", str(cfg), *strict, "--set",
+                              f"tokenizer.vocab_dir={empty}"], capture_output=True, text=True,
+                             timeout=20)
+        assert out.returncode == 1, out
+        assert f"{empty}/r50k_base.tiktoken" in out.stderr, out.stderr
+
+
 def test_check_prints_absolute_paths_and_literal_names(tmp_path, monkeypatch):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "x[1].txt").write_text("a document\n")

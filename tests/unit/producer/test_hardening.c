@@ -419,6 +419,19 @@ static int have_r50k(void)
 	return access(r50k, R_OK) == 0;
 }
 
+Test(hardening, gpt2_vocab_dir_reads_r50k_base_tiktoken)
+{
+	struct sf_err e = {0};
+	char vocab_dir[4096];
+
+	if (!have_r50k())
+		cr_skip_test("no shared test data at %s", r50k);
+	snprintf(vocab_dir, sizeof(vocab_dir), "%.*s", (int)(strrchr(r50k, '/') - r50k), r50k);
+	cfg.encoding = "gpt2";
+	cfg.vocab_dir = vocab_dir;
+	cr_expect_eq(sf__dataset_check_tokenizer(&cfg, &e), 0, "%s", e.msg);
+}
+
 Test(hardening, id_outside_the_vocabulary_names_file_and_offset)
 {
 	struct sf_dataset *ds = NULL;
