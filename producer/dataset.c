@@ -264,12 +264,13 @@ static int tokenizer_digest(const char *encoding, const char *vocab, uint64_t *r
 	} else if (!strncmp(encoding, "char:", 5)) {
 		r = hash_file(&st, encoding + 5, e);
 	} else if (strcmp(encoding, "bytes") && dir) {
-		size_t n = strlen(dir) + strlen(encoding) + 16;
+		const char *name = sf__tok_vocab_name(encoding);
+		size_t n = strlen(dir) + strlen(name) + 16;
 		char *path = malloc(n);
 
 		if (!path)
 			return sf__err(e, -ENOMEM, "out of memory");
-		snprintf(path, n, "%s/%s.tiktoken", dir, encoding);
+		snprintf(path, n, "%s/%s.tiktoken", dir, name);
 		r = hash_file(&st, path, e);
 		free(path);
 	}

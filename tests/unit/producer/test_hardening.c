@@ -430,6 +430,11 @@ Test(hardening, gpt2_vocab_dir_reads_r50k_base_tiktoken)
 	cfg.encoding = "gpt2";
 	cfg.vocab_dir = vocab_dir;
 	cr_expect_eq(sf__dataset_check_tokenizer(&cfg, &e), 0, "%s", e.msg);
+	/* The same file through $SHMFEED_VOCAB_DIR, which the tokenizer's digest reads. */
+	cfg.vocab_dir = NULL;
+	cr_assert_eq(setenv("SHMFEED_VOCAB_DIR", vocab_dir, 1), 0);
+	cr_expect_eq(sf__dataset_check_tokenizer(&cfg, &e), 0, "%s", e.msg);
+	unsetenv("SHMFEED_VOCAB_DIR");
 }
 
 Test(hardening, id_outside_the_vocabulary_names_file_and_offset)
