@@ -87,6 +87,7 @@ static const struct field tokenizer_fields[] = {
 	{"vocab", T_PATH, CFG(vocab), 0, 0, NULL, NULL, F_NULLABLE, "a file path, or null"},
 	{"vocab_dir", T_PATH, CFG(vocab_dir), 0, 0, NULL, NULL, F_NULLABLE,
 	 "a directory path, or null"},
+	{"eot_id", T_U64, CFG(eot_id), 0, UINT32_MAX - 1, NULL, NULL, F_NULLABLE, NULL},
 	END_FIELDS,
 };
 
@@ -399,10 +400,16 @@ static int set_number(struct loader *L, const struct field *f, const yaml_node_t
 		*(uint32_t *)((char *)base + f->off) = 0;
 		return 0;
 	}
+	if (n->type == YAML_SCALAR_NODE && (f->flags & F_NULLABLE) && is_null(n)) {
+		*(uint64_t *)((char *)base + f->off) = UINT64_MAX;
+		return 0;
+	}
 	if (n->type != YAML_SCALAR_NODE || !is_plain(n) || is_null(n))
 		return fail_at(L, n, "'%s' must be an unsigned integer in [%llu, %llu]%s, not %s",
 			       f->key, (unsigned long long)f->min, (unsigned long long)f->max,
-			       f->flags & F_AUTO ? " or auto" : "",
+			       f->flags & F_AUTO       ? " or auto"
+			       : f->flags & F_NULLABLE ? " or null"
+						       : "",
 			       n->type == YAML_SCALAR_NODE && !is_null(n) ? "a quoted string"
 									  : node_kind(n));
 	r = parse_u64(scalar(n), &v);
@@ -713,6 +720,7 @@ void sf__config_defaults(struct sf_config *cfg)
 	cfg->batch_size = 8;
 	cfg->seq_len = 256;
 	cfg->dtype = SF_DTYPE_AUTO;
+	cfg->eot_id = SF_EOT_ID_UNSET;
 	cfg->mode = SF_SAMPLE_WINDOWS;
 	cfg->seed = 1337;
 	cfg->slots_per_rank = 4;
@@ -1188,7 +1196,10 @@ static void write_fields(FILE *out, const struct field *fields, const void *base
 			fprintf(out, "%u", *(const uint32_t *)p);
 			break;
 		case T_U64:
-			fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)p);
+			if ((f->flags & F_NULLABLE) && *(const uint64_t *)p == UINT64_MAX)
+				fputs("null", out);
+			else
+				fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)p);
 			break;
 		case T_MS:
 			fprintf(out, "%ums", *(const uint32_t *)p);
@@ -1302,6 +1313,9 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 	digest_str(&st, cfg->encoding);
 	if (cfg->vocab)
 		digest_file(&st, cfg->vocab);
+	/* Only when set, so that the digests of jobs without it stay what they were. */
+	if (cfg->eot_id != SF_EOT_ID_UNSET)
+		digest_u64(&st, cfg->eot_id);
 	digest_u64(&st, cfg->seq_len);
 	digest_u64(&st, cfg->dtype);
 	digest_u64(&st, cfg->mode);

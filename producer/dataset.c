@@ -316,9 +316,45 @@ static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, st
 	r = sf__tok_eot(ds->tok);
 	ds->eot = r >= 0 ? (uint32_t)r : UINT32_MAX;
 	/* `bytes`, the default, names how raw text is cut, not how token files were made:
-	 * their ids are held to the vocabulary of any other encoding the job names. */
+	 * their ids are held to the vocabulary of any other encoding the job names, and
+	 * its end-of-text id (256) is not theirs. */
 	if (ds->n_token_files && strcmp(cfg->encoding, "bytes"))
 		ds->id_limit = sf__tok_n_vocab(ds->tok);
+	else if (ds->n_token_files)
+		ds->eot = UINT32_MAX;
+	return 0;
+}
+
+/*
+ * The end-of-text id that marks document starts in flat token files (nanoGPT, llm.c;
+ * a Megatron index lists its documents): tokenizer.eot_id, else that of the encoding
+ * the job names. Document starts asked for without either are a config error: guessing
+ * would record starts after an ordinary token.
+ */
+static int choose_eot(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+{
+	const char *job = cfg->path ? cfg->path : "config";
+
+	if (cfg->eot_id != SF_EOT_ID_UNSET) {
+		if (ds->n_text_files)
+			return sf__err(e, SF_E_CONFIG,
+				       "%s: tokenizer.eot_id applies to pre-tokenized sources; raw "
+				       "text ends its documents with the end-of-text id of its "
+				       "encoding",
+				       job);
+		ds->eot = (uint32_t)cfg->eot_id;
+		return 0;
+	}
+	if (!cfg->doc_starts || ds->eot != UINT32_MAX)
+		return 0;
+	for (uint32_t i = 0; i < ds->n_token_files; i++)
+		if (ds->token_files[i].format != SF_FMT_MEGATRON)
+			return sf__err(e, SF_E_CONFIG,
+				       "%s: sampling.doc_starts needs the end-of-text id of the "
+				       "pre-tokenized file %s: set tokenizer.encoding to the "
+				       "encoding it was made with (gpt2 for GPT-2 tokens) or "
+				       "tokenizer.eot_id (50256 for GPT-2)",
+				       job, ds->token_files[i].path);
 	return 0;
 }
 
@@ -391,6 +427,8 @@ int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, st
 	r = open_sources(ds, cfg, e);
 	if (r >= 0)
 		r = load_tokenizer(ds, cfg, e);
+	if (r >= 0)
+		r = choose_eot(ds, cfg, e);
 	if (r >= 0)
 		r = choose_dtype(ds, cfg, e);
 	if (r >= 0 && ds->n_text_files)
