@@ -367,24 +367,37 @@ int sf__dataset_check_tokenizer(const struct sf_config *cfg, struct sf_err *e)
 	return r;
 }
 
+/*
+ * The arena's token width. Pre-tokenized files decide it by their own width (dtype auto:
+ * the widest file's; an explicit uint16 cannot take a 4-byte file), whatever the encoding;
+ * raw text by the vocabulary of its encoding.
+ */
 static int choose_dtype(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
 {
-	uint32_t widest = 2;
+	const struct sf_token_file *wide = NULL;
 
-	for (uint32_t i = 0; i < ds->n_token_files; i++)
-		if (ds->token_files[i].width > widest)
-			widest = ds->token_files[i].width;
+	for (uint32_t i = 0; i < ds->n_token_files && !wide; i++)
+		if (ds->token_files[i].width > 2)
+			wide = &ds->token_files[i];
 	if (cfg->dtype == SF_DTYPE_U16) {
-		if (ds->tok && sf__tok_n_vocab(ds->tok) > 65536)
+		if (wide)
+			return sf__err(
+				e, SF_E_CONFIG,
+				"%s: batch.dtype uint16 cannot hold the 4-byte tokens of %s; "
+				"use dtype auto or int32",
+				cfg->path ? cfg->path : "config", wide->path);
+		if (ds->n_text_files && ds->tok && sf__tok_n_vocab(ds->tok) > 65536)
 			return sf__err(e, SF_E_CONFIG, "dtype uint16 cannot hold the %u ids of %s",
 				       sf__tok_n_vocab(ds->tok), cfg->encoding);
 		ds->token_bytes = 2;
 	} else if (cfg->dtype == SF_DTYPE_I32) {
 		ds->token_bytes = 4;
+	} else if (ds->n_token_files) {
+		ds->token_bytes = wide ? 4 : 2;
 	} else if (ds->tok) {
 		ds->token_bytes = sf__tok_n_vocab(ds->tok) <= 65536 ? 2 : 4;
 	} else {
-		ds->token_bytes = widest;
+		ds->token_bytes = 2;
 	}
 	return 0;
 }

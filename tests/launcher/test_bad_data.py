@@ -114,18 +114,33 @@ def test_source_rewritten_in_place_stops_the_job(rt, tmp_path):
     assert took < 10, out.stderr
 
 
-def test_wide_ids_in_a_uint16_job_stop_at_once(rt, tmp_path):
-    # An llm.c shard of uint32 tokens, some above 65535, in a job whose dtype is uint16.
+def write_wide_shard(tmp_path):
+    # An llm.c llama-3 shard (uint32 tokens, version 7), ids above 65535.
     data = tmp_path / "wide.bin"
     n = 4096
     header = struct.pack("<256i", 20240801, 7, n, *([0] * 253))
     with open(data, "wb") as f:
         f.write(header + b"".join(struct.pack("<I", 70000 + i) for i in range(n)))
+    return data
+
+
+def test_wide_source_in_a_uint16_job_is_refused_before_it_starts(rt, tmp_path):
+    data = write_wide_shard(tmp_path)
     cfg = write_config(tmp_path, f"[{data}]")
     job = job_name("wide")
     out = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 10), sets=["batch.dtype=uint16"])
-    assert_stopped_at_once(out, "does not fit the uint16 dtype")
-    assert str(data) in out.stderr
+    assert out.returncode != 0, out.stderr
+    assert f"batch.dtype uint16 cannot hold the 4-byte tokens of {data}" in out.stderr, out.stderr
+    assert "restarted" not in out.stderr, out.stderr
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_wide_source_with_dtype_auto_runs_int32(rt, tmp_path):
+    data = write_wide_shard(tmp_path)
+    cfg = write_config(tmp_path, f"[{data}]")
+    job = job_name("wideauto")
+    out = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 3))
+    assert out.returncode == 0, out.stderr
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 

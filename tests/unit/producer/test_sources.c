@@ -443,3 +443,37 @@ Test(sources, copy_tokens_narrows_and_finds_the_first_wide_id)
 		ids[at + 5] = keep2;
 	}
 }
+
+/* dtype auto follows a pre-tokenized source's width, not the (default) byte tokenizer. */
+Test(sources, dtype_auto_takes_the_width_of_the_source)
+{
+	uint32_t tokens[300];
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	for (uint32_t i = 0; i < 300; i++)
+		tokens[i] = 65536 + i * 7;
+	cfg.encoding = "bytes"; /* what a job file without a tokenizer section gets */
+	snprintf(path, sizeof(path), "%s/llama.bin", dir);
+	write_llmc_datafile(path, tokens, 300, "llama-3");
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.token_bytes, 4);
+	sf__dataset_close(ds);
+	write_llmc_datafile(path, tokens, 300, "gpt-2");
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.token_bytes, 2);
+	sf__dataset_close(ds);
+}
+
+Test(sources, dtype_uint16_refuses_a_source_of_wider_tokens)
+{
+	uint32_t tokens[300] = {0};
+
+	snprintf(path, sizeof(path), "%s/llama.bin", dir);
+	write_llmc_datafile(path, tokens, 300, "llama-3");
+	cfg.dtype = SF_DTYPE_U16;
+	expect_fail(SF_E_CONFIG, path, "batch.dtype uint16 cannot hold the 4-byte tokens");
+}
