@@ -5,6 +5,7 @@
  * (source_text.c). Sample k of the stream is found by producer/sampler.h without any
  * state, which makes a batch a pure function of (rank, step).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -72,11 +73,92 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Append a copy of `p` (of `len` bytes) to the growing list. */
+static int push_path(char ***paths, size_t *n, size_t *cap, const char *p, size_t len)
+{
+	if (*n == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 16;
+		char **np = realloc(*paths, ncap * sizeof(*np));
+
+		if (!np)
+			return -ENOMEM;
+		*paths = np;
+		*cap = ncap;
+	}
+	(*paths)[*n] = strndup(p, len);
+	if (!(*paths)[*n])
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+/* Whether `path` is a regular file after symlinks. */
+static int is_regular(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/*
+ * The files of a directory given as a source path: its regular files (after symlinks),
+ * not those of its subdirectories, names starting with "." skipped (the `beside` index
+ * caches among them), and a Megatron NAME.idx skipped where NAME.bin is there too (the
+ * .bin names the pair). A directory that holds none is an error, as a glob matching
+ * nothing is.
+ */
+static int expand_directory(const char *dir, char ***paths, size_t *n, size_t *cap,
+			    struct sf_err *e)
+{
+	size_t dlen = strlen(dir), before = *n;
+	struct dirent *de;
+	DIR *d;
+	int r = 0;
+
+	while (dlen > 1 && dir[dlen - 1] == '/')
+		dlen--;
+	d = opendir(dir);
+	if (!d)
+		return sf__err(e, -errno, "%s: cannot list the directory: %s", dir,
+			       strerror(errno));
+	while (r == 0 && (errno = 0, de = readdir(d))) {
+		size_t nlen = strlen(de->d_name);
+		char *full;
+
+		if (de->d_name[0] == '.')
+			continue;
+		if (asprintf(&full, "%.*s/%s", (int)dlen, dir, de->d_name) < 0) {
+			r = -ENOMEM;
+			break;
+		}
+		if (is_regular(full) && nlen > 4 && !strcmp(de->d_name + nlen - 4, ".idx")) {
+			strcpy(full + strlen(full) - 4, ".bin");
+			if (is_regular(full)) {
+				free(full);
+				continue;
+			}
+			strcpy(full + strlen(full) - 4, ".idx");
+		}
+		if (is_regular(full))
+			r = push_path(paths, n, cap, full, strlen(full));
+		free(full);
+	}
+	if (r == 0 && errno)
+		r = sf__err(e, -errno, "%s: cannot list the directory: %s", dir, strerror(errno));
+	else if (r == -ENOMEM)
+		r = sf__err(e, r, "out of memory");
+	closedir(d);
+	if (r == 0 && *n == before)
+		r = sf__err(e, -ENOENT, "%s: the directory holds no regular file", dir);
+	return r;
+}
+
 /*
  * The paths of a source: each entry taken literally when it holds no glob character or
  * when a file of exactly that name exists (so "data[1].bin" names itself), else expanded
- * as a glob; all of them sorted and deduplicated. A glob that matches nothing is an
- * error: a typo must not silently shrink the dataset.
+ * as a glob; a directory stands for its files (expand_directory()); all of them sorted
+ * and deduplicated. A glob that matches nothing is an error: a typo must not silently
+ * shrink the dataset.
  */
 int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
 		      struct sf_err *e)
@@ -87,8 +169,8 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 
 	for (uint32_t i = 0; i < src->n_paths && r == 0; i++) {
 		const char *p = src->paths[i];
+		struct stat st;
 		glob_t g = {0};
-		size_t add;
 
 		if (strpbrk(p, "*?[") && access(p, F_OK) != 0) {
 			int gr = glob(p, GLOB_ERR, NULL, &g);
@@ -102,29 +184,19 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 				globfree(&g);
 				break;
 			}
+			for (size_t j = 0; j < g.gl_pathc && r == 0; j++)
+				r = push_path(&paths, &n, &cap, g.gl_pathv[j],
+					      strlen(g.gl_pathv[j]));
+			globfree(&g);
+			if (r == -ENOMEM)
+				r = sf__err(e, r, "out of memory");
+		} else if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+			r = expand_directory(p, &paths, &n, &cap, e);
+		} else {
+			r = push_path(&paths, &n, &cap, p, strlen(p));
+			if (r == -ENOMEM)
+				r = sf__err(e, r, "out of memory");
 		}
-		add = g.gl_pathc ? g.gl_pathc : 1;
-		if (n + add > cap) {
-			size_t ncap = (n + add) * 2;
-			char **np = realloc(paths, ncap * sizeof(*np));
-
-			if (!np) {
-				r = sf__err(e, -ENOMEM, "out of memory");
-				globfree(&g);
-				break;
-			}
-			paths = np;
-			cap = ncap;
-		}
-		for (size_t j = 0; j < add; j++) {
-			paths[n] = strdup(g.gl_pathc ? g.gl_pathv[j] : p);
-			if (!paths[n]) {
-				r = sf__err(e, -ENOMEM, "out of memory");
-				break;
-			}
-			n++;
-		}
-		globfree(&g);
 	}
 	if (r < 0) {
 		for (size_t i = 0; i < n; i++)
@@ -420,6 +492,27 @@ static void copy_config(struct sf_dataset *ds, const struct sf_config *cfg)
 	ds->sources = cfg->sources;
 	ds->n_sources = cfg->n_sources;
 	ds->eot = UINT32_MAX;
+}
+
+int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, struct sf_err *e)
+{
+	struct sf_dataset *ds = calloc(1, sizeof(*ds));
+	int r;
+
+	if (!ds)
+		return sf__err(e, -ENOMEM, "out of memory");
+	copy_config(ds, cfg);
+	r = open_sources(ds, cfg, e);
+	if (r >= 0)
+		r = load_tokenizer(ds, cfg, e);
+	if (r >= 0)
+		r = choose_eot(ds, cfg, e);
+	if (r >= 0)
+		r = choose_dtype(ds, cfg, e);
+	if (r >= 0)
+		*ret_token_bytes = ds->token_bytes;
+	sf__dataset_close(ds);
+	return r < 0 ? r : 0;
 }
 
 int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, struct sf_err *e)

@@ -211,6 +211,63 @@ def test_gpt2_vocab_dir_names_tiktoken_file(tmp_path, monkeypatch):
         assert f"{empty}/r50k_base.tiktoken" in out.stderr, out.stderr
 
 
+def megatron_pair(prefix, n=4096):
+    # Megatron's MMIDIDX: one uint16 document of n tokens.
+    with open(f"{prefix}.bin", "wb") as f:
+        f.write(b"".join(struct.pack("<H", i % 50000) for i in range(n)))
+    with open(f"{prefix}.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 1, 2) +
+                struct.pack("<i", n) + struct.pack("<Q", 0) + struct.pack("<QQ", 0, 1))
+
+
+def test_check_fails_where_run_fails(rt, tmp_path):
+    # Each config that run refuses, check refuses with the same message.
+    put_tokens(tmp_path / "a.bin", 4096)
+    cases = {
+        "a glob that matches nothing": (f"[{tmp_path}/none*.bin]", "no file matches"),
+        "a missing file": (f"[{tmp_path}/none.bin]", "cannot open"),
+        "an empty directory": (f"[{tmp_path}/empty]", "the directory holds no regular file"),
+        "doc_starts without an end-of-text id": (f"[{tmp_path}/a.bin]",
+                                                 "needs the end-of-text id"),
+    }
+    (tmp_path / "empty").mkdir()
+    for what, (sources, needle) in cases.items():
+        cfg = write_config(tmp_path, sources, "sampling: {doc_starts: 4}\n"
+                           if "doc_starts" in what else "")
+        out = check(cfg)
+        assert out.returncode == 1 and needle in out.stderr, (what, out)
+        job = job_name("parity")
+        ran = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 3))
+        assert ran.returncode != 0 and needle in ran.stderr, (what, ran.stderr)
+        assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_check_and_run_take_a_directory_and_a_megatron_prefix(rt, tmp_path):
+    d = tmp_path / "shards"
+    d.mkdir()
+    for name in ("b.bin", "a.bin", ".hidden.bin"):
+        put_tokens(d / name, 4096)
+    (d / "sub").mkdir()
+    put_tokens(d / "sub" / "c.bin", 4096)
+    megatron_pair(tmp_path / "mega")
+    for sources, files, nbytes in ((f"[{d}/]", 2, 2 * 8192),
+                                   (f"[{{paths: {tmp_path}/mega, format: megatron}}]", 2,
+                                    8192 + 34 + 12 + 16),
+                                   (f"[{tmp_path}/mega]", 2, 8192 + 34 + 12 + 16)):
+        cfg = write_config(tmp_path, sources)
+        for strict in ([], ["--strict"]):
+            out = subprocess.run([SHMFEED, "check", cfg, *strict], capture_output=True,
+                                 text=True, timeout=20)
+            assert out.returncode == 0, out.stderr
+            assert f": {files} files, {nbytes} bytes\n" in out.stdout, out.stdout
+            assert "# batch.dtype auto: the arena holds uint16 tokens\n" in out.stdout
+        job = job_name("dir")
+        ran = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 3))
+        assert ran.returncode == 0, ran.stderr
+    out = check(write_config(tmp_path, f"[{d}]"), "batch.dtype=int32")
+    assert "# batch.dtype int32: the arena holds int32 tokens\n" in out.stdout, out
+
+
 def test_check_prints_absolute_paths_and_literal_names(tmp_path, monkeypatch):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "x[1].txt").write_text("a document\n")

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -476,4 +477,43 @@ Test(sources, dtype_uint16_refuses_a_source_of_wider_tokens)
 	write_llmc_datafile(path, tokens, 300, "llama-3");
 	cfg.dtype = SF_DTYPE_U16;
 	expect_fail(SF_E_CONFIG, path, "batch.dtype uint16 cannot hold the 4-byte tokens");
+}
+
+/* A directory stands for its regular files: sorted, not recursive, no dot-files, and a
+ * Megatron pair once (by its .bin). */
+Test(sources, directory_means_its_regular_files)
+{
+	static const char *const names[] = {"b.bin", "a.bin", ".cache.sfidx",
+					    "m.bin", "m.idx", "only.idx"};
+	char sub[4200], *p = path;
+
+	char **paths = NULL;
+	size_t n = 0;
+	struct sf_err e = {0};
+	uint16_t t[4] = {0};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		put(names[i], t, sizeof(t));
+	snprintf(sub, sizeof(sub), "%s/sub", dir);
+	cr_assert_eq(mkdir(sub, 0700), 0);
+	put("sub/c.bin", t, sizeof(t));
+	snprintf(path, sizeof(path), "%s//", dir);
+	src.paths = &p;
+	cr_assert_eq(sf__source_expand(&src, &paths, &n, &e), 0, "%s", e.msg);
+	cr_assert_eq(n, 4);
+	for (size_t i = 0; i < n; i++) {
+		static const char *const want[] = {"a.bin", "b.bin", "m.bin", "only.idx"};
+		char expect[4200];
+
+		snprintf(expect, sizeof(expect), "%s/%s", dir, want[i]);
+		cr_expect_str_eq(paths[i], expect);
+		free(paths[i]);
+	}
+	free(paths);
+	/* A directory of none (its subdirectory aside) is refused as an empty glob is. */
+	snprintf(path, sizeof(path), "%s/sub/c.bin", dir);
+	cr_assert_eq(remove(path), 0);
+	cr_assert_eq(mkdir(strcat(sub, "/deeper"), 0700), 0);
+	snprintf(path, sizeof(path), "%s/sub", dir);
+	expect_fail(-ENOENT, path, "the directory holds no regular file");
 }
