@@ -273,37 +273,40 @@ static void keys_list(const struct field *fields, char *buf, size_t len)
 /*
  * A path from the file is relative to the file's directory, made absolute when the file
  * is read, so a job file works from any current directory and `check` prints where each
- * path leads; absolute paths, globs starting with '/', and paths from overrides or from
- * a config given as text stay as written. The joined path has no "." segments or
- * doubled slashes; ".." segments stay, since removing them by text would be wrong past
- * a symlink.
+ * path leads; paths from overrides or from a config given as text stay relative to the
+ * current directory. Every path is printed normalised: no "." segments, doubled or
+ * trailing slashes ("./data//" is "data", "." stays "."); ".." segments stay, since
+ * removing them by text would be wrong past a symlink.
  */
 static char *resolve_path(const struct origin *o, const char *p)
 {
-	char *out;
+	int absolute = p[0] == '/';
+	const char *base = !absolute && o->base_dir ? o->base_dir : "";
+	char *out = malloc(strlen(base) + strlen(p) + 3);
 	size_t n;
 
-	if (p[0] == '/' || !o->base_dir)
-		return strdup(p);
-	out = malloc(strlen(o->base_dir) + strlen(p) + 2);
 	if (!out)
 		return NULL;
-	n = strlen(o->base_dir);
-	memcpy(out, o->base_dir, n + 1);
+	n = strlen(base);
+	memcpy(out, base, n + 1);
 	while (n > 1 && out[n - 1] == '/')
 		out[--n] = 0;
+	if (absolute && n == 0)
+		out[n++] = '/';
 	for (const char *seg = p; *seg;) {
 		const char *end = strchr(seg, '/');
 		size_t len = end ? (size_t)(end - seg) : strlen(seg);
 
 		if (len && !(len == 1 && seg[0] == '.')) {
-			if (n != 1 || out[0] != '/')
+			if (n && !(n == 1 && out[0] == '/'))
 				out[n++] = '/';
 			memcpy(out + n, seg, len);
 			n += len;
 		}
 		seg += len + (end ? 1 : 0);
 	}
+	if (n == 0)
+		out[n++] = '.';
 	out[n] = 0;
 	return out;
 }

@@ -444,3 +444,33 @@ Test(config, eot_id_is_an_id_or_null)
 	rejects("sources: [a.bin]\ntokenizer: {eot_id: '7'}\n",
 		"job.yaml:2:21:", "an unsigned integer in [0, 4294967294] or null");
 }
+
+Test(config, paths_are_normalised)
+{
+	const char *set[] = {"sources=[./data//a.bin, 'shards/', ../up/./b.bin, ./, //abs//c/]"};
+	char dir[] = "/tmp/sf-cfg-XXXXXX", path[64], want[96];
+	FILE *f;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/j.yaml", dir);
+	f = fopen(path, "w");
+	fputs("sources: [./data//x.bin, 'shards/', /abs/./y//z.bin, .]\n", f);
+	fclose(f);
+	sf__config_free(&cfg);
+	cr_assert_eq(sf__config_load(path, &cfg, &err), 0, "%s", err.msg);
+	snprintf(want, sizeof(want), "%s/data/x.bin", dir);
+	cr_expect_str_eq(cfg.sources[0].paths[0], want);
+	snprintf(want, sizeof(want), "%s/shards", dir);
+	cr_expect_str_eq(cfg.sources[1].paths[0], want);
+	cr_expect_str_eq(cfg.sources[2].paths[0], "/abs/y/z.bin");
+	cr_expect_str_eq(cfg.sources[3].paths[0], dir);
+	sf__config_free(&cfg);
+	cr_assert_eq(sf__config_load_overrides(path, set, 1, &cfg, &err), 0, "%s", err.msg);
+	cr_expect_str_eq(cfg.sources[0].paths[0], "data/a.bin");
+	cr_expect_str_eq(cfg.sources[1].paths[0], "shards");
+	cr_expect_str_eq(cfg.sources[2].paths[0], "../up/b.bin");
+	cr_expect_str_eq(cfg.sources[3].paths[0], ".");
+	cr_expect_str_eq(cfg.sources[4].paths[0], "/abs/c");
+	unlink(path);
+	rmdir(dir);
+}
