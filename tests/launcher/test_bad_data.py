@@ -211,12 +211,14 @@ def test_gpt2_vocab_dir_names_tiktoken_file(tmp_path, monkeypatch):
         assert f"{empty}/r50k_base.tiktoken" in out.stderr, out.stderr
 
 
-def megatron_pair(prefix, n=4096):
-    # Megatron's MMIDIDX: one uint16 document of n tokens.
+def megatron_pair(prefix, n=4096, wide=False):
+    # Megatron's MMIDIDX: one document of n tokens, uint16 (code 8) or int32 (code 4).
     with open(f"{prefix}.bin", "wb") as f:
-        f.write(b"".join(struct.pack("<H", i % 50000) for i in range(n)))
+        f.write(b"".join(struct.pack("<i" if wide else "<H", (i * 37) % (1 << 17 if wide
+                                                                    else 50000))
+                         for i in range(n)))
     with open(f"{prefix}.idx", "wb") as f:
-        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 1, 2) +
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4 if wide else 8, 1, 2) +
                 struct.pack("<i", n) + struct.pack("<Q", 0) + struct.pack("<QQ", 0, 1))
 
 
@@ -266,6 +268,21 @@ def test_check_and_run_take_a_directory_and_a_megatron_prefix(rt, tmp_path):
         assert ran.returncode == 0, ran.stderr
     out = check(write_config(tmp_path, f"[{d}]"), "batch.dtype=int32")
     assert "# batch.dtype int32: the arena holds int32 tokens\n" in out.stdout, out
+
+
+def test_int32_megatron_data_without_a_tokenizer_gets_an_int32_arena(rt, tmp_path):
+    # dtype auto follows the data: ids up to 131071 need int32, whatever the encoding.
+    megatron_pair(tmp_path / "wide", wide=True)
+    cfg = write_config(tmp_path, f"[{tmp_path}/wide]")
+    out = check(cfg)
+    assert out.returncode == 0, out.stderr
+    assert "# batch.dtype auto: the arena holds int32 tokens\n" in out.stdout, out.stdout
+    out = check(cfg, "batch.dtype=uint16")
+    assert out.returncode == 1 and "cannot hold the 4-byte tokens" in out.stderr, out
+    job = job_name("mega32")
+    ran = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 20))
+    assert ran.returncode == 0, ran.stderr
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 
 def test_check_prints_absolute_paths_and_literal_names(tmp_path, monkeypatch):
