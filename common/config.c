@@ -87,6 +87,7 @@ static const struct field tokenizer_fields[] = {
 	{"vocab", T_PATH, CFG(vocab), 0, 0, NULL, NULL, F_NULLABLE, "a file path, or null"},
 	{"vocab_dir", T_PATH, CFG(vocab_dir), 0, 0, NULL, NULL, F_NULLABLE,
 	 "a directory path, or null"},
+	{"eot_id", T_U64, CFG(eot_id), 0, UINT32_MAX - 1, NULL, NULL, F_NULLABLE, NULL},
 	END_FIELDS,
 };
 
@@ -272,37 +273,40 @@ static void keys_list(const struct field *fields, char *buf, size_t len)
 /*
  * A path from the file is relative to the file's directory, made absolute when the file
  * is read, so a job file works from any current directory and `check` prints where each
- * path leads; absolute paths, globs starting with '/', and paths from overrides or from
- * a config given as text stay as written. The joined path has no "." segments or
- * doubled slashes; ".." segments stay, since removing them by text would be wrong past
- * a symlink.
+ * path leads; paths from overrides or from a config given as text stay relative to the
+ * current directory. Every path is printed normalised: no "." segments, doubled or
+ * trailing slashes ("./data//" is "data", "." stays "."); ".." segments stay, since
+ * removing them by text would be wrong past a symlink.
  */
 static char *resolve_path(const struct origin *o, const char *p)
 {
-	char *out;
+	int absolute = p[0] == '/';
+	const char *base = !absolute && o->base_dir ? o->base_dir : "";
+	char *out = malloc(strlen(base) + strlen(p) + 3);
 	size_t n;
 
-	if (p[0] == '/' || !o->base_dir)
-		return strdup(p);
-	out = malloc(strlen(o->base_dir) + strlen(p) + 2);
 	if (!out)
 		return NULL;
-	n = strlen(o->base_dir);
-	memcpy(out, o->base_dir, n + 1);
+	n = strlen(base);
+	memcpy(out, base, n + 1);
 	while (n > 1 && out[n - 1] == '/')
 		out[--n] = 0;
+	if (absolute && n == 0)
+		out[n++] = '/';
 	for (const char *seg = p; *seg;) {
 		const char *end = strchr(seg, '/');
 		size_t len = end ? (size_t)(end - seg) : strlen(seg);
 
 		if (len && !(len == 1 && seg[0] == '.')) {
-			if (n != 1 || out[0] != '/')
+			if (n && !(n == 1 && out[0] == '/'))
 				out[n++] = '/';
 			memcpy(out + n, seg, len);
 			n += len;
 		}
 		seg += len + (end ? 1 : 0);
 	}
+	if (n == 0)
+		out[n++] = '.';
 	out[n] = 0;
 	return out;
 }
@@ -399,10 +403,16 @@ static int set_number(struct loader *L, const struct field *f, const yaml_node_t
 		*(uint32_t *)((char *)base + f->off) = 0;
 		return 0;
 	}
+	if (n->type == YAML_SCALAR_NODE && (f->flags & F_NULLABLE) && is_null(n)) {
+		*(uint64_t *)((char *)base + f->off) = UINT64_MAX;
+		return 0;
+	}
 	if (n->type != YAML_SCALAR_NODE || !is_plain(n) || is_null(n))
 		return fail_at(L, n, "'%s' must be an unsigned integer in [%llu, %llu]%s, not %s",
 			       f->key, (unsigned long long)f->min, (unsigned long long)f->max,
-			       f->flags & F_AUTO ? " or auto" : "",
+			       f->flags & F_AUTO       ? " or auto"
+			       : f->flags & F_NULLABLE ? " or null"
+						       : "",
 			       n->type == YAML_SCALAR_NODE && !is_null(n) ? "a quoted string"
 									  : node_kind(n));
 	r = parse_u64(scalar(n), &v);
@@ -713,6 +723,7 @@ void sf__config_defaults(struct sf_config *cfg)
 	cfg->batch_size = 8;
 	cfg->seq_len = 256;
 	cfg->dtype = SF_DTYPE_AUTO;
+	cfg->eot_id = SF_EOT_ID_UNSET;
 	cfg->mode = SF_SAMPLE_WINDOWS;
 	cfg->seed = 1337;
 	cfg->slots_per_rank = 4;
@@ -1188,7 +1199,10 @@ static void write_fields(FILE *out, const struct field *fields, const void *base
 			fprintf(out, "%u", *(const uint32_t *)p);
 			break;
 		case T_U64:
-			fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)p);
+			if ((f->flags & F_NULLABLE) && *(const uint64_t *)p == UINT64_MAX)
+				fputs("null", out);
+			else
+				fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)p);
 			break;
 		case T_MS:
 			fprintf(out, "%ums", *(const uint32_t *)p);
@@ -1302,6 +1316,9 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 	digest_str(&st, cfg->encoding);
 	if (cfg->vocab)
 		digest_file(&st, cfg->vocab);
+	/* Only when set, so that the digests of jobs without it stay what they were. */
+	if (cfg->eot_id != SF_EOT_ID_UNSET)
+		digest_u64(&st, cfg->eot_id);
 	digest_u64(&st, cfg->seq_len);
 	digest_u64(&st, cfg->dtype);
 	digest_u64(&st, cfg->mode);

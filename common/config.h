@@ -38,19 +38,22 @@
 /* Token dtype choice. */
 #define SF_DTYPE_AUTO 0 /* uint16 when the vocabulary fits, else int32 */
 
+/* tokenizer.eot_id left null: the end-of-text id comes from the encoding. */
+#define SF_EOT_ID_UNSET UINT64_MAX
+
 /* Device choice for consumers. */
 #define SF_DEVICE_AUTO 0 /* CUDA when libcuda and a device are there, else CPU */
 #define SF_DEVICE_CPU  1
 #define SF_DEVICE_CUDA 2
 
 struct sf_source_config {
-	char **paths;	     /* paths and globs, as written; expanded sorted at load */
+	char **paths; /* paths and globs, as written; expanded sorted at load */
 	uint32_t n_paths;
-	uint32_t format;     /* SF_FMT_* */
-	char *text_field;    /* jsonl: field holding the text (default "text") */
-	char *separator;     /* text: document separator; NULL: one document per file */
-	uint32_t on_error;   /* SF_ON_ERROR_* (default stop) */
-	uint32_t index;	     /* SF_INDEX_*: where raw text token-count indexes are cached */
+	uint32_t format;   /* SF_FMT_* */
+	char *text_field;  /* jsonl: field holding the text (default "text") */
+	char *separator;   /* text: document separator; NULL: one document per file */
+	uint32_t on_error; /* SF_ON_ERROR_* (default stop) */
+	uint32_t index;	   /* SF_INDEX_*: where raw text token-count indexes are cached */
 };
 
 /*
@@ -61,8 +64,8 @@ struct sf_source_config {
 #define SF_STALL_TIMEOUT_DEFAULT_MS 5000u
 
 struct sf_config {
-	char *path;	/* the file it was loaded from (for messages) */
-	char *job;	/* job name (default: file name without .yaml) */
+	char *path; /* the file it was loaded from (for messages) */
+	char *job;  /* job name (default: file name without .yaml) */
 
 	struct sf_source_config *sources;
 	uint32_t n_sources;
@@ -71,6 +74,7 @@ struct sf_config {
 	char *encoding;	 /* "bytes", "char", "r50k_base", "cl100k_base", "o200k_base" */
 	char *vocab;	 /* vocabulary file, or NULL to look in vocab_dir */
 	char *vocab_dir; /* directory with ENCODING.tiktoken (default $SHMFEED_VOCAB_DIR) */
+	uint64_t eot_id; /* end-of-text id of pre-tokenized sources, or SF_EOT_ID_UNSET */
 
 	/* batch geometry */
 	uint32_t batch_size; /* B, per rank (default 8) */
@@ -78,29 +82,29 @@ struct sf_config {
 	uint32_t dtype;	     /* SF_DTYPE_AUTO, SF_DTYPE_U16, SF_DTYPE_I32 */
 
 	/* sampling */
-	uint32_t mode;	      /* SF_SAMPLE_* (default windows) */
-	uint64_t seed;	      /* default 1337 */
-	uint64_t epochs;      /* 0: unlimited */
-	uint32_t doc_starts;  /* max document starts recorded per sequence; 0: off */
+	uint32_t mode;	     /* SF_SAMPLE_* (default windows) */
+	uint64_t seed;	     /* default 1337 */
+	uint64_t epochs;     /* 0: unlimited */
+	uint32_t doc_starts; /* max document starts recorded per sequence; 0: off */
 
 	/* arena */
 	uint32_t slots_per_rank; /* K (default 4) */
 	uint32_t hugepages;	 /* 1: try 2 MiB pages (default 0) */
 
 	/* producers */
-	uint32_t producers; /* P (default 2) */
-	uint32_t max_restarts; /* restarts of one producer before the job stops (default 5) */
+	uint32_t producers;	   /* P (default 2) */
+	uint32_t max_restarts;	   /* restarts of one producer before the job stops (default 5) */
 	uint32_t stall_timeout_ms; /* a producer silent this long is killed and replaced (0: off) */
 
 	/* consumers */
-	uint32_t world_size;   /* W: global ranks (default 1) */
-	uint32_t local_ranks;  /* ranks on this node (default: world_size) */
-	uint32_t rank_base;    /* global rank of this node's local rank 0 (default 0) */
-	uint32_t device;       /* SF_DEVICE_* */
+	uint32_t world_size;  /* W: global ranks (default 1) */
+	uint32_t local_ranks; /* ranks on this node (default: world_size) */
+	uint32_t rank_base;   /* global rank of this node's local rank 0 (default 0) */
+	uint32_t device;      /* SF_DEVICE_* */
 
 	/* control */
-	char *endpoint;	      /* NULL: ipc:// in the private runtime directory */
-	uint32_t stats_interval_ms; /* PUB interval (default 1000) */
+	char *endpoint;		     /* NULL: ipc:// in the private runtime directory */
+	uint32_t stats_interval_ms;  /* PUB interval (default 1000) */
 	char *curve_secret_key_file; /* the server's CURVE key pair (shmfeed keygen) */
 	char *curve_allowed_clients; /* Z85 public keys of the clients let in */
 	uint32_t insecure_tcp;	     /* 1: plain tcp:// allowed, and warned about */

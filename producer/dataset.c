@@ -5,6 +5,7 @@
  * (source_text.c). Sample k of the stream is found by producer/sampler.h without any
  * state, which makes a batch a pure function of (rank, step).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -72,11 +73,92 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Append a copy of `p` (of `len` bytes) to the growing list. */
+static int push_path(char ***paths, size_t *n, size_t *cap, const char *p, size_t len)
+{
+	if (*n == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 16;
+		char **np = realloc(*paths, ncap * sizeof(*np));
+
+		if (!np)
+			return -ENOMEM;
+		*paths = np;
+		*cap = ncap;
+	}
+	(*paths)[*n] = strndup(p, len);
+	if (!(*paths)[*n])
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+/* Whether `path` is a regular file after symlinks. */
+static int is_regular(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/*
+ * The files of a directory given as a source path: its regular files (after symlinks),
+ * not those of its subdirectories, names starting with "." skipped (the `beside` index
+ * caches among them), and a Megatron NAME.idx skipped where NAME.bin is there too (the
+ * .bin names the pair). A directory that holds none is an error, as a glob matching
+ * nothing is.
+ */
+static int expand_directory(const char *dir, char ***paths, size_t *n, size_t *cap,
+			    struct sf_err *e)
+{
+	size_t dlen = strlen(dir), before = *n;
+	struct dirent *de;
+	DIR *d;
+	int r = 0;
+
+	while (dlen > 1 && dir[dlen - 1] == '/')
+		dlen--;
+	d = opendir(dir);
+	if (!d)
+		return sf__err(e, -errno, "%s: cannot list the directory: %s", dir,
+			       strerror(errno));
+	while (r == 0 && (errno = 0, de = readdir(d))) {
+		size_t nlen = strlen(de->d_name);
+		char *full;
+
+		if (de->d_name[0] == '.')
+			continue;
+		if (asprintf(&full, "%.*s/%s", (int)dlen, dir, de->d_name) < 0) {
+			r = -ENOMEM;
+			break;
+		}
+		if (is_regular(full) && nlen > 4 && !strcmp(de->d_name + nlen - 4, ".idx")) {
+			strcpy(full + strlen(full) - 4, ".bin");
+			if (is_regular(full)) {
+				free(full);
+				continue;
+			}
+			strcpy(full + strlen(full) - 4, ".idx");
+		}
+		if (is_regular(full))
+			r = push_path(paths, n, cap, full, strlen(full));
+		free(full);
+	}
+	if (r == 0 && errno)
+		r = sf__err(e, -errno, "%s: cannot list the directory: %s", dir, strerror(errno));
+	else if (r == -ENOMEM)
+		r = sf__err(e, r, "out of memory");
+	closedir(d);
+	if (r == 0 && *n == before)
+		r = sf__err(e, -ENOENT, "%s: the directory holds no regular file", dir);
+	return r;
+}
+
 /*
  * The paths of a source: each entry taken literally when it holds no glob character or
  * when a file of exactly that name exists (so "data[1].bin" names itself), else expanded
- * as a glob; all of them sorted and deduplicated. A glob that matches nothing is an
- * error: a typo must not silently shrink the dataset.
+ * as a glob; a directory stands for its files (expand_directory()); all of them sorted
+ * and deduplicated. A glob that matches nothing is an error: a typo must not silently
+ * shrink the dataset.
  */
 int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
 		      struct sf_err *e)
@@ -87,8 +169,8 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 
 	for (uint32_t i = 0; i < src->n_paths && r == 0; i++) {
 		const char *p = src->paths[i];
+		struct stat st;
 		glob_t g = {0};
-		size_t add;
 
 		if (strpbrk(p, "*?[") && access(p, F_OK) != 0) {
 			int gr = glob(p, GLOB_ERR, NULL, &g);
@@ -102,29 +184,19 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 				globfree(&g);
 				break;
 			}
+			for (size_t j = 0; j < g.gl_pathc && r == 0; j++)
+				r = push_path(&paths, &n, &cap, g.gl_pathv[j],
+					      strlen(g.gl_pathv[j]));
+			globfree(&g);
+			if (r == -ENOMEM)
+				r = sf__err(e, r, "out of memory");
+		} else if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+			r = expand_directory(p, &paths, &n, &cap, e);
+		} else {
+			r = push_path(&paths, &n, &cap, p, strlen(p));
+			if (r == -ENOMEM)
+				r = sf__err(e, r, "out of memory");
 		}
-		add = g.gl_pathc ? g.gl_pathc : 1;
-		if (n + add > cap) {
-			size_t ncap = (n + add) * 2;
-			char **np = realloc(paths, ncap * sizeof(*np));
-
-			if (!np) {
-				r = sf__err(e, -ENOMEM, "out of memory");
-				globfree(&g);
-				break;
-			}
-			paths = np;
-			cap = ncap;
-		}
-		for (size_t j = 0; j < add; j++) {
-			paths[n] = strdup(g.gl_pathc ? g.gl_pathv[j] : p);
-			if (!paths[n]) {
-				r = sf__err(e, -ENOMEM, "out of memory");
-				break;
-			}
-			n++;
-		}
-		globfree(&g);
 	}
 	if (r < 0) {
 		for (size_t i = 0; i < n; i++)
@@ -264,12 +336,13 @@ static int tokenizer_digest(const char *encoding, const char *vocab, uint64_t *r
 	} else if (!strncmp(encoding, "char:", 5)) {
 		r = hash_file(&st, encoding + 5, e);
 	} else if (strcmp(encoding, "bytes") && dir) {
-		size_t n = strlen(dir) + strlen(encoding) + 16;
+		const char *name = sf__tok_vocab_name(encoding);
+		size_t n = strlen(dir) + strlen(name) + 16;
 		char *path = malloc(n);
 
 		if (!path)
 			return sf__err(e, -ENOMEM, "out of memory");
-		snprintf(path, n, "%s/%s.tiktoken", dir, encoding);
+		snprintf(path, n, "%s/%s.tiktoken", dir, name);
 		r = hash_file(&st, path, e);
 		free(path);
 	}
@@ -296,11 +369,13 @@ static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, st
 	if (cfg->vocab) {
 		vocab = strdup(cfg->vocab);
 	} else if (cfg->vocab_dir) {
-		size_t n = strlen(cfg->vocab_dir) + strlen(cfg->encoding) + 16;
+		/* tiktoken names the file after the encoding: gpt2's is r50k_base.tiktoken. */
+		const char *name = sf__tok_vocab_name(cfg->encoding);
+		size_t n = strlen(cfg->vocab_dir) + strlen(name) + 16;
 
 		vocab = malloc(n);
 		if (vocab)
-			snprintf(vocab, n, "%s/%s.tiktoken", cfg->vocab_dir, cfg->encoding);
+			snprintf(vocab, n, "%s/%s.tiktoken", cfg->vocab_dir, name);
 	}
 	if ((cfg->vocab || cfg->vocab_dir) && !vocab)
 		return sf__err(e, -ENOMEM, "out of memory");
@@ -313,9 +388,45 @@ static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, st
 	r = sf__tok_eot(ds->tok);
 	ds->eot = r >= 0 ? (uint32_t)r : UINT32_MAX;
 	/* `bytes`, the default, names how raw text is cut, not how token files were made:
-	 * their ids are held to the vocabulary of any other encoding the job names. */
+	 * their ids are held to the vocabulary of any other encoding the job names, and
+	 * its end-of-text id (256) is not theirs. */
 	if (ds->n_token_files && strcmp(cfg->encoding, "bytes"))
 		ds->id_limit = sf__tok_n_vocab(ds->tok);
+	else if (ds->n_token_files)
+		ds->eot = UINT32_MAX;
+	return 0;
+}
+
+/*
+ * The end-of-text id that marks document starts in flat token files (nanoGPT, llm.c;
+ * a Megatron index lists its documents): tokenizer.eot_id, else that of the encoding
+ * the job names. Document starts asked for without either are a config error: guessing
+ * would record starts after an ordinary token.
+ */
+static int choose_eot(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+{
+	const char *job = cfg->path ? cfg->path : "config";
+
+	if (cfg->eot_id != SF_EOT_ID_UNSET) {
+		if (ds->n_text_files)
+			return sf__err(e, SF_E_CONFIG,
+				       "%s: tokenizer.eot_id applies to pre-tokenized sources; raw "
+				       "text ends its documents with the end-of-text id of its "
+				       "encoding",
+				       job);
+		ds->eot = (uint32_t)cfg->eot_id;
+		return 0;
+	}
+	if (!cfg->doc_starts || ds->eot != UINT32_MAX)
+		return 0;
+	for (uint32_t i = 0; i < ds->n_token_files; i++)
+		if (ds->token_files[i].format != SF_FMT_MEGATRON)
+			return sf__err(e, SF_E_CONFIG,
+				       "%s: sampling.doc_starts needs the end-of-text id of the "
+				       "pre-tokenized file %s: set tokenizer.encoding to the "
+				       "encoding it was made with (gpt2 for GPT-2 tokens) or "
+				       "tokenizer.eot_id (50256 for GPT-2)",
+				       job, ds->token_files[i].path);
 	return 0;
 }
 
@@ -328,24 +439,37 @@ int sf__dataset_check_tokenizer(const struct sf_config *cfg, struct sf_err *e)
 	return r;
 }
 
+/*
+ * The arena's token width. Pre-tokenized files decide it by their own width (dtype auto:
+ * the widest file's; an explicit uint16 cannot take a 4-byte file), whatever the encoding;
+ * raw text by the vocabulary of its encoding.
+ */
 static int choose_dtype(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
 {
-	uint32_t widest = 2;
+	const struct sf_token_file *wide = NULL;
 
-	for (uint32_t i = 0; i < ds->n_token_files; i++)
-		if (ds->token_files[i].width > widest)
-			widest = ds->token_files[i].width;
+	for (uint32_t i = 0; i < ds->n_token_files && !wide; i++)
+		if (ds->token_files[i].width > 2)
+			wide = &ds->token_files[i];
 	if (cfg->dtype == SF_DTYPE_U16) {
-		if (ds->tok && sf__tok_n_vocab(ds->tok) > 65536)
+		if (wide)
+			return sf__err(
+				e, SF_E_CONFIG,
+				"%s: batch.dtype uint16 cannot hold the 4-byte tokens of %s; "
+				"use dtype auto or int32",
+				cfg->path ? cfg->path : "config", wide->path);
+		if (ds->n_text_files && ds->tok && sf__tok_n_vocab(ds->tok) > 65536)
 			return sf__err(e, SF_E_CONFIG, "dtype uint16 cannot hold the %u ids of %s",
 				       sf__tok_n_vocab(ds->tok), cfg->encoding);
 		ds->token_bytes = 2;
 	} else if (cfg->dtype == SF_DTYPE_I32) {
 		ds->token_bytes = 4;
+	} else if (ds->n_token_files) {
+		ds->token_bytes = wide ? 4 : 2;
 	} else if (ds->tok) {
 		ds->token_bytes = sf__tok_n_vocab(ds->tok) <= 65536 ? 2 : 4;
 	} else {
-		ds->token_bytes = widest;
+		ds->token_bytes = 2;
 	}
 	return 0;
 }
@@ -370,6 +494,27 @@ static void copy_config(struct sf_dataset *ds, const struct sf_config *cfg)
 	ds->eot = UINT32_MAX;
 }
 
+int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, struct sf_err *e)
+{
+	struct sf_dataset *ds = calloc(1, sizeof(*ds));
+	int r;
+
+	if (!ds)
+		return sf__err(e, -ENOMEM, "out of memory");
+	copy_config(ds, cfg);
+	r = open_sources(ds, cfg, e);
+	if (r >= 0)
+		r = load_tokenizer(ds, cfg, e);
+	if (r >= 0)
+		r = choose_eot(ds, cfg, e);
+	if (r >= 0)
+		r = choose_dtype(ds, cfg, e);
+	if (r >= 0)
+		*ret_token_bytes = ds->token_bytes;
+	sf__dataset_close(ds);
+	return r < 0 ? r : 0;
+}
+
 int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, struct sf_err *e)
 {
 	struct sf_dataset *ds;
@@ -388,6 +533,8 @@ int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, st
 	r = open_sources(ds, cfg, e);
 	if (r >= 0)
 		r = load_tokenizer(ds, cfg, e);
+	if (r >= 0)
+		r = choose_eot(ds, cfg, e);
 	if (r >= 0)
 		r = choose_dtype(ds, cfg, e);
 	if (r >= 0 && ds->n_text_files)

@@ -74,6 +74,15 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
  */
 int sf__dataset_check_tokenizer(const struct sf_config *cfg, struct sf_err *e);
 
+/*
+ * sf__dataset_check - what sf__dataset_open() does before it tokenizes raw text: expand
+ * and open every source (headers and indexes checked, text files read), load the
+ * tokenizer, choose the end-of-text id and the token width; then free it all again. What
+ * `shmfeed check` verifies, so that it fails where `shmfeed run` would. Returns 0 and the
+ * arena's bytes per token in *ret_token_bytes, or the error with detail in `e`.
+ */
+int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, struct sf_err *e);
+
 /* sf__dataset_close - unmap and free; accepts NULL. */
 void sf__dataset_close(struct sf_dataset *ds);
 

@@ -17,10 +17,16 @@
 #include "shmfeed/shmfeed.h"
 #include "producer/dataset_impl.h"
 
+/*
+ * llm.c's dev/data/data_common.py (HEADERS_INFO, write_datafile) writes exactly two
+ * kinds of shard: gpt-2 (magic 20240520, version 1, uint16 tokens) and llama-3 (magic
+ * 20240801, version 7, uint32 tokens); its train_llama3.py asserts version 7.
+ */
 #define LLMC_HEADER_INTS   256
 #define LLMC_MAGIC_U16	   20240520
 #define LLMC_MAGIC_U32	   20240801
-#define LLMC_VERSION	   1
+#define LLMC_VERSION_U16   1
+#define LLMC_VERSION_U32   7
 #define MEGATRON_MAGIC	   "MMIDIDX\x00\x00"
 #define MEGATRON_MAGIC_LEN 9
 #define MEGATRON_VERSION   1
@@ -187,9 +193,13 @@ static int open_llmc(struct sf_token_file *f, struct sf_err *e)
 		return sf__err(e, SF_E_SOURCE,
 			       "%s: byte 0: wrong magic %d (llm.c shards have %d or %d)", f->path,
 			       magic, LLMC_MAGIC_U16, LLMC_MAGIC_U32);
-	if (version != LLMC_VERSION)
-		return sf__err(e, SF_E_SOURCE, "%s: byte 4: unsupported llm.c version %d", f->path,
-			       version);
+	if (version != (magic == LLMC_MAGIC_U16 ? LLMC_VERSION_U16 : LLMC_VERSION_U32))
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte 4: unsupported llm.c version %d for magic %d (llm.c "
+			       "writes version %d for %d, uint16 gpt-2 tokens, and %d for %d, "
+			       "uint32 llama-3 tokens)",
+			       f->path, version, magic, LLMC_VERSION_U16, LLMC_MAGIC_U16,
+			       LLMC_VERSION_U32, LLMC_MAGIC_U32);
 	if (count < 0)
 		return sf__err(e, SF_E_SOURCE, "%s: byte 8: negative token count %d", f->path,
 			       count);

@@ -217,6 +217,14 @@ out:
 	return rc;
 }
 
+const char *sf__tok_vocab_name(const char *encoding)
+{
+	for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
+		if (presets[i].alias && !strcmp(encoding, presets[i].alias))
+			return presets[i].name;
+	return encoding;
+}
+
 int sf__tok_load(const char *encoding, const char *vocab_path, struct sf_tok **ret_tok,
 		 struct sf_err *e)
 {

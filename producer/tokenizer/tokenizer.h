@@ -76,6 +76,13 @@ int sf__tok_load_spec(const struct sf_tok_spec *spec, struct sf_tok **ret_tok, s
 /* sf__tok_free - free a tokenizer; accepts NULL. Free its encoders first. */
 void sf__tok_free(struct sf_tok *tok);
 
+/*
+ * sf__tok_vocab_name - the tiktoken name of `encoding`, which its vocabulary file is named
+ * after (NAME.tiktoken): "r50k_base" for its alias "gpt2", `encoding` itself otherwise.
+ * Never NULL.
+ */
+const char *sf__tok_vocab_name(const char *encoding);
+
 /* sf__tok_name - the encoding name given at load time. Never NULL. */
 const char *sf__tok_name(const struct sf_tok *tok);
 

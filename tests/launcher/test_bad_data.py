@@ -114,18 +114,33 @@ def test_source_rewritten_in_place_stops_the_job(rt, tmp_path):
     assert took < 10, out.stderr
 
 
-def test_wide_ids_in_a_uint16_job_stop_at_once(rt, tmp_path):
-    # An llm.c shard of uint32 tokens, some above 65535, in a job whose dtype is uint16.
+def write_wide_shard(tmp_path):
+    # An llm.c llama-3 shard (uint32 tokens, version 7), ids above 65535.
     data = tmp_path / "wide.bin"
     n = 4096
-    header = struct.pack("<256i", 20240801, 1, n, *([0] * 253))
+    header = struct.pack("<256i", 20240801, 7, n, *([0] * 253))
     with open(data, "wb") as f:
         f.write(header + b"".join(struct.pack("<I", 70000 + i) for i in range(n)))
+    return data
+
+
+def test_wide_source_in_a_uint16_job_is_refused_before_it_starts(rt, tmp_path):
+    data = write_wide_shard(tmp_path)
     cfg = write_config(tmp_path, f"[{data}]")
     job = job_name("wide")
     out = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 10), sets=["batch.dtype=uint16"])
-    assert_stopped_at_once(out, "does not fit the uint16 dtype")
-    assert str(data) in out.stderr
+    assert out.returncode != 0, out.stderr
+    assert f"batch.dtype uint16 cannot hold the 4-byte tokens of {data}" in out.stderr, out.stderr
+    assert "restarted" not in out.stderr, out.stderr
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_wide_source_with_dtype_auto_runs_int32(rt, tmp_path):
+    data = write_wide_shard(tmp_path)
+    cfg = write_config(tmp_path, f"[{data}]")
+    job = job_name("wideauto")
+    out = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 3))
+    assert out.returncode == 0, out.stderr
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 
@@ -170,6 +185,104 @@ def test_check_loads_the_vocabulary(tmp_path):
     finally:
         if env_vocab is not None:
             os.environ["SHMFEED_VOCAB_DIR"] = env_vocab
+
+
+def test_gpt2_vocab_dir_names_tiktoken_file(tmp_path, monkeypatch):
+    # tiktoken's file for gpt2 is r50k_base.tiktoken; check, --strict or not, finds it in
+    # vocab_dir, and fails naming it when vocab_dir lacks it.
+    shared = os.environ.get("SF_SHARED_DATA", "")
+    vocab_dir = os.path.join(shared, "vocab")
+    if not os.path.exists(os.path.join(vocab_dir, "r50k_base.tiktoken")):
+        pytest.skip(f"no shared test data at {vocab_dir}")
+    monkeypatch.delenv("SHMFEED_VOCAB_DIR", raising=False)
+    (tmp_path / "a.txt").write_text("some text\n")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"sources: [a.txt]\ntokenizer: {{encoding: gpt2, vocab_dir: {vocab_dir}}}\n")
+    for strict in ([], ["--strict"]):
+        out = subprocess.run([SHMFEED, "check", str(cfg), *strict], capture_output=True,
+                             text=True, timeout=20)
+        assert out.returncode == 0, out.stderr
+        empty = tmp_path / "empty"
+        empty.mkdir(exist_ok=True)
+        out = subprocess.run([SHMFEED, "check", str(cfg), *strict, "--set",
+                              f"tokenizer.vocab_dir={empty}"], capture_output=True, text=True,
+                             timeout=20)
+        assert out.returncode == 1, out
+        assert f"{empty}/r50k_base.tiktoken" in out.stderr, out.stderr
+
+
+def megatron_pair(prefix, n=4096, wide=False):
+    # Megatron's MMIDIDX: one document of n tokens, uint16 (code 8) or int32 (code 4).
+    with open(f"{prefix}.bin", "wb") as f:
+        f.write(b"".join(struct.pack("<i" if wide else "<H", (i * 37) % (1 << 17 if wide
+                                                                    else 50000))
+                         for i in range(n)))
+    with open(f"{prefix}.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4 if wide else 8, 1, 2) +
+                struct.pack("<i", n) + struct.pack("<Q", 0) + struct.pack("<QQ", 0, 1))
+
+
+def test_check_fails_where_run_fails(rt, tmp_path):
+    # Each config that run refuses, check refuses with the same message.
+    put_tokens(tmp_path / "a.bin", 4096)
+    cases = {
+        "a glob that matches nothing": (f"[{tmp_path}/none*.bin]", "no file matches"),
+        "a missing file": (f"[{tmp_path}/none.bin]", "cannot open"),
+        "an empty directory": (f"[{tmp_path}/empty]", "the directory holds no regular file"),
+        "doc_starts without an end-of-text id": (f"[{tmp_path}/a.bin]",
+                                                 "needs the end-of-text id"),
+    }
+    (tmp_path / "empty").mkdir()
+    for what, (sources, needle) in cases.items():
+        cfg = write_config(tmp_path, sources, "sampling: {doc_starts: 4}\n"
+                           if "doc_starts" in what else "")
+        out = check(cfg)
+        assert out.returncode == 1 and needle in out.stderr, (what, out)
+        job = job_name("parity")
+        ran = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 3))
+        assert ran.returncode != 0 and needle in ran.stderr, (what, ran.stderr)
+        assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_check_and_run_take_a_directory_and_a_megatron_prefix(rt, tmp_path):
+    d = tmp_path / "shards"
+    d.mkdir()
+    for name in ("b.bin", "a.bin", ".hidden.bin"):
+        put_tokens(d / name, 4096)
+    (d / "sub").mkdir()
+    put_tokens(d / "sub" / "c.bin", 4096)
+    megatron_pair(tmp_path / "mega")
+    for sources, files, nbytes in ((f"[{d}/]", 2, 2 * 8192),
+                                   (f"[{{paths: {tmp_path}/mega, format: megatron}}]", 2,
+                                    8192 + 34 + 12 + 16),
+                                   (f"[{tmp_path}/mega]", 2, 8192 + 34 + 12 + 16)):
+        cfg = write_config(tmp_path, sources)
+        for strict in ([], ["--strict"]):
+            out = subprocess.run([SHMFEED, "check", cfg, *strict], capture_output=True,
+                                 text=True, timeout=20)
+            assert out.returncode == 0, out.stderr
+            assert f": {files} files, {nbytes} bytes\n" in out.stdout, out.stdout
+            assert "# batch.dtype auto: the arena holds uint16 tokens\n" in out.stdout
+        job = job_name("dir")
+        ran = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 3))
+        assert ran.returncode == 0, ran.stderr
+    out = check(write_config(tmp_path, f"[{d}]"), "batch.dtype=int32")
+    assert "# batch.dtype int32: the arena holds int32 tokens\n" in out.stdout, out
+
+
+def test_int32_megatron_data_without_a_tokenizer_gets_an_int32_arena(rt, tmp_path):
+    # dtype auto follows the data: ids up to 131071 need int32, whatever the encoding.
+    megatron_pair(tmp_path / "wide", wide=True)
+    cfg = write_config(tmp_path, f"[{tmp_path}/wide]")
+    out = check(cfg)
+    assert out.returncode == 0, out.stderr
+    assert "# batch.dtype auto: the arena holds int32 tokens\n" in out.stdout, out.stdout
+    out = check(cfg, "batch.dtype=uint16")
+    assert out.returncode == 1 and "cannot hold the 4-byte tokens" in out.stderr, out
+    job = job_name("mega32")
+    ran = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 20))
+    assert ran.returncode == 0, ran.stderr
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 
 def test_check_prints_absolute_paths_and_literal_names(tmp_path, monkeypatch):

@@ -45,7 +45,12 @@ def rt(monkeypatch):
 
 def write_config(tmp_path, text="", world=2):
     p = tmp_path / "job.yaml"
-    p.write_text("sources: [/dev/null]\n"
+    # A real nanoGPT file: `shmfeed check` opens the sources as `run` does (the fake
+    # producers of these tests read nothing). Beside tmp_path, whose listing some tests
+    # compare.
+    tokens = tmp_path.parent / f"{tmp_path.name}-tokens.bin"
+    tokens.write_bytes(bytes(range(256)) * 32)
+    p.write_text(f"sources: [{tokens}]\n"
                  "batch: {size: 2, seq_len: 16}\n"
                  f"consumers: {{world_size: {world}}}\n"
                  "control: {stats_interval_ms: 100}\n" + text)

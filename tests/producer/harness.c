@@ -34,7 +34,8 @@ void h_write_nanogpt(const char *path, const uint16_t *tokens, size_t n)
 
 void h_write_llmc(const char *path, const void *tokens, size_t n, int wide)
 {
-	int32_t hdr[256] = {wide ? 20240801 : 20240520, 1, (int32_t)n};
+	/* As llm.c's write_datafile: gpt-2 is magic 20240520 v1, llama-3 20240801 v7. */
+	int32_t hdr[256] = {wide ? 20240801 : 20240520, wide ? 7 : 1, (int32_t)n};
 	FILE *f = fopen(path, "wb");
 
 	H_CHECK(f && fwrite(hdr, sizeof(hdr), 1, f) == 1 &&

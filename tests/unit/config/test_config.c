@@ -413,3 +413,64 @@ Test(config, the_digest_follows_the_token_stream_only)
 	cr_assert_eq(load("sources: [b]\nbatch: {size: 8}\nconsumers: {world_size: 2}\n"), 0);
 	cr_expect_neq(sf__config_digest(&cfg), base, "the sources matter");
 }
+
+Test(config, eot_id_is_an_id_or_null)
+{
+	uint64_t base;
+	char *text = NULL;
+	size_t len = 0;
+	struct sf_config again = {0};
+	FILE *f;
+
+	cr_assert_eq(load("sources: [a.bin]\n"), 0, "%s", err.msg);
+	cr_expect_eq(cfg.eot_id, SF_EOT_ID_UNSET);
+	base = sf__config_digest(&cfg);
+	cr_assert_eq(load("sources: [a.bin]\ntokenizer: {eot_id: null}\n"), 0, "%s", err.msg);
+	cr_expect_eq(cfg.eot_id, SF_EOT_ID_UNSET);
+	cr_expect_eq(sf__config_digest(&cfg), base, "null is the default");
+	cr_assert_eq(load("sources: [a.bin]\ntokenizer: {eot_id: 50256}\n"), 0, "%s", err.msg);
+	cr_expect_eq(cfg.eot_id, 50256);
+	cr_expect_neq(sf__config_digest(&cfg), base, "the end-of-text id decides doc starts");
+	f = open_memstream(&text, &len);
+	cr_assert_eq(sf__config_write(&cfg, f), 0);
+	fclose(f);
+	cr_expect(strstr(text, "eot_id: 50256\n"), "%s", text);
+	cr_assert_eq(sf__config_load_string("w.yaml", text, len, &again, &err), 0, "%s", err.msg);
+	cr_expect_eq(again.eot_id, 50256);
+	sf__config_free(&again);
+	free(text);
+	rejects("sources: [a.bin]\ntokenizer: {eot_id: 4294967295}\n",
+		"job.yaml:2:21:", "'eot_id' is out of range");
+	rejects("sources: [a.bin]\ntokenizer: {eot_id: '7'}\n",
+		"job.yaml:2:21:", "an unsigned integer in [0, 4294967294] or null");
+}
+
+Test(config, paths_are_normalised)
+{
+	const char *set[] = {"sources=[./data//a.bin, 'shards/', ../up/./b.bin, ./, //abs//c/]"};
+	char dir[] = "/tmp/sf-cfg-XXXXXX", path[64], want[96];
+	FILE *f;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/j.yaml", dir);
+	f = fopen(path, "w");
+	fputs("sources: [./data//x.bin, 'shards/', /abs/./y//z.bin, .]\n", f);
+	fclose(f);
+	sf__config_free(&cfg);
+	cr_assert_eq(sf__config_load(path, &cfg, &err), 0, "%s", err.msg);
+	snprintf(want, sizeof(want), "%s/data/x.bin", dir);
+	cr_expect_str_eq(cfg.sources[0].paths[0], want);
+	snprintf(want, sizeof(want), "%s/shards", dir);
+	cr_expect_str_eq(cfg.sources[1].paths[0], want);
+	cr_expect_str_eq(cfg.sources[2].paths[0], "/abs/y/z.bin");
+	cr_expect_str_eq(cfg.sources[3].paths[0], dir);
+	sf__config_free(&cfg);
+	cr_assert_eq(sf__config_load_overrides(path, set, 1, &cfg, &err), 0, "%s", err.msg);
+	cr_expect_str_eq(cfg.sources[0].paths[0], "data/a.bin");
+	cr_expect_str_eq(cfg.sources[1].paths[0], "shards");
+	cr_expect_str_eq(cfg.sources[2].paths[0], "../up/b.bin");
+	cr_expect_str_eq(cfg.sources[3].paths[0], ".");
+	cr_expect_str_eq(cfg.sources[4].paths[0], "/abs/c");
+	unlink(path);
+	rmdir(dir);
+}

@@ -40,6 +40,23 @@ void source_fixture_setup(const char *tag, uint32_t batch, uint32_t seq_len)
 	cfg.producers = 1;
 }
 
+void write_llmc_datafile(const char *file_path, const uint32_t *tokens, size_t n,
+			 const char *model_desc)
+{
+	int llama = !strcmp(model_desc, "llama-3");
+	int32_t header[256] = {llama ? 20240801 : 20240520, llama ? 7 : 1, (int32_t)n};
+	FILE *f = fopen(file_path, "wb");
+
+	cr_assert(!strcmp(model_desc, "gpt-2") || llama, "unknown model descriptor %s", model_desc);
+	cr_assert(f && fwrite(header, sizeof(header), 1, f) == 1);
+	for (size_t i = 0; i < n; i++) {
+		uint16_t narrow = (uint16_t)tokens[i];
+
+		cr_assert(llama ? fwrite(&tokens[i], 4, 1, f) == 1 : fwrite(&narrow, 2, 1, f) == 1);
+	}
+	cr_assert_eq(fclose(f), 0);
+}
+
 void source_fixture_teardown(void)
 {
 	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);

@@ -18,6 +18,7 @@
 #include <xxhash.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/arena.h"
 #include "producer/dataset_impl.h"
 #include "producer/producer.h"
 #include "producer/source_text.h"
@@ -419,6 +420,24 @@ static int have_r50k(void)
 	return access(r50k, R_OK) == 0;
 }
 
+Test(hardening, gpt2_vocab_dir_reads_r50k_base_tiktoken)
+{
+	struct sf_err e = {0};
+	char vocab_dir[4096];
+
+	if (!have_r50k())
+		cr_skip_test("no shared test data at %s", r50k);
+	snprintf(vocab_dir, sizeof(vocab_dir), "%.*s", (int)(strrchr(r50k, '/') - r50k), r50k);
+	cfg.encoding = "gpt2";
+	cfg.vocab_dir = vocab_dir;
+	cr_expect_eq(sf__dataset_check_tokenizer(&cfg, &e), 0, "%s", e.msg);
+	/* The same file through $SHMFEED_VOCAB_DIR, which the tokenizer's digest reads. */
+	cfg.vocab_dir = NULL;
+	cr_assert_eq(setenv("SHMFEED_VOCAB_DIR", vocab_dir, 1), 0);
+	cr_expect_eq(sf__dataset_check_tokenizer(&cfg, &e), 0, "%s", e.msg);
+	unsetenv("SHMFEED_VOCAB_DIR");
+}
+
 Test(hardening, id_outside_the_vocabulary_names_file_and_offset)
 {
 	struct sf_dataset *ds = NULL;
@@ -451,7 +470,7 @@ Test(hardening, wide_ids_outside_the_vocabulary_are_found_too)
 {
 	struct sf_dataset *ds = NULL;
 	struct sf_err e = {0};
-	int32_t header[256] = {20240801, 1, 4096};
+	int32_t header[256] = {20240801, 7, 4096};
 	uint32_t ids[4096];
 	FILE *f;
 
@@ -471,5 +490,75 @@ Test(hardening, wide_ids_outside_the_vocabulary_are_found_too)
 	cr_assert_eq(fill_until_error(ds, 1000, &e), SF_E_SOURCE, "%s", e.msg);
 	cr_expect(strstr(e.msg, path) && strstr(e.msg, "byte 13024: token 50257 is outside"), "%s",
 		  e.msg);
+	sf__dataset_close(ds);
+}
+
+/* ---- the end-of-text id of pre-tokenized sources ---- */
+
+/* An llm.c gpt-2 shard of 4096 tokens: every 10th is GPT-2's <|endoftext|> (50256), the
+ * others 256, an ordinary GPT-2 token that the byte tokenizer takes for its end-of-text. */
+static void put_gpt2_documents(void)
+{
+	uint32_t tokens[4096];
+
+	for (uint32_t i = 0; i < 4096; i++)
+		tokens[i] = i % 10 == 9 ? 50256 : 256;
+	snprintf(path, sizeof(path), "%s/docs.bin", dir);
+	write_llmc_datafile(path, tokens, 4096, "gpt-2");
+}
+
+Test(hardening, document_starts_without_an_end_of_text_id_are_a_config_error)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	put_gpt2_documents();
+	cfg.doc_starts = 4;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), SF_E_CONFIG, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "tokenizer.eot_id") &&
+			  strstr(e.msg, "tokenizer.encoding"),
+		  "%s", e.msg);
+	/* Without document starts no end-of-text id is needed. */
+	cfg.doc_starts = 0;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_close(ds);
+}
+
+Test(hardening, eot_id_marks_the_document_starts_of_token_files)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_builder *b = NULL;
+	struct sf_err e = {0};
+	const uint32_t B = 4, L = 65, D = 8;
+	unsigned char *payload;
+	const uint16_t *rows;
+	const uint32_t *starts;
+	uint64_t first;
+	uint32_t len, seen = 0;
+
+	put_gpt2_documents();
+	cfg.doc_starts = D;
+	cfg.eot_id = 50256;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__builder_create(ds, &b, &e), 0, "%s", e.msg);
+	payload = malloc(sf__dataset_payload_bytes(ds));
+	cr_assert(payload);
+	cr_assert_eq(sf__producer_fill(ds, b, 0, 0, payload, &len, &first, &e), 0, "%s", e.msg);
+	rows = (const uint16_t *)payload;
+	starts = (const uint32_t *)(payload + sf__doc_starts_offset(B, L, 2));
+	for (uint32_t r = 0; r < B; r++)
+		for (uint32_t i = 0; i < D && starts[r * D + i] != UINT32_MAX; i++) {
+			uint32_t s = starts[r * D + i];
+
+			cr_assert_lt(s, L);
+			if (s)
+				cr_expect_eq(rows[r * L + s - 1], 50256,
+					     "row %u: a start at %u follows %u", r, s,
+					     rows[r * L + s - 1]);
+			seen++;
+		}
+	cr_expect_geq(seen, B * 5, "only %u document starts in %u rows", seen, B);
+	free(payload);
+	sf__builder_free(b);
 	sf__dataset_close(ds);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -91,6 +92,40 @@ Test(sources, llmc_wrong_magic)
 	put("bad.llmc", h, sizeof(h));
 	src.format = SF_FMT_LLMC;
 	expect_fail(SF_E_SOURCE, path, "byte 0: wrong magic 12345");
+}
+
+/* What llm.c's write_datafile makes must open: gpt-2 (v1, uint16) and llama-3 (v7, uint32). */
+static void expect_llmc_opens(const char *model_desc, uint32_t width)
+{
+	uint32_t tokens[300];
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	for (uint32_t i = 0; i < 300; i++)
+		tokens[i] = i * 7;
+	snprintf(path, sizeof(path), "%s/shard_000000.bin", dir);
+	write_llmc_datafile(path, tokens, 300, model_desc);
+	cfg.dtype = width == 4 ? SF_DTYPE_I32 : SF_DTYPE_U16;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s: %s", model_desc, e.msg);
+	sf__dataset_close(ds);
+}
+
+Test(sources, llmc_gpt2_shard_as_llmc_writes_it)
+{
+	expect_llmc_opens("gpt-2", 2);
+}
+
+Test(sources, llmc_llama3_shard_as_llmc_writes_it)
+{
+	expect_llmc_opens("llama-3", 4);
+}
+
+Test(sources, llmc_version_not_of_its_magic)
+{
+	int32_t h[256 + 20] = {20240801, 1, 20};
+
+	put("v1wide.bin", h, sizeof(h));
+	expect_fail(SF_E_SOURCE, path, "byte 4: unsupported llm.c version 1 for magic 20240801");
 }
 
 Test(sources, llmc_truncated_tokens)
@@ -408,4 +443,77 @@ Test(sources, copy_tokens_narrows_and_finds_the_first_wide_id)
 		ids[at] = keep;
 		ids[at + 5] = keep2;
 	}
+}
+
+/* dtype auto follows a pre-tokenized source's width, not the (default) byte tokenizer. */
+Test(sources, dtype_auto_takes_the_width_of_the_source)
+{
+	uint32_t tokens[300];
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	for (uint32_t i = 0; i < 300; i++)
+		tokens[i] = 65536 + i * 7;
+	cfg.encoding = "bytes"; /* what a job file without a tokenizer section gets */
+	snprintf(path, sizeof(path), "%s/llama.bin", dir);
+	write_llmc_datafile(path, tokens, 300, "llama-3");
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.token_bytes, 4);
+	sf__dataset_close(ds);
+	write_llmc_datafile(path, tokens, 300, "gpt-2");
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.token_bytes, 2);
+	sf__dataset_close(ds);
+}
+
+Test(sources, dtype_uint16_refuses_a_source_of_wider_tokens)
+{
+	uint32_t tokens[300] = {0};
+
+	snprintf(path, sizeof(path), "%s/llama.bin", dir);
+	write_llmc_datafile(path, tokens, 300, "llama-3");
+	cfg.dtype = SF_DTYPE_U16;
+	expect_fail(SF_E_CONFIG, path, "batch.dtype uint16 cannot hold the 4-byte tokens");
+}
+
+/* A directory stands for its regular files: sorted, not recursive, no dot-files, and a
+ * Megatron pair once (by its .bin). */
+Test(sources, directory_means_its_regular_files)
+{
+	static const char *const names[] = {"b.bin", "a.bin", ".cache.sfidx",
+					    "m.bin", "m.idx", "only.idx"};
+	char sub[4200], *p = path;
+
+	char **paths = NULL;
+	size_t n = 0;
+	struct sf_err e = {0};
+	uint16_t t[4] = {0};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		put(names[i], t, sizeof(t));
+	snprintf(sub, sizeof(sub), "%s/sub", dir);
+	cr_assert_eq(mkdir(sub, 0700), 0);
+	put("sub/c.bin", t, sizeof(t));
+	snprintf(path, sizeof(path), "%s//", dir);
+	src.paths = &p;
+	cr_assert_eq(sf__source_expand(&src, &paths, &n, &e), 0, "%s", e.msg);
+	cr_assert_eq(n, 4);
+	for (size_t i = 0; i < n; i++) {
+		static const char *const want[] = {"a.bin", "b.bin", "m.bin", "only.idx"};
+		char expect[4200];
+
+		snprintf(expect, sizeof(expect), "%s/%s", dir, want[i]);
+		cr_expect_str_eq(paths[i], expect);
+		free(paths[i]);
+	}
+	free(paths);
+	/* A directory of none (its subdirectory aside) is refused as an empty glob is. */
+	snprintf(path, sizeof(path), "%s/sub/c.bin", dir);
+	cr_assert_eq(remove(path), 0);
+	cr_assert_eq(mkdir(strcat(sub, "/deeper"), 0700), 0);
+	snprintf(path, sizeof(path), "%s/sub", dir);
+	expect_fail(-ENOENT, path, "the directory holds no regular file");
 }
