@@ -210,6 +210,16 @@ struct sf_stats_rank {
 	uint32_t free, filling, ready, claimed;
 	uint64_t next_step;
 	uint64_t consumer_pid;
+	uint64_t wait_ns;		     /* time its consumers spent waiting, since the start */
+	uint64_t wait_hist[SF_WAIT_BUCKETS]; /* their waits by floor(log2(ns)), since the start */
+	uint32_t asleep;		     /* its consumer sleeps on the ring for a batch now */
+	/* Over the last interval: the share of it spent waiting (the rank starves as it nears
+	 * 1), the batches read and their wait percentiles (bucket upper bounds, 0: none).
+	 * A wait counts once its batch arrives, except that a consumer asleep at both ends
+	 * of an interval with no batch read in it waited the whole interval. */
+	double waiting;
+	uint64_t interval_batches;
+	uint64_t interval_wait_p50_ns, interval_wait_p99_ns;
 };
 
 struct sf_stats_producer {

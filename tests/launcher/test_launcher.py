@@ -482,6 +482,36 @@ def test_status_and_top(rt, tmp_path):
     assert out.returncode == 1 and "no running shmfeed job" in out.stderr
 
 
+def test_top_shows_which_rank_is_starved(rt, tmp_path):
+    """Rank 0's consumer waits on a paused job, rank 1 has none: top's bars tell them
+    apart at a glance."""
+    cfg = write_config(tmp_path)
+    job = job_name("starved")
+    p = start_serving(cfg, job)
+    rank0 = subprocess.Popen([CONSUME, "--fake", "--steps", "1000000", "--out",
+                              str(tmp_path / "r0.txt")],
+                             env={**os.environ, "SHMFEED_JOB": job, "LOCAL_RANK": "0"})
+    try:
+        assert wait_for(lambda: os.path.exists(tmp_path / "r0.txt") and
+                        os.path.getsize(tmp_path / "r0.txt") > 0)
+        assert ctl(job, '{"v":1,"op":"pause"}')["state"] == "paused"
+        time.sleep(0.5)  # five stats intervals, the last all waiting
+        out = subprocess.run([SHMFEED, "top", job, "--count", "1"], capture_output=True,
+                             text=True, timeout=10)
+        assert out.returncode == 0, out.stderr
+        rows = {int(line.split()[0]): line for line in out.stdout.splitlines()
+                if line[:5].strip().isdigit() and "[" in line}
+        assert "waiting (last interval)" in out.stdout
+        assert "[################] 100%" in rows[0], out.stdout
+        assert "[................]   0%" in rows[1], out.stdout
+    finally:
+        rank0.kill()
+        rank0.wait(timeout=10)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=10)
+    assert not shm_of(job)
+
+
 def test_two_jobs_side_by_side(rt, tmp_path):
     cfg = write_config(tmp_path)
     (tmp_path / "a").mkdir()
