@@ -229,6 +229,7 @@ struct sf_stats_producer {
 	uint64_t busy_ns;
 	double utilization; /* busy fraction over the last interval */
 	uint32_t stalled;   /* the supervisor deems it stalled (see producers.stall_timeout) */
+	uint64_t stalls;    /* times the supervisor killed and replaced it for stalling */
 	uint64_t silent_ns; /* how long its heartbeat had not moved */
 };
 
@@ -262,6 +263,24 @@ struct sf_stats {
  */
 void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 		      const uint64_t *start_steps, uint64_t started_ns, struct sf_stats *s);
+
+/*
+ * The job's metrics in the Prometheus text format (launcher/metrics.c), for
+ * control.metrics_file and control.metrics. sf__metrics_open() sets *ret_metrics to NULL
+ * when neither is configured, and the other calls accept NULL. sf__metrics_first() writes
+ * the first sample and fails when the file cannot be written; later failures of
+ * sf__metrics_update() are logged once and retried every interval. sf__metrics_close()
+ * stops the HTTP server and removes the file. sf__metrics_after_fork(), in a child,
+ * closes its copy of the listening socket. All return 0 or a negative error.
+ */
+struct sf_metrics;
+int sf__metrics_open(const struct sf_config *cfg, struct sf_metrics **ret_metrics,
+		     struct sf_err *e);
+int sf__metrics_first(struct sf_metrics *m, const struct sf_stats *s, const char *job,
+		      struct sf_err *e);
+int sf__metrics_update(struct sf_metrics *m, const struct sf_stats *s, const char *job);
+void sf__metrics_close(struct sf_metrics *m);
+void sf__metrics_after_fork(struct sf_metrics *m);
 
 /* sf__stats_json - the stats as the JSON object of replies and the PUB stream. */
 int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t len);
