@@ -213,6 +213,7 @@ struct sf_stats_rank {
 	uint64_t wait_ns;		     /* time its consumers spent waiting, since the start */
 	uint64_t wait_hist[SF_WAIT_BUCKETS]; /* their waits by floor(log2(ns)), since the start */
 	uint32_t asleep;		     /* its consumer sleeps on the ring for a batch now */
+	uint64_t stalls; /* reads that waited SF_CONSUMER_STALL_NS or more, since the start */
 	/* Over the last interval: the share of it spent waiting (the rank starves as it nears
 	 * 1), the batches read and their wait percentiles (bucket upper bounds, 0: none).
 	 * A wait counts once its batch arrives, except that a consumer asleep at both ends

@@ -122,6 +122,12 @@ static void render(FILE *f, const struct sf_stats *s, const char *job)
 		fprintf(f, "shmfeed_rank_waiting_ratio{shmfeed_job=\"%s\",rank=\"%u\"} %.3f\n", job,
 			r, s->rank[r].waiting);
 
+	head(f, "shmfeed_rank_stalls_total", "counter",
+	     "Reads of a batch that waited 2^20 ns (1.05 ms) or more, per rank.");
+	for (uint32_t r = 0; r < ranks; r++)
+		fprintf(f, "shmfeed_rank_stalls_total{shmfeed_job=\"%s\",rank=\"%u\"} %llu\n", job,
+			r, (unsigned long long)s->rank[r].stalls);
+
 	head(f, "shmfeed_producer_batches_total", "counter",
 	     "Batches the producer has published, in its current incarnation.");
 	for (uint32_t p = 0; p < prods; p++)

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "shmfeed/shmfeed.h"
 #include "common/arena.h"
 #include "common/control.h"
 #include "common/proc.h"
@@ -86,6 +87,9 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 				&a->telemetry[g->max_producers + r].wait_hist[b],
 				memory_order_relaxed);
 			hist[b] += one.wait_hist[b];
+			/* Bucket b holds waits in [2^b, 2^(b+1)). */
+			if (UINT64_C(1) << b >= SF_CONSUMER_STALL_NS)
+				one.stalls += one.wait_hist[b];
 		}
 		if (r < SF_STATS_MAX_RANKS)
 			s->rank[r] = one;
@@ -196,12 +200,12 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 		OUT("%s{\"rank\":%u,\"free\":%u,\"filling\":%u,\"ready\":%u,\"claimed\":%u,"
 		    "\"next_step\":%llu,\"consumer_pid\":%lld,\"waiting\":%.3f,"
 		    "\"interval_batches\":%llu,\"interval_wait_p50_ns\":%llu,"
-		    "\"interval_wait_p99_ns\":%llu}",
+		    "\"interval_wait_p99_ns\":%llu,\"stalls\":%llu}",
 		    r ? "," : "", r, q->free, q->filling, q->ready, q->claimed,
 		    (unsigned long long)q->next_step, (long long)(int64_t)q->consumer_pid,
 		    q->waiting, (unsigned long long)q->interval_batches,
 		    (unsigned long long)q->interval_wait_p50_ns,
-		    (unsigned long long)q->interval_wait_p99_ns);
+		    (unsigned long long)q->interval_wait_p99_ns, (unsigned long long)q->stalls);
 	}
 	OUT("],\"producers\":[");
 	for (uint32_t p = 0; p < s->producers && p < SF_STATS_MAX_PRODUCERS; p++) {

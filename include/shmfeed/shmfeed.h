@@ -286,10 +286,12 @@ int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state);
 int sf_consumer_stats(struct sf_consumer *c, struct sf_consumer_stats *ret_stats);
 
 /*
- * A stall is a call of sf_consumer_next() that waited this long or longer for its batch:
- * the training loop was held up by the data.
+ * A stall is a call of sf_consumer_next() that waited this long or longer for its batch
+ * (2^20 ns, 1.05 ms): the training loop was held up by the data. A power of two, so that
+ * `shmfeed status`, `top` and the metrics count the same stalls from the arena's log2
+ * histogram.
  */
-#define SF_CONSUMER_STALL_NS 1000000u
+#define SF_CONSUMER_STALL_NS (1u << 20)
 
 /*
  * The figures of one window (sf_consumer_window): what this handle delivered since the

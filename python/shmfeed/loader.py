@@ -505,7 +505,7 @@ class Loader:
     def stats(self):
         """Figures of this rank ready to log as they are, e.g.
         ``wandb.log(loader.stats(), step=step)``: numbers only. ``batches``, ``tokens``,
-        ``stalls`` (batches that waited 1 ms or more for their data) and the wait
+        ``stalls`` (batches that waited 2^20 ns, 1.05 ms, or more for their data) and the wait
         percentiles ``wait_p50_ms``/``wait_p99_ms`` cover what this Loader delivered
         since the previous call of stats() (or since attach); ``tokens_total`` since
         attach. The totals, provenance and GPU details are in counters()."""

@@ -501,7 +501,7 @@ def test_top_shows_which_rank_is_starved(rt, tmp_path):
         assert out.returncode == 0, out.stderr
         rows = {int(line.split()[0]): line for line in out.stdout.splitlines()
                 if line[:5].strip().isdigit() and "[" in line}
-        assert "waiting (last interval)" in out.stdout
+        assert "waiting (last interval)   stalls  consumer" in out.stdout
         assert "[################] 100%" in rows[0], out.stdout
         assert "[................]   0%" in rows[1], out.stdout
     finally:
@@ -563,7 +563,8 @@ def check_metrics(fams, job, batches_per_rank):
     assert all(v == 0 for _, _, v in fams["shmfeed_producer_restarts"]["samples"])
     assert sum(v for _, _, v in fams["shmfeed_producer_batches"]["samples"]) >= total
     for name in ("shmfeed_skipped_records", "shmfeed_repairs", "shmfeed_tokens_encoded",
-                 "shmfeed_tokens_per_second", "shmfeed_rank_waiting_ratio"):
+                 "shmfeed_tokens_per_second", "shmfeed_rank_waiting_ratio",
+                 "shmfeed_rank_stalls"):
         assert name in fams, name
 
 
