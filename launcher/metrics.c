@@ -59,6 +59,83 @@ static void head(FILE *f, const char *name, const char *type, const char *help)
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A metric with one series per rank or per producer: its value for index i. */
+struct labelled {
+	const char *name, *type, *help;
+	double (*value)(const struct sf_stats *s, uint32_t i);
+};
+
+static double rank_waiting(const struct sf_stats *s, uint32_t r)
+{
+	return s->rank[r].waiting;
+}
+
+static double rank_stalls(const struct sf_stats *s, uint32_t r)
+{
+	return (double)s->rank[r].stalls;
+}
+
+static double producer_batches(const struct sf_stats *s, uint32_t p)
+{
+	return (double)s->producer[p].batches;
+}
+
+static double producer_utilization(const struct sf_stats *s, uint32_t p)
+{
+	return s->producer[p].utilization;
+}
+
+static double producer_restarts(const struct sf_stats *s, uint32_t p)
+{
+	/* The first registration is incarnation 1. */
+	return s->producer[p].incarnation ? s->producer[p].incarnation - 1.0 : 0.0;
+}
+
+static double producer_stalls(const struct sf_stats *s, uint32_t p)
+{
+	return (double)s->producer[p].stalls;
+}
+
+static double producer_stalled(const struct sf_stats *s, uint32_t p)
+{
+	return s->producer[p].stalled ? 1.0 : 0.0;
+}
+
+static const struct labelled rank_series[] = {
+	{"shmfeed_rank_waiting_ratio", "gauge",
+	 "Share of the last interval the rank spent waiting for data (1: starved).", rank_waiting},
+	{"shmfeed_rank_stalls_total", "counter",
+	 "Reads of a batch that waited 2^20 ns (1.05 ms) or more, per rank.", rank_stalls},
+};
+
+static const struct labelled producer_series[] = {
+	{"shmfeed_producer_batches_total", "counter",
+	 "Batches the producer has published, in its current incarnation.", producer_batches},
+	{"shmfeed_producer_utilization_ratio", "gauge",
+	 "Share of the last interval the producer spent filling slots.", producer_utilization},
+	{"shmfeed_producer_restarts_total", "counter",
+	 "Times the producer was started again after it died.", producer_restarts},
+	{"shmfeed_producer_stalls_total", "counter",
+	 "Times the producer was killed and replaced for stalling.", producer_stalls},
+	{"shmfeed_producer_stalled", "gauge",
+	 "1 while the producer's heartbeat has been silent past half the stall timeout.",
+	 producer_stalled},
+};
+
+/* Each metric of `defs`, one series per index 0..n-1 labelled `label`. Fifteen digits print
+ * the counters here (per rank or producer, far below 10^15) exactly, and ratios without
+ * the noise of binary fractions. */
+static void series(FILE *f, const struct sf_stats *s, const char *job, const char *label,
+		   uint32_t n, const struct labelled *defs, size_t n_defs)
+{
+	for (size_t d = 0; d < n_defs; d++) {
+		head(f, defs[d].name, defs[d].type, defs[d].help);
+		for (uint32_t i = 0; i < n; i++)
+			fprintf(f, "%s{shmfeed_job=\"%s\",%s=\"%u\"} %.15g\n", defs[d].name, job,
+				label, i, defs[d].value(s, i));
+	}
+}
+
 /* The text of one sample. Job names are [A-Za-z0-9_.-]: no label value needs escaping. */
 static void render(FILE *f, const struct sf_stats *s, const char *job)
 {
@@ -116,51 +193,9 @@ static void render(FILE *f, const struct sf_stats *s, const char *job)
 			job, r, (unsigned long long)seen, job, r, (double)q->wait_ns / 1e9, job, r,
 			(unsigned long long)seen);
 	}
-	head(f, "shmfeed_rank_waiting_ratio", "gauge",
-	     "Share of the last interval the rank spent waiting for data (1: starved).");
-	for (uint32_t r = 0; r < ranks; r++)
-		fprintf(f, "shmfeed_rank_waiting_ratio{shmfeed_job=\"%s\",rank=\"%u\"} %.3f\n", job,
-			r, s->rank[r].waiting);
-
-	head(f, "shmfeed_rank_stalls_total", "counter",
-	     "Reads of a batch that waited 2^20 ns (1.05 ms) or more, per rank.");
-	for (uint32_t r = 0; r < ranks; r++)
-		fprintf(f, "shmfeed_rank_stalls_total{shmfeed_job=\"%s\",rank=\"%u\"} %llu\n", job,
-			r, (unsigned long long)s->rank[r].stalls);
-
-	head(f, "shmfeed_producer_batches_total", "counter",
-	     "Batches the producer has published, in its current incarnation.");
-	for (uint32_t p = 0; p < prods; p++)
-		fprintf(f,
-			"shmfeed_producer_batches_total{shmfeed_job=\"%s\",producer=\"%u\"} %llu\n",
-			job, p, (unsigned long long)s->producer[p].batches);
-	head(f, "shmfeed_producer_utilization_ratio", "gauge",
-	     "Share of the last interval the producer spent filling slots.");
-	for (uint32_t p = 0; p < prods; p++)
-		fprintf(f,
-			"shmfeed_producer_utilization_ratio{shmfeed_job=\"%s\",producer=\"%u\"} "
-			"%.3f\n",
-			job, p, s->producer[p].utilization);
-	head(f, "shmfeed_producer_restarts_total", "counter",
-	     "Times the producer was started again after it died.");
-	for (uint32_t p = 0; p < prods; p++) {
-		uint32_t inc = s->producer[p].incarnation;
-
-		fprintf(f,
-			"shmfeed_producer_restarts_total{shmfeed_job=\"%s\",producer=\"%u\"} %u\n",
-			job, p, inc ? inc - 1 : 0);
-	}
-	head(f, "shmfeed_producer_stalls_total", "counter",
-	     "Times the producer was killed and replaced for stalling.");
-	for (uint32_t p = 0; p < prods; p++)
-		fprintf(f,
-			"shmfeed_producer_stalls_total{shmfeed_job=\"%s\",producer=\"%u\"} %llu\n",
-			job, p, (unsigned long long)s->producer[p].stalls);
-	head(f, "shmfeed_producer_stalled", "gauge",
-	     "1 while the producer's heartbeat has been silent past half the stall timeout.");
-	for (uint32_t p = 0; p < prods; p++)
-		fprintf(f, "shmfeed_producer_stalled{shmfeed_job=\"%s\",producer=\"%u\"} %u\n", job,
-			p, s->producer[p].stalled ? 1u : 0u);
+	series(f, s, job, "rank", ranks, rank_series, sizeof(rank_series) / sizeof(rank_series[0]));
+	series(f, s, job, "producer", prods, producer_series,
+	       sizeof(producer_series) / sizeof(producer_series[0]));
 }
 
 /* Write the text to the temporary file beside the target, then rename it over the target. */
