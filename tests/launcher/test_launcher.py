@@ -633,6 +633,18 @@ def test_prometheus_metrics_file_and_http(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_an_unwritable_metrics_file_refuses_the_start(rt, tmp_path):
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("sources: [/dev/null]\nbatch: {size: 2, seq_len: 16}\n"
+                   f"control: {{metrics_file: {tmp_path}/missing/shmfeed.prom}}\n")
+    job = job_name("promdir")
+    out = subprocess.run([FAKE, "run", str(cfg), "--set", f"job={job}", "--", "true"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0
+    assert "cannot write the metrics file" in out.stderr and "No such file" in out.stderr
+    assert not shm_of(job) and not (tmp_path / "missing").exists()
+
+
 @pytest.mark.parametrize("addr", ["0.0.0.0:9100", "192.168.1.1:9100", "localhost:9100",
                                   "127.0.0.1:65536", "[::]:9100"])
 def test_metrics_are_served_on_loopback_only(tmp_path, addr):
