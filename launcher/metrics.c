@@ -110,7 +110,7 @@ static const struct labelled rank_series[] = {
 
 static const struct labelled producer_series[] = {
 	{"shmfeed_producer_batches_total", "counter",
-	 "Batches the producer has published, in its current incarnation.", producer_batches},
+	 "Batches the producer has published, across its restarts.", producer_batches},
 	{"shmfeed_producer_utilization_ratio", "gauge",
 	 "Share of the last interval the producer spent filling slots.", producer_utilization},
 	{"shmfeed_producer_restarts_total", "counter",
