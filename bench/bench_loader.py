@@ -182,7 +182,7 @@ def main():
                                 dtype=out) as L:
                 fn = L.next if post is None else (lambda: post(L.next()))
                 ns = timed(fn, args.calls, args.step_us)
-                waited = max(waited, L.stats()["wait_ns_p99"])
+                waited = max(waited, L.counters()["wait_ns_p99"])
             rows.append((label, *summary(ns)))
         finally:
             fx.send_signal(signal.SIGTERM)

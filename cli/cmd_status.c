@@ -67,6 +67,21 @@ static int parse_reply(struct doc *d, const char *buf, struct sf_err *e)
 	return 0;
 }
 
+#define WAIT_BAR_WIDTH 16
+
+/*
+ * A bar of the share of the last interval a rank spent waiting for its batches, so that
+ * a starved rank stands out in a column of them: '#' per sixteenth, '.' for the rest.
+ */
+static void wait_bar(double share, char bar[WAIT_BAR_WIDTH + 1])
+{
+	int full = (int)(share * WAIT_BAR_WIDTH + 0.5);
+
+	for (int i = 0; i < WAIT_BAR_WIDTH; i++)
+		bar[i] = i < full ? '#' : '.';
+	bar[WAIT_BAR_WIDTH] = 0;
+}
+
 /* The human form of a stats object (and, when given, the status object). */
 static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 {
@@ -117,18 +132,28 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 			(double)u64_of(sd, 0, "tokens_encoded") /
 				(double)u64_of(sd, 0, "tokens_produced"));
 	ranks = sf__json_get(sd->buf, sd->tok, 0, "ranks");
-	fprintf(f, "\n rank  free filling ready claimed   next step  consumer\n");
+	fprintf(f, "\n rank  free filling ready claimed   next step  wait p50       p99  "
+		   "waiting (last interval)   stalls  consumer\n");
 	for (uint32_t i = 0; ranks >= 0 && i < sd->tok[ranks].size; i++) {
 		int r = sf__json_at(sd->tok, ranks, i);
 		long long pid = (long long)u64_of(sd, r, "consumer_pid");
+		char bar[WAIT_BAR_WIDTH + 1];
 
-		fprintf(f, "%5llu %5llu %7llu %5llu %7llu %11llu  ",
+		wait_bar(dbl_of(sd, r, "waiting"), bar);
+		p50[0] = p99[0] = 0;
+		if (u64_of(sd, r, "interval_batches")) {
+			sf__stats_human_ns(u64_of(sd, r, "interval_wait_p50_ns"), p50, sizeof(p50));
+			sf__stats_human_ns(u64_of(sd, r, "interval_wait_p99_ns"), p99, sizeof(p99));
+		}
+		fprintf(f, "%5llu %5llu %7llu %5llu %7llu %11llu  %8s  %8s  [%s] %3.0f%% %8llu  ",
 			(unsigned long long)u64_of(sd, r, "rank"),
 			(unsigned long long)u64_of(sd, r, "free"),
 			(unsigned long long)u64_of(sd, r, "filling"),
 			(unsigned long long)u64_of(sd, r, "ready"),
 			(unsigned long long)u64_of(sd, r, "claimed"),
-			(unsigned long long)u64_of(sd, r, "next_step"));
+			(unsigned long long)u64_of(sd, r, "next_step"), p50[0] ? p50 : "-",
+			p99[0] ? p99 : "-", bar, 100.0 * dbl_of(sd, r, "waiting"),
+			(unsigned long long)u64_of(sd, r, "stalls"));
 		if (pid > 0)
 			fprintf(f, "pid %lld\n", pid);
 		else

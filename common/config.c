@@ -137,6 +137,10 @@ static const struct field control_fields[] = {
 	{"curve_allowed_clients", T_PATH, CFG(curve_allowed_clients), 0, 0, NULL, NULL, F_NULLABLE,
 	 "a file path (Z85 public keys, one a line), or null"},
 	{"insecure_tcp", T_BOOL, CFG(insecure_tcp), 0, 1, NULL, NULL, 0, NULL},
+	{"metrics_file", T_PATH, CFG(metrics_file), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a file path (Prometheus text, rewritten every interval), or null"},
+	{"metrics", T_STRING, CFG(metrics), 0, 0, NULL, NULL, F_NULLABLE,
+	 "127.0.0.1:PORT or [::1]:PORT (loopback only), or null"},
 	END_FIELDS,
 };
 
@@ -750,6 +754,8 @@ void sf__config_free(struct sf_config *cfg)
 	free(cfg->vocab_dir);
 	free(cfg->endpoint);
 	free(cfg->curve_secret_key_file);
+	free(cfg->metrics_file);
+	free(cfg->metrics);
 	free(cfg->curve_allowed_clients);
 	memset(cfg, 0, sizeof(*cfg));
 }
@@ -815,6 +821,23 @@ static int check_endpoint(struct loader *L, struct sf_config *cfg)
 	}
 	snprintf(msg, sizeof(msg), "'endpoint' must be %s; got '%.64s'", f->expect, ep);
 	return fail_field(L, f, msg);
+}
+
+int sf__config_metrics_address(const char *addr, int *ret_ipv6, uint16_t *ret_port)
+{
+	static const char *const hosts[] = {"127.0.0.1:", "[::1]:"};
+	uint64_t port;
+
+	for (int i = 0; i < 2; i++) {
+		size_t n = strlen(hosts[i]);
+
+		if (strncmp(addr, hosts[i], n) || parse_u64(addr + n, &port) < 0 || port > 65535)
+			continue;
+		*ret_ipv6 = i;
+		*ret_port = (uint16_t)port;
+		return 0;
+	}
+	return SF_E_CONFIG;
 }
 
 static int check_config(struct loader *L, struct sf_config *cfg)
@@ -902,6 +925,19 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 	if (cfg->insecure_tcp && (!cfg->endpoint || strncmp(cfg->endpoint, "tcp://", 6)))
 		return fail_field(L, &control_fields[4],
 				  "'insecure_tcp' applies to a tcp:// endpoint only");
+	if (cfg->metrics) {
+		int ipv6;
+		uint16_t port;
+
+		if (sf__config_metrics_address(cfg->metrics, &ipv6, &port) < 0) {
+			snprintf(msg, sizeof(msg),
+				 "'metrics' must be %s; got '%.64s' (metrics are served on "
+				 "loopback only: expose them through a local agent or the "
+				 "metrics_file)",
+				 control_fields[6].expect, cfg->metrics);
+			return fail_field(L, &control_fields[6], msg);
+		}
+	}
 	return 0;
 }
 

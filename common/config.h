@@ -108,11 +108,20 @@ struct sf_config {
 	char *curve_secret_key_file; /* the server's CURVE key pair (shmfeed keygen) */
 	char *curve_allowed_clients; /* Z85 public keys of the clients let in */
 	uint32_t insecure_tcp;	     /* 1: plain tcp:// allowed, and warned about */
+	char *metrics_file;	     /* Prometheus text rewritten every interval; NULL: none */
+	char *metrics;		     /* 127.0.0.1:PORT or [::1]:PORT serving it; NULL: none */
 
 	/* integrity */
 	uint32_t checksum; /* 1: xxh3-64 per payload, verified by consumers (default 1) */
 	uint32_t pad;
 };
+
+/*
+ * sf__config_metrics_address - parse control.metrics: "127.0.0.1:PORT" (*ret_ipv6 = 0) or
+ * "[::1]:PORT" (1), PORT in 0..65535 (0: any free port). Returns 0, or SF_E_CONFIG for
+ * anything else: metrics are served on loopback only.
+ */
+int sf__config_metrics_address(const char *addr, int *ret_ipv6, uint16_t *ret_port);
 
 /* sf__config_defaults - a config holding every default (no sources). */
 void sf__config_defaults(struct sf_config *cfg);

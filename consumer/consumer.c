@@ -83,7 +83,14 @@ struct sf_consumer {
 	uint64_t tokens;
 	uint64_t wait_total;
 	uint64_t liveness_checked_ns; /* when the launcher was last seen alive */
+	uint64_t stalls;	      /* batches that waited SF_CONSUMER_STALL_NS or more */
 	uint32_t wait_hist[HIST_BUCKETS];
+	/* The counters as the previous sf_consumer_window() left them: a window's figures
+	 * are the differences, so that the hot path keeps one histogram only. */
+	struct {
+		uint64_t batches, tokens, wait_total, stalls;
+		uint32_t wait_hist[HIST_BUCKETS];
+	} window_mark;
 	int32_t device;
 	struct sf_consumer_gpu gpu;
 	struct sf_err err;
@@ -131,7 +138,14 @@ static uint64_t hist_value(uint32_t b)
 	return lo + width / 2;
 }
 
-static uint64_t hist_percentile(const uint32_t *hist, uint64_t total, uint32_t pct)
+/*
+ * The pct-th percentile of the counts in `hist` less those in `mark` (NULL: none), which
+ * add up to `total`. Counts only grow, so each difference is the bucket's count since the
+ * mark was taken (uint32 arithmetic: exact across a wrap, as long as a window holds fewer
+ * than 2^32 batches).
+ */
+static uint64_t hist_percentile(const uint32_t *hist, const uint32_t *mark, uint64_t total,
+				uint32_t pct)
 {
 	uint64_t rank, seen = 0;
 
@@ -139,7 +153,7 @@ static uint64_t hist_percentile(const uint32_t *hist, uint64_t total, uint32_t p
 		return 0;
 	rank = (total * pct + 99) / 100;
 	for (uint32_t b = 0; b < HIST_BUCKETS; b++) {
-		seen += hist[b];
+		seen += (uint32_t)(hist[b] - (mark ? mark[b] : 0u));
 		if (seen >= rank)
 			return hist_value(b);
 	}
@@ -733,6 +747,7 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	c->tokens += (uint64_t)b.batch * b.seq_tokens;
 	c->wait_total += waited;
 	c->wait_hist[hist_bucket(waited)]++;
+	c->stalls += waited >= SF_CONSUMER_STALL_NS;
 	publish_telemetry(c, waited, (uint64_t)b.batch * b.seq_tokens);
 	*ret_batch = b;
 	return 0;
@@ -832,8 +847,8 @@ int sf_consumer_stats(struct sf_consumer *c, struct sf_consumer_stats *ret_stats
 		.batches = c->batches,
 		.tokens = c->tokens,
 		.wait_ns_total = c->wait_total,
-		.wait_ns_p50 = hist_percentile(c->wait_hist, c->batches, 50),
-		.wait_ns_p99 = hist_percentile(c->wait_hist, c->batches, 99),
+		.wait_ns_p50 = hist_percentile(c->wait_hist, NULL, c->batches, 50),
+		.wait_ns_p99 = hist_percentile(c->wait_hist, NULL, c->batches, 99),
 		.provenance = c->provenance,
 		.next_step = c->step,
 		.gpu = c->gpu.cu ? 1 : 0,
@@ -842,6 +857,27 @@ int sf_consumer_stats(struct sf_consumer *c, struct sf_consumer_stats *ret_stats
 	};
 
 	*ret_stats = st;
+	return 0;
+}
+
+int sf_consumer_window(struct sf_consumer *c, struct sf_consumer_window *ret_window)
+{
+	uint64_t n = c->batches - c->window_mark.batches;
+	struct sf_consumer_window w = {
+		.batches = n,
+		.tokens = c->tokens - c->window_mark.tokens,
+		.wait_ns_total = c->wait_total - c->window_mark.wait_total,
+		.wait_ns_p50 = hist_percentile(c->wait_hist, c->window_mark.wait_hist, n, 50),
+		.wait_ns_p99 = hist_percentile(c->wait_hist, c->window_mark.wait_hist, n, 99),
+		.stalls = c->stalls - c->window_mark.stalls,
+	};
+
+	c->window_mark.batches = c->batches;
+	c->window_mark.tokens = c->tokens;
+	c->window_mark.wait_total = c->wait_total;
+	c->window_mark.stalls = c->stalls;
+	memcpy(c->window_mark.wait_hist, c->wait_hist, sizeof(c->wait_hist));
+	*ret_window = w;
 	return 0;
 }
 

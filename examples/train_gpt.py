@@ -100,7 +100,7 @@ def main():
         # `batch` was fetched but not trained on: the resumed run starts with it.
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
                     "loader": batch.state}, args.checkpoint)
-    st = loader.stats()
+    st = loader.counters()
     print(f"rank {loader.rank}: {args.steps} batches trained on, {st['batches']} fetched, "
           f"provenance {st['provenance']:016x}", flush=True)
     loader.close()

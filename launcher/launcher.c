@@ -68,6 +68,7 @@ struct producer {
 	uint64_t last_beat_ns; /* its last sign of life at the last look */
 	int stalled;	       /* reported stalled: killed once silent for the stall timeout */
 	int stall_killed;      /* SIGKILLed for stalling; repaired once reaped */
+	uint64_t stalls;       /* times it was killed for stalling */
 };
 
 struct supervisor {
@@ -108,6 +109,7 @@ struct supervisor {
 	uint64_t next_tick_ns, progress_ticks;
 	struct sf_stats prev, cur;
 	int have_prev;
+	struct sf_metrics *metrics; /* control.metrics_file and control.metrics; NULL: none */
 	int32_t consumer_seen[SF_MAX_RANKS];
 };
 
@@ -148,6 +150,7 @@ static void child_setup(struct supervisor *S, int deathsig)
 	 * its job's endpoint looking in use. */
 	if (S->ipc.lock_fd >= 0)
 		close(S->ipc.lock_fd);
+	sf__metrics_after_fork(S->metrics);
 	signal(SIGPIPE, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
 }
@@ -506,6 +509,7 @@ static void check_producers(struct supervisor *S)
 			 * is its slot repaired. */
 			kill(p->pid, SIGKILL);
 			p->stall_killed = 1;
+			p->stalls++;
 			S->stalls++;
 		}
 	}
@@ -522,6 +526,7 @@ static void annotate(const struct supervisor *S, struct sf_stats *s)
 
 		s->producer[i].stalled = p->pid > 0 && p->stalled;
 		s->producer[i].silent_ns = p->pid > 0 ? p->silent_ns : 0;
+		s->producer[i].stalls = p->stalls;
 	}
 }
 
@@ -541,6 +546,8 @@ static void tick(struct supervisor *S)
 	n = sf__stats_json(&S->cur, S->cfg->job, json, sizeof(json));
 	if (n > 0)
 		zmq_send(S->pub, json, (size_t)n, ZMQ_DONTWAIT);
+	/* A failure is logged once by the metrics module; the job goes on without. */
+	sf__metrics_update(S->metrics, &S->cur, S->cfg->job);
 	if (S->l->progress && S->have_prev) {
 		int tty = isatty(STDERR_FILENO);
 		char rate[32], p50[32];
@@ -1132,6 +1139,15 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	r = open_sockets(S, e);
 	if (r < 0)
 		goto out_sockets;
+	/* After the signal mask: the HTTP server's thread inherits it, so the signals stay
+	 * with the signalfd. */
+	r = sf__metrics_open(cfg, &S->metrics, e);
+	if (r == 0 && S->metrics) {
+		sample(S);
+		r = sf__metrics_first(S->metrics, &S->cur, cfg->job, e);
+	}
+	if (r < 0)
+		goto out_sockets;
 	sf__arena_set_job_state(S->a, SF_JOB_RUNNING);
 	S->n_prod = S->geo.max_producers;
 	for (uint32_t i = 0; i < S->n_prod; i++) {
@@ -1160,6 +1176,7 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 		r = sf__err(e, SF_E_SOURCE, "%s", S->reason);
 	status = S->cmd_pid > 0 ? S->cmd_status : 0;
 out_sockets:
+	sf__metrics_close(S->metrics);
 	close_sockets(S);
 	if (S->sfd >= 0)
 		close(S->sfd);

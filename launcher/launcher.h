@@ -210,6 +210,17 @@ struct sf_stats_rank {
 	uint32_t free, filling, ready, claimed;
 	uint64_t next_step;
 	uint64_t consumer_pid;
+	uint64_t wait_ns;		     /* time its consumers spent waiting, since the start */
+	uint64_t wait_hist[SF_WAIT_BUCKETS]; /* their waits by floor(log2(ns)), since the start */
+	uint32_t asleep;		     /* its consumer sleeps on the ring for a batch now */
+	uint64_t stalls; /* reads that waited SF_CONSUMER_STALL_NS or more, since the start */
+	/* Over the last interval: the share of it spent waiting (the rank starves as it nears
+	 * 1), the batches read and their wait percentiles (bucket upper bounds, 0: none).
+	 * A wait counts once its batch arrives, except that a consumer asleep at both ends
+	 * of an interval with no batch read in it waited the whole interval. */
+	double waiting;
+	uint64_t interval_batches;
+	uint64_t interval_wait_p50_ns, interval_wait_p99_ns;
 };
 
 struct sf_stats_producer {
@@ -219,6 +230,7 @@ struct sf_stats_producer {
 	uint64_t busy_ns;
 	double utilization; /* busy fraction over the last interval */
 	uint32_t stalled;   /* the supervisor deems it stalled (see producers.stall_timeout) */
+	uint64_t stalls;    /* times the supervisor killed and replaced it for stalling */
 	uint64_t silent_ns; /* how long its heartbeat had not moved */
 };
 
@@ -252,6 +264,24 @@ struct sf_stats {
  */
 void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 		      const uint64_t *start_steps, uint64_t started_ns, struct sf_stats *s);
+
+/*
+ * The job's metrics in the Prometheus text format (launcher/metrics.c), for
+ * control.metrics_file and control.metrics. sf__metrics_open() sets *ret_metrics to NULL
+ * when neither is configured, and the other calls accept NULL. sf__metrics_first() writes
+ * the first sample and fails when the file cannot be written; later failures of
+ * sf__metrics_update() are logged once and retried every interval. sf__metrics_close()
+ * stops the HTTP server and removes the file. sf__metrics_after_fork(), in a child,
+ * closes its copy of the listening socket. All return 0 or a negative error.
+ */
+struct sf_metrics;
+int sf__metrics_open(const struct sf_config *cfg, struct sf_metrics **ret_metrics,
+		     struct sf_err *e);
+int sf__metrics_first(struct sf_metrics *m, const struct sf_stats *s, const char *job,
+		      struct sf_err *e);
+int sf__metrics_update(struct sf_metrics *m, const struct sf_stats *s, const char *job);
+void sf__metrics_close(struct sf_metrics *m);
+void sf__metrics_after_fork(struct sf_metrics *m);
 
 /* sf__stats_json - the stats as the JSON object of replies and the PUB stream. */
 int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t len);

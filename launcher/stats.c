@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "shmfeed/shmfeed.h"
 #include "common/arena.h"
 #include "common/control.h"
 #include "common/proc.h"
@@ -76,12 +77,22 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 			&a->participants[g->max_producers + r].pid, memory_order_relaxed);
 		if (next >= start_steps[r])
 			s->batches += next - start_steps[r];
-		if (r < SF_STATS_MAX_RANKS)
-			s->rank[r] = one;
-		for (unsigned b = 0; b < SF_WAIT_BUCKETS; b++)
-			hist[b] += atomic_load_explicit(
+		/* Relaxed: a statistics snapshot, as the slot words above. */
+		one.asleep =
+			atomic_load_explicit(&a->rings[r].ready_waiters, memory_order_relaxed) != 0;
+		one.wait_ns = atomic_load_explicit(&a->participants[g->max_producers + r].wait_ns,
+						   memory_order_relaxed);
+		for (unsigned b = 0; b < SF_WAIT_BUCKETS; b++) {
+			one.wait_hist[b] = atomic_load_explicit(
 				&a->telemetry[g->max_producers + r].wait_hist[b],
 				memory_order_relaxed);
+			hist[b] += one.wait_hist[b];
+			/* Bucket b holds waits in [2^b, 2^(b+1)). */
+			if (UINT64_C(1) << b >= SF_CONSUMER_STALL_NS)
+				one.stalls += one.wait_hist[b];
+		}
+		if (r < SF_STATS_MAX_RANKS)
+			s->rank[r] = one;
 	}
 	s->tokens = s->batches * g->batch * (uint64_t)(g->seq_tokens - 1);
 	for (uint32_t p = 0; p < g->max_producers; p++) {
@@ -115,6 +126,28 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 	dt = (double)(s->t_ns - prev->t_ns) / 1e9;
 	s->batches_per_s = (double)(s->batches - prev->batches) / dt;
 	s->tokens_per_s = (double)(s->tokens - prev->tokens) / dt;
+	for (uint32_t r = 0; r < g->ranks && r < SF_STATS_MAX_RANKS; r++) {
+		struct sf_stats_rank *q = &s->rank[r];
+		const struct sf_stats_rank *was = &prev->rank[r];
+		uint64_t delta[SF_WAIT_BUCKETS];
+
+		/* A consumer's counters only grow while the job runs. */
+		q->waiting = q->wait_ns >= was->wait_ns
+				     ? (double)(q->wait_ns - was->wait_ns) / 1e9 / dt
+				     : 0.0;
+		if (q->waiting > 1.0)
+			q->waiting = 1.0;
+		for (unsigned b = 0; b < SF_WAIT_BUCKETS; b++) {
+			delta[b] = q->wait_hist[b] >= was->wait_hist[b]
+					   ? q->wait_hist[b] - was->wait_hist[b]
+					   : 0;
+			q->interval_batches += delta[b];
+		}
+		if (q->asleep && was->asleep && !q->interval_batches)
+			q->waiting = 1.0;
+		q->interval_wait_p50_ns = percentile(delta, q->interval_batches, 50);
+		q->interval_wait_p99_ns = percentile(delta, q->interval_batches, 99);
+	}
 	for (uint32_t p = 0; p < g->max_producers && p < SF_STATS_MAX_PRODUCERS; p++) {
 		struct sf_stats_producer *sp = &s->producer[p];
 		/* A restarted producer starts its busy counter again. */
@@ -165,9 +198,14 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 		const struct sf_stats_rank *q = &s->rank[r];
 
 		OUT("%s{\"rank\":%u,\"free\":%u,\"filling\":%u,\"ready\":%u,\"claimed\":%u,"
-		    "\"next_step\":%llu,\"consumer_pid\":%lld}",
+		    "\"next_step\":%llu,\"consumer_pid\":%lld,\"waiting\":%.3f,"
+		    "\"interval_batches\":%llu,\"interval_wait_p50_ns\":%llu,"
+		    "\"interval_wait_p99_ns\":%llu,\"stalls\":%llu}",
 		    r ? "," : "", r, q->free, q->filling, q->ready, q->claimed,
-		    (unsigned long long)q->next_step, (long long)(int64_t)q->consumer_pid);
+		    (unsigned long long)q->next_step, (long long)(int64_t)q->consumer_pid,
+		    q->waiting, (unsigned long long)q->interval_batches,
+		    (unsigned long long)q->interval_wait_p50_ns,
+		    (unsigned long long)q->interval_wait_p99_ns, (unsigned long long)q->stalls);
 	}
 	OUT("],\"producers\":[");
 	for (uint32_t p = 0; p < s->producers && p < SF_STATS_MAX_PRODUCERS; p++) {

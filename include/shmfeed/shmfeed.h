@@ -285,6 +285,32 @@ int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state);
 /* sf_consumer_stats - counters of this handle. Returns 0. */
 int sf_consumer_stats(struct sf_consumer *c, struct sf_consumer_stats *ret_stats);
 
+/*
+ * A stall is a call of sf_consumer_next() that waited this long or longer for its batch
+ * (2^20 ns, 1.05 ms): the training loop was held up by the data. A power of two, so that
+ * `shmfeed status`, `top` and the metrics count the same stalls from the arena's log2
+ * histogram.
+ */
+#define SF_CONSUMER_STALL_NS (1u << 20)
+
+/*
+ * The figures of one window (sf_consumer_window): what this handle delivered since the
+ * previous call of sf_consumer_window() (or since attach), for a training loop that logs
+ * them every few steps. The percentiles come from the same histogram as those of
+ * sf_consumer_stats, restricted to the window's batches.
+ */
+struct sf_consumer_window {
+	uint64_t batches;
+	uint64_t tokens;
+	uint64_t wait_ns_total;
+	uint64_t wait_ns_p50;
+	uint64_t wait_ns_p99;
+	uint64_t stalls; /* batches that waited SF_CONSUMER_STALL_NS or more */
+};
+
+/* sf_consumer_window - the figures since the previous call, and start a new window. Returns 0. */
+int sf_consumer_window(struct sf_consumer *c, struct sf_consumer_window *ret_window);
+
 /* sf_consumer_errmsg - detail of the last failure on this handle; never NULL. */
 const char *sf_consumer_errmsg(const struct sf_consumer *c);
 
@@ -338,6 +364,8 @@ _Static_assert(sizeof(struct sf_resume) == 32, "sf_resume layout");
 _Static_assert(offsetof(struct sf_consumer_stats, gpu) == 56, "sf_consumer_stats layout");
 _Static_assert(offsetof(struct sf_consumer_stats, staged_copies) == 64, "sf_consumer_stats");
 _Static_assert(sizeof(struct sf_consumer_stats) == 72, "sf_consumer_stats layout");
+_Static_assert(offsetof(struct sf_consumer_window, stalls) == 40, "sf_consumer_window layout");
+_Static_assert(sizeof(struct sf_consumer_window) == 48, "sf_consumer_window layout");
 _Static_assert(offsetof(struct sf_consumer_info, payload_stride) == 48, "sf_consumer_info");
 _Static_assert(offsetof(struct sf_consumer_info, device_buffer) == 64, "sf_consumer_info");
 _Static_assert(offsetof(struct sf_consumer_info, config_digest) == 96, "sf_consumer_info");

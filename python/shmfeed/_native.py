@@ -59,6 +59,17 @@ class Resume(ctypes.Structure):
     ]
 
 
+class Window(ctypes.Structure):
+    _fields_ = [
+        ("batches", ctypes.c_uint64),
+        ("tokens", ctypes.c_uint64),
+        ("wait_ns_total", ctypes.c_uint64),
+        ("wait_ns_p50", ctypes.c_uint64),
+        ("wait_ns_p99", ctypes.c_uint64),
+        ("stalls", ctypes.c_uint64),
+    ]
+
+
 class Stats(ctypes.Structure):
     _fields_ = [
         ("batches", ctypes.c_uint64),
@@ -97,7 +108,7 @@ class Info(ctypes.Structure):
 
 
 MIRRORS = {"sf_batch": Batch, "sf_resume": Resume, "sf_consumer_stats": Stats,
-           "sf_consumer_info": Info}
+           "sf_consumer_window": Window, "sf_consumer_info": Info}
 
 
 def _candidates():
@@ -150,6 +161,7 @@ def lib():
         "sf_consumer_state": (ctypes.c_int, [vp, ctypes.POINTER(Resume)]),
         "sf_consumer_seek": (ctypes.c_int, [vp, ctypes.POINTER(Resume)]),
         "sf_consumer_stats": (ctypes.c_int, [vp, ctypes.POINTER(Stats)]),
+        "sf_consumer_window": (ctypes.c_int, [vp, ctypes.POINTER(Window)]),
         "sf_consumer_errmsg": (ctypes.c_char_p, [vp]),
         "sf_consumer_detach": (None, [vp]),
         "sf_digest": (u64, [vp, u64, u64]),

@@ -274,7 +274,7 @@ class Loader:
             self.close()
             owner.detach()
             raise
-        if self._gpu and self.stats()["gpu_staged"]:
+        if self._gpu and self.counters()["gpu_staged"]:
             # Said once per process: the library itself never prints.
             warnings.warn(f"shmfeed: job '{job}' rank {local_rank}: "
                           f"{self._lib.sf_consumer_errmsg(self._h).decode()}",
@@ -503,9 +503,27 @@ class Loader:
             self._raise(r)
 
     def stats(self):
-        """Counters of this rank: batches, tokens, wait times (ns), provenance, next step."""
+        """Figures of this rank ready to log as they are, e.g.
+        ``wandb.log(loader.stats(), step=step)``: numbers only. ``batches``, ``tokens``,
+        ``stalls`` (batches that waited 2^20 ns, 1.05 ms, or more for their data) and the wait
+        percentiles ``wait_p50_ms``/``wait_p99_ms`` cover what this Loader delivered
+        since the previous call of stats() (or since attach); ``tokens_total`` since
+        attach. The totals, provenance and GPU details are in counters()."""
         if self._h is None:
             self._raise_closed("stats")
+        w = N.Window()
+        self._lib.sf_consumer_window(self._h, ctypes.byref(w))
+        st = N.Stats()
+        self._lib.sf_consumer_stats(self._h, ctypes.byref(st))
+        return {"batches": w.batches, "tokens": w.tokens, "stalls": w.stalls,
+                "wait_p50_ms": w.wait_ns_p50 / 1e6, "wait_p99_ms": w.wait_ns_p99 / 1e6,
+                "tokens_total": st.tokens}
+
+    def counters(self):
+        """Counters of this rank since attach: batches, tokens, wait times (ns),
+        provenance, next step, GPU staging."""
+        if self._h is None:
+            self._raise_closed("counters")
         st = N.Stats()
         self._lib.sf_consumer_stats(self._h, ctypes.byref(st))
         return {"batches": st.batches, "tokens": st.tokens, "wait_ns_total": st.wait_ns_total,

@@ -487,6 +487,181 @@ def test_status_and_top(rt, tmp_path):
     assert out.returncode == 1 and "no running shmfeed job" in out.stderr
 
 
+def test_top_shows_which_rank_is_starved(rt, tmp_path):
+    """Rank 0's consumer waits on a paused job, rank 1 has none: top's bars tell them
+    apart at a glance."""
+    cfg = write_config(tmp_path)
+    job = job_name("starved")
+    p = start_serving(cfg, job)
+    rank0 = subprocess.Popen([CONSUME, "--fake", "--steps", "1000000", "--out",
+                              str(tmp_path / "r0.txt")],
+                             env={**os.environ, "SHMFEED_JOB": job, "LOCAL_RANK": "0"})
+    try:
+        assert wait_for(lambda: os.path.exists(tmp_path / "r0.txt") and
+                        os.path.getsize(tmp_path / "r0.txt") > 0)
+        assert ctl(job, '{"v":1,"op":"pause"}')["state"] == "paused"
+        time.sleep(0.5)  # five stats intervals, the last all waiting
+        # The consumer wakes every 100 ms to look around (for microseconds); a sample
+        # taken just then counts that interval as unknown, hence up to three looks.
+        for _ in range(3):
+            out = subprocess.run([SHMFEED, "top", job, "--count", "1"], capture_output=True,
+                                 text=True, timeout=10)
+            assert out.returncode == 0, out.stderr
+            rows = {int(line.split()[0]): line for line in out.stdout.splitlines()
+                    if line[:5].strip().isdigit() and "[" in line}
+            if "[################] 100%" in rows[0]:
+                break
+        assert "waiting (last interval)   stalls  consumer" in out.stdout
+        assert "[################] 100%" in rows[0], out.stdout
+        assert "[................]   0%" in rows[1], out.stdout
+    finally:
+        rank0.kill()
+        rank0.wait(timeout=10)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=10)
+    assert not shm_of(job)
+
+
+PROMETHEUS_PARSE = r"""
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = {f.name: {"type": f.type, "samples": [[s.name, s.labels, s.value] for s in f.samples]}
+        for f in text_string_to_metric_families(sys.stdin.read())}
+print(json.dumps(fams))
+"""
+
+
+def prometheus_python():
+    """The torch venv of scripts/deps, which has prometheus_client; None without it."""
+    venv = os.environ.get("SHMFEED_VENV") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "shmfeed",
+        "venv-torch")
+    py = os.path.join(venv, "bin", "python")
+    if os.path.exists(py) and subprocess.run([py, "-c", "import prometheus_client"],
+                                             capture_output=True).returncode == 0:
+        return py
+    return None
+
+
+def parse_prometheus(py, text):
+    out = subprocess.run([py, "-c", PROMETHEUS_PARSE], input=text, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def check_metrics(fams, job, batches_per_rank):
+    def samples(name):
+        return {tuple(sorted(labels.items())): (n, v)
+                for n, labels, v in fams[name]["samples"]}
+
+    assert fams["shmfeed_batches"]["type"] == "counter"
+    (_, _, total), = fams["shmfeed_batches"]["samples"]
+    assert total == 2 * batches_per_rank
+    assert fams["shmfeed_batches"]["samples"][0][1] == {"shmfeed_job": job}
+    assert fams["shmfeed_tokens"]["samples"][0][2] == 2 * batches_per_rank * 2 * 16
+    assert fams["shmfeed_consumer_wait_seconds"]["type"] == "histogram"
+    for rank in ("0", "1"):
+        rows = [(labels, v) for n, labels, v in fams["shmfeed_consumer_wait_seconds"]["samples"]
+                if labels["rank"] == rank and n.endswith("_bucket")]
+        counts = [v for _, v in rows]
+        assert counts == sorted(counts) and rows[-1][0]["le"] == "+Inf"
+        assert counts[-1] == batches_per_rank
+    for name in ("shmfeed_producer_batches", "shmfeed_producer_utilization_ratio",
+                 "shmfeed_producer_restarts", "shmfeed_producer_stalls"):
+        assert {labels["producer"] for _, labels, _ in fams[name]["samples"]} == {"0", "1"}
+    assert all(v == 0 for _, _, v in fams["shmfeed_producer_restarts"]["samples"])
+    assert sum(v for _, _, v in fams["shmfeed_producer_batches"]["samples"]) >= total
+    for name in ("shmfeed_skipped_records", "shmfeed_repairs", "shmfeed_tokens_encoded",
+                 "shmfeed_tokens_per_second", "shmfeed_rank_waiting_ratio",
+                 "shmfeed_rank_stalls"):
+        assert name in fams, name
+
+
+def test_prometheus_metrics_file_and_http(rt, tmp_path):
+    """The metrics file is replaced every interval and the same text is served on
+    loopback; both parse with prometheus_client's parser. Bounded: a handful of
+    requests to 127.0.0.1, each with a 5 s timeout."""
+    import urllib.error
+    import urllib.request
+
+    py = prometheus_python()
+    if not py:
+        pytest.skip("prometheus_client is installed into the torch venv by scripts/deps "
+                    "(~/.cache/shmfeed/venv-torch, or $SHMFEED_VENV)")
+    mdir = tmp_path / "textfile"
+    mdir.mkdir()
+    prom = mdir / "shmfeed.prom"
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("sources: [/dev/null]\nbatch: {size: 2, seq_len: 16}\n"
+                   "consumers: {world_size: 2}\n"
+                   f"control: {{stats_interval_ms: 100, metrics_file: {prom}, "
+                   "metrics: '127.0.0.1:0'}\n")
+    job = job_name("prom")
+    p = subprocess.Popen([FAKE, "run", str(cfg), "--set", f"job={job}"],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        for line in p.stderr:
+            if "without libmicrohttpd" in line:
+                pytest.skip("built without libmicrohttpd: " + line.strip())
+            if "metrics on http://127.0.0.1:" in line:
+                port = int(line.rsplit(":", 1)[1].split("/")[0])
+                break
+        assert port, "the job never said where it serves its metrics"
+        ranks = [subprocess.Popen([CONSUME, "--fake", "--steps", "50", "--out",
+                                   str(tmp_path / f"r{r}.txt")],
+                                  env={**os.environ, "SHMFEED_JOB": job, "LOCAL_RANK": str(r)})
+                 for r in (0, 1)]
+        assert [r.wait(timeout=30) for r in ranks] == [0, 0]
+        assert wait_for(lambda: prom.exists() and
+                        "shmfeed_batches_total{" + f'shmfeed_job="{job}"}} 100' in prom.read_text())
+        assert os.listdir(mdir) == ["shmfeed.prom"]
+        check_metrics(parse_prometheus(py, prom.read_text()), job, 50)
+
+        url = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            check_metrics(parse_prometheus(py, resp.read().decode()), job, 50)
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(url + "/", timeout=5)
+        assert err.value.code == 404
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(url + "/metrics", data=b"x", timeout=5)
+        assert err.value.code == 405
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=10)
+        p.stderr.close()
+    assert os.listdir(mdir) == [], "the metrics file outlived its job"
+    assert not shm_of(job)
+
+
+def test_an_unwritable_metrics_file_refuses_the_start(rt, tmp_path):
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("sources: [/dev/null]\nbatch: {size: 2, seq_len: 16}\n"
+                   f"control: {{metrics_file: {tmp_path}/missing/shmfeed.prom}}\n")
+    job = job_name("promdir")
+    out = subprocess.run([FAKE, "run", str(cfg), "--set", f"job={job}", "--", "true"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0
+    assert "cannot write the metrics file" in out.stderr and "No such file" in out.stderr
+    assert not shm_of(job) and not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("addr", ["0.0.0.0:9100", "192.168.1.1:9100", "localhost:9100",
+                                  "127.0.0.1:65536", "[::]:9100"])
+def test_metrics_are_served_on_loopback_only(tmp_path, addr):
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("sources: [/dev/null]\nbatch: {size: 2, seq_len: 16}\n"
+                   f"control: {{metrics: '{addr}'}}\n")
+    out = subprocess.run([SHMFEED, "check", str(cfg)], capture_output=True, text=True,
+                         timeout=10)
+    assert out.returncode != 0
+    assert "loopback only" in out.stderr and addr in out.stderr
+
+
 def test_two_jobs_side_by_side(rt, tmp_path):
     cfg = write_config(tmp_path)
     (tmp_path / "a").mkdir()

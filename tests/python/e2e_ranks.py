@@ -6,7 +6,7 @@ code = '''
 import json, shmfeed
 with shmfeed.Loader() as L:
     ds = [L.next().digest for _ in range(6)]
-    print(json.dumps({"rank": L.rank, "d": ds, "prov": L.stats()["provenance"], "shape": list(L.next().tokens.shape)}))
+    print(json.dumps({"rank": L.rank, "d": ds, "prov": L.counters()["provenance"], "shape": list(L.next().tokens.shape)}))
 '''
 ps = []
 for r in range(2):

@@ -26,9 +26,9 @@
 static void print_abi(void)
 {
 	printf("{\"sf_batch\": %zu, \"sf_resume\": %zu, \"sf_consumer_stats\": %zu, "
-	       "\"sf_consumer_info\": %zu,\n",
+	       "\"sf_consumer_window\": %zu, \"sf_consumer_info\": %zu,\n",
 	       sizeof(struct sf_batch), sizeof(struct sf_resume), sizeof(struct sf_consumer_stats),
-	       sizeof(struct sf_consumer_info));
+	       sizeof(struct sf_consumer_window), sizeof(struct sf_consumer_info));
 #define P(s, f) printf(FIELD(s, f) ",\n", FIELD_ARGS(s, f))
 	P(sf_batch, step);
 	P(sf_batch, first_sample);
@@ -59,6 +59,12 @@ static void print_abi(void)
 	P(sf_consumer_stats, gpu);
 	P(sf_consumer_stats, gpu_staged);
 	P(sf_consumer_stats, staged_copies);
+	P(sf_consumer_window, batches);
+	P(sf_consumer_window, tokens);
+	P(sf_consumer_window, wait_ns_total);
+	P(sf_consumer_window, wait_ns_p50);
+	P(sf_consumer_window, wait_ns_p99);
+	P(sf_consumer_window, stalls);
 	P(sf_consumer_info, local_rank);
 	P(sf_consumer_info, global_rank);
 	P(sf_consumer_info, world_size);

@@ -62,7 +62,7 @@ for _ in range(args.steps - start if args.state_dir else args.steps):
         time.sleep(args.pause)
 
 result = {"rank": loader.rank, "local_rank": loader.local_rank, "steps": steps,
-          "digests": digests, "state": loader.state_dict(), "stats": loader.stats()}
+          "digests": digests, "state": loader.state_dict(), "stats": loader.counters()}
 if args.dist:
     import torch
     import torch.distributed as dist

@@ -41,7 +41,7 @@ def feed():
         yield f
 
 
-CALLS = ["L.next()", "next(L)", "L.state_dict()", "L.stats()", "L.release()",
+CALLS = ["L.next()", "next(L)", "L.state_dict()", "L.stats()", "L.counters()", "L.release()",
          "L.load_state_dict(state)"]
 
 

@@ -77,7 +77,7 @@ def test_provenance_is_the_chain_of_digests():
                 b = L.next()
                 rec = b.step.to_bytes(8, "little") + b.digest.to_bytes(8, "little")
                 chain = shmfeed.digest(rec, chain)
-            assert L.stats()["provenance"] == chain == L.state_dict()["provenance"]
+            assert L.counters()["provenance"] == chain == L.state_dict()["provenance"]
 
 
 def test_state_dict_resume_is_byte_identical():
@@ -277,3 +277,27 @@ def test_prefetching_loop_resumes_at_the_batch_it_did_not_train_on():
             rest = [L.next().digest for _ in range(12 - len(seen))]
         assert seen + rest == straight
         assert ckpt["step"] == 5 and ckpt["samples"] == 5 * 4
+
+
+def test_stats_cover_the_batches_since_the_previous_call():
+    def near(got_ms, want_ns):
+        # The histogram's buckets are 1/8 of a power of two wide, their middle stands
+        # for them; below 16 ns each nanosecond has its own.
+        return abs(got_ms * 1e6 - want_ns) <= want_ns / 8 + 16
+
+    def pct(waits, p):
+        return sorted(waits)[-(-len(waits) * p // 100) - 1]
+
+    with Feed("window", batch=2, seq_len=32) as feed:
+        with shmfeed.Loader(job=feed.job) as L:
+            for n in (7, 3):
+                waits = [L.next().wait_ns for _ in range(n)]
+                st = L.stats()
+                assert all(isinstance(v, (int, float)) for v in st.values())
+                assert st["batches"] == n and st["tokens"] == n * 2 * 33
+                assert st["stalls"] == sum(w >= 1 << 20 for w in waits)
+                assert near(st["wait_p50_ms"], pct(waits, 50)), (st, waits)
+                assert near(st["wait_p99_ms"], pct(waits, 99)), (st, waits)
+            assert st["tokens_total"] == 10 * 2 * 33 == L.counters()["tokens"]
+            assert L.stats() == {"batches": 0, "tokens": 0, "stalls": 0, "wait_p50_ms": 0.0,
+                                 "wait_p99_ms": 0.0, "tokens_total": 10 * 2 * 33}

@@ -306,6 +306,30 @@ Test(config, tcp_endpoints_need_curve_keys_or_an_explicit_insecure_opt_in)
 		"job.yaml:2:25:", "'insecure_tcp' applies to a tcp:// endpoint only");
 }
 
+Test(config, metrics_are_a_file_and_a_loopback_address)
+{
+	int ipv6 = -1;
+	uint16_t port = 1;
+
+	cr_expect_eq(load("sources: [a]\ncontrol: {metrics_file: m/shmfeed.prom, "
+			  "metrics: '[::1]:9464'}\n"),
+		     0, "%s", err.msg);
+	cr_expect_str_eq(cfg.metrics, "[::1]:9464");
+	cr_expect(strstr(cfg.metrics_file, "m/shmfeed.prom"));
+	cr_expect_eq(sf__config_metrics_address(cfg.metrics, &ipv6, &port), 0);
+	cr_expect(ipv6 == 1 && port == 9464);
+	cr_expect_eq(sf__config_metrics_address("127.0.0.1:0", &ipv6, &port), 0);
+	cr_expect(ipv6 == 0 && port == 0);
+	cr_expect_eq(load("sources: [a]\n"), 0);
+	cr_expect(!cfg.metrics && !cfg.metrics_file);
+	rejects("sources: [a]\ncontrol: {metrics: '0.0.0.0:9464'}\n",
+		"job.yaml:2:20:", "loopback only");
+	rejects("sources: [a]\ncontrol: {metrics: '127.0.0.1:99999'}\n",
+		"job.yaml:2:20:", "127.0.0.1:PORT or [::1]:PORT");
+	rejects("sources: [a]\ncontrol: {metrics: '127.0.0.1'}\n",
+		"job.yaml:2:20:", "loopback only");
+}
+
 Test(config, relative_paths_are_taken_from_the_file)
 {
 	char dir[] = "/tmp/sf-cfg-XXXXXX", path[64], vocab[96];
