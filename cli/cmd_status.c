@@ -5,6 +5,7 @@
  * interval and redraws in place like top(1), costing the job one message per interval
  * and nothing on its data path. JOB may be left out when only one job runs. A job served
  * with CURVE takes clients whose key pair (--key FILE, else $SHMFEED_CURVE_KEY) it allows.
+ * `shmfeed stop|pause|resume [JOB]` send the job one control request each.
  */
 #include <errno.h>
 #include <signal.h>
@@ -219,6 +220,38 @@ int sf__cmd_status(int argc, char **argv)
 		printf("{\"status\":%s,\"stats\":%s}\n", status_buf, stats_buf);
 	else
 		print_stats(stdout, &st, &sd);
+	return 0;
+}
+
+/*
+ * `shmfeed stop|pause|resume [JOB] [--key FILE]`: one control request, then the job's
+ * state as the supervisor reports it in its reply ("stopping" for stop: the job ends once
+ * its command and producers have).
+ */
+int sf__cmd_control(int argc, char **argv)
+{
+	static char reply_buf[SF_CTL_MAX_REPLY];
+	static struct doc d;
+	const char *job, *key;
+	struct sf_job_info info;
+	struct sf_err e = {0};
+	char name[80], state[16];
+	int json;
+
+	argc = take_key_arg(argc, argv, &key);
+	if (argc < 0 || sf__cli_job_args(argc, argv, &job, &json) < 0 || json) {
+		fprintf(stderr, "usage: shmfeed %s [JOB] [--key FILE]\n", argv[0]);
+		return 2;
+	}
+	if (job_info(job, key, &info, &e) < 0 ||
+	    call(&info, argv[0], reply_buf, sizeof(reply_buf), &e) < 0 ||
+	    parse_reply(&d, reply_buf, &e) < 0) {
+		sf__log_error("%s", e.msg);
+		return 1;
+	}
+	str_of(&d, 0, "job", name, sizeof(name));
+	str_of(&d, 0, "state", state, sizeof(state));
+	printf("job %s: %s\n", name, state);
 	return 0;
 }
 

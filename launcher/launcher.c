@@ -632,6 +632,11 @@ static const char *job_state_name(uint32_t s)
 
 static int describe_job(struct supervisor *S, char *buf, size_t len)
 {
+	/* A stopping job says so at once, although the arena's state turns STOPPING only
+	 * once its command is gone (stop_producers()). */
+	const char *state = S->stopping ? "stopping"
+					: job_state_name(atomic_load_explicit(
+						  &S->a->hdr->job_state, memory_order_acquire));
 	size_t n = 0;
 	uint32_t alive = 0, stalled = 0;
 
@@ -641,21 +646,20 @@ static int describe_job(struct supervisor *S, char *buf, size_t len)
 	}
 	n += (size_t)snprintf(buf, len, "{\"v\":%u,\"ok\":true,\"job\":", SF_CTL_VERSION);
 	sf__json_escape(buf, len, &n, S->cfg->job);
-	n += (size_t)snprintf(
-		buf + n, len - n,
-		",\"version\":\"%s\",\"pid\":%d,\"state\":\"%s\",\"uptime_s\":%.3f,"
-		"\"command_pid\":%d,\"producers\":%u,\"producers_alive\":%u,"
-		"\"producers_stalled\":%u,\"stall_timeout_ms\":%u,\"ranks\":%u,"
-		"\"world_size\":%u,\"rank_base\":%u,\"batch\":%u,\"seq_len\":%u,"
-		"\"slots_per_rank\":%u,\"token_bytes\":%u,\"samples_per_epoch\":%llu,"
-		"\"config_digest\":\"%016llx\",\"stats\":",
-		sf_version(), (int)S->self,
-		job_state_name(atomic_load_explicit(&S->a->hdr->job_state, memory_order_acquire)),
-		(double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid, S->n_prod, alive,
-		stalled, S->cfg->stall_timeout_ms, S->geo.ranks, S->geo.world_size,
-		S->geo.rank_base, S->geo.batch, S->geo.seq_tokens - 1, S->geo.slots_per_rank,
-		S->geo.token_bytes, (unsigned long long)S->geo.samples_per_epoch,
-		(unsigned long long)S->geo.config_digest);
+	n += (size_t)snprintf(buf + n, len - n,
+			      ",\"version\":\"%s\",\"pid\":%d,\"state\":\"%s\",\"uptime_s\":%.3f,"
+			      "\"command_pid\":%d,\"producers\":%u,\"producers_alive\":%u,"
+			      "\"producers_stalled\":%u,\"stall_timeout_ms\":%u,\"ranks\":%u,"
+			      "\"world_size\":%u,\"rank_base\":%u,\"batch\":%u,\"seq_len\":%u,"
+			      "\"slots_per_rank\":%u,\"token_bytes\":%u,\"samples_per_epoch\":%llu,"
+			      "\"config_digest\":\"%016llx\",\"stats\":",
+			      sf_version(), (int)S->self, state,
+			      (double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid,
+			      S->n_prod, alive, stalled, S->cfg->stall_timeout_ms, S->geo.ranks,
+			      S->geo.world_size, S->geo.rank_base, S->geo.batch,
+			      S->geo.seq_tokens - 1, S->geo.slots_per_rank, S->geo.token_bytes,
+			      (unsigned long long)S->geo.samples_per_epoch,
+			      (unsigned long long)S->geo.config_digest);
 	sf__json_escape(buf, len, &n, S->pub_ep);
 	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "}");
 	return n < len ? (int)n : -ENOSPC;

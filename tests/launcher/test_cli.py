@@ -1,0 +1,95 @@
+"""The shmfeed command line as a user meets it: the control subcommands (stop, pause,
+resume), against the real `shmfeed` program and the demo job
+(byte-tokenized text every Debian system has).
+
+Each test uses a job name with this process's pid and its own private runtime directory,
+and asserts that nothing of the job is left behind."""
+
+import os
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+SHMFEED = os.environ.get("SF_SHMFEED")
+ROOT = os.environ.get("SF_SOURCE_ROOT")
+
+if not (SHMFEED and ROOT):
+    pytest.skip("set by `meson test` (SF_SHMFEED, SF_SOURCE_ROOT)", allow_module_level=True)
+
+DEMO = os.path.join(ROOT, "configs", "demo.yaml")
+_count = [0]
+
+
+def job_name(tag):
+    _count[0] += 1
+    return f"tc-{tag}-{os.getpid()}-{_count[0]}"
+
+
+@pytest.fixture
+def rt(monkeypatch):
+    """A private runtime directory for the test; empty at the end."""
+    d = tempfile.mkdtemp(prefix="sf-rt-")
+    os.chmod(d, 0o700)
+    monkeypatch.setenv("SHMFEED_RUNTIME_DIR", d)
+    yield d
+    left = os.listdir(d)
+    os.rmdir(d) if not left else None
+    assert not left, f"left in the runtime directory: {left}"
+
+
+def sf(*args, timeout=30):
+    return subprocess.run([SHMFEED, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def wait_for(pred, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def serve(job):
+    """`shmfeed run` of the demo without a command, in a session (and process group) of
+    its own as a terminal's foreground job would be. Returns once the job answers."""
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}"],
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if not wait_for(lambda: sf("status", job).returncode == 0):
+        p.kill()
+        p.communicate()
+        pytest.fail("the job never answered")
+    return p
+
+
+def test_stop_pause_resume_subcommands(rt):
+    job = job_name("ctl")
+    p = serve(job)
+    try:
+        out = sf("pause", job)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == f"job {job}: paused\n"
+        assert f"job {job}: paused," in sf("status", job).stdout
+        out = sf("resume", job)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == f"job {job}: running\n"
+        out = sf("stop", job)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == f"job {job}: stopping\n"
+        err = p.communicate(timeout=30)[1]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 0, err
+    assert "stop requested over the control socket" in err
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+    out = sf("stop", job)
+    assert out.returncode == 1
+    assert out.stderr.startswith("shmfeed: ")
+    out = sf("stop", job, "--bogus")
+    assert out.returncode == 2
+    assert out.stderr.startswith("usage: shmfeed stop")
+
