@@ -171,6 +171,10 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 
 		close(pfd[0]);
 		child_setup(S, SIGKILL);
+		/* A process group of its own: the signals a terminal sends its foreground
+		 * group (Ctrl-C, Ctrl-\, Ctrl-Z) reach the supervisor, which stops the
+		 * producers through the job state, and not the producers mid-fill. */
+		setpgid(0, 0);
 		snprintf(who, sizeof(who), "producer %u", i);
 		sf__log_set_who(who);
 		r = S->l->ops->main(S->ds, S->a, i, &e);

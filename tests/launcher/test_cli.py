@@ -1,11 +1,12 @@
 """The shmfeed command line as a user meets it: the control subcommands (stop, pause,
-resume), against the real `shmfeed` program and the demo job
+resume) and Ctrl-C in a terminal, against the real `shmfeed` program and the demo job
 (byte-tokenized text every Debian system has).
 
 Each test uses a job name with this process's pid and its own private runtime directory,
 and asserts that nothing of the job is left behind."""
 
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -93,3 +94,21 @@ def test_stop_pause_resume_subcommands(rt):
     assert out.returncode == 2
     assert out.stderr.startswith("usage: shmfeed stop")
 
+
+def test_ctrl_c_reaches_only_the_launcher(rt):
+    """The terminal sends SIGINT to its whole foreground process group: the producers
+    must not die of it mid-fill, and the stop is as clean as a SIGTERM to the launcher."""
+    job = job_name("intr")
+    p = serve(job)
+    try:
+        time.sleep(0.3)
+        os.killpg(p.pid, signal.SIGINT)
+        err = p.communicate(timeout=30)[1]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert "SIGINT from pid" in err
+    assert "producer restarts 0, repairs 0," in err, err
+    assert "died" not in err, err
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
