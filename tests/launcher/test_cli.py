@@ -1,11 +1,12 @@
-"""The shmfeed command line as a user meets it: the control subcommands (stop, pause,
-resume) and Ctrl-C in a terminal, against the real `shmfeed` program and the demo job
+"""The shmfeed command line as a user meets it: every subcommand's --help, the control
+subcommands (stop, pause, resume) and Ctrl-C in a terminal, against the real `shmfeed` program and the demo job
 (byte-tokenized text every Debian system has).
 
 Each test uses a job name with this process's pid and its own private runtime directory,
 and asserts that nothing of the job is left behind."""
 
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -63,6 +64,50 @@ def serve(job):
         p.communicate()
         pytest.fail("the job never answered")
     return p
+
+
+SUBCOMMANDS = ["inspect", "run", "check", "encode", "decode", "status", "top", "stop",
+               "pause", "resume", "keygen", "tokenize"]
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_subcommand_help(name):
+    for flag in ("--help", "-h"):
+        out = sf(name, flag)
+        assert out.returncode == 0, out.stderr
+        assert out.stderr == ""
+        assert out.stdout.startswith(f"usage: shmfeed {name} ")
+        options = out.stdout.split("\noptions:\n")[1]
+        assert "  -h, --help " in options
+        # One line per option: the option, then what it does (continued below it).
+        first = [l for l in options.splitlines() if not l.startswith("     ")]
+        assert all(re.match(r"  \S.*?  +\S", l) for l in first), first
+    out = sf(name, "--no-such-option")
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert out.stderr.count("usage: ") == 1 and f"shmfeed {name} " in out.stderr
+
+
+def test_help_explains_the_flags_users_asked_about():
+    run = sf("run", "--help").stdout
+    assert "  --quiet " in run and "  --grace-ms N " in run
+    assert "  --strict " in sf("check", "--help").stdout
+    assert "  -q " in sf("tokenize", "--help").stdout
+    top = sf("--help")
+    assert top.returncode == 0
+    listed = [l.split()[0] for l in top.stdout.split("commands:\n")[1].splitlines() if l.strip()]
+    assert set(SUBCOMMANDS) <= set(listed)
+    assert "--help" in top.stdout
+    out = sf()
+    assert out.returncode == 2 and out.stderr.startswith("usage: shmfeed COMMAND")
+
+
+def test_help_after_double_dash_belongs_to_the_command(rt):
+    job = job_name("dd")
+    out = sf("run", DEMO, "--set", f"job={job}", "--quiet", "--", "sh", "-c", "exit 3",
+             "--help")
+    assert out.returncode == 3, out.stderr
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 
 def test_stop_pause_resume_subcommands(rt):
