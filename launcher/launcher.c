@@ -106,6 +106,8 @@ struct supervisor {
 	uint64_t *start_steps;
 	uint64_t seek_batches; /* batches delivered before a seek moved a ring */
 	uint64_t next_tick_ns, progress_ticks;
+	/* The figures at the last progress line, whose rates cover the time since. */
+	uint64_t progress_t_ns, progress_tokens;
 	struct sf_stats prev, cur;
 	int have_prev;
 	int32_t consumer_seen[SF_MAX_RANKS];
@@ -541,25 +543,31 @@ static void tick(struct supervisor *S)
 	if (n > 0)
 		zmq_send(S->pub, json, (size_t)n, ZMQ_DONTWAIT);
 	if (S->l->progress && S->have_prev) {
-		int tty = isatty(STDERR_FILENO);
-		char rate[32], p50[32];
+		/* On a terminal of its own the line is rewritten in place. When the output is
+		 * shared with the command's (one runs, or stderr is a log), a whole line every
+		 * ten intervals, so that the command's output never glues onto it. */
+		int in_place = isatty(STDERR_FILENO) && !S->l->command;
 
 		S->progress_ticks++;
-		/* On a terminal the line is rewritten in place; in a log, one line every
-		 * ten intervals is enough. */
-		if (tty || S->progress_ticks % 10 == 0) {
-			char line[256];
+		if (in_place || S->progress_ticks % 10 == 0) {
+			uint64_t since = S->progress_t_ns ? S->progress_t_ns : S->started_ns;
+			double dt = (double)(S->cur.t_ns - since) / 1e9;
+			char line[256], rate[32], p50[32];
 			int k;
 
-			sf__stats_human_rate(S->cur.tokens_per_s, rate, sizeof(rate));
+			sf__stats_human_rate(
+				dt > 0 ? (double)(S->cur.tokens - S->progress_tokens) / dt : 0,
+				rate, sizeof(rate));
 			sf__stats_human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
 			k = snprintf(line, sizeof(line),
 				     "%sshmfeed: %s: %llu batches, %stok/s, wait p50 %s, "
 				     "restarts %llu%s",
-				     tty ? "\r\033[K" : "", S->cfg->job,
+				     in_place ? "\r\033[K" : "", S->cfg->job,
 				     (unsigned long long)S->cur.batches, rate,
 				     S->cur.wait_samples ? p50 : "n/a",
-				     (unsigned long long)S->cur.restarts, tty ? "" : "\n");
+				     (unsigned long long)S->cur.restarts, in_place ? "" : "\n");
+			S->progress_t_ns = S->cur.t_ns;
+			S->progress_tokens = S->cur.tokens;
 			/* A failed write to stderr leaves nowhere to report it. */
 			if (k > 0 && write(STDERR_FILENO, line, (size_t)k) < 0)
 				return;
@@ -575,7 +583,7 @@ static void summary(struct supervisor *S)
 	char rate[32], p50[32], p99[32];
 
 	sample(S);
-	if (isatty(STDERR_FILENO) && S->progress_ticks)
+	if (isatty(STDERR_FILENO) && !S->l->command && S->progress_ticks)
 		fputs("\r\033[K", stderr);
 	sf__stats_human_rate(secs > 0 ? (double)S->cur.tokens / secs : 0, rate, sizeof(rate));
 	sf__stats_human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));

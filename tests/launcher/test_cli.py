@@ -6,8 +6,10 @@ Each test uses a job name with this process's pid and its own private runtime di
 and asserts that nothing of the job is left behind."""
 
 import os
+import pty
 import re
 import signal
+import select
 import subprocess
 import tempfile
 import time
@@ -15,10 +17,12 @@ import time
 import pytest
 
 SHMFEED = os.environ.get("SF_SHMFEED")
+CONSUME = os.environ.get("SF_CONSUME")
 ROOT = os.environ.get("SF_SOURCE_ROOT")
 
-if not (SHMFEED and ROOT):
-    pytest.skip("set by `meson test` (SF_SHMFEED, SF_SOURCE_ROOT)", allow_module_level=True)
+if not (SHMFEED and CONSUME and ROOT):
+    pytest.skip("set by `meson test` (SF_SHMFEED, SF_CONSUME, SF_SOURCE_ROOT)",
+                allow_module_level=True)
 
 DEMO = os.path.join(ROOT, "configs", "demo.yaml")
 _count = [0]
@@ -157,3 +161,66 @@ def test_ctrl_c_reaches_only_the_launcher(rt):
     assert "producer restarts 0, repairs 0," in err, err
     assert "died" not in err, err
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+PROGRESS = re.compile(r"shmfeed: (\S+): (\d+) batches, ([\d.]+) ?([kMG]?)tok/s, wait p50 ")
+
+
+def progress_lines(text):
+    return [(int(m.group(2)), float(m.group(3))) for m in PROGRESS.finditer(text)]
+
+
+def run_bursty(job, out):
+    """One rank takes 100 batches at once and then idles: the progress line, printed
+    every 10th stats interval (100 ms here), falls in the idle time."""
+    return subprocess.Popen(
+        [SHMFEED, "run", DEMO, "--set", f"job={job}", "--set", "consumers.world_size=1",
+         "--set", "control.stats_interval_ms=100", "--", "sh", "-c",
+         f"{CONSUME} --steps 100 --out /dev/null && sleep 1.6 && echo TRAINER-DONE"],
+        stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+def test_progress_rate_covers_the_printed_interval(rt):
+    job = job_name("rate")
+    p = run_bursty(job, subprocess.PIPE)
+    out = p.communicate(timeout=30)[0]
+    assert p.returncode == 0, out
+    lines = progress_lines(out)
+    assert lines and lines[0][0] == 100, out
+    # 100 batches of 8 x 256 tokens in the first second, shown as such, not as the
+    # rate of its last 100 ms.
+    assert lines[0][1] > 0, out
+    assert not [l for l in out.splitlines() if PROGRESS.search(l) and not l.startswith("shmfeed:")]
+
+
+def test_progress_in_a_shared_terminal_is_whole_lines(rt):
+    """Under a command the terminal is shared: the line is not rewritten in place, so
+    the command's output never glues onto it."""
+    job = job_name("tty")
+    master, slave = pty.openpty()
+    try:
+        p = run_bursty(job, slave)
+        os.close(slave)
+        slave = -1
+        out = b""
+        while True:
+            if not select.select([master], [], [], 30)[0]:
+                break
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        p.wait(timeout=30)
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    text = out.decode()
+    assert p.returncode == 0, text
+    assert "\033[K" not in text and "\r\r" not in text.replace("\r\n", ""), repr(text)
+    lines = text.replace("\r\n", "\n").split("\n")
+    assert "TRAINER-DONE" in lines, repr(text)
+    assert progress_lines(text), repr(text)
