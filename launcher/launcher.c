@@ -104,6 +104,7 @@ struct supervisor {
 	uint64_t stalls;     /* producers killed for stalling */
 	uint64_t max_healthy_silence_ns; /* longest silence a producer ended itself */
 	uint64_t *start_steps;
+	uint64_t end_step;     /* the end marker's step of a finite run (sf__stats_end_step()) */
 	uint64_t seek_batches; /* batches delivered before a seek moved a ring */
 	uint64_t next_tick_ns, progress_ticks;
 	/* The figures at the last progress line, whose rates cover the time since. */
@@ -528,8 +529,8 @@ static void annotate(const struct supervisor *S, struct sf_stats *s)
 
 static void sample(struct supervisor *S)
 {
-	sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps, S->started_ns,
-			 &S->cur);
+	sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps, S->end_step,
+			 S->started_ns, &S->cur);
 	annotate(S, &S->cur);
 }
 
@@ -642,13 +643,23 @@ static const char *job_state_name(uint32_t s)
 	return s < 4 ? names[s] : "unknown";
 }
 
+/* 1 when every local rank has read the end marker of a finite run. */
+static int data_ended(const struct supervisor *S)
+{
+	for (uint32_t r = 0; r < S->geo.ranks; r++)
+		if (sf__ring_next_step(S->a, r) <= S->end_step)
+			return 0;
+	return S->geo.ranks > 0;
+}
+
 static int describe_job(struct supervisor *S, char *buf, size_t len)
 {
 	/* A stopping job says so at once, although the arena's state turns STOPPING only
 	 * once its command is gone (stop_producers()). */
-	const char *state = S->stopping ? "stopping"
-					: job_state_name(atomic_load_explicit(
-						  &S->a->hdr->job_state, memory_order_acquire));
+	uint32_t js = atomic_load_explicit(&S->a->hdr->job_state, memory_order_acquire);
+	const char *state = S->stopping				    ? "stopping"
+			    : js == SF_JOB_RUNNING && data_ended(S) ? "ended"
+								    : job_state_name(js);
 	size_t n = 0;
 	uint32_t alive = 0, stalled = 0;
 
@@ -704,7 +715,7 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 	case SF_CTL_STATS: {
 		struct sf_stats s;
 
-		sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps,
+		sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps, S->end_step,
 				 S->started_ns, &s);
 		annotate(S, &s);
 		n = sf__stats_json(&s, S->cfg->job, tmp, sizeof(tmp));
@@ -750,6 +761,8 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 		 * would desynchronize it. Seek positions a rank before it attaches, and
 		 * holds the rank's entry meanwhile so that none attaches mid-seek. */
 		before = sf__ring_next_step(S->a, req->rank);
+		if (before > S->end_step)
+			before = S->end_step;
 		r = sf__ring_seek_unattached(S->a, req->rank, req->step, &err);
 		if (r < 0)
 			return reply_error(buf, len, req, r, err.msg);
@@ -1155,6 +1168,7 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	}
 	for (uint32_t rk = 0; rk < S->geo.ranks; rk++)
 		S->start_steps[rk] = sf__ring_next_step(S->a, rk);
+	S->end_step = sf__stats_end_step(&S->geo, cfg->epochs);
 	sf__log_info("job %s: %u producer%s started; control %s", cfg->job, S->n_prod,
 		     S->n_prod == 1 ? "" : "s", S->ctl_ep);
 	if (!S->stopping && l->command) {

@@ -5,6 +5,7 @@ subcommands (stop, pause, resume) and Ctrl-C in a terminal, against the real `sh
 Each test uses a job name with this process's pid and its own private runtime directory,
 and asserts that nothing of the job is left behind."""
 
+import json
 import os
 import pty
 import re
@@ -58,14 +59,14 @@ def wait_for(pred, timeout=10.0):
     return False
 
 
-def serve(job):
+def serve(job, *sets):
     """`shmfeed run` of the demo without a command, in a session (and process group) of
     its own as a terminal's foreground job would be. Returns once the job answers."""
-    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}"],
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}",
+                          *[a for kv in sets for a in ("--set", kv)]],
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     if not wait_for(lambda: sf("status", job).returncode == 0):
-        p.kill()
-        p.communicate()
+        finish(p)
         pytest.fail("the job never answered")
     return p
 
@@ -114,6 +115,17 @@ def test_help_after_double_dash_belongs_to_the_command(rt):
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 
+def finish(p):
+    """On a failed test, stop the job as a user would, so that it cleans up."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+
+
 def test_stop_pause_resume_subcommands(rt):
     job = job_name("ctl")
     p = serve(job)
@@ -130,9 +142,7 @@ def test_stop_pause_resume_subcommands(rt):
         assert out.stdout == f"job {job}: stopping\n"
         err = p.communicate(timeout=30)[1]
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+        finish(p)
     assert p.returncode == 0, err
     assert "stop requested over the control socket" in err
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
@@ -154,9 +164,7 @@ def test_ctrl_c_reaches_only_the_launcher(rt):
         os.killpg(p.pid, signal.SIGINT)
         err = p.communicate(timeout=30)[1]
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+        finish(p)
     assert "SIGINT from pid" in err
     assert "producer restarts 0, repairs 0," in err, err
     assert "died" not in err, err
@@ -224,3 +232,29 @@ def test_progress_in_a_shared_terminal_is_whole_lines(rt):
     lines = text.replace("\r\n", "\n").split("\n")
     assert "TRAINER-DONE" in lines, repr(text)
     assert progress_lines(text), repr(text)
+
+
+def test_the_end_of_the_data(rt, tmp_path):
+    """A one-epoch run read to its end: status says ended, and the batches counted are
+    those the rank read (the end marker it also releases is none)."""
+    job = job_name("end")
+    p = serve(job, "sampling.epochs=1", "consumers.world_size=1")
+    try:
+        assert "job %s: running," % job in sf("status", job).stdout
+        rank = subprocess.run([CONSUME, "--steps", "100000", "--out", str(tmp_path / "r0.txt")],
+                              env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
+                              capture_output=True, text=True, timeout=60)
+        assert rank.returncode == 0, rank.stderr
+        read = len((tmp_path / "r0.txt").read_text().splitlines())
+        assert 0 < read < 100000
+        status = sf("status", job, "--json")
+        assert status.returncode == 0, status.stderr
+        st = json.loads(status.stdout)
+        assert st["stats"]["batches"] == read
+        assert st["status"]["state"] == "ended" and st["stats"]["state"] == "ended"
+        assert f"job {job}: ended," in sf("status", job).stdout
+        assert sf("stop", job).returncode == 0
+        err = p.communicate(timeout=30)[1]
+    finally:
+        finish(p)
+    assert f"job {job}: {read} batches, {read * 8 * 256} tokens delivered" in err, err
