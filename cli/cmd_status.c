@@ -114,7 +114,9 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 		(unsigned long long)u64_of(sd, 0, "repairs"),
 		(unsigned long long)u64_of(sd, 0, "skipped"));
 	if (u64_of(sd, 0, "tokens_encoded") && u64_of(sd, 0, "tokens_produced"))
-		fprintf(f, "tokens encoded per token produced %.3f\n",
+		fprintf(f,
+			"tokens encoded per token produced %.3f (raw text tokenized per token "
+			"written to a slot; 1.000: each token once)\n",
 			(double)u64_of(sd, 0, "tokens_encoded") /
 				(double)u64_of(sd, 0, "tokens_produced"));
 	ranks = sf__json_get(sd->buf, sd->tok, 0, "ranks");

@@ -606,7 +606,11 @@ static void summary(struct supervisor *S)
 		     S->cfg->job, (unsigned long long)S->stalls,
 		     (double)S->max_healthy_silence_ns / 1e6, S->cfg->stall_timeout_ms);
 	if (S->cur.tokens_encoded && S->cur.tokens_produced)
-		sf__log_info("job %s: %.3f tokens encoded per token produced", S->cfg->job,
+		sf__log_info("job %s: %.3f tokens encoded per token produced (raw text tokenized "
+			     "per token written to a slot: 1.000 when each token is tokenized "
+			     "once; more when text is tokenized again, or whole chunks ahead of "
+			     "the batches)",
+			     S->cfg->job,
 			     (double)S->cur.tokens_encoded / (double)S->cur.tokens_produced);
 }
 

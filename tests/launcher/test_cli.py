@@ -252,9 +252,16 @@ def test_the_end_of_the_data(rt, tmp_path):
         st = json.loads(status.stdout)
         assert st["stats"]["batches"] == read
         assert st["status"]["state"] == "ended" and st["stats"]["state"] == "ended"
-        assert f"job {job}: ended," in sf("status", job).stdout
+        human = sf("status", job).stdout
+        assert f"job {job}: ended," in human
+        # The demo's raw text: the ratio says what it measures where it appears.
+        assert "\ntokens encoded per token produced " in human
+        assert "(raw text tokenized per token written to a slot; 1.000: each token once)" \
+            in human, human
         assert sf("stop", job).returncode == 0
         err = p.communicate(timeout=30)[1]
     finally:
         finish(p)
     assert f"job {job}: {read} batches, {read * 8 * 256} tokens delivered" in err, err
+    assert " tokens encoded per token produced (raw text tokenized per token written to a " \
+        "slot: 1.000 when each token is tokenized once; " in err, err
