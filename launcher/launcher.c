@@ -722,6 +722,14 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 		sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps, S->end_step,
 				 S->started_ns, &s);
 		annotate(S, &s);
+		/* Rates and utilization of the last whole stats interval, as the PUB stream
+		 * has them: since the last tick may be a few milliseconds. */
+		if (S->have_prev) {
+			s.batches_per_s = S->cur.batches_per_s;
+			s.tokens_per_s = S->cur.tokens_per_s;
+			for (uint32_t i = 0; i < SF_STATS_MAX_PRODUCERS; i++)
+				s.producer[i].utilization = S->cur.producer[i].utilization;
+		}
 		n = sf__stats_json(&s, S->cfg->job, tmp, sizeof(tmp));
 		break;
 	}

@@ -265,3 +265,31 @@ def test_the_end_of_the_data(rt, tmp_path):
     assert f"job {job}: {read} batches, {read * 8 * 256} tokens delivered" in err, err
     assert " tokens encoded per token produced (raw text tokenized per token written to a " \
         "slot: 1.000 when each token is tokenized once; " in err, err
+
+
+def test_top_shows_the_utilization_of_mostly_idle_producers(rt, tmp_path):
+    """A trainer at 5 batches/s keeps the demo's producers busy ~0.01 % of the time:
+    top shows that, not 0.0 %, and the stats carry it."""
+    job = job_name("util")
+    p = serve(job, "consumers.world_size=1")
+    try:
+        rank = subprocess.Popen([CONSUME, "--steps", "25", "--sleep-us", "200000",
+                                 "--out", str(tmp_path / "r0.txt")],
+                                env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)
+        top = sf("top", job, "--count", "3", timeout=30)
+        st = json.loads(sf("status", job, "--json").stdout)["stats"]
+        rank.communicate(timeout=30)
+        assert sf("stop", job).returncode == 0
+        p.communicate(timeout=30)
+    finally:
+        finish(p)
+    assert top.returncode == 0, top.stderr
+    frames = top.stdout.split("\n\njob ")
+    assert len(frames) == 3, top.stdout
+    for frame in frames[1:]:
+        rows = frame.split(" producer      pid  incarnation     batches   util  state")[1]
+        utils = [float(l.split()[4].rstrip("%")) for l in rows.splitlines()[1:] if l]
+        assert len(utils) == 2 and sum(utils) > 0, frame
+    assert sum(q["utilization"] for q in st["producers"]) > 0, st["producers"]
