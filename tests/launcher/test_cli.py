@@ -1,6 +1,8 @@
 """The shmfeed command line as a user meets it: every subcommand's --help, the control
-subcommands (stop, pause, resume) and Ctrl-C in a terminal, against the real `shmfeed` program and the demo job
-(byte-tokenized text every Debian system has).
+subcommands (stop, pause, resume), Ctrl-C in a terminal, the progress line, the end of a
+finite run in status and the summary, and the producers' utilization in top; against
+the real `shmfeed` program and the demo job (byte-tokenized text every Debian system
+has).
 
 Each test uses a job name with this process's pid and its own private runtime directory,
 and asserts that nothing of the job is left behind."""
