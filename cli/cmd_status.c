@@ -141,19 +141,22 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 	fprintf(f, "\n producer      pid  incarnation     batches   util  state     silent\n");
 	for (uint32_t i = 0; prods >= 0 && i < sd->tok[prods].size; i++) {
 		int p = sf__json_at(sd->tok, prods, i);
-		char pstate[16], silent[32];
-		double util = 100.0 * dbl_of(sd, p, "utilization");
+		char pstate[16], silent[32], util[16];
+		double pct = 100.0 * dbl_of(sd, p, "utilization");
 
 		str_of(sd, p, "state", pstate, sizeof(pstate));
 		sf__stats_human_ns(u64_of(sd, p, "silent_ms") * 1000000ull, silent, sizeof(silent));
-		/* A producer feeding a trainer is mostly idle: 10 batches/s of 30 us each is
-		 * 0.03 %, which one decimal would print as 0.0 %. */
-		fprintf(f, "%9llu %8llu %12llu %11llu %5.*f%%  %-8s %s\n",
+		/* A producer feeding a trainer is mostly idle: 5 batches/s of a few us each
+		 * is a few thousandths of a percent, which must not read as 0. */
+		if (pct > 0 && pct < 0.01)
+			snprintf(util, sizeof(util), "<0.01%%");
+		else
+			snprintf(util, sizeof(util), "%.*f%%", pct < 10 ? 2 : 1, pct);
+		fprintf(f, "%9llu %8llu %12llu %11llu %6s  %-8s %s\n",
 			(unsigned long long)u64_of(sd, p, "index"),
 			(unsigned long long)u64_of(sd, p, "pid"),
 			(unsigned long long)u64_of(sd, p, "incarnation"),
-			(unsigned long long)u64_of(sd, p, "batches"), util < 10 ? 2 : 1, util,
-			pstate, silent);
+			(unsigned long long)u64_of(sd, p, "batches"), util, pstate, silent);
 	}
 }
 

@@ -187,7 +187,7 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 		const struct sf_stats_producer *q = &s->producer[p];
 
 		OUT("%s{\"index\":%u,\"pid\":%d,\"incarnation\":%u,\"batches\":%llu,"
-		    "\"utilization\":%.6f,\"state\":\"%s\",\"silent_ms\":%llu}",
+		    "\"utilization\":%.9f,\"state\":\"%s\",\"silent_ms\":%llu}",
 		    p ? "," : "", p, q->pid, q->incarnation, (unsigned long long)q->batches,
 		    q->utilization,
 		    q->pid <= 0	 ? "down"
