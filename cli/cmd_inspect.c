@@ -52,11 +52,14 @@ static void print_text(struct sf_arena *a)
 	for (uint32_t i = 0; i < nparts; i++) {
 		const struct sf_participant *p = &a->participants[i];
 		int32_t pid = atomic_load_explicit(&p->pid, memory_order_acquire);
+		char who[40];
 
 		if (pid == 0)
 			continue;
-		printf("  %3u %-8s rank %-3d pid %-7d %s incarnation %u batches %llu\n", i,
-		       p->role < 3 ? role_names[p->role] : "?", p->rank, pid,
+		/* A producer's number is its index, not a rank: it fills every rank. */
+		snprintf(who, sizeof(who), "%s%s %d", p->role < 3 ? role_names[p->role] : "?",
+			 p->role == SF_ROLE_PRODUCER ? "" : " rank", p->rank);
+		printf("  %3u %-17s pid %-7d %s incarnation %u batches %llu\n", i, who, pid,
 		       pid > 0 && sf__participant_alive(a, i) ? "alive" : "dead ",
 		       atomic_load_explicit(&p->incarnation, memory_order_relaxed),
 		       (unsigned long long)atomic_load_explicit(&p->batches, memory_order_relaxed));

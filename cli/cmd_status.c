@@ -5,6 +5,7 @@
  * interval and redraws in place like top(1), costing the job one message per interval
  * and nothing on its data path. JOB may be left out when only one job runs. A job served
  * with CURVE takes clients whose key pair (--key FILE, else $SHMFEED_CURVE_KEY) it allows.
+ * `shmfeed stop|pause|resume [JOB]` send the job one control request each.
  */
 #include <errno.h>
 #include <signal.h>
@@ -128,7 +129,9 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 		(unsigned long long)u64_of(sd, 0, "repairs"),
 		(unsigned long long)u64_of(sd, 0, "skipped"));
 	if (u64_of(sd, 0, "tokens_encoded") && u64_of(sd, 0, "tokens_produced"))
-		fprintf(f, "tokens encoded per token produced %.3f\n",
+		fprintf(f,
+			"tokens encoded per token produced %.3f (raw text tokenized per token "
+			"written to a slot; 1.000: each token once)\n",
 			(double)u64_of(sd, 0, "tokens_encoded") /
 				(double)u64_of(sd, 0, "tokens_produced"));
 	ranks = sf__json_get(sd->buf, sd->tok, 0, "ranks");
@@ -163,16 +166,22 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 	fprintf(f, "\n producer      pid  incarnation     batches   util  state     silent\n");
 	for (uint32_t i = 0; prods >= 0 && i < sd->tok[prods].size; i++) {
 		int p = sf__json_at(sd->tok, prods, i);
-		char pstate[16], silent[32];
+		char pstate[16], silent[32], util[16];
+		double pct = 100.0 * dbl_of(sd, p, "utilization");
 
 		str_of(sd, p, "state", pstate, sizeof(pstate));
 		sf__stats_human_ns(u64_of(sd, p, "silent_ms") * 1000000ull, silent, sizeof(silent));
-		fprintf(f, "%9llu %8llu %12llu %11llu %5.1f%%  %-8s %s\n",
+		/* A producer feeding a trainer is mostly idle: 5 batches/s of a few us each
+		 * is a few thousandths of a percent, which must not read as 0. */
+		if (pct > 0 && pct < 0.01)
+			snprintf(util, sizeof(util), "<0.01%%");
+		else
+			snprintf(util, sizeof(util), "%.*f%%", pct < 10 ? 2 : 1, pct);
+		fprintf(f, "%9llu %8llu %12llu %11llu %6s  %-8s %s\n",
 			(unsigned long long)u64_of(sd, p, "index"),
 			(unsigned long long)u64_of(sd, p, "pid"),
 			(unsigned long long)u64_of(sd, p, "incarnation"),
-			(unsigned long long)u64_of(sd, p, "batches"),
-			100.0 * dbl_of(sd, p, "utilization"), pstate, silent);
+			(unsigned long long)u64_of(sd, p, "batches"), util, pstate, silent);
 	}
 }
 
@@ -244,6 +253,38 @@ int sf__cmd_status(int argc, char **argv)
 		printf("{\"status\":%s,\"stats\":%s}\n", status_buf, stats_buf);
 	else
 		print_stats(stdout, &st, &sd);
+	return 0;
+}
+
+/*
+ * `shmfeed stop|pause|resume [JOB] [--key FILE]`: one control request, then the job's
+ * state as the supervisor reports it in its reply ("stopping" for stop: the job ends once
+ * its command and producers have).
+ */
+int sf__cmd_control(int argc, char **argv)
+{
+	static char reply_buf[SF_CTL_MAX_REPLY];
+	static struct doc d;
+	const char *job, *key;
+	struct sf_job_info info;
+	struct sf_err e = {0};
+	char name[80], state[16];
+	int json;
+
+	argc = take_key_arg(argc, argv, &key);
+	if (argc < 0 || sf__cli_job_args(argc, argv, &job, &json) < 0 || json) {
+		fprintf(stderr, "usage: shmfeed %s [JOB] [--key FILE]\n", argv[0]);
+		return 2;
+	}
+	if (job_info(job, key, &info, &e) < 0 ||
+	    call(&info, argv[0], reply_buf, sizeof(reply_buf), &e) < 0 ||
+	    parse_reply(&d, reply_buf, &e) < 0) {
+		sf__log_error("%s", e.msg);
+		return 1;
+	}
+	str_of(&d, 0, "job", name, sizeof(name));
+	str_of(&d, 0, "state", state, sizeof(state));
+	printf("job %s: %s\n", name, state);
 	return 0;
 }
 

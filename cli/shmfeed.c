@@ -11,19 +11,111 @@
 struct command {
 	const char *name;
 	int (*run)(int argc, char **argv);
-	const char *usage;
+	const char *usage; /* one line of `shmfeed --help` */
+	const char *help;  /* `shmfeed NAME --help`: its usage, then one line per option */
 };
 
+#define JOB_HELP                                                                                   \
+	"  JOB               the job's name (job: in its file); may be left out when only\n"       \
+	"                    one job of this user runs\n"
+#define KEY_HELP                                                                                   \
+	"  --key FILE        the client's CURVE key pair (from `shmfeed keygen`) for a job\n"      \
+	"                    served over tcp://; default $SHMFEED_CURVE_KEY\n"
+#define SET_HELP                                                                                   \
+	"  --set KEY=VALUE   override one field of the job file (dotted, e.g. batch.size=8);\n"    \
+	"                    repeatable\n"
+#define TOK_HELP                                                                                   \
+	"  -e, --encoding E  r50k_base (gpt2), cl100k_base, o200k_base, bytes or char:CORPUS\n"    \
+	"  --vocab FILE      the vocabulary; default $SHMFEED_VOCAB_DIR/ENCODING.tiktoken\n"
+#define CONTROL_HELP(what)                                                                         \
+	"usage: shmfeed " what " [JOB] [--key FILE]\n\n"                                           \
+	"Sends the job the control request '" what "' and prints its state after.\n\n"             \
+	"options:\n" JOB_HELP KEY_HELP "  -h, --help        this help\n"
+
 static const struct command commands[] = {
-	{"inspect", sf__cmd_inspect, "inspect JOB [--json]      arena header, participants, slots"},
-	{"run", sf__cmd_run, "run CONFIG [--set K=V] [-- CMD ...]  run a job, supervise CMD"},
-	{"check", sf__cmd_check, "check CONFIG [--set K=V]  validate a job file, print it resolved"},
-	{"encode", sf__cmd_encode, "encode -e ENCODING         text on stdin to uint32 ids on stdout"},
-	{"decode", sf__cmd_decode, "decode -e ENCODING         uint32 ids on stdin to text on stdout"},
-	{"status", sf__cmd_status, "status [JOB] [--json] [--key FILE]  a running job: rates, slots, producers"},
-	{"top", sf__cmd_top, "top [JOB] [--count N] [--key FILE]  the same, refreshed every stats interval"},
-	{"keygen", sf__cmd_keygen, "keygen FILE               a CURVE key pair for tcp control: FILE, FILE.pub"},
-	{"tokenize", sf__cmd_tokenize, "tokenize CONFIG -o PREFIX  raw text sources to Megatron .bin/.idx"},
+	{"inspect", sf__cmd_inspect, "inspect JOB [--json]      arena header, participants, slots",
+	 "usage: shmfeed inspect JOB [--json]\n\n"
+	 "Reads a job's arena in /dev/shm directly (no control socket): its header, the\n"
+	 "participants and every slot.\n\n"
+	 "options:\n"
+	 "  JOB               the job's name\n"
+	 "  --json            one JSON object instead of text\n"
+	 "  -h, --help        this help\n"},
+	{"run", sf__cmd_run, "run CONFIG [--set K=V] [-- CMD ...]  run a job, supervise CMD",
+	 "usage: shmfeed run CONFIG [--set KEY=VALUE ...] [--quiet] [--grace-ms N]\n"
+	 "                   [-- COMMAND [ARG ...]]\n\n"
+	 "Runs the job of CONFIG: creates its arena, starts its producers and serves its\n"
+	 "control socket. With a COMMAND (e.g. torchrun ...), runs it with SHMFEED_JOB set\n"
+	 "and stops the job when it exits, with its exit status; without one, serves until\n"
+	 "stopped (Ctrl-C, SIGTERM or `shmfeed stop`).\n\n"
+	 "options:\n" SET_HELP
+	 "  --quiet           no progress line and no informational messages; errors only\n"
+	 "  --grace-ms N      on a stop, how long the command may take to exit after the\n"
+	 "                    signal is passed on to it before it is killed (SIGKILL);\n"
+	 "                    default 10000\n"
+	 "  -- COMMAND ...    the command to run under the job\n"
+	 "  -h, --help        this help\n"},
+	{"check", sf__cmd_check, "check CONFIG [--set K=V]  validate a job file, print it resolved",
+	 "usage: shmfeed check CONFIG [--set KEY=VALUE ...] [--strict]\n\n"
+	 "Validates a job file and prints it resolved (every default filled in) as YAML,\n"
+	 "with what each source path matches and the config digest. Exit status 1 when the\n"
+	 "job could not run.\n\n"
+	 "options:\n" SET_HELP
+	 "  --strict          also fail when a source path matches no file (without it,\n"
+	 "                    such a path is reported and the check passes)\n"
+	 "  -h, --help        this help\n"},
+	{"encode", sf__cmd_encode,
+	 "encode -e ENCODING         text on stdin to uint32 ids on stdout",
+	 "usage: shmfeed encode -e ENCODING [--vocab FILE] [--specials] < text > ids.u32\n"
+	 "       shmfeed encode -e ENCODING [--vocab FILE] --bench FILE\n\n"
+	 "Encodes standard input as one document to little-endian uint32 ids.\n\n"
+	 "options:\n" TOK_HELP
+	 "  --specials        encode special tokens written in the text (<|endoftext|>) as\n"
+	 "                    their ids; without it they are ordinary text\n"
+	 "  --bench FILE      measure the single-core throughput on FILE instead\n"
+	 "  -h, --help        this help\n"},
+	{"decode", sf__cmd_decode,
+	 "decode -e ENCODING         uint32 ids on stdin to text on stdout",
+	 "usage: shmfeed decode -e ENCODING [--vocab FILE] < ids.u32 > text\n\n"
+	 "Decodes little-endian uint32 ids on standard input to text.\n\n"
+	 "options:\n" TOK_HELP "  -h, --help        this help\n"},
+	{"status", sf__cmd_status,
+	 "status [JOB] [--json] [--key FILE]  a running job: rates, slots, producers",
+	 "usage: shmfeed status [JOB] [--json] [--key FILE]\n\n"
+	 "Asks a running job's launcher once for its state and statistics.\n\n"
+	 "options:\n" JOB_HELP
+	 "  --json            the raw replies, {\"status\":...,\"stats\":...}\n" KEY_HELP
+	 "  -h, --help        this help\n"},
+	{"top", sf__cmd_top,
+	 "top [JOB] [--count N] [--key FILE]  the same, refreshed every stats interval",
+	 "usage: shmfeed top [JOB] [--count N] [--key FILE]\n\n"
+	 "What `status` shows, redrawn every stats interval until Ctrl-C or the job ends.\n\n"
+	 "options:\n" JOB_HELP "  --count N         stop after N updates\n" KEY_HELP
+	 "  -h, --help        this help\n"},
+	{"stop", sf__cmd_control, "stop [JOB] [--key FILE]   stop a running job (as SIGTERM does)",
+	 CONTROL_HELP("stop")},
+	{"pause", sf__cmd_control, "pause [JOB] [--key FILE]  pause a job's producers",
+	 CONTROL_HELP("pause")},
+	{"resume", sf__cmd_control, "resume [JOB] [--key FILE] resume a paused job",
+	 CONTROL_HELP("resume")},
+	{"keygen", sf__cmd_keygen,
+	 "keygen FILE               a CURVE key pair for tcp control: FILE, FILE.pub",
+	 "usage: shmfeed keygen FILE\n\n"
+	 "Writes a new CURVE key pair to FILE (mode 0600: a job's\n"
+	 "control.curve_secret_key_file, or a client's --key) and its public key to\n"
+	 "FILE.pub (a line of control.curve_allowed_clients); prints the public key.\n"
+	 "Existing files are never replaced.\n\n"
+	 "options:\n"
+	 "  -h, --help        this help\n"},
+	{"tokenize", sf__cmd_tokenize,
+	 "tokenize CONFIG -o PREFIX  raw text sources to Megatron .bin/.idx",
+	 "usage: shmfeed tokenize CONFIG -o PREFIX [--set KEY=VALUE ...] [-q]\n\n"
+	 "Tokenizes the job's raw text sources once, to a Megatron dataset PREFIX.bin and\n"
+	 "PREFIX.idx.\n\n"
+	 "options:\n"
+	 "  -o PREFIX         the output files' path without .bin/.idx\n" SET_HELP
+	 "  -q                no progress line\n"
+	 "  -h, --help        this help\n"},
 };
 
 int sf__cli_job_args(int argc, char **argv, const char **ret_job, int *ret_json)
@@ -47,6 +139,16 @@ static void usage(FILE *f)
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(f, "  %s\n", commands[i].usage);
 	fprintf(f, "  version                   print the version\n");
+	fprintf(f, "\n`shmfeed COMMAND --help` describes a command's options.\n");
+}
+
+/* 1 when a subcommand's arguments ask for its help; those after "--" are the command's. */
+static int wants_help(int argc, char **argv)
+{
+	for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return 1;
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -65,7 +167,8 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(argv[1], commands[i].name))
-			return commands[i].run(argc - 1, argv + 1);
+			return wants_help(argc, argv) ? (fputs(commands[i].help, stdout), 0)
+						      : commands[i].run(argc - 1, argv + 1);
 	fprintf(stderr, "shmfeed: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

@@ -105,8 +105,11 @@ struct supervisor {
 	uint64_t stalls;     /* producers killed for stalling */
 	uint64_t max_healthy_silence_ns; /* longest silence a producer ended itself */
 	uint64_t *start_steps;
+	uint64_t end_step;     /* the end marker's step of a finite run (sf__stats_end_step()) */
 	uint64_t seek_batches; /* batches delivered before a seek moved a ring */
 	uint64_t next_tick_ns, progress_ticks;
+	/* The figures at the last progress line, whose rates cover the time since. */
+	uint64_t progress_t_ns, progress_tokens;
 	struct sf_stats prev, cur;
 	int have_prev;
 	struct sf_metrics *metrics; /* control.metrics_file and control.metrics; NULL: none */
@@ -178,6 +181,10 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 
 		close(pfd[0]);
 		child_setup(S, SIGKILL);
+		/* A process group of its own: the signals a terminal sends its foreground
+		 * group (Ctrl-C, Ctrl-\, Ctrl-Z) reach the supervisor, which stops the
+		 * producers through the job state, and not the producers mid-fill. */
+		setpgid(0, 0);
 		snprintf(who, sizeof(who), "producer %u", i);
 		sf__log_set_who(who);
 		r = S->l->ops->main(S->ds, S->a, i, &e);
@@ -532,8 +539,8 @@ static void annotate(const struct supervisor *S, struct sf_stats *s)
 
 static void sample(struct supervisor *S)
 {
-	sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps, S->started_ns,
-			 &S->cur);
+	sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps, S->end_step,
+			 S->started_ns, &S->cur);
 	annotate(S, &S->cur);
 }
 
@@ -549,25 +556,31 @@ static void tick(struct supervisor *S)
 	/* A failure is logged once by the metrics module; the job goes on without. */
 	sf__metrics_update(S->metrics, &S->cur, S->cfg->job);
 	if (S->l->progress && S->have_prev) {
-		int tty = isatty(STDERR_FILENO);
-		char rate[32], p50[32];
+		/* On a terminal of its own the line is rewritten in place. When the output is
+		 * shared with the command's (one runs, or stderr is a log), a whole line every
+		 * ten intervals, so that the command's output never glues onto it. */
+		int in_place = isatty(STDERR_FILENO) && !S->l->command;
 
 		S->progress_ticks++;
-		/* On a terminal the line is rewritten in place; in a log, one line every
-		 * ten intervals is enough. */
-		if (tty || S->progress_ticks % 10 == 0) {
-			char line[256];
+		if (in_place || S->progress_ticks % 10 == 0) {
+			uint64_t since = S->progress_t_ns ? S->progress_t_ns : S->started_ns;
+			double dt = (double)(S->cur.t_ns - since) / 1e9;
+			char line[256], rate[32], p50[32];
 			int k;
 
-			sf__stats_human_rate(S->cur.tokens_per_s, rate, sizeof(rate));
+			sf__stats_human_rate(
+				dt > 0 ? (double)(S->cur.tokens - S->progress_tokens) / dt : 0,
+				rate, sizeof(rate));
 			sf__stats_human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
 			k = snprintf(line, sizeof(line),
 				     "%sshmfeed: %s: %llu batches, %stok/s, wait p50 %s, "
 				     "restarts %llu%s",
-				     tty ? "\r\033[K" : "", S->cfg->job,
+				     in_place ? "\r\033[K" : "", S->cfg->job,
 				     (unsigned long long)S->cur.batches, rate,
 				     S->cur.wait_samples ? p50 : "n/a",
-				     (unsigned long long)S->cur.restarts, tty ? "" : "\n");
+				     (unsigned long long)S->cur.restarts, in_place ? "" : "\n");
+			S->progress_t_ns = S->cur.t_ns;
+			S->progress_tokens = S->cur.tokens;
 			/* A failed write to stderr leaves nowhere to report it. */
 			if (k > 0 && write(STDERR_FILENO, line, (size_t)k) < 0)
 				return;
@@ -583,7 +596,7 @@ static void summary(struct supervisor *S)
 	char rate[32], p50[32], p99[32];
 
 	sample(S);
-	if (isatty(STDERR_FILENO) && S->progress_ticks)
+	if (isatty(STDERR_FILENO) && !S->l->command && S->progress_ticks)
 		fputs("\r\033[K", stderr);
 	sf__stats_human_rate(secs > 0 ? (double)S->cur.tokens / secs : 0, rate, sizeof(rate));
 	sf__stats_human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
@@ -605,7 +618,11 @@ static void summary(struct supervisor *S)
 		     S->cfg->job, (unsigned long long)S->stalls,
 		     (double)S->max_healthy_silence_ns / 1e6, S->cfg->stall_timeout_ms);
 	if (S->cur.tokens_encoded && S->cur.tokens_produced)
-		sf__log_info("job %s: %.3f tokens encoded per token produced", S->cfg->job,
+		sf__log_info("job %s: %.3f tokens encoded per token produced (raw text tokenized "
+			     "per token written to a slot: 1.000 when each token is tokenized "
+			     "once; more when text is tokenized again, or whole chunks ahead of "
+			     "the batches)",
+			     S->cfg->job,
 			     (double)S->cur.tokens_encoded / (double)S->cur.tokens_produced);
 }
 
@@ -642,8 +659,23 @@ static const char *job_state_name(uint32_t s)
 	return s < 4 ? names[s] : "unknown";
 }
 
+/* 1 when every local rank has read the end marker of a finite run. */
+static int data_ended(const struct supervisor *S)
+{
+	for (uint32_t r = 0; r < S->geo.ranks; r++)
+		if (sf__ring_next_step(S->a, r) <= S->end_step)
+			return 0;
+	return S->geo.ranks > 0;
+}
+
 static int describe_job(struct supervisor *S, char *buf, size_t len)
 {
+	/* A stopping job says so at once, although the arena's state turns STOPPING only
+	 * once its command is gone (stop_producers()). */
+	uint32_t js = atomic_load_explicit(&S->a->hdr->job_state, memory_order_acquire);
+	const char *state = S->stopping				    ? "stopping"
+			    : js == SF_JOB_RUNNING && data_ended(S) ? "ended"
+								    : job_state_name(js);
 	size_t n = 0;
 	uint32_t alive = 0, stalled = 0;
 
@@ -653,21 +685,20 @@ static int describe_job(struct supervisor *S, char *buf, size_t len)
 	}
 	n += (size_t)snprintf(buf, len, "{\"v\":%u,\"ok\":true,\"job\":", SF_CTL_VERSION);
 	sf__json_escape(buf, len, &n, S->cfg->job);
-	n += (size_t)snprintf(
-		buf + n, len - n,
-		",\"version\":\"%s\",\"pid\":%d,\"state\":\"%s\",\"uptime_s\":%.3f,"
-		"\"command_pid\":%d,\"producers\":%u,\"producers_alive\":%u,"
-		"\"producers_stalled\":%u,\"stall_timeout_ms\":%u,\"ranks\":%u,"
-		"\"world_size\":%u,\"rank_base\":%u,\"batch\":%u,\"seq_len\":%u,"
-		"\"slots_per_rank\":%u,\"token_bytes\":%u,\"samples_per_epoch\":%llu,"
-		"\"config_digest\":\"%016llx\",\"stats\":",
-		sf_version(), (int)S->self,
-		job_state_name(atomic_load_explicit(&S->a->hdr->job_state, memory_order_acquire)),
-		(double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid, S->n_prod, alive,
-		stalled, S->cfg->stall_timeout_ms, S->geo.ranks, S->geo.world_size,
-		S->geo.rank_base, S->geo.batch, S->geo.seq_tokens - 1, S->geo.slots_per_rank,
-		S->geo.token_bytes, (unsigned long long)S->geo.samples_per_epoch,
-		(unsigned long long)S->geo.config_digest);
+	n += (size_t)snprintf(buf + n, len - n,
+			      ",\"version\":\"%s\",\"pid\":%d,\"state\":\"%s\",\"uptime_s\":%.3f,"
+			      "\"command_pid\":%d,\"producers\":%u,\"producers_alive\":%u,"
+			      "\"producers_stalled\":%u,\"stall_timeout_ms\":%u,\"ranks\":%u,"
+			      "\"world_size\":%u,\"rank_base\":%u,\"batch\":%u,\"seq_len\":%u,"
+			      "\"slots_per_rank\":%u,\"token_bytes\":%u,\"samples_per_epoch\":%llu,"
+			      "\"config_digest\":\"%016llx\",\"stats\":",
+			      sf_version(), (int)S->self, state,
+			      (double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid,
+			      S->n_prod, alive, stalled, S->cfg->stall_timeout_ms, S->geo.ranks,
+			      S->geo.world_size, S->geo.rank_base, S->geo.batch,
+			      S->geo.seq_tokens - 1, S->geo.slots_per_rank, S->geo.token_bytes,
+			      (unsigned long long)S->geo.samples_per_epoch,
+			      (unsigned long long)S->geo.config_digest);
 	sf__json_escape(buf, len, &n, S->pub_ep);
 	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "}");
 	return n < len ? (int)n : -ENOSPC;
@@ -700,9 +731,17 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 	case SF_CTL_STATS: {
 		struct sf_stats s;
 
-		sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps,
+		sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps, S->end_step,
 				 S->started_ns, &s);
 		annotate(S, &s);
+		/* Rates and utilization of the last whole stats interval, as the PUB stream
+		 * has them: since the last tick may be a few milliseconds. */
+		if (S->have_prev) {
+			s.batches_per_s = S->cur.batches_per_s;
+			s.tokens_per_s = S->cur.tokens_per_s;
+			for (uint32_t i = 0; i < SF_STATS_MAX_PRODUCERS; i++)
+				s.producer[i].utilization = S->cur.producer[i].utilization;
+		}
 		n = sf__stats_json(&s, S->cfg->job, tmp, sizeof(tmp));
 		break;
 	}
@@ -746,6 +785,8 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 		 * would desynchronize it. Seek positions a rank before it attaches, and
 		 * holds the rank's entry meanwhile so that none attaches mid-seek. */
 		before = sf__ring_next_step(S->a, req->rank);
+		if (before > S->end_step)
+			before = S->end_step;
 		r = sf__ring_seek_unattached(S->a, req->rank, req->step, &err);
 		if (r < 0)
 			return reply_error(buf, len, req, r, err.msg);
@@ -1160,6 +1201,7 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	}
 	for (uint32_t rk = 0; rk < S->geo.ranks; rk++)
 		S->start_steps[rk] = sf__ring_next_step(S->a, rk);
+	S->end_step = sf__stats_end_step(&S->geo, cfg->epochs);
 	sf__log_info("job %s: %u producer%s started; control %s", cfg->job, S->n_prod,
 		     S->n_prod == 1 ? "" : "s", S->ctl_ep);
 	if (!S->stopping && l->command) {

@@ -238,8 +238,9 @@ struct sf_stats {
 	uint64_t t_ns; /* CLOCK_MONOTONIC of the sample */
 	uint64_t uptime_ns;
 	uint32_t state; /* SF_JOB_* */
+	uint32_t ended; /* every local rank has read the end marker of a finite run */
 	uint32_t ranks, producers;
-	uint64_t batches;     /* batches released by consumers since the start */
+	uint64_t batches;     /* batches consumers read since the start (not end markers) */
 	uint64_t tokens;      /* B x T tokens of those batches */
 	uint64_t produced;    /* batches published by producers */
 	double batches_per_s; /* over the last interval */
@@ -260,10 +261,19 @@ struct sf_stats {
 /*
  * sf__stats_sample - sample the arena into *s; `prev` (may be NULL) is the previous
  * sample, for rates and utilization; `start_steps` holds each rank's next step at the
- * start (batches are counted from there).
+ * start (batches are counted from there); `end_step` is the step of a finite run's end
+ * marker (sf__stats_end_step()), which a consumer releases but which is no batch.
  */
 void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
-		      const uint64_t *start_steps, uint64_t started_ns, struct sf_stats *s);
+		      const uint64_t *start_steps, uint64_t end_step, uint64_t started_ns,
+		      struct sf_stats *s);
+
+/*
+ * sf__stats_end_step - the first step past the data of a run of `epochs` epochs (0:
+ * unlimited, UINT64_MAX): the step whose slot carries the end marker, as the producers
+ * compute it.
+ */
+uint64_t sf__stats_end_step(const struct sf_geometry *g, uint64_t epochs);
 
 /*
  * The job's metrics in the Prometheus text format (launcher/metrics.c), for

@@ -33,8 +33,15 @@ static uint64_t percentile(const uint64_t *hist, uint64_t total, unsigned pct)
 	return UINT64_MAX;
 }
 
+uint64_t sf__stats_end_step(const struct sf_geometry *g, uint64_t epochs)
+{
+	return epochs ? epochs * g->samples_per_epoch / ((uint64_t)g->batch * g->world_size)
+		      : UINT64_MAX;
+}
+
 void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
-		      const uint64_t *start_steps, uint64_t started_ns, struct sf_stats *s)
+		      const uint64_t *start_steps, uint64_t end_step, uint64_t started_ns,
+		      struct sf_stats *s)
 {
 	const struct sf_arena_header *h = a->hdr;
 	const struct sf_geometry *g = &h->geo;
@@ -48,6 +55,7 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 	s->state = atomic_load_explicit(&h->job_state, memory_order_acquire);
 	s->ranks = g->ranks;
 	s->producers = g->max_producers;
+	s->ended = g->ranks > 0;
 	for (uint32_t r = 0; r < g->ranks; r++) {
 		struct sf_stats_rank one = {0};
 		uint64_t next = sf__ring_next_step(a, r);
@@ -72,6 +80,10 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 				break;
 			}
 		}
+		/* A consumer releases the end marker's slot too, but it is no batch. */
+		s->ended &= next > end_step;
+		if (next > end_step)
+			next = end_step;
 		one.next_step = next;
 		one.consumer_pid = (uint64_t)(int64_t)atomic_load_explicit(
 			&a->participants[g->max_producers + r].pid, memory_order_relaxed);
@@ -187,7 +199,8 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 	    "\"restarts\":%llu,\"stalls\":%llu,\"repairs\":%llu,\"skipped\":%llu,\"tokens_"
 	    "produced\":%llu,"
 	    "\"tokens_encoded\":%llu,\"ranks\":[",
-	    state_name(s->state), (double)s->uptime_ns / 1e9, (unsigned long long)s->batches,
+	    s->ended && s->state == SF_JOB_RUNNING ? "ended" : state_name(s->state),
+	    (double)s->uptime_ns / 1e9, (unsigned long long)s->batches,
 	    (unsigned long long)s->tokens, (unsigned long long)s->produced, s->batches_per_s,
 	    s->tokens_per_s, (unsigned long long)s->wait_samples,
 	    (unsigned long long)s->wait_p50_ns, (unsigned long long)s->wait_p99_ns,
@@ -212,7 +225,7 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 		const struct sf_stats_producer *q = &s->producer[p];
 
 		OUT("%s{\"index\":%u,\"pid\":%d,\"incarnation\":%u,\"batches\":%llu,"
-		    "\"utilization\":%.3f,\"state\":\"%s\",\"silent_ms\":%llu}",
+		    "\"utilization\":%.9f,\"state\":\"%s\",\"silent_ms\":%llu}",
 		    p ? "," : "", p, q->pid, q->incarnation, (unsigned long long)q->batches,
 		    q->utilization,
 		    q->pid <= 0	 ? "down"

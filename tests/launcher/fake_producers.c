@@ -60,6 +60,8 @@ static int fake_geometry(const void *ds, const struct sf_config *cfg, struct sf_
 	g->token_bytes = 4;
 	g->world_size = cfg->world_size;
 	g->rank_base = cfg->rank_base;
+	/* 16 steps an epoch, as fake_main() ends the data. */
+	g->samples_per_epoch = 16ull * cfg->batch_size * cfg->world_size;
 	g->flags = cfg->checksum ? SF_ARENA_F_CHECKSUM : 0;
 	g->config_digest = sf__config_digest(cfg);
 	return 0;

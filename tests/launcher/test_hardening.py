@@ -16,7 +16,7 @@ import tempfile
 
 import pytest
 
-from test_launcher import (CTL, FAKE, SHMFEED, ctl, job_name, rt, shm_of,  # noqa: F401
+from test_launcher import (CTL, FAKE, SHMFEED, ctl, job_name, shm_of,
                            start_serving, wait_for, write_config)
 
 

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
@@ -29,18 +28,6 @@ _count = [0]
 def job_name(tag):
     _count[0] += 1
     return f"tl-{tag}-{os.getpid()}-{_count[0]}"
-
-
-@pytest.fixture
-def rt(monkeypatch):
-    """A private runtime directory for the test; empty at the end."""
-    d = tempfile.mkdtemp(prefix="sf-rt-")
-    os.chmod(d, 0o700)
-    monkeypatch.setenv("SHMFEED_RUNTIME_DIR", d)
-    yield d
-    left = os.listdir(d)
-    os.rmdir(d) if not left else None
-    assert not left, f"left in the runtime directory: {left}"
 
 
 def write_config(tmp_path, text="", world=2):

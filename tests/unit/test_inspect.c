@@ -93,7 +93,8 @@ int main(int argc, char **argv)
 	expect(strstr(out, "rank 0 (next step 1): 2:FREE 1:READY") != NULL, "rank 0 slots", out);
 	expect(strstr(out, "rank 1 (next step 0): 0:CLAIMED(2) 1:FILLING(0)") != NULL,
 	       "rank 1 slots", out);
-	expect(strstr(out, "producer") != NULL, "participant listed", out);
+	expect(strstr(out, "  0 producer 0 ") != NULL, "participant listed", out);
+	expect(strstr(out, "producer rank") == NULL, "a producer has no rank", out);
 
 	snprintf(cmd, sizeof(cmd),
 		 "%s inspect %s --json | python3 -c 'import json,sys; d=json.load(sys.stdin); "

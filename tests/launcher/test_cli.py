@@ -1,0 +1,285 @@
+"""The shmfeed command line as a user meets it: every subcommand's --help, the control
+subcommands (stop, pause, resume), Ctrl-C in a terminal, the progress line, the end of a
+finite run in status and the summary, and the producers' utilization in top; against
+the real `shmfeed` program and the demo job (byte-tokenized text every Debian system
+has).
+
+Each test uses a job name with this process's pid and its own private runtime directory,
+and asserts that nothing of the job is left behind."""
+
+import json
+import os
+import pty
+import re
+import signal
+import select
+import subprocess
+import time
+
+import pytest
+
+SHMFEED = os.environ.get("SF_SHMFEED")
+CONSUME = os.environ.get("SF_CONSUME")
+ROOT = os.environ.get("SF_SOURCE_ROOT")
+
+if not (SHMFEED and CONSUME and ROOT):
+    pytest.skip("set by `meson test` (SF_SHMFEED, SF_CONSUME, SF_SOURCE_ROOT)",
+                allow_module_level=True)
+
+DEMO = os.path.join(ROOT, "configs", "demo.yaml")
+_count = [0]
+
+
+def job_name(tag):
+    _count[0] += 1
+    return f"tc-{tag}-{os.getpid()}-{_count[0]}"
+
+
+def sf(*args, timeout=30):
+    return subprocess.run([SHMFEED, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def wait_for(pred, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def serve(job, *sets):
+    """`shmfeed run` of the demo without a command, in a session (and process group) of
+    its own as a terminal's foreground job would be. Returns once the job answers."""
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}",
+                          *[a for kv in sets for a in ("--set", kv)]],
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if not wait_for(lambda: sf("status", job).returncode == 0):
+        finish(p)
+        pytest.fail("the job never answered")
+    return p
+
+
+SUBCOMMANDS = ["inspect", "run", "check", "encode", "decode", "status", "top", "stop",
+               "pause", "resume", "keygen", "tokenize"]
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_subcommand_help(name):
+    for flag in ("--help", "-h"):
+        out = sf(name, flag)
+        assert out.returncode == 0, out.stderr
+        assert out.stderr == ""
+        assert out.stdout.startswith(f"usage: shmfeed {name} ")
+        options = out.stdout.split("\noptions:\n")[1]
+        assert "  -h, --help " in options
+        # One line per option: the option, then what it does (continued below it).
+        first = [l for l in options.splitlines() if not l.startswith("     ")]
+        assert all(re.match(r"  \S.*?  +\S", l) for l in first), first
+    out = sf(name, "--no-such-option")
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert out.stderr.count("usage: ") == 1 and f"shmfeed {name} " in out.stderr
+
+
+def test_help_explains_the_flags_users_asked_about():
+    run = sf("run", "--help").stdout
+    assert "  --quiet " in run and "  --grace-ms N " in run
+    assert "  --strict " in sf("check", "--help").stdout
+    assert "  -q " in sf("tokenize", "--help").stdout
+    top = sf("--help")
+    assert top.returncode == 0
+    listed = [l.split()[0] for l in top.stdout.split("commands:\n")[1].splitlines() if l.strip()]
+    assert set(SUBCOMMANDS) <= set(listed)
+    assert "--help" in top.stdout
+    out = sf()
+    assert out.returncode == 2 and out.stderr.startswith("usage: shmfeed COMMAND")
+
+
+def test_help_after_double_dash_belongs_to_the_command(rt):
+    job = job_name("dd")
+    out = sf("run", DEMO, "--set", f"job={job}", "--quiet", "--", "sh", "-c", "exit 3",
+             "--help")
+    assert out.returncode == 3, out.stderr
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def finish(p):
+    """On a failed test, stop the job as a user would, so that it cleans up."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+
+
+def test_stop_pause_resume_subcommands(rt):
+    job = job_name("ctl")
+    p = serve(job)
+    try:
+        out = sf("pause", job)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == f"job {job}: paused\n"
+        assert f"job {job}: paused," in sf("status", job).stdout
+        out = sf("resume", job)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == f"job {job}: running\n"
+        out = sf("stop", job)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == f"job {job}: stopping\n"
+        err = p.communicate(timeout=30)[1]
+    finally:
+        finish(p)
+    assert p.returncode == 0, err
+    assert "stop requested over the control socket" in err
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+    out = sf("stop", job)
+    assert out.returncode == 1
+    assert out.stderr.startswith("shmfeed: ")
+    out = sf("stop", job, "--bogus")
+    assert out.returncode == 2
+    assert out.stderr.startswith("usage: shmfeed stop")
+
+
+def test_ctrl_c_reaches_only_the_launcher(rt):
+    """The terminal sends SIGINT to its whole foreground process group: the producers
+    must not die of it mid-fill, and the stop is as clean as a SIGTERM to the launcher."""
+    job = job_name("intr")
+    p = serve(job)
+    try:
+        time.sleep(0.3)
+        os.killpg(p.pid, signal.SIGINT)
+        err = p.communicate(timeout=30)[1]
+    finally:
+        finish(p)
+    assert "SIGINT from pid" in err
+    assert "producer restarts 0, repairs 0," in err, err
+    assert "died" not in err, err
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+PROGRESS = re.compile(r"shmfeed: (\S+): (\d+) batches, ([\d.]+) ?([kMG]?)tok/s, wait p50 ")
+
+
+def progress_lines(text):
+    return [(int(m.group(2)), float(m.group(3))) for m in PROGRESS.finditer(text)]
+
+
+def run_bursty(job, out):
+    """One rank takes 100 batches at once and then idles: the progress line, printed
+    every 10th stats interval (100 ms here), falls in the idle time."""
+    return subprocess.Popen(
+        [SHMFEED, "run", DEMO, "--set", f"job={job}", "--set", "consumers.world_size=1",
+         "--set", "control.stats_interval_ms=100", "--", "sh", "-c",
+         f"{CONSUME} --steps 100 --out /dev/null && sleep 1.6 && echo TRAINER-DONE"],
+        stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+def test_progress_rate_covers_the_printed_interval(rt):
+    job = job_name("rate")
+    p = run_bursty(job, subprocess.PIPE)
+    out = p.communicate(timeout=30)[0]
+    assert p.returncode == 0, out
+    lines = progress_lines(out)
+    assert lines and lines[0][0] == 100, out
+    # 100 batches of 8 x 256 tokens in the first second, shown as such, not as the
+    # rate of its last 100 ms.
+    assert lines[0][1] > 0, out
+    assert not [l for l in out.splitlines() if PROGRESS.search(l) and not l.startswith("shmfeed:")]
+
+
+def test_progress_in_a_shared_terminal_is_whole_lines(rt):
+    """Under a command the terminal is shared: the line is not rewritten in place, so
+    the command's output never glues onto it."""
+    job = job_name("tty")
+    master, slave = pty.openpty()
+    try:
+        p = run_bursty(job, slave)
+        os.close(slave)
+        slave = -1
+        out = b""
+        while True:
+            if not select.select([master], [], [], 30)[0]:
+                break
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        p.wait(timeout=30)
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    text = out.decode()
+    assert p.returncode == 0, text
+    assert "\033[K" not in text and "\r\r" not in text.replace("\r\n", ""), repr(text)
+    lines = text.replace("\r\n", "\n").split("\n")
+    assert "TRAINER-DONE" in lines, repr(text)
+    assert progress_lines(text), repr(text)
+
+
+def test_the_end_of_the_data(rt, tmp_path):
+    """A one-epoch run read to its end: status says ended, and the batches counted are
+    those the rank read (the end marker it also releases is none)."""
+    job = job_name("end")
+    p = serve(job, "sampling.epochs=1", "consumers.world_size=1")
+    try:
+        assert "job %s: running," % job in sf("status", job).stdout
+        rank = subprocess.run([CONSUME, "--steps", "100000", "--out", str(tmp_path / "r0.txt")],
+                              env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
+                              capture_output=True, text=True, timeout=60)
+        assert rank.returncode == 0, rank.stderr
+        read = len((tmp_path / "r0.txt").read_text().splitlines())
+        assert 0 < read < 100000
+        status = sf("status", job, "--json")
+        assert status.returncode == 0, status.stderr
+        st = json.loads(status.stdout)
+        assert st["stats"]["batches"] == read
+        assert st["status"]["state"] == "ended" and st["stats"]["state"] == "ended"
+        human = sf("status", job).stdout
+        assert f"job {job}: ended," in human
+        # The demo's raw text: the ratio says what it measures where it appears.
+        assert "\ntokens encoded per token produced " in human
+        assert "(raw text tokenized per token written to a slot; 1.000: each token once)" \
+            in human, human
+        assert sf("stop", job).returncode == 0
+        err = p.communicate(timeout=30)[1]
+    finally:
+        finish(p)
+    assert f"job {job}: {read} batches, {read * 8 * 256} tokens delivered" in err, err
+    assert " tokens encoded per token produced (raw text tokenized per token written to a " \
+        "slot: 1.000 when each token is tokenized once; " in err, err
+
+
+def test_top_shows_the_utilization_of_mostly_idle_producers(rt, tmp_path):
+    """A trainer at 5 batches/s keeps the demo's producers busy a few thousandths of a
+    percent of the time: top shows that (<0.01%), not 0.0%, and the stats carry it."""
+    job = job_name("util")
+    p = serve(job, "consumers.world_size=1")
+    try:
+        rank = subprocess.Popen([CONSUME, "--steps", "25", "--sleep-us", "200000",
+                                 "--out", str(tmp_path / "r0.txt")],
+                                env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)
+        top = sf("top", job, "--count", "3", timeout=30)
+        st = json.loads(sf("status", job, "--json").stdout)["stats"]
+        rank.communicate(timeout=30)
+        assert sf("stop", job).returncode == 0
+        p.communicate(timeout=30)
+    finally:
+        finish(p)
+    assert top.returncode == 0, top.stderr
+    frames = top.stdout.split("\n\njob ")
+    assert len(frames) == 3, top.stdout
+    for frame in frames[1:]:
+        rows = frame.split(" producer      pid  incarnation     batches   util  state")[1]
+        utils = [float(l.split()[4].lstrip("<").rstrip("%")) for l in rows.splitlines()[1:]
+                 if l]
+        assert len(utils) == 2 and sum(utils) > 0, frame
+    assert sum(q["utilization"] for q in st["producers"]) > 0, st["producers"]
