@@ -58,11 +58,13 @@ static const struct command commands[] = {
 	{"check", sf__cmd_check, "check CONFIG [--set K=V]  validate a job file, print it resolved",
 	 "usage: shmfeed check CONFIG [--set KEY=VALUE ...] [--strict]\n\n"
 	 "Validates a job file and prints it resolved (every default filled in) as YAML,\n"
-	 "with what each source path matches and the config digest. Exit status 1 when the\n"
-	 "job could not run.\n\n"
+	 "with what each source path matches and the config digest. It opens every source\n"
+	 "and loads the tokenizer as run does: exit status 1 exactly where run would fail\n"
+	 "to start.\n\n"
 	 "options:\n" SET_HELP
-	 "  --strict          also fail when a source path matches no file (without it,\n"
-	 "                    such a path is reported and the check passes)\n"
+	 "  --strict          accepted and ignored: check fails wherever run would (a\n"
+	 "                    source path matching no file included), so nothing is left\n"
+	 "                    for it to tighten\n"
 	 "  -h, --help        this help\n"},
 	{"encode", sf__cmd_encode,
 	 "encode -e ENCODING         text on stdin to uint32 ids on stdout",
