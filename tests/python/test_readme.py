@@ -24,7 +24,8 @@ def test_readme_snippet(tmp_path):
     out = subprocess.run([CLI, "run", os.path.join(ROOT, "configs", "demo.yaml"), "--set",
                           f"job={job}", "--quiet", "--",
                           *torchrun("--standalone", "--nproc_per_node=2", "train.py")],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TMPDIR=str(tmp_path)))
     assert out.returncode == 0, out.stderr[-3000:]
     ck = torch.load(tmp_path / "ckpt.pt", weights_only=False) \
         if int(torch.__version__.split(".")[0]) >= 2 else torch.load(tmp_path / "ckpt.pt")

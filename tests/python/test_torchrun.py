@@ -83,9 +83,11 @@ def torchrun(*args):
 
 
 def serve(cfg, command, timeout=240):
-    """`shmfeed run CFG -- COMMAND`, started; returns the Popen."""
+    """`shmfeed run CFG -- COMMAND`, started; returns the Popen. torchrun's own temporary
+    directories go beside the job file, which pytest removes."""
+    env = dict(os.environ, TMPDIR=os.path.dirname(cfg))
     return subprocess.Popen([CLI, "run", cfg, "--quiet", "--", *command],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def finish(p, timeout=240):
