@@ -494,13 +494,12 @@ static void copy_config(struct sf_dataset *ds, const struct sf_config *cfg)
 	ds->eot = UINT32_MAX;
 }
 
-int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, struct sf_err *e)
+/* What `run` does at start-up before it tokenizes anything: the sources opened, the
+ * tokenizer loaded, the end-of-text id and the token width settled. */
+static int open_start(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
 {
-	struct sf_dataset *ds = calloc(1, sizeof(*ds));
 	int r;
 
-	if (!ds)
-		return sf__err(e, -ENOMEM, "out of memory");
 	copy_config(ds, cfg);
 	r = open_sources(ds, cfg, e);
 	if (r >= 0)
@@ -509,6 +508,17 @@ int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, st
 		r = choose_eot(ds, cfg, e);
 	if (r >= 0)
 		r = choose_dtype(ds, cfg, e);
+	return r;
+}
+
+int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, struct sf_err *e)
+{
+	struct sf_dataset *ds = calloc(1, sizeof(*ds));
+	int r;
+
+	if (!ds)
+		return sf__err(e, -ENOMEM, "out of memory");
+	r = open_start(ds, cfg, e);
 	if (r >= 0)
 		*ret_token_bytes = ds->token_bytes;
 	sf__dataset_close(ds);
@@ -529,14 +539,7 @@ int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, st
 	ds = calloc(1, sizeof(*ds));
 	if (!ds)
 		return sf__err(e, -ENOMEM, "out of memory");
-	copy_config(ds, cfg);
-	r = open_sources(ds, cfg, e);
-	if (r >= 0)
-		r = load_tokenizer(ds, cfg, e);
-	if (r >= 0)
-		r = choose_eot(ds, cfg, e);
-	if (r >= 0)
-		r = choose_dtype(ds, cfg, e);
+	r = open_start(ds, cfg, e);
 	if (r >= 0 && ds->n_text_files)
 		r = sf__text_build_index(ds, cfg, e);
 	if (r < 0)
