@@ -430,15 +430,6 @@ static int choose_eot(struct sf_dataset *ds, const struct sf_config *cfg, struct
 	return 0;
 }
 
-int sf__dataset_check_tokenizer(const struct sf_config *cfg, struct sf_err *e)
-{
-	struct sf_dataset ds = {.eot = UINT32_MAX};
-	int r = load_tokenizer(&ds, cfg, e);
-
-	sf__tok_free(ds.tok);
-	return r;
-}
-
 /*
  * The arena's token width. Pre-tokenized files decide it by their own width (dtype auto:
  * the widest file's; an explicit uint16 cannot take a 4-byte file), whatever the encoding;

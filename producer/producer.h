@@ -68,13 +68,6 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 		      struct sf_err *e);
 
 /*
- * sf__dataset_check_tokenizer - load the tokenizer of `cfg` as sf__dataset_open() would
- * (its vocabulary or char corpus found, read and parsed) and free it again: what
- * `shmfeed check` verifies. Returns 0, or the error with detail in `e`.
- */
-int sf__dataset_check_tokenizer(const struct sf_config *cfg, struct sf_err *e);
-
-/*
  * sf__dataset_check - what sf__dataset_open() does before it tokenizes raw text: expand
  * and open every source (headers and indexes checked, text files read), load the
  * tokenizer, choose the end-of-text id and the token width; then free it all again. What

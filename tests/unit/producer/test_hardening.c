@@ -318,6 +318,7 @@ static void expect_tokenizer_refused(const char *encoding, const char *vocab, co
 {
 	struct sf_dataset *ds = NULL;
 	struct sf_err e = {0};
+	uint32_t width;
 	int r;
 
 	put_tokens("a.bin", 4096, 200);
@@ -326,7 +327,7 @@ static void expect_tokenizer_refused(const char *encoding, const char *vocab, co
 	r = sf__dataset_open(&cfg, &ds, &e);
 	cr_assert_eq(r, SF_E_TOKENIZER, "got %d: %s", r, e.msg);
 	cr_expect(strstr(e.msg, needle) && strstr(e.msg, "not a regular file"), "%s", e.msg);
-	cr_expect_eq(sf__dataset_check_tokenizer(&cfg, &e), SF_E_TOKENIZER, "%s", e.msg);
+	cr_expect_eq(sf__dataset_check(&cfg, &width, &e), SF_E_TOKENIZER, "%s", e.msg);
 }
 
 /* Before: read until memory ran out (13 GB in 30 s for /dev/zero). */
@@ -424,17 +425,19 @@ Test(hardening, gpt2_vocab_dir_reads_r50k_base_tiktoken)
 {
 	struct sf_err e = {0};
 	char vocab_dir[4096];
+	uint32_t width;
 
 	if (!have_r50k())
 		cr_skip_test("no shared test data at %s", r50k);
 	snprintf(vocab_dir, sizeof(vocab_dir), "%.*s", (int)(strrchr(r50k, '/') - r50k), r50k);
+	put_tokens("a.bin", 4096, 200);
 	cfg.encoding = "gpt2";
 	cfg.vocab_dir = vocab_dir;
-	cr_expect_eq(sf__dataset_check_tokenizer(&cfg, &e), 0, "%s", e.msg);
+	cr_expect_eq(sf__dataset_check(&cfg, &width, &e), 0, "%s", e.msg);
 	/* The same file through $SHMFEED_VOCAB_DIR, which the tokenizer's digest reads. */
 	cfg.vocab_dir = NULL;
 	cr_assert_eq(setenv("SHMFEED_VOCAB_DIR", vocab_dir, 1), 0);
-	cr_expect_eq(sf__dataset_check_tokenizer(&cfg, &e), 0, "%s", e.msg);
+	cr_expect_eq(sf__dataset_check(&cfg, &width, &e), 0, "%s", e.msg);
 	unsetenv("SHMFEED_VOCAB_DIR");
 }
 
