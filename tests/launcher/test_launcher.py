@@ -127,7 +127,10 @@ def test_producer_killed_mid_run_changes_nothing(rt, tmp_path):
                           *ranks_command(2, 300, ref_dir)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    env = dict(os.environ, SHMFEED_TEST_CRASH_AT="50")
+    # Producer 0 dies at its 5th claim. Each batch takes 0.5 ms more, so that the other
+    # producer cannot fill all 600 steps before producer 0 runs at all (a loaded
+    # machine may start it tens of milliseconds late; at full speed the job takes less).
+    env = dict(os.environ, SHMFEED_TEST_CRASH_AT="5", SHMFEED_TEST_SLOW_US="500")
     job = job_name("kill")
     out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--",
                           *ranks_command(2, 300, kill_dir)],
