@@ -4,7 +4,15 @@
  * grown, as in the producer's steady state). Vocabulary loading is timed separately.
  *
  * usage: bench_tokenizer [DATA_DIR] [ENCODING...]
+ *        bench_tokenizer --serve DATA_DIR
  * DATA_DIR defaults to $SF_TEST_DATA, then ../shared/data.
+ *
+ * With --serve it times what it is asked on stdin, one request a line, so that a driver
+ * (bench_tiktoken.py) can interleave it with other tokenizers in one run:
+ *   ENCODING TEXT_PATH MIN_PASSES MIN_SECONDS [IDS_PATH]
+ * answered by one line "ok BEST_CPU_S BEST_WALL_S BYTES TOKENS" (or "error MESSAGE"). The
+ * best pass is taken on this process's CPU time and on wall time, each over the same
+ * passes; IDS_PATH, when given, receives the ids as little-endian uint32.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +26,14 @@ static double now(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -101,12 +117,99 @@ static int bench(const char *dir, const char *encoding)
 	return 0;
 }
 
+/* The tokenizers loaded so far in --serve mode, by encoding name. */
+#define SERVE_MAX 8
+
+static int serve(const char *dir)
+{
+	struct {
+		char name[64];
+		struct sf_tok *tok;
+		struct sf_tok_encoder *enc;
+	} loaded[SERVE_MAX];
+	size_t n_loaded = 0, i;
+	char line[8192];
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	while (fgets(line, sizeof(line), stdin)) {
+		char name[64], text_path[4096], ids_path[4096] = "";
+		struct sf_err err = {0};
+		const uint32_t *ids;
+		double min_s, best_cpu = 1e9, best_wall = 1e9, total = 0;
+		size_t len, n = 0;
+		char *text;
+		int min_passes, pass;
+
+		if (sscanf(line, "%63s %4095s %d %lf %4095s", name, text_path, &min_passes, &min_s,
+			   ids_path) < 4) {
+			printf("error bad request\n");
+			continue;
+		}
+		for (i = 0; i < n_loaded && strcmp(loaded[i].name, name); i++)
+			;
+		if (i == n_loaded) {
+			char path[4096];
+
+			if (n_loaded == SERVE_MAX) {
+				printf("error too many encodings\n");
+				continue;
+			}
+			snprintf(path, sizeof(path), "%s/vocab/%s.tiktoken", dir,
+				 sf__tok_vocab_name(name));
+			if (sf__tok_load(name, path, &loaded[i].tok, &err) < 0 ||
+			    sf__tok_encoder_create(loaded[i].tok, &loaded[i].enc, &err) < 0) {
+				printf("error %s\n", err.msg);
+				continue;
+			}
+			snprintf(loaded[i].name, sizeof(loaded[i].name), "%s", name);
+			n_loaded++;
+		}
+		text = read_file(text_path, &len);
+		if (!text) {
+			printf("error cannot read %s\n", text_path);
+			continue;
+		}
+		for (pass = 0; pass < min_passes || total < min_s; pass++) {
+			double c = cpu_now(), t = now(), dc, dt;
+
+			if (sf__tok_encode(loaded[i].enc, text, len, 0, &ids, &n, &err) < 0)
+				break;
+			dc = cpu_now() - c;
+			dt = now() - t;
+			total += dt;
+			best_cpu = dc < best_cpu ? dc : best_cpu;
+			best_wall = dt < best_wall ? dt : best_wall;
+		}
+		free(text);
+		if (err.msg[0]) {
+			printf("error %s\n", err.msg);
+			continue;
+		}
+		if (ids_path[0]) {
+			FILE *f = fopen(ids_path, "wb");
+
+			if (!f || fwrite(ids, sizeof(*ids), n, f) != n || fclose(f)) {
+				printf("error cannot write %s\n", ids_path);
+				continue;
+			}
+		}
+		printf("ok %.9f %.9f %zu %zu\n", best_cpu, best_wall, len, n);
+	}
+	for (i = 0; i < n_loaded; i++) {
+		sf__tok_encoder_free(loaded[i].enc);
+		sf__tok_free(loaded[i].tok);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const all[] = {"r50k_base", "cl100k_base", "o200k_base"};
 	const char *dir = argc > 1 ? argv[1] : getenv("SF_TEST_DATA");
 	int i, rc = 0;
 
+	if (argc == 3 && !strcmp(argv[1], "--serve"))
+		return serve(argv[2]);
 	if (!dir)
 		dir = "../shared/data";
 	if (argc > 2) {
