@@ -15,10 +15,7 @@ static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
 static uint32_t rnd(uint32_t bound)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return (uint32_t)(rng_state % bound);
+	return tok_test_rnd(&rng_state, bound);
 }
 
 /* The rank of s[0..len) by probing the table alone, without the filter. */
