@@ -40,8 +40,8 @@ static void compress_block(uint32_t h[8], const unsigned char *p)
 	for (int i = 0; i < 64; i++) {
 		uint32_t t1 = k + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) +
 			      round_k[i] + w[i];
-		uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) +
-			      ((a & b) ^ (a & c) ^ (b & c));
+		uint32_t t2 =
+			(rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
 
 		k = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
 	}
