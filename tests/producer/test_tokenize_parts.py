@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 
@@ -330,3 +331,101 @@ def test_megatron_reads_merged_real_tokenizer(corpus, encoding, dtype):
         first = [json.loads(line)["text"] for line in f.readlines()[:5] if line.strip()]
     for text, doc in zip(first, got["documents"]):
         assert doc == shmfeed_encode(text, encoding) + [eot]
+
+
+# A stand-in for Slurm's sbatch, enough for docs/slurm/: --parsable, --array=A-B or I,
+# --dependency=afterok:ID. It runs a job at once: an array's tasks as parallel processes
+# with SLURM_ARRAY_TASK_ID / _COUNT / _MIN / _MAX set, and a job whose afterok dependency
+# failed not at all (Slurm leaves it pending: DependencyNeverSatisfied). Tasks listed in
+# $FAKE_SBATCH_FAIL_TASKS fail without running, as on a node lost before they started.
+FAKE_SBATCH = r'''#!/usr/bin/env python3
+import os, subprocess, sys
+state = os.environ["FAKE_SBATCH_STATE"]
+args, opts = sys.argv[1:], {}
+while args and args[0].startswith("--"):
+    k, _, v = args.pop(0)[2:].partition("=")
+    opts[k] = v
+script, script_args = args[0], args[1:]
+ids = [int(f) for f in os.listdir(state) if f.isdigit()]
+job = max(ids, default=1000) + 1
+def status(j):
+    with open(os.path.join(state, str(j))) as f:
+        return f.read()
+def finish(s):
+    with open(os.path.join(state, str(job)), "w") as f:
+        f.write(s)
+    print(job if "parsable" in opts else f"Submitted batch job {job}")
+    sys.exit(0)
+dep = opts.get("dependency", "")
+if dep:
+    kind, *deps = dep.split(":")
+    assert kind == "afterok", dep
+    if any(status(d) != "ok" for d in deps):
+        finish("never")
+tasks = []
+if "array" in opts:
+    for r in opts["array"].split(","):
+        a, _, b = r.partition("-")
+        tasks += range(int(a), int(b or a) + 1)
+fail = {int(t) for t in os.environ.get("FAKE_SBATCH_FAIL_TASKS", "").split(",") if t}
+procs = []
+for t in tasks or [None]:
+    env = dict(os.environ, SLURM_JOB_ID=str(job), SLURM_CPUS_PER_TASK="1")
+    if t is not None:
+        env.update(SLURM_ARRAY_JOB_ID=str(job), SLURM_ARRAY_TASK_ID=str(t),
+                   SLURM_ARRAY_TASK_COUNT=str(len(tasks)),
+                   SLURM_ARRAY_TASK_MIN=str(min(tasks)), SLURM_ARRAY_TASK_MAX=str(max(tasks)))
+    if t in fail:
+        continue
+    out = open(os.path.join(state, f"{job}_{t}.out"), "w")
+    procs.append(subprocess.Popen(["bash", script, *script_args], env=env, stdout=out,
+                                  stderr=subprocess.STDOUT))
+codes = [p.wait() for p in procs]
+finish("ok" if all(c == 0 for c in codes) and not (fail & set(tasks)) else "failed")
+'''
+
+SLURM_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "slurm")
+
+
+def test_slurm_scripts_of_the_docs(corpus):
+    tmp, cfg = corpus
+    out = tmp / "slurm"
+    state = out / "state"
+    bindir = out / "bin"
+    state.mkdir(parents=True)
+    bindir.mkdir()
+    (bindir / "sbatch").write_text(FAKE_SBATCH)
+    (bindir / "sbatch").chmod(0o755)
+    env = dict(env_for(tmp), FAKE_SBATCH_STATE=str(state),
+               PATH=os.pathsep.join([str(bindir), os.path.dirname(SHMFEED),
+                                     os.environ.get("PATH", "")]))
+    whole = {ext: read(str(tmp / "whole") + ext) for ext in (".bin", ".idx")}
+
+    def sh(*args, **extra):
+        r = subprocess.run(list(args), capture_output=True, text=True, timeout=300,
+                           env=dict(env, **extra))
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    # The whole pipeline as docs/slurm/submit.sh submits it.
+    prefix = str(out / "ok")
+    said = sh(os.path.join(SLURM_DIR, "submit.sh"), str(cfg), prefix, "3")
+    assert "parts: job" in said and "merge: job" in said
+    for ext in (".bin", ".idx"):
+        assert read(prefix + ext) == whole[ext]
+
+    # Task 1 fails: the merge never runs; task 1 run again alone, then the merge.
+    prefix = str(out / "retry")
+    said = sh(os.path.join(SLURM_DIR, "submit.sh"), str(cfg), prefix, "3",
+              FAKE_SBATCH_FAIL_TASKS="1")
+    array, merge = re.match(r"parts: job (\d+) .*; merge: job (\d+)", said).groups()
+    assert read(str(state / array)) == b"failed" and read(str(state / merge)) == b"never"
+    assert not os.path.exists(prefix + ".bin")
+    assert os.path.exists(prefix + "_00000-of-00003.json")
+    assert not os.path.exists(prefix + "_00001-of-00003.json")
+    job = sh("sbatch", "--parsable", "--array=1", os.path.join(SLURM_DIR, "tokenize-part.sbatch"),
+             str(cfg), prefix, "3").strip()
+    sh("sbatch", f"--dependency=afterok:{job}",
+       os.path.join(SLURM_DIR, "tokenize-merge.sbatch"), prefix, "3")
+    for ext in (".bin", ".idx"):
+        assert read(prefix + ext) == whole[ext]
