@@ -32,6 +32,7 @@
 
 struct manifest {
 	char *prefix;
+	uint64_t dev, ino; /* the manifest file's identity: one part under two names */
 	char digest[33];
 	char bin_sha[65];
 	char idx_sha[65];
@@ -280,6 +281,7 @@ static int read_manifest(struct manifest *m, struct sf_err *e)
 	char *path = path_with(m->prefix, ".json"), *text = malloc(MANIFEST_MAX + 1),
 	     *scratch = malloc(MANIFEST_MAX + 1), kind[64] = "", dtype[16] = "";
 	uint64_t version = 0, part = 0, parts = 0;
+	struct stat st;
 	size_t len = 0;
 	FILE *f = NULL;
 	int r = 0;
@@ -295,6 +297,10 @@ static int read_manifest(struct manifest *m, struct sf_err *e)
 			    "this is not a part",
 			    path, strerror(errno));
 		goto out;
+	}
+	if (fstat(fileno(f), &st) == 0) {
+		m->dev = (uint64_t)st.st_dev;
+		m->ino = (uint64_t)st.st_ino;
 	}
 	len = fread(text, 1, MANIFEST_MAX + 1, f);
 	text[len > MANIFEST_MAX ? MANIFEST_MAX : len] = '\0';
@@ -526,6 +532,12 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 		r = read_manifest(&ms[n++], e);
 		if (r < 0)
 			goto out;
+		/* The same manifest reached by another path ("./a" and "a") counts once. */
+		for (j = 0; j + 1 < n; j++)
+			if (ms[j].dev == ms[n - 1].dev && ms[j].ino == ms[n - 1].ino)
+				break;
+		if (j + 1 < n)
+			free(ms[--n].prefix);
 	}
 	if (n == 0) {
 		r = sf__err(e, SF_E_CONFIG, "no parts to merge");

@@ -135,6 +135,8 @@ def test_merged_parts_equal_one_shot(corpus, n):
     assert len({m["config_digest"] for m in manifests}) == 1
     # The merge takes the shell's expansion of PREFIX_*: .bin, .idx and .json of each part.
     names = sorted(str(x) for x in out.iterdir())
+    # One part named twice by different paths still counts once.
+    names.append(os.path.join(str(out), ".", os.path.basename(parts[0]) + ".bin"))
     r = run(tmp, "--merge", *names, "-o", str(out / "merged"))
     assert f"merged {n} parts" in r.stderr
     for ext in (".bin", ".idx"):
@@ -249,6 +251,39 @@ def test_bad_sets_of_parts_are_refused(corpus):
     refused(tmp, parts, [parts[0] + ".json", "no manifest"])
     r = run(tmp, "--merge", "-o", str(tmp / "x"), check=False)
     assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_empty_parts(tmp_path):
+    # More parts than documents: some parts hold none, and still merge.
+    (tmp_path / "d.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"""
+sources:
+  - paths: ["{tmp_path}/d.jsonl"]
+tokenizer:
+  encoding: bytes
+batch:
+  seq_len: 4
+""")
+    parts = run_parts(tmp_path, cfg, str(tmp_path / "p"), 9)
+    docs = [json.loads(read(p + ".json"))["documents"] for p in parts]
+    assert sum(docs) == 2 and docs.count(0) == 7
+    run(tmp_path, str(cfg), "-o", str(tmp_path / "whole"), "-q")
+    run(tmp_path, "--merge", *parts, "-o", str(tmp_path / "merged"), "-q")
+    for ext in (".bin", ".idx"):
+        assert read(str(tmp_path / "merged") + ext) == read(str(tmp_path / "whole") + ext)
+
+
+def test_pre_tokenized_sources_are_refused(tmp_path):
+    (tmp_path / "t.bin").write_bytes(bytes(range(64)))
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"""
+sources:
+  - paths: ["{tmp_path}/t.bin"]
+""")
+    r = run(tmp_path, str(cfg), "-o", str(tmp_path / "p"), "--shard", "0/1", check=False)
+    assert r.returncode == 1 and "raw text" in r.stderr, r.stderr
+    assert not [x for x in os.listdir(tmp_path) if x.startswith("p_")]
 
 
 def test_bad_shard_arguments(corpus):
