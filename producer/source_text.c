@@ -691,8 +691,8 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 
 		keys[f] = sf__index_key(ds, &ds->text_files[f]);
 		/* A cache holds the counts of a whole file, never of a part's range. */
-		loaded[f] = !ds->text_files[f].partial &&
-			    sf__index_load(ds, f, keys[f], &bytes) == 1;
+		loaded[f] =
+			!ds->text_files[f].partial && sf__index_load(ds, f, keys[f], &bytes) == 1;
 		ds->stats.index_bytes += bytes;
 		if (!loaded[f])
 			ds->stats.index_loaded = 0;
