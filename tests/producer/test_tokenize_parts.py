@@ -97,6 +97,20 @@ def run_parts(tmp_path, cfg, prefix, n):
     return [f"{prefix}_{i:05d}-of-{n:05d}" for i in range(n)]
 
 
+def bytes_job(d, extra=""):
+    """A job over d/*.jsonl with the byte encoding, whose ids are computable here."""
+    cfg = d / "job.yaml"
+    cfg.write_text(f"""
+sources:
+  - paths: ["{d}/*.jsonl"]
+tokenizer:
+  encoding: bytes
+producers:
+  count: 1
+{extra}""")
+    return cfg
+
+
 def sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -195,15 +209,7 @@ def test_parts_follow_the_documented_rule(tmp_path):
         p.write_text("".join(json.dumps({"text": words(rng, 0, 80)}) + "\n"
                              + ("\n" if i % 50 == 1 else "") for i in range(n)))
         paths.append(str(p))
-    cfg = tmp_path / "job.yaml"
-    cfg.write_text(f"""
-sources:
-  - paths: ["{tmp_path}/*.jsonl"]
-tokenizer:
-  encoding: bytes
-producers:
-  count: 1
-""")
+    cfg = bytes_job(tmp_path)
     for n in (2, 5, 13):
         parts = run_parts(tmp_path, cfg, str(tmp_path / f"r{n}"), n)
         got = [json.loads(read(p + ".json"))["documents"] for p in parts]
@@ -256,15 +262,7 @@ def test_bad_sets_of_parts_are_refused(corpus):
 def test_empty_parts(tmp_path):
     # More parts than documents: some parts hold none, and still merge.
     (tmp_path / "d.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
-    cfg = tmp_path / "job.yaml"
-    cfg.write_text(f"""
-sources:
-  - paths: ["{tmp_path}/d.jsonl"]
-tokenizer:
-  encoding: bytes
-batch:
-  seq_len: 4
-""")
+    cfg = bytes_job(tmp_path, "batch:\n  seq_len: 4\n")
     parts = run_parts(tmp_path, cfg, str(tmp_path / "p"), 9)
     docs = [json.loads(read(p + ".json"))["documents"] for p in parts]
     assert sum(docs) == 2 and docs.count(0) == 7
@@ -324,15 +322,7 @@ def test_megatron_reads_merged_bytes_exactly(tmp_path):
     rng = random.Random(11)
     texts = [words(rng, 0, 70) for _ in range(900)]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    cfg = tmp_path / "job.yaml"
-    cfg.write_text(f"""
-sources:
-  - paths: ["{tmp_path}/d.jsonl"]
-tokenizer:
-  encoding: bytes
-producers:
-  count: 1
-""")
+    cfg = bytes_job(tmp_path)
     parts = run_parts(tmp_path, cfg, str(tmp_path / "p"), 3)
     run(tmp_path, "--merge", *parts, "-o", str(tmp_path / "merged"), "-q")
     got = megatron_read(str(tmp_path / "merged"))
