@@ -2,7 +2,7 @@
  * SHA-256 (FIPS 180-4), for the manifests of `shmfeed tokenize --shard`, which record the
  * digest of each part's files so that `--merge` can tell a part that changed or was cut
  * short from the one its manifest describes. Not on any hot path: a plain, portable
- * implementation, about 200-400 MB/s on one core.
+ * implementation.
  */
 #ifndef SF_COMMON_SHA256_H
 #define SF_COMMON_SHA256_H
