@@ -65,6 +65,7 @@ struct sf_text_file {
 	uint64_t ident[3]; /* identity for the index cache: size, mtime ns, inode */
 	struct sf_file_id id;
 	char *index_path; /* the cached index its chunk counts came from; NULL: built here */
+	uint32_t partial; /* 1: only some of its documents are read (a tokenize part) */
 };
 
 /*

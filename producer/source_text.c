@@ -340,8 +340,58 @@ static const char *doc_end(const struct sf_dataset *ds, const struct sf_text_fil
 	return q ? q : end;
 }
 
+/*
+ * Whether a document may start in the middle of `f` for a part (sf__text_add_part()):
+ * only when the byte before any document start says so, so that a part finds its first
+ * document from its own offset without reading the file from its beginning. True of
+ * JSONL (a document starts after each newline) and of text whose separator cannot
+ * overlap itself (every occurrence is then a boundary, whichever one a scan from the
+ * start met first). Text with a separator such as "\n\n", one document per file, and
+ * compressed files (no random access) are parts of one piece.
+ */
+static int splittable(const struct sf_dataset *ds, const struct sf_text_file *f)
+{
+	const char *sep = ds->sources[f->source].separator;
+
+	if (has_suffix(f->path, ".zst") || has_suffix(f->path, ".gz"))
+		return 0;
+	if (f->format == SF_FMT_JSONL)
+		return 1;
+	if (!f->sep_len)
+		return 0;
+	for (uint32_t k = 1; k < f->sep_len; k++)
+		if (!memcmp(sep, sep + f->sep_len - k, k))
+			return 0;
+	return 1;
+}
+
+/* The first document start of `f` at or after byte `pos` (f->len when none). */
+static uint64_t doc_start_from(const struct sf_dataset *ds, const struct sf_text_file *f,
+			       uint64_t pos)
+{
+	const char *q, *end = f->data + f->len;
+
+	if (pos == 0)
+		return 0;
+	if (pos >= f->len || !splittable(ds, f))
+		return f->len;
+	if (f->format == SF_FMT_JSONL) {
+		q = memchr(f->data + pos - 1, '\n', f->len - (pos - 1));
+		return q ? (uint64_t)(q + 1 - f->data) : f->len;
+	}
+	q = sf__find_sep(f->data + (pos > f->sep_len ? pos - f->sep_len : 0), end,
+			 ds->sources[f->source].separator, f->sep_len);
+	return q ? (uint64_t)(q + f->sep_len - f->data) : f->len;
+}
+
 int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
 		      struct sf_err *e)
+{
+	return sf__text_add_part(ds, path, format, source, 0, UINT64_MAX, e);
+}
+
+int sf__text_add_part(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
+		      uint64_t lo, uint64_t hi, struct sf_err *e)
 {
 	const struct sf_source_config *src = &ds->sources[source];
 	struct sf_text_file f = {0}, *nf;
@@ -356,6 +406,11 @@ int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, 
 	f.format = format;
 	f.source = source;
 	f.sep_len = src->separator ? (uint32_t)strlen(src->separator) : 0;
+	/* A file of one piece belongs to the part holding its first byte: not this one. */
+	if (lo > 0 && !splittable(ds, &f)) {
+		free_text_file(&f);
+		return 0;
+	}
 	r = read_text_file(&f, &why);
 	if (r < 0) {
 		free_text_file(&f);
@@ -366,9 +421,13 @@ int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, 
 		sf__dataset_note_skip(ds, &why);
 		return 0;
 	}
-	ds->stats.text_bytes += f.len;
-	p = start = f.data;
-	end = f.data + f.len;
+	p = start = f.data + doc_start_from(ds, &f, lo);
+	end = f.data + doc_start_from(ds, &f, hi);
+	if (p != f.data || end != f.data + f.len) {
+		f.partial = 1;
+		line += count_lines(f.data, p);
+	}
+	ds->stats.text_bytes += (uint64_t)(end - p);
 	while (p < end) {
 		const char *next, *de = doc_end(ds, &f, p, end, &next);
 
@@ -631,7 +690,9 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 		uint64_t bytes = 0;
 
 		keys[f] = sf__index_key(ds, &ds->text_files[f]);
-		loaded[f] = sf__index_load(ds, f, keys[f], &bytes) == 1;
+		/* A cache holds the counts of a whole file, never of a part's range. */
+		loaded[f] =
+			!ds->text_files[f].partial && sf__index_load(ds, f, keys[f], &bytes) == 1;
 		ds->stats.index_bytes += bytes;
 		if (!loaded[f])
 			ds->stats.index_loaded = 0;
@@ -712,7 +773,7 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 	for (uint32_t f = 0; f < ds->n_text_files; f++) {
 		uint64_t skipped = 0, bytes = 0;
 
-		if (loaded[f])
+		if (loaded[f] || ds->text_files[f].partial)
 			continue;
 		for (uint64_t i = 0; i < n_items; i++)
 			if (ds->chunks[items[i]].file == f)
