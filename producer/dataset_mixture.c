@@ -96,3 +96,27 @@ uint64_t sf__dataset_mix_offset(const struct sf_dataset *ds, uint64_t k, uint32_
 	sf__perm_init(&p, s->n_windows, s->seed, j / s->n_windows, 1);
 	return s->start + sf__perm_apply(&p, j % s->n_windows) * ds->seq_len;
 }
+
+uint32_t sf__dataset_mix_sources(const struct sf_dataset *ds)
+{
+	return ds->mix ? ds->mix->n_sources : 0;
+}
+
+void sf__dataset_mix_expect(const struct sf_dataset *ds, uint64_t k, uint64_t *ret_counts,
+			    uint64_t *ret_windows)
+{
+	if (ret_counts)
+		sf__mix_counts(ds->mix, k, ret_counts);
+	for (uint32_t i = 0; ret_windows && i < ds->mix->n_sources; i++)
+		ret_windows[i] = ds->mix_sources[i].n_windows;
+}
+
+double sf__dataset_mix_bound(const struct sf_dataset *ds, uint32_t *ret_exact)
+{
+	return sf__mix_bound(ds->mix, ret_exact);
+}
+
+void sf__dataset_mix_target(const struct sf_dataset *ds, uint64_t k, double *ret_target)
+{
+	sf__mix_target(ds->mix, k, ret_target);
+}

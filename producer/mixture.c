@@ -519,6 +519,22 @@ void sf__mix_counts(const struct sf_mixture *m, uint64_t k, uint64_t *ret_counts
 		ret_counts[i] += ph->before[i];
 }
 
+void sf__mix_target(const struct sf_mixture *m, uint64_t k, double *ret_target)
+{
+	const struct sf_mix_phase *last = phase_of(m, k);
+
+	for (uint32_t i = 0; i < m->n_sources; i++)
+		ret_target[i] = 0;
+	for (const struct sf_mix_phase *ph = m->phases; ph <= last; ph++) {
+		uint64_t n = ph < last ? (ph->end_step - ph->first_step) * m->step_samples
+				       : k - ph->first_step * m->step_samples;
+
+		for (uint32_t i = 0; i < m->n_sources; i++)
+			ret_target[i] +=
+				(double)((long double)ph->set.weights[i] * n / ph->set.total);
+	}
+}
+
 uint64_t sf__mix_end_step(const struct sf_mixture *m)
 {
 	return m->phases[m->n_phases - 1].end_step;

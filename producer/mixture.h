@@ -114,6 +114,13 @@ uint32_t sf__mix_locate(const struct sf_mixture *m, uint64_t k, uint64_t *ret_in
 /* sf__mix_counts - each source's count among the first k global samples. */
 void sf__mix_counts(const struct sf_mixture *m, uint64_t k, uint64_t *ret_counts);
 
+/*
+ * sf__mix_target - each source's expected count among the first k global samples: the
+ * sum over the phases of weight x samples in that phase (what the counts stay within one
+ * of, phase by phase).
+ */
+void sf__mix_target(const struct sf_mixture *m, uint64_t k, double *ret_target);
+
 /* sf__mix_end_step - the step after the last phase, or UINT64_MAX when it is open. */
 uint64_t sf__mix_end_step(const struct sf_mixture *m);
 
