@@ -29,27 +29,41 @@ static inline uint64_t child_weight(const struct sf_mix_set *s, int32_t c)
 	return IS_LEAF(c) ? s->weights[LEAF_SOURCE(c)] : s->nodes[c].weight;
 }
 
+/*
+ * The child of node `node` that sample c (0-based, the (c+1)-th to reach the node) goes
+ * to, and its index there in *c: one division, since split(c + 1) is split(c) or one
+ * more, as the remainder of split(c)'s division tells.
+ */
+static inline int32_t descend(const struct sf_mix_set *s, const struct sf_mix_node *node,
+			      uint64_t *c)
+{
+	uint64_t pl = child_weight(s, node->child[0]), pv = node->weight, q;
+	int went_left;
+
+	if (*c < (UINT64_C(1) << 32) && pl < (UINT64_C(1) << 30)) {
+		uint64_t num = 2 * pl * *c + pv, den = 2 * pv;
+
+		q = num / den;
+		went_left = num % den + 2 * pl >= den;
+	} else {
+		u128 num = (u128)2 * pl * *c + pv, den = (u128)2 * pv;
+
+		q = (uint64_t)(num / den);
+		went_left = num % den + (u128)2 * pl >= den;
+	}
+	/* Left: c is its count before, split(c) = q. Right: c - split(c). */
+	*c = went_left ? q : *c - q;
+	return node->child[went_left ? 0 : 1];
+}
+
 uint32_t sf__mix_set_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index)
 {
-	uint64_t c0 = n, c1 = n + 1; /* samples reaching the node before and after n's */
+	uint64_t c = n; /* samples that reached the node before n's */
 	int32_t v = s->root;
 
-	while (!IS_LEAF(v)) {
-		const struct sf_mix_node *node = &s->nodes[v];
-		uint64_t pl = child_weight(s, node->child[0]);
-		uint64_t l0 = split(pl, node->weight, c0), l1 = split(pl, node->weight, c1);
-
-		if (l1 > l0) {
-			c0 = l0;
-			c1 = l1;
-			v = node->child[0];
-		} else {
-			c0 -= l0;
-			c1 -= l1;
-			v = node->child[1];
-		}
-	}
-	*ret_index = c0;
+	while (!IS_LEAF(v))
+		v = descend(s, &s->nodes[v], &c);
+	*ret_index = c;
 	return LEAF_SOURCE(v);
 }
 
