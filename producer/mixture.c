@@ -92,10 +92,21 @@ void sf__mix_set_counts(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_co
 struct builder {
 	struct sf_mix_set *s;
 	const uint32_t *order; /* positive-weight sources, sorted */
+	const double *cum;     /* cum[i]: the first i sorted weights' sum, to choose shapes */
 	uint32_t shape;
 };
 
-enum { SHAPE_WEIGHT_HALVES, SHAPE_POW2_BLOCK, SHAPE_COUNT_HALVES, SHAPE_HUFFMAN, N_SHAPES };
+enum {
+	SHAPE_WEIGHT_HALVES,
+	SHAPE_POW2_BLOCK,
+	SHAPE_COUNT_HALVES,
+	SHAPE_HUFFMAN,
+	SHAPE_SEARCHED,
+	N_SHAPES
+};
+
+/* The searched shape costs O(k^4) time to build: up to this many sources. */
+#define SEARCH_MAX_SOURCES 64
 
 static int32_t new_node(struct sf_mix_set *s, int32_t l, int32_t r)
 {
@@ -154,6 +165,71 @@ static int32_t build_range(const struct builder *b, uint32_t lo, uint32_t hi)
 	{
 		int32_t l = build_range(b, lo, m);
 		int32_t r = build_range(b, m, hi);
+
+		return new_node(b->s, l, r);
+	}
+}
+
+/*
+ * The bound proved for the subtree that the fixed shape of `b` builds on [lo, hi) when
+ * its root's own error is at most e (see proved_below()).
+ */
+static double shape_bound(const struct builder *b, uint32_t lo, uint32_t hi, double e)
+{
+	double wv = b->cum[hi] - b->cum[lo], l, r;
+	uint32_t m;
+
+	if (hi - lo == 1)
+		return e;
+	m = cut(b, lo, hi);
+	l = shape_bound(b, lo, m, 0.5 + e * (b->cum[m] - b->cum[lo]) / wv);
+	r = shape_bound(b, m, hi, 0.5 + e * (b->cum[hi] - b->cum[m]) / wv);
+	return l > r ? l : r;
+}
+
+static double best_fixed_bound(const struct builder *b, uint32_t lo, uint32_t hi, double e)
+{
+	struct builder t = *b;
+	double best = 0;
+
+	for (uint32_t shape = 0; shape < SHAPE_HUFFMAN; shape++) {
+		double x;
+
+		t.shape = shape;
+		x = shape_bound(&t, lo, hi, e);
+		best = !shape || x < best ? x : best;
+	}
+	return best;
+}
+
+/*
+ * The searched shape: at each node, of every cut of the sorted leaves [lo, hi), the one
+ * whose two sides, each in its best fixed shape, give the smallest bound, knowing the
+ * node's own error bound e; then the same below each side.
+ */
+static int32_t build_searched(const struct builder *b, uint32_t lo, uint32_t hi, double e)
+{
+	double wv = b->cum[hi] - b->cum[lo], best = 0, el = 0, er = 0;
+	uint32_t best_m = lo + 1;
+
+	if (hi - lo == 1)
+		return LEAF(b->order[lo]);
+	for (uint32_t m = lo + 1; m < hi; m++) {
+		double l = 0.5 + e * (b->cum[m] - b->cum[lo]) / wv;
+		double r = 0.5 + e * (b->cum[hi] - b->cum[m]) / wv;
+		double x = best_fixed_bound(b, lo, m, l), y = best_fixed_bound(b, m, hi, r);
+
+		x = x > y ? x : y;
+		if (m == lo + 1 || x < best) {
+			best = x;
+			best_m = m;
+			el = l;
+			er = r;
+		}
+	}
+	{
+		int32_t l = build_searched(b, lo, best_m, el);
+		int32_t r = build_searched(b, best_m, hi, er);
 
 		return new_node(b->s, l, r);
 	}
@@ -253,6 +329,7 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	uint32_t *order = NULL, n_pos = 0;
 	int32_t *pool = NULL;
 	struct sf_mix_node *trial = NULL;
+	double *cum = NULL;
 	uint64_t total = 0;
 	double best = 0;
 	uint32_t best_nodes = 0;
@@ -275,7 +352,8 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	pool = malloc(n * sizeof(*pool));
 	s->nodes = malloc((n_pos ? n_pos : 1) * sizeof(*s->nodes));
 	trial = malloc((n_pos ? n_pos : 1) * sizeof(*trial));
-	if (!s->weights || !order || !pool || !s->nodes || !trial)
+	cum = malloc((n_pos + 1) * sizeof(*cum));
+	if (!s->weights || !order || !pool || !s->nodes || !trial || !cum)
 		goto out;
 	memcpy(s->weights, weights, n * sizeof(*weights));
 	n_pos = 0;
@@ -284,6 +362,10 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 			order[n_pos++] = i;
 	qsort_r(order, n_pos, sizeof(*order), cmp_order, s->weights);
 	b.order = order;
+	cum[0] = 0;
+	for (uint32_t i = 0; i < n_pos; i++)
+		cum[i + 1] = cum[i] + (double)s->weights[order[i]];
+	b.cum = cum;
 
 	/* Every shape, its proved bound; then exact bounds, smallest proved first, while
 	 * none is below 1 and the period is short enough to walk. */
@@ -291,10 +373,13 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 		double bound, proved;
 		uint32_t exact = 0;
 
+		if (shape == SHAPE_SEARCHED && n_pos > SEARCH_MAX_SOURCES)
+			continue;
 		s->n_nodes = 0;
 		b.shape = (uint32_t)shape;
-		s->root = shape == SHAPE_HUFFMAN ? build_huffman(&b, n_pos, pool)
-						 : build_range(&b, 0, n_pos);
+		s->root = shape == SHAPE_HUFFMAN    ? build_huffman(&b, n_pos, pool)
+			  : shape == SHAPE_SEARCHED ? build_searched(&b, 0, n_pos, 0)
+						    : build_range(&b, 0, n_pos);
 		proved = proved_below(s, s->root, 0);
 		bound = proved;
 		if (proved >= 1 && total <= exact_limit) {
@@ -325,6 +410,7 @@ out:
 	free(order);
 	free(pool);
 	free(trial);
+	free(cum);
 	if (r < 0)
 		sf__mix_set_free(s);
 	return r;

@@ -80,6 +80,15 @@ Test(mixture, three_sources)
 		check_weights(cases[c], 3, "three sources");
 }
 
+Test(mixture, one_heavy_source_and_four_unequal_light_ones)
+{
+	/* Every fixed shape leaves a light source above 1 here (exactly 1.064, found by a
+	 * sweep); the searched shape keeps every source below 1. */
+	static const uint64_t w[] = {1000000, 56, 8, 60, 100};
+
+	check_weights(w, 5, "1e6 + 56, 8, 60, 100");
+}
+
 Test(mixture, seventeen_sources)
 {
 	uint64_t w[17];
