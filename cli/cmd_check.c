@@ -160,6 +160,11 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 	printf("# mixture: at every prefix of every phase each source's count is within %.6f "
 	       "of weight x samples (%s)\n",
 	       bound, exact ? "exact, over a whole period" : "proved from the tree");
+	if (bound >= 1)
+		printf("# warning: with these weights a source's count may differ from weight x "
+		       "samples by %.6f, not less than 1 (docs/mixtures.md: the bound is proved "
+		       "below 1 for up to 4 sources only)\n",
+		       bound);
 	for (uint32_t i = 0; i < ns; i++)
 		printf("# source %u %s: %llu samples (%.6f), %llu tokens, %.3f epochs of %llu "
 		       "samples\n",
