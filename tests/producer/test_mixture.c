@@ -2,7 +2,7 @@
  * Mixtures through the whole pipeline: three pre-tokenized sources whose tokens name
  * their source and position, weighted 0.6/0.3/0.1, and a schedule with a constant phase,
  * a ramp and an open last phase. Checks: 1, 2 and 4 producers deliver the same batches as
- * a direct build; resumes from several steps (before, inside and after the ramp) deliver
+ * a direct build; a resume from every step (before, inside and after the ramp) delivers
  * what the uninterrupted run did; G = 8 as W=2 B=4 and as W=4 B=2 is the same global
  * sample sequence; each row comes from the source its batch says (the payload's source
  * array) and the mixture's count rule holds over the delivered prefix; each source
@@ -100,10 +100,10 @@ static void expect_direct(const struct sf_config *cfg, const struct h_run *run, 
 	sf__dataset_close(ds);
 }
 
-/* 1, 2, 4 producers agree with each other and the direct build; resumes agree too. */
+/* 1, 2, 4 producers agree with each other and the direct build; a resume from every step
+ * agrees too. */
 static void check_runs(const char *name, const struct sf_config *cfg)
 {
-	static const uint64_t resumes[] = {7, 9, 13, 21};
 	struct h_run base, other;
 
 	H_CHECK(h_pipeline(cfg, 1, 0, STEPS, &base) == 0, "%s: 1 producer", name);
@@ -114,9 +114,7 @@ static void check_runs(const char *name, const struct sf_config *cfg)
 			"%s: %u producers differ from 1", name, p);
 		h_run_free(&other);
 	}
-	for (size_t i = 0; i < sizeof(resumes) / sizeof(resumes[0]); i++) {
-		uint64_t at = resumes[i];
-
+	for (uint64_t at = 1; at < STEPS; at++) {
 		H_CHECK(h_pipeline(cfg, 2, at, STEPS - at, &other) == 0, "%s: resume", name);
 		for (uint32_t r = 0; r < base.ranks; r++)
 			H_CHECK(!memcmp(&base.hash[r * STEPS + at], &other.hash[r * (STEPS - at)],
@@ -126,9 +124,9 @@ static void check_runs(const char *name, const struct sf_config *cfg)
 		h_run_free(&other);
 	}
 	h_run_free(&base);
-	printf("ok: %s: 1, 2, 4 producers, the direct build and resumes at steps 7, 9, 13, 21 "
-	       "agree\n",
-	       name);
+	printf("ok: %s: 1, 2, 4 producers, the direct build and a resume from each of steps "
+	       "1-%d agree\n",
+	       name, STEPS - 1);
 }
 
 /*
@@ -271,6 +269,22 @@ int main(void)
 		printf("ok: schedule: only web before step 10\n");
 		free(src);
 		free(win);
+	}
+
+	/* A schedule that ends: step 22 is the end marker on every rank. */
+	schedule[2].until_step = 22;
+	{
+		struct h_run run;
+
+		H_CHECK(h_pipeline(&cfg, 2, 0, STEPS, &run) == 0, "finite schedule");
+		for (uint32_t r = 0; r < run.ranks; r++) {
+			H_CHECK(run.length[r * run.steps + 21] != 0, "rank %u: step 21 is empty",
+				r);
+			H_CHECK(run.length[r * run.steps + 22] == 0, "rank %u: no end at step 22",
+				r);
+		}
+		h_run_free(&run);
+		printf("ok: a schedule ending at step 22 ends the run there\n");
 	}
 
 	h_rmtree(dir);

@@ -1,9 +1,9 @@
 """A mixture job end to end with the real launcher, producers and shmfeed.Loader: three
 nanoGPT sources whose tokens name their source, a schedule with a constant phase, a ramp
-and an open phase. The same batches (SHA-256 of their token bytes) with 1 and 4
-producers; a run resumed with load_state_dict() before the phase boundary and inside the
-ramp gets exactly the batches of the uninterrupted run; G = 8 as W=2 B=4 and W=4 B=2 is
-one global sample sequence; `batch.sources` names each row's source."""
+and an open phase. A run resumed with load_state_dict() (2 producers) before the phase
+boundary and inside the ramp gets exactly the batches (SHA-256 of their token bytes) of
+the uninterrupted run (1 producer); G = 8 as W=4 B=2 with 4 producers is the global
+sample sequence of W=2 B=4; `batch.sources` names each row's source."""
 
 import json
 import os
@@ -66,7 +66,6 @@ def shas(ranks, since=0):
 @pytest.mark.skipif(not CLI, reason="SHMFEED_CLI is set by `meson test`")
 def test_a_scheduled_mixture_is_deterministic_resumable_and_elastic(corpus):
     base = run(corpus, B=4, W=2, P=1)
-    assert run(corpus, B=4, W=2, P=4) == base
     for r, bs in base.items():
         for b in bs:
             assert [h // TAG for h in b["heads"]] == b["sources"]
@@ -77,8 +76,8 @@ def test_a_scheduled_mixture_is_deterministic_resumable_and_elastic(corpus):
         states = {str(r): base[r][at]["state"] for r in base}
         resumed = run(corpus, B=4, W=2, P=2, steps=STEPS - at, states=states)
         assert shas(resumed) == shas(base, since=at)
-    # G = 8 as W=4 B=2: the same global samples.
-    wide = run(corpus, B=2, W=4, P=2)
+    # G = 8 as W=4 B=2, with 4 producers: the same global samples.
+    wide = run(corpus, B=2, W=4, P=4)
 
     def global_rows(ranks):
         g = {}
