@@ -337,6 +337,7 @@ def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
         assert got == {"web": (140, 140.0), "code": (40, 40.0), "math": (20, 20.0)}
         human = sf("status", job).stdout
         assert "(of the first 200 samples every rank read)" in human, human
+        assert " flags checksum sources\n" in sf("inspect", job).stdout
         assert re.search(r"\n web +140 +140\.0 +70\.00%\n", human), human
         assert wait_for(lambda: 'source="math"} 20\n' in
                         (tmp_path / "metrics.prom").read_text())
