@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "common/arena.h"
 #include "producer/dataset_impl.h"
@@ -71,35 +70,6 @@ static struct sf_phase_config schedule[] = {
 	{.until_step = UINT64_MAX, .weights = {w_all, 3, 0}},
 };
 
-static void expect_direct(const struct sf_config *cfg, const struct h_run *run, uint64_t start)
-{
-	struct sf_dataset *ds;
-	struct sf_builder *b;
-	struct sf_err e = {0};
-	unsigned char *buf;
-
-	H_CHECK(sf__dataset_open(cfg, &ds, &e) == 0, "%s", e.msg);
-	H_CHECK(sf__builder_create(ds, &b, &e) == 0, "%s", e.msg);
-	buf = malloc(sf__dataset_payload_bytes(ds));
-	for (uint32_t r = 0; r < run->ranks; r++)
-		for (uint64_t s = 0; s < run->steps; s++) {
-			uint32_t len;
-			uint64_t first, h[3];
-
-			H_CHECK(sf__builder_fill(b, r, start + s, buf, &len, &first, &e) == 0, "%s",
-				e.msg);
-			h[0] = XXH3_64bits(buf, len);
-			h[1] = len;
-			h[2] = first;
-			H_CHECK(XXH3_64bits(h, sizeof(h)) == run->hash[r * run->steps + s],
-				"rank %u step %llu differs from the direct build", r,
-				(unsigned long long)(start + s));
-		}
-	free(buf);
-	sf__builder_free(b);
-	sf__dataset_close(ds);
-}
-
 /* 1, 2, 4 producers agree with each other and the direct build; a resume from every step
  * agrees too. */
 static void check_runs(const char *name, const struct sf_config *cfg)
@@ -107,7 +77,7 @@ static void check_runs(const char *name, const struct sf_config *cfg)
 	struct h_run base, other;
 
 	H_CHECK(h_pipeline(cfg, 1, 0, STEPS, &base) == 0, "%s: 1 producer", name);
-	expect_direct(cfg, &base, 0);
+	h_expect_direct(cfg, &base, 0);
 	for (uint32_t p = 2; p <= 4; p += 2) {
 		H_CHECK(h_pipeline(cfg, p, 0, STEPS, &other) == 0, "%s: %u producers", name, p);
 		H_CHECK(!memcmp(base.hash, other.hash, base.ranks * STEPS * 8),
