@@ -105,9 +105,6 @@ enum {
 	N_SHAPES
 };
 
-/* The searched shape costs O(k^4) time to build: up to this many sources. */
-#define SEARCH_MAX_SOURCES 64
-
 static int32_t new_node(struct sf_mix_set *s, int32_t l, int32_t r)
 {
 	int32_t v = (int32_t)s->n_nodes++;
@@ -323,7 +320,7 @@ static int cmp_order(const void *a, const void *b, void *arg)
 }
 
 int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
-		     uint64_t exact_limit)
+		     uint64_t exact_limit, uint32_t search_limit)
 {
 	struct builder b = {.s = s};
 	uint32_t *order = NULL, n_pos = 0;
@@ -373,7 +370,7 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 		double bound, proved;
 		uint32_t exact = 0;
 
-		if (shape == SHAPE_SEARCHED && n_pos > SEARCH_MAX_SOURCES)
+		if (shape == SHAPE_SEARCHED && n_pos > search_limit)
 			continue;
 		s->n_nodes = 0;
 		b.shape = (uint32_t)shape;
@@ -471,6 +468,16 @@ static int stage_weights(const uint64_t *a, const uint64_t *bw, uint32_t n, uint
 	return total > SF_MIX_MAX_TOTAL ? -EINVAL : 0;
 }
 
+/* A ramp's stages when its phase does not say: one per step, at most 1024, and at most
+ * 65536 / sources (see SF_MIX_MAX_STAGES). */
+static uint32_t default_stages(uint32_t n_sources)
+{
+	uint32_t cap = 65536u / (n_sources ? n_sources : 1);
+
+	cap = cap ? cap : 1;
+	return cap < SF_MIX_MAX_STAGES ? cap : SF_MIX_MAX_STAGES;
+}
+
 /* Exact bounds are walked for constant phases of totals up to this (about 10 ms each). */
 #define EXACT_LIMIT (UINT64_C(1) << 20)
 
@@ -498,7 +505,7 @@ int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint
 		if (!spec[p].ramp_to) {
 			total_phases++;
 		} else {
-			uint32_t S = spec[p].stages ? spec[p].stages : SF_MIX_MAX_STAGES;
+			uint32_t S = spec[p].stages ? spec[p].stages : default_stages(n_sources);
 
 			if (spec[p].end_step == UINT64_MAX) {
 				*why = "a ramp needs an end step";
@@ -521,7 +528,7 @@ int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint
 		uint32_t S = 1;
 
 		if (spec[p].ramp_to) {
-			S = spec[p].stages ? spec[p].stages : SF_MIX_MAX_STAGES;
+			S = spec[p].stages ? spec[p].stages : default_stages(n_sources);
 			S = len < S ? (uint32_t)len : S;
 		}
 		for (uint32_t u = 0; u < S; u++) {
@@ -543,8 +550,9 @@ int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint
 				ph->first_step = first;
 				ph->end_step = spec[p].end_step;
 			}
-			r = sf__mix_set_init(&ph->set, w, n_sources,
-					     spec[p].ramp_to ? 0 : EXACT_LIMIT);
+			r = sf__mix_set_init(
+				&ph->set, w, n_sources, spec[p].ramp_to ? 0 : EXACT_LIMIT,
+				spec[p].ramp_to ? SF_MIX_SEARCH_MAX_STAGE : SF_MIX_SEARCH_MAX);
 			if (r < 0) {
 				*why = r == -EINVAL ? "a phase's weights are all zero or too large"
 						    : "out of memory";

@@ -25,7 +25,11 @@
 /* Largest total weight Q of a weight set: keeps 2 * P * c below 2^127 for any count. */
 #define SF_MIX_MAX_TOTAL (UINT64_C(1) << 62)
 
-/* The default and largest number of constant stages a ramp is cut into. */
+/*
+ * The default and largest number of constant stages a ramp is cut into; by default also
+ * at most 65536 / sources, since each stage builds a tree (O(sources^2) for the fixed
+ * shapes: about 90 ms per stage at 4096 sources here).
+ */
 #define SF_MIX_MAX_STAGES 1024u
 
 /* An internal node: its weight and two children (>= 0: a node; < 0: source -(c + 1)). */
@@ -49,14 +53,20 @@ struct sf_mix_set {
 	uint32_t n_nodes;
 };
 
+/* The searched tree shape costs O(k^4) time to build: for up to this many sources (about
+ * 35 ms at 64 here), and fewer in ramp stages, which build one tree each. */
+#define SF_MIX_SEARCH_MAX	64u
+#define SF_MIX_SEARCH_MAX_STAGE 16u
+
 /*
  * sf__mix_set_init - the tree for integer weights `weights[0..n)` (not all zero, total at
- * most SF_MIX_MAX_TOTAL): of a few candidate shapes, the one with the smallest bound.
+ * most SF_MIX_MAX_TOTAL): of a few candidate shapes, the one with the smallest bound;
+ * the searched shape among them when at most `search_limit` sources weigh more than 0.
  * A total up to `exact_limit` is checked exactly over its period. Returns 0, -EINVAL for
  * weights all zero or too large, or -ENOMEM. Free with sf__mix_set_free().
  */
 int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
-		     uint64_t exact_limit);
+		     uint64_t exact_limit, uint32_t search_limit);
 
 /* sf__mix_set_free - free what sf__mix_set_init() allocated; accepts a zeroed set. */
 void sf__mix_set_free(struct sf_mix_set *s);

@@ -56,7 +56,8 @@ static void check_weights(const uint64_t *w, uint32_t n, const char *what)
 {
 	struct sf_mix_set s;
 
-	cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 20), 0, "%s", what);
+	cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX), 0, "%s",
+		     what);
 	cr_expect_lt(s.bound, 1.0, "%s: bound %.6f (exact %u)", what, s.bound, s.exact);
 	check_prefixes(&s, PREFIXES, what);
 	sf__mix_set_free(&s);
@@ -121,7 +122,7 @@ Test(mixture, a_zero_weight_source_is_never_chosen)
 	struct sf_mix_set s;
 	uint64_t c[4];
 
-	cr_assert_eq(sf__mix_set_init(&s, w, 4, 1u << 20), 0);
+	cr_assert_eq(sf__mix_set_init(&s, w, 4, 1u << 20, SF_MIX_SEARCH_MAX), 0);
 	check_prefixes(&s, 10000, "zeros");
 	sf__mix_set_counts(&s, 4000, c);
 	cr_assert_eq(c[0] + c[2], 0);
@@ -135,8 +136,8 @@ Test(mixture, bad_weights_are_refused)
 	const uint64_t huge[] = {SF_MIX_MAX_TOTAL, 1};
 	struct sf_mix_set s;
 
-	cr_assert_eq(sf__mix_set_init(&s, zero, 2, 0), -EINVAL);
-	cr_assert_eq(sf__mix_set_init(&s, huge, 2, 0), -EINVAL);
+	cr_assert_eq(sf__mix_set_init(&s, zero, 2, 0, 0), -EINVAL);
+	cr_assert_eq(sf__mix_set_init(&s, huge, 2, 0, 0), -EINVAL);
 }
 
 Test(mixture, large_weights_use_exact_128_bit_splits)
@@ -146,7 +147,7 @@ Test(mixture, large_weights_use_exact_128_bit_splits)
 			      (UINT64_C(1) << 59) + 1};
 	struct sf_mix_set s;
 
-	cr_assert_eq(sf__mix_set_init(&s, w, 3, 0), 0);
+	cr_assert_eq(sf__mix_set_init(&s, w, 3, 0, SF_MIX_SEARCH_MAX), 0);
 	cr_expect_lt(s.bound, 1.0);
 	check_prefixes(&s, 200000, "large");
 	sf__mix_set_free(&s);
