@@ -242,3 +242,30 @@ Test(mixture, bad_phases_are_refused)
 	cr_assert_eq(sf__mix_create(backwards, 2, 2, 4, &m, &why), -EINVAL);
 	cr_assert_eq(sf__mix_create(open_ramp, 1, 2, 4, &m, &why), -EINVAL);
 }
+
+Test(mixture, a_ramp_defaults_to_a_stage_per_step_within_its_caps)
+{
+	static uint64_t a[100], b[100];
+	const struct sf_mix_phase_spec short_ramp[] = {
+		{.end_step = 300, .weights = a, .ramp_to = b},
+	};
+	const struct sf_mix_phase_spec long_ramp[] = {
+		{.end_step = 5000, .weights = a, .ramp_to = b},
+	};
+	struct sf_mixture *m;
+	const char *why;
+
+	for (int i = 0; i < 100; i++) {
+		a[i] = 1 + (uint64_t)i;
+		b[i] = 100 - (uint64_t)i;
+	}
+	cr_assert_eq(sf__mix_create(short_ramp, 1, 2, 4, &m, &why), 0, "%s", why);
+	cr_expect_eq(m->n_phases, 300); /* one per step */
+	sf__mix_free(m);
+	cr_assert_eq(sf__mix_create(long_ramp, 1, 2, 4, &m, &why), 0, "%s", why);
+	cr_expect_eq(m->n_phases, SF_MIX_MAX_STAGES);
+	sf__mix_free(m);
+	cr_assert_eq(sf__mix_create(long_ramp, 1, 100, 4, &m, &why), 0, "%s", why);
+	cr_expect_eq(m->n_phases, 65536 / 100);
+	sf__mix_free(m);
+}
