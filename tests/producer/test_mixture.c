@@ -124,7 +124,8 @@ static uint32_t *delivered_sources(const struct sf_config *cfg, uint64_t steps,
 			const int32_t *sources;
 
 			H_CHECK(sf__builder_fill(b, r, s, buf, &len, &first, &e) == 0, "%s", e.msg);
-			sources = (const int32_t *)(buf + sf__sources_offset(B, 17, 4, 0));
+			sources = (const int32_t *)(buf +
+						    sf__sources_offset(B, 17, 4, cfg->doc_starts));
 			for (uint32_t i = 0; i < B; i++) {
 				uint32_t head, expect;
 				uint64_t idx;
@@ -223,6 +224,18 @@ int main(void)
 	cfg.mode = SF_SAMPLE_RANDOM;
 	check_runs("weights 0.6/0.3/0.1, random", &cfg);
 	check_elastic();
+	/* With document starts: the row sources follow them. */
+	mix_config(&cfg, 4, 2);
+	cfg.doc_starts = 4;
+	cfg.eot_id = 7;
+	check_runs("weights 0.6/0.3/0.1, document starts", &cfg);
+	{
+		uint32_t *win, *src = delivered_sources(&cfg, STEPS, &win);
+
+		free(src);
+		free(win);
+		printf("ok: with document starts each row's source is the one its batch says\n");
+	}
 
 	mix_config(&cfg, 4, 2);
 	for (int s = 0; s < 3; s++)
