@@ -8,14 +8,17 @@
  *    beforehand), the builder over one epoch of windows, and the pipeline with P = 1
  *    and 2, its consumers either waiting at every step or polling every millisecond;
  *    the ratio pipeline / tokenizer is what the producers keep of the tokenizer's
- *    speed.
+ *    speed;
+ *  - a mixture of three pre-tokenized sources against each source alone
+ *    (mixture_bench()).
  * Per-core rates divide tokens by CPU time: this process's for the tokenizer and the
  * builder alone, the producer processes' (user + system, from wait4) for the pipeline,
  * so that a machine shared with other work does not count time spent descheduled. The
  * raw text pipeline runs REPEAT rounds, each with one run of every configuration in
  * turn, and reports the range and median of each.
  *
- * usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT]]
+ * usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT [mixture]]] (mixture: that
+ * section alone)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,19 +75,32 @@ static void config(struct sf_config *cfg, char **paths, struct sf_source_config 
 	cfg->slots_per_rank = 8;
 }
 
-/* The builder alone: tokens of `steps` batches per second of this one core. */
-static double builder_rate(const struct sf_config *cfg, uint64_t steps, double *ret_encode_ratio)
+/*
+ * The builder alone: tokens of `steps` batches per second of this one core; with `warm`,
+ * after an untimed pass over the same batches (the pages of the files mapped, as in a
+ * run that has gone through its data once).
+ */
+static double builder_rate(const struct sf_config *cfg, uint64_t steps, double *ret_encode_ratio,
+			   int warm)
 {
 	struct sf_dataset *ds;
 	struct sf_builder *b;
 	struct sf_err e = {0};
 	unsigned char *buf;
-	uint64_t t0, out, enc;
+	uint64_t t0, out, out0, enc;
 	double s;
 
 	if (sf__dataset_open(cfg, &ds, &e) < 0 || sf__builder_create(ds, &b, &e) < 0)
 		die("dataset", &e);
 	buf = malloc(sf__dataset_payload_bytes(ds));
+	for (uint64_t i = 0; warm && i < steps; i++) {
+		uint32_t len;
+		uint64_t first;
+
+		if (sf__builder_fill(b, (uint32_t)(i % 2), i / 2, buf, &len, &first, &e) < 0)
+			die("fill", &e);
+	}
+	sf__builder_counters(b, &out0, &enc);
 	t0 = cpu_now_ns();
 	for (uint64_t i = 0; i < steps; i++) {
 		uint32_t len;
@@ -100,7 +116,7 @@ static double builder_rate(const struct sf_config *cfg, uint64_t steps, double *
 	free(buf);
 	sf__builder_free(b);
 	sf__dataset_close(ds);
-	return (double)out / s;
+	return (double)(out - out0) / s;
 }
 
 /*
@@ -278,6 +294,114 @@ static double tokenizer_rate(const struct sf_tok *tok, const char *corpus, const
 	return sum / procs;
 }
 
+/*
+ * A mixture of three pre-tokenized sources (nanoGPT files of 1/2, 1/3 and 1/6 of the
+ * tokens, weighted 0.5/0.3/0.2) against each source alone, and against the same three
+ * files read as one stream without weights (the same data touched, so the difference is
+ * the mixture's own cost): the builder alone and the
+ * pipeline (P = 1, checksum on) per core, the builder after a pass that maps the files'
+ * pages (each source alone repeats its smaller data, which a first pass would favour), the
+ * best of `repeat` rounds of every
+ * configuration in turn, and the mixture's rate over the slowest single source's.
+ */
+static volatile uint64_t bench_sink;
+
+static void mixture_bench(const char *dir, const char *vocab, uint64_t mtok, int repeat)
+{
+	static const char *const names[3] = {"web", "code", "math"};
+	static const uint64_t weights[3] = {500000000, 300000000, 200000000};
+	static char mix_paths[3][4096];
+	static char *path_of[3];
+	struct sf_source_config srcs[3];
+	struct sf_config cfg;
+	double builder[5] = {0}, pipe[5] = {0}, slowest_b = 0, slowest_p = 0, order_ns[2];
+	uint64_t x = 88172645463325252ull, n_all = (size_t)mtok << 20, steps;
+
+	for (int i = 0; i < 3; i++) {
+		size_t n = n_all * (size_t)(i == 0 ? 3 : i == 1 ? 2 : 1) / 6;
+		uint16_t *t = malloc(n * 2);
+		FILE *f;
+
+		for (size_t j = 0; j < n; j++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			t[j] = (uint16_t)(x % 50257);
+		}
+		snprintf(mix_paths[i], sizeof(mix_paths[i]), "%s/%s.bin", dir, names[i]);
+		f = fopen(mix_paths[i], "wb");
+		if (!f || fwrite(t, 2, n, f) != n || fclose(f))
+			die("write tokens", NULL);
+		free(t);
+		path_of[i] = mix_paths[i];
+	}
+	steps = n_all / (2 * 16 * 1024);
+	for (int round = 0; round < repeat; round++)
+		for (int c = 0; c < 5; c++) {
+			double per_core, b;
+
+			config(&cfg, path_of, &srcs[0], 16, 1024);
+			cfg.encoding = "r50k_base";
+			cfg.vocab = (char *)vocab;
+			if (c < 3) {
+				srcs[0].paths = &path_of[c];
+			} else {
+				for (int i = 0; i < 3; i++) {
+					memset(&srcs[i], 0, sizeof(srcs[i]));
+					srcs[i].paths = &path_of[i];
+					srcs[i].n_paths = 1;
+					srcs[i].name = (char *)names[i];
+					srcs[i].weight = weights[i];
+				}
+				cfg.n_sources = 3;
+				cfg.mixture = c == 3;
+			}
+			b = builder_rate(&cfg, steps, NULL, 1);
+			builder[c] = b > builder[c] ? b : builder[c];
+			pipeline_rate(&cfg, 1, steps / 2, 0, &per_core, NULL);
+			pipe[c] = per_core > pipe[c] ? per_core : pipe[c];
+		}
+	/* The sample order alone: sf__builder_sample_offset() over 10^7 samples. */
+	for (int c = 3; c < 5; c++) {
+		struct sf_dataset *ds;
+		struct sf_builder *b;
+		struct sf_err e = {0};
+		uint64_t t0, sum = 0;
+
+		cfg.mixture = c == 3;
+		if (sf__dataset_open(&cfg, &ds, &e) < 0 || sf__builder_create(ds, &b, &e) < 0)
+			die("dataset", &e);
+		t0 = cpu_now_ns();
+		for (uint64_t k = 0; k < 10000000; k++)
+			sum += sf__builder_sample_offset(b, k);
+		order_ns[c - 3] = cpu_secs_since(t0) * 1e9 / 1e7;
+		bench_sink = sum; /* keeps the loop */
+		sf__builder_free(b);
+		sf__dataset_close(ds);
+	}
+	printf("mixture of 3 pre-tokenized sources (0.5/0.3/0.2 of %llu M tokens) against each "
+	       "alone, B=16 T=1024, best of %d rounds, M tokens/s per core:\n",
+	       (unsigned long long)mtok, repeat);
+	for (int c = 0; c < 5; c++) {
+		printf("  %-22s builder alone %7.1f   pipeline P=1 %7.1f\n",
+		       c < 3	? names[c]
+		       : c == 3 ? "mixture"
+				: "3 files, one stream",
+		       builder[c] / 1e6, pipe[c] / 1e6);
+		if (c < 3) {
+			slowest_b = !c || builder[c] < slowest_b ? builder[c] : slowest_b;
+			slowest_p = !c || pipe[c] < slowest_p ? pipe[c] : slowest_p;
+		}
+	}
+	printf("  mixture / slowest single source: builder %.3f, pipeline %.3f\n",
+	       builder[3] / slowest_b, pipe[3] / slowest_p);
+	printf("  mixture / the same files as one stream: builder %.3f, pipeline %.3f\n",
+	       builder[3] / builder[4], pipe[3] / pipe[4]);
+	printf("  sample order alone (sf__builder_sample_offset()): mixture %.1f ns, one stream "
+	       "%.1f ns per sample\n",
+	       order_ns[0], order_ns[1]);
+}
+
 int main(int argc, char **argv)
 {
 	char dir[] = "/tmp/sf-bench-XXXXXX", path[4096], *paths[1] = {path};
@@ -296,6 +420,14 @@ int main(int argc, char **argv)
 	/* The index cache of the corpus made here goes with it. */
 	if (setenv("SHMFEED_CACHE_DIR", dir, 1) < 0)
 		die("setenv", NULL);
+
+	if (argc > 4 && !strcmp(argv[4], "mixture")) {
+		char vocab[4096];
+
+		snprintf(vocab, sizeof(vocab), "%s/vocab/r50k_base.tiktoken", argv[1]);
+		mixture_bench(dir, vocab, mtok, repeat);
+		goto out;
+	}
 
 	/* Pre-tokenized windows. */
 	{
@@ -328,7 +460,7 @@ int main(int argc, char **argv)
 		       "2 ranks\n",
 		       (unsigned long long)mtok);
 		printf("  builder alone, 1 core:            %7.1f M tokens/s\n",
-		       builder_rate(&cfg, steps * 2, NULL) / 1e6);
+		       builder_rate(&cfg, steps * 2, NULL, 0) / 1e6);
 		for (uint32_t P = 1; P <= 2; P++)
 			for (uint32_t ck = 0; ck <= 1; ck++) {
 				cfg.checksum = ck;
@@ -338,6 +470,13 @@ int main(int argc, char **argv)
 				       "%7.1f M tokens/s per producer core\n",
 				       P, ck ? "on" : "off", total / 1e6, per_core / 1e6);
 			}
+	}
+
+	{
+		char vocab[4096];
+
+		snprintf(vocab, sizeof(vocab), "%s/vocab/r50k_base.tiktoken", argv[1]);
+		mixture_bench(dir, vocab, mtok, repeat);
 	}
 
 	/* Raw text. */
@@ -424,7 +563,7 @@ int main(int argc, char **argv)
 		}
 		build = 0;
 		for (int pass = 0; pass < 3; pass++) {
-			double r = builder_rate(&cfg, steps * 2, &ratio);
+			double r = builder_rate(&cfg, steps * 2, &ratio, 0);
 
 			build = r > build ? r : build;
 		}
@@ -483,6 +622,7 @@ int main(int argc, char **argv)
 		free(all);
 		free(text);
 	}
+out:
 	snprintf(path, sizeof(path), "rm -rf %s", dir);
 	if (system(path) != 0)
 		return 1;

@@ -42,7 +42,8 @@
 #define SF_ARENA_F_HUGEPAGES  0x1u /* payloads 2 MiB aligned and THP advised */
 #define SF_ARENA_F_CHECKSUM   0x2u /* producers store xxh3-64 of each payload */
 #define SF_ARENA_F_DOC_STARTS 0x4u /* payloads carry document starts after the tokens */
-#define SF_ARENA_F_KNOWN      0x7u /* every flag this build knows; attach refuses others */
+#define SF_ARENA_F_SOURCES    0x8u /* payloads carry each row's mixture source */
+#define SF_ARENA_F_KNOWN      0xfu /* every flag this build knows; attach refuses others */
 
 /* Participant roles. */
 #define SF_ROLE_NONE	 0u
@@ -233,6 +234,20 @@ static inline uint64_t sf__doc_starts_offset(uint64_t batch, uint64_t seq_tokens
 {
 	return (batch * seq_tokens * token_bytes + SF_CACHE_LINE - 1) / SF_CACHE_LINE *
 	       SF_CACHE_LINE;
+}
+
+/*
+ * Offset of the row sources of a mixture (B int32 source indexes, in config order) inside
+ * a payload: after the tokens and the document starts, rounded up to a cache line.
+ */
+static inline uint64_t sf__sources_offset(uint64_t batch, uint64_t seq_tokens, uint64_t token_bytes,
+					  uint64_t doc_starts_per_seq)
+{
+	uint64_t end = doc_starts_per_seq ? sf__doc_starts_offset(batch, seq_tokens, token_bytes) +
+						    batch * doc_starts_per_seq * 4
+					  : batch * seq_tokens * token_bytes;
+
+	return (end + SF_CACHE_LINE - 1) / SF_CACHE_LINE * SF_CACHE_LINE;
 }
 
 /*

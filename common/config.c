@@ -38,6 +38,9 @@ enum ftype {
 	T_SECTION, /* a mapping of `sub` fields */
 	T_SOURCES, /* a list of sources: path strings or mappings of source fields */
 	T_PATHS,   /* a path or a list of paths (a source's `paths`) */
+	T_WEIGHT,  /* a decimal weight, fixed point (SF_WEIGHT_SCALE); null: unset */
+	T_WEIGHTS, /* a mapping of names to weights (struct sf_weights_config) */
+	T_SCHEDULE, /* a list of mixture phases (sf_config.schedule) */
 };
 
 #define F_NULLABLE 0x1u /* null is allowed and means "unset" */
@@ -60,6 +63,7 @@ struct field {
 	}
 #define CFG(m) offsetof(struct sf_config, m)
 #define SRC(m) offsetof(struct sf_source_config, m)
+#define PH(m)  offsetof(struct sf_phase_config, m)
 
 static const char *const format_names[] = {"auto", "nanogpt", "llmc", "megatron",
 					   "text", "jsonl",   NULL};
@@ -79,6 +83,24 @@ static const struct field source_fields[] = {
 	 "a string, or null for one document per file"},
 	{"on_error", T_ENUM, SRC(on_error), 0, 0, on_error_names, NULL, 0, NULL},
 	{"index", T_ENUM, SRC(index), 0, 0, index_names, NULL, 0, NULL},
+	{"name", T_STRING, SRC(name), 0, 0, NULL, NULL, F_NULLABLE,
+	 "1-63 characters of A-Z a-z 0-9 _ - . not starting with '.', or null"},
+	{"group", T_STRING, SRC(group), 0, 0, NULL, NULL, F_NULLABLE, "a group name, or null"},
+	{"weight", T_WEIGHT, SRC(weight), 0, 0, NULL, NULL, F_NULLABLE, NULL},
+	END_FIELDS,
+};
+
+static const struct field phase_fields[] = {
+	{"until_step", T_U64, PH(until_step), 1, UINT64_MAX - 1, NULL, NULL, F_NULLABLE, NULL},
+	{"weights", T_WEIGHTS, PH(weights), 0, 0, NULL, NULL, 0, NULL},
+	{"ramp_to", T_WEIGHTS, PH(ramp_to), 0, 0, NULL, NULL, 0, NULL},
+	{"stages", T_U32, PH(stages), 1, 1024, NULL, NULL, 0, NULL},
+	END_FIELDS,
+};
+
+static const struct field mixture_fields[] = {
+	{"groups", T_WEIGHTS, CFG(groups), 0, 0, NULL, NULL, 0, NULL},
+	{"schedule", T_SCHEDULE, CFG(schedule), 0, 0, NULL, phase_fields, 0, NULL},
 	END_FIELDS,
 };
 
@@ -161,6 +183,7 @@ static const struct field root_fields[] = {
 	{"consumers", T_SECTION, 0, 0, 0, NULL, consumer_fields, 0, NULL},
 	{"control", T_SECTION, 0, 0, 0, NULL, control_fields, 0, NULL},
 	{"integrity", T_SECTION, 0, 0, 0, NULL, integrity_fields, 0, NULL},
+	{"mixture", T_SECTION, 0, 0, 0, NULL, mixture_fields, 0, NULL},
 	END_FIELDS,
 };
 
@@ -554,6 +577,7 @@ static void source_defaults(struct sf_source_config *src)
 	src->format = SF_FMT_AUTO;
 	src->on_error = SF_ON_ERROR_STOP;
 	src->index = SF_INDEX_CACHE;
+	src->weight = SF_WEIGHT_UNSET;
 }
 
 static void source_free(struct sf_source_config *src)
@@ -563,6 +587,188 @@ static void source_free(struct sf_source_config *src)
 	free(src->paths);
 	free(src->text_field);
 	free(src->separator);
+	free(src->name);
+	free(src->group);
+}
+
+static void weights_free(struct sf_weights_config *w)
+{
+	for (uint32_t i = 0; i < w->n; i++)
+		free(w->v[i].name);
+	free(w->v);
+	memset(w, 0, sizeof(*w));
+}
+
+static void schedule_free(struct sf_config *cfg)
+{
+	for (uint32_t i = 0; i < cfg->n_phases; i++) {
+		weights_free(&cfg->schedule[i].weights);
+		weights_free(&cfg->schedule[i].ramp_to);
+	}
+	free(cfg->schedule);
+	cfg->schedule = NULL;
+	cfg->n_phases = 0;
+}
+
+/*
+ * Parse a weight: digits with an optional fraction of at most 9 digits, at most 10^9.
+ * Returns 0 and the weight scaled by SF_WEIGHT_SCALE, -EINVAL or -ERANGE.
+ */
+static int parse_weight(const char *s, uint64_t *ret)
+{
+	uint64_t whole = 0, frac = 0, scale = SF_WEIGHT_SCALE;
+	const char *c = s;
+
+	if (*c < '0' || *c > '9')
+		return -EINVAL;
+	for (; *c >= '0' && *c <= '9'; c++) {
+		whole = whole * 10 + (uint64_t)(*c - '0');
+		if (whole > SF_WEIGHT_MAX / SF_WEIGHT_SCALE)
+			return -ERANGE;
+	}
+	if (*c == '.') {
+		if (c[1] < '0' || c[1] > '9')
+			return -EINVAL;
+		for (c++; *c >= '0' && *c <= '9'; c++) {
+			if (scale == 1)
+				return -ERANGE;
+			scale /= 10;
+			frac += (uint64_t)(*c - '0') * scale;
+		}
+	}
+	if (*c)
+		return -EINVAL;
+	if (whole * SF_WEIGHT_SCALE + frac > SF_WEIGHT_MAX)
+		return -ERANGE;
+	*ret = whole * SF_WEIGHT_SCALE + frac;
+	return 0;
+}
+
+static int weight_of(struct loader *L, const char *key, const yaml_node_t *n, uint64_t *ret)
+{
+	int r = -EINVAL;
+
+	if (n->type == YAML_SCALAR_NODE && is_plain(n) && !is_null(n))
+		r = parse_weight(scalar(n), ret);
+	if (r == -ERANGE)
+		return fail_at(L, n,
+			       "'%s' is out of range: %.64s is not a weight in [0, 1e9] with at "
+			       "most 9 digits after the point",
+			       key, scalar(n));
+	if (r < 0)
+		return fail_at(
+			L, n,
+			"'%s' must be a non-negative decimal weight such as 0.3 or 2%s%.64s%s", key,
+			n->type == YAML_SCALAR_NODE ? "; got '" : ", not ",
+			n->type == YAML_SCALAR_NODE ? scalar(n) : node_kind(n),
+			n->type == YAML_SCALAR_NODE ? "'" : "");
+	return 0;
+}
+
+static int set_weight(struct loader *L, const struct field *f, const yaml_node_t *n, void *base)
+{
+	uint64_t *dst = (uint64_t *)((char *)base + f->off);
+
+	if (is_null(n)) {
+		*dst = SF_WEIGHT_UNSET;
+		return 0;
+	}
+	return weight_of(L, f->key, n, dst);
+}
+
+/* A mapping of names to weights: groups, or the weights of a schedule phase. */
+static int set_weights(struct loader *L, const struct field *f, const yaml_node_t *n, void *base)
+{
+	struct sf_weights_config *dst = (struct sf_weights_config *)((char *)base + f->off);
+	struct sf_weights_config w = {0};
+	size_t count;
+
+	if (n->type != YAML_MAPPING_NODE)
+		return fail_at(L, n,
+			       "'%s' must be a mapping of source or group names to weights, "
+			       "not %s",
+			       f->key, node_kind(n));
+	count = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
+	if (count > 4096)
+		return fail_at(L, n, "'%s' lists more than 4096 weights", f->key);
+	w.v = calloc(count ? count : 1, sizeof(*w.v));
+	if (!w.v)
+		return sf__err(L->e, -ENOMEM, "out of memory");
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+	     p++) {
+		const yaml_node_t *k = yaml_document_get_node(L->doc, p->key);
+		const yaml_node_t *v = yaml_document_get_node(L->doc, p->value);
+		int r = 0;
+
+		if (k->type != YAML_SCALAR_NODE || is_null(k))
+			r = fail_at(L, k, "keys in '%s' must be source or group names, not %s",
+				    f->key, node_kind(k));
+		for (uint32_t i = 0; r == 0 && i < w.n; i++)
+			if (!strcmp(w.v[i].name, scalar(k)))
+				r = fail_at(L, k, "duplicate name '%.64s' in '%s'", scalar(k),
+					    f->key);
+		if (r == 0)
+			r = weight_of(L, scalar(k), v, &w.v[w.n].weight);
+		if (r == 0 && !(w.v[w.n].name = strdup(scalar(k))))
+			r = sf__err(L->e, -ENOMEM, "out of memory");
+		if (r < 0) {
+			weights_free(&w);
+			return r;
+		}
+		w.n++;
+	}
+	weights_free(dst);
+	*dst = w;
+	return 0;
+}
+
+static int apply_mapping(struct loader *L, const struct field *fields, const char *where,
+			 const yaml_node_t *n, void *base);
+
+static int set_schedule(struct loader *L, const struct field *f, const yaml_node_t *n,
+			struct sf_config *cfg)
+{
+	yaml_node_item_t *items;
+	struct sf_phase_config *ph;
+	size_t count;
+
+	if (n->type != YAML_SEQUENCE_NODE)
+		return fail_at(L, n,
+			       "'schedule' must be a list of phases ({until_step: N, weights: "
+			       "{...}}), not %s",
+			       node_kind(n));
+	items = n->data.sequence.items.start;
+	count = (size_t)(n->data.sequence.items.top - items);
+	if (!count || count > 4096)
+		return fail_at(L, n, "'schedule' must list 1 to 4096 phases");
+	ph = calloc(count, sizeof(*ph));
+	if (!ph)
+		return sf__err(L->e, -ENOMEM, "out of memory");
+	schedule_free(cfg);
+	cfg->schedule = ph;
+	for (size_t i = 0; i < count; i++) {
+		const yaml_node_t *item = yaml_document_get_node(L->doc, items[i]);
+		int r;
+
+		ph[i].until_step = UINT64_MAX;
+		cfg->n_phases = (uint32_t)i + 1;
+		r = apply_mapping(L, f->sub, "a schedule phase", item, &ph[i]);
+		if (r == 0 && !ph[i].weights.v)
+			r = fail_at(L, item, "a schedule phase needs 'weights'");
+		if (r == 0 && ph[i].until_step == UINT64_MAX && i + 1 < count)
+			r = fail_at(L, item,
+				    "only the last schedule phase may leave out "
+				    "'until_step'");
+		if (r == 0 && i && ph[i].until_step <= ph[i - 1].until_step)
+			r = fail_at(L, item, "'until_step' must grow from phase to phase");
+		if (r == 0 && ph[i].ramp_to.v && ph[i].until_step == UINT64_MAX)
+			r = fail_at(L, item, "a ramp needs 'until_step'");
+		if (r == 0 && ph[i].stages && !ph[i].ramp_to.v)
+			r = fail_at(L, item, "'stages' applies to a ramp ('ramp_to') only");
+		if (r < 0)
+			return r;
+	}
+	return 0;
 }
 
 static int apply_mapping(struct loader *L, const struct field *fields, const char *where,
@@ -717,6 +923,12 @@ static int apply_field(struct loader *L, const struct field *f, const yaml_node_
 		return set_sources(L, f, n, base);
 	case T_PATHS:
 		return set_paths(L, f, n, base);
+	case T_WEIGHT:
+		return set_weight(L, f, n, base);
+	case T_WEIGHTS:
+		return set_weights(L, f, n, base);
+	case T_SCHEDULE:
+		return set_schedule(L, f, n, base);
 	}
 	return fail_at(L, n, "internal: field '%s' has no type", f->key);
 }
@@ -757,6 +969,8 @@ void sf__config_free(struct sf_config *cfg)
 	free(cfg->metrics_file);
 	free(cfg->metrics);
 	free(cfg->curve_allowed_clients);
+	weights_free(&cfg->groups);
+	schedule_free(cfg);
 	memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -840,6 +1054,128 @@ int sf__config_metrics_address(const char *addr, int *ret_ipv6, uint16_t *ret_po
 	return SF_E_CONFIG;
 }
 
+/* The source or group named `name` that a schedule's weights may name, or -1. */
+static int weighable(const struct sf_config *cfg, const char *name)
+{
+	for (uint32_t i = 0; i < cfg->n_sources; i++) {
+		const struct sf_source_config *src = &cfg->sources[i];
+
+		if ((!src->group && !strcmp(src->name, name)) ||
+		    (src->group && !strcmp(src->group, name)))
+			return (int)i;
+	}
+	return -1;
+}
+
+/*
+ * A mixture: names given or defaulted (sourceN) and unique, groups used, weights where
+ * the mode needs them (docs/mixtures.md). Weights that are all zero are caught when the
+ * mixture is built, which names the phase.
+ */
+static int check_mixture(struct loader *L, struct sf_config *cfg)
+{
+	const struct field *f_name = &source_fields[6], *f_weight = &source_fields[8];
+	const struct field *f_mix = &root_fields[10];
+	char msg[400];
+
+	for (uint32_t i = 0; i < cfg->n_sources; i++)
+		if (cfg->sources[i].weight != SF_WEIGHT_UNSET || cfg->sources[i].group)
+			cfg->mixture = 1;
+	if (cfg->groups.n || cfg->n_phases)
+		cfg->mixture = 1;
+	if (!cfg->mixture)
+		return 0;
+	if (cfg->epochs)
+		return fail_field(L, &sampling_fields[2],
+				  "'epochs' does not apply to a mixture: each source repeats on "
+				  "its own, and the run ends at the schedule's last until_step");
+	for (uint32_t i = 0; i < cfg->n_sources; i++) {
+		struct sf_source_config *src = &cfg->sources[i];
+
+		if (!src->name && asprintf(&src->name, "source%u", i) < 0) {
+			src->name = NULL;
+			return sf__err(L->e, -ENOMEM, "out of memory");
+		}
+		if (!sf__job_name_valid(src->name) ||
+		    (src->group && !sf__job_name_valid(src->group))) {
+			snprintf(msg, sizeof(msg), "source and group names must be %s; got '%.64s'",
+				 source_fields[6].expect,
+				 sf__job_name_valid(src->name) ? src->group : src->name);
+			return fail_field(L, f_name, msg);
+		}
+		for (uint32_t j = 0; j < i; j++)
+			if (!strcmp(cfg->sources[j].name, src->name) ||
+			    (cfg->sources[j].group && !strcmp(cfg->sources[j].group, src->name)) ||
+			    (src->group && !strcmp(cfg->sources[j].name, src->group))) {
+				snprintf(msg, sizeof(msg),
+					 "the name '%.64s' is given twice (source and group names "
+					 "share one namespace)",
+					 src->name);
+				return fail_field(L, f_name, msg);
+			}
+		if (!cfg->n_phases && !src->group && src->weight == SF_WEIGHT_UNSET) {
+			snprintf(msg, sizeof(msg),
+				 "source '%.64s' needs a 'weight' (or a group): in a mixture every "
+				 "source is weighted",
+				 src->name);
+			return fail_field(L, f_weight, msg);
+		}
+		if (cfg->n_phases && !src->group && src->weight != SF_WEIGHT_UNSET) {
+			snprintf(msg, sizeof(msg),
+				 "source '%.64s' has a 'weight', but with a schedule the phases "
+				 "give "
+				 "the weights (a weight applies within a group)",
+				 src->name);
+			return fail_field(L, f_weight, msg);
+		}
+	}
+	for (uint32_t g = 0; g < cfg->groups.n; g++) {
+		int used = 0;
+
+		for (uint32_t i = 0; i < cfg->n_sources; i++)
+			used |= cfg->sources[i].group &&
+				!strcmp(cfg->sources[i].group, cfg->groups.v[g].name);
+		if (!used) {
+			snprintf(msg, sizeof(msg), "group '%.64s' has no source",
+				 cfg->groups.v[g].name);
+			return fail_field(L, f_mix, msg);
+		}
+	}
+	if (cfg->n_phases && cfg->groups.n)
+		return fail_field(L, f_mix,
+				  "'groups' gives weights without a schedule; with one, the "
+				  "phases weigh the groups");
+	for (uint32_t i = 0; !cfg->n_phases && i < cfg->n_sources; i++) {
+		const char *group = cfg->sources[i].group;
+		int found = 0;
+
+		for (uint32_t g = 0; group && g < cfg->groups.n; g++)
+			found |= !strcmp(cfg->groups.v[g].name, group);
+		if (group && !found) {
+			snprintf(msg, sizeof(msg), "group '%.64s' needs a weight in mixture.groups",
+				 group);
+			return fail_field(L, f_mix, msg);
+		}
+	}
+	for (uint32_t p = 0; p < cfg->n_phases; p++) {
+		const struct sf_phase_config *ph = &cfg->schedule[p];
+
+		for (int which = 0; which < 2; which++) {
+			const struct sf_weights_config *w = which ? &ph->ramp_to : &ph->weights;
+
+			for (uint32_t j = 0; j < w->n; j++)
+				if (weighable(cfg, w->v[j].name) < 0) {
+					snprintf(msg, sizeof(msg),
+						 "schedule phase %u: '%.64s' is neither an "
+						 "ungrouped source nor a group",
+						 p + 1, w->v[j].name);
+					return fail_field(L, f_mix, msg);
+				}
+		}
+	}
+	return 0;
+}
+
 static int check_config(struct loader *L, struct sf_config *cfg)
 {
 	char msg[400];
@@ -913,6 +1249,8 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 		cfg->encoding = v;
 	}
 	r = check_endpoint(L, cfg);
+	if (r == 0)
+		r = check_mixture(L, cfg);
 	if (r < 0)
 		return r;
 	if (!!cfg->curve_secret_key_file != !!cfg->curve_allowed_clients)
@@ -1214,12 +1552,64 @@ static void write_string(FILE *out, const char *s)
 	fputc('"', out);
 }
 
+static void write_weight(FILE *out, uint64_t w)
+{
+	char frac[16];
+	int n;
+
+	if (w == SF_WEIGHT_UNSET) {
+		fputs("null", out);
+		return;
+	}
+	n = snprintf(frac, sizeof(frac), "%09llu", (unsigned long long)(w % SF_WEIGHT_SCALE));
+	while (n > 1 && frac[n - 1] == '0')
+		frac[--n] = 0;
+	fprintf(out, "%llu.%s", (unsigned long long)(w / SF_WEIGHT_SCALE), frac);
+}
+
+static void write_weights(FILE *out, const struct sf_weights_config *w)
+{
+	fputc('{', out);
+	for (uint32_t i = 0; i < w->n; i++) {
+		fputs(i ? ", " : "", out);
+		write_string(out, w->v[i].name);
+		fputs(": ", out);
+		write_weight(out, w->v[i].weight);
+	}
+	fputc('}', out);
+}
+
+static void write_schedule(FILE *out, const struct sf_config *cfg, int indent)
+{
+	for (uint32_t i = 0; i < cfg->n_phases; i++) {
+		const struct sf_phase_config *ph = &cfg->schedule[i];
+
+		fprintf(out, "\n%*s- until_step: ", indent, "");
+		if (ph->until_step == UINT64_MAX)
+			fputs("null", out);
+		else
+			fprintf(out, "%llu", (unsigned long long)ph->until_step);
+		fprintf(out, "\n%*s  weights: ", indent, "");
+		write_weights(out, &ph->weights);
+		if (ph->ramp_to.v) {
+			fprintf(out, "\n%*s  ramp_to: ", indent, "");
+			write_weights(out, &ph->ramp_to);
+			if (ph->stages)
+				fprintf(out, "\n%*s  stages: %u", indent, "", ph->stages);
+		}
+	}
+}
+
 static void write_fields(FILE *out, const struct field *fields, const void *base, int indent)
 {
 	for (const struct field *f = fields; f->key; f++) {
 		const char *p = (const char *)base + f->off;
 
 		if (f->type == T_SECTION || f->type == T_SOURCES)
+			continue;
+		if (f->type == T_SCHEDULE && !((const struct sf_config *)base)->n_phases)
+			continue;
+		if (f->type == T_WEIGHTS && !((const struct sf_weights_config *)p)->n)
 			continue;
 		fprintf(out, "%*s%s: ", indent, "", f->key);
 		switch (f->type) {
@@ -1245,6 +1635,15 @@ static void write_fields(FILE *out, const struct field *fields, const void *base
 			break;
 		case T_BOOL:
 			fputs(*(const uint32_t *)p ? "true" : "false", out);
+			break;
+		case T_WEIGHT:
+			write_weight(out, *(const uint64_t *)p);
+			break;
+		case T_WEIGHTS:
+			write_weights(out, (const struct sf_weights_config *)p);
+			break;
+		case T_SCHEDULE:
+			write_schedule(out, base, indent + 2);
 			break;
 		case T_PATHS: {
 			const struct sf_source_config *src = base;
@@ -1286,7 +1685,7 @@ int sf__config_write(const struct sf_config *cfg, FILE *out)
 		write_fields(out, source_fields + 1, src, 4);
 	}
 	for (const struct field *f = root_fields; f->key; f++) {
-		if (f->type != T_SECTION)
+		if (f->type != T_SECTION || (f->sub == mixture_fields && !cfg->mixture))
 			continue;
 		fprintf(out, "%s:\n", f->key);
 		write_fields(out, f->sub, cfg, 2);
@@ -1306,6 +1705,15 @@ static void digest_str(XXH3_state_t *st, const char *s)
 static void digest_u64(XXH3_state_t *st, uint64_t v)
 {
 	XXH3_64bits_update(st, &v, sizeof(v));
+}
+
+static void digest_weights(XXH3_state_t *st, const struct sf_weights_config *w)
+{
+	digest_u64(st, w->n);
+	for (uint32_t i = 0; i < w->n; i++) {
+		digest_str(st, w->v[i].name);
+		digest_u64(st, w->v[i].weight);
+	}
 }
 
 /* A file's identity for the digest: its path, size and modification time. */
@@ -1362,5 +1770,22 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 	digest_u64(&st, cfg->epochs);
 	digest_u64(&st, cfg->doc_starts);
 	digest_u64(&st, (uint64_t)cfg->batch_size * cfg->world_size);
+	/* Only for a mixture, so that the digests of other jobs stay what they were. */
+	if (cfg->mixture) {
+		digest_str(&st, "mixture");
+		for (uint32_t i = 0; i < cfg->n_sources; i++) {
+			digest_str(&st, cfg->sources[i].name);
+			digest_str(&st, cfg->sources[i].group);
+			digest_u64(&st, cfg->sources[i].weight);
+		}
+		digest_weights(&st, &cfg->groups);
+		digest_u64(&st, cfg->n_phases);
+		for (uint32_t p = 0; p < cfg->n_phases; p++) {
+			digest_u64(&st, cfg->schedule[p].until_step);
+			digest_weights(&st, &cfg->schedule[p].weights);
+			digest_weights(&st, &cfg->schedule[p].ramp_to);
+			digest_u64(&st, cfg->schedule[p].stages);
+		}
+	}
 	return XXH3_64bits_digest(&st);
 }

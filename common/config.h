@@ -46,6 +46,35 @@
 #define SF_DEVICE_CPU  1
 #define SF_DEVICE_CUDA 2
 
+/*
+ * Mixture weights are decimals with up to 9 digits after the point, held as integers
+ * scaled by SF_WEIGHT_SCALE so that they stay exact; SF_WEIGHT_UNSET: not given.
+ */
+#define SF_WEIGHT_SCALE UINT64_C(1000000000)
+#define SF_WEIGHT_MAX	(UINT64_C(1000000000) * SF_WEIGHT_SCALE)
+#define SF_WEIGHT_UNSET UINT64_MAX
+
+/* A name and its weight: a group's, or one entry of a schedule phase. */
+struct sf_weight_config {
+	char *name;
+	uint64_t weight;
+};
+
+struct sf_weights_config {
+	struct sf_weight_config *v;
+	uint32_t n;
+	uint32_t pad;
+};
+
+/* One phase of mixture.schedule (docs/mixtures.md). */
+struct sf_phase_config {
+	uint64_t until_step;		  /* the phase ends before it; UINT64_MAX: never */
+	struct sf_weights_config weights; /* source or group names; others weigh 0 */
+	struct sf_weights_config ramp_to; /* n > 0: a linear ramp from weights to these */
+	uint32_t stages;		  /* ramp: constant stages (0: one a step, <= 1024) */
+	uint32_t pad;
+};
+
 struct sf_source_config {
 	char **paths; /* paths and globs, as written; expanded sorted at load */
 	uint32_t n_paths;
@@ -54,6 +83,11 @@ struct sf_source_config {
 	char *separator;   /* text: document separator; NULL: one document per file */
 	uint32_t on_error; /* SF_ON_ERROR_* (default stop) */
 	uint32_t index;	   /* SF_INDEX_*: where raw text token-count indexes are cached */
+	uint32_t pad;
+	/* Mixtures (docs/mixtures.md). */
+	char *name;	 /* names the source in schedules, stats and its seed (default sourceN) */
+	char *group;	 /* NULL: none; else its weight is relative within the group */
+	uint64_t weight; /* SF_WEIGHT_UNSET: not given */
 };
 
 /*
@@ -114,6 +148,12 @@ struct sf_config {
 	/* integrity */
 	uint32_t checksum; /* 1: xxh3-64 per payload, verified by consumers (default 1) */
 	uint32_t pad;
+
+	/* mixture: set when a source has a weight or group, or a schedule is given */
+	uint32_t mixture;
+	uint32_t n_phases;
+	struct sf_weights_config groups;  /* group weights (without a schedule) */
+	struct sf_phase_config *schedule; /* n_phases of them; none: the weights as given */
 };
 
 /*

@@ -522,6 +522,24 @@ static void check_producers(struct supervisor *S)
 	}
 }
 
+/* A mixture's sources: their samples in the prefix every local rank has read. */
+static void annotate_mixture(const struct supervisor *S, struct sf_stats *s)
+{
+	uint64_t least = UINT64_MAX;
+
+	if (!S->l->ops->mixture)
+		return;
+	for (uint32_t r = 0; r < S->geo.ranks && r < SF_STATS_MAX_RANKS; r++)
+		least = s->rank[r].next_step < least ? s->rank[r].next_step : least;
+	if (least == UINT64_MAX)
+		return;
+	s->samples = least * S->geo.batch * (uint64_t)S->geo.world_size;
+	S->l->ops->mixture(S->ds, s);
+	for (uint32_t i = 0; i < s->n_sources && i < S->cfg->n_sources; i++)
+		snprintf(s->source[i].name, sizeof(s->source[i].name), "%s",
+			 S->cfg->sources[i].name ? S->cfg->sources[i].name : "");
+}
+
 /* Add to a sample of the arena what only the supervisor knows. */
 static void annotate(const struct supervisor *S, struct sf_stats *s)
 {
@@ -535,6 +553,7 @@ static void annotate(const struct supervisor *S, struct sf_stats *s)
 		s->producer[i].silent_ns = p->pid > 0 ? p->silent_ns : 0;
 		s->producer[i].stalls = p->stalls;
 	}
+	annotate_mixture(S, s);
 }
 
 static void sample(struct supervisor *S)
@@ -1202,6 +1221,8 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	for (uint32_t rk = 0; rk < S->geo.ranks; rk++)
 		S->start_steps[rk] = sf__ring_next_step(S->a, rk);
 	S->end_step = sf__stats_end_step(&S->geo, cfg->epochs);
+	if (l->ops->end_step)
+		S->end_step = l->ops->end_step(S->ds);
 	sf__log_info("job %s: %u producer%s started; control %s", cfg->job, S->n_prod,
 		     S->n_prod == 1 ? "" : "s", S->ctl_ep);
 	if (!S->stopping && l->command) {

@@ -270,6 +270,7 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 		const struct sf_source_config *src = &cfg->sources[s];
 		char **paths;
 		size_t n;
+		uint64_t first = ds->n_tokens;
 		int r = sf__source_expand(src, &paths, &n, e);
 
 		if (r < 0)
@@ -303,6 +304,7 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 		free(paths);
 		if (r < 0)
 			return r;
+		sf__dataset_mix_source_span(ds, s, first);
 	}
 	if (plan && k != plan->n_files)
 		return sf__err(e, SF_E_SOURCE,
@@ -510,7 +512,11 @@ static int open_start(struct sf_dataset *ds, const struct sf_config *cfg,
 	int r;
 
 	copy_config(ds, cfg);
-	r = open_sources(ds, cfg, plan, e);
+	r = sf__dataset_mix_prepare(ds, cfg, e);
+	if (r >= 0)
+		r = open_sources(ds, cfg, plan, e);
+	if (r >= 0)
+		r = sf__dataset_mix_check(ds, cfg, e);
 	if (r >= 0)
 		r = load_tokenizer(ds, cfg, e);
 	if (r >= 0)
@@ -578,6 +584,9 @@ int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan
 	/* A finite run ends with the last full global batch, so every rank stops at the
 	 * same step. */
 	ds->n_steps = cfg->epochs ? cfg->epochs * ds->n_windows / G : UINT64_MAX;
+	r = sf__dataset_mix_open(ds, cfg, e);
+	if (r < 0)
+		goto fail;
 	if (ds->n_text_files) {
 		r = sf__text_share_create(ds, e);
 		if (r < 0)
@@ -604,6 +613,7 @@ void sf__dataset_close(struct sf_dataset *ds)
 	free(ds->token_files);
 	sf__text_close(ds);
 	sf__tok_free(ds->tok);
+	sf__dataset_mix_close(ds);
 	free(ds);
 }
 
@@ -677,6 +687,10 @@ int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_e
 
 uint64_t sf__dataset_payload_bytes(const struct sf_dataset *ds)
 {
+	if (ds->mix)
+		return sf__sources_offset(ds->batch, ds->seq_len + 1, ds->token_bytes,
+					  ds->doc_starts) +
+		       (uint64_t)ds->batch * sizeof(int32_t);
 	if (!ds->doc_starts)
 		return (uint64_t)ds->batch * (ds->seq_len + 1) * ds->token_bytes;
 	return sf__doc_starts_offset(ds->batch, ds->seq_len + 1, ds->token_bytes) +
@@ -702,7 +716,7 @@ int sf__dataset_geometry(const struct sf_dataset *ds, const struct sf_config *cf
 	g.rank_base = cfg->rank_base;
 	g.flags = (cfg->checksum ? SF_ARENA_F_CHECKSUM : 0) |
 		  (cfg->doc_starts ? SF_ARENA_F_DOC_STARTS : 0) |
-		  (cfg->hugepages ? SF_ARENA_F_HUGEPAGES : 0);
+		  (cfg->hugepages ? SF_ARENA_F_HUGEPAGES : 0) | (ds->mix ? SF_ARENA_F_SOURCES : 0);
 	g.config_digest = ds->config_digest;
 	g.samples_per_epoch = ds->n_windows;
 	*ret_geo = g;
@@ -713,7 +727,10 @@ uint64_t sf__builder_sample_offset(struct sf_builder *b, uint64_t k)
 {
 	const struct sf_dataset *ds = b->ds;
 	struct sf_perm p;
+	uint32_t source;
 
+	if (ds->mix)
+		return sf__dataset_mix_offset(ds, k, &source);
 	if (ds->mode == SF_SAMPLE_RANDOM)
 		return sf__random_below(ds->seed, k, ds->n_tokens - ds->seq_len);
 	if (ds->n_text_files)
@@ -1127,6 +1144,9 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 	const uint64_t doc_off = sf__doc_starts_offset(B, ds->seq_len + 1, ds->token_bytes);
 	unsigned char *p = payload;
 	uint32_t *starts = ds->doc_starts ? (uint32_t *)(p + doc_off) : NULL;
+	const uint64_t src_off =
+		sf__sources_offset(B, ds->seq_len + 1, ds->token_bytes, ds->doc_starts);
+	int32_t *sources = ds->mix ? (int32_t *)(p + src_off) : NULL;
 	uint64_t first = step * G + rank * B;
 
 	if (rank >= ds->world_size)
@@ -1152,12 +1172,16 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 			return r;
 	} else {
 		for (uint64_t i = 0; i < B; i++) {
-			uint64_t off = sf__builder_sample_offset(b, first + i);
+			uint32_t source = 0;
+			uint64_t off = sources ? sf__dataset_mix_offset(ds, first + i, &source)
+					       : sf__builder_sample_offset(b, first + i);
 			uint32_t *row_starts = starts ? starts + i * ds->doc_starts : NULL;
 			int r = read_tokens_row(ds, off, p + i * row_bytes, row_starts, e);
 
 			if (r < 0)
 				return r;
+			if (sources)
+				sources[i] = (int32_t)source;
 		}
 		/* Never an id the model has no embedding for. */
 		if (ds->id_limit &&
@@ -1168,6 +1192,12 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 	 * zero it, so the bytes of a batch depend on nothing but (rank, step). */
 	if (starts)
 		memset(p + B * row_bytes, 0, doc_off - B * row_bytes);
+	if (sources) {
+		uint64_t end =
+			starts ? doc_off + B * ds->doc_starts * sizeof(uint32_t) : B * row_bytes;
+
+		memset(p + end, 0, src_off - end);
+	}
 	b->tokens_out += B * (ds->seq_len + 1);
 	*ret_len = (uint32_t)sf__dataset_payload_bytes(ds);
 	*ret_first_sample = first;

@@ -86,8 +86,17 @@ struct sf_chunk {
 /* Raw text chunks aim at this many bytes; a chunk ends at the first document end past it. */
 #define SF_CHUNK_BYTES (64u * 1024u)
 
+/* One source of a mixture: its span of the token stream and its own sample order. */
+struct sf_mix_source {
+	uint64_t start; /* global offset of its first token */
+	uint64_t n_tokens;
+	uint64_t n_windows; /* its samples per epoch */
+	uint64_t seed;	    /* the job's seed mixed with the source's name */
+};
+
 struct sf_tok;
 struct sf_chunk_share;
+struct sf_mixture;
 
 struct sf_dataset {
 	/* What the stream depends on, copied from the config. */
@@ -141,9 +150,23 @@ struct sf_dataset {
 	uint64_t n_windows; /* samples per epoch */
 	uint64_t n_steps;   /* steps with data; UINT64_MAX when epochs is 0 */
 
+	/* A mixture (docs/mixtures.md): NULL when the sources form one stream. */
+	struct sf_mixture *mix;
+	struct sf_mix_source *mix_sources; /* n_sources of them */
+
 	struct sf_dataset_stats stats;
 	char first_skip[512]; /* message of the first record skipped by policy */
 };
+
+/* dataset_mixture.c: the dataset's side of a mixture; no-ops without one. */
+int sf__dataset_mix_prepare(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e);
+void sf__dataset_mix_source_span(struct sf_dataset *ds, uint32_t source, uint64_t start);
+int sf__dataset_mix_check(const struct sf_dataset *ds, const struct sf_config *cfg,
+			  struct sf_err *e);
+int sf__dataset_mix_open(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e);
+void sf__dataset_mix_close(struct sf_dataset *ds);
+/* The global token offset of mixture sample k, and its source in *ret_source. */
+uint64_t sf__dataset_mix_offset(const struct sf_dataset *ds, uint64_t k, uint32_t *ret_source);
 
 /* source_tokens.c */
 void sf__file_id_of(const struct stat *st, struct sf_file_id *ret_id);

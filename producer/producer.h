@@ -88,6 +88,30 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
  */
 int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, struct sf_err *e);
 
+/*
+ * Mixtures (docs/mixtures.md). sf__dataset_mix_sources - the sources of the dataset's
+ * mixture, 0 when it has none.
+ */
+uint32_t sf__dataset_mix_sources(const struct sf_dataset *ds);
+
+/*
+ * sf__dataset_mix_expect - for each source of the mixture, its samples among the first
+ * `k` global samples (ret_counts) and its samples per epoch (ret_windows); either may be
+ * NULL. O(sources).
+ */
+void sf__dataset_mix_expect(const struct sf_dataset *ds, uint64_t k, uint64_t *ret_counts,
+			    uint64_t *ret_windows);
+
+/* sf__dataset_mix_target - each source's expected count among the first k samples. */
+void sf__dataset_mix_target(const struct sf_dataset *ds, uint64_t k, double *ret_target);
+
+/*
+ * sf__dataset_mix_bound - the largest |count_i(n) - w_i n| any phase of the mixture
+ * allows; *ret_exact is 1 when it was found exactly (over a whole period), 0 when it is
+ * the bound proved from the tree.
+ */
+double sf__dataset_mix_bound(const struct sf_dataset *ds, uint32_t *ret_exact);
+
 /* sf__dataset_close - unmap and free; accepts NULL. */
 void sf__dataset_close(struct sf_dataset *ds);
 

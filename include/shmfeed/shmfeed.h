@@ -96,6 +96,10 @@ struct sf_batch {
 	 * delivers this batch next): its `samples` is step * B * W, and these two fields. */
 	uint64_t provenance; /* the provenance chain before this batch */
 	uint64_t epoch;	     /* epoch of sample step * B * W */
+	/* A mixture's jobs only (docs/mixtures.md), else NULL: B source indexes (in the
+	 * config's order), the source of each row; in CPU mode a read-only view into shared
+	 * memory, in GPU mode the device address where they were copied with the tokens. */
+	const int32_t *sources;
 };
 
 /*
@@ -164,6 +168,7 @@ struct sf_consumer_info {
 	uint64_t device_buffer[2];
 	uint64_t doc_starts_buffer[2];
 	uint64_t config_digest;
+	uint64_t sources_offset; /* bytes from a payload's start to its row sources; 0: none */
 };
 
 struct sf_consumer;
@@ -358,7 +363,8 @@ _Static_assert(offsetof(struct sf_batch, tokens) == 32, "sf_batch layout");
 _Static_assert(offsetof(struct sf_batch, digest) == 56, "sf_batch layout");
 _Static_assert(offsetof(struct sf_batch, buffer) == 72, "sf_batch layout");
 _Static_assert(offsetof(struct sf_batch, provenance) == 80, "sf_batch layout");
-_Static_assert(sizeof(struct sf_batch) == 96, "sf_batch layout");
+_Static_assert(offsetof(struct sf_batch, sources) == 96, "sf_batch layout");
+_Static_assert(sizeof(struct sf_batch) == 104, "sf_batch layout");
 _Static_assert(offsetof(struct sf_resume, provenance) == 24, "sf_resume layout");
 _Static_assert(sizeof(struct sf_resume) == 32, "sf_resume layout");
 _Static_assert(offsetof(struct sf_consumer_stats, gpu) == 56, "sf_consumer_stats layout");
@@ -369,7 +375,8 @@ _Static_assert(sizeof(struct sf_consumer_window) == 48, "sf_consumer_window layo
 _Static_assert(offsetof(struct sf_consumer_info, payload_stride) == 48, "sf_consumer_info");
 _Static_assert(offsetof(struct sf_consumer_info, device_buffer) == 64, "sf_consumer_info");
 _Static_assert(offsetof(struct sf_consumer_info, config_digest) == 96, "sf_consumer_info");
-_Static_assert(sizeof(struct sf_consumer_info) == 104, "sf_consumer_info layout");
+_Static_assert(offsetof(struct sf_consumer_info, sources_offset) == 104, "sf_consumer_info");
+_Static_assert(sizeof(struct sf_consumer_info) == 112, "sf_consumer_info layout");
 #endif
 
 #ifdef __cplusplus

@@ -45,6 +45,7 @@ static void print_abi(void)
 	P(sf_batch, reserved);
 	P(sf_batch, provenance);
 	P(sf_batch, epoch);
+	P(sf_batch, sources);
 	P(sf_resume, samples);
 	P(sf_resume, epoch);
 	P(sf_resume, config_digest);
@@ -81,9 +82,10 @@ static void print_abi(void)
 	P(sf_consumer_info, ring_base);
 	P(sf_consumer_info, device_buffer);
 	P(sf_consumer_info, doc_starts_buffer);
+	P(sf_consumer_info, config_digest);
 #undef P
-	printf(FIELD(sf_consumer_info, config_digest) "}\n",
-	       FIELD_ARGS(sf_consumer_info, config_digest));
+	printf(FIELD(sf_consumer_info, sources_offset) "}\n",
+	       FIELD_ARGS(sf_consumer_info, sources_offset));
 }
 
 static void usage(void)

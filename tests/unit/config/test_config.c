@@ -498,3 +498,94 @@ Test(config, paths_are_normalised)
 	unlink(path);
 	rmdir(dir);
 }
+
+Test(config, mixture_weights_groups_and_schedules_are_read)
+{
+	cr_assert_eq(load("sources: [a.bin]\n"), 0, "%s", err.msg);
+	cr_expect_eq(cfg.mixture, 0);
+	cr_expect_eq(cfg.sources[0].weight, SF_WEIGHT_UNSET);
+	cr_assert_eq(load("sources:\n  - {paths: a.bin, weight: 0.999}\n"
+			  "  - {paths: b.bin, name: tiny, weight: 0.001}\n"),
+		     0, "%s", err.msg);
+	cr_expect_eq(cfg.mixture, 1);
+	cr_expect_str_eq(cfg.sources[0].name, "source0");
+	cr_expect_str_eq(cfg.sources[1].name, "tiny");
+	cr_expect_eq(cfg.sources[0].weight, 999000000);
+	cr_expect_eq(cfg.sources[1].weight, 1000000);
+	cr_assert_eq(load("sources:\n  - {paths: a.bin, name: web, weight: 3}\n"
+			  "  - {paths: b.bin, name: c, group: hq}\n"
+			  "  - {paths: d.bin, name: m, group: hq, weight: 2}\n"
+			  "mixture: {groups: {hq: 1.5}}\n"),
+		     0, "%s", err.msg);
+	cr_expect_eq(cfg.groups.n, 1);
+	cr_expect_str_eq(cfg.groups.v[0].name, "hq");
+	cr_expect_eq(cfg.groups.v[0].weight, 1500000000);
+	cr_assert_eq(
+		load("sources:\n  - {paths: a.bin, name: web}\n  - {paths: b.bin, name: code}\n"
+		     "mixture:\n  schedule:\n"
+		     "    - {until_step: 100, weights: {web: 1}}\n"
+		     "    - {until_step: 200, weights: {web: 1}, ramp_to: {code: 1}, stages: 4}\n"
+		     "    - {weights: {web: 0.5, code: 0.5}}\n"),
+		0, "%s", err.msg);
+	cr_expect_eq(cfg.n_phases, 3);
+	cr_expect_eq(cfg.schedule[0].until_step, 100);
+	cr_expect_eq(cfg.schedule[1].ramp_to.n, 1);
+	cr_expect_eq(cfg.schedule[1].stages, 4);
+	cr_expect_eq(cfg.schedule[2].until_step, UINT64_MAX);
+	cr_expect_eq(cfg.schedule[2].weights.v[1].weight, 500000000);
+}
+
+Test(config, mixture_mistakes_are_named)
+{
+	rejects("sources:\n  - {paths: a.bin, weight: 0.5}\n  - {paths: b.bin}\n",
+		"job.yaml:", "source 'source1' needs a 'weight'");
+	rejects("sources:\n  - {paths: a.bin, weight: -1}\n", "job.yaml:2:", "decimal weight");
+	rejects("sources:\n  - {paths: a.bin, weight: 0.1234567891}\n",
+		"job.yaml:2:", "out of range");
+	rejects("sources:\n  - {paths: a.bin, weight: 1, name: x}\n"
+		"  - {paths: b.bin, weight: 1, name: x}\n",
+		"job.yaml:", "given twice");
+	rejects("sources:\n  - {paths: a.bin, group: g}\n",
+		"job.yaml:", "group 'g' needs a weight");
+	rejects("sources:\n  - {paths: a.bin, weight: 1}\nsampling: {epochs: 2}\n",
+		"job.yaml:3:", "'epochs' does not apply to a mixture");
+	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {weights: {source0: 1}}\n"
+		"    - {until_step: 5, weights: {source0: 1}}\n",
+		"job.yaml:4:", "only the last schedule phase");
+	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {until_step: 9, weights: {x: 1}}\n",
+		"job.yaml:", "'x' is neither an ungrouped source nor a group");
+	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {until_step: 9, weights: {}, "
+		"stages: 3}\n",
+		"job.yaml:4:", "'stages' applies to a ramp");
+	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {weights: {source0: 1}, ramp_to: "
+		"{source0: 2}}\n",
+		"job.yaml:4:", "a ramp needs 'until_step'");
+}
+
+Test(config, a_written_mixture_loads_back_with_the_same_digest)
+{
+	char *text = NULL;
+	size_t len = 0;
+	struct sf_config again = {0};
+	uint64_t plain;
+	FILE *f;
+
+	cr_assert_eq(load("sources: [a.bin, b.bin]\n"), 0, "%s", err.msg);
+	plain = sf__config_digest(&cfg);
+	cr_assert_eq(load("sources:\n  - {paths: a.bin, name: web}\n  - {paths: b.bin, group: g}\n"
+			  "mixture:\n  schedule:\n"
+			  "    - {until_step: 10, weights: {web: 0.25, g: 0.75}, ramp_to: {g: 1}}\n"
+			  "    - {weights: {g: 1}}\n"),
+		     0, "%s", err.msg);
+	cr_expect_neq(sf__config_digest(&cfg), plain);
+	f = open_memstream(&text, &len);
+	cr_assert_eq(sf__config_write(&cfg, f), 0);
+	fclose(f);
+	cr_assert_eq(sf__config_load_string("w.yaml", text, len, &again, &err), 0, "%s\n%s",
+		     err.msg, text);
+	cr_expect_eq(again.n_phases, 2);
+	cr_expect_eq(again.schedule[0].weights.v[0].weight, 250000000);
+	cr_expect_eq(sf__config_digest(&again), sf__config_digest(&cfg));
+	sf__config_free(&again);
+	free(text);
+}
