@@ -582,6 +582,7 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	h->slot_size = sizeof(struct sf_slot);
 	h->ring_size = sizeof(struct sf_ring);
 	h->telemetry_size = sizeof(struct sf_telemetry);
+	h->verify_every = opt && opt->verify_every ? opt->verify_every : 1;
 	snprintf(h->job, sizeof(h->job), "%s", job);
 	h->geo = *geo;
 	h->geo.flags =
@@ -668,6 +669,8 @@ int sf__arena_header_check(const struct sf_arena_header *h, uint64_t file_size, 
 	if (h->geo.flags & ~SF_ARENA_F_KNOWN)
 		return sf__err(e, SF_E_LAYOUT, "%s: unknown flags 0x%x in the header", where,
 			       h->geo.flags & ~SF_ARENA_F_KNOWN);
+	if (h->verify_every < 1)
+		return sf__err(e, SF_E_LAYOUT, "%s: the header's verify_every is 0", where);
 	/* The geometry decides every offset: recompute the layout from it, with this
 	 * build's limits, and accept only a header that says exactly the same. */
 	if (sf__arena_layout(&h->geo, !!(h->geo.flags & SF_ARENA_F_HUGEPAGES), &want, &why) < 0)

@@ -21,7 +21,7 @@
 #include "common/errors.h"
 
 #define SF_ARENA_MAGIC		0x00444545464d4853ull /* "SHMFEED\0" in little-endian bytes */
-#define SF_ARENA_LAYOUT_VERSION 3u
+#define SF_ARENA_LAYOUT_VERSION 4u
 #define SF_CACHE_LINE		64u
 #define SF_PAGE_SIZE		4096u
 #define SF_HUGE_PAGE_SIZE	(2u * 1024u * 1024u)
@@ -86,7 +86,9 @@ struct sf_arena_header {
 	uint32_t slot_size;	   /* sizeof(struct sf_slot) */
 	uint32_t ring_size;	   /* sizeof(struct sf_ring) */
 	uint32_t telemetry_size;   /* sizeof(struct sf_telemetry) */
-	uint32_t pad1;
+	/* With SF_ARENA_F_CHECKSUM: consumers verify the checksum of the steps that are
+	 * multiples of this (1: every step). Always >= 1. */
+	uint32_t verify_every;
 	char job[SF_JOB_NAME_MAX];
 	struct sf_geometry geo;
 	uint64_t payload_stride; /* bytes between payloads, page or huge-page aligned */
@@ -156,12 +158,18 @@ struct sf_ring {
 struct sf_slot {
 	_Atomic uint64_t word;
 	uint64_t step;
-	uint64_t checksum; /* xxh3-64 of the payload's first `length` bytes */
+	uint64_t checksum; /* xxh3-64 of the payload's first `length` bytes (0 without
+			    * SF_ARENA_F_CHECKSUM) */
 	uint64_t first_sample;
 	uint64_t fill_ns;  /* CLOCK_MONOTONIC when published */
 	uint32_t length;   /* payload bytes written */
 	uint32_t producer; /* participant index that filled it */
-	uint64_t pad[2];
+	/* xxh3-64 of the batch's token bytes (the first B x (T+1) x token size bytes, or
+	 * fewer when `length` is shorter), computed by the filler whatever the checksum
+	 * setting: the batch digest consumers chain into their provenance without reading
+	 * the payload. */
+	uint64_t digest;
+	uint64_t pad;
 };
 
 /* Single-writer telemetry block, one per participant. */
@@ -278,7 +286,8 @@ struct sf_arena {
 
 /* Options of sf__arena_create(). */
 struct sf_arena_options {
-	int hugepages;	     /* 1: try 2 MiB pages for payloads (falls back cleanly) */
+	int hugepages;	       /* 1: try 2 MiB pages for payloads (falls back cleanly) */
+	uint32_t verify_every; /* header.verify_every; 0 stands for 1 */
 	const char *shm_dir; /* where POSIX shm lives, for the free-space message; NULL: /dev/shm */
 };
 

@@ -715,11 +715,9 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	b.tokens = payload;
 	b.device_ptr = 0;
 	b.doc_starts = b.doc_starts_per_seq ? (const uint32_t *)(payload + c->doc_off) : NULL;
-	/* When the checksum covers exactly the tokens, the claim has just verified that it
-	 * is their XXH3-64: no need to hash them again. */
-	b.digest = (h->geo.flags & SF_ARENA_F_CHECKSUM) && s->length == c->token_bytes
-			   ? s->checksum
-			   : XXH3_64bits(payload, (size_t)c->token_bytes);
+	/* The filler's digest of the tokens: next() reads no payload byte itself (the
+	 * claim did, when this step's checksum was verified, and then compared it). */
+	b.digest = s->digest;
 	b.wait_ns = waited;
 	b.buffer = (uint32_t)(c->step % K);
 	b.reserved = 0;
