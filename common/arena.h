@@ -30,7 +30,9 @@
 #define SF_MAX_SLOTS_PER_RANK	4096u
 #define SF_MAX_PRODUCERS	256u
 #define SF_WAIT_BUCKETS		48u		    /* log2 histogram of wait times in ns */
-#define SF_PAYLOAD_MAX		(UINT64_C(1) << 40) /* bytes of one slot's payload, at most */
+/* Bytes of one slot's payload, at most: what the slot header's 32-bit length can say.
+ * Whether the machine can map the arena is asked of the machine (sf__arena_fits()). */
+#define SF_PAYLOAD_MAX UINT64_C(0xffffffff)
 
 /* Job states (header.job_state). */
 #define SF_JOB_INIT	0u
@@ -299,6 +301,15 @@ struct sf_arena_options {
 int sf__arena_layout(const struct sf_geometry *geo, int hugepages, struct sf_arena_header *hdr,
 		     struct sf_err *e);
 
+/*
+ * sf__arena_fits - whether an arena of `total_size` bytes (sf__arena_layout()) can exist
+ * on this machine: no larger than the shared-memory file system `dir` (NULL: /dev/shm)
+ * in all, and mappable in this process's address space (RLIMIT_AS included). Free space
+ * is for sf__arena_create() to find when it reserves the bytes. Returns 0, or
+ * SF_E_CONFIG with the size needed, the limit met and what to change in `e`.
+ */
+int sf__arena_fits(uint64_t total_size, const char *dir, struct sf_err *e);
+
 /* sf__job_name_valid - 1 when `job` is 1..63 characters of [A-Za-z0-9_.-], not starting with '.'.
  */
 int sf__job_name_valid(const char *job);
@@ -340,6 +351,16 @@ int sf__arena_header_check(const struct sf_arena_header *h, uint64_t file_size, 
  */
 int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct sf_arena **ret_arena,
 		     struct sf_err *e);
+
+/*
+ * sf__arena_populate_rank - fault in what the consumer of local rank `rank` uses: the
+ * header, participant, ring, slot and telemetry tables (for writing) and the rank's own
+ * payloads (for reading), so that its first batches take no page faults. Attach maps
+ * the arena without populating it, so the other ranks' rings never enter this process's
+ * resident set. Returns 0, SF_E_RANGE, or -errno from madvise (the pages then fault in
+ * on first use).
+ */
+int sf__arena_populate_rank(struct sf_arena *a, uint32_t rank);
 
 /* sf__arena_detach - unmap and free; accepts NULL. Does not unlink. */
 void sf__arena_detach(struct sf_arena *a);

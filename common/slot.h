@@ -113,8 +113,8 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 /*
  * sf__producer_publish - publish a filled slot: record `length` payload bytes, the digest
  * of its tokens (and the checksum of all the bytes when the arena asks for one) and
- * `first_sample`, then make it READY and wake the rank's consumer if it sleeps. Returns 0, or SF_E_STATE when the slot is no longer
- * this producer's FILLING slot (nothing is published).
+ * `first_sample`, then make it READY and wake the rank's consumer if it sleeps. Returns 0, or
+ * SF_E_STATE when the slot is no longer this producer's FILLING slot (nothing is published).
  */
 int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *fill,
 			 uint32_t length, uint64_t first_sample);

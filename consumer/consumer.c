@@ -420,6 +420,9 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 				local_rank);
 		goto fail;
 	}
+	/* Only this rank's part of the arena becomes resident here. A failure only means
+	 * page faults on first use, so it is not one of attach's. */
+	sf__arena_populate_rank(c->a, c->rank);
 	/* Registration repaired a dead predecessor's claims (CLAIMED back to READY), so the
 	 * ring's lowest step is the first one nobody finished with. */
 	c->step = sf__ring_next_step(c->a, c->rank);

@@ -734,8 +734,7 @@ Test(consumer, next_reads_no_payload_byte_without_verification)
 				      (size_t)info.slots_per_rank * info.payload_stride, PROT_NONE),
 			     0);
 		for (uint64_t s = 1; s < 12; s++) {
-			cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s",
-				     sf_consumer_errmsg(c));
+			cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
 			digests[s] = b.digest;
 		}
 		cr_assert_eq(mprotect((void *)(uintptr_t)info.ring_base,
@@ -750,6 +749,53 @@ Test(consumer, next_reads_no_payload_byte_without_verification)
 		sf_consumer_detach(c);
 		feed_stop(f);
 	}
+}
+
+/* RssShmem of this process in bytes: shared-memory pages its page tables map. */
+static uint64_t rss_shmem(void)
+{
+	char line[256];
+	unsigned long long kib = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "RssShmem: %llu kB", &kib) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kib * 1024;
+}
+
+/*
+ * A consumer's attach makes resident the arena's tables and its own ring, not the rings
+ * of the other ranks: at 8 ranks, the process grows by about one ring, not eight.
+ */
+Test(consumer, attach_populates_only_its_own_ring)
+{
+	struct feed_options o = opts(0);
+	uint64_t before, grown, ring, tables;
+	struct sf_consumer *c;
+	struct feed *f;
+
+	o.ranks = 8;
+	o.batch = 4;
+	o.seq_len = 32767; /* 256 KiB payloads */
+	o.slots_per_rank = 4;
+	o.doc_starts_per_seq = 0;
+	f = start(o);
+	ring = (uint64_t)o.slots_per_rank * f->arena->hdr->payload_stride;
+	tables = f->arena->hdr->payloads_off;
+	before = rss_shmem();
+	c = attach(3);
+	grown = rss_shmem() - before;
+	cr_expect_geq(grown, ring, "grew by %llu bytes, the ring has %llu",
+		      (unsigned long long)grown, (unsigned long long)ring);
+	cr_expect_leq(grown, ring + tables,
+		      "grew by %llu bytes: ring %llu, tables %llu, arena %llu",
+		      (unsigned long long)grown, (unsigned long long)ring,
+		      (unsigned long long)tables, (unsigned long long)f->arena->hdr->total_size);
+	sf_consumer_detach(c);
+	feed_stop(f);
 }
 
 Test(consumer, steady_state_allocates_nothing)
