@@ -37,20 +37,7 @@
 #include "common/proc.h"
 #include "common/slot.h"
 #include "tests/unit/consumer/feed.h"
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static uint64_t pct(const uint64_t *sorted, size_t n, double p)
-{
-	size_t i = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
-
-	return sorted[i < n ? i : n - 1];
-}
+#include "bench/percentiles.h"
 
 int main(int argc, char **argv)
 {

@@ -343,15 +343,7 @@ def main():
                  *summary(timed(lambda: next(it), min(args.calls, 1000), args.step_us))))
     del it, dl
 
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    machine = (f"{platform.node()} {cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, "
-               f"Python {platform.python_version()}, torch {torch.__version__}, "
-               f"NumPy {np.__version__}")
+    machine = f"{machine_line()}, torch {torch.__version__}"
     setup = (f"B={B} T={T} uint16, token file {args.tokens} "
              f"({os.path.getsize(args.tokens) // 2:,} tokens), {args.calls} calls, "
              f"simulated step {args.step_us:.0f} us, "

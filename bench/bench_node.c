@@ -31,26 +31,13 @@
 #include "common/cpus.h"
 #include "common/proc.h"
 #include "tests/unit/consumer/feed.h"
+#include "bench/percentiles.h"
 
 struct rank_result {
 	int ok;
 	int cpu; /* pinned CPU, or -1 */
 	uint64_t wait_p50, wait_p99, call_p50, call_p99, wait_max;
 };
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static uint64_t pct(const uint64_t *sorted, size_t n, double p)
-{
-	size_t i = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
-
-	return sorted[i < n ? i : n - 1];
-}
 
 static void step(unsigned us, int busy)
 {

@@ -6,7 +6,6 @@ uses its own job name and runtime directory and leaves nothing in /dev/shm."""
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import pytest
@@ -27,18 +26,6 @@ _count = [0]
 def job_name(tag):
     _count[0] += 1
     return f"tlp-{tag}-{os.getpid()}-{_count[0]}"
-
-
-@pytest.fixture
-def rt(monkeypatch, tmp_path):
-    d = tempfile.mkdtemp(prefix="sf-rt-")
-    os.chmod(d, 0o700)
-    monkeypatch.setenv("SHMFEED_RUNTIME_DIR", d)
-    monkeypatch.setenv("SHMFEED_CACHE_DIR", str(tmp_path / "cache"))
-    yield d
-    left = os.listdir(d)
-    os.rmdir(d) if not left else None
-    assert not left, f"left in the runtime directory: {left}"
 
 
 def run(cfg, job, cmd, sets=(), timeout=120):
