@@ -18,7 +18,9 @@
 
 #include "shmfeed/shmfeed.h"
 #include "cli/commands.h"
+#include "common/arena.h"
 #include "common/config.h"
+#include "common/cpus.h"
 #include "common/log.h"
 #include "launcher/launcher.h"
 #include "producer/producer.h"
@@ -181,6 +183,7 @@ int sf__cmd_check(int argc, char **argv)
 {
 	const char *path = NULL;
 	const char **sets = calloc((size_t)argc, sizeof(*sets));
+	struct sf_arena_header layout = {0};
 	struct sf_config cfg;
 	struct sf_err e = {0};
 	uint32_t n_sets = 0;
@@ -243,6 +246,29 @@ int sf__cmd_check(int argc, char **argv)
 		sf__config_free(&cfg);
 		return 1;
 	}
+	/* The arena as `run` lays it out, held to what this machine can map. */
+	{
+		struct sf_geometry g = {
+			.ranks = cfg.local_ranks,
+			.slots_per_rank = cfg.slots_per_rank,
+			.max_producers = cfg.producers,
+			.batch = cfg.batch_size,
+			.seq_tokens = cfg.seq_len + 1,
+			.token_bytes = token_bytes,
+			.doc_starts_per_seq = cfg.doc_starts,
+			.world_size = cfg.world_size,
+			.rank_base = cfg.rank_base,
+		};
+
+		r = sf__arena_layout(&g, (int)cfg.hugepages, &layout, &e);
+		if (r >= 0)
+			r = sf__arena_fits(layout.total_size, NULL, &e);
+		if (r < 0) {
+			sf__log_error("%s: %s", path, e.msg);
+			sf__config_free(&cfg);
+			return 1;
+		}
+	}
 	printf("# %s: valid\n", path);
 	sf__config_write(&cfg, stdout);
 	report_sources(&cfg);
@@ -251,6 +277,28 @@ int sf__cmd_check(int argc, char **argv)
 	       : token_bytes == 2	  ? "uint16"
 					  : "int32",
 	       token_bytes == 2 ? "uint16" : "int32");
+	printf("# arena: %llu bytes: %u rank%s x %u slots of %llu payload bytes (%llu with "
+	       "alignment)\n",
+	       (unsigned long long)layout.total_size, cfg.local_ranks,
+	       cfg.local_ranks == 1 ? "" : "s", cfg.slots_per_rank,
+	       (unsigned long long)layout.payload_bytes, (unsigned long long)layout.payload_stride);
+	if (cfg.checksum && cfg.verify_every == 1)
+		printf("# integrity: consumers verify the checksum of every step\n");
+	else if (cfg.checksum)
+		printf("# integrity: consumers verify the checksum of one step in %u\n",
+		       cfg.verify_every);
+	else
+		printf("# integrity: no checksums; batch digests come from the producers\n");
+	if (cfg.producer_cpus) {
+		cpu_set_t set;
+		char list[256], msg[400];
+
+		if (sf__cpu_list_allowed(cfg.producer_cpus, &set, msg, sizeof(msg)) == 0) {
+			sf__cpu_list_format(&set, list, sizeof(list));
+			printf("# producers.cpus: producers run on CPU%s %s\n",
+			       CPU_COUNT(&set) == 1 ? "" : "s", list);
+		}
+	}
 	printf("# config digest %016llx\n", (unsigned long long)sf__config_digest(&cfg));
 	if ((budget || cfg.mixture) && report_budget(&cfg, tokens) < 0) {
 		sf__config_free(&cfg);

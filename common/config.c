@@ -20,11 +20,10 @@
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
 #include "common/config.h"
+#include "common/cpus.h"
 
 /* A job file is a few hundred bytes; anything far larger is a mistake. */
 #define CONFIG_MAX_BYTES (1u << 20)
-/* Largest payload of one slot: B x (T+1) tokens plus document starts. */
-#define PAYLOAD_MAX_BYTES (1ull << 30)
 
 enum ftype {
 	T_STRING,  /* any string; nullable fields take null */
@@ -115,7 +114,9 @@ static const struct field tokenizer_fields[] = {
 
 static const struct field batch_fields[] = {
 	{"size", T_U32, CFG(batch_size), 1, 65536, NULL, NULL, 0, NULL},
-	{"seq_len", T_U32, CFG(seq_len), 1, 1u << 20, NULL, NULL, 0, NULL},
+	/* T + 1 tokens a sequence must fit the arena's 32-bit count; what a slot may hold is
+	 * checked against the job's token width below, and against the machine at start. */
+	{"seq_len", T_U32, CFG(seq_len), 1, UINT32_MAX - 1, NULL, NULL, 0, NULL},
 	{"dtype", T_ENUM, CFG(dtype), 0, 0, dtype_names, NULL, 0, NULL},
 	END_FIELDS,
 };
@@ -139,6 +140,8 @@ static const struct field producer_fields[] = {
 	{"count", T_U32, CFG(producers), 1, SF_MAX_PRODUCERS, NULL, NULL, 0, NULL},
 	{"max_restarts", T_U32, CFG(max_restarts), 0, 1000, NULL, NULL, 0, NULL},
 	{"stall_timeout", T_MS, CFG(stall_timeout_ms), 0, 3600000, NULL, NULL, 0, NULL},
+	{"cpus", T_STRING, CFG(producer_cpus), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a CPU list like \"0-1,4\", or null"},
 	END_FIELDS,
 };
 
@@ -168,6 +171,7 @@ static const struct field control_fields[] = {
 
 static const struct field integrity_fields[] = {
 	{"checksum", T_BOOL, CFG(checksum), 0, 1, NULL, NULL, 0, NULL},
+	{"verify_every", T_U32, CFG(verify_every), 1, UINT32_MAX, NULL, NULL, 0, NULL},
 	END_FIELDS,
 };
 
@@ -950,6 +954,7 @@ void sf__config_defaults(struct sf_config *cfg)
 	cfg->device = SF_DEVICE_AUTO;
 	cfg->stats_interval_ms = 1000;
 	cfg->checksum = 1;
+	cfg->verify_every = 1;
 }
 
 void sf__config_free(struct sf_config *cfg)
@@ -971,6 +976,7 @@ void sf__config_free(struct sf_config *cfg)
 	free(cfg->curve_allowed_clients);
 	weights_free(&cfg->groups);
 	schedule_free(cfg);
+	free(cfg->producer_cpus);
 	memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -1179,7 +1185,7 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 static int check_config(struct loader *L, struct sf_config *cfg)
 {
 	char msg[400];
-	uint64_t payload;
+	uint64_t payload, token_bytes;
 	int r;
 
 	if (!cfg->n_sources)
@@ -1223,15 +1229,31 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 			 cfg->doc_starts, cfg->seq_len + 1);
 		return fail_field(L, &sampling_fields[3], msg);
 	}
-	payload = (uint64_t)cfg->batch_size * (cfg->seq_len + 1) * 4 +
-		  (uint64_t)cfg->batch_size * cfg->doc_starts * 4;
-	if (payload > PAYLOAD_MAX_BYTES) {
+	/* At the job's token width: 2 bytes for uint16, and for auto too until the sources
+	 * say more (the arena's own check at start sees the resolved width). B <= 2^16 and
+	 * T + 1 <= 2^32 keep every product below 2^51. */
+	token_bytes = cfg->dtype == SF_DTYPE_I32 ? 4 : 2;
+	payload = (uint64_t)cfg->batch_size * (cfg->seq_len + 1) * token_bytes;
+	if (cfg->doc_starts)
+		payload = sf__doc_starts_offset(cfg->batch_size, cfg->seq_len + 1, token_bytes) +
+			  (uint64_t)cfg->batch_size * cfg->doc_starts * 4;
+	if (payload > SF_PAYLOAD_MAX) {
 		snprintf(msg, sizeof(msg),
-			 "a batch of size %u x %u tokens needs up to %llu bytes per slot; the "
-			 "limit is %llu",
-			 cfg->batch_size, cfg->seq_len + 1, (unsigned long long)payload,
-			 PAYLOAD_MAX_BYTES);
+			 "a batch of size %u x %u %s tokens%s needs %llu bytes per slot; a slot "
+			 "holds at most %llu (its length is a 32-bit count): lower batch.size or "
+			 "batch.seq_len",
+			 cfg->batch_size, cfg->seq_len + 1, token_bytes == 2 ? "uint16" : "int32",
+			 cfg->doc_starts ? " and their document starts" : "",
+			 (unsigned long long)payload, (unsigned long long)SF_PAYLOAD_MAX);
 		return fail_field(L, &batch_fields[0], msg);
+	}
+	if (cfg->producer_cpus) {
+		cpu_set_t cpus;
+
+		r = sf__cpu_list_allowed(cfg->producer_cpus, &cpus, msg, sizeof(msg));
+		if (r < 0)
+			return r == SF_E_CONFIG ? fail_field(L, &producer_fields[3], msg)
+						: sf__err(L->e, r, "%s", msg);
 	}
 	/* nanoGPT's char-level vocabulary is the set of characters of its input. */
 	if (cfg->encoding && !strcmp(cfg->encoding, "char")) {

@@ -129,6 +129,7 @@ struct sf_config {
 	uint32_t producers;	   /* P (default 2) */
 	uint32_t max_restarts;	   /* restarts of one producer before the job stops (default 5) */
 	uint32_t stall_timeout_ms; /* a producer silent this long is killed and replaced (0: off) */
+	char *producer_cpus;	   /* CPU list producers are pinned to ("0-1,4"); NULL: not */
 
 	/* consumers */
 	uint32_t world_size;  /* W: global ranks (default 1) */
@@ -146,8 +147,8 @@ struct sf_config {
 	char *metrics;		     /* 127.0.0.1:PORT or [::1]:PORT serving it; NULL: none */
 
 	/* integrity */
-	uint32_t checksum; /* 1: xxh3-64 per payload, verified by consumers (default 1) */
-	uint32_t pad;
+	uint32_t checksum;     /* 1: xxh3-64 per payload, verified by consumers (default 1) */
+	uint32_t verify_every; /* consumers verify the checksum of every n-th step (default 1) */
 
 	/* mixture: set when a source has a weight or group, or a schedule is given */
 	uint32_t mixture;

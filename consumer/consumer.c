@@ -426,6 +426,9 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 				local_rank);
 		goto fail;
 	}
+	/* Only this rank's part of the arena becomes resident here. A failure only means
+	 * page faults on first use, so it is not one of attach's. */
+	sf__arena_populate_rank(c->a, c->rank);
 	/* Registration repaired a dead predecessor's claims (CLAIMED back to READY), so the
 	 * ring's lowest step is the first one nobody finished with. */
 	c->step = sf__ring_next_step(c->a, c->rank);
@@ -725,11 +728,9 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	b.device_ptr = 0;
 	b.doc_starts = b.doc_starts_per_seq ? (const uint32_t *)(payload + c->doc_off) : NULL;
 	b.sources = c->sources_off ? (const int32_t *)(payload + c->sources_off) : NULL;
-	/* When the checksum covers exactly the tokens, the claim has just verified that it
-	 * is their XXH3-64: no need to hash them again. */
-	b.digest = (h->geo.flags & SF_ARENA_F_CHECKSUM) && s->length == c->token_bytes
-			   ? s->checksum
-			   : XXH3_64bits(payload, (size_t)c->token_bytes);
+	/* The filler's digest of the tokens: next() reads no payload byte itself (the
+	 * claim did, when this step's checksum was verified, and then compared it). */
+	b.digest = s->digest;
 	b.wait_ns = waited;
 	b.buffer = (uint32_t)(c->step % K);
 	b.reserved = 0;

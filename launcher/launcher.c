@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -32,6 +33,7 @@
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
 #include "common/control.h"
+#include "common/cpus.h"
 #include "common/log.h"
 #include "common/proc.h"
 #include "common/slot.h"
@@ -92,6 +94,8 @@ struct supervisor {
 
 	struct producer prod[SF_MAX_PRODUCERS];
 	uint32_t n_prod;
+	int pin_producers; /* producers.cpus given: each producer runs on producer_cpus */
+	cpu_set_t producer_cpus;
 	int paused;
 
 	int stopping;
@@ -187,7 +191,14 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 		setpgid(0, 0);
 		snprintf(who, sizeof(who), "producer %u", i);
 		sf__log_set_who(who);
-		r = S->l->ops->main(S->ds, S->a, i, &e);
+		/* producers.cpus: set in the child, before it reads anything, so that its
+		 * pages are first touched on the CPUs it will run on. */
+		if (S->pin_producers &&
+		    sched_setaffinity(0, sizeof(S->producer_cpus), &S->producer_cpus) < 0)
+			r = sf__err(&e, -errno, "cannot run on CPUs %s (producers.cpus): %s",
+				    S->cfg->producer_cpus, strerror(errno));
+		else
+			r = S->l->ops->main(S->ds, S->a, i, &e);
 		if (r < 0) {
 			const char *msg = e.msg[0] ? e.msg : sf_strerror(r);
 
@@ -1129,7 +1140,8 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 {
 	struct supervisor *S = calloc(1, sizeof(*S));
 	const struct sf_config *cfg = l->cfg;
-	struct sf_arena_options opt = {.hugepages = (int)cfg->hugepages};
+	struct sf_arena_options opt = {.hugepages = (int)cfg->hugepages,
+				       .verify_every = cfg->verify_every};
 	char note[256] = "";
 	sigset_t mask;
 	int r, status = 0;
@@ -1151,6 +1163,17 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	r = sf__job_paths(cfg->job, 1, &S->paths, e);
 	if (r < 0)
 		goto out_free;
+	if (cfg->producer_cpus) {
+		char msg[400];
+
+		r = sf__cpu_list_allowed(cfg->producer_cpus, &S->producer_cpus, msg, sizeof(msg));
+		if (r < 0) {
+			r = sf__err(e, r, "%s: producers.cpus: %s",
+				    cfg->path ? cfg->path : cfg->job, msg);
+			goto out_free;
+		}
+		S->pin_producers = 1;
+	}
 	r = l->ops->open(cfg, &S->ds, e);
 	if (r < 0)
 		goto out_free;

@@ -88,7 +88,7 @@ struct sf_batch {
 	const void *tokens;	     /* CPU view, or NULL in GPU mode */
 	uint64_t device_ptr;	     /* CUdeviceptr in GPU mode, else 0 */
 	const uint32_t *doc_starts;  /* B x doc_starts_per_seq, or NULL */
-	uint64_t digest;	     /* xxh3-64 of the batch's token bytes */
+	uint64_t digest;	     /* xxh3-64 of the batch's token bytes, by its producer */
 	uint64_t wait_ns;	     /* time this call waited for the batch */
 	uint32_t buffer;	     /* ring index (CPU) or device buffer (GPU) */
 	uint32_t reserved;
@@ -237,7 +237,10 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
  * ready), > 0 waits that long (SF_E_TIMEOUT). Returns 0 and fills *ret_batch; SF_E_END
  * when the data ends (and on every later call until a seek); SF_E_STOPPED when the job
  * stops; SF_E_CHECKSUM when a payload does not match its checksum (the step is then
- * handed back to the producers, and the next call waits for it afresh); SF_E_RANGE at
+ * handed back to the producers, and the next call waits for it afresh: only steps that
+ * are multiples of the job's integrity.verify_every are verified, the others and every
+ * step of a job without checksums are handed out without reading a payload byte, with
+ * the digest their producer stored); SF_E_RANGE at
  * the job's step limit (see sf_consumer_seek()); SF_E_CUDA;
  * SF_E_JOB_GONE when the job's launcher died (a crash or SIGKILL, so nothing will ever
  * fill the ring): a waiting call looks at the launcher's liveness every half second,

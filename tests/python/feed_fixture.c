@@ -94,7 +94,8 @@ static void usage(void)
 		"usage: feed_fixture --job NAME [--ranks R] [--world-size W] [--rank-base N]\n"
 		"       [--batch B] [--seq-len T] [--slots K] [--producers P] [--dtype u16|i32]\n"
 		"       [--doc-starts D] [--vocab V] [--seed S] [--steps N] [--tokens FILE]\n"
-		"       [--samples-per-epoch N] [--no-checksum] [--lifetime SECONDS]\n"
+		"       [--samples-per-epoch N] [--no-checksum] [--verify-every N]\n"
+		"       [--lifetime SECONDS]\n"
 		"       feed_fixture --abi\n");
 }
 
@@ -116,6 +117,7 @@ int main(int argc, char **argv)
 						 {"tokens", required_argument, 0, 'f'},
 						 {"samples-per-epoch", required_argument, 0, 'E'},
 						 {"no-checksum", no_argument, 0, 'c'},
+						 {"verify-every", required_argument, 0, 'V'},
 						 {"lifetime", required_argument, 0, 'l'},
 						 {"abi", no_argument, 0, 'a'},
 						 {0, 0, 0, 0}};
@@ -183,6 +185,9 @@ int main(int argc, char **argv)
 			break;
 		case 'c':
 			o.checksum = 0;
+			break;
+		case 'V':
+			o.verify_every = (uint32_t)strtoul(optarg, NULL, 0);
 			break;
 		case 'l':
 			lifetime = (unsigned)strtoul(optarg, NULL, 0);

@@ -73,6 +73,8 @@ Test(config, defaults_fill_every_field)
 	cr_expect_null(cfg.endpoint);
 	cr_expect_eq(cfg.stats_interval_ms, 1000);
 	cr_expect_eq(cfg.checksum, 1);
+	cr_expect_eq(cfg.verify_every, 1);
+	cr_expect_null(cfg.producer_cpus);
 }
 
 Test(config, every_section_is_read)
@@ -158,7 +160,7 @@ Test(config, values_out_of_range_are_rejected)
 {
 	rejects("sources: [a]\nbatch: {size: 0}\n",
 		"job.yaml:2:15:", "'size' is out of range: 0 is not in [1, 65536]");
-	rejects("sources: [a]\nbatch: {seq_len: 2000000}\n", "job.yaml:2:18:", "out of range");
+	rejects("sources: [a]\nbatch: {seq_len: 4294967295}\n", "job.yaml:2:18:", "out of range");
 	rejects("sources: [a]\narena: {slots_per_rank: 5000}\n", "job.yaml:2:25:", "out of range");
 	rejects("sources: [a]\nproducers: {count: 0}\n", "job.yaml:2:20:", "out of range");
 	rejects("sources: [a]\ncontrol: {stats_interval_ms: 1}\n",
@@ -268,8 +270,46 @@ Test(config, document_starts_fit_a_sequence)
 
 Test(config, a_batch_must_fit_a_slot)
 {
-	rejects("sources: [a]\nbatch: {size: 65536, seq_len: 65536}\n",
-		"job.yaml:2:15:", "bytes per slot; the limit is");
+	rejects("sources: [a]\nbatch: {size: 65536, seq_len: 65536}\n", "job.yaml:2:15:",
+		"needs 8590065664 bytes per slot; a slot holds at most 4294967295");
+	/* At the job's token width: the same int32 batch is twice as large. */
+	cr_assert_eq(load("sources: [a]\nbatch: {size: 1023, seq_len: 2097151, dtype: uint16}\n"),
+		     0, "%s", err.msg);
+	rejects("sources: [a]\nbatch: {size: 1023, seq_len: 2097151, dtype: int32}\n",
+		"job.yaml:2:15:", "1023 x 2097152 int32 tokens needs 8581545984 bytes per slot");
+}
+
+/* Long-context sequences are limited by the slot and the machine, not by a constant. */
+Test(config, long_sequences_are_accepted)
+{
+	cr_assert_eq(load("sources: [a]\nbatch: {size: 1, seq_len: 2097152, dtype: uint16}\n"), 0,
+		     "%s", err.msg);
+	cr_expect_eq(cfg.seq_len, 2097152);
+	cr_assert_eq(load("sources: [a]\nbatch: {size: 1, seq_len: 4194304, dtype: int32}\n"), 0,
+		     "%s", err.msg);
+	cr_expect_eq(cfg.seq_len, 4194304);
+	rejects("sources: [a]\nbatch: {seq_len: 4294967295}\n", "job.yaml:2:18:", "seq_len");
+}
+
+Test(config, verify_every_is_a_positive_count)
+{
+	cr_assert_eq(load("sources: [a]\nintegrity: {verify_every: 16}\n"), 0, "%s", err.msg);
+	cr_expect_eq(cfg.verify_every, 16);
+	rejects("sources: [a]\nintegrity: {verify_every: 0}\n", "job.yaml:2:27:", "verify_every");
+}
+
+Test(config, producer_cpus_are_a_cpu_list_of_allowed_cpus)
+{
+	cr_assert_eq(load("sources: [a]\nproducers: {cpus: '0'}\n"), 0, "%s", err.msg);
+	cr_expect_str_eq(cfg.producer_cpus, "0");
+	rejects("sources: [a]\nproducers: {cpus: '0-'}\n",
+		"job.yaml:2:19:", "'0-' is not a CPU list");
+	rejects("sources: [a]\nproducers: {cpus: '1,x'}\n",
+		"job.yaml:2:19:", "'1,x' is not a CPU list");
+	rejects("sources: [a]\nproducers: {cpus: '3-1'}\n",
+		"job.yaml:2:19:", "'3-1' is not a CPU list");
+	rejects("sources: [a]\nproducers: {cpus: '0,1023'}\n",
+		"job.yaml:2:19:", "names CPU 1023, which this process may not run on (allowed: ");
 }
 
 Test(config, tcp_endpoints_need_curve_keys_or_an_explicit_insecure_opt_in)
