@@ -1,7 +1,9 @@
 /*
- * `shmfeed tokenize CONFIG -o PREFIX [--set KEY=VALUE ...] [-q]`: tokenize the raw text
- * sources of a job with all its producer processes and write them as a Megatron
- * PREFIX.bin / PREFIX.idx pair, showing progress (bytes, documents, tokens/s, ETA).
+ * `shmfeed tokenize CONFIG -o PREFIX [--tokenizer FILE] [--set KEY=VALUE ...] [-q]`:
+ * tokenize the raw text sources of a job with all its producer processes and write them
+ * as a Megatron PREFIX.bin / PREFIX.idx pair, showing progress (bytes, documents,
+ * tokens/s, ETA). --tokenizer FILE stands for --set tokenizer.file=FILE with the job's
+ * encoding set aside.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,7 @@ int sf__cmd_tokenize(int argc, char **argv)
 {
 	const char *path = NULL, *prefix = NULL;
 	const char **sets = calloc((size_t)argc, sizeof(*sets));
+	char *file_set = NULL;
 	struct progress_state ps = {.tty = isatty(2)};
 	struct sf_dataset_stats st;
 	struct sf_dataset *ds = NULL;
@@ -63,7 +66,15 @@ int sf__cmd_tokenize(int argc, char **argv)
 			prefix = argv[++i];
 		else if (!strcmp(argv[i], "--set") && i + 1 < argc)
 			sets[n_sets++] = argv[++i];
-		else if (!strcmp(argv[i], "-q"))
+		else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc && !file_set) {
+			/* Two words of argv make two overrides: sets has room. */
+			if (asprintf(&file_set, "tokenizer.file=%s", argv[++i]) < 0) {
+				free(sets);
+				return 1;
+			}
+			sets[n_sets++] = "tokenizer.encoding=null";
+			sets[n_sets++] = file_set;
+		} else if (!strcmp(argv[i], "-q"))
 			ps.quiet = 1;
 		else if (argv[i][0] == '-' || path)
 			path = NULL, prefix = NULL, i = argc;
@@ -71,13 +82,15 @@ int sf__cmd_tokenize(int argc, char **argv)
 			path = argv[i];
 	}
 	if (!path || !prefix) {
-		fprintf(stderr, "usage: shmfeed tokenize CONFIG -o PREFIX [--set KEY=VALUE ...] "
-				"[-q]\n");
+		fprintf(stderr, "usage: shmfeed tokenize CONFIG -o PREFIX [--tokenizer FILE] "
+				"[--set KEY=VALUE ...] [-q]\n");
 		free(sets);
+		free(file_set);
 		return 2;
 	}
 	r = sf__config_load_overrides(path, sets, n_sets, &cfg, &e);
 	free(sets);
+	free(file_set);
 	if (r < 0) {
 		sf__log_error("%s", e.msg);
 		return 1;

@@ -323,6 +323,40 @@ int sf__tok_bos(const struct sf_tok *tok)
 	return tok->bos >= 0 ? tok->bos : SF_E_TOKENIZER;
 }
 
+const char *sf__tok_special_text(const struct sf_tok *tok, uint32_t id)
+{
+	for (uint32_t i = 0; i < tok->n_specials; i++)
+		if (tok->specials[i].id == id)
+			return tok->specials[i].text;
+	return NULL;
+}
+
+int sf__tok_marker(const struct sf_tok *tok, const char *policy, int is_bos, int32_t *ret_id,
+		   struct sf_err *e)
+{
+	const char *what = is_bos ? "bos" : "eos";
+	int id;
+
+	if (!strcmp(policy, "auto")) {
+		*ret_id = is_bos ? tok->bos : tok->eot;
+		return 0;
+	}
+	if (!strcmp(policy, "none")) {
+		if (!is_bos)
+			return sf__err(e, SF_E_TOKENIZER,
+				       "%s: eos none: documents need a token that ends them",
+				       tok->name);
+		*ret_id = -1;
+		return 0;
+	}
+	id = sf__tok_special(tok, policy, NULL);
+	if (id < 0)
+		return sf__err(e, SF_E_TOKENIZER, "%s: %s %s is not a special token of %s",
+			       tok->name, what, policy, tok->name);
+	*ret_id = id;
+	return 0;
+}
+
 const char *sf__tok_family(const struct sf_tok *tok)
 {
 	return tok->family;

@@ -140,6 +140,18 @@ int sf__tok_eot(const struct sf_tok *tok);
  */
 int sf__tok_bos(const struct sf_tok *tok);
 
+/* sf__tok_special_text - the text of special token `id`, or NULL when `id` is none. */
+const char *sf__tok_special_text(const struct sf_tok *tok, uint32_t id);
+
+/*
+ * sf__tok_marker - resolve a job's bos or eos policy (`is_bos` says which): "auto" is
+ * the family's convention (sf__tok_bos() or sf__tok_eot()), "none" no token, anything
+ * else the text of a special token of the vocabulary. Stores the id, or -1 for none, in
+ * *ret_id; SF_E_TOKENIZER for an unknown token or "none" for eos.
+ */
+int sf__tok_marker(const struct sf_tok *tok, const char *policy, int is_bos, int32_t *ret_id,
+		   struct sf_err *e);
+
 /*
  * sf__tok_ids_bound - the most ids `len` bytes can encode to, or SIZE_MAX when there is
  * no bound known before encoding (SentencePiece normalizes first): sf__tok_encode_to()
