@@ -96,6 +96,8 @@ int sf__tok_finish_bpe(struct sf_tok *tok, const char *pattern, struct sf_err *e
 				       tok->specials[i].text, id);
 	}
 	tok->pretok = sf__pretok_preset(pattern);
+	if (!tok->pretok)
+		tok->pretok = sf__pretok_family_preset(pattern);
 	if (!tok->pretok) {
 		tok->pretok = SF_PRETOK_PCRE;
 		return sf__pcre_compile(pattern, &tok->re, e);

@@ -28,6 +28,8 @@
 #define SF_PRETOK_CL100K 2
 #define SF_PRETOK_O200K	 3
 #define SF_PRETOK_PCRE	 4
+#define SF_PRETOK_QWEN	 5 /* pretok_family.c */
+#define SF_PRETOK_TEKKEN 6 /* pretok_family.c */
 
 /* The rank of a byte string that is not in the vocabulary. */
 #define SF_RANK_NONE UINT32_MAX
@@ -254,6 +256,11 @@ size_t sf__pretok_next(int pretok, const uint8_t *s, size_t n, size_t p);
 int sf__pretok_preset(const char *pattern);
 /* The pattern of a preset. */
 const char *sf__pretok_pattern(int pretok);
+
+/* pretok_family.c: as sf__pretok_next() for SF_PRETOK_QWEN and SF_PRETOK_TEKKEN. */
+size_t sf__pretok_family_next(int pretok, const uint8_t *s, size_t n, size_t p);
+/* The family preset whose pattern is exactly `pattern`, or 0. */
+int sf__pretok_family_preset(const char *pattern);
 
 /* pcre_fallback.c */
 int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e);
