@@ -884,15 +884,19 @@ static int check_tokenizer(struct loader *L, struct sf_config *cfg)
 		cfg->encoding = NULL;
 		return 0;
 	}
-	for (int i = 5; i <= 8; i++)
-		if (mark_of(L, &tokenizer_fields[i]) &&
-		    (i < 7 || strcmp(*(char **)((char *)cfg + tokenizer_fields[i].off), "auto"))) {
-			char msg[200];
-
-			snprintf(msg, sizeof(msg), "'%s' applies to a tokenizer 'file' only",
-				 tokenizer_fields[i].key);
-			return fail_field(L, &tokenizer_fields[i], msg);
-		}
+	/* Written at their defaults (as the resolved config writes them), they are fine. */
+	if (cfg->tok_format)
+		return fail_field(L, &tokenizer_fields[5],
+				  "'format' applies to a tokenizer 'file' only");
+	if (cfg->tok_pattern)
+		return fail_field(L, &tokenizer_fields[6],
+				  "'pattern' applies to a tokenizer 'file' only");
+	if (strcmp(cfg->bos, "auto"))
+		return fail_field(L, &tokenizer_fields[7],
+				  "'bos' applies to a tokenizer 'file' only");
+	if (strcmp(cfg->eos, "auto"))
+		return fail_field(L, &tokenizer_fields[8],
+				  "'eos' applies to a tokenizer 'file' only");
 	return 0;
 }
 
