@@ -366,10 +366,11 @@ static int load_tokenizer_file(struct sf_dataset *ds, const struct sf_config *cf
 	int r;
 
 	r = sf__tok_load_file(&opts, &ds->tok, e);
+	/* A config built in code (not loaded) may leave the policies unset: "auto". */
 	if (r >= 0)
-		r = sf__tok_marker(ds->tok, cfg->bos, 1, &bos, e);
+		r = sf__tok_marker(ds->tok, cfg->bos ? cfg->bos : "auto", 1, &bos, e);
 	if (r >= 0)
-		r = sf__tok_marker(ds->tok, cfg->eos, 0, &eos, e);
+		r = sf__tok_marker(ds->tok, cfg->eos ? cfg->eos : "auto", 0, &eos, e);
 	if (r < 0)
 		return r;
 	ds->bos = bos >= 0 ? (uint32_t)bos : UINT32_MAX;
