@@ -14,7 +14,13 @@
  *    piece holds an apostrophe only as its one-character prefix or in the suffix), and
  *    without the suffix the greedy letter runs stay what they were.
  *
- * tests/unit/tokenizer/test_pretok_family.c checks both against PCRE2 running the
+
+ * Qwen 3.5/3.6 (qwen3_6.tiktoken) puts marks with letters ([\p{L}\p{M}]+, and marks out
+ * of the punctuation class), which no built-in scanner knows: it has a scanner of its
+ * own here, in the built-in ones' manner (decide by one or two characters, then take a
+ * run).
+ *
+ * tests/unit/tokenizer/test_pretok_family.c checks all three against PCRE2 running the
  * families' own patterns, and test_families_ref.py every id against the references.
  */
 #include <string.h>
@@ -24,6 +30,10 @@
 
 static const char pat_qwen[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
 			       "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static const char pat_qwen3_5[] =
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+	"?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 static const char pat_tekken[] =
 	"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
@@ -54,9 +64,102 @@ static size_t contraction_before(const uint8_t *s, size_t p, size_t e)
 	return 0;
 }
 
+/* \p{M}: the characters of both o200k_base letter classes that are not letters. */
+static inline bool is_mark(unsigned c)
+{
+	return (c & (SF_UC_UP | SF_UC_LO | SF_UC_L)) == (SF_UC_UP | SF_UC_LO);
+}
+
+/* [\p{L}\p{M}] */
+static inline bool letter_or_mark(unsigned c)
+{
+	return (c & SF_UC_L) || is_mark(c);
+}
+
+/* [^\s\p{L}\p{M}\p{N}] */
+static inline bool other(unsigned c)
+{
+	return !(c & (SF_UC_L | SF_UC_N | SF_UC_WS)) && !is_mark(c);
+}
+
+static size_t run_letters_marks(const uint8_t *s, size_t n, size_t p)
+{
+	size_t len;
+
+	while (p < n && letter_or_mark(sf__uc_at(s, n, p, &len)))
+		p += len;
+	return p;
+}
+
+/* [^\s\p{L}\p{M}\p{N}]+[\r\n]* from s[p], which is such a character. */
+static size_t run_other_newlines(const uint8_t *s, size_t n, size_t p)
+{
+	size_t len;
+
+	while (p < n && other(sf__uc_at(s, n, p, &len)))
+		p += len;
+	while (p < n && (s[p] == '\r' || s[p] == '\n'))
+		p++;
+	return p;
+}
+
+/*
+ * \s*[\r\n]+|\s+(?!\S)|\s+ at a space character: up to the last CR or LF of the run
+ * when it has one; else the whole run at the end of the text, the run less its last
+ * character when that leaves something (the last one then starts the next piece), else
+ * the one character.
+ */
+static size_t spaces(const uint8_t *s, size_t n, size_t p)
+{
+	size_t e = p, last = p, newline_end = 0, len;
+
+	while (e < n && (sf__uc_at(s, n, e, &len) & SF_UC_WS)) {
+		if (s[e] == '\r' || s[e] == '\n')
+			newline_end = e + 1;
+		last = e;
+		e += len;
+	}
+	if (newline_end)
+		return newline_end;
+	return e == n || last == p ? e : last;
+}
+
+static size_t next_qwen3_5(const uint8_t *s, size_t n, size_t p)
+{
+	size_t len, len1;
+	unsigned c, c1;
+
+	/* (?i:'s|'t|'re|'ve|'m|'ll|'d): as in the end of a tekken piece, read backwards. */
+	if (s[p] == '\'') {
+		for (size_t k = 3; k >= 2; k--)
+			if (p + k <= n && contraction_before(s, p, p + k) == k)
+				return p + k;
+	}
+	c = sf__uc_at(s, n, p, &len);
+	if (letter_or_mark(c))
+		return run_letters_marks(s, n, p);
+	/* [^\r\n\p{L}\p{N}]? before the run: any other character but CR and LF. */
+	if (!(c & SF_UC_N) && s[p] != '\r' && s[p] != '\n' && p + len < n &&
+	    letter_or_mark(sf__uc_at(s, n, p + len, &len1)))
+		return run_letters_marks(s, n, p + len);
+	if (c & SF_UC_N)
+		return p + len;
+	if (s[p] == ' ' && p + 1 < n) {
+		c1 = sf__uc_at(s, n, p + 1, &len1);
+		if (other(c1))
+			return run_other_newlines(s, n, p + 1);
+	}
+	if (other(c))
+		return run_other_newlines(s, n, p);
+	return spaces(s, n, p);
+}
+
 size_t sf__pretok_family_next(int pretok, const uint8_t *s, size_t n, size_t p)
 {
 	size_t len, e, k;
+
+	if (pretok == SF_PRETOK_QWEN3_5)
+		return next_qwen3_5(s, n, p);
 
 	if ((unsigned)(s[p] - '0') < 10u)
 		return p + 1;
@@ -75,6 +178,8 @@ int sf__pretok_family_preset(const char *pattern)
 {
 	if (!strcmp(pattern, pat_qwen))
 		return SF_PRETOK_QWEN;
+	if (!strcmp(pattern, pat_qwen3_5))
+		return SF_PRETOK_QWEN3_5;
 	if (!strcmp(pattern, pat_tekken))
 		return SF_PRETOK_TEKKEN;
 	return 0;

@@ -24,12 +24,13 @@
 #define SF_TOK_SP    4 /* SentencePiece, through the library (sp_shim.cc) */
 
 /* The pre-tokenizers. */
-#define SF_PRETOK_R50K	 1
-#define SF_PRETOK_CL100K 2
-#define SF_PRETOK_O200K	 3
-#define SF_PRETOK_PCRE	 4
-#define SF_PRETOK_QWEN	 5 /* pretok_family.c */
-#define SF_PRETOK_TEKKEN 6 /* pretok_family.c */
+#define SF_PRETOK_R50K	  1
+#define SF_PRETOK_CL100K  2
+#define SF_PRETOK_O200K	  3
+#define SF_PRETOK_PCRE	  4
+#define SF_PRETOK_QWEN	  5 /* pretok_family.c */
+#define SF_PRETOK_TEKKEN  6 /* pretok_family.c */
+#define SF_PRETOK_QWEN3_5 7 /* pretok_family.c */
 
 /* The rank of a byte string that is not in the vocabulary. */
 #define SF_RANK_NONE UINT32_MAX
@@ -257,7 +258,7 @@ int sf__pretok_preset(const char *pattern);
 /* The pattern of a preset. */
 const char *sf__pretok_pattern(int pretok);
 
-/* pretok_family.c: as sf__pretok_next() for SF_PRETOK_QWEN and SF_PRETOK_TEKKEN. */
+/* pretok_family.c: as sf__pretok_next() for SF_PRETOK_QWEN, _TEKKEN and _QWEN3_5. */
 size_t sf__pretok_family_next(int pretok, const uint8_t *s, size_t n, size_t p);
 /* The family preset whose pattern is exactly `pattern`, or 0. */
 int sf__pretok_family_preset(const char *pattern);

@@ -2,8 +2,8 @@
  * The pre-tokenizers of the model families: which scanner each family's pattern gets,
  * and each scanner against PCRE2 running the family's own pattern on random text
  * (30,000 strings per family). Llama 3's and Llama 4's patterns are cl100k_base's and
- * o200k_base's; Qwen's and tekken's run on the wrappers of pretok_family.c; Qwen 3.5's
- * stays on PCRE2. Code points whose classes PCRE2 (Unicode 14) and our tables (15.1)
+ * o200k_base's; Qwen's and tekken's run on the wrappers of pretok_family.c, Qwen 3.5's
+ * on its scanner there. Code points whose classes PCRE2 (Unicode 14) and our tables (15.1)
  * disagree on are left out, as in test_pretok.c.
  */
 #include <criterion/criterion.h>
@@ -135,7 +135,13 @@ Test(pretok_family, llama_patterns_are_the_builtin_ones)
 	cr_assert_eq(sf__pretok_preset(llama3_pattern), SF_PRETOK_CL100K);
 	cr_assert_eq(sf__pretok_preset(llama4_pattern), SF_PRETOK_O200K);
 	cr_assert_eq(sf__pretok_preset(qwen3_5_pattern), 0);
-	cr_assert_eq(sf__pretok_family_preset(qwen3_5_pattern), 0);
+	cr_assert_eq(sf__pretok_family_preset(qwen3_5_pattern), SF_PRETOK_QWEN3_5);
+	cr_assert_eq(sf__pretok_family_preset("\\p{L}+"), 0);
+}
+
+Test(pretok_family, qwen3_5_scanner_against_pcre2)
+{
+	against_pcre(qwen3_5_pattern, SF_PRETOK_QWEN3_5, 30000);
 }
 
 Test(pretok_family, llama3_scanner_against_pcre2)
