@@ -94,9 +94,20 @@ FAMILIES = {
 }
 
 
+_CORPORA = []
+
+
 def texts(data_dir, n_random, seed):
+    """The reference texts and corpora (built once) and `n_random` random strings."""
     sys.path.insert(0, HERE)
     import family_corpora as fc
+    if not _CORPORA:
+        _CORPORA.extend(corpora(data_dir, fc))
+    return _CORPORA + [("random %d" % i, s)
+                       for i, s in enumerate(fc.random_strings(n_random, seed))]
+
+
+def corpora(data_dir, fc):
     out = []
     for rel in ("corpus/tinyshakespeare.txt", "tokref/unicode_mix.txt"):
         path = os.path.join(data_dir, rel) if data_dir else None
@@ -110,7 +121,6 @@ def texts(data_dir, n_random, seed):
     for name, text in list(out[-3:]):
         out += [("%s paragraph %d" % (name, i), p)
                 for i, p in enumerate(text.split("\n\n")[:300]) if p]
-    out += [("random %d" % i, s) for i, s in enumerate(fc.random_strings(n_random, seed))]
     return out
 
 
