@@ -100,6 +100,7 @@ static const struct field tokenizer_fields[] = {
 	{"bos", T_STRING, CFG(bos), 0, 0, NULL, NULL, 0,
 	 "auto, none, or the text of a special token"},
 	{"eos", T_STRING, CFG(eos), 0, 0, NULL, NULL, 0, "auto, or the text of a special token"},
+	{"specials", T_BOOL, CFG(tok_specials), 0, 1, NULL, NULL, 0, NULL},
 	END_FIELDS,
 };
 
@@ -897,6 +898,9 @@ static int check_tokenizer(struct loader *L, struct sf_config *cfg)
 	if (strcmp(cfg->eos, "auto"))
 		return fail_field(L, &tokenizer_fields[8],
 				  "'eos' applies to a tokenizer 'file' only");
+	if (cfg->tok_specials)
+		return fail_field(L, &tokenizer_fields[9],
+				  "'specials' applies to a tokenizer 'file' only");
 	return 0;
 }
 
@@ -1426,6 +1430,7 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 		digest_str(&st, cfg->tok_pattern);
 		digest_str(&st, cfg->bos);
 		digest_str(&st, cfg->eos);
+		digest_u64(&st, cfg->tok_specials);
 	}
 	digest_u64(&st, cfg->seq_len);
 	digest_u64(&st, cfg->dtype);

@@ -375,7 +375,8 @@ static int load_tokenizer_file(struct sf_dataset *ds, const struct sf_config *cf
 		return r;
 	ds->bos = bos >= 0 ? (uint32_t)bos : UINT32_MAX;
 	ds->eot = eos >= 0 ? (uint32_t)eos : UINT32_MAX;
-	words[0] = cfg->tok_format;
+	ds->allowed = cfg->tok_specials ? SF_TOK_ALLOW_ALL : SF_TOK_ALLOW_NONE;
+	words[0] = cfg->tok_format | (uint64_t)cfg->tok_specials << 32;
 	words[1] = ds->bos;
 	words[2] = ds->eot;
 	XXH3_64bits_reset(&st);

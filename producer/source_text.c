@@ -597,7 +597,7 @@ static int count_item(void *arg, void *state, uint64_t i, struct sf_err *e)
 		const uint32_t *ids;
 		size_t n;
 
-		r = sf__tok_encode(s->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
+		r = sf__tok_encode(s->enc, doc, len, j->ds->allowed, &ids, &n, e);
 		if (r < 0)
 			return r;
 		res->n_tokens += n + 1 + (j->ds->bos != UINT32_MAX);
@@ -936,11 +936,11 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		int direct = bound != SIZE_MAX && d->cap - d->n >= bound + nb;
 
 		if (direct)
-			r = sf__tok_encode_to(c->enc, doc, len, SF_TOK_ALLOW_NONE,
+			r = sf__tok_encode_to(c->enc, doc, len, c->ds->allowed,
 					      d->tokens + d->n + nb, (size_t)(d->cap - d->n - nb),
 					      &n, e);
 		else
-			r = sf__tok_encode(c->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
+			r = sf__tok_encode(c->enc, doc, len, c->ds->allowed, &ids, &n, e);
 		if (r < 0)
 			return r;
 		/* The supervisor reads progress from the heartbeat this renews. */
@@ -1046,7 +1046,7 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 		const uint32_t *ids;
 		size_t n;
 
-		r = sf__tok_encode(c->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
+		r = sf__tok_encode(c->enc, doc, len, c->ds->allowed, &ids, &n, e);
 		if (r < 0)
 			return r;
 		/* The supervisor reads progress from the heartbeat this renews. */

@@ -503,7 +503,7 @@ Test(config, a_tokenizer_file_replaces_the_encoding)
 {
 	cr_assert_eq(
 		load("sources: [a.txt]\ntokenizer: {file: /m/tokenizer.model, format: tiktoken,"
-		     " pattern: '\\p{L}+', bos: none, eos: '<|end_of_text|>'}\n"),
+		     " pattern: '\\p{L}+', bos: none, eos: '<|end_of_text|>', specials: true}\n"),
 		0, "%s", err.msg);
 	cr_expect_null(cfg.encoding);
 	cr_expect_str_eq(cfg.tok_file, "/m/tokenizer.model");
@@ -511,6 +511,7 @@ Test(config, a_tokenizer_file_replaces_the_encoding)
 	cr_expect_str_eq(cfg.tok_pattern, "\\p{L}+");
 	cr_expect_str_eq(cfg.bos, "none");
 	cr_expect_str_eq(cfg.eos, "<|end_of_text|>");
+	cr_expect_eq(cfg.tok_specials, 1);
 	sf__config_free(&cfg);
 	cr_assert_eq(load("sources: [a.txt]\n"), 0, "%s", err.msg);
 	cr_expect_null(cfg.tok_file);
@@ -531,6 +532,8 @@ Test(config, tokenizer_file_options_are_checked)
 	rejects("sources: [a.txt]\ntokenizer: {bos: '<s>'}\n",
 		"job.yaml:2:", "'bos' applies to a tokenizer 'file' only");
 	rejects("sources: [a.txt]\ntokenizer: {pattern: x}\n", "job.yaml:2:", "'pattern' applies");
+	rejects("sources: [a.txt]\ntokenizer: {specials: true}\n",
+		"job.yaml:2:", "'specials' applies");
 	rejects("sources: [a.txt]\ntokenizer: {encoding: null}\n",
 		"job.yaml:2:", "no tokenizer 'file'");
 	rejects("sources: [a.txt]\ntokenizer: {file: t.model, format: spm}\n",

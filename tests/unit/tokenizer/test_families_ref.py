@@ -173,6 +173,19 @@ def job_check(shmfeed, family, path, ref, docs, tmp):
     line = "bos %d" % (bos if bos is not None else -1)
     ok = got == want and line in check and ("eos %d" % eos) in check
     ok = ok and (dtype == np.int32) == (max(want) > 65535)
+    if ok and family == "llama3":
+        # tokenizer.specials: special-token text in documents becomes the token.
+        with open(os.path.join(tmp, "docs.txt"), "w", encoding="utf-8") as f:
+            f.write("Hi<|eot_id|>there" + SEPARATOR + "x <|begin_of_text|>")
+        subprocess.run([shmfeed, "tokenize", os.path.join(tmp, "job.yaml"), "-o", prefix, "-q",
+                        "--tokenizer", path, "--set", "tokenizer.specials=true",
+                        "--set", "batch.seq_len=4"], check=True,
+                       env=dict(os.environ, SHMFEED_CACHE_DIR=os.path.join(tmp, "cache")))
+        got = np.fromfile(prefix + ".bin", dtype=np.int32).tolist()
+        want = [bos] + ref("Hi") + [128009] + ref("there") + [eos, bos] + ref("x ") + [bos, eos]
+        if got != want:
+            print("FAIL %s job with specials: %s, reference %s" % (family, got, want))
+            ok = False
     if not ok:
         print("FAIL %s job: %d ids, reference %d; check says %r" % (
             family, len(got), len(want), [ln for ln in check.splitlines()
