@@ -3,8 +3,10 @@
 core each, vocabulary load excluded, side by side in one run: English prose, source code
 and multilingual text built from what Debian carries (tests/unit/tokenizer/
 family_corpora.py, 1 MiB each). shmfeed is timed by `shmfeed encode --tokenizer FILE
---bench TEXT` (best pass of at least ten and one second), the reference the same way in
-this process. Run it with the Python of the virtual environment scripts/deps makes.
+--bench TEXT` (best pass of at least ten and one second of CPU time), the reference the
+same way in this process (time.process_time(): the references encode one string on the
+calling thread), so that time spent descheduled on a shared machine counts for neither.
+Run it with the Python of the virtual environment scripts/deps makes.
 
 usage: bench_families.py [--shmfeed build/cli/shmfeed] [--repeat N] [--only FAMILY]
                          [--json FILE]
@@ -30,9 +32,9 @@ BENCH_FAMILIES = ["llama3", "llama4", "qwen", "qwen3.5", "tekken-240911", "sp-v3
 def time_reference(encode, text):
     best, total, passes = float("inf"), 0.0, 0
     while passes < 10 or total < 1.0:
-        t = time.perf_counter()
+        t = time.process_time()
         encode(text)
-        dt = time.perf_counter() - t
+        dt = time.process_time() - t
         best = min(best, dt)
         total += dt
         passes += 1
