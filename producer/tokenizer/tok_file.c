@@ -380,7 +380,8 @@ int sf__tok_format_parse(const char *name)
 /*
  * The format of a file from its first bytes: JSON is tekken when it has tekken's config
  * keys and Hugging Face's otherwise; "base64 SPACE digits" lines are .tiktoken; a
- * SentencePiece model is a protobuf whose first field is a piece (tag 0x0a).
+ * SentencePiece model is a protobuf whose first field is a piece (tag 0x0a, a length,
+ * and the piece's own first field, its text: tag 0x0a again).
  */
 static int detect(const uint8_t *s, size_t len)
 {
@@ -391,8 +392,15 @@ static int detect(const uint8_t *s, size_t len)
 	if (i < len && s[i] == '{')
 		return memmem(s, head, "\"default_num_special_tokens\"", 28) ? SF_TOK_FORMAT_TEKKEN
 									     : SF_TOK_FORMAT_HF;
-	if (len && s[0] == 0x0a)
-		return SF_TOK_FORMAT_SENTENCEPIECE;
+	if (len && s[0] == 0x0a) {
+		/* pieces (field 1, a message) whose first field is its piece (field 1, bytes) */
+		size_t k = 1;
+
+		while (k < len && k < 6 && (s[k] & 0x80))
+			k++;
+		if (k + 1 < len && s[k + 1] == 0x0a)
+			return SF_TOK_FORMAT_SENTENCEPIECE;
+	}
 	while (i < len && s[i] != ' ' && s[i] != '\n')
 		i++;
 	if (i < len && s[i] == ' ' && i + 1 < len && s[i + 1] >= '0' && s[i + 1] <= '9')
