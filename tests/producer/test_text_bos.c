@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
 #include "producer/dataset_impl.h"
@@ -148,6 +149,17 @@ static void check_windows(const struct sf_config *cfg, const uint32_t *want, siz
 	sf__dataset_close(ds);
 }
 
+/* The test's directory, removed at exit by the process that made it, failed or not
+ * (H_CHECK exits; forked producers and consumers leave it alone). */
+static char *test_dir;
+static pid_t test_pid;
+
+static void remove_test_dir(void)
+{
+	if (test_dir && getpid() == test_pid)
+		h_rmtree(test_dir);
+}
+
 int main(void)
 {
 	char tok_path[4096], text_path[4096];
@@ -157,6 +169,9 @@ int main(void)
 	char *dir = h_tmpdir(), *text = corpus(2000, &text_len);
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	test_dir = dir;
+	test_pid = getpid();
+	atexit(remove_test_dir);
 	snprintf(tok_path, sizeof(tok_path), "%s/tekken.json", dir);
 	snprintf(text_path, sizeof(text_path), "%s/docs.txt", dir);
 	write_tekken(tok_path);
@@ -192,8 +207,6 @@ int main(void)
 		h_run_free(&r2);
 	}
 	printf("ok: 1 and 2 producers deliver identical batches\n");
-	h_rmtree(dir);
-	free(dir);
 	free(text);
 	return 0;
 }
