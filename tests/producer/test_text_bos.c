@@ -144,6 +144,11 @@ static void check_windows(const struct sf_config *cfg, const uint32_t *want, siz
 		}
 	}
 	H_CHECK(bos < 0 || starts_seen > 100, "only %llu starts", (unsigned long long)starts_seen);
+	/* Heads of chunks are shared and tokenized apart from the rest: have many. */
+	H_CHECK(st.n_chunks > 8, "only %llu chunks", (unsigned long long)st.n_chunks);
+	printf("   %llu tokens, %llu chunks, %llu windows, %llu document starts checked\n",
+	       (unsigned long long)st.n_tokens, (unsigned long long)st.n_chunks,
+	       (unsigned long long)st.n_windows, (unsigned long long)starts_seen);
 	free(buf);
 	sf__builder_free(b);
 	sf__dataset_close(ds);
@@ -166,7 +171,7 @@ int main(void)
 	struct sf_config cfg;
 	uint32_t *want;
 	size_t text_len, n_want;
-	char *dir = h_tmpdir(), *text = corpus(2000, &text_len);
+	char *dir = h_tmpdir(), *text = corpus(60000, &text_len);
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	test_dir = dir;
