@@ -11,11 +11,11 @@
 
 int sf__sp_load(const char *path, struct sf_sp **ret_sp, char *msg, size_t msg_cap)
 {
+	(void)path;
 	(void)ret_sp;
 	snprintf(msg, msg_cap,
-		 "%s is a SentencePiece model, and this shmfeed was built without "
-		 "libsentencepiece (install libsentencepiece-dev and rebuild)",
-		 path);
+		 "a SentencePiece model, and this shmfeed was built without libsentencepiece "
+		 "(install libsentencepiece-dev and rebuild with -Dsentencepiece=auto)");
 	return SF_E_TOKENIZER;
 }
 
