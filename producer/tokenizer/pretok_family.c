@@ -103,27 +103,6 @@ static size_t run_other_newlines(const uint8_t *s, size_t n, size_t p)
 	return p;
 }
 
-/*
- * \s*[\r\n]+|\s+(?!\S)|\s+ at a space character: up to the last CR or LF of the run
- * when it has one; else the whole run at the end of the text, the run less its last
- * character when that leaves something (the last one then starts the next piece), else
- * the one character.
- */
-static size_t spaces(const uint8_t *s, size_t n, size_t p)
-{
-	size_t e = p, last = p, newline_end = 0, len;
-
-	while (e < n && (sf__uc_at(s, n, e, &len) & SF_UC_WS)) {
-		if (s[e] == '\r' || s[e] == '\n')
-			newline_end = e + 1;
-		last = e;
-		e += len;
-	}
-	if (newline_end)
-		return newline_end;
-	return e == n || last == p ? e : last;
-}
-
 static size_t next_qwen3_5(const uint8_t *s, size_t n, size_t p)
 {
 	size_t len, len1;
@@ -151,7 +130,12 @@ static size_t next_qwen3_5(const uint8_t *s, size_t n, size_t p)
 	}
 	if (other(c))
 		return run_other_newlines(s, n, p);
-	return spaces(s, n, p);
+	/*
+	 * A space character followed by a number, a space or the end: only the whitespace
+	 * alternatives are left, which are cl100k_base's (a mark after it, which cl100k_base
+	 * would take as punctuation, went to the letter run above).
+	 */
+	return sf__pretok_next(SF_PRETOK_CL100K, s, n, p);
 }
 
 size_t sf__pretok_family_next(int pretok, const uint8_t *s, size_t n, size_t p)
