@@ -17,8 +17,12 @@
  * raw text pipeline runs REPEAT rounds, each with one run of every configuration in
  * turn, and reports the range and median of each.
  *
- * usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT [mixture]]] (mixture: that
- * section alone)
+ * With TOKENIZER_FILE (a tokenizer.file of a job, such as Llama 3's tokenizer.model) the
+ * raw text runs use it instead of r50k_base, with its family's tokens around each
+ * document, counted as the producers count them.
+ *
+ * usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT [TOKENIZER_FILE | mixture]]]
+ * (mixture: that section alone)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,6 +216,9 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Tokens a document gets besides its ids: the end-of-text, and a bos when there is one. */
+static uint64_t doc_extra = 1;
+
 /* The documents of the corpus, cut before any timing. */
 struct span {
 	size_t off, len;
@@ -236,7 +243,7 @@ static double tokenizer_pass(struct sf_tok_encoder *enc, const char *corpus,
 
 		if (sf__tok_encode(enc, corpus + docs[i].off, docs[i].len, 0, &ids, &ni, &e) < 0)
 			die("encode", &e);
-		n_tok += ni + 1;
+		n_tok += ni + doc_extra;
 	}
 	*ret_n = n_tok;
 	return (double)n_tok / cpu_secs_since(t0);
@@ -409,12 +416,14 @@ int main(int argc, char **argv)
 	struct sf_config cfg;
 	uint64_t mtok = argc > 2 ? strtoull(argv[2], NULL, 10) : 64;
 	int repeat = argc > 3 ? atoi(argv[3]) : 3;
+	const char *tok_file = argc > 4 ? argv[4] : NULL;
 	double per_core, total;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2 || repeat < 1 || repeat > 64 || !mkdtemp(dir)) {
 		fprintf(stderr,
-			"usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT (1-64)]]\n");
+			"usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT (1-64) "
+			"[TOKENIZER_FILE | mixture]]]\n");
 		return 2;
 	}
 	/* The index cache of the corpus made here goes with it. */
@@ -530,8 +539,16 @@ int main(int argc, char **argv)
 				docs[n_docs++] = (struct span){(size_t)(p - all), dl};
 			p = q ? q + 2 : end;
 		}
-		if (sf__tok_load("r50k_base", vocab, &tok, &e) < 0 ||
-		    sf__tok_encoder_create(tok, &enc, &e) < 0)
+		if (tok_file) {
+			struct sf_tok_file_opts opts = {tok_file, 0, NULL};
+
+			if (sf__tok_load_file(&opts, &tok, &e) < 0)
+				die("tokenizer", &e);
+			doc_extra += sf__tok_bos(tok) >= 0;
+		} else if (sf__tok_load("r50k_base", vocab, &tok, &e) < 0) {
+			die("tokenizer", &e);
+		}
+		if (sf__tok_encoder_create(tok, &enc, &e) < 0)
 			die("tokenizer", &e);
 		tokenizer_pass(enc, all, docs, n_docs, &n_tok);
 		sf__tok_encoder_free(enc);
@@ -539,13 +556,19 @@ int main(int argc, char **argv)
 		 * passes, as for the builder below (this machine is shared and noisy). */
 		tok_rate = tokenizer_rate(tok, all, docs, n_docs, 1, 3);
 		config(&cfg, paths, &src, 16, 1024);
-		cfg.encoding = "r50k_base";
-		cfg.vocab = vocab;
+		if (tok_file) {
+			cfg.encoding = NULL;
+			cfg.tok_file = (char *)tok_file;
+		} else {
+			cfg.encoding = "r50k_base";
+			cfg.vocab = vocab;
+		}
 		src.separator = "\n\n";
 		steps = n_tok / (2 * 16 * 1024);
-		printf("raw text: tinyshakespeare x%d (%.1f MB), %llu tokens, r50k_base, B=16 "
+		printf("raw text: tinyshakespeare x%d (%.1f MB), %llu tokens, %s, B=16 "
 		       "T=1024\n",
-		       copies, (double)len * copies / 1e6, (unsigned long long)n_tok);
+		       copies, (double)len * copies / 1e6, (unsigned long long)n_tok,
+		       tok_file ? tok_file : "r50k_base");
 		printf("  tokenizer alone, 1 core:          %7.2f M tokens/s\n", tok_rate / 1e6);
 		{
 			struct sf_dataset *ds;

@@ -22,6 +22,7 @@
 #include "common/config.h"
 #include "common/cpus.h"
 #include "common/log.h"
+#include "producer/tokenizer/tokenizer.h"
 #include "launcher/launcher.h"
 #include "producer/producer.h"
 
@@ -179,6 +180,36 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 	return 0;
 }
 
+/* The text of special token `id`, or "none". */
+static const char *marker_text(const struct sf_tok *tok, int32_t id)
+{
+	const char *text = id >= 0 ? sf__tok_special_text(tok, (uint32_t)id) : NULL;
+
+	return text ? text : "none";
+}
+
+/* What the tokenizer file is and which ids go around each document. */
+static int report_tokenizer(const struct sf_config *cfg)
+{
+	struct sf_tok_file_opts opts = {cfg->tok_file, (int)cfg->tok_format, cfg->tok_pattern};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+	int32_t bos, eos;
+
+	if (sf__tok_load_file(&opts, &tok, &e) < 0 ||
+	    sf__tok_marker(tok, cfg->bos, 1, &bos, &e) < 0 ||
+	    sf__tok_marker(tok, cfg->eos, 0, &eos, &e) < 0) {
+		sf__log_error("%s", e.msg);
+		sf__tok_free(tok);
+		return -1;
+	}
+	printf("# tokenizer %s: %s, %u ids; each document: bos %d %s, eos %d %s\n",
+	       sf__tok_name(tok), *sf__tok_family(tok) ? sf__tok_family(tok) : "unknown family",
+	       sf__tok_n_vocab(tok), bos, marker_text(tok, bos), eos, marker_text(tok, eos));
+	sf__tok_free(tok);
+	return 0;
+}
+
 int sf__cmd_check(int argc, char **argv)
 {
 	const char *path = NULL;
@@ -298,6 +329,10 @@ int sf__cmd_check(int argc, char **argv)
 			printf("# producers.cpus: producers run on CPU%s %s\n",
 			       CPU_COUNT(&set) == 1 ? "" : "s", list);
 		}
+	}
+	if (cfg.tok_file && report_tokenizer(&cfg) < 0) {
+		sf__config_free(&cfg);
+		return 1;
 	}
 	printf("# config digest %016llx\n", (unsigned long long)sf__config_digest(&cfg));
 	if ((budget || cfg.mixture) && report_budget(&cfg, tokens) < 0) {

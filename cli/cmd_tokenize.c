@@ -1,11 +1,12 @@
 /*
- * `shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--set KEY=VALUE ...] [-q]`: tokenize
+ * `shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--tokenizer FILE] [--set KEY=VALUE ...] [-q]`: tokenize
  * the raw text sources of a job with all its producer processes and write them as a
  * Megatron PREFIX.bin / PREFIX.idx pair, showing progress (bytes, documents, tokens/s,
  * ETA). With --shard, only part I of N (producer/part_plan.h), as
  * PREFIX_IIIII-of-NNNNN.{bin,idx,json}; `shmfeed tokenize --merge PART... -o PREFIX`
  * checks the parts and merges them into the pair one run over the whole corpus writes
  * (producer/megatron_parts.h).
+ * --tokenizer FILE stands for --set tokenizer.file=FILE with the job's encoding set aside.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,8 @@
 #include "producer/producer.h"
 
 #define USAGE                                                                                      \
-	"usage: shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--set KEY=VALUE ...] [-q]\n"      \
+	"usage: shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--tokenizer FILE] "                \
+	"[--set KEY=VALUE ...] [-q]\n"                                                            \
 	"       shmfeed tokenize --merge PART... -o PREFIX [-q]\n"
 
 struct progress_state {
@@ -94,6 +96,7 @@ int sf__cmd_tokenize(int argc, char **argv)
 	const char **sets = calloc((size_t)argc, sizeof(*sets));
 	char **positional = calloc((size_t)argc, sizeof(*positional));
 	char part_prefix[4096], manifest[4200];
+	char *file_set = NULL;
 	struct progress_state ps = {.tty = isatty(2)};
 	struct sf_part_plan plan = {0};
 	struct sf_dataset_stats st;
@@ -119,7 +122,16 @@ int sf__cmd_tokenize(int argc, char **argv)
 			shard = argv[++i];
 		else if (!strcmp(argv[i], "--merge"))
 			merging = 1;
-		else if (!strcmp(argv[i], "-q"))
+		else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc && !file_set) {
+			/* Two words of argv make two overrides: sets has room. */
+			if (asprintf(&file_set, "tokenizer.file=%s", argv[++i]) < 0) {
+				free(sets);
+				free(positional);
+				return 1;
+			}
+			sets[n_sets++] = "tokenizer.encoding=null";
+			sets[n_sets++] = file_set;
+		} else if (!strcmp(argv[i], "-q"))
 			ps.quiet = 1;
 		else if (argv[i][0] == '-')
 			bad = 1;
@@ -128,6 +140,7 @@ int sf__cmd_tokenize(int argc, char **argv)
 	}
 	if (merging) {
 		free(sets);
+		free(file_set);
 		if (bad || !prefix || !n_positional || shard || n_sets) {
 			fprintf(stderr, USAGE);
 			free(positional);
@@ -142,6 +155,7 @@ int sf__cmd_tokenize(int argc, char **argv)
 	if (bad || !path || !prefix) {
 		fprintf(stderr, USAGE);
 		free(sets);
+		free(file_set);
 		return 2;
 	}
 	if (shard && parse_shard(shard, &part, &n_parts) < 0) {
@@ -149,10 +163,12 @@ int sf__cmd_tokenize(int argc, char **argv)
 			"shmfeed: tokenize: --shard %s: expected I/N with 0 <= I < N <= %u\n",
 			shard, SF_MAX_PARTS);
 		free(sets);
+		free(file_set);
 		return 2;
 	}
 	r = sf__config_load_overrides(path, sets, n_sets, &cfg, &e);
 	free(sets);
+	free(file_set);
 	if (r < 0) {
 		sf__log_error("%s", e.msg);
 		return 1;

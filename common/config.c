@@ -70,6 +70,8 @@ static const char *const on_error_names[] = {"stop", "skip", NULL};
 static const char *const index_names[] = {"cache", "beside", NULL};
 static const char *const encoding_names[] = {"bytes",	  "char",	 "char:CORPUS", "gpt2",
 					     "r50k_base", "cl100k_base", "o200k_base",	NULL};
+static const char *const tok_format_names[] = {"auto", "tiktoken",	"tekken",
+					       "hf",   "sentencepiece", NULL};
 static const char *const dtype_names[] = {"auto", "uint16", "int32", NULL};
 static const char *const mode_names[] = {"windows", "random", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
@@ -104,11 +106,22 @@ static const struct field mixture_fields[] = {
 };
 
 static const struct field tokenizer_fields[] = {
-	{"encoding", T_CHOICE, CFG(encoding), 0, 0, encoding_names, NULL, 0, NULL},
+	{"encoding", T_CHOICE, CFG(encoding), 0, 0, encoding_names, NULL, F_NULLABLE,
+	 "an encoding name, or null with a tokenizer 'file'"},
 	{"vocab", T_PATH, CFG(vocab), 0, 0, NULL, NULL, F_NULLABLE, "a file path, or null"},
 	{"vocab_dir", T_PATH, CFG(vocab_dir), 0, 0, NULL, NULL, F_NULLABLE,
 	 "a directory path, or null"},
 	{"eot_id", T_U64, CFG(eot_id), 0, UINT32_MAX - 1, NULL, NULL, F_NULLABLE, NULL},
+	{"file", T_PATH, CFG(tok_file), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a tokenizer file (.tiktoken, tekken JSON, tokenizer.json, SentencePiece model), or "
+	 "null"},
+	{"format", T_ENUM, CFG(tok_format), 0, 0, tok_format_names, NULL, 0, NULL},
+	{"pattern", T_STRING, CFG(tok_pattern), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a pre-tokenization regex, or null for the file's own"},
+	{"bos", T_STRING, CFG(bos), 0, 0, NULL, NULL, 0,
+	 "auto, none, or the text of a special token"},
+	{"eos", T_STRING, CFG(eos), 0, 0, NULL, NULL, 0, "auto, or the text of a special token"},
+	{"specials", T_BOOL, CFG(tok_specials), 0, 1, NULL, NULL, 0, NULL},
 	END_FIELDS,
 };
 
@@ -209,7 +222,7 @@ struct mark {
 struct loader {
 	yaml_document_t *doc;
 	struct origin o;
-	struct mark marks[32];
+	struct mark marks[64];
 	unsigned n_marks;
 	struct sf_err *e;
 };
@@ -898,6 +911,8 @@ static int apply_field(struct loader *L, const struct field *f, const yaml_node_
 			*dst = v;
 			return 0;
 		}
+		if (n->type == YAML_SCALAR_NODE && is_null(n))
+			return set_string(L, f, n, base);
 		r = lookup_name(L, f, n, &idx);
 		if (r < 0)
 			return r;
@@ -969,6 +984,10 @@ void sf__config_free(struct sf_config *cfg)
 	free(cfg->encoding);
 	free(cfg->vocab);
 	free(cfg->vocab_dir);
+	free(cfg->tok_file);
+	free(cfg->tok_pattern);
+	free(cfg->bos);
+	free(cfg->eos);
 	free(cfg->endpoint);
 	free(cfg->curve_secret_key_file);
 	free(cfg->metrics_file);
@@ -1182,6 +1201,51 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 	return 0;
 }
 
+/*
+ * A tokenizer file replaces the encoding (the default `bytes` gives way to it; one
+ * written out is an error, `encoding: null` is how the resolved config says it); the
+ * options of a file apply to a file only.
+ */
+static int check_tokenizer(struct loader *L, struct sf_config *cfg)
+{
+	const struct field *f_encoding = &tokenizer_fields[0];
+	const struct field *f_file = &tokenizer_fields[4];
+
+	if (!cfg->tok_file && !cfg->encoding)
+		return fail_field(L, f_encoding,
+				  "'encoding' is null and no tokenizer 'file' is set");
+	if (cfg->tok_file) {
+		if (cfg->encoding && mark_of(L, f_encoding))
+			return fail_field(L, f_file,
+					  "'file' and 'encoding' name the tokenizer twice: keep "
+					  "one");
+		if (cfg->vocab || (cfg->vocab_dir && mark_of(L, &tokenizer_fields[2])))
+			return fail_field(L, f_file,
+					  "'vocab' and 'vocab_dir' belong to 'encoding'; a "
+					  "tokenizer 'file' is the vocabulary");
+		free(cfg->encoding);
+		cfg->encoding = NULL;
+		return 0;
+	}
+	/* Written at their defaults (as the resolved config writes them), they are fine. */
+	if (cfg->tok_format)
+		return fail_field(L, &tokenizer_fields[5],
+				  "'format' applies to a tokenizer 'file' only");
+	if (cfg->tok_pattern)
+		return fail_field(L, &tokenizer_fields[6],
+				  "'pattern' applies to a tokenizer 'file' only");
+	if (strcmp(cfg->bos, "auto"))
+		return fail_field(L, &tokenizer_fields[7],
+				  "'bos' applies to a tokenizer 'file' only");
+	if (strcmp(cfg->eos, "auto"))
+		return fail_field(L, &tokenizer_fields[8],
+				  "'eos' applies to a tokenizer 'file' only");
+	if (cfg->tok_specials)
+		return fail_field(L, &tokenizer_fields[9],
+				  "'specials' applies to a tokenizer 'file' only");
+	return 0;
+}
+
 static int check_config(struct loader *L, struct sf_config *cfg)
 {
 	char msg[400];
@@ -1255,6 +1319,9 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 			return r == SF_E_CONFIG ? fail_field(L, &producer_fields[3], msg)
 						: sf__err(L->e, r, "%s", msg);
 	}
+	r = check_tokenizer(L, cfg);
+	if (r < 0)
+		return r;
 	/* nanoGPT's char-level vocabulary is the set of characters of its input. */
 	if (cfg->encoding && !strcmp(cfg->encoding, "char")) {
 		char *v = NULL;
@@ -1490,9 +1557,11 @@ static int load(const char *name, const char *text, size_t len, const char *base
 	cfg.path = strdup(name ? name : "(defaults)");
 	cfg.job = name ? job_from_path(name) : strdup("shmfeed");
 	cfg.encoding = strdup("bytes");
+	cfg.bos = strdup("auto");
+	cfg.eos = strdup("auto");
 	if (getenv("SHMFEED_VOCAB_DIR") && getenv("SHMFEED_VOCAB_DIR")[0])
 		cfg.vocab_dir = strdup(getenv("SHMFEED_VOCAB_DIR"));
-	if (!cfg.path || !cfg.job || !cfg.encoding) {
+	if (!cfg.path || !cfg.job || !cfg.encoding || !cfg.bos || !cfg.eos) {
 		r = sf__err(e, -ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -1785,6 +1854,14 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 	/* Only when set, so that the digests of jobs without it stay what they were. */
 	if (cfg->eot_id != SF_EOT_ID_UNSET)
 		digest_u64(&st, cfg->eot_id);
+	if (cfg->tok_file) {
+		digest_file(&st, cfg->tok_file);
+		digest_u64(&st, cfg->tok_format);
+		digest_str(&st, cfg->tok_pattern);
+		digest_str(&st, cfg->bos);
+		digest_str(&st, cfg->eos);
+		digest_u64(&st, cfg->tok_specials);
+	}
 	digest_u64(&st, cfg->seq_len);
 	digest_u64(&st, cfg->dtype);
 	digest_u64(&st, cfg->mode);

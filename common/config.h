@@ -105,10 +105,16 @@ struct sf_config {
 	uint32_t n_sources;
 
 	/* tokenizer */
-	char *encoding;	 /* "bytes", "char", "r50k_base", "cl100k_base", "o200k_base" */
-	char *vocab;	 /* vocabulary file, or NULL to look in vocab_dir */
-	char *vocab_dir; /* directory with ENCODING.tiktoken (default $SHMFEED_VOCAB_DIR) */
-	uint64_t eot_id; /* end-of-text id of pre-tokenized sources, or SF_EOT_ID_UNSET */
+	char *encoding;	       /* "bytes", "char", "r50k_base", "cl100k_base", "o200k_base" */
+	char *vocab;	       /* vocabulary file, or NULL to look in vocab_dir */
+	char *vocab_dir;       /* directory with ENCODING.tiktoken (default $SHMFEED_VOCAB_DIR) */
+	uint64_t eot_id;       /* end-of-text id of pre-tokenized sources, or SF_EOT_ID_UNSET */
+	char *tok_file;	       /* a tokenizer file (instead of `encoding`), or NULL */
+	uint32_t tok_format;   /* its format: SF_TOK_FORMAT_* of the tokenizer (0: detected) */
+	char *tok_pattern;     /* a pre-tokenization regex replacing the family's, or NULL */
+	char *bos;	       /* before each document: "auto" (the family's), "none" or a token */
+	char *eos;	       /* after each document: "auto" or a special token */
+	uint32_t tok_specials; /* 1: special-token text in documents becomes their ids */
 
 	/* batch geometry */
 	uint32_t batch_size; /* B, per rank (default 8) */

@@ -372,6 +372,47 @@ static int tokenizer_digest(const char *encoding, const char *vocab, uint64_t *r
 }
 
 /*
+ * A tokenizer file (tokenizer.file): the family's tokens around each document unless the
+ * job names others. The chunk index cache is keyed by the file's bytes, its format and
+ * pattern, and those tokens, which all change the counts.
+ */
+static int load_tokenizer_file(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+{
+	struct sf_tok_file_opts opts = {cfg->tok_file, (int)cfg->tok_format, cfg->tok_pattern};
+	XXH3_state_t st;
+	uint64_t words[3];
+	int32_t bos, eos;
+	int r;
+
+	r = sf__tok_load_file(&opts, &ds->tok, e);
+	/* A config built in code (not loaded) may leave the policies unset: "auto". */
+	if (r >= 0)
+		r = sf__tok_marker(ds->tok, cfg->bos ? cfg->bos : "auto", 1, &bos, e);
+	if (r >= 0)
+		r = sf__tok_marker(ds->tok, cfg->eos ? cfg->eos : "auto", 0, &eos, e);
+	if (r < 0)
+		return r;
+	ds->bos = bos >= 0 ? (uint32_t)bos : UINT32_MAX;
+	ds->eot = eos >= 0 ? (uint32_t)eos : UINT32_MAX;
+	ds->allowed = cfg->tok_specials ? SF_TOK_ALLOW_ALL : SF_TOK_ALLOW_NONE;
+	words[0] = cfg->tok_format | (uint64_t)cfg->tok_specials << 32;
+	words[1] = ds->bos;
+	words[2] = ds->eot;
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, "file", 5);
+	XXH3_64bits_update(&st, words, sizeof(words));
+	if (cfg->tok_pattern)
+		XXH3_64bits_update(&st, cfg->tok_pattern, strlen(cfg->tok_pattern) + 1);
+	r = hash_file(&st, cfg->tok_file, e);
+	if (r < 0)
+		return r;
+	ds->tok_digest = XXH3_64bits_digest(&st);
+	if (ds->n_token_files)
+		ds->id_limit = sf__tok_n_vocab(ds->tok);
+	return 0;
+}
+
+/*
  * The tokenizer is needed to encode raw text and, for flat token files, to know which
  * id ends a document (for document starts and for the dtype choice).
  */
@@ -380,6 +421,8 @@ static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, st
 	char *vocab = NULL;
 	int r;
 
+	if (cfg->tok_file)
+		return load_tokenizer_file(ds, cfg, e);
 	if (!cfg->encoding) {
 		if (ds->n_text_files)
 			return sf__err(e, SF_E_CONFIG, "raw text sources need an encoding");
@@ -470,7 +513,7 @@ static int choose_dtype(struct sf_dataset *ds, const struct sf_config *cfg, stru
 				cfg->path ? cfg->path : "config", wide->path);
 		if (ds->n_text_files && ds->tok && sf__tok_n_vocab(ds->tok) > 65536)
 			return sf__err(e, SF_E_CONFIG, "dtype uint16 cannot hold the %u ids of %s",
-				       sf__tok_n_vocab(ds->tok), cfg->encoding);
+				       sf__tok_n_vocab(ds->tok), sf__tok_name(ds->tok));
 		ds->token_bytes = 2;
 	} else if (cfg->dtype == SF_DTYPE_I32) {
 		ds->token_bytes = 4;
@@ -502,6 +545,7 @@ static void copy_config(struct sf_dataset *ds, const struct sf_config *cfg)
 	ds->sources = cfg->sources;
 	ds->n_sources = cfg->n_sources;
 	ds->eot = UINT32_MAX;
+	ds->bos = UINT32_MAX;
 }
 
 /* What `run` does at start-up before it tokenizes anything: the sources opened, the

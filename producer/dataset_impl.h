@@ -143,6 +143,9 @@ struct sf_dataset {
 
 	/* The token stream and the sample space. */
 	uint32_t eot; /* <|endoftext|> id, or UINT32_MAX when unknown */
+	uint32_t bos; /* id put before each raw text document, or UINT32_MAX for none */
+	/* Special tokens recognized in raw text (tokenizer.specials): none, or all. */
+	uint64_t allowed;
 	/* Pre-tokenized ids must be below this: the vocabulary size of the job's encoding
 	 * (0: not checked, for `bytes` or no encoding; see load_tokenizer()). */
 	uint32_t id_limit;

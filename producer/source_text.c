@@ -656,10 +656,10 @@ static int count_item(void *arg, void *state, uint64_t i, struct sf_err *e)
 		const uint32_t *ids;
 		size_t n;
 
-		r = sf__tok_encode(s->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
+		r = sf__tok_encode(s->enc, doc, len, j->ds->allowed, &ids, &n, e);
 		if (r < 0)
 			return r;
-		res->n_tokens += n + 1;
+		res->n_tokens += n + 1 + (j->ds->bos != UINT32_MAX);
 		res->n_docs++;
 	}
 	res->skipped = w.skipped;
@@ -677,7 +677,7 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 
 	if (ds->eot == UINT32_MAX)
 		return sf__err(e, SF_E_TOKENIZER, "%s has no <|endoftext|> to separate documents",
-			       cfg->encoding);
+			       sf__tok_name(ds->tok));
 	items = calloc(ds->n_chunks + 1, sizeof(*items));
 	keys = calloc(ds->n_text_files + 1, sizeof(*keys));
 	loaded = calloc(ds->n_text_files + 1, sizeof(*loaded));
@@ -989,27 +989,34 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	while (d->n < limit && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1) {
 		const uint32_t *ids;
 		size_t n, take;
+		/* A document is [bos] ids eot; `nb` is 1 with a bos, else 0. */
+		const size_t nb = c->ds->bos != UINT32_MAX;
 		/* Straight into the destination when the ids fit there, whatever the limit:
 		 * only the first `take` count. */
-		int direct = d->cap - d->n >= len + 1;
+		const size_t bound = sf__tok_ids_bound(c->ds->tok, len);
+		int direct = bound != SIZE_MAX && d->cap - d->n >= bound + nb;
 
 		if (direct)
-			r = sf__tok_encode_to(c->enc, doc, len, SF_TOK_ALLOW_NONE, d->tokens + d->n,
-					      (size_t)(d->cap - d->n), &n, e);
+			r = sf__tok_encode_to(c->enc, doc, len, c->ds->allowed,
+					      d->tokens + d->n + nb, (size_t)(d->cap - d->n - nb),
+					      &n, e);
 		else
-			r = sf__tok_encode(c->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
+			r = sf__tok_encode(c->enc, doc, len, c->ds->allowed, &ids, &n, e);
 		if (r < 0)
 			return r;
 		/* The supervisor reads progress from the heartbeat this renews. */
 		sf__producer_progress(len);
-		c->encoded += n + 1;
-		take = n + 1 <= limit - d->n ? n : (size_t)(limit - d->n);
+		c->encoded += nb + n + 1;
+		/* The loop runs while d->n < limit, so take >= 1 >= nb. */
+		take = nb + n + 1 <= limit - d->n ? nb + n : (size_t)(limit - d->n);
 		if (d->n_docs < d->docs_cap)
 			d->doc_starts[d->n_docs++] = d->n;
 		if (doc_lens)
-			doc_lens[d->n_docs - 1] = (uint32_t)(n + 1);
+			doc_lens[d->n_docs - 1] = (uint32_t)(nb + n + 1);
+		if (nb)
+			d->tokens[d->n] = c->ds->bos;
 		if (!direct)
-			memcpy(d->tokens + d->n, ids, take * sizeof(*ids));
+			memcpy(d->tokens + d->n + nb, ids, (take - nb) * sizeof(*ids));
 		d->n += take;
 		if (d->n < limit)
 			d->tokens[d->n++] = c->ds->eot;
@@ -1088,6 +1095,7 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 		       struct sf_err *e)
 {
 	const uint64_t L = c->ds->seq_len + 1;
+	const size_t nb = c->ds->bos != UINT32_MAX; /* a document is [bos] ids eot */
 	struct sf_doc_walk w;
 	const char *doc;
 	size_t len;
@@ -1099,15 +1107,17 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 		const uint32_t *ids;
 		size_t n;
 
-		r = sf__tok_encode(c->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
+		r = sf__tok_encode(c->enc, doc, len, c->ds->allowed, &ids, &n, e);
 		if (r < 0)
 			return r;
 		/* The supervisor reads progress from the heartbeat this renews. */
 		sf__producer_progress(len);
-		c->encoded += n + 1;
-		if (n + 1 > h->cap - h->n || h->n_docs == h->docs_cap)
+		c->encoded += nb + n + 1;
+		if (nb + n + 1 > h->cap - h->n || h->n_docs == h->docs_cap)
 			return HEAD_TOO_BIG;
 		h->doc_starts[h->n_docs++] = h->n;
+		if (nb)
+			h->tokens[h->n++] = c->ds->bos;
 		memcpy(h->tokens + h->n, ids, n * sizeof(*ids));
 		h->n += n;
 		h->tokens[h->n++] = c->ds->eot;

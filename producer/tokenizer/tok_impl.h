@@ -21,12 +21,16 @@
 #define SF_TOK_BPE   1
 #define SF_TOK_BYTES 2
 #define SF_TOK_CHAR  3
+#define SF_TOK_SP    4 /* SentencePiece, through the library (sp_shim.cc) */
 
 /* The pre-tokenizers. */
-#define SF_PRETOK_R50K	 1
-#define SF_PRETOK_CL100K 2
-#define SF_PRETOK_O200K	 3
-#define SF_PRETOK_PCRE	 4
+#define SF_PRETOK_R50K	  1
+#define SF_PRETOK_CL100K  2
+#define SF_PRETOK_O200K	  3
+#define SF_PRETOK_PCRE	  4
+#define SF_PRETOK_QWEN	  5 /* pretok_family.c */
+#define SF_PRETOK_TEKKEN  6 /* pretok_family.c */
+#define SF_PRETOK_QWEN3_5 7 /* pretok_family.c */
 
 /* The rank of a byte string that is not in the vocabulary. */
 #define SF_RANK_NONE UINT32_MAX
@@ -85,13 +89,17 @@ struct sf_tok {
 	int kind;   /* SF_TOK_* */
 	int pretok; /* SF_PRETOK_*, for SF_TOK_BPE */
 	char name[64];
+	char family[16]; /* sf__tok_family() */
 	uint32_t n_vocab;
 	int32_t eot; /* id of <|endoftext|>, or -1 */
 	struct sf_tok_ranks ranks;
+	int32_t bos;	/* id put before each document by the family's convention, or -1 */
 	pcre2_code *re; /* for SF_PRETOK_PCRE */
-	struct sf_tok_special_entry specials[SF_TOK_MAX_SPECIALS];
+	struct sf_tok_special_entry *specials; /* n_specials of them, malloc'ed */
 	uint32_t n_specials;
-	uint32_t *chars; /* SF_TOK_CHAR: the code points, sorted; id = index */
+	uint32_t cap_specials;
+	struct sf_sp *sp; /* SF_TOK_SP: the SentencePiece processor */
+	uint32_t *chars;  /* SF_TOK_CHAR: the code points, sorted; id = index */
 	uint32_t n_chars;
 };
 
@@ -132,6 +140,7 @@ struct sf_tok_encoder {
 	uint64_t *heap;
 	size_t bpe_cap;
 	pcre2_match_data *md;
+	size_t *special_next; /* sf__tok_encode(): per special token, its next occurrence */
 };
 
 static inline uint64_t sf__tok_load64(const uint8_t *s)
@@ -241,6 +250,15 @@ static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct 
 
 /* vocab.c */
 int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *e);
+/*
+ * sf__tok_ranks_parse - sf__tok_ranks_load() from `len` bytes of .tiktoken text in memory,
+ * which it overwrites (base64 decodes in place); `name` stands for the file in messages.
+ * Each rank is read plus `rank_offset` (tekken's ids follow its special tokens).
+ */
+int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *name, uint8_t *text, size_t len,
+			uint32_t rank_offset, struct sf_err *e);
+/* sf__tok_read_file - read a whole regular file of at most SF_TOK_VOCAB_MAX_BYTES. */
+int sf__tok_read_file(const char *path, uint8_t **ret_buf, size_t *ret_len, struct sf_err *e);
 
 /*
  * The largest vocabulary file read: o200k_base is 3.6 MB; a file 70 times that is not a
@@ -257,12 +275,23 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 int sf__tok_open_regular(const char *path, uint64_t max_bytes, FILE **ret_f, struct sf_err *e);
 void sf__tok_ranks_free(struct sf_tok_ranks *r);
 
+/* tok.c */
+struct sf_tok *sf__tok_new(const char *name, int kind);
+int sf__tok_add_special(struct sf_tok *tok, const char *text, uint32_t id, struct sf_err *e);
+/* Check the specials against the ranks and choose the pre-tokenizer for `pattern`. */
+int sf__tok_finish_bpe(struct sf_tok *tok, const char *pattern, struct sf_err *e);
+
 /* pretok.c: the end of the piece that starts at s[p], p < n, for a built-in preset. */
 size_t sf__pretok_next(int pretok, const uint8_t *s, size_t n, size_t p);
 /* The preset whose pattern is exactly `pattern`, or 0. */
 int sf__pretok_preset(const char *pattern);
 /* The pattern of a preset. */
 const char *sf__pretok_pattern(int pretok);
+
+/* pretok_family.c: as sf__pretok_next() for SF_PRETOK_QWEN, _TEKKEN and _QWEN3_5. */
+size_t sf__pretok_family_next(int pretok, const uint8_t *s, size_t n, size_t p);
+/* The family preset whose pattern is exactly `pattern`, or 0. */
+int sf__pretok_family_preset(const char *pattern);
 
 /* pcre_fallback.c */
 int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e);

@@ -92,7 +92,7 @@ int sf__tok_open_regular(const char *path, uint64_t max_bytes, FILE **ret_f, str
 	return 0;
 }
 
-static int read_file(const char *path, uint8_t **ret_buf, size_t *ret_len, struct sf_err *e)
+int sf__tok_read_file(const char *path, uint8_t **ret_buf, size_t *ret_len, struct sf_err *e)
 {
 	uint8_t *buf = NULL;
 	size_t len = 0, cap = 0, got;
@@ -171,18 +171,30 @@ static uint32_t insert(struct sf_tok_ranks *r, uint32_t rank)
 
 int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *e)
 {
+	uint8_t *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	rc = sf__tok_read_file(path, &text, &len, e);
+	if (rc < 0)
+		return rc;
+	rc = sf__tok_ranks_parse(r, path, text, len, 0, e);
+	free(text);
+	return rc;
+}
+
+int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text, size_t len,
+			uint32_t rank_offset, struct sf_err *e)
+{
 	struct line {
 		uint32_t b64_off, b64_len, rank;
 	} *lines = NULL;
-	uint8_t *text = NULL;
-	size_t len = 0, pos, n_lines = 0, cap_lines = 0, lineno = 0, i;
+	size_t pos, n_lines = 0, cap_lines = 0, lineno = 0, i;
 	uint32_t max_rank = 0, total = 0;
 	int rc;
 
 	memset(r, 0, sizeof(*r));
-	rc = read_file(path, &text, &len, e);
-	if (rc < 0)
-		return rc;
 
 	/* First pass: split lines and parse ranks, to size the arrays. */
 	for (pos = 0; pos < len;) {
@@ -207,7 +219,7 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 		text[end] = '\0';
 		errno = 0;
 		rank = strtoul((char *)text + sp + 1, &stop, 10);
-		if (errno || (*stop && *stop != '\r') || rank >= UINT32_MAX - 1) {
+		if (errno || (*stop && *stop != '\r') || rank >= UINT32_MAX - 1 - rank_offset) {
 			rc = sf__err(e, SF_E_TOKENIZER, "%s:%zu: bad rank", path, lineno);
 			goto fail;
 		}
@@ -224,10 +236,10 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 		}
 		lines[n_lines].b64_off = (uint32_t)pos;
 		lines[n_lines].b64_len = (uint32_t)(sp - pos);
-		lines[n_lines].rank = (uint32_t)rank;
+		lines[n_lines].rank = (uint32_t)rank + rank_offset;
 		n_lines++;
-		if (rank > max_rank)
-			max_rank = (uint32_t)rank;
+		if (rank + rank_offset > max_rank)
+			max_rank = (uint32_t)rank + rank_offset;
 		total += (uint32_t)(sp - pos);
 		pos = end + 1;
 	}
@@ -298,7 +310,6 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 	rc = 0;
 fail:
 	free(lines);
-	free(text);
 	if (rc < 0)
 		sf__tok_ranks_free(r);
 	return rc;

@@ -628,4 +628,44 @@ Test(config, a_written_mixture_loads_back_with_the_same_digest)
 	cr_expect_eq(sf__config_digest(&again), sf__config_digest(&cfg));
 	sf__config_free(&again);
 	free(text);
+
+Test(config, a_tokenizer_file_replaces_the_encoding)
+{
+	cr_assert_eq(
+		load("sources: [a.txt]\ntokenizer: {file: /m/tokenizer.model, format: tiktoken,"
+		     " pattern: '\\p{L}+', bos: none, eos: '<|end_of_text|>', specials: true}\n"),
+		0, "%s", err.msg);
+	cr_expect_null(cfg.encoding);
+	cr_expect_str_eq(cfg.tok_file, "/m/tokenizer.model");
+	cr_expect_eq(cfg.tok_format, 1);
+	cr_expect_str_eq(cfg.tok_pattern, "\\p{L}+");
+	cr_expect_str_eq(cfg.bos, "none");
+	cr_expect_str_eq(cfg.eos, "<|end_of_text|>");
+	cr_expect_eq(cfg.tok_specials, 1);
+	sf__config_free(&cfg);
+	cr_assert_eq(load("sources: [a.txt]\n"), 0, "%s", err.msg);
+	cr_expect_null(cfg.tok_file);
+	cr_expect_str_eq(cfg.bos, "auto");
+	cr_expect_str_eq(cfg.eos, "auto");
+	/* The resolved config says `encoding: null` beside the file, and reads back. */
+	sf__config_free(&cfg);
+	cr_assert_eq(load("sources: [a.txt]\ntokenizer: {encoding: null, file: /m/t.model}\n"), 0,
+		     "%s", err.msg);
+}
+
+Test(config, tokenizer_file_options_are_checked)
+{
+	rejects("sources: [a.txt]\ntokenizer: {encoding: gpt2, file: t.model}\n",
+		"job.yaml:2:", "name the tokenizer twice");
+	rejects("sources: [a.txt]\ntokenizer: {vocab: v.tiktoken, file: t.model}\n",
+		"job.yaml:2:", "belong to 'encoding'");
+	rejects("sources: [a.txt]\ntokenizer: {bos: '<s>'}\n",
+		"job.yaml:2:", "'bos' applies to a tokenizer 'file' only");
+	rejects("sources: [a.txt]\ntokenizer: {pattern: x}\n", "job.yaml:2:", "'pattern' applies");
+	rejects("sources: [a.txt]\ntokenizer: {specials: true}\n",
+		"job.yaml:2:", "'specials' applies");
+	rejects("sources: [a.txt]\ntokenizer: {encoding: null}\n",
+		"job.yaml:2:", "no tokenizer 'file'");
+	rejects("sources: [a.txt]\ntokenizer: {file: t.model, format: spm}\n",
+		"job.yaml:2:", "format");
 }
