@@ -628,6 +628,7 @@ Test(config, a_written_mixture_loads_back_with_the_same_digest)
 	cr_expect_eq(sf__config_digest(&again), sf__config_digest(&cfg));
 	sf__config_free(&again);
 	free(text);
+}
 
 Test(config, a_tokenizer_file_replaces_the_encoding)
 {
