@@ -21,7 +21,9 @@
 #include "common/arena.h"
 #include "producer/dataset_impl.h"
 #include "producer/producer.h"
-#include "producer/source_text.h"
+#include "producer/text_cache.h"
+#include "producer/text_index.h"
+#include "producer/token_copy.h"
 #include "tests/unit/producer/source_fixture.h"
 
 static void setup(void)
@@ -159,7 +161,7 @@ Test(hardening, text_file_replaced_stops_before_its_chunk_is_tokenized)
 
 /* ---- the token-count index ---- */
 
-#define INDEX_HEADER_BYTES 576 /* struct index_header of producer/index_cache.c */
+#define INDEX_HEADER_BYTES 576 /* struct index_header of producer/index_file.c */
 #define INDEX_ENTRY_BYTES  24
 
 /* A text file of `n_docs` documents of words separated by blank lines. */

@@ -25,7 +25,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#include "producer/source_text.h"
+#include "producer/index_file.h"
 
 #define INDEX_MAGIC   "SFCHIDX1"
 #define INDEX_VERSION 1u
