@@ -24,6 +24,7 @@
 #include "producer/chunk_share.h"
 #include "producer/dataset_impl.h"
 #include "producer/sampler.h"
+#include "producer/source/file_cache.h"
 #include "producer/source/paths.h"
 #include "producer/text_cache.h"
 #include "producer/text_index.h"
@@ -399,8 +400,23 @@ const char *sf__dataset_first_skip(const struct sf_dataset *ds)
 	return ds->first_skip;
 }
 
+struct check_text {
+	const struct sf_dataset *ds;
+	struct sf_err *e;
+};
+
+static int check_text_file(void *arg, uint32_t i)
+{
+	struct check_text *t = arg;
+	const struct sf_text_file *f = &t->ds->text_files[i];
+
+	return sf__file_id_check(f->path, &f->id, t->e);
+}
+
 int sf__dataset_check_files(const struct sf_dataset *ds, struct sf_err *e)
 {
+	struct check_text t = {.ds = ds, .e = e};
+
 	for (uint32_t i = 0; i < ds->n_token_files; i++) {
 		const struct sf_token_file *f = &ds->token_files[i];
 		int r = sf__file_id_check(f->path, &f->id, e);
@@ -410,13 +426,10 @@ int sf__dataset_check_files(const struct sf_dataset *ds, struct sf_err *e)
 		if (r < 0)
 			return r;
 	}
-	for (uint32_t i = 0; i < ds->n_text_files; i++) {
-		int r = sf__file_id_check(ds->text_files[i].path, &ds->text_files[i].id, e);
-
-		if (r < 0)
-			return r;
-	}
-	return 0;
+	/* Raw text: the files this process has mapped. Each other one is checked when it is
+	 * mapped, and before each of its chunks is tokenized, so a corpus of a million files
+	 * costs no million stat() calls every few seconds. */
+	return sf__file_cache_each(ds->text_maps, check_text_file, &t);
 }
 
 /* Whether `addr` lies in the `len` bytes mapped at `base`; its offset in *ret_off. */
@@ -443,11 +456,11 @@ int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_e
 		else if (in_map(f->idx_map, f->idx_map_len, addr, &off))
 			path = f->idx_path;
 	}
-	for (uint32_t i = 0; i < ds->n_text_files && !path; i++) {
-		const struct sf_text_file *f = &ds->text_files[i];
+	if (!path) {
+		uint32_t i;
 
-		if (in_map(f->data, f->map_cap, addr, &off))
-			path = f->path;
+		if (sf__file_cache_find(ds->text_maps, addr, &i, &off))
+			path = ds->text_files[i].path;
 	}
 	if (!path)
 		return sf__err(e, -EFAULT, "SIGBUS at address %p, outside every source", addr);

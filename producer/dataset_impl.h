@@ -39,6 +39,7 @@ struct sf_chunk {
 
 struct sf_tok;
 struct sf_chunk_share;
+struct sf_file_cache;
 
 struct sf_dataset {
 	/* What the stream depends on, copied from the config. */
@@ -67,6 +68,15 @@ struct sf_dataset {
 	/* Raw text sources and their chunk index. */
 	struct sf_text_file *text_files;
 	uint32_t n_text_files;
+	uint32_t text_files_cap;
+	/* The text files this process has mapped, at most as many as its limits allow: the
+	 * pointer is set at open and never changes; the table it points to is per process
+	 * (each producer fills its own copy after the fork). */
+	struct sf_file_cache *text_maps;
+	/* The cached index of each directory of text files (sf_text_file.index), removed
+	 * when a chunk is found not to hold what it says; NULL where none was written. */
+	char **index_paths;
+	uint32_t n_index_paths;
 	struct sf_chunk *chunks;
 	uint64_t n_chunks;
 	uint64_t chunks_cap;

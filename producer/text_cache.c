@@ -18,6 +18,7 @@
 #include "shmfeed/shmfeed.h"
 #include "producer/chunk_share.h"
 #include "producer/sampler.h"
+#include "producer/source/file_cache.h"
 #include "producer/text_cache.h"
 #include "producer/text_index.h"
 #include "producer/token_copy.h"
@@ -142,6 +143,30 @@ static int warm_encoder(struct sf_text_cache *c, struct sf_err *e)
 	return sf__tok_encode(c->enc, c->scratch, piece, SF_TOK_ALLOW_NONE, &ids, &n_ids, e);
 }
 
+/*
+ * Map the plain (uncompressed) text files ahead, as many as the process's file cache
+ * holds: a mapping reads nothing until a chunk is tokenized, and a job whose files all
+ * fit then maps nothing while it builds batches (steady state allocates nothing). With
+ * more files than that, a miss maps one file (and unmaps another) per chunk that needs
+ * it. A file that cannot be mapped now fails later, when a chunk of it is read.
+ */
+static void premap_files(const struct sf_dataset *ds)
+{
+	uint32_t cap, n = 0;
+	struct sf_err ignored;
+
+	sf__file_cache_open_count(ds->text_maps, &cap);
+	for (uint32_t i = 0; i < ds->n_text_files && n < cap; i++) {
+		const char *data;
+		size_t len;
+
+		if (ds->text_files[i].compressed || !ds->text_files[i].n_chunks)
+			continue;
+		sf__file_cache_get(ds->text_maps, i, &data, &len, &ignored);
+		n++;
+	}
+}
+
 int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **ret_c,
 			  struct sf_err *e)
 {
@@ -172,6 +197,8 @@ int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **re
 	r = sf__tok_encoder_create(ds->tok, &c->enc, e);
 	if (r >= 0)
 		r = warm_encoder(c, e);
+	if (r >= 0)
+		premap_files(ds);
 	if (r < 0) {
 		sf__text_cache_free(c);
 		return r;
@@ -201,6 +228,18 @@ uint64_t sf__text_cache_encoded(const struct sf_text_cache *c)
 }
 
 /*
+ * The walk over `chunk` failed with `why`: bad records were counted when the index was
+ * built and are passed over silently here, so what fails is the chunk not holding what
+ * its index says (its cached index is then removed), or its file.
+ */
+static int walk_failed(const struct sf_text_cache *c, const struct sf_doc_walk *w, uint64_t chunk,
+		       const struct sf_err *why, struct sf_err *e)
+{
+	*e = *why;
+	return w->index_lie ? sf__text_index_lied(c->ds, chunk, e) : e->code;
+}
+
+/*
  * Tokenize the documents of `chunk` into `d`, appending up to `limit` tokens in total,
  * after passing over its first `skip` documents (already in `d`, copied from its head).
  */
@@ -213,13 +252,15 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	int r = 0;
 	struct sf_err ignored;
 
-	sf__text_walk_init(&w, c->ds, chunk, c->scratch);
+	r = sf__text_walk_init(&w, c->ds, chunk, c->scratch, &ignored);
+	if (r < 0)
+		return walk_failed(c, &w, chunk, &ignored, e);
 	/* Bad records were counted when the index was built; here they are passed over
 	 * silently, the same ones every time. */
 	while (skip && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1)
 		skip--;
 	if (r < 0)
-		return r;
+		return walk_failed(c, &w, chunk, &ignored, e);
 	while (d->n < limit && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1) {
 		const uint32_t *ids;
 		size_t n, take;
@@ -248,7 +289,7 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		if (d->n < limit)
 			d->tokens[d->n++] = c->ds->eot;
 	}
-	return r < 0 ? r : 0;
+	return r < 0 ? walk_failed(c, &w, chunk, &ignored, e) : 0;
 }
 
 /*
@@ -259,21 +300,12 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 static int count_mismatch(const struct sf_dataset *ds, uint64_t chunk, uint64_t n, struct sf_err *e)
 {
 	const struct sf_chunk *ch = &ds->chunks[chunk];
-	const struct sf_text_file *f = &ds->text_files[ch->file];
 
-	if (f->index_path) {
-		unlink(f->index_path);
-		return sf__err(e, SF_E_SOURCE,
-			       "%s: byte %llu: the chunk holds %llu tokens but its cached index %s "
-			       "says %llu; the index is removed and the next run rebuilds it",
-			       f->path, (unsigned long long)ch->off, (unsigned long long)n,
-			       f->index_path, (unsigned long long)ch->n_tokens);
-	}
-	return sf__err(e, SF_E_SOURCE,
-		       "%s: byte %llu: the chunk holds %llu tokens but its index says %llu "
-		       "(did the file change?)",
-		       ds->text_files[ch->file].path, (unsigned long long)ch->off,
-		       (unsigned long long)n, (unsigned long long)ch->n_tokens);
+	sf__err(e, SF_E_SOURCE,
+		"%s: byte %llu: the chunk holds %llu tokens but its index says %llu",
+		ds->text_files[ch->file].path, (unsigned long long)ch->off, (unsigned long long)n,
+		(unsigned long long)ch->n_tokens);
+	return sf__text_index_lied(ds, chunk, e);
 }
 
 /*
@@ -328,7 +360,9 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 	int r = 0;
 	struct sf_err ignored;
 
-	sf__text_walk_init(&w, c->ds, chunk, c->scratch);
+	r = sf__text_walk_init(&w, c->ds, chunk, c->scratch, &ignored);
+	if (r < 0)
+		return walk_failed(c, &w, chunk, &ignored, e);
 	while (h->n < L && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1) {
 		const uint32_t *ids;
 		size_t n;
@@ -346,7 +380,7 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 		h->n += n;
 		h->tokens[h->n++] = c->ds->eot;
 	}
-	return r < 0 ? r : 0;
+	return r < 0 ? walk_failed(c, &w, chunk, &ignored, e) : 0;
 }
 
 /* The shared entry this producer filled was taken over meanwhile (its liveness was

@@ -10,7 +10,11 @@
 
 #include "producer/dataset_impl.h"
 
-/* sf__text_add_file - read (and decompress) a text file and cut it into chunks. */
+/*
+ * sf__text_add_file - add a text file to the dataset: opened and its identity recorded,
+ * none of its bytes read (sf__text_build_index() cuts it when no cached index holds it).
+ * An unreadable file fails, or is skipped and counted when its source says so.
+ */
 int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
 		      struct sf_err *e);
 
@@ -21,9 +25,25 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 /* sf__text_close - free the text files and chunks of `ds`. */
 void sf__text_close(struct sf_dataset *ds);
 
-/* sf__text_walk_init - a document walk over chunk `chunk` (producer/source/text_file.h). */
-void sf__text_walk_init(struct sf_doc_walk *w, const struct sf_dataset *ds, uint64_t chunk,
-			char *scratch);
+/*
+ * sf__text_walk_init - a document walk over chunk `chunk` (producer/source/text_file.h),
+ * its file mapped through the process's file cache: valid until the next walk is started
+ * in this process. Returns 0, or an error (the file cannot be mapped, changed, or does
+ * not hold the chunk; then w->index_lie tells the last).
+ */
+int sf__text_walk_init(struct sf_doc_walk *w, const struct sf_dataset *ds, uint64_t chunk,
+		       char *scratch, struct sf_err *e);
+
+/*
+ * sf__text_index_lied - chunk `chunk` does not hold what its index says (the error in
+ * `e`): remove the cached index it came from, so that the next run rebuilds it, and say
+ * so in `e`. Returns e->code.
+ */
+int sf__text_index_lied(const struct sf_dataset *ds, uint64_t chunk, struct sf_err *e);
+
+/* sf__text_add_chunk - append a chunk of `file` to ds->chunks. Returns 0 or -ENOMEM. */
+int sf__text_add_chunk(struct sf_dataset *ds, uint32_t file, uint64_t off, uint64_t len,
+		       uint64_t line);
 
 /* sf__text_find_chunk - the chunk holding global token offset `off`. */
 uint64_t sf__text_find_chunk(const struct sf_dataset *ds, uint64_t off);

@@ -1,5 +1,6 @@
 /*
- * Raw text files: read whole, plain files mapped, .zst and .gz files decompressed into
+ * Raw text files: read whole when a process needs them (through its file cache,
+ * producer/source/file_cache.h), plain files mapped, .zst and .gz files decompressed into
  * anonymous memory (their bytes must be addressable at any chunk offset, and a
  * compressed stream cannot be entered in the middle); and the document walk, which asks
  * the file's format (struct sf_text_format) where each document ends and what its text
@@ -176,23 +177,53 @@ static int decompress_gzip(const char *path, const unsigned char *in, size_t in_
 	return 0;
 }
 
-int sf__text_file_read(struct sf_text_file *f, struct sf_err *e)
+/* Open f->path read-only; it must be a regular file. */
+static int open_regular(const struct sf_text_file *f, struct stat *st, struct sf_err *e)
 {
-	struct stat st;
-	void *m = NULL;
 	/* O_NONBLOCK: open() of a FIFO must not wait for a writer before it is refused. */
-	int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), r = 0;
+	int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd < 0)
 		return sf__err(e, -errno, "%s: cannot open: %s", f->path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode)) {
 		close(fd);
 		return sf__err(e, SF_E_SOURCE, "%s: not a regular file", f->path);
 	}
+	return fd;
+}
+
+int sf__text_file_stat(struct sf_text_file *f, struct sf_err *e)
+{
+	struct stat st;
+	int fd = open_regular(f, &st, e);
+
+	if (fd < 0)
+		return fd;
+	close(fd);
 	sf__file_id_of(&st, &f->id);
-	f->ident[0] = (uint64_t)st.st_size;
-	f->ident[1] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
-	f->ident[2] = (uint64_t)st.st_ino;
+	f->compressed = has_suffix(f->path, ".zst") || has_suffix(f->path, ".gz");
+	return 0;
+}
+
+int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_t *ret_len,
+		      size_t *ret_cap, struct sf_err *e)
+{
+	struct sf_file_id id;
+	struct stat st;
+	void *m = NULL;
+	int fd = open_regular(f, &st, e), r;
+
+	if (fd < 0)
+		return fd;
+	/* The file must be the one opened (and indexed): never bytes of another. */
+	sf__file_id_of(&st, &id);
+	if (memcmp(&id, &f->id, sizeof(id))) {
+		close(fd);
+		return sf__file_id_check(f->path, &f->id, e) < 0
+			       ? SF_E_SOURCE
+			       : sf__err(e, SF_E_SOURCE, "%s: changed under the running job",
+					 f->path);
+	}
 	if (st.st_size) {
 		m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 		if (m == MAP_FAILED) {
@@ -202,7 +233,7 @@ int sf__text_file_read(struct sf_text_file *f, struct sf_err *e)
 		}
 	}
 	close(fd);
-	if (has_suffix(f->path, ".zst") || has_suffix(f->path, ".gz")) {
+	if (f->compressed) {
 		char *buf = NULL;
 		size_t len = 0, cap = 0;
 
@@ -213,23 +244,23 @@ int sf__text_file_read(struct sf_text_file *f, struct sf_err *e)
 			munmap(m, (size_t)st.st_size);
 		if (r < 0)
 			return r;
-		f->data = buf;
-		f->len = len;
-		f->map_cap = cap;
+		*ret_data = buf;
+		*ret_len = len;
+		*ret_cap = cap;
 		return 0;
 	}
-	f->data = m;
-	f->len = (size_t)st.st_size;
-	f->map_cap = (size_t)st.st_size;
+	/* Chunks are read front to back, and a producer reads a few at a time. */
+	if (m)
+		madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL);
+	*ret_data = m;
+	*ret_len = (size_t)st.st_size;
+	*ret_cap = (size_t)st.st_size;
 	return 0;
 }
 
 void sf__text_file_free(struct sf_text_file *f)
 {
-	if (f->data && f->map_cap)
-		munmap((void *)f->data, f->map_cap);
 	free(f->path);
-	free(f->index_path);
 	memset(f, 0, sizeof(*f));
 }
 
@@ -272,18 +303,41 @@ const struct sf_text_format *sf__text_format(uint32_t format)
 	return format == SF_FMT_JSONL ? &sf__format_jsonl : &sf__format_text;
 }
 
-void sf__doc_walk_init(struct sf_doc_walk *w, const struct sf_text_file *f,
-		       const struct sf_source_config *src, const char *p, const char *end,
-		       uint64_t line, char *scratch)
+/* The chunk does not hold what its index says. */
+static int lie(struct sf_doc_walk *w, struct sf_err *e, uint64_t at, const char *what)
+{
+	w->index_lie = 1;
+	return sf__err(e, SF_E_SOURCE, "%s: byte %llu: %s", w->file->path, (unsigned long long)at,
+		       what);
+}
+
+int sf__doc_walk_init(struct sf_doc_walk *w, const struct sf_text_file *f,
+		      const struct sf_source_config *src, const char *data, size_t data_len,
+		      uint64_t off, uint64_t len, uint64_t cut_bytes, uint64_t line, char *scratch,
+		      struct sf_err *e)
 {
 	memset(w, 0, sizeof(*w));
 	w->fmt = sf__text_format(f->format);
 	w->src = src;
 	w->file = f;
-	w->p = p;
-	w->end = end;
 	w->line = line;
 	w->scratch = scratch;
+	w->cut_bytes = cut_bytes;
+	if (data_len != f->len || off > data_len || len > data_len - off)
+		return lie(w, e, data_len, "the file does not hold the bytes its index describes");
+	w->p = w->start = data + off;
+	w->end = w->start + len;
+	w->file_end = data + data_len;
+	/* A chunk starts at the file's start or right after a separator (a newline for
+	 * JSONL); a file without a separator is one document, hence one chunk. */
+	if (off) {
+		const char *sep = f->format == SF_FMT_JSONL ? "\n" : src->separator;
+		uint32_t m = f->format == SF_FMT_JSONL ? 1 : f->sep_len;
+
+		if (!m || off < m || memcmp(w->start - m, sep, m))
+			return lie(w, e, off, "a chunk of its index starts inside a document");
+	}
+	return 0;
 }
 
 int sf__text_next_doc(struct sf_doc_walk *w, const char **ret_doc, size_t *ret_len,
@@ -295,6 +349,17 @@ int sf__text_next_doc(struct sf_doc_walk *w, const char **ret_doc, size_t *ret_l
 			w->fmt->doc_end(w->src->separator, w->file->sep_len, p, w->end, &next);
 		int r;
 
+		if ((uint64_t)(de - p) > w->file->max_doc)
+			return lie(w, e, (uint64_t)(p - (w->file_end - w->file->len)),
+				   "a document is longer than its index's longest");
+		/* No separator before the chunk's end: the chunk must end with the file. */
+		if (de == w->end && w->end != w->file_end)
+			return lie(w, e, (uint64_t)(w->end - (w->file_end - w->file->len)),
+				   "a chunk of its index ends inside a document");
+		if (w->cut_bytes && next < w->end && (uint64_t)(next - w->start) >= w->cut_bytes)
+			return lie(w, e, (uint64_t)(next - (w->file_end - w->file->len)),
+				   "a chunk of its index goes on past a document end where chunks "
+				   "are cut");
 		w->p = next;
 		r = w->fmt->decode(w, p, (size_t)(de - p), ret_doc, ret_len, e);
 		if (r)

@@ -15,28 +15,41 @@
 #include "common/errors.h"
 #include "producer/source/file.h"
 
-/* One raw text file, its uncompressed bytes in memory. */
+/*
+ * One raw text file: what the job knows of it without reading it. Its bytes are mapped
+ * only while a process reads from it (sf__text_file_map(), through a file cache).
+ */
 struct sf_text_file {
 	char *path;
-	const char *data;
-	size_t len;
-	/* Bytes mapped at data: a file mapping, or anonymous memory after decompression. */
-	size_t map_cap;
-	uint32_t format;   /* SF_FMT_TEXT or SF_FMT_JSONL */
-	uint32_t source;   /* index into sf_dataset.sources */
-	uint32_t sep_len;  /* bytes of the source's separator (0: one document per file) */
-	uint64_t ident[3]; /* identity for the index cache: size, mtime ns, inode */
-	struct sf_file_id id;
-	char *index_path; /* the cached index its chunk counts came from; NULL: built here */
+	struct sf_file_id id; /* at open; every mapping checks it again */
+	uint64_t len;	      /* uncompressed bytes */
+	uint64_t max_doc;     /* bytes of its longest document or JSON line */
+	uint64_t first_chunk; /* its chunks: [first_chunk, first_chunk + n_chunks) */
+	uint64_t n_chunks;
+	uint64_t skipped;    /* records skipped by policy */
+	uint32_t format;     /* SF_FMT_TEXT or SF_FMT_JSONL */
+	uint32_t source;     /* index into sf_dataset.sources */
+	uint32_t sep_len;    /* bytes of the source's separator (0: one document per file) */
+	uint32_t compressed; /* .zst or .gz */
+	uint32_t dropped;    /* unreadable, skipped by the source's policy: no chunks */
+	uint32_t index;	     /* its cached index: sf_dataset.index_paths[index] */
 };
 
 /*
- * sf__text_file_read - map (or decompress) f->path into f->data, f->len, and record its
- * identity. Returns 0, or an error naming the file.
+ * sf__text_file_stat - open f->path, check it is a regular file, record its identity and
+ * close it; reads none of its bytes. Returns 0, or an error naming the file.
  */
-int sf__text_file_read(struct sf_text_file *f, struct sf_err *e);
+int sf__text_file_stat(struct sf_text_file *f, struct sf_err *e);
 
-/* sf__text_file_free - unmap and free what `f` holds, and zero it. */
+/*
+ * sf__text_file_map - the uncompressed bytes of `f`: the file mapped, or decompressed
+ * into anonymous memory; munmap(*ret_data, *ret_cap) releases them. Fails with
+ * SF_E_SOURCE when the file is no longer the one sf__text_file_stat() recorded.
+ */
+int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_t *ret_len,
+		      size_t *ret_cap, struct sf_err *e);
+
+/* sf__text_file_free - free what `f` holds, and zero it. */
 void sf__text_file_free(struct sf_text_file *f);
 
 /* sf__find_sep - the first occurrence of the m-byte `sep` (m >= 1) in [p, end), or NULL. */
@@ -70,26 +83,41 @@ extern const struct sf_text_format sf__format_jsonl;
 const struct sf_text_format *sf__text_format(uint32_t format);
 
 /*
- * A document walk over bytes [p, end) of one file. sf__text_next_doc() returns 1 and the
- * document's bytes (valid until the next call), 0 at the end, or an error for a bad
- * record when the source's policy is stop; with skip, bad records are passed over and
- * counted in `skipped`, the first one's message kept in `why`.
+ * A document walk over one chunk [off, off + len) of a file. sf__text_next_doc() returns
+ * 1 and the document's bytes (valid until the next call), 0 at the end, or an error for
+ * a bad record when the source's policy is stop; with skip, bad records are passed over
+ * and counted in `skipped`, the first one's message kept in `why`.
+ *
+ * The chunk came from an index that may have been cached on disk, so the walk holds it to
+ * what the index promises, at no cost beyond the walk itself: the chunk starts and ends
+ * on document boundaries, no document ends at or past `cut_bytes` before the chunk's
+ * last (the rule chunks are cut by), and no document is longer than the file's
+ * max_doc (which sized the buffers). A chunk that breaks one of these fails with
+ * SF_E_SOURCE and sets `index_lie`.
  */
 struct sf_doc_walk {
 	const struct sf_text_format *fmt;
 	const struct sf_source_config *src;
 	const struct sf_text_file *file;
-	const char *p, *end;
+	const char *p, *start, *end;
+	const char *file_end;
+	uint64_t cut_bytes;
 	uint64_t line; /* JSONL only: the line of the next record, for messages */
-	char *scratch; /* the longest document's bytes, for unescaped JSON strings */
+	char *scratch; /* f->max_doc bytes (at least), for unescaped JSON strings */
 	uint64_t skipped;
 	struct sf_err why;
+	int index_lie;
 };
 
-/* sf__doc_walk_init - a walk over [p, end) of `f`, whose first byte is on line `line`. */
-void sf__doc_walk_init(struct sf_doc_walk *w, const struct sf_text_file *f,
-		       const struct sf_source_config *src, const char *p, const char *end,
-		       uint64_t line, char *scratch);
+/*
+ * sf__doc_walk_init - a walk over [off, off + len) of `f`, whose bytes are [data, data +
+ * data_len), the chunk's first byte on line `line`. Returns 0, or SF_E_SOURCE (and
+ * index_lie set) when the chunk does not lie on document boundaries of these bytes.
+ */
+int sf__doc_walk_init(struct sf_doc_walk *w, const struct sf_text_file *f,
+		      const struct sf_source_config *src, const char *data, size_t data_len,
+		      uint64_t off, uint64_t len, uint64_t cut_bytes, uint64_t line, char *scratch,
+		      struct sf_err *e);
 
 int sf__text_next_doc(struct sf_doc_walk *w, const char **ret_doc, size_t *ret_len,
 		      struct sf_err *e);
