@@ -298,6 +298,16 @@ static void copy_config(struct sf_dataset *ds, const struct sf_config *cfg)
 	ds->eot = UINT32_MAX;
 }
 
+/* The file cache's way to map file `i` of ds->token_maps. */
+static int map_token_file(void *arg, uint32_t i, const char **ret_data, size_t *ret_len,
+			  size_t *ret_cap, struct sf_err *e)
+{
+	const struct sf_dataset *ds = arg;
+
+	return sf__token_file_map(&ds->token_files[i / 2], (int)(i % 2), ret_data, ret_len, ret_cap,
+				  e);
+}
+
 /* What `run` does at start-up before it tokenizes anything: the sources opened, the
  * tokenizer loaded, the end-of-text id and the token width settled. */
 static int open_start(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
@@ -306,6 +316,9 @@ static int open_start(struct sf_dataset *ds, const struct sf_config *cfg, struct
 
 	copy_config(ds, cfg);
 	r = open_sources(ds, cfg, e);
+	if (r >= 0 && ds->n_token_files)
+		r = sf__file_cache_create(2 * ds->n_token_files, 0, map_token_file, ds,
+					  &ds->token_maps, e);
 	if (r >= 0)
 		r = load_tokenizer(ds, cfg, e);
 	if (r >= 0)
@@ -380,6 +393,7 @@ void sf__dataset_close(struct sf_dataset *ds)
 {
 	if (!ds)
 		return;
+	sf__file_cache_free(ds->token_maps);
 	for (uint32_t i = 0; i < ds->n_token_files; i++)
 		sf__token_file_close(&ds->token_files[i]);
 	free(ds->token_files);
@@ -413,34 +427,53 @@ static int check_text_file(void *arg, uint32_t i)
 	return sf__file_id_check(f->path, &f->id, t->e);
 }
 
+static int check_token_file(void *arg, uint32_t i)
+{
+	struct check_text *t = arg;
+	const struct sf_token_file *f = &t->ds->token_files[i / 2];
+
+	return i % 2 ? sf__file_id_check(f->idx_path, &f->idx_id, t->e)
+		     : sf__file_id_check(f->path, &f->id, t->e);
+}
+
+/* Files checked per call beside the mapped ones (sf__dataset_check_files()). */
+#define CHECK_ROUND 1024u
+
+/*
+ * The files this process has mapped are checked at each call, and CHECK_ROUND others in
+ * turn, so that every file is checked in a round of calls while a corpus of a million
+ * files costs no million stat() calls every few seconds; a file is also checked whenever
+ * it is mapped (its identity against the one recorded at open), and a text file before
+ * each of its chunks is tokenized.
+ */
 int sf__dataset_check_files(const struct sf_dataset *ds, struct sf_err *e)
 {
 	struct check_text t = {.ds = ds, .e = e};
+	int r = sf__file_cache_each(ds->token_maps, check_token_file, &t);
 
-	for (uint32_t i = 0; i < ds->n_token_files; i++) {
-		const struct sf_token_file *f = &ds->token_files[i];
-		int r = sf__file_id_check(f->path, &f->id, e);
+	if (!r)
+		r = sf__file_cache_each(ds->text_maps, check_text_file, &t);
+	if (!r && ds->token_maps) {
+		uint32_t n = 2 * ds->n_token_files < 2 * CHECK_ROUND ? 2 * ds->n_token_files
+								     : 2 * CHECK_ROUND;
+		uint32_t first = sf__file_cache_rotate(ds->token_maps, n);
 
-		if (r == 0 && f->idx_path)
-			r = sf__file_id_check(f->idx_path, &f->idx_id, e);
-		if (r < 0)
-			return r;
+		for (uint32_t k = 0; k < n && !r; k++) {
+			uint32_t i = (uint32_t)(((uint64_t)first + k) % (2 * ds->n_token_files));
+
+			if (i % 2 == 0 || ds->token_files[i / 2].idx_path)
+				r = check_token_file(&t, i);
+		}
 	}
-	/* Raw text: the files this process has mapped. Each other one is checked when it is
-	 * mapped, and before each of its chunks is tokenized, so a corpus of a million files
-	 * costs no million stat() calls every few seconds. */
-	return sf__file_cache_each(ds->text_maps, check_text_file, &t);
-}
+	if (!r && ds->text_maps) {
+		uint32_t n = ds->n_text_files < CHECK_ROUND ? ds->n_text_files : CHECK_ROUND;
+		uint32_t first = sf__file_cache_rotate(ds->text_maps, n);
 
-/* Whether `addr` lies in the `len` bytes mapped at `base`; its offset in *ret_off. */
-static int in_map(const void *base, size_t len, const void *addr, uint64_t *ret_off)
-{
-	uintptr_t b = (uintptr_t)base, a = (uintptr_t)addr;
-
-	if (!base || a < b || a - b >= len)
-		return 0;
-	*ret_off = a - b;
-	return 1;
+		for (uint32_t k = 0; k < n && !r; k++)
+			r = check_text_file(&t,
+					    (uint32_t)(((uint64_t)first + k) % ds->n_text_files));
+	}
+	return r;
 }
 
 int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_err *e)
@@ -448,14 +481,10 @@ int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_e
 	const char *path = NULL;
 	uint64_t off = 0;
 
-	for (uint32_t i = 0; i < ds->n_token_files && !path; i++) {
-		const struct sf_token_file *f = &ds->token_files[i];
+	uint32_t k;
 
-		if (in_map(f->map, f->map_len, addr, &off))
-			path = f->path;
-		else if (in_map(f->idx_map, f->idx_map_len, addr, &off))
-			path = f->idx_path;
-	}
+	if (sf__file_cache_find(ds->token_maps, addr, &k, &off))
+		path = k % 2 ? ds->token_files[k / 2].idx_path : ds->token_files[k / 2].path;
 	if (!path) {
 		uint32_t i;
 
@@ -590,16 +619,39 @@ static int id_out_of_range(struct sf_builder *b, uint64_t first, const unsigned 
 				continue;
 			off = sf__builder_sample_offset(b, first + i) + j;
 			f = &ds->token_files[sf__tokens_find_file(ds, off)];
-			return sf__err(e, SF_E_SOURCE,
-				       "%s: byte %llu: token %u is outside the vocabulary of %u "
-				       "ids (tokenizer %s)",
-				       f->path,
-				       (unsigned long long)(f->tokens -
-							    (const unsigned char *)f->map +
-							    (off - f->start) * f->width),
-				       v, ds->id_limit, sf__tok_name(ds->tok));
+			return sf__err(
+				e, SF_E_SOURCE,
+				"%s: byte %llu: token %u is outside the vocabulary of %u "
+				"ids (tokenizer %s)",
+				f->path,
+				(unsigned long long)(f->tokens_off + (off - f->start) * f->width),
+				v, ds->id_limit, sf__tok_name(ds->tok));
 		}
 	return sf__err(e, SF_E_SOURCE, "a token outside the vocabulary of %u ids", ds->id_limit);
+}
+
+/*
+ * Map the token files ahead, as many as the process's file cache holds (a mapping reads
+ * nothing until a row is copied): a job whose files all fit then maps nothing while it
+ * builds batches. A file that cannot be mapped now fails later, when a row reads it.
+ */
+static void premap_token_files(const struct sf_dataset *ds)
+{
+	uint32_t cap, used = 0;
+	struct sf_err ignored;
+
+	if (!ds->token_maps)
+		return;
+	sf__file_cache_open_count(ds->token_maps, &cap);
+	for (uint32_t i = 0; i < ds->n_token_files; i++) {
+		const int with_idx = ds->doc_starts && ds->token_files[i].idx_path;
+		struct sf_token_view v;
+
+		used += with_idx ? 2 : 1;
+		if (used > cap)
+			break;
+		sf__tokens_view(ds, i, with_idx, &v, &ignored);
+	}
 }
 
 int sf__builder_create(const struct sf_dataset *ds, struct sf_builder **ret_b, struct sf_err *e)
@@ -624,6 +676,7 @@ int sf__builder_create(const struct sf_dataset *ds, struct sf_builder **ret_b, s
 			return r;
 		}
 	}
+	premap_token_files(ds);
 	*ret_b = b;
 	return 0;
 }

@@ -61,9 +61,11 @@ struct sf_dataset {
 	struct sf_source_config *sources; /* borrowed from the config for text parsing */
 	uint32_t n_sources;
 
-	/* Pre-tokenized sources. */
+	/* Pre-tokenized sources, mapped through a per-process file cache as text files are
+	 * (below): file 2i is the .bin of token file i, 2i + 1 its Megatron .idx. */
 	struct sf_token_file *token_files;
 	uint32_t n_token_files;
+	struct sf_file_cache *token_maps;
 
 	/* Raw text sources and their chunk index. */
 	struct sf_text_file *text_files;

@@ -32,6 +32,7 @@ struct sf_file_cache {
 	uint32_t capacity;
 	uint32_t n_open;
 	uint64_t tick;
+	uint32_t cursor;    /* sf__file_cache_rotate() */
 	uint32_t *entry_of; /* per file: its entry, or NO_ENTRY */
 	struct cache_entry *entries;
 };
@@ -191,6 +192,14 @@ int sf__file_cache_each(const struct sf_file_cache *c, int (*fn)(void *arg, uint
 			return r;
 	}
 	return 0;
+}
+
+uint32_t sf__file_cache_rotate(struct sf_file_cache *c, uint32_t n)
+{
+	uint32_t first = c->cursor;
+
+	c->cursor = (uint32_t)(((uint64_t)c->cursor + n) % c->n_files);
+	return first;
 }
 
 uint32_t sf__file_cache_open_count(const struct sf_file_cache *c, uint32_t *ret_capacity)

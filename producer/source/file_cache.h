@@ -68,6 +68,13 @@ int sf__file_cache_find(const struct sf_file_cache *c, const void *addr, uint32_
  */
 int sf__file_cache_each(const struct sf_file_cache *c, int (*fn)(void *arg, uint32_t i), void *arg);
 
+/*
+ * sf__file_cache_rotate - the first of the next `n` files (mod the file count) in a
+ * round over all files that this process makes `n` at a time, for work spread over
+ * calls (checking every file's identity a few thousand files at a time).
+ */
+uint32_t sf__file_cache_rotate(struct sf_file_cache *c, uint32_t n);
+
 /* sf__file_cache_open_count - files mapped now; *ret_capacity the bound. */
 uint32_t sf__file_cache_open_count(const struct sf_file_cache *c, uint32_t *ret_capacity);
 

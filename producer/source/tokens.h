@@ -13,13 +13,20 @@
 #include "common/errors.h"
 #include "producer/source/file.h"
 
-/* One pre-tokenized token array: a nanoGPT file, an llm.c shard, or a Megatron pair. */
+/*
+ * One pre-tokenized token array: a nanoGPT file, an llm.c shard, or a Megatron pair. Its
+ * bytes are mapped to be read, through the process's file cache (sf__tokens_view()); the
+ * pointers below are valid only while sf__token_file_open() checks the file.
+ */
 struct sf_token_file {
 	char *path; /* the .bin file */
-	void *map;  /* read-only mapping of the whole file */
+	void *map;
 	struct sf_file_id id;
-	size_t map_len;
+	size_t map_len;		     /* bytes of the .bin */
 	const unsigned char *tokens; /* first token */
+	uint64_t tokens_off;	     /* byte offset of the first token in the .bin */
+	uint64_t seq_ptrs_off;	     /* Megatron: byte offsets in the .idx of the arrays */
+	uint64_t doc_idx_off;
 	uint64_t n_tokens;
 	uint64_t start;	 /* global offset of the first token */
 	uint32_t width;	 /* bytes per token: 2 or 4 */
@@ -42,13 +49,35 @@ struct sf_token_file {
 int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format,
 			struct sf_err *e);
 
-/* sf__token_file_close - unmap and free what sf__token_file_open() made. */
+/* sf__token_file_close - free what sf__token_file_open() made. */
 void sf__token_file_close(struct sf_token_file *f);
+
+/*
+ * sf__token_file_map - map the .bin (idx 0) or the .idx (idx 1) of `f` for a file cache.
+ * Fails with SF_E_SOURCE when the file is no longer the one opened.
+ */
+int sf__token_file_map(const struct sf_token_file *f, int idx, const char **ret_data,
+		       size_t *ret_len, size_t *ret_cap, struct sf_err *e);
+
+/* A token file's bytes as this process reads them. */
+struct sf_token_view {
+	const unsigned char *tokens;   /* first token */
+	const unsigned char *seq_ptrs; /* Megatron (when asked for): int64 per sequence */
+	const unsigned char *doc_idx;  /* int64 per document, n_docs + 1 */
+};
 
 /* sf__token_format_detect - the pre-tokenized format of `path` (by name and magic). */
 int sf__token_format_detect(const char *path, uint32_t *ret_format);
 
 struct sf_dataset;
+
+/*
+ * sf__tokens_view - the bytes of token file `i` of `ds` (and of its Megatron index with
+ * `with_idx`), mapped through ds->token_maps (file 2i: the .bin, 2i + 1: the .idx): valid
+ * until the second next call in this process. Returns 0, or the error of mapping them.
+ */
+int sf__tokens_view(const struct sf_dataset *ds, uint32_t i, int with_idx,
+		    struct sf_token_view *ret_v, struct sf_err *e);
 
 /* sf__tokens_find_file - the token file of `ds` holding global offset `off` (< n_tokens). */
 uint32_t sf__tokens_find_file(const struct sf_dataset *ds, uint64_t off);

@@ -13,7 +13,8 @@
  *   holds, nor more descriptors open than before;
  * - `tokenize` (sf__dataset_write_megatron(), one worker: in this process) keeps the same
  *   bound;
- * - the warm open reads the index (no file is cut again) and gives the same batches.
+ * - the warm open reads the index (no file is cut again) and gives the same batches;
+ * - 2,000 pre-tokenized (nanoGPT) files keep the same bound in `check`, open and batches.
  * With PIPELINE_STEPS, also the whole pipeline (2 producer processes) runs that many steps
  * and a run resumed half-way gives the same batches. The default suite runs 5,000 files;
  * the stress suite 1,000,000. The directory is removed at exit, also after a failure.
@@ -241,6 +242,44 @@ int main(int argc, char **argv)
 		printf("ok: 2 producers ran %llu steps; resumed at step %llu, the same batches\n",
 		       (unsigned long long)pipeline_steps, (unsigned long long)half);
 	}
+	/* Pre-tokenized files: the same bound, from `check` to the last batch (last: h_config()
+	 * shares one source between configurations). */
+	{
+		char tokens[4200], file[4300];
+		unsigned long n_tok = n_files < 2000 ? n_files : 2000;
+		uint16_t ids[300];
+		struct sf_config tcfg;
+
+		snprintf(tokens, sizeof(tokens), "%s/tokens", tmp);
+		H_CHECK(mkdir(tokens, 0700) == 0, "mkdir");
+		for (unsigned long i = 0; i < n_tok; i++) {
+			for (size_t k = 0; k < 300; k++)
+				ids[k] = (uint16_t)((i * 131 + k * 7) % 50000);
+			snprintf(file, sizeof(file), "%s/t%07lu.bin", tokens, i);
+			h_write_nanogpt(file, ids, 100 + i % 200);
+		}
+		h_config(&tcfg, tokens, 4, 64, 1);
+		tcfg.epochs = 1;
+		H_CHECK(sf__dataset_check(&tcfg, &width, &e) == 0, "check: %s", e.msg);
+		H_CHECK(maps_under(tokens) == 0 && open_fds() == fds0, "check left %u maps, %u fds",
+			maps_under(tokens), open_fds() - fds0);
+		H_CHECK(sf__dataset_open(&tcfg, &ds, &e) == 0, "token open: %s", e.msg);
+		H_CHECK(maps_under(tokens) == 0, "the open keeps %u token files mapped",
+			maps_under(tokens));
+		sf__dataset_stats(ds, &st);
+		free(cold);
+		cold = calloc(st.n_steps + 1, sizeof(*cold));
+		H_CHECK(cold, "calloc");
+		build_epoch(ds, tokens, cold, st.n_steps, &most_maps, &most_fds);
+		H_CHECK(most_maps > 0 && most_maps <= cap,
+			"%u token files mapped at once, the cache holds %u", most_maps, cap);
+		H_CHECK(most_fds == fds0, "%u descriptors more while building", most_fds - fds0);
+		sf__dataset_close(ds);
+		printf("ok: %lu token files: at most %u of %u mapped, no descriptor kept, over "
+		       "%llu batches\n",
+		       n_tok, most_maps, cap, (unsigned long long)st.n_steps);
+	}
+
 	free(cold);
 	free(warm);
 	return 0;
