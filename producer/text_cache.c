@@ -807,6 +807,11 @@ int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64
  */
 #define SHARE_MAX_BYTES (UINT64_C(1) << 30)
 
+static uint64_t page_round(uint64_t n)
+{
+	return (n + 4095) / 4096 * 4096;
+}
+
 int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 {
 	uint64_t B = ds->batch, per_batch, n, entry_bytes;
@@ -817,7 +822,10 @@ int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 	n = (uint64_t)(2 * ds->producers + 2) * per_batch;
 	if (n > ds->n_chunks)
 		n = ds->n_chunks;
-	entry_bytes = dest_tokens_cap(ds) * sizeof(uint32_t) + dest_docs_cap(ds) * sizeof(uint64_t);
+	/* An entry takes whole pages (sf__share_create() rounds its stride up to 4 KiB): a
+	 * million small files, a chunk each, would otherwise get a million 4 KiB heads. */
+	entry_bytes = page_round(dest_tokens_cap(ds) * sizeof(uint32_t) +
+				 dest_docs_cap(ds) * sizeof(uint64_t));
 	if (n * entry_bytes > SHARE_MAX_BYTES)
 		n = SHARE_MAX_BYTES / entry_bytes;
 	if (n >= 2) {
@@ -828,7 +836,7 @@ int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 	}
 	/* One head per chunk, placed by chunk index, within the same bound. */
 	n = ds->n_chunks;
-	entry_bytes = head_tokens_cap(ds) * ds->token_bytes;
+	entry_bytes = page_round(head_tokens_cap(ds) * ds->token_bytes);
 	if (n * entry_bytes > SHARE_MAX_BYTES)
 		n = SHARE_MAX_BYTES / entry_bytes;
 	if (n < 2)
