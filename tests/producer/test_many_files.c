@@ -91,6 +91,21 @@ static void write_corpus(const char *dir, unsigned long n_files)
 	}
 }
 
+/* Shared memory resident in this process (the shared chunk tables), in KiB. */
+static unsigned long shmem_kib(void)
+{
+	char line[256];
+	unsigned long v = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	H_CHECK(f, "/proc/self/status: %s", strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "RssShmem:", 9))
+			v = strtoul(line + 9, NULL, 10);
+	fclose(f);
+	return v;
+}
+
 static unsigned count_index_files(const char *cache)
 {
 	char dir[4200];
@@ -198,6 +213,9 @@ int main(int argc, char **argv)
 	H_CHECK(most_maps > 0 && most_maps <= cap,
 		"%u source files mapped at once, the cache holds %u", most_maps, cap);
 	H_CHECK(most_fds == fds0, "%u descriptors more while building", most_fds - fds0);
+	/* The shared chunk cache and the table of chunk heads hold at most 1 GiB each,
+	 * however many chunks (before: a 4 KiB head per chunk, 4 GB for a million files). */
+	H_CHECK(shmem_kib() <= 2 * 1024 * 1024 + 4096, "%lu KiB of shared tables", shmem_kib());
 	printf("ok: %lu files, RLIMIT_NOFILE %llu: at most %u of %u files mapped, no descriptor "
 	       "kept, over %llu batches\n",
 	       n_files, (unsigned long long)nofile, most_maps, cap, (unsigned long long)steps);
