@@ -21,6 +21,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,14 @@ static void cleanup(void)
 {
 	if (tmp && getpid() == owner)
 		h_rmtree(tmp);
+}
+
+/* Killed by a timeout (meson sends SIGTERM): the million files go too. */
+static void on_term(int sig)
+{
+	(void)sig;
+	cleanup();
+	_exit(1);
 }
 
 /* Mappings of files under `dir` in this process. */
@@ -174,6 +183,8 @@ int main(int argc, char **argv)
 	owner = getpid();
 	tmp = h_tmpdir();
 	H_CHECK(atexit(cleanup) == 0, "atexit");
+	signal(SIGTERM, on_term);
+	signal(SIGINT, on_term);
 	snprintf(corpus, sizeof(corpus), "%s/corpus", tmp);
 	snprintf(cache, sizeof(cache), "%s/cache", tmp);
 	H_CHECK(mkdir(corpus, 0700) == 0, "mkdir");
