@@ -380,7 +380,12 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 		h->n += n;
 		h->tokens[h->n++] = c->ds->eot;
 	}
-	return r < 0 ? walk_failed(c, &w, chunk, &ignored, e) : 0;
+	if (r < 0)
+		return walk_failed(c, &w, chunk, &ignored, e);
+	/* The head is the whole chunk: its count is verified here (see encode_tail()). */
+	if (h->n < L && h->n != c->ds->chunks[chunk].n_tokens)
+		return count_mismatch(c->ds, chunk, h->n, e);
+	return 0;
 }
 
 /* The shared entry this producer filled was taken over meanwhile (its liveness was
@@ -391,6 +396,22 @@ static int taken_over(uint64_t chunk, struct sf_err *e)
 		       "chunk %llu: the shared cache entry was taken over while this producer "
 		       "filled it",
 		       (unsigned long long)chunk);
+}
+
+/*
+ * Append the tokens of `chunk` to `d` up to `limit`, tokenizing them. When the chunk ends
+ * before the limit (a chunk shorter than T+1 tokens, in which no window may start, so
+ * that it is never tokenized as a chunk of its own), its count is verified here.
+ */
+static int encode_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk, uint64_t limit,
+		       struct sf_err *e)
+{
+	const uint64_t n0 = d->n;
+	int r = encode_docs(c, d, chunk, limit, 0, NULL, e);
+
+	if (r == 0 && d->n < limit && d->n - n0 != c->ds->chunks[chunk].n_tokens)
+		return count_mismatch(c->ds, chunk, d->n - n0, e);
+	return r;
 }
 
 /*
@@ -408,7 +429,7 @@ static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	int r;
 
 	if (!ds->heads)
-		return encode_docs(c, d, chunk, limit, 0, NULL, e);
+		return encode_tail(c, d, chunk, limit, e);
 	r = sf__share_acquire(ds->heads, chunk, chunk, HEAD_WAIT_NS, &ref);
 	if (r == SF_SHARE_HIT) {
 		append_head(ds, d, &ref, limit);
@@ -419,14 +440,14 @@ static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		d->n_docs = docs0;
 	}
 	if (r != SF_SHARE_FILL)
-		return encode_docs(c, d, chunk, limit, 0, NULL, e);
+		return encode_tail(c, d, chunk, limit, e);
 	h = &c->head;
 	h->n = 0;
 	h->n_docs = 0;
 	r = encode_head(c, h, chunk, e);
 	if (r) {
 		sf__share_abandon(&ref);
-		return r < 0 ? r : encode_docs(c, d, chunk, limit, 0, NULL, e);
+		return r < 0 ? r : encode_tail(c, d, chunk, limit, e);
 	}
 	write_head(ds, &ref, h->tokens, h->n);
 	ref.n_tokens = h->n;
