@@ -111,11 +111,17 @@ static const struct command commands[] = {
 	 "  -h, --help        this help\n"},
 	{"tokenize", sf__cmd_tokenize,
 	 "tokenize CONFIG -o PREFIX  raw text sources to Megatron .bin/.idx",
-	 "usage: shmfeed tokenize CONFIG -o PREFIX [--set KEY=VALUE ...] [-q]\n\n"
+	 "usage: shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--set KEY=VALUE ...] [-q]\n"
+	 "       shmfeed tokenize --merge PART... -o PREFIX [-q]\n\n"
 	 "Tokenizes the job's raw text sources once, to a Megatron dataset PREFIX.bin and\n"
-	 "PREFIX.idx.\n\n"
+	 "PREFIX.idx. With --shard I/N, only the I-th of N parts of the corpus (balanced by\n"
+	 "bytes, documents whole), to PREFIX_IIIII-of-NNNNN.bin/.idx and a manifest .json;\n"
+	 "--merge checks the parts against their manifests and writes the dataset one run\n"
+	 "over the whole corpus writes, byte for byte (docs/tokenize-parts.md).\n\n"
 	 "options:\n"
-	 "  -o PREFIX         the output files' path without .bin/.idx\n" SET_HELP
+	 "  -o PREFIX         the output files' path without .bin/.idx\n"
+	 "  --shard I/N       write part I (0 <= I < N) of N\n"
+	 "  --merge PART...   merge parts (prefixes, or their .bin/.idx/.json paths)\n" SET_HELP
 	 "  -q                no progress line\n"
 	 "  -h, --help        this help\n"},
 };

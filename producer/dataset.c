@@ -23,6 +23,7 @@
 #include "common/arena.h"
 #include "producer/chunk_share.h"
 #include "producer/dataset_impl.h"
+#include "producer/part_plan.h"
 #include "producer/sampler.h"
 #include "producer/source/file_cache.h"
 #include "producer/source/paths.h"
@@ -73,8 +74,11 @@ static int add_token_file(struct sf_dataset *ds, const char *path, uint32_t form
 	return 0;
 }
 
-static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
+			const struct sf_part_plan *plan, struct sf_err *e)
 {
+	uint64_t k = 0; /* files listed so far, the plan's index */
+
 	for (uint32_t s = 0; s < cfg->n_sources; s++) {
 		const struct sf_source_config *src = &cfg->sources[s];
 		char **paths;
@@ -83,9 +87,11 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg, stru
 
 		if (r < 0)
 			return r;
-		for (size_t i = 0; i < n && r == 0; i++) {
+		for (size_t i = 0; i < n && r == 0; i++, k++) {
 			uint32_t format = src->format;
 
+			if (plan && (k >= plan->n_files || !plan->files[k].in_part))
+				continue;
 			ds->stats.n_files++;
 			if (format == SF_FMT_AUTO)
 				r = sf__source_detect_format(paths[i], &format);
@@ -93,7 +99,14 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg, stru
 				sf__err(e, r, "%s: cannot detect its format", paths[i]);
 				break;
 			}
-			if (format == SF_FMT_TEXT || format == SF_FMT_JSONL)
+			if (plan && format != SF_FMT_TEXT && format != SF_FMT_JSONL)
+				r = sf__err(e, SF_E_CONFIG,
+					    "%s: tokenize parts are cut from raw text sources",
+					    paths[i]);
+			else if (plan)
+				r = sf__text_add_part(ds, paths[i], format, s, plan->files[k].lo,
+						      plan->files[k].hi, e);
+			else if (format == SF_FMT_TEXT || format == SF_FMT_JSONL)
 				r = sf__text_add_file(ds, paths[i], format, s, e);
 			else
 				r = add_token_file(ds, paths[i], format, src, e);
@@ -104,6 +117,10 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg, stru
 		if (r < 0)
 			return r;
 	}
+	if (plan && k != plan->n_files)
+		return sf__err(e, SF_E_SOURCE,
+			       "the sources list %llu files now, %llu when the part was planned",
+			       (unsigned long long)k, (unsigned long long)plan->n_files);
 	if (ds->n_token_files && ds->n_text_files)
 		return sf__err(e, SF_E_CONFIG,
 			       "%s: a job reads either pre-tokenized files or raw text, not both",
@@ -310,12 +327,13 @@ static int map_token_file(void *arg, uint32_t i, const char **ret_data, size_t *
 
 /* What `run` does at start-up before it tokenizes anything: the sources opened, the
  * tokenizer loaded, the end-of-text id and the token width settled. */
-static int open_start(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+static int open_start(struct sf_dataset *ds, const struct sf_config *cfg,
+		      const struct sf_part_plan *plan, struct sf_err *e)
 {
 	int r;
 
 	copy_config(ds, cfg);
-	r = open_sources(ds, cfg, e);
+	r = open_sources(ds, cfg, plan, e);
 	if (r >= 0 && ds->n_token_files)
 		r = sf__file_cache_create(2 * ds->n_token_files, 0, map_token_file, ds,
 					  &ds->token_maps, e);
@@ -335,7 +353,7 @@ int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, st
 
 	if (!ds)
 		return sf__err(e, -ENOMEM, "out of memory");
-	r = open_start(ds, cfg, e);
+	r = open_start(ds, cfg, NULL, e);
 	if (r >= 0)
 		*ret_token_bytes = ds->token_bytes;
 	sf__dataset_close(ds);
@@ -343,6 +361,12 @@ int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, st
 }
 
 int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, struct sf_err *e)
+{
+	return sf__dataset_open_part(cfg, NULL, ret_ds, e);
+}
+
+int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan *plan,
+			  struct sf_dataset **ret_ds, struct sf_err *e)
 {
 	struct sf_dataset *ds;
 	uint64_t G;
@@ -356,11 +380,19 @@ int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, st
 	ds = calloc(1, sizeof(*ds));
 	if (!ds)
 		return sf__err(e, -ENOMEM, "out of memory");
-	r = open_start(ds, cfg, e);
+	r = open_start(ds, cfg, plan, e);
 	if (r >= 0 && ds->n_text_files)
 		r = sf__text_build_index(ds, cfg, e);
 	if (r < 0)
 		goto fail;
+	/* A part is only tokenized, never sampled: it may hold less than a sequence. */
+	if (plan) {
+		ds->config_digest = sf__config_digest(cfg);
+		ds->stats.n_tokens = ds->n_tokens;
+		ds->stats.token_bytes = ds->token_bytes;
+		*ret_ds = ds;
+		return 0;
+	}
 	if (ds->n_tokens < (uint64_t)cfg->seq_len + 1) {
 		r = sf__err(e, SF_E_SOURCE,
 			    "the sources hold %llu tokens, fewer than one sequence of %u",

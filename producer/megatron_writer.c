@@ -195,7 +195,7 @@ int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, 
 		r = sf__err(e, -ENOMEM, "out of memory");
 		goto out;
 	}
-	if (!ds->n_text_files) {
+	if (ds->n_token_files) {
 		r = sf__err(e, SF_E_CONFIG, "tokenize reads raw text sources (.txt, .jsonl)");
 		goto out;
 	}

@@ -58,8 +58,59 @@ static uint64_t count_lines(const char *p, const char *end)
 	return n;
 }
 
+/*
+ * Whether a document may start in the middle of `f` for a part (sf__text_add_part()):
+ * only when the byte before any document start says so, so that a part finds its first
+ * document from its own offset without reading the file from its beginning. True of
+ * JSONL (a document starts after each newline) and of text whose separator cannot
+ * overlap itself (every occurrence is then a boundary, whichever one a scan from the
+ * start met first). Text with a separator such as "\n\n", one document per file, and
+ * compressed files (no random access) are parts of one piece.
+ */
+static int splittable(const struct sf_dataset *ds, const struct sf_text_file *f)
+{
+	const char *sep = ds->sources[f->source].separator;
+
+	if (f->compressed)
+		return 0;
+	if (f->format == SF_FMT_JSONL)
+		return 1;
+	if (!f->sep_len)
+		return 0;
+	for (uint32_t k = 1; k < f->sep_len; k++)
+		if (!memcmp(sep, sep + f->sep_len - k, k))
+			return 0;
+	return 1;
+}
+
+/* The first document start of `f` (its bytes at `data`, `len` of them) at or after byte
+ * `pos` (len when none). */
+static uint64_t doc_start_from(const struct sf_dataset *ds, const struct sf_text_file *f,
+			       const char *data, uint64_t len, uint64_t pos)
+{
+	const char *q;
+
+	if (pos == 0)
+		return 0;
+	if (pos >= len || !splittable(ds, f))
+		return len;
+	if (f->format == SF_FMT_JSONL) {
+		q = memchr(data + pos - 1, '\n', len - (pos - 1));
+		return q ? (uint64_t)(q + 1 - data) : len;
+	}
+	q = sf__find_sep(data + (pos > f->sep_len ? pos - f->sep_len : 0), data + len,
+			 ds->sources[f->source].separator, f->sep_len);
+	return q ? (uint64_t)(q + f->sep_len - data) : len;
+}
+
 int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
 		      struct sf_err *e)
+{
+	return sf__text_add_part(ds, path, format, source, 0, UINT64_MAX, e);
+}
+
+int sf__text_add_part(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
+		      uint64_t lo, uint64_t hi, struct sf_err *e)
 {
 	const struct sf_source_config *src = &ds->sources[source];
 	struct sf_text_file f = {0}, *nf;
@@ -72,6 +123,12 @@ int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, 
 	f.format = format;
 	f.source = source;
 	f.sep_len = src->separator ? (uint32_t)strlen(src->separator) : 0;
+	f.compressed = sf__text_file_is_compressed(path);
+	/* A file of one piece belongs to the part holding its first byte: not this one. */
+	if (lo > 0 && !splittable(ds, &f)) {
+		sf__text_file_free(&f);
+		return 0;
+	}
 	r = sf__text_file_stat(&f, &why);
 	if (r < 0) {
 		sf__text_file_free(&f);
@@ -82,6 +139,10 @@ int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, 
 		sf__dataset_note_skip(ds, &why);
 		return 0;
 	}
+	/* Whether the range is the whole file is known once the file is read (cut_file()). */
+	f.part_lo = lo;
+	f.part_hi = hi;
+	f.partial = lo > 0 || hi < f.id.size;
 	if (ds->n_text_files == ds->text_files_cap) {
 		uint32_t ncap = ds->text_files_cap ? ds->text_files_cap * 2 : 16;
 
@@ -144,8 +205,12 @@ static int cut_file(struct sf_dataset *ds, uint32_t file, struct sf_err *e)
 	}
 	f->len = len;
 	f->max_doc = 0;
-	p = start = data;
-	end = data + len;
+	p = start = data + doc_start_from(ds, f, data, len, f->part_lo);
+	end = data + doc_start_from(ds, f, data, len, f->part_hi);
+	f->partial = p != data || end != data + len;
+	if (f->partial)
+		line += count_lines(data, p);
+	f->part_bytes = (uint64_t)(end - p);
 	while (p < end) {
 		const char *next, *de = fmt->doc_end(src->separator, f->sep_len, p, end, &next);
 
@@ -400,13 +465,14 @@ static int load_or_cut(struct sf_dataset *ds, struct file_group_key *keys, struc
 			uint32_t file = keys[i].file;
 			struct sf_text_file *f = &ds->text_files[file];
 			uint64_t first = ds->n_chunks;
-			int r = gr->img ? sf__index_take(ds, gr->img, file) : 0;
+			/* A cache holds the counts of a whole file, never of a part's range. */
+			int r = gr->img && !f->partial ? sf__index_take(ds, gr->img, file) : 0;
 
 			f->index = g;
 			if (r == 0) {
 				r = cut_file(ds, file, e);
 				cut[file] = 1;
-				gr->dirty = 1;
+				gr->dirty |= !f->partial;
 			}
 			if (r < 0)
 				return r;
@@ -560,7 +626,8 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 			ds->max_chunk_docs = ch->n_docs;
 	}
 	for (uint32_t i = 0; i < ds->n_text_files; i++)
-		ds->stats.text_bytes += ds->text_files[i].len;
+		ds->stats.text_bytes += ds->text_files[i].partial ? ds->text_files[i].part_bytes
+								  : ds->text_files[i].len;
 	ds->n_tokens = pos;
 	ds->stats.n_chunks = ds->n_chunks;
 	ds->stats.index_loaded = 1;
@@ -583,7 +650,8 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 			uint32_t n = 0;
 
 			for (uint32_t i = 0; i < gr->n; i++)
-				if (!ds->text_files[keys[gr->first + i].file].dropped)
+				if (!ds->text_files[keys[gr->first + i].file].dropped &&
+				    !ds->text_files[keys[gr->first + i].file].partial)
 					files[n++] = keys[gr->first + i].file;
 			if (n && sf__index_save(ds, files, n, keys[gr->first].key, gr->img,
 						&ds->index_paths[g], &bytes) == 0)

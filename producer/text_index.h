@@ -18,6 +18,16 @@
 int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
 		      struct sf_err *e);
 
+/*
+ * sf__text_add_part - sf__text_add_file() for the documents of the file that start in
+ * bytes [lo, hi) (hi may exceed the file: to its end). A file that cannot be entered
+ * mid-way (compressed, one document, a separator that overlaps itself) counts as
+ * starting at byte 0: all of it when lo is 0, none otherwise. Its chunk counts are
+ * neither loaded from nor saved to the index cache unless the range is the whole file.
+ */
+int sf__text_add_part(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
+		      uint64_t lo, uint64_t hi, struct sf_err *e);
+
 /* sf__text_build_index - load or build the token counts of every chunk, then lay the
  * chunks out in the global stream. */
 int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e);

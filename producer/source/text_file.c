@@ -201,8 +201,13 @@ int sf__text_file_stat(struct sf_text_file *f, struct sf_err *e)
 		return fd;
 	close(fd);
 	sf__file_id_of(&st, &f->id);
-	f->compressed = has_suffix(f->path, ".zst") || has_suffix(f->path, ".gz");
+	f->compressed = sf__text_file_is_compressed(f->path);
 	return 0;
+}
+
+int sf__text_file_is_compressed(const char *path)
+{
+	return has_suffix(path, ".zst") || has_suffix(path, ".gz");
 }
 
 int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_t *ret_len,

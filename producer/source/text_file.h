@@ -33,6 +33,11 @@ struct sf_text_file {
 	uint32_t compressed; /* .zst or .gz */
 	uint32_t dropped;    /* unreadable, skipped by the source's policy: no chunks */
 	uint32_t index;	     /* its cached index: sf_dataset.index_paths[index] */
+	/* A tokenize part reads the documents starting in [part_lo, part_hi) only (partial:
+	 * not the whole file); such a file is cut at each open, never cached. */
+	uint32_t partial;
+	uint64_t part_lo, part_hi;
+	uint64_t part_bytes; /* bytes of the documents read, when partial */
 };
 
 /*
@@ -40,6 +45,9 @@ struct sf_text_file {
  * close it; reads none of its bytes. Returns 0, or an error naming the file.
  */
 int sf__text_file_stat(struct sf_text_file *f, struct sf_err *e);
+
+/* sf__text_file_is_compressed - whether `path` names a .zst or .gz file. */
+int sf__text_file_is_compressed(const char *path);
 
 /*
  * sf__text_file_map - the uncompressed bytes of `f`: the file mapped, or decompressed

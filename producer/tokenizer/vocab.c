@@ -140,15 +140,26 @@ static uint64_t table_size(size_t count)
 	return size;
 }
 
+/* The Bloom filter's size in 64-bit words: a power of two, at least 8 bits per token. */
+static uint64_t bloom_words(size_t count)
+{
+	uint64_t words = 64;
+
+	while (words * 64 < 8 * (uint64_t)count)
+		words *= 2;
+	return words;
+}
+
 /* Insert `rank`; returns the rank already holding the same bytes, or SF_RANK_NONE. */
 static uint32_t insert(struct sf_tok_ranks *r, uint32_t rank)
 {
 	const uint8_t *s = r->bytes + r->off[rank];
 	size_t len = r->off[rank + 1] - r->off[rank];
 	uint64_t key = sf__tok_key(s, len);
-	uint64_t i;
+	uint64_t h = sf__tok_mix(s, len, key), bits, i;
 
-	for (i = sf__tok_hash(r, s, len, key); r->slots[i].len; i = (i + 1) & r->mask) {
+	*sf__tok_bloom_word(r, h, &bits) |= bits;
+	for (i = h >> r->shift; r->slots[i].len; i = (i + 1) & r->mask) {
 		uint32_t other = r->slots[i].rank;
 
 		if (r->slots[i].len == len && !memcmp(r->bytes + r->off[other], s, len))
@@ -232,7 +243,9 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 	r->shift = 64 - (unsigned)__builtin_popcountll(r->mask);
 	r->slots = calloc(r->mask + 1, sizeof(*r->slots));
 	r->pair_rank = malloc(65536 * sizeof(*r->pair_rank));
-	if (!r->off || !r->bytes || !r->slots || !r->pair_rank) {
+	r->bloom_shift = 64 - (unsigned)__builtin_popcountll(bloom_words(n_lines) - 1);
+	r->bloom = calloc(bloom_words(n_lines), sizeof(*r->bloom));
+	if (!r->off || !r->bytes || !r->slots || !r->pair_rank || !r->bloom) {
 		rc = sf__err(e, -ENOMEM, "%s: out of memory", path);
 		goto fail;
 	}
@@ -297,5 +310,6 @@ void sf__tok_ranks_free(struct sf_tok_ranks *r)
 	free(r->bytes);
 	free(r->slots);
 	free(r->pair_rank);
+	free(r->bloom);
 	memset(r, 0, sizeof(*r));
 }
