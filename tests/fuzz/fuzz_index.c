@@ -47,6 +47,13 @@ static void rm_dir(void)
 		fprintf(stderr, "fuzz_index: cannot remove %s\n", dir);
 }
 
+/* A failure (or a finding) leaves no corpus behind: abort() skips atexit(). */
+static void die(void)
+{
+	rm_dir();
+	abort();
+}
+
 /* Every batch of rank 0 of the first epoch: 0 and their hashes, or the first error. */
 static int build_all(struct sf_dataset *ds, uint64_t *hashes, uint64_t steps)
 {
@@ -91,7 +98,7 @@ static void setup(void)
 		snprintf(path, sizeof(path), "%s/%c.jsonl", corpus, 'a' + i);
 		f = fopen(path, "w");
 		if (!f)
-			abort();
+			die();
 		/* Whole documents past (i + 1) x 64 KiB, then a short one: each file ends with
 		 * a chunk of fewer than T tokens, where no window starts. */
 		for (int d = 0; ftell(f) < 65536L * (i + 1); d++)
@@ -122,27 +129,27 @@ static void setup(void)
 	cfg.producers = 1;
 	cfg.epochs = 1;
 	if (sf__dataset_open(&cfg, &ds, &e) < 0)
-		abort();
+		die();
 	sf__dataset_stats(ds, &st);
 	n_steps = st.n_steps;
 	honest_batches = calloc(n_steps + 1, sizeof(*honest_batches));
 	if (!honest_batches || build_all(ds, honest_batches, n_steps) != 0)
-		abort();
+		die();
 	sf__dataset_close(ds);
 	snprintf(cache, sizeof(cache), "%s/cache/index/*.sfidx", dir);
 	if (glob(cache, 0, NULL, &g) != 0 || g.gl_pathc != 1)
-		abort();
+		die();
 	snprintf(ipath, sizeof(ipath), "%s", g.gl_pathv[0]);
 	globfree(&g);
 	f = fopen(ipath, "rb");
 	if (!f)
-		abort();
+		die();
 	fseek(f, 0, SEEK_END);
 	honest_len = (size_t)ftell(f);
 	fseek(f, 0, SEEK_SET);
 	honest = malloc(honest_len);
 	if (!honest || fread(honest, 1, honest_len, f) != honest_len)
-		abort();
+		die();
 	fclose(f);
 }
 
@@ -159,7 +166,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	forged = malloc(honest_len);
 	hashes = calloc(n_steps + 1, sizeof(*hashes));
 	if (!forged || !hashes)
-		abort();
+		die();
 	memcpy(forged, honest, honest_len);
 	for (size_t i = 0; i + 11 <= size; i += 11) {
 		uint16_t at;
@@ -176,7 +183,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(forged + honest_len - 8, &sum, 8);
 	f = fopen(ipath, "wb");
 	if (!f || fwrite(forged, 1, honest_len, f) != honest_len || fclose(f) != 0)
-		abort();
+		die();
 	if (sf__dataset_open(&cfg, &ds, &e) == 0) {
 		struct sf_dataset_stats st;
 
@@ -186,7 +193,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (st.n_steps == n_steps && build_all(ds, hashes, n_steps) == 0 &&
 		    memcmp(hashes, honest_batches, n_steps * sizeof(*hashes)) && st.index_loaded) {
 			fprintf(stderr, "fuzz_index: a forged index gave other batches\n");
-			abort();
+			die();
 		}
 		sf__dataset_close(ds);
 	}
