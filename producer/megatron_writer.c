@@ -17,7 +17,9 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/dataset_impl.h"
-#include "producer/source_text.h"
+#include "producer/text_cache.h"
+#include "producer/text_index.h"
+#include "producer/token_copy.h"
 #include "producer/workers.h"
 
 #define MEGATRON_INT32	4

@@ -81,7 +81,8 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 
 /*
  * sf__dataset_check - what sf__dataset_open() does before it tokenizes raw text: expand
- * and open every source (headers and indexes checked, text files read), load the
+ * and open every source (headers and indexes checked, text files opened as regular
+ * files, their bytes not read: a bad record or stream is found by the index build), load the
  * tokenizer, choose the end-of-text id and the token width; then free it all again. What
  * `shmfeed check` verifies, so that it fails where `shmfeed run` would. Returns 0 and the
  * arena's bytes per token in *ret_token_bytes, or the error with detail in `e`.
@@ -200,8 +201,10 @@ int sf__producer_fill(const struct sf_dataset *ds, struct sf_builder *b, uint32_
 
 /*
  * sf__dataset_check_files - whether every source file is still the one opened (device,
- * inode, size, modification time). Builders call it at the first batch of each epoch,
- * raw text before tokenizing a chunk (its file only), producers every few seconds.
+ * inode, size, modification time): every pre-tokenized file, and the raw text files the
+ * calling process has mapped (the others are checked when they are mapped). Builders
+ * call it at the first batch of each epoch, raw text before tokenizing a chunk (its file
+ * only), producers every few seconds.
  * Returns 0, or SF_E_SOURCE naming the file that changed.
  */
 int sf__dataset_check_files(const struct sf_dataset *ds, struct sf_err *e);
