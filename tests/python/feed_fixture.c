@@ -26,9 +26,10 @@
 static void print_abi(void)
 {
 	printf("{\"sf_batch\": %zu, \"sf_resume\": %zu, \"sf_consumer_stats\": %zu, "
-	       "\"sf_consumer_window\": %zu, \"sf_consumer_info\": %zu,\n",
+	       "\"sf_consumer_window\": %zu, \"sf_consumer_info\": %zu, \"sf_rank_env\": %zu,\n",
 	       sizeof(struct sf_batch), sizeof(struct sf_resume), sizeof(struct sf_consumer_stats),
-	       sizeof(struct sf_consumer_window), sizeof(struct sf_consumer_info));
+	       sizeof(struct sf_consumer_window), sizeof(struct sf_consumer_info),
+	       sizeof(struct sf_rank_env));
 #define P(s, f) printf(FIELD(s, f) ",\n", FIELD_ARGS(s, f))
 	P(sf_batch, step);
 	P(sf_batch, first_sample);
@@ -45,6 +46,11 @@ static void print_abi(void)
 	P(sf_batch, reserved);
 	P(sf_batch, provenance);
 	P(sf_batch, epoch);
+	P(sf_rank_env, rank);
+	P(sf_rank_env, local_rank);
+	P(sf_rank_env, world_size);
+	P(sf_rank_env, local_world_size);
+	P(sf_rank_env, group_rank);
 	P(sf_resume, samples);
 	P(sf_resume, epoch);
 	P(sf_resume, config_digest);
