@@ -95,7 +95,7 @@ static void print_abi(void)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: feed_fixture --job NAME [--ranks R] [--world-size W] [--rank-base N]\n"
+		"usage: feed_fixture --job NAME [--ranks R] [--world-size W] [--rank-base N|auto]\n"
 		"       [--batch B] [--seq-len T] [--slots K] [--producers P] [--dtype u16|i32]\n"
 		"       [--doc-starts D] [--vocab V] [--seed S] [--steps N] [--tokens FILE]\n"
 		"       [--samples-per-epoch N] [--no-checksum] [--lifetime SECONDS]\n"
@@ -150,7 +150,8 @@ int main(int argc, char **argv)
 			o.world_size = (uint32_t)strtoul(optarg, NULL, 0);
 			break;
 		case 'b':
-			o.rank_base = (uint32_t)strtoul(optarg, NULL, 0);
+			o.rank_auto = !strcmp(optarg, "auto");
+			o.rank_base = o.rank_auto ? 0 : (uint32_t)strtoul(optarg, NULL, 0);
 			break;
 		case 'B':
 			o.batch = (uint32_t)strtoul(optarg, NULL, 0);
