@@ -1,25 +1,35 @@
 """shmfeed under the real torchrun of PyPI's torch 2.x (`python -m torch.distributed.run`,
-what the `torchrun` command runs), with gloo on CPU:
+what the `torchrun` command runs), with gloo on CPU or no process group:
 - one node, `--standalone --nproc_per_node=2`: every batch (SHA-256 of its tokens) equals
   what the in-repo rank starter (examples/ranks.py) reads from the same job, and ranks
   read disjoint batches;
-- two nodes on this machine (two `shmfeed run` launchers with rank_base 0 and 2, each
-  under a torchrun of `--nnodes=2 --rdzv_backend=c10d`): four ranks equal to one node of
-  four, batch by batch;
-- an elastic restart (`--max-restarts 1`, rank 0 SIGKILLed mid-run): after the restore
-  from each rank's checkpoint no batch is lost or repeated. Its ranks join no gloo group:
-  torch 2.15's gloo fails to connect its full mesh after an elastic restart on this
-  machine even without shmfeed (a ten-line script of init_process_group, all_reduce and
-  a SIGKILL shows it), so the restart is tested on shmfeed's side alone.
+- two nodes on this machine (two `shmfeed run` launchers of `rank_base: auto`, each under
+  a torchrun of `--nnodes=2 --rdzv_backend=c10d`), started in either order, the first
+  waiting in the rendezvous before the second starts: four ranks equal to one node of
+  four, batch by batch, disjoint; the same with static rank bases under the static
+  rendezvous;
+- a two-node restart (`--max-restarts 1`, global rank 0 SIGKILLed) and a node that dies
+  whole and comes back with another group rank, so that the surviving node re-bases:
+  after the restore from each rank's checkpoint no batch is lost or repeated;
+- an elastic restart of one node (`--max-restarts 1`, rank 0 SIGKILLed mid-run): the
+  same.
+c10d gives group ranks in the sorted order of the agents' (address, pid), not in join
+order, so the tests order the nodes with --local-addr (127.0.0.x). The restart tests'
+ranks join no gloo group: torch 2.15's gloo fails to connect its full mesh after an
+elastic restart on this machine even without shmfeed (a ten-line script of
+init_process_group, all_reduce and a SIGKILL shows it), so restarts are tested on
+shmfeed's side alone.
 The ranks run under a torch >= 2 interpreter: this one if its torch is, else the venv
 that scripts/deps makes ($SHMFEED_VENV, by default ~/.cache/shmfeed/venv-torch)."""
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -157,6 +167,8 @@ class Nodes:
         self.tmp, self.script_args, self.extra = tmp_path, script_args, list(extra)
         self.port, self.rdzv_id = free_port(), unique_job("rdzv")
         self.procs = []
+        # The launchers' discovery files and sockets: a killed launcher leaves them.
+        self.runtime = tempfile.mkdtemp(prefix="sf-rt-")
 
     def start(self, name, local_addr=None, rank_base=None):
         """Start node `name` (its job); local_addr orders the nodes: c10d gives group
@@ -168,7 +180,8 @@ class Nodes:
         if local_addr:
             args.append(f"--local-addr={local_addr}")
         log = self.tmp / f"{name}.{len(self.procs)}.log"
-        env = dict(os.environ, TMPDIR=str(self.tmp), LOGLEVEL="INFO")
+        env = dict(os.environ, TMPDIR=str(self.tmp), LOGLEVEL="INFO",
+                   SHMFEED_RUNTIME_DIR=self.runtime)
         with open(log, "w") as f:
             p = subprocess.Popen([CLI, "run", cfg, "--quiet", "--",
                                   *torchrun(*args, RANK_SCRIPT, *self.script_args)],
@@ -189,8 +202,34 @@ class Nodes:
             time.sleep(0.05)
         raise AssertionError(f"node {p.job}: no '{text}' in {timeout} s")
 
+    @staticmethod
+    def descendants(pid):
+        """Every process below `pid`: torchrun starts its ranks in sessions of their
+        own, which a signal to the launcher's session does not reach."""
+        children = {}
+        for d in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+        out, todo = [], [pid]
+        while todo:
+            for c in children.get(todo.pop(), []):
+                out.append(c)
+                todo.append(c)
+        return out
+
     def kill(self, p):
+        """The node dies whole: its launcher, producers, torchrun agent and ranks."""
+        below = self.descendants(p.pid)
         os.killpg(p.pid, signal.SIGKILL)
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         p.wait(timeout=60)
 
     def finish(self, p, timeout=240):
@@ -212,6 +251,7 @@ class Nodes:
             path = f"/dev/shm/shmfeed.{p.job}"
             if os.path.exists(path):
                 os.unlink(path)
+        shutil.rmtree(self.runtime, ignore_errors=True)
 
 
 def wait_lines(path, n, timeout=180):
@@ -351,8 +391,10 @@ def test_a_node_rebases_when_a_restart_changes_its_group_rank(tmp_path, ref4):
     args = ["--steps", str(STEPS), "--out", str(out), "--ckpt", str(ckpt), "--no-dist",
             "--hold-at", "3", "--gate", str(gate), "--starts", str(starts)]
     job0, job1 = unique_job("node0"), unique_job("node1")
-    # A dead node leaves the rendezvous after 2 missed heartbeats of 1 s.
-    rdzv_conf = "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=2"
+    # A dead node leaves the rendezvous after 8 missed heartbeats of 1 s (torchrun's
+    # default is 3 of 5 s). Fewer proved too few on this loaded 2-core machine: a live
+    # agent's heartbeats came late, the rendezvous dropped it and waited forever.
+    rdzv_conf = "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=8"
     with Nodes(tmp_path, args, [rdzv_conf]) as nodes:
         n1 = nodes.start(job1, "127.0.0.2")
         nodes.wait_log(n1, "Rendezvous'ing worker group")
