@@ -12,8 +12,10 @@
 #include "common/proc.h"
 #include "common/slot.h"
 
-/* How often a re-base looks again at slots still being filled. */
+/* How often a re-base looks again at slots still being filled, or at an entry another
+ * process is repairing; and how many times at most for the latter (2 s). */
 #define DRAIN_POLL_US 1000
+#define REPAIR_TRIES  2000
 
 int sf__node_ranks_known(const struct sf_arena *a, uint32_t *ret_base)
 {
@@ -126,10 +128,12 @@ static int64_t live_consumer(struct sf_arena *a, uint32_t rank, int32_t *ret_pid
 }
 
 /*
- * Steps 1-3 of a re-base (node_ranks.h) to base `base`, generation `generation`; the
- * caller holds SF_LOCK_NODE_RANKS and has found no live consumer of the old base.
+ * Steps 1-3 of a re-base (node_ranks.h) to base `base`, generation `generation`, by the
+ * consumer of local rank `rank`; the caller holds SF_LOCK_NODE_RANKS and has found no
+ * live consumer of the old base.
  */
-static int rebase(struct sf_arena *a, uint32_t generation, uint32_t base, struct sf_err *e)
+static int rebase(struct sf_arena *a, uint32_t rank, uint32_t generation, uint32_t base,
+		  struct sf_err *e)
 {
 	struct sf_arena_header *h = a->hdr;
 	const uint32_t P = h->geo.max_producers;
@@ -142,9 +146,23 @@ static int rebase(struct sf_arena *a, uint32_t generation, uint32_t base, struct
 	atomic_store_explicit(&h->node_ranks, sf__node_ranks_word(generation, 0, 0),
 			      memory_order_seq_cst);
 	atomic_thread_fence(memory_order_seq_cst);
-	/* Claims of the old ranks' dead consumers come back as READY, to be discarded. */
-	for (uint32_t j = 0; j < h->geo.ranks; j++)
-		sf__arena_repair(a, P + j);
+	/* Claims of the old ranks' dead consumers come back as READY, to be discarded. No
+	 * live rank holds an entry now (checked under the lock, which every registration
+	 * takes), so a repair refused (SF_E_BUSY) is one the launcher is making of the same
+	 * dead rank, behind the same fence: wait until it is done, so that the slots it
+	 * returns to READY are discarded below. */
+	for (uint32_t j = 0; j < h->geo.ranks; j++) {
+		if (j == rank)
+			continue;
+		for (uint32_t tries = 0; sf__arena_repair(a, P + j) == SF_E_BUSY; tries++) {
+			if (tries >= REPAIR_TRIES)
+				return sf__err(e, SF_E_BUSY,
+					       "job '%s': cannot repair local rank %u of the old "
+					       "base: its entry stays held",
+					       h->job, j);
+			usleep(DRAIN_POLL_US);
+		}
+	}
 	do {
 		filling = 0;
 		for (uint32_t i = 0; i < nslots; i++) {
@@ -233,7 +251,7 @@ static int agree(struct sf_arena *a, uint32_t rank, const struct sf_rank_env *cl
 	else {
 		/* A different base with no rank of the old one alive, or a re-base that
 		 * died half-way (the word is "not known" past generation 0): discard. */
-		r = rebase(a, gen + 1, (uint32_t)want, e);
+		r = rebase(a, rank, gen + 1, (uint32_t)want, e);
 		if (r < 0)
 			return r;
 	}

@@ -58,6 +58,10 @@ def torch2_python():
 
 
 PY = torch2_python()
+
+# meson ends a test that runs too long with SIGTERM: raise it as an exception, so that the
+# nodes' context managers kill what they started and remove what killed launchers left.
+signal.signal(signal.SIGTERM, signal.default_int_handler)
 pytestmark = [pytest.mark.skipif(not CLI, reason="SHMFEED_CLI is set by `meson test`"),
               pytest.mark.skipif(not PY, reason="no torch 2.x interpreter (run scripts/deps)")]
 
@@ -168,7 +172,7 @@ class Nodes:
         self.port, self.rdzv_id = free_port(), unique_job("rdzv")
         self.procs = []
         # The launchers' discovery files and sockets: a killed launcher leaves them.
-        self.runtime = tempfile.mkdtemp(prefix="sf-rt-")
+        self.runtime = tempfile.mkdtemp(prefix="sf-torchrun-nodes-")
 
     def start(self, name, local_addr=None, rank_base=None):
         """Start node `name` (its job); local_addr orders the nodes: c10d gives group
