@@ -258,14 +258,17 @@ class Nodes:
         shutil.rmtree(self.runtime, ignore_errors=True)
 
 
-def wait_lines(path, n, timeout=180):
-    """Poll until file `path` has at least n lines."""
+def wait_lines(path, n, nodes, timeout=180):
+    """Poll until file `path` has at least n lines; else fail with the nodes' logs."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if os.path.exists(path) and len(open(path).read().splitlines()) >= n:
             return
         time.sleep(0.05)
-    raise AssertionError(f"{path}: fewer than {n} lines after {timeout} s")
+    logs = "".join(f"\n--- {p.job} (exit {p.poll()}):\n" + p.log.read_text()[-6000:]
+                   for p in nodes.procs)
+    have = open(path).read() if os.path.exists(path) else ""
+    raise AssertionError(f"{path}: fewer than {n} lines after {timeout} s:\n{have}{logs}")
 
 
 def read_records(out, ranks):
@@ -360,15 +363,19 @@ def test_two_nodes_restart_after_a_rank_is_killed(tmp_path, ref4):
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     out.mkdir()
     ckpt.mkdir()
-    starts, gate = tmp_path / "starts", tmp_path / "gate"
+    starts, gate, die = tmp_path / "starts", tmp_path / "gate", tmp_path / "die"
     args = ["--steps", str(STEPS), "--out", str(out), "--ckpt", str(ckpt), "--die-at", "2",
-            "--no-dist", "--hold-at", "4", "--gate", str(gate), "--starts", str(starts)]
+            "--die-gate", str(die), "--no-dist", "--hold-at", "4", "--gate", str(gate),
+            "--starts", str(starts)]
     with Nodes(tmp_path, args, ["--max-restarts=1"]) as nodes:
         n1 = nodes.start(unique_job("node1"), "127.0.0.2")
         nodes.wait_log(n1, "Rendezvous'ing worker group")
         n0 = nodes.start(unique_job("node0"), "127.0.0.1")
-        # Four ranks, then the four of the restarted groups.
-        wait_lines(starts, 8)
+        # Rank 0 dies once all four ranks have started (a rank killed by torchrun before
+        # it started would log no start), then the four of the restarted groups start.
+        wait_lines(starts, 4, nodes)
+        die.write_text("go")
+        wait_lines(starts, 8, nodes)
         gate.write_text("go")
         for p in (n0, n1):
             nodes.finish(p)
@@ -403,12 +410,12 @@ def test_a_node_rebases_when_a_restart_changes_its_group_rank(tmp_path, ref4):
         n1 = nodes.start(job1, "127.0.0.2")
         nodes.wait_log(n1, "Rendezvous'ing worker group")
         n0 = nodes.start(job0, "127.0.0.1")
-        wait_lines(starts, 4)
+        wait_lines(starts, 4, nodes)
         for r in range(4):
-            wait_lines(out / f"rank{r}.jsonl", 3)
+            wait_lines(out / f"rank{r}.jsonl", 3, nodes)
         nodes.kill(n0)
         n0 = nodes.start(job0, "127.0.0.3")
-        wait_lines(starts, 8)
+        wait_lines(starts, 8, nodes)
         gate.write_text("go")
         for p in (n0, n1):
             nodes.finish(p)

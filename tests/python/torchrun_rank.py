@@ -6,7 +6,8 @@ after every step it trained on and resumes from it when restarted; with --die-at
 With --no-dist it joins no process group (see test_torchrun.py: torch 2.x's gloo does
 not reconnect after an elastic restart here). With --hold-at S --gate FILE it waits
 before step S until FILE exists, so that a test can restart nodes while every rank still
-runs; --starts FILE logs each rank's start (after attach and resume)."""
+runs; --starts FILE logs each rank's start (after attach and resume); --die-gate FILE
+holds the death of --die-at until FILE exists (until every rank has started)."""
 
 import argparse
 import hashlib
@@ -31,6 +32,7 @@ ap.add_argument("--starts", help="append 'RANK PID ATTEMPT STEP' here once attac
 ap.add_argument("--hold-at", type=int, default=-1,
                 help="before step S, wait until the --gate file exists")
 ap.add_argument("--gate")
+ap.add_argument("--die-gate", help="with --die-at: wait until this file exists to die")
 a = ap.parse_args()
 
 if not a.no_dist:
@@ -63,6 +65,8 @@ with shmfeed.Loader(numpy=True) as loader:
                                   "sha": hashlib.sha256(tokens.tobytes()).hexdigest()}) + "\n")
             out.flush()
             if rank == 0 and attempt == 0 and b.step == a.die_at:
+                while a.die_gate and not os.path.exists(a.die_gate):
+                    time.sleep(0.02)
                 os.kill(os.getpid(), signal.SIGKILL)
             if ckpt:
                 tmp = ckpt + ".tmp"
