@@ -205,7 +205,8 @@ class Loader:
     `consumers.rank_base: auto`, the first rank to attach sets this node's global ranks
     (RANK - LOCAL_RANK) and every other must agree: a rank that does not is refused with
     an Error (code SF_E_RANGE) naming both; after an elastic restart that gave the node
-    other ranks the node re-bases (docs/multinode.md). device: None picks cuda:LOCAL_RANK when torch sees a GPU, else the CPU; or "cpu",
+    other ranks the node re-bases (docs/multinode.md). device: None picks
+    cuda:LOCAL_RANK when torch sees a GPU, else the CPU; or "cpu",
     "cuda", "cuda:N", an int or a torch.device. timeout: seconds next() waits (None:
     forever). numpy: True to get NumPy arrays even when torch is importable.
 
