@@ -48,6 +48,16 @@ static struct feed *start(uint32_t producers, int rank_auto, uint32_t rank_base)
 	return f;
 }
 
+/* After each test, passed or failed: a failed assertion skips feed_stop(), and the
+ * arena must not outlive the test (its producers die with the test process). */
+static void unlink_arena(void)
+{
+	if (job[0])
+		sf__arena_unlink_job(job);
+}
+
+TestSuite(node_ranks, .fini = unlink_arena);
+
 /* torchrun's environment of global rank `rank`, local rank `lr`, on nodes of 2. */
 static struct sf_rank_env torchrun_env(int64_t rank, int64_t lr)
 {
