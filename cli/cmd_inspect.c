@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "common/arena.h"
 #include "common/log.h"
+#include "common/node_ranks.h"
 #include "common/slot.h"
 
 static const char *const state_names[] = {"FREE", "FILLING", "READY", "CLAIMED"};
@@ -26,7 +27,9 @@ static void print_text(struct sf_arena *a)
 	const struct sf_arena_header *h = a->hdr;
 	const struct sf_geometry *g = &h->geo;
 	uint32_t nparts = g->max_producers + g->ranks;
+	char ranks[64];
 
+	sf__node_ranks_describe(h, ranks, sizeof(ranks));
 	printf("job %s\n", h->job);
 	printf("  layout version %u, %llu bytes, created by uid %u pid %d (%s)\n",
 	       h->layout_version, (unsigned long long)h->total_size, h->creator_uid, h->creator_pid,
@@ -34,16 +37,20 @@ static void print_text(struct sf_arena *a)
 	printf("  state %s, config digest %016llx\n",
 	       job_state_name(atomic_load_explicit(&h->job_state, memory_order_acquire)),
 	       (unsigned long long)g->config_digest);
-	printf("  geometry: %u ranks x %u slots, B=%u T+1=%u, %u-byte tokens, world %u from "
-	       "rank %u, %llu samples an epoch\n",
+	printf("  geometry: %u ranks x %u slots, B=%u T+1=%u, %u-byte tokens, world %u, node "
+	       "ranks %s (generation %u), %llu samples an epoch\n",
 	       g->ranks, g->slots_per_rank, g->batch, g->seq_tokens, g->token_bytes, g->world_size,
-	       g->rank_base, (unsigned long long)g->samples_per_epoch);
-	printf("  payload %llu bytes, stride %llu, flags%s%s%s%s",
+	       ranks,
+	       sf__node_ranks_generation(
+		       atomic_load_explicit(&h->node_ranks, memory_order_acquire)),
+	       (unsigned long long)g->samples_per_epoch);
+	printf("  payload %llu bytes, stride %llu, flags%s%s%s%s%s",
 	       (unsigned long long)h->payload_bytes, (unsigned long long)h->payload_stride,
 	       g->flags & SF_ARENA_F_HUGEPAGES ? " hugepages" : "",
 	       g->flags & SF_ARENA_F_CHECKSUM ? " checksum" : "",
 	       g->flags & SF_ARENA_F_DOC_STARTS ? " doc-starts" : "",
-	       g->flags & SF_ARENA_F_SOURCES ? " sources" : "");
+	       g->flags & SF_ARENA_F_SOURCES ? " sources" : "",
+	       g->flags & SF_ARENA_F_RANK_AUTO ? " rank-base-auto" : "");
 	if ((g->flags & SF_ARENA_F_CHECKSUM) && h->verify_every > 1)
 		printf(" (verified every %u steps)", h->verify_every);
 	printf("\n");
@@ -107,6 +114,20 @@ static void print_json(struct sf_arena *a)
 	       g->ranks, g->slots_per_rank, g->max_producers, g->batch, g->seq_tokens,
 	       g->token_bytes, g->doc_starts_per_seq, g->world_size, g->rank_base, g->flags,
 	       (unsigned long long)g->samples_per_epoch);
+	{
+		uint64_t w = atomic_load_explicit(&h->node_ranks, memory_order_acquire);
+		uint32_t base = 0;
+		int known = sf__node_ranks_decode(w, g, &base);
+
+		/* The base while known, else null; the generation counts the bases set. */
+		printf("\"node_ranks\":{\"auto\":%s,\"generation\":%u,\"base\":",
+		       g->flags & SF_ARENA_F_RANK_AUTO ? "true" : "false",
+		       sf__node_ranks_generation(w));
+		if (known > 0)
+			printf("%u},", base);
+		else
+			printf("null},");
+	}
 	printf("\"payload_bytes\":%llu,\"payload_stride\":%llu,\"repairs\":%llu,"
 	       "\"slots_repaired\":%llu,",
 	       (unsigned long long)h->payload_bytes, (unsigned long long)h->payload_stride,

@@ -109,24 +109,25 @@ static void print_sources(FILE *f, const struct doc *sd)
 
 static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 {
-	char job[80], state[16], tps[32], bps[32], p50[32], p99[32];
+	char job[80], state[16], tps[32], bps[32], p50[32], p99[32], node_ranks[64];
 	int ranks, prods;
 
 	str_of(sd, 0, "job", job, sizeof(job));
 	str_of(sd, 0, "state", state, sizeof(state));
 	fprintf(f, "job %s: %s, up %.1f s", job, state, dbl_of(sd, 0, "uptime_s"));
 	if (st)
+		str_of(st, 0, "node_ranks", node_ranks, sizeof(node_ranks));
+	if (st)
 		fprintf(f,
-			"; pid %llu, %llu rank%s x %llu slots, B=%llu T=%llu, world %llu from "
-			"rank %llu, %llu/%llu producers alive",
+			"; pid %llu, %llu rank%s x %llu slots, B=%llu T=%llu, world %llu, node "
+			"ranks %s, %llu/%llu producers alive",
 			(unsigned long long)u64_of(st, 0, "pid"),
 			(unsigned long long)u64_of(st, 0, "ranks"),
 			u64_of(st, 0, "ranks") == 1 ? "" : "s",
 			(unsigned long long)u64_of(st, 0, "slots_per_rank"),
 			(unsigned long long)u64_of(st, 0, "batch"),
 			(unsigned long long)u64_of(st, 0, "seq_len"),
-			(unsigned long long)u64_of(st, 0, "world_size"),
-			(unsigned long long)u64_of(st, 0, "rank_base"),
+			(unsigned long long)u64_of(st, 0, "world_size"), node_ranks,
 			(unsigned long long)u64_of(st, 0, "producers_alive"),
 			(unsigned long long)u64_of(st, 0, "producers"));
 	if (st && u64_of(st, 0, "producers_stalled"))

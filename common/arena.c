@@ -349,6 +349,20 @@ int sf__arena_lock(struct sf_arena *a, uint64_t byte)
 	return r < 0 ? r : ofd_setlk(a->lock_fd, byte, F_WRLCK);
 }
 
+int sf__arena_lock_wait(struct sf_arena *a, uint64_t byte)
+{
+	struct flock fl = {
+		.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)byte, .l_len = 1};
+	int r = lock_fds(a);
+
+	if (r < 0)
+		return r;
+	while (fcntl(a->lock_fd, F_OFD_SETLKW, &fl) < 0)
+		if (errno != EINTR)
+			return -errno;
+	return 0;
+}
+
 void sf__arena_unlock(struct sf_arena *a, uint64_t byte)
 {
 	if (a->lock_fd >= 0)
@@ -663,6 +677,12 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 		h->created_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	}
 	atomic_store_explicit(&h->job_state, SF_JOB_INIT, memory_order_relaxed);
+	/* A static base is known from the start; an automatic one when the first rank
+	 * attaches (common/node_ranks.c). Relaxed: published by the release store of the
+	 * magic below. */
+	if (!(geo->flags & SF_ARENA_F_RANK_AUTO))
+		atomic_store_explicit(&h->node_ranks, sf__node_ranks_word(1, geo->rank_base, 1),
+				      memory_order_relaxed);
 	if (hugepages)
 		madvise((unsigned char *)base + h->payloads_off, h->total_size - h->payloads_off,
 			MADV_HUGEPAGE);
@@ -752,6 +772,27 @@ int sf__arena_header_check(const struct sf_arena_header *h, uint64_t file_size, 
 	LAYOUT_CHECK(payload_bytes)
 	LAYOUT_CHECK(total_size)
 #undef LAYOUT_CHECK
+	{
+		/* The node's ranks: mutable, but always a base that holds the local ranks,
+		 * and for a static base the configured one. */
+		uint64_t nr = atomic_load_explicit(&h->node_ranks, memory_order_relaxed);
+		uint32_t base;
+		int known = sf__node_ranks_decode(nr, &h->geo, &base);
+
+		if (known < 0 || (!(h->geo.flags & SF_ARENA_F_RANK_AUTO) &&
+				  (!known || base != h->geo.rank_base)))
+			return sf__err(e, SF_E_LAYOUT,
+				       "%s: the header's node ranks 0x%016llx do not fit %u local "
+				       "ranks of world size %u (%s rank base %u)",
+				       where, (unsigned long long)nr, h->geo.ranks,
+				       h->geo.world_size,
+				       h->geo.flags & SF_ARENA_F_RANK_AUTO ? "automatic" : "static",
+				       h->geo.rank_base);
+		if ((h->geo.flags & SF_ARENA_F_RANK_AUTO) && h->geo.rank_base)
+			return sf__err(e, SF_E_LAYOUT,
+				       "%s: rank base %u in the geometry of an automatic base",
+				       where, h->geo.rank_base);
+	}
 	if (h->total_size != file_size)
 		return sf__err(e, SF_E_LAYOUT, "%s: the header says %llu bytes, the file has %llu",
 			       where, (unsigned long long)h->total_size,

@@ -45,7 +45,8 @@
 #define SF_ARENA_F_CHECKSUM   0x2u /* producers store xxh3-64 of each payload */
 #define SF_ARENA_F_DOC_STARTS 0x4u /* payloads carry document starts after the tokens */
 #define SF_ARENA_F_SOURCES    0x8u /* payloads carry each row's mixture source */
-#define SF_ARENA_F_KNOWN      0xfu /* every flag this build knows; attach refuses others */
+#define SF_ARENA_F_RANK_AUTO  0x10u /* rank_base: auto; the base is in node_ranks, not geo */
+#define SF_ARENA_F_KNOWN      0x1fu /* every flag this build knows; attach refuses others */
 
 /* Participant roles. */
 #define SF_ROLE_NONE	 0u
@@ -65,7 +66,7 @@ struct sf_geometry {
 	uint32_t token_bytes;	     /* 2 (uint16) or 4 (int32) */
 	uint32_t doc_starts_per_seq; /* 0, or max document starts recorded per sequence */
 	uint32_t world_size;	     /* W: global ranks of the whole job */
-	uint32_t rank_base;	     /* global rank of local rank 0 on this node */
+	uint32_t rank_base;	     /* global rank of local rank 0 (0 with SF_ARENA_F_RANK_AUTO) */
 	uint32_t flags;		     /* SF_ARENA_F_* */
 	uint64_t config_digest;	     /* digest of the resolved config */
 	uint64_t samples_per_epoch;  /* global samples in one epoch (windows of the stream) */
@@ -115,6 +116,12 @@ struct sf_arena_header {
 	_Alignas(64) _Atomic uint64_t producer_restarts;
 	_Atomic uint64_t repairs;	 /* participants repaired after death */
 	_Atomic uint64_t slots_repaired; /* slots returned by repairs */
+	/* The node's global ranks, generation << 32 | (rank base + 1); a low half of 0:
+	 * not known (yet, or while a re-base discards the old ranks' batches). Written only
+	 * under the SF_LOCK_NODE_RANKS lock, read by producers before they fill and by
+	 * consumers at attach; see common/node_ranks.h. A static rank base is set at
+	 * creation, generation 1. */
+	_Alignas(64) _Atomic uint64_t node_ranks;
 };
 
 /*
@@ -194,6 +201,7 @@ _Static_assert(sizeof(struct sf_arena_header) % SF_CACHE_LINE == 0, "header is w
 _Static_assert(offsetof(struct sf_arena_header, creator_starttime) == 24, "stable prefix");
 _Static_assert(offsetof(struct sf_arena_header, job_state) % SF_CACHE_LINE == 0, "own line");
 _Static_assert(offsetof(struct sf_arena_header, free_seq) % SF_CACHE_LINE == 0, "own line");
+_Static_assert(offsetof(struct sf_arena_header, node_ranks) % SF_CACHE_LINE == 0, "own line");
 _Static_assert(SF_MAX_PRODUCERS % 64 == 0, "free_waiters holds one bit per producer");
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free in shm");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free in shm");
@@ -300,6 +308,9 @@ struct sf_arena {
  */
 #define SF_LOCK_CREATOR	       0u
 #define SF_LOCK_PARTICIPANT(i) (1u + (uint64_t)(i))
+/* Held (waited for) while a consumer agrees on the node's ranks or re-bases them: past
+ * every participant byte. */
+#define SF_LOCK_NODE_RANKS (2u + (uint64_t)SF_SLOT_OWNER_MAX)
 
 /* Options of sf__arena_create(). */
 struct sf_arena_options {
@@ -401,6 +412,10 @@ int sf__arena_creator_alive(struct sf_arena *a);
 int sf__arena_lock(struct sf_arena *a, uint64_t byte);
 void sf__arena_unlock(struct sf_arena *a, uint64_t byte);
 
+/* sf__arena_lock_wait - sf__arena_lock() that waits while another holds the byte.
+ * Returns 0 or -errno. Only for locks held briefly (SF_LOCK_NODE_RANKS). */
+int sf__arena_lock_wait(struct sf_arena *a, uint64_t byte);
+
 /*
  * A handle's fences are not counted: OFD locks do not conflict within one open file
  * description, so two threads fencing the same byte through one handle would both hold
@@ -448,6 +463,33 @@ static inline unsigned char *sf__arena_payload(const struct sf_arena *a, uint32_
 {
 	return a->payloads +
 	       ((size_t)rank * a->hdr->geo.slots_per_rank + i) * a->hdr->payload_stride;
+}
+
+/*
+ * The node_ranks word: generation << 32 | (base + 1), or a low half of 0 while the base
+ * is not known. sf__node_ranks_decode - 1 and *ret_base when the word holds a base that
+ * fits the geometry (base + ranks <= world size), 0 when it holds none, -1 when it holds
+ * one that does not fit (a corrupt header).
+ */
+static inline uint64_t sf__node_ranks_word(uint32_t generation, uint32_t base, int known)
+{
+	return (uint64_t)generation << 32 | (known ? (uint64_t)base + 1 : 0);
+}
+static inline uint32_t sf__node_ranks_generation(uint64_t word)
+{
+	return (uint32_t)(word >> 32);
+}
+static inline int sf__node_ranks_decode(uint64_t word, const struct sf_geometry *g,
+					uint32_t *ret_base)
+{
+	uint32_t low = (uint32_t)word;
+
+	if (!low)
+		return 0;
+	if (g->world_size < g->ranks || low - 1 > g->world_size - g->ranks)
+		return -1;
+	*ret_base = low - 1;
+	return 1;
 }
 
 /* sf__arena_set_job_state - store a job state and wake everyone sleeping on it. */

@@ -44,6 +44,7 @@ enum ftype {
 
 #define F_NULLABLE 0x1u /* null is allowed and means "unset" */
 #define F_AUTO	   0x2u /* "auto" is allowed and stored as 0 */
+#define F_AUTO_MAX 0x4u /* "auto" is allowed and stored as UINT32_MAX (0 is a value) */
 
 struct field {
 	const char *key;
@@ -55,6 +56,11 @@ struct field {
 	unsigned flags;
 	const char *expect; /* the expected form, for messages */
 };
+
+/* consumers.rank_base while loading, before check_config() resolves it (into a value
+ * and rank_base_auto). */
+#define RANK_BASE_AUTO	UINT32_MAX
+#define RANK_BASE_UNSET (UINT32_MAX - 1)
 
 #define END_FIELDS                                                                                 \
 	{                                                                                          \
@@ -161,7 +167,7 @@ static const struct field producer_fields[] = {
 static const struct field consumer_fields[] = {
 	{"world_size", T_U32, CFG(world_size), 1, 1u << 20, NULL, NULL, 0, NULL},
 	{"local_ranks", T_U32, CFG(local_ranks), 1, SF_MAX_RANKS, NULL, NULL, F_AUTO, NULL},
-	{"rank_base", T_U32, CFG(rank_base), 0, (1u << 20) - 1, NULL, NULL, 0, NULL},
+	{"rank_base", T_U32, CFG(rank_base), 0, (1u << 20) - 1, NULL, NULL, F_AUTO_MAX, NULL},
 	{"device", T_ENUM, CFG(device), 0, 0, device_names, NULL, 0, NULL},
 	END_FIELDS,
 };
@@ -443,8 +449,9 @@ static int set_number(struct loader *L, const struct field *f, const yaml_node_t
 	uint64_t v;
 	int r;
 
-	if (n->type == YAML_SCALAR_NODE && (f->flags & F_AUTO) && !strcmp(scalar(n), "auto")) {
-		*(uint32_t *)((char *)base + f->off) = 0;
+	if (n->type == YAML_SCALAR_NODE && (f->flags & (F_AUTO | F_AUTO_MAX)) &&
+	    !strcmp(scalar(n), "auto")) {
+		*(uint32_t *)((char *)base + f->off) = f->flags & F_AUTO ? 0 : UINT32_MAX;
 		return 0;
 	}
 	if (n->type == YAML_SCALAR_NODE && (f->flags & F_NULLABLE) && is_null(n)) {
@@ -454,9 +461,9 @@ static int set_number(struct loader *L, const struct field *f, const yaml_node_t
 	if (n->type != YAML_SCALAR_NODE || !is_plain(n) || is_null(n))
 		return fail_at(L, n, "'%s' must be an unsigned integer in [%llu, %llu]%s, not %s",
 			       f->key, (unsigned long long)f->min, (unsigned long long)f->max,
-			       f->flags & F_AUTO       ? " or auto"
-			       : f->flags & F_NULLABLE ? " or null"
-						       : "",
+			       f->flags & (F_AUTO | F_AUTO_MAX) ? " or auto"
+			       : f->flags & F_NULLABLE		? " or null"
+								: "",
 			       n->type == YAML_SCALAR_NODE && !is_null(n) ? "a quoted string"
 									  : node_kind(n));
 	r = parse_u64(scalar(n), &v);
@@ -464,7 +471,7 @@ static int set_number(struct loader *L, const struct field *f, const yaml_node_t
 		return fail_at(L, n,
 			       "'%s' must be an unsigned integer in [%llu, %llu]%s; got '%.64s'",
 			       f->key, (unsigned long long)f->min, (unsigned long long)f->max,
-			       f->flags & F_AUTO ? " or auto" : "", scalar(n));
+			       f->flags & (F_AUTO | F_AUTO_MAX) ? " or auto" : "", scalar(n));
 	if (r == -ERANGE || v < f->min || v > f->max)
 		return fail_at(L, n, "'%s' is out of range: %.64s is not in [%llu, %llu]", f->key,
 			       scalar(n), (unsigned long long)f->min, (unsigned long long)f->max);
@@ -1260,6 +1267,29 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 			 cfg->job);
 		return fail_field(L, &root_fields[0], msg);
 	}
+	/* The node's ranks: a static base as given; `auto` (and, when the job spans more
+	 * ranks than this node serves, an unset base) takes them from the first rank that
+	 * attaches (common/node_ranks.h). */
+	if (cfg->rank_base == RANK_BASE_UNSET)
+		cfg->rank_base =
+			cfg->local_ranks && cfg->local_ranks < cfg->world_size ? RANK_BASE_AUTO : 0;
+	cfg->rank_base_auto = cfg->rank_base == RANK_BASE_AUTO;
+	if (cfg->rank_base_auto) {
+		/* Global ranks are rank_base + local rank, so 0 until the base is known. */
+		cfg->rank_base = 0;
+		if (!cfg->local_ranks) {
+			snprintf(msg, sizeof(msg),
+				 "'rank_base: auto' needs local_ranks: the ranks on this node "
+				 "(torchrun's --nproc_per_node)");
+			return fail_field(L, &consumer_fields[1], msg);
+		}
+		if (cfg->local_ranks > cfg->world_size) {
+			snprintf(msg, sizeof(msg), "'local_ranks' %u is more than world_size %u",
+				 cfg->local_ranks, cfg->world_size);
+			return fail_field(L, &consumer_fields[1], msg);
+		}
+		goto ranks_done;
+	}
 	if (cfg->rank_base >= cfg->world_size) {
 		snprintf(msg, sizeof(msg), "'rank_base' %u must be below world_size %u",
 			 cfg->rank_base, cfg->world_size);
@@ -1283,6 +1313,7 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 			 cfg->local_ranks, cfg->rank_base, cfg->world_size);
 		return fail_field(L, &consumer_fields[1], msg);
 	}
+ranks_done:
 	if (cfg->producers + cfg->local_ranks > SF_SLOT_OWNER_MAX) {
 		snprintf(msg, sizeof(msg), "producers (%u) plus local_ranks (%u) exceed %u",
 			 cfg->producers, cfg->local_ranks, SF_SLOT_OWNER_MAX);
@@ -1554,6 +1585,8 @@ static int load(const char *name, const char *text, size_t len, const char *base
 	int r = 0;
 
 	sf__config_defaults(&cfg);
+	/* Resolved by check_config(): told apart from an explicit 0 until then. */
+	cfg.rank_base = RANK_BASE_UNSET;
 	cfg.path = strdup(name ? name : "(defaults)");
 	cfg.job = name ? job_from_path(name) : strdup("shmfeed");
 	cfg.encoding = strdup("bytes");
@@ -1713,7 +1746,13 @@ static void write_fields(FILE *out, const struct field *fields, const void *base
 			fputs(f->names[*(const uint32_t *)p], out);
 			break;
 		case T_U32:
-			fprintf(out, "%u", *(const uint32_t *)p);
+			/* Only consumers.rank_base has F_AUTO_MAX; once resolved, its auto
+			 * is a flag beside it. */
+			if ((f->flags & F_AUTO_MAX) &&
+			    ((const struct sf_config *)base)->rank_base_auto)
+				fputs("auto", out);
+			else
+				fprintf(out, "%u", *(const uint32_t *)p);
 			break;
 		case T_U64:
 			if ((f->flags & F_NULLABLE) && *(const uint64_t *)p == UINT64_MAX)

@@ -155,6 +155,10 @@ struct sf_config {
 	/* integrity */
 	uint32_t checksum;     /* 1: xxh3-64 per payload, verified by consumers (default 1) */
 	uint32_t verify_every; /* consumers verify the checksum of every n-th step (default 1) */
+	/* 1: consumers.rank_base is `auto` (rank_base is then 0): the node's global ranks
+	 * come from the first rank that attaches (common/node_ranks.h). The default when
+	 * local_ranks is less than world_size. */
+	uint32_t rank_base_auto;
 
 	/* mixture: set when a source has a weight or group, or a schedule is given */
 	uint32_t mixture;

@@ -177,10 +177,11 @@ int sf__participant_register(struct sf_arena *a, uint32_t index, uint32_t role, 
 				       strerror(-r));
 		old = atomic_load_explicit(&p->pid, memory_order_relaxed);
 		if (old < 0 && attempt >= REGISTER_TRIES_MAX)
-			return sf__err(e, SF_E_BUSY,
-				       "participant %u is held by pid %d without a role (a launcher "
-				       "repositioning the rank); try again",
-				       index, -old);
+			return sf__err(
+				e, SF_E_BUSY,
+				"participant %u is held by pid %d without a role (a launcher "
+				"repositioning the rank); try again",
+				index, -old);
 		if ((old > 0 && attempt >= REGISTER_TRIES_HELD) || attempt >= REGISTER_TRIES_MAX)
 			return sf__err(e, SF_E_BUSY, "participant %u is held by live pid %d", index,
 				       old);
@@ -382,13 +383,25 @@ struct producer_check {
 	struct sf_fill *f;
 };
 
-/* A producer may stop sleeping: there is free work (and the job is not paused), or the
- * job is stopping. */
+/* The node's rank base, when known (node_ranks.h); acquire: pairs with its release
+ * store, after which the slots a re-base discarded are FREE. */
+static int ranks_known(const struct sf_arena *a, uint32_t *ret_base)
+{
+	uint64_t w = atomic_load_explicit(&a->hdr->node_ranks, memory_order_acquire);
+
+	return sf__node_ranks_decode(w, &a->hdr->geo, ret_base) > 0;
+}
+
+/* A producer may stop sleeping: there is free work (and the job is not paused, and the
+ * node's ranks are known), or the job is stopping. */
 static int producer_can_go(void *arg)
 {
 	struct producer_check *pc = arg;
+	uint32_t base;
 
-	return (!job_paused(pc->a) && find_free(pc->a, pc->start, pc->f)) || job_stopping(pc->a);
+	return (!job_paused(pc->a) && ranks_known(pc->a, &base) &&
+		find_free(pc->a, pc->start, pc->f)) ||
+	       job_stopping(pc->a);
 }
 
 struct consumer_check {
@@ -415,20 +428,34 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 	struct sf_fill f;
 
 	for (uint32_t polls = 0;;) {
-		while (!job_paused(a) && find_free(a, start++, &f)) {
+		uint32_t base;
+
+		while (!job_paused(a) && ranks_known(a, &base) && find_free(a, start++, &f)) {
 			uint64_t expect = sf__slot_word(SF_SLOT_FREE, 0, f.lap);
+			uint64_t filling = sf__slot_word(SF_SLOT_FILLING, me, f.lap);
 
 			/* Acquire: pairs with the consumer's release store of FREE, so its
 			 * reads of the old payload happen before this producer writes it. */
-			if (atomic_compare_exchange_strong_explicit(
-				    &f.slot->word, &expect,
-				    sf__slot_word(SF_SLOT_FILLING, me, f.lap), memory_order_acquire,
-				    memory_order_relaxed)) {
-				f.payload = sf__arena_payload(a, f.rank, f.index);
-				*ret_fill = f;
-				SF_TEST_POINT(SF_TP_PRODUCER_CLAIMED);
-				return 0;
+			if (!atomic_compare_exchange_strong_explicit(&f.slot->word, &expect,
+								     filling, memory_order_acquire,
+								     memory_order_relaxed))
+				continue;
+			/* Full fence, then the base for this slot: pairs with the seq_cst
+			 * store and fence of a re-base (node_ranks.c), which either sees this
+			 * slot FILLING and waits for it, or is seen here; then the slot goes
+			 * back, for the same step. */
+			atomic_thread_fence(memory_order_seq_cst);
+			if (!ranks_known(a, &base)) {
+				atomic_compare_exchange_strong_explicit(
+					&f.slot->word, &filling, expect, memory_order_release,
+					memory_order_relaxed);
+				continue;
 			}
+			f.global_rank = base + f.rank;
+			f.payload = sf__arena_payload(a, f.rank, f.index);
+			*ret_fill = f;
+			SF_TEST_POINT(SF_TP_PRODUCER_CLAIMED);
+			return 0;
 		}
 		if (job_stopping(a))
 			return SF_E_STOPPED;

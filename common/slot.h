@@ -50,8 +50,10 @@ extern void (*sf__test_hook)(int point);
 
 /* A slot a producer has claimed for filling. */
 struct sf_fill {
-	uint32_t rank;
-	uint32_t index; /* ring index */
+	uint32_t rank;	      /* local rank: the ring */
+	uint32_t global_rank; /* rank base + rank, as the node's ranks stood at the claim */
+	uint32_t index;	      /* ring index */
+	uint32_t pad;
 	uint64_t step;
 	uint64_t lap;
 	struct sf_slot *slot;
@@ -104,8 +106,9 @@ int sf__arena_repair(struct sf_arena *a, uint32_t index);
 /*
  * sf__producer_claim - claim the FREE slot with the lowest step for producer `me`.
  * Waits up to timeout_ns (< 0: no limit) when every slot is taken, or while the job is
- * PAUSED (it claims nothing then). Returns 0 and fills *ret_fill; SF_E_TIMEOUT, or
- * SF_E_STOPPED once the job is stopping.
+ * PAUSED or the node's ranks are not known (it claims nothing then; node_ranks.h). The
+ * slot is to be filled for ret_fill->global_rank. Returns 0 and fills *ret_fill;
+ * SF_E_TIMEOUT, or SF_E_STOPPED once the job is stopping.
  */
 int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 		       struct sf_fill *ret_fill);

@@ -19,6 +19,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
+#include "common/node_ranks.h"
 #include "common/proc.h"
 #include "common/slot.h"
 #include "consumer/cuda.h"
@@ -377,11 +378,14 @@ static int release_held(struct sf_consumer *c)
 	return r;
 }
 
-int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint32_t flags,
-		       struct sf_consumer **ret_consumer, char *errmsg, uint32_t errmsg_len)
+int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int32_t device,
+			     uint32_t flags, struct sf_consumer **ret_consumer, char *errmsg,
+			     uint32_t errmsg_len)
 {
 	const struct sf_geometry *geo;
 	struct sf_consumer *c;
+	int64_t local_rank = env ? env->local_rank : -1;
+	uint32_t base = 0;
 	int r;
 
 	c = calloc(1, sizeof(*c));
@@ -401,14 +405,13 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 	if (r < 0)
 		goto fail;
 	geo = &c->a->hdr->geo;
-	if (local_rank < 0 || (uint32_t)local_rank >= geo->ranks) {
-		r = sf__err(&c->err, SF_E_RANGE, "job '%s' has local ranks 0..%u, not %d", job,
-			    geo->ranks - 1, local_rank);
+	if (local_rank < 0 || (uint64_t)local_rank >= geo->ranks) {
+		r = sf__err(&c->err, SF_E_RANGE, "job '%s' has local ranks 0..%u, not %lld", job,
+			    geo->ranks - 1, (long long)local_rank);
 		goto fail;
 	}
 	c->rank = (uint32_t)local_rank;
 	c->me = geo->max_producers + c->rank;
-	c->global_rank = geo->rank_base + c->rank;
 	c->token_bytes = (uint64_t)geo->batch * geo->seq_tokens * geo->token_bytes;
 	c->doc_off = sf__doc_starts_offset(geo->batch, geo->seq_tokens, geo->token_bytes);
 	c->sources_off = geo->flags & SF_ARENA_F_SOURCES
@@ -418,14 +421,16 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 	/* Document starts and row sources follow the tokens closely: one copy moves all. */
 	c->copy_bytes = geo->doc_starts_per_seq || c->sources_off ? c->a->hdr->payload_bytes
 								  : c->token_bytes;
-	r = sf__participant_register(c->a, c->me, SF_ROLE_CONSUMER, local_rank, &c->err);
+	/* Registers the rank and agrees on the node's rank base (or re-bases the node). */
+	r = sf__node_ranks_register(c->a, c->rank, env, &base, &c->err);
 	if (r < 0) {
 		if (r == SF_E_BUSY)
 			sf__err(&c->err, r,
-				"job '%s': local rank %d is consumed by another process", job,
-				local_rank);
+				"job '%s': local rank %lld is consumed by another process", job,
+				(long long)local_rank);
 		goto fail;
 	}
+	c->global_rank = base + c->rank;
 	/* Only this rank's part of the arena becomes resident here. A failure only means
 	 * page faults on first use, so it is not one of attach's. */
 	sf__arena_populate_rank(c->a, c->rank);
@@ -448,6 +453,20 @@ fail:
 	sf__arena_detach(c->a);
 	free(c);
 	return r;
+}
+
+int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint32_t flags,
+		       struct sf_consumer **ret_consumer, char *errmsg, uint32_t errmsg_len)
+{
+	const struct sf_rank_env env = {
+		.rank = -1,
+		.local_rank = local_rank,
+		.world_size = -1,
+		.local_world_size = -1,
+		.group_rank = -1,
+	};
+
+	return sf_consumer_attach_ranks(job, &env, device, flags, ret_consumer, errmsg, errmsg_len);
 }
 
 /* GPU mode: the device address of buffer i's document starts, or 0 when none. */
@@ -476,7 +495,7 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 		.global_rank = c->global_rank,
 		.world_size = h->geo.world_size,
 		.ranks = h->geo.ranks,
-		.rank_base = h->geo.rank_base,
+		.rank_base = c->global_rank - c->rank,
 		.slots_per_rank = h->geo.slots_per_rank,
 		.batch = h->geo.batch,
 		.seq_tokens = h->geo.seq_tokens,

@@ -32,6 +32,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
+#include "common/node_ranks.h"
 #include "common/control.h"
 #include "common/cpus.h"
 #include "common/log.h"
@@ -707,7 +708,13 @@ static int describe_job(struct supervisor *S, char *buf, size_t len)
 			    : js == SF_JOB_RUNNING && data_ended(S) ? "ended"
 								    : job_state_name(js);
 	size_t n = 0;
-	uint32_t alive = 0, stalled = 0;
+	uint32_t alive = 0, stalled = 0, base = 0;
+	/* The node's global ranks: "2..3 (auto)", or "auto, not yet known" until the
+	 * first rank of a `rank_base: auto` job attaches. */
+	int known = sf__node_ranks_known(S->a, &base);
+	char ranks[64];
+
+	sf__node_ranks_describe(S->a->hdr, ranks, sizeof(ranks));
 
 	for (uint32_t i = 0; i < S->n_prod; i++) {
 		alive += S->prod[i].pid > 0;
@@ -721,14 +728,16 @@ static int describe_job(struct supervisor *S, char *buf, size_t len)
 			      "\"producers_stalled\":%u,\"stall_timeout_ms\":%u,\"ranks\":%u,"
 			      "\"world_size\":%u,\"rank_base\":%u,\"batch\":%u,\"seq_len\":%u,"
 			      "\"slots_per_rank\":%u,\"token_bytes\":%u,\"samples_per_epoch\":%llu,"
-			      "\"config_digest\":\"%016llx\",\"stats\":",
+			      "\"config_digest\":\"%016llx\",\"node_ranks\":",
 			      sf_version(), (int)S->self, state,
 			      (double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid,
 			      S->n_prod, alive, stalled, S->cfg->stall_timeout_ms, S->geo.ranks,
-			      S->geo.world_size, S->geo.rank_base, S->geo.batch,
+			      S->geo.world_size, known ? base : 0, S->geo.batch,
 			      S->geo.seq_tokens - 1, S->geo.slots_per_rank, S->geo.token_bytes,
 			      (unsigned long long)S->geo.samples_per_epoch,
 			      (unsigned long long)S->geo.config_digest);
+	sf__json_escape(buf, len, &n, ranks);
+	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, ",\"stats\":");
 	sf__json_escape(buf, len, &n, S->pub_ep);
 	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "}");
 	return n < len ? (int)n : -ENOSPC;
@@ -1180,6 +1189,12 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	r = l->ops->geometry(S->ds, cfg, &S->geo, e);
 	if (r < 0)
 		goto out_close_ds;
+	/* `rank_base: auto`: the arena learns the node's ranks from its first rank
+	 * (common/node_ranks.h). */
+	if (cfg->rank_base_auto) {
+		S->geo.flags |= SF_ARENA_F_RANK_AUTO;
+		S->geo.rank_base = 0;
+	}
 	r = check_fd_budget(S->geo.max_producers, e);
 	if (r < 0)
 		goto out_close_ds;

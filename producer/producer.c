@@ -113,7 +113,6 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 	struct sf_telemetry *tm;
 	struct sf_builder *b = NULL;
 	uint64_t out_before = 0, enc_before = 0;
-	uint32_t rank_base = a->hdr->geo.rank_base;
 	int r;
 
 	r = sf__builder_create(ds, &b, e);
@@ -163,8 +162,7 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 			sf__err(e, r, "producer %u: claim failed: %s", index, sf_strerror(r));
 			break;
 		}
-		r = sf__producer_fill(ds, b, rank_base + f.rank, f.step, f.payload, &len, &first,
-				      e);
+		r = sf__producer_fill(ds, b, f.global_rank, f.step, f.payload, &len, &first, e);
 		if (r < 0) {
 			/* The slot stays FILLING under this participant; the supervisor repairs
 			 * it once this process has exited, and another producer rebuilds it. */
@@ -175,7 +173,7 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 			sf__err(e, r,
 				"producer %u: rank %u step %llu was taken from this producer "
 				"while it filled it; nothing was published",
-				index, rank_base + f.rank, (unsigned long long)f.step);
+				index, f.global_rank, (unsigned long long)f.step);
 			break;
 		}
 		sf__builder_counters(b, &out, &enc);

@@ -219,7 +219,7 @@ int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_e
  * sf__producer_main - the body of a forked producer process: register as participant
  * `index` (role producer), then claim, build and publish batches until the job is
  * STOPPING (returns 0) or a source fails (returns the error, detail in `e`). Global rank
- * of ring r is rank_base + r.
+ * of ring r is the node's rank base + r, as the claim reports it (common/node_ranks.h).
  */
 int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index, struct sf_err *e);
 

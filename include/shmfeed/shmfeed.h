@@ -208,6 +208,36 @@ struct sf_consumer;
 int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint32_t flags,
 		       struct sf_consumer **ret_consumer, char *errmsg, uint32_t errmsg_len);
 
+/*
+ * What a rank's launcher says about it: torchrun's (or Slurm's) environment, each field
+ * -1 where not known. sf_consumer_attach_ranks() checks it against the job and, for a job
+ * of `consumers.rank_base: auto`, takes this node's global ranks from it.
+ */
+struct sf_rank_env {
+	int64_t rank;		  /* RANK: the global rank */
+	int64_t local_rank;	  /* LOCAL_RANK: the rank on this node (required, >= 0) */
+	int64_t world_size;	  /* WORLD_SIZE */
+	int64_t local_world_size; /* LOCAL_WORLD_SIZE: ranks on this node */
+	int64_t group_rank;	  /* GROUP_RANK: the node's index in the rendezvous */
+};
+
+/*
+ * sf_consumer_attach_ranks - sf_consumer_attach() as local rank env->local_rank, checked
+ * against the rest of `env`: WORLD_SIZE must be the job's world size and LOCAL_WORLD_SIZE
+ * its local ranks (SF_E_GEOMETRY otherwise), and RANK - LOCAL_RANK is this node's rank
+ * base. With a static base (consumers.rank_base: N) it must be N; with `auto` the first
+ * rank that attaches sets it (GROUP_RANK x LOCAL_WORLD_SIZE must agree where every node
+ * runs as many ranks), every later rank must agree, and a different base is taken only
+ * once no rank of the old one is alive: the node re-bases, discarding the batches made
+ * for the old ranks (docs/multinode.md). A rank that disagrees is refused with SF_E_RANGE
+ * and a message naming both bases. sf_consumer_attach() is this with only the local
+ * rank known: it follows the node's base, and is refused (SF_E_RANGE) while an automatic
+ * base is not known yet.
+ */
+int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int32_t device,
+			     uint32_t flags, struct sf_consumer **ret_consumer, char *errmsg,
+			     uint32_t errmsg_len);
+
 /* sf_consumer_info - what the handle is attached to. Returns 0. */
 int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_info);
 
@@ -380,6 +410,8 @@ _Static_assert(offsetof(struct sf_consumer_info, device_buffer) == 64, "sf_consu
 _Static_assert(offsetof(struct sf_consumer_info, config_digest) == 96, "sf_consumer_info");
 _Static_assert(offsetof(struct sf_consumer_info, sources_offset) == 104, "sf_consumer_info");
 _Static_assert(sizeof(struct sf_consumer_info) == 112, "sf_consumer_info layout");
+_Static_assert(offsetof(struct sf_rank_env, group_rank) == 32, "sf_rank_env layout");
+_Static_assert(sizeof(struct sf_rank_env) == 40, "sf_rank_env layout");
 #endif
 
 #ifdef __cplusplus

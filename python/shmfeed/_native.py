@@ -109,8 +109,19 @@ class Info(ctypes.Structure):
     ]
 
 
+class RankEnv(ctypes.Structure):
+    """What the rank's launcher says (torchrun's environment); -1 where not known."""
+    _fields_ = [
+        ("rank", ctypes.c_int64),
+        ("local_rank", ctypes.c_int64),
+        ("world_size", ctypes.c_int64),
+        ("local_world_size", ctypes.c_int64),
+        ("group_rank", ctypes.c_int64),
+    ]
+
+
 MIRRORS = {"sf_batch": Batch, "sf_resume": Resume, "sf_consumer_stats": Stats,
-           "sf_consumer_window": Window, "sf_consumer_info": Info}
+           "sf_consumer_window": Window, "sf_consumer_info": Info, "sf_rank_env": RankEnv}
 
 
 def _candidates():
@@ -153,6 +164,9 @@ def lib():
         "sf_version": (ctypes.c_char_p, []),
         "sf_consumer_attach": (ctypes.c_int, [ctypes.c_char_p, i32, i32, u32,
                                               ctypes.POINTER(vp), ctypes.c_char_p, u32]),
+        "sf_consumer_attach_ranks": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(RankEnv),
+                                                    i32, u32, ctypes.POINTER(vp),
+                                                    ctypes.c_char_p, u32]),
         "sf_consumer_info": (ctypes.c_int, [vp, ctypes.POINTER(Info)]),
         "sf_consumer_set_stream": (ctypes.c_int, [vp, u64]),
         "sf_consumer_next": (ctypes.c_int, [vp, i32, ctypes.POINTER(Batch)]),

@@ -204,8 +204,13 @@ class Loader:
 
     job: the job name (default $SHMFEED_JOB). rank, world_size: the global rank and world
     size (default $RANK and $WORLD_SIZE; checked against the arena). local_rank: the rank
-    on this node (default $LOCAL_RANK, else rank - the arena's rank base when that is
-    0). device: None picks cuda:LOCAL_RANK when torch sees a GPU, else the CPU; or "cpu",
+    on this node (default $LOCAL_RANK, else rank). With the environment's RANK,
+    $LOCAL_WORLD_SIZE and $GROUP_RANK (torchrun sets both) are checked too. For a job of
+    `consumers.rank_base: auto`, the first rank to attach sets this node's global ranks
+    (RANK - LOCAL_RANK) and every other must agree: a rank that does not is refused with
+    an Error (code SF_E_RANGE) naming both; after an elastic restart that gave the node
+    other ranks the node re-bases (docs/multinode.md). device: None picks
+    cuda:LOCAL_RANK when torch sees a GPU, else the CPU; or "cpu",
     "cuda", "cuda:N", an int or a torch.device. timeout: seconds next() waits (None:
     forever). numpy: True to get NumPy arrays even when torch is importable.
 
@@ -232,8 +237,13 @@ class Loader:
             raise ValueError("shmfeed.Loader: no job name (pass job= or set SHMFEED_JOB)")
         if not isinstance(job, str) or "\0" in job:
             raise ValueError(f"shmfeed.Loader: job={job!r} is not a job name")
+        # The node's size and index in the rendezvous count only with the environment's
+        # RANK: a rank given by the caller is checked against the node's ranks alone.
+        local_world_size = group_rank = None
         if rank is None:
             rank = _env_int("RANK", 0, _RANK_MAX)
+            local_world_size = _env_int("LOCAL_WORLD_SIZE", 1, _RANK_MAX)
+            group_rank = _env_int("GROUP_RANK", 0, _RANK_MAX)
         else:
             rank = _checked_int("rank", rank, 0, _RANK_MAX)
         if world_size is None:
@@ -253,8 +263,12 @@ class Loader:
 
         handle = ctypes.c_void_p()
         msg = ctypes.create_string_buffer(512)
-        r = self._lib.sf_consumer_attach(job.encode(), local_rank, dev_index, 0,
-                                         ctypes.byref(handle), msg, len(msg))
+        # The library checks these against the job and, for `rank_base: auto`, agrees
+        # on this node's global ranks with the node's other ranks (or re-bases it).
+        env = N.RankEnv(*(-1 if v is None else v for v in
+                          (rank, local_rank, world_size, local_world_size, group_rank)))
+        r = self._lib.sf_consumer_attach_ranks(job.encode(), ctypes.byref(env), dev_index, 0,
+                                               ctypes.byref(handle), msg, len(msg))
         if r < 0:
             detail = msg.value.decode()
             if r == N.SF_E_BUSY and (job, local_rank) in _attached:
@@ -514,6 +528,19 @@ class Loader:
         epoch = _checked_int("load_state_dict: epoch", state.get("epoch", 0), 0, _U64_MAX)
         st = N.Resume(fields[0], epoch, fields[1], fields[2])
         r = self._lib.sf_consumer_seek(self._h, ctypes.byref(st))
+        if r == N.SF_E_DIGEST and state.get("world_size") not in (None, self.world_size):
+            # A state of another world size resumes only with the same global batch, which
+            # the config digest covers (world_size x batch.size, not either alone).
+            G = self.batch_size * self.world_size
+            step = state.get("step")
+            was = f" (global batch {fields[0] // step})" if isinstance(step, int) and \
+                step > 0 else ""
+            raise Error(r, f"shmfeed: the resume state is of world size "
+                           f"{state['world_size']}{was}, this job's is {self.world_size} "
+                           f"with global batch {self.batch_size} x {self.world_size} = {G}, "
+                           "and the configs differ: a world size that changes at a restart "
+                           "must keep world_size x batch.size "
+                           f"({self._lib.sf_consumer_errmsg(self._h).decode()})")
         if r < 0:
             self._raise(r)
 

@@ -16,13 +16,15 @@
  * is linked with the replay main of replay_main.c, which runs it over the files and
  * directories given as arguments (the committed corpus tests/fuzz/corpus/arena/ in CI).
  * The corpus holds headers written by sf__arena_create() (creator pid, start time and
- * creation time then zeroed) for three geometries, valid_*: 1 rank x 1 slot; 2 ranks x
- * 4 slots with checksums, 2 producers and a rank base; 3 x 3 with int32 tokens and
- * document starts. The lie_* files are the 2 x 4 header with one lie each: 1000 ranks,
+ * creation time then zeroed; tests/fuzz/gen_arena_corpus.c writes them, and the suite
+ * checks that they are what this build writes) for five geometries, valid_*: 1 rank x
+ * 1 slot; 2 ranks x 4 slots with checksums, 2 producers and a static rank base; 3 x 3
+ * with int32 tokens and document starts; 2 x 2 with an automatic rank base not known
+ * yet, and known. The lie_* files are the 2 x 4 header with one lie each: 1000 ranks,
  * slots_off 2^50, payloads_off near the end, 100000 producers, token_bytes 0, a
  * B x (T+1) x 4 that wraps 64 bits, total_size 2^62, the huge-page flag, an unterminated
- * job name, a verify_every of 0. (Layout version 4 kept these files' bytes but for the
- * version word and verify_every, where version 3 had padding.)
+ * job name, a verify_every of 0, node ranks out of range, unknown, or other than the
+ * static base; and the automatic header with a rank base in its geometry.
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -36,8 +38,7 @@
 #include "common/arena.h"
 #include "common/slot.h"
 
-/* Files stay small: tmpfs allocates what the consumer's attach populates and what
- * read_everything() touches. */
+/* Files stay small: tmpfs allocates what attach's MAP_POPULATE touches. */
 #define FILE_CAP (UINT64_C(1) << 20)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

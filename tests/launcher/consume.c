@@ -1,6 +1,7 @@
 /*
  * A training rank for launcher tests, in C: attach to $SHMFEED_JOB as local rank
- * $LOCAL_RANK (CPU views), take `--steps N` batches (or until the data ends), and write
+ * $LOCAL_RANK (CPU views; $RANK, $WORLD_SIZE, $LOCAL_WORLD_SIZE and $GROUP_RANK too, where
+ * set), take `--steps N` batches (or until the data ends), and write
  * one line per batch, "GLOBAL_RANK STEP FIRST_SAMPLE DIGEST", to `--out FILE`. With
  * `--fake`, also check every token against the synthetic producers' formula. Options
  * `--sleep-us U` (per batch) and `--exit-after N` (die with status 3 after N batches)
@@ -13,6 +14,14 @@
 
 #include "shmfeed/shmfeed.h"
 #include "tests/launcher/fake_producers.h"
+
+/* Environment variable `name` as a number, -1 when unset. */
+static int64_t env_int(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? strtoll(v, NULL, 10) : -1;
+}
 
 int main(int argc, char **argv)
 {
@@ -46,7 +55,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "consume: SHMFEED_JOB is not set\n");
 		return 2;
 	}
-	r = sf_consumer_attach(job, rank, -1, SF_ATTACH_CPU, &c, err, sizeof(err));
+	{
+		/* torchrun's variables, where set: the node's global ranks of a job of
+		 * `rank_base: auto` come from them. */
+		struct sf_rank_env env = {
+			.rank = env_int("RANK"),
+			.local_rank = rank,
+			.world_size = env_int("WORLD_SIZE"),
+			.local_world_size = env_int("LOCAL_WORLD_SIZE"),
+			.group_rank = env_int("GROUP_RANK"),
+		};
+
+		r = sf_consumer_attach_ranks(job, &env, -1, SF_ATTACH_CPU, &c, err, sizeof(err));
+	}
 	if (r < 0) {
 		fprintf(stderr, "consume: rank %d: attach: %s\n", rank, err);
 		return 1;

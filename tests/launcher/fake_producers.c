@@ -104,7 +104,7 @@ static int fake_main(void *ds, struct sf_arena *a, uint32_t index, struct sf_err
 		if (index == 0 && inc == 1 && crash_at && claims == crash_at)
 			raise(SIGKILL);
 		t0 = sf__now_ns();
-		gr = g->rank_base + f.rank;
+		gr = f.global_rank;
 		if (cfg->epochs && f.step >= 16 * cfg->epochs) {
 			len = 0;
 		} else {

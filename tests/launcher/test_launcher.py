@@ -477,6 +477,52 @@ def test_status_and_top(rt, tmp_path):
     assert out.returncode == 1 and "no running shmfeed job" in out.stderr
 
 
+def test_status_and_inspect_show_the_nodes_ranks(rt, tmp_path):
+    """A node of 2 ranks in a world of 4 takes its ranks from its first rank (rank_base:
+    auto, the default); a later group of ranks with other global ranks re-bases it once
+    the first group has exited."""
+    cfg = write_config(tmp_path, world=4)
+    job = job_name("nr")
+    p = start_serving(cfg, job, extra=["--set", "consumers.local_ranks=2"])
+
+    def status():
+        out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
+                             timeout=10)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def inspect():
+        out = subprocess.run([SHMFEED, "inspect", job, "--json"], capture_output=True,
+                             text=True, timeout=10)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["node_ranks"]
+
+    def rank(global_rank, local_rank, path):
+        env = dict(os.environ, SHMFEED_JOB=job, RANK=str(global_rank),
+                   LOCAL_RANK=str(local_rank), WORLD_SIZE="4", LOCAL_WORLD_SIZE="2",
+                   GROUP_RANK=str(global_rank // 2))
+        out = subprocess.run([CONSUME, "--fake", "--steps", "3", "--out", str(path)],
+                             env=env, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return [int(line[0]) for line in read_lines(path)]
+
+    try:
+        assert "node ranks auto, not yet known" in status()
+        assert inspect() == {"auto": True, "generation": 0, "base": None}
+        assert rank(3, 1, tmp_path / "a.txt") == [3, 3, 3]
+        assert "node ranks 2..3 (auto)" in status()
+        assert inspect() == {"auto": True, "generation": 1, "base": 2}
+        # The rank of the first group exited: the node re-bases to 0..1, and the ring
+        # of local rank 1 serves global rank 1 from the step it had reached.
+        assert rank(1, 1, tmp_path / "b.txt") == [1, 1, 1]
+        assert "node ranks 0..1 (auto)" in status()
+        assert inspect() == {"auto": True, "generation": 2, "base": 0}
+        assert [int(line[1]) for line in read_lines(tmp_path / "b.txt")] == [3, 4, 5]
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=10)
+
+
 def test_top_shows_which_rank_is_starved(rt, tmp_path):
     """Rank 0's consumer waits on a paused job, rank 1 has none: top's bars tell them
     apart at a glance."""

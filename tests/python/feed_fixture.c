@@ -26,9 +26,10 @@
 static void print_abi(void)
 {
 	printf("{\"sf_batch\": %zu, \"sf_resume\": %zu, \"sf_consumer_stats\": %zu, "
-	       "\"sf_consumer_window\": %zu, \"sf_consumer_info\": %zu,\n",
+	       "\"sf_consumer_window\": %zu, \"sf_consumer_info\": %zu, \"sf_rank_env\": %zu,\n",
 	       sizeof(struct sf_batch), sizeof(struct sf_resume), sizeof(struct sf_consumer_stats),
-	       sizeof(struct sf_consumer_window), sizeof(struct sf_consumer_info));
+	       sizeof(struct sf_consumer_window), sizeof(struct sf_consumer_info),
+	       sizeof(struct sf_rank_env));
 #define P(s, f) printf(FIELD(s, f) ",\n", FIELD_ARGS(s, f))
 	P(sf_batch, step);
 	P(sf_batch, first_sample);
@@ -46,6 +47,11 @@ static void print_abi(void)
 	P(sf_batch, provenance);
 	P(sf_batch, epoch);
 	P(sf_batch, sources);
+	P(sf_rank_env, rank);
+	P(sf_rank_env, local_rank);
+	P(sf_rank_env, world_size);
+	P(sf_rank_env, local_world_size);
+	P(sf_rank_env, group_rank);
 	P(sf_resume, samples);
 	P(sf_resume, epoch);
 	P(sf_resume, config_digest);
@@ -91,7 +97,7 @@ static void print_abi(void)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: feed_fixture --job NAME [--ranks R] [--world-size W] [--rank-base N]\n"
+		"usage: feed_fixture --job NAME [--ranks R] [--world-size W] [--rank-base N|auto]\n"
 		"       [--batch B] [--seq-len T] [--slots K] [--producers P] [--dtype u16|i32]\n"
 		"       [--doc-starts D] [--vocab V] [--seed S] [--steps N] [--tokens FILE]\n"
 		"       [--samples-per-epoch N] [--no-checksum] [--verify-every N]\n"
@@ -148,7 +154,8 @@ int main(int argc, char **argv)
 			o.world_size = (uint32_t)strtoul(optarg, NULL, 0);
 			break;
 		case 'b':
-			o.rank_base = (uint32_t)strtoul(optarg, NULL, 0);
+			o.rank_auto = !strcmp(optarg, "auto");
+			o.rank_base = o.rank_auto ? 0 : (uint32_t)strtoul(optarg, NULL, 0);
 			break;
 		case 'B':
 			o.batch = (uint32_t)strtoul(optarg, NULL, 0);

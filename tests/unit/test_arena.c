@@ -539,6 +539,16 @@ static void lie_rank_base(struct sf_arena_header *h)
 {
 	h->geo.rank_base = UINT32_MAX;
 }
+static void lie_node_ranks(struct sf_arena_header *h)
+{
+	/* Base 1 of world size 2 leaves no room for 2 local ranks. */
+	atomic_store_explicit(&h->node_ranks, sf__node_ranks_word(1, 1, 1), memory_order_relaxed);
+}
+static void lie_node_ranks_unknown(struct sf_arena_header *h)
+{
+	/* A static base is known from creation. */
+	atomic_store_explicit(&h->node_ranks, 0, memory_order_relaxed);
+}
 
 static const struct header_lie lies[] = {
 	{"ranks", lie_ranks, "header field"},
@@ -553,7 +563,38 @@ static const struct header_lie lies[] = {
 	{"job name", lie_job_name, "job name"},
 	{"flags", lie_flags, "unknown flags 0x80000000"},
 	{"rank_base", lie_rank_base, "rank base"},
+	{"node_ranks", lie_node_ranks, "node ranks 0x0000000100000002 do not fit"},
+	{"node_ranks unknown", lie_node_ranks_unknown, "static rank base 0"},
 };
+
+Test(arena, node_ranks_of_a_static_or_automatic_base)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a, *b = NULL;
+	struct sf_err e = {0};
+
+	g.world_size = 4;
+	g.rank_base = 2;
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0, "%s", e.msg);
+	cr_expect_eq(atomic_load_explicit(&a->hdr->node_ranks, memory_order_relaxed),
+		     sf__node_ranks_word(1, 2, 1), "a static base is known from creation");
+	sf__arena_destroy(a);
+	g.rank_base = 0;
+	g.flags |= SF_ARENA_F_RANK_AUTO;
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0, "%s", e.msg);
+	cr_expect_eq(atomic_load_explicit(&a->hdr->node_ranks, memory_order_relaxed), 0,
+		     "an automatic base is not known at creation");
+	/* Known, in range: accepted; out of range: refused. */
+	atomic_store_explicit(&a->hdr->node_ranks, sf__node_ranks_word(5, 2, 1),
+			      memory_order_relaxed);
+	cr_expect_eq(sf__arena_attach(job, NULL, &b, &e), 0, "%s", e.msg);
+	sf__arena_detach(b);
+	atomic_store_explicit(&a->hdr->node_ranks, sf__node_ranks_word(5, 3, 1),
+			      memory_order_relaxed);
+	cr_expect_eq(sf__arena_attach(job, NULL, &b, &e), SF_E_LAYOUT);
+	cr_expect(strstr(e.msg, "automatic rank base"), "%s", e.msg);
+	sf__arena_destroy(a);
+}
 
 Test(arena, lying_header_is_refused)
 {

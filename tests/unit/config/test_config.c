@@ -262,6 +262,56 @@ Test(config, ranks_must_fit_the_world)
 	cr_expect_eq(cfg.local_ranks, 1024);
 }
 
+Test(config, rank_base_auto_is_the_default_for_a_node_of_a_larger_world)
+{
+	char *text = NULL;
+	size_t len = 0;
+	struct sf_config again = {0};
+	FILE *f;
+
+	/* A node of 2 ranks in a world of 4, no base given: auto. */
+	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 4, local_ranks: 2}\n"), 0, "%s",
+		     err.msg);
+	cr_expect_eq(cfg.rank_base_auto, 1);
+	cr_expect_eq(cfg.rank_base, 0);
+	/* Written as auto, and read back as auto. */
+	f = open_memstream(&text, &len);
+	cr_assert_eq(sf__config_write(&cfg, f), 0);
+	fclose(f);
+	cr_expect(strstr(text, "rank_base: auto\n"), "%s", text);
+	cr_assert_eq(sf__config_load_string("w.yaml", text, len, &again, &err), 0, "%s", err.msg);
+	cr_expect_eq(again.rank_base_auto, 1);
+	sf__config_free(&again);
+	free(text);
+	/* An explicit base, 0 included, stays static (static rendezvous). */
+	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 4, local_ranks: 2, rank_base: "
+			  "0}\n"),
+		     0, "%s", err.msg);
+	cr_expect_eq(cfg.rank_base_auto, 0);
+	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 4, local_ranks: 2, rank_base: "
+			  "2}\n"),
+		     0, "%s", err.msg);
+	cr_expect_eq(cfg.rank_base_auto, 0);
+	cr_expect_eq(cfg.rank_base, 2);
+	/* One node holding the whole world: base 0, as before. */
+	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 4}\n"), 0, "%s", err.msg);
+	cr_expect_eq(cfg.rank_base_auto, 0);
+	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 4, local_ranks: 4}\n"), 0, "%s",
+		     err.msg);
+	cr_expect_eq(cfg.rank_base_auto, 0);
+	/* Explicit auto. */
+	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 8, local_ranks: 4, rank_base: "
+			  "auto}\n"),
+		     0, "%s", err.msg);
+	cr_expect_eq(cfg.rank_base_auto, 1);
+	rejects("sources: [a]\nconsumers: {world_size: 4, rank_base: auto}\n", "job.yaml",
+		"'rank_base: auto' needs local_ranks");
+	rejects("sources: [a]\nconsumers: {world_size: 4, local_ranks: 8, rank_base: auto}\n",
+		"job.yaml", "'local_ranks' 8 is more than world_size 4");
+	rejects("sources: [a]\nconsumers: {world_size: 4, rank_base: automatic}\n",
+		"job.yaml:2:39:", "or auto");
+}
+
 Test(config, document_starts_fit_a_sequence)
 {
 	rejects("sources: [a]\nbatch: {seq_len: 8}\nsampling: {doc_starts: 10}\n",

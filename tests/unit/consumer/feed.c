@@ -82,7 +82,7 @@ static void producer_run(struct feed *f, uint32_t index)
 	if (sf__participant_register(a, index, SF_ROLE_PRODUCER, (int32_t)index, NULL) < 0)
 		_exit(2);
 	while (sf__producer_claim(a, index, -1, &fill) == 0) {
-		uint32_t g = f->geo.rank_base + fill.rank;
+		uint32_t g = fill.global_rank;
 		uint32_t len = feed_fill(f, g, fill.step, fill.payload);
 
 		sf__producer_publish(a, index, &fill, len,
@@ -150,10 +150,11 @@ int feed_start(const struct feed_options *o, struct feed **ret, struct sf_err *e
 		.token_bytes = o->token_bytes,
 		.doc_starts_per_seq = o->doc_starts_per_seq,
 		.world_size = o->world_size ? o->world_size : o->ranks,
-		.rank_base = o->rank_base,
+		.rank_base = o->rank_auto ? 0 : o->rank_base,
 		.samples_per_epoch = o->samples_per_epoch,
 		.flags = (o->checksum ? SF_ARENA_F_CHECKSUM : 0) |
-			 (o->doc_starts_per_seq ? SF_ARENA_F_DOC_STARTS : 0),
+			 (o->doc_starts_per_seq ? SF_ARENA_F_DOC_STARTS : 0) |
+			 (o->rank_auto ? SF_ARENA_F_RANK_AUTO : 0),
 	};
 	if (o->token_file) {
 		r = map_token_file(f, e);

@@ -35,6 +35,7 @@ struct feed_options {
 	uint32_t ranks;		     /* local ranks of this node */
 	uint32_t world_size;	     /* W (0: ranks) */
 	uint32_t rank_base;	     /* global rank of local rank 0 */
+	uint32_t rank_auto;	     /* 1: rank_base: auto (the first rank sets it) */
 	uint32_t batch;		     /* B */
 	uint32_t seq_len;	     /* T */
 	uint32_t slots_per_rank;     /* K */
@@ -45,9 +46,9 @@ struct feed_options {
 	uint32_t checksum;	     /* 1: producers store xxh3 checksums */
 	uint32_t verify_every;	     /* consumers verify every n-th step's checksum (0: 1) */
 	uint64_t seed;
-	uint64_t steps;		/* 0: unlimited */
+	uint64_t steps;		    /* 0: unlimited */
 	uint64_t samples_per_epoch; /* recorded in the geometry (the stream ignores it) */
-	const char *token_file; /* NULL: synthetic tokens */
+	const char *token_file;	    /* NULL: synthetic tokens */
 };
 
 struct feed {
