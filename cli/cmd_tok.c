@@ -18,6 +18,7 @@
 struct tok_args {
 	const char *encoding;
 	const char *vocab;
+	const char *tokenizer; /* a Hugging Face tokenizer.json */
 	const char *bench;
 	int specials;
 };
@@ -27,6 +28,7 @@ static int parse(int argc, char **argv, int encode, struct tok_args *a)
 	static const struct option opts[] = {
 		{"encoding", required_argument, NULL, 'e'}, {"vocab", required_argument, NULL, 'v'},
 		{"specials", no_argument, NULL, 's'},	    {"bench", required_argument, NULL, 'b'},
+		{"tokenizer", required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -47,11 +49,14 @@ static int parse(int argc, char **argv, int encode, struct tok_args *a)
 		case 'b':
 			a->bench = optarg;
 			break;
+		case 't':
+			a->tokenizer = optarg;
+			break;
 		default:
 			goto usage;
 		}
 	}
-	if (!a->encoding || optind != argc || (!encode && (a->specials || a->bench)))
+	if (!a->encoding == !a->tokenizer || (a->tokenizer && a->vocab) || optind != argc || (!encode && (a->specials || a->bench)))
 		goto usage;
 	return 0;
 usage:
@@ -59,6 +64,7 @@ usage:
 		"usage: shmfeed encode -e ENCODING [--vocab FILE] [--specials] < text > ids.u32\n"
 		"       shmfeed encode -e ENCODING [--vocab FILE] --bench FILE\n"
 		"       shmfeed decode -e ENCODING [--vocab FILE] < ids.u32 > text\n"
+		"       (--tokenizer tokenizer.json instead of -e: a Hugging Face byte-level BPE)\n"
 		"ENCODING: r50k_base (gpt2), cl100k_base, o200k_base, bytes, char:CORPUS;\n"
 		"the vocabulary is --vocab or $%s/ENCODING.tiktoken\n",
 		SF_TOK_VOCAB_DIR_ENV);
@@ -97,7 +103,8 @@ static int load(const struct tok_args *a, struct sf_tok **ret_tok)
 {
 	struct sf_err err = {0};
 
-	if (sf__tok_load(a->encoding, a->vocab, ret_tok, &err) < 0) {
+	if (a->tokenizer ? sf__tok_load_hf_json(a->tokenizer, ret_tok, &err) < 0
+			 : sf__tok_load(a->encoding, a->vocab, ret_tok, &err) < 0) {
 		sf__log_error("%s", err.msg);
 		return 1;
 	}

@@ -21,6 +21,7 @@
 #define SF_TOK_BPE   1
 #define SF_TOK_BYTES 2
 #define SF_TOK_CHAR  3
+#define SF_TOK_HF    4 /* a Hugging Face tokenizer.json: hf_json.h */
 
 /* The pre-tokenizers. */
 #define SF_PRETOK_R50K	 1
@@ -84,6 +85,7 @@ struct sf_tok {
 	uint32_t n_specials;
 	uint32_t *chars; /* SF_TOK_CHAR: the code points, sorted; id = index */
 	uint32_t n_chars;
+	struct sf_tok_hf *hf; /* SF_TOK_HF: what `ranks` alone does not say */
 };
 
 /* One node of the heap merge: a part of the piece and the rank of it and its successor. */
@@ -123,6 +125,8 @@ struct sf_tok_encoder {
 	uint64_t *heap;
 	size_t bpe_cap;
 	pcre2_match_data *md;
+	struct sf_hf_scratch *hf; /* for SF_TOK_HF */
+	bool ids_lent;		  /* `ids` is the caller's (sf__tok_encode_to): never grow it */
 };
 
 static inline uint64_t sf__tok_load64(const uint8_t *s)
@@ -211,6 +215,12 @@ static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct 
 
 /* vocab.c */
 int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *e);
+/*
+ * sf__tok_ranks_index - build the lookup tables of `r` from its n_ranks, off and bytes,
+ * which the caller has filled (empty spans for absent ranks). Refuses two ranks with the
+ * same bytes, naming `what`.
+ */
+int sf__tok_ranks_index(struct sf_tok_ranks *r, const char *what, struct sf_err *e);
 
 /*
  * The largest vocabulary file read: o200k_base is 3.6 MB; a file 70 times that is not a

@@ -73,6 +73,21 @@ int sf__tok_load(const char *encoding, const char *vocab_path, struct sf_tok **r
 /* sf__tok_load_spec - load a custom BPE vocabulary (see struct sf_tok_spec). */
 int sf__tok_load_spec(const struct sf_tok_spec *spec, struct sf_tok **ret_tok, struct sf_err *e);
 
+/*
+ * sf__tok_load_hf_json - load a Hugging Face tokenizer.json whose model is byte-level BPE
+ * (docs/tokenizer.md says which constructs are supported). Its ids equal those of
+ * `tokenizers`' encode(text, add_special_tokens=False), with special tokens matched only
+ * when allowed. A construct that is not supported is refused with SF_E_TOKENIZER and a
+ * message naming its JSON path. The tokenizer's name is the file's base name.
+ */
+int sf__tok_load_hf_json(const char *path, struct sf_tok **ret_tok, struct sf_err *e);
+
+/*
+ * sf__tok_ids_bound - the most ids sf__tok_encode() can give for `len` bytes: len + 1,
+ * or more for a tokenizer.json whose pre-tokenizer adds a space before each piece.
+ */
+size_t sf__tok_ids_bound(const struct sf_tok *tok, size_t len);
+
 /* sf__tok_free - free a tokenizer; accepts NULL. Free its encoders first. */
 void sf__tok_free(struct sf_tok *tok);
 
