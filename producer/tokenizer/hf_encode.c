@@ -443,7 +443,11 @@ static int split_pcre(struct run *r, unsigned k, const uint8_t *s, size_t n)
 	return rc < 0 ? rc : flush(&sp);
 }
 
-/* Digits: numbers (\p{N}, Rust's char::is_numeric) one by one, or runs of them. */
+/*
+ * Digits: each number character (\p{N}, Rust's char::is_numeric) is a match of its own and
+ * the text between them one range, as tokenizers' character patterns find them; then
+ * Isolated (individual_digits) or Contiguous, which joins runs of numbers.
+ */
 static int split_digits(struct run *r, unsigned k, const uint8_t *s, size_t n)
 {
 	bool individual = r->hf->stages[k].individual;
@@ -451,18 +455,22 @@ static int split_digits(struct run *r, unsigned k, const uint8_t *s, size_t n)
 			      .next_stage = k + 1,
 			      .behavior = individual ? SF_HF_ISOLATED : SF_HF_CONTIGUOUS,
 			      .s = s};
-	size_t p = 0, len;
+	size_t p = 0, gap = 0, len;
 	int rc;
 
 	while (p < n) {
-		bool digit = sf__uc_at(s, n, p, &len) & SF_UC_N;
-
-		rc = range(&sp, p, p + len, digit);
-		if (rc < 0)
-			return rc;
+		if (sf__uc_at(s, n, p, &len) & SF_UC_N) {
+			rc = range(&sp, gap, p, false);
+			if (rc == 0)
+				rc = range(&sp, p, p + len, true);
+			if (rc < 0)
+				return rc;
+			gap = p + len;
+		}
 		p += len;
 	}
-	return flush(&sp);
+	rc = range(&sp, gap, n, false);
+	return rc < 0 ? rc : flush(&sp);
 }
 
 static int prefix_space(struct run *r, unsigned k, const uint8_t *s, size_t n)
