@@ -1,0 +1,301 @@
+/*
+ * The tokenizer.json loader on small hand-written files: what it accepts (and the ids it
+ * then gives, where byte-pair merging by pair rank differs from tiktoken's rule), and
+ * each construct it refuses, with the JSON path its message must name. The comparisons
+ * with Hugging Face `tokenizers` itself are in test_hf_json.py.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/tokenizer/hf_json.h"
+#include "producer/tokenizer/tokenizer.h"
+
+/* The pieces of a file; NULL members get the defaults of a plain byte-level file. */
+struct parts {
+	const char *normalizer;
+	const char *pre_tokenizer;
+	const char *model_extra; /* members added to "model", with a leading comma */
+	const char *merges;
+	const char *extra_vocab; /* "token": id members after the 256 bytes, leading comma */
+	const char *added_tokens;
+	const char *decoder;
+	const char *top_extra; /* members added at the top level, leading comma */
+};
+
+/* GPT-2's byte-to-unicode mapping, as tokenizers' ByteLevel.alphabet() gives it. */
+static size_t byte_char(int b, char *out)
+{
+	static int next = 256;
+	static int map[256];
+	uint32_t cp;
+
+	if (!map['!']) {
+		for (int i = 0; i < 256; i++) {
+			bool printable = (i >= '!' && i <= '~') || (i >= 0xa1 && i <= 0xac) || i >= 0xae;
+
+			map[i] = printable ? i : next++;
+		}
+	}
+	cp = (uint32_t)map[b];
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		return 1;
+	}
+	out[0] = (char)(0xc0 | cp >> 6);
+	out[1] = (char)(0x80 | (cp & 0x3f));
+	return 2;
+}
+
+static char *build(const struct parts *p)
+{
+	size_t cap = 1 << 16, o = 0;
+	char *s = malloc(cap);
+	int b;
+
+	o += (size_t)snprintf(s + o, cap - o,
+			      "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null,"
+			      " \"added_tokens\": %s, \"normalizer\": %s, \"pre_tokenizer\": %s,"
+			      " \"post_processor\": null, \"decoder\": %s%s,"
+			      " \"model\": {\"type\": \"BPE\", \"dropout\": null%s, \"vocab\": {",
+			      p->added_tokens ? p->added_tokens : "[]",
+			      p->normalizer ? p->normalizer : "null",
+			      p->pre_tokenizer ? p->pre_tokenizer
+					       : "{\"type\": \"ByteLevel\", \"add_prefix_space\": "
+						 "false, \"trim_offsets\": true, \"use_regex\": true}",
+			      p->decoder ? p->decoder : "{\"type\": \"ByteLevel\"}",
+			      p->top_extra ? p->top_extra : "", p->model_extra ? p->model_extra : "");
+	for (b = 0; b < 256; b++) {
+		char ch[3];
+		size_t n = byte_char(b, ch);
+
+		o += (size_t)snprintf(s + o, cap - o, "%s\"%s%.*s\": %d", b ? ", " : "",
+				      ch[0] == '"' || ch[0] == '\\' ? "\\" : "", (int)n, ch, b);
+	}
+	snprintf(s + o, cap - o, "%s}, \"merges\": %s}}", p->extra_vocab ? p->extra_vocab : "",
+		 p->merges ? p->merges : "[]");
+	return s;
+}
+
+static int load(const struct parts *p, struct sf_tok **ret, struct sf_err *err)
+{
+	char *json = build(p);
+	int rc = sf__tok_load_hf_json_mem("t.json", json, strlen(json), ret, err);
+
+	free(json);
+	return rc;
+}
+
+static void expect_refused(const struct parts *p, const char *message)
+{
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(load(p, &tok, &err), SF_E_TOKENIZER, "accepted; expected: %s", message);
+	cr_expect(strstr(err.msg, message), "message '%s' lacks '%s'", err.msg, message);
+}
+
+static void expect_ids(struct sf_tok *tok, const char *text, uint64_t allowed,
+		       const uint32_t *want, size_t n_want)
+{
+	struct sf_tok_encoder *enc;
+	struct sf_err err = {0};
+	const uint32_t *ids;
+	size_t n, i;
+
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, &err), 0);
+	cr_assert_eq(sf__tok_encode(enc, text, strlen(text), allowed, &ids, &n, &err), 0, "%s",
+		     err.msg);
+	cr_expect_eq(n, n_want, "'%s': %zu ids, want %zu", text, n, n_want);
+	for (i = 0; i < n && i < n_want; i++)
+		cr_expect_eq(ids[i], want[i], "'%s': id %zu is %u, want %u", text, i, ids[i],
+			     want[i]);
+	sf__tok_encoder_free(enc);
+}
+
+#define EXPECT(tok, text, allowed, ...)                                                            \
+	do {                                                                                       \
+		const uint32_t want_[] = {__VA_ARGS__};                                            \
+		expect_ids(tok, text, allowed, want_, sizeof(want_) / sizeof(want_[0]));           \
+	} while (0)
+
+Test(accept, pair_rank_not_token_rank)
+{
+	/* "abc" is a token made from "ab" + "c", but "b c" merges first: tokenizers leaves
+	 * "a" "bc", where tiktoken's rule (lowest rank of the merged token) would not. */
+	struct parts p = {.extra_vocab = ", \"bc\": 256, \"ab\": 257, \"abc\": 258",
+			  .merges = "[[\"b\", \"c\"], \"a b\", [\"ab\", \"c\"]]"};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	cr_expect_eq(sf__tok_n_vocab(tok), 259);
+	EXPECT(tok, "abc", 0, 'a', 256);
+	EXPECT(tok, "ab", 0, 257);
+	EXPECT(tok, "abx", 0, 257, 'x');
+	sf__tok_free(tok);
+}
+
+Test(accept, ignore_merges_takes_whole_tokens)
+{
+	struct parts p = {.extra_vocab = ", \"bc\": 256, \"ab\": 257, \"abc\": 258",
+			  .merges = "[[\"b\", \"c\"], [\"a\", \"b\"], [\"ab\", \"c\"]]",
+			  .model_extra = ", \"ignore_merges\": true"};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	EXPECT(tok, "abc", 0, 258);
+	sf__tok_free(tok);
+}
+
+Test(accept, added_tokens_and_decode)
+{
+	struct parts p = {
+		.added_tokens = "[{\"id\": 300, \"content\": \"<s>\", \"special\": true, "
+				"\"normalized\": false},"
+				" {\"id\": 301, \"content\": \"<tool>\", \"special\": false, "
+				"\"normalized\": false},"
+				" {\"id\": 302, \"content\": \"<tool>x\", \"special\": true, "
+				"\"normalized\": false}]"};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	uint32_t ids[] = {300, 'a', 301, 302};
+	char out[64];
+	size_t len;
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	cr_expect_eq(sf__tok_n_vocab(tok), 303);
+	/* Specials are text unless allowed; non-special added tokens always match. */
+	EXPECT(tok, "<s>a<tool>", SF_TOK_ALLOW_NONE, '<', 's', '>', 'a', 301);
+	EXPECT(tok, "<s>a<tool>", SF_TOK_ALLOW_ALL, 300, 'a', 301);
+	/* Leftmost-longest: "<tool>x" is the longer match, a special one; not allowed, it is
+	 * skipped over as text as a whole, as tokenizers does. */
+	EXPECT(tok, "<tool>x", SF_TOK_ALLOW_ALL, 302);
+	EXPECT(tok, "<tool>x", SF_TOK_ALLOW_NONE, '<', 't', 'o', 'o', 'l', '>', 'x');
+	cr_assert_eq(sf__tok_decode(tok, ids, 4, out, sizeof(out), &len, &err), 0, "%s", err.msg);
+	cr_expect(len == 17 && !memcmp(out, "<s>a<tool><tool>x", 17));
+	cr_expect_eq(sf__tok_special(tok, "<s>", NULL), 300);
+	sf__tok_free(tok);
+}
+
+Test(refuse, not_json)
+{
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(sf__tok_load_hf_json_mem("t.json", "{\"model\": ", 10, &tok, &err),
+		     SF_E_TOKENIZER);
+	cr_expect(strstr(err.msg, "not valid JSON at byte 10"), "%s", err.msg);
+}
+
+Test(refuse, each_construct_by_path)
+{
+	static const struct {
+		struct parts p;
+		const char *message;
+	} cases[] = {
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Digits\"}, {\"type\": \"ByteLevel\"}, {\"type\": "
+				   "\"Metaspace\"}]}"},
+		 "pre_tokenizer.pretokenizers[2].type: \"Metaspace\" after ByteLevel"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Whitespace\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].type: \"Whitespace\" not supported"},
+		{{.pre_tokenizer = "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, "
+				   "\"behavior\": \"Isolated\", \"invert\": false}"},
+		 "pre_tokenizer: no ByteLevel"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"x*\"}, \"behavior\": "
+				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: can match the empty string"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"^a\"}, \"behavior\": "
+				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: the anchor ^"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"\\\\h+\"}, \"behavior\": "
+				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\h not supported"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": "
+				   "\"Sideways\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].behavior: \"Sideways\" not supported"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"(a\"}, \"behavior\": "
+				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: pattern: missing closing "},
+		{{.pre_tokenizer = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+				   "\"regex_flavour\": 1}"},
+		 "pre_tokenizer: unknown key \"regex_flavour\""},
+		{{.normalizer = "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": "
+				"\"Lowercase\"}]}"},
+		 "normalizer.normalizers[0].type: \"Lowercase\" not supported"},
+		{{.normalizer = "{\"type\": \"NFKD\"}"}, "normalizer.type: \"NFKD\" not supported"},
+		{{.decoder = "{\"type\": \"Metaspace\"}"},
+		 "decoder.type: \"Metaspace\" not supported"},
+		{{.model_extra = ", \"continuing_subword_prefix\": \"##\""},
+		 "model.continuing_subword_prefix: \"##\" not supported"},
+		{{.model_extra = ", \"end_of_word_suffix\": \"</w>\""},
+		 "model.end_of_word_suffix: \"</w>\" not supported"},
+		{{.model_extra = ", \"dropout\": 0.1"}, "model.dropout: 0.1 not supported"},
+		{{.model_extra = ", \"lowercase\": true"}, "model: unknown key \"lowercase\""},
+		{{.merges = "[\"a  b\"]"}, "model.merges[0]: expected \"left right\" with one space"},
+		{{.merges = "[\"a b\", [\"q\", \"zz\"]]"},
+		 "model.merges[0]: \"a\" + \"b\": the merged token is not"},
+		{{.merges = "[[\"a\"]]"}, "model.merges[0]: expected \"left right\" or"},
+		{{.added_tokens = "[{\"id\": 300, \"content\": \"x\", \"lstrip\": true}]"},
+		 "added_tokens[0].lstrip: true not supported"},
+		{{.added_tokens = "[{\"id\": 300, \"content\": \"x\", \"single_word\": true}]"},
+		 "added_tokens[0].single_word: true not supported"},
+		{{.added_tokens = "[{\"id\": 300, \"content\": \"\"}]"},
+		 "added_tokens[0]: expected an id and a non-empty content"},
+		{{.added_tokens = "[{\"id\": 300, \"content\": \"x\"}, {\"id\": 301, \"content\": "
+				  "\"x\"}]"},
+		 "added_tokens[1]: content \"x\" also at added_tokens[0]"},
+		{{.top_extra = ", \"truncation_side\": 1"},
+		 "(top level): unknown key \"truncation_side\""},
+		{{.extra_vocab = ", \"q\": -1"}, "model.vocab: \"q\": expected an id"},
+		{{.extra_vocab = ", \"qq\": 5"}, "model.vocab: id 5 appears twice"},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_refused(&cases[i].p, cases[i].message);
+}
+
+Test(refuse, truncation_padding_and_model_type)
+{
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	static const char *const docs[][2] = {
+		{"{\"truncation\": {\"max_length\": 5}, \"model\": {}}", "truncation: not supported"},
+		{"{\"padding\": {}, \"model\": {}}", "padding: not supported"},
+		{"{\"model\": {\"type\": \"Unigram\"}}", "model.type: \"Unigram\" not supported"},
+		{"{\"model\": {\"vocab\": {}}}", "model.type: missing"},
+		{"[1]", "(top level): expected an object"},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+		cr_assert_eq(sf__tok_load_hf_json_mem("t.json", docs[i][0], strlen(docs[i][0]),
+						      &tok, &err),
+			     SF_E_TOKENIZER);
+		cr_expect(strstr(err.msg, docs[i][1]), "'%s' lacks '%s'", err.msg, docs[i][1]);
+	}
+}
+
+Test(refuse, missing_byte)
+{
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	const char *doc = "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": "
+			  "{\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
+			  "{\"a\": 0}, \"merges\": []}}";
+
+	cr_assert_eq(sf__tok_load_hf_json_mem("t.json", doc, strlen(doc), &tok, &err),
+		     SF_E_TOKENIZER);
+	cr_expect(strstr(err.msg, "model.vocab: no token for byte 0x00 (\"\xc4\x80\")"), "%s",
+		  err.msg);
+}
