@@ -4,8 +4,8 @@
  *
  *  1. added tokens whose "normalized" is false are found in the raw text, leftmost-longest
  *     (tokenizers' Aho-Corasick, MatchKind::LeftmostLongest); the text between them goes on;
- *  2. (normalization: only the identity is supported, see hf_json.c) then the added
- *     tokens whose "normalized" is true are found the same way in what is left;
+ *  2. what is left is normalized (NFC, or nothing), each stretch on its own, and the
+ *     added tokens whose "normalized" is true are found the same way in it;
  *  3. each stretch of text goes through the pre-tokenizer stages in order, each stage
  *     splitting every piece of the one before (so a regex sees one piece as its whole
  *     subject, and a lookahead stops at the piece's end), empty pieces dropped;
@@ -24,6 +24,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/tokenizer/hf_json.h"
+#include "producer/tokenizer/nfc.h"
 #include "producer/tokenizer/unicode.h"
 
 /* Pieces up to this many bytes merge by rescanning the parts; longer ones with a heap. */
@@ -267,6 +268,8 @@ void sf__hf_scratch_free(struct sf_hf_scratch *sc)
 	if (!sc)
 		return;
 	free(sc->prefixed);
+	free(sc->normalized);
+	free(sc->cps);
 	free(sc->parts);
 	free(sc->heap);
 	pcre2_match_data_free(sc->md);
@@ -600,6 +603,30 @@ static int stretch(struct run *r, const uint8_t *s, size_t n, uint64_t allowed)
 
 static int normalized(struct run *r, const uint8_t *s, size_t n, uint64_t allowed)
 {
+	struct sf_hf_scratch *sc = r->enc->hf;
+
+	if (r->hf->nfc && !sf__nfc_is_identity(s, n)) {
+		if (n > sc->normalized_cap) {
+			size_t cap = sc->normalized_cap ? sc->normalized_cap : 4096;
+			uint8_t *text;
+			uint32_t *cps;
+
+			while (cap < n)
+				cap *= 2;
+			text = realloc(sc->normalized, 3 * cap);
+			if (text)
+				sc->normalized = text;
+			cps = realloc(sc->cps, 4 * cap * sizeof(*cps));
+			if (cps)
+				sc->cps = cps;
+			if (!text || !cps)
+				return sf__err(r->e, -ENOMEM, "%s: out of memory",
+					       r->enc->tok->name);
+			sc->normalized_cap = cap;
+		}
+		n = sf__nfc(s, n, sc->normalized, sc->cps);
+		s = sc->normalized;
+	}
 	return with_added(r, &r->hf->norm, s, n, allowed, stretch);
 }
 

@@ -17,6 +17,7 @@
 #include "shmfeed/shmfeed.h"
 #include "producer/json.h"
 #include "producer/tokenizer/hf_json.h"
+#include "producer/tokenizer/nfc.h"
 #include "producer/tokenizer/unicode.h"
 
 /* The largest tokenizer.json read: DeepSeek's is 6.4 MB, the largest known about 20 MB. */
@@ -710,6 +711,10 @@ static int load_normalizer(struct loader *l, const struct sf_json_node *obj, con
 		}
 		return 0;
 	}
+	if (!strcmp(type, "NFC")) {
+		l->hf->nfc = true;
+		return 0;
+	}
 	return refuse(l, where, "\"%s\" not supported", type);
 }
 
@@ -781,8 +786,8 @@ static int load_added(struct loader *l, const struct sf_json_node *list)
 	static const char *const unsupported[] = {"single_word", "lstrip", "rstrip"};
 	struct sf_tok_hf *hf = l->hf;
 	struct sf_tok *tok = l->tok;
+	uint32_t i, j, *cps = NULL;
 	bool *normalized;
-	uint32_t i, j;
 	int rc = 0;
 
 	if (!list || list->type == SF_JSON_NULL)
@@ -838,12 +843,21 @@ static int load_added(struct loader *l, const struct sf_json_node *list)
 				goto out;
 			}
 		}
-		t->text = strdup(sf__json_tree_str(l->doc, c));
-		if (!t->text) {
+		/* A normalized token is matched in normalized text: normalize it too. */
+		t->text = malloc(3 * (size_t)c->len + 1);
+		cps = realloc(cps, 4 * ((size_t)c->len + 1) * sizeof(*cps));
+		if (!t->text || !cps) {
 			rc = oom(l);
 			goto out;
 		}
-		t->len = c->len;
+		if (normalized[i] && hf->nfc) {
+			t->len = (uint32_t)sf__nfc((const uint8_t *)sf__json_tree_str(l->doc, c),
+						   c->len, (uint8_t *)t->text, cps);
+		} else {
+			memcpy(t->text, sf__json_tree_str(l->doc, c), c->len);
+			t->len = c->len;
+		}
+		t->text[t->len] = '\0';
 		t->id = (uint32_t)id;
 		t->bit = -1;
 		hf->n_added++;
@@ -869,6 +883,7 @@ static int load_added(struct loader *l, const struct sf_json_node *list)
 	if (rc == 0)
 		rc = build_matcher(l, &hf->norm, normalized, true);
 out:
+	free(cps);
 	free(normalized);
 	return rc;
 }

@@ -74,6 +74,7 @@ struct sf_tok_hf {
 	uint32_t byte_id[256];		      /* the id of each byte's token */
 	uint8_t *whole; /* bit per id: BPE of the token's bytes gives the token itself */
 	bool ignore_merges;
+	bool nfc; /* the normalizer is NFC (else none) */
 	struct sf_hf_stage stages[SF_HF_MAX_STAGES];
 	unsigned n_stages;
 	unsigned max_growth; /* ids per input byte at most, less one (add_prefix_space) */
@@ -92,6 +93,9 @@ struct sf_tok_hf {
 struct sf_hf_scratch {
 	uint8_t *prefixed; /* a piece with the prefix space in front */
 	size_t prefixed_cap;
+	uint8_t *normalized; /* the NFC form of a stretch of text */
+	uint32_t *cps;	     /* its code points while it is being made */
+	size_t normalized_cap;
 	struct sf_hf_part *parts;
 	uint64_t *heap;
 	size_t parts_cap;

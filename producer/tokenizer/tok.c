@@ -286,8 +286,9 @@ void sf__tok_free(struct sf_tok *tok)
 
 size_t sf__tok_ids_bound(const struct sf_tok *tok, size_t len)
 {
+	/* NFC makes text at most 3 times longer; a prefix space at most doubles it. */
 	if (tok->kind == SF_TOK_HF)
-		return (len + 1) * (1 + tok->hf->max_growth);
+		return (len + 1) * (tok->hf->nfc ? 3 : 1) * (1 + tok->hf->max_growth);
 	return len + 1;
 }
 

@@ -9,6 +9,10 @@ legacy "a b" form). Texts: the shared reference texts, English prose, source cod
 multilingual text from the system (tools/text_corpora.py), a hand-made merge list that
 tiktoken's rule would merge differently, and 30,000 random strings per file.
 
+NFC: the files' NFC normalizer must give what tokenizers' does (an older Unicode
+version than Python's: see tools/gen_nfc_tables.py), on every character that has a
+canonical decomposition, decomposed and next to combining marks.
+
 Special tokens: with --specials (SF_TOK_ALLOW_ALL) shmfeed must match `tokenizers`'
 default; without, `tokenizers` with encode_special_tokens = True (special tokens are
 text, non-special added tokens still match).
@@ -49,7 +53,7 @@ def reexec_in_venv():
 reexec_in_venv()
 
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models,  # noqa: E402
-                        pre_tokenizers, trainers)
+                        normalizers, pre_tokenizers, trainers)
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import text_corpora  # noqa: E402
@@ -148,6 +152,21 @@ def random_strings(seed, n, added=()):
     return out
 
 
+def nfc_texts():
+    """Every character with a canonical decomposition, as it is and decomposed, next to
+    combining marks of several classes, in documents of 64 characters."""
+    chars = [chr(cp) for cp in range(0x110000)
+             if not 0xd800 <= cp <= 0xdfff and unicodedata.decomposition(chr(cp))
+             and not unicodedata.decomposition(chr(cp)).startswith("<")]
+    marks = ["", "\u0301", "\u0323\u0301", "\u0301\u0323", "\u0345\u0308", "\u05b0\u05b4"]
+    docs = []
+    for i in range(0, len(chars), 64):
+        part = chars[i:i + 64]
+        docs.append("".join(c + marks[j % len(marks)] for j, c in enumerate(part)))
+        docs.append(unicodedata.normalize("NFD", "".join(part)))
+    return docs
+
+
 # ---- training
 
 def training_text():
@@ -157,9 +176,12 @@ def training_text():
             text_corpora.prose(200_000))
 
 
-def train(path, pre_tokenizer, ignore_merges=False, special=(), added=(), vocab=3000):
+def train(path, pre_tokenizer, ignore_merges=False, special=(), added=(), vocab=3000,
+          normalizer=None, normalized_added=()):
     tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
     tok.pre_tokenizer = pre_tokenizer
+    if normalizer:
+        tok.normalizer = normalizer
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(special),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -167,6 +189,8 @@ def train(path, pre_tokenizer, ignore_merges=False, special=(), added=(), vocab=
     tok.train_from_iterator(TRAIN, trainer=trainer)
     if added:
         tok.add_tokens([AddedToken(t, normalized=False) for t in added])
+    if normalized_added:
+        tok.add_tokens([AddedToken(t, normalized=True) for t in normalized_added])
     tok.save(path)
     return path
 
@@ -266,6 +290,10 @@ def main():
             pre_tokenizers.Sequence([
                 pre_tokenizers.Split(Regex(r"\s+"), behavior="removed"),
                 bl(add_prefix_space=False, use_regex=True)]))
+        files["nfc"] = train(
+            os.path.join(tmp, "nfc.json"), bl(add_prefix_space=False, use_regex=True),
+            normalizer=normalizers.Sequence([normalizers.NFC()]), special=SPECIALS,
+            normalized_added=["cafe\u0301", "\u1100\u1161x", "<n>"])
         files["legacy_merges"] = legacy_merges(files["qwen2"], os.path.join(tmp, "legacy.json"))
         files["pair_rank"] = pair_rank_file(os.path.join(tmp, "pair_rank.json"))
         files["deepseek"] = None
@@ -281,7 +309,7 @@ def main():
             if not path or (only and name not in only.split(",")):
                 continue
             # Removed drops text, and a prefix space adds some.
-            decode = name not in ("removed", "gpt2_prefix", "digits_runs_prefix")
+            decode = name not in ("removed", "gpt2_prefix", "digits_runs_prefix", "nfc")
             tok = Tokenizer.from_file(path)
             added = [t.content for t in tok.get_added_tokens_decoder().values()][:50]
             for label, docs in texts.items():
@@ -289,6 +317,9 @@ def main():
             compare("%s pair-rank words" % name, path,
                     ["abc", "xyz", "abcabc xyz", "ab c", "bcab", "xyzabc", "aabbcc"],
                     decode=decode)
+            if name == "nfc":
+                compare("nfc every decomposable character", path, nfc_texts(),
+                        decode=False)
             rnd = random_strings(hash(name) & 0xffff, N_RANDOM, added + SPECIALS)
             compare("%s %d random strings" % (name, N_RANDOM), path, rnd, decode=decode)
             if added:
