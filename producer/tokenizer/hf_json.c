@@ -36,6 +36,10 @@ struct loader {
 	/* The byte-level alphabet: the character of each byte, and back (-1: none). */
 	uint32_t char_of[256];
 	int16_t byte_of[324];
+	/* The model's vocabulary, and its members that are not byte-level strings. */
+	const struct sf_json_node *vocab;
+	uint32_t *odd;
+	uint32_t n_odd;
 };
 
 /* An error about the value at `path`: "NAME: PATH: MESSAGE". */
@@ -246,6 +250,18 @@ static int load_vocab(struct loader *l, const struct sf_json_node *vocab)
 	rc = sf__tok_ranks_index(r, l->name, l->e);
 	if (rc < 0)
 		goto out;
+	l->vocab = vocab;
+	l->odd = malloc(((size_t)vocab->len + 1) * sizeof(*l->odd));
+	if (!l->odd) {
+		rc = oom(l);
+		goto out;
+	}
+	for (i = 0; i < vocab->len; i++) {
+		long id = get_id(l->doc, sf__json_tree_child(l->doc, vocab, i));
+
+		if (r->off[id + 1] == r->off[id])
+			l->odd[l->n_odd++] = i;
+	}
 	for (i = 0; i < 256; i++) {
 		uint8_t b = (uint8_t)i;
 
@@ -733,6 +749,31 @@ static int load_decoder(struct loader *l, const struct sf_json_node *obj)
 	return 0;
 }
 
+/* The model's id of the token string s[0..len), or -1. */
+static long vocab_id(const struct loader *l, const char *s, size_t len)
+{
+	uint8_t *buf = malloc(len + 1);
+	long id = -1;
+	uint32_t i;
+
+	if (buf && token_bytes(l, s, len, buf) > 0) {
+		uint32_t rank = sf__tok_rank(&l->tok->ranks, buf, (size_t)token_bytes(l, s, len, buf));
+
+		id = rank == SF_RANK_NONE ? -1 : (long)rank;
+	} else {
+		for (i = 0; i < l->n_odd; i++) {
+			const struct sf_json_node *m = sf__json_tree_child(l->doc, l->vocab, l->odd[i]);
+
+			if (m->key_len == len && !memcmp(sf__json_tree_key(l->doc, m), s, len)) {
+				id = get_id(l->doc, m);
+				break;
+			}
+		}
+	}
+	free(buf);
+	return id;
+}
+
 static int cmp_added(const void *a, const void *b)
 {
 	const struct sf_hf_added *x = *(struct sf_hf_added *const *)a;
@@ -787,6 +828,7 @@ static int load_added(struct loader *l, const struct sf_json_node *list)
 	struct sf_tok_hf *hf = l->hf;
 	struct sf_tok *tok = l->tok;
 	uint32_t i, j, *cps = NULL;
+	long max_added = -1;
 	bool *normalized;
 	int rc = 0;
 
@@ -842,6 +884,25 @@ static int load_added(struct loader *l, const struct sf_json_node *list)
 					    sf__json_tree_str(l->doc, c), j);
 				goto out;
 			}
+		}
+		/*
+		 * tokenizers does not take the file's id: it adds the tokens again, in order,
+		 * each getting its id in the model's vocabulary, else the next free one. A file
+		 * whose ids disagree would be encoded with other ids than it says: refuse it.
+		 */
+		{
+			long want = vocab_id(l, sf__json_tree_str(l->doc, c), c->len);
+			long size = (long)l->vocab->len;
+
+			if (want < 0)
+				want = max_added < 0 ? size : max_added >= size ? max_added + 1 : size;
+			if (want != id) {
+				rc = refuse(l, path, "id %ld, but tokenizers gives \"%s\" the id %ld",
+					    id, sf__json_tree_str(l->doc, c), want);
+				goto out;
+			}
+			if (id > max_added)
+				max_added = id;
 		}
 		/* A normalized token is matched in normalized text: normalize it too. */
 		t->text = malloc(3 * (size_t)c->len + 1);
@@ -1060,6 +1121,7 @@ int sf__tok_load_hf_json_mem(const char *name, const char *text, size_t len,
 	l.tok->eot = -1;
 	l.tok->hf = l.hf;
 	rc = load_doc(&l);
+	free(l.odd);
 	sf__json_tree_free(doc);
 	if (rc < 0) {
 		sf__tok_free(l.tok);

@@ -153,30 +153,32 @@ Test(accept, ignore_merges_takes_whole_tokens)
 Test(accept, added_tokens_and_decode)
 {
 	struct parts p = {
-		.added_tokens = "[{\"id\": 300, \"content\": \"<s>\", \"special\": true, "
+		.added_tokens = "[{\"id\": 256, \"content\": \"<s>\", \"special\": true, "
 				"\"normalized\": false},"
-				" {\"id\": 301, \"content\": \"<tool>\", \"special\": false, "
+				" {\"id\": 257, \"content\": \"<tool>\", \"special\": false, "
 				"\"normalized\": false},"
-				" {\"id\": 302, \"content\": \"<tool>x\", \"special\": true, "
-				"\"normalized\": false}]"};
+				" {\"id\": 258, \"content\": \"<tool>x\", \"special\": true, "
+				"\"normalized\": false},"
+				" {\"id\": 66, \"content\": \"B\", \"special\": true}]"};
 	struct sf_tok *tok = NULL;
 	struct sf_err err = {0};
-	uint32_t ids[] = {300, 'a', 301, 302};
+	uint32_t ids[] = {256, 'a', 257, 258};
 	char out[64];
 	size_t len;
 
 	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
-	cr_expect_eq(sf__tok_n_vocab(tok), 303);
-	/* Specials are text unless allowed; non-special added tokens always match. */
-	EXPECT(tok, "<s>a<tool>", SF_TOK_ALLOW_NONE, '<', 's', '>', 'a', 301);
-	EXPECT(tok, "<s>a<tool>", SF_TOK_ALLOW_ALL, 300, 'a', 301);
+	cr_expect_eq(sf__tok_n_vocab(tok), 259);
+	/* Specials are text unless allowed; non-special added tokens always match. An added
+	 * token already in the vocabulary ("B", byte 0x42, id 66) keeps that id. */
+	EXPECT(tok, "<s>a<tool>B", SF_TOK_ALLOW_NONE, '<', 's', '>', 'a', 257, 66);
+	EXPECT(tok, "<s>a<tool>", SF_TOK_ALLOW_ALL, 256, 'a', 257);
 	/* Leftmost-longest: "<tool>x" is the longer match, a special one; not allowed, it is
 	 * skipped over as text as a whole, as tokenizers does. */
-	EXPECT(tok, "<tool>x", SF_TOK_ALLOW_ALL, 302);
+	EXPECT(tok, "<tool>x", SF_TOK_ALLOW_ALL, 258);
 	EXPECT(tok, "<tool>x", SF_TOK_ALLOW_NONE, '<', 't', 'o', 'o', 'l', '>', 'x');
 	cr_assert_eq(sf__tok_decode(tok, ids, 4, out, sizeof(out), &len, &err), 0, "%s", err.msg);
 	cr_expect(len == 17 && !memcmp(out, "<s>a<tool><tool>x", 17));
-	cr_expect_eq(sf__tok_special(tok, "<s>", NULL), 300);
+	cr_expect_eq(sf__tok_special(tok, "<s>", NULL), 256);
 	sf__tok_free(tok);
 }
 
@@ -245,15 +247,19 @@ Test(refuse, each_construct_by_path)
 		{{.merges = "[\"a b\", [\"q\", \"zz\"]]"},
 		 "model.merges[0]: \"a\" + \"b\": the merged token is not"},
 		{{.merges = "[[\"a\"]]"}, "model.merges[0]: expected \"left right\" or"},
-		{{.added_tokens = "[{\"id\": 300, \"content\": \"x\", \"lstrip\": true}]"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\", \"lstrip\": true}]"},
 		 "added_tokens[0].lstrip: true not supported"},
-		{{.added_tokens = "[{\"id\": 300, \"content\": \"x\", \"single_word\": true}]"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\", \"single_word\": true}]"},
 		 "added_tokens[0].single_word: true not supported"},
-		{{.added_tokens = "[{\"id\": 300, \"content\": \"\"}]"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"\"}]"},
 		 "added_tokens[0]: expected an id and a non-empty content"},
-		{{.added_tokens = "[{\"id\": 300, \"content\": \"x\"}, {\"id\": 301, \"content\": "
-				  "\"x\"}]"},
-		 "added_tokens[1]: content \"x\" also at added_tokens[0]"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\"}, {\"id\": 257, "
+				  "\"content\": \"<q>\"}]"},
+		 "added_tokens[1]: content \"<q>\" also at added_tokens[0]"},
+		{{.added_tokens = "[{\"id\": 300, \"content\": \"<q>\"}]"},
+		 "added_tokens[0]: id 300, but tokenizers gives \"<q>\" the id 256"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"x\"}]"},
+		 "added_tokens[0]: id 256, but tokenizers gives \"x\" the id 120"},
 		{{.top_extra = ", \"truncation_side\": 1"},
 		 "(top level): unknown key \"truncation_side\""},
 		{{.extra_vocab = ", \"q\": -1"}, "model.vocab: \"q\": expected an id"},
