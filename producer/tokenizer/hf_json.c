@@ -540,9 +540,14 @@ static int check_pattern(struct loader *l, const char *where, const char *pat)
 			return refuse(l, where, "the anchor %c not supported (a line anchor in "
 						"Oniguruma)",
 				      c);
-		} else if (c == '(' && pat[i + 1] == '?' && strchr(pat + i, 'm') &&
-			   strcspn(pat + i + 2, ":)") > strcspn(pat + i + 2, "m")) {
-			return refuse(l, where, "the flag (?m) not supported (dot-all in Oniguruma)");
+		} else if (c == '(' && pat[i + 1] == '?') {
+			size_t j;
+
+			/* The flags of a group: letters and '-' up to ':' or ')'. */
+			for (j = i + 2; (pat[j] >= 'a' && pat[j] <= 'z') || pat[j] == '-'; j++)
+				if (pat[j] == 'm')
+					return refuse(l, where, "the flag (?m) not supported "
+								"(dot-all in Oniguruma)");
 		}
 	}
 	return 0;

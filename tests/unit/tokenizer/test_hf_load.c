@@ -221,6 +221,10 @@ Test(refuse, each_construct_by_path)
 				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\h not supported"},
 		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"(?<m>a)|(?im:b)\"}, "
+				   "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: the flag (?m) not supported"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
 				   "\"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": "
 				   "\"Sideways\"}, {\"type\": \"ByteLevel\"}]}"},
 		 "pre_tokenizer.pretokenizers[0].behavior: \"Sideways\" not supported"},
