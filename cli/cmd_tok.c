@@ -26,10 +26,13 @@ struct tok_args {
 static int parse(int argc, char **argv, int encode, struct tok_args *a)
 {
 	static const struct option opts[] = {
-		{"encoding", required_argument, NULL, 'e'}, {"vocab", required_argument, NULL, 'v'},
-		{"specials", no_argument, NULL, 's'},	    {"bench", required_argument, NULL, 'b'},
+		{"encoding", required_argument, NULL, 'e'},
+		{"vocab", required_argument, NULL, 'v'},
+		{"specials", no_argument, NULL, 's'},
+		{"bench", required_argument, NULL, 'b'},
 		{"tokenizer", required_argument, NULL, 't'},
-		{"help", no_argument, NULL, 'h'},	    {NULL, 0, NULL, 0},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
 	};
 	int c;
 
@@ -56,7 +59,8 @@ static int parse(int argc, char **argv, int encode, struct tok_args *a)
 			goto usage;
 		}
 	}
-	if (!a->encoding == !a->tokenizer || (a->tokenizer && a->vocab) || optind != argc || (!encode && (a->specials || a->bench)))
+	if (!a->encoding == !a->tokenizer || (a->tokenizer && a->vocab) || optind != argc ||
+	    (!encode && (a->specials || a->bench)))
 		goto usage;
 	return 0;
 usage:

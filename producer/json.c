@@ -624,7 +624,7 @@ static int tree_value(struct parser *p, struct sf_json_doc *d, struct sf_json_no
 }
 
 int sf__json_tree_parse(const char *text, size_t len, struct sf_json_doc **ret_doc,
-		   size_t *ret_error_at, const char **ret_what)
+			size_t *ret_error_at, const char **ret_what)
 {
 	struct parser p = {.s = (const unsigned char *)text, .n = len};
 	struct sf_json_doc *d;
@@ -676,13 +676,13 @@ const struct sf_json_node *sf__json_tree_root(const struct sf_json_doc *doc)
 }
 
 const struct sf_json_node *sf__json_tree_child(const struct sf_json_doc *doc,
-					  const struct sf_json_node *node, uint32_t i)
+					       const struct sf_json_node *node, uint32_t i)
 {
 	return &doc->nodes[node->off + i];
 }
 
 const struct sf_json_node *sf__json_tree_get(const struct sf_json_doc *doc,
-					const struct sf_json_node *node, const char *name)
+					     const struct sf_json_node *node, const char *name)
 {
 	size_t len = strlen(name);
 	uint32_t i;

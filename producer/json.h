@@ -50,8 +50,8 @@ struct sf_json_doc;
 struct sf_json_node {
 	uint32_t type;
 	uint32_t len;
-	uint32_t off;	   /* string or number: offset of its bytes; container: first child */
-	uint32_t key;	   /* member of an object: offset of its name's bytes */
+	uint32_t off; /* string or number: offset of its bytes; container: first child */
+	uint32_t key; /* member of an object: offset of its name's bytes */
 	uint32_t key_len;
 	uint32_t at;
 };
@@ -62,7 +62,7 @@ struct sf_json_node {
  * *ret_error_at and *ret_what as for sf__json_field()), or -ENOMEM.
  */
 int sf__json_tree_parse(const char *text, size_t len, struct sf_json_doc **ret_doc,
-		   size_t *ret_error_at, const char **ret_what);
+			size_t *ret_error_at, const char **ret_what);
 
 /* sf__json_tree_free - free a document; accepts NULL. Its nodes and strings go with it. */
 void sf__json_tree_free(struct sf_json_doc *doc);
@@ -72,14 +72,14 @@ const struct sf_json_node *sf__json_tree_root(const struct sf_json_doc *doc);
 
 /* sf__json_tree_child - child i (< node->len) of an array or object. */
 const struct sf_json_node *sf__json_tree_child(const struct sf_json_doc *doc,
-					  const struct sf_json_node *node, uint32_t i);
+					       const struct sf_json_node *node, uint32_t i);
 
 /*
  * sf__json_tree_get - the member `name` of an object (the last one when repeated, as in
  * Python), or NULL when `node` is not an object or has no such member.
  */
 const struct sf_json_node *sf__json_tree_get(const struct sf_json_doc *doc,
-					const struct sf_json_node *node, const char *name);
+					     const struct sf_json_node *node, const char *name);
 
 /* sf__json_tree_str - a string's unescaped bytes, NUL-terminated (a number's text). */
 const char *sf__json_tree_str(const struct sf_json_doc *doc, const struct sf_json_node *node);

@@ -569,7 +569,8 @@ static bool allowed_token(const struct sf_hf_added *a, uint64_t allowed)
 
 /* Encode s[0..n): the added tokens of `m` in it, and what is between them by `rest`. */
 static int with_added(struct run *r, const struct sf_hf_matcher *m, const uint8_t *s, size_t n,
-		      uint64_t allowed, int (*rest)(struct run *, const uint8_t *, size_t, uint64_t))
+		      uint64_t allowed,
+		      int (*rest)(struct run *, const uint8_t *, size_t, uint64_t))
 {
 	const struct sf_hf_added *a;
 	size_t p = 0, at, from = 0;

@@ -44,7 +44,7 @@ struct loader {
 
 /* An error about the value at `path`: "NAME: PATH: MESSAGE". */
 __attribute__((format(printf, 3, 4))) static int refuse(struct loader *l, const char *path,
-							 const char *fmt, ...)
+							const char *fmt, ...)
 {
 	char msg[384];
 	va_list ap;
@@ -245,7 +245,8 @@ static int load_vocab(struct loader *l, const struct sf_json_node *vocab)
 		long id = get_id(l->doc, m);
 
 		if (r->off[id + 1] != r->off[id])
-			token_bytes(l, sf__json_tree_key(l->doc, m), m->key_len, r->bytes + r->off[id]);
+			token_bytes(l, sf__json_tree_key(l->doc, m), m->key_len,
+				    r->bytes + r->off[id]);
 	}
 	rc = sf__tok_ranks_index(r, l->name, l->e);
 	if (rc < 0)
@@ -321,11 +322,13 @@ static int merge_parts(struct loader *l, const struct sf_json_node *m, uint32_t 
 	*ret_merged = token_id(l, joined, left_len + right_len, buf);
 	free(joined);
 	if (*ret_left < 0 || *ret_right < 0 || *ret_merged < 0)
-		return refuse(l, path, "\"%.*s\" + \"%.*s\": %s is not a byte-level token of the "
-				       "vocabulary",
+		return refuse(l, path,
+			      "\"%.*s\" + \"%.*s\": %s is not a byte-level token of the "
+			      "vocabulary",
 			      (int)left_len, left, (int)right_len, right,
-			      *ret_left < 0 ? "the left part" : *ret_right < 0 ? "the right part"
-									  : "the merged token");
+			      *ret_left < 0    ? "the left part"
+			      : *ret_right < 0 ? "the right part"
+					       : "the merged token");
 	return 0;
 }
 
@@ -369,7 +372,8 @@ static int load_merges(struct loader *l, const struct sf_json_node *merges)
 		struct sf_hf_merge_result m;
 
 		if (sf__hf_merge_lookup(hf, hf->byte_id[i >> 8], hf->byte_id[i & 0xff], &m))
-			hf->byte_merge[i] = (struct sf_hf_merge){.key = 0, .rank = m.rank, .id = m.id};
+			hf->byte_merge[i] =
+				(struct sf_hf_merge){.key = 0, .rank = m.rank, .id = m.id};
 	}
 	return 0;
 }
@@ -423,11 +427,16 @@ static int mark_whole(struct loader *l)
 
 static int load_model(struct loader *l, const struct sf_json_node *model)
 {
-	static const char *const known[] = {"type",	     "dropout",
-					    "unk_token",     "continuing_subword_prefix",
-					    "end_of_word_suffix", "fuse_unk",
-					    "byte_fallback", "ignore_merges",
-					    "vocab",	     "merges",
+	static const char *const known[] = {"type",
+					    "dropout",
+					    "unk_token",
+					    "continuing_subword_prefix",
+					    "end_of_word_suffix",
+					    "fuse_unk",
+					    "byte_fallback",
+					    "ignore_merges",
+					    "vocab",
+					    "merges",
 					    NULL};
 	static const char *const affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
 	const struct sf_json_node *n;
@@ -456,7 +465,8 @@ static int load_model(struct loader *l, const struct sf_json_node *model)
 		n = sf__json_tree_get(l->doc, model, affixes[i]);
 		snprintf(path, sizeof(path), "model.%s", affixes[i]);
 		if (n && n->type != SF_JSON_NULL && !(n->type == SF_JSON_STRING && n->len == 0))
-			return refuse(l, path, "\"%s\" not supported", sf__json_tree_str(l->doc, n));
+			return refuse(l, path, "\"%s\" not supported",
+				      sf__json_tree_str(l->doc, n));
 	}
 	rc = get_bool(l, model, "ignore_merges", "model", &l->hf->ignore_merges);
 	if (rc < 0)
@@ -484,8 +494,7 @@ static int add_stage(struct loader *l, const char *path, const struct sf_hf_stag
 	return 0;
 }
 
-static int behavior_of(struct loader *l, const struct sf_json_node *obj, const char *path,
-		       int *ret)
+static int behavior_of(struct loader *l, const struct sf_json_node *obj, const char *path, int *ret)
 {
 	static const char *const names[] = {"Isolated", "Removed", "MergedWithPrevious",
 					    "MergedWithNext", "Contiguous"};
@@ -522,8 +531,9 @@ static int check_pattern(struct loader *l, const char *where, const char *pat)
 
 		if (c == '\\' && pat[i + 1]) {
 			if (strchr("hHAzZGKR", pat[i + 1]))
-				return refuse(l, where, "\\%c not supported (it differs between "
-							"Oniguruma and PCRE2)",
+				return refuse(l, where,
+					      "\\%c not supported (it differs between "
+					      "Oniguruma and PCRE2)",
 					      pat[i + 1]);
 			i++;
 			continue;
@@ -537,8 +547,9 @@ static int check_pattern(struct loader *l, const char *where, const char *pat)
 			in_class = true;
 			class_start = i + 1 + (pat[i + 1] == '^');
 		} else if (c == '^' || c == '$') {
-			return refuse(l, where, "the anchor %c not supported (a line anchor in "
-						"Oniguruma)",
+			return refuse(l, where,
+				      "the anchor %c not supported (a line anchor in "
+				      "Oniguruma)",
 				      c);
 		} else if (c == '(' && pat[i + 1] == '?') {
 			size_t j;
@@ -546,8 +557,9 @@ static int check_pattern(struct loader *l, const char *where, const char *pat)
 			/* The flags of a group: letters and '-' up to ':' or ')'. */
 			for (j = i + 2; (pat[j] >= 'a' && pat[j] <= 'z') || pat[j] == '-'; j++)
 				if (pat[j] == 'm')
-					return refuse(l, where, "the flag (?m) not supported "
-								"(dot-all in Oniguruma)");
+					return refuse(l, where,
+						      "the flag (?m) not supported "
+						      "(dot-all in Oniguruma)");
 		}
 	}
 	return 0;
@@ -631,8 +643,9 @@ static int load_pretok(struct loader *l, const struct sf_json_node *obj, const c
 	if (!type)
 		return refuse(l, where, "missing");
 	if (*seen_byte_level)
-		return refuse(l, where, "\"%s\" after ByteLevel not supported (it would see the "
-					"byte-level characters)",
+		return refuse(l, where,
+			      "\"%s\" after ByteLevel not supported (it would see the "
+			      "byte-level characters)",
 			      type);
 	if (!strcmp(type, "Sequence")) {
 		static const char *const known[] = {"type", "pretokenizers", NULL};
@@ -744,8 +757,9 @@ static int load_decoder(struct loader *l, const struct sf_json_node *obj)
 	const char *type;
 
 	if (!obj || obj->type != SF_JSON_OBJECT)
-		return refuse(l, "decoder", "missing (a byte-level BPE needs the ByteLevel "
-					    "decoder)");
+		return refuse(l, "decoder",
+			      "missing (a byte-level BPE needs the ByteLevel "
+			      "decoder)");
 	type = type_of(l, obj);
 	if (!type)
 		return refuse(l, "decoder.type", "missing");
@@ -762,12 +776,14 @@ static long vocab_id(const struct loader *l, const char *s, size_t len)
 	uint32_t i;
 
 	if (buf && token_bytes(l, s, len, buf) > 0) {
-		uint32_t rank = sf__tok_rank(&l->tok->ranks, buf, (size_t)token_bytes(l, s, len, buf));
+		uint32_t rank =
+			sf__tok_rank(&l->tok->ranks, buf, (size_t)token_bytes(l, s, len, buf));
 
 		id = rank == SF_RANK_NONE ? -1 : (long)rank;
 	} else {
 		for (i = 0; i < l->n_odd; i++) {
-			const struct sf_json_node *m = sf__json_tree_child(l->doc, l->vocab, l->odd[i]);
+			const struct sf_json_node *m =
+				sf__json_tree_child(l->doc, l->vocab, l->odd[i]);
 
 			if (m->key_len == len && !memcmp(sf__json_tree_key(l->doc, m), s, len)) {
 				id = get_id(l->doc, m);
@@ -817,8 +833,8 @@ static int build_matcher(struct loader *l, struct sf_hf_matcher *m, const bool *
 	}
 	qsort(m->tokens, m->n, sizeof(*m->tokens), cmp_added);
 	for (i = 0, k = 0; k <= 65536; k++) {
-		while (i < m->n &&
-		       ((uint32_t)(uint8_t)m->tokens[i]->text[0] << 8 | (uint8_t)m->tokens[i]->text[1]) < k)
+		while (i < m->n && ((uint32_t)(uint8_t)m->tokens[i]->text[0] << 8 |
+				    (uint8_t)m->tokens[i]->text[1]) < k)
 			i++;
 		m->bucket[k] = i;
 	}
@@ -827,7 +843,7 @@ static int build_matcher(struct loader *l, struct sf_hf_matcher *m, const bool *
 
 static int load_added(struct loader *l, const struct sf_json_node *list)
 {
-	static const char *const known[] = {"id",	  "content",	"single_word", "lstrip",
+	static const char *const known[] = {"id",     "content",    "single_word", "lstrip",
 					    "rstrip", "normalized", "special",	   NULL};
 	static const char *const unsupported[] = {"single_word", "lstrip", "rstrip"};
 	struct sf_tok_hf *hf = l->hf;
@@ -900,10 +916,13 @@ static int load_added(struct loader *l, const struct sf_json_node *list)
 			long size = (long)l->vocab->len;
 
 			if (want < 0)
-				want = max_added < 0 ? size : max_added >= size ? max_added + 1 : size;
+				want = max_added < 0	   ? size
+				       : max_added >= size ? max_added + 1
+							   : size;
 			if (want != id) {
-				rc = refuse(l, path, "id %ld, but tokenizers gives \"%s\" the id %ld",
-					    id, sf__json_tree_str(l->doc, c), want);
+				rc = refuse(l, path,
+					    "id %ld, but tokenizers gives \"%s\" the id %ld", id,
+					    sf__json_tree_str(l->doc, c), want);
 				goto out;
 			}
 			if (id > max_added)
@@ -1054,10 +1073,9 @@ out:
 
 static int load_doc(struct loader *l)
 {
-	static const char *const known[] = {"version", "truncation",	 "padding",
-					    "added_tokens", "normalizer", "pre_tokenizer",
-					    "model",	    "post_processor", "decoder",
-					    NULL};
+	static const char *const known[] = {
+		"version",	 "truncation", "padding",	 "added_tokens", "normalizer",
+		"pre_tokenizer", "model",      "post_processor", "decoder",	 NULL};
 	const struct sf_json_node *root = sf__json_tree_root(l->doc), *n;
 	bool seen_byte_level = false;
 	int rc;
@@ -1093,7 +1111,8 @@ static int load_doc(struct loader *l)
 	rc = load_added(l, sf__json_tree_get(l->doc, root, "added_tokens"));
 	if (rc < 0)
 		return rc;
-	return build_extra(l, sf__json_tree_get(l->doc, sf__json_tree_get(l->doc, root, "model"), "vocab"));
+	return build_extra(
+		l, sf__json_tree_get(l->doc, sf__json_tree_get(l->doc, root, "model"), "vocab"));
 }
 
 int sf__tok_load_hf_json_mem(const char *name, const char *text, size_t len,

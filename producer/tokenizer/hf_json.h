@@ -80,7 +80,7 @@ struct sf_tok_hf {
 	unsigned max_growth; /* ids per input byte at most, less one (add_prefix_space) */
 	struct sf_hf_added *added;
 	uint32_t n_added;
-	struct sf_hf_matcher raw; /* added tokens with "normalized": false */
+	struct sf_hf_matcher raw;  /* added tokens with "normalized": false */
 	struct sf_hf_matcher norm; /* with "normalized": true */
 	/* Decoding: the bytes of ids that are not byte-level tokens (added tokens, others). */
 	uint32_t *extra_ids;

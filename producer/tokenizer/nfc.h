@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 extern const char sf__nfc_version[];
-extern const uint32_t sf__nfc_ccc[];	/* cp << 8 | class, sorted */
+extern const uint32_t sf__nfc_ccc[]; /* cp << 8 | class, sorted */
 extern const uint32_t sf__nfc_n_ccc;
 extern const uint32_t sf__nfc_decomp_cp[]; /* sorted */
 extern const uint16_t sf__nfc_decomp_off[];

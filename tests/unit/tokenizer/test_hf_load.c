@@ -33,7 +33,8 @@ static size_t byte_char(int b, char *out)
 
 	if (!map['!']) {
 		for (int i = 0; i < 256; i++) {
-			bool printable = (i >= '!' && i <= '~') || (i >= 0xa1 && i <= 0xac) || i >= 0xae;
+			bool printable =
+				(i >= '!' && i <= '~') || (i >= 0xa1 && i <= 0xac) || i >= 0xae;
 
 			map[i] = printable ? i : next++;
 		}
@@ -54,18 +55,18 @@ static char *build(const struct parts *p)
 	char *s = malloc(cap);
 	int b;
 
-	o += (size_t)snprintf(s + o, cap - o,
-			      "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null,"
-			      " \"added_tokens\": %s, \"normalizer\": %s, \"pre_tokenizer\": %s,"
-			      " \"post_processor\": null, \"decoder\": %s%s,"
-			      " \"model\": {\"type\": \"BPE\", \"dropout\": null%s, \"vocab\": {",
-			      p->added_tokens ? p->added_tokens : "[]",
-			      p->normalizer ? p->normalizer : "null",
-			      p->pre_tokenizer ? p->pre_tokenizer
-					       : "{\"type\": \"ByteLevel\", \"add_prefix_space\": "
-						 "false, \"trim_offsets\": true, \"use_regex\": true}",
-			      p->decoder ? p->decoder : "{\"type\": \"ByteLevel\"}",
-			      p->top_extra ? p->top_extra : "", p->model_extra ? p->model_extra : "");
+	o += (size_t)snprintf(
+		s + o, cap - o,
+		"{\"version\": \"1.0\", \"truncation\": null, \"padding\": null,"
+		" \"added_tokens\": %s, \"normalizer\": %s, \"pre_tokenizer\": %s,"
+		" \"post_processor\": null, \"decoder\": %s%s,"
+		" \"model\": {\"type\": \"BPE\", \"dropout\": null%s, \"vocab\": {",
+		p->added_tokens ? p->added_tokens : "[]", p->normalizer ? p->normalizer : "null",
+		p->pre_tokenizer ? p->pre_tokenizer
+				 : "{\"type\": \"ByteLevel\", \"add_prefix_space\": "
+				   "false, \"trim_offsets\": true, \"use_regex\": true}",
+		p->decoder ? p->decoder : "{\"type\": \"ByteLevel\"}",
+		p->top_extra ? p->top_extra : "", p->model_extra ? p->model_extra : "");
 	for (b = 0; b < 256; b++) {
 		char ch[3];
 		size_t n = byte_char(b, ch);
@@ -96,8 +97,8 @@ static void expect_refused(const struct parts *p, const char *message)
 	cr_expect(strstr(err.msg, message), "message '%s' lacks '%s'", err.msg, message);
 }
 
-static void expect_ids(struct sf_tok *tok, const char *text, uint64_t allowed,
-		       const uint32_t *want, size_t n_want)
+static void expect_ids(struct sf_tok *tok, const char *text, uint64_t allowed, const uint32_t *want,
+		       size_t n_want)
 {
 	struct sf_tok_encoder *enc;
 	struct sf_err err = {0};
@@ -152,14 +153,14 @@ Test(accept, ignore_merges_takes_whole_tokens)
 
 Test(accept, added_tokens_and_decode)
 {
-	struct parts p = {
-		.added_tokens = "[{\"id\": 256, \"content\": \"<s>\", \"special\": true, "
-				"\"normalized\": false},"
-				" {\"id\": 257, \"content\": \"<tool>\", \"special\": false, "
-				"\"normalized\": false},"
-				" {\"id\": 258, \"content\": \"<tool>x\", \"special\": true, "
-				"\"normalized\": false},"
-				" {\"id\": 66, \"content\": \"B\", \"special\": true}]"};
+	struct parts p = {.added_tokens =
+				  "[{\"id\": 256, \"content\": \"<s>\", \"special\": true, "
+				  "\"normalized\": false},"
+				  " {\"id\": 257, \"content\": \"<tool>\", \"special\": false, "
+				  "\"normalized\": false},"
+				  " {\"id\": 258, \"content\": \"<tool>x\", \"special\": true, "
+				  "\"normalized\": false},"
+				  " {\"id\": 66, \"content\": \"B\", \"special\": true}]"};
 	struct sf_tok *tok = NULL;
 	struct sf_err err = {0};
 	uint32_t ids[] = {256, 'a', 257, 258};
@@ -247,7 +248,8 @@ Test(refuse, each_construct_by_path)
 		 "model.end_of_word_suffix: \"</w>\" not supported"},
 		{{.model_extra = ", \"dropout\": 0.1"}, "model.dropout: 0.1 not supported"},
 		{{.model_extra = ", \"lowercase\": true"}, "model: unknown key \"lowercase\""},
-		{{.merges = "[\"a  b\"]"}, "model.merges[0]: expected \"left right\" with one space"},
+		{{.merges = "[\"a  b\"]"},
+		 "model.merges[0]: expected \"left right\" with one space"},
 		{{.merges = "[\"a b\", [\"q\", \"zz\"]]"},
 		 "model.merges[0]: \"a\" + \"b\": the merged token is not"},
 		{{.merges = "[[\"a\"]]"}, "model.merges[0]: expected \"left right\" or"},
@@ -280,7 +282,8 @@ Test(refuse, truncation_padding_and_model_type)
 	struct sf_tok *tok = NULL;
 	struct sf_err err = {0};
 	static const char *const docs[][2] = {
-		{"{\"truncation\": {\"max_length\": 5}, \"model\": {}}", "truncation: not supported"},
+		{"{\"truncation\": {\"max_length\": 5}, \"model\": {}}",
+		 "truncation: not supported"},
 		{"{\"padding\": {}, \"model\": {}}", "padding: not supported"},
 		{"{\"model\": {\"type\": \"Unigram\"}}", "model.type: \"Unigram\" not supported"},
 		{"{\"model\": {\"vocab\": {}}}", "model.type: missing"},
