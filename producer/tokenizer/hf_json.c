@@ -17,33 +17,14 @@
 #include "shmfeed/shmfeed.h"
 #include "producer/json.h"
 #include "producer/tokenizer/hf_json.h"
-#include "producer/tokenizer/nfc.h"
+#include "producer/tokenizer/hf_load.h"
 #include "producer/tokenizer/unicode.h"
 
 /* The largest tokenizer.json read: DeepSeek's is 6.4 MB, the largest known about 20 MB. */
 #define HF_JSON_MAX_BYTES (256u << 20)
 
-/* The GPT-2 pattern of ByteLevel's use_regex (tokenizers' byte_level.rs). */
-static const char gpt2_pattern[] =
-	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-struct loader {
-	const char *name;
-	const struct sf_json_doc *doc;
-	struct sf_tok *tok;
-	struct sf_tok_hf *hf;
-	struct sf_err *e;
-	/* The byte-level alphabet: the character of each byte, and back (-1: none). */
-	uint32_t char_of[256];
-	int16_t byte_of[324];
-	/* The model's vocabulary, and its members that are not byte-level strings. */
-	const struct sf_json_node *vocab;
-	uint32_t *odd;
-	uint32_t n_odd;
-};
-
 /* An error about the value at `path`: "NAME: PATH: MESSAGE". */
-__attribute__((format(printf, 3, 4))) static int refuse(struct loader *l, const char *path,
+__attribute__((format(printf, 3, 4))) int sf__hf_refuse(struct sf_hf_loader *l, const char *path,
 							const char *fmt, ...)
 {
 	char msg[384];
@@ -55,7 +36,7 @@ __attribute__((format(printf, 3, 4))) static int refuse(struct loader *l, const 
 	return sf__err(l->e, SF_E_TOKENIZER, "%s: %s: %s", l->name, path, msg);
 }
 
-static int oom(struct loader *l)
+int sf__hf_oom(struct sf_hf_loader *l)
 {
 	return sf__err(l->e, -ENOMEM, "%s: out of memory", l->name);
 }
@@ -64,7 +45,7 @@ static int oom(struct loader *l)
  * GPT-2's bytes_to_unicode: the printable bytes '!'..'~', 0xa1..0xac and 0xae..0xff stand
  * for themselves, the others for U+0100 onwards in byte order.
  */
-static void byte_alphabet(struct loader *l)
+static void byte_alphabet(struct sf_hf_loader *l)
 {
 	uint32_t next = 256;
 	int b;
@@ -83,7 +64,7 @@ static void byte_alphabet(struct loader *l)
  * The bytes a byte-level token string stands for, into `out` (room for `len` bytes):
  * their count, or -1 when a character is outside the byte-level alphabet.
  */
-static long token_bytes(const struct loader *l, const char *s, size_t len, uint8_t *out)
+long sf__hf_token_bytes(const struct sf_hf_loader *l, const char *s, size_t len, uint8_t *out)
 {
 	size_t p = 0;
 	long n = 0;
@@ -104,19 +85,19 @@ static bool is_true(const struct sf_json_node *n)
 }
 
 /* A boolean member: false when absent or null; refuses anything but a boolean. */
-static int get_bool(struct loader *l, const struct sf_json_node *obj, const char *key,
+int sf__hf_get_bool(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *key,
 		    const char *path, bool *ret)
 {
 	const struct sf_json_node *n = sf__json_tree_get(l->doc, obj, key);
 
 	if (n && n->type != SF_JSON_TRUE && n->type != SF_JSON_FALSE && n->type != SF_JSON_NULL)
-		return refuse(l, path, "%s: expected true or false", key);
+		return sf__hf_refuse(l, path, "%s: expected true or false", key);
 	*ret = is_true(n);
 	return 0;
 }
 
 /* Refuse members of `obj` not in the NULL-terminated list `known`. */
-static int only_keys(struct loader *l, const struct sf_json_node *obj, const char *path,
+int sf__hf_only_keys(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *path,
 		     const char *const *known)
 {
 	uint32_t i;
@@ -128,13 +109,13 @@ static int only_keys(struct loader *l, const struct sf_json_node *obj, const cha
 		for (k = known; *k && strcmp(*k, key); k++)
 			;
 		if (!*k)
-			return refuse(l, path, "unknown key \"%s\"", key);
+			return sf__hf_refuse(l, path, "unknown key \"%s\"", key);
 	}
 	return 0;
 }
 
 /* A non-negative integer below 2^31, or -1. */
-static long get_id(const struct sf_json_doc *doc, const struct sf_json_node *n)
+long sf__hf_get_id(const struct sf_json_doc *doc, const struct sf_json_node *n)
 {
 	const char *s;
 	char *end;
@@ -153,7 +134,7 @@ static long get_id(const struct sf_json_doc *doc, const struct sf_json_node *n)
 }
 
 /* The type member of a component object, or NULL (the caller refuses). */
-static const char *type_of(struct loader *l, const struct sf_json_node *obj)
+const char *sf__hf_type_of(struct sf_hf_loader *l, const struct sf_json_node *obj)
 {
 	const struct sf_json_node *t = sf__json_tree_get(l->doc, obj, "type");
 
@@ -183,9 +164,9 @@ static void merge_put(struct sf_tok_hf *hf, uint32_t left, uint32_t right, uint3
 }
 
 /* The id of a byte-level token string, or -1 when the vocabulary does not have it. */
-static long token_id(const struct loader *l, const char *s, size_t len, uint8_t *scratch)
+static long token_id(const struct sf_hf_loader *l, const char *s, size_t len, uint8_t *scratch)
 {
-	long n = token_bytes(l, s, len, scratch);
+	long n = sf__hf_token_bytes(l, s, len, scratch);
 	uint32_t rank;
 
 	if (n <= 0)
@@ -194,7 +175,7 @@ static long token_id(const struct loader *l, const char *s, size_t len, uint8_t 
 	return rank == SF_RANK_NONE ? -1 : (long)rank;
 }
 
-static int load_vocab(struct loader *l, const struct sf_json_node *vocab)
+static int load_vocab(struct sf_hf_loader *l, const struct sf_json_node *vocab)
 {
 	struct sf_tok_ranks *r = &l->tok->ranks;
 	uint32_t i, max_id = 0, total = 0;
@@ -202,14 +183,15 @@ static int load_vocab(struct loader *l, const struct sf_json_node *vocab)
 	int rc = 0;
 
 	if (!vocab || vocab->type != SF_JSON_OBJECT || !vocab->len)
-		return refuse(l, "model.vocab", "expected an object of token: id");
+		return sf__hf_refuse(l, "model.vocab", "expected an object of token: id");
 	for (i = 0; i < vocab->len; i++) {
 		const struct sf_json_node *m = sf__json_tree_child(l->doc, vocab, i);
-		long id = get_id(l->doc, m);
+		long id = sf__hf_get_id(l->doc, m);
 
 		if (id < 0)
-			return refuse(l, "model.vocab", "\"%s\": expected an id from 0 to 2^31-1",
-				      sf__json_tree_key(l->doc, m));
+			return sf__hf_refuse(l, "model.vocab",
+					     "\"%s\": expected an id from 0 to 2^31-1",
+					     sf__json_tree_key(l->doc, m));
 		if ((uint32_t)id > max_id)
 			max_id = (uint32_t)id;
 		total += m->key_len;
@@ -222,16 +204,16 @@ static int load_vocab(struct loader *l, const struct sf_json_node *vocab)
 	if (!r->off || !r->bytes || !buf || !seen) {
 		free(buf);
 		free(seen);
-		return oom(l);
+		return sf__hf_oom(l);
 	}
 	/* Lengths by id first (a token's bytes are never more than its string's). */
 	for (i = 0; i < vocab->len; i++) {
 		const struct sf_json_node *m = sf__json_tree_child(l->doc, vocab, i);
-		long id = get_id(l->doc, m);
-		long n = token_bytes(l, sf__json_tree_key(l->doc, m), m->key_len, buf);
+		long id = sf__hf_get_id(l->doc, m);
+		long n = sf__hf_token_bytes(l, sf__json_tree_key(l->doc, m), m->key_len, buf);
 
 		if (seen[id / 8] & (1u << (id % 8))) {
-			rc = refuse(l, "model.vocab", "id %ld appears twice", id);
+			rc = sf__hf_refuse(l, "model.vocab", "id %ld appears twice", id);
 			goto out;
 		}
 		seen[id / 8] |= (uint8_t)(1u << (id % 8));
@@ -242,11 +224,11 @@ static int load_vocab(struct loader *l, const struct sf_json_node *vocab)
 		r->off[i + 1] += r->off[i];
 	for (i = 0; i < vocab->len; i++) {
 		const struct sf_json_node *m = sf__json_tree_child(l->doc, vocab, i);
-		long id = get_id(l->doc, m);
+		long id = sf__hf_get_id(l->doc, m);
 
 		if (r->off[id + 1] != r->off[id])
-			token_bytes(l, sf__json_tree_key(l->doc, m), m->key_len,
-				    r->bytes + r->off[id]);
+			sf__hf_token_bytes(l, sf__json_tree_key(l->doc, m), m->key_len,
+					   r->bytes + r->off[id]);
 	}
 	rc = sf__tok_ranks_index(r, l->name, l->e);
 	if (rc < 0)
@@ -254,11 +236,11 @@ static int load_vocab(struct loader *l, const struct sf_json_node *vocab)
 	l->vocab = vocab;
 	l->odd = malloc(((size_t)vocab->len + 1) * sizeof(*l->odd));
 	if (!l->odd) {
-		rc = oom(l);
+		rc = sf__hf_oom(l);
 		goto out;
 	}
 	for (i = 0; i < vocab->len; i++) {
-		long id = get_id(l->doc, sf__json_tree_child(l->doc, vocab, i));
+		long id = sf__hf_get_id(l->doc, sf__json_tree_child(l->doc, vocab, i));
 
 		if (r->off[id + 1] == r->off[id])
 			l->odd[l->n_odd++] = i;
@@ -270,9 +252,9 @@ static int load_vocab(struct loader *l, const struct sf_json_node *vocab)
 			char ch[5] = {0};
 
 			sf__utf8_encode(l->char_of[i], (uint8_t *)ch);
-			rc = refuse(l, "model.vocab",
-				    "no token for byte 0x%02x (\"%s\"): not a byte-level BPE", i,
-				    ch);
+			rc = sf__hf_refuse(
+				l, "model.vocab",
+				"no token for byte 0x%02x (\"%s\"): not a byte-level BPE", i, ch);
 			goto out;
 		}
 		l->hf->byte_id[i] = r->byte_rank[b];
@@ -285,8 +267,8 @@ out:
 }
 
 /* A merge as "left right" or ["left", "right"]: the two ids, or an error. */
-static int merge_parts(struct loader *l, const struct sf_json_node *m, uint32_t i, uint8_t *buf,
-		       long *ret_left, long *ret_right, long *ret_merged)
+static int merge_parts(struct sf_hf_loader *l, const struct sf_json_node *m, uint32_t i,
+		       uint8_t *buf, long *ret_left, long *ret_right, long *ret_merged)
 {
 	const char *left, *right;
 	size_t left_len, right_len;
@@ -297,7 +279,7 @@ static int merge_parts(struct loader *l, const struct sf_json_node *m, uint32_t 
 		const char *s = sf__json_tree_str(l->doc, m), *sp = memchr(s, ' ', m->len);
 
 		if (!sp || memchr(sp + 1, ' ', m->len - (size_t)(sp + 1 - s)))
-			return refuse(l, path, "expected \"left right\" with one space");
+			return sf__hf_refuse(l, path, "expected \"left right\" with one space");
 		left = s;
 		left_len = (size_t)(sp - s);
 		right = sp + 1;
@@ -310,29 +292,29 @@ static int merge_parts(struct loader *l, const struct sf_json_node *m, uint32_t 
 		right = sf__json_tree_str(l->doc, sf__json_tree_child(l->doc, m, 1));
 		right_len = sf__json_tree_child(l->doc, m, 1)->len;
 	} else {
-		return refuse(l, path, "expected \"left right\" or [\"left\", \"right\"]");
+		return sf__hf_refuse(l, path, "expected \"left right\" or [\"left\", \"right\"]");
 	}
 	*ret_left = token_id(l, left, left_len, buf);
 	*ret_right = token_id(l, right, right_len, buf);
 	joined = malloc(left_len + right_len + 1);
 	if (!joined)
-		return oom(l);
+		return sf__hf_oom(l);
 	memcpy(joined, left, left_len);
 	memcpy(joined + left_len, right, right_len);
 	*ret_merged = token_id(l, joined, left_len + right_len, buf);
 	free(joined);
 	if (*ret_left < 0 || *ret_right < 0 || *ret_merged < 0)
-		return refuse(l, path,
-			      "\"%.*s\" + \"%.*s\": %s is not a byte-level token of the "
-			      "vocabulary",
-			      (int)left_len, left, (int)right_len, right,
-			      *ret_left < 0    ? "the left part"
-			      : *ret_right < 0 ? "the right part"
-					       : "the merged token");
+		return sf__hf_refuse(l, path,
+				     "\"%.*s\" + \"%.*s\": %s is not a byte-level token of the "
+				     "vocabulary",
+				     (int)left_len, left, (int)right_len, right,
+				     *ret_left < 0    ? "the left part"
+				     : *ret_right < 0 ? "the right part"
+						      : "the merged token");
 	return 0;
 }
 
-static int load_merges(struct loader *l, const struct sf_json_node *merges)
+static int load_merges(struct sf_hf_loader *l, const struct sf_json_node *merges)
 {
 	struct sf_tok_hf *hf = l->hf;
 	uint64_t size = 1024;
@@ -341,7 +323,7 @@ static int load_merges(struct loader *l, const struct sf_json_node *merges)
 	int rc = 0;
 
 	if (!merges || merges->type != SF_JSON_ARRAY)
-		return refuse(l, "model.merges", "expected a list");
+		return sf__hf_refuse(l, "model.merges", "expected a list");
 	while (size < 2 * (uint64_t)merges->len)
 		size *= 2;
 	hf->merge_mask = size - 1;
@@ -349,7 +331,7 @@ static int load_merges(struct loader *l, const struct sf_json_node *merges)
 	buf = malloc(l->tok->ranks.off[l->tok->ranks.n_ranks] + 1);
 	if (!hf->merges || !buf) {
 		free(buf);
-		return oom(l);
+		return sf__hf_oom(l);
 	}
 	for (i = 0; i < size; i++)
 		hf->merges[i].key = UINT64_MAX;
@@ -384,7 +366,7 @@ static int load_merges(struct loader *l, const struct sf_json_node *merges)
  * but is not guaranteed (a token the merges cannot reach). Decide it per token here by
  * merging each one's bytes, so that the shortcut is exact.
  */
-static int mark_whole(struct loader *l)
+static int mark_whole(struct sf_hf_loader *l)
 {
 	const struct sf_tok_ranks *r = &l->tok->ranks;
 	struct sf_hf_scratch *sc;
@@ -394,7 +376,7 @@ static int mark_whole(struct loader *l)
 
 	l->hf->whole = calloc((size_t)r->n_ranks / 8 + 1, 1);
 	if (!l->hf->whole)
-		return oom(l);
+		return sf__hf_oom(l);
 	for (id = 0; id < r->n_ranks; id++)
 		if (r->off[id + 1] - r->off[id] > longest)
 			longest = r->off[id + 1] - r->off[id];
@@ -403,7 +385,7 @@ static int mark_whole(struct loader *l)
 	if (!out || rc < 0) {
 		free(out);
 		sf__hf_scratch_free(sc);
-		return oom(l);
+		return sf__hf_oom(l);
 	}
 	for (id = 0; id < r->n_ranks; id++) {
 		size_t len = r->off[id + 1] - r->off[id];
@@ -422,10 +404,10 @@ static int mark_whole(struct loader *l)
 	}
 	free(out);
 	sf__hf_scratch_free(sc);
-	return rc < 0 ? oom(l) : 0;
+	return rc < 0 ? sf__hf_oom(l) : 0;
 }
 
-static int load_model(struct loader *l, const struct sf_json_node *model)
+static int load_model(struct sf_hf_loader *l, const struct sf_json_node *model)
 {
 	static const char *const known[] = {"type",
 					    "dropout",
@@ -445,30 +427,30 @@ static int load_model(struct loader *l, const struct sf_json_node *model)
 	int rc;
 
 	if (!model || model->type != SF_JSON_OBJECT)
-		return refuse(l, "model", "expected an object");
-	type = type_of(l, model);
+		return sf__hf_refuse(l, "model", "expected an object");
+	type = sf__hf_type_of(l, model);
 	if (!type)
-		return refuse(l, "model.type", "missing");
+		return sf__hf_refuse(l, "model.type", "missing");
 	if (strcmp(type, "BPE"))
-		return refuse(l, "model.type", "\"%s\" not supported (only \"BPE\")", type);
-	rc = only_keys(l, model, "model", known);
+		return sf__hf_refuse(l, "model.type", "\"%s\" not supported (only \"BPE\")", type);
+	rc = sf__hf_only_keys(l, model, "model", known);
 	if (rc < 0)
 		return rc;
 	n = sf__json_tree_get(l->doc, model, "dropout");
 	if (n && n->type != SF_JSON_NULL &&
 	    !(n->type == SF_JSON_NUMBER && strtod(sf__json_tree_str(l->doc, n), NULL) == 0.0))
-		return refuse(l, "model.dropout", "%s not supported (random merges)",
-			      sf__json_tree_str(l->doc, n));
+		return sf__hf_refuse(l, "model.dropout", "%s not supported (random merges)",
+				     sf__json_tree_str(l->doc, n));
 	for (i = 0; i < 2; i++) {
 		char path[64];
 
 		n = sf__json_tree_get(l->doc, model, affixes[i]);
 		snprintf(path, sizeof(path), "model.%s", affixes[i]);
 		if (n && n->type != SF_JSON_NULL && !(n->type == SF_JSON_STRING && n->len == 0))
-			return refuse(l, path, "\"%s\" not supported",
-				      sf__json_tree_str(l->doc, n));
+			return sf__hf_refuse(l, path, "\"%s\" not supported",
+					     sf__json_tree_str(l->doc, n));
 	}
-	rc = get_bool(l, model, "ignore_merges", "model", &l->hf->ignore_merges);
+	rc = sf__hf_get_bool(l, model, "ignore_merges", "model", &l->hf->ignore_merges);
 	if (rc < 0)
 		return rc;
 	/*
@@ -484,240 +466,9 @@ static int load_model(struct loader *l, const struct sf_json_node *model)
 	return mark_whole(l);
 }
 
-/* ---- the pre-tokenizer ---- */
-
-static int add_stage(struct loader *l, const char *path, const struct sf_hf_stage *stage)
-{
-	if (l->hf->n_stages == SF_HF_MAX_STAGES)
-		return refuse(l, path, "more than %d pre-tokenizer stages", SF_HF_MAX_STAGES);
-	l->hf->stages[l->hf->n_stages++] = *stage;
-	return 0;
-}
-
-static int behavior_of(struct loader *l, const struct sf_json_node *obj, const char *path, int *ret)
-{
-	static const char *const names[] = {"Isolated", "Removed", "MergedWithPrevious",
-					    "MergedWithNext", "Contiguous"};
-	const struct sf_json_node *b = sf__json_tree_get(l->doc, obj, "behavior");
-	char where[300];
-	int i;
-
-	snprintf(where, sizeof(where), "%s.behavior", path);
-	if (!b || b->type != SF_JSON_STRING)
-		return refuse(l, where, "missing");
-	for (i = 0; i < 5; i++) {
-		if (!strcmp(sf__json_tree_str(l->doc, b), names[i])) {
-			*ret = SF_HF_ISOLATED + i;
-			return 0;
-		}
-	}
-	return refuse(l, where, "\"%s\" not supported", sf__json_tree_str(l->doc, b));
-}
-
-/*
- * tokenizers compiles Split patterns with Oniguruma (Ruby syntax); PCRE2 reads the
- * patterns these files use the same way, except for constructs refused here: ^ and $
- * (line anchors in Ruby), (?m) (dot-all in Ruby), \h and \H (hex digits in Ruby), \A,
- * \z, \Z, \G, \K and \R, and a pattern that can match the empty string (whose iteration
- * rules differ between the engines).
- */
-static int check_pattern(struct loader *l, const char *where, const char *pat)
-{
-	bool in_class = false;
-	size_t i, class_start = 0;
-
-	for (i = 0; pat[i]; i++) {
-		char c = pat[i];
-
-		if (c == '\\' && pat[i + 1]) {
-			if (strchr("hHAzZGKR", pat[i + 1]))
-				return refuse(l, where,
-					      "\\%c not supported (it differs between "
-					      "Oniguruma and PCRE2)",
-					      pat[i + 1]);
-			i++;
-			continue;
-		}
-		if (in_class) {
-			if (c == ']' && i != class_start)
-				in_class = false;
-			continue;
-		}
-		if (c == '[') {
-			in_class = true;
-			class_start = i + 1 + (pat[i + 1] == '^');
-		} else if (c == '^' || c == '$') {
-			return refuse(l, where,
-				      "the anchor %c not supported (a line anchor in "
-				      "Oniguruma)",
-				      c);
-		} else if (c == '(' && pat[i + 1] == '?') {
-			size_t j;
-
-			/* The flags of a group: letters and '-' up to ':' or ')'. */
-			for (j = i + 2; (pat[j] >= 'a' && pat[j] <= 'z') || pat[j] == '-'; j++)
-				if (pat[j] == 'm')
-					return refuse(l, where,
-						      "the flag (?m) not supported "
-						      "(dot-all in Oniguruma)");
-		}
-	}
-	return 0;
-}
-
-static int load_split(struct loader *l, const struct sf_json_node *obj, const char *path)
-{
-	static const char *const known[] = {"type", "pattern", "behavior", "invert", NULL};
-	const struct sf_json_node *pattern = sf__json_tree_get(l->doc, obj, "pattern"), *p;
-	struct sf_hf_stage stage = {.kind = SF_HF_STAGE_PCRE};
-	char where[300];
-	const char *text;
-	size_t min_len = 0;
-	int rc;
-
-	rc = only_keys(l, obj, path, known);
-	if (rc < 0)
-		return rc;
-	rc = behavior_of(l, obj, path, &stage.behavior);
-	if (rc < 0)
-		return rc;
-	rc = get_bool(l, obj, "invert", path, &stage.invert);
-	if (rc < 0)
-		return rc;
-	snprintf(where, sizeof(where), "%s.pattern", path);
-	if (!pattern || pattern->type != SF_JSON_OBJECT || pattern->len != 1 ||
-	    sf__json_tree_child(l->doc, pattern, 0)->type != SF_JSON_STRING)
-		return refuse(l, where, "expected {\"Regex\": ...} or {\"String\": ...}");
-	p = sf__json_tree_child(l->doc, pattern, 0);
-	text = sf__json_tree_str(l->doc, p);
-	if (!strcmp(sf__json_tree_key(l->doc, p), "Regex")) {
-		snprintf(where, sizeof(where), "%s.pattern.Regex", path);
-		rc = check_pattern(l, where, text);
-		if (rc < 0)
-			return rc;
-		stage.preset = sf__pretok_preset(text);
-		if (stage.preset && stage.behavior == SF_HF_ISOLATED && !stage.invert) {
-			stage.kind = SF_HF_STAGE_PRESET;
-			return add_stage(l, path, &stage);
-		}
-		if (strlen(text) != p->len)
-			return refuse(l, where, "a NUL character in the pattern");
-		rc = sf__pcre_compile(text, &stage.re, l->e);
-		if (rc < 0)
-			return refuse(l, where, "%s", l->e ? l->e->msg : "does not compile");
-	} else if (!strcmp(sf__json_tree_key(l->doc, p), "String")) {
-		int err;
-		PCRE2_SIZE at;
-
-		snprintf(where, sizeof(where), "%s.pattern.String", path);
-		stage.re = pcre2_compile((PCRE2_SPTR)text, p->len, PCRE2_LITERAL | PCRE2_UTF, &err,
-					 &at, NULL);
-		if (!stage.re)
-			return refuse(l, where, "does not compile");
-		pcre2_jit_compile(stage.re, PCRE2_JIT_COMPLETE);
-	} else {
-		return refuse(l, where, "expected {\"Regex\": ...} or {\"String\": ...}");
-	}
-	pcre2_pattern_info(stage.re, PCRE2_INFO_MINLENGTH, &min_len);
-	if (!min_len) {
-		pcre2_code_free(stage.re);
-		return refuse(l, where, "can match the empty string: not supported");
-	}
-	rc = add_stage(l, path, &stage);
-	if (rc < 0)
-		pcre2_code_free(stage.re);
-	return rc;
-}
-
-static int load_pretok(struct loader *l, const struct sf_json_node *obj, const char *path,
-		       bool *seen_byte_level)
-{
-	const char *type;
-	char where[300];
-	int rc;
-
-	if (!obj || obj->type != SF_JSON_OBJECT)
-		return refuse(l, path, "expected a pre-tokenizer object");
-	type = type_of(l, obj);
-	snprintf(where, sizeof(where), "%s.type", path);
-	if (!type)
-		return refuse(l, where, "missing");
-	if (*seen_byte_level)
-		return refuse(l, where,
-			      "\"%s\" after ByteLevel not supported (it would see the "
-			      "byte-level characters)",
-			      type);
-	if (!strcmp(type, "Sequence")) {
-		static const char *const known[] = {"type", "pretokenizers", NULL};
-		const struct sf_json_node *list = sf__json_tree_get(l->doc, obj, "pretokenizers");
-		uint32_t i;
-
-		rc = only_keys(l, obj, path, known);
-		if (rc < 0)
-			return rc;
-		snprintf(where, sizeof(where), "%s.pretokenizers", path);
-		if (!list || list->type != SF_JSON_ARRAY)
-			return refuse(l, where, "expected a list");
-		for (i = 0; i < list->len; i++) {
-			snprintf(where, sizeof(where), "%s.pretokenizers[%u]", path, i);
-			rc = load_pretok(l, sf__json_tree_child(l->doc, list, i), where,
-					 seen_byte_level);
-			if (rc < 0)
-				return rc;
-		}
-		return 0;
-	}
-	if (!strcmp(type, "Split"))
-		return load_split(l, obj, path);
-	if (!strcmp(type, "Digits")) {
-		static const char *const known[] = {"type", "individual_digits", NULL};
-		struct sf_hf_stage stage = {.kind = SF_HF_STAGE_DIGITS};
-
-		rc = only_keys(l, obj, path, known);
-		if (rc == 0)
-			rc = get_bool(l, obj, "individual_digits", path, &stage.individual);
-		return rc < 0 ? rc : add_stage(l, path, &stage);
-	}
-	if (!strcmp(type, "ByteLevel")) {
-		static const char *const known[] = {"type", "add_prefix_space", "trim_offsets",
-						    "use_regex", NULL};
-		bool prefix, use_regex = true;
-		const struct sf_json_node *u = sf__json_tree_get(l->doc, obj, "use_regex");
-
-		rc = only_keys(l, obj, path, known);
-		if (rc == 0)
-			rc = get_bool(l, obj, "add_prefix_space", path, &prefix);
-		if (rc < 0)
-			return rc;
-		/* use_regex defaults to true when absent (files older than tokenizers 0.14). */
-		if (u && u->type != SF_JSON_NULL)
-			rc = get_bool(l, obj, "use_regex", path, &use_regex);
-		if (rc < 0)
-			return rc;
-		*seen_byte_level = true;
-		if (prefix) {
-			struct sf_hf_stage stage = {.kind = SF_HF_STAGE_PREFIX};
-
-			rc = add_stage(l, path, &stage);
-			if (rc < 0)
-				return rc;
-			l->hf->max_growth = 1;
-		}
-		if (use_regex) {
-			struct sf_hf_stage stage = {.kind = SF_HF_STAGE_PRESET,
-						    .preset = sf__pretok_preset(gpt2_pattern),
-						    .behavior = SF_HF_ISOLATED};
-
-			return add_stage(l, path, &stage);
-		}
-		return 0;
-	}
-	return refuse(l, where, "\"%s\" not supported", type);
-}
-
 /* ---- normalizer, decoder, added tokens ---- */
 
-static int load_normalizer(struct loader *l, const struct sf_json_node *obj, const char *path)
+static int load_normalizer(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *path)
 {
 	const char *type;
 	char where[300];
@@ -725,16 +476,16 @@ static int load_normalizer(struct loader *l, const struct sf_json_node *obj, con
 
 	if (!obj || obj->type == SF_JSON_NULL)
 		return 0;
-	type = obj->type == SF_JSON_OBJECT ? type_of(l, obj) : NULL;
+	type = obj->type == SF_JSON_OBJECT ? sf__hf_type_of(l, obj) : NULL;
 	snprintf(where, sizeof(where), "%s.type", path);
 	if (!type)
-		return refuse(l, where, "missing");
+		return sf__hf_refuse(l, where, "missing");
 	if (!strcmp(type, "Sequence")) {
 		const struct sf_json_node *list = sf__json_tree_get(l->doc, obj, "normalizers");
 
 		snprintf(where, sizeof(where), "%s.normalizers", path);
 		if (!list || list->type != SF_JSON_ARRAY)
-			return refuse(l, where, "expected a list");
+			return sf__hf_refuse(l, where, "expected a list");
 		for (i = 0; i < list->len; i++) {
 			int rc;
 
@@ -749,329 +500,27 @@ static int load_normalizer(struct loader *l, const struct sf_json_node *obj, con
 		l->hf->nfc = true;
 		return 0;
 	}
-	return refuse(l, where, "\"%s\" not supported", type);
+	return sf__hf_refuse(l, where, "\"%s\" not supported", type);
 }
 
-static int load_decoder(struct loader *l, const struct sf_json_node *obj)
+static int load_decoder(struct sf_hf_loader *l, const struct sf_json_node *obj)
 {
 	const char *type;
 
 	if (!obj || obj->type != SF_JSON_OBJECT)
-		return refuse(l, "decoder",
-			      "missing (a byte-level BPE needs the ByteLevel "
-			      "decoder)");
-	type = type_of(l, obj);
+		return sf__hf_refuse(l, "decoder",
+				     "missing (a byte-level BPE needs the ByteLevel "
+				     "decoder)");
+	type = sf__hf_type_of(l, obj);
 	if (!type)
-		return refuse(l, "decoder.type", "missing");
+		return sf__hf_refuse(l, "decoder.type", "missing");
 	if (strcmp(type, "ByteLevel"))
-		return refuse(l, "decoder.type", "\"%s\" not supported (only \"ByteLevel\")", type);
+		return sf__hf_refuse(l, "decoder.type", "\"%s\" not supported (only \"ByteLevel\")",
+				     type);
 	return 0;
 }
 
-/* The model's id of the token string s[0..len), or -1. */
-static long vocab_id(const struct loader *l, const char *s, size_t len)
-{
-	uint8_t *buf = malloc(len + 1);
-	long id = -1;
-	uint32_t i;
-
-	if (buf && token_bytes(l, s, len, buf) > 0) {
-		uint32_t rank =
-			sf__tok_rank(&l->tok->ranks, buf, (size_t)token_bytes(l, s, len, buf));
-
-		id = rank == SF_RANK_NONE ? -1 : (long)rank;
-	} else {
-		for (i = 0; i < l->n_odd; i++) {
-			const struct sf_json_node *m =
-				sf__json_tree_child(l->doc, l->vocab, l->odd[i]);
-
-			if (m->key_len == len && !memcmp(sf__json_tree_key(l->doc, m), s, len)) {
-				id = get_id(l->doc, m);
-				break;
-			}
-		}
-	}
-	free(buf);
-	return id;
-}
-
-static int cmp_added(const void *a, const void *b)
-{
-	const struct sf_hf_added *x = *(struct sf_hf_added *const *)a;
-	const struct sf_hf_added *y = *(struct sf_hf_added *const *)b;
-	unsigned kx = (uint8_t)x->text[0] << 8 | (uint8_t)x->text[1];
-	unsigned ky = (uint8_t)y->text[0] << 8 | (uint8_t)y->text[1];
-
-	if (kx != ky)
-		return kx < ky ? -1 : 1;
-	return x->len > y->len ? -1 : x->len < y->len;
-}
-
-/* Build a leftmost-longest matcher over the added tokens whose `normalized` is `norm`. */
-static int build_matcher(struct loader *l, struct sf_hf_matcher *m, const bool *normalized,
-			 bool norm)
-{
-	uint32_t i, k;
-
-	for (i = 0; i < 256; i++)
-		m->single[i] = -1;
-	m->tokens = malloc((l->hf->n_added + 1) * sizeof(*m->tokens));
-	m->bucket = calloc(65537, sizeof(*m->bucket));
-	if (!m->tokens || !m->bucket)
-		return oom(l);
-	for (i = 0; i < l->hf->n_added; i++) {
-		struct sf_hf_added *a = &l->hf->added[i];
-
-		if (normalized[i] != norm)
-			continue;
-		m->first[(uint8_t)a->text[0]] = 1;
-		m->any = true;
-		if (a->len == 1)
-			m->single[(uint8_t)a->text[0]] = (int32_t)i;
-		else
-			m->tokens[m->n++] = a;
-	}
-	qsort(m->tokens, m->n, sizeof(*m->tokens), cmp_added);
-	for (i = 0, k = 0; k <= 65536; k++) {
-		while (i < m->n && ((uint32_t)(uint8_t)m->tokens[i]->text[0] << 8 |
-				    (uint8_t)m->tokens[i]->text[1]) < k)
-			i++;
-		m->bucket[k] = i;
-	}
-	return 0;
-}
-
-static int load_added(struct loader *l, const struct sf_json_node *list)
-{
-	static const char *const known[] = {"id",     "content",    "single_word", "lstrip",
-					    "rstrip", "normalized", "special",	   NULL};
-	static const char *const unsupported[] = {"single_word", "lstrip", "rstrip"};
-	struct sf_tok_hf *hf = l->hf;
-	struct sf_tok *tok = l->tok;
-	uint32_t i, j, *cps = NULL;
-	long max_added = -1;
-	bool *normalized;
-	int rc = 0;
-
-	if (!list || list->type == SF_JSON_NULL)
-		return 0;
-	if (list->type != SF_JSON_ARRAY)
-		return refuse(l, "added_tokens", "expected a list");
-	hf->added = calloc(list->len + 1, sizeof(*hf->added));
-	normalized = calloc(list->len + 1, sizeof(*normalized));
-	if (!hf->added || !normalized) {
-		free(normalized);
-		return oom(l);
-	}
-	for (i = 0; i < list->len; i++) {
-		const struct sf_json_node *a = sf__json_tree_child(l->doc, list, i), *c;
-		struct sf_hf_added *t = &hf->added[i];
-		char path[64];
-		long id;
-		bool flag;
-
-		snprintf(path, sizeof(path), "added_tokens[%u]", i);
-		if (a->type != SF_JSON_OBJECT) {
-			rc = refuse(l, path, "expected an object");
-			goto out;
-		}
-		rc = only_keys(l, a, path, known);
-		for (j = 0; rc == 0 && j < 3; j++) {
-			rc = get_bool(l, a, unsupported[j], path, &flag);
-			if (rc == 0 && flag) {
-				char where[96];
-
-				snprintf(where, sizeof(where), "%s.%s", path, unsupported[j]);
-				rc = refuse(l, where, "true not supported");
-			}
-		}
-		if (rc == 0)
-			rc = get_bool(l, a, "special", path, &t->special);
-		if (rc == 0)
-			rc = get_bool(l, a, "normalized", path, &normalized[i]);
-		if (rc < 0)
-			goto out;
-		id = get_id(l->doc, sf__json_tree_get(l->doc, a, "id"));
-		c = sf__json_tree_get(l->doc, a, "content");
-		if (id < 0 || !c || c->type != SF_JSON_STRING || !c->len ||
-		    strlen(sf__json_tree_str(l->doc, c)) != c->len) {
-			rc = refuse(l, path, "expected an id and a non-empty content");
-			goto out;
-		}
-		for (j = 0; j < i; j++) {
-			if (hf->added[j].len == c->len &&
-			    !memcmp(hf->added[j].text, sf__json_tree_str(l->doc, c), c->len)) {
-				rc = refuse(l, path, "content \"%s\" also at added_tokens[%u]",
-					    sf__json_tree_str(l->doc, c), j);
-				goto out;
-			}
-		}
-		/*
-		 * tokenizers does not take the file's id: it adds the tokens again, in order,
-		 * each getting its id in the model's vocabulary, else the next free one. A file
-		 * whose ids disagree would be encoded with other ids than it says: refuse it.
-		 */
-		{
-			long want = vocab_id(l, sf__json_tree_str(l->doc, c), c->len);
-			long size = (long)l->vocab->len;
-
-			if (want < 0)
-				want = max_added < 0	   ? size
-				       : max_added >= size ? max_added + 1
-							   : size;
-			if (want != id) {
-				rc = refuse(l, path,
-					    "id %ld, but tokenizers gives \"%s\" the id %ld", id,
-					    sf__json_tree_str(l->doc, c), want);
-				goto out;
-			}
-			if (id > max_added)
-				max_added = id;
-		}
-		/* A normalized token is matched in normalized text: normalize it too. */
-		t->text = malloc(3 * (size_t)c->len + 1);
-		cps = realloc(cps, 4 * ((size_t)c->len + 1) * sizeof(*cps));
-		if (!t->text || !cps) {
-			rc = oom(l);
-			goto out;
-		}
-		if (normalized[i] && hf->nfc) {
-			t->len = (uint32_t)sf__nfc((const uint8_t *)sf__json_tree_str(l->doc, c),
-						   c->len, (uint8_t *)t->text, cps);
-		} else {
-			memcpy(t->text, sf__json_tree_str(l->doc, c), c->len);
-			t->len = c->len;
-		}
-		t->text[t->len] = '\0';
-		t->id = (uint32_t)id;
-		t->bit = -1;
-		hf->n_added++;
-		if ((uint32_t)id >= tok->n_vocab)
-			tok->n_vocab = (uint32_t)id + 1;
-		/* The first 64 special tokens get a bit of an allowed set each. */
-		if (t->special && tok->n_specials < SF_TOK_MAX_SPECIALS) {
-			struct sf_tok_special_entry *s = &tok->specials[tok->n_specials];
-
-			s->text = strdup(t->text);
-			if (!s->text) {
-				rc = oom(l);
-				goto out;
-			}
-			s->len = t->len;
-			s->id = t->id;
-			t->bit = (int)tok->n_specials++;
-		}
-		if (!strcmp(t->text, "<|endoftext|>"))
-			tok->eot = (int32_t)id;
-	}
-	rc = build_matcher(l, &hf->raw, normalized, false);
-	if (rc == 0)
-		rc = build_matcher(l, &hf->norm, normalized, true);
-out:
-	free(cps);
-	free(normalized);
-	return rc;
-}
-
-static int cmp_u32_pair(const void *a, const void *b)
-{
-	const uint32_t *x = a, *y = b;
-
-	return x[0] < y[0] ? -1 : x[0] > y[0];
-}
-
-/*
- * The decoded bytes of ids the rank table does not give: added tokens (which take
- * precedence, as in tokenizers' decode) and vocabulary tokens outside the byte-level
- * alphabet. The ByteLevel decoder maps a token's characters back to bytes when all are in
- * the alphabet, and otherwise keeps the token's UTF-8 text.
- */
-static int build_extra(struct loader *l, const struct sf_json_node *vocab)
-{
-	struct sf_tok_hf *hf = l->hf;
-	uint32_t cap = hf->n_added + 1, i, total = 0, (*pairs)[2];
-	const char **texts;
-	uint32_t *lens;
-	int rc = 0;
-
-	for (i = 0; i < vocab->len; i++) {
-		const struct sf_json_node *m = sf__json_tree_child(l->doc, vocab, i);
-		long id = get_id(l->doc, m);
-
-		if (l->tok->ranks.off[id + 1] == l->tok->ranks.off[id])
-			cap++;
-	}
-	pairs = malloc(cap * sizeof(*pairs));
-	texts = malloc(cap * sizeof(*texts));
-	lens = malloc(cap * sizeof(*lens));
-	if (!pairs || !texts || !lens) {
-		rc = oom(l);
-		goto out;
-	}
-	for (i = 0; i < hf->n_added; i++) {
-		pairs[hf->n_extra][0] = hf->added[i].id;
-		pairs[hf->n_extra][1] = hf->n_extra;
-		texts[hf->n_extra] = hf->added[i].text;
-		lens[hf->n_extra++] = hf->added[i].len;
-		total += hf->added[i].len;
-	}
-	for (i = 0; i < vocab->len; i++) {
-		const struct sf_json_node *m = sf__json_tree_child(l->doc, vocab, i);
-		long id = get_id(l->doc, m);
-		uint32_t j;
-
-		if (l->tok->ranks.off[id + 1] != l->tok->ranks.off[id])
-			continue;
-		for (j = 0; j < hf->n_added && hf->added[j].id != (uint32_t)id; j++)
-			;
-		if (j < hf->n_added)
-			continue;
-		pairs[hf->n_extra][0] = (uint32_t)id;
-		pairs[hf->n_extra][1] = hf->n_extra;
-		texts[hf->n_extra] = sf__json_tree_key(l->doc, m);
-		lens[hf->n_extra++] = m->key_len;
-		total += m->key_len;
-	}
-	/* Stable by id: an added token comes first among equal ids and wins. */
-	for (i = 0; i < hf->n_extra; i++)
-		pairs[i][1] = i;
-	qsort(pairs, hf->n_extra, sizeof(*pairs), cmp_u32_pair);
-	hf->extra_ids = malloc((hf->n_extra + 1) * sizeof(*hf->extra_ids));
-	hf->extra_off = malloc((hf->n_extra + 1) * sizeof(*hf->extra_off));
-	hf->extra_bytes = malloc(total + 1);
-	if (!hf->extra_ids || !hf->extra_off || !hf->extra_bytes) {
-		rc = oom(l);
-		goto out;
-	}
-	{
-		uint32_t n = 0, off = 0;
-
-		for (i = 0; i < hf->n_extra; i++) {
-			uint32_t k = pairs[i][1];
-			long got;
-
-			if (n && hf->extra_ids[n - 1] == pairs[i][0])
-				continue;
-			got = token_bytes(l, texts[k], lens[k], hf->extra_bytes + off);
-			if (got < 0) {
-				memcpy(hf->extra_bytes + off, texts[k], lens[k]);
-				got = lens[k];
-			}
-			hf->extra_ids[n] = pairs[i][0];
-			hf->extra_off[n++] = off;
-			off += (uint32_t)got;
-		}
-		hf->extra_off[n] = off;
-		hf->n_extra = n;
-	}
-out:
-	free(pairs);
-	free(texts);
-	free(lens);
-	return rc;
-}
-
-static int load_doc(struct loader *l)
+static int load_doc(struct sf_hf_loader *l)
 {
 	static const char *const known[] = {
 		"version",	 "truncation", "padding",	 "added_tokens", "normalizer",
@@ -1081,16 +530,16 @@ static int load_doc(struct loader *l)
 	int rc;
 
 	if (root->type != SF_JSON_OBJECT)
-		return refuse(l, "(top level)", "expected an object");
-	rc = only_keys(l, root, "(top level)", known);
+		return sf__hf_refuse(l, "(top level)", "expected an object");
+	rc = sf__hf_only_keys(l, root, "(top level)", known);
 	if (rc < 0)
 		return rc;
 	n = sf__json_tree_get(l->doc, root, "truncation");
 	if (n && n->type != SF_JSON_NULL)
-		return refuse(l, "truncation", "not supported (must be null)");
+		return sf__hf_refuse(l, "truncation", "not supported (must be null)");
 	n = sf__json_tree_get(l->doc, root, "padding");
 	if (n && n->type != SF_JSON_NULL)
-		return refuse(l, "padding", "not supported (must be null)");
+		return sf__hf_refuse(l, "padding", "not supported (must be null)");
 	rc = load_model(l, sf__json_tree_get(l->doc, root, "model"));
 	if (rc < 0)
 		return rc;
@@ -1099,26 +548,27 @@ static int load_doc(struct loader *l)
 		return rc;
 	n = sf__json_tree_get(l->doc, root, "pre_tokenizer");
 	if (!n || n->type == SF_JSON_NULL)
-		return refuse(l, "pre_tokenizer", "missing (a byte-level BPE needs ByteLevel)");
-	rc = load_pretok(l, n, "pre_tokenizer", &seen_byte_level);
+		return sf__hf_refuse(l, "pre_tokenizer",
+				     "missing (a byte-level BPE needs ByteLevel)");
+	rc = sf__hf_load_pretok(l, n, "pre_tokenizer", &seen_byte_level);
 	if (rc < 0)
 		return rc;
 	if (!seen_byte_level)
-		return refuse(l, "pre_tokenizer", "no ByteLevel: not a byte-level BPE");
+		return sf__hf_refuse(l, "pre_tokenizer", "no ByteLevel: not a byte-level BPE");
 	rc = load_decoder(l, sf__json_tree_get(l->doc, root, "decoder"));
 	if (rc < 0)
 		return rc;
-	rc = load_added(l, sf__json_tree_get(l->doc, root, "added_tokens"));
+	rc = sf__hf_load_added(l, sf__json_tree_get(l->doc, root, "added_tokens"));
 	if (rc < 0)
 		return rc;
-	return build_extra(
+	return sf__hf_build_extra(
 		l, sf__json_tree_get(l->doc, sf__json_tree_get(l->doc, root, "model"), "vocab"));
 }
 
 int sf__tok_load_hf_json_mem(const char *name, const char *text, size_t len,
 			     struct sf_tok **ret_tok, struct sf_err *e)
 {
-	struct loader l = {.name = name, .e = e};
+	struct sf_hf_loader l = {.name = name, .e = e};
 	struct sf_json_doc *doc = NULL;
 	const char *what = NULL;
 	size_t at = 0;
@@ -1127,7 +577,7 @@ int sf__tok_load_hf_json_mem(const char *name, const char *text, size_t len,
 	byte_alphabet(&l);
 	rc = sf__json_tree_parse(text, len, &doc, &at, &what);
 	if (rc == -ENOMEM)
-		return oom(&l);
+		return sf__hf_oom(&l);
 	if (rc != SF_JSON_OK)
 		return sf__err(e, SF_E_TOKENIZER, "%s: not valid JSON at byte %zu: %s", name, at,
 			       what);
@@ -1138,7 +588,7 @@ int sf__tok_load_hf_json_mem(const char *name, const char *text, size_t len,
 		free(l.tok);
 		free(l.hf);
 		sf__json_tree_free(doc);
-		return oom(&l);
+		return sf__hf_oom(&l);
 	}
 	snprintf(l.tok->name, sizeof(l.tok->name), "%s", name);
 	l.tok->kind = SF_TOK_HF;
