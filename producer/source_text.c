@@ -929,8 +929,9 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		const uint32_t *ids;
 		size_t n, take;
 		/* Straight into the destination when the ids fit there, whatever the limit:
-		 * only the first `take` count. */
-		int direct = d->cap - d->n >= len + 1;
+		 * only the first `take` count. (More than len + 1 ids only with a tokenizer.json
+		 * that adds text: a prefix space, NFC.) */
+		int direct = d->cap - d->n >= sf__tok_ids_bound(c->ds->tok, len);
 
 		if (direct)
 			r = sf__tok_encode_to(c->enc, doc, len, SF_TOK_ALLOW_NONE, d->tokens + d->n,
