@@ -5,6 +5,7 @@
  * with Hugging Face `tokenizers` itself are in test_hf_json.py.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -311,4 +312,32 @@ Test(refuse, missing_byte)
 		     SF_E_TOKENIZER);
 	cr_expect(strstr(err.msg, "model.vocab: no token for byte 0x00 (\"\xc4\x80\")"), "%s",
 		  err.msg);
+}
+
+Test(accept, ids_bound_with_a_prefix_space)
+{
+	/* Digits then ByteLevel with add_prefix_space: every piece gets a space, so "1a2b"
+	 * (4 bytes) becomes " 1", " a", " 2", " b": 8 ids, more than len + 1. */
+	struct parts p = {.pre_tokenizer =
+				  "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				  "\"Digits\", \"individual_digits\": true}, {\"type\": "
+				  "\"ByteLevel\", \"add_prefix_space\": true, "
+				  "\"use_regex\": false}]}"};
+	struct sf_tok_encoder *enc;
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	uint32_t out[64];
+	size_t n = 0, bound;
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	EXPECT(tok, "1a2b", 0, ' ', '1', ' ', 'a', ' ', '2', ' ', 'b');
+	bound = sf__tok_ids_bound(tok, 4);
+	cr_assert_geq(bound, 8);
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, &err), 0);
+	/* Lent a buffer of len + 1, the encoder refuses rather than writing past it. */
+	cr_expect_eq(sf__tok_encode_to(enc, "1a2b", 4, 0, out, 5, &n, &err), -ENOBUFS);
+	cr_assert_eq(sf__tok_encode_to(enc, "1a2b", 4, 0, out, bound, &n, &err), 0, "%s", err.msg);
+	cr_expect_eq(n, 8);
+	sf__tok_encoder_free(enc);
+	sf__tok_free(tok);
 }
