@@ -484,7 +484,10 @@ static int close_container(struct parser *p, struct sf_json_doc *d, size_t count
 		d->oom = 1;
 		return fail(p, "out of memory");
 	}
-	memcpy(d->nodes + d->n_nodes, d->stack + d->n_stack - count, count * sizeof(*d->nodes));
+	/* An empty container may come before anything was allocated: no memcpy of NULL. */
+	if (count)
+		memcpy(d->nodes + d->n_nodes, d->stack + d->n_stack - count,
+		       count * sizeof(*d->nodes));
 	out->off = (uint32_t)d->n_nodes;
 	out->len = (uint32_t)count;
 	d->n_nodes += count;
