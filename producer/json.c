@@ -184,8 +184,11 @@ static int parse_string(struct parser *p, char *out, size_t *ret_len)
 				p->i--;
 				return fail(p, "invalid escape");
 			}
+			/* Without `out`, still count: the length sizes the second pass. */
 			if (out)
 				o += put_utf8(out + o, cp);
+			else
+				o += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
 			continue;
 		}
 		{

@@ -166,3 +166,30 @@ Test(json_tree, empty_containers_and_errors)
 		cr_expect_str_eq(want, bad[i][1], "%s: error at %zu (%s)", bad[i][0], at, what);
 	}
 }
+
+Test(json_tree, long_escaped_strings)
+{
+	/* 2,000 escapes in one string: the room reserved for it must be its unescaped
+	 * length (4,000 bytes), not its count of unescaped bytes (none). */
+	size_t n = 2000, i, at = 0;
+	char *json = malloc(6 * n + 16), *p = json;
+	struct sf_json_doc *doc = NULL;
+	const struct sf_json_node *s;
+	const char *what = NULL, *v;
+
+	p += sprintf(p, "[\"");
+	for (i = 0; i < n; i++)
+		p += sprintf(p, "\\u00e9");
+	p += sprintf(p, "\", \"\\n\\t\"]");
+	cr_assert_eq(sf__json_tree_parse(json, (size_t)(p - json), &doc, &at, &what), SF_JSON_OK);
+	s = sf__json_tree_child(doc, sf__json_tree_root(doc), 0);
+	cr_assert_eq(s->len, 2 * n);
+	v = sf__json_tree_str(doc, s);
+	for (i = 0; i < n; i++)
+		cr_assert(v[2 * i] == '\xc3' && v[2 * i + 1] == '\xa9');
+	cr_expect_str_eq(
+		sf__json_tree_str(doc, sf__json_tree_child(doc, sf__json_tree_root(doc), 1)),
+		"\n\t");
+	sf__json_tree_free(doc);
+	free(json);
+}
