@@ -142,7 +142,8 @@ static int load_split(struct sf_hf_loader *l, const struct sf_json_node *obj, co
 		PCRE2_SIZE at;
 
 		snprintf(where, sizeof(where), "%s.pattern.String", path);
-		stage.re = pcre2_compile((PCRE2_SPTR)text, p->len, PCRE2_LITERAL | PCRE2_UTF, &err,
+		stage.re = pcre2_compile((PCRE2_SPTR)text, p->len,
+					 PCRE2_LITERAL | PCRE2_UTF | PCRE2_MATCH_INVALID_UTF, &err,
 					 &at, NULL);
 		if (!stage.re)
 			return sf__hf_refuse(l, where, "does not compile");
