@@ -19,6 +19,18 @@ of their own; on a 2-CPU machine the scheduler otherwise runs a woken producer o
 consumer's CPU, in the middle of its next()); the DataLoader gets all CPUs back for its
 workers.
 
+--sweep instead times next() alone at three payload sizes (16 KiB, 4 MiB and 64 MiB of
+uint16 tokens: B x (T+1) = 8 x 1024, 8 x 262144, 32 x 1048576), with checksums off, on
+(every step verified) and verified one step in 16 (integrity.verify_every: 16): the C
+call (bench_consumer, producers pinned to the last CPU, the caller to the first) and the
+Python Loader's zero-copy NumPy view. With checksums off next() reads no payload byte, so
+its time should not grow with the payload; with them on, a verified step hashes it all.
+Each call is timed once its step is published, after 32 MiB of a private buffer were
+written (--sweep-evict BYTES; 0: none), as a training step would: every size is then
+timed with the same cold caches. Without it, a call that waited long for a large batch
+finds its caches evicted by whatever ran on its CPU meanwhile (on this shared 2-CPU
+machine, other processes), and one that waited microseconds for a small batch does not.
+
 Each method is timed per call, with a simulated training step (a busy wait of --step-us)
 between calls, so that producers and DataLoader workers can run ahead as in training.
 Ratios are p50(method) / p50(shmfeed Python). Prints the machine and a table; --json
@@ -28,6 +40,8 @@ timed call as CSV rows (method, ns), for a distribution plot.
 usage: bench_loader.py [--fixture PATH] [--bench-consumer PATH] [--tokens FILE]
                        [--ntokens N] [--batch B] [--seq-len T] [--calls N]
                        [--c-steps N] [--step-us US] [--json FILE] [--csv FILE]
+       bench_loader.py --sweep [--json FILE] [--sweep-calls 3000,500,60]
+                       [--sweep-evict BYTES]
 """
 
 import argparse
@@ -81,6 +95,12 @@ ap.add_argument("--c-steps", type=int, default=20000, help="calls of the C bench
 ap.add_argument("--step-us", type=float, default=300.0)
 ap.add_argument("--json", help="write the percentiles per method to this file")
 ap.add_argument("--csv", help="write every timed call as method,ns to this file")
+ap.add_argument("--sweep", action="store_true",
+                help="time next() alone at 16 KiB, 4 MiB and 64 MiB payloads")
+ap.add_argument("--sweep-calls", default="3000,500,60",
+                help="calls per payload size in --sweep (16 KiB, 4 MiB, 64 MiB)")
+ap.add_argument("--sweep-evict", type=int, default=32 << 20,
+                help="bytes written before each timed call in --sweep (0: none)")
 args = ap.parse_args()
 B, T = args.batch, args.seq_len
 PCTS = (50, 95, 99, 99.9)
@@ -136,6 +156,107 @@ class Windows(torch.utils.data.Dataset):
             self.data = np.memmap(self.path, dtype=np.uint16, mode="r")
         s = np.random.randint(0, len(self.data) - T - 1)
         return torch.from_numpy(self.data[s:s + T + 1].astype(np.int64))
+
+
+SWEEP_SIZES = ((8, 1023), (8, 262143), (32, 1048575))  # B, T: 16 KiB, 4 MiB, 64 MiB
+SWEEP_MODES = (("off", ["--no-checksum"]), ("every step", []),
+               ("1 in 16", ["--verify-every", "16"]))
+
+
+def machine_line():
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return (f"{platform.node()} {cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, "
+            f"Python {platform.python_version()}, NumPy {np.__version__}")
+
+
+def sweep():
+    """next() against the payload size, checksums off, on, and verified 1 step in 16."""
+    calls = [int(c) for c in args.sweep_calls.split(",")]
+    all_cpus = sorted(os.sched_getaffinity(0))
+    pin = len(all_cpus) >= 2
+    rows = []
+    for (B, T), n in zip(SWEEP_SIZES, calls):
+        size = B * (T + 1) * 2
+        for label, flags in SWEEP_MODES:
+            out = subprocess.check_output(
+                [args.bench_consumer, "--tokens", args.tokens, "--steps", str(n),
+                 "--b2b-steps", "0", "--batch", str(B), "--seq-len", str(T), "--slots", "4",
+                 "--pin", "--evict", str(args.sweep_evict), "--json", *flags], text=True)
+            c = json.loads(out)
+            rows.append({"payload_bytes": size, "checksum": label, "api": "C sf_consumer_next",
+                         "calls": n, "p50_us": c["ahead_p50_ns"] / 1e3,
+                         "p99_us": c["ahead_p99_ns"] / 1e3})
+            job = f"bench-sweep-{os.getpid()}-{len(rows)}"
+            fx_flags = [f for f in flags if f != "--verify-every" and f != "16"]
+            if "--verify-every" in flags:
+                fx_flags += ["--verify-every", "16"]
+            fx = subprocess.Popen([args.fixture, "--job", job, "--ranks", "1", "--batch", str(B),
+                                   "--seq-len", str(T), "--slots", "4", "--producers", "1",
+                                   "--dtype", "u16", "--tokens", args.tokens, "--lifetime",
+                                   "900", *fx_flags],
+                                  stdout=subprocess.PIPE, text=True,
+                                  preexec_fn=(lambda: os.sched_setaffinity(
+                                      0, {all_cpus[-1]})) if pin else None)
+            assert fx.stdout.readline().startswith("ready")
+            if pin:
+                os.sched_setaffinity(0, {all_cpus[0]})
+            try:
+                with shmfeed.Loader(job=job, rank=0, world_size=1, numpy=True,
+                                    dtype="native") as L:
+                    ns = timed_ready(L, n)
+                p50, p99 = (float(np.percentile(ns, p)) / 1e3 for p in (50, 99))
+                rows.append({"payload_bytes": size, "checksum": label,
+                             "api": "Python Loader (NumPy view)", "calls": n,
+                             "p50_us": p50, "p99_us": p99})
+            finally:
+                os.sched_setaffinity(0, set(all_cpus))
+                fx.send_signal(signal.SIGTERM)
+                fx.wait()
+            r = rows[-2:]
+            print(f"{size:>10,} B  checksum {label:10s}  C p50 {r[0]['p50_us']:9.2f} us  "
+                  f"p99 {r[0]['p99_us']:9.2f} us   Python p50 {r[1]['p50_us']:9.2f} us  "
+                  f"p99 {r[1]['p99_us']:9.2f} us", flush=True)
+    print(f"machine: {machine_line()}")
+    for api in ("C sf_consumer_next", "Python Loader (NumPy view)"):
+        off = [r["p50_us"] for r in rows if r["api"] == api and r["checksum"] == "off"]
+        print(f"{api}: checksums off, p50 at 64 MiB / p50 at 16 KiB = {off[-1] / off[0]:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine_line(), "evict_bytes": args.sweep_evict,
+                       "timing": "each call timed once its step is published, after "
+                       "evict_bytes of a private buffer were written", "rows": rows},
+                      f, indent=1)
+
+
+def timed_ready(L, n, warmup=4):
+    """Loader.next() timed once the step it returns is published (as bench_consumer times
+    the C call), so that the time is the call's own, not a wait for a 64 MiB fill: each
+    call is first tried with timeout 0 until it succeeds, and only the successful call
+    is timed (the failed tries release the previous batch, which the timed call then
+    does not)."""
+    out = np.empty(n, dtype=np.int64)
+    scratch = np.empty(max(args.sweep_evict, 1), dtype=np.uint8)
+    for i in range(n + warmup):
+        while True:
+            if args.sweep_evict:
+                scratch.fill(i & 0xFF)
+            t0 = time.perf_counter_ns()
+            try:
+                L.next(timeout=0)
+            except shmfeed.Error as e:
+                if e.code != -1016:  # SF_E_AGAIN: not published yet
+                    raise
+                time.sleep(0.0002)
+                continue
+            break
+        if i >= warmup:
+            out[i - warmup] = time.perf_counter_ns() - t0
+    return out
 
 
 def main():
@@ -222,15 +343,7 @@ def main():
                  *summary(timed(lambda: next(it), min(args.calls, 1000), args.step_us))))
     del it, dl
 
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    machine = (f"{platform.node()} {cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, "
-               f"Python {platform.python_version()}, torch {torch.__version__}, "
-               f"NumPy {np.__version__}")
+    machine = f"{machine_line()}, torch {torch.__version__}"
     setup = (f"B={B} T={T} uint16, token file {args.tokens} "
              f"({os.path.getsize(args.tokens) // 2:,} tokens), {args.calls} calls, "
              f"simulated step {args.step_us:.0f} us, "
@@ -260,4 +373,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if args.sweep:
+        sweep()
+    else:
+        main()

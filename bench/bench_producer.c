@@ -8,14 +8,21 @@
  *    beforehand), the builder over one epoch of windows, and the pipeline with P = 1
  *    and 2, its consumers either waiting at every step or polling every millisecond;
  *    the ratio pipeline / tokenizer is what the producers keep of the tokenizer's
- *    speed.
+ *    speed;
+ *  - a mixture of three pre-tokenized sources against each source alone
+ *    (mixture_bench()).
  * Per-core rates divide tokens by CPU time: this process's for the tokenizer and the
  * builder alone, the producer processes' (user + system, from wait4) for the pipeline,
  * so that a machine shared with other work does not count time spent descheduled. The
  * raw text pipeline runs REPEAT rounds, each with one run of every configuration in
  * turn, and reports the range and median of each.
  *
- * usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT]]
+ * With TOKENIZER_FILE (a tokenizer.file of a job, such as Llama 3's tokenizer.model) the
+ * raw text runs use it instead of r50k_base, with its family's tokens around each
+ * document, counted as the producers count them.
+ *
+ * usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT [TOKENIZER_FILE | mixture]]]
+ * (mixture: that section alone)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,19 +79,32 @@ static void config(struct sf_config *cfg, char **paths, struct sf_source_config 
 	cfg->slots_per_rank = 8;
 }
 
-/* The builder alone: tokens of `steps` batches per second of this one core. */
-static double builder_rate(const struct sf_config *cfg, uint64_t steps, double *ret_encode_ratio)
+/*
+ * The builder alone: tokens of `steps` batches per second of this one core; with `warm`,
+ * after an untimed pass over the same batches (the pages of the files mapped, as in a
+ * run that has gone through its data once).
+ */
+static double builder_rate(const struct sf_config *cfg, uint64_t steps, double *ret_encode_ratio,
+			   int warm)
 {
 	struct sf_dataset *ds;
 	struct sf_builder *b;
 	struct sf_err e = {0};
 	unsigned char *buf;
-	uint64_t t0, out, enc;
+	uint64_t t0, out, out0, enc;
 	double s;
 
 	if (sf__dataset_open(cfg, &ds, &e) < 0 || sf__builder_create(ds, &b, &e) < 0)
 		die("dataset", &e);
 	buf = malloc(sf__dataset_payload_bytes(ds));
+	for (uint64_t i = 0; warm && i < steps; i++) {
+		uint32_t len;
+		uint64_t first;
+
+		if (sf__builder_fill(b, (uint32_t)(i % 2), i / 2, buf, &len, &first, &e) < 0)
+			die("fill", &e);
+	}
+	sf__builder_counters(b, &out0, &enc);
 	t0 = cpu_now_ns();
 	for (uint64_t i = 0; i < steps; i++) {
 		uint32_t len;
@@ -100,7 +120,7 @@ static double builder_rate(const struct sf_config *cfg, uint64_t steps, double *
 	free(buf);
 	sf__builder_free(b);
 	sf__dataset_close(ds);
-	return (double)out / s;
+	return (double)(out - out0) / s;
 }
 
 /*
@@ -196,6 +216,9 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Tokens a document gets besides its ids: the end-of-text, and a bos when there is one. */
+static uint64_t doc_extra = 1;
+
 /* The documents of the corpus, cut before any timing. */
 struct span {
 	size_t off, len;
@@ -220,7 +243,7 @@ static double tokenizer_pass(struct sf_tok_encoder *enc, const char *corpus,
 
 		if (sf__tok_encode(enc, corpus + docs[i].off, docs[i].len, 0, &ids, &ni, &e) < 0)
 			die("encode", &e);
-		n_tok += ni + 1;
+		n_tok += ni + doc_extra;
 	}
 	*ret_n = n_tok;
 	return (double)n_tok / cpu_secs_since(t0);
@@ -278,6 +301,114 @@ static double tokenizer_rate(const struct sf_tok *tok, const char *corpus, const
 	return sum / procs;
 }
 
+/*
+ * A mixture of three pre-tokenized sources (nanoGPT files of 1/2, 1/3 and 1/6 of the
+ * tokens, weighted 0.5/0.3/0.2) against each source alone, and against the same three
+ * files read as one stream without weights (the same data touched, so the difference is
+ * the mixture's own cost): the builder alone and the
+ * pipeline (P = 1, checksum on) per core, the builder after a pass that maps the files'
+ * pages (each source alone repeats its smaller data, which a first pass would favour), the
+ * best of `repeat` rounds of every
+ * configuration in turn, and the mixture's rate over the slowest single source's.
+ */
+static volatile uint64_t bench_sink;
+
+static void mixture_bench(const char *dir, const char *vocab, uint64_t mtok, int repeat)
+{
+	static const char *const names[3] = {"web", "code", "math"};
+	static const uint64_t weights[3] = {500000000, 300000000, 200000000};
+	static char mix_paths[3][4096];
+	static char *path_of[3];
+	struct sf_source_config srcs[3];
+	struct sf_config cfg;
+	double builder[5] = {0}, pipe[5] = {0}, slowest_b = 0, slowest_p = 0, order_ns[2];
+	uint64_t x = 88172645463325252ull, n_all = (size_t)mtok << 20, steps;
+
+	for (int i = 0; i < 3; i++) {
+		size_t n = n_all * (size_t)(i == 0 ? 3 : i == 1 ? 2 : 1) / 6;
+		uint16_t *t = malloc(n * 2);
+		FILE *f;
+
+		for (size_t j = 0; j < n; j++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			t[j] = (uint16_t)(x % 50257);
+		}
+		snprintf(mix_paths[i], sizeof(mix_paths[i]), "%s/%s.bin", dir, names[i]);
+		f = fopen(mix_paths[i], "wb");
+		if (!f || fwrite(t, 2, n, f) != n || fclose(f))
+			die("write tokens", NULL);
+		free(t);
+		path_of[i] = mix_paths[i];
+	}
+	steps = n_all / (2 * 16 * 1024);
+	for (int round = 0; round < repeat; round++)
+		for (int c = 0; c < 5; c++) {
+			double per_core, b;
+
+			config(&cfg, path_of, &srcs[0], 16, 1024);
+			cfg.encoding = "r50k_base";
+			cfg.vocab = (char *)vocab;
+			if (c < 3) {
+				srcs[0].paths = &path_of[c];
+			} else {
+				for (int i = 0; i < 3; i++) {
+					memset(&srcs[i], 0, sizeof(srcs[i]));
+					srcs[i].paths = &path_of[i];
+					srcs[i].n_paths = 1;
+					srcs[i].name = (char *)names[i];
+					srcs[i].weight = weights[i];
+				}
+				cfg.n_sources = 3;
+				cfg.mixture = c == 3;
+			}
+			b = builder_rate(&cfg, steps, NULL, 1);
+			builder[c] = b > builder[c] ? b : builder[c];
+			pipeline_rate(&cfg, 1, steps / 2, 0, &per_core, NULL);
+			pipe[c] = per_core > pipe[c] ? per_core : pipe[c];
+		}
+	/* The sample order alone: sf__builder_sample_offset() over 10^7 samples. */
+	for (int c = 3; c < 5; c++) {
+		struct sf_dataset *ds;
+		struct sf_builder *b;
+		struct sf_err e = {0};
+		uint64_t t0, sum = 0;
+
+		cfg.mixture = c == 3;
+		if (sf__dataset_open(&cfg, &ds, &e) < 0 || sf__builder_create(ds, &b, &e) < 0)
+			die("dataset", &e);
+		t0 = cpu_now_ns();
+		for (uint64_t k = 0; k < 10000000; k++)
+			sum += sf__builder_sample_offset(b, k);
+		order_ns[c - 3] = cpu_secs_since(t0) * 1e9 / 1e7;
+		bench_sink = sum; /* keeps the loop */
+		sf__builder_free(b);
+		sf__dataset_close(ds);
+	}
+	printf("mixture of 3 pre-tokenized sources (0.5/0.3/0.2 of %llu M tokens) against each "
+	       "alone, B=16 T=1024, best of %d rounds, M tokens/s per core:\n",
+	       (unsigned long long)mtok, repeat);
+	for (int c = 0; c < 5; c++) {
+		printf("  %-22s builder alone %7.1f   pipeline P=1 %7.1f\n",
+		       c < 3	? names[c]
+		       : c == 3 ? "mixture"
+				: "3 files, one stream",
+		       builder[c] / 1e6, pipe[c] / 1e6);
+		if (c < 3) {
+			slowest_b = !c || builder[c] < slowest_b ? builder[c] : slowest_b;
+			slowest_p = !c || pipe[c] < slowest_p ? pipe[c] : slowest_p;
+		}
+	}
+	printf("  mixture / slowest single source: builder %.3f, pipeline %.3f\n",
+	       builder[3] / slowest_b, pipe[3] / slowest_p);
+	printf("  mixture / the same files as one stream: builder %.3f, pipeline %.3f\n",
+	       builder[3] / builder[4], pipe[3] / pipe[4]);
+	printf("  sample order alone (sf__builder_sample_offset()): mixture %.1f ns, one stream "
+	       "%.1f ns per sample\n",
+	       order_ns[0], order_ns[1]);
+}
+
 int main(int argc, char **argv)
 {
 	char dir[] = "/tmp/sf-bench-XXXXXX", path[4096], *paths[1] = {path};
@@ -285,17 +416,27 @@ int main(int argc, char **argv)
 	struct sf_config cfg;
 	uint64_t mtok = argc > 2 ? strtoull(argv[2], NULL, 10) : 64;
 	int repeat = argc > 3 ? atoi(argv[3]) : 3;
+	const char *tok_file = argc > 4 ? argv[4] : NULL;
 	double per_core, total;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2 || repeat < 1 || repeat > 64 || !mkdtemp(dir)) {
 		fprintf(stderr,
-			"usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT (1-64)]]\n");
+			"usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT (1-64) "
+			"[TOKENIZER_FILE | mixture]]]\n");
 		return 2;
 	}
 	/* The index cache of the corpus made here goes with it. */
 	if (setenv("SHMFEED_CACHE_DIR", dir, 1) < 0)
 		die("setenv", NULL);
+
+	if (argc > 4 && !strcmp(argv[4], "mixture")) {
+		char vocab[4096];
+
+		snprintf(vocab, sizeof(vocab), "%s/vocab/r50k_base.tiktoken", argv[1]);
+		mixture_bench(dir, vocab, mtok, repeat);
+		goto out;
+	}
 
 	/* Pre-tokenized windows. */
 	{
@@ -328,7 +469,7 @@ int main(int argc, char **argv)
 		       "2 ranks\n",
 		       (unsigned long long)mtok);
 		printf("  builder alone, 1 core:            %7.1f M tokens/s\n",
-		       builder_rate(&cfg, steps * 2, NULL) / 1e6);
+		       builder_rate(&cfg, steps * 2, NULL, 0) / 1e6);
 		for (uint32_t P = 1; P <= 2; P++)
 			for (uint32_t ck = 0; ck <= 1; ck++) {
 				cfg.checksum = ck;
@@ -338,6 +479,13 @@ int main(int argc, char **argv)
 				       "%7.1f M tokens/s per producer core\n",
 				       P, ck ? "on" : "off", total / 1e6, per_core / 1e6);
 			}
+	}
+
+	{
+		char vocab[4096];
+
+		snprintf(vocab, sizeof(vocab), "%s/vocab/r50k_base.tiktoken", argv[1]);
+		mixture_bench(dir, vocab, mtok, repeat);
 	}
 
 	/* Raw text. */
@@ -391,8 +539,16 @@ int main(int argc, char **argv)
 				docs[n_docs++] = (struct span){(size_t)(p - all), dl};
 			p = q ? q + 2 : end;
 		}
-		if (sf__tok_load("r50k_base", vocab, &tok, &e) < 0 ||
-		    sf__tok_encoder_create(tok, &enc, &e) < 0)
+		if (tok_file) {
+			struct sf_tok_file_opts opts = {tok_file, 0, NULL};
+
+			if (sf__tok_load_file(&opts, &tok, &e) < 0)
+				die("tokenizer", &e);
+			doc_extra += sf__tok_bos(tok) >= 0;
+		} else if (sf__tok_load("r50k_base", vocab, &tok, &e) < 0) {
+			die("tokenizer", &e);
+		}
+		if (sf__tok_encoder_create(tok, &enc, &e) < 0)
 			die("tokenizer", &e);
 		tokenizer_pass(enc, all, docs, n_docs, &n_tok);
 		sf__tok_encoder_free(enc);
@@ -400,13 +556,19 @@ int main(int argc, char **argv)
 		 * passes, as for the builder below (this machine is shared and noisy). */
 		tok_rate = tokenizer_rate(tok, all, docs, n_docs, 1, 3);
 		config(&cfg, paths, &src, 16, 1024);
-		cfg.encoding = "r50k_base";
-		cfg.vocab = vocab;
+		if (tok_file) {
+			cfg.encoding = NULL;
+			cfg.tok_file = (char *)tok_file;
+		} else {
+			cfg.encoding = "r50k_base";
+			cfg.vocab = vocab;
+		}
 		src.separator = "\n\n";
 		steps = n_tok / (2 * 16 * 1024);
-		printf("raw text: tinyshakespeare x%d (%.1f MB), %llu tokens, r50k_base, B=16 "
+		printf("raw text: tinyshakespeare x%d (%.1f MB), %llu tokens, %s, B=16 "
 		       "T=1024\n",
-		       copies, (double)len * copies / 1e6, (unsigned long long)n_tok);
+		       copies, (double)len * copies / 1e6, (unsigned long long)n_tok,
+		       tok_file ? tok_file : "r50k_base");
 		printf("  tokenizer alone, 1 core:          %7.2f M tokens/s\n", tok_rate / 1e6);
 		{
 			struct sf_dataset *ds;
@@ -424,7 +586,7 @@ int main(int argc, char **argv)
 		}
 		build = 0;
 		for (int pass = 0; pass < 3; pass++) {
-			double r = builder_rate(&cfg, steps * 2, &ratio);
+			double r = builder_rate(&cfg, steps * 2, &ratio, 0);
 
 			build = r > build ? r : build;
 		}
@@ -483,6 +645,7 @@ int main(int argc, char **argv)
 		free(all);
 		free(text);
 	}
+out:
 	snprintf(path, sizeof(path), "rm -rf %s", dir);
 	if (system(path) != 0)
 		return 1;

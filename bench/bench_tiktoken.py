@@ -1,49 +1,123 @@
 #!/usr/bin/env python3
-"""Time PyPI tiktoken on the files bench_tokenizer uses, run bench_tokenizer in the same
-run, and print the ratio per encoding and file (both on one core: tiktoken's
-encode_ordinary is single-threaded for one string). With --repeat N both are measured N
-times, alternating, and the best and the range of each are printed: on a shared machine
-one round says little.
+"""shmfeed's tokenizer beside the tiktoken-compatible encoders of PyPI, in one run, on one
+core: tiktoken, bpe-openai (the Python package of GitHub's Rust `bpe` crate) and
+tokendagger, each encoding (r50k_base, cl100k_base, o200k_base) on each text class: the
+shared data's tinyshakespeare and unicode_mix, and English prose, source code and
+multilingual text built from the system's own files (tok_corpora.py).
 
-The vocabularies are loaded by path from the shared data directory, so nothing is
-downloaded. usage: bench_tiktoken.py [--data DIR] [--bench PATH/TO/bench_tokenizer] [--repeat N]
+Before anything is timed, every tokenizer's ids for every text are compared with
+tiktoken's; one that differs is reported (with the first differing position) and not
+timed. shmfeed is timed through `bench_tokenizer --serve`, which encodes in C with the
+encoder warm; the peers through their Python calls for one string, which run on one
+thread (tiktoken's encode_ordinary, bpe-openai's encode, tokendagger's encode_ordinary).
+This process and bench_tokenizer are pinned to the same CPU (--cpu), and the tokenizers
+take turns cell by cell, round after round (--repeat), so that a load on the machine
+falls on all of them alike. A cell's figure is its best pass over all rounds (each
+round: at least --passes passes and --seconds seconds), by process CPU time (wall time is
+kept beside it in the JSON).
+
+The vocabularies are read from the shared data directory (bpe-openai carries its own
+copies of cl100k_base and o200k_base and has no r50k_base). Nothing is downloaded.
+usage: bench_tiktoken.py [--data DIR] [--bench PATH/TO/bench_tokenizer] [--repeat N]
+                         [--cpu N] [--json FILE] [--encodings ...] [--texts ...]
 """
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
+import tempfile
 import time
 
 import tiktoken
 import tiktoken.load
 
+import tok_corpora
+
 ENCODINGS = ["r50k_base", "cl100k_base", "o200k_base"]
-FILES = [("corpus/tinyshakespeare.txt", "tinyshakespeare"),
-         ("tokref/unicode_mix.txt", "unicode_mix")]
+SHARED_TEXTS = [("tinyshakespeare", "corpus/tinyshakespeare.txt"),
+                ("unicode_mix", "tokref/unicode_mix.txt")]
+PEERS = ["tiktoken", "bpe_openai", "tokendagger"]
 
 
-def load(data, name):
+def load_tiktoken(data, name):
     with open(os.path.join(data, "vocab", name + ".json")) as f:
         meta = json.load(f)
     ranks = tiktoken.load.load_tiktoken_bpe(os.path.join(data, "vocab", name + ".tiktoken"))
-    return tiktoken.Encoding(name, pat_str=meta["pat_str"], mergeable_ranks=ranks,
-                             special_tokens=meta["special_tokens"],
-                             explicit_n_vocab=meta.get("explicit_n_vocab"))
+    enc = tiktoken.Encoding(name, pat_str=meta["pat_str"], mergeable_ranks=ranks,
+                            special_tokens=meta["special_tokens"],
+                            explicit_n_vocab=meta.get("explicit_n_vocab"))
+    return enc, meta, ranks
 
 
-def time_tiktoken(enc, text):
-    """Best pass of at least ten and one second, like bench_tokenizer."""
-    best, total, passes = float("inf"), 0.0, 0
-    while passes < 10 or total < 1.0:
-        t = time.perf_counter()
-        ids = enc.encode_ordinary(text)
-        dt = time.perf_counter() - t
-        best = min(best, dt)
+def load_peers(data, names):
+    """{peer: {encoding: callable(str) -> ids}} and {peer: version or why it is absent}."""
+    fns = {p: {} for p in PEERS}
+    versions = {"tiktoken": tiktoken.__version__}
+    for name in names:
+        enc, meta, ranks = load_tiktoken(data, name)
+        fns["tiktoken"][name] = enc.encode_ordinary
+        try:
+            import tokendagger
+            td = tokendagger.Tokenizer(name, pat_str=meta["pat_str"], mergeable_ranks=ranks,
+                                       special_tokens=meta["special_tokens"])
+            fns["tokendagger"][name] = td.encode_ordinary
+            versions["tokendagger"] = tokendagger.__version__
+        except ImportError as e:
+            versions["tokendagger"] = f"not installed ({e})"
+        try:
+            import bpe_openai
+            from bpe_openai import _bindings
+            # The Rust tokenizer itself: the package's Encoding wrapper adds Python
+            # checks and refuses strings of a million characters or more.
+            if name in _bindings.supported_encodings():
+                fns["bpe_openai"][name] = _bindings.tokenizer_for_encoding(name).encode
+            versions["bpe_openai"] = bpe_openai.__version__
+        except ImportError as e:
+            versions["bpe_openai"] = f"not installed ({e})"
+    return fns, versions
+
+
+class Shmfeed:
+    """bench_tokenizer --serve, pinned to `cpu`."""
+
+    def __init__(self, bench, data, cpu):
+        self.p = subprocess.Popen(["taskset", "-c", str(cpu), bench, "--serve", data],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(self, encoding, path, passes, seconds, ids_path=None):
+        req = f"{encoding} {path} {passes} {seconds}" + (f" {ids_path}" if ids_path else "")
+        self.p.stdin.write(req + "\n")
+        self.p.stdin.flush()
+        reply = self.p.stdout.readline().split()
+        if not reply or reply[0] != "ok":
+            raise RuntimeError(f"bench_tokenizer: {' '.join(reply) or 'no reply'}")
+        return float(reply[1]), float(reply[2])
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def time_call(fn, text, passes, seconds):
+    """Best CPU and wall seconds of one call over at least `passes` calls and `seconds`."""
+    best_cpu = best_wall = float("inf")
+    total, n = 0.0, 0
+    while n < passes or total < seconds:
+        c, t = time.process_time(), time.perf_counter()
+        fn(text)
+        dc, dt = time.process_time() - c, time.perf_counter() - t
+        best_cpu, best_wall = min(best_cpu, dc), min(best_wall, dt)
         total += dt
-        passes += 1
-    return best, len(ids)
+        n += 1
+    return best_cpu, best_wall
+
+
+def first_difference(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
 
 
 def main():
@@ -53,48 +127,103 @@ def main():
         "SF_TEST_DATA", os.path.join(here, "..", "..", "shared", "data")))
     ap.add_argument("--bench", default=os.path.join(here, "..", "build", "bench",
                                                     "bench_tokenizer"))
-    ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--json", help="also write the rows (best MB/s of each) to this file")
+    ap.add_argument("--corpora", default=tok_corpora.default_dir())
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--passes", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=0.3)
+    ap.add_argument("--cpu", type=int, default=os.cpu_count() - 1)
+    ap.add_argument("--encodings", nargs="*", default=ENCODINGS)
+    ap.add_argument("--texts", nargs="*")
+    ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
 
-    encs = {name: load(args.data, name) for name in ENCODINGS}
-    texts = {}
-    for path, label in FILES:
-        with open(os.path.join(args.data, path), encoding="utf-8") as f:
-            texts[label] = f.read()
-    ours, theirs = {}, {}
-    for _ in range(args.repeat):
-        out = subprocess.run([args.bench, args.data], check=True, capture_output=True,
-                             text=True).stdout
-        for line in out.splitlines():
-            m = re.match(r"(\S+)\s+(\S+)\s+([\d.]+) MB/s", line)
-            if m:
-                ours.setdefault((m.group(1), m.group(2)), []).append(float(m.group(3)))
-        for name in ENCODINGS:
-            for _, label in FILES:
-                size = len(texts[label].encode("utf-8"))
-                best, _ = time_tiktoken(encs[name], texts[label])
-                theirs.setdefault((name, label), []).append(size / best / 1e6)
+    os.sched_setaffinity(0, {args.cpu})
+    texts = [(label, os.path.join(args.data, rel)) for label, rel in SHARED_TEXTS]
+    texts += list(tok_corpora.build(args.corpora).items())
+    if args.texts:
+        texts = [t for t in texts if t[0] in args.texts]
+    fns, versions = load_peers(args.data, args.encodings)
+    ours = Shmfeed(args.bench, args.data, args.cpu)
 
-    print("tiktoken %s, Python %s, %d round(s); MB/s best (range)" % (
-        tiktoken.__version__, sys.version.split()[0], args.repeat))
-    print("%-12s %-16s %22s %22s %7s" % ("encoding", "file", "tiktoken", "shmfeed",
-                                         "ratio"))
+    # Check every id before timing anything.
+    cells = {}
+    with tempfile.TemporaryDirectory(prefix="sf-bench-tok-") as tmp:
+        for name in args.encodings:
+            for label, path in texts:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+                want = fns["tiktoken"][name](text)
+                ids_path = os.path.join(tmp, "ids.u32")
+                ours.ask(name, path, 1, 0, ids_path)
+                with open(ids_path, "rb") as f:
+                    got = list(memoryview(f.read()).cast("I"))
+                cell = {"text": text, "size": len(text.encode("utf-8")), "tokens": len(want),
+                        "differs": {}, "cpu": {}, "wall": {}}
+                for who, ids in [("shmfeed", got)] + [
+                        (p, fns[p][name](text)) for p in PEERS[1:] if name in fns[p]]:
+                    if ids != want:
+                        cell["differs"][who] = first_difference(ids, want)
+                        print(f"{who} {name} {label}: ids differ from tiktoken's at "
+                              f"token {cell['differs'][who]} ({len(ids)} vs {len(want)} "
+                              "tokens); not timed", file=sys.stderr)
+                cells[(name, label)] = cell
+
+    for _ in range(args.repeat):
+        for name in args.encodings:
+            for label, path in texts:
+                cell = cells[(name, label)]
+                timed = [("shmfeed", lambda: ours.ask(name, path, args.passes, args.seconds))]
+                timed += [(p, lambda p=p: time_call(fns[p][name], cell["text"], args.passes,
+                                                    args.seconds))
+                          for p in PEERS if name in fns[p] and p not in cell["differs"]]
+                for who, run in timed:
+                    if who in cell["differs"]:
+                        continue
+                    c, w = run()
+                    cell["cpu"][who] = min(cell["cpu"].get(who, c), c)
+                    cell["wall"][who] = min(cell["wall"].get(who, w), w)
+    ours.close()
+
+    print("tiktoken %s, bpe-openai %s, tokendagger %s, Python %s; %d round(s), pinned to "
+          "CPU %d; MB/s of the best pass by CPU time" % (
+              versions["tiktoken"], versions.get("bpe_openai", "-"),
+              versions.get("tokendagger", "-"), sys.version.split()[0], args.repeat,
+              args.cpu))
+    print("%-12s %-16s %9s %9s %9s %9s %8s %8s %8s" % (
+        "encoding", "text", "shmfeed", "tiktoken", "bpe-oai", "tokdagger", "x tikt",
+        "x bpe", "x dagger"))
     rows = []
-    for name in ENCODINGS:
-        for _, label in FILES:
-            t = theirs[(name, label)]
-            o = ours.get((name, label), [float("nan")])
-            print("%-12s %-16s %6.1f (%5.1f-%5.1f) %6.1f (%5.1f-%5.1f) %6.1fx" % (
-                name, label, max(t), min(t), max(t), max(o), min(o), max(o),
-                max(o) / max(t)))
-            rows.append({"encoding": name, "file": label, "tiktoken_mb_s": max(t),
-                         "shmfeed_mb_s": max(o), "tiktoken_range": [min(t), max(t)],
-                         "shmfeed_range": [min(o), max(o)]})
+    for name in args.encodings:
+        for label, _ in texts:
+            cell = cells[(name, label)]
+            mbs = {who: cell["size"] / s / 1e6 for who, s in cell["cpu"].items()}
+            wall = {who: cell["size"] / s / 1e6 for who, s in cell["wall"].items()}
+
+            def fmt(who):
+                if who in cell["differs"]:
+                    return "differs"
+                return f"{mbs[who]:.1f}" if who in mbs else "-"
+
+            def ratio(who):
+                if "shmfeed" in mbs and who in mbs:
+                    return f"{mbs['shmfeed'] / mbs[who]:.1f}x"
+                return "-"
+
+            print("%-12s %-16s %9s %9s %9s %9s %8s %8s %8s" % (
+                name, label, fmt("shmfeed"), fmt("tiktoken"), fmt("bpe_openai"),
+                fmt("tokendagger"), ratio("tiktoken"), ratio("bpe_openai"),
+                ratio("tokendagger")))
+            row = {"encoding": name, "file": label, "bytes": cell["size"],
+                   "tokens": cell["tokens"], "differs": cell["differs"],
+                   "wall_mb_s": wall}
+            for who in ["shmfeed"] + PEERS:
+                row[who + "_mb_s"] = mbs.get(who)
+            rows.append(row)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"tiktoken": tiktoken.__version__, "repeat": args.repeat,
-                       "rows": rows}, f, indent=1)
+            json.dump({"versions": versions, "repeat": args.repeat, "cpu": args.cpu,
+                       "timing": "best pass by process CPU time", "rows": rows}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":

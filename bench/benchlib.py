@@ -42,6 +42,19 @@ def path_python():
     return p if real and os.path.realpath(real) != os.path.realpath(SYS_PYTHON) else None
 
 
+def peers_python():
+    """The venv Python that scripts/deps fills with the tokenizer peers (tiktoken,
+    bpe-openai, tokendagger), or None when it lacks one of them."""
+    venv = os.environ.get("SHMFEED_VENV") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "shmfeed",
+        "venv-torch")
+    py = os.path.join(venv, "bin", "python")
+    ok = os.path.exists(py) and subprocess.run(
+        [py, "-c", "import tiktoken, bpe_openai, tokendagger"],
+        capture_output=True).returncode == 0
+    return py if ok else None
+
+
 def machine(builddir):
     """What the results were measured on and with."""
     m = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
@@ -72,7 +85,7 @@ def machine(builddir):
         m["torch"] = torch.__version__
     except ImportError:
         m["torch"] = "absent"
-    pp = path_python()
+    pp = peers_python() or path_python()
     tk = run_text([pp, "-c", "import tiktoken, platform; print(tiktoken.__version__, "
                    "platform.python_version())"]) if pp else ""
     m["tiktoken"] = f"{tk.split()[0]} (Python {tk.split()[1]})" if tk else "absent"

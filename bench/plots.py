@@ -73,15 +73,18 @@ def memory(mem, out):
 
 
 def tokenizer(rows, out):
-    """MB/s per core of each encoding and file, shmfeed beside tiktoken."""
-    labels = [f"{r['encoding']}\n{r['file']}" for r in rows]
+    """MB/s per core of each encoding and text, shmfeed beside the peers measured."""
+    labels = [f"{r['encoding'].replace('_base', '')}\n{r['file']}" for r in rows]
+    who = [w for w in ("shmfeed", "tiktoken", "bpe_openai", "tokendagger")
+           if any(r.get(w + "_mb_s") for r in rows)]
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.bar(x - 0.2, [r["shmfeed_mb_s"] for r in rows], 0.4, label="shmfeed")
-    if any(r.get("tiktoken_mb_s") for r in rows):
-        ax.bar(x + 0.2, [r.get("tiktoken_mb_s") or 0 for r in rows], 0.4, label="tiktoken")
+    width = 0.8 / len(who)
+    fig, ax = plt.subplots(figsize=(12, 4.8))
+    for i, w in enumerate(who):
+        ax.bar(x - 0.4 + width * (i + 0.5), [r.get(w + "_mb_s") or 0 for r in rows], width,
+               label=w.replace("_", "-"))
     ax.set_xticks(x)
-    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("MB/s on one core")
     ax.set_title("tokenizer throughput")
     ax.legend()

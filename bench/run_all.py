@@ -8,9 +8,10 @@ bench/run-all, which builds first.
                get_batch, a vectorized NumPy gather and a torch DataLoader, B=12 T=1024
                and B=256 T=256, on one token file (100 M tokens; 5 M with --smoke)
   2 memory     bench_memory.py: RSS and PSS of every process, shmfeed against DataLoaders
-  3 tokenizer  bench_tiktoken.py (PATH python3 with tiktoken from PyPI) and
-               bench_tokenizer: MB/s per core, each encoding; tiktoken skipped, with the
-               reason, when it cannot be imported or installed
+  3 tokenizer  bench_tiktoken.py (the venv's Python, with tiktoken, bpe-openai and
+               tokendagger from PyPI) and bench_tokenizer --serve: MB/s per core, each
+               encoding and text class; the peers skipped, with the reason, when the venv
+               lacks them
   4 e2e        bench_e2e.py: tokens/s from raw text to 2 ranks, 1 and 2 producers
   5 soak       bench_soak.py: --soak-minutes (30; 20 s with --smoke)
   6 memtest    bench_memtest: the seed's pool-versus-malloc table on the arena
@@ -108,31 +109,24 @@ class Run:
 
     # 3.
     def tokenizer(self):
-        pp = bl.path_python()
+        pp = bl.peers_python()
         why = None
         if not pp:
-            why = ("no python3 on PATH other than Debian's /usr/bin/python3, which is "
-                   "externally managed (PEP 668)")
-        elif subprocess.run([pp, "-c", "import tiktoken"], capture_output=True).returncode:
-            r = subprocess.run([pp, "-m", "pip", "install", "-q", "tiktoken"],
-                               capture_output=True, text=True, timeout=300)
-            if r.returncode or subprocess.run([pp, "-c", "import tiktoken"],
-                                              capture_output=True).returncode:
-                why = "pip install tiktoken failed: " + (r.stderr.strip().splitlines()
-                                                         or ["?"])[-1]
+            why = ("no Python with tiktoken, bpe-openai and tokendagger (scripts/deps puts them "
+                   "in the venv at $SHMFEED_VENV or ~/.cache/shmfeed/venv-torch)")
         bench = os.path.join(self.b, "bench", "bench_tokenizer")
         rows = []
         if why is None:
             rows_json = os.path.join(self.tmp, "tokenizer.json")
             out = sh([pp, os.path.join(bl.HERE, "bench_tiktoken.py"), "--data", self.a.data,
-                      "--bench", bench, "--repeat", "1" if self.a.smoke else "3",
+                      "--bench", bench, "--repeat", "1" if self.a.smoke else "5",
                       "--json", rows_json], self.log)
             with open(rows_json) as f:
                 rows = json.load(f)["rows"]
             version = out.splitlines()[0]
         else:
             self.skipped["tokenizer"] = why
-            print(f"  tiktoken comparison skipped: {why}")
+            print(f"  tokenizer comparison skipped: {why}")
             out = sh([bench, self.a.data], self.log)
             for line in out.splitlines():
                 m = re.match(r"(\S+)\s+(\S+)\s+([\d.]+) MB/s", line)
@@ -255,19 +249,36 @@ def md_memory(r):
 
 def md_tokenizer(r):
     out = ["## 3. Tokenizer throughput per core", "",
-           "bench_tokenizer (shmfeed's BPE, one core, best pass of at least ten and one "
-           "second) and tiktoken's `encode_ordinary` on the same files, in the same run, each "
-           "encoding, vocabularies loaded from the same files (bench_tiktoken.py). tiktoken "
-           "encodes one string on one thread."
+           "bench_tiktoken.py: shmfeed's BPE (bench_tokenizer --serve, C, a fresh encoder per "
+           "pass so its piece cache starts empty) beside tiktoken's `encode_ordinary`, "
+           "bpe-openai's Rust `encode` and tokendagger's `encode_ordinary`, one string on one "
+           "thread each, all pinned to one CPU and taking turns cell by cell over the rounds; "
+           "a cell is the best pass by process CPU time. Every tokenizer's ids were compared "
+           "with tiktoken's before timing (a tokenizer that differs is marked and not timed). "
+           "Texts: the shared tinyshakespeare and unicode_mix, and about 1 MB each of English "
+           "prose, source code and multilingual text built from the system's own files "
+           "(bench/tok_corpora.py). bpe-openai has no r50k_base."
            + (f" {r['tiktoken']}." if r["tiktoken"] else ""), ""]
     if r["skipped"]:
-        out += [f"**tiktoken comparison skipped:** {r['skipped']}.", ""]
+        out += [f"**Comparison skipped:** {r['skipped']}.", ""]
+
+    def mbs(x, who):
+        if who in x.get("differs", {}):
+            return "differs"
+        v = x.get(who + "_mb_s")
+        return f"{v:.1f}" if v else "-"
+
+    def ratio(x, who):
+        v = x.get(who + "_mb_s")
+        return f"{x['shmfeed_mb_s'] / v:.1f}x" if v and x.get("shmfeed_mb_s") else "-"
+
     out.append(bl.fmt_table(
-        ["encoding", "file", "shmfeed MB/s", "tiktoken MB/s", "shmfeed / tiktoken"],
-        [[x["encoding"], x["file"], f"{x['shmfeed_mb_s']:.1f}",
-          f"{x['tiktoken_mb_s']:.1f}" if x["tiktoken_mb_s"] else "-",
-          f"{x['shmfeed_mb_s'] / x['tiktoken_mb_s']:.1f}x" if x["tiktoken_mb_s"] else "-"]
-         for x in r["rows"]], "llrrr"))
+        ["encoding", "text", "shmfeed MB/s", "tiktoken", "bpe-openai", "tokendagger",
+         "x tiktoken", "x bpe-openai", "x tokendagger"],
+        [[x["encoding"], x["file"], mbs(x, "shmfeed"), mbs(x, "tiktoken"),
+          mbs(x, "bpe_openai"), mbs(x, "tokendagger"), ratio(x, "tiktoken"),
+          ratio(x, "bpe_openai"), ratio(x, "tokendagger")] for x in r["rows"]],
+        "llrrrrrrr"))
     return out + ["", "![tokenizer](tokenizer.png)", ""]
 
 
@@ -349,9 +360,9 @@ CAVEATS = [
     "the token file appears in PSS file of the processes that map it and depends on how much "
     "of the file they have touched, which is why both sides read the same number of batches "
     "before sampling.",
-    "Tokenizer: both are single-core numbers on two reference files; shmfeed's is a C "
-    "benchmark loop, tiktoken's a Python call of its Rust core, so tiktoken's includes "
-    "building the Python list of ids.",
+    "Tokenizer: single-core numbers; shmfeed's is a C benchmark loop, the peers' a Python "
+    "call of their Rust (tiktoken, bpe-openai) or C++ (tokendagger) core, so theirs include "
+    "turning the str into UTF-8 and building the Python list of ids, as their users pay.",
     "End-to-end has no baseline in the same run: Debian's Python (with torch) has no "
     "tiktoken, and the PyPI Python (with tiktoken) has no torch, so a DataLoader that "
     "tokenizes raw text was not measured.",

@@ -1,13 +1,15 @@
 /*
- * `shmfeed check CONFIG [--set KEY=VALUE ...] [--strict]`: load and validate a job file,
- * then print the resolved config (every default filled in) as YAML, followed by what
- * each source pattern matches today, the resolved token width and the config digest as
- * comments. The sources are opened and the tokenizer loaded as `run` does before it
- * starts anything (sf__dataset_check()), so the check fails where `run` would: a glob
- * matching nothing, a missing or malformed file or vocabulary, a dtype that cannot hold
- * a source's tokens. --strict is accepted for scripts written when a source matching
- * nothing passed without it; it now always fails. CURVE key files are read as `run` reads
- * them; a plain tcp:// endpoint (control.insecure_tcp) is warned about.
+ * `shmfeed check CONFIG [--set KEY=VALUE ...] [--strict] [--tokens N]`: load and validate a job
+ * file, then print the resolved config (every default filled in) as YAML, followed by what each
+ * source pattern matches today, the resolved token width and the config digest as comments. The
+ * sources are opened and the tokenizer loaded as `run` does before it starts anything
+ * (sf__dataset_check()), so the check fails where `run` would: a glob matching nothing, a missing
+ * or malformed file or vocabulary, a dtype that cannot hold a source's tokens. --strict is accepted
+ * for scripts written when a source matching nothing passed without it; it now always fails. CURVE
+ * key files are read as `run` reads them; a plain tcp:// endpoint (control.insecure_tcp) is warned
+ * about. With --tokens N (or, for a mixture whose schedule ends, without it) the dataset is opened
+ * as `run` opens it and the samples, tokens and epochs each source delivers over that budget are
+ * printed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +18,11 @@
 
 #include "shmfeed/shmfeed.h"
 #include "cli/commands.h"
+#include "common/arena.h"
 #include "common/config.h"
+#include "common/cpus.h"
 #include "common/log.h"
+#include "producer/tokenizer/tokenizer.h"
 #include "launcher/launcher.h"
 #include "producer/producer.h"
 
@@ -76,15 +81,146 @@ static void report_sources(const struct sf_config *cfg)
 	}
 }
 
+#define USAGE "usage: shmfeed check CONFIG [--set KEY=VALUE ...] [--strict] [--tokens N]\n"
+
+/* A token budget: digits, optionally followed by k, M, G or T (powers of 1000). */
+static int parse_tokens(const char *s, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v;
+	uint64_t scale = 1;
+
+	if (*s < '0' || *s > '9')
+		return -1;
+	v = strtoull(s, &end, 10);
+	if (*end == 'k')
+		scale = 1000;
+	else if (*end == 'M')
+		scale = 1000000;
+	else if (*end == 'G')
+		scale = 1000000000;
+	else if (*end == 'T')
+		scale = 1000000000000ull;
+	if (scale > 1)
+		end++;
+	if (*end || v == 0 || v > UINT64_MAX / scale)
+		return -1;
+	*ret = v * scale;
+	return 0;
+}
+
+/*
+ * What the job delivers over a budget of `tokens` training tokens (T per sample), or
+ * (tokens 0) to the end of its schedule: for a mixture, each source's samples, tokens and
+ * epochs; for one stream, its own.
+ */
+static int report_budget(const struct sf_config *cfg, uint64_t tokens)
+{
+	const uint64_t G = (uint64_t)cfg->batch_size * cfg->world_size, T = cfg->seq_len;
+	struct sf_dataset *ds;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	uint64_t steps, n, *counts, *windows;
+	uint32_t ns, exact;
+	double bound;
+	int r = sf__dataset_open(cfg, &ds, &e);
+
+	if (r < 0) {
+		sf__log_error("%s", e.msg);
+		return r;
+	}
+	sf__dataset_stats(ds, &st);
+	ns = sf__dataset_mix_sources(ds);
+	if (!tokens && st.n_steps == UINT64_MAX) {
+		printf("# the run has no end (its last phase is open): give --tokens N for a "
+		       "budget\n");
+		sf__dataset_close(ds);
+		return 0;
+	}
+	steps = tokens ? (tokens + G * T - 1) / (G * T) : st.n_steps;
+	if (steps > st.n_steps)
+		steps = st.n_steps;
+	n = steps * G;
+	printf("# budget: %llu steps of %llu samples of %llu tokens: %llu samples, %llu tokens\n",
+	       (unsigned long long)steps, (unsigned long long)G, (unsigned long long)T,
+	       (unsigned long long)n, (unsigned long long)(n * T));
+	if (!ns) {
+		printf("# stream: %.3f epochs of %llu samples\n", (double)n / (double)st.n_windows,
+		       (unsigned long long)st.n_windows);
+		sf__dataset_close(ds);
+		return 0;
+	}
+	counts = calloc(ns, sizeof(*counts));
+	windows = calloc(ns, sizeof(*windows));
+	if (!counts || !windows) {
+		free(counts);
+		free(windows);
+		sf__dataset_close(ds);
+		return -1;
+	}
+	sf__dataset_mix_expect(ds, n, counts, windows);
+	bound = sf__dataset_mix_bound(ds, &exact);
+	printf("# mixture: at every prefix of every phase each source's count is within %.6f "
+	       "of weight x samples (%s)\n",
+	       bound, exact ? "exact, over a whole period" : "proved from the tree");
+	if (bound >= 1)
+		printf("# warning: with these weights a source's count may differ from weight x "
+		       "samples by %.6f, not less than 1 (docs/mixtures.md: the bound is proved "
+		       "below 1 for up to 4 sources only)\n",
+		       bound);
+	for (uint32_t i = 0; i < ns; i++)
+		printf("# source %u %s: %llu samples (%.6f), %llu tokens, %.3f epochs of %llu "
+		       "samples\n",
+		       i, cfg->sources[i].name, (unsigned long long)counts[i],
+		       (double)counts[i] / (double)n, (unsigned long long)(counts[i] * T),
+		       (double)counts[i] / (double)windows[i], (unsigned long long)windows[i]);
+	free(counts);
+	free(windows);
+	sf__dataset_close(ds);
+	return 0;
+}
+
+/* The text of special token `id`, or "none". */
+static const char *marker_text(const struct sf_tok *tok, int32_t id)
+{
+	const char *text = id >= 0 ? sf__tok_special_text(tok, (uint32_t)id) : NULL;
+
+	return text ? text : "none";
+}
+
+/* What the tokenizer file is and which ids go around each document. */
+static int report_tokenizer(const struct sf_config *cfg)
+{
+	struct sf_tok_file_opts opts = {cfg->tok_file, (int)cfg->tok_format, cfg->tok_pattern};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+	int32_t bos, eos;
+
+	if (sf__tok_load_file(&opts, &tok, &e) < 0 ||
+	    sf__tok_marker(tok, cfg->bos, 1, &bos, &e) < 0 ||
+	    sf__tok_marker(tok, cfg->eos, 0, &eos, &e) < 0) {
+		sf__log_error("%s", e.msg);
+		sf__tok_free(tok);
+		return -1;
+	}
+	printf("# tokenizer %s: %s, %u ids; each document: bos %d %s, eos %d %s\n",
+	       sf__tok_name(tok), *sf__tok_family(tok) ? sf__tok_family(tok) : "unknown family",
+	       sf__tok_n_vocab(tok), bos, marker_text(tok, bos), eos, marker_text(tok, eos));
+	sf__tok_free(tok);
+	return 0;
+}
+
 int sf__cmd_check(int argc, char **argv)
 {
 	const char *path = NULL;
 	const char **sets = calloc((size_t)argc, sizeof(*sets));
+	struct sf_arena_header layout = {0};
 	struct sf_config cfg;
 	struct sf_err e = {0};
 	uint32_t n_sets = 0;
 	uint32_t token_bytes = 0;
-	int r;
+	uint64_t tokens = 0;
+	int r, budget = 0;
 
 	if (!sets)
 		return 1;
@@ -95,16 +231,19 @@ int sf__cmd_check(int argc, char **argv)
 			sets[n_sets++] = argv[i] + 6;
 		else if (!strcmp(argv[i], "--strict"))
 			continue;
-		else if (argv[i][0] == '-' || path) {
-			fprintf(stderr, "usage: shmfeed check CONFIG [--set KEY=VALUE ...] "
-					"[--strict]\n");
+		else if (!strcmp(argv[i], "--tokens") && i + 1 < argc &&
+			 parse_tokens(argv[i + 1], &tokens) == 0) {
+			budget = 1;
+			i++;
+		} else if (argv[i][0] == '-' || path) {
+			fprintf(stderr, USAGE);
 			free(sets);
 			return 2;
 		} else
 			path = argv[i];
 	}
 	if (!path) {
-		fprintf(stderr, "usage: shmfeed check CONFIG [--set KEY=VALUE ...] [--strict]\n");
+		fprintf(stderr, USAGE);
 		free(sets);
 		return 2;
 	}
@@ -138,6 +277,29 @@ int sf__cmd_check(int argc, char **argv)
 		sf__config_free(&cfg);
 		return 1;
 	}
+	/* The arena as `run` lays it out, held to what this machine can map. */
+	{
+		struct sf_geometry g = {
+			.ranks = cfg.local_ranks,
+			.slots_per_rank = cfg.slots_per_rank,
+			.max_producers = cfg.producers,
+			.batch = cfg.batch_size,
+			.seq_tokens = cfg.seq_len + 1,
+			.token_bytes = token_bytes,
+			.doc_starts_per_seq = cfg.doc_starts,
+			.world_size = cfg.world_size,
+			.rank_base = cfg.rank_base,
+		};
+
+		r = sf__arena_layout(&g, (int)cfg.hugepages, &layout, &e);
+		if (r >= 0)
+			r = sf__arena_fits(layout.total_size, NULL, &e);
+		if (r < 0) {
+			sf__log_error("%s: %s", path, e.msg);
+			sf__config_free(&cfg);
+			return 1;
+		}
+	}
 	printf("# %s: valid\n", path);
 	sf__config_write(&cfg, stdout);
 	report_sources(&cfg);
@@ -146,7 +308,37 @@ int sf__cmd_check(int argc, char **argv)
 	       : token_bytes == 2	  ? "uint16"
 					  : "int32",
 	       token_bytes == 2 ? "uint16" : "int32");
+	printf("# arena: %llu bytes: %u rank%s x %u slots of %llu payload bytes (%llu with "
+	       "alignment)\n",
+	       (unsigned long long)layout.total_size, cfg.local_ranks,
+	       cfg.local_ranks == 1 ? "" : "s", cfg.slots_per_rank,
+	       (unsigned long long)layout.payload_bytes, (unsigned long long)layout.payload_stride);
+	if (cfg.checksum && cfg.verify_every == 1)
+		printf("# integrity: consumers verify the checksum of every step\n");
+	else if (cfg.checksum)
+		printf("# integrity: consumers verify the checksum of one step in %u\n",
+		       cfg.verify_every);
+	else
+		printf("# integrity: no checksums; batch digests come from the producers\n");
+	if (cfg.producer_cpus) {
+		cpu_set_t set;
+		char list[256], msg[400];
+
+		if (sf__cpu_list_allowed(cfg.producer_cpus, &set, msg, sizeof(msg)) == 0) {
+			sf__cpu_list_format(&set, list, sizeof(list));
+			printf("# producers.cpus: producers run on CPU%s %s\n",
+			       CPU_COUNT(&set) == 1 ? "" : "s", list);
+		}
+	}
+	if (cfg.tok_file && report_tokenizer(&cfg) < 0) {
+		sf__config_free(&cfg);
+		return 1;
+	}
 	printf("# config digest %016llx\n", (unsigned long long)sf__config_digest(&cfg));
+	if ((budget || cfg.mixture) && report_budget(&cfg, tokens) < 0) {
+		sf__config_free(&cfg);
+		return 1;
+	}
 	sf__config_free(&cfg);
 	return 0;
 }

@@ -38,11 +38,15 @@ static void print_text(struct sf_arena *a)
 	       "rank %u, %llu samples an epoch\n",
 	       g->ranks, g->slots_per_rank, g->batch, g->seq_tokens, g->token_bytes, g->world_size,
 	       g->rank_base, (unsigned long long)g->samples_per_epoch);
-	printf("  payload %llu bytes, stride %llu, flags%s%s%s\n",
+	printf("  payload %llu bytes, stride %llu, flags%s%s%s%s",
 	       (unsigned long long)h->payload_bytes, (unsigned long long)h->payload_stride,
 	       g->flags & SF_ARENA_F_HUGEPAGES ? " hugepages" : "",
 	       g->flags & SF_ARENA_F_CHECKSUM ? " checksum" : "",
-	       g->flags & SF_ARENA_F_DOC_STARTS ? " doc-starts" : "");
+	       g->flags & SF_ARENA_F_DOC_STARTS ? " doc-starts" : "",
+	       g->flags & SF_ARENA_F_SOURCES ? " sources" : "");
+	if ((g->flags & SF_ARENA_F_CHECKSUM) && h->verify_every > 1)
+		printf(" (verified every %u steps)", h->verify_every);
+	printf("\n");
 	printf("  repairs %llu (%llu slots), producer restarts %llu\n",
 	       (unsigned long long)atomic_load_explicit(&h->repairs, memory_order_relaxed),
 	       (unsigned long long)atomic_load_explicit(&h->slots_repaired, memory_order_relaxed),

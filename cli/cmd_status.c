@@ -84,6 +84,29 @@ static void wait_bar(double share, char bar[WAIT_BAR_WIDTH + 1])
 }
 
 /* The human form of a stats object (and, when given, the status object). */
+/* A mixture's sources: samples delivered against the target, in the prefix read. */
+static void print_sources(FILE *f, const struct doc *sd)
+{
+	int srcs = sf__json_get(sd->buf, sd->tok, 0, "sources");
+	uint64_t n = u64_of(sd, 0, "samples");
+
+	if (srcs < 0)
+		return;
+	fprintf(f,
+		"\n source              delivered        target   share  (of the first %llu "
+		"samples every rank read)\n",
+		(unsigned long long)n);
+	for (uint32_t i = 0; i < sd->tok[srcs].size; i++) {
+		int s = sf__json_at(sd->tok, srcs, i);
+		char name[64];
+		uint64_t got = u64_of(sd, s, "delivered");
+
+		str_of(sd, s, "name", name, sizeof(name));
+		fprintf(f, " %-16s %12llu %13.1f  %6.2f%%\n", name, (unsigned long long)got,
+			dbl_of(sd, s, "target"), n ? 100.0 * (double)got / (double)n : 0.0);
+	}
+}
+
 static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 {
 	char job[80], state[16], tps[32], bps[32], p50[32], p99[32];
@@ -162,6 +185,7 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 		else
 			fprintf(f, "-\n");
 	}
+	print_sources(f, sd);
 	prods = sf__json_get(sd->buf, sd->tok, 0, "producers");
 	fprintf(f, "\n producer      pid  incarnation     batches   util  state     silent\n");
 	for (uint32_t i = 0; prods >= 0 && i < sd->tok[prods].size; i++) {

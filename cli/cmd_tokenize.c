@@ -1,7 +1,12 @@
 /*
- * `shmfeed tokenize CONFIG -o PREFIX [--set KEY=VALUE ...] [-q]`: tokenize the raw text
- * sources of a job with all its producer processes and write them as a Megatron
- * PREFIX.bin / PREFIX.idx pair, showing progress (bytes, documents, tokens/s, ETA).
+ * `shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--tokenizer FILE] [--set KEY=VALUE ...] [-q]`: tokenize
+ * the raw text sources of a job with all its producer processes and write them as a
+ * Megatron PREFIX.bin / PREFIX.idx pair, showing progress (bytes, documents, tokens/s,
+ * ETA). With --shard, only part I of N (producer/part_plan.h), as
+ * PREFIX_IIIII-of-NNNNN.{bin,idx,json}; `shmfeed tokenize --merge PART... -o PREFIX`
+ * checks the parts and merges them into the pair one run over the whole corpus writes
+ * (producer/megatron_parts.h).
+ * --tokenizer FILE stands for --set tokenizer.file=FILE with the job's encoding set aside.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +17,14 @@
 #include "cli/commands.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "producer/megatron_parts.h"
+#include "producer/part_plan.h"
 #include "producer/producer.h"
+
+#define USAGE                                                                                      \
+	"usage: shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--tokenizer FILE] "                \
+	"[--set KEY=VALUE ...] [-q]\n"                                                            \
+	"       shmfeed tokenize --merge PART... -o PREFIX [-q]\n"
 
 struct progress_state {
 	int tty;
@@ -43,52 +55,155 @@ static void show_progress(const struct sf_tokenize_progress *p, void *arg)
 		(int)(p->done ? secs : eta) % 60, ps->tty && !p->done ? "" : "\n");
 }
 
+/* "I/N" with I < N <= SF_MAX_PARTS. */
+static int parse_shard(const char *s, uint32_t *ret_part, uint32_t *ret_n)
+{
+	unsigned long part, n;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -1;
+	part = strtoul(s, &end, 10);
+	if (*end != '/' || end[1] < '0' || end[1] > '9')
+		return -1;
+	n = strtoul(end + 1, &end, 10);
+	if (*end || n == 0 || n > SF_MAX_PARTS || part >= n)
+		return -1;
+	*ret_part = (uint32_t)part;
+	*ret_n = (uint32_t)n;
+	return 0;
+}
+
+static int merge(char **parts, size_t n_parts, const char *prefix, int quiet)
+{
+	struct sf_err e = {0};
+	uint64_t docs, tokens;
+	int r = sf__parts_merge(parts, n_parts, prefix, &docs, &tokens, &e);
+
+	if (r < 0)
+		sf__log_error("merge: %s", e.msg);
+	else if (!quiet)
+		sf__log_info("merged %d parts into %s.bin and %s.idx: %llu documents, "
+			     "%llu tokens",
+			     r, prefix, prefix, (unsigned long long)docs,
+			     (unsigned long long)tokens);
+	return r < 0 ? 1 : 0;
+}
+
 int sf__cmd_tokenize(int argc, char **argv)
 {
-	const char *path = NULL, *prefix = NULL;
+	const char *path = NULL, *prefix = NULL, *shard = NULL;
 	const char **sets = calloc((size_t)argc, sizeof(*sets));
+	char **positional = calloc((size_t)argc, sizeof(*positional));
+	char part_prefix[4096], manifest[4200];
+	char *file_set = NULL;
 	struct progress_state ps = {.tty = isatty(2)};
+	struct sf_part_plan plan = {0};
 	struct sf_dataset_stats st;
 	struct sf_dataset *ds = NULL;
 	struct sf_config cfg;
 	struct sf_err e = {0};
-	uint32_t n_sets = 0;
-	int r;
+	uint32_t n_sets = 0, part = 0, n_parts = 0;
+	size_t n_positional = 0;
+	int r, merging = 0, bad = 0;
 
-	if (!sets)
+	if (!sets || !positional) {
+		free(sets);
+		free(positional);
 		return 1;
+	}
 	sf__log_set_who("tokenize");
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-o") && i + 1 < argc)
 			prefix = argv[++i];
 		else if (!strcmp(argv[i], "--set") && i + 1 < argc)
 			sets[n_sets++] = argv[++i];
-		else if (!strcmp(argv[i], "-q"))
+		else if (!strcmp(argv[i], "--shard") && i + 1 < argc)
+			shard = argv[++i];
+		else if (!strcmp(argv[i], "--merge"))
+			merging = 1;
+		else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc && !file_set) {
+			/* Two words of argv make two overrides: sets has room. */
+			if (asprintf(&file_set, "tokenizer.file=%s", argv[++i]) < 0) {
+				free(sets);
+				free(positional);
+				return 1;
+			}
+			sets[n_sets++] = "tokenizer.encoding=null";
+			sets[n_sets++] = file_set;
+		} else if (!strcmp(argv[i], "-q"))
 			ps.quiet = 1;
-		else if (argv[i][0] == '-' || path)
-			path = NULL, prefix = NULL, i = argc;
+		else if (argv[i][0] == '-')
+			bad = 1;
 		else
-			path = argv[i];
+			positional[n_positional++] = argv[i];
 	}
-	if (!path || !prefix) {
-		fprintf(stderr, "usage: shmfeed tokenize CONFIG -o PREFIX [--set KEY=VALUE ...] "
-				"[-q]\n");
+	if (merging) {
 		free(sets);
+		free(file_set);
+		if (bad || !prefix || !n_positional || shard || n_sets) {
+			fprintf(stderr, USAGE);
+			free(positional);
+			return 2;
+		}
+		r = merge(positional, n_positional, prefix, ps.quiet);
+		free(positional);
+		return r;
+	}
+	path = n_positional == 1 ? positional[0] : NULL;
+	free(positional);
+	if (bad || !path || !prefix) {
+		fprintf(stderr, USAGE);
+		free(sets);
+		free(file_set);
+		return 2;
+	}
+	if (shard && parse_shard(shard, &part, &n_parts) < 0) {
+		fprintf(stderr,
+			"shmfeed: tokenize: --shard %s: expected I/N with 0 <= I < N <= %u\n",
+			shard, SF_MAX_PARTS);
+		free(sets);
+		free(file_set);
 		return 2;
 	}
 	r = sf__config_load_overrides(path, sets, n_sets, &cfg, &e);
 	free(sets);
+	free(file_set);
 	if (r < 0) {
 		sf__log_error("%s", e.msg);
 		return 1;
 	}
-	r = sf__dataset_open(&cfg, &ds, &e);
+	if (shard) {
+		if (sf__part_prefix(prefix, part, n_parts, part_prefix, sizeof(part_prefix)) < 0) {
+			sf__log_error("%s: the output prefix is too long", prefix);
+			sf__config_free(&cfg);
+			return 1;
+		}
+		/* A manifest says its part is complete: an old one goes before the files it
+		 * described are replaced. */
+		snprintf(manifest, sizeof(manifest), "%s.json", part_prefix);
+		unlink(manifest);
+		prefix = part_prefix;
+		r = sf__part_plan_make(&cfg, part, n_parts, &plan, &e);
+		if (r >= 0)
+			r = sf__dataset_open_part(&cfg, &plan, &ds, &e);
+	} else {
+		r = sf__dataset_open(&cfg, &ds, &e);
+	}
 	if (r < 0) {
 		sf__log_error("%s", e.msg);
+		sf__part_plan_free(&plan);
 		sf__config_free(&cfg);
 		return 1;
 	}
 	sf__dataset_stats(ds, &st);
+	if (!ps.quiet && shard)
+		sf__log_info("part %u of %u: bytes %llu to %llu of %llu in %llu files", part,
+			     n_parts, (unsigned long long)plan.lo,
+			     (unsigned long long)(plan.hi < plan.total_bytes ? plan.hi
+									     : plan.total_bytes),
+			     (unsigned long long)plan.total_bytes,
+			     (unsigned long long)plan.n_files);
 	if (!ps.quiet)
 		sf__log_info(
 			"%llu files, %.1f MB of text, %llu chunks; chunk index %s (%llu bytes, "
@@ -101,13 +216,17 @@ int sf__cmd_tokenize(int argc, char **argv)
 		sf__log_info("%llu bad records skipped; the first: %s",
 			     (unsigned long long)st.skipped, sf__dataset_first_skip(ds));
 	r = sf__dataset_write_megatron(ds, prefix, cfg.producers, show_progress, &ps, &e);
+	if (r >= 0 && shard)
+		r = sf__part_manifest_write(prefix, &plan, ds, &e);
 	if (r < 0)
 		sf__log_error("%s", e.msg);
 	else if (!ps.quiet)
-		sf__log_info("wrote %s.bin and %s.idx: %llu documents, %llu tokens (%s)", prefix,
-			     prefix, (unsigned long long)st.n_docs, (unsigned long long)st.n_tokens,
+		sf__log_info("wrote %s.bin and %s.idx%s: %llu documents, %llu tokens (%s)", prefix,
+			     prefix, shard ? " and .json" : "", (unsigned long long)st.n_docs,
+			     (unsigned long long)st.n_tokens,
 			     st.token_bytes == 2 ? "uint16" : "int32");
 	sf__dataset_close(ds);
+	sf__part_plan_free(&plan);
 	sf__config_free(&cfg);
 	return r < 0 ? 1 : 0;
 }

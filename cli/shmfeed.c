@@ -26,8 +26,9 @@ struct command {
 	"                    repeatable\n"
 #define TOK_HELP                                                                                   \
 	"  -e, --encoding E  r50k_base (gpt2), cl100k_base, o200k_base, bytes or char:CORPUS\n"    \
-	"  --vocab FILE      the vocabulary; default $SHMFEED_VOCAB_DIR/ENCODING.tiktoken\n"    \
-	"  --tokenizer FILE  instead of -e: a Hugging Face tokenizer.json (byte-level BPE)\n"
+	"  --vocab FILE      the vocabulary; default $SHMFEED_VOCAB_DIR/ENCODING.tiktoken\n"       \
+	"  --tokenizer FILE  instead of -e: a tokenizer file (.tiktoken, tekken, SentencePiece,\n" \
+	"                    Hugging Face tokenizer.json)\n"
 #define CONTROL_HELP(what)                                                                         \
 	"usage: shmfeed " what " [JOB] [--key FILE]\n\n"                                           \
 	"Sends the job the control request '" what "' and prints its state after.\n\n"             \
@@ -112,11 +113,17 @@ static const struct command commands[] = {
 	 "  -h, --help        this help\n"},
 	{"tokenize", sf__cmd_tokenize,
 	 "tokenize CONFIG -o PREFIX  raw text sources to Megatron .bin/.idx",
-	 "usage: shmfeed tokenize CONFIG -o PREFIX [--set KEY=VALUE ...] [-q]\n\n"
+	 "usage: shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--set KEY=VALUE ...] [-q]\n"
+	 "       shmfeed tokenize --merge PART... -o PREFIX [-q]\n\n"
 	 "Tokenizes the job's raw text sources once, to a Megatron dataset PREFIX.bin and\n"
-	 "PREFIX.idx.\n\n"
+	 "PREFIX.idx. With --shard I/N, only the I-th of N parts of the corpus (balanced by\n"
+	 "bytes, documents whole), to PREFIX_IIIII-of-NNNNN.bin/.idx and a manifest .json;\n"
+	 "--merge checks the parts against their manifests and writes the dataset one run\n"
+	 "over the whole corpus writes, byte for byte (docs/tokenize-parts.md).\n\n"
 	 "options:\n"
-	 "  -o PREFIX         the output files' path without .bin/.idx\n" SET_HELP
+	 "  -o PREFIX         the output files' path without .bin/.idx\n"
+	 "  --shard I/N       write part I (0 <= I < N) of N\n"
+	 "  --merge PART...   merge parts (prefixes, or their .bin/.idx/.json paths)\n" SET_HELP
 	 "  -q                no progress line\n"
 	 "  -h, --help        this help\n"},
 };

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -174,10 +175,9 @@ static int thp_shmem_available(char *why, size_t len)
 	return 0;
 }
 
-static int map_fd(int fd, size_t size, int populate, void **ret)
+static int map_fd(int fd, size_t size, void **ret)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 
 	if (p == MAP_FAILED)
 		return -errno;
@@ -497,6 +497,64 @@ static void remove_dead_temporaries(const char *dir, const char *job)
 	closedir(d);
 }
 
+/* A size in bytes for messages, with its binary-unit rounding. */
+static void size_words(uint64_t bytes, char *buf, size_t len)
+{
+	if (bytes >= (UINT64_C(1) << 30))
+		snprintf(buf, len, "%llu bytes (%.1f GiB)", (unsigned long long)bytes,
+			 (double)bytes / (double)(UINT64_C(1) << 30));
+	else
+		snprintf(buf, len, "%llu bytes (%.1f MiB)", (unsigned long long)bytes,
+			 (double)bytes / (double)(UINT64_C(1) << 20));
+}
+
+int sf__arena_fits(uint64_t total_size, const char *dir, struct sf_err *e)
+{
+	char need[64], have[64];
+	struct statvfs vfs;
+	struct rlimit as;
+	void *probe;
+
+	if (!dir)
+		dir = SHM_DIR_DEFAULT;
+	size_words(total_size, need, sizeof(need));
+	if (total_size > SIZE_MAX / 2)
+		return sf__err(e, SF_E_CONFIG,
+			       "an arena of %s is more than this machine can address", need);
+	if (statvfs(dir, &vfs) == 0 && vfs.f_blocks &&
+	    total_size > (uint64_t)vfs.f_blocks * vfs.f_frsize) {
+		size_words((uint64_t)vfs.f_blocks * vfs.f_frsize, have, sizeof(have));
+		return sf__err(e, SF_E_CONFIG,
+			       "the arena needs %s but %s holds %s in all: lower batch.size, "
+			       "batch.seq_len, arena.slots_per_rank or the local ranks, or enlarge "
+			       "%s (mount -o remount,size=...)",
+			       need, dir, have, dir);
+	}
+	/* Every process of the job maps the whole arena: ask the kernel whether this one can
+	 * (address space, RLIMIT_AS) with a reservation that costs no memory. */
+	probe = mmap(NULL, (size_t)total_size, PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (probe == MAP_FAILED) {
+		int err = errno;
+
+		if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+			size_words((uint64_t)as.rlim_cur, have, sizeof(have));
+			return sf__err(
+				e, SF_E_CONFIG,
+				"the arena needs %s of address space in every process of the "
+				"job, but this process cannot map it under its RLIMIT_AS of %s "
+				"(ulimit -v): raise the limit or make the arena smaller",
+				need, have);
+		}
+		return sf__err(e, SF_E_CONFIG,
+			       "the arena needs %s of address space in every process of the job, "
+			       "and this process cannot map it: %s",
+			       need, strerror(err));
+	}
+	munmap(probe, (size_t)total_size);
+	return 0;
+}
+
 int sf__arena_create(const char *job, const struct sf_geometry *geo,
 		     const struct sf_arena_options *opt, struct sf_arena **ret_arena,
 		     char *ret_note, size_t note_len, struct sf_err *e)
@@ -517,6 +575,9 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	if (opt && opt->hugepages)
 		hugepages = thp_shmem_available(why, sizeof(why));
 	r = sf__arena_layout(geo, hugepages, &layout, e);
+	if (r < 0)
+		return r;
+	r = sf__arena_fits(layout.total_size, shm_dir(opt), e);
 	if (r < 0)
 		return r;
 	if (ret_note && note_len)
@@ -564,7 +625,7 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 			    strerror(r));
 		goto fail_unlink;
 	}
-	r = map_fd(fd, layout.total_size, 0, &base);
+	r = map_fd(fd, layout.total_size, &base);
 	if (r < 0) {
 		sf__err(e, r, "cannot map arena of %llu bytes: %s",
 			(unsigned long long)layout.total_size, strerror(-r));
@@ -582,6 +643,7 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	h->slot_size = sizeof(struct sf_slot);
 	h->ring_size = sizeof(struct sf_ring);
 	h->telemetry_size = sizeof(struct sf_telemetry);
+	h->verify_every = opt && opt->verify_every ? opt->verify_every : 1;
 	snprintf(h->job, sizeof(h->job), "%s", job);
 	h->geo = *geo;
 	h->geo.flags =
@@ -668,6 +730,8 @@ int sf__arena_header_check(const struct sf_arena_header *h, uint64_t file_size, 
 	if (h->geo.flags & ~SF_ARENA_F_KNOWN)
 		return sf__err(e, SF_E_LAYOUT, "%s: unknown flags 0x%x in the header", where,
 			       h->geo.flags & ~SF_ARENA_F_KNOWN);
+	if (h->verify_every < 1)
+		return sf__err(e, SF_E_LAYOUT, "%s: the header's verify_every is 0", where);
 	/* The geometry decides every offset: recompute the layout from it, with this
 	 * build's limits, and accept only a header that says exactly the same. */
 	if (sf__arena_layout(&h->geo, !!(h->geo.flags & SF_ARENA_F_HUGEPAGES), &want, &why) < 0)
@@ -768,7 +832,10 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 		GEO_CHECK(config_digest)
 #undef GEO_CHECK
 	}
-	r = map_fd(fd, (size_t)st.st_size, 1, &base);
+	/* Mapped, not populated: a consumer touches only the header, the tables and its
+	 * own ring (sf__arena_populate_rank()), so its resident set is that, not the whole
+	 * arena of every rank. */
+	r = map_fd(fd, (size_t)st.st_size, &base);
 	if (r < 0) {
 		sf__err(e, r, "cannot map arena of job '%s': %s", job, strerror(-r));
 		goto fail_close;
@@ -782,6 +849,35 @@ fail_close:
 	arena_close(a);
 	if (r > -4096 && r < 0 && e && e->code != r)
 		sf__err(e, r, "cannot attach job '%s': %s", job, strerror(-r));
+	return r;
+}
+
+/* Fault in `len` bytes at `p` now rather than on first use; `write`: for writing. */
+static int populate(unsigned char *p, uint64_t len, int write)
+{
+#if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
+	if (madvise(p, (size_t)len, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -errno;
+#endif
+	/* A kernel before 5.14: read a byte of each page, which maps it. */
+	for (uint64_t off = 0; off < len; off += SF_PAGE_SIZE)
+		(void)*(volatile unsigned char *)(p + off);
+	return 0;
+}
+
+int sf__arena_populate_rank(struct sf_arena *a, uint32_t rank)
+{
+	const struct sf_arena_header *h = a->hdr;
+	int r;
+
+	if (rank >= h->geo.ranks)
+		return SF_E_RANGE;
+	r = populate((unsigned char *)h, h->payloads_off, 1);
+	if (r == 0)
+		r = populate(sf__arena_payload(a, rank, 0),
+			     (uint64_t)h->geo.slots_per_rank * h->payload_stride, 0);
 	return r;
 }
 

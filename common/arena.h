@@ -21,7 +21,7 @@
 #include "common/errors.h"
 
 #define SF_ARENA_MAGIC		0x00444545464d4853ull /* "SHMFEED\0" in little-endian bytes */
-#define SF_ARENA_LAYOUT_VERSION 3u
+#define SF_ARENA_LAYOUT_VERSION 4u
 #define SF_CACHE_LINE		64u
 #define SF_PAGE_SIZE		4096u
 #define SF_HUGE_PAGE_SIZE	(2u * 1024u * 1024u)
@@ -30,7 +30,9 @@
 #define SF_MAX_SLOTS_PER_RANK	4096u
 #define SF_MAX_PRODUCERS	256u
 #define SF_WAIT_BUCKETS		48u		    /* log2 histogram of wait times in ns */
-#define SF_PAYLOAD_MAX		(UINT64_C(1) << 40) /* bytes of one slot's payload, at most */
+/* Bytes of one slot's payload, at most: what the slot header's 32-bit length can say.
+ * Whether the machine can map the arena is asked of the machine (sf__arena_fits()). */
+#define SF_PAYLOAD_MAX UINT64_C(0xffffffff)
 
 /* Job states (header.job_state). */
 #define SF_JOB_INIT	0u
@@ -42,7 +44,8 @@
 #define SF_ARENA_F_HUGEPAGES  0x1u /* payloads 2 MiB aligned and THP advised */
 #define SF_ARENA_F_CHECKSUM   0x2u /* producers store xxh3-64 of each payload */
 #define SF_ARENA_F_DOC_STARTS 0x4u /* payloads carry document starts after the tokens */
-#define SF_ARENA_F_KNOWN      0x7u /* every flag this build knows; attach refuses others */
+#define SF_ARENA_F_SOURCES    0x8u /* payloads carry each row's mixture source */
+#define SF_ARENA_F_KNOWN      0xfu /* every flag this build knows; attach refuses others */
 
 /* Participant roles. */
 #define SF_ROLE_NONE	 0u
@@ -86,7 +89,9 @@ struct sf_arena_header {
 	uint32_t slot_size;	   /* sizeof(struct sf_slot) */
 	uint32_t ring_size;	   /* sizeof(struct sf_ring) */
 	uint32_t telemetry_size;   /* sizeof(struct sf_telemetry) */
-	uint32_t pad1;
+	/* With SF_ARENA_F_CHECKSUM: consumers verify the checksum of the steps that are
+	 * multiples of this (1: every step). Always >= 1. */
+	uint32_t verify_every;
 	char job[SF_JOB_NAME_MAX];
 	struct sf_geometry geo;
 	uint64_t payload_stride; /* bytes between payloads, page or huge-page aligned */
@@ -156,12 +161,18 @@ struct sf_ring {
 struct sf_slot {
 	_Atomic uint64_t word;
 	uint64_t step;
-	uint64_t checksum; /* xxh3-64 of the payload's first `length` bytes */
+	uint64_t checksum; /* xxh3-64 of the payload's first `length` bytes (0 without
+			    * SF_ARENA_F_CHECKSUM) */
 	uint64_t first_sample;
 	uint64_t fill_ns;  /* CLOCK_MONOTONIC when published */
 	uint32_t length;   /* payload bytes written */
 	uint32_t producer; /* participant index that filled it */
-	uint64_t pad[2];
+	/* xxh3-64 of the batch's token bytes (the first B x (T+1) x token size bytes, or
+	 * fewer when `length` is shorter), computed by the filler whatever the checksum
+	 * setting: the batch digest consumers chain into their provenance without reading
+	 * the payload. */
+	uint64_t digest;
+	uint64_t pad;
 };
 
 /* Single-writer telemetry block, one per participant. */
@@ -236,6 +247,20 @@ static inline uint64_t sf__doc_starts_offset(uint64_t batch, uint64_t seq_tokens
 }
 
 /*
+ * Offset of the row sources of a mixture (B int32 source indexes, in config order) inside
+ * a payload: after the tokens and the document starts, rounded up to a cache line.
+ */
+static inline uint64_t sf__sources_offset(uint64_t batch, uint64_t seq_tokens, uint64_t token_bytes,
+					  uint64_t doc_starts_per_seq)
+{
+	uint64_t end = doc_starts_per_seq ? sf__doc_starts_offset(batch, seq_tokens, token_bytes) +
+						    batch * doc_starts_per_seq * 4
+					  : batch * seq_tokens * token_bytes;
+
+	return (end + SF_CACHE_LINE - 1) / SF_CACHE_LINE * SF_CACHE_LINE;
+}
+
+/*
  * A process's view of an arena: its mapping and the pointers derived from the header.
  * Created by sf__arena_create() or sf__arena_attach(), freed by sf__arena_detach().
  */
@@ -278,7 +303,8 @@ struct sf_arena {
 
 /* Options of sf__arena_create(). */
 struct sf_arena_options {
-	int hugepages;	     /* 1: try 2 MiB pages for payloads (falls back cleanly) */
+	int hugepages;	       /* 1: try 2 MiB pages for payloads (falls back cleanly) */
+	uint32_t verify_every; /* header.verify_every; 0 stands for 1 */
 	const char *shm_dir; /* where POSIX shm lives, for the free-space message; NULL: /dev/shm */
 };
 
@@ -289,6 +315,15 @@ struct sf_arena_options {
  */
 int sf__arena_layout(const struct sf_geometry *geo, int hugepages, struct sf_arena_header *hdr,
 		     struct sf_err *e);
+
+/*
+ * sf__arena_fits - whether an arena of `total_size` bytes (sf__arena_layout()) can exist
+ * on this machine: no larger than the shared-memory file system `dir` (NULL: /dev/shm)
+ * in all, and mappable in this process's address space (RLIMIT_AS included). Free space
+ * is for sf__arena_create() to find when it reserves the bytes. Returns 0, or
+ * SF_E_CONFIG with the size needed, the limit met and what to change in `e`.
+ */
+int sf__arena_fits(uint64_t total_size, const char *dir, struct sf_err *e);
 
 /* sf__job_name_valid - 1 when `job` is 1..63 characters of [A-Za-z0-9_.-], not starting with '.'.
  */
@@ -331,6 +366,16 @@ int sf__arena_header_check(const struct sf_arena_header *h, uint64_t file_size, 
  */
 int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct sf_arena **ret_arena,
 		     struct sf_err *e);
+
+/*
+ * sf__arena_populate_rank - fault in what the consumer of local rank `rank` uses: the
+ * header, participant, ring, slot and telemetry tables (for writing) and the rank's own
+ * payloads (for reading), so that its first batches take no page faults. Attach maps
+ * the arena without populating it, so the other ranks' rings never enter this process's
+ * resident set. Returns 0, SF_E_RANGE, or -errno from madvise (the pages then fault in
+ * on first use).
+ */
+int sf__arena_populate_rank(struct sf_arena *a, uint32_t rank);
 
 /* sf__arena_detach - unmap and free; accepts NULL. Does not unlink. */
 void sf__arena_detach(struct sf_arena *a);

@@ -20,11 +20,10 @@
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
 #include "common/config.h"
+#include "common/cpus.h"
 
 /* A job file is a few hundred bytes; anything far larger is a mistake. */
 #define CONFIG_MAX_BYTES (1u << 20)
-/* Largest payload of one slot: B x (T+1) tokens plus document starts. */
-#define PAYLOAD_MAX_BYTES (1ull << 30)
 
 enum ftype {
 	T_STRING,  /* any string; nullable fields take null */
@@ -38,6 +37,9 @@ enum ftype {
 	T_SECTION, /* a mapping of `sub` fields */
 	T_SOURCES, /* a list of sources: path strings or mappings of source fields */
 	T_PATHS,   /* a path or a list of paths (a source's `paths`) */
+	T_WEIGHT,  /* a decimal weight, fixed point (SF_WEIGHT_SCALE); null: unset */
+	T_WEIGHTS, /* a mapping of names to weights (struct sf_weights_config) */
+	T_SCHEDULE, /* a list of mixture phases (sf_config.schedule) */
 };
 
 #define F_NULLABLE 0x1u /* null is allowed and means "unset" */
@@ -60,6 +62,7 @@ struct field {
 	}
 #define CFG(m) offsetof(struct sf_config, m)
 #define SRC(m) offsetof(struct sf_source_config, m)
+#define PH(m)  offsetof(struct sf_phase_config, m)
 
 static const char *const format_names[] = {"auto", "nanogpt", "llmc", "megatron",
 					   "text", "jsonl",   NULL};
@@ -67,6 +70,8 @@ static const char *const on_error_names[] = {"stop", "skip", NULL};
 static const char *const index_names[] = {"cache", "beside", NULL};
 static const char *const encoding_names[] = {"bytes",	  "char",	 "char:CORPUS", "gpt2",
 					     "r50k_base", "cl100k_base", "o200k_base",	NULL};
+static const char *const tok_format_names[] = {"auto", "tiktoken",	"tekken",
+					       "hf",   "sentencepiece", NULL};
 static const char *const dtype_names[] = {"auto", "uint16", "int32", NULL};
 static const char *const mode_names[] = {"windows", "random", NULL};
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
@@ -79,21 +84,52 @@ static const struct field source_fields[] = {
 	 "a string, or null for one document per file"},
 	{"on_error", T_ENUM, SRC(on_error), 0, 0, on_error_names, NULL, 0, NULL},
 	{"index", T_ENUM, SRC(index), 0, 0, index_names, NULL, 0, NULL},
+	{"name", T_STRING, SRC(name), 0, 0, NULL, NULL, F_NULLABLE,
+	 "1-63 characters of A-Z a-z 0-9 _ - . not starting with '.', or null"},
+	{"group", T_STRING, SRC(group), 0, 0, NULL, NULL, F_NULLABLE, "a group name, or null"},
+	{"weight", T_WEIGHT, SRC(weight), 0, 0, NULL, NULL, F_NULLABLE, NULL},
+	END_FIELDS,
+};
+
+static const struct field phase_fields[] = {
+	{"until_step", T_U64, PH(until_step), 1, UINT64_MAX - 1, NULL, NULL, F_NULLABLE, NULL},
+	{"weights", T_WEIGHTS, PH(weights), 0, 0, NULL, NULL, 0, NULL},
+	{"ramp_to", T_WEIGHTS, PH(ramp_to), 0, 0, NULL, NULL, 0, NULL},
+	{"stages", T_U32, PH(stages), 1, 1024, NULL, NULL, 0, NULL},
+	END_FIELDS,
+};
+
+static const struct field mixture_fields[] = {
+	{"groups", T_WEIGHTS, CFG(groups), 0, 0, NULL, NULL, 0, NULL},
+	{"schedule", T_SCHEDULE, CFG(schedule), 0, 0, NULL, phase_fields, 0, NULL},
 	END_FIELDS,
 };
 
 static const struct field tokenizer_fields[] = {
-	{"encoding", T_CHOICE, CFG(encoding), 0, 0, encoding_names, NULL, 0, NULL},
+	{"encoding", T_CHOICE, CFG(encoding), 0, 0, encoding_names, NULL, F_NULLABLE,
+	 "an encoding name, or null with a tokenizer 'file'"},
 	{"vocab", T_PATH, CFG(vocab), 0, 0, NULL, NULL, F_NULLABLE, "a file path, or null"},
 	{"vocab_dir", T_PATH, CFG(vocab_dir), 0, 0, NULL, NULL, F_NULLABLE,
 	 "a directory path, or null"},
 	{"eot_id", T_U64, CFG(eot_id), 0, UINT32_MAX - 1, NULL, NULL, F_NULLABLE, NULL},
+	{"file", T_PATH, CFG(tok_file), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a tokenizer file (.tiktoken, tekken JSON, tokenizer.json, SentencePiece model), or "
+	 "null"},
+	{"format", T_ENUM, CFG(tok_format), 0, 0, tok_format_names, NULL, 0, NULL},
+	{"pattern", T_STRING, CFG(tok_pattern), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a pre-tokenization regex, or null for the file's own"},
+	{"bos", T_STRING, CFG(bos), 0, 0, NULL, NULL, 0,
+	 "auto, none, or the text of a special token"},
+	{"eos", T_STRING, CFG(eos), 0, 0, NULL, NULL, 0, "auto, or the text of a special token"},
+	{"specials", T_BOOL, CFG(tok_specials), 0, 1, NULL, NULL, 0, NULL},
 	END_FIELDS,
 };
 
 static const struct field batch_fields[] = {
 	{"size", T_U32, CFG(batch_size), 1, 65536, NULL, NULL, 0, NULL},
-	{"seq_len", T_U32, CFG(seq_len), 1, 1u << 20, NULL, NULL, 0, NULL},
+	/* T + 1 tokens a sequence must fit the arena's 32-bit count; what a slot may hold is
+	 * checked against the job's token width below, and against the machine at start. */
+	{"seq_len", T_U32, CFG(seq_len), 1, UINT32_MAX - 1, NULL, NULL, 0, NULL},
 	{"dtype", T_ENUM, CFG(dtype), 0, 0, dtype_names, NULL, 0, NULL},
 	END_FIELDS,
 };
@@ -117,6 +153,8 @@ static const struct field producer_fields[] = {
 	{"count", T_U32, CFG(producers), 1, SF_MAX_PRODUCERS, NULL, NULL, 0, NULL},
 	{"max_restarts", T_U32, CFG(max_restarts), 0, 1000, NULL, NULL, 0, NULL},
 	{"stall_timeout", T_MS, CFG(stall_timeout_ms), 0, 3600000, NULL, NULL, 0, NULL},
+	{"cpus", T_STRING, CFG(producer_cpus), 0, 0, NULL, NULL, F_NULLABLE,
+	 "a CPU list like \"0-1,4\", or null"},
 	END_FIELDS,
 };
 
@@ -146,6 +184,7 @@ static const struct field control_fields[] = {
 
 static const struct field integrity_fields[] = {
 	{"checksum", T_BOOL, CFG(checksum), 0, 1, NULL, NULL, 0, NULL},
+	{"verify_every", T_U32, CFG(verify_every), 1, UINT32_MAX, NULL, NULL, 0, NULL},
 	END_FIELDS,
 };
 
@@ -161,6 +200,7 @@ static const struct field root_fields[] = {
 	{"consumers", T_SECTION, 0, 0, 0, NULL, consumer_fields, 0, NULL},
 	{"control", T_SECTION, 0, 0, 0, NULL, control_fields, 0, NULL},
 	{"integrity", T_SECTION, 0, 0, 0, NULL, integrity_fields, 0, NULL},
+	{"mixture", T_SECTION, 0, 0, 0, NULL, mixture_fields, 0, NULL},
 	END_FIELDS,
 };
 
@@ -182,7 +222,7 @@ struct mark {
 struct loader {
 	yaml_document_t *doc;
 	struct origin o;
-	struct mark marks[32];
+	struct mark marks[64];
 	unsigned n_marks;
 	struct sf_err *e;
 };
@@ -554,6 +594,7 @@ static void source_defaults(struct sf_source_config *src)
 	src->format = SF_FMT_AUTO;
 	src->on_error = SF_ON_ERROR_STOP;
 	src->index = SF_INDEX_CACHE;
+	src->weight = SF_WEIGHT_UNSET;
 }
 
 static void source_free(struct sf_source_config *src)
@@ -563,6 +604,188 @@ static void source_free(struct sf_source_config *src)
 	free(src->paths);
 	free(src->text_field);
 	free(src->separator);
+	free(src->name);
+	free(src->group);
+}
+
+static void weights_free(struct sf_weights_config *w)
+{
+	for (uint32_t i = 0; i < w->n; i++)
+		free(w->v[i].name);
+	free(w->v);
+	memset(w, 0, sizeof(*w));
+}
+
+static void schedule_free(struct sf_config *cfg)
+{
+	for (uint32_t i = 0; i < cfg->n_phases; i++) {
+		weights_free(&cfg->schedule[i].weights);
+		weights_free(&cfg->schedule[i].ramp_to);
+	}
+	free(cfg->schedule);
+	cfg->schedule = NULL;
+	cfg->n_phases = 0;
+}
+
+/*
+ * Parse a weight: digits with an optional fraction of at most 9 digits, at most 10^9.
+ * Returns 0 and the weight scaled by SF_WEIGHT_SCALE, -EINVAL or -ERANGE.
+ */
+static int parse_weight(const char *s, uint64_t *ret)
+{
+	uint64_t whole = 0, frac = 0, scale = SF_WEIGHT_SCALE;
+	const char *c = s;
+
+	if (*c < '0' || *c > '9')
+		return -EINVAL;
+	for (; *c >= '0' && *c <= '9'; c++) {
+		whole = whole * 10 + (uint64_t)(*c - '0');
+		if (whole > SF_WEIGHT_MAX / SF_WEIGHT_SCALE)
+			return -ERANGE;
+	}
+	if (*c == '.') {
+		if (c[1] < '0' || c[1] > '9')
+			return -EINVAL;
+		for (c++; *c >= '0' && *c <= '9'; c++) {
+			if (scale == 1)
+				return -ERANGE;
+			scale /= 10;
+			frac += (uint64_t)(*c - '0') * scale;
+		}
+	}
+	if (*c)
+		return -EINVAL;
+	if (whole * SF_WEIGHT_SCALE + frac > SF_WEIGHT_MAX)
+		return -ERANGE;
+	*ret = whole * SF_WEIGHT_SCALE + frac;
+	return 0;
+}
+
+static int weight_of(struct loader *L, const char *key, const yaml_node_t *n, uint64_t *ret)
+{
+	int r = -EINVAL;
+
+	if (n->type == YAML_SCALAR_NODE && is_plain(n) && !is_null(n))
+		r = parse_weight(scalar(n), ret);
+	if (r == -ERANGE)
+		return fail_at(L, n,
+			       "'%s' is out of range: %.64s is not a weight in [0, 1e9] with at "
+			       "most 9 digits after the point",
+			       key, scalar(n));
+	if (r < 0)
+		return fail_at(
+			L, n,
+			"'%s' must be a non-negative decimal weight such as 0.3 or 2%s%.64s%s", key,
+			n->type == YAML_SCALAR_NODE ? "; got '" : ", not ",
+			n->type == YAML_SCALAR_NODE ? scalar(n) : node_kind(n),
+			n->type == YAML_SCALAR_NODE ? "'" : "");
+	return 0;
+}
+
+static int set_weight(struct loader *L, const struct field *f, const yaml_node_t *n, void *base)
+{
+	uint64_t *dst = (uint64_t *)((char *)base + f->off);
+
+	if (is_null(n)) {
+		*dst = SF_WEIGHT_UNSET;
+		return 0;
+	}
+	return weight_of(L, f->key, n, dst);
+}
+
+/* A mapping of names to weights: groups, or the weights of a schedule phase. */
+static int set_weights(struct loader *L, const struct field *f, const yaml_node_t *n, void *base)
+{
+	struct sf_weights_config *dst = (struct sf_weights_config *)((char *)base + f->off);
+	struct sf_weights_config w = {0};
+	size_t count;
+
+	if (n->type != YAML_MAPPING_NODE)
+		return fail_at(L, n,
+			       "'%s' must be a mapping of source or group names to weights, "
+			       "not %s",
+			       f->key, node_kind(n));
+	count = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
+	if (count > 4096)
+		return fail_at(L, n, "'%s' lists more than 4096 weights", f->key);
+	w.v = calloc(count ? count : 1, sizeof(*w.v));
+	if (!w.v)
+		return sf__err(L->e, -ENOMEM, "out of memory");
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+	     p++) {
+		const yaml_node_t *k = yaml_document_get_node(L->doc, p->key);
+		const yaml_node_t *v = yaml_document_get_node(L->doc, p->value);
+		int r = 0;
+
+		if (k->type != YAML_SCALAR_NODE || is_null(k))
+			r = fail_at(L, k, "keys in '%s' must be source or group names, not %s",
+				    f->key, node_kind(k));
+		for (uint32_t i = 0; r == 0 && i < w.n; i++)
+			if (!strcmp(w.v[i].name, scalar(k)))
+				r = fail_at(L, k, "duplicate name '%.64s' in '%s'", scalar(k),
+					    f->key);
+		if (r == 0)
+			r = weight_of(L, scalar(k), v, &w.v[w.n].weight);
+		if (r == 0 && !(w.v[w.n].name = strdup(scalar(k))))
+			r = sf__err(L->e, -ENOMEM, "out of memory");
+		if (r < 0) {
+			weights_free(&w);
+			return r;
+		}
+		w.n++;
+	}
+	weights_free(dst);
+	*dst = w;
+	return 0;
+}
+
+static int apply_mapping(struct loader *L, const struct field *fields, const char *where,
+			 const yaml_node_t *n, void *base);
+
+static int set_schedule(struct loader *L, const struct field *f, const yaml_node_t *n,
+			struct sf_config *cfg)
+{
+	yaml_node_item_t *items;
+	struct sf_phase_config *ph;
+	size_t count;
+
+	if (n->type != YAML_SEQUENCE_NODE)
+		return fail_at(L, n,
+			       "'schedule' must be a list of phases ({until_step: N, weights: "
+			       "{...}}), not %s",
+			       node_kind(n));
+	items = n->data.sequence.items.start;
+	count = (size_t)(n->data.sequence.items.top - items);
+	if (!count || count > 4096)
+		return fail_at(L, n, "'schedule' must list 1 to 4096 phases");
+	ph = calloc(count, sizeof(*ph));
+	if (!ph)
+		return sf__err(L->e, -ENOMEM, "out of memory");
+	schedule_free(cfg);
+	cfg->schedule = ph;
+	for (size_t i = 0; i < count; i++) {
+		const yaml_node_t *item = yaml_document_get_node(L->doc, items[i]);
+		int r;
+
+		ph[i].until_step = UINT64_MAX;
+		cfg->n_phases = (uint32_t)i + 1;
+		r = apply_mapping(L, f->sub, "a schedule phase", item, &ph[i]);
+		if (r == 0 && !ph[i].weights.v)
+			r = fail_at(L, item, "a schedule phase needs 'weights'");
+		if (r == 0 && ph[i].until_step == UINT64_MAX && i + 1 < count)
+			r = fail_at(L, item,
+				    "only the last schedule phase may leave out "
+				    "'until_step'");
+		if (r == 0 && i && ph[i].until_step <= ph[i - 1].until_step)
+			r = fail_at(L, item, "'until_step' must grow from phase to phase");
+		if (r == 0 && ph[i].ramp_to.v && ph[i].until_step == UINT64_MAX)
+			r = fail_at(L, item, "a ramp needs 'until_step'");
+		if (r == 0 && ph[i].stages && !ph[i].ramp_to.v)
+			r = fail_at(L, item, "'stages' applies to a ramp ('ramp_to') only");
+		if (r < 0)
+			return r;
+	}
+	return 0;
 }
 
 static int apply_mapping(struct loader *L, const struct field *fields, const char *where,
@@ -688,6 +911,8 @@ static int apply_field(struct loader *L, const struct field *f, const yaml_node_
 			*dst = v;
 			return 0;
 		}
+		if (n->type == YAML_SCALAR_NODE && is_null(n))
+			return set_string(L, f, n, base);
 		r = lookup_name(L, f, n, &idx);
 		if (r < 0)
 			return r;
@@ -717,6 +942,12 @@ static int apply_field(struct loader *L, const struct field *f, const yaml_node_
 		return set_sources(L, f, n, base);
 	case T_PATHS:
 		return set_paths(L, f, n, base);
+	case T_WEIGHT:
+		return set_weight(L, f, n, base);
+	case T_WEIGHTS:
+		return set_weights(L, f, n, base);
+	case T_SCHEDULE:
+		return set_schedule(L, f, n, base);
 	}
 	return fail_at(L, n, "internal: field '%s' has no type", f->key);
 }
@@ -738,6 +969,7 @@ void sf__config_defaults(struct sf_config *cfg)
 	cfg->device = SF_DEVICE_AUTO;
 	cfg->stats_interval_ms = 1000;
 	cfg->checksum = 1;
+	cfg->verify_every = 1;
 }
 
 void sf__config_free(struct sf_config *cfg)
@@ -752,11 +984,18 @@ void sf__config_free(struct sf_config *cfg)
 	free(cfg->encoding);
 	free(cfg->vocab);
 	free(cfg->vocab_dir);
+	free(cfg->tok_file);
+	free(cfg->tok_pattern);
+	free(cfg->bos);
+	free(cfg->eos);
 	free(cfg->endpoint);
 	free(cfg->curve_secret_key_file);
 	free(cfg->metrics_file);
 	free(cfg->metrics);
 	free(cfg->curve_allowed_clients);
+	weights_free(&cfg->groups);
+	schedule_free(cfg);
+	free(cfg->producer_cpus);
 	memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -840,10 +1079,177 @@ int sf__config_metrics_address(const char *addr, int *ret_ipv6, uint16_t *ret_po
 	return SF_E_CONFIG;
 }
 
+/* The source or group named `name` that a schedule's weights may name, or -1. */
+static int weighable(const struct sf_config *cfg, const char *name)
+{
+	for (uint32_t i = 0; i < cfg->n_sources; i++) {
+		const struct sf_source_config *src = &cfg->sources[i];
+
+		if ((!src->group && !strcmp(src->name, name)) ||
+		    (src->group && !strcmp(src->group, name)))
+			return (int)i;
+	}
+	return -1;
+}
+
+/*
+ * A mixture: names given or defaulted (sourceN) and unique, groups used, weights where
+ * the mode needs them (docs/mixtures.md). Weights that are all zero are caught when the
+ * mixture is built, which names the phase.
+ */
+static int check_mixture(struct loader *L, struct sf_config *cfg)
+{
+	const struct field *f_name = &source_fields[6], *f_weight = &source_fields[8];
+	const struct field *f_mix = &root_fields[10];
+	char msg[400];
+
+	for (uint32_t i = 0; i < cfg->n_sources; i++)
+		if (cfg->sources[i].weight != SF_WEIGHT_UNSET || cfg->sources[i].group)
+			cfg->mixture = 1;
+	if (cfg->groups.n || cfg->n_phases)
+		cfg->mixture = 1;
+	if (!cfg->mixture)
+		return 0;
+	if (cfg->epochs)
+		return fail_field(L, &sampling_fields[2],
+				  "'epochs' does not apply to a mixture: each source repeats on "
+				  "its own, and the run ends at the schedule's last until_step");
+	for (uint32_t i = 0; i < cfg->n_sources; i++) {
+		struct sf_source_config *src = &cfg->sources[i];
+
+		if (!src->name && asprintf(&src->name, "source%u", i) < 0) {
+			src->name = NULL;
+			return sf__err(L->e, -ENOMEM, "out of memory");
+		}
+		if (!sf__job_name_valid(src->name) ||
+		    (src->group && !sf__job_name_valid(src->group))) {
+			snprintf(msg, sizeof(msg), "source and group names must be %s; got '%.64s'",
+				 source_fields[6].expect,
+				 sf__job_name_valid(src->name) ? src->group : src->name);
+			return fail_field(L, f_name, msg);
+		}
+		for (uint32_t j = 0; j < i; j++)
+			if (!strcmp(cfg->sources[j].name, src->name) ||
+			    (cfg->sources[j].group && !strcmp(cfg->sources[j].group, src->name)) ||
+			    (src->group && !strcmp(cfg->sources[j].name, src->group))) {
+				snprintf(msg, sizeof(msg),
+					 "the name '%.64s' is given twice (source and group names "
+					 "share one namespace)",
+					 src->name);
+				return fail_field(L, f_name, msg);
+			}
+		if (!cfg->n_phases && !src->group && src->weight == SF_WEIGHT_UNSET) {
+			snprintf(msg, sizeof(msg),
+				 "source '%.64s' needs a 'weight' (or a group): in a mixture every "
+				 "source is weighted",
+				 src->name);
+			return fail_field(L, f_weight, msg);
+		}
+		if (cfg->n_phases && !src->group && src->weight != SF_WEIGHT_UNSET) {
+			snprintf(msg, sizeof(msg),
+				 "source '%.64s' has a 'weight', but with a schedule the phases "
+				 "give "
+				 "the weights (a weight applies within a group)",
+				 src->name);
+			return fail_field(L, f_weight, msg);
+		}
+	}
+	for (uint32_t g = 0; g < cfg->groups.n; g++) {
+		int used = 0;
+
+		for (uint32_t i = 0; i < cfg->n_sources; i++)
+			used |= cfg->sources[i].group &&
+				!strcmp(cfg->sources[i].group, cfg->groups.v[g].name);
+		if (!used) {
+			snprintf(msg, sizeof(msg), "group '%.64s' has no source",
+				 cfg->groups.v[g].name);
+			return fail_field(L, f_mix, msg);
+		}
+	}
+	if (cfg->n_phases && cfg->groups.n)
+		return fail_field(L, f_mix,
+				  "'groups' gives weights without a schedule; with one, the "
+				  "phases weigh the groups");
+	for (uint32_t i = 0; !cfg->n_phases && i < cfg->n_sources; i++) {
+		const char *group = cfg->sources[i].group;
+		int found = 0;
+
+		for (uint32_t g = 0; group && g < cfg->groups.n; g++)
+			found |= !strcmp(cfg->groups.v[g].name, group);
+		if (group && !found) {
+			snprintf(msg, sizeof(msg), "group '%.64s' needs a weight in mixture.groups",
+				 group);
+			return fail_field(L, f_mix, msg);
+		}
+	}
+	for (uint32_t p = 0; p < cfg->n_phases; p++) {
+		const struct sf_phase_config *ph = &cfg->schedule[p];
+
+		for (int which = 0; which < 2; which++) {
+			const struct sf_weights_config *w = which ? &ph->ramp_to : &ph->weights;
+
+			for (uint32_t j = 0; j < w->n; j++)
+				if (weighable(cfg, w->v[j].name) < 0) {
+					snprintf(msg, sizeof(msg),
+						 "schedule phase %u: '%.64s' is neither an "
+						 "ungrouped source nor a group",
+						 p + 1, w->v[j].name);
+					return fail_field(L, f_mix, msg);
+				}
+		}
+	}
+	return 0;
+}
+
+/*
+ * A tokenizer file replaces the encoding (the default `bytes` gives way to it; one
+ * written out is an error, `encoding: null` is how the resolved config says it); the
+ * options of a file apply to a file only.
+ */
+static int check_tokenizer(struct loader *L, struct sf_config *cfg)
+{
+	const struct field *f_encoding = &tokenizer_fields[0];
+	const struct field *f_file = &tokenizer_fields[4];
+
+	if (!cfg->tok_file && !cfg->encoding)
+		return fail_field(L, f_encoding,
+				  "'encoding' is null and no tokenizer 'file' is set");
+	if (cfg->tok_file) {
+		if (cfg->encoding && mark_of(L, f_encoding))
+			return fail_field(L, f_file,
+					  "'file' and 'encoding' name the tokenizer twice: keep "
+					  "one");
+		if (cfg->vocab || (cfg->vocab_dir && mark_of(L, &tokenizer_fields[2])))
+			return fail_field(L, f_file,
+					  "'vocab' and 'vocab_dir' belong to 'encoding'; a "
+					  "tokenizer 'file' is the vocabulary");
+		free(cfg->encoding);
+		cfg->encoding = NULL;
+		return 0;
+	}
+	/* Written at their defaults (as the resolved config writes them), they are fine. */
+	if (cfg->tok_format)
+		return fail_field(L, &tokenizer_fields[5],
+				  "'format' applies to a tokenizer 'file' only");
+	if (cfg->tok_pattern)
+		return fail_field(L, &tokenizer_fields[6],
+				  "'pattern' applies to a tokenizer 'file' only");
+	if (strcmp(cfg->bos, "auto"))
+		return fail_field(L, &tokenizer_fields[7],
+				  "'bos' applies to a tokenizer 'file' only");
+	if (strcmp(cfg->eos, "auto"))
+		return fail_field(L, &tokenizer_fields[8],
+				  "'eos' applies to a tokenizer 'file' only");
+	if (cfg->tok_specials)
+		return fail_field(L, &tokenizer_fields[9],
+				  "'specials' applies to a tokenizer 'file' only");
+	return 0;
+}
+
 static int check_config(struct loader *L, struct sf_config *cfg)
 {
 	char msg[400];
-	uint64_t payload;
+	uint64_t payload, token_bytes;
 	int r;
 
 	if (!cfg->n_sources)
@@ -887,16 +1293,35 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 			 cfg->doc_starts, cfg->seq_len + 1);
 		return fail_field(L, &sampling_fields[3], msg);
 	}
-	payload = (uint64_t)cfg->batch_size * (cfg->seq_len + 1) * 4 +
-		  (uint64_t)cfg->batch_size * cfg->doc_starts * 4;
-	if (payload > PAYLOAD_MAX_BYTES) {
+	/* At the job's token width: 2 bytes for uint16, and for auto too until the sources
+	 * say more (the arena's own check at start sees the resolved width). B <= 2^16 and
+	 * T + 1 <= 2^32 keep every product below 2^51. */
+	token_bytes = cfg->dtype == SF_DTYPE_I32 ? 4 : 2;
+	payload = (uint64_t)cfg->batch_size * (cfg->seq_len + 1) * token_bytes;
+	if (cfg->doc_starts)
+		payload = sf__doc_starts_offset(cfg->batch_size, cfg->seq_len + 1, token_bytes) +
+			  (uint64_t)cfg->batch_size * cfg->doc_starts * 4;
+	if (payload > SF_PAYLOAD_MAX) {
 		snprintf(msg, sizeof(msg),
-			 "a batch of size %u x %u tokens needs up to %llu bytes per slot; the "
-			 "limit is %llu",
-			 cfg->batch_size, cfg->seq_len + 1, (unsigned long long)payload,
-			 PAYLOAD_MAX_BYTES);
+			 "a batch of size %u x %u %s tokens%s needs %llu bytes per slot; a slot "
+			 "holds at most %llu (its length is a 32-bit count): lower batch.size or "
+			 "batch.seq_len",
+			 cfg->batch_size, cfg->seq_len + 1, token_bytes == 2 ? "uint16" : "int32",
+			 cfg->doc_starts ? " and their document starts" : "",
+			 (unsigned long long)payload, (unsigned long long)SF_PAYLOAD_MAX);
 		return fail_field(L, &batch_fields[0], msg);
 	}
+	if (cfg->producer_cpus) {
+		cpu_set_t cpus;
+
+		r = sf__cpu_list_allowed(cfg->producer_cpus, &cpus, msg, sizeof(msg));
+		if (r < 0)
+			return r == SF_E_CONFIG ? fail_field(L, &producer_fields[3], msg)
+						: sf__err(L->e, r, "%s", msg);
+	}
+	r = check_tokenizer(L, cfg);
+	if (r < 0)
+		return r;
 	/* nanoGPT's char-level vocabulary is the set of characters of its input. */
 	if (cfg->encoding && !strcmp(cfg->encoding, "char")) {
 		char *v = NULL;
@@ -913,6 +1338,8 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 		cfg->encoding = v;
 	}
 	r = check_endpoint(L, cfg);
+	if (r == 0)
+		r = check_mixture(L, cfg);
 	if (r < 0)
 		return r;
 	if (!!cfg->curve_secret_key_file != !!cfg->curve_allowed_clients)
@@ -1130,9 +1557,11 @@ static int load(const char *name, const char *text, size_t len, const char *base
 	cfg.path = strdup(name ? name : "(defaults)");
 	cfg.job = name ? job_from_path(name) : strdup("shmfeed");
 	cfg.encoding = strdup("bytes");
+	cfg.bos = strdup("auto");
+	cfg.eos = strdup("auto");
 	if (getenv("SHMFEED_VOCAB_DIR") && getenv("SHMFEED_VOCAB_DIR")[0])
 		cfg.vocab_dir = strdup(getenv("SHMFEED_VOCAB_DIR"));
-	if (!cfg.path || !cfg.job || !cfg.encoding) {
+	if (!cfg.path || !cfg.job || !cfg.encoding || !cfg.bos || !cfg.eos) {
 		r = sf__err(e, -ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -1214,12 +1643,64 @@ static void write_string(FILE *out, const char *s)
 	fputc('"', out);
 }
 
+static void write_weight(FILE *out, uint64_t w)
+{
+	char frac[16];
+	int n;
+
+	if (w == SF_WEIGHT_UNSET) {
+		fputs("null", out);
+		return;
+	}
+	n = snprintf(frac, sizeof(frac), "%09llu", (unsigned long long)(w % SF_WEIGHT_SCALE));
+	while (n > 1 && frac[n - 1] == '0')
+		frac[--n] = 0;
+	fprintf(out, "%llu.%s", (unsigned long long)(w / SF_WEIGHT_SCALE), frac);
+}
+
+static void write_weights(FILE *out, const struct sf_weights_config *w)
+{
+	fputc('{', out);
+	for (uint32_t i = 0; i < w->n; i++) {
+		fputs(i ? ", " : "", out);
+		write_string(out, w->v[i].name);
+		fputs(": ", out);
+		write_weight(out, w->v[i].weight);
+	}
+	fputc('}', out);
+}
+
+static void write_schedule(FILE *out, const struct sf_config *cfg, int indent)
+{
+	for (uint32_t i = 0; i < cfg->n_phases; i++) {
+		const struct sf_phase_config *ph = &cfg->schedule[i];
+
+		fprintf(out, "\n%*s- until_step: ", indent, "");
+		if (ph->until_step == UINT64_MAX)
+			fputs("null", out);
+		else
+			fprintf(out, "%llu", (unsigned long long)ph->until_step);
+		fprintf(out, "\n%*s  weights: ", indent, "");
+		write_weights(out, &ph->weights);
+		if (ph->ramp_to.v) {
+			fprintf(out, "\n%*s  ramp_to: ", indent, "");
+			write_weights(out, &ph->ramp_to);
+			if (ph->stages)
+				fprintf(out, "\n%*s  stages: %u", indent, "", ph->stages);
+		}
+	}
+}
+
 static void write_fields(FILE *out, const struct field *fields, const void *base, int indent)
 {
 	for (const struct field *f = fields; f->key; f++) {
 		const char *p = (const char *)base + f->off;
 
 		if (f->type == T_SECTION || f->type == T_SOURCES)
+			continue;
+		if (f->type == T_SCHEDULE && !((const struct sf_config *)base)->n_phases)
+			continue;
+		if (f->type == T_WEIGHTS && !((const struct sf_weights_config *)p)->n)
 			continue;
 		fprintf(out, "%*s%s: ", indent, "", f->key);
 		switch (f->type) {
@@ -1245,6 +1726,15 @@ static void write_fields(FILE *out, const struct field *fields, const void *base
 			break;
 		case T_BOOL:
 			fputs(*(const uint32_t *)p ? "true" : "false", out);
+			break;
+		case T_WEIGHT:
+			write_weight(out, *(const uint64_t *)p);
+			break;
+		case T_WEIGHTS:
+			write_weights(out, (const struct sf_weights_config *)p);
+			break;
+		case T_SCHEDULE:
+			write_schedule(out, base, indent + 2);
 			break;
 		case T_PATHS: {
 			const struct sf_source_config *src = base;
@@ -1286,7 +1776,7 @@ int sf__config_write(const struct sf_config *cfg, FILE *out)
 		write_fields(out, source_fields + 1, src, 4);
 	}
 	for (const struct field *f = root_fields; f->key; f++) {
-		if (f->type != T_SECTION)
+		if (f->type != T_SECTION || (f->sub == mixture_fields && !cfg->mixture))
 			continue;
 		fprintf(out, "%s:\n", f->key);
 		write_fields(out, f->sub, cfg, 2);
@@ -1306,6 +1796,15 @@ static void digest_str(XXH3_state_t *st, const char *s)
 static void digest_u64(XXH3_state_t *st, uint64_t v)
 {
 	XXH3_64bits_update(st, &v, sizeof(v));
+}
+
+static void digest_weights(XXH3_state_t *st, const struct sf_weights_config *w)
+{
+	digest_u64(st, w->n);
+	for (uint32_t i = 0; i < w->n; i++) {
+		digest_str(st, w->v[i].name);
+		digest_u64(st, w->v[i].weight);
+	}
 }
 
 /* A file's identity for the digest: its path, size and modification time. */
@@ -1355,6 +1854,14 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 	/* Only when set, so that the digests of jobs without it stay what they were. */
 	if (cfg->eot_id != SF_EOT_ID_UNSET)
 		digest_u64(&st, cfg->eot_id);
+	if (cfg->tok_file) {
+		digest_file(&st, cfg->tok_file);
+		digest_u64(&st, cfg->tok_format);
+		digest_str(&st, cfg->tok_pattern);
+		digest_str(&st, cfg->bos);
+		digest_str(&st, cfg->eos);
+		digest_u64(&st, cfg->tok_specials);
+	}
 	digest_u64(&st, cfg->seq_len);
 	digest_u64(&st, cfg->dtype);
 	digest_u64(&st, cfg->mode);
@@ -1362,5 +1869,22 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 	digest_u64(&st, cfg->epochs);
 	digest_u64(&st, cfg->doc_starts);
 	digest_u64(&st, (uint64_t)cfg->batch_size * cfg->world_size);
+	/* Only for a mixture, so that the digests of other jobs stay what they were. */
+	if (cfg->mixture) {
+		digest_str(&st, "mixture");
+		for (uint32_t i = 0; i < cfg->n_sources; i++) {
+			digest_str(&st, cfg->sources[i].name);
+			digest_str(&st, cfg->sources[i].group);
+			digest_u64(&st, cfg->sources[i].weight);
+		}
+		digest_weights(&st, &cfg->groups);
+		digest_u64(&st, cfg->n_phases);
+		for (uint32_t p = 0; p < cfg->n_phases; p++) {
+			digest_u64(&st, cfg->schedule[p].until_step);
+			digest_weights(&st, &cfg->schedule[p].weights);
+			digest_weights(&st, &cfg->schedule[p].ramp_to);
+			digest_u64(&st, cfg->schedule[p].stages);
+		}
+	}
 	return XXH3_64bits_digest(&st);
 }

@@ -46,6 +46,35 @@
 #define SF_DEVICE_CPU  1
 #define SF_DEVICE_CUDA 2
 
+/*
+ * Mixture weights are decimals with up to 9 digits after the point, held as integers
+ * scaled by SF_WEIGHT_SCALE so that they stay exact; SF_WEIGHT_UNSET: not given.
+ */
+#define SF_WEIGHT_SCALE UINT64_C(1000000000)
+#define SF_WEIGHT_MAX	(UINT64_C(1000000000) * SF_WEIGHT_SCALE)
+#define SF_WEIGHT_UNSET UINT64_MAX
+
+/* A name and its weight: a group's, or one entry of a schedule phase. */
+struct sf_weight_config {
+	char *name;
+	uint64_t weight;
+};
+
+struct sf_weights_config {
+	struct sf_weight_config *v;
+	uint32_t n;
+	uint32_t pad;
+};
+
+/* One phase of mixture.schedule (docs/mixtures.md). */
+struct sf_phase_config {
+	uint64_t until_step;		  /* the phase ends before it; UINT64_MAX: never */
+	struct sf_weights_config weights; /* source or group names; others weigh 0 */
+	struct sf_weights_config ramp_to; /* n > 0: a linear ramp from weights to these */
+	uint32_t stages;		  /* ramp: constant stages (0: one a step, <= 1024) */
+	uint32_t pad;
+};
+
 struct sf_source_config {
 	char **paths; /* paths and globs, as written; expanded sorted at load */
 	uint32_t n_paths;
@@ -54,6 +83,11 @@ struct sf_source_config {
 	char *separator;   /* text: document separator; NULL: one document per file */
 	uint32_t on_error; /* SF_ON_ERROR_* (default stop) */
 	uint32_t index;	   /* SF_INDEX_*: where raw text token-count indexes are cached */
+	uint32_t pad;
+	/* Mixtures (docs/mixtures.md). */
+	char *name;	 /* names the source in schedules, stats and its seed (default sourceN) */
+	char *group;	 /* NULL: none; else its weight is relative within the group */
+	uint64_t weight; /* SF_WEIGHT_UNSET: not given */
 };
 
 /*
@@ -71,10 +105,16 @@ struct sf_config {
 	uint32_t n_sources;
 
 	/* tokenizer */
-	char *encoding;	 /* "bytes", "char", "r50k_base", "cl100k_base", "o200k_base" */
-	char *vocab;	 /* vocabulary file, or NULL to look in vocab_dir */
-	char *vocab_dir; /* directory with ENCODING.tiktoken (default $SHMFEED_VOCAB_DIR) */
-	uint64_t eot_id; /* end-of-text id of pre-tokenized sources, or SF_EOT_ID_UNSET */
+	char *encoding;	       /* "bytes", "char", "r50k_base", "cl100k_base", "o200k_base" */
+	char *vocab;	       /* vocabulary file, or NULL to look in vocab_dir */
+	char *vocab_dir;       /* directory with ENCODING.tiktoken (default $SHMFEED_VOCAB_DIR) */
+	uint64_t eot_id;       /* end-of-text id of pre-tokenized sources, or SF_EOT_ID_UNSET */
+	char *tok_file;	       /* a tokenizer file (instead of `encoding`), or NULL */
+	uint32_t tok_format;   /* its format: SF_TOK_FORMAT_* of the tokenizer (0: detected) */
+	char *tok_pattern;     /* a pre-tokenization regex replacing the family's, or NULL */
+	char *bos;	       /* before each document: "auto" (the family's), "none" or a token */
+	char *eos;	       /* after each document: "auto" or a special token */
+	uint32_t tok_specials; /* 1: special-token text in documents becomes their ids */
 
 	/* batch geometry */
 	uint32_t batch_size; /* B, per rank (default 8) */
@@ -95,6 +135,7 @@ struct sf_config {
 	uint32_t producers;	   /* P (default 2) */
 	uint32_t max_restarts;	   /* restarts of one producer before the job stops (default 5) */
 	uint32_t stall_timeout_ms; /* a producer silent this long is killed and replaced (0: off) */
+	char *producer_cpus;	   /* CPU list producers are pinned to ("0-1,4"); NULL: not */
 
 	/* consumers */
 	uint32_t world_size;  /* W: global ranks (default 1) */
@@ -112,8 +153,14 @@ struct sf_config {
 	char *metrics;		     /* 127.0.0.1:PORT or [::1]:PORT serving it; NULL: none */
 
 	/* integrity */
-	uint32_t checksum; /* 1: xxh3-64 per payload, verified by consumers (default 1) */
-	uint32_t pad;
+	uint32_t checksum;     /* 1: xxh3-64 per payload, verified by consumers (default 1) */
+	uint32_t verify_every; /* consumers verify the checksum of every n-th step (default 1) */
+
+	/* mixture: set when a source has a weight or group, or a schedule is given */
+	uint32_t mixture;
+	uint32_t n_phases;
+	struct sf_weights_config groups;  /* group weights (without a schedule) */
+	struct sf_phase_config *schedule; /* n_phases of them; none: the weights as given */
 };
 
 /*

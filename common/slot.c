@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 #ifdef SF_HAVE_XXH3_DISPATCH
 /* Replaces XXH3_64bits and its variants by libxxhash's runtime-dispatched versions:
@@ -54,6 +55,32 @@ static uint32_t participants_count(const struct sf_arena *a)
 uint64_t sf__payload_checksum(const void *p, size_t len)
 {
 	return XXH3_64bits(p, len);
+}
+
+void sf__payload_hashes(const struct sf_arena *a, const void *payload, uint32_t length,
+			int want_checksum, uint64_t *ret_digest, uint64_t *ret_checksum)
+{
+	const struct sf_geometry *g = &a->hdr->geo;
+	const uint64_t tokens = (uint64_t)g->batch * g->seq_tokens * g->token_bytes;
+	XXH3_state_t st;
+
+	if (!want_checksum) {
+		*ret_digest = XXH3_64bits(payload, length < tokens ? length : (size_t)tokens);
+		*ret_checksum = 0;
+		return;
+	}
+	if (length <= tokens) {
+		*ret_digest = *ret_checksum = XXH3_64bits(payload, length);
+		return;
+	}
+	/* Document starts follow the tokens: one streaming pass yields the digest of the
+	 * tokens on the way to the checksum of the whole payload (a streamed XXH3 equals
+	 * the one-shot hash of the same bytes). */
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, payload, (size_t)tokens);
+	*ret_digest = XXH3_64bits_digest(&st);
+	XXH3_64bits_update(&st, (const unsigned char *)payload + tokens, length - (size_t)tokens);
+	*ret_checksum = XXH3_64bits_digest(&st);
 }
 
 /* The waiter word and bit of producer `me` in the header's free_waiters bitmap. */
@@ -433,9 +460,11 @@ int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *
 	s->length = length;
 	s->first_sample = first_sample;
 	s->producer = me;
-	s->checksum = (a->hdr->geo.flags & SF_ARENA_F_CHECKSUM)
-			      ? sf__payload_checksum(fill->payload, length)
-			      : 0;
+	/* The filler has just written these bytes, so they are in its cache (all of them
+	 * for batches up to the cache's size): the digest costs it a pass over cached data,
+	 * and each consumer none. */
+	sf__payload_hashes(a, fill->payload, length, !!(a->hdr->geo.flags & SF_ARENA_F_CHECKSUM),
+			   &s->digest, &s->checksum);
 	s->fill_ns = sf__now_ns();
 	SF_TEST_POINT(SF_TP_PRODUCER_FILLED);
 	/* Release: publishes the payload and the fields above; pairs with the acquire
@@ -474,9 +503,15 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 			SF_TEST_POINT(SF_TP_CONSUMER_CLAIMED);
 			*ret_slot = s;
 			if ((a->hdr->geo.flags & SF_ARENA_F_CHECKSUM) &&
-			    sf__payload_checksum(sf__arena_payload(a, rank, (uint32_t)(step % K)),
-						 s->length) != s->checksum)
-				return SF_E_CHECKSUM;
+			    step % a->hdr->verify_every == 0) {
+				uint64_t digest, checksum;
+
+				sf__payload_hashes(a,
+						   sf__arena_payload(a, rank, (uint32_t)(step % K)),
+						   s->length, 1, &digest, &checksum);
+				if (digest != s->digest || checksum != s->checksum)
+					return SF_E_CHECKSUM;
+			}
 			return 0;
 		}
 		if (sf__slot_lap(w) > lap)

@@ -111,10 +111,10 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 		       struct sf_fill *ret_fill);
 
 /*
- * sf__producer_publish - publish a filled slot: record `length` payload bytes (and their
- * checksum when the arena asks for one) and `first_sample`, then make it READY and wake
- * the rank's consumer if it sleeps. Returns 0, or SF_E_STATE when the slot is no longer
- * this producer's FILLING slot (nothing is published).
+ * sf__producer_publish - publish a filled slot: record `length` payload bytes, the digest
+ * of its tokens (and the checksum of all the bytes when the arena asks for one) and
+ * `first_sample`, then make it READY and wake the rank's consumer if it sleeps. Returns 0, or
+ * SF_E_STATE when the slot is no longer this producer's FILLING slot (nothing is published).
  */
 int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *fill,
 			 uint32_t length, uint64_t first_sample);
@@ -124,7 +124,9 @@ int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *
  * `step` of `rank` is READY and claim it for participant `me`. Returns 0 and the slot
  * in *ret_slot; SF_E_AGAIN (timeout 0), SF_E_TIMEOUT, SF_E_STOPPED, SF_E_STATE when
  * the step is no longer in the ring (already released), or SF_E_CHECKSUM (the claim is
- * kept, so the caller can release it).
+ * kept, so the caller can release it). With SF_ARENA_F_CHECKSUM, the steps that are
+ * multiples of the header's verify_every are hashed again and compared with the slot's
+ * checksum and digest; other steps are not read.
  */
 int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step,
 		       int64_t timeout_ns, struct sf_slot **ret_slot);
@@ -170,5 +172,14 @@ int sf__ring_seek_unattached(struct sf_arena *a, uint32_t rank, uint64_t step, s
 
 /* sf__payload_checksum - the checksum shmfeed stores: xxh3-64 of the bytes. */
 uint64_t sf__payload_checksum(const void *p, size_t len);
+
+/*
+ * sf__payload_hashes - what a slot header records of a payload of `length` bytes in
+ * arena `a`: *ret_digest, xxh3-64 of its token bytes (at most B x (T+1) x token size),
+ * and, when `want_checksum`, *ret_checksum, xxh3-64 of all `length` bytes (else 0). One
+ * pass over the bytes.
+ */
+void sf__payload_hashes(const struct sf_arena *a, const void *payload, uint32_t length,
+			int want_checksum, uint64_t *ret_digest, uint64_t *ret_checksum);
 
 #endif

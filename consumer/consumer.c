@@ -73,7 +73,8 @@ struct sf_consumer {
 	uint64_t step;	      /* the next step to claim */
 	uint64_t token_bytes; /* B * (T+1) * token size: what is digested and copied */
 	uint64_t doc_off;     /* where the document starts begin in a payload */
-	uint64_t copy_bytes;  /* GPU: the tokens, and the document starts when recorded */
+	uint64_t copy_bytes;  /* GPU: the tokens, and document starts and sources when there */
+	uint64_t sources_off; /* where a mixture's row sources begin in a payload; 0: none */
 	struct sf_slot *held; /* CPU: the slot handed out; GPU: the slot being copied */
 	void **out;	      /* CPU: widened copies of batches, step s in out[s % out_count] */
 	uint32_t out_count;
@@ -410,8 +411,13 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 	c->global_rank = geo->rank_base + c->rank;
 	c->token_bytes = (uint64_t)geo->batch * geo->seq_tokens * geo->token_bytes;
 	c->doc_off = sf__doc_starts_offset(geo->batch, geo->seq_tokens, geo->token_bytes);
-	/* The document starts follow the tokens within 64 bytes: one copy moves both. */
-	c->copy_bytes = geo->doc_starts_per_seq ? c->a->hdr->payload_bytes : c->token_bytes;
+	c->sources_off = geo->flags & SF_ARENA_F_SOURCES
+				 ? sf__sources_offset(geo->batch, geo->seq_tokens, geo->token_bytes,
+						      geo->doc_starts_per_seq)
+				 : 0;
+	/* Document starts and row sources follow the tokens closely: one copy moves all. */
+	c->copy_bytes = geo->doc_starts_per_seq || c->sources_off ? c->a->hdr->payload_bytes
+								  : c->token_bytes;
 	r = sf__participant_register(c->a, c->me, SF_ROLE_CONSUMER, local_rank, &c->err);
 	if (r < 0) {
 		if (r == SF_E_BUSY)
@@ -420,6 +426,9 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 				local_rank);
 		goto fail;
 	}
+	/* Only this rank's part of the arena becomes resident here. A failure only means
+	 * page faults on first use, so it is not one of attach's. */
+	sf__arena_populate_rank(c->a, c->rank);
 	/* Registration repaired a dead predecessor's claims (CLAIMED back to READY), so the
 	 * ring's lowest step is the first one nobody finished with. */
 	c->step = sf__ring_next_step(c->a, c->rank);
@@ -480,6 +489,7 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 		.device_buffer = {c->gpu.buf[0], c->gpu.buf[1]},
 		.doc_starts_buffer = {gpu_doc_starts(c, 0), gpu_doc_starts(c, 1)},
 		.config_digest = h->geo.config_digest,
+		.sources_offset = c->sources_off,
 	};
 
 	*ret_info = info;
@@ -600,6 +610,8 @@ out:
 	b->tokens = NULL;
 	b->buffer = buf;
 	b->doc_starts = (const uint32_t *)(uintptr_t)gpu_doc_starts(c, buf);
+	b->sources =
+		c->sources_off ? (const int32_t *)(uintptr_t)(g->buf[buf] + c->sources_off) : NULL;
 	return 0;
 }
 
@@ -715,11 +727,10 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	b.tokens = payload;
 	b.device_ptr = 0;
 	b.doc_starts = b.doc_starts_per_seq ? (const uint32_t *)(payload + c->doc_off) : NULL;
-	/* When the checksum covers exactly the tokens, the claim has just verified that it
-	 * is their XXH3-64: no need to hash them again. */
-	b.digest = (h->geo.flags & SF_ARENA_F_CHECKSUM) && s->length == c->token_bytes
-			   ? s->checksum
-			   : XXH3_64bits(payload, (size_t)c->token_bytes);
+	b.sources = c->sources_off ? (const int32_t *)(payload + c->sources_off) : NULL;
+	/* The filler's digest of the tokens: next() reads no payload byte itself (the
+	 * claim did, when this step's checksum was verified, and then compared it). */
+	b.digest = s->digest;
 	b.wait_ns = waited;
 	b.buffer = (uint32_t)(c->step % K);
 	b.reserved = 0;

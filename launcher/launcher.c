@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -32,6 +33,7 @@
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
 #include "common/control.h"
+#include "common/cpus.h"
 #include "common/log.h"
 #include "common/proc.h"
 #include "common/slot.h"
@@ -92,6 +94,8 @@ struct supervisor {
 
 	struct producer prod[SF_MAX_PRODUCERS];
 	uint32_t n_prod;
+	int pin_producers; /* producers.cpus given: each producer runs on producer_cpus */
+	cpu_set_t producer_cpus;
 	int paused;
 
 	int stopping;
@@ -187,7 +191,14 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 		setpgid(0, 0);
 		snprintf(who, sizeof(who), "producer %u", i);
 		sf__log_set_who(who);
-		r = S->l->ops->main(S->ds, S->a, i, &e);
+		/* producers.cpus: set in the child, before it reads anything, so that its
+		 * pages are first touched on the CPUs it will run on. */
+		if (S->pin_producers &&
+		    sched_setaffinity(0, sizeof(S->producer_cpus), &S->producer_cpus) < 0)
+			r = sf__err(&e, -errno, "cannot run on CPUs %s (producers.cpus): %s",
+				    S->cfg->producer_cpus, strerror(errno));
+		else
+			r = S->l->ops->main(S->ds, S->a, i, &e);
 		if (r < 0) {
 			const char *msg = e.msg[0] ? e.msg : sf_strerror(r);
 
@@ -522,6 +533,24 @@ static void check_producers(struct supervisor *S)
 	}
 }
 
+/* A mixture's sources: their samples in the prefix every local rank has read. */
+static void annotate_mixture(const struct supervisor *S, struct sf_stats *s)
+{
+	uint64_t least = UINT64_MAX;
+
+	if (!S->l->ops->mixture)
+		return;
+	for (uint32_t r = 0; r < S->geo.ranks && r < SF_STATS_MAX_RANKS; r++)
+		least = s->rank[r].next_step < least ? s->rank[r].next_step : least;
+	if (least == UINT64_MAX)
+		return;
+	s->samples = least * S->geo.batch * (uint64_t)S->geo.world_size;
+	S->l->ops->mixture(S->ds, s);
+	for (uint32_t i = 0; i < s->n_sources && i < S->cfg->n_sources; i++)
+		snprintf(s->source[i].name, sizeof(s->source[i].name), "%s",
+			 S->cfg->sources[i].name ? S->cfg->sources[i].name : "");
+}
+
 /* Add to a sample of the arena what only the supervisor knows. */
 static void annotate(const struct supervisor *S, struct sf_stats *s)
 {
@@ -535,6 +564,7 @@ static void annotate(const struct supervisor *S, struct sf_stats *s)
 		s->producer[i].silent_ns = p->pid > 0 ? p->silent_ns : 0;
 		s->producer[i].stalls = p->stalls;
 	}
+	annotate_mixture(S, s);
 }
 
 static void sample(struct supervisor *S)
@@ -1110,7 +1140,8 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 {
 	struct supervisor *S = calloc(1, sizeof(*S));
 	const struct sf_config *cfg = l->cfg;
-	struct sf_arena_options opt = {.hugepages = (int)cfg->hugepages};
+	struct sf_arena_options opt = {.hugepages = (int)cfg->hugepages,
+				       .verify_every = cfg->verify_every};
 	char note[256] = "";
 	sigset_t mask;
 	int r, status = 0;
@@ -1132,6 +1163,17 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	r = sf__job_paths(cfg->job, 1, &S->paths, e);
 	if (r < 0)
 		goto out_free;
+	if (cfg->producer_cpus) {
+		char msg[400];
+
+		r = sf__cpu_list_allowed(cfg->producer_cpus, &S->producer_cpus, msg, sizeof(msg));
+		if (r < 0) {
+			r = sf__err(e, r, "%s: producers.cpus: %s",
+				    cfg->path ? cfg->path : cfg->job, msg);
+			goto out_free;
+		}
+		S->pin_producers = 1;
+	}
 	r = l->ops->open(cfg, &S->ds, e);
 	if (r < 0)
 		goto out_free;
@@ -1202,6 +1244,8 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	for (uint32_t rk = 0; rk < S->geo.ranks; rk++)
 		S->start_steps[rk] = sf__ring_next_step(S->a, rk);
 	S->end_step = sf__stats_end_step(&S->geo, cfg->epochs);
+	if (l->ops->end_step)
+		S->end_step = l->ops->end_step(S->ds);
 	sf__log_info("job %s: %u producer%s started; control %s", cfg->job, S->n_prod,
 		     S->n_prod == 1 ? "" : "s", S->ctl_ep);
 	if (!S->stopping && l->command) {

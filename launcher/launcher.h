@@ -20,6 +20,8 @@
 #include "common/config.h"
 #include "common/errors.h"
 
+struct sf_stats;
+
 /* How the supervisor reaches the producer side. `ds` is opaque to it. */
 struct sf_producer_ops {
 	/* Open the sources once, before fork: 0 and *ret_ds, or an error with detail. */
@@ -30,6 +32,12 @@ struct sf_producer_ops {
 			struct sf_err *e);
 	/* The body of producer `index`, in the forked child: 0 once the job stops. */
 	int (*main)(void *ds, struct sf_arena *a, uint32_t index, struct sf_err *e);
+	/* Optional. The step of the end marker (UINT64_MAX: none), when the dataset knows it
+	 * better than the epochs do (a mixture's schedule). */
+	uint64_t (*end_step)(const void *ds);
+	/* Optional. A mixture's sources: each one's delivered and target samples among the
+	 * first s->samples, into s->source[] and s->n_sources (names not filled). */
+	void (*mixture)(const void *ds, struct sf_stats *s);
 };
 
 /*
@@ -234,6 +242,14 @@ struct sf_stats_producer {
 	uint64_t silent_ns; /* how long its heartbeat had not moved */
 };
 
+/* A mixture's source: its samples in the global prefix the ranks have read. */
+#define SF_STATS_MAX_SOURCES 64
+struct sf_stats_source {
+	char name[64];
+	uint64_t delivered; /* samples from it among the first `samples` */
+	double target;	    /* weight x samples, phase by phase */
+};
+
 struct sf_stats {
 	uint64_t t_ns; /* CLOCK_MONOTONIC of the sample */
 	uint64_t uptime_ns;
@@ -256,6 +272,12 @@ struct sf_stats {
 	uint64_t tokens_encoded;  /* tokens their tokenizers produced (raw text) */
 	struct sf_stats_rank rank[SF_STATS_MAX_RANKS];
 	struct sf_stats_producer producer[SF_STATS_MAX_PRODUCERS];
+	/* Mixtures: the global samples every local rank has read (the least next step of
+	 * the ranks, times B x W) and each source's share of them. */
+	uint64_t samples;
+	uint32_t n_sources; /* 0: not a mixture */
+	uint32_t pad;
+	struct sf_stats_source source[SF_STATS_MAX_SOURCES];
 };
 
 /*

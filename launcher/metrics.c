@@ -164,6 +164,25 @@ static void render(FILE *f, const struct sf_stats *s, const char *job)
 	counter(f, "shmfeed_repairs_total", "Slots taken back from dead participants.", job,
 		s->repairs);
 
+	if (s->n_sources) {
+		/* Source names are [A-Za-z0-9_.-] (checked at load): no escaping. */
+		head(f, "shmfeed_source_samples_total", "counter",
+		     "Samples of each mixture source in the global prefix every local rank read.");
+		for (uint32_t i = 0; i < s->n_sources && i < SF_STATS_MAX_SOURCES; i++)
+			fprintf(f,
+				"shmfeed_source_samples_total{shmfeed_job=\"%s\",source=\"%s\"} "
+				"%llu\n",
+				job, s->source[i].name, (unsigned long long)s->source[i].delivered);
+		head(f, "shmfeed_source_target_samples", "gauge",
+		     "Weight x samples of each mixture source over the same prefix, phase by "
+		     "phase.");
+		for (uint32_t i = 0; i < s->n_sources && i < SF_STATS_MAX_SOURCES; i++)
+			fprintf(f,
+				"shmfeed_source_target_samples{shmfeed_job=\"%s\",source=\"%s\"} "
+				"%.15g\n",
+				job, s->source[i].name, s->source[i].target);
+	}
+
 	head(f, "shmfeed_consumer_wait_seconds", "histogram",
 	     "How long each read of a batch waited for it, per rank.");
 	for (uint32_t r = 0; r < ranks; r++) {

@@ -31,9 +31,37 @@ static int real_main(void *ds, struct sf_arena *a, uint32_t index, struct sf_err
 	return sf__producer_main(ds, a, index, e);
 }
 
+static uint64_t real_end_step(const void *ds)
+{
+	struct sf_dataset_stats st;
+
+	sf__dataset_stats(ds, &st);
+	return st.n_steps;
+}
+
+static void real_mixture(const void *ds, struct sf_stats *s)
+{
+	uint64_t counts[SF_STATS_MAX_SOURCES];
+	double target[SF_STATS_MAX_SOURCES];
+	uint32_t n = sf__dataset_mix_sources(ds);
+
+	/* Per-source stats for the first SF_STATS_MAX_SOURCES sources only. */
+	if (!n || n > SF_STATS_MAX_SOURCES)
+		return;
+	sf__dataset_mix_expect(ds, s->samples, counts, NULL);
+	sf__dataset_mix_target(ds, s->samples, target);
+	for (uint32_t i = 0; i < n; i++) {
+		s->source[i].delivered = counts[i];
+		s->source[i].target = target[i];
+	}
+	s->n_sources = n;
+}
+
 const struct sf_producer_ops sf__real_producers = {
 	.open = real_open,
 	.close = real_close,
 	.geometry = real_geometry,
 	.main = real_main,
+	.end_step = real_end_step,
+	.mixture = real_mixture,
 };

@@ -233,7 +233,18 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 				 : "running",
 		    (unsigned long long)(q->silent_ns / 1000000));
 	}
-	OUT("]}");
+	OUT("]");
+	if (s->n_sources) {
+		OUT(",\"samples\":%llu,\"sources\":[", (unsigned long long)s->samples);
+		for (uint32_t i = 0; i < s->n_sources && i < SF_STATS_MAX_SOURCES; i++) {
+			OUT("%s{\"name\":", i ? "," : "");
+			sf__json_escape(buf, len, &n, s->source[i].name);
+			OUT(",\"delivered\":%llu,\"target\":%.3f}",
+			    (unsigned long long)s->source[i].delivered, s->source[i].target);
+		}
+		OUT("]");
+	}
+	OUT("}");
 #undef OUT
 	return n < len ? (int)n : -ENOSPC;
 }

@@ -1,14 +1,13 @@
 /*
- * The dataset: sources resolved into one global token stream, the sample space over it,
- * and the batch builder. Pre-tokenized files are concatenated in source order (each
- * source's paths and globs sorted); raw text is the concatenation of its chunks
- * (source_text.c). Sample k of the stream is found by producer/sampler.h without any
- * state, which makes a batch a pure function of (rank, step).
+ * The dataset composes the rooms of producer/: the sources of each format (source/),
+ * resolved into one global token stream (pre-tokenized files concatenated in source
+ * order, each source's paths and globs sorted; raw text the concatenation of its chunks,
+ * text_index.c), the tokenizer, the sample space over the stream, and the batch builder.
+ * Sample k of the stream is found by producer/sampler.h (or text_cache.c for raw text
+ * windows) without any state, which makes a batch a pure function of (rank, step).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +21,14 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
+#include "producer/chunk_share.h"
 #include "producer/dataset_impl.h"
+#include "producer/part_plan.h"
 #include "producer/sampler.h"
-#include "producer/source_text.h"
+#include "producer/source/file_cache.h"
+#include "producer/source/paths.h"
+#include "producer/text_cache.h"
+#include "producer/text_index.h"
 #include "producer/tokenizer/tokenizer.h"
 
 struct sf_builder {
@@ -41,196 +45,6 @@ struct sf_builder {
  * that is merely descheduled is waited for, and one that is stuck costs little.
  */
 #define SHARE_WAIT_NS (20 * 1000 * 1000)
-
-static int has_suffix(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), m = strlen(suffix);
-
-	return n >= m && !strcmp(s + n - m, suffix);
-}
-
-/* The format of `path` when its source says SF_FMT_AUTO. */
-static int detect_format(const char *path, uint32_t *ret_format)
-{
-	static const char *const text_ext[] = {".txt", ".txt.zst", ".txt.gz"};
-	static const char *const jsonl_ext[] = {".jsonl", ".jsonl.zst", ".jsonl.gz"};
-
-	for (size_t i = 0; i < 3; i++) {
-		if (has_suffix(path, text_ext[i])) {
-			*ret_format = SF_FMT_TEXT;
-			return 0;
-		}
-		if (has_suffix(path, jsonl_ext[i])) {
-			*ret_format = SF_FMT_JSONL;
-			return 0;
-		}
-	}
-	return sf__token_format_detect(path, ret_format);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Append a copy of `p` (of `len` bytes) to the growing list. */
-static int push_path(char ***paths, size_t *n, size_t *cap, const char *p, size_t len)
-{
-	if (*n == *cap) {
-		size_t ncap = *cap ? *cap * 2 : 16;
-		char **np = realloc(*paths, ncap * sizeof(*np));
-
-		if (!np)
-			return -ENOMEM;
-		*paths = np;
-		*cap = ncap;
-	}
-	(*paths)[*n] = strndup(p, len);
-	if (!(*paths)[*n])
-		return -ENOMEM;
-	(*n)++;
-	return 0;
-}
-
-/* Whether `path` is a regular file after symlinks. */
-static int is_regular(const char *path)
-{
-	struct stat st;
-
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/*
- * The files of a directory given as a source path: its regular files (after symlinks),
- * not those of its subdirectories, names starting with "." skipped (the `beside` index
- * caches among them), and a Megatron NAME.idx skipped where NAME.bin is there too (the
- * .bin names the pair). A directory that holds none is an error, as a glob matching
- * nothing is.
- */
-static int expand_directory(const char *dir, char ***paths, size_t *n, size_t *cap,
-			    struct sf_err *e)
-{
-	size_t dlen = strlen(dir), before = *n;
-	struct dirent *de;
-	DIR *d;
-	int r = 0;
-
-	while (dlen > 1 && dir[dlen - 1] == '/')
-		dlen--;
-	d = opendir(dir);
-	if (!d)
-		return sf__err(e, -errno, "%s: cannot list the directory: %s", dir,
-			       strerror(errno));
-	while (r == 0 && (errno = 0, de = readdir(d))) {
-		size_t nlen = strlen(de->d_name);
-		char *full;
-
-		if (de->d_name[0] == '.')
-			continue;
-		if (asprintf(&full, "%.*s/%s", (int)dlen, dir, de->d_name) < 0) {
-			r = -ENOMEM;
-			break;
-		}
-		if (is_regular(full) && nlen > 4 && !strcmp(de->d_name + nlen - 4, ".idx")) {
-			strcpy(full + strlen(full) - 4, ".bin");
-			if (is_regular(full)) {
-				free(full);
-				continue;
-			}
-			strcpy(full + strlen(full) - 4, ".idx");
-		}
-		if (is_regular(full))
-			r = push_path(paths, n, cap, full, strlen(full));
-		free(full);
-	}
-	if (r == 0 && errno)
-		r = sf__err(e, -errno, "%s: cannot list the directory: %s", dir, strerror(errno));
-	else if (r == -ENOMEM)
-		r = sf__err(e, r, "out of memory");
-	closedir(d);
-	if (r == 0 && *n == before)
-		r = sf__err(e, -ENOENT, "%s: the directory holds no regular file", dir);
-	return r;
-}
-
-/*
- * The paths of a source: each entry taken literally when it holds no glob character or
- * when a file of exactly that name exists (so "data[1].bin" names itself), else expanded
- * as a glob; a directory stands for its files (expand_directory()); all of them sorted
- * and deduplicated. A glob that matches nothing is an error: a typo must not silently
- * shrink the dataset.
- */
-int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
-		      struct sf_err *e)
-{
-	char **paths = NULL;
-	size_t n = 0, cap = 0;
-	int r = 0;
-
-	for (uint32_t i = 0; i < src->n_paths && r == 0; i++) {
-		const char *p = src->paths[i];
-		struct stat st;
-		glob_t g = {0};
-
-		if (strpbrk(p, "*?[") && access(p, F_OK) != 0) {
-			int gr = glob(p, GLOB_ERR, NULL, &g);
-
-			if (gr == GLOB_NOMATCH) {
-				r = sf__err(e, -ENOENT, "%s: no file matches", p);
-				break;
-			}
-			if (gr) {
-				r = sf__err(e, -EIO, "%s: cannot expand the pattern", p);
-				globfree(&g);
-				break;
-			}
-			for (size_t j = 0; j < g.gl_pathc && r == 0; j++)
-				r = push_path(&paths, &n, &cap, g.gl_pathv[j],
-					      strlen(g.gl_pathv[j]));
-			globfree(&g);
-			if (r == -ENOMEM)
-				r = sf__err(e, r, "out of memory");
-		} else if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
-			r = expand_directory(p, &paths, &n, &cap, e);
-		} else {
-			r = push_path(&paths, &n, &cap, p, strlen(p));
-			if (r == -ENOMEM)
-				r = sf__err(e, r, "out of memory");
-		}
-	}
-	if (r < 0) {
-		for (size_t i = 0; i < n; i++)
-			free(paths[i]);
-		free(paths);
-		return r;
-	}
-	if (n)
-		qsort(paths, n, sizeof(*paths), cmp_str);
-	for (size_t i = 1; i < n;) {
-		if (!strcmp(paths[i], paths[i - 1])) {
-			free(paths[i]);
-			memmove(&paths[i], &paths[i + 1], (n - i - 1) * sizeof(*paths));
-			n--;
-		} else {
-			i++;
-		}
-	}
-	*ret_paths = paths;
-	*ret_n = n;
-	return 0;
-}
-
-void sf__dataset_note_skips(struct sf_dataset *ds, const struct sf_err *why, uint64_t n)
-{
-	if (n && ds->stats.skipped == 0)
-		snprintf(ds->first_skip, sizeof(ds->first_skip), "%s", why->msg);
-	ds->stats.skipped += n;
-}
-
-void sf__dataset_note_skip(struct sf_dataset *ds, const struct sf_err *why)
-{
-	sf__dataset_note_skips(ds, why, 1);
-}
 
 static int add_token_file(struct sf_dataset *ds, const char *path, uint32_t format,
 			  const struct sf_source_config *src, struct sf_err *e)
@@ -260,27 +74,40 @@ static int add_token_file(struct sf_dataset *ds, const char *path, uint32_t form
 	return 0;
 }
 
-static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
+			const struct sf_part_plan *plan, struct sf_err *e)
 {
+	uint64_t k = 0; /* files listed so far, the plan's index */
+
 	for (uint32_t s = 0; s < cfg->n_sources; s++) {
 		const struct sf_source_config *src = &cfg->sources[s];
 		char **paths;
 		size_t n;
+		uint64_t first = ds->n_tokens;
 		int r = sf__source_expand(src, &paths, &n, e);
 
 		if (r < 0)
 			return r;
-		for (size_t i = 0; i < n && r == 0; i++) {
+		for (size_t i = 0; i < n && r == 0; i++, k++) {
 			uint32_t format = src->format;
 
+			if (plan && (k >= plan->n_files || !plan->files[k].in_part))
+				continue;
 			ds->stats.n_files++;
 			if (format == SF_FMT_AUTO)
-				r = detect_format(paths[i], &format);
+				r = sf__source_detect_format(paths[i], &format);
 			if (r < 0) {
 				sf__err(e, r, "%s: cannot detect its format", paths[i]);
 				break;
 			}
-			if (format == SF_FMT_TEXT || format == SF_FMT_JSONL)
+			if (plan && format != SF_FMT_TEXT && format != SF_FMT_JSONL)
+				r = sf__err(e, SF_E_CONFIG,
+					    "%s: tokenize parts are cut from raw text sources",
+					    paths[i]);
+			else if (plan)
+				r = sf__text_add_part(ds, paths[i], format, s, plan->files[k].lo,
+						      plan->files[k].hi, e);
+			else if (format == SF_FMT_TEXT || format == SF_FMT_JSONL)
 				r = sf__text_add_file(ds, paths[i], format, s, e);
 			else
 				r = add_token_file(ds, paths[i], format, src, e);
@@ -290,7 +117,12 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg, stru
 		free(paths);
 		if (r < 0)
 			return r;
+		sf__dataset_mix_source_span(ds, s, first);
 	}
+	if (plan && k != plan->n_files)
+		return sf__err(e, SF_E_SOURCE,
+			       "the sources list %llu files now, %llu when the part was planned",
+			       (unsigned long long)k, (unsigned long long)plan->n_files);
 	if (ds->n_token_files && ds->n_text_files)
 		return sf__err(e, SF_E_CONFIG,
 			       "%s: a job reads either pre-tokenized files or raw text, not both",
@@ -353,6 +185,47 @@ static int tokenizer_digest(const char *encoding, const char *vocab, uint64_t *r
 }
 
 /*
+ * A tokenizer file (tokenizer.file): the family's tokens around each document unless the
+ * job names others. The chunk index cache is keyed by the file's bytes, its format and
+ * pattern, and those tokens, which all change the counts.
+ */
+static int load_tokenizer_file(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+{
+	struct sf_tok_file_opts opts = {cfg->tok_file, (int)cfg->tok_format, cfg->tok_pattern};
+	XXH3_state_t st;
+	uint64_t words[3];
+	int32_t bos, eos;
+	int r;
+
+	r = sf__tok_load_file(&opts, &ds->tok, e);
+	/* A config built in code (not loaded) may leave the policies unset: "auto". */
+	if (r >= 0)
+		r = sf__tok_marker(ds->tok, cfg->bos ? cfg->bos : "auto", 1, &bos, e);
+	if (r >= 0)
+		r = sf__tok_marker(ds->tok, cfg->eos ? cfg->eos : "auto", 0, &eos, e);
+	if (r < 0)
+		return r;
+	ds->bos = bos >= 0 ? (uint32_t)bos : UINT32_MAX;
+	ds->eot = eos >= 0 ? (uint32_t)eos : UINT32_MAX;
+	ds->allowed = cfg->tok_specials ? SF_TOK_ALLOW_ALL : SF_TOK_ALLOW_NONE;
+	words[0] = cfg->tok_format | (uint64_t)cfg->tok_specials << 32;
+	words[1] = ds->bos;
+	words[2] = ds->eot;
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, "file", 5);
+	XXH3_64bits_update(&st, words, sizeof(words));
+	if (cfg->tok_pattern)
+		XXH3_64bits_update(&st, cfg->tok_pattern, strlen(cfg->tok_pattern) + 1);
+	r = hash_file(&st, cfg->tok_file, e);
+	if (r < 0)
+		return r;
+	ds->tok_digest = XXH3_64bits_digest(&st);
+	if (ds->n_token_files)
+		ds->id_limit = sf__tok_n_vocab(ds->tok);
+	return 0;
+}
+
+/*
  * The tokenizer is needed to encode raw text and, for flat token files, to know which
  * id ends a document (for document starts and for the dtype choice).
  */
@@ -361,6 +234,8 @@ static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, st
 	char *vocab = NULL;
 	int r;
 
+	if (cfg->tok_file)
+		return load_tokenizer_file(ds, cfg, e);
 	if (!cfg->encoding) {
 		if (ds->n_text_files)
 			return sf__err(e, SF_E_CONFIG, "raw text sources need an encoding");
@@ -451,7 +326,7 @@ static int choose_dtype(struct sf_dataset *ds, const struct sf_config *cfg, stru
 				cfg->path ? cfg->path : "config", wide->path);
 		if (ds->n_text_files && ds->tok && sf__tok_n_vocab(ds->tok) > 65536)
 			return sf__err(e, SF_E_CONFIG, "dtype uint16 cannot hold the %u ids of %s",
-				       sf__tok_n_vocab(ds->tok), cfg->encoding);
+				       sf__tok_n_vocab(ds->tok), sf__tok_name(ds->tok));
 		ds->token_bytes = 2;
 	} else if (cfg->dtype == SF_DTYPE_I32) {
 		ds->token_bytes = 4;
@@ -483,16 +358,35 @@ static void copy_config(struct sf_dataset *ds, const struct sf_config *cfg)
 	ds->sources = cfg->sources;
 	ds->n_sources = cfg->n_sources;
 	ds->eot = UINT32_MAX;
+	ds->bos = UINT32_MAX;
+}
+
+/* The file cache's way to map file `i` of ds->token_maps. */
+static int map_token_file(void *arg, uint32_t i, const char **ret_data, size_t *ret_len,
+			  size_t *ret_cap, struct sf_err *e)
+{
+	const struct sf_dataset *ds = arg;
+
+	return sf__token_file_map(&ds->token_files[i / 2], (int)(i % 2), ret_data, ret_len, ret_cap,
+				  e);
 }
 
 /* What `run` does at start-up before it tokenizes anything: the sources opened, the
  * tokenizer loaded, the end-of-text id and the token width settled. */
-static int open_start(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+static int open_start(struct sf_dataset *ds, const struct sf_config *cfg,
+		      const struct sf_part_plan *plan, struct sf_err *e)
 {
 	int r;
 
 	copy_config(ds, cfg);
-	r = open_sources(ds, cfg, e);
+	r = sf__dataset_mix_prepare(ds, cfg, e);
+	if (r >= 0)
+		r = open_sources(ds, cfg, plan, e);
+	if (r >= 0 && ds->n_token_files)
+		r = sf__file_cache_create(2 * ds->n_token_files, 0, map_token_file, ds,
+					  &ds->token_maps, e);
+	if (r >= 0)
+		r = sf__dataset_mix_check(ds, cfg, e);
 	if (r >= 0)
 		r = load_tokenizer(ds, cfg, e);
 	if (r >= 0)
@@ -509,7 +403,7 @@ int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, st
 
 	if (!ds)
 		return sf__err(e, -ENOMEM, "out of memory");
-	r = open_start(ds, cfg, e);
+	r = open_start(ds, cfg, NULL, e);
 	if (r >= 0)
 		*ret_token_bytes = ds->token_bytes;
 	sf__dataset_close(ds);
@@ -517,6 +411,12 @@ int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, st
 }
 
 int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, struct sf_err *e)
+{
+	return sf__dataset_open_part(cfg, NULL, ret_ds, e);
+}
+
+int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan *plan,
+			  struct sf_dataset **ret_ds, struct sf_err *e)
 {
 	struct sf_dataset *ds;
 	uint64_t G;
@@ -530,11 +430,19 @@ int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, st
 	ds = calloc(1, sizeof(*ds));
 	if (!ds)
 		return sf__err(e, -ENOMEM, "out of memory");
-	r = open_start(ds, cfg, e);
+	r = open_start(ds, cfg, plan, e);
 	if (r >= 0 && ds->n_text_files)
 		r = sf__text_build_index(ds, cfg, e);
 	if (r < 0)
 		goto fail;
+	/* A part is only tokenized, never sampled: it may hold less than a sequence. */
+	if (plan) {
+		ds->config_digest = sf__config_digest(cfg);
+		ds->stats.n_tokens = ds->n_tokens;
+		ds->stats.token_bytes = ds->token_bytes;
+		*ret_ds = ds;
+		return 0;
+	}
 	if (ds->n_tokens < (uint64_t)cfg->seq_len + 1) {
 		r = sf__err(e, SF_E_SOURCE,
 			    "the sources hold %llu tokens, fewer than one sequence of %u",
@@ -546,6 +454,9 @@ int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, st
 	/* A finite run ends with the last full global batch, so every rank stops at the
 	 * same step. */
 	ds->n_steps = cfg->epochs ? cfg->epochs * ds->n_windows / G : UINT64_MAX;
+	r = sf__dataset_mix_open(ds, cfg, e);
+	if (r < 0)
+		goto fail;
 	if (ds->n_text_files) {
 		r = sf__text_share_create(ds, e);
 		if (r < 0)
@@ -567,11 +478,15 @@ void sf__dataset_close(struct sf_dataset *ds)
 {
 	if (!ds)
 		return;
+	sf__file_cache_free(ds->token_maps);
 	for (uint32_t i = 0; i < ds->n_token_files; i++)
 		sf__token_file_close(&ds->token_files[i]);
 	free(ds->token_files);
 	sf__text_close(ds);
+	sf__share_free(ds->share);
+	sf__share_free(ds->heads);
 	sf__tok_free(ds->tok);
+	sf__dataset_mix_close(ds);
 	free(ds);
 }
 
@@ -585,35 +500,66 @@ const char *sf__dataset_first_skip(const struct sf_dataset *ds)
 	return ds->first_skip;
 }
 
-int sf__dataset_check_files(const struct sf_dataset *ds, struct sf_err *e)
+struct check_text {
+	const struct sf_dataset *ds;
+	struct sf_err *e;
+};
+
+static int check_text_file(void *arg, uint32_t i)
 {
-	for (uint32_t i = 0; i < ds->n_token_files; i++) {
-		const struct sf_token_file *f = &ds->token_files[i];
-		int r = sf__file_id_check(f->path, &f->id, e);
+	struct check_text *t = arg;
+	const struct sf_text_file *f = &t->ds->text_files[i];
 
-		if (r == 0 && f->idx_path)
-			r = sf__file_id_check(f->idx_path, &f->idx_id, e);
-		if (r < 0)
-			return r;
-	}
-	for (uint32_t i = 0; i < ds->n_text_files; i++) {
-		int r = sf__file_id_check(ds->text_files[i].path, &ds->text_files[i].id, e);
-
-		if (r < 0)
-			return r;
-	}
-	return 0;
+	return sf__file_id_check(f->path, &f->id, t->e);
 }
 
-/* Whether `addr` lies in the `len` bytes mapped at `base`; its offset in *ret_off. */
-static int in_map(const void *base, size_t len, const void *addr, uint64_t *ret_off)
+static int check_token_file(void *arg, uint32_t i)
 {
-	uintptr_t b = (uintptr_t)base, a = (uintptr_t)addr;
+	struct check_text *t = arg;
+	const struct sf_token_file *f = &t->ds->token_files[i / 2];
 
-	if (!base || a < b || a - b >= len)
-		return 0;
-	*ret_off = a - b;
-	return 1;
+	return i % 2 ? sf__file_id_check(f->idx_path, &f->idx_id, t->e)
+		     : sf__file_id_check(f->path, &f->id, t->e);
+}
+
+/* Files checked per call beside the mapped ones (sf__dataset_check_files()). */
+#define CHECK_ROUND 1024u
+
+/*
+ * The files this process has mapped are checked at each call, and CHECK_ROUND others in
+ * turn, so that every file is checked in a round of calls while a corpus of a million
+ * files costs no million stat() calls every few seconds; a file is also checked whenever
+ * it is mapped (its identity against the one recorded at open), and a text file before
+ * each of its chunks is tokenized.
+ */
+int sf__dataset_check_files(const struct sf_dataset *ds, struct sf_err *e)
+{
+	struct check_text t = {.ds = ds, .e = e};
+	int r = sf__file_cache_each(ds->token_maps, check_token_file, &t);
+
+	if (!r)
+		r = sf__file_cache_each(ds->text_maps, check_text_file, &t);
+	if (!r && ds->token_maps) {
+		uint32_t n = 2 * ds->n_token_files < 2 * CHECK_ROUND ? 2 * ds->n_token_files
+								     : 2 * CHECK_ROUND;
+		uint32_t first = sf__file_cache_rotate(ds->token_maps, n);
+
+		for (uint32_t k = 0; k < n && !r; k++) {
+			uint32_t i = (uint32_t)(((uint64_t)first + k) % (2 * ds->n_token_files));
+
+			if (i % 2 == 0 || ds->token_files[i / 2].idx_path)
+				r = check_token_file(&t, i);
+		}
+	}
+	if (!r && ds->text_maps) {
+		uint32_t n = ds->n_text_files < CHECK_ROUND ? ds->n_text_files : CHECK_ROUND;
+		uint32_t first = sf__file_cache_rotate(ds->text_maps, n);
+
+		for (uint32_t k = 0; k < n && !r; k++)
+			r = check_text_file(&t,
+					    (uint32_t)(((uint64_t)first + k) % ds->n_text_files));
+	}
+	return r;
 }
 
 int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_err *e)
@@ -621,19 +567,15 @@ int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_e
 	const char *path = NULL;
 	uint64_t off = 0;
 
-	for (uint32_t i = 0; i < ds->n_token_files && !path; i++) {
-		const struct sf_token_file *f = &ds->token_files[i];
+	uint32_t k;
 
-		if (in_map(f->map, f->map_len, addr, &off))
-			path = f->path;
-		else if (in_map(f->idx_map, f->idx_map_len, addr, &off))
-			path = f->idx_path;
-	}
-	for (uint32_t i = 0; i < ds->n_text_files && !path; i++) {
-		const struct sf_text_file *f = &ds->text_files[i];
+	if (sf__file_cache_find(ds->token_maps, addr, &k, &off))
+		path = k % 2 ? ds->token_files[k / 2].idx_path : ds->token_files[k / 2].path;
+	if (!path) {
+		uint32_t i;
 
-		if (in_map(f->data, f->map_cap, addr, &off))
-			path = f->path;
+		if (sf__file_cache_find(ds->text_maps, addr, &i, &off))
+			path = ds->text_files[i].path;
 	}
 	if (!path)
 		return sf__err(e, -EFAULT, "SIGBUS at address %p, outside every source", addr);
@@ -645,6 +587,10 @@ int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_e
 
 uint64_t sf__dataset_payload_bytes(const struct sf_dataset *ds)
 {
+	if (ds->mix)
+		return sf__sources_offset(ds->batch, ds->seq_len + 1, ds->token_bytes,
+					  ds->doc_starts) +
+		       (uint64_t)ds->batch * sizeof(int32_t);
 	if (!ds->doc_starts)
 		return (uint64_t)ds->batch * (ds->seq_len + 1) * ds->token_bytes;
 	return sf__doc_starts_offset(ds->batch, ds->seq_len + 1, ds->token_bytes) +
@@ -670,7 +616,7 @@ int sf__dataset_geometry(const struct sf_dataset *ds, const struct sf_config *cf
 	g.rank_base = cfg->rank_base;
 	g.flags = (cfg->checksum ? SF_ARENA_F_CHECKSUM : 0) |
 		  (cfg->doc_starts ? SF_ARENA_F_DOC_STARTS : 0) |
-		  (cfg->hugepages ? SF_ARENA_F_HUGEPAGES : 0);
+		  (cfg->hugepages ? SF_ARENA_F_HUGEPAGES : 0) | (ds->mix ? SF_ARENA_F_SOURCES : 0);
 	g.config_digest = ds->config_digest;
 	g.samples_per_epoch = ds->n_windows;
 	*ret_geo = g;
@@ -681,93 +627,16 @@ uint64_t sf__builder_sample_offset(struct sf_builder *b, uint64_t k)
 {
 	const struct sf_dataset *ds = b->ds;
 	struct sf_perm p;
+	uint32_t source;
 
+	if (ds->mix)
+		return sf__dataset_mix_offset(ds, k, &source);
 	if (ds->mode == SF_SAMPLE_RANDOM)
 		return sf__random_below(ds->seed, k, ds->n_tokens - ds->seq_len);
 	if (ds->n_text_files)
 		return sf__text_sample_offset(b->text, k, NULL);
 	sf__perm_init(&p, ds->n_windows, ds->seed, k / ds->n_windows, 0);
 	return sf__perm_apply(&p, k % ds->n_windows) * ds->seq_len;
-}
-
-/* The token file holding global offset `off` (< n_tokens). */
-static uint32_t find_token_file(const struct sf_dataset *ds, uint64_t off)
-{
-	uint32_t lo = 0, hi = ds->n_token_files - 1;
-
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo + 1) / 2;
-
-		if (ds->token_files[mid].start <= off)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
-}
-
-/*
- * Ids of src_width bytes to dst_width bytes. Narrowing (every raw text row: ids are
- * encoded as uint32) checks eight ids at a time for bits above 16 and packs them with
- * SSE2: biased by -0x8000, every id fits the signed saturating pack exactly, and the bias
- * is undone on the 16-bit lanes.
- */
-int sf__copy_tokens(void *dst, uint32_t dst_width, const void *src, uint32_t src_width, size_t n,
-		    size_t *ret_bad)
-{
-	const unsigned char *s = src;
-	size_t i = 0;
-
-	if (dst_width == src_width) {
-		memcpy(dst, src, n * src_width);
-		return 0;
-	}
-	if (dst_width == 4) {
-		uint32_t *d = dst;
-
-		for (; i < n; i++) {
-			uint16_t v;
-
-			memcpy(&v, s + 2 * i, 2);
-			d[i] = v;
-		}
-		return 0;
-	}
-#ifdef __SSE2__
-	{
-		const __m128i bias = _mm_set1_epi32(0x8000), zero = _mm_setzero_si128();
-		const __m128i unbias = _mm_set1_epi16((short)0x8000);
-
-		for (; i + 8 <= n; i += 8) {
-			__m128i a = _mm_loadu_si128((const __m128i *)(const void *)(s + 4 * i));
-			__m128i b =
-				_mm_loadu_si128((const __m128i *)(const void *)(s + 4 * i + 16));
-			__m128i high = _mm_or_si128(_mm_srli_epi32(a, 16), _mm_srli_epi32(b, 16));
-
-			if (_mm_movemask_epi8(_mm_cmpeq_epi32(high, zero)) != 0xffff)
-				break; /* the loop below finds which */
-			_mm_storeu_si128((__m128i *)(void *)((unsigned char *)dst + 2 * i),
-					 _mm_xor_si128(_mm_packs_epi32(_mm_sub_epi32(a, bias),
-								       _mm_sub_epi32(b, bias)),
-						       unbias));
-		}
-	}
-#endif
-	{
-		uint16_t *d = dst;
-
-		for (; i < n; i++) {
-			uint32_t v;
-
-			memcpy(&v, s + 4 * i, 4);
-			if (v > UINT16_MAX) {
-				*ret_bad = i;
-				return SF_E_RANGE;
-			}
-			d[i] = (uint16_t)v;
-		}
-	}
-	return 0;
 }
 
 /*
@@ -842,137 +711,40 @@ static int id_out_of_range(struct sf_builder *b, uint64_t first, const unsigned 
 			if (v < ds->id_limit)
 				continue;
 			off = sf__builder_sample_offset(b, first + i) + j;
-			f = &ds->token_files[find_token_file(ds, off)];
-			return sf__err(e, SF_E_SOURCE,
-				       "%s: byte %llu: token %u is outside the vocabulary of %u "
-				       "ids (tokenizer %s)",
-				       f->path,
-				       (unsigned long long)(f->tokens -
-							    (const unsigned char *)f->map +
-							    (off - f->start) * f->width),
-				       v, ds->id_limit, sf__tok_name(ds->tok));
+			f = &ds->token_files[sf__tokens_find_file(ds, off)];
+			return sf__err(
+				e, SF_E_SOURCE,
+				"%s: byte %llu: token %u is outside the vocabulary of %u "
+				"ids (tokenizer %s)",
+				f->path,
+				(unsigned long long)(f->tokens_off + (off - f->start) * f->width),
+				v, ds->id_limit, sf__tok_name(ds->tok));
 		}
 	return sf__err(e, SF_E_SOURCE, "a token outside the vocabulary of %u ids", ds->id_limit);
 }
 
-/* Megatron: the first document of `f` that starts at or after file offset `at`. */
-static uint64_t megatron_first_doc(const struct sf_token_file *f, uint64_t at)
-{
-	uint64_t lo = 0, hi = f->n_docs;
-
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo) / 2, seq, ptr;
-
-		memcpy(&seq, f->doc_idx + mid * 8, 8);
-		if (seq >= f->n_seqs) {
-			hi = mid;
-			continue;
-		}
-		memcpy(&ptr, f->seq_ptrs + seq * 8, 8);
-		if (ptr / f->width < at)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-/* Record a document start at row position `pos`, keeping them ascending and unique. */
-static void add_start(uint32_t *starts, uint32_t *n, uint32_t max, uint32_t pos)
-{
-	if (*n && starts[*n - 1] >= pos)
-		return;
-	if (*n < max)
-		starts[(*n)++] = pos;
-}
-
 /*
- * Document starts of the row at global offset `off` whose tokens come from `f` at
- * positions [from, to) of the row: the file start, the tokens after <|endoftext|> in
- * flat files, the documents of a Megatron index.
+ * Map the token files ahead, as many as the process's file cache holds (a mapping reads
+ * nothing until a row is copied): a job whose files all fit then maps nothing while it
+ * builds batches. A file that cannot be mapped now fails later, when a row reads it.
  */
-static void file_doc_starts(const struct sf_dataset *ds, const struct sf_token_file *f,
-			    uint64_t off, uint32_t from, uint32_t to, uint32_t *starts,
-			    uint32_t *n_starts)
+static void premap_token_files(const struct sf_dataset *ds)
 {
-	uint64_t lo = off + from - f->start; /* file offsets of the row's span */
-	uint64_t hi = off + to - f->start;
+	uint32_t cap, used = 0;
+	struct sf_err ignored;
 
-	if (lo == 0)
-		add_start(starts, n_starts, ds->doc_starts, from);
-	if (f->format == SF_FMT_MEGATRON) {
-		for (uint64_t d = megatron_first_doc(f, lo); d < f->n_docs; d++) {
-			uint64_t seq, ptr;
-
-			memcpy(&seq, f->doc_idx + d * 8, 8);
-			if (seq >= f->n_seqs)
-				break;
-			memcpy(&ptr, f->seq_ptrs + seq * 8, 8);
-			if (ptr / f->width >= hi || *n_starts == ds->doc_starts)
-				break;
-			add_start(starts, n_starts, ds->doc_starts,
-				  (uint32_t)(ptr / f->width - lo) + from);
-		}
+	if (!ds->token_maps)
 		return;
+	sf__file_cache_open_count(ds->token_maps, &cap);
+	for (uint32_t i = 0; i < ds->n_token_files; i++) {
+		const int with_idx = ds->doc_starts && ds->token_files[i].idx_path;
+		struct sf_token_view v;
+
+		used += with_idx ? 2 : 1;
+		if (used > cap)
+			break;
+		sf__tokens_view(ds, i, with_idx, &v, &ignored);
 	}
-	if (ds->eot == UINT32_MAX)
-		return;
-	for (uint64_t i = lo ? lo : 1; i < hi && *n_starts < ds->doc_starts; i++) {
-		uint32_t prev;
-
-		if (f->width == 2) {
-			uint16_t v;
-
-			memcpy(&v, f->tokens + (i - 1) * 2, 2);
-			prev = v;
-		} else {
-			memcpy(&prev, f->tokens + (i - 1) * 4, 4);
-		}
-		if (prev == ds->eot)
-			add_start(starts, n_starts, ds->doc_starts, (uint32_t)(i - lo) + from);
-	}
-}
-
-/* Copy the T+1 tokens at global offset `off` of the pre-tokenized stream into `row`. */
-static int read_tokens_row(const struct sf_dataset *ds, uint64_t off, unsigned char *row,
-			   uint32_t *starts, struct sf_err *e)
-{
-	const uint32_t L = ds->seq_len + 1, tb = ds->token_bytes;
-	uint32_t done = 0, n_starts = 0;
-	uint32_t fi = find_token_file(ds, off);
-
-	while (done < L) {
-		const struct sf_token_file *f = &ds->token_files[fi];
-		uint64_t in = off + done - f->start;
-		uint64_t avail = f->n_tokens - in;
-		uint32_t take = avail < L - done ? (uint32_t)avail : L - done;
-		size_t bad;
-
-		if (take == 0) {
-			fi++;
-			continue;
-		}
-		if (sf__copy_tokens(row + (size_t)done * tb, tb, f->tokens + in * f->width,
-				    f->width, take, &bad) < 0) {
-			uint32_t v;
-
-			memcpy(&v, f->tokens + (in + bad) * 4, 4);
-			return sf__err(
-				e, SF_E_SOURCE,
-				"%s: byte %llu: token %u does not fit the uint16 dtype", f->path,
-				(unsigned long long)(f->tokens - (const unsigned char *)f->map +
-						     (in + bad) * 4),
-				v);
-		}
-		if (starts)
-			file_doc_starts(ds, f, off, done, done + take, starts, &n_starts);
-		done += take;
-		fi++;
-	}
-	if (starts)
-		for (uint32_t i = n_starts; i < ds->doc_starts; i++)
-			starts[i] = UINT32_MAX;
-	return 0;
 }
 
 int sf__builder_create(const struct sf_dataset *ds, struct sf_builder **ret_b, struct sf_err *e)
@@ -997,6 +769,7 @@ int sf__builder_create(const struct sf_dataset *ds, struct sf_builder **ret_b, s
 			return r;
 		}
 	}
+	premap_token_files(ds);
 	*ret_b = b;
 	return 0;
 }
@@ -1095,6 +868,9 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 	const uint64_t doc_off = sf__doc_starts_offset(B, ds->seq_len + 1, ds->token_bytes);
 	unsigned char *p = payload;
 	uint32_t *starts = ds->doc_starts ? (uint32_t *)(p + doc_off) : NULL;
+	const uint64_t src_off =
+		sf__sources_offset(B, ds->seq_len + 1, ds->token_bytes, ds->doc_starts);
+	int32_t *sources = ds->mix ? (int32_t *)(p + src_off) : NULL;
 	uint64_t first = step * G + rank * B;
 
 	if (rank >= ds->world_size)
@@ -1120,12 +896,16 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 			return r;
 	} else {
 		for (uint64_t i = 0; i < B; i++) {
-			uint64_t off = sf__builder_sample_offset(b, first + i);
+			uint32_t source = 0;
+			uint64_t off = sources ? sf__dataset_mix_offset(ds, first + i, &source)
+					       : sf__builder_sample_offset(b, first + i);
 			uint32_t *row_starts = starts ? starts + i * ds->doc_starts : NULL;
-			int r = read_tokens_row(ds, off, p + i * row_bytes, row_starts, e);
+			int r = sf__tokens_read_row(ds, off, p + i * row_bytes, row_starts, e);
 
 			if (r < 0)
 				return r;
+			if (sources)
+				sources[i] = (int32_t)source;
 		}
 		/* Never an id the model has no embedding for. */
 		if (ds->id_limit &&
@@ -1136,6 +916,12 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 	 * zero it, so the bytes of a batch depend on nothing but (rank, step). */
 	if (starts)
 		memset(p + B * row_bytes, 0, doc_off - B * row_bytes);
+	if (sources) {
+		uint64_t end =
+			starts ? doc_off + B * ds->doc_starts * sizeof(uint32_t) : B * row_bytes;
+
+		memset(p + end, 0, src_off - end);
+	}
 	b->tokens_out += B * (ds->seq_len + 1);
 	*ret_len = (uint32_t)sf__dataset_payload_bytes(ds);
 	*ret_first_sample = first;

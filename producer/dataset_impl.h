@@ -1,9 +1,9 @@
 /*
- * Private layout of a dataset, shared by the files of producer/: the pre-tokenized token
- * files (source_tokens.c), the raw text files and their chunk index (source_text.c,
- * index_cache.c), and the batch builder (dataset.c). Everything in struct sf_dataset is
- * written by sf__dataset_open() in the launcher and only read afterwards, so forked
- * producers share it copy-on-write without ever copying it. The one exception is the
+ * Private layout of a dataset, shared by the files of producer/: the sources of each
+ * format (source/), the chunk index of raw text (text_index.c, index_file.c), the
+ * on-demand tokenization of raw text (text_cache.c), and the batch builder (dataset.c). Everything
+ * in struct sf_dataset is written by sf__dataset_open() in the launcher and only read afterwards,
+ * so forked producers share it copy-on-write without ever copying it. The one exception is the
  * memory behind `share`, which is MAP_SHARED and written by the producers on purpose.
  */
 #ifndef SF_PRODUCER_DATASET_IMPL_H
@@ -11,61 +11,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/stat.h>
+#include <stdio.h>
 
 #include "common/config.h"
 #include "common/errors.h"
 #include "producer/producer.h"
-
-/*
- * What identifies a source file's contents for the length of a job: taken by fstat() at
- * open and compared with stat() of its path while the job runs (sf__dataset_check_files()),
- * so a file replaced, rewritten or truncated under the job stops it rather than changing
- * its data.
- */
-struct sf_file_id {
-	uint64_t dev;
-	uint64_t ino;
-	uint64_t size;
-	uint64_t mtime_ns;
-};
-
-/* One pre-tokenized token array: a nanoGPT file, an llm.c shard, or a Megatron pair. */
-struct sf_token_file {
-	char *path; /* the .bin file */
-	void *map;  /* read-only mapping of the whole file */
-	struct sf_file_id id;
-	size_t map_len;
-	const unsigned char *tokens; /* first token */
-	uint64_t n_tokens;
-	uint64_t start;	 /* global offset of the first token */
-	uint32_t width;	 /* bytes per token: 2 or 4 */
-	uint32_t format; /* SF_FMT_NANOGPT, SF_FMT_LLMC, SF_FMT_MEGATRON */
-	/* Megatron only: the index, whose arrays are unaligned and read with memcpy. */
-	char *idx_path;
-	void *idx_map;
-	size_t idx_map_len;
-	struct sf_file_id idx_id;
-	const unsigned char *seq_ptrs; /* int64 byte offset of each sequence */
-	const unsigned char *doc_idx;  /* int64 first sequence of each document, n_docs + 1 */
-	uint64_t n_seqs;
-	uint64_t n_docs;
-};
-
-/* One raw text file, its uncompressed bytes in memory. */
-struct sf_text_file {
-	char *path;
-	const char *data;
-	size_t len;
-	/* Bytes mapped at data: a file mapping, or anonymous memory after decompression. */
-	size_t map_cap;
-	uint32_t format;   /* SF_FMT_TEXT or SF_FMT_JSONL */
-	uint32_t source;   /* index into sf_dataset.sources */
-	uint32_t sep_len;  /* bytes of the source's separator (0: one document per file) */
-	uint64_t ident[3]; /* identity for the index cache: size, mtime ns, inode */
-	struct sf_file_id id;
-	char *index_path; /* the cached index its chunk counts came from; NULL: built here */
-};
+#include "producer/source/text_file.h"
+#include "producer/source/tokens.h"
 
 /*
  * A chunk: consecutive whole documents of one text file, the unit the token-count index
@@ -85,8 +37,18 @@ struct sf_chunk {
 /* Raw text chunks aim at this many bytes; a chunk ends at the first document end past it. */
 #define SF_CHUNK_BYTES (64u * 1024u)
 
+/* One source of a mixture: its span of the token stream and its own sample order. */
+struct sf_mix_source {
+	uint64_t start; /* global offset of its first token */
+	uint64_t n_tokens;
+	uint64_t n_windows; /* its samples per epoch */
+	uint64_t seed;	    /* the job's seed mixed with the source's name */
+};
+
 struct sf_tok;
 struct sf_chunk_share;
+struct sf_mixture;
+struct sf_file_cache;
 
 struct sf_dataset {
 	/* What the stream depends on, copied from the config. */
@@ -108,13 +70,24 @@ struct sf_dataset {
 	struct sf_source_config *sources; /* borrowed from the config for text parsing */
 	uint32_t n_sources;
 
-	/* Pre-tokenized sources. */
+	/* Pre-tokenized sources, mapped through a per-process file cache as text files are
+	 * (below): file 2i is the .bin of token file i, 2i + 1 its Megatron .idx. */
 	struct sf_token_file *token_files;
 	uint32_t n_token_files;
+	struct sf_file_cache *token_maps;
 
 	/* Raw text sources and their chunk index. */
 	struct sf_text_file *text_files;
 	uint32_t n_text_files;
+	uint32_t text_files_cap;
+	/* The text files this process has mapped, at most as many as its limits allow: the
+	 * pointer is set at open and never changes; the table it points to is per process
+	 * (each producer fills its own copy after the fork). */
+	struct sf_file_cache *text_maps;
+	/* The cached index of each directory of text files (sf_text_file.index), removed
+	 * when a chunk is found not to hold what it says; NULL where none was written. */
+	char **index_paths;
+	uint32_t n_index_paths;
 	struct sf_chunk *chunks;
 	uint64_t n_chunks;
 	uint64_t chunks_cap;
@@ -133,6 +106,9 @@ struct sf_dataset {
 
 	/* The token stream and the sample space. */
 	uint32_t eot; /* <|endoftext|> id, or UINT32_MAX when unknown */
+	uint32_t bos; /* id put before each raw text document, or UINT32_MAX for none */
+	/* Special tokens recognized in raw text (tokenizer.specials): none, or all. */
+	uint64_t allowed;
 	/* Pre-tokenized ids must be below this: the vocabulary size of the job's encoding
 	 * (0: not checked, for `bytes` or no encoding; see load_tokenizer()). */
 	uint32_t id_limit;
@@ -140,16 +116,37 @@ struct sf_dataset {
 	uint64_t n_windows; /* samples per epoch */
 	uint64_t n_steps;   /* steps with data; UINT64_MAX when epochs is 0 */
 
+	/* A mixture (docs/mixtures.md): NULL when the sources form one stream. */
+	struct sf_mixture *mix;
+	struct sf_mix_source *mix_sources; /* n_sources of them */
+
 	struct sf_dataset_stats stats;
 	char first_skip[512]; /* message of the first record skipped by policy */
 };
 
-/* source_tokens.c */
-void sf__file_id_of(const struct stat *st, struct sf_file_id *ret_id);
-int sf__file_id_check(const char *path, const struct sf_file_id *id, struct sf_err *e);
-int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format,
-			struct sf_err *e);
-void sf__token_file_close(struct sf_token_file *f);
-int sf__token_format_detect(const char *path, uint32_t *ret_format);
+/* dataset_mixture.c: the dataset's side of a mixture; no-ops without one. */
+int sf__dataset_mix_prepare(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e);
+void sf__dataset_mix_source_span(struct sf_dataset *ds, uint32_t source, uint64_t start);
+int sf__dataset_mix_check(const struct sf_dataset *ds, const struct sf_config *cfg,
+			  struct sf_err *e);
+int sf__dataset_mix_open(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e);
+void sf__dataset_mix_close(struct sf_dataset *ds);
+/* The global token offset of mixture sample k, and its source in *ret_source. */
+uint64_t sf__dataset_mix_offset(const struct sf_dataset *ds, uint64_t k, uint32_t *ret_source);
+
+/* sf__dataset_note_skips - count `n` records or files skipped by policy, keeping the
+ * first one's message. */
+static inline void sf__dataset_note_skips(struct sf_dataset *ds, const struct sf_err *why,
+					  uint64_t n)
+{
+	if (n && ds->stats.skipped == 0)
+		snprintf(ds->first_skip, sizeof(ds->first_skip), "%s", why->msg);
+	ds->stats.skipped += n;
+}
+
+static inline void sf__dataset_note_skip(struct sf_dataset *ds, const struct sf_err *why)
+{
+	sf__dataset_note_skips(ds, why, 1);
+}
 
 #endif

@@ -17,7 +17,9 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/dataset_impl.h"
-#include "producer/source_text.h"
+#include "producer/text_cache.h"
+#include "producer/text_index.h"
+#include "producer/token_copy.h"
 #include "producer/workers.h"
 
 #define MEGATRON_INT32	4
@@ -193,7 +195,7 @@ int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, 
 		r = sf__err(e, -ENOMEM, "out of memory");
 		goto out;
 	}
-	if (!ds->n_text_files) {
+	if (ds->n_token_files) {
 		r = sf__err(e, SF_E_CONFIG, "tokenize reads raw text sources (.txt, .jsonl)");
 		goto out;
 	}

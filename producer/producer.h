@@ -59,6 +59,18 @@ struct sf_dataset_stats {
 int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, struct sf_err *e);
 
 /*
+ * sf__dataset_open_part - sf__dataset_open() of the raw text documents of one tokenize
+ * part (producer/part_plan.h) for sf__dataset_write_megatron(): only the files and
+ * byte ranges of `plan` are read, the chunk counts of a file read only in part are not
+ * cached, and the dataset may hold fewer tokens than a sequence (it is not for
+ * sampling: no batches are built from it). Pre-tokenized sources fail with SF_E_CONFIG. `plan` must come from the same
+ * config; a source listing that changed since fails with SF_E_SOURCE.
+ */
+struct sf_part_plan;
+int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan *plan,
+			  struct sf_dataset **ret_ds, struct sf_err *e);
+
+/*
  * sf__source_expand - the files of a source, as the dataset reads them: each path taken
  * literally when it has no glob character or names an existing file, else expanded as
  * a glob (one matching nothing fails with -ENOENT); sorted, without duplicates. Returns 0
@@ -69,12 +81,37 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 
 /*
  * sf__dataset_check - what sf__dataset_open() does before it tokenizes raw text: expand
- * and open every source (headers and indexes checked, text files read), load the
+ * and open every source (headers and indexes checked, text files opened as regular
+ * files, their bytes not read: a bad record or stream is found by the index build), load the
  * tokenizer, choose the end-of-text id and the token width; then free it all again. What
  * `shmfeed check` verifies, so that it fails where `shmfeed run` would. Returns 0 and the
  * arena's bytes per token in *ret_token_bytes, or the error with detail in `e`.
  */
 int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, struct sf_err *e);
+
+/*
+ * Mixtures (docs/mixtures.md). sf__dataset_mix_sources - the sources of the dataset's
+ * mixture, 0 when it has none.
+ */
+uint32_t sf__dataset_mix_sources(const struct sf_dataset *ds);
+
+/*
+ * sf__dataset_mix_expect - for each source of the mixture, its samples among the first
+ * `k` global samples (ret_counts) and its samples per epoch (ret_windows); either may be
+ * NULL. O(sources).
+ */
+void sf__dataset_mix_expect(const struct sf_dataset *ds, uint64_t k, uint64_t *ret_counts,
+			    uint64_t *ret_windows);
+
+/* sf__dataset_mix_target - each source's expected count among the first k samples. */
+void sf__dataset_mix_target(const struct sf_dataset *ds, uint64_t k, double *ret_target);
+
+/*
+ * sf__dataset_mix_bound - the largest |count_i(n) - w_i n| any phase of the mixture
+ * allows; *ret_exact is 1 when it was found exactly (over a whole period), 0 when it is
+ * the bound proved from the tree.
+ */
+double sf__dataset_mix_bound(const struct sf_dataset *ds, uint32_t *ret_exact);
 
 /* sf__dataset_close - unmap and free; accepts NULL. */
 void sf__dataset_close(struct sf_dataset *ds);
@@ -164,8 +201,10 @@ int sf__producer_fill(const struct sf_dataset *ds, struct sf_builder *b, uint32_
 
 /*
  * sf__dataset_check_files - whether every source file is still the one opened (device,
- * inode, size, modification time). Builders call it at the first batch of each epoch,
- * raw text before tokenizing a chunk (its file only), producers every few seconds.
+ * inode, size, modification time): every pre-tokenized file, and the raw text files the
+ * calling process has mapped (the others are checked when they are mapped). Builders
+ * call it at the first batch of each epoch, raw text before tokenizing a chunk (its file
+ * only), producers every few seconds.
  * Returns 0, or SF_E_SOURCE naming the file that changed.
  */
 int sf__dataset_check_files(const struct sf_dataset *ds, struct sf_err *e);

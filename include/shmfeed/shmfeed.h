@@ -88,7 +88,7 @@ struct sf_batch {
 	const void *tokens;	     /* CPU view, or NULL in GPU mode */
 	uint64_t device_ptr;	     /* CUdeviceptr in GPU mode, else 0 */
 	const uint32_t *doc_starts;  /* B x doc_starts_per_seq, or NULL */
-	uint64_t digest;	     /* xxh3-64 of the batch's token bytes */
+	uint64_t digest;	     /* xxh3-64 of the batch's token bytes, by its producer */
 	uint64_t wait_ns;	     /* time this call waited for the batch */
 	uint32_t buffer;	     /* ring index (CPU) or device buffer (GPU) */
 	uint32_t reserved;
@@ -96,6 +96,10 @@ struct sf_batch {
 	 * delivers this batch next): its `samples` is step * B * W, and these two fields. */
 	uint64_t provenance; /* the provenance chain before this batch */
 	uint64_t epoch;	     /* epoch of sample step * B * W */
+	/* A mixture's jobs only (docs/mixtures.md), else NULL: B source indexes (in the
+	 * config's order), the source of each row; in CPU mode a read-only view into shared
+	 * memory, in GPU mode the device address where they were copied with the tokens. */
+	const int32_t *sources;
 };
 
 /*
@@ -164,6 +168,7 @@ struct sf_consumer_info {
 	uint64_t device_buffer[2];
 	uint64_t doc_starts_buffer[2];
 	uint64_t config_digest;
+	uint64_t sources_offset; /* bytes from a payload's start to its row sources; 0: none */
 };
 
 struct sf_consumer;
@@ -232,7 +237,10 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
  * ready), > 0 waits that long (SF_E_TIMEOUT). Returns 0 and fills *ret_batch; SF_E_END
  * when the data ends (and on every later call until a seek); SF_E_STOPPED when the job
  * stops; SF_E_CHECKSUM when a payload does not match its checksum (the step is then
- * handed back to the producers, and the next call waits for it afresh); SF_E_RANGE at
+ * handed back to the producers, and the next call waits for it afresh: only steps that
+ * are multiples of the job's integrity.verify_every are verified, the others and every
+ * step of a job without checksums are handed out without reading a payload byte, with
+ * the digest their producer stored); SF_E_RANGE at
  * the job's step limit (see sf_consumer_seek()); SF_E_CUDA;
  * SF_E_JOB_GONE when the job's launcher died (a crash or SIGKILL, so nothing will ever
  * fill the ring): a waiting call looks at the launcher's liveness every half second,
@@ -358,7 +366,8 @@ _Static_assert(offsetof(struct sf_batch, tokens) == 32, "sf_batch layout");
 _Static_assert(offsetof(struct sf_batch, digest) == 56, "sf_batch layout");
 _Static_assert(offsetof(struct sf_batch, buffer) == 72, "sf_batch layout");
 _Static_assert(offsetof(struct sf_batch, provenance) == 80, "sf_batch layout");
-_Static_assert(sizeof(struct sf_batch) == 96, "sf_batch layout");
+_Static_assert(offsetof(struct sf_batch, sources) == 96, "sf_batch layout");
+_Static_assert(sizeof(struct sf_batch) == 104, "sf_batch layout");
 _Static_assert(offsetof(struct sf_resume, provenance) == 24, "sf_resume layout");
 _Static_assert(sizeof(struct sf_resume) == 32, "sf_resume layout");
 _Static_assert(offsetof(struct sf_consumer_stats, gpu) == 56, "sf_consumer_stats layout");
@@ -369,7 +378,8 @@ _Static_assert(sizeof(struct sf_consumer_window) == 48, "sf_consumer_window layo
 _Static_assert(offsetof(struct sf_consumer_info, payload_stride) == 48, "sf_consumer_info");
 _Static_assert(offsetof(struct sf_consumer_info, device_buffer) == 64, "sf_consumer_info");
 _Static_assert(offsetof(struct sf_consumer_info, config_digest) == 96, "sf_consumer_info");
-_Static_assert(sizeof(struct sf_consumer_info) == 104, "sf_consumer_info layout");
+_Static_assert(offsetof(struct sf_consumer_info, sources_offset) == 104, "sf_consumer_info");
+_Static_assert(sizeof(struct sf_consumer_info) == 112, "sf_consumer_info layout");
 #endif
 
 #ifdef __cplusplus

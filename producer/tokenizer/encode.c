@@ -10,6 +10,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/tokenizer/hf_json.h"
+#include "producer/tokenizer/sp_shim.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/unicode.h"
 
@@ -29,8 +30,14 @@ int sf__tok_encoder_create(const struct sf_tok *tok, struct sf_tok_encoder **ret
 	if (tok->re) {
 		enc->md = pcre2_match_data_create_from_pattern(tok->re, NULL);
 		if (!enc->md) {
-			free(enc->cache);
-			free(enc);
+			sf__tok_encoder_free(enc);
+			return sf__err(e, -ENOMEM, "out of memory");
+		}
+	}
+	if (tok->n_specials) {
+		enc->special_next = malloc(tok->n_specials * sizeof(*enc->special_next));
+		if (!enc->special_next) {
+			sf__tok_encoder_free(enc);
 			return sf__err(e, -ENOMEM, "out of memory");
 		}
 	}
@@ -50,6 +57,7 @@ void sf__tok_encoder_free(struct sf_tok_encoder *enc)
 	free(enc->nodes);
 	free(enc->heap);
 	free(enc->cache);
+	free(enc->special_next);
 	pcre2_match_data_free(enc->md);
 	sf__hf_scratch_free(enc->hf);
 	free(enc);
@@ -184,6 +192,47 @@ static int encode_chars(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, 
 	return 0;
 }
 
+/* Make room for `need` ids in the encoder. */
+static int reserve_ids(struct sf_tok_encoder *enc, size_t need, struct sf_err *e)
+{
+	size_t cap = enc->ids_cap ? enc->ids_cap : 4096;
+	uint32_t *ids;
+
+	if (need <= enc->ids_cap)
+		return 0;
+	while (cap < need)
+		cap *= 2;
+	ids = realloc(enc->ids, cap * sizeof(*ids));
+	if (!ids)
+		return sf__err(e, -ENOMEM, "%s: out of memory for %zu ids", enc->tok->name, cap);
+	enc->ids = ids;
+	enc->ids_cap = cap;
+	return 0;
+}
+
+/* SentencePiece through the library; its normalizer may make more ids than bytes. */
+static int encode_sp(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, size_t *n_out,
+		     struct sf_err *e)
+{
+	char msg[256] = "";
+	size_t got = 0;
+	int rc;
+
+	rc = sf__sp_encode(enc->tok->sp, s, n, enc->ids + *n_out, enc->ids_cap - *n_out, &got, msg,
+			   sizeof(msg));
+	if (rc == -ENOBUFS) {
+		rc = reserve_ids(enc, *n_out + got + 1, e);
+		if (rc < 0)
+			return rc;
+		rc = sf__sp_encode(enc->tok->sp, s, n, enc->ids + *n_out, enc->ids_cap - *n_out,
+				   &got, msg, sizeof(msg));
+	}
+	if (rc < 0)
+		return sf__err(e, rc, "%s: %s", enc->tok->name, msg);
+	*n_out += got;
+	return 0;
+}
+
 static int encode_ordinary(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, size_t *n_out,
 			   struct sf_err *e)
 {
@@ -192,6 +241,8 @@ static int encode_ordinary(struct sf_tok_encoder *enc, const uint8_t *s, size_t 
 	switch (enc->tok->kind) {
 	case SF_TOK_BPE:
 		return encode_bpe(enc, s, n, n_out, e);
+	case SF_TOK_SP:
+		return encode_sp(enc, s, n, n_out, e);
 	case SF_TOK_BYTES:
 		for (i = 0; i < n; i++)
 			enc->ids[(*n_out)++] = s[i];
@@ -206,24 +257,17 @@ int sf__tok_encode(struct sf_tok_encoder *enc, const void *text, size_t len, uin
 {
 	const struct sf_tok *tok = enc->tok;
 	const uint8_t *s = text;
-	size_t next[SF_TOK_MAX_SPECIALS];
+	size_t *next = enc->special_next;
 	size_t p = 0, n_out = 0;
 	uint32_t i;
 	int rc;
 
-	/* Every id covers at least one byte, so len ids are always enough. */
-	if (len + 1 > enc->ids_cap) {
-		size_t cap = enc->ids_cap ? enc->ids_cap : 4096;
-		uint32_t *ids;
-
-		while (cap < len + 1)
-			cap *= 2;
-		ids = realloc(enc->ids, cap * sizeof(*ids));
-		if (!ids)
-			return sf__err(e, -ENOMEM, "%s: out of memory for %zu ids", tok->name, cap);
-		enc->ids = ids;
-		enc->ids_cap = cap;
-	}
+	/* Every id covers at least one byte, so len ids are always enough (SentencePiece
+	 * grows the buffer itself when its normalizer makes more, a tokenizer.json's encoder
+	 * when a prefix space or NFC does). */
+	rc = reserve_ids(enc, len + 1, e);
+	if (rc < 0)
+		return rc;
 	if (tok->kind == SF_TOK_HF) {
 		rc = sf__hf_encode(enc, s, len, allowed, &n_out, e);
 		if (rc < 0)
@@ -249,7 +293,7 @@ int sf__tok_encode(struct sf_tok_encoder *enc, const void *text, size_t len, uin
 		for (i = 0; allowed && i < tok->n_specials; i++) {
 			const struct sf_tok_special_entry *sp = &tok->specials[i];
 
-			if (!(allowed & ((uint64_t)1 << i)))
+			if (!(allowed & ((uint64_t)1 << (i < 63 ? i : 63))))
 				continue;
 			if (next[i] == SIZE_MAX || next[i] < p) {
 				const uint8_t *hit = memmem(s + p, len - p, sp->text, sp->len);
@@ -285,6 +329,17 @@ int sf__tok_encode_to(struct sf_tok_encoder *enc, const void *text, size_t len, 
 	const uint32_t *ids;
 	int rc;
 
+	if (enc->tok->kind == SF_TOK_SP) {
+		/* No bound before encoding: encode in the encoder, then copy if it fits. */
+		rc = sf__tok_encode(enc, text, len, allowed, &ids, ret_n, e);
+		if (rc < 0)
+			return rc;
+		if (*ret_n > cap)
+			return sf__err(e, -ENOBUFS, "%s: %zu ids do not fit in %zu", enc->tok->name,
+				       *ret_n, cap);
+		memcpy(out, ids, *ret_n * sizeof(*ids));
+		return 0;
+	}
 	if (cap < len + 1)
 		return sf__err(e, -ENOBUFS, "%s: %zu bytes need room for %zu ids, not %zu",
 			       enc->tok->name, len, len + 1, cap);

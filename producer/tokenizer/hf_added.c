@@ -4,6 +4,7 @@
  * and the table of bytes that ids outside the byte-level vocabulary decode to.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,29 @@ static long vocab_id(const struct sf_hf_loader *l, const char *s, size_t len)
 	}
 	free(buf);
 	return id;
+}
+
+/*
+ * The added tokens that end a document under `eos: auto`: GPT-2's and Qwen's, DeepSeek's
+ * (its tokenizer_config.json's eos_token), Llama 3's, SentencePiece's. A tokenizer.json
+ * says nothing of bos, so `bos: auto` is none (DeepSeek's add_bos_token is false).
+ */
+static bool is_end_of_text(const char *text)
+{
+	static const char *const names[] = {
+		"<|endoftext|>",
+		"<\xef\xbd\x9c"
+		"end\xe2\x96\x81"
+		"of\xe2\x96\x81"
+		"sentence\xef\xbd\x9c>",
+		"<|end_of_text|>",
+		"</s>",
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(text, names[i]))
+			return true;
+	return false;
 }
 
 static int cmp_added(const void *a, const void *b)
@@ -193,20 +217,22 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 		hf->n_added++;
 		if ((uint32_t)id >= tok->n_vocab)
 			tok->n_vocab = (uint32_t)id + 1;
-		/* The first 64 special tokens get a bit of an allowed set each. */
-		if (t->special && tok->n_specials < SF_TOK_MAX_SPECIALS) {
-			struct sf_tok_special_entry *s = &tok->specials[tok->n_specials];
+		/*
+		 * Special tokens are the tokenizer's specials too (sf__tok_special(), a job's
+		 * bos/eos names), with the bit of an allowed set sf__tok_special() gives: their
+		 * own for the first 63, bit 63 shared by the rest. One with a NUL in it, or
+		 * beyond SF_TOK_MAX_SPECIALS, only SF_TOK_ALLOW_ALL allows.
+		 */
+		if (t->special && t->len && strlen(t->text) == t->len &&
+		    tok->n_specials < SF_TOK_MAX_SPECIALS) {
+			uint32_t idx = tok->n_specials;
 
-			s->text = strdup(t->text);
-			if (!s->text) {
-				rc = sf__hf_oom(l);
+			rc = sf__tok_add_special(tok, t->text, t->id, l->e);
+			if (rc < 0)
 				goto out;
-			}
-			s->len = t->len;
-			s->id = t->id;
-			t->bit = (int)tok->n_specials++;
+			t->bit = idx < 63 ? (int)idx : 63;
 		}
-		if (!strcmp(t->text, "<|endoftext|>"))
+		if (tok->eot < 0 && is_end_of_text(t->text))
 			tok->eot = (int32_t)id;
 	}
 	rc = build_matcher(l, &hf->raw, normalized, false);

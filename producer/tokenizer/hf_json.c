@@ -20,9 +20,6 @@
 #include "producer/tokenizer/hf_load.h"
 #include "producer/tokenizer/unicode.h"
 
-/* The largest tokenizer.json read: DeepSeek's is 6.4 MB, the largest known about 20 MB. */
-#define HF_JSON_MAX_BYTES (256u << 20)
-
 /* An error about the value at `path`: "NAME: PATH: MESSAGE". */
 __attribute__((format(printf, 3, 4))) int sf__hf_refuse(struct sf_hf_loader *l, const char *path,
 							const char *fmt, ...)
@@ -582,17 +579,14 @@ int sf__tok_load_hf_json_mem(const char *name, const char *text, size_t len,
 		return sf__err(e, SF_E_TOKENIZER, "%s: not valid JSON at byte %zu: %s", name, at,
 			       what);
 	l.doc = doc;
-	l.tok = calloc(1, sizeof(*l.tok));
+	l.tok = sf__tok_new(name, SF_TOK_HF);
 	l.hf = calloc(1, sizeof(*l.hf));
 	if (!l.tok || !l.hf) {
-		free(l.tok);
+		sf__tok_free(l.tok);
 		free(l.hf);
 		sf__json_tree_free(doc);
 		return sf__hf_oom(&l);
 	}
-	snprintf(l.tok->name, sizeof(l.tok->name), "%s", name);
-	l.tok->kind = SF_TOK_HF;
-	l.tok->eot = -1;
 	l.tok->hf = l.hf;
 	rc = load_doc(&l);
 	free(l.odd);
@@ -608,34 +602,14 @@ int sf__tok_load_hf_json_mem(const char *name, const char *text, size_t len,
 int sf__tok_load_hf_json(const char *path, struct sf_tok **ret_tok, struct sf_err *e)
 {
 	const char *base = strrchr(path, '/');
-	size_t len = 0, cap = 1 << 20, got;
-	char *text = NULL, *grown;
-	FILE *f;
+	uint8_t *text = NULL;
+	size_t len = 0;
 	int rc;
 
-	rc = sf__tok_open_regular(path, HF_JSON_MAX_BYTES, &f, e);
+	rc = sf__tok_read_file(path, &text, &len, e);
 	if (rc < 0)
 		return rc;
-	do {
-		if (len == cap || !text) {
-			cap = text ? cap * 2 : cap;
-			grown = realloc(text, cap);
-			if (!grown) {
-				rc = sf__err(e, -ENOMEM, "%s: out of memory", path);
-				goto out;
-			}
-			text = grown;
-		}
-		got = fread(text + len, 1, cap - len, f);
-		len += got;
-	} while (got);
-	if (ferror(f)) {
-		rc = sf__err(e, -EIO, "cannot read %s", path);
-		goto out;
-	}
-	rc = sf__tok_load_hf_json_mem(base ? base + 1 : path, text, len, ret_tok, e);
-out:
-	fclose(f);
+	rc = sf__tok_load_hf_json_mem(base ? base + 1 : path, (const char *)text, len, ret_tok, e);
 	free(text);
 	return rc;
 }

@@ -298,6 +298,10 @@ size_t sf__pretok_next(int pretok, const uint8_t *s, size_t n, size_t p)
 		return next_r50k(s, n, p);
 	case SF_PRETOK_CL100K:
 		return next_cl100k(s, n, p);
+	case SF_PRETOK_QWEN:
+	case SF_PRETOK_TEKKEN:
+	case SF_PRETOK_QWEN3_5:
+		return sf__pretok_family_next(pretok, s, n, p);
 	default:
 		return next_o200k(s, n, p);
 	}

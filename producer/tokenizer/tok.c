@@ -10,6 +10,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/tokenizer/hf_json.h"
+#include "producer/tokenizer/sp_shim.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/unicode.h"
 
@@ -38,7 +39,7 @@ static const struct preset presets[] = {
 	{"o200k_base", NULL, SF_PRETOK_O200K, {{eot_text, 199999}, {"<|endofprompt|>", 200018}}, 2},
 };
 
-static int add_special(struct sf_tok *tok, const char *text, uint32_t id, struct sf_err *e)
+int sf__tok_add_special(struct sf_tok *tok, const char *text, uint32_t id, struct sf_err *e)
 {
 	struct sf_tok_special_entry *s;
 
@@ -47,6 +48,15 @@ static int add_special(struct sf_tok *tok, const char *text, uint32_t id, struct
 			       SF_TOK_MAX_SPECIALS);
 	if (!*text)
 		return sf__err(e, SF_E_TOKENIZER, "%s: empty special token", tok->name);
+	if (tok->n_specials == tok->cap_specials) {
+		uint32_t cap = tok->cap_specials ? tok->cap_specials * 2 : 8;
+
+		s = realloc(tok->specials, cap * sizeof(*s));
+		if (!s)
+			return sf__err(e, -ENOMEM, "%s: out of memory", tok->name);
+		tok->specials = s;
+		tok->cap_specials = cap;
+	}
 	s = &tok->specials[tok->n_specials];
 	s->text = strdup(text);
 	if (!s->text)
@@ -61,7 +71,7 @@ static int add_special(struct sf_tok *tok, const char *text, uint32_t id, struct
 	return 0;
 }
 
-static struct sf_tok *tok_new(const char *name, int kind)
+struct sf_tok *sf__tok_new(const char *name, int kind)
 {
 	struct sf_tok *tok = calloc(1, sizeof(*tok));
 
@@ -70,7 +80,30 @@ static struct sf_tok *tok_new(const char *name, int kind)
 	snprintf(tok->name, sizeof(tok->name), "%s", name);
 	tok->kind = kind;
 	tok->eot = -1;
+	tok->bos = -1;
 	return tok;
+}
+
+int sf__tok_finish_bpe(struct sf_tok *tok, const char *pattern, struct sf_err *e)
+{
+	uint32_t i;
+
+	for (i = 0; i < tok->n_specials; i++) {
+		uint32_t id = tok->specials[i].id;
+
+		if (id < tok->ranks.n_ranks && tok->ranks.off[id] != tok->ranks.off[id + 1])
+			return sf__err(e, SF_E_TOKENIZER,
+				       "%s: special token %s has the id %u of a rank", tok->name,
+				       tok->specials[i].text, id);
+	}
+	tok->pretok = sf__pretok_preset(pattern);
+	if (!tok->pretok)
+		tok->pretok = sf__pretok_family_preset(pattern);
+	if (!tok->pretok) {
+		tok->pretok = SF_PRETOK_PCRE;
+		return sf__pcre_compile(pattern, &tok->re, e);
+	}
+	return 0;
 }
 
 int sf__tok_load_spec(const struct sf_tok_spec *spec, struct sf_tok **ret_tok, struct sf_err *e)
@@ -79,7 +112,7 @@ int sf__tok_load_spec(const struct sf_tok_spec *spec, struct sf_tok **ret_tok, s
 	uint32_t i;
 	int rc;
 
-	tok = tok_new(spec->name, SF_TOK_BPE);
+	tok = sf__tok_new(spec->name, SF_TOK_BPE);
 	if (!tok)
 		return sf__err(e, -ENOMEM, "out of memory");
 	rc = sf__tok_ranks_load(&tok->ranks, spec->vocab_path, e);
@@ -87,25 +120,13 @@ int sf__tok_load_spec(const struct sf_tok_spec *spec, struct sf_tok **ret_tok, s
 		goto fail;
 	tok->n_vocab = tok->ranks.n_ranks;
 	for (i = 0; i < spec->n_specials; i++) {
-		if (spec->specials[i].id < tok->ranks.n_ranks &&
-		    tok->ranks.off[spec->specials[i].id] !=
-			    tok->ranks.off[spec->specials[i].id + 1]) {
-			rc = sf__err(e, SF_E_TOKENIZER,
-				     "%s: special token %s has the id %u of a rank", spec->name,
-				     spec->specials[i].text, spec->specials[i].id);
-			goto fail;
-		}
-		rc = add_special(tok, spec->specials[i].text, spec->specials[i].id, e);
+		rc = sf__tok_add_special(tok, spec->specials[i].text, spec->specials[i].id, e);
 		if (rc < 0)
 			goto fail;
 	}
-	tok->pretok = sf__pretok_preset(spec->pattern);
-	if (!tok->pretok) {
-		tok->pretok = SF_PRETOK_PCRE;
-		rc = sf__pcre_compile(spec->pattern, &tok->re, e);
-		if (rc < 0)
-			goto fail;
-	}
+	rc = sf__tok_finish_bpe(tok, spec->pattern, e);
+	if (rc < 0)
+		goto fail;
 	*ret_tok = tok;
 	return 0;
 fail:
@@ -115,13 +136,13 @@ fail:
 
 static int load_bytes(struct sf_tok **ret_tok, struct sf_err *e)
 {
-	struct sf_tok *tok = tok_new("bytes", SF_TOK_BYTES);
+	struct sf_tok *tok = sf__tok_new("bytes", SF_TOK_BYTES);
 	int rc;
 
 	if (!tok)
 		return sf__err(e, -ENOMEM, "out of memory");
 	tok->n_vocab = 256;
-	rc = add_special(tok, eot_text, 256, e);
+	rc = sf__tok_add_special(tok, eot_text, 256, e);
 	if (rc < 0) {
 		sf__tok_free(tok);
 		return rc;
@@ -150,7 +171,7 @@ static int load_char(const char *name, const char *path, struct sf_tok **ret_tok
 	uint32_t cp;
 	int rc;
 
-	tok = tok_new(name, SF_TOK_CHAR);
+	tok = sf__tok_new(name, SF_TOK_CHAR);
 	seen = calloc(0x110000, 1);
 	buf = malloc(cap);
 	if (!tok || !seen || !buf) {
@@ -204,7 +225,7 @@ static int load_char(const char *name, const char *path, struct sf_tok **ret_tok
 			tok->chars[i++] = cp;
 	qsort(tok->chars, tok->n_chars, sizeof(*tok->chars), cmp_u32);
 	tok->n_vocab = tok->n_chars;
-	rc = add_special(tok, eot_text, tok->n_chars, e);
+	rc = sf__tok_add_special(tok, eot_text, tok->n_chars, e);
 	if (rc < 0)
 		goto out;
 	*ret_tok = tok;
@@ -277,19 +298,13 @@ void sf__tok_free(struct sf_tok *tok)
 		return;
 	for (i = 0; i < tok->n_specials; i++)
 		free(tok->specials[i].text);
+	free(tok->specials);
+	sf__sp_free(tok->sp);
 	sf__tok_ranks_free(&tok->ranks);
 	pcre2_code_free(tok->re);
 	free(tok->chars);
 	sf__hf_free(tok->hf);
 	free(tok);
-}
-
-size_t sf__tok_ids_bound(const struct sf_tok *tok, size_t len)
-{
-	/* NFC makes text at most 3 times longer; a prefix space at most doubles it. */
-	if (tok->kind == SF_TOK_HF)
-		return (len + 1) * (tok->hf->nfc ? 3 : 1) * (1 + tok->hf->max_growth);
-	return len + 1;
 }
 
 const char *sf__tok_name(const struct sf_tok *tok)
@@ -307,6 +322,63 @@ int sf__tok_eot(const struct sf_tok *tok)
 	return tok->eot >= 0 ? tok->eot : SF_E_TOKENIZER;
 }
 
+int sf__tok_bos(const struct sf_tok *tok)
+{
+	return tok->bos >= 0 ? tok->bos : SF_E_TOKENIZER;
+}
+
+const char *sf__tok_special_text(const struct sf_tok *tok, uint32_t id)
+{
+	for (uint32_t i = 0; i < tok->n_specials; i++)
+		if (tok->specials[i].id == id)
+			return tok->specials[i].text;
+	return NULL;
+}
+
+int sf__tok_marker(const struct sf_tok *tok, const char *policy, int is_bos, int32_t *ret_id,
+		   struct sf_err *e)
+{
+	const char *what = is_bos ? "bos" : "eos";
+	int id;
+
+	if (!strcmp(policy, "auto")) {
+		*ret_id = is_bos ? tok->bos : tok->eot;
+		return 0;
+	}
+	if (!strcmp(policy, "none")) {
+		if (!is_bos)
+			return sf__err(e, SF_E_TOKENIZER,
+				       "%s: eos none: documents need a token that ends them",
+				       tok->name);
+		*ret_id = -1;
+		return 0;
+	}
+	id = sf__tok_special(tok, policy, NULL);
+	if (id < 0)
+		return sf__err(e, SF_E_TOKENIZER, "%s: %s %s is not a special token of %s",
+			       tok->name, what, policy, tok->name);
+	*ret_id = id;
+	return 0;
+}
+
+const char *sf__tok_family(const struct sf_tok *tok)
+{
+	return tok->family;
+}
+
+size_t sf__tok_ids_bound(const struct sf_tok *tok, size_t len)
+{
+	switch (tok->kind) {
+	case SF_TOK_SP:
+		return SIZE_MAX;
+	case SF_TOK_HF:
+		/* NFC makes text at most 3 times longer; a prefix space at most doubles it. */
+		return (len + 1) * (tok->hf->nfc ? 3 : 1) * (1 + tok->hf->max_growth);
+	default:
+		return len + 1;
+	}
+}
+
 int sf__tok_special(const struct sf_tok *tok, const char *text, uint64_t *ret_bit)
 {
 	uint32_t i;
@@ -314,7 +386,7 @@ int sf__tok_special(const struct sf_tok *tok, const char *text, uint64_t *ret_bi
 	for (i = 0; i < tok->n_specials; i++) {
 		if (!strcmp(tok->specials[i].text, text)) {
 			if (ret_bit)
-				*ret_bit = (uint64_t)1 << i;
+				*ret_bit = (uint64_t)1 << (i < 63 ? i : 63);
 			return (int)tok->specials[i].id;
 		}
 	}
@@ -371,6 +443,29 @@ static long id_bytes(const struct sf_tok *tok, uint32_t id, const uint8_t **ret,
 	return -1;
 }
 
+/*
+ * SentencePiece decodes whole sequences (a piece's leading U+2581 is a space except at
+ * the start), so the library decodes; `buf` NULL only measures.
+ */
+static int sp_decode(const struct sf_tok *tok, const uint32_t *ids, size_t n, void *buf, size_t cap,
+		     size_t *ret_len, struct sf_err *e)
+{
+	char msg[256] = "";
+	size_t len = 0;
+	int rc = sf__sp_decode(tok->sp, ids, n, buf, cap, &len, msg, sizeof(msg));
+
+	if (rc == -ENOBUFS && !buf) {
+		*ret_len = len;
+		return 0;
+	}
+	if (rc == -ENOBUFS)
+		return sf__err(e, rc, "%s: decode buffer of %zu bytes too small", tok->name, cap);
+	if (rc < 0)
+		return sf__err(e, rc, "%s: %s", tok->name, msg);
+	*ret_len = len;
+	return 0;
+}
+
 int sf__tok_decoded_len(const struct sf_tok *tok, const uint32_t *ids, size_t n, size_t *ret_len,
 			struct sf_err *e)
 {
@@ -379,6 +474,8 @@ int sf__tok_decoded_len(const struct sf_tok *tok, const uint32_t *ids, size_t n,
 	size_t i, total = 0;
 	long len;
 
+	if (tok->kind == SF_TOK_SP)
+		return sp_decode(tok, ids, n, NULL, 0, ret_len, e);
 	for (i = 0; i < n; i++) {
 		len = id_bytes(tok, ids[i], &bytes, scratch);
 		if (len < 0)
@@ -399,6 +496,8 @@ int sf__tok_decode(const struct sf_tok *tok, const uint32_t *ids, size_t n, void
 	size_t i, total = 0;
 	long len;
 
+	if (tok->kind == SF_TOK_SP)
+		return sp_decode(tok, ids, n, buf, cap, ret_len, e);
 	for (i = 0; i < n; i++) {
 		len = id_bytes(tok, ids[i], &bytes, scratch);
 		if (len < 0)

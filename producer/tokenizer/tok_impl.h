@@ -21,13 +21,17 @@
 #define SF_TOK_BPE   1
 #define SF_TOK_BYTES 2
 #define SF_TOK_CHAR  3
-#define SF_TOK_HF    4 /* a Hugging Face tokenizer.json: hf_json.h */
+#define SF_TOK_SP    4 /* SentencePiece, through the library (sp_shim.cc) */
+#define SF_TOK_HF    5 /* a Hugging Face tokenizer.json: hf_json.h */
 
 /* The pre-tokenizers. */
-#define SF_PRETOK_R50K	 1
-#define SF_PRETOK_CL100K 2
-#define SF_PRETOK_O200K	 3
-#define SF_PRETOK_PCRE	 4
+#define SF_PRETOK_R50K	  1
+#define SF_PRETOK_CL100K  2
+#define SF_PRETOK_O200K	  3
+#define SF_PRETOK_PCRE	  4
+#define SF_PRETOK_QWEN	  5 /* pretok_family.c */
+#define SF_PRETOK_TEKKEN  6 /* pretok_family.c */
+#define SF_PRETOK_QWEN3_5 7 /* pretok_family.c */
 
 /* The rank of a byte string that is not in the vocabulary. */
 #define SF_RANK_NONE UINT32_MAX
@@ -71,19 +75,32 @@ struct sf_tok_ranks {
 	unsigned shift; /* 64 - log2(table size): a hash's top bits index the table */
 	uint32_t byte_rank[256];
 	uint32_t *pair_rank; /* 65536 entries: the rank of each two-byte string */
+	/*
+	 * A Bloom filter of the tokens of 3 bytes or more, two bits per token in one 64-bit
+	 * word, about 10 bits per token: small enough to stay in a core's L2 cache while
+	 * the table is many megabytes. Most pairs that byte pair merging asks about are not
+	 * tokens (on text outside ASCII, three in four), and the filter answers most of
+	 * those without touching the table.
+	 */
+	uint64_t *bloom;
+	unsigned bloom_shift; /* 64 - log2(words) */
 };
 
 struct sf_tok {
 	int kind;   /* SF_TOK_* */
 	int pretok; /* SF_PRETOK_*, for SF_TOK_BPE */
 	char name[64];
+	char family[16]; /* sf__tok_family() */
 	uint32_t n_vocab;
 	int32_t eot; /* id of <|endoftext|>, or -1 */
 	struct sf_tok_ranks ranks;
+	int32_t bos;	/* id put before each document by the family's convention, or -1 */
 	pcre2_code *re; /* for SF_PRETOK_PCRE */
-	struct sf_tok_special_entry specials[SF_TOK_MAX_SPECIALS];
+	struct sf_tok_special_entry *specials; /* n_specials of them, malloc'ed */
 	uint32_t n_specials;
-	uint32_t *chars; /* SF_TOK_CHAR: the code points, sorted; id = index */
+	uint32_t cap_specials;
+	struct sf_sp *sp; /* SF_TOK_SP: the SentencePiece processor */
+	uint32_t *chars;  /* SF_TOK_CHAR: the code points, sorted; id = index */
 	uint32_t n_chars;
 	struct sf_tok_hf *hf; /* SF_TOK_HF: what `ranks` alone does not say */
 };
@@ -125,6 +142,7 @@ struct sf_tok_encoder {
 	uint64_t *heap;
 	size_t bpe_cap;
 	pcre2_match_data *md;
+	size_t *special_next;	  /* sf__tok_encode(): per special token, its next occurrence */
 	struct sf_hf_scratch *hf; /* for SF_TOK_HF */
 	bool ids_lent;		  /* `ids` is the caller's (sf__tok_encode_to): never grow it */
 };
@@ -163,18 +181,36 @@ static inline uint64_t sf__tok_key(const uint8_t *s, size_t len)
 }
 
 /*
- * The table index of bytes s[0..len) whose first 8 bytes are `key`: a multiplicative
- * hash of the key, the last 8 bytes and the length, whose top bits are the index.
+ * The hash of bytes s[0..len) whose first 8 bytes are `key`: a multiplicative hash of the
+ * key, the last 8 bytes and the length. Its top bits index the table.
  */
-static inline uint64_t sf__tok_hash(const struct sf_tok_ranks *r, const uint8_t *s, size_t len,
-				    uint64_t key)
+static inline uint64_t sf__tok_mix(const uint8_t *s, size_t len, uint64_t key)
 {
 	uint64_t h = key ^ ((uint64_t)len << 56);
 
 	if (len > 8)
 		h ^= sf__tok_load64(s + len - 8) * 0xc2b2ae3d27d4eb4full;
 	h *= 0x9e3779b97f4a7c15ull;
-	return (h ^ (h >> 31)) >> r->shift;
+	return h ^ (h >> 31);
+}
+
+static inline uint64_t sf__tok_hash(const struct sf_tok_ranks *r, const uint8_t *s, size_t len,
+				    uint64_t key)
+{
+	return sf__tok_mix(s, len, key) >> r->shift;
+}
+
+/*
+ * The Bloom filter's word for hash `h` and its two bits. Mixed once more so that neither
+ * depends on the bits that index the table.
+ */
+static inline uint64_t *sf__tok_bloom_word(const struct sf_tok_ranks *r, uint64_t h,
+					   uint64_t *ret_bits)
+{
+	uint64_t b = (h ^ (h >> 29)) * 0xbf58476d1ce4e5b9ull;
+
+	*ret_bits = (uint64_t)1 << (b & 63) | (uint64_t)1 << ((b >> 6) & 63);
+	return &r->bloom[b >> r->bloom_shift];
 }
 
 /* Bytes past the first 8, whose key has already matched. A short plain loop beats memcmp. */
@@ -195,14 +231,17 @@ static inline bool sf__tok_tail_equal(const uint8_t *a, const uint8_t *b, size_t
 static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct sf_tok_ranks *r,
 								   const uint8_t *s, size_t len)
 {
-	uint64_t key, i;
+	uint64_t key, h, bits, i;
 
 	if (len == 1)
 		return r->byte_rank[s[0]];
 	if (len == 2)
 		return r->pair_rank[s[0] << 8 | s[1]];
 	key = sf__tok_key(s, len);
-	for (i = sf__tok_hash(r, s, len, key);; i = (i + 1) & r->mask) {
+	h = sf__tok_mix(s, len, key);
+	if ((*sf__tok_bloom_word(r, h, &bits) & bits) != bits)
+		return SF_RANK_NONE;
+	for (i = h >> r->shift;; i = (i + 1) & r->mask) {
 		const struct sf_tok_slot *slot = &r->slots[i];
 
 		if (slot->key == key && slot->len == len &&
@@ -216,9 +255,19 @@ static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct 
 /* vocab.c */
 int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *e);
 /*
- * sf__tok_ranks_index - build the lookup tables of `r` from its n_ranks, off and bytes,
- * which the caller has filled (empty spans for absent ranks). Refuses two ranks with the
- * same bytes, naming `what`.
+ * sf__tok_ranks_parse - sf__tok_ranks_load() from `len` bytes of .tiktoken text in memory,
+ * which it overwrites (base64 decodes in place); `name` stands for the file in messages.
+ * Each rank is read plus `rank_offset` (tekken's ids follow its special tokens).
+ */
+int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *name, uint8_t *text, size_t len,
+			uint32_t rank_offset, struct sf_err *e);
+/* sf__tok_read_file - read a whole regular file of at most SF_TOK_VOCAB_MAX_BYTES. */
+int sf__tok_read_file(const char *path, uint8_t **ret_buf, size_t *ret_len, struct sf_err *e);
+/*
+ * sf__tok_ranks_index - build the lookup tables of `r` (hash table, Bloom filter, byte and
+ * pair ranks) from its n_ranks, off and bytes, which the caller has filled (empty spans for
+ * absent ranks). Refuses two ranks with the same bytes, naming `what`. Every loader of a
+ * rank table ends with it.
  */
 int sf__tok_ranks_index(struct sf_tok_ranks *r, const char *what, struct sf_err *e);
 
@@ -237,12 +286,23 @@ int sf__tok_ranks_index(struct sf_tok_ranks *r, const char *what, struct sf_err 
 int sf__tok_open_regular(const char *path, uint64_t max_bytes, FILE **ret_f, struct sf_err *e);
 void sf__tok_ranks_free(struct sf_tok_ranks *r);
 
+/* tok.c */
+struct sf_tok *sf__tok_new(const char *name, int kind);
+int sf__tok_add_special(struct sf_tok *tok, const char *text, uint32_t id, struct sf_err *e);
+/* Check the specials against the ranks and choose the pre-tokenizer for `pattern`. */
+int sf__tok_finish_bpe(struct sf_tok *tok, const char *pattern, struct sf_err *e);
+
 /* pretok.c: the end of the piece that starts at s[p], p < n, for a built-in preset. */
 size_t sf__pretok_next(int pretok, const uint8_t *s, size_t n, size_t p);
 /* The preset whose pattern is exactly `pattern`, or 0. */
 int sf__pretok_preset(const char *pattern);
 /* The pattern of a preset. */
 const char *sf__pretok_pattern(int pretok);
+
+/* pretok_family.c: as sf__pretok_next() for SF_PRETOK_QWEN, _TEKKEN and _QWEN3_5. */
+size_t sf__pretok_family_next(int pretok, const uint8_t *s, size_t n, size_t p);
+/* The family preset whose pattern is exactly `pattern`, or 0. */
+int sf__pretok_family_preset(const char *pattern);
 
 /* pcre_fallback.c */
 int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e);

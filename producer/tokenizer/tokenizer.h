@@ -1,7 +1,8 @@
 /*
  * The tokenizer of the producer: byte-level BPE that gives the same ids as tiktoken for
- * r50k_base (GPT-2), cl100k_base and o200k_base, plus a byte tokenizer and a character
- * tokenizer. Two objects:
+ * r50k_base (GPT-2), cl100k_base and o200k_base, a byte tokenizer and a character
+ * tokenizer, and model files of other families (sf__tok_load_file(): Llama 3 and 4 and
+ * Qwen .tiktoken files, Mistral tekken JSON, SentencePiece models). Two objects:
  *
  *  - struct sf_tok, a loaded vocabulary. It is read-only once sf__tok_load() returns, so
  *    one instance may be shared by any number of threads.
@@ -28,10 +29,13 @@
 struct sf_tok;
 struct sf_tok_encoder;
 
-/* At most this many special tokens per vocabulary: an allowed set is a uint64_t mask. */
-#define SF_TOK_MAX_SPECIALS 64
+/* At most this many special tokens per vocabulary (Llama 4 has 2,048). */
+#define SF_TOK_MAX_SPECIALS 4096
 
-/* Allowed sets for sf__tok_encode(): bit i allows special token i of the vocabulary. */
+/*
+ * Allowed sets for sf__tok_encode(): bit i allows special token i of the vocabulary for
+ * i < 63; bit 63 allows every special token from the 64th on.
+ */
 #define SF_TOK_ALLOW_NONE ((uint64_t)0)
 #define SF_TOK_ALLOW_ALL  UINT64_MAX
 
@@ -82,11 +86,39 @@ int sf__tok_load_spec(const struct sf_tok_spec *spec, struct sf_tok **ret_tok, s
  */
 int sf__tok_load_hf_json(const char *path, struct sf_tok **ret_tok, struct sf_err *e);
 
+/* Formats of a tokenizer file, for sf__tok_load_file(). */
+#define SF_TOK_FORMAT_AUTO	    0 /* detected from the content */
+#define SF_TOK_FORMAT_TIKTOKEN	    1 /* "base64 rank" lines (Llama 3/4, Qwen) */
+#define SF_TOK_FORMAT_TEKKEN	    2 /* Mistral tekken JSON */
+#define SF_TOK_FORMAT_HF	    3 /* Hugging Face tokenizer.json */
+#define SF_TOK_FORMAT_SENTENCEPIECE 4 /* SentencePiece model protobuf */
+
+/* What sf__tok_load_file() reads. */
+struct sf_tok_file_opts {
+	const char *path;
+	int format;	     /* SF_TOK_FORMAT_* */
+	const char *pattern; /* NULL: the family's (recognized file) or the file's own */
+};
+
 /*
- * sf__tok_ids_bound - the most ids sf__tok_encode() can give for `len` bytes: len + 1,
- * or more for a tokenizer.json whose pre-tokenizer adds a space before each piece.
+ * sf__tok_load_file - load a tokenizer file. The format is detected from its first bytes
+ * unless given. A .tiktoken file of a known family (Llama 3, Llama 4, Qwen, Qwen 3.5/3.6,
+ * recognized by vocabulary size and a hash of the token bytes) gets that family's
+ * pattern, special tokens and document convention (sf__tok_bos(), sf__tok_eot()); another
+ * .tiktoken file needs `pattern` and has no special tokens. A tekken file carries its
+ * pattern; its ids follow its special tokens as in mistral-common. A SentencePiece model
+ * needs the build with libsentencepiece and is refused with a message without it.
  */
-size_t sf__tok_ids_bound(const struct sf_tok *tok, size_t len);
+int sf__tok_load_file(const struct sf_tok_file_opts *opts, struct sf_tok **ret_tok,
+		      struct sf_err *e);
+
+/* sf__tok_format_parse - SF_TOK_FORMAT_* for "auto", "tiktoken", "tekken", "hf",
+ * "sentencepiece", or -1. */
+int sf__tok_format_parse(const char *name);
+
+/* sf__tok_family - what a loaded file was recognized as ("llama3", "qwen", "tekken"...),
+ * or "" for a built-in encoding or an unknown file. Never NULL. */
+const char *sf__tok_family(const struct sf_tok *tok);
 
 /* sf__tok_free - free a tokenizer; accepts NULL. Free its encoders first. */
 void sf__tok_free(struct sf_tok *tok);
@@ -104,8 +136,38 @@ const char *sf__tok_name(const struct sf_tok *tok);
 /* sf__tok_n_vocab - one more than the largest id the tokenizer can produce. */
 uint32_t sf__tok_n_vocab(const struct sf_tok *tok);
 
-/* sf__tok_eot - the id of <|endoftext|>, or SF_E_TOKENIZER when the vocabulary has none. */
+/*
+ * sf__tok_eot - the id that ends each document: <|endoftext|> for the built-in encodings,
+ * the family's end token for a tokenizer file (Llama <|end_of_text|>, Mistral </s>), or
+ * SF_E_TOKENIZER when there is none.
+ */
 int sf__tok_eot(const struct sf_tok *tok);
+
+/*
+ * sf__tok_bos - the id the family's training convention puts before each document
+ * (Llama <|begin_of_text|>, Mistral <s>), or SF_E_TOKENIZER when it puts none.
+ */
+int sf__tok_bos(const struct sf_tok *tok);
+
+/* sf__tok_special_text - the text of special token `id`, or NULL when `id` is none. */
+const char *sf__tok_special_text(const struct sf_tok *tok, uint32_t id);
+
+/*
+ * sf__tok_marker - resolve a job's bos or eos policy (`is_bos` says which): "auto" is
+ * the family's convention (sf__tok_bos() or sf__tok_eot()), "none" no token, anything
+ * else the text of a special token of the vocabulary. Stores the id, or -1 for none, in
+ * *ret_id; SF_E_TOKENIZER for an unknown token or "none" for eos.
+ */
+int sf__tok_marker(const struct sf_tok *tok, const char *policy, int is_bos, int32_t *ret_id,
+		   struct sf_err *e);
+
+/*
+ * sf__tok_ids_bound - the most ids `len` bytes can encode to, or SIZE_MAX when there is
+ * no bound known before encoding (SentencePiece normalizes first): sf__tok_encode_to()
+ * needs this much room. len + 1 for the BPE encodings; more for a tokenizer.json whose
+ * normalizer (NFC) or pre-tokenizer (a prefix space) adds text.
+ */
+size_t sf__tok_ids_bound(const struct sf_tok *tok, size_t len);
 
 /*
  * sf__tok_special - the id of the special token `text`, and its bit for an allowed set in

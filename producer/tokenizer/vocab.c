@@ -92,7 +92,7 @@ int sf__tok_open_regular(const char *path, uint64_t max_bytes, FILE **ret_f, str
 	return 0;
 }
 
-static int read_file(const char *path, uint8_t **ret_buf, size_t *ret_len, struct sf_err *e)
+int sf__tok_read_file(const char *path, uint8_t **ret_buf, size_t *ret_len, struct sf_err *e)
 {
 	uint8_t *buf = NULL;
 	size_t len = 0, cap = 0, got;
@@ -140,15 +140,26 @@ static uint64_t table_size(size_t count)
 	return size;
 }
 
+/* The Bloom filter's size in 64-bit words: a power of two, at least 8 bits per token. */
+static uint64_t bloom_words(size_t count)
+{
+	uint64_t words = 64;
+
+	while (words * 64 < 8 * (uint64_t)count)
+		words *= 2;
+	return words;
+}
+
 /* Insert `rank`; returns the rank already holding the same bytes, or SF_RANK_NONE. */
 static uint32_t insert(struct sf_tok_ranks *r, uint32_t rank)
 {
 	const uint8_t *s = r->bytes + r->off[rank];
 	size_t len = r->off[rank + 1] - r->off[rank];
 	uint64_t key = sf__tok_key(s, len);
-	uint64_t i;
+	uint64_t h = sf__tok_mix(s, len, key), bits, i;
 
-	for (i = sf__tok_hash(r, s, len, key); r->slots[i].len; i = (i + 1) & r->mask) {
+	*sf__tok_bloom_word(r, h, &bits) |= bits;
+	for (i = h >> r->shift; r->slots[i].len; i = (i + 1) & r->mask) {
 		uint32_t other = r->slots[i].rank;
 
 		if (r->slots[i].len == len && !memcmp(r->bytes + r->off[other], s, len))
@@ -160,18 +171,30 @@ static uint32_t insert(struct sf_tok_ranks *r, uint32_t rank)
 
 int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *e)
 {
+	uint8_t *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	rc = sf__tok_read_file(path, &text, &len, e);
+	if (rc < 0)
+		return rc;
+	rc = sf__tok_ranks_parse(r, path, text, len, 0, e);
+	free(text);
+	return rc;
+}
+
+int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text, size_t len,
+			uint32_t rank_offset, struct sf_err *e)
+{
 	struct line {
 		uint32_t b64_off, b64_len, rank;
 	} *lines = NULL;
-	uint8_t *text = NULL;
-	size_t len = 0, pos, n_lines = 0, cap_lines = 0, lineno = 0, i;
+	size_t pos, n_lines = 0, cap_lines = 0, lineno = 0, i;
 	uint32_t max_rank = 0, total = 0;
 	int rc;
 
 	memset(r, 0, sizeof(*r));
-	rc = read_file(path, &text, &len, e);
-	if (rc < 0)
-		return rc;
 
 	/* First pass: split lines and parse ranks, to size the arrays. */
 	for (pos = 0; pos < len;) {
@@ -196,7 +219,7 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 		text[end] = '\0';
 		errno = 0;
 		rank = strtoul((char *)text + sp + 1, &stop, 10);
-		if (errno || (*stop && *stop != '\r') || rank >= UINT32_MAX - 1) {
+		if (errno || (*stop && *stop != '\r') || rank >= UINT32_MAX - 1 - rank_offset) {
 			rc = sf__err(e, SF_E_TOKENIZER, "%s:%zu: bad rank", path, lineno);
 			goto fail;
 		}
@@ -213,10 +236,10 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 		}
 		lines[n_lines].b64_off = (uint32_t)pos;
 		lines[n_lines].b64_len = (uint32_t)(sp - pos);
-		lines[n_lines].rank = (uint32_t)rank;
+		lines[n_lines].rank = (uint32_t)rank + rank_offset;
 		n_lines++;
-		if (rank > max_rank)
-			max_rank = (uint32_t)rank;
+		if (rank + rank_offset > max_rank)
+			max_rank = (uint32_t)rank + rank_offset;
 		total += (uint32_t)(sp - pos);
 		pos = end + 1;
 	}
@@ -263,7 +286,6 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 	rc = sf__tok_ranks_index(r, path, e);
 fail:
 	free(lines);
-	free(text);
 	if (rc < 0)
 		sf__tok_ranks_free(r);
 	return rc;
@@ -280,12 +302,15 @@ int sf__tok_ranks_index(struct sf_tok_ranks *r, const char *what, struct sf_err 
 	r->shift = 64 - (unsigned)__builtin_popcountll(r->mask);
 	r->slots = calloc(r->mask + 1, sizeof(*r->slots));
 	r->pair_rank = malloc(65536 * sizeof(*r->pair_rank));
-	if (!r->slots || !r->pair_rank)
+	r->bloom_shift = 64 - (unsigned)__builtin_popcountll(bloom_words(count) - 1);
+	r->bloom = calloc(bloom_words(count), sizeof(*r->bloom));
+	if (!r->slots || !r->pair_rank || !r->bloom)
 		return sf__err(e, -ENOMEM, "%s: out of memory", what);
 	for (i = 0; i < 256; i++)
 		r->byte_rank[i] = SF_RANK_NONE;
 	for (i = 0; i < 65536; i++)
 		r->pair_rank[i] = SF_RANK_NONE;
+	/* Every token goes through insert(), which also sets its bits in the Bloom filter. */
 	for (rank = 0; rank < r->n_ranks; rank++) {
 		const uint8_t *s = r->bytes + r->off[rank];
 		uint32_t len = r->off[rank + 1] - r->off[rank];
@@ -310,5 +335,6 @@ void sf__tok_ranks_free(struct sf_tok_ranks *r)
 	free(r->bytes);
 	free(r->slots);
 	free(r->pair_rank);
+	free(r->bloom);
 	memset(r, 0, sizeof(*r));
 }

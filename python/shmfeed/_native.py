@@ -47,6 +47,7 @@ class Batch(ctypes.Structure):
         ("reserved", ctypes.c_uint32),
         ("provenance", ctypes.c_uint64),
         ("epoch", ctypes.c_uint64),
+        ("sources", ctypes.c_void_p),
     ]
 
 
@@ -104,6 +105,7 @@ class Info(ctypes.Structure):
         ("device_buffer", ctypes.c_uint64 * 2),
         ("doc_starts_buffer", ctypes.c_uint64 * 2),
         ("config_digest", ctypes.c_uint64),
+        ("sources_offset", ctypes.c_uint64),
     ]
 
 

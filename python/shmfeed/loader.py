@@ -61,15 +61,18 @@ class Batch:
     `step`, `first_sample` (global index of row 0), `digest` (XXH3-64 of the token bytes
     in the arena), `doc_starts` (a [B, D] uint32 NumPy array of document starts per row,
     padded with 0xFFFFFFFF; on a GPU an int32 tensor on the device, padded with -1; None
-    when the job records no boundaries), `wait_ns`, and `state`: the resume state that
+    when the job records no boundaries), `sources` (in a mixture's job, the source of each
+    row as a [B] int32 NumPy array of indexes into the job's `sources` list; on a GPU an
+    int32 tensor on the device; None without a mixture), `wait_ns`, and `state`: the
+    resume state that
     starts a run at this batch (load_state_dict(batch.state) delivers it next), so a loop
     that fetches ahead checkpoints the batch it has not trained on yet."""
 
     __slots__ = ("tokens", "x", "y", "step", "first_sample", "digest", "doc_starts", "wait_ns",
-                 "_provenance", "_epoch", "_meta")
+                 "_provenance", "_epoch", "_meta", "sources")
 
     def __init__(self, tokens, x, y, step, first_sample, digest, doc_starts, wait_ns,
-                 provenance=0, epoch=0, meta=None):
+                 provenance=0, epoch=0, meta=None, sources=None):
         self.tokens = tokens
         self.x = x
         self.y = y
@@ -81,6 +84,7 @@ class Batch:
         self._provenance = provenance
         self._epoch = epoch
         self._meta = meta
+        self.sources = sources
 
     @property
     def state(self):
@@ -344,7 +348,8 @@ class Loader:
                 not hasattr(t, "uint16"):
             out = "int32"  # torch before 2.3 has no uint16
         self._gpu = i.gpu_buffers > 0
-        self._tokens, self._x, self._y, self._docs = [], [], [], []
+        self._tokens, self._x, self._y, self._docs, self._sources = [], [], [], [], []
+        src_off = i.sources_offset
         self._widen = None
         self._out_count = 0  # CPU widening: step s's tokens are in self._tokens[s % 2]
         if self._gpu:
@@ -371,6 +376,10 @@ class Loader:
                 self._docs.append(t.as_tensor(_CudaBuffer(doc_ptr.value, (B, D), "<i4",
                                                           self._owner),
                                               device=self.device) if D else None)
+                # A mixture's row sources come with them (sf__sources_offset()).
+                self._sources.append(t.as_tensor(_CudaBuffer(tok_ptr.value + src_off, (B,),
+                                                             "<i4", self._owner),
+                                                 device=self.device) if src_off else None)
         else:
             # Document starts begin at the first 64-byte boundary after the tokens
             # (sf__doc_starts_offset() in common/arena.h).
@@ -406,6 +415,11 @@ class Loader:
                 if docs is not None:
                     docs.flags.writeable = False
                 self._docs.append(docs)
+                sources = _host_array(addr + src_off, np.int32, (B,), self._owner) \
+                    if src_off else None
+                if sources is not None:
+                    sources.flags.writeable = False
+                self._sources.append(sources)
         self.dtype = out
         self._x = [tok[:, :-1] for tok in self._tokens]
         self._y = [tok[:, 1:] for tok in self._tokens]
@@ -444,7 +458,8 @@ class Loader:
                 dst.bitwise_and_(0xFFFF)
         kt = b.step % self._out_count if self._out_count else k
         return Batch(self._tokens[kt], self._x[kt], self._y[kt], b.step, b.first_sample,
-                     b.digest, self._docs[k], b.wait_ns, b.provenance, b.epoch, self._meta)
+                     b.digest, self._docs[k], b.wait_ns, b.provenance, b.epoch, self._meta,
+                     self._sources[k])
 
     def _sync_stream(self):
         s = self._torch.cuda.current_stream(self.device).cuda_stream

@@ -21,7 +21,8 @@
  * document starts. The lie_* files are the 2 x 4 header with one lie each: 1000 ranks,
  * slots_off 2^50, payloads_off near the end, 100000 producers, token_bytes 0, a
  * B x (T+1) x 4 that wraps 64 bits, total_size 2^62, the huge-page flag, an unterminated
- * job name.
+ * job name, a verify_every of 0. (Layout version 4 kept these files' bytes but for the
+ * version word and verify_every, where version 3 had padding.)
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -35,7 +36,8 @@
 #include "common/arena.h"
 #include "common/slot.h"
 
-/* Files stay small: tmpfs allocates what attach's MAP_POPULATE touches. */
+/* Files stay small: tmpfs allocates what the consumer's attach populates and what
+ * read_everything() touches. */
 #define FILE_CAP (UINT64_C(1) << 20)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,9 +1,10 @@
 /*
  * Fuzz target for the tokenizer: the first input byte picks a tokenizer (the three BPE
- * encodings, the byte tokenizer, or cl100k's vocabulary under a PCRE2 pattern) and
- * whether special tokens are allowed; the rest is encoded, decoded, checked to come back
- * byte for byte, and rendered with U+FFFD replacement. Any crash, sanitizer report or
- * failed round trip is a bug.
+ * encodings, the byte tokenizer, or cl100k's vocabulary under a PCRE2 pattern; with bit
+ * 0x40 set, cl100k's vocabulary under the Qwen, Qwen 3.5 and tekken patterns, which run
+ * on the family scanners) and whether special tokens are allowed; the rest is encoded,
+ * decoded, checked to come back byte for byte, and rendered with U+FFFD replacement. Any
+ * crash, sanitizer report or failed round trip is a bug.
  *
  * Built with -DSF_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer target; otherwise it
  * is linked with the replay main of replay_main.c, which runs it over the files and
@@ -18,7 +19,18 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define N_TOKS 5
+#define N_TOKS 8
+
+/* The family patterns, as their packages spell them (see docs/tokenizer.md). */
+static const char *const family_patterns[] = {
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+	"?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+	"?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+	"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}"
+	"\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}"
+	"\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
 
 static struct sf_tok *toks[N_TOKS];
 static struct sf_tok_encoder *encs[N_TOKS];
@@ -50,6 +62,11 @@ static void setup(void)
 	spec.vocab_path = path;
 	if (sf__tok_load_spec(&spec, &toks[4], &err) < 0)
 		abort();
+	for (i = 0; i < 3; i++) {
+		spec.pattern = family_patterns[i];
+		if (sf__tok_load_spec(&spec, &toks[5 + i], &err) < 0)
+			abort();
+	}
 	for (i = 0; i < N_TOKS; i++)
 		if (sf__tok_encoder_create(toks[i], &encs[i], &err) < 0)
 			abort();
@@ -67,7 +84,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		setup();
 	if (size < 1)
 		return 0;
-	which = data[0] % N_TOKS;
+	/* The five of the first corpus keep their bytes; 0x40 picks a family pattern. */
+	which = data[0] & 0x40 ? 5 + (data[0] & 0x3f) % 3 : data[0] % 5;
 	if (sf__tok_encode(encs[which], data + 1, size - 1,
 			   data[0] & 0x80 ? SF_TOK_ALLOW_ALL : SF_TOK_ALLOW_NONE, &ids, &n,
 			   NULL) < 0)

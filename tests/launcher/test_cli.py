@@ -283,3 +283,69 @@ def test_top_shows_the_utilization_of_mostly_idle_producers(rt, tmp_path):
                  if l]
         assert len(utils) == 2 and sum(utils) > 0, frame
     assert sum(q["utilization"] for q in st["producers"]) > 0, st["producers"]
+
+
+MIXTURE = """job: {job}
+sources:
+  - {{name: web, paths: {d}/web.bin, format: nanogpt, weight: 0.7}}
+  - {{name: code, paths: {d}/code.bin, format: nanogpt, weight: 0.2}}
+  - {{name: math, paths: {d}/math.bin, format: nanogpt, weight: 0.1}}
+batch: {{size: 8, seq_len: 64}}
+consumers: {{world_size: 1, device: cpu}}
+control: {{metrics_file: {d}/metrics.prom, stats_interval_ms: 50}}
+"""
+
+
+def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
+    """`check --tokens` prints each source's expected samples, tokens and epochs; status
+    (text and JSON) and the metrics file show each source's samples delivered against its
+    target over the prefix the rank read."""
+    for s, (name, n) in enumerate([("web", 64001), ("code", 12801), ("math", 6401)]):
+        (tmp_path / f"{name}.bin").write_bytes(
+            b"".join((s * 1000 + i % 1000).to_bytes(2, "little") for i in range(n)))
+    job = job_name("mix")
+    cfg = tmp_path / "mix.yaml"
+    cfg.write_text(MIXTURE.format(job=job, d=tmp_path))
+    check = sf("check", str(cfg), "--tokens", "1M")
+    assert check.returncode == 0, check.stderr
+    # 1M tokens: ceil(10^6 / (8 x 64)) = 1954 steps, 15632 samples.
+    assert "# budget: 1954 steps of 8 samples of 64 tokens: 15632 samples" in check.stdout
+    rows = re.findall(r"# source (\d) (\w+): (\d+) samples \(([\d.]+)\), (\d+) tokens, "
+                      r"([\d.]+) epochs of (\d+) samples", check.stdout)
+    assert [r[1] for r in rows] == ["web", "code", "math"], check.stdout
+    assert sum(int(r[2]) for r in rows) == 15632
+    for (_, name, samples, _, tokens, epochs, windows), w, win in zip(
+            rows, (0.7, 0.2, 0.1), (1000, 200, 100)):
+        assert abs(int(samples) - w * 15632) < 1
+        assert int(tokens) == int(samples) * 64 and int(windows) == win
+        assert abs(float(epochs) - int(samples) / win) < 0.001
+    p = subprocess.Popen([SHMFEED, "run", str(cfg)], stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        assert wait_for(lambda: sf("status", job).returncode == 0)
+        rank = subprocess.run([CONSUME, "--steps", "25", "--out", str(tmp_path / "r0.txt")],
+                              env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
+                              capture_output=True, text=True, timeout=60)
+        assert rank.returncode == 0, rank.stderr
+
+        def seen_all():
+            st = json.loads(sf("status", job, "--json").stdout)["stats"]
+            return st.get("samples") == 200 and st
+        assert wait_for(seen_all)
+        st = seen_all()
+        got = {s["name"]: (s["delivered"], s["target"]) for s in st["sources"]}
+        assert got == {"web": (140, 140.0), "code": (40, 40.0), "math": (20, 20.0)}
+        human = sf("status", job).stdout
+        assert "(of the first 200 samples every rank read)" in human, human
+        assert " flags checksum sources\n" in sf("inspect", job).stdout
+        assert re.search(r"\n web +140 +140\.0 +70\.00%\n", human), human
+        assert wait_for(lambda: 'source="math"} 20\n' in
+                        (tmp_path / "metrics.prom").read_text())
+        metrics = (tmp_path / "metrics.prom").read_text()
+        assert f'shmfeed_source_samples_total{{shmfeed_job="{job}",source="web"}} 140' in metrics
+        assert f'shmfeed_source_target_samples{{shmfeed_job="{job}",source="code"}} 40' \
+            in metrics
+        assert sf("stop", job).returncode == 0
+        p.communicate(timeout=30)
+    finally:
+        finish(p)

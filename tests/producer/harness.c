@@ -275,3 +275,36 @@ void h_run_free(struct h_run *r)
 	munmap(r->row_head, n * 4 * r->batch);
 	memset(r, 0, sizeof(*r));
 }
+
+void h_expect_direct(const struct sf_config *cfg, const struct h_run *run, uint64_t start)
+{
+	struct sf_dataset *ds;
+	struct sf_builder *b;
+	struct sf_err e = {0};
+	unsigned char *buf;
+
+	H_CHECK(sf__dataset_open(cfg, &ds, &e) == 0, "%s", e.msg);
+	H_CHECK(sf__builder_create(ds, &b, &e) == 0, "%s", e.msg);
+	buf = malloc(sf__dataset_payload_bytes(ds));
+	for (uint32_t r = 0; r < run->ranks; r++)
+		for (uint64_t s = 0; s < run->steps; s++) {
+			uint32_t len;
+			uint64_t first, h[3];
+
+			H_CHECK(sf__builder_fill(b, cfg->rank_base + r, start + s, buf, &len,
+						 &first, &e) == 0,
+				"%s", e.msg);
+			h[0] = XXH3_64bits(buf, len);
+			h[1] = len;
+			h[2] = first;
+			H_CHECK(XXH3_64bits(h, sizeof(h)) == run->hash[r * run->steps + s],
+				"rank %u step %llu differs from the direct build", r,
+				(unsigned long long)(start + s));
+			H_CHECK(first == (start + s) * cfg->batch_size * cfg->world_size +
+						 (uint64_t)(cfg->rank_base + r) * cfg->batch_size,
+				"first sample of rank %u step %llu", r, (unsigned long long)s);
+		}
+	free(buf);
+	sf__builder_free(b);
+	sf__dataset_close(ds);
+}

@@ -50,6 +50,13 @@ int h_pipeline(const struct sf_config *cfg, uint32_t producers, uint64_t start, 
 	       struct h_run *ret);
 void h_run_free(struct h_run *r);
 
+/*
+ * h_expect_direct - check that every batch of `run` (steps start.. of each local rank) is
+ * the one sf__builder_fill() builds for it in this process, and starts at its global
+ * sample; exits with a message otherwise.
+ */
+void h_expect_direct(const struct sf_config *cfg, const struct h_run *run, uint64_t start);
+
 #define H_CHECK(cond, ...)                                                                         \
 	do {                                                                                       \
 		if (!(cond)) {                                                                     \

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "shmfeed/shmfeed.h"
 #include "producer/producer.h"
@@ -29,47 +28,13 @@ static uint32_t next_rand(void)
 	return (uint32_t)rng;
 }
 
-/* Direct computation of the batch hashes a run must have seen. */
-static void expect_direct(const struct sf_config *cfg, const struct h_run *run, uint64_t start)
-{
-	struct sf_dataset *ds;
-	struct sf_builder *b;
-	struct sf_err e = {0};
-	unsigned char *buf;
-
-	H_CHECK(sf__dataset_open(cfg, &ds, &e) == 0, "%s", e.msg);
-	H_CHECK(sf__builder_create(ds, &b, &e) == 0, "%s", e.msg);
-	buf = malloc(sf__dataset_payload_bytes(ds));
-	for (uint32_t r = 0; r < run->ranks; r++)
-		for (uint64_t s = 0; s < run->steps; s++) {
-			uint32_t len;
-			uint64_t first, h[3];
-
-			H_CHECK(sf__builder_fill(b, cfg->rank_base + r, start + s, buf, &len,
-						 &first, &e) == 0,
-				"%s", e.msg);
-			h[0] = XXH3_64bits(buf, len);
-			h[1] = len;
-			h[2] = first;
-			H_CHECK(XXH3_64bits(h, sizeof(h)) == run->hash[r * run->steps + s],
-				"rank %u step %llu differs from the direct build", r,
-				(unsigned long long)(start + s));
-			H_CHECK(first == (start + s) * cfg->batch_size * cfg->world_size +
-						 (uint64_t)(cfg->rank_base + r) * cfg->batch_size,
-				"first sample of rank %u step %llu", r, (unsigned long long)s);
-		}
-	free(buf);
-	sf__builder_free(b);
-	sf__dataset_close(ds);
-}
-
 static void check_producer_counts(const char *name, const struct sf_config *cfg)
 {
 	struct h_run base, other;
 	static const uint32_t counts[] = {2, 4};
 
 	H_CHECK(h_pipeline(cfg, 1, 0, STEPS, &base) == 0, "%s: run with 1 producer", name);
-	expect_direct(cfg, &base, 0);
+	h_expect_direct(cfg, &base, 0);
 	for (size_t i = 0; i < 2; i++) {
 		H_CHECK(h_pipeline(cfg, counts[i], 0, STEPS, &other) == 0, "%s: run with %u", name,
 			counts[i]);

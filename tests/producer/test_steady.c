@@ -8,7 +8,7 @@
  *
  * The rule this checks: everything a producer needs is allocated before its first
  * batch, including its tokenizer encoder, which is warmed up on a document as long as the
- * longest one of the sources (producer/source_text.c). Warm-up batches only fault in
+ * longest one of the sources (producer/text_cache.c). Warm-up batches only fault in
  * pages and fill caches.
  *
  * A plain program (exit 0 pass, 1 fail, 77 skip): the sanitizers interpose the allocator

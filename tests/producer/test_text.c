@@ -238,9 +238,9 @@ int main(int argc, char **argv)
 		H_CHECK(st.index_loaded == 0, "index of a changed file reused");
 		sf__dataset_close(ds);
 		/* Only in the cache directory, nothing beside the corpus. */
-		H_CHECK(count_files(dir, ".shakespeare.txt.") == 0 &&
+		H_CHECK(count_files(dir, ".shmfeed.") == 0 &&
 				count_files(cache_dir, "") == 1,
-			"index files: %d beside, %d cached", count_files(dir, ".shakespeare.txt."),
+			"index files: %d beside, %d cached", count_files(dir, ".shmfeed."),
 			count_files(cache_dir, ""));
 		printf("ok: the chunk index is cached, reused, and rebuilt after a change\n");
 		/* `index: beside`: a dot-file next to the corpus, reused from there. */
@@ -253,9 +253,9 @@ int main(int argc, char **argv)
 		H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
 		sf__dataset_stats(ds, &st);
 		sf__dataset_close(ds);
-		H_CHECK(st.index_loaded == 0 && count_files(dir, ".shakespeare.txt.") == 1,
+		H_CHECK(st.index_loaded == 0 && count_files(dir, ".shmfeed.") == 1,
 			"not written beside the corpus (%d files)",
-			count_files(dir, ".shakespeare.txt."));
+			count_files(dir, ".shmfeed."));
 		H_CHECK(count_files(cache_dir, "") == 1, "written to the cache directory too");
 		H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
 		sf__dataset_stats(ds, &st);
@@ -266,7 +266,7 @@ int main(int argc, char **argv)
 		{
 			char beside[4096];
 
-			H_CHECK(first_match(dir, ".shakespeare.txt.", beside, sizeof(beside)) == 0,
+			H_CHECK(first_match(dir, ".shmfeed.", beside, sizeof(beside)) == 0,
 				"no index beside");
 			H_CHECK(unlink(beside) == 0 && mkdir(beside, 0700) == 0, "%s", beside);
 			H_CHECK(utimensat(AT_FDCWD, path, NULL, 0) == 0, "utimensat");
@@ -304,7 +304,7 @@ int main(int argc, char **argv)
 					"%s read %llu tokens", i ? "the glob" : "the file",
 					(unsigned long long)st.n_tokens);
 			}
-			H_CHECK(count_files(folder, ".a.txt.") == 1, "no index beside a.txt");
+			H_CHECK(count_files(folder, ".shmfeed.") == 1, "no index beside the corpus folder");
 		}
 		printf("ok: index: beside writes a dot-file next to the corpus, reuses it, is "
 		       "passed over by globs, and falls back to the cache directory\n");

@@ -1,7 +1,8 @@
 """`shmfeed tokenize` writes Megatron .bin/.idx that a Megatron reader accepts.
 
-Megatron-LM's own reader (megatron/core/datasets/indexed_dataset.py) is not installable
-here, so `read_mmidx` below is an independent reader written from the published format:
+`read_mmidx` below is an independent reader written from the published format (Megatron-LM's
+own reader, megatron/core/datasets/indexed_dataset.py, opens the output in
+test_tokenize_parts.py when the venv of scripts/deps has megatron-core):
 magic b"MMIDIDX\\x00\\x00", version <Q 1, dtype code <B, sequence count <Q, document
 count <Q, then int32 sequence lengths, int64 byte pointers, int64 document indices. It
 reads the arrays at their unaligned offsets with numpy, as Megatron's reader does.

@@ -45,6 +45,7 @@ static void print_abi(void)
 	P(sf_batch, reserved);
 	P(sf_batch, provenance);
 	P(sf_batch, epoch);
+	P(sf_batch, sources);
 	P(sf_resume, samples);
 	P(sf_resume, epoch);
 	P(sf_resume, config_digest);
@@ -81,9 +82,10 @@ static void print_abi(void)
 	P(sf_consumer_info, ring_base);
 	P(sf_consumer_info, device_buffer);
 	P(sf_consumer_info, doc_starts_buffer);
+	P(sf_consumer_info, config_digest);
 #undef P
-	printf(FIELD(sf_consumer_info, config_digest) "}\n",
-	       FIELD_ARGS(sf_consumer_info, config_digest));
+	printf(FIELD(sf_consumer_info, sources_offset) "}\n",
+	       FIELD_ARGS(sf_consumer_info, sources_offset));
 }
 
 static void usage(void)
@@ -92,7 +94,8 @@ static void usage(void)
 		"usage: feed_fixture --job NAME [--ranks R] [--world-size W] [--rank-base N]\n"
 		"       [--batch B] [--seq-len T] [--slots K] [--producers P] [--dtype u16|i32]\n"
 		"       [--doc-starts D] [--vocab V] [--seed S] [--steps N] [--tokens FILE]\n"
-		"       [--samples-per-epoch N] [--no-checksum] [--lifetime SECONDS]\n"
+		"       [--samples-per-epoch N] [--no-checksum] [--verify-every N]\n"
+		"       [--lifetime SECONDS]\n"
 		"       feed_fixture --abi\n");
 }
 
@@ -114,6 +117,7 @@ int main(int argc, char **argv)
 						 {"tokens", required_argument, 0, 'f'},
 						 {"samples-per-epoch", required_argument, 0, 'E'},
 						 {"no-checksum", no_argument, 0, 'c'},
+						 {"verify-every", required_argument, 0, 'V'},
 						 {"lifetime", required_argument, 0, 'l'},
 						 {"abi", no_argument, 0, 'a'},
 						 {0, 0, 0, 0}};
@@ -181,6 +185,9 @@ int main(int argc, char **argv)
 			break;
 		case 'c':
 			o.checksum = 0;
+			break;
+		case 'V':
+			o.verify_every = (uint32_t)strtoul(optarg, NULL, 0);
 			break;
 		case 'l':
 			lifetime = (unsigned)strtoul(optarg, NULL, 0);

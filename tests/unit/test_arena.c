@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -376,6 +377,55 @@ Test(arena, geometry_mismatch_is_refused)
 	sf__arena_destroy(a);
 }
 
+/*
+ * The limit of a slot is what the machine can map: under an RLIMIT_AS too small for the
+ * arena, creation fails before anything is made, naming the limit; the same geometry is
+ * accepted without it. B = 1, T + 1 = 2^21 + 1 uint16 tokens: a 4 MiB sequence.
+ */
+Test(arena, address_space_limits_are_named)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a;
+	struct sf_err e = {0};
+	int status;
+	pid_t pid;
+
+	g.batch = 1;
+	g.seq_tokens = (1u << 21) + 1;
+	g.slots_per_rank = 64; /* 2 ranks x 64 x 4 MiB: 512 MiB */
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		/* 256 MiB more than the process maps now (a sanitizer's shadow included). */
+		unsigned long long vm_kib = 0;
+		char line[256];
+		FILE *f = fopen("/proc/self/status", "re");
+		struct rlimit lim;
+
+		while (f && fgets(line, sizeof(line), f))
+			if (sscanf(line, "VmSize: %llu kB", &vm_kib) == 1)
+				break;
+		if (f)
+			fclose(f);
+		lim.rlim_cur = lim.rlim_max = (rlim_t)(vm_kib * 1024 + (256u << 20));
+		if (!vm_kib || setrlimit(RLIMIT_AS, &lim) < 0)
+			_exit(3);
+		if (sf__arena_create(job, &g, NULL, &a, NULL, 0, &e) != SF_E_CONFIG)
+			_exit(1);
+		_exit(strstr(e.msg, "of address space in every process of the job, but this "
+				    "process cannot map it under its RLIMIT_AS")
+			      ? 0
+			      : 2);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+	cr_expect_eq(sf__arena_attach(job, NULL, &a, &e), -ENOENT);
+	g.slots_per_rank = 2;
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0, "%s", e.msg);
+	cr_expect_eq(a->hdr->payload_bytes, ((1u << 21) + 1) * 2);
+	sf__arena_destroy(a);
+}
+
 Test(arena, too_large_fails_at_creation_with_sizes)
 {
 	struct sf_geometry g = geo();
@@ -389,9 +439,10 @@ Test(arena, too_large_fails_at_creation_with_sizes)
 	g.slots_per_rank = 4096;
 	g.batch = 128;
 	g.seq_tokens = 1024;
-	cr_expect_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), -ENOSPC, "%s", e.msg);
-	cr_expect(strstr(e.msg, "cannot reserve"), "%s", e.msg);
-	cr_expect(strstr(e.msg, "bytes free"), "%s", e.msg);
+	cr_expect_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), SF_E_CONFIG, "%s", e.msg);
+	cr_expect(strstr(e.msg, "the arena needs 1099780661248 bytes (1024.3 GiB) but /dev/shm "
+				"holds"),
+		  "%s", e.msg);
 	/* Nothing is left behind: neither the arena nor its temporary. */
 	snprintf(tmp, sizeof(tmp), "/dev/shm/shmfeed.%s.new.%d", job, (int)getpid());
 	cr_expect_eq(access(tmp, F_OK), -1);

@@ -68,7 +68,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	snprintf(job, sizeof(job), "t-inspect-%d", (int)getpid());
-	if (sf__arena_create(job, &g, NULL, &a, NULL, 0, &e) < 0) {
+	if (sf__arena_create(job, &g, &(struct sf_arena_options){.verify_every = 8}, &a, NULL, 0,
+			     &e) < 0) {
 		fprintf(stderr, "create: %s\n", e.msg);
 		return 1;
 	}
@@ -90,6 +91,8 @@ int main(int argc, char **argv)
 	expect(strstr(out, "2 ranks x 2 slots, B=4 T+1=65") != NULL, "text geometry", out);
 	expect(strstr(out, "1234 samples an epoch") != NULL, "text samples per epoch", out);
 	expect(strstr(out, "state running") != NULL, "text job state", out);
+	expect(strstr(out, "flags checksum (verified every 8 steps)") != NULL, "text verify_every",
+	       out);
 	expect(strstr(out, "rank 0 (next step 1): 2:FREE 1:READY") != NULL, "rank 0 slots", out);
 	expect(strstr(out, "rank 1 (next step 0): 0:CLAIMED(2) 1:FILLING(0)") != NULL,
 	       "rank 1 slots", out);

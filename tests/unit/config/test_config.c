@@ -73,6 +73,8 @@ Test(config, defaults_fill_every_field)
 	cr_expect_null(cfg.endpoint);
 	cr_expect_eq(cfg.stats_interval_ms, 1000);
 	cr_expect_eq(cfg.checksum, 1);
+	cr_expect_eq(cfg.verify_every, 1);
+	cr_expect_null(cfg.producer_cpus);
 }
 
 Test(config, every_section_is_read)
@@ -158,7 +160,7 @@ Test(config, values_out_of_range_are_rejected)
 {
 	rejects("sources: [a]\nbatch: {size: 0}\n",
 		"job.yaml:2:15:", "'size' is out of range: 0 is not in [1, 65536]");
-	rejects("sources: [a]\nbatch: {seq_len: 2000000}\n", "job.yaml:2:18:", "out of range");
+	rejects("sources: [a]\nbatch: {seq_len: 4294967295}\n", "job.yaml:2:18:", "out of range");
 	rejects("sources: [a]\narena: {slots_per_rank: 5000}\n", "job.yaml:2:25:", "out of range");
 	rejects("sources: [a]\nproducers: {count: 0}\n", "job.yaml:2:20:", "out of range");
 	rejects("sources: [a]\ncontrol: {stats_interval_ms: 1}\n",
@@ -268,8 +270,46 @@ Test(config, document_starts_fit_a_sequence)
 
 Test(config, a_batch_must_fit_a_slot)
 {
-	rejects("sources: [a]\nbatch: {size: 65536, seq_len: 65536}\n",
-		"job.yaml:2:15:", "bytes per slot; the limit is");
+	rejects("sources: [a]\nbatch: {size: 65536, seq_len: 65536}\n", "job.yaml:2:15:",
+		"needs 8590065664 bytes per slot; a slot holds at most 4294967295");
+	/* At the job's token width: the same int32 batch is twice as large. */
+	cr_assert_eq(load("sources: [a]\nbatch: {size: 1023, seq_len: 2097151, dtype: uint16}\n"),
+		     0, "%s", err.msg);
+	rejects("sources: [a]\nbatch: {size: 1023, seq_len: 2097151, dtype: int32}\n",
+		"job.yaml:2:15:", "1023 x 2097152 int32 tokens needs 8581545984 bytes per slot");
+}
+
+/* Long-context sequences are limited by the slot and the machine, not by a constant. */
+Test(config, long_sequences_are_accepted)
+{
+	cr_assert_eq(load("sources: [a]\nbatch: {size: 1, seq_len: 2097152, dtype: uint16}\n"), 0,
+		     "%s", err.msg);
+	cr_expect_eq(cfg.seq_len, 2097152);
+	cr_assert_eq(load("sources: [a]\nbatch: {size: 1, seq_len: 4194304, dtype: int32}\n"), 0,
+		     "%s", err.msg);
+	cr_expect_eq(cfg.seq_len, 4194304);
+	rejects("sources: [a]\nbatch: {seq_len: 4294967295}\n", "job.yaml:2:18:", "seq_len");
+}
+
+Test(config, verify_every_is_a_positive_count)
+{
+	cr_assert_eq(load("sources: [a]\nintegrity: {verify_every: 16}\n"), 0, "%s", err.msg);
+	cr_expect_eq(cfg.verify_every, 16);
+	rejects("sources: [a]\nintegrity: {verify_every: 0}\n", "job.yaml:2:27:", "verify_every");
+}
+
+Test(config, producer_cpus_are_a_cpu_list_of_allowed_cpus)
+{
+	cr_assert_eq(load("sources: [a]\nproducers: {cpus: '0'}\n"), 0, "%s", err.msg);
+	cr_expect_str_eq(cfg.producer_cpus, "0");
+	rejects("sources: [a]\nproducers: {cpus: '0-'}\n",
+		"job.yaml:2:19:", "'0-' is not a CPU list");
+	rejects("sources: [a]\nproducers: {cpus: '1,x'}\n",
+		"job.yaml:2:19:", "'1,x' is not a CPU list");
+	rejects("sources: [a]\nproducers: {cpus: '3-1'}\n",
+		"job.yaml:2:19:", "'3-1' is not a CPU list");
+	rejects("sources: [a]\nproducers: {cpus: '0,1023'}\n",
+		"job.yaml:2:19:", "names CPU 1023, which this process may not run on (allowed: ");
 }
 
 Test(config, tcp_endpoints_need_curve_keys_or_an_explicit_insecure_opt_in)
@@ -497,4 +537,136 @@ Test(config, paths_are_normalised)
 	cr_expect_str_eq(cfg.sources[4].paths[0], "/abs/c");
 	unlink(path);
 	rmdir(dir);
+}
+
+Test(config, mixture_weights_groups_and_schedules_are_read)
+{
+	cr_assert_eq(load("sources: [a.bin]\n"), 0, "%s", err.msg);
+	cr_expect_eq(cfg.mixture, 0);
+	cr_expect_eq(cfg.sources[0].weight, SF_WEIGHT_UNSET);
+	cr_assert_eq(load("sources:\n  - {paths: a.bin, weight: 0.999}\n"
+			  "  - {paths: b.bin, name: tiny, weight: 0.001}\n"),
+		     0, "%s", err.msg);
+	cr_expect_eq(cfg.mixture, 1);
+	cr_expect_str_eq(cfg.sources[0].name, "source0");
+	cr_expect_str_eq(cfg.sources[1].name, "tiny");
+	cr_expect_eq(cfg.sources[0].weight, 999000000);
+	cr_expect_eq(cfg.sources[1].weight, 1000000);
+	cr_assert_eq(load("sources:\n  - {paths: a.bin, name: web, weight: 3}\n"
+			  "  - {paths: b.bin, name: c, group: hq}\n"
+			  "  - {paths: d.bin, name: m, group: hq, weight: 2}\n"
+			  "mixture: {groups: {hq: 1.5}}\n"),
+		     0, "%s", err.msg);
+	cr_expect_eq(cfg.groups.n, 1);
+	cr_expect_str_eq(cfg.groups.v[0].name, "hq");
+	cr_expect_eq(cfg.groups.v[0].weight, 1500000000);
+	cr_assert_eq(
+		load("sources:\n  - {paths: a.bin, name: web}\n  - {paths: b.bin, name: code}\n"
+		     "mixture:\n  schedule:\n"
+		     "    - {until_step: 100, weights: {web: 1}}\n"
+		     "    - {until_step: 200, weights: {web: 1}, ramp_to: {code: 1}, stages: 4}\n"
+		     "    - {weights: {web: 0.5, code: 0.5}}\n"),
+		0, "%s", err.msg);
+	cr_expect_eq(cfg.n_phases, 3);
+	cr_expect_eq(cfg.schedule[0].until_step, 100);
+	cr_expect_eq(cfg.schedule[1].ramp_to.n, 1);
+	cr_expect_eq(cfg.schedule[1].stages, 4);
+	cr_expect_eq(cfg.schedule[2].until_step, UINT64_MAX);
+	cr_expect_eq(cfg.schedule[2].weights.v[1].weight, 500000000);
+}
+
+Test(config, mixture_mistakes_are_named)
+{
+	rejects("sources:\n  - {paths: a.bin, weight: 0.5}\n  - {paths: b.bin}\n",
+		"job.yaml:", "source 'source1' needs a 'weight'");
+	rejects("sources:\n  - {paths: a.bin, weight: -1}\n", "job.yaml:2:", "decimal weight");
+	rejects("sources:\n  - {paths: a.bin, weight: 0.1234567891}\n",
+		"job.yaml:2:", "out of range");
+	rejects("sources:\n  - {paths: a.bin, weight: 1, name: x}\n"
+		"  - {paths: b.bin, weight: 1, name: x}\n",
+		"job.yaml:", "given twice");
+	rejects("sources:\n  - {paths: a.bin, group: g}\n",
+		"job.yaml:", "group 'g' needs a weight");
+	rejects("sources:\n  - {paths: a.bin, weight: 1}\nsampling: {epochs: 2}\n",
+		"job.yaml:3:", "'epochs' does not apply to a mixture");
+	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {weights: {source0: 1}}\n"
+		"    - {until_step: 5, weights: {source0: 1}}\n",
+		"job.yaml:4:", "only the last schedule phase");
+	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {until_step: 9, weights: {x: 1}}\n",
+		"job.yaml:", "'x' is neither an ungrouped source nor a group");
+	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {until_step: 9, weights: {}, "
+		"stages: 3}\n",
+		"job.yaml:4:", "'stages' applies to a ramp");
+	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {weights: {source0: 1}, ramp_to: "
+		"{source0: 2}}\n",
+		"job.yaml:4:", "a ramp needs 'until_step'");
+}
+
+Test(config, a_written_mixture_loads_back_with_the_same_digest)
+{
+	char *text = NULL;
+	size_t len = 0;
+	struct sf_config again = {0};
+	uint64_t plain;
+	FILE *f;
+
+	cr_assert_eq(load("sources: [a.bin, b.bin]\n"), 0, "%s", err.msg);
+	plain = sf__config_digest(&cfg);
+	cr_assert_eq(load("sources:\n  - {paths: a.bin, name: web}\n  - {paths: b.bin, group: g}\n"
+			  "mixture:\n  schedule:\n"
+			  "    - {until_step: 10, weights: {web: 0.25, g: 0.75}, ramp_to: {g: 1}}\n"
+			  "    - {weights: {g: 1}}\n"),
+		     0, "%s", err.msg);
+	cr_expect_neq(sf__config_digest(&cfg), plain);
+	f = open_memstream(&text, &len);
+	cr_assert_eq(sf__config_write(&cfg, f), 0);
+	fclose(f);
+	cr_assert_eq(sf__config_load_string("w.yaml", text, len, &again, &err), 0, "%s\n%s",
+		     err.msg, text);
+	cr_expect_eq(again.n_phases, 2);
+	cr_expect_eq(again.schedule[0].weights.v[0].weight, 250000000);
+	cr_expect_eq(sf__config_digest(&again), sf__config_digest(&cfg));
+	sf__config_free(&again);
+	free(text);
+}
+
+Test(config, a_tokenizer_file_replaces_the_encoding)
+{
+	cr_assert_eq(
+		load("sources: [a.txt]\ntokenizer: {file: /m/tokenizer.model, format: tiktoken,"
+		     " pattern: '\\p{L}+', bos: none, eos: '<|end_of_text|>', specials: true}\n"),
+		0, "%s", err.msg);
+	cr_expect_null(cfg.encoding);
+	cr_expect_str_eq(cfg.tok_file, "/m/tokenizer.model");
+	cr_expect_eq(cfg.tok_format, 1);
+	cr_expect_str_eq(cfg.tok_pattern, "\\p{L}+");
+	cr_expect_str_eq(cfg.bos, "none");
+	cr_expect_str_eq(cfg.eos, "<|end_of_text|>");
+	cr_expect_eq(cfg.tok_specials, 1);
+	sf__config_free(&cfg);
+	cr_assert_eq(load("sources: [a.txt]\n"), 0, "%s", err.msg);
+	cr_expect_null(cfg.tok_file);
+	cr_expect_str_eq(cfg.bos, "auto");
+	cr_expect_str_eq(cfg.eos, "auto");
+	/* The resolved config says `encoding: null` beside the file, and reads back. */
+	sf__config_free(&cfg);
+	cr_assert_eq(load("sources: [a.txt]\ntokenizer: {encoding: null, file: /m/t.model}\n"), 0,
+		     "%s", err.msg);
+}
+
+Test(config, tokenizer_file_options_are_checked)
+{
+	rejects("sources: [a.txt]\ntokenizer: {encoding: gpt2, file: t.model}\n",
+		"job.yaml:2:", "name the tokenizer twice");
+	rejects("sources: [a.txt]\ntokenizer: {vocab: v.tiktoken, file: t.model}\n",
+		"job.yaml:2:", "belong to 'encoding'");
+	rejects("sources: [a.txt]\ntokenizer: {bos: '<s>'}\n",
+		"job.yaml:2:", "'bos' applies to a tokenizer 'file' only");
+	rejects("sources: [a.txt]\ntokenizer: {pattern: x}\n", "job.yaml:2:", "'pattern' applies");
+	rejects("sources: [a.txt]\ntokenizer: {specials: true}\n",
+		"job.yaml:2:", "'specials' applies");
+	rejects("sources: [a.txt]\ntokenizer: {encoding: null}\n",
+		"job.yaml:2:", "no tokenizer 'file'");
+	rejects("sources: [a.txt]\ntokenizer: {file: t.model, format: spm}\n",
+		"job.yaml:2:", "format");
 }

@@ -129,6 +129,7 @@ static uint64_t stream_digest(const struct feed *f)
 
 int feed_start(const struct feed_options *o, struct feed **ret, struct sf_err *e)
 {
+	struct sf_arena_options ao = {.verify_every = o->verify_every};
 	struct feed *f;
 	int r;
 
@@ -160,7 +161,7 @@ int feed_start(const struct feed_options *o, struct feed **ret, struct sf_err *e
 			goto fail;
 	}
 	f->geo.config_digest = stream_digest(f);
-	r = sf__arena_create(o->job, &f->geo, NULL, &f->arena, NULL, 0, e);
+	r = sf__arena_create(o->job, &f->geo, &ao, &f->arena, NULL, 0, e);
 	if (r < 0)
 		goto fail;
 	sf__arena_set_job_state(f->arena, SF_JOB_RUNNING);

@@ -43,6 +43,7 @@ struct feed_options {
 	uint32_t doc_starts_per_seq; /* D */
 	uint32_t vocab;		     /* synthetic mode (0: 50257) */
 	uint32_t checksum;	     /* 1: producers store xxh3 checksums */
+	uint32_t verify_every;	     /* consumers verify every n-th step's checksum (0: 1) */
 	uint64_t seed;
 	uint64_t steps;		/* 0: unlimited */
 	uint64_t samples_per_epoch; /* recorded in the geometry (the stream ignores it) */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -644,6 +645,155 @@ Test(consumer, checksum_mismatch_is_refilled)
 	cr_assert_eq(sf_consumer_next(c, 5000, &b), SF_E_CHECKSUM);
 	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
 	expect_batch(f, &b, 0, 0);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+/* Wait until the feed has published step `step` of local rank `rank`. */
+static void wait_ready(const struct feed *f, uint32_t rank, uint64_t step)
+{
+	const uint32_t K = f->geo.slots_per_rank;
+	struct sf_slot *s = sf__arena_slot(f->arena, rank, (uint32_t)(step % K));
+
+	while (atomic_load(&s->word) != sf__slot_word(SF_SLOT_READY, 0, step / K))
+		usleep(100);
+}
+
+/*
+ * With integrity.verify_every N, the steps that are multiples of N are verified and a
+ * corruption of their tokens or of their document starts is caught as with N = 1; the
+ * others are handed out unread, carrying the digest their producer computed.
+ */
+Test(consumer, checksums_of_every_nth_step_are_verified)
+{
+	struct feed_options o = opts(1);
+	struct feed *f;
+	struct sf_consumer *c;
+	struct sf_batch b;
+	static unsigned char want[1 << 16];
+	uint64_t doc_off;
+
+	o.slots_per_rank = 16;
+	o.verify_every = 4;
+	f = start(o);
+	c = attach(0);
+	doc_off = sf__doc_starts_offset(o.batch, o.seq_len + 1, o.token_bytes);
+	cr_assert_eq(f->arena->hdr->verify_every, 4);
+	for (uint64_t s = 0; s <= 8; s++)
+		wait_ready(f, 0, s);
+	sf__arena_payload(f->arena, 0, 1)[5] ^= 0x40;	    /* step 1: not verified */
+	sf__arena_payload(f->arena, 0, 4)[5] ^= 0x40;	    /* step 4: tokens */
+	sf__arena_payload(f->arena, 0, 8)[doc_off] ^= 0x01; /* step 8: document starts */
+	for (uint64_t s = 0; s <= 8; s++) {
+		if (s == 4 || s == 8) {
+			cr_assert_eq(sf_consumer_next(c, 5000, &b), SF_E_CHECKSUM, "step %llu",
+				     (unsigned long long)s);
+			cr_expect(strstr(sf_consumer_errmsg(c), "checksum mismatch"));
+		}
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
+		feed_fill(f, 0, s, want);
+		/* The digest is the producer's, of the bytes it wrote. */
+		cr_expect_eq(b.digest, XXH3_64bits(want, feed_token_bytes(f)));
+		if (s == 1)
+			cr_expect_neq(memcmp(b.tokens, want, feed_token_bytes(f)), 0,
+				      "step 1 was corrupted and not verified");
+		else
+			expect_batch(f, &b, 0, s);
+	}
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+/*
+ * With checksums off (and on the steps verify_every skips), next() reads no payload
+ * byte: the ring's payloads are made inaccessible in this process, and next() still
+ * hands out every batch, with the digest of the bytes the producer delivered.
+ */
+Test(consumer, next_reads_no_payload_byte_without_verification)
+{
+	for (int checksum = 0; checksum <= 1; checksum++) {
+		struct feed_options o = opts(1);
+		struct sf_consumer_info info;
+		static unsigned char want[1 << 16];
+		uint64_t digests[12];
+		struct sf_consumer *c;
+		struct feed *f;
+		struct sf_batch b;
+
+		o.checksum = (uint32_t)checksum;
+		o.verify_every = 1000; /* with checksums: only step 0 is verified */
+		o.slots_per_rank = 16;
+		f = start(o);
+		c = attach(0);
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
+		digests[0] = b.digest;
+		sf_consumer_info(c, &info);
+		for (uint64_t s = 1; s < 12; s++)
+			wait_ready(f, 0, s);
+		cr_assert_eq(mprotect((void *)(uintptr_t)info.ring_base,
+				      (size_t)info.slots_per_rank * info.payload_stride, PROT_NONE),
+			     0);
+		for (uint64_t s = 1; s < 12; s++) {
+			cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
+			digests[s] = b.digest;
+		}
+		cr_assert_eq(mprotect((void *)(uintptr_t)info.ring_base,
+				      (size_t)info.slots_per_rank * info.payload_stride,
+				      PROT_READ | PROT_WRITE),
+			     0);
+		for (uint64_t s = 0; s < 12; s++) {
+			feed_fill(f, 0, s, want);
+			cr_expect_eq(digests[s], XXH3_64bits(want, feed_token_bytes(f)),
+				     "checksum %d step %llu", checksum, (unsigned long long)s);
+		}
+		sf_consumer_detach(c);
+		feed_stop(f);
+	}
+}
+
+/* RssShmem of this process in bytes: shared-memory pages its page tables map. */
+static uint64_t rss_shmem(void)
+{
+	char line[256];
+	unsigned long long kib = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "RssShmem: %llu kB", &kib) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kib * 1024;
+}
+
+/*
+ * A consumer's attach makes resident the arena's tables and its own ring, not the rings
+ * of the other ranks: at 8 ranks, the process grows by about one ring, not eight.
+ */
+Test(consumer, attach_populates_only_its_own_ring)
+{
+	struct feed_options o = opts(0);
+	uint64_t before, grown, ring, tables;
+	struct sf_consumer *c;
+	struct feed *f;
+
+	o.ranks = 8;
+	o.batch = 4;
+	o.seq_len = 32767; /* 256 KiB payloads */
+	o.slots_per_rank = 4;
+	o.doc_starts_per_seq = 0;
+	f = start(o);
+	ring = (uint64_t)o.slots_per_rank * f->arena->hdr->payload_stride;
+	tables = f->arena->hdr->payloads_off;
+	before = rss_shmem();
+	c = attach(3);
+	grown = rss_shmem() - before;
+	cr_expect_geq(grown, ring, "grew by %llu bytes, the ring has %llu",
+		      (unsigned long long)grown, (unsigned long long)ring);
+	cr_expect_leq(grown, ring + tables,
+		      "grew by %llu bytes: ring %llu, tables %llu, arena %llu",
+		      (unsigned long long)grown, (unsigned long long)ring,
+		      (unsigned long long)tables, (unsigned long long)f->arena->hdr->total_size);
 	sf_consumer_detach(c);
 	feed_stop(f);
 }

@@ -24,7 +24,9 @@
 #include "producer/chunk_share.h"
 #include "producer/dataset_impl.h"
 #include "producer/producer.h"
-#include "producer/source_text.h"
+#include "producer/text_cache.h"
+#include "producer/text_index.h"
+#include "producer/token_copy.h"
 
 static struct sf_chunk_share *share;
 

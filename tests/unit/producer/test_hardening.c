@@ -21,7 +21,9 @@
 #include "common/arena.h"
 #include "producer/dataset_impl.h"
 #include "producer/producer.h"
-#include "producer/source_text.h"
+#include "producer/text_cache.h"
+#include "producer/text_index.h"
+#include "producer/token_copy.h"
 #include "tests/unit/producer/source_fixture.h"
 
 static void setup(void)
@@ -159,8 +161,20 @@ Test(hardening, text_file_replaced_stops_before_its_chunk_is_tokenized)
 
 /* ---- the token-count index ---- */
 
-#define INDEX_HEADER_BYTES 576 /* struct index_header of producer/index_cache.c */
-#define INDEX_ENTRY_BYTES  24
+/* The layout of producer/index_file.c: struct index_header, then one struct
+ * index_file_entry per file, then one struct index_chunk_entry per chunk. */
+#define INDEX_HEADER_BYTES 552
+#define FILE_ENTRY_BYTES   80
+#define FILE_MAX_DOC	   48 /* in a file entry */
+#define FILE_SKIPPED	   64
+#define CHUNK_ENTRY_BYTES  40
+#define CHUNK_OFF	   0 /* in a chunk entry */
+#define CHUNK_LEN	   8
+#define CHUNK_LINE	   16
+#define CHUNK_DOCS	   24
+#define CHUNK_TOKENS	   32
+/* Field `field` of chunk `c` of the index of one file. */
+#define CHUNK_AT(c, field) (INDEX_HEADER_BYTES + FILE_ENTRY_BYTES + (c)*CHUNK_ENTRY_BYTES + (field))
 
 /* A text file of `n_docs` documents of words separated by blank lines. */
 static void put_text(const char *name, size_t n_docs)
@@ -260,7 +274,7 @@ Test(hardening, lowered_index_count_never_gives_wrong_batches)
 
 	text_with_index();
 	/* Chunk 1 counts 100 tokens fewer, under a valid checksum. */
-	forge_index(INDEX_HEADER_BYTES + INDEX_ENTRY_BYTES + 16, (uint64_t)-100, 1);
+	forge_index(CHUNK_AT(1, CHUNK_TOKENS), (uint64_t)-100, 1);
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	sf__dataset_stats(ds, &st);
 	cr_assert_eq(st.index_loaded, 1);
@@ -295,7 +309,7 @@ Test(hardening, index_with_a_huge_skip_count_is_rebuilt, .timeout = 10)
 	struct sf_dataset_stats st;
 
 	text_with_index();
-	forge_index(8 + 4 + 4 + 8 + 24 + 8, UINT64_C(1) << 40, 0); /* the header's skipped */
+	forge_index(INDEX_HEADER_BYTES + FILE_SKIPPED, UINT64_C(1) << 40, 0);
 	expect_rebuilt(&st);
 	cr_expect_eq(st.skipped, 0);
 }
@@ -306,9 +320,98 @@ Test(hardening, index_with_impossible_counts_is_rebuilt)
 
 	text_with_index();
 	/* Chunk 0 claims 2^50 tokens: more than its bytes can hold. */
-	forge_index(INDEX_HEADER_BYTES + 16, UINT64_C(1) << 50, 0);
+	forge_index(CHUNK_AT(0, CHUNK_TOKENS), UINT64_C(1) << 50, 0);
 	expect_rebuilt(&st);
 	cr_expect_lt(st.n_tokens, UINT64_C(1) << 40);
+}
+
+/*
+ * Open a dataset whose forged index passes every check at open, expect the first epoch's
+ * batches to stop with a message holding `needle`, and the index removed.
+ */
+static void expect_lie_found_at_tokenization(const char *needle)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	int r;
+
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_assert_eq(st.index_loaded, 1);
+	r = fill_until_error(ds, st.n_steps, &e);
+	cr_assert_eq(r, SF_E_SOURCE, "got %d: %s", r, e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, needle) && strstr(e.msg, ipath), "%s",
+		  e.msg);
+	sf__dataset_close(ds);
+	cr_expect_neq(access(ipath, F_OK), 0, "%s is still there", ipath);
+	expect_rebuilt(&st);
+}
+
+/* The index cuts chunk 1 a byte early: back to back, in range, but inside a document. */
+Test(hardening, index_chunk_boundary_inside_a_document_is_found)
+{
+	text_with_index();
+	forge_index(CHUNK_AT(0, CHUNK_LEN), (uint64_t)-1, 1);
+	forge_index(CHUNK_AT(1, CHUNK_OFF), (uint64_t)-1, 1);
+	forge_index(CHUNK_AT(1, CHUNK_LEN), 1, 1);
+	expect_lie_found_at_tokenization("starts inside a document");
+}
+
+/* A longest document shorter than the real one would size the buffers too small. */
+Test(hardening, index_longest_document_too_short_is_found)
+{
+	text_with_index();
+	forge_index(INDEX_HEADER_BYTES + FILE_MAX_DOC, 8, 0);
+	expect_lie_found_at_tokenization("longer than its index's longest");
+}
+
+/* The 64-bit field at byte `at` of the index. */
+static uint64_t index_field(size_t at)
+{
+	uint64_t v = 0;
+	FILE *f = fopen(ipath, "rb");
+
+	cr_assert(f);
+	cr_assert_eq(fseek(f, (long)at, SEEK_SET), 0);
+	cr_assert_eq(fread(&v, 8, 1, f), 1);
+	fclose(f);
+	return v;
+}
+
+/*
+ * Chunk 0 cut after its first document and the rest given to chunk 1, with the counts
+ * moved to match (`bytes`: a token per byte, and <|endoftext|>): every field in range
+ * and every count true, but chunk 1 now runs on past the document end where the rule
+ * cuts chunks, so the windows would be ordered differently from a fresh index.
+ */
+Test(hardening, index_chunks_cut_against_the_rule_are_found)
+{
+	const char *sep;
+	char head[4096];
+	uint64_t d, len0, docs0, tok0;
+	FILE *f;
+
+	text_with_index();
+	f = fopen(path, "rb");
+	cr_assert(f && fread(head, 1, sizeof(head) - 1, f) > 0);
+	fclose(f);
+	head[sizeof(head) - 1] = 0;
+	sep = strstr(head, "\n\n");
+	cr_assert(sep);
+	d = (uint64_t)(sep - head) + 2;
+	len0 = index_field(CHUNK_AT(0, CHUNK_LEN));
+	docs0 = index_field(CHUNK_AT(0, CHUNK_DOCS));
+	tok0 = index_field(CHUNK_AT(0, CHUNK_TOKENS));
+	forge_index(CHUNK_AT(0, CHUNK_LEN), d, 0);
+	forge_index(CHUNK_AT(0, CHUNK_DOCS), 1, 0);
+	forge_index(CHUNK_AT(0, CHUNK_TOKENS), d - 1, 0);
+	forge_index(CHUNK_AT(1, CHUNK_OFF), d, 0);
+	forge_index(CHUNK_AT(1, CHUNK_LINE), 3, 0); /* after the first document's "\n\n" */
+	forge_index(CHUNK_AT(1, CHUNK_LEN), len0 - d, 1);
+	forge_index(CHUNK_AT(1, CHUNK_DOCS), docs0 - 1, 1);
+	forge_index(CHUNK_AT(1, CHUNK_TOKENS), tok0 - (d - 1), 1);
+	expect_lie_found_at_tokenization("where chunks are cut");
 }
 
 /* ---- paths that are not regular files ---- */

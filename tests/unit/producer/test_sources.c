@@ -18,7 +18,9 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/producer.h"
-#include "producer/source_text.h"
+#include "producer/text_cache.h"
+#include "producer/text_index.h"
+#include "producer/token_copy.h"
 #include "tests/unit/producer/source_fixture.h"
 
 static void setup(void)

@@ -341,3 +341,28 @@ Test(accept, ids_bound_with_a_prefix_space)
 	sf__tok_encoder_free(enc);
 	sf__tok_free(tok);
 }
+
+/* Special added tokens are the tokenizer's specials: found by sf__tok_special(), allowed by
+ * its bit alone; the end-of-text token is the document's eos and there is no bos. */
+Test(accept, specials_bits_and_document_tokens)
+{
+	struct parts p = {
+		.added_tokens = "[{\"id\": 256, \"content\": \"<s>\", \"special\": true, "
+				"\"normalized\": false},"
+				" {\"id\": 257, \"content\": \"<|endoftext|>\", \"special\": true, "
+				"\"normalized\": false}]"};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	uint64_t bit_s = 0, bit_eot = 0;
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	cr_expect_eq(sf__tok_special(tok, "<s>", &bit_s), 256);
+	cr_expect_eq(sf__tok_special(tok, "<|endoftext|>", &bit_eot), 257);
+	cr_expect_neq(bit_s, bit_eot);
+	cr_expect_eq(sf__tok_eot(tok), 257);
+	cr_expect_lt(sf__tok_bos(tok), 0);
+	EXPECT(tok, "<s>x<|endoftext|>", bit_s, 256, 'x', '<', '|', 'e', 'n', 'd', 'o', 'f', 't',
+	       'e', 'x', 't', '|', '>');
+	EXPECT(tok, "<s>x<|endoftext|>", bit_eot, '<', 's', '>', 'x', 257);
+	sf__tok_free(tok);
+}

@@ -18,10 +18,7 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint32_t rnd(uint32_t bound)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return (uint32_t)(rng_state % bound);
+	return tok_test_rnd(&rng_state, bound);
 }
 
 /* The class bits of a code point according to PCRE2, to compare with our tables. */

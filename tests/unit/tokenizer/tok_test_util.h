@@ -51,6 +51,15 @@ static inline void *tok_test_read(const char *path, size_t *ret_len)
 	return buf;
 }
 
+/* A xorshift64 draw below `bound` from *state (not zero): random test input, repeatable. */
+static inline uint32_t tok_test_rnd(uint64_t *state, uint32_t bound)
+{
+	*state ^= *state << 13;
+	*state ^= *state >> 7;
+	*state ^= *state << 17;
+	return (uint32_t)(*state % bound);
+}
+
 /* Load a BPE encoding from the data directory; NULL (with a message) on failure. */
 static inline struct sf_tok *tok_test_load(const char *encoding)
 {

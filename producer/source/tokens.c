@@ -16,6 +16,9 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/dataset_impl.h"
+#include "producer/source/file_cache.h"
+#include "producer/source/tokens.h"
+#include "producer/token_copy.h"
 
 /*
  * llm.c's dev/data/data_common.py (HEADERS_INFO, write_datafile) writes exactly two
@@ -33,39 +36,6 @@
 /* Megatron's DType codes (megatron/core/datasets/indexed_dataset.py). */
 #define MEGATRON_INT32	4
 #define MEGATRON_UINT16 8
-
-void sf__file_id_of(const struct stat *st, struct sf_file_id *ret_id)
-{
-	ret_id->dev = (uint64_t)st->st_dev;
-	ret_id->ino = (uint64_t)st->st_ino;
-	ret_id->size = (uint64_t)st->st_size;
-	ret_id->mtime_ns =
-		(uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
-}
-
-int sf__file_id_check(const char *path, const struct sf_file_id *id, struct sf_err *e)
-{
-	struct sf_file_id now;
-	struct stat st;
-
-	if (stat(path, &st) < 0)
-		return sf__err(e, SF_E_SOURCE, "%s: changed under the running job: %s", path,
-			       strerror(errno));
-	sf__file_id_of(&st, &now);
-	if (now.dev != id->dev || now.ino != id->ino)
-		return sf__err(e, SF_E_SOURCE,
-			       "%s: changed under the running job: another file now has its name",
-			       path);
-	if (now.size != id->size)
-		return sf__err(e, SF_E_SOURCE,
-			       "%s: changed under the running job: %llu bytes, %llu when opened",
-			       path, (unsigned long long)now.size, (unsigned long long)id->size);
-	if (now.mtime_ns != id->mtime_ns)
-		return sf__err(e, SF_E_SOURCE,
-			       "%s: changed under the running job: modified since it was opened",
-			       path);
-	return 0;
-}
 
 /*
  * Map `path` read-only. It must be a regular file (after symlinks): a device such as
@@ -313,6 +283,17 @@ static int open_megatron(struct sf_token_file *f, const char *idx_path, struct s
 	return 0;
 }
 
+/* Unmap what sf__token_file_open() mapped to check the file. */
+static void unmap_checked(struct sf_token_file *f)
+{
+	if (f->map)
+		munmap(f->map, f->map_len);
+	if (f->idx_map)
+		munmap(f->idx_map, f->idx_map_len);
+	f->map = f->idx_map = NULL;
+	f->tokens = f->seq_ptrs = f->doc_idx = NULL;
+}
+
 int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format,
 			struct sf_err *e)
 {
@@ -351,9 +332,13 @@ int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t form
 	}
 	if (r < 0)
 		goto fail;
-	/* Batches read windows at random offsets: read-ahead of neighbours would be waste. */
-	if (f->map)
-		madvise(f->map, f->map_len, MADV_RANDOM);
+	/* What the checks found, as offsets; the files are mapped again to be read. */
+	f->tokens_off = (uint64_t)(f->tokens - (const unsigned char *)f->map);
+	if (f->idx_map) {
+		f->seq_ptrs_off = (uint64_t)(f->seq_ptrs - (const unsigned char *)f->idx_map);
+		f->doc_idx_off = (uint64_t)(f->doc_idx - (const unsigned char *)f->idx_map);
+	}
+	unmap_checked(f);
 	return 0;
 fail:
 	sf__token_file_close(f);
@@ -362,11 +347,200 @@ fail:
 
 void sf__token_file_close(struct sf_token_file *f)
 {
-	if (f->map)
-		munmap(f->map, f->map_len);
-	if (f->idx_map)
-		munmap(f->idx_map, f->idx_map_len);
+	unmap_checked(f);
 	free(f->path);
 	free(f->idx_path);
 	memset(f, 0, sizeof(*f));
+}
+
+int sf__token_file_map(const struct sf_token_file *f, int idx, const char **ret_data,
+		       size_t *ret_len, size_t *ret_cap, struct sf_err *e)
+{
+	const char *path = idx ? f->idx_path : f->path;
+	const struct sf_file_id *want = idx ? &f->idx_id : &f->id;
+	struct sf_file_id id;
+	void *m;
+	size_t len;
+	int r = map_file(path, &m, &len, &id, e);
+
+	if (r < 0)
+		return r;
+	if (memcmp(&id, want, sizeof(id))) {
+		if (m)
+			munmap(m, len);
+		return sf__file_id_check(path, want, e) < 0
+			       ? SF_E_SOURCE
+			       : sf__err(e, SF_E_SOURCE, "%s: changed under the running job", path);
+	}
+	/* Batches read windows at random offsets: read-ahead of neighbours would be waste. */
+	if (m && !idx)
+		madvise(m, len, MADV_RANDOM);
+	*ret_data = m;
+	*ret_len = len;
+	*ret_cap = len;
+	return 0;
+}
+
+int sf__tokens_view(const struct sf_dataset *ds, uint32_t i, int with_idx,
+		    struct sf_token_view *ret_v, struct sf_err *e)
+{
+	const struct sf_token_file *f = &ds->token_files[i];
+	const char *bin, *idx = NULL;
+	size_t len;
+	int r = 0;
+
+	/* The index first: the bin is then the most recent, and both stay mapped (the cache
+	 * keeps its two most recently returned files). */
+	if (with_idx && f->idx_path)
+		r = sf__file_cache_get(ds->token_maps, 2 * i + 1, &idx, &len, e);
+	if (r >= 0)
+		r = sf__file_cache_get(ds->token_maps, 2 * i, &bin, &len, e);
+	if (r < 0)
+		return r;
+	ret_v->tokens = (const unsigned char *)bin + f->tokens_off;
+	ret_v->seq_ptrs = idx ? (const unsigned char *)idx + f->seq_ptrs_off : NULL;
+	ret_v->doc_idx = idx ? (const unsigned char *)idx + f->doc_idx_off : NULL;
+	return 0;
+}
+
+/* ---- rows of the token stream ---- */
+
+/* The token file holding global offset `off` (< n_tokens). */
+uint32_t sf__tokens_find_file(const struct sf_dataset *ds, uint64_t off)
+{
+	uint32_t lo = 0, hi = ds->n_token_files - 1;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo + 1) / 2;
+
+		if (ds->token_files[mid].start <= off)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+/* Megatron: the first document of `f` that starts at or after file offset `at`. */
+static uint64_t megatron_first_doc(const struct sf_token_file *f, const struct sf_token_view *v,
+				   uint64_t at)
+{
+	uint64_t lo = 0, hi = f->n_docs;
+
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2, seq, ptr;
+
+		memcpy(&seq, v->doc_idx + mid * 8, 8);
+		if (seq >= f->n_seqs) {
+			hi = mid;
+			continue;
+		}
+		memcpy(&ptr, v->seq_ptrs + seq * 8, 8);
+		if (ptr / f->width < at)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Record a document start at row position `pos`, keeping them ascending and unique. */
+static void add_start(uint32_t *starts, uint32_t *n, uint32_t max, uint32_t pos)
+{
+	if (*n && starts[*n - 1] >= pos)
+		return;
+	if (*n < max)
+		starts[(*n)++] = pos;
+}
+
+/*
+ * Document starts of the row at global offset `off` whose tokens come from `f` at
+ * positions [from, to) of the row: the file start, the tokens after <|endoftext|> in
+ * flat files, the documents of a Megatron index.
+ */
+static void file_doc_starts(const struct sf_dataset *ds, const struct sf_token_file *f,
+			    const struct sf_token_view *v, uint64_t off, uint32_t from, uint32_t to,
+			    uint32_t *starts, uint32_t *n_starts)
+{
+	uint64_t lo = off + from - f->start; /* file offsets of the row's span */
+	uint64_t hi = off + to - f->start;
+
+	if (lo == 0)
+		add_start(starts, n_starts, ds->doc_starts, from);
+	if (f->format == SF_FMT_MEGATRON) {
+		for (uint64_t d = megatron_first_doc(f, v, lo); d < f->n_docs; d++) {
+			uint64_t seq, ptr;
+
+			memcpy(&seq, v->doc_idx + d * 8, 8);
+			if (seq >= f->n_seqs)
+				break;
+			memcpy(&ptr, v->seq_ptrs + seq * 8, 8);
+			if (ptr / f->width >= hi || *n_starts == ds->doc_starts)
+				break;
+			add_start(starts, n_starts, ds->doc_starts,
+				  (uint32_t)(ptr / f->width - lo) + from);
+		}
+		return;
+	}
+	if (ds->eot == UINT32_MAX)
+		return;
+	for (uint64_t i = lo ? lo : 1; i < hi && *n_starts < ds->doc_starts; i++) {
+		uint32_t prev;
+
+		if (f->width == 2) {
+			uint16_t id;
+
+			memcpy(&id, v->tokens + (i - 1) * 2, 2);
+			prev = id;
+		} else {
+			memcpy(&prev, v->tokens + (i - 1) * 4, 4);
+		}
+		if (prev == ds->eot)
+			add_start(starts, n_starts, ds->doc_starts, (uint32_t)(i - lo) + from);
+	}
+}
+
+/* Copy the T+1 tokens at global offset `off` of the pre-tokenized stream into `row`. */
+int sf__tokens_read_row(const struct sf_dataset *ds, uint64_t off, unsigned char *row,
+			uint32_t *starts, struct sf_err *e)
+{
+	const uint32_t L = ds->seq_len + 1, tb = ds->token_bytes;
+	uint32_t done = 0, n_starts = 0;
+	uint32_t fi = sf__tokens_find_file(ds, off);
+
+	while (done < L) {
+		const struct sf_token_file *f = &ds->token_files[fi];
+		uint64_t in = off + done - f->start;
+		uint64_t avail = f->n_tokens - in;
+		uint32_t take = avail < L - done ? (uint32_t)avail : L - done;
+		struct sf_token_view v;
+		size_t bad;
+		int r;
+
+		if (take == 0) {
+			fi++;
+			continue;
+		}
+		r = sf__tokens_view(ds, fi, starts != NULL, &v, e);
+		if (r < 0)
+			return r;
+		if (sf__copy_tokens(row + (size_t)done * tb, tb, v.tokens + in * f->width, f->width,
+				    take, &bad) < 0) {
+			uint32_t id;
+
+			memcpy(&id, v.tokens + (in + bad) * 4, 4);
+			return sf__err(e, SF_E_SOURCE,
+				       "%s: byte %llu: token %u does not fit the uint16 dtype",
+				       f->path,
+				       (unsigned long long)(f->tokens_off + (in + bad) * 4), id);
+		}
+		if (starts)
+			file_doc_starts(ds, f, &v, off, done, done + take, starts, &n_starts);
+		done += take;
+		fi++;
+	}
+	if (starts)
+		for (uint32_t i = n_starts; i < ds->doc_starts; i++)
+			starts[i] = UINT32_MAX;
+	return 0;
 }

@@ -1,732 +1,28 @@
 /*
- * Raw text sources. A file is read whole: plain files are mapped, .zst and .gz files are
- * decompressed into anonymous memory at open (their bytes must be addressable at any
- * chunk offset, and a compressed stream cannot be entered in the middle). Each file is
- * cut into chunks of whole documents of about SF_CHUNK_BYTES; the token count of every
- * chunk is built once by forked workers and cached beside the file. The global token
- * stream is then the chunks in order, each document followed by <|endoftext|>, and any
- * offset in it is found by a binary search over the chunk starts.
- *
- * Producers tokenize on demand, one chunk at a time, together with the first T+1 tokens
- * after the chunk, so every window starting in the chunk is served from one place: an
- * entry of the shared chunk cache (producer/chunk_share.h), where each chunk is
- * tokenized by one producer for all of them, or, when that cache cannot serve it, the
- * process's own buffer. Windows mode makes caching effective by taking the windows of a
- * chunk together (in a permuted order) before moving to the next permuted chunk. The
- * T+1 tokens after a chunk are the head of the next one, which is tokenized anyway when
- * that chunk's turn comes: a second shared table keeps every chunk's head, so that
- * whichever of the two needs it first tokenizes it and the other copies it.
+ * Raw text, tokenized on demand in producers. Each producer tokenizes one chunk at a
+ * time (producer/text_index.h), together with the first T+1 tokens after the chunk, so
+ * every window starting in the chunk is served from one place: an entry of the shared
+ * chunk cache (producer/chunk_share.h), where each chunk is tokenized by one producer
+ * for all of them, or, when that cache cannot serve it, the process's own buffer.
+ * Windows mode makes caching effective by taking the windows of a chunk together (in a
+ * permuted order) before moving to the next permuted chunk. The T+1 tokens after a
+ * chunk are the head of the next one, which is tokenized anyway when that chunk's turn
+ * comes: a second shared table keeps every chunk's head, so that whichever of the two
+ * needs it first tokenizes it and the other copies it.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-#include <zlib.h>
-#include <zstd.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 #include "shmfeed/shmfeed.h"
 #include "producer/chunk_share.h"
-#include "producer/json.h"
 #include "producer/sampler.h"
-#include "producer/source_text.h"
+#include "producer/source/file_cache.h"
+#include "producer/text_cache.h"
+#include "producer/text_index.h"
+#include "producer/token_copy.h"
 #include "producer/tokenizer/tokenizer.h"
-#include "producer/workers.h"
-
-static int has_suffix(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), m = strlen(suffix);
-
-	return n >= m && !strcmp(s + n - m, suffix);
-}
-
-/* Grow an anonymous mapping that receives decompressed bytes. */
-static int grow(char **buf, size_t *cap, size_t need)
-{
-	size_t ncap = *cap ? *cap : need;
-	void *p;
-
-	if (need <= *cap)
-		return 0;
-	while (ncap < need)
-		ncap *= 2;
-	p = *buf ? mremap(*buf, *cap, ncap, MREMAP_MAYMOVE)
-		 : mmap(NULL, ncap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return -ENOMEM;
-	*buf = p;
-	*cap = ncap;
-	return 0;
-}
-
-static int decompress_zstd(const char *path, const unsigned char *in, size_t in_len, char **ret,
-			   size_t *ret_len, size_t *ret_cap, struct sf_err *e)
-{
-	ZSTD_DStream *ds = ZSTD_createDStream();
-	ZSTD_inBuffer ib = {in, in_len, 0};
-	size_t want = in_len * 4 > (1u << 20) ? in_len * 4 : (1u << 20), cap = 0, len = 0;
-	size_t last = 0;
-	char *buf = NULL;
-	int r = 0;
-
-	if (!ds)
-		return sf__err(e, -ENOMEM, "out of memory");
-	r = grow(&buf, &cap, want);
-	if (r < 0) {
-		ZSTD_freeDStream(ds);
-		return sf__err(e, r, "%s: cannot allocate %zu bytes to decompress", path, want);
-	}
-	/* Until the input is consumed and the decoder holds nothing back (`last` is the
-	 * number of bytes it still wants, 0 at the end of a frame). */
-	while (ib.pos < ib.size || last != 0) {
-		ZSTD_outBuffer ob;
-		size_t before = len;
-
-		if (len == cap && (r = grow(&buf, &cap, cap * 2)) < 0) {
-			r = sf__err(e, r, "%s: cannot allocate %zu bytes to decompress", path,
-				    cap * 2);
-			goto out;
-		}
-		ob = (ZSTD_outBuffer){buf + len, cap - len, 0};
-		last = ZSTD_decompressStream(ds, &ob, &ib);
-		if (ZSTD_isError(last)) {
-			r = sf__err(e, SF_E_SOURCE, "%s: byte %zu: invalid zstd stream: %s", path,
-				    ib.pos, ZSTD_getErrorName(last));
-			goto out;
-		}
-		len += ob.pos;
-		if (ib.pos == ib.size && len == before && last != 0) {
-			r = sf__err(e, SF_E_SOURCE,
-				    "%s: byte %zu: truncated zstd stream (the frame is incomplete)",
-				    path, in_len);
-			goto out;
-		}
-	}
-out:
-	ZSTD_freeDStream(ds);
-	if (r < 0) {
-		munmap(buf, cap);
-		return r;
-	}
-	*ret = buf;
-	*ret_len = len;
-	*ret_cap = cap;
-	return 0;
-}
-
-static int decompress_gzip(const char *path, const unsigned char *in, size_t in_len, char **ret,
-			   size_t *ret_len, size_t *ret_cap, struct sf_err *e)
-{
-	z_stream zs = {0};
-	size_t want = in_len * 4 > (1u << 20) ? in_len * 4 : (1u << 20), cap = 0, len = 0;
-	char *buf = NULL;
-	int r = 0, z = Z_OK;
-
-	/* 15 + 16: gzip framing only; multi-member files are handled by the reset below. */
-	if (inflateInit2(&zs, 15 + 16) != Z_OK)
-		return sf__err(e, -ENOMEM, "%s: cannot start zlib", path);
-	r = grow(&buf, &cap, want);
-	if (r < 0) {
-		inflateEnd(&zs);
-		return sf__err(e, r, "%s: cannot allocate %zu bytes to decompress", path, want);
-	}
-	zs.next_in = (unsigned char *)in;
-	zs.avail_in = 0;
-	for (size_t consumed = 0;;) {
-		if (zs.avail_in == 0 && consumed < in_len) {
-			size_t take =
-				in_len - consumed > (1u << 30) ? (1u << 30) : in_len - consumed;
-
-			zs.next_in = (unsigned char *)in + consumed;
-			zs.avail_in = (uInt)take;
-			consumed += take;
-		}
-		if (len == cap && (r = grow(&buf, &cap, cap * 2)) < 0) {
-			r = sf__err(e, r, "%s: cannot allocate %zu bytes to decompress", path,
-				    cap * 2);
-			break;
-		}
-		{
-			size_t room = cap - len > (1u << 30) ? (1u << 30) : cap - len;
-
-			zs.next_out = (unsigned char *)buf + len;
-			zs.avail_out = (uInt)room;
-			z = inflate(&zs, Z_NO_FLUSH);
-			len += room - zs.avail_out;
-		}
-		if (z == Z_STREAM_END) {
-			size_t at = (size_t)((const unsigned char *)zs.next_in - in);
-
-			if (at == in_len)
-				break;
-			/* Another gzip member follows (as `cat a.gz b.gz` makes). */
-			inflateReset(&zs);
-			continue;
-		}
-		if (z == Z_DATA_ERROR || z == Z_NEED_DICT || z == Z_STREAM_ERROR ||
-		    z == Z_MEM_ERROR) {
-			r = sf__err(e, SF_E_SOURCE, "%s: byte %zu: invalid gzip stream: %s", path,
-				    (size_t)((const unsigned char *)zs.next_in - in),
-				    zs.msg ? zs.msg : "corrupt data");
-			break;
-		}
-		if (z == Z_BUF_ERROR && zs.avail_in == 0 && consumed == in_len) {
-			r = sf__err(e, SF_E_SOURCE,
-				    "%s: byte %zu: truncated gzip stream (it ends inside a member)",
-				    path, in_len);
-			break;
-		}
-	}
-	inflateEnd(&zs);
-	if (r < 0) {
-		munmap(buf, cap);
-		return r;
-	}
-	*ret = buf;
-	*ret_len = len;
-	*ret_cap = cap;
-	return 0;
-}
-
-static int read_text_file(struct sf_text_file *f, struct sf_err *e)
-{
-	struct stat st;
-	void *m = NULL;
-	/* O_NONBLOCK: open() of a FIFO must not wait for a writer before it is refused. */
-	int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), r = 0;
-
-	if (fd < 0)
-		return sf__err(e, -errno, "%s: cannot open: %s", f->path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return sf__err(e, SF_E_SOURCE, "%s: not a regular file", f->path);
-	}
-	sf__file_id_of(&st, &f->id);
-	f->ident[0] = (uint64_t)st.st_size;
-	f->ident[1] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
-	f->ident[2] = (uint64_t)st.st_ino;
-	if (st.st_size) {
-		m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-		if (m == MAP_FAILED) {
-			r = -errno;
-			close(fd);
-			return sf__err(e, r, "%s: cannot map: %s", f->path, strerror(-r));
-		}
-	}
-	close(fd);
-	if (has_suffix(f->path, ".zst") || has_suffix(f->path, ".gz")) {
-		char *buf = NULL;
-		size_t len = 0, cap = 0;
-
-		r = has_suffix(f->path, ".zst")
-			    ? decompress_zstd(f->path, m, (size_t)st.st_size, &buf, &len, &cap, e)
-			    : decompress_gzip(f->path, m, (size_t)st.st_size, &buf, &len, &cap, e);
-		if (m)
-			munmap(m, (size_t)st.st_size);
-		if (r < 0)
-			return r;
-		f->data = buf;
-		f->len = len;
-		f->map_cap = cap;
-		return 0;
-	}
-	f->data = m;
-	f->len = (size_t)st.st_size;
-	f->map_cap = (size_t)st.st_size;
-	return 0;
-}
-
-static void free_text_file(struct sf_text_file *f)
-{
-	if (f->data && f->map_cap)
-		munmap((void *)f->data, f->map_cap);
-	free(f->path);
-	free(f->index_path);
-	memset(f, 0, sizeof(*f));
-}
-
-static int add_chunk(struct sf_dataset *ds, uint32_t file, uint64_t off, uint64_t len,
-		     uint64_t line)
-{
-	struct sf_chunk *c;
-
-	if (ds->n_chunks == ds->chunks_cap) {
-		uint64_t ncap = ds->chunks_cap ? ds->chunks_cap * 2 : 64;
-
-		c = realloc(ds->chunks, ncap * sizeof(*c));
-		if (!c)
-			return -ENOMEM;
-		ds->chunks = c;
-		ds->chunks_cap = ncap;
-	}
-	c = &ds->chunks[ds->n_chunks++];
-	memset(c, 0, sizeof(*c));
-	c->off = off;
-	c->len = len;
-	c->file = file;
-	c->first_line = line;
-	return 0;
-}
-
-static uint64_t count_lines(const char *p, const char *end)
-{
-	uint64_t n = 0;
-
-	while ((p = memchr(p, '\n', (size_t)(end - p)))) {
-		n++;
-		p++;
-	}
-	return n;
-}
-
-/*
- * glibc's memmem walks a two-byte needle one byte at a time, which took a tenth of a
- * producer's time on "\n\n"-separated text; this compares the separator's first and
- * last bytes at 16 positions at once (SSE2, in every x86-64) and checks the rest of each
- * candidate.
- */
-const char *sf__find_sep(const char *p, const char *end, const char *sep, size_t m)
-{
-	size_t n = (size_t)(end - p), i = 0;
-
-	if (m == 1)
-		return memchr(p, sep[0], n);
-#ifdef __SSE2__
-	{
-		const __m128i first = _mm_set1_epi8(sep[0]), last = _mm_set1_epi8(sep[m - 1]);
-
-		for (; n >= m - 1 + 16 && i <= n - (m - 1) - 16; i += 16) {
-			__m128i a = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
-			__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(p + i + m - 1));
-			unsigned mask = (unsigned)_mm_movemask_epi8(
-				_mm_and_si128(_mm_cmpeq_epi8(a, first), _mm_cmpeq_epi8(b, last)));
-
-			for (; mask; mask &= mask - 1) {
-				size_t k = i + (size_t)__builtin_ctz(mask);
-
-				if (m == 2 || !memcmp(p + k + 1, sep + 1, m - 2))
-					return p + k;
-			}
-		}
-	}
-#endif
-	return memmem(p + i, n - i, sep, m);
-}
-
-/* The end of the document starting at p (before its separator), and where the next
- * one starts. */
-static const char *doc_end(const struct sf_dataset *ds, const struct sf_text_file *f, const char *p,
-			   const char *end, const char **ret_next)
-{
-	const char *q;
-
-	if (f->format == SF_FMT_JSONL) {
-		q = memchr(p, '\n', (size_t)(end - p));
-		*ret_next = q ? q + 1 : end;
-		return q ? q : end;
-	}
-	if (!f->sep_len) {
-		*ret_next = end;
-		return end;
-	}
-	q = sf__find_sep(p, end, ds->sources[f->source].separator, f->sep_len);
-	*ret_next = q ? q + f->sep_len : end;
-	return q ? q : end;
-}
-
-int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
-		      struct sf_err *e)
-{
-	const struct sf_source_config *src = &ds->sources[source];
-	struct sf_text_file f = {0}, *nf;
-	struct sf_err why = {0};
-	uint64_t first_chunk = ds->n_chunks, line = 1;
-	const char *p, *end, *start;
-	int r;
-
-	f.path = strdup(path);
-	if (!f.path)
-		return sf__err(e, -ENOMEM, "out of memory");
-	f.format = format;
-	f.source = source;
-	f.sep_len = src->separator ? (uint32_t)strlen(src->separator) : 0;
-	r = read_text_file(&f, &why);
-	if (r < 0) {
-		free_text_file(&f);
-		if (src->on_error != SF_ON_ERROR_SKIP) {
-			*e = why;
-			return r;
-		}
-		sf__dataset_note_skip(ds, &why);
-		return 0;
-	}
-	ds->stats.text_bytes += f.len;
-	p = start = f.data;
-	end = f.data + f.len;
-	while (p < end) {
-		const char *next, *de = doc_end(ds, &f, p, end, &next);
-
-		if ((uint64_t)(de - p) > ds->max_doc_bytes)
-			ds->max_doc_bytes = (uint64_t)(de - p);
-		p = next;
-		if (p - start >= (ptrdiff_t)SF_CHUNK_BYTES || p == end) {
-			r = add_chunk(ds, ds->n_text_files, (uint64_t)(start - f.data),
-				      (uint64_t)(p - start), line);
-			if (r < 0) {
-				free_text_file(&f);
-				ds->n_chunks = first_chunk;
-				return sf__err(e, r, "out of memory");
-			}
-			line += count_lines(start, p);
-			start = p;
-		}
-	}
-	nf = realloc(ds->text_files, (ds->n_text_files + 1) * sizeof(*nf));
-	if (!nf) {
-		free_text_file(&f);
-		ds->n_chunks = first_chunk;
-		return sf__err(e, -ENOMEM, "out of memory");
-	}
-	ds->text_files = nf;
-	nf[ds->n_text_files++] = f;
-	return 0;
-}
-
-void sf__text_close(struct sf_dataset *ds)
-{
-	for (uint32_t i = 0; i < ds->n_text_files; i++)
-		free_text_file(&ds->text_files[i]);
-	free(ds->text_files);
-	free(ds->chunks);
-	sf__share_free(ds->share);
-	sf__share_free(ds->heads);
-	ds->share = NULL;
-	ds->heads = NULL;
-	ds->text_files = NULL;
-	ds->chunks = NULL;
-	ds->n_text_files = 0;
-	ds->n_chunks = 0;
-}
-
-void sf__text_walk_init(struct sf_doc_walk *w, const struct sf_dataset *ds, uint64_t chunk,
-			char *scratch)
-{
-	const struct sf_chunk *c = &ds->chunks[chunk];
-
-	memset(w, 0, sizeof(*w));
-	w->ds = ds;
-	w->file = &ds->text_files[c->file];
-	w->p = w->file->data + c->off;
-	w->end = w->p + c->len;
-	w->line = c->first_line;
-	w->scratch = scratch;
-}
-
-static int bad_record(struct sf_doc_walk *w, struct sf_err *e, const char *fmt_what,
-		      const char *detail, size_t column)
-{
-	const struct sf_source_config *src = &w->ds->sources[w->file->source];
-	struct sf_err why;
-
-	if (column)
-		sf__err(&why, SF_E_SOURCE, "%s:%llu: column %zu: %s%s", w->file->path,
-			(unsigned long long)w->line, column, fmt_what, detail);
-	else
-		sf__err(&why, SF_E_SOURCE, "%s:%llu: %s%s", w->file->path,
-			(unsigned long long)w->line, fmt_what, detail);
-	if (src->on_error != SF_ON_ERROR_SKIP) {
-		*e = why;
-		return SF_E_SOURCE;
-	}
-	if (w->skipped++ == 0)
-		w->why = why;
-	return 0;
-}
-
-int sf__text_next_doc(struct sf_doc_walk *w, const char **ret_doc, size_t *ret_len,
-		      struct sf_err *e)
-{
-	while (w->p < w->end) {
-		const char *next, *p = w->p, *de = doc_end(w->ds, w->file, p, w->end, &next);
-		uint64_t line = w->line;
-		size_t n = (size_t)(de - p), at, len;
-		const char *what;
-		int r;
-
-		w->p = next;
-		/* Plain text has no bad records, so it needs no line numbers: counting the
-		 * newlines of every document would cost a pass over the text per tokenization. */
-		if (w->file->format != SF_FMT_JSONL) {
-			if (n == 0)
-				continue; /* empty documents add nothing but a separator */
-			*ret_doc = p;
-			*ret_len = n;
-			return 1;
-		}
-		w->line++;
-		{
-			size_t i = 0;
-
-			while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r'))
-				i++;
-			if (i == n)
-				continue; /* blank lines separate nothing */
-		}
-		r = sf__json_field(p, n,
-				   w->ds->sources[w->file->source].text_field
-					   ? w->ds->sources[w->file->source].text_field
-					   : "text",
-				   w->scratch, &len, &at, &what);
-		if (r == SF_JSON_OK) {
-			*ret_doc = w->scratch;
-			*ret_len = len;
-			return 1;
-		}
-		w->line = line;
-		if (r == SF_JSON_INVALID)
-			r = bad_record(w, e, "invalid JSON: ", what, at + 1);
-		else if (r == SF_JSON_NOT_OBJECT)
-			r = bad_record(w, e, "not a JSON object", "", 0);
-		else if (r == SF_JSON_NO_FIELD)
-			r = bad_record(w, e, "no field ",
-				       w->ds->sources[w->file->source].text_field
-					       ? w->ds->sources[w->file->source].text_field
-					       : "text",
-				       0);
-		else
-			r = bad_record(w, e, "not a string: field ",
-				       w->ds->sources[w->file->source].text_field
-					       ? w->ds->sources[w->file->source].text_field
-					       : "text",
-				       0);
-		w->line = line + 1;
-		if (r < 0)
-			return r;
-	}
-	return 0;
-}
-
-uint64_t sf__text_find_chunk(const struct sf_dataset *ds, uint64_t off)
-{
-	uint64_t lo = 0, hi = ds->n_chunks - 1;
-
-	/* The last chunk starting at or before `off` that holds tokens. */
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo + 1) / 2;
-
-		if (ds->chunks[mid].start <= off)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	while (lo > 0 && ds->chunks[lo].n_tokens == 0)
-		lo--;
-	return lo;
-}
-
-/* ---- index build ---- */
-
-struct count_result {
-	uint64_t n_tokens;
-	uint64_t n_docs;
-	uint64_t skipped;
-};
-
-struct count_job {
-	const struct sf_dataset *ds;
-	const uint64_t *items; /* chunks to count */
-	struct count_result *results;
-};
-
-struct count_state {
-	struct sf_tok_encoder *enc;
-	char *scratch;
-};
-
-static int count_init(void *arg, void **ret_state, struct sf_err *e)
-{
-	struct count_job *j = arg;
-	struct count_state *s = calloc(1, sizeof(*s));
-	int r;
-
-	if (!s)
-		return sf__err(e, -ENOMEM, "out of memory");
-	s->scratch = malloc(j->ds->max_doc_bytes + 1);
-	if (!s->scratch) {
-		free(s);
-		return sf__err(e, -ENOMEM, "out of memory");
-	}
-	r = sf__tok_encoder_create(j->ds->tok, &s->enc, e);
-	if (r < 0) {
-		free(s->scratch);
-		free(s);
-		return r;
-	}
-	*ret_state = s;
-	return 0;
-}
-
-static void count_fini(void *arg, void *state)
-{
-	struct count_state *s = state;
-
-	(void)arg;
-	sf__tok_encoder_free(s->enc);
-	free(s->scratch);
-	free(s);
-}
-
-static int count_item(void *arg, void *state, uint64_t i, struct sf_err *e)
-{
-	struct count_job *j = arg;
-	struct count_state *s = state;
-	struct count_result *res = &j->results[i];
-	struct sf_doc_walk w;
-	const char *doc;
-	size_t len;
-	int r;
-
-	sf__text_walk_init(&w, j->ds, j->items[i], s->scratch);
-	while ((r = sf__text_next_doc(&w, &doc, &len, e)) == 1) {
-		const uint32_t *ids;
-		size_t n;
-
-		r = sf__tok_encode(s->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
-		if (r < 0)
-			return r;
-		res->n_tokens += n + 1;
-		res->n_docs++;
-	}
-	res->skipped = w.skipped;
-	return r;
-}
-
-int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
-{
-	struct count_result *results = NULL;
-	uint64_t *items = NULL, n_items = 0, *keys = NULL, pos = 0;
-	uint32_t *loaded = NULL;
-	size_t results_bytes = 0;
-	struct timespec t0, t1;
-	int r = 0;
-
-	if (ds->eot == UINT32_MAX)
-		return sf__err(e, SF_E_TOKENIZER, "%s has no <|endoftext|> to separate documents",
-			       cfg->encoding);
-	items = calloc(ds->n_chunks + 1, sizeof(*items));
-	keys = calloc(ds->n_text_files + 1, sizeof(*keys));
-	loaded = calloc(ds->n_text_files + 1, sizeof(*loaded));
-	if (!items || !keys || !loaded) {
-		r = sf__err(e, -ENOMEM, "out of memory");
-		goto out;
-	}
-	ds->stats.index_loaded = 1;
-	for (uint32_t f = 0; f < ds->n_text_files; f++) {
-		uint64_t bytes = 0;
-
-		keys[f] = sf__index_key(ds, &ds->text_files[f]);
-		loaded[f] = sf__index_load(ds, f, keys[f], &bytes) == 1;
-		ds->stats.index_bytes += bytes;
-		if (!loaded[f])
-			ds->stats.index_loaded = 0;
-	}
-	for (uint64_t c = 0; c < ds->n_chunks; c++)
-		if (!loaded[ds->chunks[c].file])
-			items[n_items++] = c;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (n_items) {
-		struct count_job job = {.ds = ds, .items = items};
-		struct sf_work w = {.n_workers = cfg->producers,
-				    .n_items = n_items,
-				    .arg = &job,
-				    .init = count_init,
-				    .item = count_item,
-				    .fini = count_fini};
-
-		results_bytes = n_items * sizeof(*results);
-		results = sf__shared_alloc(results_bytes);
-		if (!results) {
-			r = sf__err(e, -ENOMEM, "out of memory");
-			goto out;
-		}
-		job.results = results;
-		r = sf__work_run(&w, e);
-		if (r < 0)
-			goto out;
-		for (uint64_t i = 0; i < n_items; i++) {
-			struct sf_chunk *c = &ds->chunks[items[i]];
-
-			c->n_tokens = results[i].n_tokens;
-			c->n_docs = (uint32_t)results[i].n_docs;
-		}
-	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	if (n_items)
-		ds->stats.index_build_ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
-					   (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
-	/* Skips in file order; the first one's message comes from walking its chunk again,
-	 * which meets the same record first. */
-	for (uint64_t i = 0, c = 0; c < ds->n_chunks; c++) {
-		uint32_t f = ds->chunks[c].file;
-
-		if (loaded[f] || i >= n_items || items[i] != c)
-			continue;
-		if (results[i].skipped) {
-			struct sf_doc_walk walk;
-			char *scratch = malloc(ds->max_doc_bytes + 1);
-			const char *doc;
-			size_t len;
-
-			if (!scratch) {
-				r = sf__err(e, -ENOMEM, "out of memory");
-				goto out;
-			}
-			sf__text_walk_init(&walk, ds, c, scratch);
-			while (sf__text_next_doc(&walk, &doc, &len, e) == 1)
-				;
-			free(scratch);
-			for (uint64_t k = 0; k < walk.skipped; k++)
-				sf__dataset_note_skip(ds, &walk.why);
-		}
-		i++;
-	}
-	for (uint64_t c = 0; c < ds->n_chunks; c++) {
-		struct sf_chunk *ch = &ds->chunks[c];
-
-		ch->start = pos;
-		pos += ch->n_tokens;
-		ds->stats.n_docs += ch->n_docs;
-		if (ch->n_tokens > ds->max_chunk_tokens)
-			ds->max_chunk_tokens = ch->n_tokens;
-		if (ch->n_docs > ds->max_chunk_docs)
-			ds->max_chunk_docs = ch->n_docs;
-	}
-	ds->n_tokens = pos;
-	ds->stats.n_chunks = ds->n_chunks;
-	for (uint32_t f = 0; f < ds->n_text_files; f++) {
-		uint64_t skipped = 0, bytes = 0;
-
-		if (loaded[f])
-			continue;
-		for (uint64_t i = 0; i < n_items; i++)
-			if (ds->chunks[items[i]].file == f)
-				skipped += results[i].skipped;
-		if (sf__index_save(ds, f, keys[f], skipped, ds->first_skip, &bytes) == 0)
-			ds->stats.index_bytes += bytes;
-	}
-out:
-	sf__shared_free(results, results_bytes);
-	free(items);
-	free(keys);
-	free(loaded);
-	return r;
-}
 
 /* ---- per-process cache, shared cache and window order ---- */
 
@@ -847,6 +143,30 @@ static int warm_encoder(struct sf_text_cache *c, struct sf_err *e)
 	return sf__tok_encode(c->enc, c->scratch, piece, SF_TOK_ALLOW_NONE, &ids, &n_ids, e);
 }
 
+/*
+ * Map the plain (uncompressed) text files ahead, as many as the process's file cache
+ * holds: a mapping reads nothing until a chunk is tokenized, and a job whose files all
+ * fit then maps nothing while it builds batches (steady state allocates nothing). With
+ * more files than that, a miss maps one file (and unmaps another) per chunk that needs
+ * it. A file that cannot be mapped now fails later, when a chunk of it is read.
+ */
+static void premap_files(const struct sf_dataset *ds)
+{
+	uint32_t cap, n = 0;
+	struct sf_err ignored;
+
+	sf__file_cache_open_count(ds->text_maps, &cap);
+	for (uint32_t i = 0; i < ds->n_text_files && n < cap; i++) {
+		const char *data;
+		size_t len;
+
+		if (ds->text_files[i].compressed || !ds->text_files[i].n_chunks)
+			continue;
+		sf__file_cache_get(ds->text_maps, i, &data, &len, &ignored);
+		n++;
+	}
+}
+
 int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **ret_c,
 			  struct sf_err *e)
 {
@@ -877,6 +197,8 @@ int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **re
 	r = sf__tok_encoder_create(ds->tok, &c->enc, e);
 	if (r >= 0)
 		r = warm_encoder(c, e);
+	if (r >= 0)
+		premap_files(ds);
 	if (r < 0) {
 		sf__text_cache_free(c);
 		return r;
@@ -906,6 +228,18 @@ uint64_t sf__text_cache_encoded(const struct sf_text_cache *c)
 }
 
 /*
+ * The walk over `chunk` failed with `why`: bad records were counted when the index was
+ * built and are passed over silently here, so what fails is the chunk not holding what
+ * its index says (its cached index is then removed), or its file.
+ */
+static int walk_failed(const struct sf_text_cache *c, const struct sf_doc_walk *w, uint64_t chunk,
+		       const struct sf_err *why, struct sf_err *e)
+{
+	*e = *why;
+	return w->index_lie ? sf__text_index_lied(c->ds, chunk, e) : e->code;
+}
+
+/*
  * Tokenize the documents of `chunk` into `d`, appending up to `limit` tokens in total,
  * after passing over its first `skip` documents (already in `d`, copied from its head).
  */
@@ -918,43 +252,52 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	int r = 0;
 	struct sf_err ignored;
 
-	sf__text_walk_init(&w, c->ds, chunk, c->scratch);
+	r = sf__text_walk_init(&w, c->ds, chunk, c->scratch, &ignored);
+	if (r < 0)
+		return walk_failed(c, &w, chunk, &ignored, e);
 	/* Bad records were counted when the index was built; here they are passed over
 	 * silently, the same ones every time. */
 	while (skip && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1)
 		skip--;
 	if (r < 0)
-		return r;
+		return walk_failed(c, &w, chunk, &ignored, e);
 	while (d->n < limit && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1) {
 		const uint32_t *ids;
 		size_t n, take;
+		/* A document is [bos] ids eot; `nb` is 1 with a bos, else 0. */
+		const size_t nb = c->ds->bos != UINT32_MAX;
 		/* Straight into the destination when the ids fit there, whatever the limit:
-		 * only the first `take` count. (More than len + 1 ids only with a tokenizer.json
-		 * that adds text: a prefix space, NFC.) */
-		int direct = d->cap - d->n >= sf__tok_ids_bound(c->ds->tok, len);
+		 * only the first `take` count (more than len + 1 ids with a tokenizer.json that
+		 * adds text, none known before encoding with SentencePiece). */
+		const size_t bound = sf__tok_ids_bound(c->ds->tok, len);
+		int direct = bound != SIZE_MAX && d->cap - d->n >= bound + nb;
 
 		if (direct)
-			r = sf__tok_encode_to(c->enc, doc, len, SF_TOK_ALLOW_NONE, d->tokens + d->n,
-					      (size_t)(d->cap - d->n), &n, e);
+			r = sf__tok_encode_to(c->enc, doc, len, c->ds->allowed,
+					      d->tokens + d->n + nb, (size_t)(d->cap - d->n - nb),
+					      &n, e);
 		else
-			r = sf__tok_encode(c->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
+			r = sf__tok_encode(c->enc, doc, len, c->ds->allowed, &ids, &n, e);
 		if (r < 0)
 			return r;
 		/* The supervisor reads progress from the heartbeat this renews. */
 		sf__producer_progress(len);
-		c->encoded += n + 1;
-		take = n + 1 <= limit - d->n ? n : (size_t)(limit - d->n);
+		c->encoded += nb + n + 1;
+		/* The loop runs while d->n < limit, so take >= 1 >= nb. */
+		take = nb + n + 1 <= limit - d->n ? nb + n : (size_t)(limit - d->n);
 		if (d->n_docs < d->docs_cap)
 			d->doc_starts[d->n_docs++] = d->n;
 		if (doc_lens)
-			doc_lens[d->n_docs - 1] = (uint32_t)(n + 1);
+			doc_lens[d->n_docs - 1] = (uint32_t)(nb + n + 1);
+		if (nb)
+			d->tokens[d->n] = c->ds->bos;
 		if (!direct)
-			memcpy(d->tokens + d->n, ids, take * sizeof(*ids));
+			memcpy(d->tokens + d->n + nb, ids, (take - nb) * sizeof(*ids));
 		d->n += take;
 		if (d->n < limit)
 			d->tokens[d->n++] = c->ds->eot;
 	}
-	return r < 0 ? r : 0;
+	return r < 0 ? walk_failed(c, &w, chunk, &ignored, e) : 0;
 }
 
 /*
@@ -965,21 +308,12 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 static int count_mismatch(const struct sf_dataset *ds, uint64_t chunk, uint64_t n, struct sf_err *e)
 {
 	const struct sf_chunk *ch = &ds->chunks[chunk];
-	const struct sf_text_file *f = &ds->text_files[ch->file];
 
-	if (f->index_path) {
-		unlink(f->index_path);
-		return sf__err(e, SF_E_SOURCE,
-			       "%s: byte %llu: the chunk holds %llu tokens but its cached index %s "
-			       "says %llu; the index is removed and the next run rebuilds it",
-			       f->path, (unsigned long long)ch->off, (unsigned long long)n,
-			       f->index_path, (unsigned long long)ch->n_tokens);
-	}
-	return sf__err(e, SF_E_SOURCE,
-		       "%s: byte %llu: the chunk holds %llu tokens but its index says %llu "
-		       "(did the file change?)",
-		       ds->text_files[ch->file].path, (unsigned long long)ch->off,
-		       (unsigned long long)n, (unsigned long long)ch->n_tokens);
+	sf__err(e, SF_E_SOURCE,
+		"%s: byte %llu: the chunk holds %llu tokens but its index says %llu",
+		ds->text_files[ch->file].path, (unsigned long long)ch->off, (unsigned long long)n,
+		(unsigned long long)ch->n_tokens);
+	return sf__text_index_lied(ds, chunk, e);
 }
 
 /*
@@ -1028,31 +362,41 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 		       struct sf_err *e)
 {
 	const uint64_t L = c->ds->seq_len + 1;
+	const size_t nb = c->ds->bos != UINT32_MAX; /* a document is [bos] ids eot */
 	struct sf_doc_walk w;
 	const char *doc;
 	size_t len;
 	int r = 0;
 	struct sf_err ignored;
 
-	sf__text_walk_init(&w, c->ds, chunk, c->scratch);
+	r = sf__text_walk_init(&w, c->ds, chunk, c->scratch, &ignored);
+	if (r < 0)
+		return walk_failed(c, &w, chunk, &ignored, e);
 	while (h->n < L && (r = sf__text_next_doc(&w, &doc, &len, &ignored)) == 1) {
 		const uint32_t *ids;
 		size_t n;
 
-		r = sf__tok_encode(c->enc, doc, len, SF_TOK_ALLOW_NONE, &ids, &n, e);
+		r = sf__tok_encode(c->enc, doc, len, c->ds->allowed, &ids, &n, e);
 		if (r < 0)
 			return r;
 		/* The supervisor reads progress from the heartbeat this renews. */
 		sf__producer_progress(len);
-		c->encoded += n + 1;
-		if (n + 1 > h->cap - h->n || h->n_docs == h->docs_cap)
+		c->encoded += nb + n + 1;
+		if (nb + n + 1 > h->cap - h->n || h->n_docs == h->docs_cap)
 			return HEAD_TOO_BIG;
 		h->doc_starts[h->n_docs++] = h->n;
+		if (nb)
+			h->tokens[h->n++] = c->ds->bos;
 		memcpy(h->tokens + h->n, ids, n * sizeof(*ids));
 		h->n += n;
 		h->tokens[h->n++] = c->ds->eot;
 	}
-	return r < 0 ? r : 0;
+	if (r < 0)
+		return walk_failed(c, &w, chunk, &ignored, e);
+	/* The head is the whole chunk: its count is verified here (see encode_tail()). */
+	if (h->n < L && h->n != c->ds->chunks[chunk].n_tokens)
+		return count_mismatch(c->ds, chunk, h->n, e);
+	return 0;
 }
 
 /* The shared entry this producer filled was taken over meanwhile (its liveness was
@@ -1063,6 +407,22 @@ static int taken_over(uint64_t chunk, struct sf_err *e)
 		       "chunk %llu: the shared cache entry was taken over while this producer "
 		       "filled it",
 		       (unsigned long long)chunk);
+}
+
+/*
+ * Append the tokens of `chunk` to `d` up to `limit`, tokenizing them. When the chunk ends
+ * before the limit (a chunk shorter than T+1 tokens, in which no window may start, so
+ * that it is never tokenized as a chunk of its own), its count is verified here.
+ */
+static int encode_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk, uint64_t limit,
+		       struct sf_err *e)
+{
+	const uint64_t n0 = d->n;
+	int r = encode_docs(c, d, chunk, limit, 0, NULL, e);
+
+	if (r == 0 && d->n < limit && d->n - n0 != c->ds->chunks[chunk].n_tokens)
+		return count_mismatch(c->ds, chunk, d->n - n0, e);
+	return r;
 }
 
 /*
@@ -1080,7 +440,7 @@ static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 	int r;
 
 	if (!ds->heads)
-		return encode_docs(c, d, chunk, limit, 0, NULL, e);
+		return encode_tail(c, d, chunk, limit, e);
 	r = sf__share_acquire(ds->heads, chunk, chunk, HEAD_WAIT_NS, &ref);
 	if (r == SF_SHARE_HIT) {
 		append_head(ds, d, &ref, limit);
@@ -1091,14 +451,14 @@ static int append_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		d->n_docs = docs0;
 	}
 	if (r != SF_SHARE_FILL)
-		return encode_docs(c, d, chunk, limit, 0, NULL, e);
+		return encode_tail(c, d, chunk, limit, e);
 	h = &c->head;
 	h->n = 0;
 	h->n_docs = 0;
 	r = encode_head(c, h, chunk, e);
 	if (r) {
 		sf__share_abandon(&ref);
-		return r < 0 ? r : encode_docs(c, d, chunk, limit, 0, NULL, e);
+		return r < 0 ? r : encode_tail(c, d, chunk, limit, e);
 	}
 	write_head(ds, &ref, h->tokens, h->n);
 	ref.n_tokens = h->n;
@@ -1479,6 +839,11 @@ int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64
  */
 #define SHARE_MAX_BYTES (UINT64_C(1) << 30)
 
+static uint64_t page_round(uint64_t n)
+{
+	return (n + 4095) / 4096 * 4096;
+}
+
 int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 {
 	uint64_t B = ds->batch, per_batch, n, entry_bytes;
@@ -1489,7 +854,10 @@ int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 	n = (uint64_t)(2 * ds->producers + 2) * per_batch;
 	if (n > ds->n_chunks)
 		n = ds->n_chunks;
-	entry_bytes = dest_tokens_cap(ds) * sizeof(uint32_t) + dest_docs_cap(ds) * sizeof(uint64_t);
+	/* An entry takes whole pages (sf__share_create() rounds its stride up to 4 KiB): a
+	 * million small files, a chunk each, would otherwise get a million 4 KiB heads. */
+	entry_bytes = page_round(dest_tokens_cap(ds) * sizeof(uint32_t) +
+				 dest_docs_cap(ds) * sizeof(uint64_t));
 	if (n * entry_bytes > SHARE_MAX_BYTES)
 		n = SHARE_MAX_BYTES / entry_bytes;
 	if (n >= 2) {
@@ -1500,7 +868,7 @@ int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 	}
 	/* One head per chunk, placed by chunk index, within the same bound. */
 	n = ds->n_chunks;
-	entry_bytes = head_tokens_cap(ds) * ds->token_bytes;
+	entry_bytes = page_round(head_tokens_cap(ds) * ds->token_bytes);
 	if (n * entry_bytes > SHARE_MAX_BYTES)
 		n = SHARE_MAX_BYTES / entry_bytes;
 	if (n < 2)

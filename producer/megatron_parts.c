@@ -1,0 +1,618 @@
+/*
+ * Tokenize parts: the manifest each part writes beside its Megatron pair, and the merge
+ * that checks the parts against their manifests and concatenates them (see
+ * megatron_parts.h for the manifest's fields). The merge streams every file in pieces,
+ * so it needs little memory however large the parts; it reads each .bin once (hashing
+ * while copying) and each .idx twice (hash, then check and copy).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "shmfeed/shmfeed.h"
+#include "common/sha256.h"
+#include "producer/dataset_impl.h"
+#include "producer/json.h"
+#include "producer/megatron_parts.h"
+
+#define MANIFEST_FORMAT	 "shmfeed-tokenize-part"
+#define MANIFEST_VERSION 1
+#define MANIFEST_MAX	 65536
+#define IDX_HEADER	 34 /* magic 9, version 8, dtype 1, sequences 8, documents 8 */
+#define COPY_BYTES	 (1u << 20)
+#define IDX_BLOCK	 65536u /* index entries read at once */
+#define MEGATRON_INT32	 4
+#define MEGATRON_UINT16	 8
+
+struct manifest {
+	char *prefix;
+	uint64_t dev, ino; /* the manifest file's identity: one part under two names */
+	char digest[33];
+	char bin_sha[65];
+	char idx_sha[65];
+	uint32_t part;
+	uint32_t n_parts;
+	uint32_t width; /* bytes per token */
+	uint64_t docs;
+	uint64_t tokens;
+	uint64_t bin_bytes;
+	uint64_t idx_bytes;
+};
+
+int sf__part_prefix(const char *prefix, uint32_t part, uint32_t n_parts, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s_%05u-of-%05u", prefix, part, n_parts);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static void hex_of(const unsigned char *p, size_t n, char *ret_hex)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < n; i++) {
+		ret_hex[2 * i] = hex[p[i] >> 4];
+		ret_hex[2 * i + 1] = hex[p[i] & 15];
+	}
+	ret_hex[2 * n] = '\0';
+}
+
+static void config_digest(const struct sf_part_plan *plan, const struct sf_dataset *ds,
+			  char ret_hex[33])
+{
+	uint32_t words[2] = {ds->token_bytes, ds->eot};
+	XXH3_state_t st;
+	XXH128_canonical_t c;
+
+	XXH3_128bits_reset(&st);
+	XXH3_128bits_update(&st, plan->listing_digest, sizeof(plan->listing_digest));
+	XXH3_128bits_update(&st, &ds->tok_digest, sizeof(ds->tok_digest));
+	XXH3_128bits_update(&st, words, sizeof(words));
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&st));
+	hex_of(c.digest, sizeof(c.digest), ret_hex);
+}
+
+static int read_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t n, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t w = pwrite(fd, (const char *)buf + done, n - done, (off_t)(off + done));
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		done += (size_t)w;
+	}
+	return 0;
+}
+
+/*
+ * The SHA-256 and size of `path`; when out_fd >= 0, also copies the file to out_fd at
+ * out_off as it reads it.
+ */
+static int hash_file(const char *path, int out_fd, uint64_t out_off, char ret_hex[65],
+		     uint64_t *ret_bytes, struct sf_err *e)
+{
+	unsigned char *buf = malloc(COPY_BYTES), digest[32];
+	struct sf_sha256 sha;
+	uint64_t total = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), r = 0;
+
+	if (!buf || fd < 0) {
+		r = fd < 0 ? sf__err(e, -errno, "%s: cannot open: %s", path, strerror(errno))
+			   : sf__err(e, -ENOMEM, "out of memory");
+		goto out;
+	}
+	sf__sha256_init(&sha);
+	for (;;) {
+		ssize_t n = read(fd, buf, COPY_BYTES);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = sf__err(e, -errno, "%s: cannot read: %s", path, strerror(errno));
+			goto out;
+		}
+		if (n == 0)
+			break;
+		sf__sha256_update(&sha, buf, (size_t)n);
+		if (out_fd >= 0) {
+			r = write_full(out_fd, buf, (size_t)n, out_off + total);
+			if (r < 0) {
+				r = sf__err(e, r, "cannot write the merged .bin: %s", strerror(-r));
+				goto out;
+			}
+		}
+		total += (uint64_t)n;
+	}
+	sf__sha256_final(&sha, digest);
+	sf__sha256_hex(digest, ret_hex);
+	*ret_bytes = total;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return r;
+}
+
+static char *path_with(const char *prefix, const char *ext)
+{
+	size_t n = strlen(prefix) + strlen(ext) + 1;
+	char *p = malloc(n);
+
+	if (p)
+		snprintf(p, n, "%s%s", prefix, ext);
+	return p;
+}
+
+int sf__part_manifest_write(const char *part_prefix, const struct sf_part_plan *plan,
+			    const struct sf_dataset *ds, struct sf_err *e)
+{
+	char *bin = path_with(part_prefix, ".bin"), *idx = path_with(part_prefix, ".idx");
+	char *json = path_with(part_prefix, ".json"), *tmp = path_with(part_prefix, ".json.tmp");
+	char digest[33], bin_sha[65], idx_sha[65];
+	uint64_t bin_bytes, idx_bytes;
+	FILE *f = NULL;
+	int r;
+
+	if (!bin || !idx || !json || !tmp) {
+		r = sf__err(e, -ENOMEM, "out of memory");
+		goto out;
+	}
+	config_digest(plan, ds, digest);
+	r = hash_file(bin, -1, 0, bin_sha, &bin_bytes, e);
+	if (r >= 0)
+		r = hash_file(idx, -1, 0, idx_sha, &idx_bytes, e);
+	if (r < 0)
+		goto out;
+	f = fopen(tmp, "w");
+	if (!f) {
+		r = sf__err(e, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+		goto out;
+	}
+	fprintf(f,
+		"{\n  \"format\": \"%s\",\n  \"version\": %d,\n  \"config_digest\": \"%s\",\n"
+		"  \"part\": %u,\n  \"parts\": %u,\n  \"documents\": %llu,\n  \"tokens\": %llu,\n"
+		"  \"dtype\": \"%s\",\n  \"text_bytes\": %llu,\n  \"bin_bytes\": %llu,\n"
+		"  \"bin_sha256\": \"%s\",\n  \"idx_bytes\": %llu,\n  \"idx_sha256\": \"%s\"\n}\n",
+		MANIFEST_FORMAT, MANIFEST_VERSION, digest, plan->part, plan->n_parts,
+		(unsigned long long)ds->stats.n_docs, (unsigned long long)ds->n_tokens,
+		ds->token_bytes == 2 ? "uint16" : "int32", (unsigned long long)ds->stats.text_bytes,
+		(unsigned long long)bin_bytes, bin_sha, (unsigned long long)idx_bytes, idx_sha);
+	r = fflush(f) == 0 && fsync(fileno(f)) == 0 ? 0 : -EIO;
+	if (fclose(f) != 0 || r < 0) {
+		r = sf__err(e, -EIO, "%s: cannot write", tmp);
+		unlink(tmp);
+		goto out;
+	}
+	if (rename(tmp, json) < 0) {
+		r = sf__err(e, -errno, "%s: cannot rename into place: %s", json, strerror(errno));
+		unlink(tmp);
+	}
+out:
+	free(bin);
+	free(idx);
+	free(json);
+	free(tmp);
+	return r;
+}
+
+/* ---- merge ---- */
+
+/* The unsigned number after "key": in a manifest already validated as JSON. */
+static int json_number(const char *text, const char *key, uint64_t *ret)
+{
+	char pat[64];
+	const char *p;
+	char *end;
+	unsigned long long v;
+
+	snprintf(pat, sizeof(pat), "\"%s\"", key);
+	p = strstr(text, pat);
+	if (!p)
+		return -1;
+	p += strlen(pat);
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	if (*p++ != ':')
+		return -1;
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	if (*p < '0' || *p > '9')
+		return -1;
+	errno = 0;
+	v = strtoull(p, &end, 10);
+	if (errno || (*end != ',' && *end != '}' && *end != ' ' && *end != '\n'))
+		return -1;
+	*ret = v;
+	return 0;
+}
+
+static int json_string(const char *text, size_t len, const char *key, char *out, size_t out_len,
+		       char *scratch)
+{
+	size_t n, at;
+	const char *what;
+
+	if (sf__json_field(text, len, key, scratch, &n, &at, &what) != SF_JSON_OK ||
+	    n + 1 > out_len)
+		return -1;
+	memcpy(out, scratch, n);
+	out[n] = '\0';
+	return 0;
+}
+
+static int is_hex(const char *s, size_t n)
+{
+	if (strlen(s) != n)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
+static int read_manifest(struct manifest *m, struct sf_err *e)
+{
+	char *path = path_with(m->prefix, ".json"), *text = malloc(MANIFEST_MAX + 1),
+	     *scratch = malloc(MANIFEST_MAX + 1), kind[64] = "", dtype[16] = "";
+	uint64_t version = 0, part = 0, parts = 0;
+	struct stat st;
+	size_t len = 0;
+	FILE *f = NULL;
+	int r = 0;
+
+	if (!path || !text || !scratch) {
+		r = sf__err(e, -ENOMEM, "out of memory");
+		goto out;
+	}
+	f = fopen(path, "r");
+	if (!f) {
+		r = sf__err(e, SF_E_CONFIG,
+			    "%s: no manifest (%s): the part did not finish, or "
+			    "this is not a part",
+			    path, strerror(errno));
+		goto out;
+	}
+	if (fstat(fileno(f), &st) == 0) {
+		m->dev = (uint64_t)st.st_dev;
+		m->ino = (uint64_t)st.st_ino;
+	}
+	len = fread(text, 1, MANIFEST_MAX + 1, f);
+	text[len > MANIFEST_MAX ? MANIFEST_MAX : len] = '\0';
+	if (len > MANIFEST_MAX || json_string(text, len, "format", kind, sizeof(kind), scratch) ||
+	    strcmp(kind, MANIFEST_FORMAT) || json_number(text, "version", &version) ||
+	    json_number(text, "part", &part) || json_number(text, "parts", &parts) ||
+	    json_number(text, "documents", &m->docs) || json_number(text, "tokens", &m->tokens) ||
+	    json_number(text, "bin_bytes", &m->bin_bytes) ||
+	    json_number(text, "idx_bytes", &m->idx_bytes) ||
+	    json_string(text, len, "dtype", dtype, sizeof(dtype), scratch) ||
+	    json_string(text, len, "config_digest", m->digest, sizeof(m->digest), scratch) ||
+	    json_string(text, len, "bin_sha256", m->bin_sha, sizeof(m->bin_sha), scratch) ||
+	    json_string(text, len, "idx_sha256", m->idx_sha, sizeof(m->idx_sha), scratch) ||
+	    !is_hex(m->digest, 32) || !is_hex(m->bin_sha, 64) || !is_hex(m->idx_sha, 64)) {
+		r = sf__err(e, SF_E_CONFIG, "%s: not a tokenize part manifest", path);
+		goto out;
+	}
+	if (version != MANIFEST_VERSION) {
+		r = sf__err(e, SF_E_CONFIG, "%s: manifest version %llu, this shmfeed reads %d",
+			    path, (unsigned long long)version, MANIFEST_VERSION);
+		goto out;
+	}
+	if (parts == 0 || parts > SF_MAX_PARTS || part >= parts ||
+	    (strcmp(dtype, "uint16") && strcmp(dtype, "int32"))) {
+		r = sf__err(e, SF_E_CONFIG, "%s: part %llu of %llu, dtype %s: out of range", path,
+			    (unsigned long long)part, (unsigned long long)parts, dtype);
+		goto out;
+	}
+	m->part = (uint32_t)part;
+	m->n_parts = (uint32_t)parts;
+	m->width = strcmp(dtype, "uint16") ? 4 : 2;
+out:
+	if (f)
+		fclose(f);
+	free(path);
+	free(text);
+	free(scratch);
+	return r;
+}
+
+/* A part's prefix from an argument: its prefix, or its .bin, .idx or .json path. */
+static char *prefix_of(const char *arg)
+{
+	static const char *const ext[] = {".json", ".bin", ".idx"};
+	size_t n = strlen(arg);
+
+	for (size_t i = 0; i < 3; i++) {
+		size_t m = strlen(ext[i]);
+
+		if (n > m && !strcmp(arg + n - m, ext[i])) {
+			n -= m;
+			break;
+		}
+	}
+	return strndup(arg, n);
+}
+
+static int cmp_part(const void *a, const void *b)
+{
+	const struct manifest *x = a, *y = b;
+
+	return (x->part > y->part) - (x->part < y->part);
+}
+
+/* Every check between the manifests: one corpus, one count, each part once. */
+static int check_set(struct manifest *ms, size_t n, struct sf_err *e)
+{
+	qsort(ms, n, sizeof(*ms), cmp_part);
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(ms[i].digest, ms[0].digest) || ms[i].n_parts != ms[0].n_parts ||
+		    ms[i].width != ms[0].width)
+			return sf__err(e, SF_E_CONFIG,
+				       "%s (config %s, %u parts) and %s (config %s, %u parts) are "
+				       "not parts of one tokenization: same config and corpus, "
+				       "same part count needed",
+				       ms[0].prefix, ms[0].digest, ms[0].n_parts, ms[i].prefix,
+				       ms[i].digest, ms[i].n_parts);
+		if (i && ms[i].part == ms[i - 1].part)
+			return sf__err(e, SF_E_CONFIG, "%s and %s are both part %u of %u",
+				       ms[i - 1].prefix, ms[i].prefix, ms[i].part, ms[i].n_parts);
+	}
+	for (uint32_t p = 0; p < ms[0].n_parts; p++)
+		if (p >= n || ms[p].part != p)
+			return sf__err(e, SF_E_CONFIG,
+				       "part %u of %u is missing (%zu of %u parts given)", p,
+				       ms[0].n_parts, n, ms[0].n_parts);
+	return 0;
+}
+
+/*
+ * Check part `m`'s index against its manifest and its own structure (the form
+ * sf__dataset_write_megatron() writes: one sequence per document, pointers packed,
+ * document indices 0..n) and copy its lengths and shifted pointers into the merged
+ * index `out` holding `total_docs` documents, at document `first_doc` and .bin byte
+ * `first_byte`.
+ */
+static int merge_index(const struct manifest *m, int out, uint64_t total_docs, uint64_t first_doc,
+		       uint64_t first_byte, struct sf_err *e)
+{
+	char *path = path_with(m->prefix, ".idx");
+	unsigned char head[IDX_HEADER];
+	int32_t *lens = malloc(IDX_BLOCK * sizeof(int32_t));
+	int64_t *ptrs = malloc(IDX_BLOCK * sizeof(int64_t));
+	uint64_t n_seq, n_doc, version, ptr = 0;
+	int fd = -1, r = 0;
+
+	if (!path || !lens || !ptrs) {
+		r = sf__err(e, -ENOMEM, "out of memory");
+		goto out;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = sf__err(e, -errno, "%s: cannot open: %s", path, strerror(errno));
+		goto out;
+	}
+	if (read_full(fd, head, sizeof(head), 0) < 0)
+		goto bad;
+	memcpy(&version, head + 9, 8);
+	memcpy(&n_seq, head + 18, 8);
+	memcpy(&n_doc, head + 26, 8);
+	if (memcmp(head, "MMIDIDX\0\0", 9) || version != 1 ||
+	    head[17] != (m->width == 2 ? MEGATRON_UINT16 : MEGATRON_INT32) || n_seq != m->docs ||
+	    n_doc != n_seq + 1 || m->idx_bytes != IDX_HEADER + n_seq * 20 + 8)
+		goto bad;
+	for (uint64_t i = 0; i < n_seq; i += IDX_BLOCK) {
+		uint64_t k = n_seq - i < IDX_BLOCK ? n_seq - i : IDX_BLOCK;
+
+		if (read_full(fd, lens, k * 4, IDX_HEADER + i * 4) < 0 ||
+		    read_full(fd, ptrs, k * 8, IDX_HEADER + n_seq * 4 + i * 8) < 0)
+			goto bad;
+		for (uint64_t j = 0; j < k; j++) {
+			if (lens[j] < 0 || (uint64_t)ptrs[j] != ptr)
+				goto bad;
+			ptrs[j] = (int64_t)(first_byte + ptr);
+			ptr += (uint64_t)lens[j] * m->width;
+		}
+		r = write_full(out, lens, k * 4, IDX_HEADER + (first_doc + i) * 4);
+		if (r >= 0)
+			r = write_full(out, ptrs, k * 8,
+				       IDX_HEADER + total_docs * 4 + (first_doc + i) * 8);
+		if (r < 0) {
+			r = sf__err(e, r, "cannot write the merged .idx: %s", strerror(-r));
+			goto out;
+		}
+	}
+	for (uint64_t i = 0; i <= n_seq; i += IDX_BLOCK) {
+		uint64_t k = n_seq + 1 - i < IDX_BLOCK ? n_seq + 1 - i : IDX_BLOCK;
+
+		if (read_full(fd, ptrs, k * 8, IDX_HEADER + n_seq * 12 + i * 8) < 0)
+			goto bad;
+		for (uint64_t j = 0; j < k; j++)
+			if ((uint64_t)ptrs[j] != i + j)
+				goto bad;
+	}
+	if (ptr != m->bin_bytes || ptr != m->tokens * m->width)
+		goto bad;
+	goto out;
+bad:
+	r = sf__err(e, SF_E_CONFIG, "%s: not the index its manifest describes", path);
+out:
+	if (fd >= 0)
+		close(fd);
+	free(path);
+	free(lens);
+	free(ptrs);
+	return r;
+}
+
+static int write_merged_header(int fd, uint32_t width, uint64_t total_docs, struct sf_err *e)
+{
+	unsigned char head[IDX_HEADER];
+	uint64_t v = 1, n_doc = total_docs + 1;
+	int64_t *doc_idx = malloc(IDX_BLOCK * sizeof(int64_t));
+	int r;
+
+	if (!doc_idx)
+		return sf__err(e, -ENOMEM, "out of memory");
+	memcpy(head, "MMIDIDX\0\0", 9);
+	memcpy(head + 9, &v, 8);
+	head[17] = width == 2 ? MEGATRON_UINT16 : MEGATRON_INT32;
+	memcpy(head + 18, &total_docs, 8);
+	memcpy(head + 26, &n_doc, 8);
+	r = write_full(fd, head, sizeof(head), 0);
+	for (uint64_t i = 0; i <= total_docs && r >= 0; i += IDX_BLOCK) {
+		uint64_t k = total_docs + 1 - i < IDX_BLOCK ? total_docs + 1 - i : IDX_BLOCK;
+
+		for (uint64_t j = 0; j < k; j++)
+			doc_idx[j] = (int64_t)(i + j);
+		r = write_full(fd, doc_idx, k * 8, IDX_HEADER + total_docs * 12 + i * 8);
+	}
+	free(doc_idx);
+	return r < 0 ? sf__err(e, r, "cannot write the merged .idx: %s", strerror(-r)) : 0;
+}
+
+int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64_t *ret_docs,
+		    uint64_t *ret_tokens, struct sf_err *e)
+{
+	struct manifest *ms = calloc(n_args + 1, sizeof(*ms));
+	char *bin = path_with(prefix, ".bin"), *idx = path_with(prefix, ".idx");
+	char *bin_tmp = path_with(prefix, ".bin.tmp"), *idx_tmp = path_with(prefix, ".idx.tmp");
+	uint64_t total_docs = 0, total_tokens = 0, doc = 0, byte = 0;
+	size_t n = 0;
+	int bin_fd = -1, idx_fd = -1, r = 0;
+
+	if (!ms || !bin || !idx || !bin_tmp || !idx_tmp) {
+		r = sf__err(e, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n_args; i++) {
+		char *p = prefix_of(args[i]);
+		size_t j;
+
+		if (!p) {
+			r = sf__err(e, -ENOMEM, "out of memory");
+			goto out;
+		}
+		for (j = 0; j < n && strcmp(ms[j].prefix, p); j++)
+			;
+		if (j < n) {
+			free(p);
+			continue;
+		}
+		if (!strcmp(p, prefix)) {
+			r = sf__err(e, SF_E_CONFIG, "%s: the output cannot be one of the parts", p);
+			free(p);
+			goto out;
+		}
+		ms[n].prefix = p;
+		r = read_manifest(&ms[n++], e);
+		if (r < 0)
+			goto out;
+		/* The same manifest reached by another path ("./a" and "a") counts once. */
+		for (j = 0; j + 1 < n; j++)
+			if (ms[j].dev == ms[n - 1].dev && ms[j].ino == ms[n - 1].ino)
+				break;
+		if (j + 1 < n)
+			free(ms[--n].prefix);
+	}
+	if (n == 0) {
+		r = sf__err(e, SF_E_CONFIG, "no parts to merge");
+		goto out;
+	}
+	r = check_set(ms, n, e);
+	if (r < 0)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		total_docs += ms[i].docs;
+		total_tokens += ms[i].tokens;
+	}
+	bin_fd = open(bin_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	idx_fd = bin_fd < 0 ? -1 : open(idx_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (bin_fd < 0 || idx_fd < 0) {
+		r = sf__err(e, -errno, "%s: cannot create: %s", bin_fd < 0 ? bin_tmp : idx_tmp,
+			    strerror(errno));
+		goto out;
+	}
+	r = write_merged_header(idx_fd, ms[0].width, total_docs, e);
+	for (size_t i = 0; i < n && r >= 0; i++) {
+		char sha[65], *part_bin = path_with(ms[i].prefix, ".bin"),
+			      *part_idx = path_with(ms[i].prefix, ".idx");
+		uint64_t bytes;
+
+		if (!part_bin || !part_idx) {
+			r = sf__err(e, -ENOMEM, "out of memory");
+		} else if ((r = hash_file(part_idx, -1, 0, sha, &bytes, e)) >= 0 &&
+			   (bytes != ms[i].idx_bytes || strcmp(sha, ms[i].idx_sha))) {
+			r = sf__err(e, SF_E_CONFIG,
+				    "%s: %llu bytes, SHA-256 %s; its manifest says %llu bytes, %s",
+				    part_idx, (unsigned long long)bytes, sha,
+				    (unsigned long long)ms[i].idx_bytes, ms[i].idx_sha);
+		} else if (r >= 0 && (r = hash_file(part_bin, bin_fd, byte, sha, &bytes, e)) >= 0 &&
+			   (bytes != ms[i].bin_bytes || strcmp(sha, ms[i].bin_sha))) {
+			r = sf__err(e, SF_E_CONFIG,
+				    "%s: %llu bytes, SHA-256 %s; its manifest says %llu bytes, %s",
+				    part_bin, (unsigned long long)bytes, sha,
+				    (unsigned long long)ms[i].bin_bytes, ms[i].bin_sha);
+		} else if (r >= 0) {
+			r = merge_index(&ms[i], idx_fd, total_docs, doc, byte, e);
+		}
+		free(part_bin);
+		free(part_idx);
+		doc += ms[i].docs;
+		byte += ms[i].bin_bytes;
+	}
+	if (r < 0)
+		goto out;
+	if (fsync(bin_fd) < 0 || fsync(idx_fd) < 0) {
+		r = sf__err(e, -errno, "%s: cannot write: %s", prefix, strerror(errno));
+		goto out;
+	}
+	if (rename(bin_tmp, bin) < 0 || rename(idx_tmp, idx) < 0) {
+		r = sf__err(e, -errno, "%s: cannot rename into place: %s", prefix, strerror(errno));
+		goto out;
+	}
+	*ret_docs = total_docs;
+	*ret_tokens = total_tokens;
+	r = (int)n;
+out:
+	if (bin_fd >= 0)
+		close(bin_fd);
+	if (idx_fd >= 0)
+		close(idx_fd);
+	if (r < 0 && bin_tmp && idx_tmp) {
+		unlink(bin_tmp);
+		unlink(idx_tmp);
+	}
+	for (size_t i = 0; ms && i < n; i++)
+		free(ms[i].prefix);
+	free(ms);
+	free(bin);
+	free(idx);
+	free(bin_tmp);
+	free(idx_tmp);
+	return r;
+}

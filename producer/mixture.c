@@ -1,0 +1,662 @@
+/*
+ * Weight sets, their trees, and phases over steps (producer/mixture.h). All arithmetic on
+ * counts is integer (64-bit, 128-bit for products), so no rounding of a float ever moves
+ * a sample from one source to another; floats appear only in the reported bound.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "producer/mixture.h"
+
+__extension__ typedef unsigned __int128 u128;
+__extension__ typedef __int128 i128;
+
+#define LEAF(i)	       (-(int32_t)(i)-1)
+#define IS_LEAF(c)     ((c) < 0)
+#define LEAF_SOURCE(c) ((uint32_t)(-(c)-1))
+
+/* floor(P_l c / P_v + 1/2), in 64 bits when the numerator fits. */
+static inline uint64_t split(uint64_t pl, uint64_t pv, uint64_t c)
+{
+	if (c < (UINT64_C(1) << 32) && pl < (UINT64_C(1) << 30))
+		return (2 * pl * c + pv) / (2 * pv);
+	return (uint64_t)(((u128)2 * pl * c + pv) / ((u128)2 * pv));
+}
+
+static inline uint64_t child_weight(const struct sf_mix_set *s, int32_t c)
+{
+	return IS_LEAF(c) ? s->weights[LEAF_SOURCE(c)] : s->nodes[c].weight;
+}
+
+/*
+ * The child of node `node` that sample c (0-based, the (c+1)-th to reach the node) goes
+ * to, and its index there in *c: one division, since split(c + 1) is split(c) or one
+ * more, as the remainder of split(c)'s division tells.
+ */
+static inline int32_t descend(const struct sf_mix_set *s, const struct sf_mix_node *node,
+			      uint64_t *c)
+{
+	uint64_t pl = child_weight(s, node->child[0]), pv = node->weight, q;
+	int went_left;
+
+	if (*c < (UINT64_C(1) << 32) && pl < (UINT64_C(1) << 30)) {
+		uint64_t num = 2 * pl * *c + pv, den = 2 * pv;
+
+		q = num / den;
+		went_left = num % den + 2 * pl >= den;
+	} else {
+		u128 num = (u128)2 * pl * *c + pv, den = (u128)2 * pv;
+
+		q = (uint64_t)(num / den);
+		went_left = num % den + (u128)2 * pl >= den;
+	}
+	/* Left: c is its count before, split(c) = q. Right: c - split(c). */
+	*c = went_left ? q : *c - q;
+	return node->child[went_left ? 0 : 1];
+}
+
+uint32_t sf__mix_set_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index)
+{
+	uint64_t c = n; /* samples that reached the node before n's */
+	int32_t v = s->root;
+
+	while (!IS_LEAF(v))
+		v = descend(s, &s->nodes[v], &c);
+	*ret_index = c;
+	return LEAF_SOURCE(v);
+}
+
+static void counts_below(const struct sf_mix_set *s, int32_t v, uint64_t c, uint64_t *counts)
+{
+	while (!IS_LEAF(v)) {
+		const struct sf_mix_node *node = &s->nodes[v];
+		uint64_t l = split(child_weight(s, node->child[0]), node->weight, c);
+
+		counts_below(s, node->child[0], l, counts);
+		c -= l;
+		v = node->child[1];
+	}
+	counts[LEAF_SOURCE(v)] = c;
+}
+
+void sf__mix_set_counts(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_counts)
+{
+	memset(ret_counts, 0, s->n_sources * sizeof(*ret_counts));
+	counts_below(s, s->root, n, ret_counts);
+}
+
+/* ---- tree shapes ---- */
+
+/* Leaves sorted by weight, heaviest first, ties by source index (a fixed order). */
+struct builder {
+	struct sf_mix_set *s;
+	const uint32_t *order; /* positive-weight sources, sorted */
+	const double *cum;     /* cum[i]: the first i sorted weights' sum, to choose shapes */
+	uint32_t shape;
+};
+
+enum {
+	SHAPE_WEIGHT_HALVES,
+	SHAPE_POW2_BLOCK,
+	SHAPE_COUNT_HALVES,
+	SHAPE_HUFFMAN,
+	SHAPE_SEARCHED,
+	N_SHAPES
+};
+
+static int32_t new_node(struct sf_mix_set *s, int32_t l, int32_t r)
+{
+	int32_t v = (int32_t)s->n_nodes++;
+
+	s->nodes[v].child[0] = l;
+	s->nodes[v].child[1] = r;
+	s->nodes[v].weight = child_weight(s, l) + child_weight(s, r);
+	return v;
+}
+
+/* Where to cut the sorted leaves [lo, hi) (hi - lo >= 2) into two subtrees. */
+static uint32_t cut(const struct builder *b, uint32_t lo, uint32_t hi)
+{
+	const uint64_t *w = b->s->weights;
+	uint32_t n = hi - lo, best = lo + 1;
+
+	if (b->shape == SHAPE_COUNT_HALVES)
+		return lo + n / 2;
+	if (b->shape == SHAPE_POW2_BLOCK) {
+		uint32_t p = 1;
+
+		while (2 * p < n)
+			p *= 2;
+		return lo + p;
+	}
+	{
+		/* Weight halves: the prefix whose weight is nearest half the range's. */
+		uint64_t total = 0, prefix = 0;
+		u128 best_gap = ~(u128)0;
+
+		for (uint32_t i = lo; i < hi; i++)
+			total += w[b->order[i]];
+		for (uint32_t m = lo + 1; m < hi; m++) {
+			u128 gap;
+
+			prefix += w[b->order[m - 1]];
+			gap = 2 * (u128)prefix > total ? 2 * (u128)prefix - total
+						       : total - 2 * (u128)prefix;
+			if (gap < best_gap) {
+				best_gap = gap;
+				best = m;
+			}
+		}
+	}
+	return best;
+}
+
+static int32_t build_range(const struct builder *b, uint32_t lo, uint32_t hi)
+{
+	uint32_t m;
+
+	if (hi - lo == 1)
+		return LEAF(b->order[lo]);
+	m = cut(b, lo, hi);
+	{
+		int32_t l = build_range(b, lo, m);
+		int32_t r = build_range(b, m, hi);
+
+		return new_node(b->s, l, r);
+	}
+}
+
+/*
+ * The bound proved for the subtree that the fixed shape of `b` builds on [lo, hi) when
+ * its root's own error is at most e (see proved_below()).
+ */
+static double shape_bound(const struct builder *b, uint32_t lo, uint32_t hi, double e)
+{
+	double wv = b->cum[hi] - b->cum[lo], l, r;
+	uint32_t m;
+
+	if (hi - lo == 1)
+		return e;
+	m = cut(b, lo, hi);
+	l = shape_bound(b, lo, m, 0.5 + e * (b->cum[m] - b->cum[lo]) / wv);
+	r = shape_bound(b, m, hi, 0.5 + e * (b->cum[hi] - b->cum[m]) / wv);
+	return l > r ? l : r;
+}
+
+static double best_fixed_bound(const struct builder *b, uint32_t lo, uint32_t hi, double e)
+{
+	struct builder t = *b;
+	double best = 0;
+
+	for (uint32_t shape = 0; shape < SHAPE_HUFFMAN; shape++) {
+		double x;
+
+		t.shape = shape;
+		x = shape_bound(&t, lo, hi, e);
+		best = !shape || x < best ? x : best;
+	}
+	return best;
+}
+
+/*
+ * The searched shape: at each node, of every cut of the sorted leaves [lo, hi), the one
+ * whose two sides, each in its best fixed shape, give the smallest bound, knowing the
+ * node's own error bound e; then the same below each side.
+ */
+static int32_t build_searched(const struct builder *b, uint32_t lo, uint32_t hi, double e)
+{
+	double wv = b->cum[hi] - b->cum[lo], best = 0, el = 0, er = 0;
+	uint32_t best_m = lo + 1;
+
+	if (hi - lo == 1)
+		return LEAF(b->order[lo]);
+	for (uint32_t m = lo + 1; m < hi; m++) {
+		double l = 0.5 + e * (b->cum[m] - b->cum[lo]) / wv;
+		double r = 0.5 + e * (b->cum[hi] - b->cum[m]) / wv;
+		double x = best_fixed_bound(b, lo, m, l), y = best_fixed_bound(b, m, hi, r);
+
+		x = x > y ? x : y;
+		if (m == lo + 1 || x < best) {
+			best = x;
+			best_m = m;
+			el = l;
+			er = r;
+		}
+	}
+	{
+		int32_t l = build_searched(b, lo, best_m, el);
+		int32_t r = build_searched(b, best_m, hi, er);
+
+		return new_node(b->s, l, r);
+	}
+}
+
+/* Huffman: merge the two lightest subtrees until one is left (ties: the earlier one). */
+static int32_t build_huffman(const struct builder *b, uint32_t n, int32_t *pool)
+{
+	for (uint32_t i = 0; i < n; i++)
+		pool[i] = LEAF(b->order[i]);
+	while (n > 1) {
+		uint32_t a = 0, c = 1;
+
+		if (child_weight(b->s, pool[c]) < child_weight(b->s, pool[a])) {
+			a = 1;
+			c = 0;
+		}
+		for (uint32_t i = 2; i < n; i++) {
+			uint64_t wi = child_weight(b->s, pool[i]);
+
+			if (wi < child_weight(b->s, pool[a])) {
+				c = a;
+				a = i;
+			} else if (wi < child_weight(b->s, pool[c])) {
+				c = i;
+			}
+		}
+		pool[a < c ? a : c] = new_node(b->s, pool[c], pool[a]);
+		pool[a < c ? c : a] = pool[--n];
+	}
+	return pool[0];
+}
+
+/*
+ * The bound proved from the tree: a child's error is its own rounding (at most 1/2) plus
+ * r times its parent's, r = P_child / P_parent, and the root's is 0. The largest over the
+ * leaves.
+ */
+static double proved_below(const struct sf_mix_set *s, int32_t v, double e)
+{
+	double worst = 0;
+
+	while (!IS_LEAF(v)) {
+		const struct sf_mix_node *node = &s->nodes[v];
+		double el =
+			0.5 + e * (double)child_weight(s, node->child[0]) / (double)node->weight;
+		double er =
+			0.5 + e * (double)child_weight(s, node->child[1]) / (double)node->weight;
+		double x = proved_below(s, node->child[0], el);
+
+		worst = x > worst ? x : worst;
+		v = node->child[1];
+		e = er;
+	}
+	return e > worst ? e : worst;
+}
+
+/*
+ * The exact largest |count_i(n) - w_i n| over all n: count_v(n + Q) = count_v(n) + P_v
+ * for every node (split(c + P_v) = split(c) + P_l), so one period n < Q shows every
+ * error there is. Between two samples of source i its error only falls, so its extremes
+ * are just before and just after each of its samples.
+ */
+static double exact_bound(const struct sf_mix_set *s)
+{
+	const uint64_t Q = s->total;
+	i128 worst = 0;
+
+	for (uint64_t n = 0; n < Q; n++) {
+		uint64_t idx;
+		uint32_t i = sf__mix_set_locate(s, n, &idx);
+		i128 before = (i128)idx * Q - (i128)s->weights[i] * n;
+		i128 after = before + Q - s->weights[i];
+
+		before = before < 0 ? -before : before;
+		after = after < 0 ? -after : after;
+		worst = before > worst ? before : worst;
+		worst = after > worst ? after : worst;
+	}
+	return (double)worst / (double)Q;
+}
+
+static int cmp_order(const void *a, const void *b, void *arg)
+{
+	const uint64_t *w = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	if (w[x] != w[y])
+		return w[x] > w[y] ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
+		     uint64_t exact_limit, uint32_t search_limit)
+{
+	struct builder b = {.s = s};
+	uint32_t *order = NULL, n_pos = 0;
+	int32_t *pool = NULL;
+	struct sf_mix_node *trial = NULL;
+	double *cum = NULL;
+	uint64_t total = 0;
+	double best = 0;
+	uint32_t best_nodes = 0;
+	int32_t best_root = 0;
+	int best_shape = -1, r = -ENOMEM;
+
+	memset(s, 0, sizeof(*s));
+	for (uint32_t i = 0; i < n; i++) {
+		if (weights[i] > SF_MIX_MAX_TOTAL - total)
+			return -EINVAL;
+		total += weights[i];
+		n_pos += weights[i] != 0;
+	}
+	if (!total)
+		return -EINVAL;
+	s->n_sources = n;
+	s->total = total;
+	s->weights = malloc(n * sizeof(*s->weights));
+	order = malloc(n * sizeof(*order));
+	pool = malloc(n * sizeof(*pool));
+	s->nodes = malloc((n_pos ? n_pos : 1) * sizeof(*s->nodes));
+	trial = malloc((n_pos ? n_pos : 1) * sizeof(*trial));
+	cum = malloc((n_pos + 1) * sizeof(*cum));
+	if (!s->weights || !order || !pool || !s->nodes || !trial || !cum)
+		goto out;
+	memcpy(s->weights, weights, n * sizeof(*weights));
+	n_pos = 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (weights[i])
+			order[n_pos++] = i;
+	qsort_r(order, n_pos, sizeof(*order), cmp_order, s->weights);
+	b.order = order;
+	cum[0] = 0;
+	for (uint32_t i = 0; i < n_pos; i++)
+		cum[i + 1] = cum[i] + (double)s->weights[order[i]];
+	b.cum = cum;
+
+	/* Every shape, its proved bound; then exact bounds, smallest proved first, while
+	 * none is below 1 and the period is short enough to walk. */
+	for (int shape = 0; shape < N_SHAPES; shape++) {
+		double bound, proved;
+		uint32_t exact = 0;
+
+		if (shape == SHAPE_SEARCHED && n_pos > search_limit)
+			continue;
+		s->n_nodes = 0;
+		b.shape = (uint32_t)shape;
+		s->root = shape == SHAPE_HUFFMAN    ? build_huffman(&b, n_pos, pool)
+			  : shape == SHAPE_SEARCHED ? build_searched(&b, 0, n_pos, 0)
+						    : build_range(&b, 0, n_pos);
+		proved = proved_below(s, s->root, 0);
+		bound = proved;
+		if (proved >= 1 && total <= exact_limit) {
+			bound = exact_bound(s);
+			exact = 1;
+		}
+		if (best_shape < 0 || bound < best || (bound == best && exact && !s->exact)) {
+			best = bound;
+			best_shape = shape;
+			s->exact = exact;
+			memcpy(trial, s->nodes, s->n_nodes * sizeof(*trial));
+			best_nodes = s->n_nodes;
+			best_root = s->root;
+		}
+	}
+	s->n_nodes = best_nodes;
+	s->root = best_root;
+	memcpy(s->nodes, trial, s->n_nodes * sizeof(*trial));
+	/* An exact bound below 1 needs no walk; report it when the walk is cheap. */
+	if (!s->exact && total <= exact_limit) {
+		s->bound = exact_bound(s);
+		s->exact = 1;
+	} else {
+		s->bound = best;
+	}
+	r = 0;
+out:
+	free(order);
+	free(pool);
+	free(trial);
+	free(cum);
+	if (r < 0)
+		sf__mix_set_free(s);
+	return r;
+}
+
+void sf__mix_set_free(struct sf_mix_set *s)
+{
+	free(s->weights);
+	free(s->nodes);
+	memset(s, 0, sizeof(*s));
+}
+
+/* ---- phases ---- */
+
+static uint64_t gcd64(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/*
+ * Stage u of S of a ramp from A (total QA) to B (total QB): the weights at the stage's
+ * midpoint, A (2S - 2u - 1) / 2S + B (2u + 1) / 2S, as integers over QA QB 2S, divided by
+ * their common factor. -EINVAL when they do not fit SF_MIX_MAX_TOTAL.
+ */
+static int stage_weights(const uint64_t *a, const uint64_t *bw, uint32_t n, uint32_t u, uint32_t S,
+			 uint64_t *out)
+{
+	u128 qa = 0, qb = 0, total = 0;
+	uint64_t g = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		qa += a[i];
+		qb += bw[i];
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		u128 v = (u128)a[i] * qb * (2 * (u128)S - 2 * u - 1) +
+			 (u128)bw[i] * qa * (2 * (u128)u + 1);
+
+		total += v;
+		if (v >> 64 || total >> 64)
+			return -EINVAL;
+		out[i] = (uint64_t)v;
+		g = gcd64(g, out[i]);
+	}
+	if (!g)
+		return -EINVAL;
+	total = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		out[i] /= g;
+		total += out[i];
+	}
+	return total > SF_MIX_MAX_TOTAL ? -EINVAL : 0;
+}
+
+/* A ramp's stages when its phase does not say: one per step, at most 1024, and at most
+ * 65536 / sources (see SF_MIX_MAX_STAGES). */
+static uint32_t default_stages(uint32_t n_sources)
+{
+	uint32_t cap = 65536u / (n_sources ? n_sources : 1);
+
+	cap = cap ? cap : 1;
+	return cap < SF_MIX_MAX_STAGES ? cap : SF_MIX_MAX_STAGES;
+}
+
+/* Exact bounds are walked for constant phases of totals up to this (about 10 ms each). */
+#define EXACT_LIMIT (UINT64_C(1) << 20)
+
+int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint32_t n_sources,
+		   uint64_t G, struct sf_mixture **ret_m, const char **why)
+{
+	struct sf_mixture *m = calloc(1, sizeof(*m));
+	uint64_t *scratch = malloc(n_sources * sizeof(*scratch));
+	uint64_t first = 0;
+	uint32_t total_phases = 0;
+	int r = -ENOMEM;
+
+	*why = "out of memory";
+	if (!m || !scratch)
+		goto fail;
+	for (uint32_t p = 0; p < n_phases; p++) {
+		uint64_t len = spec[p].end_step - first;
+
+		if (spec[p].end_step <= first ||
+		    (spec[p].end_step == UINT64_MAX && p + 1 < n_phases)) {
+			*why = "phases must end in increasing steps, only the last without an end";
+			r = -EINVAL;
+			goto fail;
+		}
+		if (!spec[p].ramp_to) {
+			total_phases++;
+		} else {
+			uint32_t S = spec[p].stages ? spec[p].stages : default_stages(n_sources);
+
+			if (spec[p].end_step == UINT64_MAX) {
+				*why = "a ramp needs an end step";
+				r = -EINVAL;
+				goto fail;
+			}
+			total_phases += len < S ? (uint32_t)len : S;
+		}
+		first = spec[p].end_step;
+	}
+	m->n_sources = n_sources;
+	m->step_samples = G;
+	m->phases = calloc(total_phases, sizeof(*m->phases));
+	m->before = calloc((size_t)total_phases * n_sources, sizeof(*m->before));
+	if (!m->phases || !m->before)
+		goto fail;
+	first = 0;
+	for (uint32_t p = 0; p < n_phases; p++) {
+		uint64_t len = spec[p].end_step - first;
+		uint32_t S = 1;
+
+		if (spec[p].ramp_to) {
+			S = spec[p].stages ? spec[p].stages : default_stages(n_sources);
+			S = len < S ? (uint32_t)len : S;
+		}
+		for (uint32_t u = 0; u < S; u++) {
+			struct sf_mix_phase *ph = &m->phases[m->n_phases];
+			const uint64_t *w = spec[p].weights;
+
+			if (spec[p].ramp_to) {
+				r = stage_weights(spec[p].weights, spec[p].ramp_to, n_sources, u, S,
+						  scratch);
+				if (r < 0) {
+					*why = "the ramp's weights are too precise to cut into "
+					       "stages exactly; give fewer digits or fewer stages";
+					goto fail;
+				}
+				w = scratch;
+				ph->first_step = first + (uint64_t)((u128)len * u / S);
+				ph->end_step = first + (uint64_t)((u128)len * (u + 1) / S);
+			} else {
+				ph->first_step = first;
+				ph->end_step = spec[p].end_step;
+			}
+			r = sf__mix_set_init(
+				&ph->set, w, n_sources, spec[p].ramp_to ? 0 : EXACT_LIMIT,
+				spec[p].ramp_to ? SF_MIX_SEARCH_MAX_STAGE : SF_MIX_SEARCH_MAX);
+			if (r < 0) {
+				*why = r == -EINVAL ? "a phase's weights are all zero or too large"
+						    : "out of memory";
+				goto fail;
+			}
+			ph->before = m->before + (size_t)m->n_phases * n_sources;
+			if (m->n_phases) {
+				const struct sf_mix_phase *prev = ph - 1;
+				uint64_t n = (prev->end_step - prev->first_step) * G;
+
+				sf__mix_set_counts(&prev->set, n, scratch);
+				for (uint32_t i = 0; i < n_sources; i++)
+					ph->before[i] = prev->before[i] + scratch[i];
+			}
+			m->n_phases++;
+		}
+		first = spec[p].end_step;
+	}
+	free(scratch);
+	*ret_m = m;
+	return 0;
+fail:
+	free(scratch);
+	sf__mix_free(m);
+	return r;
+}
+
+void sf__mix_free(struct sf_mixture *m)
+{
+	if (!m)
+		return;
+	for (uint32_t p = 0; p < m->n_phases; p++)
+		sf__mix_set_free(&m->phases[p].set);
+	free(m->phases);
+	free(m->before);
+	free(m);
+}
+
+/* The phase holding global sample k: the last that starts at or before its step. */
+static const struct sf_mix_phase *phase_of(const struct sf_mixture *m, uint64_t k)
+{
+	uint64_t step = k / m->step_samples;
+	uint32_t lo = 0, hi = m->n_phases - 1;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo + 1) / 2;
+
+		if (m->phases[mid].first_step <= step)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return &m->phases[lo];
+}
+
+uint32_t sf__mix_locate(const struct sf_mixture *m, uint64_t k, uint64_t *ret_index)
+{
+	const struct sf_mix_phase *ph = phase_of(m, k);
+	uint64_t idx;
+	uint32_t i = sf__mix_set_locate(&ph->set, k - ph->first_step * m->step_samples, &idx);
+
+	*ret_index = ph->before[i] + idx;
+	return i;
+}
+
+void sf__mix_counts(const struct sf_mixture *m, uint64_t k, uint64_t *ret_counts)
+{
+	const struct sf_mix_phase *ph = phase_of(m, k);
+
+	sf__mix_set_counts(&ph->set, k - ph->first_step * m->step_samples, ret_counts);
+	for (uint32_t i = 0; i < m->n_sources; i++)
+		ret_counts[i] += ph->before[i];
+}
+
+void sf__mix_target(const struct sf_mixture *m, uint64_t k, double *ret_target)
+{
+	const struct sf_mix_phase *last = phase_of(m, k);
+
+	for (uint32_t i = 0; i < m->n_sources; i++)
+		ret_target[i] = 0;
+	for (const struct sf_mix_phase *ph = m->phases; ph <= last; ph++) {
+		uint64_t n = ph < last ? (ph->end_step - ph->first_step) * m->step_samples
+				       : k - ph->first_step * m->step_samples;
+
+		for (uint32_t i = 0; i < m->n_sources; i++)
+			ret_target[i] +=
+				(double)((long double)ph->set.weights[i] * n / ph->set.total);
+	}
+}
+
+uint64_t sf__mix_end_step(const struct sf_mixture *m)
+{
+	return m->phases[m->n_phases - 1].end_step;
+}
+
+double sf__mix_bound(const struct sf_mixture *m, uint32_t *ret_exact)
+{
+	double worst = 0;
+	uint32_t exact = 1;
+
+	for (uint32_t p = 0; p < m->n_phases; p++) {
+		worst = m->phases[p].set.bound > worst ? m->phases[p].set.bound : worst;
+		exact &= m->phases[p].set.exact;
+	}
+	*ret_exact = exact;
+	return worst;
+}

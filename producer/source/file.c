@@ -1,0 +1,42 @@
+/*
+ * Source file identity (producer/source/file.h).
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/source/file.h"
+
+void sf__file_id_of(const struct stat *st, struct sf_file_id *ret_id)
+{
+	ret_id->dev = (uint64_t)st->st_dev;
+	ret_id->ino = (uint64_t)st->st_ino;
+	ret_id->size = (uint64_t)st->st_size;
+	ret_id->mtime_ns =
+		(uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+}
+
+int sf__file_id_check(const char *path, const struct sf_file_id *id, struct sf_err *e)
+{
+	struct sf_file_id now;
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return sf__err(e, SF_E_SOURCE, "%s: changed under the running job: %s", path,
+			       strerror(errno));
+	sf__file_id_of(&st, &now);
+	if (now.dev != id->dev || now.ino != id->ino)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: changed under the running job: another file now has its name",
+			       path);
+	if (now.size != id->size)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: changed under the running job: %llu bytes, %llu when opened",
+			       path, (unsigned long long)now.size, (unsigned long long)id->size);
+	if (now.mtime_ns != id->mtime_ns)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: changed under the running job: modified since it was opened",
+			       path);
+	return 0;
+}

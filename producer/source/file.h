@@ -1,0 +1,31 @@
+/*
+ * What every source file shares, whatever its format: its identity for the length of a
+ * job (device, inode, size, modification time), taken at open and compared with stat()
+ * of its path while the job runs, so that a file replaced, rewritten or truncated under
+ * the job stops it rather than changing its data.
+ */
+#ifndef SF_PRODUCER_SOURCE_FILE_H
+#define SF_PRODUCER_SOURCE_FILE_H
+
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "common/errors.h"
+
+struct sf_file_id {
+	uint64_t dev;
+	uint64_t ino;
+	uint64_t size;
+	uint64_t mtime_ns;
+};
+
+/* sf__file_id_of - the identity recorded in `st`. */
+void sf__file_id_of(const struct stat *st, struct sf_file_id *ret_id);
+
+/*
+ * sf__file_id_check - whether `path` is still the file `id` describes. Returns 0, or
+ * SF_E_SOURCE naming what changed.
+ */
+int sf__file_id_check(const char *path, const struct sf_file_id *id, struct sf_err *e);
+
+#endif

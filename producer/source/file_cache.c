@@ -1,0 +1,209 @@
+/*
+ * A bounded cache of mapped source files (producer/source/file_cache.h). A table of
+ * `capacity` entries, each a mapped file and the tick of its last use, and for every file
+ * the entry that holds it. A miss takes a free entry, else the least recently used
+ * one, found by a scan: a miss costs an open and a mapping anyway, and the capacity is
+ * at most 4096.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "producer/source/file_cache.h"
+
+#define NO_ENTRY UINT32_MAX
+#define MIN_CAP	 2u
+#define MAX_CAP	 4096u
+
+struct cache_entry {
+	const char *data; /* NULL: free */
+	size_t len;
+	size_t cap; /* bytes to munmap */
+	uint64_t last_use;
+	uint32_t file;
+};
+
+struct sf_file_cache {
+	sf_file_map_fn map;
+	void *arg;
+	uint32_t n_files;
+	uint32_t capacity;
+	uint32_t n_open;
+	uint64_t tick;
+	uint32_t cursor;    /* sf__file_cache_rotate() */
+	uint32_t *entry_of; /* per file: its entry, or NO_ENTRY */
+	struct cache_entry *entries;
+};
+
+uint32_t sf__file_cache_capacity(void)
+{
+	uint64_t cap = MAX_CAP, max_maps = 65530;
+	struct rlimit rl;
+	FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
+
+	if (f) {
+		unsigned long long v;
+
+		if (fscanf(f, "%llu", &v) == 1 && v > 0)
+			max_maps = v;
+		fclose(f);
+	}
+	if (max_maps / 4 < cap)
+		cap = max_maps / 4;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 2 < cap)
+		cap = rl.rlim_cur / 2;
+	return cap < MIN_CAP ? MIN_CAP : (uint32_t)cap;
+}
+
+int sf__file_cache_create(uint32_t n_files, uint32_t capacity, sf_file_map_fn map, void *arg,
+			  struct sf_file_cache **ret_c, struct sf_err *e)
+{
+	struct sf_file_cache *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return sf__err(e, -ENOMEM, "out of memory");
+	c->map = map;
+	c->arg = arg;
+	c->n_files = n_files;
+	c->capacity = capacity ? capacity : sf__file_cache_capacity();
+	if (c->capacity < MIN_CAP)
+		c->capacity = MIN_CAP;
+	if (c->capacity > n_files)
+		c->capacity = n_files > MIN_CAP ? n_files : MIN_CAP;
+	c->entry_of = malloc(((size_t)n_files + 1) * sizeof(*c->entry_of));
+	c->entries = calloc(c->capacity, sizeof(*c->entries));
+	if (!c->entry_of || !c->entries) {
+		sf__file_cache_free(c);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	for (uint32_t i = 0; i < n_files; i++)
+		c->entry_of[i] = NO_ENTRY;
+	*ret_c = c;
+	return 0;
+}
+
+static void release(struct sf_file_cache *c, uint32_t k)
+{
+	struct cache_entry *en = &c->entries[k];
+
+	if (!en->data)
+		return;
+	c->entry_of[en->file] = NO_ENTRY;
+	/* Cleared before the unmap: a SIGBUS handler never finds a dying mapping. */
+	{
+		const char *data = en->data;
+
+		en->data = NULL;
+		if (en->cap)
+			munmap((void *)data, en->cap);
+	}
+	c->n_open--;
+}
+
+void sf__file_cache_drop(struct sf_file_cache *c)
+{
+	for (uint32_t k = 0; c && k < c->capacity; k++)
+		release(c, k);
+}
+
+void sf__file_cache_free(struct sf_file_cache *c)
+{
+	if (!c)
+		return;
+	if (c->entries && c->entry_of)
+		sf__file_cache_drop(c);
+	free(c->entries);
+	free(c->entry_of);
+	free(c);
+}
+
+/* An empty file maps to this: a valid address that holds nothing. */
+static const char empty_file[1];
+
+int sf__file_cache_get(struct sf_file_cache *c, uint32_t i, const char **ret_data, size_t *ret_len,
+		       struct sf_err *e)
+{
+	uint32_t k = c->entry_of[i], victim = 0;
+	struct cache_entry *en;
+	const char *data;
+	size_t len, cap;
+	int r;
+
+	if (k != NO_ENTRY) {
+		en = &c->entries[k];
+		en->last_use = ++c->tick;
+		*ret_data = en->data;
+		*ret_len = en->len;
+		return 0;
+	}
+	for (k = 0; k < c->capacity; k++) {
+		if (!c->entries[k].data)
+			break;
+		if (c->entries[k].last_use < c->entries[victim].last_use)
+			victim = k;
+	}
+	if (k == c->capacity) {
+		release(c, victim);
+		k = victim;
+	}
+	r = c->map(c->arg, i, &data, &len, &cap, e);
+	if (r < 0)
+		return r;
+	en = &c->entries[k];
+	en->len = len;
+	en->cap = data ? cap : 0;
+	en->file = i;
+	en->last_use = ++c->tick;
+	en->data = data ? data : empty_file;
+	c->entry_of[i] = k;
+	c->n_open++;
+	*ret_data = en->data;
+	*ret_len = len;
+	return 0;
+}
+
+int sf__file_cache_find(const struct sf_file_cache *c, const void *addr, uint32_t *ret_i,
+			uint64_t *ret_off)
+{
+	uintptr_t a = (uintptr_t)addr;
+
+	for (uint32_t k = 0; c && k < c->capacity; k++) {
+		const struct cache_entry *en = &c->entries[k];
+		uintptr_t b = (uintptr_t)en->data;
+
+		if (en->data && en->cap && a >= b && a - b < en->cap) {
+			*ret_i = en->file;
+			*ret_off = a - b;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int sf__file_cache_each(const struct sf_file_cache *c, int (*fn)(void *arg, uint32_t i), void *arg)
+{
+	for (uint32_t k = 0; c && k < c->capacity; k++) {
+		int r = c->entries[k].data ? fn(arg, c->entries[k].file) : 0;
+
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+uint32_t sf__file_cache_rotate(struct sf_file_cache *c, uint32_t n)
+{
+	uint32_t first = c->cursor;
+
+	c->cursor = (uint32_t)(((uint64_t)c->cursor + n) % c->n_files);
+	return first;
+}
+
+uint32_t sf__file_cache_open_count(const struct sf_file_cache *c, uint32_t *ret_capacity)
+{
+	*ret_capacity = c->capacity;
+	return c->n_open;
+}

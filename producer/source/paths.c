@@ -1,0 +1,196 @@
+/*
+ * The files of a source as the dataset reads them: paths taken literally, globs expanded,
+ * directories listed, all sorted and deduplicated; and the format of each file when its
+ * source says auto.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/producer.h"
+#include "producer/source/paths.h"
+#include "producer/source/tokens.h"
+
+static int has_suffix(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* The format of `path` when its source says SF_FMT_AUTO. */
+int sf__source_detect_format(const char *path, uint32_t *ret_format)
+{
+	static const char *const text_ext[] = {".txt", ".txt.zst", ".txt.gz"};
+	static const char *const jsonl_ext[] = {".jsonl", ".jsonl.zst", ".jsonl.gz"};
+
+	for (size_t i = 0; i < 3; i++) {
+		if (has_suffix(path, text_ext[i])) {
+			*ret_format = SF_FMT_TEXT;
+			return 0;
+		}
+		if (has_suffix(path, jsonl_ext[i])) {
+			*ret_format = SF_FMT_JSONL;
+			return 0;
+		}
+	}
+	return sf__token_format_detect(path, ret_format);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Append a copy of `p` (of `len` bytes) to the growing list. */
+static int push_path(char ***paths, size_t *n, size_t *cap, const char *p, size_t len)
+{
+	if (*n == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 16;
+		char **np = realloc(*paths, ncap * sizeof(*np));
+
+		if (!np)
+			return -ENOMEM;
+		*paths = np;
+		*cap = ncap;
+	}
+	(*paths)[*n] = strndup(p, len);
+	if (!(*paths)[*n])
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+/* Whether `path` is a regular file after symlinks. */
+static int is_regular(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/*
+ * The files of a directory given as a source path: its regular files (after symlinks),
+ * not those of its subdirectories, names starting with "." skipped (the `beside` index
+ * caches among them), and a Megatron NAME.idx skipped where NAME.bin is there too (the
+ * .bin names the pair). A directory that holds none is an error, as a glob matching
+ * nothing is.
+ */
+static int expand_directory(const char *dir, char ***paths, size_t *n, size_t *cap,
+			    struct sf_err *e)
+{
+	size_t dlen = strlen(dir), before = *n;
+	struct dirent *de;
+	DIR *d;
+	int r = 0;
+
+	while (dlen > 1 && dir[dlen - 1] == '/')
+		dlen--;
+	d = opendir(dir);
+	if (!d)
+		return sf__err(e, -errno, "%s: cannot list the directory: %s", dir,
+			       strerror(errno));
+	while (r == 0 && (errno = 0, de = readdir(d))) {
+		size_t nlen = strlen(de->d_name);
+		char *full;
+
+		if (de->d_name[0] == '.')
+			continue;
+		if (asprintf(&full, "%.*s/%s", (int)dlen, dir, de->d_name) < 0) {
+			r = -ENOMEM;
+			break;
+		}
+		if (is_regular(full) && nlen > 4 && !strcmp(de->d_name + nlen - 4, ".idx")) {
+			strcpy(full + strlen(full) - 4, ".bin");
+			if (is_regular(full)) {
+				free(full);
+				continue;
+			}
+			strcpy(full + strlen(full) - 4, ".idx");
+		}
+		if (is_regular(full))
+			r = push_path(paths, n, cap, full, strlen(full));
+		free(full);
+	}
+	if (r == 0 && errno)
+		r = sf__err(e, -errno, "%s: cannot list the directory: %s", dir, strerror(errno));
+	else if (r == -ENOMEM)
+		r = sf__err(e, r, "out of memory");
+	closedir(d);
+	if (r == 0 && *n == before)
+		r = sf__err(e, -ENOENT, "%s: the directory holds no regular file", dir);
+	return r;
+}
+
+/*
+ * The paths of a source: each entry taken literally when it holds no glob character or
+ * when a file of exactly that name exists (so "data[1].bin" names itself), else expanded
+ * as a glob; a directory stands for its files (expand_directory()); all of them sorted
+ * and deduplicated. A glob that matches nothing is an error: a typo must not silently
+ * shrink the dataset.
+ */
+int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
+		      struct sf_err *e)
+{
+	char **paths = NULL;
+	size_t n = 0, cap = 0;
+	int r = 0;
+
+	for (uint32_t i = 0; i < src->n_paths && r == 0; i++) {
+		const char *p = src->paths[i];
+		struct stat st;
+		glob_t g = {0};
+
+		if (strpbrk(p, "*?[") && access(p, F_OK) != 0) {
+			int gr = glob(p, GLOB_ERR, NULL, &g);
+
+			if (gr == GLOB_NOMATCH) {
+				r = sf__err(e, -ENOENT, "%s: no file matches", p);
+				break;
+			}
+			if (gr) {
+				r = sf__err(e, -EIO, "%s: cannot expand the pattern", p);
+				globfree(&g);
+				break;
+			}
+			for (size_t j = 0; j < g.gl_pathc && r == 0; j++)
+				r = push_path(&paths, &n, &cap, g.gl_pathv[j],
+					      strlen(g.gl_pathv[j]));
+			globfree(&g);
+			if (r == -ENOMEM)
+				r = sf__err(e, r, "out of memory");
+		} else if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+			r = expand_directory(p, &paths, &n, &cap, e);
+		} else {
+			r = push_path(&paths, &n, &cap, p, strlen(p));
+			if (r == -ENOMEM)
+				r = sf__err(e, r, "out of memory");
+		}
+	}
+	if (r < 0) {
+		for (size_t i = 0; i < n; i++)
+			free(paths[i]);
+		free(paths);
+		return r;
+	}
+	if (n)
+		qsort(paths, n, sizeof(*paths), cmp_str);
+	for (size_t i = 1; i < n;) {
+		if (!strcmp(paths[i], paths[i - 1])) {
+			free(paths[i]);
+			memmove(&paths[i], &paths[i + 1], (n - i - 1) * sizeof(*paths));
+			n--;
+		} else {
+			i++;
+		}
+	}
+	*ret_paths = paths;
+	*ret_n = n;
+	return 0;
+}

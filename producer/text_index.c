@@ -1,0 +1,669 @@
+/*
+ * The chunk index of raw text: each file cut into chunks of whole documents of about
+ * SF_CHUNK_BYTES, and the token count of every chunk, built once by forked workers and
+ * cached, one index per directory (producer/index_file.c). The global token stream is
+ * then the chunks in order, each document followed by <|endoftext|>, and any offset in
+ * it is found by a binary search over the chunk starts.
+ *
+ * Opening a text file only stats it. Its bytes are read when its chunks must be cut (no
+ * valid cached index) and when a process tokenizes a chunk, each time through the
+ * process's bounded file cache (ds->text_maps), so that a warm start reads no source
+ * byte and no process maps more files than its limits allow.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/index_file.h"
+#include "producer/source/file_cache.h"
+#include "producer/text_index.h"
+#include "producer/tokenizer/tokenizer.h"
+#include "producer/workers.h"
+
+int sf__text_add_chunk(struct sf_dataset *ds, uint32_t file, uint64_t off, uint64_t len,
+		       uint64_t line)
+{
+	struct sf_chunk *c;
+
+	if (ds->n_chunks == ds->chunks_cap) {
+		uint64_t ncap = ds->chunks_cap ? ds->chunks_cap * 2 : 64;
+
+		c = realloc(ds->chunks, ncap * sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		ds->chunks = c;
+		ds->chunks_cap = ncap;
+	}
+	c = &ds->chunks[ds->n_chunks++];
+	memset(c, 0, sizeof(*c));
+	c->off = off;
+	c->len = len;
+	c->file = file;
+	c->first_line = line;
+	return 0;
+}
+
+static uint64_t count_lines(const char *p, const char *end)
+{
+	uint64_t n = 0;
+
+	while ((p = memchr(p, '\n', (size_t)(end - p)))) {
+		n++;
+		p++;
+	}
+	return n;
+}
+
+/*
+ * Whether a document may start in the middle of `f` for a part (sf__text_add_part()):
+ * only when the byte before any document start says so, so that a part finds its first
+ * document from its own offset without reading the file from its beginning. True of
+ * JSONL (a document starts after each newline) and of text whose separator cannot
+ * overlap itself (every occurrence is then a boundary, whichever one a scan from the
+ * start met first). Text with a separator such as "\n\n", one document per file, and
+ * compressed files (no random access) are parts of one piece.
+ */
+static int splittable(const struct sf_dataset *ds, const struct sf_text_file *f)
+{
+	const char *sep = ds->sources[f->source].separator;
+
+	if (f->compressed)
+		return 0;
+	if (f->format == SF_FMT_JSONL)
+		return 1;
+	if (!f->sep_len)
+		return 0;
+	for (uint32_t k = 1; k < f->sep_len; k++)
+		if (!memcmp(sep, sep + f->sep_len - k, k))
+			return 0;
+	return 1;
+}
+
+/* The first document start of `f` (its bytes at `data`, `len` of them) at or after byte
+ * `pos` (len when none). */
+static uint64_t doc_start_from(const struct sf_dataset *ds, const struct sf_text_file *f,
+			       const char *data, uint64_t len, uint64_t pos)
+{
+	const char *q;
+
+	if (pos == 0)
+		return 0;
+	if (pos >= len || !splittable(ds, f))
+		return len;
+	if (f->format == SF_FMT_JSONL) {
+		q = memchr(data + pos - 1, '\n', len - (pos - 1));
+		return q ? (uint64_t)(q + 1 - data) : len;
+	}
+	q = sf__find_sep(data + (pos > f->sep_len ? pos - f->sep_len : 0), data + len,
+			 ds->sources[f->source].separator, f->sep_len);
+	return q ? (uint64_t)(q + f->sep_len - data) : len;
+}
+
+int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
+		      struct sf_err *e)
+{
+	return sf__text_add_part(ds, path, format, source, 0, UINT64_MAX, e);
+}
+
+int sf__text_add_part(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
+		      uint64_t lo, uint64_t hi, struct sf_err *e)
+{
+	const struct sf_source_config *src = &ds->sources[source];
+	struct sf_text_file f = {0}, *nf;
+	struct sf_err why = {0};
+	int r;
+
+	f.path = strdup(path);
+	if (!f.path)
+		return sf__err(e, -ENOMEM, "out of memory");
+	f.format = format;
+	f.source = source;
+	f.sep_len = src->separator ? (uint32_t)strlen(src->separator) : 0;
+	f.compressed = sf__text_file_is_compressed(path);
+	/* A file of one piece belongs to the part holding its first byte: not this one. */
+	if (lo > 0 && !splittable(ds, &f)) {
+		sf__text_file_free(&f);
+		return 0;
+	}
+	r = sf__text_file_stat(&f, &why);
+	if (r < 0) {
+		sf__text_file_free(&f);
+		if (src->on_error != SF_ON_ERROR_SKIP) {
+			*e = why;
+			return r;
+		}
+		sf__dataset_note_skip(ds, &why);
+		return 0;
+	}
+	/* Whether the range is the whole file is known once the file is read (cut_file()). */
+	f.part_lo = lo;
+	f.part_hi = hi;
+	f.partial = lo > 0 || hi < f.id.size;
+	if (ds->n_text_files == ds->text_files_cap) {
+		uint32_t ncap = ds->text_files_cap ? ds->text_files_cap * 2 : 16;
+
+		nf = realloc(ds->text_files, ncap * sizeof(*nf));
+		if (!nf) {
+			sf__text_file_free(&f);
+			return sf__err(e, -ENOMEM, "out of memory");
+		}
+		ds->text_files = nf;
+		ds->text_files_cap = ncap;
+	}
+	ds->text_files[ds->n_text_files++] = f;
+	return 0;
+}
+
+/* Bytes scanned between two releases of what is behind the scan. */
+#define RELEASE_BYTES (64u << 20)
+
+/*
+ * Give back the pages of [data, data + done) that the scan has passed, every
+ * RELEASE_BYTES: the launcher that cuts a 10 GB file then holds at most about that much of
+ * it resident, not the file. The scan never goes back (the file's pages stay in the page
+ * cache; decompressed bytes behind the scan are not read again).
+ */
+static void release_scanned(const char *data, size_t *released, size_t done)
+{
+	const size_t page = 4096;
+	size_t upto = done / page * page;
+
+	if (upto - *released < RELEASE_BYTES)
+		return;
+	madvise((void *)(data + *released), upto - *released, MADV_DONTNEED);
+	*released = upto;
+}
+
+/*
+ * Cut text file `file` into chunks, appended to ds->chunks: its bytes mapped for the
+ * time of the scan and released. A file that cannot be read is skipped (no chunks) when
+ * its source says so.
+ */
+static int cut_file(struct sf_dataset *ds, uint32_t file, struct sf_err *e)
+{
+	struct sf_text_file *f = &ds->text_files[file];
+	const struct sf_source_config *src = &ds->sources[f->source];
+	const struct sf_text_format *fmt = sf__text_format(f->format);
+	const char *data, *p, *end, *start;
+	uint64_t line = 1, first_chunk = ds->n_chunks;
+	struct sf_err why = {0};
+	size_t len, cap, released = 0;
+	int r = sf__text_file_map(f, &data, &len, &cap, &why);
+
+	if (r < 0) {
+		if (src->on_error != SF_ON_ERROR_SKIP) {
+			*e = why;
+			return r;
+		}
+		sf__dataset_note_skip(ds, &why);
+		f->dropped = 1;
+		return 0;
+	}
+	f->len = len;
+	f->max_doc = 0;
+	p = start = data + doc_start_from(ds, f, data, len, f->part_lo);
+	end = data + doc_start_from(ds, f, data, len, f->part_hi);
+	f->partial = p != data || end != data + len;
+	if (f->partial)
+		line += count_lines(data, p);
+	f->part_bytes = (uint64_t)(end - p);
+	while (p < end) {
+		const char *next, *de = fmt->doc_end(src->separator, f->sep_len, p, end, &next);
+
+		if ((uint64_t)(de - p) > f->max_doc)
+			f->max_doc = (uint64_t)(de - p);
+		p = next;
+		if (p - start >= (ptrdiff_t)SF_CHUNK_BYTES || p == end) {
+			r = sf__text_add_chunk(ds, file, (uint64_t)(start - data),
+					       (uint64_t)(p - start), line);
+			if (r < 0) {
+				ds->n_chunks = first_chunk;
+				r = sf__err(e, r, "out of memory");
+				break;
+			}
+			line += count_lines(start, p);
+			start = p;
+			release_scanned(data, &released, (size_t)(start - data));
+		}
+	}
+	if (data && cap)
+		munmap((void *)data, cap);
+	return r < 0 ? r : 0;
+}
+
+void sf__text_close(struct sf_dataset *ds)
+{
+	for (uint32_t i = 0; i < ds->n_text_files; i++)
+		sf__text_file_free(&ds->text_files[i]);
+	for (uint32_t i = 0; i < ds->n_index_paths; i++)
+		free(ds->index_paths[i]);
+	sf__file_cache_free(ds->text_maps);
+	free(ds->index_paths);
+	free(ds->text_files);
+	free(ds->chunks);
+	ds->text_maps = NULL;
+	ds->index_paths = NULL;
+	ds->n_index_paths = 0;
+	ds->text_files = NULL;
+	ds->chunks = NULL;
+	ds->n_text_files = 0;
+	ds->n_chunks = 0;
+}
+
+/* The file cache's way to map text file `i` of the dataset `arg`. */
+static int map_text_file(void *arg, uint32_t i, const char **ret_data, size_t *ret_len,
+			 size_t *ret_cap, struct sf_err *e)
+{
+	const struct sf_dataset *ds = arg;
+
+	return sf__text_file_map(&ds->text_files[i], ret_data, ret_len, ret_cap, e);
+}
+
+int sf__text_walk_init(struct sf_doc_walk *w, const struct sf_dataset *ds, uint64_t chunk,
+		       char *scratch, struct sf_err *e)
+{
+	const struct sf_chunk *c = &ds->chunks[chunk];
+	const struct sf_text_file *f = &ds->text_files[c->file];
+	const char *data;
+	size_t len;
+	int r = sf__file_cache_get(ds->text_maps, c->file, &data, &len, e);
+
+	if (r < 0)
+		return r;
+	return sf__doc_walk_init(w, f, &ds->sources[f->source], data, len, c->off, c->len,
+				 SF_CHUNK_BYTES, c->first_line, scratch, e);
+}
+
+int sf__text_index_lied(const struct sf_dataset *ds, uint64_t chunk, struct sf_err *e)
+{
+	const struct sf_text_file *f = &ds->text_files[ds->chunks[chunk].file];
+	const char *path = f->index < ds->n_index_paths ? ds->index_paths[f->index] : NULL;
+	size_t n = strlen(e->msg);
+
+	if (!path)
+		return e->code;
+	unlink(path);
+	snprintf(e->msg + n, sizeof(e->msg) - n,
+		 " (its cached index %s is removed; the next run rebuilds it)", path);
+	return e->code;
+}
+
+uint64_t sf__text_find_chunk(const struct sf_dataset *ds, uint64_t off)
+{
+	uint64_t lo = 0, hi = ds->n_chunks - 1;
+
+	/* The last chunk starting at or before `off` that holds tokens. */
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo + 1) / 2;
+
+		if (ds->chunks[mid].start <= off)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	while (lo > 0 && ds->chunks[lo].n_tokens == 0)
+		lo--;
+	return lo;
+}
+
+/* ---- index build ---- */
+
+struct count_result {
+	uint64_t n_tokens;
+	uint64_t n_docs;
+	uint64_t skipped;
+};
+
+struct count_job {
+	const struct sf_dataset *ds;
+	const uint64_t *items; /* chunks to count */
+	struct count_result *results;
+};
+
+struct count_state {
+	struct sf_tok_encoder *enc;
+	char *scratch;
+};
+
+static int count_init(void *arg, void **ret_state, struct sf_err *e)
+{
+	struct count_job *j = arg;
+	struct count_state *s = calloc(1, sizeof(*s));
+	int r;
+
+	if (!s)
+		return sf__err(e, -ENOMEM, "out of memory");
+	s->scratch = malloc(j->ds->max_doc_bytes + 1);
+	if (!s->scratch) {
+		free(s);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	r = sf__tok_encoder_create(j->ds->tok, &s->enc, e);
+	if (r < 0) {
+		free(s->scratch);
+		free(s);
+		return r;
+	}
+	*ret_state = s;
+	return 0;
+}
+
+static void count_fini(void *arg, void *state)
+{
+	struct count_state *s = state;
+
+	(void)arg;
+	sf__tok_encoder_free(s->enc);
+	free(s->scratch);
+	free(s);
+}
+
+static int count_item(void *arg, void *state, uint64_t i, struct sf_err *e)
+{
+	struct count_job *j = arg;
+	struct count_state *s = state;
+	struct count_result *res = &j->results[i];
+	struct sf_doc_walk w;
+	const char *doc;
+	size_t len;
+	int r;
+
+	r = sf__text_walk_init(&w, j->ds, j->items[i], s->scratch, e);
+	if (r < 0)
+		return r;
+	while ((r = sf__text_next_doc(&w, &doc, &len, e)) == 1) {
+		const uint32_t *ids;
+		size_t n;
+
+		r = sf__tok_encode(s->enc, doc, len, j->ds->allowed, &ids, &n, e);
+		if (r < 0)
+			return r;
+		res->n_tokens += n + 1 + (j->ds->bos != UINT32_MAX);
+		res->n_docs++;
+	}
+	res->skipped = w.skipped;
+	return r;
+}
+
+/* Text files grouped by directory and key: the files of one index. */
+struct file_group_key {
+	const char *path;
+	size_t dir_len;
+	uint64_t key;
+	uint32_t file;
+};
+
+static int cmp_group(const void *a, const void *b)
+{
+	const struct file_group_key *x = a, *y = b;
+	size_t n = x->dir_len < y->dir_len ? x->dir_len : y->dir_len;
+	int c = memcmp(x->path, y->path, n);
+
+	if (c)
+		return c;
+	if (x->dir_len != y->dir_len)
+		return x->dir_len < y->dir_len ? -1 : 1;
+	if (x->key != y->key)
+		return x->key < y->key ? -1 : 1;
+	return x->file < y->file ? -1 : x->file > y->file;
+}
+
+static int same_group(const struct file_group_key *x, const struct file_group_key *y)
+{
+	return x->dir_len == y->dir_len && x->key == y->key &&
+	       !memcmp(x->path, y->path, x->dir_len);
+}
+
+/*
+ * The files of each group, from its cached index where that holds a valid entry for the
+ * file, else cut now (their chunks to be counted). Files keep their order in ds->chunks,
+ * whatever the order of the groups: a group's files are taken in file order, and each
+ * file's chunks are moved to their place once every file is known (place_chunks()).
+ */
+struct group {
+	uint32_t first, n; /* in the sorted keys */
+	struct sf_index_image *img;
+	uint32_t dirty;
+};
+
+/* Lay the chunks out in file order: a file's chunks were appended group by group. */
+static int place_chunks(struct sf_dataset *ds)
+{
+	struct sf_chunk *sorted = malloc((ds->n_chunks + 1) * sizeof(*sorted));
+	uint64_t at = 0;
+
+	if (!sorted)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < ds->n_text_files; i++) {
+		struct sf_text_file *f = &ds->text_files[i];
+
+		memcpy(&sorted[at], &ds->chunks[f->first_chunk], f->n_chunks * sizeof(*sorted));
+		f->first_chunk = at;
+		at += f->n_chunks;
+	}
+	free(ds->chunks);
+	ds->chunks = sorted;
+	ds->chunks_cap = ds->n_chunks + 1;
+	return 0;
+}
+
+/* Read the cached index of each group, and take from it, or cut, each file. */
+static int load_or_cut(struct sf_dataset *ds, struct file_group_key *keys, struct group *groups,
+		       uint32_t n_groups, uint8_t *cut, struct sf_err *e)
+{
+	for (uint32_t g = 0; g < n_groups; g++) {
+		struct group *gr = &groups[g];
+		const struct file_group_key *k0 = &keys[gr->first];
+
+		if (sf__index_load(ds, k0->file, k0->key, &gr->img) != 1)
+			gr->dirty = 1;
+		for (uint32_t i = gr->first; i < gr->first + gr->n; i++) {
+			uint32_t file = keys[i].file;
+			struct sf_text_file *f = &ds->text_files[file];
+			uint64_t first = ds->n_chunks;
+			/* A cache holds the counts of a whole file, never of a part's range. */
+			int r = gr->img && !f->partial ? sf__index_take(ds, gr->img, file) : 0;
+
+			f->index = g;
+			if (r == 0) {
+				r = cut_file(ds, file, e);
+				cut[file] = 1;
+				gr->dirty |= !f->partial;
+			}
+			if (r < 0)
+				return r;
+			f->first_chunk = first;
+			f->n_chunks = ds->n_chunks - first;
+		}
+	}
+	return 0;
+}
+
+/* Count the chunks of the files that were cut, with cfg->producers workers. */
+static int count_cut(struct sf_dataset *ds, const struct sf_config *cfg, const uint8_t *cut,
+		     struct sf_err *e)
+{
+	struct count_result *results = NULL;
+	uint64_t *items = NULL, n_items = 0;
+	size_t results_bytes = 0;
+	struct timespec t0, t1;
+	int r = 0;
+
+	items = calloc(ds->n_chunks + 1, sizeof(*items));
+	if (!items)
+		return sf__err(e, -ENOMEM, "out of memory");
+	for (uint64_t c = 0; c < ds->n_chunks; c++)
+		if (cut[ds->chunks[c].file])
+			items[n_items++] = c;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (n_items) {
+		struct count_job job = {.ds = ds, .items = items};
+		struct sf_work w = {.n_workers = cfg->producers,
+				    .n_items = n_items,
+				    .arg = &job,
+				    .init = count_init,
+				    .item = count_item,
+				    .fini = count_fini};
+
+		results_bytes = n_items * sizeof(*results);
+		results = sf__shared_alloc(results_bytes);
+		if (!results) {
+			r = sf__err(e, -ENOMEM, "out of memory");
+			goto out;
+		}
+		job.results = results;
+		r = sf__work_run(&w, e);
+		if (r < 0)
+			goto out;
+		for (uint64_t i = 0; i < n_items; i++) {
+			struct sf_chunk *c = &ds->chunks[items[i]];
+
+			c->n_tokens = results[i].n_tokens;
+			c->n_docs = (uint32_t)results[i].n_docs;
+			ds->text_files[c->file].skipped += results[i].skipped;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (n_items)
+		ds->stats.index_build_ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
+					   (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
+	/* Skips in file order; the first one's message comes from walking its chunk again,
+	 * which meets the same record first. */
+	for (uint64_t i = 0; i < n_items; i++) {
+		struct sf_doc_walk walk;
+		char *scratch;
+		const char *doc;
+		size_t len;
+
+		if (!results[i].skipped)
+			continue;
+		scratch = malloc(ds->max_doc_bytes + 1);
+		if (!scratch) {
+			r = sf__err(e, -ENOMEM, "out of memory");
+			goto out;
+		}
+		r = sf__text_walk_init(&walk, ds, items[i], scratch, e);
+		while (r == 0 && sf__text_next_doc(&walk, &doc, &len, e) == 1)
+			;
+		free(scratch);
+		if (r < 0)
+			goto out;
+		sf__dataset_note_skips(ds, &walk.why, walk.skipped);
+	}
+out:
+	sf__shared_free(results, results_bytes);
+	free(items);
+	return r;
+}
+
+int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+{
+	struct file_group_key *keys = NULL;
+	struct group *groups = NULL;
+	uint32_t n_groups = 0;
+	uint8_t *cut = NULL;
+	uint64_t pos = 0;
+	int r = 0;
+
+	if (ds->eot == UINT32_MAX)
+		return sf__err(e, SF_E_TOKENIZER, "%s has no <|endoftext|> to separate documents",
+			       sf__tok_name(ds->tok));
+	keys = calloc(ds->n_text_files + 1, sizeof(*keys));
+	groups = calloc(ds->n_text_files + 1, sizeof(*groups));
+	cut = calloc(ds->n_text_files + 1, 1);
+	if (!keys || !groups || !cut) {
+		r = sf__err(e, -ENOMEM, "out of memory");
+		goto out;
+	}
+	r = sf__file_cache_create(ds->n_text_files, 0, map_text_file, ds, &ds->text_maps, e);
+	if (r < 0)
+		goto out;
+	for (uint32_t i = 0; i < ds->n_text_files; i++) {
+		const char *path = ds->text_files[i].path, *slash = strrchr(path, '/');
+
+		keys[i] = (struct file_group_key){.path = path,
+						  .dir_len = slash ? (size_t)(slash - path) : 0,
+						  .key = sf__index_key(ds, &ds->text_files[i]),
+						  .file = i};
+	}
+	qsort(keys, ds->n_text_files, sizeof(*keys), cmp_group);
+	for (uint32_t i = 0; i < ds->n_text_files; i++) {
+		if (i == 0 || !same_group(&keys[i - 1], &keys[i]))
+			groups[n_groups++].first = i;
+		groups[n_groups - 1].n++;
+	}
+	ds->index_paths = calloc(n_groups + 1, sizeof(*ds->index_paths));
+	if (!ds->index_paths) {
+		r = sf__err(e, -ENOMEM, "out of memory");
+		goto out;
+	}
+	ds->n_index_paths = n_groups;
+	r = load_or_cut(ds, keys, groups, n_groups, cut, e);
+	if (r >= 0 && (r = place_chunks(ds)) < 0)
+		sf__err(e, r, "out of memory");
+	for (uint32_t i = 0; r >= 0 && i < ds->n_text_files; i++)
+		if (ds->text_files[i].max_doc > ds->max_doc_bytes)
+			ds->max_doc_bytes = ds->text_files[i].max_doc;
+	if (r >= 0)
+		r = count_cut(ds, cfg, cut, e);
+	/* The launcher keeps no source mapped: producers map what they read. */
+	sf__file_cache_drop(ds->text_maps);
+	if (r < 0)
+		goto out;
+	for (uint64_t c = 0; c < ds->n_chunks; c++) {
+		struct sf_chunk *ch = &ds->chunks[c];
+
+		ch->start = pos;
+		pos += ch->n_tokens;
+		ds->stats.n_docs += ch->n_docs;
+		if (ch->n_tokens > ds->max_chunk_tokens)
+			ds->max_chunk_tokens = ch->n_tokens;
+		if (ch->n_docs > ds->max_chunk_docs)
+			ds->max_chunk_docs = ch->n_docs;
+	}
+	for (uint32_t i = 0; i < ds->n_text_files; i++)
+		ds->stats.text_bytes += ds->text_files[i].partial ? ds->text_files[i].part_bytes
+								  : ds->text_files[i].len;
+	ds->n_tokens = pos;
+	ds->stats.n_chunks = ds->n_chunks;
+	ds->stats.index_loaded = 1;
+	for (uint32_t g = 0; g < n_groups; g++) {
+		struct group *gr = &groups[g];
+		uint32_t *files = NULL;
+		uint64_t bytes = 0;
+
+		if (!gr->dirty) {
+			ds->stats.index_bytes += sf__index_image_bytes(gr->img);
+			ds->index_paths[g] = strdup(sf__index_image_path(gr->img));
+			continue;
+		}
+		ds->stats.index_loaded = 0;
+		files = malloc(gr->n * sizeof(*files));
+		if (!files)
+			continue;
+		/* Dropped files (unreadable, skipped) have no entry: they are tried again. */
+		{
+			uint32_t n = 0;
+
+			for (uint32_t i = 0; i < gr->n; i++)
+				if (!ds->text_files[keys[gr->first + i].file].dropped &&
+				    !ds->text_files[keys[gr->first + i].file].partial)
+					files[n++] = keys[gr->first + i].file;
+			if (n && sf__index_save(ds, files, n, keys[gr->first].key, gr->img,
+						&ds->index_paths[g], &bytes) == 0)
+				ds->stats.index_bytes += bytes;
+		}
+		free(files);
+	}
+out:
+	for (uint32_t g = 0; groups && g < n_groups; g++)
+		sf__index_image_free(groups[g].img);
+	free(groups);
+	free(keys);
+	free(cut);
+	return r;
+}

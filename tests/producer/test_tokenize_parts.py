@@ -1,0 +1,456 @@
+"""`shmfeed tokenize --shard I/N` and `--merge`: parts that merge into the one-shot dataset.
+
+The parts of each N run as parallel processes, as the tasks of a job array do; the merged
+pair must equal, byte for byte, what one `shmfeed tokenize` of the whole corpus writes.
+The corpus mixes every kind of file a part may cut: JSONL (split at any line), text with a
+one-byte and with a multi-byte separator that cannot overlap itself (split at any
+separator), and files a part takes whole (text with "\\n\\n", gzip, an empty file).
+"""
+import gzip
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+
+import pytest
+
+SHMFEED = os.environ.get("SHMFEED_EXE")
+DATA = os.environ.get("SHMFEED_DATA", "")
+VOCAB = os.path.join(DATA, "vocab")
+
+pytestmark = pytest.mark.skipif(not SHMFEED, reason="SHMFEED_EXE not set")
+
+WORDS = ["alpha", "beta", "gamma", "delta", "caf\u00e9", "\u4e2d\u6587", "\U0001F600", "x" * 40,
+         "line\nbreak", "tab\there", "quote\"", "0123456789"]
+
+
+def words(rng, lo, hi):
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
+
+
+def make_corpus(d, seed=7):
+    """Write the corpus into directory d; return the job's YAML text."""
+    rng = random.Random(seed)
+    os.makedirs(d, exist_ok=True)
+    for name, n in (("a.jsonl", 2500), ("b.jsonl", 700)):
+        with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+            for i in range(n):
+                if i % 97 == 5:
+                    f.write("\n")  # blank lines are no documents
+                f.write(json.dumps({"id": i, "text": f"{name} {i} " + words(rng, 0, 60)},
+                                   ensure_ascii=bool(i % 2)) + "\n")
+    open(os.path.join(d, "c.jsonl"), "w").close()
+    with gzip.open(os.path.join(d, "z.jsonl.gz"), "wt", encoding="utf-8") as f:
+        for i in range(300):
+            f.write(json.dumps({"text": "gzipped " + words(rng, 1, 30)}) + "\n")
+    with open(os.path.join(d, "lines.txt"), "w", encoding="utf-8") as f:
+        for i in range(1500):
+            f.write(words(rng, 0, 20).replace("\n", " ") + "\n")
+    with open(os.path.join(d, "paras.txt"), "w", encoding="utf-8") as f:
+        f.write("\n\n".join(words(rng, 1, 40) + "\n" * rng.randint(0, 2) for _ in range(400)))
+    with open(os.path.join(d, "tagged.txt"), "w", encoding="utf-8") as f:
+        f.write("<doc>".join(words(rng, 0, 50) for _ in range(600)))
+    return f"""
+job: parts-test
+sources:
+  - paths: ["{d}/*.jsonl", "{d}/*.jsonl.gz"]
+  - paths: ["{d}/lines.txt"]
+    format: text
+    separator: "\\n"
+  - paths: ["{d}/paras.txt"]
+    format: text
+    separator: "\\n\\n"
+  - paths: ["{d}/tagged.txt"]
+    format: text
+    separator: "<doc>"
+tokenizer:
+  encoding: r50k_base
+  vocab_dir: {VOCAB}
+producers:
+  count: 1
+"""
+
+
+def env_for(tmp_path):
+    return dict(os.environ, SHMFEED_CACHE_DIR=str(tmp_path / "cache"))
+
+
+def run(tmp_path, *args, check=True):
+    r = subprocess.run([SHMFEED, "tokenize", *args], capture_output=True, text=True,
+                       timeout=300, env=env_for(tmp_path))
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def run_parts(tmp_path, cfg, prefix, n):
+    """Every part of n at once, as separate processes; returns the part prefixes."""
+    procs = [subprocess.Popen([SHMFEED, "tokenize", str(cfg), "-o", prefix, "--shard",
+                               f"{i}/{n}", "-q"], stderr=subprocess.PIPE, text=True,
+                              env=env_for(tmp_path)) for i in range(n)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    return [f"{prefix}_{i:05d}-of-{n:05d}" for i in range(n)]
+
+
+def bytes_job(d, extra=""):
+    """A job over d/*.jsonl with the byte encoding, whose ids are computable here."""
+    cfg = d / "job.yaml"
+    cfg.write_text(f"""
+sources:
+  - paths: ["{d}/*.jsonl"]
+tokenizer:
+  encoding: bytes
+producers:
+  count: 1
+{extra}""")
+    return cfg
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    if not os.path.isdir(VOCAB):
+        pytest.skip("shared data not found")
+    tmp = tmp_path_factory.mktemp("parts")
+    cfg = tmp / "job.yaml"
+    cfg.write_text(make_corpus(str(tmp / "corpus")))
+    run(tmp, str(cfg), "-o", str(tmp / "whole"), "-q")
+    return tmp, cfg
+
+
+@pytest.mark.parametrize("n", [1, 3, 7])
+def test_merged_parts_equal_one_shot(corpus, n):
+    tmp, cfg = corpus
+    out = tmp / f"n{n}"
+    out.mkdir()
+    parts = run_parts(tmp, cfg, str(out / "part"), n)
+    manifests = [json.loads(read(p + ".json")) for p in parts]
+    for i, (p, m) in enumerate(zip(parts, manifests)):
+        assert (m["format"], m["version"], m["part"], m["parts"]) == \
+            ("shmfeed-tokenize-part", 1, i, n)
+        assert m["bin_sha256"] == sha256(p + ".bin")
+        assert m["idx_sha256"] == sha256(p + ".idx")
+        assert m["bin_bytes"] == os.path.getsize(p + ".bin") == 2 * m["tokens"]
+        assert m["dtype"] == "uint16"
+    assert len({m["config_digest"] for m in manifests}) == 1
+    # The merge takes the shell's expansion of PREFIX_*: .bin, .idx and .json of each part.
+    names = sorted(str(x) for x in out.iterdir())
+    # One part named twice by different paths still counts once.
+    names.append(os.path.join(str(out), ".", os.path.basename(parts[0]) + ".bin"))
+    r = run(tmp, "--merge", *names, "-o", str(out / "merged"))
+    assert f"merged {n} parts" in r.stderr
+    for ext in (".bin", ".idx"):
+        assert read(str(out / "merged") + ext) == read(str(tmp / "whole") + ext)
+        assert sha256(str(out / "merged") + ext) == sha256(str(tmp / "whole") + ext)
+    whole_docs = (os.path.getsize(str(tmp / "whole.idx")) - 34 - 8) // 20
+    assert sum(m["documents"] for m in manifests) == whole_docs
+    if n == 7:
+        # Balanced by bytes: no part is empty, and none holds twice its share of text.
+        total = sum(m["text_bytes"] for m in manifests)
+        assert all(0 < m["text_bytes"] < 2 * total / n for m in manifests), \
+            [m["text_bytes"] for m in manifests]
+
+
+def test_rerun_gives_same_bytes(corpus):
+    tmp, cfg = corpus
+    out = tmp / "rerun"
+    out.mkdir()
+    first = run_parts(tmp, cfg, str(out / "p"), 3)
+    before = {p + ext: read(p + ext) for p in first for ext in (".bin", ".idx", ".json")}
+    # Part 1 fails half-way (its files cut short, its manifest gone), then runs again.
+    os.unlink(first[1] + ".json")
+    with open(first[1] + ".bin", "r+b") as f:
+        f.truncate(10)
+    run(tmp, str(cfg), "-o", str(out / "p"), "--shard", "1/3", "-q")
+    for path, data in before.items():
+        assert read(path) == data, path
+
+
+def expected_jsonl_docs(paths, n):
+    """Documents per part by the documented rule, computed here independently: files end to
+    end in listing order, part I takes the documents whose first byte lies in
+    [I*S//n, (I+1)*S//n)."""
+    sizes = [os.path.getsize(p) for p in paths]
+    total = sum(sizes)
+    counts = [0] * n
+    base = 0
+    for p, size in zip(paths, sizes):
+        off = 0
+        for line in read(p).split(b"\n")[:-1]:
+            if line.strip():
+                g = base + off
+                counts[next(i for i in reversed(range(n)) if i * total // n <= g)] += 1
+            off += len(line) + 1
+        base += size
+    return counts
+
+
+def test_parts_follow_the_documented_rule(tmp_path):
+    if not os.path.isdir(VOCAB):
+        pytest.skip("shared data not found")
+    rng = random.Random(3)
+    paths = []
+    for name, n in (("a.jsonl", 400), ("b.jsonl", 5), ("c.jsonl", 900)):
+        p = tmp_path / name
+        p.write_text("".join(json.dumps({"text": words(rng, 0, 80)}) + "\n"
+                             + ("\n" if i % 50 == 1 else "") for i in range(n)))
+        paths.append(str(p))
+    cfg = bytes_job(tmp_path)
+    for n in (2, 5, 13):
+        parts = run_parts(tmp_path, cfg, str(tmp_path / f"r{n}"), n)
+        got = [json.loads(read(p + ".json"))["documents"] for p in parts]
+        assert got == expected_jsonl_docs(paths, n)
+
+
+def refused(tmp, args, words_in_message):
+    out = tmp / "refused"
+    r = run(tmp, "--merge", *args, "-o", str(out), check=False)
+    assert r.returncode == 1, r.stderr
+    for w in words_in_message:
+        assert w in r.stderr, r.stderr
+    assert not os.path.exists(str(out) + ".bin") and not os.path.exists(str(out) + ".idx")
+    assert not [x for x in os.listdir(tmp) if x.startswith("refused")]
+
+
+def test_bad_sets_of_parts_are_refused(corpus):
+    tmp, cfg = corpus
+    out = tmp / "bad"
+    out.mkdir()
+    parts = run_parts(tmp, cfg, str(out / "p"), 3)
+    refused(tmp, parts[:1] + parts[2:], ["part 1 of 3 is missing"])
+    # The same part under a second name.
+    for ext in (".bin", ".idx", ".json"):
+        shutil.copy(parts[1] + ext, str(out / "copy") + ext)
+    refused(tmp, parts + [str(out / "copy")], ["both part 1 of 3"])
+    refused(tmp, parts[:1] + [str(out / "copy")] + parts[2:] + parts[1:2],
+            ["both part 1 of 3"])
+    # A part of another tokenization: same corpus, another encoding.
+    other = tmp / "other.yaml"
+    other.write_text(cfg.read_text().replace("r50k_base", "cl100k_base"))
+    foreign = run_parts(tmp, other, str(out / "f"), 3)
+    refused(tmp, parts[:2] + foreign[2:], ["not parts of one tokenization"])
+    # A part of another count.
+    refused(tmp, parts + run_parts(tmp, cfg, str(out / "q"), 4)[3:], ["not parts of one"])
+    # A part whose file changed after its manifest was written.
+    with open(parts[2] + ".bin", "r+b") as f:
+        f.seek(5)
+        b = f.read(1)
+        f.seek(5)
+        f.write(bytes([b[0] ^ 1]))
+    refused(tmp, parts, [parts[2] + ".bin", "SHA-256", "its manifest says"])
+    # A part that never finished: no manifest.
+    os.unlink(parts[0] + ".json")
+    refused(tmp, parts, [parts[0] + ".json", "no manifest"])
+    r = run(tmp, "--merge", "-o", str(tmp / "x"), check=False)
+    assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_empty_parts(tmp_path):
+    # More parts than documents: some parts hold none, and still merge.
+    (tmp_path / "d.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
+    cfg = bytes_job(tmp_path, "batch:\n  seq_len: 4\n")
+    parts = run_parts(tmp_path, cfg, str(tmp_path / "p"), 9)
+    docs = [json.loads(read(p + ".json"))["documents"] for p in parts]
+    assert sum(docs) == 2 and docs.count(0) == 7
+    run(tmp_path, str(cfg), "-o", str(tmp_path / "whole"), "-q")
+    run(tmp_path, "--merge", *parts, "-o", str(tmp_path / "merged"), "-q")
+    for ext in (".bin", ".idx"):
+        assert read(str(tmp_path / "merged") + ext) == read(str(tmp_path / "whole") + ext)
+
+
+def test_pre_tokenized_sources_are_refused(tmp_path):
+    (tmp_path / "t.bin").write_bytes(bytes(range(64)))
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"""
+sources:
+  - paths: ["{tmp_path}/t.bin"]
+""")
+    r = run(tmp_path, str(cfg), "-o", str(tmp_path / "p"), "--shard", "0/1", check=False)
+    assert r.returncode == 1 and "raw text" in r.stderr, r.stderr
+    assert not [x for x in os.listdir(tmp_path) if x.startswith("p_")]
+
+
+def test_bad_shard_arguments(corpus):
+    tmp, cfg = corpus
+    for bad in ("3/3", "1", "-1/3", "1/0", "a/b", "1/3x", "0/100000"):
+        r = run(tmp, str(cfg), "-o", str(tmp / "never"), "--shard", bad, check=False)
+        assert r.returncode == 2 and "--shard" in r.stderr, (bad, r.stderr)
+    assert not [x for x in os.listdir(tmp) if x.startswith("never")]
+
+
+def megatron_read(prefix):
+    """The pair as Megatron-LM's IndexedDataset reads it (megatron_read.py in the venv of
+    scripts/deps); skips when that venv or its megatron-core is missing."""
+    venv = os.environ.get("SHMFEED_VENV") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "shmfeed",
+        "venv-torch")
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        pytest.skip(f"no venv at {venv} (scripts/deps makes it)")
+    r = subprocess.run([python, os.path.join(os.path.dirname(__file__), "megatron_read.py"),
+                        prefix], capture_output=True, text=True, timeout=300)
+    if r.returncode == 77:
+        pytest.skip("megatron-core is not installed in the venv (scripts/deps installs it)")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def shmfeed_encode(text, encoding):
+    r = subprocess.run([SHMFEED, "encode", "-e", encoding, "--vocab",
+                        os.path.join(VOCAB, encoding + ".tiktoken")],
+                       input=text.encode("utf-8"), capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [int.from_bytes(r.stdout[i:i + 4], "little") for i in range(0, len(r.stdout), 4)]
+
+
+def test_megatron_reads_merged_bytes_exactly(tmp_path):
+    # The byte encoding makes every id computable here: UTF-8 bytes, then 256.
+    rng = random.Random(11)
+    texts = [words(rng, 0, 70) for _ in range(900)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    cfg = bytes_job(tmp_path)
+    parts = run_parts(tmp_path, cfg, str(tmp_path / "p"), 3)
+    run(tmp_path, "--merge", *parts, "-o", str(tmp_path / "merged"), "-q")
+    got = megatron_read(str(tmp_path / "merged"))
+    assert got["dtype"] == "uint16"
+    assert got["document_indices"] == list(range(len(texts) + 1))
+    assert got["documents"] == [list(t.encode("utf-8")) + [256] for t in texts]
+
+
+@pytest.mark.parametrize("encoding,dtype", [("r50k_base", "uint16"), ("o200k_base", "int32")])
+def test_megatron_reads_merged_real_tokenizer(corpus, encoding, dtype):
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_tokenize import read_mmidx
+
+    tmp, cfg = corpus
+    out = tmp / f"meg-{encoding}"
+    out.mkdir()
+    job = out / "job.yaml"
+    job.write_text(cfg.read_text().replace("r50k_base", encoding))
+    run(tmp, str(job), "-o", str(out / "whole"), "-q")
+    parts = run_parts(tmp, job, str(out / "p"), 7)
+    run(tmp, "--merge", *parts, "-o", str(out / "merged"), "-q")
+    got = megatron_read(str(out / "merged"))
+    _, seqs, doc_idx = read_mmidx(str(out / "whole"))
+    assert got["dtype"] == dtype
+    assert got["document_indices"] == doc_idx.tolist()
+    assert got["documents"] == [s.tolist() for s in seqs]
+    # The first documents are a.jsonl's first records: shmfeed's tokenizer on their text.
+    eot = 50256 if encoding == "r50k_base" else 199999
+    with open(os.path.join(str(tmp), "corpus", "a.jsonl"), encoding="utf-8") as f:
+        first = [json.loads(line)["text"] for line in f.readlines()[:5] if line.strip()]
+    for text, doc in zip(first, got["documents"]):
+        assert doc == shmfeed_encode(text, encoding) + [eot]
+
+
+# A stand-in for Slurm's sbatch, enough for docs/slurm/: --parsable, --array=A-B or I,
+# --dependency=afterok:ID. It runs a job at once: an array's tasks as parallel processes
+# with SLURM_ARRAY_TASK_ID / _COUNT / _MIN / _MAX set, and a job whose afterok dependency
+# failed not at all (Slurm leaves it pending: DependencyNeverSatisfied). Tasks listed in
+# $FAKE_SBATCH_FAIL_TASKS fail without running, as on a node lost before they started.
+FAKE_SBATCH = r'''#!/usr/bin/env python3
+import os, subprocess, sys
+state = os.environ["FAKE_SBATCH_STATE"]
+args, opts = sys.argv[1:], {}
+while args and args[0].startswith("--"):
+    k, _, v = args.pop(0)[2:].partition("=")
+    opts[k] = v
+script, script_args = args[0], args[1:]
+ids = [int(f) for f in os.listdir(state) if f.isdigit()]
+job = max(ids, default=1000) + 1
+def status(j):
+    with open(os.path.join(state, str(j))) as f:
+        return f.read()
+def finish(s):
+    with open(os.path.join(state, str(job)), "w") as f:
+        f.write(s)
+    print(job if "parsable" in opts else f"Submitted batch job {job}")
+    sys.exit(0)
+dep = opts.get("dependency", "")
+if dep:
+    kind, *deps = dep.split(":")
+    assert kind == "afterok", dep
+    if any(status(d) != "ok" for d in deps):
+        finish("never")
+tasks = []
+if "array" in opts:
+    for r in opts["array"].split(","):
+        a, _, b = r.partition("-")
+        tasks += range(int(a), int(b or a) + 1)
+fail = {int(t) for t in os.environ.get("FAKE_SBATCH_FAIL_TASKS", "").split(",") if t}
+procs = []
+for t in tasks or [None]:
+    env = dict(os.environ, SLURM_JOB_ID=str(job), SLURM_CPUS_PER_TASK="1")
+    if t is not None:
+        env.update(SLURM_ARRAY_JOB_ID=str(job), SLURM_ARRAY_TASK_ID=str(t),
+                   SLURM_ARRAY_TASK_COUNT=str(len(tasks)),
+                   SLURM_ARRAY_TASK_MIN=str(min(tasks)), SLURM_ARRAY_TASK_MAX=str(max(tasks)))
+    if t in fail:
+        continue
+    out = open(os.path.join(state, f"{job}_{t}.out"), "w")
+    procs.append(subprocess.Popen(["bash", script, *script_args], env=env, stdout=out,
+                                  stderr=subprocess.STDOUT))
+codes = [p.wait() for p in procs]
+finish("ok" if all(c == 0 for c in codes) and not (fail & set(tasks)) else "failed")
+'''
+
+SLURM_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "slurm")
+
+
+def test_slurm_scripts_of_the_docs(corpus):
+    tmp, cfg = corpus
+    out = tmp / "slurm"
+    state = out / "state"
+    bindir = out / "bin"
+    state.mkdir(parents=True)
+    bindir.mkdir()
+    (bindir / "sbatch").write_text(FAKE_SBATCH)
+    (bindir / "sbatch").chmod(0o755)
+    env = dict(env_for(tmp), FAKE_SBATCH_STATE=str(state),
+               PATH=os.pathsep.join([str(bindir), os.path.dirname(SHMFEED),
+                                     os.environ.get("PATH", "")]))
+    whole = {ext: read(str(tmp / "whole") + ext) for ext in (".bin", ".idx")}
+
+    def sh(*args, **extra):
+        r = subprocess.run(list(args), capture_output=True, text=True, timeout=300,
+                           env=dict(env, **extra))
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    # The whole pipeline as docs/slurm/submit.sh submits it.
+    prefix = str(out / "ok")
+    said = sh(os.path.join(SLURM_DIR, "submit.sh"), str(cfg), prefix, "3")
+    assert "parts: job" in said and "merge: job" in said
+    for ext in (".bin", ".idx"):
+        assert read(prefix + ext) == whole[ext]
+
+    # Task 1 fails: the merge never runs; task 1 run again alone, then the merge.
+    prefix = str(out / "retry")
+    said = sh(os.path.join(SLURM_DIR, "submit.sh"), str(cfg), prefix, "3",
+              FAKE_SBATCH_FAIL_TASKS="1")
+    array, merge = re.match(r"parts: job (\d+) .*; merge: job (\d+)", said).groups()
+    assert read(str(state / array)) == b"failed" and read(str(state / merge)) == b"never"
+    assert not os.path.exists(prefix + ".bin")
+    assert os.path.exists(prefix + "_00000-of-00003.json")
+    assert not os.path.exists(prefix + "_00001-of-00003.json")
+    job = sh("sbatch", "--parsable", "--array=1", os.path.join(SLURM_DIR, "tokenize-part.sbatch"),
+             str(cfg), prefix, "3").strip()
+    sh("sbatch", f"--dependency=afterok:{job}",
+       os.path.join(SLURM_DIR, "tokenize-merge.sbatch"), prefix, "3")
+    for ext in (".bin", ".idx"):
+        assert read(prefix + ext) == whole[ext]

