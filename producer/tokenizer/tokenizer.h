@@ -107,7 +107,9 @@ struct sf_tok_file_opts {
  * pattern, special tokens and document convention (sf__tok_bos(), sf__tok_eot()); another
  * .tiktoken file needs `pattern` and has no special tokens. A tekken file carries its
  * pattern; its ids follow its special tokens as in mistral-common. A SentencePiece model
- * needs the build with libsentencepiece and is refused with a message without it.
+ * needs the build with libsentencepiece and is refused with a message without it. A
+ * Hugging Face tokenizer.json (family "hf-json") is sf__tok_load_hf_json()'s, and takes
+ * no `pattern`.
  */
 int sf__tok_load_file(const struct sf_tok_file_opts *opts, struct sf_tok **ret_tok,
 		      struct sf_err *e);
@@ -202,9 +204,10 @@ int sf__tok_encode(struct sf_tok_encoder *enc, const void *text, size_t len, uin
 		   const uint32_t **ret_ids, size_t *ret_n, struct sf_err *e);
 
 /*
- * sf__tok_encode_to - sf__tok_encode() into the caller's `out`, which must hold at least
- * len + 1 ids (every id covers a byte at least): saves copying the ids out of the
- * encoder. -ENOBUFS when `cap` is smaller.
+ * sf__tok_encode_to - sf__tok_encode() into the caller's `out`, which must hold
+ * sf__tok_ids_bound() ids (len + 1 for the BPE encodings: every id covers a byte at
+ * least): saves copying the ids out of the encoder. -ENOBUFS when `cap` is smaller than
+ * len + 1, or than the ids turn out to need.
  */
 int sf__tok_encode_to(struct sf_tok_encoder *enc, const void *text, size_t len, uint64_t allowed,
 		      uint32_t *out, size_t cap, size_t *ret_n, struct sf_err *e);
