@@ -97,7 +97,7 @@ usage:
 		"cl100k_base, o200k_base, bytes, char:CORPUS (the vocabulary is --vocab or\n"
 		"$%s/ENCODING.tiktoken); or --tokenizer FILE [--format auto|tiktoken|tekken|hf|\n"
 		"sentencepiece] [--pattern REGEX]: a Llama 3/4 or Qwen .tiktoken file, a tekken\n"
-		"JSON, a SentencePiece model.\n"
+		"JSON, a SentencePiece model, a Hugging Face tokenizer.json (byte-level BPE).\n"
 		"--records: the input is records (uint32 length, bytes), each one document; the\n"
 		"output is, per record, a uint32 count and the ids.\n",
 		SF_TOK_VOCAB_DIR_ENV);

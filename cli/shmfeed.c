@@ -26,7 +26,9 @@ struct command {
 	"                    repeatable\n"
 #define TOK_HELP                                                                                   \
 	"  -e, --encoding E  r50k_base (gpt2), cl100k_base, o200k_base, bytes or char:CORPUS\n"    \
-	"  --vocab FILE      the vocabulary; default $SHMFEED_VOCAB_DIR/ENCODING.tiktoken\n"
+	"  --vocab FILE      the vocabulary; default $SHMFEED_VOCAB_DIR/ENCODING.tiktoken\n"       \
+	"  --tokenizer FILE  instead of -e: a tokenizer file (.tiktoken, tekken, SentencePiece,\n" \
+	"                    Hugging Face tokenizer.json)\n"
 #define CONTROL_HELP(what)                                                                         \
 	"usage: shmfeed " what " [JOB] [--key FILE]\n\n"                                           \
 	"Sends the job the control request '" what "' and prints its state after.\n\n"             \

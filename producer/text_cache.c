@@ -267,7 +267,8 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		/* A document is [bos] ids eot; `nb` is 1 with a bos, else 0. */
 		const size_t nb = c->ds->bos != UINT32_MAX;
 		/* Straight into the destination when the ids fit there, whatever the limit:
-		 * only the first `take` count. */
+		 * only the first `take` count (more than len + 1 ids with a tokenizer.json that
+		 * adds text, none known before encoding with SentencePiece). */
 		const size_t bound = sf__tok_ids_bound(c->ds->tok, len);
 		int direct = bound != SIZE_MAX && d->cap - d->n >= bound + nb;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "shmfeed/shmfeed.h"
+#include "producer/tokenizer/hf_json.h"
 #include "producer/tokenizer/sp_shim.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/unicode.h"
@@ -40,6 +41,10 @@ int sf__tok_encoder_create(const struct sf_tok *tok, struct sf_tok_encoder **ret
 			return sf__err(e, -ENOMEM, "out of memory");
 		}
 	}
+	if (tok->kind == SF_TOK_HF && sf__hf_scratch_create(tok, &enc->hf) < 0) {
+		sf__tok_encoder_free(enc);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
 	*ret_enc = enc;
 	return 0;
 }
@@ -54,6 +59,7 @@ void sf__tok_encoder_free(struct sf_tok_encoder *enc)
 	free(enc->cache);
 	free(enc->special_next);
 	pcre2_match_data_free(enc->md);
+	sf__hf_scratch_free(enc->hf);
 	free(enc);
 }
 
@@ -257,10 +263,19 @@ int sf__tok_encode(struct sf_tok_encoder *enc, const void *text, size_t len, uin
 	int rc;
 
 	/* Every id covers at least one byte, so len ids are always enough (SentencePiece
-	 * grows the buffer itself when its normalizer makes more). */
+	 * grows the buffer itself when its normalizer makes more, a tokenizer.json's encoder
+	 * when a prefix space or NFC does). */
 	rc = reserve_ids(enc, len + 1, e);
 	if (rc < 0)
 		return rc;
+	if (tok->kind == SF_TOK_HF) {
+		rc = sf__hf_encode(enc, s, len, allowed, &n_out, e);
+		if (rc < 0)
+			return rc;
+		*ret_ids = enc->ids;
+		*ret_n = n_out;
+		return 0;
+	}
 	if (tok->n_specials < 64)
 		allowed &= ((uint64_t)1 << tok->n_specials) - 1;
 
@@ -331,8 +346,10 @@ int sf__tok_encode_to(struct sf_tok_encoder *enc, const void *text, size_t len, 
 	/* The encoder writes to enc->ids and grows it only below len + 1: lend it `out`. */
 	enc->ids = out;
 	enc->ids_cap = cap;
+	enc->ids_lent = true;
 	rc = sf__tok_encode(enc, text, len, allowed, &ids, ret_n, e);
 	enc->ids = own;
 	enc->ids_cap = own_cap;
+	enc->ids_lent = false;
 	return rc;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "shmfeed/shmfeed.h"
+#include "producer/tokenizer/hf_json.h"
 #include "producer/tokenizer/sp_shim.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/unicode.h"
@@ -302,6 +303,7 @@ void sf__tok_free(struct sf_tok *tok)
 	sf__tok_ranks_free(&tok->ranks);
 	pcre2_code_free(tok->re);
 	free(tok->chars);
+	sf__hf_free(tok->hf);
 	free(tok);
 }
 
@@ -366,7 +368,15 @@ const char *sf__tok_family(const struct sf_tok *tok)
 
 size_t sf__tok_ids_bound(const struct sf_tok *tok, size_t len)
 {
-	return tok->kind == SF_TOK_SP ? SIZE_MAX : len + 1;
+	switch (tok->kind) {
+	case SF_TOK_SP:
+		return SIZE_MAX;
+	case SF_TOK_HF:
+		/* NFC makes text at most 3 times longer; a prefix space at most doubles it. */
+		return (len + 1) * (tok->hf->nfc ? 3 : 1) * (1 + tok->hf->max_growth);
+	default:
+		return len + 1;
+	}
 }
 
 int sf__tok_special(const struct sf_tok *tok, const char *text, uint64_t *ret_bit)
@@ -395,8 +405,15 @@ const char *sf__tok_unicode_version(void)
 static long id_bytes(const struct sf_tok *tok, uint32_t id, const uint8_t **ret, uint8_t *scratch)
 {
 	uint32_t i;
+	long len;
 
 	switch (tok->kind) {
+	case SF_TOK_HF:
+		len = sf__hf_id_bytes(tok->hf, id, ret);
+		if (len >= 0)
+			return len;
+		/* The byte-level tokens are in the rank table. */
+		__attribute__((fallthrough));
 	case SF_TOK_BPE:
 		if (id < tok->ranks.n_ranks && tok->ranks.off[id] != tok->ranks.off[id + 1]) {
 			*ret = tok->ranks.bytes + tok->ranks.off[id];

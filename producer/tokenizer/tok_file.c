@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "shmfeed/shmfeed.h"
+#include "producer/tokenizer/hf_json.h"
 #include "producer/tokenizer/sp_shim.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/tok_tekken.h"
@@ -422,6 +423,21 @@ int sf__tok_load_file(const struct sf_tok_file_opts *opts, struct sf_tok **ret_t
 		return rc;
 	if (format == SF_TOK_FORMAT_AUTO)
 		format = detect(text, len);
+	if (format == SF_TOK_FORMAT_HF) {
+		/* Hugging Face tokenizer.json: hf_json.c, which makes its own sf_tok. */
+		rc = opts->pattern ? sf__err(e, SF_E_TOKENIZER,
+					     "%s: a tokenizer.json carries its own pre-tokenizer; "
+					     "it takes no pattern",
+					     opts->path)
+				   : sf__tok_load_hf_json_mem(slash ? slash + 1 : opts->path,
+							      (const char *)text, len, &tok, e);
+		free(text);
+		if (rc < 0)
+			return rc;
+		snprintf(tok->family, sizeof(tok->family), "hf-json");
+		*ret_tok = tok;
+		return 0;
+	}
 	tok = sf__tok_new(slash ? slash + 1 : opts->path,
 			  format == SF_TOK_FORMAT_SENTENCEPIECE ? SF_TOK_SP : SF_TOK_BPE);
 	if (!tok) {
@@ -434,10 +450,6 @@ int sf__tok_load_file(const struct sf_tok_file_opts *opts, struct sf_tok **ret_t
 		break;
 	case SF_TOK_FORMAT_TEKKEN:
 		rc = load_tekken(tok, opts->path, text, len, opts->pattern, e);
-		break;
-	case SF_TOK_FORMAT_HF:
-		/* Hugging Face tokenizer.json: its loader is producer/tokenizer/hf_json.c. */
-		rc = sf__err(e, SF_E_TOKENIZER, "%s: tokenizer.json support not built", opts->path);
 		break;
 	case SF_TOK_FORMAT_SENTENCEPIECE:
 		rc = opts->pattern

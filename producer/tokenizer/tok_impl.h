@@ -22,6 +22,7 @@
 #define SF_TOK_BYTES 2
 #define SF_TOK_CHAR  3
 #define SF_TOK_SP    4 /* SentencePiece, through the library (sp_shim.cc) */
+#define SF_TOK_HF    5 /* a Hugging Face tokenizer.json: hf_json.h */
 
 /* The pre-tokenizers. */
 #define SF_PRETOK_R50K	  1
@@ -101,6 +102,7 @@ struct sf_tok {
 	struct sf_sp *sp; /* SF_TOK_SP: the SentencePiece processor */
 	uint32_t *chars;  /* SF_TOK_CHAR: the code points, sorted; id = index */
 	uint32_t n_chars;
+	struct sf_tok_hf *hf; /* SF_TOK_HF: what `ranks` alone does not say */
 };
 
 /* One node of the heap merge: a part of the piece and the rank of it and its successor. */
@@ -140,7 +142,9 @@ struct sf_tok_encoder {
 	uint64_t *heap;
 	size_t bpe_cap;
 	pcre2_match_data *md;
-	size_t *special_next; /* sf__tok_encode(): per special token, its next occurrence */
+	size_t *special_next;	  /* sf__tok_encode(): per special token, its next occurrence */
+	struct sf_hf_scratch *hf; /* for SF_TOK_HF */
+	bool ids_lent;		  /* `ids` is the caller's (sf__tok_encode_to): never grow it */
 };
 
 static inline uint64_t sf__tok_load64(const uint8_t *s)
@@ -259,6 +263,13 @@ int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *name, uint8_t *text,
 			uint32_t rank_offset, struct sf_err *e);
 /* sf__tok_read_file - read a whole regular file of at most SF_TOK_VOCAB_MAX_BYTES. */
 int sf__tok_read_file(const char *path, uint8_t **ret_buf, size_t *ret_len, struct sf_err *e);
+/*
+ * sf__tok_ranks_index - build the lookup tables of `r` (hash table, Bloom filter, byte and
+ * pair ranks) from its n_ranks, off and bytes, which the caller has filled (empty spans for
+ * absent ranks). Refuses two ranks with the same bytes, naming `what`. Every loader of a
+ * rank table ends with it.
+ */
+int sf__tok_ranks_index(struct sf_tok_ranks *r, const char *what, struct sf_err *e);
 
 /*
  * The largest vocabulary file read: o200k_base is 3.6 MB; a file 70 times that is not a

@@ -77,6 +77,15 @@ int sf__tok_load(const char *encoding, const char *vocab_path, struct sf_tok **r
 /* sf__tok_load_spec - load a custom BPE vocabulary (see struct sf_tok_spec). */
 int sf__tok_load_spec(const struct sf_tok_spec *spec, struct sf_tok **ret_tok, struct sf_err *e);
 
+/*
+ * sf__tok_load_hf_json - load a Hugging Face tokenizer.json whose model is byte-level BPE
+ * (docs/tokenizer.md says which constructs are supported). Its ids equal those of
+ * `tokenizers`' encode(text, add_special_tokens=False), with special tokens matched only
+ * when allowed. A construct that is not supported is refused with SF_E_TOKENIZER and a
+ * message naming its JSON path. The tokenizer's name is the file's base name.
+ */
+int sf__tok_load_hf_json(const char *path, struct sf_tok **ret_tok, struct sf_err *e);
+
 /* Formats of a tokenizer file, for sf__tok_load_file(). */
 #define SF_TOK_FORMAT_AUTO	    0 /* detected from the content */
 #define SF_TOK_FORMAT_TIKTOKEN	    1 /* "base64 rank" lines (Llama 3/4, Qwen) */
@@ -98,7 +107,9 @@ struct sf_tok_file_opts {
  * pattern, special tokens and document convention (sf__tok_bos(), sf__tok_eot()); another
  * .tiktoken file needs `pattern` and has no special tokens. A tekken file carries its
  * pattern; its ids follow its special tokens as in mistral-common. A SentencePiece model
- * needs the build with libsentencepiece and is refused with a message without it.
+ * needs the build with libsentencepiece and is refused with a message without it. A
+ * Hugging Face tokenizer.json (family "hf-json") is sf__tok_load_hf_json()'s, and takes
+ * no `pattern`.
  */
 int sf__tok_load_file(const struct sf_tok_file_opts *opts, struct sf_tok **ret_tok,
 		      struct sf_err *e);
@@ -155,7 +166,8 @@ int sf__tok_marker(const struct sf_tok *tok, const char *policy, int is_bos, int
 /*
  * sf__tok_ids_bound - the most ids `len` bytes can encode to, or SIZE_MAX when there is
  * no bound known before encoding (SentencePiece normalizes first): sf__tok_encode_to()
- * needs this much room.
+ * needs this much room. len + 1 for the BPE encodings; more for a tokenizer.json whose
+ * normalizer (NFC) or pre-tokenizer (a prefix space) adds text.
  */
 size_t sf__tok_ids_bound(const struct sf_tok *tok, size_t len);
 
@@ -192,9 +204,10 @@ int sf__tok_encode(struct sf_tok_encoder *enc, const void *text, size_t len, uin
 		   const uint32_t **ret_ids, size_t *ret_n, struct sf_err *e);
 
 /*
- * sf__tok_encode_to - sf__tok_encode() into the caller's `out`, which must hold at least
- * len + 1 ids (every id covers a byte at least): saves copying the ids out of the
- * encoder. -ENOBUFS when `cap` is smaller.
+ * sf__tok_encode_to - sf__tok_encode() into the caller's `out`, which must hold
+ * sf__tok_ids_bound() ids (len + 1 for the BPE encodings: every id covers a byte at
+ * least): saves copying the ids out of the encoder. -ENOBUFS when `cap` is smaller than
+ * len + 1, or than the ids turn out to need.
  */
 int sf__tok_encode_to(struct sf_tok_encoder *enc, const void *text, size_t len, uint64_t allowed,
 		      uint32_t *out, size_t cap, size_t *ret_n, struct sf_err *e);

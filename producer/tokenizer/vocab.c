@@ -251,13 +251,7 @@ int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text,
 	r->n_ranks = max_rank + 1;
 	r->off = calloc((size_t)r->n_ranks + 1, sizeof(*r->off));
 	r->bytes = malloc(total);
-	r->mask = table_size(n_lines) - 1;
-	r->shift = 64 - (unsigned)__builtin_popcountll(r->mask);
-	r->slots = calloc(r->mask + 1, sizeof(*r->slots));
-	r->pair_rank = malloc(65536 * sizeof(*r->pair_rank));
-	r->bloom_shift = 64 - (unsigned)__builtin_popcountll(bloom_words(n_lines) - 1);
-	r->bloom = calloc(bloom_words(n_lines), sizeof(*r->bloom));
-	if (!r->off || !r->bytes || !r->slots || !r->pair_rank || !r->bloom) {
+	if (!r->off || !r->bytes) {
 		rc = sf__err(e, -ENOMEM, "%s: out of memory", path);
 		goto fail;
 	}
@@ -287,32 +281,52 @@ int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text,
 	}
 	for (i = 0; i < r->n_ranks; i++)
 		r->off[i + 1] += r->off[i];
-	for (i = 0; i < 256; i++)
-		r->byte_rank[i] = SF_RANK_NONE;
-	for (i = 0; i < 65536; i++)
-		r->pair_rank[i] = SF_RANK_NONE;
-	for (i = 0; i < n_lines; i++) {
-		uint32_t rank = lines[i].rank, other;
-
-		memcpy(r->bytes + r->off[rank], text + lines[i].b64_off, lines[i].b64_len);
-		other = insert(r, rank);
-		if (other != SF_RANK_NONE) {
-			rc = sf__err(e, SF_E_TOKENIZER, "%s: ranks %u and %u have the same bytes",
-				     path, other, rank);
-			goto fail;
-		}
-		if (lines[i].b64_len == 1)
-			r->byte_rank[r->bytes[r->off[rank]]] = rank;
-		if (lines[i].b64_len == 2)
-			r->pair_rank[r->bytes[r->off[rank]] << 8 | r->bytes[r->off[rank] + 1]] =
-				rank;
-	}
-	rc = 0;
+	for (i = 0; i < n_lines; i++)
+		memcpy(r->bytes + r->off[lines[i].rank], text + lines[i].b64_off, lines[i].b64_len);
+	rc = sf__tok_ranks_index(r, path, e);
 fail:
 	free(lines);
 	if (rc < 0)
 		sf__tok_ranks_free(r);
 	return rc;
+}
+
+int sf__tok_ranks_index(struct sf_tok_ranks *r, const char *what, struct sf_err *e)
+{
+	uint32_t rank, other, count = 0;
+	size_t i;
+
+	for (rank = 0; rank < r->n_ranks; rank++)
+		count += r->off[rank + 1] != r->off[rank];
+	r->mask = table_size(count) - 1;
+	r->shift = 64 - (unsigned)__builtin_popcountll(r->mask);
+	r->slots = calloc(r->mask + 1, sizeof(*r->slots));
+	r->pair_rank = malloc(65536 * sizeof(*r->pair_rank));
+	r->bloom_shift = 64 - (unsigned)__builtin_popcountll(bloom_words(count) - 1);
+	r->bloom = calloc(bloom_words(count), sizeof(*r->bloom));
+	if (!r->slots || !r->pair_rank || !r->bloom)
+		return sf__err(e, -ENOMEM, "%s: out of memory", what);
+	for (i = 0; i < 256; i++)
+		r->byte_rank[i] = SF_RANK_NONE;
+	for (i = 0; i < 65536; i++)
+		r->pair_rank[i] = SF_RANK_NONE;
+	/* Every token goes through insert(), which also sets its bits in the Bloom filter. */
+	for (rank = 0; rank < r->n_ranks; rank++) {
+		const uint8_t *s = r->bytes + r->off[rank];
+		uint32_t len = r->off[rank + 1] - r->off[rank];
+
+		if (!len)
+			continue;
+		other = insert(r, rank);
+		if (other != SF_RANK_NONE)
+			return sf__err(e, SF_E_TOKENIZER, "%s: ranks %u and %u have the same bytes",
+				       what, other, rank);
+		if (len == 1)
+			r->byte_rank[s[0]] = rank;
+		if (len == 2)
+			r->pair_rank[s[0] << 8 | s[1]] = rank;
+	}
+	return 0;
 }
 
 void sf__tok_ranks_free(struct sf_tok_ranks *r)

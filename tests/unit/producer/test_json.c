@@ -101,3 +101,95 @@ Test(json, depth_is_limited)
 	deep[n] = 0;
 	cr_expect_eq(field(deep, "text", out, &len, &at), SF_JSON_INVALID);
 }
+
+Test(json_tree, builds_the_document)
+{
+	const char *json = "{\"vocab\": {\"a\\u00e9\": 0, \"b\": 1}, \"empty\": [], \"none\": {},"
+			   " \"list\": [[\"x\", \"y\"], 12, -3.5e2, true, false, null],"
+			   " \"vocab\": {\"last\": 7}}";
+	const struct sf_json_node *root, *v, *list, *pair;
+	struct sf_json_doc *doc = NULL;
+	const char *what = NULL;
+	size_t at = 0;
+
+	cr_assert_eq(sf__json_tree_parse(json, strlen(json), &doc, &at, &what), SF_JSON_OK,
+		     "%s at %zu", what, at);
+	root = sf__json_tree_root(doc);
+	cr_assert_eq(root->type, SF_JSON_OBJECT);
+	cr_expect_eq(root->len, 5);
+	/* A repeated member: the last one wins. */
+	v = sf__json_tree_get(doc, root, "vocab");
+	cr_assert(v && v->type == SF_JSON_OBJECT && v->len == 1);
+	cr_expect_str_eq(sf__json_tree_key(doc, sf__json_tree_child(doc, v, 0)), "last");
+	v = sf__json_tree_child(doc, root, 0);
+	cr_expect_str_eq(sf__json_tree_key(doc, sf__json_tree_child(doc, v, 0)), "a\xc3\xa9");
+	cr_expect_str_eq(sf__json_tree_str(doc, sf__json_tree_child(doc, v, 1)), "1");
+	cr_expect_eq(sf__json_tree_get(doc, root, "empty")->len, 0);
+	cr_expect_eq(sf__json_tree_get(doc, root, "none")->type, SF_JSON_OBJECT);
+	cr_expect_null(sf__json_tree_get(doc, root, "missing"));
+	list = sf__json_tree_get(doc, root, "list");
+	cr_assert(list && list->type == SF_JSON_ARRAY && list->len == 6);
+	pair = sf__json_tree_child(doc, list, 0);
+	cr_assert(pair->type == SF_JSON_ARRAY && pair->len == 2);
+	cr_expect_str_eq(sf__json_tree_str(doc, sf__json_tree_child(doc, pair, 1)), "y");
+	cr_expect_str_eq(sf__json_tree_str(doc, sf__json_tree_child(doc, list, 2)), "-3.5e2");
+	cr_expect_eq(sf__json_tree_child(doc, list, 3)->type, SF_JSON_TRUE);
+	cr_expect_eq(sf__json_tree_child(doc, list, 4)->type, SF_JSON_FALSE);
+	cr_expect_eq(sf__json_tree_child(doc, list, 5)->type, SF_JSON_NULL);
+	sf__json_tree_free(doc);
+}
+
+Test(json_tree, empty_containers_and_errors)
+{
+	static const char *const bad[][2] = {
+		{"{\"a\": [1,]}", "9"},
+		{"{\"a\" 1}", "5"},
+		{"[\"\\ud800\"]", "8"},
+		{"{} x", "3"},
+	};
+	struct sf_json_doc *doc = NULL;
+	const char *what = NULL;
+	size_t at = 0, i;
+
+	cr_assert_eq(sf__json_tree_parse("[]", 2, &doc, &at, &what), SF_JSON_OK);
+	cr_expect_eq(sf__json_tree_root(doc)->len, 0);
+	sf__json_tree_free(doc);
+	cr_assert_eq(sf__json_tree_parse("{\"a\": {}, \"b\": []}", 18, &doc, &at, &what),
+		     SF_JSON_OK);
+	sf__json_tree_free(doc);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char want[8];
+
+		cr_expect_eq(sf__json_tree_parse(bad[i][0], strlen(bad[i][0]), &doc, &at, &what),
+			     SF_JSON_INVALID, "%s", bad[i][0]);
+		snprintf(want, sizeof(want), "%zu", at);
+		cr_expect_str_eq(want, bad[i][1], "%s: error at %zu (%s)", bad[i][0], at, what);
+	}
+}
+
+Test(json_tree, long_escaped_strings)
+{
+	/* 2,000 escapes in one string: the room reserved for it must be its unescaped
+	 * length (4,000 bytes), not its count of unescaped bytes (none). */
+	size_t n = 2000, i, at = 0;
+	char *json = malloc(6 * n + 16), *p = json;
+	struct sf_json_doc *doc = NULL;
+	const struct sf_json_node *s;
+	const char *what = NULL, *v;
+
+	p += sprintf(p, "[\"");
+	for (i = 0; i < n; i++)
+		p += sprintf(p, "\\u00e9");
+	p += sprintf(p, "\", \"\\n\\t\"]");
+	cr_assert_eq(sf__json_tree_parse(json, (size_t)(p - json), &doc, &at, &what), SF_JSON_OK);
+	s = sf__json_tree_child(doc, sf__json_tree_root(doc), 0);
+	cr_assert_eq(s->len, 2 * n);
+	v = sf__json_tree_str(doc, s);
+	for (i = 0; i < n; i++)
+		cr_assert(v[2 * i] == '\xc3' && v[2 * i + 1] == '\xa9');
+	cr_expect_str_eq(
+		sf__json_tree_str(doc, sf__json_tree_child(doc, sf__json_tree_root(doc), 1)),
+		"\n\t");
+	sf__json_tree_free(doc);
+	free(json);
+}

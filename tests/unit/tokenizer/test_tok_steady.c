@@ -4,8 +4,9 @@
  * of tinyshakespeare split into documents at its blank lines, after a warm-up on the
  * first few documents and the longest one (an encoder's buffers grow to the largest document
  * it has seen and then stay). Every BPE encoding, the byte tokenizer and the character
- * tokenizer are checked; each must make 0 allocations over the whole corpus, and the ids
- * of the documents must decode back to the corpus byte for byte.
+ * tokenizer are checked, and a Hugging Face tokenizer.json ($SF_HF_JSON, a small
+ * byte-level file of the fuzz corpus); each must make 0 allocations over the whole
+ * corpus, and the ids of the documents must decode back to the corpus byte for byte.
  *
  * A plain program (exit 0 pass, 1 fail, 77 skip), since Criterion's runner allocates
  * around each test. The sanitizers interpose the allocator themselves, so under them the
@@ -183,6 +184,14 @@ int main(void)
 	}
 	fail |= check("char", tok, text, len, docs, n_docs);
 	sf__tok_free(tok);
+	if (getenv("SF_HF_JSON")) {
+		if (sf__tok_load_hf_json(getenv("SF_HF_JSON"), &tok, &err) < 0) {
+			fprintf(stderr, "load %s: %s\n", getenv("SF_HF_JSON"), err.msg);
+			return 1;
+		}
+		fail |= check("tokenizer.json", tok, text, len, docs, n_docs);
+		sf__tok_free(tok);
+	}
 
 	free(docs);
 	free(text);

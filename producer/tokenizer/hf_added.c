@@ -1,0 +1,343 @@
+/*
+ * The added tokens of a tokenizer.json (hf_json.c): their ids checked against the ones
+ * tokenizers assigns, the leftmost-longest matchers of the raw and the normalized ones,
+ * and the table of bytes that ids outside the byte-level vocabulary decode to.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/json.h"
+#include "producer/tokenizer/hf_json.h"
+#include "producer/tokenizer/hf_load.h"
+#include "producer/tokenizer/nfc.h"
+
+/* The model's id of the token string s[0..len), or -1. */
+static long vocab_id(const struct sf_hf_loader *l, const char *s, size_t len)
+{
+	uint8_t *buf = malloc(len + 1);
+	long id = -1, n = buf ? sf__hf_token_bytes(l, s, len, buf) : -1;
+	uint32_t i;
+
+	if (n > 0) {
+		uint32_t rank = sf__tok_rank(&l->tok->ranks, buf, (size_t)n);
+
+		id = rank == SF_RANK_NONE ? -1 : (long)rank;
+	} else {
+		for (i = 0; i < l->n_odd; i++) {
+			const struct sf_json_node *m =
+				sf__json_tree_child(l->doc, l->vocab, l->odd[i]);
+
+			if (m->key_len == len && !memcmp(sf__json_tree_key(l->doc, m), s, len)) {
+				id = sf__hf_get_id(l->doc, m);
+				break;
+			}
+		}
+	}
+	free(buf);
+	return id;
+}
+
+/*
+ * The added tokens that end a document under `eos: auto`: GPT-2's and Qwen's, DeepSeek's
+ * (its tokenizer_config.json's eos_token), Llama 3's, SentencePiece's. A tokenizer.json
+ * says nothing of bos, so `bos: auto` is none (DeepSeek's add_bos_token is false).
+ */
+static bool is_end_of_text(const char *text)
+{
+	static const char *const names[] = {
+		"<|endoftext|>",
+		"<\xef\xbd\x9c"
+		"end\xe2\x96\x81"
+		"of\xe2\x96\x81"
+		"sentence\xef\xbd\x9c>",
+		"<|end_of_text|>",
+		"</s>",
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(text, names[i]))
+			return true;
+	return false;
+}
+
+static int cmp_added(const void *a, const void *b)
+{
+	const struct sf_hf_added *x = *(struct sf_hf_added *const *)a;
+	const struct sf_hf_added *y = *(struct sf_hf_added *const *)b;
+	unsigned kx = (uint8_t)x->text[0] << 8 | (uint8_t)x->text[1];
+	unsigned ky = (uint8_t)y->text[0] << 8 | (uint8_t)y->text[1];
+
+	if (kx != ky)
+		return kx < ky ? -1 : 1;
+	return x->len > y->len ? -1 : x->len < y->len;
+}
+
+/* Build a leftmost-longest matcher over the added tokens whose `normalized` is `norm`. */
+static int build_matcher(struct sf_hf_loader *l, struct sf_hf_matcher *m, const bool *normalized,
+			 bool norm)
+{
+	uint32_t i, k;
+
+	for (i = 0; i < 256; i++)
+		m->single[i] = -1;
+	m->tokens = malloc((l->hf->n_added + 1) * sizeof(*m->tokens));
+	m->bucket = calloc(65537, sizeof(*m->bucket));
+	if (!m->tokens || !m->bucket)
+		return sf__hf_oom(l);
+	for (i = 0; i < l->hf->n_added; i++) {
+		struct sf_hf_added *a = &l->hf->added[i];
+
+		if (normalized[i] != norm)
+			continue;
+		m->first[(uint8_t)a->text[0]] = 1;
+		m->any = true;
+		if (a->len == 1)
+			m->single[(uint8_t)a->text[0]] = (int32_t)i;
+		else
+			m->tokens[m->n++] = a;
+	}
+	qsort(m->tokens, m->n, sizeof(*m->tokens), cmp_added);
+	for (i = 0, k = 0; k <= 65536; k++) {
+		while (i < m->n && ((uint32_t)(uint8_t)m->tokens[i]->text[0] << 8 |
+				    (uint8_t)m->tokens[i]->text[1]) < k)
+			i++;
+		m->bucket[k] = i;
+	}
+	return 0;
+}
+
+int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
+{
+	static const char *const known[] = {"id",     "content",    "single_word", "lstrip",
+					    "rstrip", "normalized", "special",	   NULL};
+	static const char *const unsupported[] = {"single_word", "lstrip", "rstrip"};
+	struct sf_tok_hf *hf = l->hf;
+	struct sf_tok *tok = l->tok;
+	uint32_t i, j, *cps = NULL;
+	long max_added = -1;
+	bool *normalized;
+	int rc = 0;
+
+	if (!list || list->type == SF_JSON_NULL)
+		return 0;
+	if (list->type != SF_JSON_ARRAY)
+		return sf__hf_refuse(l, "added_tokens", "expected a list");
+	hf->added = calloc(list->len + 1, sizeof(*hf->added));
+	normalized = calloc(list->len + 1, sizeof(*normalized));
+	if (!hf->added || !normalized) {
+		free(normalized);
+		return sf__hf_oom(l);
+	}
+	for (i = 0; i < list->len; i++) {
+		const struct sf_json_node *a = sf__json_tree_child(l->doc, list, i), *c;
+		struct sf_hf_added *t = &hf->added[i];
+		char path[64];
+		long id;
+		bool flag;
+
+		snprintf(path, sizeof(path), "added_tokens[%u]", i);
+		if (a->type != SF_JSON_OBJECT) {
+			rc = sf__hf_refuse(l, path, "expected an object");
+			goto out;
+		}
+		rc = sf__hf_only_keys(l, a, path, known);
+		for (j = 0; rc == 0 && j < 3; j++) {
+			rc = sf__hf_get_bool(l, a, unsupported[j], path, &flag);
+			if (rc == 0 && flag) {
+				char where[96];
+
+				snprintf(where, sizeof(where), "%s.%s", path, unsupported[j]);
+				rc = sf__hf_refuse(l, where, "true not supported");
+			}
+		}
+		if (rc == 0)
+			rc = sf__hf_get_bool(l, a, "special", path, &t->special);
+		if (rc == 0)
+			rc = sf__hf_get_bool(l, a, "normalized", path, &normalized[i]);
+		if (rc < 0)
+			goto out;
+		id = sf__hf_get_id(l->doc, sf__json_tree_get(l->doc, a, "id"));
+		c = sf__json_tree_get(l->doc, a, "content");
+		if (id < 0 || !c || c->type != SF_JSON_STRING || !c->len ||
+		    strlen(sf__json_tree_str(l->doc, c)) != c->len) {
+			rc = sf__hf_refuse(l, path, "expected an id and a non-empty content");
+			goto out;
+		}
+		for (j = 0; j < i; j++) {
+			if (hf->added[j].len == c->len &&
+			    !memcmp(hf->added[j].text, sf__json_tree_str(l->doc, c), c->len)) {
+				rc = sf__hf_refuse(l, path,
+						   "content \"%s\" also at added_tokens[%u]",
+						   sf__json_tree_str(l->doc, c), j);
+				goto out;
+			}
+		}
+		/*
+		 * tokenizers does not take the file's id: it adds the tokens again, in order,
+		 * each getting its id in the model's vocabulary, else the next free one. A file
+		 * whose ids disagree would be encoded with other ids than it says: refuse it.
+		 */
+		{
+			long want = vocab_id(l, sf__json_tree_str(l->doc, c), c->len);
+			long size = (long)l->vocab->len;
+
+			if (want < 0)
+				want = max_added < 0	   ? size
+				       : max_added >= size ? max_added + 1
+							   : size;
+			if (want != id) {
+				rc = sf__hf_refuse(l, path,
+						   "id %ld, but tokenizers gives \"%s\" the id %ld",
+						   id, sf__json_tree_str(l->doc, c), want);
+				goto out;
+			}
+			if (id > max_added)
+				max_added = id;
+		}
+		/* A normalized token is matched in normalized text: normalize it too. */
+		t->text = malloc(3 * (size_t)c->len + 1);
+		cps = realloc(cps, 4 * ((size_t)c->len + 1) * sizeof(*cps));
+		if (!t->text || !cps) {
+			rc = sf__hf_oom(l);
+			goto out;
+		}
+		if (normalized[i] && hf->nfc) {
+			t->len = (uint32_t)sf__nfc((const uint8_t *)sf__json_tree_str(l->doc, c),
+						   c->len, (uint8_t *)t->text, cps);
+		} else {
+			memcpy(t->text, sf__json_tree_str(l->doc, c), c->len);
+			t->len = c->len;
+		}
+		t->text[t->len] = '\0';
+		t->id = (uint32_t)id;
+		t->bit = -1;
+		hf->n_added++;
+		if ((uint32_t)id >= tok->n_vocab)
+			tok->n_vocab = (uint32_t)id + 1;
+		/*
+		 * Special tokens are the tokenizer's specials too (sf__tok_special(), a job's
+		 * bos/eos names), with the bit of an allowed set sf__tok_special() gives: their
+		 * own for the first 63, bit 63 shared by the rest. One with a NUL in it, or
+		 * beyond SF_TOK_MAX_SPECIALS, only SF_TOK_ALLOW_ALL allows.
+		 */
+		if (t->special && t->len && strlen(t->text) == t->len &&
+		    tok->n_specials < SF_TOK_MAX_SPECIALS) {
+			uint32_t idx = tok->n_specials;
+
+			rc = sf__tok_add_special(tok, t->text, t->id, l->e);
+			if (rc < 0)
+				goto out;
+			t->bit = idx < 63 ? (int)idx : 63;
+		}
+		if (tok->eot < 0 && is_end_of_text(t->text))
+			tok->eot = (int32_t)id;
+	}
+	rc = build_matcher(l, &hf->raw, normalized, false);
+	if (rc == 0)
+		rc = build_matcher(l, &hf->norm, normalized, true);
+out:
+	free(cps);
+	free(normalized);
+	return rc;
+}
+
+static int cmp_u32_pair(const void *a, const void *b)
+{
+	const uint32_t *x = a, *y = b;
+
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/*
+ * The decoded bytes of ids the rank table does not give: added tokens (which take
+ * precedence, as in tokenizers' decode) and vocabulary tokens outside the byte-level
+ * alphabet. The ByteLevel decoder maps a token's characters back to bytes when all are in
+ * the alphabet, and otherwise keeps the token's UTF-8 text.
+ */
+int sf__hf_build_extra(struct sf_hf_loader *l, const struct sf_json_node *vocab)
+{
+	struct sf_tok_hf *hf = l->hf;
+	uint32_t cap = hf->n_added + 1, i, total = 0, (*pairs)[2];
+	const char **texts;
+	uint32_t *lens;
+	int rc = 0;
+
+	for (i = 0; i < vocab->len; i++) {
+		const struct sf_json_node *m = sf__json_tree_child(l->doc, vocab, i);
+		long id = sf__hf_get_id(l->doc, m);
+
+		if (l->tok->ranks.off[id + 1] == l->tok->ranks.off[id])
+			cap++;
+	}
+	pairs = malloc(cap * sizeof(*pairs));
+	texts = malloc(cap * sizeof(*texts));
+	lens = malloc(cap * sizeof(*lens));
+	if (!pairs || !texts || !lens) {
+		rc = sf__hf_oom(l);
+		goto out;
+	}
+	for (i = 0; i < hf->n_added; i++) {
+		pairs[hf->n_extra][0] = hf->added[i].id;
+		pairs[hf->n_extra][1] = hf->n_extra;
+		texts[hf->n_extra] = hf->added[i].text;
+		lens[hf->n_extra++] = hf->added[i].len;
+		total += hf->added[i].len;
+	}
+	for (i = 0; i < vocab->len; i++) {
+		const struct sf_json_node *m = sf__json_tree_child(l->doc, vocab, i);
+		long id = sf__hf_get_id(l->doc, m);
+		uint32_t j;
+
+		if (l->tok->ranks.off[id + 1] != l->tok->ranks.off[id])
+			continue;
+		for (j = 0; j < hf->n_added && hf->added[j].id != (uint32_t)id; j++)
+			;
+		if (j < hf->n_added)
+			continue;
+		pairs[hf->n_extra][0] = (uint32_t)id;
+		pairs[hf->n_extra][1] = hf->n_extra;
+		texts[hf->n_extra] = sf__json_tree_key(l->doc, m);
+		lens[hf->n_extra++] = m->key_len;
+		total += m->key_len;
+	}
+	/* Stable by id: an added token comes first among equal ids and wins. */
+	for (i = 0; i < hf->n_extra; i++)
+		pairs[i][1] = i;
+	qsort(pairs, hf->n_extra, sizeof(*pairs), cmp_u32_pair);
+	hf->extra_ids = malloc((hf->n_extra + 1) * sizeof(*hf->extra_ids));
+	hf->extra_off = malloc((hf->n_extra + 1) * sizeof(*hf->extra_off));
+	hf->extra_bytes = malloc(total + 1);
+	if (!hf->extra_ids || !hf->extra_off || !hf->extra_bytes) {
+		rc = sf__hf_oom(l);
+		goto out;
+	}
+	{
+		uint32_t n = 0, off = 0;
+
+		for (i = 0; i < hf->n_extra; i++) {
+			uint32_t k = pairs[i][1];
+			long got;
+
+			if (n && hf->extra_ids[n - 1] == pairs[i][0])
+				continue;
+			got = sf__hf_token_bytes(l, texts[k], lens[k], hf->extra_bytes + off);
+			if (got < 0) {
+				memcpy(hf->extra_bytes + off, texts[k], lens[k]);
+				got = lens[k];
+			}
+			hf->extra_ids[n] = pairs[i][0];
+			hf->extra_off[n++] = off;
+			off += (uint32_t)got;
+		}
+		hf->extra_off[n] = off;
+		hf->n_extra = n;
+	}
+out:
+	free(pairs);
+	free(texts);
+	free(lens);
+	return rc;
+}

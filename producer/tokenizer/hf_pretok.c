@@ -1,0 +1,249 @@
+/*
+ * Loading the pre-tokenizer of a tokenizer.json (hf_json.c) into stages: Sequence, Split
+ * (regex or string, every behaviour, invert), Digits and ByteLevel, last; refusing every
+ * other type, and the regex constructs that Oniguruma and PCRE2 read differently.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/json.h"
+#include "producer/tokenizer/hf_json.h"
+#include "producer/tokenizer/hf_load.h"
+
+/* The GPT-2 pattern of ByteLevel's use_regex (tokenizers' byte_level.rs). */
+static const char gpt2_pattern[] =
+	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+static int add_stage(struct sf_hf_loader *l, const char *path, const struct sf_hf_stage *stage)
+{
+	if (l->hf->n_stages == SF_HF_MAX_STAGES)
+		return sf__hf_refuse(l, path, "more than %d pre-tokenizer stages",
+				     SF_HF_MAX_STAGES);
+	l->hf->stages[l->hf->n_stages++] = *stage;
+	return 0;
+}
+
+static int behavior_of(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *path,
+		       int *ret)
+{
+	static const char *const names[] = {"Isolated", "Removed", "MergedWithPrevious",
+					    "MergedWithNext", "Contiguous"};
+	const struct sf_json_node *b = sf__json_tree_get(l->doc, obj, "behavior");
+	char where[300];
+	int i;
+
+	snprintf(where, sizeof(where), "%s.behavior", path);
+	if (!b || b->type != SF_JSON_STRING)
+		return sf__hf_refuse(l, where, "missing");
+	for (i = 0; i < 5; i++) {
+		if (!strcmp(sf__json_tree_str(l->doc, b), names[i])) {
+			*ret = SF_HF_ISOLATED + i;
+			return 0;
+		}
+	}
+	return sf__hf_refuse(l, where, "\"%s\" not supported", sf__json_tree_str(l->doc, b));
+}
+
+/*
+ * tokenizers compiles Split patterns with Oniguruma (Ruby syntax); PCRE2 reads the
+ * patterns these files use the same way, except for constructs refused here: ^ and $
+ * (line anchors in Ruby), (?m) (dot-all in Ruby), \h and \H (hex digits in Ruby), \A,
+ * \z, \Z, \G, \K and \R, and a pattern that can match the empty string (whose iteration
+ * rules differ between the engines).
+ */
+static int check_pattern(struct sf_hf_loader *l, const char *where, const char *pat)
+{
+	bool in_class = false;
+	size_t i, class_start = 0;
+
+	for (i = 0; pat[i]; i++) {
+		char c = pat[i];
+
+		if (c == '\\' && pat[i + 1]) {
+			if (strchr("hHAzZGKR", pat[i + 1]))
+				return sf__hf_refuse(l, where,
+						     "\\%c not supported (it differs between "
+						     "Oniguruma and PCRE2)",
+						     pat[i + 1]);
+			i++;
+			continue;
+		}
+		if (in_class) {
+			if (c == ']' && i != class_start)
+				in_class = false;
+			continue;
+		}
+		if (c == '[') {
+			in_class = true;
+			class_start = i + 1 + (pat[i + 1] == '^');
+		} else if (c == '^' || c == '$') {
+			return sf__hf_refuse(l, where,
+					     "the anchor %c not supported (a line anchor in "
+					     "Oniguruma)",
+					     c);
+		} else if (c == '(' && pat[i + 1] == '?') {
+			size_t j;
+
+			/* The flags of a group: letters and '-' up to ':' or ')'. */
+			for (j = i + 2; (pat[j] >= 'a' && pat[j] <= 'z') || pat[j] == '-'; j++)
+				if (pat[j] == 'm')
+					return sf__hf_refuse(l, where,
+							     "the flag (?m) not supported "
+							     "(dot-all in Oniguruma)");
+		}
+	}
+	return 0;
+}
+
+static int load_split(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *path)
+{
+	static const char *const known[] = {"type", "pattern", "behavior", "invert", NULL};
+	const struct sf_json_node *pattern = sf__json_tree_get(l->doc, obj, "pattern"), *p;
+	struct sf_hf_stage stage = {.kind = SF_HF_STAGE_PCRE};
+	char where[300];
+	const char *text;
+	size_t min_len = 0;
+	int rc;
+
+	rc = sf__hf_only_keys(l, obj, path, known);
+	if (rc < 0)
+		return rc;
+	rc = behavior_of(l, obj, path, &stage.behavior);
+	if (rc < 0)
+		return rc;
+	rc = sf__hf_get_bool(l, obj, "invert", path, &stage.invert);
+	if (rc < 0)
+		return rc;
+	snprintf(where, sizeof(where), "%s.pattern", path);
+	if (!pattern || pattern->type != SF_JSON_OBJECT || pattern->len != 1 ||
+	    sf__json_tree_child(l->doc, pattern, 0)->type != SF_JSON_STRING)
+		return sf__hf_refuse(l, where, "expected {\"Regex\": ...} or {\"String\": ...}");
+	p = sf__json_tree_child(l->doc, pattern, 0);
+	text = sf__json_tree_str(l->doc, p);
+	if (!strcmp(sf__json_tree_key(l->doc, p), "Regex")) {
+		snprintf(where, sizeof(where), "%s.pattern.Regex", path);
+		rc = check_pattern(l, where, text);
+		if (rc < 0)
+			return rc;
+		stage.preset = sf__pretok_preset(text);
+		if (stage.preset && stage.behavior == SF_HF_ISOLATED && !stage.invert) {
+			stage.kind = SF_HF_STAGE_PRESET;
+			return add_stage(l, path, &stage);
+		}
+		if (strlen(text) != p->len)
+			return sf__hf_refuse(l, where, "a NUL character in the pattern");
+		rc = sf__pcre_compile(text, &stage.re, l->e);
+		if (rc < 0)
+			return sf__hf_refuse(l, where, "%s", l->e ? l->e->msg : "does not compile");
+	} else if (!strcmp(sf__json_tree_key(l->doc, p), "String")) {
+		int err;
+		PCRE2_SIZE at;
+
+		snprintf(where, sizeof(where), "%s.pattern.String", path);
+		stage.re = pcre2_compile((PCRE2_SPTR)text, p->len,
+					 PCRE2_LITERAL | PCRE2_UTF | PCRE2_MATCH_INVALID_UTF, &err,
+					 &at, NULL);
+		if (!stage.re)
+			return sf__hf_refuse(l, where, "does not compile");
+		pcre2_jit_compile(stage.re, PCRE2_JIT_COMPLETE);
+	} else {
+		return sf__hf_refuse(l, where, "expected {\"Regex\": ...} or {\"String\": ...}");
+	}
+	pcre2_pattern_info(stage.re, PCRE2_INFO_MINLENGTH, &min_len);
+	if (!min_len) {
+		pcre2_code_free(stage.re);
+		return sf__hf_refuse(l, where, "can match the empty string: not supported");
+	}
+	rc = add_stage(l, path, &stage);
+	if (rc < 0)
+		pcre2_code_free(stage.re);
+	return rc;
+}
+
+int sf__hf_load_pretok(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *path,
+		       bool *seen_byte_level)
+{
+	const char *type;
+	char where[300];
+	int rc;
+
+	if (!obj || obj->type != SF_JSON_OBJECT)
+		return sf__hf_refuse(l, path, "expected a pre-tokenizer object");
+	type = sf__hf_type_of(l, obj);
+	snprintf(where, sizeof(where), "%s.type", path);
+	if (!type)
+		return sf__hf_refuse(l, where, "missing");
+	if (*seen_byte_level)
+		return sf__hf_refuse(l, where,
+				     "\"%s\" after ByteLevel not supported (it would see the "
+				     "byte-level characters)",
+				     type);
+	if (!strcmp(type, "Sequence")) {
+		static const char *const known[] = {"type", "pretokenizers", NULL};
+		const struct sf_json_node *list = sf__json_tree_get(l->doc, obj, "pretokenizers");
+		uint32_t i;
+
+		rc = sf__hf_only_keys(l, obj, path, known);
+		if (rc < 0)
+			return rc;
+		snprintf(where, sizeof(where), "%s.pretokenizers", path);
+		if (!list || list->type != SF_JSON_ARRAY)
+			return sf__hf_refuse(l, where, "expected a list");
+		for (i = 0; i < list->len; i++) {
+			snprintf(where, sizeof(where), "%s.pretokenizers[%u]", path, i);
+			rc = sf__hf_load_pretok(l, sf__json_tree_child(l->doc, list, i), where,
+						seen_byte_level);
+			if (rc < 0)
+				return rc;
+		}
+		return 0;
+	}
+	if (!strcmp(type, "Split"))
+		return load_split(l, obj, path);
+	if (!strcmp(type, "Digits")) {
+		static const char *const known[] = {"type", "individual_digits", NULL};
+		struct sf_hf_stage stage = {.kind = SF_HF_STAGE_DIGITS};
+
+		rc = sf__hf_only_keys(l, obj, path, known);
+		if (rc == 0)
+			rc = sf__hf_get_bool(l, obj, "individual_digits", path, &stage.individual);
+		return rc < 0 ? rc : add_stage(l, path, &stage);
+	}
+	if (!strcmp(type, "ByteLevel")) {
+		static const char *const known[] = {"type", "add_prefix_space", "trim_offsets",
+						    "use_regex", NULL};
+		bool prefix, use_regex = true;
+		const struct sf_json_node *u = sf__json_tree_get(l->doc, obj, "use_regex");
+
+		rc = sf__hf_only_keys(l, obj, path, known);
+		if (rc == 0)
+			rc = sf__hf_get_bool(l, obj, "add_prefix_space", path, &prefix);
+		if (rc < 0)
+			return rc;
+		/* use_regex defaults to true when absent (files older than tokenizers 0.14). */
+		if (u && u->type != SF_JSON_NULL)
+			rc = sf__hf_get_bool(l, obj, "use_regex", path, &use_regex);
+		if (rc < 0)
+			return rc;
+		*seen_byte_level = true;
+		if (prefix) {
+			struct sf_hf_stage stage = {.kind = SF_HF_STAGE_PREFIX};
+
+			rc = add_stage(l, path, &stage);
+			if (rc < 0)
+				return rc;
+			l->hf->max_growth = 1;
+		}
+		if (use_regex) {
+			struct sf_hf_stage stage = {.kind = SF_HF_STAGE_PRESET,
+						    .preset = sf__pretok_preset(gpt2_pattern),
+						    .behavior = SF_HF_ISOLATED};
+
+			return add_stage(l, path, &stage);
+		}
+		return 0;
+	}
+	return sf__hf_refuse(l, where, "\"%s\" not supported", type);
+}

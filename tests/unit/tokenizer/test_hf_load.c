@@ -1,0 +1,368 @@
+/*
+ * The tokenizer.json loader on small hand-written files: what it accepts (and the ids it
+ * then gives, where byte-pair merging by pair rank differs from tiktoken's rule), and
+ * each construct it refuses, with the JSON path its message must name. The comparisons
+ * with Hugging Face `tokenizers` itself are in test_hf_json.py.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shmfeed/shmfeed.h"
+#include "producer/tokenizer/hf_json.h"
+#include "producer/tokenizer/tokenizer.h"
+
+/* The pieces of a file; NULL members get the defaults of a plain byte-level file. */
+struct parts {
+	const char *normalizer;
+	const char *pre_tokenizer;
+	const char *model_extra; /* members added to "model", with a leading comma */
+	const char *merges;
+	const char *extra_vocab; /* "token": id members after the 256 bytes, leading comma */
+	const char *added_tokens;
+	const char *decoder;
+	const char *top_extra; /* members added at the top level, leading comma */
+};
+
+/* GPT-2's byte-to-unicode mapping, as tokenizers' ByteLevel.alphabet() gives it. */
+static size_t byte_char(int b, char *out)
+{
+	static int next = 256;
+	static int map[256];
+	uint32_t cp;
+
+	if (!map['!']) {
+		for (int i = 0; i < 256; i++) {
+			bool printable =
+				(i >= '!' && i <= '~') || (i >= 0xa1 && i <= 0xac) || i >= 0xae;
+
+			map[i] = printable ? i : next++;
+		}
+	}
+	cp = (uint32_t)map[b];
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		return 1;
+	}
+	out[0] = (char)(0xc0 | cp >> 6);
+	out[1] = (char)(0x80 | (cp & 0x3f));
+	return 2;
+}
+
+static char *build(const struct parts *p)
+{
+	size_t cap = 1 << 16, o = 0;
+	char *s = malloc(cap);
+	int b;
+
+	o += (size_t)snprintf(
+		s + o, cap - o,
+		"{\"version\": \"1.0\", \"truncation\": null, \"padding\": null,"
+		" \"added_tokens\": %s, \"normalizer\": %s, \"pre_tokenizer\": %s,"
+		" \"post_processor\": null, \"decoder\": %s%s,"
+		" \"model\": {\"type\": \"BPE\", \"dropout\": null%s, \"vocab\": {",
+		p->added_tokens ? p->added_tokens : "[]", p->normalizer ? p->normalizer : "null",
+		p->pre_tokenizer ? p->pre_tokenizer
+				 : "{\"type\": \"ByteLevel\", \"add_prefix_space\": "
+				   "false, \"trim_offsets\": true, \"use_regex\": true}",
+		p->decoder ? p->decoder : "{\"type\": \"ByteLevel\"}",
+		p->top_extra ? p->top_extra : "", p->model_extra ? p->model_extra : "");
+	for (b = 0; b < 256; b++) {
+		char ch[3];
+		size_t n = byte_char(b, ch);
+
+		o += (size_t)snprintf(s + o, cap - o, "%s\"%s%.*s\": %d", b ? ", " : "",
+				      ch[0] == '"' || ch[0] == '\\' ? "\\" : "", (int)n, ch, b);
+	}
+	snprintf(s + o, cap - o, "%s}, \"merges\": %s}}", p->extra_vocab ? p->extra_vocab : "",
+		 p->merges ? p->merges : "[]");
+	return s;
+}
+
+static int load(const struct parts *p, struct sf_tok **ret, struct sf_err *err)
+{
+	char *json = build(p);
+	int rc = sf__tok_load_hf_json_mem("t.json", json, strlen(json), ret, err);
+
+	free(json);
+	return rc;
+}
+
+static void expect_refused(const struct parts *p, const char *message)
+{
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(load(p, &tok, &err), SF_E_TOKENIZER, "accepted; expected: %s", message);
+	cr_expect(strstr(err.msg, message), "message '%s' lacks '%s'", err.msg, message);
+}
+
+static void expect_ids(struct sf_tok *tok, const char *text, uint64_t allowed, const uint32_t *want,
+		       size_t n_want)
+{
+	struct sf_tok_encoder *enc;
+	struct sf_err err = {0};
+	const uint32_t *ids;
+	size_t n, i;
+
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, &err), 0);
+	cr_assert_eq(sf__tok_encode(enc, text, strlen(text), allowed, &ids, &n, &err), 0, "%s",
+		     err.msg);
+	cr_expect_eq(n, n_want, "'%s': %zu ids, want %zu", text, n, n_want);
+	for (i = 0; i < n && i < n_want; i++)
+		cr_expect_eq(ids[i], want[i], "'%s': id %zu is %u, want %u", text, i, ids[i],
+			     want[i]);
+	sf__tok_encoder_free(enc);
+}
+
+#define EXPECT(tok, text, allowed, ...)                                                            \
+	do {                                                                                       \
+		const uint32_t want_[] = {__VA_ARGS__};                                            \
+		expect_ids(tok, text, allowed, want_, sizeof(want_) / sizeof(want_[0]));           \
+	} while (0)
+
+Test(accept, pair_rank_not_token_rank)
+{
+	/* "abc" is a token made from "ab" + "c", but "b c" merges first: tokenizers leaves
+	 * "a" "bc", where tiktoken's rule (lowest rank of the merged token) would not. */
+	struct parts p = {.extra_vocab = ", \"bc\": 256, \"ab\": 257, \"abc\": 258",
+			  .merges = "[[\"b\", \"c\"], \"a b\", [\"ab\", \"c\"]]"};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	cr_expect_eq(sf__tok_n_vocab(tok), 259);
+	EXPECT(tok, "abc", 0, 'a', 256);
+	EXPECT(tok, "ab", 0, 257);
+	EXPECT(tok, "abx", 0, 257, 'x');
+	sf__tok_free(tok);
+}
+
+Test(accept, ignore_merges_takes_whole_tokens)
+{
+	struct parts p = {.extra_vocab = ", \"bc\": 256, \"ab\": 257, \"abc\": 258",
+			  .merges = "[[\"b\", \"c\"], [\"a\", \"b\"], [\"ab\", \"c\"]]",
+			  .model_extra = ", \"ignore_merges\": true"};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	EXPECT(tok, "abc", 0, 258);
+	sf__tok_free(tok);
+}
+
+Test(accept, added_tokens_and_decode)
+{
+	struct parts p = {.added_tokens =
+				  "[{\"id\": 256, \"content\": \"<s>\", \"special\": true, "
+				  "\"normalized\": false},"
+				  " {\"id\": 257, \"content\": \"<tool>\", \"special\": false, "
+				  "\"normalized\": false},"
+				  " {\"id\": 258, \"content\": \"<tool>x\", \"special\": true, "
+				  "\"normalized\": false},"
+				  " {\"id\": 66, \"content\": \"B\", \"special\": true}]"};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	uint32_t ids[] = {256, 'a', 257, 258};
+	char out[64];
+	size_t len;
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	cr_expect_eq(sf__tok_n_vocab(tok), 259);
+	/* Specials are text unless allowed; non-special added tokens always match. An added
+	 * token already in the vocabulary ("B", byte 0x42, id 66) keeps that id. */
+	EXPECT(tok, "<s>a<tool>B", SF_TOK_ALLOW_NONE, '<', 's', '>', 'a', 257, 66);
+	EXPECT(tok, "<s>a<tool>", SF_TOK_ALLOW_ALL, 256, 'a', 257);
+	/* Leftmost-longest: "<tool>x" is the longer match, a special one; not allowed, it is
+	 * skipped over as text as a whole, as tokenizers does. */
+	EXPECT(tok, "<tool>x", SF_TOK_ALLOW_ALL, 258);
+	EXPECT(tok, "<tool>x", SF_TOK_ALLOW_NONE, '<', 't', 'o', 'o', 'l', '>', 'x');
+	cr_assert_eq(sf__tok_decode(tok, ids, 4, out, sizeof(out), &len, &err), 0, "%s", err.msg);
+	cr_expect(len == 17 && !memcmp(out, "<s>a<tool><tool>x", 17));
+	cr_expect_eq(sf__tok_special(tok, "<s>", NULL), 256);
+	sf__tok_free(tok);
+}
+
+Test(refuse, not_json)
+{
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(sf__tok_load_hf_json_mem("t.json", "{\"model\": ", 10, &tok, &err),
+		     SF_E_TOKENIZER);
+	cr_expect(strstr(err.msg, "not valid JSON at byte 10"), "%s", err.msg);
+}
+
+Test(refuse, each_construct_by_path)
+{
+	static const struct {
+		struct parts p;
+		const char *message;
+	} cases[] = {
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Digits\"}, {\"type\": \"ByteLevel\"}, {\"type\": "
+				   "\"Metaspace\"}]}"},
+		 "pre_tokenizer.pretokenizers[2].type: \"Metaspace\" after ByteLevel"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Whitespace\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].type: \"Whitespace\" not supported"},
+		{{.pre_tokenizer = "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, "
+				   "\"behavior\": \"Isolated\", \"invert\": false}"},
+		 "pre_tokenizer: no ByteLevel"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"x*\"}, \"behavior\": "
+				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: can match the empty string"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"^a\"}, \"behavior\": "
+				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: the anchor ^"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"\\\\h+\"}, \"behavior\": "
+				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\h not supported"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"(?<m>a)|(?im:b)\"}, "
+				   "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: the flag (?m) not supported"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": "
+				   "\"Sideways\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].behavior: \"Sideways\" not supported"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"(a\"}, \"behavior\": "
+				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: pattern: missing closing "},
+		{{.pre_tokenizer = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+				   "\"regex_flavour\": 1}"},
+		 "pre_tokenizer: unknown key \"regex_flavour\""},
+		{{.normalizer = "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": "
+				"\"Lowercase\"}]}"},
+		 "normalizer.normalizers[0].type: \"Lowercase\" not supported"},
+		{{.normalizer = "{\"type\": \"NFKD\"}"}, "normalizer.type: \"NFKD\" not supported"},
+		{{.decoder = "{\"type\": \"Metaspace\"}"},
+		 "decoder.type: \"Metaspace\" not supported"},
+		{{.model_extra = ", \"continuing_subword_prefix\": \"##\""},
+		 "model.continuing_subword_prefix: \"##\" not supported"},
+		{{.model_extra = ", \"end_of_word_suffix\": \"</w>\""},
+		 "model.end_of_word_suffix: \"</w>\" not supported"},
+		{{.model_extra = ", \"dropout\": 0.1"}, "model.dropout: 0.1 not supported"},
+		{{.model_extra = ", \"lowercase\": true"}, "model: unknown key \"lowercase\""},
+		{{.merges = "[\"a  b\"]"},
+		 "model.merges[0]: expected \"left right\" with one space"},
+		{{.merges = "[\"a b\", [\"q\", \"zz\"]]"},
+		 "model.merges[0]: \"a\" + \"b\": the merged token is not"},
+		{{.merges = "[[\"a\"]]"}, "model.merges[0]: expected \"left right\" or"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\", \"lstrip\": true}]"},
+		 "added_tokens[0].lstrip: true not supported"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\", \"single_word\": true}]"},
+		 "added_tokens[0].single_word: true not supported"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"\"}]"},
+		 "added_tokens[0]: expected an id and a non-empty content"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\"}, {\"id\": 257, "
+				  "\"content\": \"<q>\"}]"},
+		 "added_tokens[1]: content \"<q>\" also at added_tokens[0]"},
+		{{.added_tokens = "[{\"id\": 300, \"content\": \"<q>\"}]"},
+		 "added_tokens[0]: id 300, but tokenizers gives \"<q>\" the id 256"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"x\"}]"},
+		 "added_tokens[0]: id 256, but tokenizers gives \"x\" the id 120"},
+		{{.top_extra = ", \"truncation_side\": 1"},
+		 "(top level): unknown key \"truncation_side\""},
+		{{.extra_vocab = ", \"q\": -1"}, "model.vocab: \"q\": expected an id"},
+		{{.extra_vocab = ", \"qq\": 5"}, "model.vocab: id 5 appears twice"},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_refused(&cases[i].p, cases[i].message);
+}
+
+Test(refuse, truncation_padding_and_model_type)
+{
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	static const char *const docs[][2] = {
+		{"{\"truncation\": {\"max_length\": 5}, \"model\": {}}",
+		 "truncation: not supported"},
+		{"{\"padding\": {}, \"model\": {}}", "padding: not supported"},
+		{"{\"model\": {\"type\": \"Unigram\"}}", "model.type: \"Unigram\" not supported"},
+		{"{\"model\": {\"vocab\": {}}}", "model.type: missing"},
+		{"[1]", "(top level): expected an object"},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+		cr_assert_eq(sf__tok_load_hf_json_mem("t.json", docs[i][0], strlen(docs[i][0]),
+						      &tok, &err),
+			     SF_E_TOKENIZER);
+		cr_expect(strstr(err.msg, docs[i][1]), "'%s' lacks '%s'", err.msg, docs[i][1]);
+	}
+}
+
+Test(refuse, missing_byte)
+{
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	const char *doc = "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": "
+			  "{\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
+			  "{\"a\": 0}, \"merges\": []}}";
+
+	cr_assert_eq(sf__tok_load_hf_json_mem("t.json", doc, strlen(doc), &tok, &err),
+		     SF_E_TOKENIZER);
+	cr_expect(strstr(err.msg, "model.vocab: no token for byte 0x00 (\"\xc4\x80\")"), "%s",
+		  err.msg);
+}
+
+Test(accept, ids_bound_with_a_prefix_space)
+{
+	/* Digits then ByteLevel with add_prefix_space: every piece gets a space, so "1a2b"
+	 * (4 bytes) becomes " 1", " a", " 2", " b": 8 ids, more than len + 1. */
+	struct parts p = {.pre_tokenizer =
+				  "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				  "\"Digits\", \"individual_digits\": true}, {\"type\": "
+				  "\"ByteLevel\", \"add_prefix_space\": true, "
+				  "\"use_regex\": false}]}"};
+	struct sf_tok_encoder *enc;
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	uint32_t out[64];
+	size_t n = 0, bound;
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	EXPECT(tok, "1a2b", 0, ' ', '1', ' ', 'a', ' ', '2', ' ', 'b');
+	bound = sf__tok_ids_bound(tok, 4);
+	cr_assert_geq(bound, 8);
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, &err), 0);
+	/* Lent a buffer of len + 1, the encoder refuses rather than writing past it. */
+	cr_expect_eq(sf__tok_encode_to(enc, "1a2b", 4, 0, out, 5, &n, &err), -ENOBUFS);
+	cr_assert_eq(sf__tok_encode_to(enc, "1a2b", 4, 0, out, bound, &n, &err), 0, "%s", err.msg);
+	cr_expect_eq(n, 8);
+	sf__tok_encoder_free(enc);
+	sf__tok_free(tok);
+}
+
+/* Special added tokens are the tokenizer's specials: found by sf__tok_special(), allowed by
+ * its bit alone; the end-of-text token is the document's eos and there is no bos. */
+Test(accept, specials_bits_and_document_tokens)
+{
+	struct parts p = {
+		.added_tokens = "[{\"id\": 256, \"content\": \"<s>\", \"special\": true, "
+				"\"normalized\": false},"
+				" {\"id\": 257, \"content\": \"<|endoftext|>\", \"special\": true, "
+				"\"normalized\": false}]"};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	uint64_t bit_s = 0, bit_eot = 0;
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	cr_expect_eq(sf__tok_special(tok, "<s>", &bit_s), 256);
+	cr_expect_eq(sf__tok_special(tok, "<|endoftext|>", &bit_eot), 257);
+	cr_expect_neq(bit_s, bit_eot);
+	cr_expect_eq(sf__tok_eot(tok), 257);
+	cr_expect_lt(sf__tok_bos(tok), 0);
+	EXPECT(tok, "<s>x<|endoftext|>", bit_s, 256, 'x', '<', '|', 'e', 'n', 'd', 'o', 'f', 't',
+	       'e', 'x', 't', '|', '>');
+	EXPECT(tok, "<s>x<|endoftext|>", bit_eot, '<', 's', '>', 'x', 257);
+	sf__tok_free(tok);
+}
