@@ -36,7 +36,7 @@
 #include "shmfeed/shmfeed.h"
 #include "common/proc.h"
 #include "common/slot.h"
-#include "tests/unit/consumer/feed.h"
+#include "bench/bench_feed.h"
 #include "bench/percentiles.h"
 
 int main(int argc, char **argv)
@@ -55,25 +55,16 @@ int main(int argc, char **argv)
 	unsigned char *evict_buf = NULL;
 	const char *csv = NULL;
 	char job[64], msg[256];
-	struct sf_err e = {0};
 	struct sf_consumer *c;
 	struct sf_batch b;
 	struct feed *f;
 	uint64_t *ahead, *b2b, t_b2b;
 
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
-			o.token_file = argv[++i];
-		else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+		if (bench_feed_arg(&o, argc, argv, &i))
+			continue;
+		if (!strcmp(argv[i], "--steps") && i + 1 < argc)
 			steps = strtoull(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--producers") && i + 1 < argc)
-			o.producers = (uint32_t)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
-			o.batch = (uint32_t)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--seq-len") && i + 1 < argc)
-			o.seq_len = (uint32_t)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--slots") && i + 1 < argc)
-			o.slots_per_rank = (uint32_t)strtoul(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--no-checksum"))
 			o.checksum = 0;
 		else if (!strcmp(argv[i], "--verify-every") && i + 1 < argc)
@@ -99,12 +90,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	snprintf(job, sizeof(job), "bench-consumer-%d", (int)getpid());
-	o.job = job;
-	if (feed_start(&o, &f, &e) < 0) {
-		fprintf(stderr, "bench_consumer: %s\n", e.msg);
+	if (bench_feed_start(&o, "bench_consumer", "bench-consumer", job, sizeof(job), &f) < 0)
 		return 1;
-	}
 	if (b2b_steps == SIZE_MAX)
 		b2b_steps = steps;
 	if (pin) {

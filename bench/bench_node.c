@@ -30,7 +30,7 @@
 #include "shmfeed/shmfeed.h"
 #include "common/cpus.h"
 #include "common/proc.h"
-#include "tests/unit/consumer/feed.h"
+#include "bench/bench_feed.h"
 #include "bench/percentiles.h"
 
 struct rank_result {
@@ -114,24 +114,15 @@ int main(int argc, char **argv)
 	int busy = 0, json = 0, fds[2], failed = 0, ncpu = 0, cpus[CPU_SETSIZE];
 	cpu_set_t allowed, prod;
 	struct rank_result res[256];
-	struct sf_err e = {0};
 	pid_t pids[256];
 	struct feed *f;
 	char job[64], msg[400], plist[256] = "", rlist[256] = "";
 
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
-			o.token_file = argv[++i];
-		else if (!strcmp(argv[i], "--ranks") && i + 1 < argc)
+		if (bench_feed_arg(&o, argc, argv, &i))
+			continue;
+		if (!strcmp(argv[i], "--ranks") && i + 1 < argc)
 			o.ranks = (uint32_t)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--producers") && i + 1 < argc)
-			o.producers = (uint32_t)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
-			o.batch = (uint32_t)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--seq-len") && i + 1 < argc)
-			o.seq_len = (uint32_t)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--slots") && i + 1 < argc)
-			o.slots_per_rank = (uint32_t)strtoul(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
 			steps = strtoull(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--step-us") && i + 1 < argc)
@@ -190,12 +181,8 @@ int main(int argc, char **argv)
 			sf__cpu_list_format(&r, rlist, sizeof(rlist));
 		}
 	}
-	snprintf(job, sizeof(job), "bench-node-%d", (int)getpid());
-	o.job = job;
-	if (feed_start(&o, &f, &e) < 0) {
-		fprintf(stderr, "bench_node: %s\n", e.msg);
+	if (bench_feed_start(&o, "bench_node", "bench-node", job, sizeof(job), &f) < 0)
 		return 1;
-	}
 	if (ncpu)
 		for (uint32_t p = 0; p < o.producers; p++)
 			sched_setaffinity(f->pids[p], sizeof(prod), &prod);

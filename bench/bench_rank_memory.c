@@ -18,7 +18,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
-#include "tests/unit/consumer/feed.h"
+#include "bench/bench_feed.h"
 
 struct rank_memory {
 	int ok;
@@ -81,24 +81,15 @@ int main(int argc, char **argv)
 	unsigned batches = 3;
 	int json = 0, report[2], hold[2], failed = 0;
 	struct rank_memory m[1024], sum = {0};
-	struct sf_err e = {0};
 	struct feed *f;
 	char job[64];
 	pid_t pids[1024];
 
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
-			o.token_file = argv[++i];
-		else if (!strcmp(argv[i], "--ranks") && i + 1 < argc)
+		if (bench_feed_arg(&o, argc, argv, &i))
+			continue;
+		if (!strcmp(argv[i], "--ranks") && i + 1 < argc)
 			o.ranks = (uint32_t)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--slots") && i + 1 < argc)
-			o.slots_per_rank = (uint32_t)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
-			o.batch = (uint32_t)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--seq-len") && i + 1 < argc)
-			o.seq_len = (uint32_t)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--producers") && i + 1 < argc)
-			o.producers = (uint32_t)strtoul(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--batches") && i + 1 < argc)
 			batches = (unsigned)strtoul(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--json"))
@@ -114,12 +105,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_rank_memory: 1..1024 ranks\n");
 		return 2;
 	}
-	snprintf(job, sizeof(job), "bench-rankmem-%d", (int)getpid());
-	o.job = job;
-	if (feed_start(&o, &f, &e) < 0) {
-		fprintf(stderr, "bench_rank_memory: %s\n", e.msg);
+	if (bench_feed_start(&o, "bench_rank_memory", "bench-rankmem", job, sizeof(job), &f) < 0)
 		return 1;
-	}
 	if (pipe(report) < 0 || pipe(hold) < 0) {
 		perror("pipe");
 		feed_stop(f);

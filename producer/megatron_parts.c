@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/io.h"
 #include "common/sha256.h"
 #include "producer/dataset_impl.h"
 #include "producer/json.h"
@@ -78,38 +79,6 @@ static void config_digest(const struct sf_part_plan *plan, const struct sf_datas
 	hex_of(c.digest, sizeof(c.digest), ret_hex);
 }
 
-static int read_full(int fd, void *buf, size_t n, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < n) {
-		ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		done += (size_t)r;
-	}
-	return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < n) {
-		ssize_t w = pwrite(fd, (const char *)buf + done, n - done, (off_t)(off + done));
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		done += (size_t)w;
-	}
-	return 0;
-}
-
 /*
  * The SHA-256 and size of `path`; when out_fd >= 0, also copies the file to out_fd at
  * out_off as it reads it.
@@ -141,7 +110,7 @@ static int hash_file(const char *path, int out_fd, uint64_t out_off, char ret_he
 			break;
 		sf__sha256_update(&sha, buf, (size_t)n);
 		if (out_fd >= 0) {
-			r = write_full(out_fd, buf, (size_t)n, out_off + total);
+			r = sf__pwrite_full(out_fd, buf, (size_t)n, out_off + total);
 			if (r < 0) {
 				r = sf__err(e, r, "cannot write the merged .bin: %s", strerror(-r));
 				goto out;
@@ -416,7 +385,7 @@ static int merge_index(const struct manifest *m, int out, uint64_t total_docs, u
 		r = sf__err(e, -errno, "%s: cannot open: %s", path, strerror(errno));
 		goto out;
 	}
-	if (read_full(fd, head, sizeof(head), 0) < 0)
+	if (sf__pread_full(fd, head, sizeof(head), 0) < 0)
 		goto bad;
 	memcpy(&version, head + 9, 8);
 	memcpy(&n_seq, head + 18, 8);
@@ -428,8 +397,8 @@ static int merge_index(const struct manifest *m, int out, uint64_t total_docs, u
 	for (uint64_t i = 0; i < n_seq; i += IDX_BLOCK) {
 		uint64_t k = n_seq - i < IDX_BLOCK ? n_seq - i : IDX_BLOCK;
 
-		if (read_full(fd, lens, k * 4, IDX_HEADER + i * 4) < 0 ||
-		    read_full(fd, ptrs, k * 8, IDX_HEADER + n_seq * 4 + i * 8) < 0)
+		if (sf__pread_full(fd, lens, k * 4, IDX_HEADER + i * 4) < 0 ||
+		    sf__pread_full(fd, ptrs, k * 8, IDX_HEADER + n_seq * 4 + i * 8) < 0)
 			goto bad;
 		for (uint64_t j = 0; j < k; j++) {
 			if (lens[j] < 0 || (uint64_t)ptrs[j] != ptr)
@@ -437,10 +406,10 @@ static int merge_index(const struct manifest *m, int out, uint64_t total_docs, u
 			ptrs[j] = (int64_t)(first_byte + ptr);
 			ptr += (uint64_t)lens[j] * m->width;
 		}
-		r = write_full(out, lens, k * 4, IDX_HEADER + (first_doc + i) * 4);
+		r = sf__pwrite_full(out, lens, k * 4, IDX_HEADER + (first_doc + i) * 4);
 		if (r >= 0)
-			r = write_full(out, ptrs, k * 8,
-				       IDX_HEADER + total_docs * 4 + (first_doc + i) * 8);
+			r = sf__pwrite_full(out, ptrs, k * 8,
+					    IDX_HEADER + total_docs * 4 + (first_doc + i) * 8);
 		if (r < 0) {
 			r = sf__err(e, r, "cannot write the merged .idx: %s", strerror(-r));
 			goto out;
@@ -449,7 +418,7 @@ static int merge_index(const struct manifest *m, int out, uint64_t total_docs, u
 	for (uint64_t i = 0; i <= n_seq; i += IDX_BLOCK) {
 		uint64_t k = n_seq + 1 - i < IDX_BLOCK ? n_seq + 1 - i : IDX_BLOCK;
 
-		if (read_full(fd, ptrs, k * 8, IDX_HEADER + n_seq * 12 + i * 8) < 0)
+		if (sf__pread_full(fd, ptrs, k * 8, IDX_HEADER + n_seq * 12 + i * 8) < 0)
 			goto bad;
 		for (uint64_t j = 0; j < k; j++)
 			if ((uint64_t)ptrs[j] != i + j)
@@ -483,13 +452,13 @@ static int write_merged_header(int fd, uint32_t width, uint64_t total_docs, stru
 	head[17] = width == 2 ? MEGATRON_UINT16 : MEGATRON_INT32;
 	memcpy(head + 18, &total_docs, 8);
 	memcpy(head + 26, &n_doc, 8);
-	r = write_full(fd, head, sizeof(head), 0);
+	r = sf__pwrite_full(fd, head, sizeof(head), 0);
 	for (uint64_t i = 0; i <= total_docs && r >= 0; i += IDX_BLOCK) {
 		uint64_t k = total_docs + 1 - i < IDX_BLOCK ? total_docs + 1 - i : IDX_BLOCK;
 
 		for (uint64_t j = 0; j < k; j++)
 			doc_idx[j] = (int64_t)(i + j);
-		r = write_full(fd, doc_idx, k * 8, IDX_HEADER + total_docs * 12 + i * 8);
+		r = sf__pwrite_full(fd, doc_idx, k * 8, IDX_HEADER + total_docs * 12 + i * 8);
 	}
 	free(doc_idx);
 	return r < 0 ? sf__err(e, r, "cannot write the merged .idx: %s", strerror(-r)) : 0;

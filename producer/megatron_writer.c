@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/io.h"
 #include "producer/dataset_impl.h"
 #include "producer/text_cache.h"
 #include "producer/text_index.h"
@@ -97,7 +98,7 @@ static int write_item(void *arg, void *state, uint64_t i, struct sf_err *e)
 	const uint32_t tb = j->ds->token_bytes;
 	const uint32_t *ids;
 	uint64_t n, n_docs;
-	size_t bad, done = 0;
+	size_t bad;
 	int r;
 
 	r = sf__text_encode_chunk(s->cache, i, &ids, &n, j->doc_lens + j->doc_first[i], &n_docs, e);
@@ -105,17 +106,9 @@ static int write_item(void *arg, void *state, uint64_t i, struct sf_err *e)
 		return r;
 	if (sf__copy_tokens(s->out, tb, ids, 4, n, &bad) < 0)
 		return sf__err(e, SF_E_RANGE, "token %u does not fit uint16", ids[bad]);
-	while (done < n * tb) {
-		ssize_t w =
-			pwrite(j->fd, s->out + done, n * tb - done, (off_t)(ch->start * tb + done));
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return sf__err(e, w < 0 ? -errno : -EIO, "%s: cannot write: %s",
-				       j->bin_path, strerror(w < 0 ? errno : EIO));
-		done += (size_t)w;
-	}
+	r = sf__pwrite_full(j->fd, s->out, n * tb, ch->start * tb);
+	if (r < 0)
+		return sf__err(e, r, "%s: cannot write: %s", j->bin_path, strerror(-r));
 	/* Relaxed: progress statistics only. */
 	atomic_fetch_add_explicit(&j->counters->bytes, ch->len, memory_order_relaxed);
 	atomic_fetch_add_explicit(&j->counters->docs, n_docs, memory_order_relaxed);

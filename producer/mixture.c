@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "producer/last_at_or_before.h"
 #include "producer/mixture.h"
 
 __extension__ typedef unsigned __int128 u128;
@@ -594,18 +595,9 @@ void sf__mix_free(struct sf_mixture *m)
 /* The phase holding global sample k: the last that starts at or before its step. */
 static const struct sf_mix_phase *phase_of(const struct sf_mixture *m, uint64_t k)
 {
-	uint64_t step = k / m->step_samples;
-	uint32_t lo = 0, hi = m->n_phases - 1;
-
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo + 1) / 2;
-
-		if (m->phases[mid].first_step <= step)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return &m->phases[lo];
+	return &m->phases[sf__last_at_or_before(m->phases, m->n_phases, sizeof(m->phases[0]),
+						offsetof(struct sf_mix_phase, first_step),
+						k / m->step_samples)];
 }
 
 uint32_t sf__mix_locate(const struct sf_mixture *m, uint64_t k, uint64_t *ret_index)

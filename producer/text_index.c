@@ -19,6 +19,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/index_file.h"
+#include "producer/last_at_or_before.h"
 #include "producer/source/file_cache.h"
 #include "producer/text_index.h"
 #include "producer/tokenizer/tokenizer.h"
@@ -294,17 +295,10 @@ int sf__text_index_lied(const struct sf_dataset *ds, uint64_t chunk, struct sf_e
 
 uint64_t sf__text_find_chunk(const struct sf_dataset *ds, uint64_t off)
 {
-	uint64_t lo = 0, hi = ds->n_chunks - 1;
-
 	/* The last chunk starting at or before `off` that holds tokens. */
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo + 1) / 2;
+	uint64_t lo = sf__last_at_or_before(ds->chunks, ds->n_chunks, sizeof(ds->chunks[0]),
+					    offsetof(struct sf_chunk, start), off);
 
-		if (ds->chunks[mid].start <= off)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
 	while (lo > 0 && ds->chunks[lo].n_tokens == 0)
 		lo--;
 	return lo;

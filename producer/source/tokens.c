@@ -16,6 +16,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/dataset_impl.h"
+#include "producer/last_at_or_before.h"
 #include "producer/source/file_cache.h"
 #include "producer/source/tokens.h"
 #include "producer/token_copy.h"
@@ -408,17 +409,9 @@ int sf__tokens_view(const struct sf_dataset *ds, uint32_t i, int with_idx,
 /* The token file holding global offset `off` (< n_tokens). */
 uint32_t sf__tokens_find_file(const struct sf_dataset *ds, uint64_t off)
 {
-	uint32_t lo = 0, hi = ds->n_token_files - 1;
-
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo + 1) / 2;
-
-		if (ds->token_files[mid].start <= off)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
+	return (uint32_t)sf__last_at_or_before(ds->token_files, ds->n_token_files,
+					       sizeof(ds->token_files[0]),
+					       offsetof(struct sf_token_file, start), off);
 }
 
 /* Megatron: the first document of `f` that starts at or after file offset `at`. */

@@ -276,16 +276,26 @@ void h_run_free(struct h_run *r)
 	memset(r, 0, sizeof(*r));
 }
 
+unsigned char *h_builder(const struct sf_config *cfg, struct sf_dataset **ret_ds,
+			 struct sf_builder **ret_b)
+{
+	struct sf_err e = {0};
+	unsigned char *buf;
+
+	H_CHECK(sf__dataset_open(cfg, ret_ds, &e) == 0, "%s", e.msg);
+	H_CHECK(sf__builder_create(*ret_ds, ret_b, &e) == 0, "%s", e.msg);
+	buf = malloc(sf__dataset_payload_bytes(*ret_ds));
+	H_CHECK(buf, "no memory for a payload");
+	return buf;
+}
+
 void h_expect_direct(const struct sf_config *cfg, const struct h_run *run, uint64_t start)
 {
 	struct sf_dataset *ds;
 	struct sf_builder *b;
 	struct sf_err e = {0};
-	unsigned char *buf;
+	unsigned char *buf = h_builder(cfg, &ds, &b);
 
-	H_CHECK(sf__dataset_open(cfg, &ds, &e) == 0, "%s", e.msg);
-	H_CHECK(sf__builder_create(ds, &b, &e) == 0, "%s", e.msg);
-	buf = malloc(sf__dataset_payload_bytes(ds));
 	for (uint32_t r = 0; r < run->ranks; r++)
 		for (uint64_t s = 0; s < run->steps; s++) {
 			uint32_t len;

@@ -57,6 +57,16 @@ void h_run_free(struct h_run *r);
  */
 void h_expect_direct(const struct sf_config *cfg, const struct h_run *run, uint64_t start);
 
+struct sf_dataset;
+struct sf_builder;
+
+/*
+ * h_builder - open the dataset of `cfg` into *ret_ds and a builder of it into *ret_b (exits
+ * with a message on an error); returns a buffer of one payload, to free().
+ */
+unsigned char *h_builder(const struct sf_config *cfg, struct sf_dataset **ret_ds,
+			 struct sf_builder **ret_b);
+
 #define H_CHECK(cond, ...)                                                                         \
 	do {                                                                                       \
 		if (!(cond)) {                                                                     \

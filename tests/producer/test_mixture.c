@@ -112,11 +112,8 @@ static uint32_t *delivered_sources(const struct sf_config *cfg, uint64_t steps,
 	struct sf_dataset *ds;
 	struct sf_builder *b;
 	struct sf_err e = {0};
-	unsigned char *buf;
+	unsigned char *buf = h_builder(cfg, &ds, &b);
 
-	H_CHECK(sf__dataset_open(cfg, &ds, &e) == 0, "%s", e.msg);
-	H_CHECK(sf__builder_create(ds, &b, &e) == 0, "%s", e.msg);
-	buf = malloc(sf__dataset_payload_bytes(ds));
 	for (uint64_t s = 0; s < steps; s++)
 		for (uint32_t r = 0; r < cfg->world_size; r++) {
 			uint32_t len;

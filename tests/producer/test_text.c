@@ -385,9 +385,7 @@ int main(int argc, char **argv)
 			snprintf(path, sizeof(path), "%s/paras.jsonl", dir);
 			config_text(&cfg, path, vocab_dir, T);
 			cfg.doc_starts = D;
-			H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
-			H_CHECK(sf__builder_create(ds, &b, &e) == 0, "%s", e.msg);
-			buf = malloc(sf__dataset_payload_bytes(ds));
+			buf = h_builder(&cfg, &ds, &b);
 			for (uint64_t s = 0; s < 200; s++) {
 				uint32_t len;
 				uint64_t first;

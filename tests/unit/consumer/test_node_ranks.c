@@ -84,6 +84,17 @@ static struct sf_consumer *attach_as(int64_t rank, int64_t lr)
 	return c;
 }
 
+/* Attach as attach_as() does and expect the refusal `code`, its message in msg[len]. */
+static void attach_refused(int64_t rank, int64_t lr, int code, char *msg, size_t len)
+{
+	struct sf_rank_env env = torchrun_env(rank, lr);
+	struct sf_consumer *c = NULL;
+
+	cr_assert_eq(attach_env(&env, &c, msg, len), code, "attach as %lld: %s", (long long)rank,
+		     msg);
+	cr_assert_null(c);
+}
+
 /* The next batch of `c`, checked against the feed rule for global rank g at `step`. */
 static void expect_next(const struct feed *f, struct sf_consumer *c, uint32_t g, uint64_t step)
 {
@@ -172,11 +183,10 @@ Test(node_ranks, a_plain_attach_is_refused_while_the_base_is_unknown)
 Test(node_ranks, a_rank_that_disagrees_is_refused_naming_both_bases)
 {
 	struct feed *f = start(1, 1, 0);
-	struct sf_consumer *c0 = attach_as(2, 0), *c1 = NULL;
-	struct sf_rank_env env = torchrun_env(1, 1);
+	struct sf_consumer *c0 = attach_as(2, 0);
 	char msg[512];
 
-	cr_assert_eq(attach_env(&env, &c1, msg, sizeof(msg)), SF_E_RANGE);
+	attach_refused(1, 1, SF_E_RANGE, msg, sizeof(msg));
 	cr_assert(strstr(msg, "RANK=1 with LOCAL_RANK=1"), "%s", msg);
 	cr_assert(strstr(msg, "0..1"), "the claimed ranks: %s", msg);
 	cr_assert(strstr(msg, "2..3"), "the node's ranks: %s", msg);
@@ -210,8 +220,7 @@ Test(node_ranks, contradictions_in_the_environment_are_refused)
 	env.group_rank = -1;
 	cr_assert_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_RANGE);
 	cr_assert(strstr(msg, "3..4") && strstr(msg, "outside world size 4"), "%s", msg);
-	env = torchrun_env(0, 1);
-	cr_assert_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_RANGE);
+	attach_refused(0, 1, SF_E_RANGE, msg, sizeof(msg));
 	cr_assert(strstr(msg, "LOCAL_RANK=1"), "%s", msg);
 	cr_assert_null(c);
 	cr_assert_eq(node_ranks_word(f), 0, "no refused rank set the base");
@@ -221,12 +230,11 @@ Test(node_ranks, contradictions_in_the_environment_are_refused)
 Test(node_ranks, a_static_base_refuses_other_ranks)
 {
 	struct feed *f = start(1, 0, 2);
-	struct sf_consumer *c = NULL;
-	struct sf_rank_env env = torchrun_env(0, 0);
+	struct sf_consumer *c;
 	char msg[512];
 
 	cr_assert_eq(node_ranks_word(f), sf__node_ranks_word(1, 2, 1), "known from creation");
-	cr_assert_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_RANGE);
+	attach_refused(0, 0, SF_E_RANGE, msg, sizeof(msg));
 	cr_assert(strstr(msg, "consumers.rank_base: 2") && strstr(msg, "global rank 2"), "%s", msg);
 	c = attach_as(2, 0);
 	expect_next(f, c, 2, 0);
@@ -311,13 +319,12 @@ Test(node_ranks, a_rebase_discards_the_old_ranks_batches)
 Test(node_ranks, a_rebase_waits_until_no_rank_of_the_old_base_lives)
 {
 	struct feed *f = start(1, 1, 0);
-	struct sf_consumer *old0 = attach_as(2, 0), *c1 = NULL;
-	struct sf_rank_env env = torchrun_env(1, 1);
+	struct sf_consumer *old0 = attach_as(2, 0), *c1;
 	char msg[512];
 
 	expect_next(f, old0, 2, 0);
 	/* A new rank whose attach races the old group's exit is refused... */
-	cr_assert_eq(attach_env(&env, &c1, msg, sizeof(msg)), SF_E_RANGE);
+	attach_refused(1, 1, SF_E_RANGE, msg, sizeof(msg));
 	cr_assert(strstr(msg, "local rank 0") && strstr(msg, "still runs"), "%s", msg);
 	/* ...and accepted once the old rank is gone: the node re-bases. */
 	sf_consumer_detach(old0);

@@ -1,0 +1,37 @@
+/* Positioned reads and writes of a whole buffer (common/io.h). */
+#include <errno.h>
+#include <unistd.h>
+
+#include "common/io.h"
+
+int sf__pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+int sf__pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t w = pwrite(fd, (const char *)buf + done, n - done, (off_t)(off + done));
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		done += (size_t)w;
+	}
+	return 0;
+}

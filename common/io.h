@@ -1,0 +1,23 @@
+/*
+ * Positioned reads and writes of a whole buffer: pread(2) and pwrite(2) may move fewer
+ * bytes than asked, or be interrupted by a signal, and each caller would otherwise loop.
+ */
+#ifndef SF_COMMON_IO_H
+#define SF_COMMON_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * sf__pread_full - read the `n` bytes at `off` of `fd` into `buf`, again after EINTR or a
+ * short read. Returns 0, -errno, or -EIO when the file ends first.
+ */
+int sf__pread_full(int fd, void *buf, size_t n, uint64_t off);
+
+/*
+ * sf__pwrite_full - write the `n` bytes of `buf` at `off` of `fd`, again after EINTR or a
+ * short write. Returns 0, -errno, or -EIO when a write moves nothing.
+ */
+int sf__pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
+
+#endif
