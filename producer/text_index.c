@@ -435,7 +435,9 @@ static int place_chunks(struct sf_dataset *ds)
 	for (uint32_t i = 0; i < ds->n_text_files; i++) {
 		struct sf_text_file *f = &ds->text_files[i];
 
-		memcpy(&sorted[at], &ds->chunks[f->first_chunk], f->n_chunks * sizeof(*sorted));
+		if (f->n_chunks) /* a file of a part may hold none (and chunks may be NULL) */
+			memcpy(&sorted[at], &ds->chunks[f->first_chunk],
+			       f->n_chunks * sizeof(*sorted));
 		f->first_chunk = at;
 		at += f->n_chunks;
 	}
