@@ -399,8 +399,14 @@ def test_children_hold_none_of_the_supervisors_locks(rt, tmp_path):
                 except OSError:
                     pass
             return out
-        kids = [int(d) for d in os.listdir("/proc") if d.isdigit() and
-                open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1] == str(p.pid)]
+        def parent(pid):
+            # Any process may exit between listdir and open (ProcessLookupError, an OSError).
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                return None
+        kids = [int(d) for d in os.listdir("/proc") if d.isdigit() and parent(d) == p.pid]
         assert kids, "no producer found"
         assert any(".lock" in f for f in fds(p.pid))
         creator = [f for f in fds(p.pid) if f.startswith("/dev/shm/shmfeed.")]
