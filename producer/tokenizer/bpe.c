@@ -165,34 +165,6 @@ int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 	return 0;
 }
 
-static void heap_push(uint64_t *heap, size_t *n, uint64_t key)
-{
-	size_t i = (*n)++;
-
-	while (i > 0 && heap[(i - 1) / 2] > key) {
-		heap[i] = heap[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	heap[i] = key;
-}
-
-static uint64_t heap_pop(uint64_t *heap, size_t *n)
-{
-	uint64_t top = heap[0], last = heap[--(*n)];
-	size_t i = 0, child;
-
-	while ((child = 2 * i + 1) < *n) {
-		if (child + 1 < *n && heap[child + 1] < heap[child])
-			child++;
-		if (heap[child] >= last)
-			break;
-		heap[i] = heap[child];
-		i = child;
-	}
-	heap[i] = last;
-	return top;
-}
-
 /* The rank of node i joined with its successor, given that the successor is not the end. */
 static uint32_t pair_rank(const struct sf_tok_ranks *r, const struct sf_bpe_node *nodes,
 			  const uint8_t *piece, uint32_t i, uint32_t end_node)
@@ -253,12 +225,12 @@ int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, u
 	for (i = 0; i < end; i++) {
 		nodes[i].pair_rank = pair_rank(r, nodes, piece, i, end);
 		if (nodes[i].pair_rank != SF_RANK_NONE)
-			heap_push(heap, &n_heap, (uint64_t)nodes[i].pair_rank << 32 | i);
+			sf__heap_push(heap, &n_heap, (uint64_t)nodes[i].pair_rank << 32 | i);
 	}
 	nodes[end].pair_rank = SF_RANK_NONE;
 
 	while (n_heap) {
-		uint64_t key = heap_pop(heap, &n_heap);
+		uint64_t key = sf__heap_pop(heap, &n_heap);
 		uint32_t rank = (uint32_t)(key >> 32), j;
 
 		i = (uint32_t)key;
@@ -276,13 +248,13 @@ int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, u
 
 		nodes[i].pair_rank = pair_rank(r, nodes, piece, i, end);
 		if (nodes[i].pair_rank != SF_RANK_NONE)
-			heap_push(heap, &n_heap, (uint64_t)nodes[i].pair_rank << 32 | i);
+			sf__heap_push(heap, &n_heap, (uint64_t)nodes[i].pair_rank << 32 | i);
 		if (i > 0) {
 			uint32_t p = nodes[i].prev;
 
 			nodes[p].pair_rank = pair_rank(r, nodes, piece, p, end);
 			if (nodes[p].pair_rank != SF_RANK_NONE)
-				heap_push(heap, &n_heap, (uint64_t)nodes[p].pair_rank << 32 | p);
+				sf__heap_push(heap, &n_heap, (uint64_t)nodes[p].pair_rank << 32 | p);
 		}
 	}
 

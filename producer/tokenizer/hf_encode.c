@@ -126,34 +126,6 @@ static void bpe_scan(const struct sf_tok_hf *hf, struct sf_hf_part *p, size_t le
 	*ret_n = parts;
 }
 
-static void heap_push(uint64_t *heap, size_t *n, uint64_t key)
-{
-	size_t i = (*n)++;
-
-	while (i > 0 && heap[(i - 1) / 2] > key) {
-		heap[i] = heap[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	heap[i] = key;
-}
-
-static uint64_t heap_pop(uint64_t *heap, size_t *n)
-{
-	uint64_t top = heap[0], last = heap[--(*n)];
-	size_t i = 0, child;
-
-	while ((child = 2 * i + 1) < *n) {
-		if (child + 1 < *n && heap[child + 1] < heap[child])
-			child++;
-		if (heap[child] >= last)
-			break;
-		heap[i] = heap[child];
-		i = child;
-	}
-	heap[i] = last;
-	return top;
-}
-
 /*
  * Long pieces: the parts are a linked list, the candidate pairs a heap ordered by (rank,
  * position), as in tokenizers. An entry is stale when its part's pair has changed since:
@@ -168,9 +140,9 @@ static void bpe_heap(const struct sf_tok_hf *hf, struct sf_hf_part *p, uint64_t 
 
 	for (i = 0; i < len; i++)
 		if (p[i].rank != SF_RANK_NONE)
-			heap_push(heap, &n_heap, (uint64_t)p[i].rank << 32 | i);
+			sf__heap_push(heap, &n_heap, (uint64_t)p[i].rank << 32 | i);
 	while (n_heap) {
-		uint64_t key = heap_pop(heap, &n_heap);
+		uint64_t key = sf__heap_pop(heap, &n_heap);
 		uint32_t rank = (uint32_t)(key >> 32), j;
 
 		i = (uint32_t)key;
@@ -185,7 +157,7 @@ static void bpe_heap(const struct sf_tok_hf *hf, struct sf_hf_part *p, uint64_t 
 			p[p[i].next].prev = i;
 			set_pair(hf, &p[i], p[p[i].next].id);
 			if (p[i].rank != SF_RANK_NONE)
-				heap_push(heap, &n_heap, (uint64_t)p[i].rank << 32 | i);
+				sf__heap_push(heap, &n_heap, (uint64_t)p[i].rank << 32 | i);
 		} else {
 			p[i].rank = SF_RANK_NONE;
 		}
@@ -194,7 +166,7 @@ static void bpe_heap(const struct sf_tok_hf *hf, struct sf_hf_part *p, uint64_t 
 
 			set_pair(hf, &p[q], p[i].id);
 			if (p[q].rank != SF_RANK_NONE)
-				heap_push(heap, &n_heap, (uint64_t)p[q].rank << 32 | q);
+				sf__heap_push(heap, &n_heap, (uint64_t)p[q].rank << 32 | q);
 		}
 	}
 	for (i = 0; i < len; i = p[i].next)

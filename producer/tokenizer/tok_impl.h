@@ -326,4 +326,36 @@ int sf__bpe_short(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len
 int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, uint32_t *out,
 		 size_t *ret_n);
 
+/*
+ * A binary min-heap of uint64_t keys in `heap` (n entries): the long-piece merges of bpe.c
+ * and hf_encode.c keep (rank << 32 | position) in it, lowest rank first, leftmost on a tie.
+ */
+static inline void sf__heap_push(uint64_t *heap, size_t *n, uint64_t key)
+{
+	size_t i = (*n)++;
+
+	while (i > 0 && heap[(i - 1) / 2] > key) {
+		heap[i] = heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	heap[i] = key;
+}
+
+static inline uint64_t sf__heap_pop(uint64_t *heap, size_t *n)
+{
+	uint64_t top = heap[0], last = heap[--(*n)];
+	size_t i = 0, child;
+
+	while ((child = 2 * i + 1) < *n) {
+		if (child + 1 < *n && heap[child + 1] < heap[child])
+			child++;
+		if (heap[child] >= last)
+			break;
+		heap[i] = heap[child];
+		i = child;
+	}
+	heap[i] = last;
+	return top;
+}
+
 #endif
