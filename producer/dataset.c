@@ -29,12 +29,17 @@
 #include "producer/source/paths.h"
 #include "producer/text_cache.h"
 #include "producer/text_index.h"
+#include "producer/text_order.h"
 #include "producer/tokenizer/tokenizer.h"
 
 struct sf_builder {
 	const struct sf_dataset *ds;
 	struct sf_text_cache *text; /* raw text only */
 	uint32_t *deferred;	    /* raw text: rows left for the second pass, B of them */
+	/* Raw text windows: the order of each source of a mixture (NULL for pre-tokenized
+	 * sources), or of the one stream in orders[0]; NULL in random mode. */
+	struct sf_text_order **orders;
+	uint32_t n_orders;
 	uint64_t tokens_out;
 	uint64_t epoch_checked; /* the epoch whose start checked the files; UINT64_MAX: none */
 };
@@ -83,7 +88,8 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 		const struct sf_source_config *src = &cfg->sources[s];
 		char **paths;
 		size_t n;
-		uint64_t first = ds->n_tokens;
+		const uint32_t first_token_file = ds->n_token_files,
+			       first_text_file = ds->n_text_files;
 		int r = sf__source_expand(src, &paths, &n, e);
 
 		if (r < 0)
@@ -117,16 +123,24 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 		free(paths);
 		if (r < 0)
 			return r;
-		sf__dataset_mix_source_span(ds, s, first);
+		r = sf__dataset_mix_source_files(ds, cfg, s, first_token_file, first_text_file, e);
+		if (r < 0)
+			return r;
 	}
 	if (plan && k != plan->n_files)
 		return sf__err(e, SF_E_SOURCE,
 			       "the sources list %llu files now, %llu when the part was planned",
 			       (unsigned long long)k, (unsigned long long)plan->n_files);
-	if (ds->n_token_files && ds->n_text_files)
+	/* One stream is one kind; a mixture's sources may each be either. */
+	if (ds->n_token_files && ds->n_text_files && !ds->mix_sources)
 		return sf__err(e, SF_E_CONFIG,
-			       "%s: a job reads either pre-tokenized files or raw text, not both",
+			       "%s: a job reads either pre-tokenized files or raw text, not both, "
+			       "unless its sources are mixed (a `weight` per source: "
+			       "docs/mixtures.md)",
 			       cfg->path ? cfg->path : "config");
+	if (ds->n_text_files && !ds->mix_sources)
+		ds->n_text_spans = 1;
+	sf__dataset_mix_layout(ds);
 	return 0;
 }
 
@@ -264,8 +278,9 @@ static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, st
 	ds->eot = r >= 0 ? (uint32_t)r : UINT32_MAX;
 	/* `bytes`, the default, names how raw text is cut, not how token files were made:
 	 * their ids are held to the vocabulary of any other encoding the job names, and
-	 * its end-of-text id (256) is not theirs. */
-	if (ds->n_token_files && strcmp(cfg->encoding, "bytes"))
+	 * its end-of-text id (256) is not theirs. In a mixture with raw text sources the
+	 * encoding is the one the token files were made with too, `bytes` included. */
+	if (ds->n_token_files && (strcmp(cfg->encoding, "bytes") || ds->n_text_files))
 		ds->id_limit = sf__tok_n_vocab(ds->tok);
 	else if (ds->n_token_files)
 		ds->eot = UINT32_MAX;
@@ -331,7 +346,11 @@ static int choose_dtype(struct sf_dataset *ds, const struct sf_config *cfg, stru
 	} else if (cfg->dtype == SF_DTYPE_I32) {
 		ds->token_bytes = 4;
 	} else if (ds->n_token_files) {
-		ds->token_bytes = wide ? 4 : 2;
+		/* A mixture's raw text sources need the width of their vocabulary too. */
+		ds->token_bytes =
+			wide || (ds->n_text_files && ds->tok && sf__tok_n_vocab(ds->tok) > 65536)
+				? 4
+				: 2;
 	} else if (ds->tok) {
 		ds->token_bytes = sf__tok_n_vocab(ds->tok) <= 65536 ? 2 : 4;
 	} else {
@@ -386,8 +405,6 @@ static int open_start(struct sf_dataset *ds, const struct sf_config *cfg,
 		r = sf__file_cache_create(2 * ds->n_token_files, 0, map_token_file, ds,
 					  &ds->token_maps, e);
 	if (r >= 0)
-		r = sf__dataset_mix_check(ds, cfg, e);
-	if (r >= 0)
 		r = load_tokenizer(ds, cfg, e);
 	if (r >= 0)
 		r = choose_eot(ds, cfg, e);
@@ -435,6 +452,8 @@ int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan
 		r = sf__text_build_index(ds, cfg, e);
 	if (r < 0)
 		goto fail;
+	/* The chunks' places, now that their token counts are known. */
+	sf__dataset_mix_layout(ds);
 	/* A part is only tokenized, never sampled: it may hold less than a sequence. */
 	if (plan) {
 		ds->config_digest = sf__config_digest(cfg);
@@ -623,20 +642,51 @@ int sf__dataset_geometry(const struct sf_dataset *ds, const struct sf_config *cf
 	return 0;
 }
 
-uint64_t sf__builder_sample_offset(struct sf_builder *b, uint64_t k)
+/*
+ * Global sample k: the global token offset of its first token; its source in
+ * *ret_source (0 without a mixture); and for a raw text window the placement key of its
+ * chunk in the shared cache in *ret_key (UINT64_MAX otherwise: placed by chunk index).
+ */
+static uint64_t locate(struct sf_builder *b, uint64_t k, uint32_t *ret_source, uint64_t *ret_key)
 {
 	const struct sf_dataset *ds = b->ds;
 	struct sf_perm p;
-	uint32_t source;
+	uint64_t key;
 
-	if (ds->mix)
-		return sf__dataset_mix_offset(ds, k, &source);
+	*ret_source = 0;
+	*ret_key = UINT64_MAX;
+	if (ds->mix) {
+		uint64_t j, off;
+		uint32_t i = sf__dataset_mix_pick(ds, k, &j);
+
+		*ret_source = i;
+		if (!b->orders || !b->orders[i])
+			return sf__dataset_mix_offset(ds, i, j);
+		off = sf__text_order_offset(b->orders[i], j, &key);
+		*ret_key = sf__dataset_share_key(ds, ds->mix_sources[i].text_slot, key);
+		return off;
+	}
 	if (ds->mode == SF_SAMPLE_RANDOM)
 		return sf__random_below(ds->seed, k, ds->n_tokens - ds->seq_len);
-	if (ds->n_text_files)
-		return sf__text_sample_offset(b->text, k, NULL);
+	if (b->orders)
+		return sf__text_order_offset(b->orders[0], k, ret_key);
 	sf__perm_init(&p, ds->n_windows, ds->seed, k / ds->n_windows, 0);
 	return sf__perm_apply(&p, k % ds->n_windows) * ds->seq_len;
+}
+
+uint64_t sf__builder_sample_offset(struct sf_builder *b, uint64_t k)
+{
+	uint32_t source;
+	uint64_t key;
+
+	return locate(b, k, &source, &key);
+}
+
+/* Whether source `source` (0 without a mixture) of the dataset is raw text. */
+static int is_text(const struct sf_dataset *ds, uint32_t source)
+{
+	return ds->mix_sources ? ds->mix_sources[source].text_slot != UINT32_MAX
+			       : ds->n_text_files > 0;
 }
 
 /*
@@ -692,16 +742,16 @@ static uint32_t max_id(const unsigned char *p, size_t n, uint32_t width)
 }
 
 /*
- * An id of the batch at `p` is outside the vocabulary: find the first, and name the file
- * and byte it came from.
+ * An id of the `n` rows at `p` (samples first..) is outside the vocabulary: find the
+ * first, and name the file and byte it came from.
  */
-static int id_out_of_range(struct sf_builder *b, uint64_t first, const unsigned char *p,
+static int id_out_of_range(struct sf_builder *b, uint64_t first, const unsigned char *p, uint64_t n,
 			   struct sf_err *e)
 {
 	const struct sf_dataset *ds = b->ds;
 	const uint32_t L = ds->seq_len + 1, tb = ds->token_bytes;
 
-	for (uint64_t i = 0; i < ds->batch; i++)
+	for (uint64_t i = 0; i < n; i++)
 		for (uint32_t j = 0; j < L; j++) {
 			uint32_t v = 0;
 			uint64_t off;
@@ -747,6 +797,36 @@ static void premap_token_files(const struct sf_dataset *ds)
 	}
 }
 
+/* The windows order of each raw text span: every raw text source of a mixture, or the
+ * whole stream. */
+static int create_orders(struct sf_builder *b, struct sf_err *e)
+{
+	const struct sf_dataset *ds = b->ds;
+	const uint32_t n = ds->mix ? ds->n_sources : 1;
+
+	b->orders = calloc(n, sizeof(*b->orders));
+	if (!b->orders)
+		return sf__err(e, -ENOMEM, "out of memory");
+	b->n_orders = n;
+	for (uint32_t i = 0; i < n; i++) {
+		struct sf_text_span span = {0, ds->n_chunks, 0, ds->n_windows, ds->seed};
+		int r;
+
+		if (ds->mix) {
+			const struct sf_mix_source *m = &ds->mix_sources[i];
+
+			if (m->text_slot == UINT32_MAX)
+				continue;
+			span = (struct sf_text_span){m->first_chunk, m->n_chunks, m->start,
+						     m->n_windows, m->seed};
+		}
+		r = sf__text_order_create(ds, &span, &b->orders[i], e);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 int sf__builder_create(const struct sf_dataset *ds, struct sf_builder **ret_b, struct sf_err *e)
 {
 	struct sf_builder *b = calloc(1, sizeof(*b));
@@ -763,9 +843,10 @@ int sf__builder_create(const struct sf_dataset *ds, struct sf_builder **ret_b, s
 			return sf__err(e, -ENOMEM, "out of memory");
 		}
 		r = sf__text_cache_create(ds, &b->text, e);
+		if (r >= 0 && ds->mode == SF_SAMPLE_WINDOWS)
+			r = create_orders(b, e);
 		if (r < 0) {
-			free(b->deferred);
-			free(b);
+			sf__builder_free(b);
 			return r;
 		}
 	}
@@ -778,6 +859,9 @@ void sf__builder_free(struct sf_builder *b)
 {
 	if (!b)
 		return;
+	for (uint32_t i = 0; i < b->n_orders; i++)
+		sf__text_order_free(b->orders[i]);
+	free(b->orders);
 	sf__text_cache_free(b->text);
 	free(b->deferred);
 	free(b);
@@ -806,9 +890,12 @@ static void work_ahead(struct sf_builder *b, uint64_t first)
 	uint64_t last = UINT64_MAX;
 
 	for (uint64_t k = first + B; k < first + (ds->producers + 1) * B && k < end; k++) {
-		uint64_t key, off = sf__text_sample_offset(b->text, k, &key);
-		uint64_t chunk = sf__text_find_chunk(ds, off);
+		uint32_t source;
+		uint64_t key, off = locate(b, k, &source, &key), chunk;
 
+		if (!is_text(ds, source))
+			continue;
+		chunk = sf__text_find_chunk(ds, off);
 		if (chunk == last)
 			continue;
 		last = chunk;
@@ -818,18 +905,21 @@ static void work_ahead(struct sf_builder *b, uint64_t first)
 }
 
 /*
- * The rows of a raw text batch, in two passes. The first takes every row whose chunk is
- * cached or free to tokenize, and leaves the rows whose chunk another producer is
+ * The rows of a batch with raw text, in two passes. The first takes every row whose chunk
+ * is cached or free to tokenize, and leaves the rows whose chunk another producer is
  * tokenizing right now; the second comes back to them after working ahead (above), by
  * when that producer has usually finished, and waits if it must. Two producers on
  * neighbouring batches thus split their boundary chunk instead of tokenizing it twice.
  * Rows land at their own positions, so the order of work never shows in the payload.
+ * The rows of a mixture's pre-tokenized sources are copied in the first pass, their ids
+ * checked against the vocabulary row by row; `sources` (a mixture's) gets every row's.
  */
 static int fill_text_rows(struct sf_builder *b, uint64_t first, unsigned char *p, uint32_t *starts,
-			  struct sf_err *e)
+			  int32_t *sources, struct sf_err *e)
 {
 	const struct sf_dataset *ds = b->ds;
-	const size_t row_bytes = (size_t)(ds->seq_len + 1) * ds->token_bytes;
+	const uint32_t L = ds->seq_len + 1;
+	const size_t row_bytes = (size_t)L * ds->token_bytes;
 	uint32_t n_deferred = 0;
 
 	for (int pass = 0; pass < 2; pass++) {
@@ -839,16 +929,25 @@ static int fill_text_rows(struct sf_builder *b, uint64_t first, unsigned char *p
 			work_ahead(b, first);
 
 		for (uint32_t j = 0; j < n; j++) {
-			uint32_t i = pass ? b->deferred[j] : j;
+			uint32_t i = pass ? b->deferred[j] : j, source;
 			uint32_t *row_starts = starts ? starts + (size_t)i * ds->doc_starts : NULL;
-			uint64_t key = UINT64_MAX, off;
+			unsigned char *row = p + i * row_bytes;
+			uint64_t key, off = locate(b, first + i, &source, &key);
 			int r;
 
-			off = ds->mode == SF_SAMPLE_RANDOM
-				      ? sf__builder_sample_offset(b, first + i)
-				      : sf__text_sample_offset(b->text, first + i, &key);
-			r = sf__text_read_row(b->text, off, key, pass ? SHARE_WAIT_NS : 0,
-					      p + i * row_bytes, row_starts, e);
+			if (sources)
+				sources[i] = (int32_t)source;
+			if (!is_text(ds, source)) {
+				r = sf__tokens_read_row(ds, off, row, row_starts, e);
+				if (r < 0)
+					return r;
+				/* Never an id the model has no embedding for. */
+				if (ds->id_limit && max_id(row, L, ds->token_bytes) >= ds->id_limit)
+					return id_out_of_range(b, first + i, row, 1, e);
+				continue;
+			}
+			r = sf__text_read_row(b->text, off, key, pass ? SHARE_WAIT_NS : 0, row,
+					      row_starts, e);
 			if (r < 0)
 				return r;
 			sf__producer_progress(row_bytes);
@@ -890,15 +989,14 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 		b->epoch_checked = first / ds->n_windows;
 	}
 	if (ds->n_text_files) {
-		int r = fill_text_rows(b, first, p, starts, e);
+		int r = fill_text_rows(b, first, p, starts, sources, e);
 
 		if (r < 0)
 			return r;
 	} else {
 		for (uint64_t i = 0; i < B; i++) {
-			uint32_t source = 0;
-			uint64_t off = sources ? sf__dataset_mix_offset(ds, first + i, &source)
-					       : sf__builder_sample_offset(b, first + i);
+			uint32_t source;
+			uint64_t key, off = locate(b, first + i, &source, &key);
 			uint32_t *row_starts = starts ? starts + i * ds->doc_starts : NULL;
 			int r = sf__tokens_read_row(ds, off, p + i * row_bytes, row_starts, e);
 
@@ -910,7 +1008,7 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 		/* Never an id the model has no embedding for. */
 		if (ds->id_limit &&
 		    max_id(p, B * (ds->seq_len + 1), ds->token_bytes) >= ds->id_limit)
-			return id_out_of_range(b, first, p, e);
+			return id_out_of_range(b, first, p, B, e);
 	}
 	/* The gap that aligns the document starts is part of the payload and its checksum:
 	 * zero it, so the bytes of a batch depend on nothing but (rank, step). */

@@ -37,12 +37,21 @@ struct sf_chunk {
 /* Raw text chunks aim at this many bytes; a chunk ends at the first document end past it. */
 #define SF_CHUNK_BYTES (64u * 1024u)
 
-/* One source of a mixture: its span of the token stream and its own sample order. */
+/*
+ * One source of a mixture: its span of the token stream and its own sample order. A
+ * source is pre-tokenized files or raw text, not both; a raw text source's chunks are
+ * consecutive in ds->chunks and its windows follow producer/text_order.h.
+ */
 struct sf_mix_source {
 	uint64_t start; /* global offset of its first token */
 	uint64_t n_tokens;
 	uint64_t n_windows; /* its samples per epoch */
 	uint64_t seed;	    /* the job's seed mixed with the source's name */
+	uint32_t first_token_file, n_token_files;
+	uint64_t first_chunk, n_chunks;
+	/* Raw text: its index among the raw text sources, which spreads their chunks over
+	 * the shared cache (sf__dataset_share_key()); UINT32_MAX: pre-tokenized. */
+	uint32_t text_slot;
 };
 
 struct sf_tok;
@@ -119,6 +128,9 @@ struct sf_dataset {
 	/* A mixture (docs/mixtures.md): NULL when the sources form one stream. */
 	struct sf_mixture *mix;
 	struct sf_mix_source *mix_sources; /* n_sources of them */
+	/* Spans of raw text with an order of their own: the raw text sources of a mixture,
+	 * or 1 for a raw text stream (0 without raw text). */
+	uint32_t n_text_spans;
 
 	struct sf_dataset_stats stats;
 	char first_skip[512]; /* message of the first record skipped by policy */
@@ -126,13 +138,47 @@ struct sf_dataset {
 
 /* dataset_mixture.c: the dataset's side of a mixture; no-ops without one. */
 int sf__dataset_mix_prepare(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e);
-void sf__dataset_mix_source_span(struct sf_dataset *ds, uint32_t source, uint64_t start);
-int sf__dataset_mix_check(const struct sf_dataset *ds, const struct sf_config *cfg,
-			  struct sf_err *e);
+/* Record source `source`'s files (opened from the given indexes on); a source is either
+ * kind, not both. */
+int sf__dataset_mix_source_files(struct sf_dataset *ds, const struct sf_config *cfg,
+				 uint32_t source, uint32_t first_token_file,
+				 uint32_t first_text_file, struct sf_err *e);
+/* Lay the sources out in the token stream, in their order: each source's token files,
+ * then its chunks (once the chunk index is built). */
+void sf__dataset_mix_layout(struct sf_dataset *ds);
 int sf__dataset_mix_open(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e);
 void sf__dataset_mix_close(struct sf_dataset *ds);
-/* The global token offset of mixture sample k, and its source in *ret_source. */
-uint64_t sf__dataset_mix_offset(const struct sf_dataset *ds, uint64_t k, uint32_t *ret_source);
+/* The source of mixture sample k, and in *ret_j which of the source's samples it is. */
+uint32_t sf__dataset_mix_pick(const struct sf_dataset *ds, uint64_t k, uint64_t *ret_j);
+/* The global token offset of sample j of source i: pre-tokenized windows, or random
+ * offsets of any source (raw text windows are producer/text_order.h's). */
+uint64_t sf__dataset_mix_offset(const struct sf_dataset *ds, uint32_t i, uint64_t j);
+
+/*
+ * sf__dataset_chunk_end - the end (global offset) of the span of the stream that raw
+ * text chunk `chunk` belongs to, which no window starting in it passes: its source's in
+ * a mixture, the stream's otherwise.
+ */
+static inline uint64_t sf__dataset_chunk_end(const struct sf_dataset *ds, uint64_t chunk)
+{
+	const struct sf_mix_source *s;
+
+	if (!ds->mix_sources)
+		return ds->n_tokens;
+	s = &ds->mix_sources[ds->text_files[ds->chunks[chunk].file].source];
+	return s->start + s->n_tokens;
+}
+
+/*
+ * sf__dataset_share_key - the placement key in the shared chunk cache of a chunk at
+ * `key` in the order of raw text span `slot`: the spans' keys interleaved, so that with a
+ * multiple of n_text_spans entries each span has entries of its own.
+ */
+static inline uint64_t sf__dataset_share_key(const struct sf_dataset *ds, uint32_t slot,
+					     uint64_t key)
+{
+	return key * ds->n_text_spans + slot;
+}
 
 /* sf__dataset_note_skips - count `n` records or files skipped by policy, keeping the
  * first one's message. */

@@ -1,7 +1,9 @@
 /*
- * A dataset's mixture: each pre-tokenized source keeps its own span of the token stream,
- * its own sample order (windows permuted per epoch, or random offsets) under a seed of
- * its own (the job's seed mixed with the source's name), and its own epochs; the mixture
+ * A dataset's mixture: each source, pre-tokenized files or raw text, keeps its own span
+ * of the token stream (the sources laid out in their order), its own sample order under
+ * a seed of its own (the job's seed mixed with the source's name) and its own epochs:
+ * pre-tokenized windows permuted per epoch (producer/sampler.h), raw text windows in
+ * the chunk order of producer/text_order.h, or random offsets. The mixture
  * (producer/mixture.h) says which source global sample k comes from and which of that
  * source's samples it is. The dataset calls in here only when its config has a mixture.
  */
@@ -31,23 +33,56 @@ int sf__dataset_mix_prepare(struct sf_dataset *ds, const struct sf_config *cfg, 
 	return 0;
 }
 
-void sf__dataset_mix_source_span(struct sf_dataset *ds, uint32_t source, uint64_t start)
+int sf__dataset_mix_source_files(struct sf_dataset *ds, const struct sf_config *cfg,
+				 uint32_t source, uint32_t first_token_file,
+				 uint32_t first_text_file, struct sf_err *e)
 {
-	if (ds->mix_sources) {
-		ds->mix_sources[source].start = start;
-		ds->mix_sources[source].n_tokens = ds->n_tokens - start;
-	}
+	struct sf_mix_source *m;
+
+	if (!ds->mix_sources)
+		return 0;
+	m = &ds->mix_sources[source];
+	m->first_token_file = first_token_file;
+	m->n_token_files = ds->n_token_files - first_token_file;
+	m->text_slot = UINT32_MAX;
+	if (ds->n_text_files == first_text_file)
+		return 0;
+	if (m->n_token_files)
+		return sf__err(e, SF_E_CONFIG,
+			       "%s: source '%s' holds both raw text (%s) and pre-tokenized files "
+			       "(%s): in a mixture each source is one or the other",
+			       cfg->path ? cfg->path : "config", cfg->sources[source].name,
+			       ds->text_files[first_text_file].path,
+			       ds->token_files[first_token_file].path);
+	m->text_slot = ds->n_text_spans++;
+	return 0;
 }
 
-int sf__dataset_mix_check(const struct sf_dataset *ds, const struct sf_config *cfg,
-			  struct sf_err *e)
+void sf__dataset_mix_layout(struct sf_dataset *ds)
 {
-	if (cfg->mixture && ds->n_text_files)
-		return sf__err(e, SF_E_CONFIG,
-			       "%s: a mixture reads pre-tokenized sources (tokenize raw text first "
-			       "with `shmfeed tokenize`)",
-			       cfg->path ? cfg->path : "config");
-	return 0;
+	uint64_t pos = 0, c = 0;
+
+	if (!ds->mix_sources)
+		return;
+	for (uint32_t i = 0; i < ds->n_sources; i++) {
+		struct sf_mix_source *m = &ds->mix_sources[i];
+
+		m->start = pos;
+		for (uint32_t f = m->first_token_file; f < m->first_token_file + m->n_token_files;
+		     f++) {
+			ds->token_files[f].start = pos;
+			pos += ds->token_files[f].n_tokens;
+		}
+		/* Chunks are in the order of their files, which is the sources' order. */
+		m->first_chunk = c;
+		for (; c < ds->n_chunks && ds->text_files[ds->chunks[c].file].source == i; c++) {
+			ds->chunks[c].start = pos;
+			pos += ds->chunks[c].n_tokens;
+		}
+		m->n_chunks = c - m->first_chunk;
+		m->n_tokens = pos - m->start;
+	}
+	ds->n_tokens = pos;
 }
 
 int sf__dataset_mix_open(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
@@ -83,14 +118,16 @@ void sf__dataset_mix_close(struct sf_dataset *ds)
 	ds->mix_sources = NULL;
 }
 
-uint64_t sf__dataset_mix_offset(const struct sf_dataset *ds, uint64_t k, uint32_t *ret_source)
+uint32_t sf__dataset_mix_pick(const struct sf_dataset *ds, uint64_t k, uint64_t *ret_j)
 {
-	uint64_t j;
-	uint32_t i = sf__mix_locate(ds->mix, k, &j);
+	return sf__mix_locate(ds->mix, k, ret_j);
+}
+
+uint64_t sf__dataset_mix_offset(const struct sf_dataset *ds, uint32_t i, uint64_t j)
+{
 	const struct sf_mix_source *s = &ds->mix_sources[i];
 	struct sf_perm p;
 
-	*ret_source = i;
 	if (ds->mode == SF_SAMPLE_RANDOM)
 		return s->start + sf__random_below(s->seed, j, s->n_tokens - ds->seq_len);
 	sf__perm_init(&p, s->n_windows, s->seed, j / s->n_windows, 1);

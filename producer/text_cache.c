@@ -5,8 +5,8 @@
  * chunk cache (producer/chunk_share.h), where each chunk is tokenized by one producer
  * for all of them, or, when that cache cannot serve it, the process's own buffer.
  * Windows mode makes caching effective by taking the windows of a chunk together (in a
- * permuted order) before moving to the next permuted chunk. The T+1 tokens after a
- * chunk are the head of the next one, which is tokenized anyway when that chunk's turn
+ * permuted order) before moving to the next permuted chunk (producer/text_order.h). The T+1 tokens
+ * after a chunk are the head of the next one, which is tokenized anyway when that chunk's turn
  * comes: a second shared table keeps every chunk's head, so that whichever of the two
  * needs it first tokenizes it and the other copies it.
  */
@@ -17,34 +17,13 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/chunk_share.h"
-#include "producer/sampler.h"
 #include "producer/source/file_cache.h"
 #include "producer/text_cache.h"
 #include "producer/text_index.h"
 #include "producer/token_copy.h"
 #include "producer/tokenizer/tokenizer.h"
 
-/* ---- per-process cache, shared cache and window order ---- */
-
-/*
- * Where the windows of an epoch's chunk positions begin, kept for one position in
- * EPOCH_STRIDE only: a lookup binary-searches these and walks at most EPOCH_STRIDE - 1
- * positions on from one (a Feistel evaluation and an index read each). 1 TB of text in
- * 64 KiB chunks takes 2 MiB per table, against the index's 24 bytes per chunk.
- */
-#define EPOCH_STRIDE 64u
-
-struct epoch_table {
-	uint64_t epoch;
-	int valid;
-	struct sf_perm order; /* the epoch's chunk order */
-	uint64_t *prefix;     /* windows before position j * EPOCH_STRIDE, j < n_chunks / STRIDE */
-	/* The position found last, which the next samples mostly fall in again: its chunk,
-	 * the chunk's first window, and the order of the chunk's windows. */
-	uint64_t last_pos, last_start, last_count, last_chunk, last_first;
-	struct sf_perm last_windows;
-	int last_valid;
-};
+/* ---- per-process cache and shared cache ---- */
 
 /*
  * Where a chunk is tokenized to: the process's own buffer or a shared entry. It holds
@@ -68,8 +47,6 @@ struct sf_text_cache {
 	uint64_t chunk;	      /* the chunk `own` holds; UINT64_MAX: none */
 	struct tok_dest head; /* a head being tokenized, before it goes to its entry */
 	uint64_t encoded;
-	struct epoch_table epochs[2];
-	uint32_t next_epoch_slot;
 };
 
 /* Tokens and document starts an entry must hold: the largest chunk and T+1 after it. */
@@ -186,11 +163,8 @@ int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **re
 	c->head.docs_cap = head_docs_cap(ds);
 	c->head.tokens = malloc(c->head.cap * sizeof(*c->head.tokens));
 	c->head.doc_starts = malloc(c->head.docs_cap * sizeof(*c->head.doc_starts));
-	for (int i = 0; i < 2; i++)
-		c->epochs[i].prefix = malloc(((ds->n_chunks + EPOCH_STRIDE - 1) / EPOCH_STRIDE) *
-					     sizeof(uint64_t));
 	if (!c->own.tokens || !c->own.doc_starts || !c->scratch || !c->head.tokens ||
-	    !c->head.doc_starts || !c->epochs[0].prefix || !c->epochs[1].prefix) {
+	    !c->head.doc_starts) {
 		sf__text_cache_free(c);
 		return sf__err(e, -ENOMEM, "out of memory");
 	}
@@ -217,8 +191,6 @@ void sf__text_cache_free(struct sf_text_cache *c)
 	free(c->head.tokens);
 	free(c->head.doc_starts);
 	free(c->scratch);
-	for (int i = 0; i < 2; i++)
-		free(c->epochs[i].prefix);
 	free(c);
 }
 
@@ -540,8 +512,9 @@ static int fill_dest(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk
 	}
 	if (r < 0)
 		return r;
-	/* The window starting at the chunk's last token reads T more after it. */
-	need = ds->n_tokens - ch->start;
+	/* The window starting at the chunk's last token reads T more after it, within the
+	 * chunk's span of the stream (a source of a mixture, or the whole stream). */
+	need = sf__dataset_chunk_end(ds, chunk) - ch->start;
 	limit = ch->n_tokens + ds->seq_len + 1 < need ? ch->n_tokens + ds->seq_len + 1 : need;
 	for (uint64_t next = chunk + 1; d->n < limit && next < ds->n_chunks; next++) {
 		r = append_tail(c, d, next, limit, e);
@@ -571,114 +544,6 @@ int sf__text_encode_chunk(struct sf_text_cache *c, uint64_t chunk, const uint32_
 	*ret_n = c->own.n;
 	*ret_n_docs = c->own.n_docs;
 	return 0;
-}
-
-/* Windows (stride T) whose first token lies in chunk `chunk`: [*ret_first, +count). */
-static uint64_t chunk_windows(const struct sf_dataset *ds, uint64_t chunk, uint64_t *ret_first)
-{
-	const struct sf_chunk *ch = &ds->chunks[chunk];
-	const uint64_t T = ds->seq_len;
-	uint64_t first = (ch->start + T - 1) / T, end = (ch->start + ch->n_tokens + T - 1) / T;
-
-	if (end > ds->n_windows)
-		end = ds->n_windows;
-	*ret_first = first;
-	return end > first ? end - first : 0;
-}
-
-static struct epoch_table *epoch_table(struct sf_text_cache *c, uint64_t epoch)
-{
-	const struct sf_dataset *ds = c->ds;
-	struct epoch_table *t;
-	uint64_t sum = 0;
-
-	for (int i = 0; i < 2; i++)
-		if (c->epochs[i].valid && c->epochs[i].epoch == epoch)
-			return &c->epochs[i];
-	/* Two tables: a batch may straddle an epoch boundary, and producers alternate. */
-	t = &c->epochs[c->next_epoch_slot];
-	c->next_epoch_slot ^= 1;
-	sf__perm_init(&t->order, ds->n_chunks, ds->seed, epoch, 1);
-	for (uint64_t i = 0; i < ds->n_chunks; i++) {
-		uint64_t first;
-
-		if (i % EPOCH_STRIDE == 0)
-			t->prefix[i / EPOCH_STRIDE] = sum;
-		sum += chunk_windows(ds, sf__perm_apply(&t->order, i), &first);
-	}
-	t->epoch = epoch;
-	t->valid = 1;
-	t->last_valid = 0;
-	return t;
-}
-
-/* Make position `i` of the epoch's chunk order, whose windows start at `start`, the
- * table's last position; returns its window count. */
-static uint64_t set_last(const struct sf_dataset *ds, struct epoch_table *t, uint64_t i,
-			 uint64_t start)
-{
-	t->last_pos = i;
-	t->last_start = start;
-	t->last_chunk = sf__perm_apply(&t->order, i);
-	t->last_count = chunk_windows(ds, t->last_chunk, &t->last_first);
-	t->last_valid = 1;
-	return t->last_count;
-}
-
-/*
- * Find the position of the epoch's chunk order whose windows hold `pos` and make it the
- * table's last. Positions are walked from the last position, when `pos` lies past its
- * windows but before the next table entry (consecutive samples do), else from the last
- * table entry at or before `pos`: at most EPOCH_STRIDE - 1 steps either way (positions of
- * chunks without windows are passed over).
- */
-static void find_position(const struct sf_dataset *ds, struct epoch_table *t, uint64_t pos)
-{
-	const uint64_t n_strides = (ds->n_chunks + EPOCH_STRIDE - 1) / EPOCH_STRIDE;
-	uint64_t i, at, next;
-
-	if (t->last_valid && pos >= t->last_start + t->last_count &&
-	    t->last_pos + 1 < ds->n_chunks &&
-	    ((next = (t->last_pos + 1) / EPOCH_STRIDE + 1) >= n_strides || pos < t->prefix[next])) {
-		i = t->last_pos + 1;
-		at = t->last_start + t->last_count;
-	} else {
-		uint64_t lo = 0, hi = n_strides - 1;
-
-		while (lo < hi) {
-			uint64_t mid = lo + (hi - lo + 1) / 2;
-
-			if (t->prefix[mid] <= pos)
-				lo = mid;
-			else
-				hi = mid - 1;
-		}
-		i = lo * EPOCH_STRIDE;
-		at = t->prefix[lo];
-	}
-	for (;; i++) {
-		uint64_t count = set_last(ds, t, i, at);
-
-		if (pos - at < count)
-			return;
-		at += count;
-	}
-}
-
-uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k, uint64_t *ret_key)
-{
-	const struct sf_dataset *ds = c->ds;
-	uint64_t epoch = k / ds->n_windows, pos = k % ds->n_windows;
-	struct epoch_table *t = epoch_table(c, epoch);
-
-	if (!t->last_valid || pos < t->last_start || pos - t->last_start >= t->last_count) {
-		find_position(ds, t, pos);
-		sf__perm_init(&t->last_windows, t->last_count, ds->seed, epoch, 2 + t->last_chunk);
-	}
-	if (ret_key)
-		*ret_key = epoch * ds->n_chunks + t->last_pos;
-	return (t->last_first + sf__perm_apply(&t->last_windows, pos - t->last_start)) *
-	       ds->seq_len;
 }
 
 /*
@@ -832,7 +697,11 @@ int sf__text_read_row(struct sf_text_cache *c, uint64_t off, uint64_t key, int64
  * at once, and the batches just before and after theirs share boundary chunks with
  * them, hence (P + 2) batches' worth; a producer works ahead into the P batches after
  * its own (see work_ahead() in dataset.c), while the oldest batch in flight may be P - 1
- * before it, hence 2P + 2. Random offsets have no such locality: the same
+ * before it, hence 2P + 2. A mixture has that many for each of its raw text sources
+ * (counted with the fewest windows per chunk of any), placed apart: a chunk's key is
+ * its key in its source's order times the number of raw text sources plus the source's
+ * index among them (sf__dataset_share_key()), and the count of entries a multiple of
+ * that number. Random offsets have no such locality: the same
  * count of entries, placed by chunk index, serves repeats when the data is small. Never
  * more entries than chunks, and at most SHARE_MAX_BYTES in all (entries hold whole
  * chunks, so a corpus of huge documents gets fewer, or none below two).
@@ -844,14 +713,31 @@ static uint64_t page_round(uint64_t n)
 	return (n + 4095) / 4096 * 4096;
 }
 
+/* The fewest windows per chunk of the raw text spans of `ds` (at least 1). */
+static uint64_t min_windows_per_chunk(const struct sf_dataset *ds)
+{
+	uint64_t wpc = UINT64_MAX;
+
+	for (uint32_t i = 0; ds->mix_sources && i < ds->n_sources; i++) {
+		const struct sf_mix_source *m = &ds->mix_sources[i];
+
+		if (m->text_slot != UINT32_MAX && m->n_chunks && m->n_windows / m->n_chunks < wpc)
+			wpc = m->n_windows / m->n_chunks;
+	}
+	if (!ds->mix_sources)
+		wpc = ds->n_windows / ds->n_chunks;
+	return wpc ? wpc : 1;
+}
+
 int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 {
 	uint64_t B = ds->batch, per_batch, n, entry_bytes;
+	const uint64_t spans = ds->n_text_spans;
 	int r;
-	uint64_t wpc = ds->n_windows / ds->n_chunks ? ds->n_windows / ds->n_chunks : 1;
+	uint64_t wpc = min_windows_per_chunk(ds);
 
 	per_batch = (B + wpc - 1) / wpc < B ? (B + wpc - 1) / wpc + 1 : B + 1;
-	n = (uint64_t)(2 * ds->producers + 2) * per_batch;
+	n = (uint64_t)(2 * ds->producers + 2) * per_batch * spans;
 	if (n > ds->n_chunks)
 		n = ds->n_chunks;
 	/* An entry takes whole pages (sf__share_create() rounds its stride up to 4 KiB): a
@@ -860,6 +746,8 @@ int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 				 dest_docs_cap(ds) * sizeof(uint64_t));
 	if (n * entry_bytes > SHARE_MAX_BYTES)
 		n = SHARE_MAX_BYTES / entry_bytes;
+	if (n >= spans)
+		n -= n % spans;
 	if (n >= 2) {
 		r = sf__share_create(n, dest_tokens_cap(ds), sizeof(uint32_t), dest_docs_cap(ds),
 				     &ds->share, e);

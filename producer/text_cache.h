@@ -1,7 +1,7 @@
 /*
- * Raw text tokenized on demand (producer/text_cache.c): the chunk-aligned window order,
- * the per-process token cache that serves rows without re-tokenizing what came before,
- * and the cache of tokenized chunks the producers share.
+ * Raw text tokenized on demand (producer/text_cache.c): the per-process token cache that
+ * serves rows without re-tokenizing what came before, and the cache of tokenized chunks
+ * the producers share. The order of the windows is producer/text_order.h's.
  */
 #ifndef SF_PRODUCER_TEXT_CACHE_H
 #define SF_PRODUCER_TEXT_CACHE_H
@@ -18,15 +18,6 @@ int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **re
 			  struct sf_err *e);
 void sf__text_cache_free(struct sf_text_cache *c);
 uint64_t sf__text_cache_encoded(const struct sf_text_cache *c);
-
-/*
- * sf__text_sample_offset - windows mode over raw text: the chunks are permuted per epoch,
- * and the windows starting in a chunk are permuted among themselves and taken together,
- * so a chunk is tokenized once for all its windows. *ret_key (when not NULL) receives
- * the chunk's position in the sequence of chunks of all epochs, the placement key of
- * the shared cache.
- */
-uint64_t sf__text_sample_offset(struct sf_text_cache *c, uint64_t k, uint64_t *ret_key);
 
 /*
  * sf__text_work_ahead - tokenize `chunk` into its shared entry at placement `key` when

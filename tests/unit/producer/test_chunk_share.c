@@ -26,6 +26,7 @@
 #include "producer/producer.h"
 #include "producer/text_cache.h"
 #include "producer/text_index.h"
+#include "producer/text_order.h"
 #include "producer/token_copy.h"
 
 static struct sf_chunk_share *share;
@@ -426,6 +427,27 @@ Test(builders, random_offsets_agree)
 	cr_assert_gt(encoded, 0);
 }
 
+/* The windows order of the raw text stream of `ds`. */
+static int stream_order(const struct sf_dataset *ds, struct sf_text_order **ret_o)
+{
+	struct sf_text_span span = {0, ds->n_chunks, 0, ds->n_windows, ds->seed};
+	struct sf_err e = {0};
+
+	return sf__text_order_create(ds, &span, ret_o, &e);
+}
+
+/* Sample k of that order, and its chunk's placement key. */
+static uint64_t stream_sample(const struct sf_dataset *ds, uint64_t k, uint64_t *ret_key)
+{
+	struct sf_text_order *o;
+	uint64_t off;
+
+	cr_assert_eq(stream_order(ds, &o), 0);
+	off = sf__text_order_offset(o, k, ret_key);
+	sf__text_order_free(o);
+	return off;
+}
+
 Test(builders, row_of_a_chunk_being_filled_is_deferred_then_waited_for)
 {
 	struct sf_config cfg;
@@ -444,7 +466,7 @@ Test(builders, row_of_a_chunk_being_filled_is_deferred_then_waited_for)
 	cr_assert_eq(sf__dataset_open(&cfg, &ref_ds, &e), 0, "%s", e.msg);
 	cr_assert_eq(sf__text_cache_create(ds, &c, &e), 0, "%s", e.msg);
 	cr_assert_eq(sf__text_cache_create(ref_ds, &ref, &e), 0, "%s", e.msg);
-	off = sf__text_sample_offset(c, 5, &key);
+	off = stream_sample(ds, 5, &key);
 	chunk = sf__text_find_chunk(ds, off);
 	cr_assert_eq(pipe(ready), 0);
 	cr_assert_eq(pipe(go), 0);
@@ -497,7 +519,7 @@ static void work_ahead_case(int corrupt)
 	struct sf_config cfg;
 	struct sf_dataset *ds, *ref_ds;
 	struct sf_builder *b, *ref;
-	struct sf_text_cache *probe;
+	struct sf_text_order *probe;
 	struct sf_share_ref sref;
 	struct sf_err e = {0};
 	unsigned char *got, *want;
@@ -512,23 +534,22 @@ static void work_ahead_case(int corrupt)
 	B = cfg.batch_size;
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	cr_assert_eq(sf__dataset_open(&cfg, &ref_ds, &e), 0, "%s", e.msg);
-	cr_assert_eq(sf__text_cache_create(ds, &probe, &e), 0, "%s", e.msg);
+	cr_assert_eq(stream_order(ds, &probe), 0);
 	/* A step whose rank-0 batch lies in one chunk (held by the other process) while
 	 * the next P batches reach another chunk, the one to be tokenized ahead. */
 	for (step = 0; step < 1000 && ahead == UINT64_MAX; step++) {
 		uint64_t key, c0;
 
 		first = step * B * cfg.world_size;
-		c0 = sf__text_find_chunk(ds, sf__text_sample_offset(probe, first, &key));
+		c0 = sf__text_find_chunk(ds, sf__text_order_offset(probe, first, &key));
 		held_key = key;
 		held = c0;
 		for (uint64_t k = first + 1; k < first + B; k++)
-			if (sf__text_find_chunk(ds, sf__text_sample_offset(probe, k, &key)) != c0)
+			if (sf__text_find_chunk(ds, sf__text_order_offset(probe, k, &key)) != c0)
 				held = UINT64_MAX;
 		for (uint64_t k = first + B;
 		     held != UINT64_MAX && k < first + (cfg.producers + 1) * B; k++) {
-			uint64_t c =
-				sf__text_find_chunk(ds, sf__text_sample_offset(probe, k, &key));
+			uint64_t c = sf__text_find_chunk(ds, sf__text_order_offset(probe, k, &key));
 
 			if (c != c0) {
 				ahead = c;
@@ -599,7 +620,7 @@ static void work_ahead_case(int corrupt)
 	free(want);
 	sf__builder_free(b);
 	sf__builder_free(ref);
-	sf__text_cache_free(probe);
+	sf__text_order_free(probe);
 	sf__dataset_close(ds);
 	sf__dataset_close(ref_ds);
 }
