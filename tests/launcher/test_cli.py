@@ -349,3 +349,70 @@ def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
         p.communicate(timeout=30)
     finally:
         finish(p)
+
+
+TEXT_MIXTURE = """job: {job}
+sources:
+  - {{name: prose, paths: {d}/prose.txt, format: text, separator: "\\n\\n", weight: 0.5}}
+  - {{name: code, paths: {d}/code.jsonl, format: jsonl, weight: 0.3}}
+  - {{name: ids, paths: {d}/ids.bin, format: nanogpt, weight: 0.2}}
+tokenizer: {{encoding: bytes}}
+batch: {{size: 8, seq_len: 64}}
+consumers: {{world_size: 1, device: cpu}}
+control: {{metrics_file: {d}/metrics.prom, stats_interval_ms: 50}}
+"""
+
+
+def test_a_mixture_with_raw_text_sources_shows_each_in_check_status_and_metrics(rt, tmp_path):
+    """Two raw text sources (a .txt of paragraphs, a .jsonl) and a pre-tokenized one in
+    one mixture: `check --tokens` counts each text source's samples per epoch from its
+    chunk index (with `bytes`, a document is its bytes and <|endoftext|>), and status,
+    its JSON and the metrics show every source's samples delivered against target."""
+    paras = [f"paragraph {i}: " + "the quick brown fox " * (i % 7 + 1) for i in range(400)]
+    (tmp_path / "prose.txt").write_text("\n\n".join(paras))
+    lines = [f"def f{i}(x):\n    return x * {i} + {'é' * (i % 5)}" for i in range(300)]
+    (tmp_path / "code.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in lines))
+    (tmp_path / "ids.bin").write_bytes(
+        b"".join((i % 256).to_bytes(2, "little") for i in range(6401)))
+    tokens = {"prose": sum(len(p.encode()) + 1 for p in paras),
+              "code": sum(len(t.encode()) + 1 for t in lines), "ids": 6401}
+    job = job_name("mixtext")
+    cfg = tmp_path / "mix.yaml"
+    cfg.write_text(TEXT_MIXTURE.format(job=job, d=tmp_path))
+    check = sf("check", str(cfg), "--tokens", "1M")
+    assert check.returncode == 0, check.stderr
+    assert "# budget: 1954 steps of 8 samples of 64 tokens: 15632 samples" in check.stdout
+    rows = re.findall(r"# source (\d) (\w+): (\d+) samples \(([\d.]+)\), (\d+) tokens, "
+                      r"([\d.]+) epochs of (\d+) samples", check.stdout)
+    assert [r[1] for r in rows] == ["prose", "code", "ids"], check.stdout
+    for (_, name, samples, _, toks, epochs, windows), w in zip(rows, (0.5, 0.3, 0.2)):
+        assert abs(int(samples) - w * 15632) < 1
+        assert int(windows) == (tokens[name] - 1) // 64, (name, windows, tokens[name])
+        assert int(toks) == int(samples) * 64
+        assert abs(float(epochs) - int(samples) / int(windows)) < 0.001
+    p = subprocess.Popen([SHMFEED, "run", str(cfg)], stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        assert wait_for(lambda: sf("status", job).returncode == 0, timeout=60)
+        rank = subprocess.run([CONSUME, "--steps", "25", "--out", str(tmp_path / "r0.txt")],
+                              env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
+                              capture_output=True, text=True, timeout=60)
+        assert rank.returncode == 0, rank.stderr
+
+        def seen_all():
+            st = json.loads(sf("status", job, "--json").stdout)["stats"]
+            return st.get("samples") == 200 and st
+        assert wait_for(seen_all, timeout=30)
+        st = seen_all()
+        got = {s["name"]: (s["delivered"], s["target"]) for s in st["sources"]}
+        assert got == {"prose": (100, 100.0), "code": (60, 60.0), "ids": (40, 40.0)}
+        assert re.search(r"\n prose +100 +100\.0 +50\.00%\n", sf("status", job).stdout)
+        assert wait_for(lambda: 'source="ids"} 40\n' in
+                        (tmp_path / "metrics.prom").read_text(), timeout=30)
+        metrics = (tmp_path / "metrics.prom").read_text()
+        assert f'shmfeed_source_samples_total{{shmfeed_job="{job}",source="code"}} 60' \
+            in metrics
+        assert sf("stop", job).returncode == 0
+        p.communicate(timeout=30)
+    finally:
+        finish(p)
