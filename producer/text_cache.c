@@ -41,7 +41,10 @@ struct tok_dest {
 
 struct sf_text_cache {
 	const struct sf_dataset *ds;
-	struct sf_tok_encoder *enc;
+	/* One encoder per raw text span (source of a mixture): an encoder's piece cache
+	 * and work arrays stay warm for the kind of text its source holds. */
+	struct sf_tok_encoder **encs;
+	uint32_t n_encs;
 	char *scratch;
 	struct tok_dest own;
 	uint64_t chunk;	      /* the chunk `own` holds; UINT64_MAX: none */
@@ -101,7 +104,7 @@ static uint64_t head_docs_cap(const struct sf_dataset *ds)
  * real pieces are words. A piece longer than that (a run of 64 Ki letters) still grows
  * them, once per producer. It costs one encode of max_doc_bytes per process.
  */
-static int warm_encoder(struct sf_text_cache *c, struct sf_err *e)
+static int warm_encoder(struct sf_text_cache *c, struct sf_tok_encoder *enc, struct sf_err *e)
 {
 	const uint64_t n = c->ds->max_doc_bytes;
 	const uint64_t piece = n < WARM_PIECE_BYTES ? n : WARM_PIECE_BYTES;
@@ -113,11 +116,11 @@ static int warm_encoder(struct sf_text_cache *c, struct sf_err *e)
 		return 0;
 	for (uint64_t i = 0; i < n; i++)
 		c->scratch[i] = i % 2 ? ' ' : 'a';
-	r = sf__tok_encode(c->enc, c->scratch, n, SF_TOK_ALLOW_NONE, &ids, &n_ids, e);
+	r = sf__tok_encode(enc, c->scratch, n, SF_TOK_ALLOW_NONE, &ids, &n_ids, e);
 	if (r < 0)
 		return r;
 	memset(c->scratch, 'a', piece);
-	return sf__tok_encode(c->enc, c->scratch, piece, SF_TOK_ALLOW_NONE, &ids, &n_ids, e);
+	return sf__tok_encode(enc, c->scratch, piece, SF_TOK_ALLOW_NONE, &ids, &n_ids, e);
 }
 
 /*
@@ -168,9 +171,14 @@ int sf__text_cache_create(const struct sf_dataset *ds, struct sf_text_cache **re
 		sf__text_cache_free(c);
 		return sf__err(e, -ENOMEM, "out of memory");
 	}
-	r = sf__tok_encoder_create(ds->tok, &c->enc, e);
-	if (r >= 0)
-		r = warm_encoder(c, e);
+	c->n_encs = ds->n_text_spans ? ds->n_text_spans : 1;
+	c->encs = calloc(c->n_encs, sizeof(*c->encs));
+	r = c->encs ? 0 : sf__err(e, -ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < c->n_encs && r >= 0; i++) {
+		r = sf__tok_encoder_create(ds->tok, &c->encs[i], e);
+		if (r >= 0)
+			r = warm_encoder(c, c->encs[i], e);
+	}
 	if (r >= 0)
 		premap_files(ds);
 	if (r < 0) {
@@ -185,7 +193,9 @@ void sf__text_cache_free(struct sf_text_cache *c)
 {
 	if (!c)
 		return;
-	sf__tok_encoder_free(c->enc);
+	for (uint32_t i = 0; c->encs && i < c->n_encs; i++)
+		sf__tok_encoder_free(c->encs[i]);
+	free(c->encs);
 	free(c->own.tokens);
 	free(c->own.doc_starts);
 	free(c->head.tokens);
@@ -197,6 +207,16 @@ void sf__text_cache_free(struct sf_text_cache *c)
 uint64_t sf__text_cache_encoded(const struct sf_text_cache *c)
 {
 	return c->encoded;
+}
+
+/* The encoder of the span that `chunk` belongs to. */
+static struct sf_tok_encoder *chunk_encoder(const struct sf_text_cache *c, uint64_t chunk)
+{
+	const struct sf_dataset *ds = c->ds;
+
+	if (!ds->mix_sources)
+		return c->encs[0];
+	return c->encs[ds->mix_sources[ds->text_files[ds->chunks[chunk].file].source].text_slot];
 }
 
 /*
@@ -218,6 +238,7 @@ static int walk_failed(const struct sf_text_cache *c, const struct sf_doc_walk *
 static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk, uint64_t limit,
 		       uint64_t skip, uint32_t *doc_lens, struct sf_err *e)
 {
+	struct sf_tok_encoder *enc = chunk_encoder(c, chunk);
 	struct sf_doc_walk w;
 	const char *doc;
 	size_t len;
@@ -245,11 +266,10 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		int direct = bound != SIZE_MAX && d->cap - d->n >= bound + nb;
 
 		if (direct)
-			r = sf__tok_encode_to(c->enc, doc, len, c->ds->allowed,
-					      d->tokens + d->n + nb, (size_t)(d->cap - d->n - nb),
-					      &n, e);
+			r = sf__tok_encode_to(enc, doc, len, c->ds->allowed, d->tokens + d->n + nb,
+					      (size_t)(d->cap - d->n - nb), &n, e);
 		else
-			r = sf__tok_encode(c->enc, doc, len, c->ds->allowed, &ids, &n, e);
+			r = sf__tok_encode(enc, doc, len, c->ds->allowed, &ids, &n, e);
 		if (r < 0)
 			return r;
 		/* The supervisor reads progress from the heartbeat this renews. */
@@ -348,7 +368,7 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 		const uint32_t *ids;
 		size_t n;
 
-		r = sf__tok_encode(c->enc, doc, len, c->ds->allowed, &ids, &n, e);
+		r = sf__tok_encode(chunk_encoder(c, chunk), doc, len, c->ds->allowed, &ids, &n, e);
 		if (r < 0)
 			return r;
 		/* The supervisor reads progress from the heartbeat this renews. */
