@@ -4,7 +4,8 @@
  * sf__producer_main() while this process consumes two epochs of batches; after each
  * producer's first WARMUP batches, every batch it builds must make 0 allocations. Run
  * over a pre-tokenized nanoGPT file, and over raw text (tinyshakespeare paragraphs,
- * r50k_base, document starts on) when ../shared/data is there.
+ * r50k_base, document starts on) and a mixture of two raw text sources (its paragraphs,
+ * its lines) and the nanoGPT file when ../shared/data is there.
  *
  * The rule this checks: everything a producer needs is allocated before its first
  * batch, including its tokenizer encoder, which is warmed up on a document as long as the
@@ -224,6 +225,30 @@ int main(int argc, char **argv)
 		src.paths = paths;
 		cfg.sources = &src;
 		run("raw text", &cfg, 2);
+		{
+			static struct sf_source_config mix[3];
+			static char *tokens_path[1];
+
+			snprintf(path, sizeof(path), "%s/tokens.bin", dir);
+			tokens_path[0] = strdup(path);
+			mix[0] = src;
+			mix[0].name = "paragraphs";
+			mix[0].weight = 500000000;
+			mix[1] = src;
+			mix[1].name = "lines";
+			mix[1].separator = "\n";
+			mix[1].weight = 300000000;
+			mix[2] = src;
+			mix[2].name = "tokens";
+			mix[2].separator = NULL;
+			mix[2].paths = tokens_path;
+			mix[2].weight = 200000000;
+			cfg.sources = mix;
+			cfg.n_sources = 3;
+			cfg.mixture = 1;
+			run("mixture of two raw text sources and a pre-tokenized one", &cfg, 2);
+			free(tokens_path[0]);
+		}
 	}
 	h_rmtree(dir);
 	free(dir);
