@@ -452,8 +452,12 @@ static int write_copies(const char *from, const char *to, int copies)
  * producer's CPU time), the best of `repeat` rounds of every configuration in turn.
  * Reported: the mixture's rate over the slowest single source's (what the issue asks
  * within 5% of), and over the rate its shares of the single sources' per-token costs
- * predict (1 / sum(w_i / rate_i): what mixing itself costs), and the tokens tokenized
- * per token delivered (chunk locality: 1 when each chunk is tokenized once per epoch).
+ * predict (1 / sum(w_i / rate_i)), and the tokens tokenized per token delivered (chunk
+ * locality: 1 when each chunk is tokenized once per epoch). Tokenizing two kinds of text
+ * in turn is slower than each alone would predict whatever orders them (caches hold
+ * both), so two more runs tell what the mixture itself costs: prose and multi as one
+ * raw text stream (no weights; its chunks permuted together), and the same two as a
+ * mixture weighted by their token counts.
  */
 static void text_mixture_bench(const char *dir, const char *data, uint64_t mtok, int repeat)
 {
@@ -464,7 +468,8 @@ static void text_mixture_bench(const char *dir, const char *data, uint64_t mtok,
 	struct sf_source_config srcs[3];
 	struct sf_config cfg;
 	char from[4096], vocab[4096];
-	double builder[4] = {0}, pipe[4] = {0}, enc_b[4] = {0}, enc_p[4] = {0};
+	double builder[6] = {0}, pipe[6] = {0}, enc_b[6] = {0}, enc_p[6] = {0};
+	uint64_t text_tokens[2];
 	double slowest_b = 0, slowest_p = 0, cost_b = 0, cost_p = 0;
 	uint64_t x = 88172645463325252ull, steps = (mtok << 20) / (16 * 1025);
 	const size_t n_ids = (size_t)16 << 20;
@@ -499,8 +504,23 @@ static void text_mixture_bench(const char *dir, const char *data, uint64_t mtok,
 	free(t);
 	for (int i = 0; i < 3; i++)
 		path_of[i] = src_paths[i];
+	for (int i = 0; i < 2; i++) {
+		struct sf_dataset *ds;
+		struct sf_dataset_stats st;
+		struct sf_err e = {0};
+
+		config(&cfg, &path_of[i], &srcs[0], 16, 1024);
+		cfg.encoding = "r50k_base";
+		cfg.vocab = (char *)vocab;
+		srcs[0].separator = i == 0 ? "\n\n" : "\n";
+		if (sf__dataset_open(&cfg, &ds, &e) < 0)
+			die("dataset", &e);
+		sf__dataset_stats(ds, &st);
+		text_tokens[i] = st.n_tokens;
+		sf__dataset_close(ds);
+	}
 	for (int round = 0; round < repeat; round++)
-		for (int c = 0; c < 4; c++) {
+		for (int c = 0; c < 6; c++) {
 			double per_core, b, eb, ep;
 
 			config(&cfg, path_of, &srcs[0], 16, 1024);
@@ -516,11 +536,17 @@ static void text_mixture_bench(const char *dir, const char *data, uint64_t mtok,
 			}
 			if (c < 3) {
 				cfg.sources = &srcs[c];
-			} else {
+			} else if (c == 3) {
 				for (int i = 0; i < 3; i++)
 					srcs[i].weight = weights[i];
 				cfg.n_sources = 3;
 				cfg.mixture = 1;
+			} else {
+				/* Weights by token count, in thousands (x 10^9 as parsed). */
+				for (int i = 0; i < 2 && c == 5; i++)
+					srcs[i].weight = text_tokens[i] / 1000 * 1000000000;
+				cfg.n_sources = 2;
+				cfg.mixture = c == 5;
 			}
 			b = builder_rate(&cfg, steps, &eb, 0);
 			builder[c] = b > builder[c] ? b : builder[c];
@@ -534,10 +560,13 @@ static void text_mixture_bench(const char *dir, const char *data, uint64_t mtok,
 	       "best of %d rounds, M tokens/s per core (tokens tokenized per token "
 	       "delivered):\n",
 	       (unsigned long long)mtok, repeat);
-	for (int c = 0; c < 4; c++) {
-		printf("  %-8s builder alone %7.2f (%.3f)   pipeline P=1 %7.2f (%.3f)\n",
-		       c < 3 ? names[c] : "mixture", builder[c] / 1e6, enc_b[c], pipe[c] / 1e6,
-		       enc_p[c]);
+	for (int c = 0; c < 6; c++) {
+		printf("  %-31s builder alone %7.2f (%.3f)   pipeline P=1 %7.2f (%.3f)\n",
+		       c < 3	? names[c]
+		       : c == 3 ? "mixture"
+		       : c == 4 ? "prose + multi, one stream"
+				: "prose + multi, mixture by tokens",
+		       builder[c] / 1e6, enc_b[c], pipe[c] / 1e6, enc_p[c]);
 		if (c < 3) {
 			slowest_b = !c || builder[c] < slowest_b ? builder[c] : slowest_b;
 			slowest_p = !c || pipe[c] < slowest_p ? pipe[c] : slowest_p;
@@ -550,6 +579,9 @@ static void text_mixture_bench(const char *dir, const char *data, uint64_t mtok,
 	printf("  mixture / its shares of the single sources' costs (1 / sum w_i / rate_i): "
 	       "builder %.3f, pipeline %.3f\n",
 	       builder[3] * cost_b, pipe[3] * cost_p);
+	printf("  prose + multi, mixture / the same files as one stream: builder %.3f, pipeline "
+	       "%.3f\n",
+	       builder[5] / builder[4], pipe[5] / pipe[4]);
 }
 
 int main(int argc, char **argv)
@@ -564,9 +596,8 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2 || repeat < 1 || repeat > 64 || !mkdtemp(dir)) {
-		fprintf(stderr,
-			"usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT (1-64) "
-			"[TOKENIZER_FILE | mixture | text-mixture]]]\n");
+		fprintf(stderr, "usage: bench_producer SHARED_DATA_DIR [MTOKENS [REPEAT (1-64) "
+				"[TOKENIZER_FILE | mixture | text-mixture]]]\n");
 		return 2;
 	}
 	/* The index cache of the corpus made here goes with it. */
