@@ -89,3 +89,60 @@ def test_a_scheduled_mixture_is_deterministic_resumable_and_elastic(corpus):
     assert global_rows(wide) == global_rows(base)
     counts = np.bincount([s for b in base[0] + base[1] for s in b["sources"]], minlength=3)
     assert counts.min() > 0
+
+
+TEXT_CONFIG = """
+sources:
+  - {{name: prose, paths: {d}/prose.txt, format: text, separator: "\\n\\n", weight: 0.4}}
+  - {{name: digits, paths: {d}/digits.jsonl, format: jsonl, weight: 0.35}}
+  - {{name: ids, paths: {d}/ids.bin, format: nanogpt, weight: 0.25}}
+tokenizer: {{encoding: bytes}}
+batch: {{size: {B}, seq_len: 32}}
+consumers: {{world_size: {W}, device: cpu}}
+producers: {{count: {P}}}
+"""
+
+
+@pytest.mark.skipif(not CLI, reason="SHMFEED_CLI is set by `meson test`")
+def test_a_mixture_with_raw_text_sources_labels_each_row(tmp_path):
+    """Two raw text sources (letters as .txt paragraphs, digits as .jsonl) and a
+    pre-tokenized one (ids 130-249) under `bytes`: every row's tokens say its source
+    (letters and spaces, digits, or 130-249, with <|endoftext|> = 256 between documents),
+    and `batch.sources` names the same one; a run resumed at step 5 with 2 producers gets
+    the batches of the uninterrupted run with 1."""
+    rng = np.random.default_rng(7)
+    letters = np.frombuffer(b"abcdefghij ", dtype=np.uint8)
+    digits = np.frombuffer(b"0123456789", dtype=np.uint8)
+    (tmp_path / "prose.txt").write_bytes(b"\n\n".join(
+        rng.choice(letters, rng.integers(20, 400)).tobytes() for _ in range(300)))
+    (tmp_path / "digits.jsonl").write_text("".join(
+        json.dumps({"text": rng.choice(digits, rng.integers(5, 300)).tobytes().decode()}) + "\n"
+        for _ in range(200)))
+    (130 + np.arange(4001) % 120).astype(np.uint16).tofile(tmp_path / "ids.bin")
+    kinds = [set(letters.tolist()), set(digits.tolist()), set(range(130, 250))]
+
+    def run_text(B, W, P, steps, states=None):
+        cfg = tmp_path / f"text-{B}-{W}-{P}.yaml"
+        cfg.write_text(TEXT_CONFIG.format(d=tmp_path, B=B, W=W, P=P))
+        args = [str(steps)]
+        if states is not None:
+            (tmp_path / "states.json").write_text(json.dumps(states))
+            args.append(str(tmp_path / "states.json"))
+        out = subprocess.run([CLI, "run", str(cfg), "--set", f"job={unique_job('mixt')}",
+                              "--quiet", "--", sys.executable, os.path.join(HERE, "mix_ranks.py"),
+                              *args], capture_output=True, text=True, timeout=120,
+                             env=dict(os.environ, MIX_WORLD_SIZE=str(W)))
+        assert out.returncode == 0, out.stderr
+        return {r["rank"]: r["batches"] for r in json.loads(out.stdout.strip().splitlines()[-1])}
+
+    base = run_text(B=4, W=2, P=1, steps=12)
+    seen = np.zeros(3, dtype=int)
+    for bs in base.values():
+        for b in bs:
+            for head, src in zip(b["heads"], b["sources"]):
+                seen[src] += 1
+                assert head in kinds[src] | {256}, (head, src)
+    assert seen.min() > 0, seen
+    states = {str(r): base[r][5]["state"] for r in base}
+    resumed = run_text(B=4, W=2, P=2, steps=7, states=states)
+    assert shas(resumed) == shas(base, since=5)
