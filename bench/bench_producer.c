@@ -317,6 +317,25 @@ static double tokenizer_rate(const struct sf_tok *tok, const char *corpus, const
  */
 static volatile uint64_t bench_sink;
 
+/* Write `n` uniform ids below 50257 (r50k_base's) as a nanoGPT file, from the xorshift64
+ * generator whose state is *x. */
+static void write_random_ids(const char *path, size_t n, uint64_t *x)
+{
+	uint16_t *t = malloc(n * 2);
+	FILE *f;
+
+	for (size_t j = 0; j < n; j++) {
+		*x ^= *x << 13;
+		*x ^= *x >> 7;
+		*x ^= *x << 17;
+		t[j] = (uint16_t)(*x % 50257);
+	}
+	f = fopen(path, "wb");
+	if (!t || !f || fwrite(t, 2, n, f) != n || fclose(f))
+		die("write tokens", NULL);
+	free(t);
+}
+
 static void mixture_bench(const char *dir, const char *vocab, uint64_t mtok, int repeat)
 {
 	static const char *const names[3] = {"web", "code", "math"};
@@ -330,20 +349,9 @@ static void mixture_bench(const char *dir, const char *vocab, uint64_t mtok, int
 
 	for (int i = 0; i < 3; i++) {
 		size_t n = n_all * (size_t)(i == 0 ? 3 : i == 1 ? 2 : 1) / 6;
-		uint16_t *t = malloc(n * 2);
-		FILE *f;
 
-		for (size_t j = 0; j < n; j++) {
-			x ^= x << 13;
-			x ^= x >> 7;
-			x ^= x << 17;
-			t[j] = (uint16_t)(x % 50257);
-		}
 		snprintf(mix_paths[i], sizeof(mix_paths[i]), "%s/%s.bin", dir, names[i]);
-		f = fopen(mix_paths[i], "wb");
-		if (!f || fwrite(t, 2, n, f) != n || fclose(f))
-			die("write tokens", NULL);
-		free(t);
+		write_random_ids(mix_paths[i], n, &x);
 		path_of[i] = mix_paths[i];
 	}
 	steps = n_all / (2 * 16 * 1024);
@@ -472,36 +480,22 @@ static void text_mixture_bench(const char *dir, const char *data, uint64_t mtok,
 	uint64_t text_tokens[2];
 	double slowest_b = 0, slowest_p = 0, cost_b = 0, cost_p = 0;
 	uint64_t x = 88172645463325252ull, steps = (mtok << 20) / (16 * 1025);
-	const size_t n_ids = (size_t)16 << 20;
-	uint16_t *t = malloc(n_ids * 2);
-	FILE *f;
 
 	snprintf(vocab, sizeof(vocab), "%s/vocab/r50k_base.tiktoken", data);
 	snprintf(from, sizeof(from), "%s/corpus/tinyshakespeare.txt", data);
 	snprintf(src_paths[0], sizeof(src_paths[0]), "%s/prose.txt", dir);
 	if (write_copies(from, src_paths[0], 16) < 0) {
 		printf("text mixture: skipped (%s not found)\n", from);
-		free(t);
 		return;
 	}
 	snprintf(from, sizeof(from), "%s/tokref/unicode_mix.txt", data);
 	snprintf(src_paths[1], sizeof(src_paths[1]), "%s/multi.txt", dir);
 	if (write_copies(from, src_paths[1], 64) < 0) {
 		printf("text mixture: skipped (%s not found)\n", from);
-		free(t);
 		return;
 	}
-	for (size_t j = 0; j < n_ids; j++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		t[j] = (uint16_t)(x % 50257);
-	}
 	snprintf(src_paths[2], sizeof(src_paths[2]), "%s/tokens.bin", dir);
-	f = fopen(src_paths[2], "wb");
-	if (!f || fwrite(t, 2, n_ids, f) != n_ids || fclose(f))
-		die("write tokens", NULL);
-	free(t);
+	write_random_ids(src_paths[2], (size_t)16 << 20, &x);
 	for (int i = 0; i < 3; i++)
 		path_of[i] = src_paths[i];
 	for (int i = 0; i < 2; i++) {
@@ -619,22 +613,11 @@ int main(int argc, char **argv)
 	/* Pre-tokenized windows. */
 	{
 		size_t n = (size_t)mtok << 20;
-		uint16_t *t = malloc(n * 2);
-		FILE *f;
 		uint64_t x = 88172645463325252ull, steps;
 		char vocab[4096];
 
-		for (size_t i = 0; i < n; i++) {
-			x ^= x << 13;
-			x ^= x >> 7;
-			x ^= x << 17;
-			t[i] = (uint16_t)(x % 50257);
-		}
 		snprintf(path, sizeof(path), "%s/tokens.bin", dir);
-		f = fopen(path, "wb");
-		if (!f || fwrite(t, 2, n, f) != n || fclose(f))
-			die("write tokens", NULL);
-		free(t);
+		write_random_ids(path, n, &x);
 		config(&cfg, paths, &src, 16, 1024);
 		cfg.checksum = 0;
 		/* The files' encoding, as a GPT-2 job names it: producers check every id

@@ -319,10 +319,23 @@ def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
         assert abs(int(samples) - w * 15632) < 1
         assert int(tokens) == int(samples) * 64 and int(windows) == win
         assert abs(float(epochs) - int(samples) / win) < 0.001
+    human, metrics = serve_and_read_25_steps(
+        cfg, job, tmp_path, {"web": (140, 140.0), "code": (40, 40.0), "math": (20, 20.0)})
+    assert "(of the first 200 samples every rank read)" in human, human
+    assert re.search(r"\n web +140 +140\.0 +70\.00%\n", human), human
+    assert f'shmfeed_source_samples_total{{shmfeed_job="{job}",source="web"}} 140' in metrics
+    assert f'shmfeed_source_target_samples{{shmfeed_job="{job}",source="code"}} 40' \
+        in metrics
+
+
+def serve_and_read_25_steps(cfg, job, tmp_path, want):
+    """Run the mixture job of `cfg`, read 25 steps of 8 samples as rank 0, and check that
+    status --json gives each source's (delivered, target) as `want` and the metrics file
+    each source's samples; returns the human status and the metrics."""
     p = subprocess.Popen([SHMFEED, "run", str(cfg)], stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
-        assert wait_for(lambda: sf("status", job).returncode == 0)
+        assert wait_for(lambda: sf("status", job).returncode == 0, timeout=60)
         rank = subprocess.run([CONSUME, "--steps", "25", "--out", str(tmp_path / "r0.txt")],
                               env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
                               capture_output=True, text=True, timeout=60)
@@ -331,24 +344,20 @@ def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
         def seen_all():
             st = json.loads(sf("status", job, "--json").stdout)["stats"]
             return st.get("samples") == 200 and st
-        assert wait_for(seen_all)
-        st = seen_all()
-        got = {s["name"]: (s["delivered"], s["target"]) for s in st["sources"]}
-        assert got == {"web": (140, 140.0), "code": (40, 40.0), "math": (20, 20.0)}
+        assert wait_for(seen_all, timeout=30)
+        got = {s["name"]: (s["delivered"], s["target"]) for s in seen_all()["sources"]}
+        assert got == want
         human = sf("status", job).stdout
-        assert "(of the first 200 samples every rank read)" in human, human
         assert " flags checksum sources\n" in sf("inspect", job).stdout
-        assert re.search(r"\n web +140 +140\.0 +70\.00%\n", human), human
-        assert wait_for(lambda: 'source="math"} 20\n' in
-                        (tmp_path / "metrics.prom").read_text())
+        last, (n, _) = list(want.items())[-1]
+        assert wait_for(lambda: f'source="{last}"}} {n}\n' in
+                        (tmp_path / "metrics.prom").read_text(), timeout=30)
         metrics = (tmp_path / "metrics.prom").read_text()
-        assert f'shmfeed_source_samples_total{{shmfeed_job="{job}",source="web"}} 140' in metrics
-        assert f'shmfeed_source_target_samples{{shmfeed_job="{job}",source="code"}} 40' \
-            in metrics
         assert sf("stop", job).returncode == 0
         p.communicate(timeout=30)
     finally:
         finish(p)
+    return human, metrics
 
 
 TEXT_MIXTURE = """job: {job}
@@ -390,29 +399,7 @@ def test_a_mixture_with_raw_text_sources_shows_each_in_check_status_and_metrics(
         assert int(windows) == (tokens[name] - 1) // 64, (name, windows, tokens[name])
         assert int(toks) == int(samples) * 64
         assert abs(float(epochs) - int(samples) / int(windows)) < 0.001
-    p = subprocess.Popen([SHMFEED, "run", str(cfg)], stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        assert wait_for(lambda: sf("status", job).returncode == 0, timeout=60)
-        rank = subprocess.run([CONSUME, "--steps", "25", "--out", str(tmp_path / "r0.txt")],
-                              env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
-                              capture_output=True, text=True, timeout=60)
-        assert rank.returncode == 0, rank.stderr
-
-        def seen_all():
-            st = json.loads(sf("status", job, "--json").stdout)["stats"]
-            return st.get("samples") == 200 and st
-        assert wait_for(seen_all, timeout=30)
-        st = seen_all()
-        got = {s["name"]: (s["delivered"], s["target"]) for s in st["sources"]}
-        assert got == {"prose": (100, 100.0), "code": (60, 60.0), "ids": (40, 40.0)}
-        assert re.search(r"\n prose +100 +100\.0 +50\.00%\n", sf("status", job).stdout)
-        assert wait_for(lambda: 'source="ids"} 40\n' in
-                        (tmp_path / "metrics.prom").read_text(), timeout=30)
-        metrics = (tmp_path / "metrics.prom").read_text()
-        assert f'shmfeed_source_samples_total{{shmfeed_job="{job}",source="code"}} 60' \
-            in metrics
-        assert sf("stop", job).returncode == 0
-        p.communicate(timeout=30)
-    finally:
-        finish(p)
+    human, metrics = serve_and_read_25_steps(
+        cfg, job, tmp_path, {"prose": (100, 100.0), "code": (60, 60.0), "ids": (40, 40.0)})
+    assert re.search(r"\n prose +100 +100\.0 +50\.00%\n", human), human
+    assert f'shmfeed_source_samples_total{{shmfeed_job="{job}",source="code"}} 60' in metrics

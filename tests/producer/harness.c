@@ -318,3 +318,49 @@ void h_expect_direct(const struct sf_config *cfg, const struct h_run *run, uint6
 	sf__builder_free(b);
 	sf__dataset_close(ds);
 }
+
+void h_check_runs(const char *name, const struct sf_config *cfg, uint64_t steps)
+{
+	struct h_run base, other;
+
+	H_CHECK(h_pipeline(cfg, 1, 0, steps, &base) == 0, "%s: 1 producer", name);
+	h_expect_direct(cfg, &base, 0);
+	for (uint32_t p = 2; p <= 4; p += 2) {
+		H_CHECK(h_pipeline(cfg, p, 0, steps, &other) == 0, "%s: %u producers", name, p);
+		H_CHECK(!memcmp(base.hash, other.hash, base.ranks * steps * 8),
+			"%s: %u producers differ from 1", name, p);
+		h_run_free(&other);
+	}
+	for (uint64_t at = 1; at < steps; at++) {
+		H_CHECK(h_pipeline(cfg, 2, at, steps - at, &other) == 0, "%s: resume", name);
+		for (uint32_t r = 0; r < base.ranks; r++)
+			H_CHECK(!memcmp(&base.hash[r * steps + at], &other.hash[r * (steps - at)],
+					(steps - at) * 8),
+				"%s: rank %u resumed at step %llu differs", name, r,
+				(unsigned long long)at);
+		h_run_free(&other);
+	}
+	h_run_free(&base);
+	printf("ok: %s: 1, 2, 4 producers, the direct build and a resume from each of steps "
+	       "1-%llu agree\n",
+	       name, (unsigned long long)(steps - 1));
+}
+
+char *h_read_file(const char *path, size_t *ret_len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	long n;
+
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = malloc((size_t)n + 1);
+	H_CHECK(buf && fread(buf, 1, (size_t)n, f) == (size_t)n, "read %s", path);
+	fclose(f);
+	buf[n] = 0;
+	*ret_len = (size_t)n;
+	return buf;
+}

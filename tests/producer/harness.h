@@ -57,6 +57,17 @@ void h_run_free(struct h_run *r);
  */
 void h_expect_direct(const struct sf_config *cfg, const struct h_run *run, uint64_t start);
 
+/*
+ * h_check_runs - the job of `cfg` with 1, 2 and 4 producers over `steps` steps gives the
+ * same batches as each other and as the direct build, and a resume (2 producers) from
+ * every step 1 .. steps-1 gives the uninterrupted run's; exits with a message otherwise.
+ */
+void h_check_runs(const char *name, const struct sf_config *cfg, uint64_t steps);
+
+/* h_read_file - the bytes of the file at `path` (NUL-terminated, to free()), or NULL when
+ * it cannot be opened; exits when it cannot be read. */
+char *h_read_file(const char *path, size_t *ret_len);
+
 struct sf_dataset;
 struct sf_builder;
 

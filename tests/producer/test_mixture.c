@@ -70,35 +70,6 @@ static struct sf_phase_config schedule[] = {
 	{.until_step = UINT64_MAX, .weights = {w_all, 3, 0}},
 };
 
-/* 1, 2, 4 producers agree with each other and the direct build; a resume from every step
- * agrees too. */
-static void check_runs(const char *name, const struct sf_config *cfg)
-{
-	struct h_run base, other;
-
-	H_CHECK(h_pipeline(cfg, 1, 0, STEPS, &base) == 0, "%s: 1 producer", name);
-	h_expect_direct(cfg, &base, 0);
-	for (uint32_t p = 2; p <= 4; p += 2) {
-		H_CHECK(h_pipeline(cfg, p, 0, STEPS, &other) == 0, "%s: %u producers", name, p);
-		H_CHECK(!memcmp(base.hash, other.hash, base.ranks * STEPS * 8),
-			"%s: %u producers differ from 1", name, p);
-		h_run_free(&other);
-	}
-	for (uint64_t at = 1; at < STEPS; at++) {
-		H_CHECK(h_pipeline(cfg, 2, at, STEPS - at, &other) == 0, "%s: resume", name);
-		for (uint32_t r = 0; r < base.ranks; r++)
-			H_CHECK(!memcmp(&base.hash[r * STEPS + at], &other.hash[r * (STEPS - at)],
-					(STEPS - at) * 8),
-				"%s: rank %u resumed at step %llu differs", name, r,
-				(unsigned long long)at);
-		h_run_free(&other);
-	}
-	h_run_free(&base);
-	printf("ok: %s: 1, 2, 4 producers, the direct build and a resume from each of steps "
-	       "1-%d agree\n",
-	       name, STEPS - 1);
-}
-
 /*
  * The rows of a direct build over `steps` steps: each row's source (from the payload's
  * source array) is the source its tokens come from, a window start of it, and sample k's
@@ -216,16 +187,16 @@ int main(void)
 	write_sources(dir);
 
 	mix_config(&cfg, 4, 2);
-	check_runs("weights 0.6/0.3/0.1, windows", &cfg);
+	h_check_runs("weights 0.6/0.3/0.1, windows", &cfg, STEPS);
 	check_counts_and_epochs(&cfg);
 	cfg.mode = SF_SAMPLE_RANDOM;
-	check_runs("weights 0.6/0.3/0.1, random", &cfg);
+	h_check_runs("weights 0.6/0.3/0.1, random", &cfg, STEPS);
 	check_elastic();
 	/* With document starts: the row sources follow them. */
 	mix_config(&cfg, 4, 2);
 	cfg.doc_starts = 4;
 	cfg.eot_id = 7;
-	check_runs("weights 0.6/0.3/0.1, document starts", &cfg);
+	h_check_runs("weights 0.6/0.3/0.1, document starts", &cfg, STEPS);
 	{
 		uint32_t *win, *src = delivered_sources(&cfg, STEPS, &win);
 
@@ -239,7 +210,7 @@ int main(void)
 		srcs[s].weight = SF_WEIGHT_UNSET;
 	cfg.schedule = schedule;
 	cfg.n_phases = 3;
-	check_runs("schedule: phase, ramp, phase", &cfg);
+	h_check_runs("schedule: phase, ramp, phase", &cfg, STEPS);
 	{
 		uint32_t *win, *src = delivered_sources(&cfg, STEPS, &win);
 

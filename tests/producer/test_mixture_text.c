@@ -42,24 +42,6 @@ static struct sf_source_config srcs[3];
 static uint32_t *ref[3];
 static size_t n_ref[3];
 
-static char *read_all(const char *path, size_t *ret_len)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf;
-	long n;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = malloc((size_t)n + 1);
-	H_CHECK(buf && fread(buf, 1, (size_t)n, f) == (size_t)n, "read %s", path);
-	fclose(f);
-	*ret_len = (size_t)n;
-	return buf;
-}
-
 static void append(uint32_t s, const uint32_t *ids, size_t n)
 {
 	ref[s] = realloc(ref[s], (n_ref[s] + n) * sizeof(uint32_t));
@@ -110,11 +92,11 @@ static int write_sources(const char *dir, const char *data)
 	const uint32_t eot = EOT;
 
 	snprintf(path, sizeof(path), "%s/corpus/tinyshakespeare.txt", data);
-	prose = read_all(path, &prose_len);
+	prose = h_read_file(path, &prose_len);
 	snprintf(path, sizeof(path), "%s/tokref/unicode_mix.txt", data);
-	multi = read_all(path, &multi_len);
+	multi = h_read_file(path, &multi_len);
 	snprintf(path, sizeof(path), "%s/tokref/unicode_mix.r50k_base.u32", data);
-	tokref = read_all(path, &tokref_len);
+	tokref = h_read_file(path, &tokref_len);
 	if (!prose || !multi || !tokref) {
 		free(prose);
 		free(multi);
@@ -302,35 +284,6 @@ static uint64_t *check_rows(const struct sf_config *cfg, uint64_t steps, uint64_
 	return hash;
 }
 
-/* 1, 2, 4 producers agree with each other and the direct build; a resume from every step
- * agrees too. */
-static void check_runs(const char *name, const struct sf_config *cfg)
-{
-	struct h_run base, other;
-
-	H_CHECK(h_pipeline(cfg, 1, 0, STEPS, &base) == 0, "%s: 1 producer", name);
-	h_expect_direct(cfg, &base, 0);
-	for (uint32_t p = 2; p <= 4; p += 2) {
-		H_CHECK(h_pipeline(cfg, p, 0, STEPS, &other) == 0, "%s: %u producers", name, p);
-		H_CHECK(!memcmp(base.hash, other.hash, base.ranks * STEPS * 8),
-			"%s: %u producers differ from 1", name, p);
-		h_run_free(&other);
-	}
-	for (uint64_t at = 1; at < STEPS; at++) {
-		H_CHECK(h_pipeline(cfg, 2, at, STEPS - at, &other) == 0, "%s: resume", name);
-		for (uint32_t r = 0; r < base.ranks; r++)
-			H_CHECK(!memcmp(&base.hash[r * STEPS + at], &other.hash[r * (STEPS - at)],
-					(STEPS - at) * 8),
-				"%s: rank %u resumed at step %llu differs", name, r,
-				(unsigned long long)at);
-		h_run_free(&other);
-	}
-	h_run_free(&base);
-	printf("ok: %s: 1, 2, 4 producers, the direct build and a resume from each of steps "
-	       "1-%d agree\n",
-	       name, STEPS - 1);
-}
-
 /* A schedule: steps [0, 6) prose and tokens; [6, 12) a ramp to multi; then 2:1:1. */
 static struct sf_weight_config w_pt[] = {{"prose", 1}, {"tokens", 1}}, w_m[] = {{"multi", 1}},
 			       w_all[] = {{"prose", 2}, {"multi", 1}, {"tokens", 1}};
@@ -381,12 +334,12 @@ int main(int argc, char **argv)
 
 	mix_config(&cfg, 4, 2);
 	cfg.doc_starts = 4;
-	check_runs("prose/multi/tokens 0.4/0.35/0.25, windows, document starts", &cfg);
+	h_check_runs("prose/multi/tokens 0.4/0.35/0.25, windows, document starts", &cfg, STEPS);
 
 	mix_config(&cfg, 4, 2);
 	cfg.mode = SF_SAMPLE_RANDOM;
 	free(check_rows(&cfg, 100, epochs));
-	check_runs("prose/multi/tokens, random", &cfg);
+	h_check_runs("prose/multi/tokens, random", &cfg, STEPS);
 
 	mix_config(&cfg, 4, 2);
 	for (int s = 0; s < 3; s++)
@@ -409,7 +362,7 @@ int main(int argc, char **argv)
 		sf__dataset_close(ds);
 	}
 	free(check_rows(&cfg, STEPS, epochs));
-	check_runs("schedule: phase, ramp to multi, phase", &cfg);
+	h_check_runs("schedule: phase, ramp to multi, phase", &cfg, STEPS);
 
 	h_rmtree(dir);
 	free(dir);

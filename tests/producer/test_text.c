@@ -28,25 +28,6 @@
 #include "producer/sampler.h"
 #include "tests/producer/harness.h"
 
-static char *read_all(const char *path, size_t *ret_len)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf;
-	long n;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = malloc((size_t)n + 1);
-	H_CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n, "read %s", path);
-	fclose(f);
-	buf[n] = 0;
-	*ret_len = (size_t)n;
-	return buf;
-}
-
 static void config_text(struct sf_config *cfg, const char *path, const char *vocab_dir, uint32_t T)
 {
 	h_config(cfg, path, 4, T, 2);
@@ -170,8 +151,8 @@ int main(int argc, char **argv)
 	snprintf(vocab_dir, sizeof(vocab_dir), "%s/vocab", argv[1]);
 	snprintf(corpus, sizeof(corpus), "%s/corpus/tinyshakespeare.txt", argv[1]);
 	snprintf(tokref, sizeof(tokref), "%s/tokref/tinyshakespeare.r50k_base.u32", argv[1]);
-	text = read_all(corpus, &text_len);
-	ref_bytes = read_all(tokref, &ref_len);
+	text = h_read_file(corpus, &text_len);
+	ref_bytes = h_read_file(tokref, &ref_len);
 	if (!text || !ref_bytes) {
 		printf("skip: %s not found\n", argv[1]);
 		return 77;
@@ -238,8 +219,7 @@ int main(int argc, char **argv)
 		H_CHECK(st.index_loaded == 0, "index of a changed file reused");
 		sf__dataset_close(ds);
 		/* Only in the cache directory, nothing beside the corpus. */
-		H_CHECK(count_files(dir, ".shmfeed.") == 0 &&
-				count_files(cache_dir, "") == 1,
+		H_CHECK(count_files(dir, ".shmfeed.") == 0 && count_files(cache_dir, "") == 1,
 			"index files: %d beside, %d cached", count_files(dir, ".shmfeed."),
 			count_files(cache_dir, ""));
 		printf("ok: the chunk index is cached, reused, and rebuilt after a change\n");
@@ -254,8 +234,7 @@ int main(int argc, char **argv)
 		sf__dataset_stats(ds, &st);
 		sf__dataset_close(ds);
 		H_CHECK(st.index_loaded == 0 && count_files(dir, ".shmfeed.") == 1,
-			"not written beside the corpus (%d files)",
-			count_files(dir, ".shmfeed."));
+			"not written beside the corpus (%d files)", count_files(dir, ".shmfeed."));
 		H_CHECK(count_files(cache_dir, "") == 1, "written to the cache directory too");
 		H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
 		sf__dataset_stats(ds, &st);
@@ -304,7 +283,8 @@ int main(int argc, char **argv)
 					"%s read %llu tokens", i ? "the glob" : "the file",
 					(unsigned long long)st.n_tokens);
 			}
-			H_CHECK(count_files(folder, ".shmfeed.") == 1, "no index beside the corpus folder");
+			H_CHECK(count_files(folder, ".shmfeed.") == 1,
+				"no index beside the corpus folder");
 		}
 		printf("ok: index: beside writes a dot-file next to the corpus, reuses it, is "
 		       "passed over by globs, and falls back to the cache directory\n");
