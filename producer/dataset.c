@@ -1,10 +1,12 @@
 /*
  * The dataset composes the rooms of producer/: the sources of each format (source/),
- * resolved into one global token stream (pre-tokenized files concatenated in source
- * order, each source's paths and globs sorted; raw text the concatenation of its chunks,
- * text_index.c), the tokenizer, the sample space over the stream, and the batch builder.
- * Sample k of the stream is found by producer/sampler.h (or text_cache.c for raw text
- * windows) without any state, which makes a batch a pure function of (rank, step).
+ * resolved into one global token stream (the sources in their order, each source's
+ * paths and globs sorted: pre-tokenized files concatenated, raw text the concatenation
+ * of its chunks, text_index.c), the tokenizer, the sample space over the stream (one, or
+ * one per source of a mixture: dataset_mixture.c), and the batch builder. Sample k is
+ * found by producer/sampler.h (text_order.c for raw text windows; mixture.h for the
+ * source of a mixture's sample) without any state, which makes a batch a pure function
+ * of (rank, step).
  */
 #include <errno.h>
 #include <fcntl.h>
