@@ -668,3 +668,94 @@ Test(hardening, eot_id_marks_the_document_starts_of_token_files)
 	sf__builder_free(b);
 	sf__dataset_close(ds);
 }
+
+/* ---- raw text and pre-tokenized sources in one job ---- */
+
+/* DIR/text.txt (paragraphs of letters) and DIR/ids.bin (4000 ids, id i = i % modulo). */
+static char text_path[4096], ids_path[4096];
+
+static void put_text_and_ids(uint32_t modulo)
+{
+	FILE *f;
+
+	snprintf(text_path, sizeof(text_path), "%s/text.txt", dir);
+	f = fopen(text_path, "w");
+	cr_assert(f);
+	for (int i = 0; i < 50; i++)
+		fprintf(f, "paragraph %d of some words to read\n\n", i);
+	cr_assert_eq(fclose(f), 0);
+	put_tokens("ids.bin", 4000, modulo);
+	snprintf(ids_path, sizeof(ids_path), "%s", path);
+}
+
+Test(hardening, a_job_without_a_mixture_reads_one_kind_of_source)
+{
+	char *both[2] = {text_path, ids_path};
+	struct sf_err e = {0};
+	uint32_t width;
+
+	put_text_and_ids(256);
+	src.paths = both;
+	src.n_paths = 2;
+	cfg.encoding = "bytes";
+	cr_assert_eq(sf__dataset_check(&cfg, &width, &e), SF_E_CONFIG, "%s", e.msg);
+	cr_expect(strstr(e.msg, "not both") && strstr(e.msg, "mixtures.md"), "%s", e.msg);
+}
+
+Test(hardening, a_mixture_source_of_both_kinds_is_refused)
+{
+	char *both[2] = {text_path, ids_path}, *one[1] = {ids_path};
+	struct sf_source_config two[2] = {
+		{.paths = both, .n_paths = 2, .name = "mixed", .weight = 1000000000},
+		{.paths = one, .n_paths = 1, .name = "ids", .weight = 1000000000},
+	};
+	struct sf_err e = {0};
+	uint32_t width;
+
+	put_text_and_ids(256);
+	cfg.sources = two;
+	cfg.n_sources = 2;
+	cfg.mixture = 1;
+	cfg.encoding = "bytes";
+	cr_assert_eq(sf__dataset_check(&cfg, &width, &e), SF_E_CONFIG, "%s", e.msg);
+	cr_expect(strstr(e.msg, "source 'mixed' holds both raw text") && strstr(e.msg, text_path) &&
+			  strstr(e.msg, ids_path),
+		  "%s", e.msg);
+	/* One kind per source mixes. */
+	two[0].paths = (char *[]){text_path};
+	two[0].n_paths = 1;
+	cr_assert_eq(sf__dataset_check(&cfg, &width, &e), 0, "%s", e.msg);
+}
+
+/* With raw text the job's encoding is that of its token files too, `bytes` included:
+ * their ids are held to its vocabulary (257 ids). */
+Test(hardening, ids_mixed_with_raw_text_are_held_to_the_job_vocabulary)
+{
+	char *text[1] = {text_path}, *ids[1] = {ids_path};
+	struct sf_source_config two[2] = {
+		{.paths = text,
+		 .n_paths = 1,
+		 .name = "text",
+		 .separator = "\n\n",
+		 .weight = 1000000000},
+		{.paths = ids, .n_paths = 1, .name = "ids", .weight = 1000000000},
+	};
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	put_text_and_ids(300);
+	cfg.sources = two;
+	cfg.n_sources = 2;
+	cfg.mixture = 1;
+	cfg.encoding = "bytes";
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_until_error(ds, 200, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, ids_path) && strstr(e.msg, "outside the vocabulary of 257 ids"),
+		  "%s", e.msg);
+	sf__dataset_close(ds);
+	/* Ids within it are delivered. */
+	put_text_and_ids(256);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_until_error(ds, 200, &e), 0, "%s", e.msg);
+	sf__dataset_close(ds);
+}
