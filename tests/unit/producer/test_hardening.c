@@ -759,3 +759,32 @@ Test(hardening, ids_mixed_with_raw_text_are_held_to_the_job_vocabulary)
 	cr_assert_eq(fill_until_error(ds, 200, &e), 0, "%s", e.msg);
 	sf__dataset_close(ds);
 }
+
+/* A vocabulary of more than 65536 ids widens the batch even when every token file of the
+ * mixture holds 2-byte ids; uint16 is refused. */
+Test(hardening, raw_text_of_a_wide_vocabulary_widens_a_mixture)
+{
+	char *text[1] = {text_path}, *ids[1] = {ids_path}, o200k[4096];
+	struct sf_source_config two[2] = {
+		{.paths = text, .n_paths = 1, .name = "text", .weight = 1000000000},
+		{.paths = ids, .n_paths = 1, .name = "ids", .weight = 1000000000},
+	};
+	struct sf_err e = {0};
+	uint32_t width = 0;
+
+	if (!have_r50k())
+		cr_skip_test("no shared test data at %s", r50k);
+	snprintf(o200k, sizeof(o200k), "%.*s/o200k_base.tiktoken", (int)(strrchr(r50k, '/') - r50k),
+		 r50k);
+	put_text_and_ids(256);
+	cfg.sources = two;
+	cfg.n_sources = 2;
+	cfg.mixture = 1;
+	cfg.encoding = "o200k_base";
+	cfg.vocab = o200k;
+	cr_assert_eq(sf__dataset_check(&cfg, &width, &e), 0, "%s", e.msg);
+	cr_expect_eq(width, 4);
+	cfg.dtype = SF_DTYPE_U16;
+	cr_assert_eq(sf__dataset_check(&cfg, &width, &e), SF_E_CONFIG, "%s", e.msg);
+	cr_expect(strstr(e.msg, "uint16"), "%s", e.msg);
+}
