@@ -116,6 +116,78 @@ Test(mixture, seventeen_sources)
 	}
 }
 
+/* The largest |count_i(n) Q - P_i n| over one period of Q samples (after which the pattern
+ * repeats), walked sample by sample. */
+static i128 worst_over_period(const struct sf_mix_set *s)
+{
+	uint64_t *count = calloc(s->n_sources, sizeof(*count));
+	const i128 Q = (i128)s->total;
+	i128 worst = 0;
+
+	for (uint64_t n = 0; n < s->total; n++) {
+		uint64_t idx;
+
+		count[sf__mix_set_locate(s, n, &idx)]++;
+		for (uint32_t j = 0; j < s->n_sources; j++) {
+			i128 err = (i128)count[j] * Q - (i128)s->weights[j] * (i128)(n + 1);
+
+			if (err < 0)
+				err = -err;
+			if (err > worst)
+				worst = err;
+		}
+	}
+	free(count);
+	return worst;
+}
+
+/* docs/mixtures.md: no tree shape gives < 1 for these 5 sources (1.0129 at best); the
+ * loader's printed bound must be what a walk over the period finds, and say >= 1. */
+Test(mixture, the_printed_bound_is_the_walked_one_where_no_tree_is_below_one)
+{
+	const uint64_t w[5] = {14631, 2919, 47789, 1, 34663};
+	struct sf_mix_set s;
+	i128 worst;
+
+	cr_assert_eq(sf__mix_set_init(&s, w, 5, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX), 0);
+	cr_assert(s.exact);
+	worst = worst_over_period(&s);
+	cr_assert_geq(worst * 10000, (i128)s.total * 10129, "worst %.6f",
+		      (double)worst / (double)s.total);
+	cr_assert_float_eq(s.bound, (double)worst / (double)s.total, 1e-9, "bound %.9f walked %.9f",
+			   s.bound, (double)worst / (double)s.total);
+	sf__mix_set_free(&s);
+}
+
+/* docs/mixtures.md proves every printed bound below psi / 2 = 1.67994 (the Huffman shape is
+ * always a candidate): on the chain that drives Huffman's own bound to 1.6799, on random
+ * mixtures of 5 to 64 sources, and, where the period is short, the walk stays within it. */
+Test(mixture, every_bound_is_below_1_68)
+{
+	uint64_t w[64] = {1000, 1, 1000};
+	struct sf_mix_set s;
+
+	for (int i = 3; i < 22; i++)
+		w[i] = w[i - 1] + w[i - 2];
+	cr_assert_eq(sf__mix_set_init(&s, w, 22, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX), 0);
+	cr_assert_lt(s.bound, 1.67994, "chain: bound %.6f", s.bound);
+	sf__mix_set_free(&s);
+	srand(4242);
+	for (int round = 0; round < 40; round++) {
+		uint32_t n = 5 + (uint32_t)(rand() % 60);
+		uint64_t top = round % 2 ? 1000 : 1000000;
+
+		for (uint32_t i = 0; i < n; i++)
+			w[i] = 1 + (uint64_t)rand() % (i == 0 && round % 4 == 3 ? top * 1000 : top);
+		cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 16, SF_MIX_SEARCH_MAX), 0);
+		cr_assert_lt(s.bound, 1.67994, "%u sources: bound %.6f", n, s.bound);
+		if (s.total <= (UINT64_C(1) << 16))
+			cr_assert_leq(worst_over_period(&s), (i128)(s.bound * (double)s.total) + 1,
+				      "%u sources: walk above the bound %.6f", n, s.bound);
+		sf__mix_set_free(&s);
+	}
+}
+
 Test(mixture, a_zero_weight_source_is_never_chosen)
 {
 	static const uint64_t w[] = {0, 3, 0, 1};
