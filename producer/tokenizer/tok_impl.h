@@ -41,7 +41,7 @@
  * SF_BPE_SHORT_MAX with a tournament tree on the stack, longer ones with a heap.
  */
 #define SF_BPE_SCAN_MAX	 12
-#define SF_BPE_SHORT_MAX 64
+#define SF_BPE_SHORT_MAX 256
 
 struct sf_tok_special_entry {
 	char *text;
@@ -132,9 +132,28 @@ struct sf_tok_cache_entry {
 	uint32_t ids[SF_TOK_CACHE_IDS];
 };
 
+/*
+ * Longer pieces, of SF_TOK_CACHE_MAX_LEN + 1 to SF_TOK_LONG_MAX bytes, have a cache of
+ * their own that keeps their bytes: words of scripts written without spaces (Chinese,
+ * Japanese, Thai) and long compounds come as such pieces, and a catalogue, a manual or a
+ * web page repeats them within a few hundred pieces. A piece that merges into more than
+ * SF_TOK_LONG_IDS ids is not kept.
+ */
+#define SF_TOK_LONG_BITS 9
+#define SF_TOK_LONG_MAX	 64
+#define SF_TOK_LONG_IDS	 32
+
+struct sf_tok_long_entry {
+	uint32_t len; /* 0: empty */
+	uint32_t n;
+	uint8_t bytes[SF_TOK_LONG_MAX];
+	uint32_t ids[SF_TOK_LONG_IDS];
+};
+
 struct sf_tok_encoder {
 	const struct sf_tok *tok;
 	struct sf_tok_cache_entry *cache; /* 1 << SF_TOK_CACHE_BITS entries */
+	struct sf_tok_long_entry *long_cache; /* 1 << SF_TOK_LONG_BITS entries */
 	uint32_t *ids;
 	size_t ids_cap;
 	/* BPE scratch, sized for the longest piece seen. */
