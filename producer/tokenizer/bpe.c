@@ -94,7 +94,9 @@ int sf__bpe_scan(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
  * more than the tree once there are more than a dozen: leaf i holds (rank << 32 | i) for the part
  * that starts at byte i and its successor, so the root is the leftmost lowest pair, as the scan
  * finds it, and each merge updates three leaves in O(log n) instead of rescanning. The parts are a
- * linked list over their first bytes.
+ * linked list over their first bytes. The tree has exactly one leaf per byte, at t[len + i],
+ * and node k is the smaller of t[2k] and t[2k + 1]: every index from 2 up is some node's
+ * child, so the root t[1] is the smallest leaf for any len, not only a power of two.
  */
 #define TREE_NONE ((uint64_t)SF_RANK_NONE << 32)
 
@@ -115,13 +117,11 @@ static inline void tree_set(uint64_t *t, size_t size, size_t i, uint64_t v)
 int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
 		 size_t *ret_n)
 {
-	uint64_t t[4 * SF_BPE_SHORT_MAX];
+	uint64_t t[2 * SF_BPE_SHORT_MAX];
 	uint32_t next[SF_BPE_SHORT_MAX + 1], prev[SF_BPE_SHORT_MAX + 1];
 	uint32_t rank[SF_BPE_SHORT_MAX];
-	size_t size = 1, i, n = 0;
+	size_t size = len, i, n = 0;
 
-	while (size < len)
-		size *= 2;
 	for (i = 0; i < len; i++) {
 		uint32_t pair =
 			i + 1 < len ? r->pair_rank[piece[i] << 8 | piece[i + 1]] : SF_RANK_NONE;
@@ -131,8 +131,6 @@ int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 		rank[i] = r->byte_rank[piece[i]];
 		t[size + i] = (uint64_t)pair << 32 | i;
 	}
-	for (; i < size; i++)
-		t[size + i] = TREE_NONE | i;
 	for (i = size - 1; i; i--)
 		t[i] = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
 

@@ -152,7 +152,7 @@ struct sf_tok_long_entry {
 
 struct sf_tok_encoder {
 	const struct sf_tok *tok;
-	struct sf_tok_cache_entry *cache; /* 1 << SF_TOK_CACHE_BITS entries */
+	struct sf_tok_cache_entry *cache;     /* 1 << SF_TOK_CACHE_BITS entries */
 	struct sf_tok_long_entry *long_cache; /* 1 << SF_TOK_LONG_BITS entries */
 	uint32_t *ids;
 	size_t ids_cap;

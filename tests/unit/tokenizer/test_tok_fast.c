@@ -150,9 +150,9 @@ Test(caches, equal_fresh_merges)
 		const uint32_t *ids;
 		uint32_t want[SF_BPE_SHORT_MAX];
 
-		cr_assert_eq(sf__tok_encode(enc, set[k], set_len[k], SF_TOK_ALLOW_NONE, &ids, &n,
-					    NULL),
-			     0);
+		cr_assert_eq(
+			sf__tok_encode(enc, set[k], set_len[k], SF_TOK_ALLOW_NONE, &ids, &n, NULL),
+			0);
 		/* The scanner keeps the piece whole, so its ids are one merge's. */
 		cr_assert_eq(sf__pretok_next(SF_PRETOK_O200K, set[k], set_len[k], 0), set_len[k]);
 		cr_assert_eq(sf__bpe_scan(&tok->ranks, set[k], set_len[k], want, &want_n), 0);
