@@ -225,22 +225,25 @@ static size_t next_cl100k(const uint8_t *s, size_t n, size_t p)
  */
 static size_t o200k_lower(const uint8_t *s, size_t n, size_t q)
 {
-	size_t u = q, both = SIZE_MAX, len;
-	unsigned c;
+	size_t u = q, both_end = 0, len;
+	unsigned c = 0;
 
 	while (u < n) {
 		c = sf__uc_at(s, n, u, &len);
 		if (!(c & SF_UC_UP))
 			break;
-		if (c & SF_UC_LO)
-			both = u;
 		u += len;
+		if (c & SF_UC_LO)
+			both_end = u;
 	}
-	if (u < n && (sf__uc_at(s, n, u, &len) & SF_UC_LO))
-		return run(s, n, u, SF_UC_LO);
-	if (both != SIZE_MAX)
-		return run(s, n, both, SF_UC_LO);
-	return 0;
+	/* The loop stopped at s[u], of class c and length len, unless at the end. */
+	if (u < n && (c & SF_UC_LO))
+		return run(s, n, u + len, SF_UC_LO);
+	/*
+	 * Else the second run is the last character of the first that is in both classes:
+	 * what follows it in the first run is not lowercase, and neither is s[u].
+	 */
+	return both_end;
 }
 
 /* [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]* at s[q], or 0. */
