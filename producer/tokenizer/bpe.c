@@ -73,11 +73,13 @@ int sf__bpe_scan(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 		parts--;
 		memmove(p + best + 1, p + best + 2, (parts - best) * sizeof(*p));
 		if (best > 0)
-			p[best - 1].pair = sf__tok_rank(r, piece + p[best - 1].start,
-							p[best + 1].start - p[best - 1].start);
-		p[best].pair = best + 1 < parts ? sf__tok_rank(r, piece + p[best].start,
-							       p[best + 2].start - p[best].start)
-						: SF_RANK_NONE;
+			p[best - 1].pair =
+				sf__tok_rank_joined(r, piece + p[best - 1].start,
+						    p[best + 1].start - p[best - 1].start);
+		p[best].pair = best + 1 < parts
+				       ? sf__tok_rank_joined(r, piece + p[best].start,
+							     p[best + 2].start - p[best].start)
+				       : SF_RANK_NONE;
 	}
 	for (i = 0; i < parts; i++) {
 		if (p[i].rank == SF_RANK_NONE)
@@ -143,15 +145,16 @@ int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 		if (c < len)
 			prev[c] = a;
 		tree_set(t, size, b, TREE_NONE | b);
-		tree_set(
-			t, size, a,
-			(uint64_t)(c < len ? sf__tok_rank(r, piece + a, next[c] - a) : SF_RANK_NONE)
-					<< 32 |
-				a);
+		tree_set(t, size, a,
+			 (uint64_t)(c < len ? sf__tok_rank_joined(r, piece + a, next[c] - a)
+					    : SF_RANK_NONE)
+					 << 32 |
+				 a);
 		if (a > 0) {
 			uint32_t p = prev[a];
 
-			tree_set(t, size, p, (uint64_t)sf__tok_rank(r, piece + p, c - p) << 32 | p);
+			tree_set(t, size, p,
+				 (uint64_t)sf__tok_rank_joined(r, piece + p, c - p) << 32 | p);
 		}
 	}
 	for (i = 0; i < len; i = next[i]) {
@@ -252,7 +255,8 @@ int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, u
 
 			nodes[p].pair_rank = pair_rank(r, nodes, piece, p, end);
 			if (nodes[p].pair_rank != SF_RANK_NONE)
-				sf__heap_push(heap, &n_heap, (uint64_t)nodes[p].pair_rank << 32 | p);
+				sf__heap_push(heap, &n_heap,
+					      (uint64_t)nodes[p].pair_rank << 32 | p);
 		}
 	}
 

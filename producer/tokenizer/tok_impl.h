@@ -244,19 +244,19 @@ static inline bool sf__tok_tail_equal(const uint8_t *a, const uint8_t *b, size_t
 }
 
 /*
- * sf__tok_rank - the rank of bytes s[0..len), or SF_RANK_NONE. Always inlined: it sits in
- * the innermost loops, where the call would cost as much as a hit.
+ * sf__tok_rank_joined - sf__tok_rank() of at least 3 bytes, which is what joining a merged
+ * part to its neighbour always asks: the merge loops call it without the tests for one
+ * and two bytes.
  */
-static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct sf_tok_ranks *r,
-								   const uint8_t *s, size_t len)
+static inline __attribute__((always_inline)) uint32_t
+sf__tok_rank_joined(const struct sf_tok_ranks *r, const uint8_t *s, size_t len)
 {
 	uint64_t key, h, bits, i;
 
-	if (len == 1)
-		return r->byte_rank[s[0]];
-	if (len == 2)
-		return r->pair_rank[s[0] << 8 | s[1]];
-	key = sf__tok_key(s, len);
+	key = len >= 8 ? sf__tok_load64(s)
+	      : len >= 4
+		      ? sf__tok_load32(s) | (uint64_t)sf__tok_load32(s + len - 4) << (8 * (len - 4))
+		      : (uint64_t)s[0] | (uint64_t)s[1] << 8 | (uint64_t)s[2] << 16;
 	h = sf__tok_mix(s, len, key);
 	if ((*sf__tok_bloom_word(r, h, &bits) & bits) != bits)
 		return SF_RANK_NONE;
@@ -269,6 +269,20 @@ static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct 
 		if (!slot->len)
 			return SF_RANK_NONE;
 	}
+}
+
+/*
+ * sf__tok_rank - the rank of bytes s[0..len), or SF_RANK_NONE. Always inlined: it sits in
+ * the innermost loops, where the call would cost as much as a hit.
+ */
+static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct sf_tok_ranks *r,
+								   const uint8_t *s, size_t len)
+{
+	if (len == 1)
+		return r->byte_rank[s[0]];
+	if (len == 2)
+		return r->pair_rank[s[0] << 8 | s[1]];
+	return sf__tok_rank_joined(r, s, len);
 }
 
 /* vocab.c */
