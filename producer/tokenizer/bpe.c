@@ -106,13 +106,19 @@ static inline void tree_set(uint64_t *t, size_t size, size_t i, uint64_t v)
 {
 	i += size;
 	t[i] = v;
-	/* A node whose minimum stays the same leaves everything above it the same too. */
-	for (i >>= 1; i; i >>= 1) {
-		uint64_t m = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
+	/*
+	 * v climbs as the minimum of the nodes it passes: each level reads only the sibling,
+	 * never a node this walk has just stored, so the loads of one walk do not wait for
+	 * each other. A node whose minimum stays the same leaves everything above it the
+	 * same too.
+	 */
+	for (; i > 1; i >>= 1) {
+		uint64_t sibling = t[i ^ 1];
 
-		if (t[i] == m)
+		v = v < sibling ? v : sibling;
+		if (t[i >> 1] == v)
 			break;
-		t[i] = m;
+		t[i >> 1] = v;
 	}
 }
 
