@@ -73,11 +73,13 @@ int sf__bpe_scan(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 		parts--;
 		memmove(p + best + 1, p + best + 2, (parts - best) * sizeof(*p));
 		if (best > 0)
-			p[best - 1].pair = sf__tok_rank(r, piece + p[best - 1].start,
-							p[best + 1].start - p[best - 1].start);
-		p[best].pair = best + 1 < parts ? sf__tok_rank(r, piece + p[best].start,
-							       p[best + 2].start - p[best].start)
-						: SF_RANK_NONE;
+			p[best - 1].pair =
+				sf__tok_rank_joined(r, piece + p[best - 1].start,
+						    p[best + 1].start - p[best - 1].start);
+		p[best].pair = best + 1 < parts
+				       ? sf__tok_rank_joined(r, piece + p[best].start,
+							     p[best + 2].start - p[best].start)
+				       : SF_RANK_NONE;
 	}
 	for (i = 0; i < parts; i++) {
 		if (p[i].rank == SF_RANK_NONE)
@@ -94,7 +96,9 @@ int sf__bpe_scan(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
  * more than the tree once there are more than a dozen: leaf i holds (rank << 32 | i) for the part
  * that starts at byte i and its successor, so the root is the leftmost lowest pair, as the scan
  * finds it, and each merge updates three leaves in O(log n) instead of rescanning. The parts are a
- * linked list over their first bytes.
+ * linked list over their first bytes. The tree has exactly one leaf per byte, at t[len + i],
+ * and node k is the smaller of t[2k] and t[2k + 1]: every index from 2 up is some node's
+ * child, so the root t[1] is the smallest leaf for any len, not only a power of two.
  */
 #define TREE_NONE ((uint64_t)SF_RANK_NONE << 32)
 
@@ -102,26 +106,30 @@ static inline void tree_set(uint64_t *t, size_t size, size_t i, uint64_t v)
 {
 	i += size;
 	t[i] = v;
-	/* A node whose minimum stays the same leaves everything above it the same too. */
-	for (i >>= 1; i; i >>= 1) {
-		uint64_t m = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
+	/*
+	 * v climbs as the minimum of the nodes it passes: each level reads only the sibling,
+	 * never a node this walk has just stored, so the loads of one walk do not wait for
+	 * each other. A node whose minimum stays the same leaves everything above it the
+	 * same too.
+	 */
+	for (; i > 1; i >>= 1) {
+		uint64_t sibling = t[i ^ 1];
 
-		if (t[i] == m)
+		v = v < sibling ? v : sibling;
+		if (t[i >> 1] == v)
 			break;
-		t[i] = m;
+		t[i >> 1] = v;
 	}
 }
 
 int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
 		 size_t *ret_n)
 {
-	uint64_t t[4 * SF_BPE_SHORT_MAX];
+	uint64_t t[2 * SF_BPE_SHORT_MAX];
 	uint32_t next[SF_BPE_SHORT_MAX + 1], prev[SF_BPE_SHORT_MAX + 1];
 	uint32_t rank[SF_BPE_SHORT_MAX];
-	size_t size = 1, i, n = 0;
+	size_t size = len, i, n = 0;
 
-	while (size < len)
-		size *= 2;
 	for (i = 0; i < len; i++) {
 		uint32_t pair =
 			i + 1 < len ? r->pair_rank[piece[i] << 8 | piece[i + 1]] : SF_RANK_NONE;
@@ -131,8 +139,6 @@ int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 		rank[i] = r->byte_rank[piece[i]];
 		t[size + i] = (uint64_t)pair << 32 | i;
 	}
-	for (; i < size; i++)
-		t[size + i] = TREE_NONE | i;
 	for (i = size - 1; i; i--)
 		t[i] = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
 
@@ -145,15 +151,16 @@ int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 		if (c < len)
 			prev[c] = a;
 		tree_set(t, size, b, TREE_NONE | b);
-		tree_set(
-			t, size, a,
-			(uint64_t)(c < len ? sf__tok_rank(r, piece + a, next[c] - a) : SF_RANK_NONE)
-					<< 32 |
-				a);
+		tree_set(t, size, a,
+			 (uint64_t)(c < len ? sf__tok_rank_joined(r, piece + a, next[c] - a)
+					    : SF_RANK_NONE)
+					 << 32 |
+				 a);
 		if (a > 0) {
 			uint32_t p = prev[a];
 
-			tree_set(t, size, p, (uint64_t)sf__tok_rank(r, piece + p, c - p) << 32 | p);
+			tree_set(t, size, p,
+				 (uint64_t)sf__tok_rank_joined(r, piece + p, c - p) << 32 | p);
 		}
 	}
 	for (i = 0; i < len; i = next[i]) {
@@ -254,7 +261,8 @@ int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, u
 
 			nodes[p].pair_rank = pair_rank(r, nodes, piece, p, end);
 			if (nodes[p].pair_rank != SF_RANK_NONE)
-				sf__heap_push(heap, &n_heap, (uint64_t)nodes[p].pair_rank << 32 | p);
+				sf__heap_push(heap, &n_heap,
+					      (uint64_t)nodes[p].pair_rank << 32 | p);
 		}
 	}
 

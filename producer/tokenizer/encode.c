@@ -27,6 +27,11 @@ int sf__tok_encoder_create(const struct sf_tok *tok, struct sf_tok_encoder **ret
 		free(enc);
 		return sf__err(e, -ENOMEM, "out of memory");
 	}
+	enc->long_cache = calloc((size_t)1 << SF_TOK_LONG_BITS, sizeof(*enc->long_cache));
+	if (!enc->long_cache) {
+		sf__tok_encoder_free(enc);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
 	if (tok->re) {
 		enc->md = pcre2_match_data_create_from_pattern(tok->re, NULL);
 		if (!enc->md) {
@@ -57,10 +62,36 @@ void sf__tok_encoder_free(struct sf_tok_encoder *enc)
 	free(enc->nodes);
 	free(enc->heap);
 	free(enc->cache);
+	free(enc->long_cache);
 	free(enc->special_next);
 	pcre2_match_data_free(enc->md);
 	sf__hf_scratch_free(enc->hf);
 	free(enc);
+}
+
+/* A piece of SF_TOK_CACHE_MAX_LEN + 1 to SF_TOK_LONG_MAX bytes, through the long cache. */
+static int merge_long(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, uint32_t *out,
+		      size_t *ret_n)
+{
+	uint64_t h = sf__tok_load64(s) ^ sf__tok_load64(s + len / 2 - 4) * 0xc2b2ae3d27d4eb4full ^
+		     sf__tok_load64(s + len - 8) * 0x165667b19e3779f9ull ^ len;
+	struct sf_tok_long_entry *c =
+		&enc->long_cache[(h * 0x9e3779b97f4a7c15ull) >> (64 - SF_TOK_LONG_BITS)];
+	int rc;
+
+	if (c->len == len && !memcmp(c->bytes, s, len)) {
+		memcpy(out, c->ids, c->n * sizeof(*out));
+		*ret_n = c->n;
+		return 0;
+	}
+	rc = sf__bpe_short(&enc->tok->ranks, s, len, out, ret_n);
+	if (rc == 0 && *ret_n <= SF_TOK_LONG_IDS) {
+		c->len = (uint32_t)len;
+		c->n = (uint32_t)*ret_n;
+		memcpy(c->bytes, s, len);
+		memcpy(c->ids, out, *ret_n * sizeof(*out));
+	}
+	return rc;
 }
 
 /* Merge a piece that is not a token, through the piece cache when it is short enough. */
@@ -72,9 +103,11 @@ static int merge_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len,
 	uint64_t head, tail, h;
 	int rc;
 
-	if (len > SF_TOK_CACHE_MAX_LEN)
+	if (len > SF_TOK_LONG_MAX)
 		return len <= SF_BPE_SHORT_MAX ? sf__bpe_short(r, s, len, out, ret_n)
 					       : sf__bpe_heap(enc, s, len, out, ret_n);
+	if (len > SF_TOK_CACHE_MAX_LEN)
+		return merge_long(enc, s, len, out, ret_n);
 	head = sf__tok_key(s, len);
 	tail = len > 8 ? sf__tok_load64(s + len - 8) : 0;
 	h = (head ^ tail * 0xc2b2ae3d27d4eb4full ^ len) * 0x9e3779b97f4a7c15ull;

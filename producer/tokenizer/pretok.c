@@ -217,6 +217,12 @@ static size_t next_cl100k(const uint8_t *s, size_t n, size_t p)
 	return whitespace(s, n, p, true);
 }
 
+/* `end` and the optional (?i:'s|'t|...) after it; most pieces have no apostrophe there. */
+static inline size_t with_contraction(const uint8_t *s, size_t n, size_t end)
+{
+	return end < n && s[end] == '\'' ? end + contraction(s, n, end, true) : end;
+}
+
 /*
  * [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+ at s[q]: the end of the match,
  * or 0 when there is none. The greedy first run gives back characters until the second
@@ -225,22 +231,25 @@ static size_t next_cl100k(const uint8_t *s, size_t n, size_t p)
  */
 static size_t o200k_lower(const uint8_t *s, size_t n, size_t q)
 {
-	size_t u = q, both = SIZE_MAX, len;
-	unsigned c;
+	size_t u = q, both_end = 0, len;
+	unsigned c = 0;
 
 	while (u < n) {
 		c = sf__uc_at(s, n, u, &len);
 		if (!(c & SF_UC_UP))
 			break;
-		if (c & SF_UC_LO)
-			both = u;
 		u += len;
+		if (c & SF_UC_LO)
+			both_end = u;
 	}
-	if (u < n && (sf__uc_at(s, n, u, &len) & SF_UC_LO))
-		return run(s, n, u, SF_UC_LO);
-	if (both != SIZE_MAX)
-		return run(s, n, both, SF_UC_LO);
-	return 0;
+	/* The loop stopped at s[u], of class c and length len, unless at the end. */
+	if (u < n && (c & SF_UC_LO))
+		return run(s, n, u + len, SF_UC_LO);
+	/*
+	 * Else the second run is the last character of the first that is in both classes:
+	 * what follows it in the first run is not lowercase, and neither is s[u].
+	 */
+	return both_end;
 }
 
 /* [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]* at s[q], or 0. */
@@ -269,15 +278,15 @@ static size_t next_o200k(const uint8_t *s, size_t n, size_t p)
 	while (end < n && ascii_lower(s[end]))
 		end++;
 	if (end > p + ascii_prefix(s[p]) && (end == n || s[end] < 0x80))
-		return end + contraction(s, n, end, true);
+		return with_contraction(s, n, end);
 
 	c = sf__uc_at(s, n, p, &len);
 	/* [^\r\n\p{L}\p{N}]? before either letter alternative. */
 	prefix = !(c & (SF_UC_L | SF_UC_N)) && s[p] != '\r' && s[p] != '\n' && p + len < n;
 	if ((prefix && (end = o200k_lower(s, n, p + len))) || (end = o200k_lower(s, n, p)))
-		return end + contraction(s, n, end, true);
+		return with_contraction(s, n, end);
 	if ((prefix && (end = o200k_upper(s, n, p + len))) || (end = o200k_upper(s, n, p)))
-		return end + contraction(s, n, end, true);
+		return with_contraction(s, n, end);
 	if (c & SF_UC_N)
 		return run_digits3(s, n, p);
 	/* ` ?[^\s\p{L}\p{N}]+[\r\n/]*` */

@@ -116,11 +116,11 @@ static size_t next_qwen3_5(const uint8_t *s, size_t n, size_t p)
 	}
 	c = sf__uc_at(s, n, p, &len);
 	if (letter_or_mark(c))
-		return run_letters_marks(s, n, p);
+		return run_letters_marks(s, n, p + len);
 	/* [^\r\n\p{L}\p{N}]? before the run: any other character but CR and LF. */
 	if (!(c & SF_UC_N) && s[p] != '\r' && s[p] != '\n' && p + len < n &&
 	    letter_or_mark(sf__uc_at(s, n, p + len, &len1)))
-		return run_letters_marks(s, n, p + len);
+		return run_letters_marks(s, n, p + len + len1);
 	if (c & SF_UC_N)
 		return p + len;
 	if (s[p] == ' ' && p + 1 < n) {

@@ -41,7 +41,7 @@
  * SF_BPE_SHORT_MAX with a tournament tree on the stack, longer ones with a heap.
  */
 #define SF_BPE_SCAN_MAX	 12
-#define SF_BPE_SHORT_MAX 64
+#define SF_BPE_SHORT_MAX 256
 
 struct sf_tok_special_entry {
 	char *text;
@@ -132,9 +132,28 @@ struct sf_tok_cache_entry {
 	uint32_t ids[SF_TOK_CACHE_IDS];
 };
 
+/*
+ * Longer pieces, of SF_TOK_CACHE_MAX_LEN + 1 to SF_TOK_LONG_MAX bytes, have a cache of
+ * their own that keeps their bytes: words of scripts written without spaces (Chinese,
+ * Japanese, Thai) and long compounds come as such pieces, and a catalogue, a manual or a
+ * web page repeats them within a few hundred pieces. A piece that merges into more than
+ * SF_TOK_LONG_IDS ids is not kept.
+ */
+#define SF_TOK_LONG_BITS 9
+#define SF_TOK_LONG_MAX	 64
+#define SF_TOK_LONG_IDS	 32
+
+struct sf_tok_long_entry {
+	uint32_t len; /* 0: empty */
+	uint32_t n;
+	uint8_t bytes[SF_TOK_LONG_MAX];
+	uint32_t ids[SF_TOK_LONG_IDS];
+};
+
 struct sf_tok_encoder {
 	const struct sf_tok *tok;
-	struct sf_tok_cache_entry *cache; /* 1 << SF_TOK_CACHE_BITS entries */
+	struct sf_tok_cache_entry *cache;     /* 1 << SF_TOK_CACHE_BITS entries */
+	struct sf_tok_long_entry *long_cache; /* 1 << SF_TOK_LONG_BITS entries */
 	uint32_t *ids;
 	size_t ids_cap;
 	/* BPE scratch, sized for the longest piece seen. */
@@ -225,19 +244,19 @@ static inline bool sf__tok_tail_equal(const uint8_t *a, const uint8_t *b, size_t
 }
 
 /*
- * sf__tok_rank - the rank of bytes s[0..len), or SF_RANK_NONE. Always inlined: it sits in
- * the innermost loops, where the call would cost as much as a hit.
+ * sf__tok_rank_joined - sf__tok_rank() of at least 3 bytes, which is what joining a merged
+ * part to its neighbour always asks: the merge loops call it without the tests for one
+ * and two bytes.
  */
-static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct sf_tok_ranks *r,
-								   const uint8_t *s, size_t len)
+static inline __attribute__((always_inline)) uint32_t
+sf__tok_rank_joined(const struct sf_tok_ranks *r, const uint8_t *s, size_t len)
 {
 	uint64_t key, h, bits, i;
 
-	if (len == 1)
-		return r->byte_rank[s[0]];
-	if (len == 2)
-		return r->pair_rank[s[0] << 8 | s[1]];
-	key = sf__tok_key(s, len);
+	key = len >= 8 ? sf__tok_load64(s)
+	      : len >= 4
+		      ? sf__tok_load32(s) | (uint64_t)sf__tok_load32(s + len - 4) << (8 * (len - 4))
+		      : (uint64_t)s[0] | (uint64_t)s[1] << 8 | (uint64_t)s[2] << 16;
 	h = sf__tok_mix(s, len, key);
 	if ((*sf__tok_bloom_word(r, h, &bits) & bits) != bits)
 		return SF_RANK_NONE;
@@ -250,6 +269,20 @@ static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct 
 		if (!slot->len)
 			return SF_RANK_NONE;
 	}
+}
+
+/*
+ * sf__tok_rank - the rank of bytes s[0..len), or SF_RANK_NONE. Always inlined: it sits in
+ * the innermost loops, where the call would cost as much as a hit.
+ */
+static inline __attribute__((always_inline)) uint32_t sf__tok_rank(const struct sf_tok_ranks *r,
+								   const uint8_t *s, size_t len)
+{
+	if (len == 1)
+		return r->byte_rank[s[0]];
+	if (len == 2)
+		return r->pair_rank[s[0] << 8 | s[1]];
+	return sf__tok_rank_joined(r, s, len);
 }
 
 /* vocab.c */

@@ -106,3 +106,64 @@ Test(bloom, agrees_with_the_table)
 		sf__tok_free(tok);
 	}
 }
+
+/*
+ * A random piece of 17 to 256 bytes that the o200k_base scanner keeps whole: one
+ * character of a script without case (Han, Hiragana, Thai), then more of them.
+ */
+static size_t long_piece(uint8_t *s, size_t max)
+{
+	static const uint32_t base[] = {0x4e00, 0x3041, 0x0e01, 0xac00};
+	const uint32_t script = base[rnd(4)];
+	size_t len = 0;
+
+	while (len + 3 <= max && (len < 17 || rnd(8))) {
+		uint32_t cp = script + rnd(script == 0x3041 ? 80 : script == 0x0e01 ? 46 : 400);
+
+		s[len++] = (uint8_t)(0xe0 | cp >> 12);
+		s[len++] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
+		s[len++] = (uint8_t)(0x80 | (cp & 0x3f));
+	}
+	return len;
+}
+
+/*
+ * The piece caches hand back what merging gives: one encoder encodes pieces of many
+ * lengths drawn, with repeats, from a small set (so that most come from a cache, and
+ * many entries are replaced by others), and each piece's ids equal those of byte pair
+ * merging it from scratch.
+ */
+Test(caches, equal_fresh_merges)
+{
+	struct sf_tok *tok = tok_test_load("o200k_base");
+	struct sf_tok_encoder *enc;
+	static uint8_t set[400][SF_BPE_SHORT_MAX];
+	size_t set_len[400], i, hits = 0;
+	int round;
+
+	cr_assert_not_null(tok);
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, NULL), 0);
+	for (i = 0; i < 400; i++)
+		set_len[i] = long_piece(set[i], i % 2 ? 64 : SF_BPE_SHORT_MAX);
+	for (round = 0; round < 20000; round++) {
+		size_t k = rnd(400), n, want_n, j;
+		const uint32_t *ids;
+		uint32_t want[SF_BPE_SHORT_MAX];
+
+		cr_assert_eq(
+			sf__tok_encode(enc, set[k], set_len[k], SF_TOK_ALLOW_NONE, &ids, &n, NULL),
+			0);
+		/* The scanner keeps the piece whole, so its ids are one merge's. */
+		cr_assert_eq(sf__pretok_next(SF_PRETOK_O200K, set[k], set_len[k], 0), set_len[k]);
+		cr_assert_eq(sf__bpe_scan(&tok->ranks, set[k], set_len[k], want, &want_n), 0);
+		cr_assert_eq(n, want_n, "piece %zu of %zu bytes: %zu ids, merging gives %zu", k,
+			     set_len[k], n, want_n);
+		for (j = 0; j < n; j++)
+			cr_assert_eq(ids[j], want[j], "piece %zu of %zu bytes: id %zu differs", k,
+				     set_len[k], j);
+		hits += set_len[k] <= SF_TOK_LONG_MAX;
+	}
+	cr_expect(hits > 5000, "only %zu pieces in the long cache's range", hits);
+	sf__tok_encoder_free(enc);
+	sf__tok_free(tok);
+}
