@@ -336,6 +336,19 @@ static void write_random_ids(const char *path, size_t n, uint64_t *x)
 	free(t);
 }
 
+/* The mixture's rate (configuration 3) over the slowest of the single sources (0..2). */
+static void print_vs_slowest(const double *builder, const double *pipe)
+{
+	double slowest_b = builder[0], slowest_p = pipe[0];
+
+	for (int c = 1; c < 3; c++) {
+		slowest_b = builder[c] < slowest_b ? builder[c] : slowest_b;
+		slowest_p = pipe[c] < slowest_p ? pipe[c] : slowest_p;
+	}
+	printf("  mixture / slowest single source: builder %.3f, pipeline %.3f\n",
+	       builder[3] / slowest_b, pipe[3] / slowest_p);
+}
+
 static void mixture_bench(const char *dir, const char *vocab, uint64_t mtok, int repeat)
 {
 	static const char *const names[3] = {"web", "code", "math"};
@@ -344,7 +357,7 @@ static void mixture_bench(const char *dir, const char *vocab, uint64_t mtok, int
 	static char *path_of[3];
 	struct sf_source_config srcs[3];
 	struct sf_config cfg;
-	double builder[5] = {0}, pipe[5] = {0}, slowest_b = 0, slowest_p = 0, order_ns[2];
+	double builder[5] = {0}, pipe[5] = {0}, order_ns[2];
 	uint64_t x = 88172645463325252ull, n_all = (size_t)mtok << 20, steps;
 
 	for (int i = 0; i < 3; i++) {
@@ -401,19 +414,13 @@ static void mixture_bench(const char *dir, const char *vocab, uint64_t mtok, int
 	printf("mixture of 3 pre-tokenized sources (0.5/0.3/0.2 of %llu M tokens) against each "
 	       "alone, B=16 T=1024, best of %d rounds, M tokens/s per core:\n",
 	       (unsigned long long)mtok, repeat);
-	for (int c = 0; c < 5; c++) {
+	for (int c = 0; c < 5; c++)
 		printf("  %-22s builder alone %7.1f   pipeline P=1 %7.1f\n",
 		       c < 3	? names[c]
 		       : c == 3 ? "mixture"
 				: "3 files, one stream",
 		       builder[c] / 1e6, pipe[c] / 1e6);
-		if (c < 3) {
-			slowest_b = !c || builder[c] < slowest_b ? builder[c] : slowest_b;
-			slowest_p = !c || pipe[c] < slowest_p ? pipe[c] : slowest_p;
-		}
-	}
-	printf("  mixture / slowest single source: builder %.3f, pipeline %.3f\n",
-	       builder[3] / slowest_b, pipe[3] / slowest_p);
+	print_vs_slowest(builder, pipe);
 	printf("  mixture / the same files as one stream: builder %.3f, pipeline %.3f\n",
 	       builder[3] / builder[4], pipe[3] / pipe[4]);
 	printf("  sample order alone (sf__builder_sample_offset()): mixture %.1f ns, one stream "
@@ -478,7 +485,7 @@ static void text_mixture_bench(const char *dir, const char *data, uint64_t mtok,
 	char from[4096], vocab[4096];
 	double builder[6] = {0}, pipe[6] = {0}, enc_b[6] = {0}, enc_p[6] = {0};
 	uint64_t text_tokens[2];
-	double slowest_b = 0, slowest_p = 0, cost_b = 0, cost_p = 0;
+	double cost_b = 0, cost_p = 0;
 	uint64_t x = 88172645463325252ull, steps = (mtok << 20) / (16 * 1025);
 
 	snprintf(vocab, sizeof(vocab), "%s/vocab/r50k_base.tiktoken", data);
@@ -562,14 +569,11 @@ static void text_mixture_bench(const char *dir, const char *data, uint64_t mtok,
 				: "prose + multi, mixture by tokens",
 		       builder[c] / 1e6, enc_b[c], pipe[c] / 1e6, enc_p[c]);
 		if (c < 3) {
-			slowest_b = !c || builder[c] < slowest_b ? builder[c] : slowest_b;
-			slowest_p = !c || pipe[c] < slowest_p ? pipe[c] : slowest_p;
 			cost_b += (double)weights[c] / 1e9 / builder[c];
 			cost_p += (double)weights[c] / 1e9 / pipe[c];
 		}
 	}
-	printf("  mixture / slowest single source: builder %.3f, pipeline %.3f\n",
-	       builder[3] / slowest_b, pipe[3] / slowest_p);
+	print_vs_slowest(builder, pipe);
 	printf("  mixture / its shares of the single sources' costs (1 / sum w_i / rate_i): "
 	       "builder %.3f, pipeline %.3f\n",
 	       builder[3] * cost_b, pipe[3] * cost_p);
