@@ -51,15 +51,29 @@ struct sf_tok_special_entry {
 
 /*
  * One slot of the rank table: the token's first 8 bytes packed little-endian (zero-padded
- * when shorter), its length (0 for an empty slot) and its rank. A token of up to 8 bytes
+ * when shorter), its last 4 bytes (for a token of more than 8 bytes), and its rank above
+ * its length (255 for 255 bytes or more; 0 for an empty slot). A token of up to 12 bytes
  * is found or ruled out from the slot alone, so a lookup touches one cache line; a
- * longer one then compares the rest of its bytes with `bytes`.
+ * longer one then compares the rest of its bytes with `bytes`. Ranks are below
+ * SF_TOK_MAX_RANKS.
  */
+#define SF_TOK_MAX_RANKS (1u << 24)
+
 struct sf_tok_slot {
 	uint64_t key;
-	uint32_t len;
-	uint32_t rank;
+	uint32_t tail;
+	uint32_t len_rank; /* rank << 8 | min(length, 255) */
 };
+
+static inline uint32_t sf__tok_slot_len(const struct sf_tok_slot *slot)
+{
+	return slot->len_rank & 0xff;
+}
+
+static inline uint32_t sf__tok_slot_rank(const struct sf_tok_slot *slot)
+{
+	return slot->len_rank >> 8;
+}
 
 /*
  * The mergeable ranks: token bytes by rank (`off`, `bytes`) and an open-addressing table
@@ -244,6 +258,17 @@ static inline bool sf__tok_tail_equal(const uint8_t *a, const uint8_t *b, size_t
 }
 
 /*
+ * Whether token `rank` is s[0..len), for a token of more than 12 bytes whose slot
+ * matched (its length there is cut at 255).
+ */
+static inline bool sf__tok_long_equal(const struct sf_tok_ranks *r, uint32_t rank,
+				      const uint8_t *s, size_t len)
+{
+	return r->off[rank + 1] - r->off[rank] == len &&
+	       sf__tok_tail_equal(r->bytes + r->off[rank], s, len);
+}
+
+/*
  * sf__tok_rank_joined - sf__tok_rank() of at least 3 bytes, which is what joining a merged
  * part to its neighbour always asks: the merge loops call it without the tests for one
  * and two bytes.
@@ -263,10 +288,12 @@ sf__tok_rank_joined(const struct sf_tok_ranks *r, const uint8_t *s, size_t len)
 	for (i = h >> r->shift;; i = (i + 1) & r->mask) {
 		const struct sf_tok_slot *slot = &r->slots[i];
 
-		if (slot->key == key && slot->len == len &&
-		    (len <= 8 || sf__tok_tail_equal(r->bytes + r->off[slot->rank], s, len)))
-			return slot->rank;
-		if (!slot->len)
+		if (slot->key == key && sf__tok_slot_len(slot) == (len < 255 ? len : 255) &&
+		    (len <= 8 ||
+		     (slot->tail == sf__tok_load32(s + len - 4) &&
+		      (len <= 12 || sf__tok_long_equal(r, sf__tok_slot_rank(slot), s, len)))))
+			return sf__tok_slot_rank(slot);
+		if (!slot->len_rank)
 			return SF_RANK_NONE;
 	}
 }

@@ -159,13 +159,18 @@ static uint32_t insert(struct sf_tok_ranks *r, uint32_t rank)
 	uint64_t h = sf__tok_mix(s, len, key), bits, i;
 
 	*sf__tok_bloom_word(r, h, &bits) |= bits;
-	for (i = h >> r->shift; r->slots[i].len; i = (i + 1) & r->mask) {
-		uint32_t other = r->slots[i].rank;
+	for (i = h >> r->shift; r->slots[i].len_rank; i = (i + 1) & r->mask) {
+		uint32_t other = sf__tok_slot_rank(&r->slots[i]);
 
-		if (r->slots[i].len == len && !memcmp(r->bytes + r->off[other], s, len))
+		if (r->off[other + 1] - r->off[other] == len &&
+		    !memcmp(r->bytes + r->off[other], s, len))
 			return other;
 	}
-	r->slots[i] = (struct sf_tok_slot){.key = key, .len = (uint32_t)len, .rank = rank};
+	r->slots[i] = (struct sf_tok_slot){
+		.key = key,
+		.tail = len > 8 ? sf__tok_load32(s + len - 4) : 0,
+		.len_rank = rank << 8 | (uint32_t)(len < 255 ? len : 255),
+	};
 	return SF_RANK_NONE;
 }
 
@@ -296,6 +301,9 @@ int sf__tok_ranks_index(struct sf_tok_ranks *r, const char *what, struct sf_err 
 	uint32_t rank, other, count = 0;
 	size_t i;
 
+	if (r->n_ranks > SF_TOK_MAX_RANKS)
+		return sf__err(e, SF_E_TOKENIZER, "%s: %u ranks, more than the %u supported", what,
+			       r->n_ranks, SF_TOK_MAX_RANKS);
 	for (rank = 0; rank < r->n_ranks; rank++)
 		count += r->off[rank + 1] != r->off[rank];
 	r->mask = table_size(count) - 1;

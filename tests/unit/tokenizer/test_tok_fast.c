@@ -4,6 +4,9 @@
  * strings that are not tokens).
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "shmfeed/shmfeed.h"
 #include "producer/tokenizer/tok_impl.h"
@@ -23,12 +26,13 @@ static uint32_t table_rank(const struct sf_tok_ranks *r, const uint8_t *s, size_
 {
 	uint64_t i;
 
-	for (i = sf__tok_hash(r, s, len, sf__tok_key(s, len)); r->slots[i].len;
+	for (i = sf__tok_hash(r, s, len, sf__tok_key(s, len)); r->slots[i].len_rank;
 	     i = (i + 1) & r->mask) {
-		const struct sf_tok_slot *slot = &r->slots[i];
+		uint32_t rank = sf__tok_slot_rank(&r->slots[i]);
 
-		if (slot->len == len && !memcmp(r->bytes + r->off[slot->rank], s, len))
-			return slot->rank;
+		if (r->off[rank + 1] - r->off[rank] == len &&
+		    !memcmp(r->bytes + r->off[rank], s, len))
+			return rank;
 	}
 	return SF_RANK_NONE;
 }
@@ -105,6 +109,108 @@ Test(bloom, agrees_with_the_table)
 			  encodings[e], passed, absent);
 		sf__tok_free(tok);
 	}
+}
+
+static size_t b64(const uint8_t *s, size_t len, char *out)
+{
+	static const char abc[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t i, n = 0;
+
+	for (i = 0; i < len; i += 3) {
+		uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < len ? (uint32_t)s[i + 1] << 8 : 0) |
+			     (i + 2 < len ? s[i + 2] : 0);
+
+		out[n++] = abc[v >> 18];
+		out[n++] = abc[(v >> 12) & 63];
+		out[n++] = i + 1 < len ? abc[(v >> 6) & 63] : '=';
+		out[n++] = i + 2 < len ? abc[v & 63] : '=';
+	}
+	return n;
+}
+
+/* Ranks from .tiktoken text of `n` tokens, token i of rank ranks[i]. */
+static int parse_tokens(struct sf_tok_ranks *r, const char *const *tok, const size_t *len,
+			const uint32_t *ranks, size_t n, struct sf_err *e)
+{
+	size_t i, at = 0, cap = 64;
+	char *text;
+	int rc;
+
+	for (i = 0; i < n; i++)
+		cap += len[i] / 3 * 4 + 32;
+	text = malloc(cap);
+	cr_assert_not_null(text);
+	for (i = 0; i < n; i++) {
+		at += b64((const uint8_t *)tok[i], len[i], text + at);
+		at += (size_t)sprintf(text + at, " %u\n", ranks[i]);
+	}
+	rc = sf__tok_ranks_parse(r, "test", (uint8_t *)text, at, 0, e);
+	free(text);
+	return rc;
+}
+
+/*
+ * A slot keeps a token's first 8 and last 4 bytes and its length cut at 255: strings that
+ * agree with a token on those and differ in the middle or in a length above 255 are not
+ * that token. Runs of 'A' of 255 to 1,000 bytes, all tokens, fill probe chains with
+ * slots that differ only in their true length.
+ */
+Test(bloom, slot_tells_long_tokens_apart)
+{
+	enum { FIRST = 255, LAST = 1000, N = LAST - FIRST + 1 + 2 };
+	static char run[LAST + 100];
+	static const char *tok[N];
+	static size_t len[N];
+	static uint32_t ranks[N];
+	struct sf_tok_ranks r;
+	struct sf_err err = {0};
+	size_t k, i = 0;
+
+	memset(run, 'A', sizeof(run));
+	for (k = FIRST; k <= LAST; k++, i++) {
+		tok[i] = run;
+		len[i] = k;
+		ranks[i] = (uint32_t)i;
+	}
+	tok[i] = "abcdefghXjklm";
+	len[i] = 13;
+	ranks[i] = (uint32_t)i;
+	i++;
+	tok[i] = "abcdefghij";
+	len[i] = 10;
+	ranks[i] = (uint32_t)i;
+	cr_assert_eq(parse_tokens(&r, tok, len, ranks, N, &err), 0, "%s", err.msg);
+	for (k = FIRST; k <= LAST; k++)
+		cr_assert_eq(sf__tok_rank(&r, (const uint8_t *)run, k), (uint32_t)(k - FIRST),
+			     "a run of %zu", k);
+	for (k = LAST + 1; k < sizeof(run); k++)
+		cr_assert_eq(sf__tok_rank(&r, (const uint8_t *)run, k), SF_RANK_NONE,
+			     "a run of %zu", k);
+	cr_expect_eq(sf__tok_rank(&r, (const uint8_t *)"abcdefghXjklm", 13), N - 2);
+	cr_expect_eq(sf__tok_rank(&r, (const uint8_t *)"abcdefghYjklm", 13), SF_RANK_NONE);
+	cr_expect_eq(sf__tok_rank(&r, (const uint8_t *)"abcdefghij", 10), N - 1);
+	cr_expect_eq(sf__tok_rank(&r, (const uint8_t *)"abcdefghiJ", 10), SF_RANK_NONE);
+	cr_expect_eq(sf__tok_rank(&r, (const uint8_t *)"abcdefgHij", 10), SF_RANK_NONE);
+	sf__tok_ranks_free(&r);
+}
+
+/* The slot keeps 24 bits of rank: the largest rank that fits is found, a larger one refused. */
+Test(bloom, rank_limit)
+{
+	const char *tok[] = {"hello world!!"};
+	const size_t len[] = {13};
+	uint32_t ranks[] = {SF_TOK_MAX_RANKS - 1};
+	struct sf_tok_ranks r;
+	struct sf_err err = {0};
+
+	cr_assert_eq(parse_tokens(&r, tok, len, ranks, 1, &err), 0, "%s", err.msg);
+	cr_expect_eq(sf__tok_rank(&r, (const uint8_t *)"hello world!!", 13), SF_TOK_MAX_RANKS - 1);
+	sf__tok_ranks_free(&r);
+	ranks[0] = SF_TOK_MAX_RANKS;
+	cr_expect_lt(parse_tokens(&r, tok, len, ranks, 1, &err), 0);
+	cr_expect(strstr(err.msg, "ranks") != NULL, "%s", err.msg);
+	sf__tok_ranks_free(&r);
 }
 
 /*
