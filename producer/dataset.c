@@ -142,7 +142,6 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 			       cfg->path ? cfg->path : "config");
 	if (ds->n_text_files && !ds->mix_sources)
 		ds->n_text_spans = 1;
-	sf__dataset_mix_layout(ds);
 	return 0;
 }
 
