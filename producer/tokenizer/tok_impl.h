@@ -202,14 +202,19 @@ static inline uint32_t sf__tok_load32(const uint8_t *s)
  * the same bits with the same values, so OR-ing them packs the string exactly. (The
  * arithmetic assumes a little-endian machine, as the rest of the data path does.)
  */
-static inline uint64_t sf__tok_key(const uint8_t *s, size_t len)
+static inline uint64_t sf__tok_key_3(const uint8_t *s, size_t len) /* len >= 3 */
 {
 	if (len >= 8)
 		return sf__tok_load64(s);
 	if (len >= 4)
 		return sf__tok_load32(s) | (uint64_t)sf__tok_load32(s + len - 4) << (8 * (len - 4));
-	if (len == 3)
-		return (uint64_t)s[0] | (uint64_t)s[1] << 8 | (uint64_t)s[2] << 16;
+	return (uint64_t)s[0] | (uint64_t)s[1] << 8 | (uint64_t)s[2] << 16;
+}
+
+static inline uint64_t sf__tok_key(const uint8_t *s, size_t len)
+{
+	if (len >= 3)
+		return sf__tok_key_3(s, len);
 	return len == 2 ? (uint64_t)s[0] | (uint64_t)s[1] << 8 : s[0];
 }
 
@@ -278,10 +283,7 @@ sf__tok_rank_joined(const struct sf_tok_ranks *r, const uint8_t *s, size_t len)
 {
 	uint64_t key, h, bits, i;
 
-	key = len >= 8 ? sf__tok_load64(s)
-	      : len >= 4
-		      ? sf__tok_load32(s) | (uint64_t)sf__tok_load32(s + len - 4) << (8 * (len - 4))
-		      : (uint64_t)s[0] | (uint64_t)s[1] << 8 | (uint64_t)s[2] << 16;
+	key = sf__tok_key_3(s, len);
 	h = sf__tok_mix(s, len, key);
 	if ((*sf__tok_bloom_word(r, h, &bits) & bits) != bits)
 		return SF_RANK_NONE;
