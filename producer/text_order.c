@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "producer/dataset_impl.h"
+#include "producer/last_at_or_before.h"
 #include "producer/sampler.h"
 #include "producer/text_order.h"
 
@@ -144,16 +145,9 @@ static void find_position(const struct sf_text_order *o, struct epoch_table *t, 
 		i = t->last_pos + 1;
 		at = t->last_start + t->last_count;
 	} else {
-		uint64_t lo = 0, hi = n_strides - 1;
+		uint64_t lo = sf__last_at_or_before(t->prefix, n_strides, sizeof(t->prefix[0]), 0,
+						    pos);
 
-		while (lo < hi) {
-			uint64_t mid = lo + (hi - lo + 1) / 2;
-
-			if (t->prefix[mid] <= pos)
-				lo = mid;
-			else
-				hi = mid - 1;
-		}
 		i = lo * EPOCH_STRIDE;
 		at = t->prefix[lo];
 	}
