@@ -1210,6 +1210,11 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	if (r < 0)
 		goto out_close_ds;
 	S->started_ns = sf__now_ns();
+	/* Where each ring starts, before anything announces the job: once a producer runs,
+	 * a rank may read before the launcher gets here again, and its batches would not
+	 * be counted. */
+	for (uint32_t rk = 0; rk < S->geo.ranks; rk++)
+		S->start_steps[rk] = sf__ring_next_step(S->a, rk);
 	sf__log_info("job %s: arena /dev/shm%s, %llu bytes: %u rank%s x %u slots of %u x %u "
 		     "tokens; %s",
 		     cfg->job, S->a->shm_name, (unsigned long long)S->a->hdr->total_size,
@@ -1256,8 +1261,6 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 			break;
 		}
 	}
-	for (uint32_t rk = 0; rk < S->geo.ranks; rk++)
-		S->start_steps[rk] = sf__ring_next_step(S->a, rk);
 	S->end_step = sf__stats_end_step(&S->geo, cfg->epochs);
 	if (l->ops->end_step)
 		S->end_step = l->ops->end_step(S->ds);
