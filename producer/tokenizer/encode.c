@@ -5,12 +5,16 @@
  * encoder owns every buffer this needs and only ever grows them.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <xxhash.h>
 
 #include "shmfeed/shmfeed.h"
 #include "producer/tokenizer/hf_json.h"
 #include "producer/tokenizer/sp_shim.h"
+#include "producer/tokenizer/sp_split.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/unicode.h"
 
@@ -46,6 +50,14 @@ int sf__tok_encoder_create(const struct sf_tok *tok, struct sf_tok_encoder **ret
 			return sf__err(e, -ENOMEM, "out of memory");
 		}
 	}
+	if (tok->sp_split) {
+		enc->sp_short = calloc((size_t)1 << SF_TOK_SP_BITS, sizeof(*enc->sp_short));
+		enc->sp_long = calloc((size_t)1 << SF_TOK_SP_LONG_BITS, sizeof(*enc->sp_long));
+		if (!enc->sp_short || !enc->sp_long) {
+			sf__tok_encoder_free(enc);
+			return sf__err(e, -ENOMEM, "out of memory");
+		}
+	}
 	if (tok->kind == SF_TOK_HF && sf__hf_scratch_create(tok, &enc->hf) < 0) {
 		sf__tok_encoder_free(enc);
 		return sf__err(e, -ENOMEM, "out of memory");
@@ -63,6 +75,8 @@ void sf__tok_encoder_free(struct sf_tok_encoder *enc)
 	free(enc->heap);
 	free(enc->cache);
 	free(enc->long_cache);
+	free(enc->sp_short);
+	free(enc->sp_long);
 	free(enc->special_next);
 	pcre2_match_data_free(enc->md);
 	sf__hf_scratch_free(enc->hf);
@@ -243,26 +257,106 @@ static int reserve_ids(struct sf_tok_encoder *enc, size_t need, struct sf_err *e
 	return 0;
 }
 
-/* SentencePiece through the library; its normalizer may make more ids than bytes. */
-static int encode_sp(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, size_t *n_out,
-		     struct sf_err *e)
+/*
+ * SentencePiece through the library, `part` as sf__sp_encode() takes it; its normalizer
+ * may make more ids than bytes.
+ */
+static int sp_library(struct sf_tok_encoder *enc, bool part, const uint8_t *s, size_t n,
+		      size_t *n_out, struct sf_err *e)
 {
 	char msg[256] = "";
 	size_t got = 0;
 	int rc;
 
-	rc = sf__sp_encode(enc->tok->sp, s, n, enc->ids + *n_out, enc->ids_cap - *n_out, &got, msg,
-			   sizeof(msg));
+	rc = sf__sp_encode(enc->tok->sp, part, s, n, enc->ids + *n_out, enc->ids_cap - *n_out, &got,
+			   msg, sizeof(msg));
 	if (rc == -ENOBUFS) {
 		rc = reserve_ids(enc, *n_out + got + 1, e);
 		if (rc < 0)
 			return rc;
-		rc = sf__sp_encode(enc->tok->sp, s, n, enc->ids + *n_out, enc->ids_cap - *n_out,
-				   &got, msg, sizeof(msg));
+		rc = sf__sp_encode(enc->tok->sp, part, s, n, enc->ids + *n_out,
+				   enc->ids_cap - *n_out, &got, msg, sizeof(msg));
 	}
 	if (rc < 0)
 		return sf__err(e, rc, "%s: %s", enc->tok->name, msg);
 	*n_out += got;
+	return 0;
+}
+
+/* Copy n cached ids to the encoder's output. */
+static int sp_hit(struct sf_tok_encoder *enc, const uint32_t *ids, uint32_t n, size_t *n_out,
+		  struct sf_err *e)
+{
+	int rc = reserve_ids(enc, *n_out + n + 1, e);
+
+	if (rc < 0)
+		return rc;
+	memcpy(enc->ids + *n_out, ids, n * sizeof(*ids));
+	*n_out += n;
+	return 0;
+}
+
+/* One part of a text (sp_split.h), through the part caches when it is short enough. */
+static int sp_part(struct sf_tok_encoder *enc, bool first, const uint8_t *s, size_t n,
+		   size_t *n_out, struct sf_err *e)
+{
+	const uint32_t key = (uint32_t)n | (first ? SF_TOK_SP_FIRST : 0);
+	const size_t at = *n_out;
+	int rc;
+
+	if (n <= SF_TOK_CACHE_MAX_LEN) {
+		const uint64_t head = sf__tok_key(s, n);
+		const uint64_t tail = n > 8 ? sf__tok_load64(s + n - 8) : 0;
+		struct sf_tok_cache_entry *c =
+			&enc->sp_short[(sf__tok_mix(s, n, head) ^ (uint64_t)key << 32) >>
+				       (64 - SF_TOK_SP_BITS)];
+
+		if (c->len == key && c->head == head && c->tail == tail)
+			return sp_hit(enc, c->ids, c->n, n_out, e);
+		rc = sp_library(enc, !first, s, n, n_out, e);
+		if (rc == 0 && *n_out - at <= SF_TOK_CACHE_IDS) {
+			c->head = head;
+			c->tail = tail;
+			c->len = key;
+			c->n = (uint32_t)(*n_out - at);
+			memcpy(c->ids, enc->ids + at, c->n * sizeof(*c->ids));
+		}
+		return rc;
+	}
+	if (n <= SF_TOK_LONG_MAX) {
+		struct sf_tok_long_entry *c =
+			&enc->sp_long[(XXH3_64bits(s, n) ^ (uint64_t)key << 32) >>
+				      (64 - SF_TOK_SP_LONG_BITS)];
+
+		if (c->len == key && !memcmp(c->bytes, s, n))
+			return sp_hit(enc, c->ids, c->n, n_out, e);
+		rc = sp_library(enc, !first, s, n, n_out, e);
+		if (rc == 0 && *n_out - at <= SF_TOK_LONG_IDS) {
+			c->len = key;
+			c->n = (uint32_t)(*n_out - at);
+			memcpy(c->bytes, s, n);
+			memcpy(c->ids, enc->ids + at, c->n * sizeof(*c->ids));
+		}
+		return rc;
+	}
+	return sp_library(enc, !first, s, n, n_out, e);
+}
+
+static int encode_sp(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, size_t *n_out,
+		     struct sf_err *e)
+{
+	const struct sf_tok *tok = enc->tok;
+	size_t p, end;
+	int rc;
+
+	if (!enc->sp_short)
+		return sp_library(enc, false, s, n, n_out, e);
+	for (p = 0; p < n; p = end) {
+		end = p + sf__sp_split_next(tok->sp_split, s + p, n - p);
+		rc = sp_part(enc, p == 0 && tok->sp_dummy_prefix, s + p, end - p, n_out, e);
+		if (rc < 0)
+			return rc;
+	}
 	return 0;
 }
 

@@ -49,10 +49,22 @@ const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id)
 	return NULL;
 }
 
-int sf__sp_encode(const struct sf_sp *sp, const void *text, size_t len, uint32_t *out, size_t cap,
-		  size_t *ret_n, char *msg, size_t msg_cap)
+int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix)
 {
-	(void)sp, (void)text, (void)len, (void)out, (void)cap, (void)ret_n;
+	(void)sp, (void)ret_dummy_prefix;
+	return 0;
+}
+
+bool sf__sp_plain(const struct sf_sp *sp, uint32_t id)
+{
+	(void)sp, (void)id;
+	return false;
+}
+
+int sf__sp_encode(const struct sf_sp *sp, bool part, const void *text, size_t len, uint32_t *out,
+		  size_t cap, size_t *ret_n, char *msg, size_t msg_cap)
+{
+	(void)sp, (void)part, (void)text, (void)len, (void)out, (void)cap, (void)ret_n;
 	snprintf(msg, msg_cap, "built without libsentencepiece");
 	return SF_E_TOKENIZER;
 }

@@ -2,9 +2,16 @@
 // Nothing is re-implemented here: loading, normalization, encoding and decoding are the
 // library's. C++ exceptions never cross into C: the library reports through Status, and
 // std::bad_alloc is caught at each entry point.
+//
+// In parts. For a model where it is exact (sf__sp_parts() says when), a second processor
+// of the same model, loaded with its normalizer's add_dummy_prefix off, encodes the parts
+// of a text that no piece can span one by one, so that the encoder can keep the ids of
+// parts it has seen (encode.c, sp_split.c). Why that gives the ids of the whole text:
+// docs/tokenizer.md, "SentencePiece in parts".
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -16,7 +23,142 @@
 
 struct sf_sp {
 	sentencepiece::SentencePieceProcessor proc;
+	// The parts processor, when sf__sp_parts() holds for the model; else null.
+	std::unique_ptr<sentencepiece::SentencePieceProcessor> parts;
+	bool dummy_prefix;
 };
+
+namespace {
+
+// A reader of the protobuf wire format, enough to read the few settings of the model
+// (ModelProto in sentencepiece_model.proto) that decide whether a text may be encoded
+// in parts. The library parses the file itself; this only reads what it parsed.
+struct Wire {
+	const unsigned char *p, *end;
+
+	bool varint(uint64_t *v)
+	{
+		*v = 0;
+		for (int shift = 0; shift < 64 && p < end; shift += 7) {
+			const unsigned char c = *p++;
+
+			*v |= (uint64_t)(c & 0x7f) << shift;
+			if (c < 0x80)
+				return true;
+		}
+		return false;
+	}
+
+	// The next field: its number, and its value (varint) or its bytes (length-delimited);
+	// other wire types are skipped. False at the end or on malformed input.
+	bool next(uint32_t *field, uint64_t *value, Wire *bytes)
+	{
+		uint64_t tag, n;
+
+		if (p >= end || !varint(&tag))
+			return false;
+		*field = (uint32_t)(tag >> 3);
+		switch (tag & 7) {
+		case 0:
+			return varint(value);
+		case 1:
+		case 5: {
+			const size_t w = (tag & 7) == 1 ? 8 : 4;
+
+			if ((size_t)(end - p) < w)
+				return false;
+			p += w;
+			*value = 0;
+			return true;
+		}
+		case 2:
+			if (!varint(&n) || n > (uint64_t)(end - p))
+				return false;
+			*bytes = Wire{p, p + n};
+			p += n;
+			*value = n;
+			return true;
+		default:
+			return false;
+		}
+	}
+};
+
+// The settings of a model that encoding in parts depends on, with the proto's
+// defaults; a message that occurs twice is merged, the later value winning, as protobuf
+// parsers do.
+struct Settings {
+	uint64_t model_type = 1; // TrainerSpec.model_type: UNIGRAM
+	uint64_t whitespace_as_suffix = 0;
+	uint64_t charsmap_len = 0;
+	uint64_t add_dummy_prefix = 1;
+	uint64_t remove_extra_whitespaces = 1;
+	uint64_t escape_whitespaces = 1;
+	bool ok = true;
+};
+
+Settings read_settings(const std::string &model)
+{
+	Settings st;
+	Wire top{reinterpret_cast<const unsigned char *>(model.data()),
+		 reinterpret_cast<const unsigned char *>(model.data()) + model.size()};
+	uint32_t f, g;
+	uint64_t v, x;
+	Wire sub{nullptr, nullptr}, ignored{nullptr, nullptr};
+
+	while (top.p < top.end) {
+		if (!top.next(&f, &v, &sub)) {
+			st.ok = false;
+			break;
+		}
+		if (f != 2 && f != 3)
+			continue;
+		while (sub.p < sub.end) {
+			if (!sub.next(&g, &x, &ignored)) {
+				st.ok = false;
+				break;
+			}
+			if (f == 2 && g == 3)
+				st.model_type = x;
+			else if (f == 2 && g == 24)
+				st.whitespace_as_suffix = x;
+			else if (f == 3 && g == 2)
+				st.charsmap_len = x;
+			else if (f == 3 && g == 3)
+				st.add_dummy_prefix = x;
+			else if (f == 3 && g == 4)
+				st.remove_extra_whitespaces = x;
+			else if (f == 3 && g == 5)
+				st.escape_whitespaces = x;
+		}
+	}
+	return st;
+}
+
+// The parts processor for `sp`, when a text of its model may be encoded in parts (the
+// conditions of docs/tokenizer.md, "SentencePiece in parts"): a BPE model whose
+// normalizer maps each character on its own (no character map, no removal of extra
+// spaces) and writes spaces as U+2581 before words. Else null.
+std::unique_ptr<sentencepiece::SentencePieceProcessor> parts_processor(sf_sp *sp)
+{
+	const std::string model = sp->proc.serialized_model_proto();
+	const Settings st = read_settings(model);
+
+	if (!st.ok || st.model_type != 2 || st.whitespace_as_suffix || st.charsmap_len ||
+	    st.remove_extra_whitespaces || !st.escape_whitespaces)
+		return nullptr;
+	// A second NormalizerSpec with only add_dummy_prefix = false (field 3, varint 0):
+	// the parser merges it into the model's own.
+	static const char kNoDummyPrefix[] = {0x1a, 0x02, 0x18, 0x00};
+	auto parts = std::make_unique<sentencepiece::SentencePieceProcessor>();
+
+	if (!parts->LoadFromSerializedProto(model + std::string(kNoDummyPrefix, 4)).ok())
+		return nullptr;
+	sp->dummy_prefix = st.add_dummy_prefix != 0;
+	return parts;
+}
+
+} // namespace
 
 static int fail(char *msg, size_t msg_cap, int rc, const std::string &what)
 {
@@ -35,6 +177,7 @@ extern "C" int sf__sp_load(const char *path, struct sf_sp **ret_sp, char *msg, s
 			delete sp;
 			return fail(msg, msg_cap, SF_E_TOKENIZER, status.ToString());
 		}
+		sp->parts = parts_processor(sp);
 		*ret_sp = sp;
 		return 0;
 	} catch (const std::bad_alloc &) {
@@ -69,12 +212,29 @@ extern "C" const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id)
 	return sp->proc.IdToPiece((int)id).c_str();
 }
 
-extern "C" int sf__sp_encode(const struct sf_sp *sp, const void *text, size_t len, uint32_t *out,
-			     size_t cap, size_t *ret_n, char *msg, size_t msg_cap)
+extern "C" int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix)
+{
+	if (!sp->parts)
+		return 0;
+	*ret_dummy_prefix = sp->dummy_prefix;
+	return 1;
+}
+
+extern "C" bool sf__sp_plain(const struct sf_sp *sp, uint32_t id)
+{
+	const int i = (int)id;
+
+	return id < (uint32_t)sp->proc.GetPieceSize() && !sp->proc.IsUnknown(i) &&
+	       !sp->proc.IsControl(i) && !sp->proc.IsUnused(i) && !sp->proc.IsByte(i);
+}
+
+extern "C" int sf__sp_encode(const struct sf_sp *sp, bool part, const void *text, size_t len,
+			     uint32_t *out, size_t cap, size_t *ret_n, char *msg, size_t msg_cap)
 {
 	try {
 		std::vector<int> ids;
-		const auto status = sp->proc.Encode(
+		const auto &proc = part ? *sp->parts : sp->proc;
+		const auto status = proc.Encode(
 			absl::string_view(static_cast<const char *>(text), len), &ids);
 
 		if (!status.ok())

@@ -9,6 +9,7 @@
 #ifndef SF_PRODUCER_TOKENIZER_SP_SHIM_H
 #define SF_PRODUCER_TOKENIZER_SP_SHIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,12 +36,26 @@ int32_t sf__sp_eos(const struct sf_sp *sp);
 const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id);
 
 /*
+ * sf__sp_parts - 1 when the model's ids of a text are those of its parts encoded one by
+ * one, for parts cut between two characters that no piece can span (sp_split.c,
+ * docs/tokenizer.md "SentencePiece in parts"), with *ret_dummy_prefix telling whether the
+ * model writes a space before a text; else 0.
+ */
+int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix);
+
+/* sf__sp_plain - whether piece `id` is an ordinary piece (not unknown, control, unused
+ * or byte). */
+bool sf__sp_plain(const struct sf_sp *sp, uint32_t id);
+
+/*
  * sf__sp_encode - the ids of `len` bytes of `text` (no BOS or EOS) into `out` of capacity
  * `cap`; their count goes to *ret_n even when it exceeds `cap` (then nothing usable is
  * written and -ENOBUFS is returned, so that the caller can grow `out` and call again).
+ * With `part` (only where sf__sp_parts() holds), `text` is a part other than the first of
+ * a text: no space is written before it.
  */
-int sf__sp_encode(const struct sf_sp *sp, const void *text, size_t len, uint32_t *out, size_t cap,
-		  size_t *ret_n, char *msg, size_t msg_cap);
+int sf__sp_encode(const struct sf_sp *sp, bool part, const void *text, size_t len, uint32_t *out,
+		  size_t cap, size_t *ret_n, char *msg, size_t msg_cap);
 
 /*
  * sf__sp_decode - the text of `n` ids into `buf` (capacity `cap`), its length in

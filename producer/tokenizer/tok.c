@@ -11,6 +11,7 @@
 #include "shmfeed/shmfeed.h"
 #include "producer/tokenizer/hf_json.h"
 #include "producer/tokenizer/sp_shim.h"
+#include "producer/tokenizer/sp_split.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/unicode.h"
 
@@ -300,6 +301,7 @@ void sf__tok_free(struct sf_tok *tok)
 		free(tok->specials[i].text);
 	free(tok->specials);
 	sf__sp_free(tok->sp);
+	sf__sp_split_free(tok->sp_split);
 	sf__tok_ranks_free(&tok->ranks);
 	pcre2_code_free(tok->re);
 	free(tok->chars);

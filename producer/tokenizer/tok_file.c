@@ -14,6 +14,7 @@
 #include "shmfeed/shmfeed.h"
 #include "producer/tokenizer/hf_json.h"
 #include "producer/tokenizer/sp_shim.h"
+#include "producer/tokenizer/sp_split.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/tok_tekken.h"
 
@@ -353,6 +354,11 @@ static int load_sentencepiece(struct sf_tok *tok, const char *path, struct sf_er
 		return sf__err(e, rc, "%s: %s", path, msg);
 	snprintf(tok->family, sizeof(tok->family), "sentencepiece");
 	tok->n_vocab = sf__sp_n_vocab(tok->sp);
+	if (sf__sp_parts(tok->sp, &tok->sp_dummy_prefix)) {
+		rc = sf__sp_split_build(tok->sp, tok->n_vocab, &tok->sp_split, e);
+		if (rc < 0)
+			return rc;
+	}
 	tok->bos = sf__sp_bos(tok->sp);
 	tok->eot = sf__sp_eos(tok->sp);
 	/* The control pieces become special tokens, so that a job can name them. */

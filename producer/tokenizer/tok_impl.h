@@ -114,6 +114,10 @@ struct sf_tok {
 	uint32_t n_specials;
 	uint32_t cap_specials;
 	struct sf_sp *sp; /* SF_TOK_SP: the SentencePiece processor */
+	/* Where its texts may be cut (sp_split.h), or NULL; whether it writes a space
+	 * before each text. */
+	struct sf_sp_split *sp_split;
+	bool sp_dummy_prefix;
 	uint32_t *chars;  /* SF_TOK_CHAR: the code points, sorted; id = index */
 	uint32_t n_chars;
 	struct sf_tok_hf *hf; /* SF_TOK_HF: what `ranks` alone does not say */
@@ -164,10 +168,25 @@ struct sf_tok_long_entry {
 	uint32_t ids[SF_TOK_LONG_IDS];
 };
 
+/*
+ * A SentencePiece model that is encoded in parts (sp_split.h) keeps the ids of parts it
+ * has encoded, as the BPE caches do: parts of up to SF_TOK_CACHE_MAX_LEN bytes in
+ * 1 << SF_TOK_SP_BITS short entries, longer ones of up to SF_TOK_LONG_MAX bytes in
+ * 1 << SF_TOK_SP_LONG_BITS long entries. A part is far dearer to encode than a piece (a
+ * call into the library, about 0.3 us a byte), and the parts of a text are fewer than its
+ * pieces, hence the larger tables. An entry's len has SF_TOK_SP_FIRST set for a text's
+ * first part (the model may write a space before it).
+ */
+#define SF_TOK_SP_BITS	    15
+#define SF_TOK_SP_LONG_BITS 12
+#define SF_TOK_SP_FIRST	    (UINT32_C(1) << 31)
+
 struct sf_tok_encoder {
 	const struct sf_tok *tok;
 	struct sf_tok_cache_entry *cache;     /* 1 << SF_TOK_CACHE_BITS entries */
 	struct sf_tok_long_entry *long_cache; /* 1 << SF_TOK_LONG_BITS entries */
+	struct sf_tok_cache_entry *sp_short;  /* 1 << SF_TOK_SP_BITS, or NULL */
+	struct sf_tok_long_entry *sp_long;    /* 1 << SF_TOK_SP_LONG_BITS, or NULL */
 	uint32_t *ids;
 	size_t ids_cap;
 	/* BPE scratch, sized for the longest piece seen. */

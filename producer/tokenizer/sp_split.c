@@ -1,0 +1,149 @@
+/*
+ * The cut tables of a SentencePiece model (sp_split.h). Singles and pairs of ASCII codes
+ * are bits; the others are keys of one open-addressed set: a single is SINGLE | code, a
+ * pair is PAIR | a << 21 | b (code points fit in 21 bits).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "producer/tokenizer/sp_shim.h"
+#include "producer/tokenizer/sp_split.h"
+#include "producer/tokenizer/unicode.h"
+
+#define SINGLE (UINT64_C(1) << 62)
+#define PAIR   (UINT64_C(1) << 63)
+
+/* The code of a character: U+2581 (SentencePiece's space) and ' ' are both 0x20. */
+static uint32_t code_of(uint32_t cp)
+{
+	return cp == 0x2581 ? 0x20 : cp;
+}
+
+static uint64_t slot_of(uint64_t key, size_t mask)
+{
+	return (key * 0x9e3779b97f4a7c15ull >> 32) & mask;
+}
+
+static bool set_has(const struct sf_sp_split *t, uint64_t key)
+{
+	for (size_t i = slot_of(key, t->mask);; i = (i + 1) & t->mask) {
+		if (t->set[i] == key)
+			return true;
+		if (!t->set[i])
+			return false;
+	}
+}
+
+static void set_add(struct sf_sp_split *t, uint64_t key)
+{
+	size_t i = slot_of(key, t->mask);
+
+	while (t->set[i] && t->set[i] != key)
+		i = (i + 1) & t->mask;
+	t->set[i] = key;
+}
+
+static void add_single(struct sf_sp_split *t, uint32_t c)
+{
+	if (c < 128)
+		t->ascii_single[c >> 6] |= UINT64_C(1) << (c & 63);
+	else
+		set_add(t, SINGLE | c);
+}
+
+static void add_pair(struct sf_sp_split *t, uint32_t a, uint32_t b)
+{
+	if (a < 128 && b < 128)
+		t->ascii_pair[a][b >> 6] |= UINT64_C(1) << (b & 63);
+	else
+		set_add(t, PAIR | (uint64_t)a << 21 | b);
+}
+
+static bool is_single(const struct sf_sp_split *t, uint32_t c)
+{
+	return c < 128 ? t->ascii_single[c >> 6] >> (c & 63) & 1 : set_has(t, SINGLE | c);
+}
+
+static bool has_pair(const struct sf_sp_split *t, uint32_t a, uint32_t b)
+{
+	return a < 128 && b < 128 ? t->ascii_pair[a][b >> 6] >> (b & 63) & 1
+				  : set_has(t, PAIR | (uint64_t)a << 21 | b);
+}
+
+/* The code of the character at s[0] (SF_UC_INVALID for a byte that starts none), and its
+ * length in *ret_len. */
+static uint32_t next_code(const uint8_t *s, size_t n, size_t *ret_len)
+{
+	uint32_t cp;
+
+	if (s[0] < 0x80) {
+		*ret_len = 1;
+		return s[0];
+	}
+	*ret_len = sf__utf8_next(s, n, &cp);
+	return cp == SF_UC_INVALID ? cp : code_of(cp);
+}
+
+int sf__sp_split_build(const struct sf_sp *sp, uint32_t n_vocab, struct sf_sp_split **ret,
+		       struct sf_err *e)
+{
+	struct sf_sp_split *t = calloc(1, sizeof(*t));
+	size_t keys = 0, cap = 64;
+
+	if (!t)
+		return sf__err(e, -ENOMEM, "out of memory");
+	/* Every piece of n characters adds at most n keys, one per character. */
+	for (uint32_t id = 0; id < n_vocab; id++) {
+		const char *piece = sf__sp_piece(sp, id);
+
+		keys += piece ? strlen(piece) : 0;
+	}
+	while (cap < 2 * keys)
+		cap *= 2;
+	t->set = calloc(cap, sizeof(*t->set));
+	if (!t->set) {
+		free(t);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	t->mask = cap - 1;
+	for (uint32_t id = 0; id < n_vocab; id++) {
+		const uint8_t *piece = (const uint8_t *)sf__sp_piece(sp, id);
+		size_t n = piece ? strlen((const char *)piece) : 0, p = 0, len, chars = 0;
+		uint32_t prev = SF_UC_INVALID, c = SF_UC_INVALID;
+
+		for (; p < n; p += len, prev = c, chars++) {
+			c = next_code(piece + p, n - p, &len);
+			/* Bytes that are not valid UTF-8 match nothing in a normalized
+			 * text, whose invalid bytes are U+FFFD: no pair with them. */
+			if (prev != SF_UC_INVALID && c != SF_UC_INVALID)
+				add_pair(t, prev, c);
+		}
+		if (chars == 1 && c != SF_UC_INVALID && sf__sp_plain(sp, id))
+			add_single(t, c);
+	}
+	*ret = t;
+	return 0;
+}
+
+void sf__sp_split_free(struct sf_sp_split *t)
+{
+	if (!t)
+		return;
+	free(t->set);
+	free(t);
+}
+
+size_t sf__sp_split_next(const struct sf_sp_split *t, const uint8_t *s, size_t n)
+{
+	size_t len, p;
+	uint32_t prev = next_code(s, n, &len), c;
+
+	for (p = len; p < n; p += len, prev = c) {
+		c = next_code(s + p, n - p, &len);
+		/* SF_UC_INVALID is no single: no cut beside a byte that is not UTF-8. */
+		if (is_single(t, prev) && is_single(t, c) && !has_pair(t, prev, c))
+			return p;
+	}
+	return n;
+}

@@ -1,0 +1,41 @@
+/*
+ * Where a SentencePiece text may be cut (sf__sp_parts()): between two characters a and b
+ * when each is a piece of its own and no piece holds a followed by b. No merge of the
+ * library's BPE can then join the two sides, so the ids of the text are those of its
+ * parts, each encoded alone (docs/tokenizer.md, "SentencePiece in parts").
+ *
+ * Characters are taken as the model's normalizer gives them: ' ' is U+2581, which both
+ * stand for here as code 0x20 (a piece never holds ' ', so nothing is lost), and a byte
+ * that starts no valid UTF-8 sequence is never cut beside.
+ */
+#ifndef SF_PRODUCER_TOKENIZER_SP_SPLIT_H
+#define SF_PRODUCER_TOKENIZER_SP_SPLIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/errors.h"
+
+struct sf_sp;
+
+struct sf_sp_split {
+	uint64_t ascii_single[2];    /* bit c: code c (< 128) is a piece of its own */
+	uint64_t ascii_pair[128][2]; /* row a, bit b: a piece holds a then b (both < 128) */
+	uint64_t *set;		     /* the other singles and pairs (sp_split.c); 0: empty */
+	size_t mask;
+};
+
+/* sf__sp_split_build - the tables of a model's pieces; free with sf__sp_split_free(). */
+int sf__sp_split_build(const struct sf_sp *sp, uint32_t n_vocab, struct sf_sp_split **ret,
+		       struct sf_err *e);
+
+void sf__sp_split_free(struct sf_sp_split *t);
+
+/*
+ * sf__sp_split_next - where the part of s[0..n) that starts at 0 ends: the first cut
+ * after 0, or n.
+ */
+size_t sf__sp_split_next(const struct sf_sp_split *t, const uint8_t *s, size_t n);
+
+#endif
