@@ -88,8 +88,9 @@ def multilingual(budget=1 << 20):
 
 
 # Characters that exercise every alternative of the patterns: case, contractions,
-# marks, spaces of all kinds, digits of several scripts, CJK, emoji and joiners.
-POOL = ("abZQsStrevmlLdD'''   \t\n\n\r\v\f07!//.-"
+# marks, spaces of all kinds, digits of several scripts, CJK, emoji and joiners, and
+# U+2581, the space of SentencePiece models.
+POOL = ("abZQsStrevmlLdD'''   \t\n\n\r\v\f07!//.-\u2581"
         "\u00a0\u0085\u1680\u2003\u3000\u017f\u212a\u00c0\u00e9\u01c5\u02b0\u05d0\u4e00"
         "\uac00\u0300\u0301\u20dd\u0903\u0663\u00bd\u2160\U0001f44d\U0001f600\u200d\ufe0f"
         "\U00010400\U00010428\u00aa\u03a3\u03c2\u1e9e\u00df\u2028")
