@@ -233,7 +233,7 @@ static void make_texts(struct texts *t, const char *corpus, size_t corpus_len)
 	}
 	/* Paragraphs, and the first and last 16 KiB as texts. */
 	for (p = 0; p < corpus_len; p = q + 2) {
-		const char *end = strstr(corpus + p, "\n\n");
+		const char *end = memmem(corpus + p, corpus_len - p, "\n\n", 2);
 
 		q = end ? (size_t)(end - corpus) : corpus_len;
 		add_text(t, corpus + p, q - p);
@@ -243,10 +243,29 @@ static void make_texts(struct texts *t, const char *corpus, size_t corpus_len)
 		add_text(t, corpus + corpus_len - 16384, 16384);
 }
 
+static char dir[] = "/tmp/sf-test-sp-parts-XXXXXX";
+
+/* Remove what the test wrote, however it ends. */
+static void remove_dir(void)
+{
+	static const char *const exts[] = {"model", "vocab"};
+	char path[4096];
+	size_t k, x;
+
+	for (k = 0; k < sizeof(configs) / sizeof(*configs); k++)
+		for (x = 0; x < 2; x++) {
+			snprintf(path, sizeof(path), "%s/%s.%s", dir, configs[k].name, exts[x]);
+			unlink(path);
+		}
+	snprintf(path, sizeof(path), "%s/corpus.txt", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const char *data = tok_test_data();
-	char dir[] = "/tmp/sf-test-sp-parts-XXXXXX", path[4096], args[2048], msg[512] = "";
+	char path[4096], args[2048], msg[512] = "";
 	char *shakespeare, *mix, *corpus;
 	size_t a_len, b_len, i, k;
 	struct texts texts = {0};
@@ -261,6 +280,7 @@ int main(void)
 		fprintf(stderr, "cannot read the corpus or make %s\n", dir);
 		return 1;
 	}
+	atexit(remove_dir);
 	/* The texts: an eighth of tinyshakespeare and all of unicode_mix. The models learn
 	 * from them with only the first 8 KiB of unicode_mix, so that the texts have
 	 * characters the models do not know. */
@@ -331,12 +351,7 @@ int main(void)
 		sf__tok_encoder_free(enc);
 		sf__tok_encoder_free(fresh);
 		sf__tok_free(tok);
-		unlink(model);
-		snprintf(model, sizeof(model), "%s/%s.vocab", dir, c->name);
-		unlink(model);
 	}
-	unlink(path);
-	rmdir(dir);
 	for (i = 0; i < texts.n; i++)
 		free(texts.s[i]);
 	free(texts.s);
