@@ -194,6 +194,7 @@ static int report_tokenizer(const struct sf_config *cfg)
 	struct sf_tok_file_opts opts = {cfg->tok_file, (int)cfg->tok_format, cfg->tok_pattern};
 	struct sf_tok *tok = NULL;
 	struct sf_err e = {0};
+	char how[160];
 	int32_t bos, eos;
 
 	if (sf__tok_load_file(&opts, &tok, &e) < 0 ||
@@ -206,6 +207,8 @@ static int report_tokenizer(const struct sf_config *cfg)
 	printf("# tokenizer %s: %s, %u ids; each document: bos %d %s, eos %d %s\n",
 	       sf__tok_name(tok), *sf__tok_family(tok) ? sf__tok_family(tok) : "unknown family",
 	       sf__tok_n_vocab(tok), bos, marker_text(tok, bos), eos, marker_text(tok, eos));
+	if (sf__tok_how(tok, how, sizeof(how)))
+		printf("# tokenizer %s: texts encoded %s\n", sf__tok_name(tok), how);
 	sf__tok_free(tok);
 	return 0;
 }

@@ -285,10 +285,13 @@ static int encode_records(struct sf_tok_encoder *enc, const uint8_t *in, size_t 
 static void info(const struct sf_tok *tok)
 {
 	int bos = sf__tok_bos(tok), eot = sf__tok_eot(tok);
+	char how[160];
 
 	printf("tokenizer: %s\nfamily: %s\nvocabulary: %u ids\nbos: %d\neos: %d\n",
 	       sf__tok_name(tok), *sf__tok_family(tok) ? sf__tok_family(tok) : "(built-in)",
 	       sf__tok_n_vocab(tok), bos >= 0 ? bos : -1, eot >= 0 ? eot : -1);
+	if (sf__tok_how(tok, how, sizeof(how)))
+		printf("texts: %s\n", how);
 }
 
 int sf__cmd_encode(int argc, char **argv)

@@ -49,9 +49,10 @@ const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id)
 	return NULL;
 }
 
-int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix)
+int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix, const char **ret_why)
 {
 	(void)sp, (void)ret_dummy_prefix;
+	*ret_why = "built without libsentencepiece";
 	return 0;
 }
 

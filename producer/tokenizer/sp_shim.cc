@@ -26,6 +26,7 @@ struct sf_sp {
 	// The parts processor, when sf__sp_parts() holds for the model; else null.
 	std::unique_ptr<sentencepiece::SentencePieceProcessor> parts;
 	bool dummy_prefix;
+	const char *whole_reason; // why there is no parts processor, else null
 };
 
 namespace {
@@ -135,25 +136,45 @@ Settings read_settings(const std::string &model)
 	return st;
 }
 
-// The parts processor for `sp`, when a text of its model may be encoded in parts (the
-// conditions of docs/tokenizer.md, "SentencePiece in parts"): a BPE model whose
+// Why a text of the model behind `st` may not be encoded in parts (the conditions of
+// docs/tokenizer.md, "SentencePiece in parts"), or null when it may: a BPE model whose
 // normalizer maps each character on its own (no character map, no removal of extra
-// spaces) and writes spaces as U+2581 before words. Else null.
+// spaces) and writes spaces as U+2581 before words.
+const char *whole_reason(const Settings &st)
+{
+	if (!st.ok)
+		return "its settings could not be read";
+	if (st.model_type != 2)
+		return "not a BPE model";
+	if (st.charsmap_len)
+		return "its normalizer has a character map (NFKC or other rules)";
+	if (st.remove_extra_whitespaces)
+		return "its normalizer removes extra spaces";
+	if (!st.escape_whitespaces)
+		return "its normalizer keeps spaces as they are";
+	if (st.whitespace_as_suffix)
+		return "it puts spaces after words";
+	return nullptr;
+}
+
+// The parts processor for `sp`, or null with sp->whole_reason set.
 std::unique_ptr<sentencepiece::SentencePieceProcessor> parts_processor(sf_sp *sp)
 {
 	const std::string model = sp->proc.serialized_model_proto();
 	const Settings st = read_settings(model);
 
-	if (!st.ok || st.model_type != 2 || st.whitespace_as_suffix || st.charsmap_len ||
-	    st.remove_extra_whitespaces || !st.escape_whitespaces)
+	sp->whole_reason = whole_reason(st);
+	if (sp->whole_reason)
 		return nullptr;
 	// A second NormalizerSpec with only add_dummy_prefix = false (field 3, varint 0):
 	// the parser merges it into the model's own.
 	static const char kNoDummyPrefix[] = {0x1a, 0x02, 0x18, 0x00};
 	auto parts = std::make_unique<sentencepiece::SentencePieceProcessor>();
 
-	if (!parts->LoadFromSerializedProto(model + std::string(kNoDummyPrefix, 4)).ok())
+	if (!parts->LoadFromSerializedProto(model + std::string(kNoDummyPrefix, 4)).ok()) {
+		sp->whole_reason = "the library refused it without the dummy prefix";
 		return nullptr;
+	}
 	sp->dummy_prefix = st.add_dummy_prefix != 0;
 	return parts;
 }
@@ -212,8 +233,10 @@ extern "C" const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id)
 	return sp->proc.IdToPiece((int)id).c_str();
 }
 
-extern "C" int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix)
+extern "C" int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix,
+			    const char **ret_why)
 {
+	*ret_why = sp->whole_reason;
 	if (!sp->parts)
 		return 0;
 	*ret_dummy_prefix = sp->dummy_prefix;

@@ -39,9 +39,9 @@ const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id);
  * sf__sp_parts - 1 when the model's ids of a text are those of its parts encoded one by
  * one, for parts cut between two characters that no piece can span (sp_split.c,
  * docs/tokenizer.md "SentencePiece in parts"), with *ret_dummy_prefix telling whether the
- * model writes a space before a text; else 0.
+ * model writes a space before a text; else 0, with why in *ret_why (a static string).
  */
-int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix);
+int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix, const char **ret_why);
 
 /* sf__sp_plain - whether piece `id` is an ordinary piece (not unknown, control, unused
  * or byte). */

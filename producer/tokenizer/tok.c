@@ -368,6 +368,17 @@ const char *sf__tok_family(const struct sf_tok *tok)
 	return tok->family;
 }
 
+const char *sf__tok_how(const struct sf_tok *tok, char *buf, size_t cap)
+{
+	if (tok->kind != SF_TOK_SP)
+		return NULL;
+	if (tok->sp_split)
+		snprintf(buf, cap, "in parts");
+	else
+		snprintf(buf, cap, "whole: %s", tok->sp_whole_reason);
+	return buf;
+}
+
 size_t sf__tok_ids_bound(const struct sf_tok *tok, size_t len)
 {
 	switch (tok->kind) {

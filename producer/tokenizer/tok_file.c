@@ -354,7 +354,7 @@ static int load_sentencepiece(struct sf_tok *tok, const char *path, struct sf_er
 		return sf__err(e, rc, "%s: %s", path, msg);
 	snprintf(tok->family, sizeof(tok->family), "sentencepiece");
 	tok->n_vocab = sf__sp_n_vocab(tok->sp);
-	if (sf__sp_parts(tok->sp, &tok->sp_dummy_prefix)) {
+	if (sf__sp_parts(tok->sp, &tok->sp_dummy_prefix, &tok->sp_whole_reason)) {
 		rc = sf__sp_split_build(tok->sp, tok->n_vocab, &tok->sp_split, e);
 		if (rc < 0)
 			return rc;

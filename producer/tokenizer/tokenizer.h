@@ -122,6 +122,13 @@ int sf__tok_format_parse(const char *name);
  * or "" for a built-in encoding or an unknown file. Never NULL. */
 const char *sf__tok_family(const struct sf_tok *tok);
 
+/*
+ * sf__tok_how - how a SentencePiece model's texts are encoded: "in parts", or "whole:"
+ * and why (docs/tokenizer.md, "SentencePiece in parts"), in buf (capacity cap); NULL for
+ * other tokenizers.
+ */
+const char *sf__tok_how(const struct sf_tok *tok, char *buf, size_t cap);
+
 /* sf__tok_free - free a tokenizer; accepts NULL. Free its encoders first. */
 void sf__tok_free(struct sf_tok *tok);
 

@@ -31,7 +31,7 @@ int sp_test_train(const char *args, char *msg, size_t msg_cap);
 struct config {
 	const char *name;
 	const char *args;
-	bool parts; /* whether the model may be encoded in parts */
+	const char *how; /* what sf__tok_how() says: "in parts", or "whole: " and why */
 };
 
 #define BASE                                                                                       \
@@ -42,21 +42,26 @@ struct config {
 static const struct config configs[] = {
 	/* Mistral's and Llama 2's kind: identity, a space before each text, bytes. */
 	{"identity", BASE IDENTITY "--byte_fallback=true --allow_whitespace_only_pieces=true",
-	 true},
-	{"no-dummy-prefix", BASE IDENTITY "--byte_fallback=true --add_dummy_prefix=false", true},
+	 "in parts"},
+	{"no-dummy-prefix", BASE IDENTITY "--byte_fallback=true --add_dummy_prefix=false",
+	 "in parts"},
 	/* Pieces across words ("e▁t"): no cut may fall inside them. */
-	{"across-words", BASE IDENTITY "--byte_fallback=true --split_by_whitespace=false", true},
+	{"across-words", BASE IDENTITY "--byte_fallback=true --split_by_whitespace=false",
+	 "in parts"},
 	/* Unknown characters become <unk>, and runs of them one <unk>. */
-	{"unknowns", BASE IDENTITY "--byte_fallback=false", true},
-	{"digits", BASE IDENTITY "--byte_fallback=true --split_digits=true", true},
+	{"unknowns", BASE IDENTITY "--byte_fallback=false", "in parts"},
+	{"digits", BASE IDENTITY "--byte_fallback=true --split_digits=true", "in parts"},
 	/* Whole texts only: NFKC, extra spaces removed, spaces after words, unigram. */
-	{"nfkc", BASE "--byte_fallback=true", false},
-	{"extra-spaces", BASE "--normalization_rule_name=identity --byte_fallback=true", false},
-	{"suffix", BASE IDENTITY "--treat_whitespace_as_suffix=true", false},
+	{"nfkc", BASE "--byte_fallback=true",
+	 "whole: its normalizer has a character map (NFKC or other rules)"},
+	{"extra-spaces", BASE "--normalization_rule_name=identity --byte_fallback=true",
+	 "whole: its normalizer removes extra spaces"},
+	{"suffix", BASE IDENTITY "--treat_whitespace_as_suffix=true",
+	 "whole: it puts spaces after words"},
 	{"unigram",
 	 "--model_type=unigram --vocab_size=1200 --character_coverage=0.98 --minloglevel=2 "
 	 "--num_threads=1 " IDENTITY,
-	 false},
+	 "whole: not a BPE model"},
 };
 
 static const char *const cases[] = {
@@ -302,7 +307,8 @@ int main(void)
 		const struct config *c = &configs[k];
 		struct sf_tok_file_opts opts = {path, SF_TOK_FORMAT_SENTENCEPIECE, NULL};
 		struct sf_tok_encoder *enc = NULL, *fresh = NULL;
-		char model[4096], label[128];
+		char model[4096], label[128], how_buf[160];
+		const char *how;
 		struct sf_err err = {0};
 		struct sf_tok *tok;
 		int bad = 0, pass;
@@ -323,10 +329,11 @@ int main(void)
 			fprintf(stderr, "%s: %s\n", c->name, err.msg);
 			return 1;
 		}
-		if ((tok->sp_split != NULL) != c->parts) {
-			fprintf(stderr, "%s: encoded %s, expected %s\n", c->name,
-				tok->sp_split ? "in parts" : "whole",
-				c->parts ? "in parts" : "whole");
+		how = sf__tok_how(tok, how_buf, sizeof(how_buf));
+		if (!how || strcmp(how, c->how) ||
+		    (tok->sp_split != NULL) != !strcmp(c->how, "in parts")) {
+			fprintf(stderr, "%s: encoded %s, expected %s\n", c->name, how ? how : "?",
+				c->how);
 			bad = 1;
 		}
 		if (sf__tok_encoder_create(tok, &enc, &err) < 0 ||
@@ -345,8 +352,7 @@ int main(void)
 			snprintf(label, sizeof(label), "%s: text %zu, fresh encoder", c->name, i);
 			bad += check_one(tok, fresh, label, texts.s[i], texts.len[i]);
 		}
-		printf("%s %s: %zu texts, %s\n", bad ? "FAIL" : "ok", c->name, texts.n,
-		       tok->sp_split ? "in parts" : "whole");
+		printf("%s %s: %zu texts, %s\n", bad ? "FAIL" : "ok", c->name, texts.n, c->how);
 		failed |= bad != 0;
 		sf__tok_encoder_free(enc);
 		sf__tok_encoder_free(fresh);
