@@ -31,3 +31,31 @@ def test_readme_snippet(tmp_path):
         if int(torch.__version__.split(".")[0]) >= 2 else torch.load(tmp_path / "ckpt.pt")
     assert ck["loader"]["step"] == 51 and ck["loader"]["rank"] == 0
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+@pytest.mark.skipif(not CLI or not PY, reason="needs SHMFEED_CLI and a torch 2.x venv")
+def test_readme_demo_command(tmp_path):
+    """The README's first command, `scripts/demo` (here with --no-deps and 2 steps), runs
+    the demo job to its end and leaves nothing behind: no build log in $TMPDIR, no arena.
+    meson and ninja are stand-ins that do nothing, so that the test neither rebuilds nor
+    reconfigures the build it runs from; it runs only where build/ is that build."""
+    built = os.path.join(ROOT, "build", "cli", "shmfeed")
+    if not os.path.exists(built) or not os.path.samefile(built, CLI):
+        pytest.skip("build/ is not the build under test")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("meson", "ninja"):
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / tool).chmod(0o755)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), PATH=f"{bin_dir}:{os.environ['PATH']}",
+               SHMFEED_VENV=os.path.dirname(os.path.dirname(PY)))
+    out = subprocess.run([os.path.join(ROOT, "scripts", "demo"), "--no-deps", "2"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"job demo: \d+ batches", out.stderr), out.stderr[-3000:]
+    # torchrun's and torch's own directories (torchelastic_*, torchinductor_*) aside.
+    left = [p.name for p in tmp.iterdir() if not p.name.startswith("torch")]
+    assert left == [], left
+    assert not os.path.exists("/dev/shm/shmfeed.demo")
