@@ -40,7 +40,7 @@ struct config {
 #define IDENTITY "--normalization_rule_name=identity --remove_extra_whitespaces=false "
 
 static const struct config configs[] = {
-	/* Mistral's and Llama 2's kind: identity, a space before each text, bytes. */
+	/* Mistral's kind: identity, a space before each text, byte fallback. */
 	{"identity", BASE IDENTITY "--byte_fallback=true --allow_whitespace_only_pieces=true",
 	 "in parts"},
 	{"no-dummy-prefix", BASE IDENTITY "--byte_fallback=true --add_dummy_prefix=false",
