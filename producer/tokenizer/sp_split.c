@@ -85,20 +85,48 @@ static uint32_t next_code(const uint8_t *s, size_t n, size_t *ret_len)
 	return cp == SF_UC_INVALID ? cp : code_of(cp);
 }
 
+/*
+ * The keys of piece `id`: its pairs and, when it is one ordinary character, that single.
+ * With `count`, nothing is added: the return value is how many of them would go to the
+ * set (those not both ASCII), which sizes it.
+ */
+static size_t piece_keys(struct sf_sp_split *t, const struct sf_sp *sp, uint32_t id, bool count)
+{
+	const uint8_t *piece = (const uint8_t *)sf__sp_piece(sp, id);
+	size_t n = piece ? strlen((const char *)piece) : 0, p, len, chars = 0, keys = 0;
+	uint32_t prev = SF_UC_INVALID, c = SF_UC_INVALID;
+
+	for (p = 0; p < n; p += len, prev = c, chars++) {
+		c = next_code(piece + p, n - p, &len);
+		/* Bytes that are not valid UTF-8 match nothing in a normalized text, whose
+		 * invalid bytes are U+FFFD: no pair with them. */
+		if (prev == SF_UC_INVALID || c == SF_UC_INVALID)
+			continue;
+		if (count)
+			keys += prev >= 128 || c >= 128;
+		else
+			add_pair(t, prev, c);
+	}
+	if (chars == 1 && c != SF_UC_INVALID && sf__sp_plain(sp, id)) {
+		if (count)
+			keys += c >= 128;
+		else
+			add_single(t, c);
+	}
+	return keys;
+}
+
 int sf__sp_split_build(const struct sf_sp *sp, uint32_t n_vocab, struct sf_sp_split **ret,
 		       struct sf_err *e)
 {
 	struct sf_sp_split *t = calloc(1, sizeof(*t));
 	size_t keys = 0, cap = 64;
+	uint32_t id;
 
 	if (!t)
 		return sf__err(e, -ENOMEM, "out of memory");
-	/* Every piece of n characters adds at most n keys, one per character. */
-	for (uint32_t id = 0; id < n_vocab; id++) {
-		const char *piece = sf__sp_piece(sp, id);
-
-		keys += piece ? strlen(piece) : 0;
-	}
+	for (id = 0; id < n_vocab; id++)
+		keys += piece_keys(t, sp, id, true);
 	while (cap < 2 * keys)
 		cap *= 2;
 	t->set = calloc(cap, sizeof(*t->set));
@@ -107,21 +135,8 @@ int sf__sp_split_build(const struct sf_sp *sp, uint32_t n_vocab, struct sf_sp_sp
 		return sf__err(e, -ENOMEM, "out of memory");
 	}
 	t->mask = cap - 1;
-	for (uint32_t id = 0; id < n_vocab; id++) {
-		const uint8_t *piece = (const uint8_t *)sf__sp_piece(sp, id);
-		size_t n = piece ? strlen((const char *)piece) : 0, p = 0, len, chars = 0;
-		uint32_t prev = SF_UC_INVALID, c = SF_UC_INVALID;
-
-		for (; p < n; p += len, prev = c, chars++) {
-			c = next_code(piece + p, n - p, &len);
-			/* Bytes that are not valid UTF-8 match nothing in a normalized
-			 * text, whose invalid bytes are U+FFFD: no pair with them. */
-			if (prev != SF_UC_INVALID && c != SF_UC_INVALID)
-				add_pair(t, prev, c);
-		}
-		if (chars == 1 && c != SF_UC_INVALID && sf__sp_plain(sp, id))
-			add_single(t, c);
-	}
+	for (id = 0; id < n_vocab; id++)
+		piece_keys(t, sp, id, false);
 	*ret = t;
 	return 0;
 }
