@@ -370,12 +370,15 @@ const char *sf__tok_family(const struct sf_tok *tok)
 
 const char *sf__tok_how(const struct sf_tok *tok, char *buf, size_t cap)
 {
+	const char *why;
+	bool dummy_prefix;
+
 	if (tok->kind != SF_TOK_SP)
 		return NULL;
-	if (tok->sp_split)
+	if (sf__sp_parts(tok->sp, &dummy_prefix, &why))
 		snprintf(buf, cap, "in parts");
 	else
-		snprintf(buf, cap, "whole: %s", tok->sp_whole_reason);
+		snprintf(buf, cap, "whole: %s", why);
 	return buf;
 }
 

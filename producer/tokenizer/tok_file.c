@@ -346,6 +346,7 @@ out:
 static int load_sentencepiece(struct sf_tok *tok, const char *path, struct sf_err *e)
 {
 	char msg[512] = "";
+	const char *why; /* sf__tok_how() says it */
 	int32_t id;
 	int rc;
 
@@ -354,7 +355,7 @@ static int load_sentencepiece(struct sf_tok *tok, const char *path, struct sf_er
 		return sf__err(e, rc, "%s: %s", path, msg);
 	snprintf(tok->family, sizeof(tok->family), "sentencepiece");
 	tok->n_vocab = sf__sp_n_vocab(tok->sp);
-	if (sf__sp_parts(tok->sp, &tok->sp_dummy_prefix, &tok->sp_whole_reason)) {
+	if (sf__sp_parts(tok->sp, &tok->sp_dummy_prefix, &why)) {
 		rc = sf__sp_split_build(tok->sp, tok->n_vocab, &tok->sp_split, e);
 		if (rc < 0)
 			return rc;

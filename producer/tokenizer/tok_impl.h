@@ -114,10 +114,9 @@ struct sf_tok {
 	uint32_t n_specials;
 	uint32_t cap_specials;
 	struct sf_sp *sp; /* SF_TOK_SP: the SentencePiece processor */
-	/* Where its texts may be cut (sp_split.h), or NULL and why not; whether it writes
-	 * a space before each text. */
+	/* Where its texts may be cut (sp_split.h), or NULL; whether it writes a space
+	 * before each text. */
 	struct sf_sp_split *sp_split;
-	const char *sp_whole_reason;
 	bool sp_dummy_prefix;
 	uint32_t *chars;  /* SF_TOK_CHAR: the code points, sorted; id = index */
 	uint32_t n_chars;
