@@ -247,6 +247,9 @@ static int reserve_ids(struct sf_tok_encoder *enc, size_t need, struct sf_err *e
 
 	if (need <= enc->ids_cap)
 		return 0;
+	if (enc->ids_lent)
+		return sf__err(e, -ENOBUFS, "%s: more than the %zu ids the caller's buffer holds",
+			       enc->tok->name, enc->ids_cap);
 	while (cap < need)
 		cap *= 2;
 	ids = realloc(enc->ids, cap * sizeof(*ids));
@@ -440,6 +443,10 @@ int sf__tok_encode(struct sf_tok_encoder *enc, const void *text, size_t len, uin
 			return rc;
 		if (at == len)
 			break;
+		/* SentencePiece may have filled the buffer: its ids can outnumber the bytes. */
+		rc = reserve_ids(enc, n_out + 1, e);
+		if (rc < 0)
+			return rc;
 		enc->ids[n_out++] = at_id;
 		p = at + at_len;
 	}

@@ -42,10 +42,11 @@ int32_t sf__sp_eos(const struct sf_sp *sp)
 	return -1;
 }
 
-const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id)
+const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id, size_t *ret_len)
 {
 	(void)sp;
 	(void)id;
+	*ret_len = 0;
 	return NULL;
 }
 

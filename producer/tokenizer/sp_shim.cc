@@ -95,8 +95,66 @@ struct Settings {
 	uint64_t add_dummy_prefix = 1;
 	uint64_t remove_extra_whitespaces = 1;
 	uint64_t escape_whitespaces = 1;
+	bool user_defined_bytes = false; // a user-defined piece is not valid UTF-8
 	bool ok = true;
 };
+
+// Whether s[0..n) is UTF-8 as the library reads it: each character whole, no overlong
+// forms, no surrogates, nothing above U+10FFFF.
+bool valid_utf8(const unsigned char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		const unsigned c = s[i];
+		size_t len;
+		uint32_t cp;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf) {
+			len = 2;
+			cp = c & 0x1f;
+		} else if (c >= 0xe0 && c <= 0xef) {
+			len = 3;
+			cp = c & 0x0f;
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			len = 4;
+			cp = c & 0x07;
+		} else {
+			return false;
+		}
+		if (n - i < len)
+			return false;
+		for (size_t k = 1; k < len; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return false;
+			cp = cp << 6 | (s[i + k] & 0x3f);
+		}
+		if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+		    (cp >= 0xd800 && cp <= 0xdfff))
+			return false;
+		i += len;
+	}
+	return true;
+}
+
+// A piece of ModelProto.pieces: whether it is user-defined (type 4) and not valid UTF-8.
+bool user_defined_bytes(Wire piece)
+{
+	uint32_t f;
+	uint64_t v;
+	Wire text{nullptr, nullptr}, bytes{nullptr, nullptr};
+	uint64_t type = 1; // NORMAL
+
+	while (piece.p < piece.end && piece.next(&f, &v, &bytes)) {
+		if (f == 1)
+			text = bytes;
+		else if (f == 3)
+			type = v;
+	}
+	return type == 4 && !valid_utf8(text.p, (size_t)(text.end - text.p));
+}
 
 Settings read_settings(const std::string &model)
 {
@@ -112,6 +170,8 @@ Settings read_settings(const std::string &model)
 			st.ok = false;
 			break;
 		}
+		if (f == 1 && user_defined_bytes(sub))
+			st.user_defined_bytes = true;
 		if (f != 2 && f != 3)
 			continue;
 		while (sub.p < sub.end) {
@@ -154,6 +214,10 @@ const char *whole_reason(const Settings &st)
 		return "its normalizer keeps spaces as they are";
 	if (st.whitespace_as_suffix)
 		return "it puts spaces after words";
+	// The library matches user-defined pieces byte by byte in the text, so one that ends
+	// inside a character can span a cut between characters.
+	if (st.user_defined_bytes)
+		return "a user-defined piece is not valid UTF-8";
 	return nullptr;
 }
 
@@ -191,15 +255,13 @@ static int fail(char *msg, size_t msg_cap, int rc, const std::string &what)
 extern "C" int sf__sp_load(const char *path, struct sf_sp **ret_sp, char *msg, size_t msg_cap)
 {
 	try {
-		sf_sp *sp = new sf_sp;
+		auto sp = std::make_unique<sf_sp>();
 		const auto status = sp->proc.Load(path);
 
-		if (!status.ok()) {
-			delete sp;
+		if (!status.ok())
 			return fail(msg, msg_cap, SF_E_TOKENIZER, status.ToString());
-		}
-		sp->parts = parts_processor(sp);
-		*ret_sp = sp;
+		sp->parts = parts_processor(sp.get());
+		*ret_sp = sp.release();
 		return 0;
 	} catch (const std::bad_alloc &) {
 		return fail(msg, msg_cap, -ENOMEM, "out of memory");
@@ -226,11 +288,15 @@ extern "C" int32_t sf__sp_eos(const struct sf_sp *sp)
 	return sp->proc.eos_id();
 }
 
-extern "C" const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id)
+extern "C" const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id, size_t *ret_len)
 {
+	*ret_len = 0;
 	if (id >= (uint32_t)sp->proc.GetPieceSize())
 		return nullptr;
-	return sp->proc.IdToPiece((int)id).c_str();
+	const std::string &piece = sp->proc.IdToPiece((int)id);
+
+	*ret_len = piece.size();
+	return piece.c_str();
 }
 
 extern "C" int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix,

@@ -32,8 +32,11 @@ uint32_t sf__sp_n_vocab(const struct sf_sp *sp);
 int32_t sf__sp_bos(const struct sf_sp *sp);
 int32_t sf__sp_eos(const struct sf_sp *sp);
 
-/* sf__sp_piece - the text of piece `id` (NUL-terminated, owned by the model), or NULL. */
-const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id);
+/*
+ * sf__sp_piece - the bytes of piece `id` (owned by the model, NUL-terminated, though a
+ * piece may hold a NUL: its length goes to *ret_len), or NULL.
+ */
+const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id, size_t *ret_len);
 
 /*
  * sf__sp_parts - 1 when the model's ids of a text are those of its parts encoded one by

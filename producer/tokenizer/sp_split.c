@@ -92,14 +92,16 @@ static uint32_t next_code(const uint8_t *s, size_t n, size_t *ret_len)
  */
 static size_t piece_keys(struct sf_sp_split *t, const struct sf_sp *sp, uint32_t id, bool count)
 {
-	const uint8_t *piece = (const uint8_t *)sf__sp_piece(sp, id);
-	size_t n = piece ? strlen((const char *)piece) : 0, p, len, chars = 0, keys = 0;
+	size_t n, p, len, chars = 0, keys = 0;
+	const uint8_t *piece = (const uint8_t *)sf__sp_piece(sp, id, &n);
 	uint32_t prev = SF_UC_INVALID, c = SF_UC_INVALID;
 
 	for (p = 0; p < n; p += len, prev = c, chars++) {
 		c = next_code(piece + p, n - p, &len);
 		/* Bytes that are not valid UTF-8 match nothing in a normalized text, whose
-		 * invalid bytes are U+FFFD: no pair with them. */
+		 * invalid bytes are U+FFFD: no pair with them. (A user-defined piece, which
+		 * the library matches byte by byte, is valid UTF-8 in a model encoded in
+		 * parts: sf__sp_parts().) */
 		if (prev == SF_UC_INVALID || c == SF_UC_INVALID)
 			continue;
 		if (count)
@@ -107,7 +109,12 @@ static size_t piece_keys(struct sf_sp_split *t, const struct sf_sp *sp, uint32_t
 		else
 			add_pair(t, prev, c);
 	}
-	if (chars == 1 && c != SF_UC_INVALID && sf__sp_plain(sp, id)) {
+	/*
+	 * A literal ' ' matches nothing either, since the normalizer writes every space as
+	 * U+2581; as part of a pair it only costs cuts, but as a single it would make ' '
+	 * a character to cut beside even where U+2581 is no piece.
+	 */
+	if (chars == 1 && c != SF_UC_INVALID && piece[0] != ' ' && sf__sp_plain(sp, id)) {
 		if (count)
 			keys += c >= 128;
 		else

@@ -5,8 +5,9 @@
  * parts, each encoded alone (docs/tokenizer.md, "SentencePiece in parts").
  *
  * Characters are taken as the model's normalizer gives them: ' ' is U+2581, which both
- * stand for here as code 0x20 (a piece never holds ' ', so nothing is lost), and a byte
- * that starts no valid UTF-8 sequence is never cut beside.
+ * stand for here as code 0x20 (a piece that holds a literal ' ' matches nothing, so its
+ * pairs only cost cuts, and it is never a single), and a byte that starts no valid UTF-8
+ * sequence is never cut beside.
  */
 #ifndef SF_PRODUCER_TOKENIZER_SP_SPLIT_H
 #define SF_PRODUCER_TOKENIZER_SP_SPLIT_H

@@ -364,9 +364,10 @@ static int load_sentencepiece(struct sf_tok *tok, const char *path, struct sf_er
 	tok->eot = sf__sp_eos(tok->sp);
 	/* The control pieces become special tokens, so that a job can name them. */
 	for (id = 0; id < (int32_t)tok->n_vocab && id < 3; id++) {
-		const char *piece = sf__sp_piece(tok->sp, (uint32_t)id);
+		size_t len;
+		const char *piece = sf__sp_piece(tok->sp, (uint32_t)id, &len);
 
-		if (piece && *piece && piece[0] == '<') {
+		if (piece && len && piece[0] == '<' && strlen(piece) == len) {
 			rc = sf__tok_add_special(tok, piece, (uint32_t)id, e);
 			if (rc < 0)
 				return rc;

@@ -13,6 +13,13 @@
  * by one encoder (the second
  * time through its caches) and once by a fresh one.
  *
+ * Then models written here field by field, with pieces the trainer does not make: a
+ * piece that is a literal ' ' (the normalizer writes spaces as U+2581, so it matches
+ * nothing), pieces holding a NUL byte, a user-defined piece that is not valid UTF-8
+ * (the library matches those byte by byte, so such models are encoded whole); and a
+ * text whose ids, more than its bytes, fill the encoder's buffer exactly before a special
+ * token.
+ *
  * A plain program: 0 pass, 1 fail, 77 skip (no shared data, or a build without
  * libsentencepiece).
  */
@@ -248,6 +255,244 @@ static void make_texts(struct texts *t, const char *corpus, size_t corpus_len)
 		add_text(t, corpus + corpus_len - 16384, 16384);
 }
 
+/* A protobuf message being written (sentencepiece_model.proto's fields). */
+struct pb {
+	uint8_t b[8192];
+	size_t n;
+};
+
+static void pb_varint(struct pb *m, uint64_t v)
+{
+	for (; v >= 0x80; v >>= 7)
+		m->b[m->n++] = (uint8_t)(v | 0x80);
+	m->b[m->n++] = (uint8_t)v;
+}
+
+static void pb_uint(struct pb *m, uint32_t field, uint64_t v)
+{
+	pb_varint(m, (uint64_t)field << 3);
+	pb_varint(m, v);
+}
+
+static void pb_bytes(struct pb *m, uint32_t field, const void *p, size_t len)
+{
+	pb_varint(m, (uint64_t)field << 3 | 2);
+	pb_varint(m, len);
+	memcpy(m->b + m->n, p, len);
+	m->n += len;
+}
+
+enum { NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, BYTE = 6 };
+
+struct piece {
+	const char *bytes;
+	size_t len;
+	float score;
+	int type;
+};
+
+static void pb_piece(struct pb *m, const char *bytes, size_t len, float score, int type)
+{
+	struct pb p = {.n = 0};
+
+	pb_bytes(&p, 1, bytes, len);
+	pb_varint(&p, 2 << 3 | 5);
+	memcpy(p.b + p.n, &score, 4);
+	p.n += 4;
+	pb_uint(&p, 3, (uint64_t)type);
+	pb_bytes(m, 1, p.b, p.n);
+}
+
+/*
+ * Write a BPE model: <unk>, <s>, </s>, the 256 byte pieces with `byte_fallback`, then
+ * `pieces`; the identity normalizer, spaces as U+2581, a space before each text.
+ */
+static void write_model(const char *path, const struct piece *pieces, size_t n, bool byte_fallback)
+{
+	struct pb *m = calloc(1, sizeof(*m)), sub = {.n = 0};
+	char name[8];
+	FILE *f;
+	size_t i;
+
+	if (!m)
+		abort();
+	pb_piece(m, "<unk>", 5, 0, UNKNOWN);
+	pb_piece(m, "<s>", 3, 0, CONTROL);
+	pb_piece(m, "</s>", 4, 0, CONTROL);
+	for (i = 0; byte_fallback && i < 256; i++) {
+		snprintf(name, sizeof(name), "<0x%02X>", (unsigned)i);
+		pb_piece(m, name, 6, 0, BYTE);
+	}
+	for (i = 0; i < n; i++)
+		pb_piece(m, pieces[i].bytes, pieces[i].len, pieces[i].score, pieces[i].type);
+	pb_uint(&sub, 3, 2); /* TrainerSpec.model_type: BPE */
+	if (byte_fallback)
+		pb_uint(&sub, 35, 1);
+	pb_bytes(m, 2, sub.b, sub.n);
+	sub.n = 0;
+	pb_bytes(&sub, 1, "identity", 8);
+	pb_uint(&sub, 3, 1); /* add_dummy_prefix */
+	pb_uint(&sub, 4, 0); /* remove_extra_whitespaces */
+	pb_uint(&sub, 5, 1); /* escape_whitespaces */
+	pb_bytes(m, 3, sub.b, sub.n);
+	f = fopen(path, "wb");
+	if (!f || fwrite(m->b, 1, m->n, f) != m->n || fclose(f)) {
+		fprintf(stderr, "cannot write %s\n", path);
+		exit(1);
+	}
+	free(m);
+}
+
+#define P(s, score, type) {s, sizeof(s) - 1, score, type}
+
+struct crafted {
+	const char *name;
+	struct piece pieces[8];
+	size_t n_pieces;
+	bool byte_fallback;
+	const char *how;
+	const char *texts[4];
+	size_t lens[4];
+};
+
+static const struct crafted crafted[] = {
+	/* Without a U+2581 piece a space is <unk>, and a run of them one <unk>: the
+	 * literal ' ' piece must not make ' ' a character to cut beside. */
+	{"literal-space",
+	 {P("a", -1, NORMAL), P(" ", -1, NORMAL)},
+	 2,
+	 false,
+	 "in parts",
+	 {"  ", "a  a", " a", "   "},
+	 {2, 4, 2, 3}},
+	/* Pairs across a NUL byte: the piece's length is not strlen()'s. */
+	{"nul",
+	 {P("x", -1, NORMAL), P("\0", -1, NORMAL), P("a", -1, NORMAL), P("b", -1, NORMAL),
+	  P("x\0", -2, NORMAL), P("x\0a", -3, NORMAL), P("x\0ab", -4, NORMAL)},
+	 7,
+	 false,
+	 "in parts",
+	 {"x\0ab", "ab", "x\0a b"},
+	 {4, 2, 6}},
+	/* A user-defined piece ending inside U+2581: the library matches it in the raw text. */
+	{"user-defined-bytes",
+	 {P("a", -1, NORMAL), P("\xe2\x96\x81", -1, NORMAL), P("a\xe2\x96", 0, USER_DEFINED)},
+	 3,
+	 false,
+	 "whole: a user-defined piece is not valid UTF-8",
+	 {"a\xe2\x96\x81", "xa ", "a\xe2\x96\x81" "a"},
+	 {4, 3, 5}},
+};
+
+/* The crafted models: ids against the library's, and what sf__tok_how() says. */
+static int check_crafted(const char *dir_path)
+{
+	int failed = 0;
+
+	for (size_t k = 0; k < sizeof(crafted) / sizeof(*crafted); k++) {
+		const struct crafted *c = &crafted[k];
+		char model[4096], label[128], how_buf[160];
+		struct sf_tok_file_opts opts = {model, SF_TOK_FORMAT_SENTENCEPIECE, NULL};
+		struct sf_tok_encoder *enc;
+		struct sf_err err = {0};
+		struct sf_tok *tok;
+		const char *how;
+		int bad = 0;
+
+		snprintf(model, sizeof(model), "%s/%s.model", dir_path, c->name);
+		write_model(model, c->pieces, c->n_pieces, c->byte_fallback);
+		if (sf__tok_load_file(&opts, &tok, &err) < 0 ||
+		    sf__tok_encoder_create(tok, &enc, &err) < 0) {
+			fprintf(stderr, "%s: %s\n", c->name, err.msg);
+			return 1;
+		}
+		how = sf__tok_how(tok, how_buf, sizeof(how_buf));
+		if (!how || strcmp(how, c->how)) {
+			fprintf(stderr, "%s: encoded %s, expected %s\n", c->name, how ? how : "?",
+				c->how);
+			bad = 1;
+		}
+		for (size_t i = 0; i < 4 && c->texts[i]; i++) {
+			snprintf(label, sizeof(label), "%s: text %zu", c->name, i);
+			bad += check_one(tok, enc, label, c->texts[i], c->lens[i]);
+		}
+		printf("%s %s\n", bad ? "FAIL" : "ok", c->name);
+		failed |= bad != 0;
+		unlink(model);
+		sf__tok_encoder_free(enc);
+		sf__tok_free(tok);
+	}
+	return failed;
+}
+
+/*
+ * Each invalid byte is U+FFFD to the normalizer, three byte pieces when that is no piece:
+ * a run of them gives 3 ids a byte. Make a run whose ids fill the encoder's first buffer
+ * (4,096 ids) exactly, follow it with </s>, and allow the special tokens: its id must
+ * land inside the buffer, after the run's.
+ */
+static int check_full_buffer(const char *dir_path)
+{
+	static const struct piece pieces[] = {P("\xe2\x96\x81", -1, NORMAL), P("a", -1, NORMAL)};
+	char model[4096], msg[256] = "", *text;
+	struct sf_tok_file_opts opts = {model, SF_TOK_FORMAT_SENTENCEPIECE, NULL};
+	uint32_t *want = malloc(8192 * sizeof(*want));
+	size_t run, n_want = 0, n_got, i;
+	struct sf_tok_encoder *enc;
+	struct sf_err err = {0};
+	const uint32_t *got;
+	struct sf_tok *tok;
+	int bad = 0;
+
+	snprintf(model, sizeof(model), "%s/full.model", dir_path);
+	write_model(model, pieces, 2, true);
+	text = malloc(2048);
+	if (!want || !text || sf__tok_load_file(&opts, &tok, &err) < 0 ||
+	    sf__tok_encoder_create(tok, &enc, &err) < 0) {
+		fprintf(stderr, "full buffer: %s\n", err.msg);
+		return 1;
+	}
+	memset(text, 0xff, 2048);
+	for (run = 1300; run < 1400; run++) {
+		if (sf__sp_encode(tok->sp, false, text, run, want, 8192, &n_want, msg,
+				  sizeof(msg)) < 0) {
+			fprintf(stderr, "full buffer: the library: %s\n", msg);
+			return 1;
+		}
+		if (n_want == 4096)
+			break;
+	}
+	if (run == 1400) {
+		fprintf(stderr, "full buffer: no run of 0xff gives 4,096 ids\n");
+		return 1;
+	}
+	memcpy(text + run, "</s>", 4);
+	want[n_want++] = (uint32_t)tok->eot;
+	if (sf__tok_encode(enc, text, run + 4, SF_TOK_ALLOW_ALL, &got, &n_got, &err) < 0) {
+		fprintf(stderr, "full buffer: %s\n", err.msg);
+		return 1;
+	}
+	if (n_got > enc->ids_cap) {
+		fprintf(stderr, "full buffer: %zu ids written in a buffer of %zu\n", n_got,
+			enc->ids_cap);
+		bad = 1;
+	}
+	for (i = 0; i < n_want && i < n_got && got[i] == want[i]; i++)
+		;
+	if (i != n_want || i != n_got) {
+		fprintf(stderr, "full buffer: %zu ids, expected %zu; first difference at %zu\n",
+			n_got, n_want, i);
+		bad = 1;
+	}
+	printf("%s full buffer: %zu ids, then </s>\n", bad ? "FAIL" : "ok", n_want - 1);
+	unlink(model);
+	sf__tok_encoder_free(enc);
+	sf__tok_free(tok);
+	free(text);
+	free(want);
+	return bad;
+}
+
 static char dir[] = "/tmp/sf-test-sp-parts-XXXXXX";
 
 /* Remove what the test wrote, however it ends. */
@@ -358,6 +603,8 @@ int main(void)
 		sf__tok_encoder_free(fresh);
 		sf__tok_free(tok);
 	}
+	failed |= check_crafted(dir);
+	failed |= check_full_buffer(dir);
 	for (i = 0; i < texts.n; i++)
 		free(texts.s[i]);
 	free(texts.s);
