@@ -11,6 +11,8 @@
  * as `run` opens it and the samples, tokens and epochs each source delivers over that budget are
  * printed.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +94,10 @@ static int parse_tokens(const char *s, uint64_t *ret)
 
 	if (*s < '0' || *s > '9')
 		return -1;
+	errno = 0;
 	v = strtoull(s, &end, 10);
+	if (errno)
+		return -1;
 	if (*end == 'k')
 		scale = 1000;
 	else if (*end == 'M')
@@ -137,9 +142,16 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 		sf__dataset_close(ds);
 		return 0;
 	}
-	steps = tokens ? (tokens + G * T - 1) / (G * T) : st.n_steps;
+	steps = tokens ? tokens / (G * T) + (tokens % (G * T) != 0) : st.n_steps;
 	if (steps > st.n_steps)
 		steps = st.n_steps;
+	/* Tokens are counted in 64 bits: a budget beyond that (a schedule's last phase may
+	 * end at step 2^64 - 2) is cut to what they hold. */
+	if (steps > UINT64_MAX / G / T) {
+		steps = UINT64_MAX / G / T;
+		printf("# the budget is cut to %llu steps: 2^64 tokens is the most counted\n",
+		       (unsigned long long)steps);
+	}
 	n = steps * G;
 	printf("# budget: %llu steps of %llu samples of %llu tokens: %llu samples, %llu tokens\n",
 	       (unsigned long long)steps, (unsigned long long)G, (unsigned long long)T,
@@ -159,7 +171,8 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 		return -1;
 	}
 	sf__dataset_mix_expect(ds, n, counts, windows);
-	bound = sf__dataset_mix_bound(ds, &exact);
+	/* Rounded up, so that the printed bound is never below the true one. */
+	bound = ceil(sf__dataset_mix_bound(ds, &exact) * 1e6) / 1e6;
 	printf("# mixture: at every prefix of every phase each source's count is within %.6f "
 	       "of weight x samples (%s)\n",
 	       bound, exact ? "exact, over a whole period" : "proved from the tree");

@@ -291,11 +291,12 @@ static double proved_below(const struct sf_mix_set *s, int32_t v, double e)
  * error there is. Between two samples of source i its error only falls, so its extremes
  * are just before and just after each of its samples.
  */
-static double exact_bound(const struct sf_mix_set *s)
+static double exact_bound(struct sf_mix_set *s)
 {
 	const uint64_t Q = s->total;
 	i128 worst = 0;
 
+	s->walked += Q;
 	for (uint64_t n = 0; n < Q; n++) {
 		uint64_t idx;
 		uint32_t i = sf__mix_set_locate(s, n, &idx);
@@ -450,9 +451,14 @@ static int stage_weights(const uint64_t *a, const uint64_t *bw, uint32_t n, uint
 		qb += bw[i];
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		u128 v = (u128)a[i] * qb * (2 * (u128)S - 2 * u - 1) +
-			 (u128)bw[i] * qa * (2 * (u128)u + 1);
+		/* Each product of two weights is checked before it is scaled (by at most
+		 * 2 x 1024), so that nothing wraps: a term of 2^64 or more is refused anyway. */
+		const u128 x = (u128)a[i] * qb, y = (u128)bw[i] * qa;
+		u128 v;
 
+		if (x >> 64 || y >> 64)
+			return -EINVAL;
+		v = x * (2 * (u128)S - 2 * u - 1) + y * (2 * (u128)u + 1);
 		total += v;
 		if (v >> 64 || total >> 64)
 			return -EINVAL;
@@ -479,7 +485,8 @@ static uint32_t default_stages(uint32_t n_sources)
 	return cap < SF_MIX_MAX_STAGES ? cap : SF_MIX_MAX_STAGES;
 }
 
-/* Exact bounds are walked for constant phases of totals up to this (about 10 ms each). */
+/* Exact bounds are walked for constant phases of totals up to this (about 10 ms a walk at a
+ * few sources; a phase may walk once per candidate shape). */
 #define EXACT_LIMIT (UINT64_C(1) << 20)
 
 int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint32_t n_sources,
@@ -487,7 +494,7 @@ int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint
 {
 	struct sf_mixture *m = calloc(1, sizeof(*m));
 	uint64_t *scratch = malloc(n_sources * sizeof(*scratch));
-	uint64_t first = 0;
+	uint64_t first = 0, walked = 0;
 	uint32_t total_phases = 0;
 	int r = -ENOMEM;
 
@@ -552,13 +559,15 @@ int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint
 				ph->end_step = spec[p].end_step;
 			}
 			r = sf__mix_set_init(
-				&ph->set, w, n_sources, spec[p].ramp_to ? 0 : EXACT_LIMIT,
+				&ph->set, w, n_sources,
+				spec[p].ramp_to || walked >= SF_MIX_WALK_BUDGET ? 0 : EXACT_LIMIT,
 				spec[p].ramp_to ? SF_MIX_SEARCH_MAX_STAGE : SF_MIX_SEARCH_MAX);
 			if (r < 0) {
 				*why = r == -EINVAL ? "a phase's weights are all zero or too large"
 						    : "out of memory";
 				goto fail;
 			}
+			walked += ph->set.walked;
 			ph->before = m->before + (size_t)m->n_phases * n_sources;
 			if (m->n_phases) {
 				const struct sf_mix_phase *prev = ph - 1;

@@ -51,7 +51,15 @@ struct sf_mix_set {
 	double bound;
 	uint32_t exact;
 	uint32_t n_nodes;
+	uint64_t walked; /* samples walked to find exact bounds (sf__mix_set_init's cost) */
 };
+
+/*
+ * A mixture's constant phases walk their periods for exact bounds only while the phases
+ * before have walked fewer samples than this in all (a second or so): a schedule of many
+ * phases takes the proved bounds of the later ones rather than minutes to load.
+ */
+#define SF_MIX_WALK_BUDGET (UINT64_C(1) << 24)
 
 /* The searched tree shape costs O(k^4) time to build: for up to this many sources (about
  * 35 ms at 64 here), and fewer in ramp stages, which build one tree each. */

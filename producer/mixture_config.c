@@ -98,18 +98,19 @@ static int resolve(const struct sf_config *cfg, const struct sf_weights_config *
 		return sf__err(e, SF_E_CONFIG, "%s: mixture: every source weighs 0",
 			       cfg->path ? cfg->path : "config");
 	}
+	/* Each term is below 2^126 and there may be thousands: the sum is checked as it
+	 * grows, so that it never wraps. */
 	for (uint32_t i = 0; i < n; i++) {
 		v[i] /= g;
 		total += v[i];
+		if (v[i] > SF_MIX_MAX_TOTAL || total > SF_MIX_MAX_TOTAL)
+			goto too_precise;
 		out[i] = (uint64_t)v[i];
 	}
 	free(v);
-	if (total > SF_MIX_MAX_TOTAL)
-		goto too_precise_freed;
 	return 0;
 too_precise:
 	free(v);
-too_precise_freed:
 	return sf__err(e, SF_E_CONFIG,
 		       "%s: the mixture's weights are too precise to hold exactly (their common "
 		       "denominator exceeds 2^62): give them fewer digits",

@@ -328,6 +328,36 @@ def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
         in metrics
 
 
+def test_check_counts_huge_budgets_without_wrapping_and_rounds_the_bound_up(tmp_path):
+    """A budget of 2^64 - 1 tokens, or a schedule whose last phase ends at step 2^64 - 2,
+    is cut to the 2^64 tokens check counts in (they wrapped to 0 steps, or to a wrong
+    count); a budget past 2^64 is refused; the bound is printed rounded up (weights
+    4 : 2 : 1 walk to exactly 3/7 = 0.4285714..., printed 0.428571 before, below it)."""
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.bin").write_bytes(bytes(4000))
+    cfg = tmp_path / "mix.yaml"
+    sources = ("sources:\n"
+               f"  - {{name: a, paths: {tmp_path}/a.bin, format: nanogpt, weight: 4}}\n"
+               f"  - {{name: b, paths: {tmp_path}/b.bin, format: nanogpt, weight: 2}}\n"
+               f"  - {{name: c, paths: {tmp_path}/c.bin, format: nanogpt, weight: 1}}\n")
+    tail = "batch: {size: 8, seq_len: 64}\nconsumers: {world_size: 1, device: cpu}\n"
+    cfg.write_text("job: huge\n" + sources + tail)
+    steps = (2**64 - 1) // 8 // 64
+    check = sf("check", str(cfg), "--tokens", "18446744073709551615")
+    assert check.returncode == 0, check.stderr
+    assert f"# budget: {steps} steps of 8 samples of 64 tokens: {steps * 8} samples, " \
+        f"{steps * 8 * 64} tokens\n" in check.stdout, check.stdout
+    assert "within 0.428572 of weight x samples (exact" in check.stdout, check.stdout
+    for tokens in ("18446744073709551616", "20000000T"):
+        assert sf("check", str(cfg), "--tokens", tokens).returncode != 0, tokens
+    cfg.write_text("job: huge\n" + re.sub(r", weight: \d", "", sources) + tail +
+                   "mixture:\n  schedule:\n    - {until_step: 1000, weights: {a: 1, b: 1, c: 1}}\n"
+                   "    - {until_step: 18446744073709551614, weights: {a: 4, b: 2, c: 1}}\n")
+    check = sf("check", str(cfg))
+    assert check.returncode == 0, check.stderr
+    assert f"# budget: {steps} steps of 8 samples" in check.stdout, check.stdout
+
+
 def serve_and_read_25_steps(cfg, job, tmp_path, want):
     """Run the mixture job of `cfg`, read 25 steps of 8 samples as rank 0, and check that
     status --json gives each source's (delivered, target) as `want` and the metrics file

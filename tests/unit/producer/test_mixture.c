@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "producer/mixture.h"
+#include "producer/mixture_config.h"
 
 #define PREFIXES 1000000u
 
@@ -339,5 +341,81 @@ Test(mixture, a_ramp_defaults_to_a_stage_per_step_within_its_caps)
 	sf__mix_free(m);
 	cr_assert_eq(sf__mix_create(long_ramp, 1, 100, 4, &m, &why), 0, "%s", why);
 	cr_expect_eq(m->n_phases, 65536 / 100);
+	sf__mix_free(m);
+}
+
+/*
+ * Weights that resolve to terms whose 128-bit sum wraps: 74 sources of weight 10^9 (each
+ * scaled by the groups' lcm, 2^62, to a multiple of 2^64) and a group of weight 10^-9 whose
+ * members' weights sum to 2^62. Their true total, 2^128 + 2^62, wrapped to 2^62 and passed
+ * the check, and the 74 weights were cut to 0: the config must be refused as too precise,
+ * as it is when the sum wraps to 2^63.
+ */
+Test(mixture, weights_whose_sum_wraps_128_bits_are_refused)
+{
+	static const char *const group_weights[] = {"1000000000", "1000000000", "1000000000",
+						    "999999999.999999999", "611686018.427387905"};
+	static const char *const hq[] = {"0.000000001", "0.000000002"};
+
+	for (int k = 0; k < 2; k++) {
+		size_t cap = 16384, len = 0;
+		char *yaml = malloc(cap);
+		struct sf_config cfg;
+		struct sf_mixture *m = NULL;
+		struct sf_err err = {0};
+
+		cr_assert_not_null(yaml);
+		len += (size_t)snprintf(yaml + len, cap - len, "sources:\n");
+		for (int i = 0; i < 74; i++)
+			len += (size_t)snprintf(yaml + len, cap - len,
+						"  - {paths: u%d.bin, name: u%d, weight: %s}\n", i, i,
+						i < 73 ? "1000000000" : "786976294.838206464");
+		for (int i = 0; i < 5; i++)
+			len += (size_t)snprintf(yaml + len, cap - len,
+						"  - {paths: y%d.bin, name: y%d, group: hq, "
+						"weight: %s}\n",
+						i, i, group_weights[i]);
+		len += (size_t)snprintf(yaml + len, cap - len, "mixture: {groups: {hq: %s}}\n",
+					hq[k]);
+		cr_assert_lt(len, cap);
+		cr_assert_eq(sf__config_load_string("job.yaml", yaml, len, &cfg, &err), 0, "%s",
+			     err.msg);
+		cr_expect_lt(sf__mixture_from_config(&cfg, &m, &err), 0, "group weight %s: accepted",
+			     hq[k]);
+		cr_expect(strstr(err.msg, "too precise"), "group weight %s: %s", hq[k], err.msg);
+		sf__mix_free(m);
+		sf__config_free(&cfg);
+		free(yaml);
+	}
+}
+
+/*
+ * Many constant phases whose proved bounds are 1 or more (the 5 sources above, Q =
+ * 100,003, several shapes walked each): the walks stop once the phases before have walked
+ * SF_MIX_WALK_BUDGET samples, and the later phases keep their proved bounds.
+ */
+Test(mixture, walks_for_exact_bounds_stop_at_the_budget)
+{
+	enum { PHASES = 64 };
+	static const uint64_t w[5] = {14631, 2919, 47789, 1, 34663};
+	struct sf_mix_phase_spec spec[PHASES];
+	struct sf_mixture *m;
+	const char *why = NULL;
+	uint64_t walked = 0, most = 0;
+
+	for (uint32_t p = 0; p < PHASES; p++)
+		spec[p] = (struct sf_mix_phase_spec){.end_step = p + 1 < PHASES ? 10 * (p + 1)
+										 : UINT64_MAX,
+						     .weights = w};
+	cr_assert_eq(sf__mix_create(spec, PHASES, 5, 8, &m, &why), 0, "%s", why);
+	cr_assert(m->phases[0].set.exact);
+	cr_assert_not(m->phases[PHASES - 1].set.exact);
+	for (uint32_t p = 0; p < m->n_phases; p++) {
+		walked += m->phases[p].set.walked;
+		most = m->phases[p].set.walked > most ? m->phases[p].set.walked : most;
+		cr_assert(m->phases[p].set.exact || m->phases[p].set.bound >= 1);
+	}
+	cr_assert_lt(walked, SF_MIX_WALK_BUDGET + most, "%llu samples walked",
+		     (unsigned long long)walked);
 	sf__mix_free(m);
 }
