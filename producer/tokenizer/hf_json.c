@@ -189,6 +189,11 @@ static int load_vocab(struct sf_hf_loader *l, const struct sf_json_node *vocab)
 			return sf__hf_refuse(l, "model.vocab",
 					     "\"%s\": expected an id from 0 to 2^31-1",
 					     sf__json_tree_key(l->doc, m));
+		/* Refused before the tables by id are sized from it. */
+		if (id >= SF_TOK_MAX_RANKS)
+			return sf__hf_refuse(l, "model.vocab",
+					     "\"%s\": id %ld, more than the %u ids supported",
+					     sf__json_tree_key(l->doc, m), id, SF_TOK_MAX_RANKS);
 		if ((uint32_t)id > max_id)
 			max_id = (uint32_t)id;
 		total += m->key_len;

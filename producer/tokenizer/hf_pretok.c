@@ -49,9 +49,10 @@ static int behavior_of(struct sf_hf_loader *l, const struct sf_json_node *obj, c
 /*
  * tokenizers compiles Split patterns with Oniguruma (Ruby syntax); PCRE2 reads the
  * patterns these files use the same way, except for constructs refused here: ^ and $
- * (line anchors in Ruby), (?m) (dot-all in Ruby), \h and \H (hex digits in Ruby), \A,
- * \z, \Z, \G, \K and \R, and a pattern that can match the empty string (whose iteration
- * rules differ between the engines).
+ * (line anchors in Ruby), (?m) (dot-all in Ruby), \h and \H (hex digits in Ruby), \w,
+ * \W, \b and \B (Oniguruma's word characters are not PCRE2's: U+00BD is one, and a
+ * combining mark counts for \b), \A, \z, \Z, \G, \K and \R, and a pattern that can
+ * match the empty string (whose iteration rules differ between the engines).
  */
 static int check_pattern(struct sf_hf_loader *l, const char *where, const char *pat)
 {
@@ -62,7 +63,7 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 		char c = pat[i];
 
 		if (c == '\\' && pat[i + 1]) {
-			if (strchr("hHAzZGKR", pat[i + 1]))
+			if (strchr("hHwWbBAzZGKR", pat[i + 1]))
 				return sf__hf_refuse(l, where,
 						     "\\%c not supported (it differs between "
 						     "Oniguruma and PCRE2)",

@@ -224,8 +224,14 @@ int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text,
 		text[end] = '\0';
 		errno = 0;
 		rank = strtoul((char *)text + sp + 1, &stop, 10);
-		if (errno || (*stop && *stop != '\r') || rank >= UINT32_MAX - 1 - rank_offset) {
+		if (errno || (*stop && *stop != '\r')) {
 			rc = sf__err(e, SF_E_TOKENIZER, "%s:%zu: bad rank", path, lineno);
+			goto fail;
+		}
+		/* Refused before the tables by rank are sized from it. */
+		if (rank >= SF_TOK_MAX_RANKS - rank_offset) {
+			rc = sf__err(e, SF_E_TOKENIZER, "%s:%zu: rank %lu, more than the %u supported",
+				     path, lineno, rank, SF_TOK_MAX_RANKS);
 			goto fail;
 		}
 		if (n_lines == cap_lines) {

@@ -222,6 +222,19 @@ Test(refuse, each_construct_by_path)
 				   "\"Split\", \"pattern\": {\"Regex\": \"\\\\h+\"}, \"behavior\": "
 				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\h not supported"},
+		/* Oniguruma's \w takes U+00BD and its \b a combining mark; PCRE2's do not. */
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"\\\\w+|[^\\\\w\\\\s]+\"}, "
+				   "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\w not supported"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"\\\\b\\\\p{L}+|.\"}, "
+				   "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\b not supported"},
+		/* An id far above the vocabulary's size: refused before tables are sized by it
+		 * (8 GiB for this one). */
+		{{.extra_vocab = ", \"abc\": 2147483647"},
+		 "model.vocab: \"abc\": id 2147483647, more than the 16777216 ids supported"},
 		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
 				   "\"Split\", \"pattern\": {\"Regex\": \"(?<m>a)|(?im:b)\"}, "
 				   "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
