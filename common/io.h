@@ -20,4 +20,15 @@ int sf__pread_full(int fd, void *buf, size_t n, uint64_t off);
  */
 int sf__pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
 
+/*
+ * sf__rename_pair - move a written data file and its index (a Megatron .bin and .idx)
+ * from their temporary names into place, replacing an older pair, so that no crash can
+ * leave the new data beside the old index, which would read as a whole dataset: the old
+ * index goes first, then the data, then the index; then the directory is synced. A
+ * crash between leaves the data without an index, which a reader refuses. Returns 0 or
+ * -errno.
+ */
+int sf__rename_pair(const char *data_tmp, const char *data, const char *index_tmp,
+		    const char *index);
+
 #endif

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,6 +248,7 @@ static int load_tokenizer_file(struct sf_dataset *ds, const struct sf_config *cf
 static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
 {
 	char *vocab = NULL;
+	bool from_dir;
 	int r;
 
 	if (cfg->tok_file)
@@ -256,9 +258,13 @@ static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, st
 			return sf__err(e, SF_E_CONFIG, "raw text sources need an encoding");
 		return 0;
 	}
+	/* The byte and character encodings have no vocabulary file. */
+	from_dir = !cfg->vocab && cfg->vocab_dir && strcmp(cfg->encoding, "bytes") &&
+		   strncmp(cfg->encoding, "char:", 5);
+
 	if (cfg->vocab) {
 		vocab = strdup(cfg->vocab);
-	} else if (cfg->vocab_dir) {
+	} else if (from_dir) {
 		/* tiktoken names the file after the encoding: gpt2's is r50k_base.tiktoken. */
 		const char *name = sf__tok_vocab_name(cfg->encoding);
 		size_t n = strlen(cfg->vocab_dir) + strlen(name) + 16;
@@ -267,7 +273,7 @@ static int load_tokenizer(struct sf_dataset *ds, const struct sf_config *cfg, st
 		if (vocab)
 			snprintf(vocab, n, "%s/%s.tiktoken", cfg->vocab_dir, name);
 	}
-	if ((cfg->vocab || cfg->vocab_dir) && !vocab)
+	if ((cfg->vocab || from_dir) && !vocab)
 		return sf__err(e, -ENOMEM, "out of memory");
 	r = sf__tok_load(cfg->encoding, vocab, &ds->tok, e);
 	if (r >= 0)

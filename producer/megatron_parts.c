@@ -479,9 +479,16 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 		goto out;
 	}
 	for (size_t i = 0; i < n_args; i++) {
-		char *p = prefix_of(args[i]);
+		const size_t len = strlen(args[i]);
+		char *p;
 		size_t j;
 
+		/* What a part that did not finish leaves (its .bin.tmp, .idx.tmp or .json.tmp)
+		 * names no part, though a glob PREFIX_* takes it: if that part is missing, the
+		 * check below says so. */
+		if (len > 4 && !strcmp(args[i] + len - 4, ".tmp"))
+			continue;
+		p = prefix_of(args[i]);
 		if (!p) {
 			r = sf__err(e, -ENOMEM, "out of memory");
 			goto out;
@@ -560,8 +567,9 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 		r = sf__err(e, -errno, "%s: cannot write: %s", prefix, strerror(errno));
 		goto out;
 	}
-	if (rename(bin_tmp, bin) < 0 || rename(idx_tmp, idx) < 0) {
-		r = sf__err(e, -errno, "%s: cannot rename into place: %s", prefix, strerror(errno));
+	r = sf__rename_pair(bin_tmp, bin, idx_tmp, idx);
+	if (r < 0) {
+		r = sf__err(e, r, "%s: cannot rename into place: %s", prefix, strerror(-r));
 		goto out;
 	}
 	*ret_docs = total_docs;

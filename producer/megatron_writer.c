@@ -240,8 +240,9 @@ int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, 
 	r = write_index(ds, idx_tmp, doc_lens, n_docs, e);
 	if (r < 0)
 		goto out;
-	if (rename(bin_tmp, bin) < 0 || rename(idx_tmp, idx) < 0) {
-		r = sf__err(e, -errno, "%s: cannot rename into place: %s", prefix, strerror(errno));
+	r = sf__rename_pair(bin_tmp, bin, idx_tmp, idx);
+	if (r < 0) {
+		r = sf__err(e, r, "%s: cannot rename into place: %s", prefix, strerror(-r));
 		goto out;
 	}
 	report(&job, 1);

@@ -135,6 +135,8 @@ static void premap_files(const struct sf_dataset *ds)
 	uint32_t cap, n = 0;
 	struct sf_err ignored;
 
+	if (!ds->text_maps) /* no text file to read: a part of a corpus may have none */
+		return;
 	sf__file_cache_open_count(ds->text_maps, &cap);
 	for (uint32_t i = 0; i < ds->n_text_files && n < cap; i++) {
 		const char *data;

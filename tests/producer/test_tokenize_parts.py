@@ -272,6 +272,50 @@ def test_empty_parts(tmp_path):
         assert read(str(tmp_path / "merged") + ext) == read(str(tmp_path / "whole") + ext)
 
 
+def test_parts_that_get_no_file(tmp_path):
+    """A file a part must take whole (gzip; text cut at "\\n\\n") goes to one part, and the
+    other part then has no file at all: it is an empty part, as one with files but no
+    documents is (it crashed, leaving its .bin.tmp behind). A leftover temporary file of
+    an unfinished part is not taken for a part by --merge PREFIX_*."""
+    with gzip.open(tmp_path / "big.jsonl.gz", "wt", encoding="utf-8") as f:
+        for i in range(100):
+            f.write(json.dumps({"text": f"doc {i}"}) + "\n")
+    (tmp_path / "paras.txt").write_text("\n\n".join(f"paragraph {i}" for i in range(50)))
+    for name, source in (("gz", f'paths: ["{tmp_path}/big.jsonl.gz"]'),
+                         ("paras", f'paths: ["{tmp_path}/paras.txt"]\n    format: text\n'
+                                   '    separator: "\\n\\n"')):
+        cfg = tmp_path / f"{name}.yaml"
+        cfg.write_text(f"sources:\n  - {source}\ntokenizer:\n  encoding: bytes\n"
+                       "batch: {seq_len: 8, size: 1}\n")
+        parts = run_parts(tmp_path, cfg, str(tmp_path / name), 2)
+        docs = [json.loads(read(p + ".json"))["documents"] for p in parts]
+        assert sorted(docs) == [0, 100 if name == "gz" else 50], docs
+        assert not [f for f in os.listdir(tmp_path)
+                    if f.startswith(name + "_") and f.endswith(".tmp")]
+        run(tmp_path, str(cfg), "-o", str(tmp_path / f"{name}-whole"), "-q")
+        # What a part killed while writing leaves: it must not pass for a part.
+        (tmp_path / f"{name}_00001-of-00002.bin.tmp").write_bytes(b"partial")
+        run(tmp_path, "--merge", *[str(tmp_path / f) for f in sorted(os.listdir(tmp_path))
+                                   if f.startswith(name + "_")],
+            "-o", str(tmp_path / f"{name}-merged"), "-q")
+        for ext in (".bin", ".idx"):
+            assert read(str(tmp_path / f"{name}-merged") + ext) == \
+                read(str(tmp_path / f"{name}-whole") + ext)
+
+
+def test_the_byte_encoding_needs_no_vocabulary_directory(tmp_path):
+    """`encoding: bytes` (the default) has no vocabulary file: a SHMFEED_VOCAB_DIR in the
+    environment must not make the loader look for bytes.tiktoken there."""
+    (tmp_path / "d.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
+    cfg = bytes_job(tmp_path, "batch:\n  seq_len: 4\n")
+    r = subprocess.run([SHMFEED, "tokenize", str(cfg), "-o", str(tmp_path / "x"), "-q"],
+                       capture_output=True, text=True, timeout=60,
+                       env=dict(env_for(tmp_path), SHMFEED_VOCAB_DIR=str(tmp_path / "none")))
+    assert r.returncode == 0, r.stderr
+    ids = [*b"one", 256, *b"two", 256]  # each document's bytes, then end of text
+    assert read(str(tmp_path / "x.bin")) == b"".join(t.to_bytes(2, "little") for t in ids)
+
+
 def test_pre_tokenized_sources_are_refused(tmp_path):
     (tmp_path / "t.bin").write_bytes(bytes(range(64)))
     cfg = tmp_path / "job.yaml"
