@@ -418,6 +418,9 @@ static int set_string(struct loader *L, const struct field *f, const yaml_node_t
 	}
 	if (strlen(scalar(n)) > PATH_MAX)
 		return fail_at(L, n, "'%s' is longer than %d characters", f->key, PATH_MAX);
+	/* Settings are C strings: a NUL ("\0") would silently cut the value short. */
+	if (strlen(scalar(n)) != n->data.scalar.length)
+		return fail_at(L, n, "'%s' holds a NUL character, which no setting can", f->key);
 	v = f->type == T_PATH ? resolve_path(&L->o, scalar(n)) : strdup(scalar(n));
 	if (!v)
 		return sf__err(L->e, -ENOMEM, "out of memory");
@@ -874,6 +877,10 @@ static int set_sources(struct loader *L, const struct field *f, const yaml_node_
 				    node_kind(item));
 		if (r == 0 && !srcs[i].n_paths)
 			r = fail_at(L, item, "a source needs 'paths'");
+		if (r == 0 && srcs[i].separator && !*srcs[i].separator)
+			r = fail_at(L, item,
+				    "'separator' is empty, which separates nothing: give a string, "
+				    "or null for one document per file");
 		if (r == 0 && !srcs[i].text_field && !(srcs[i].text_field = strdup("text")))
 			r = sf__err(L->e, -ENOMEM, "out of memory");
 		if (r < 0) {

@@ -105,6 +105,15 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 			ds->stats.n_files++;
 			if (format == SF_FMT_AUTO)
 				r = sf__source_detect_format(paths[i], &format);
+			if (r == -EINVAL) {
+				r = sf__err(e, SF_E_CONFIG,
+					    "%s: format auto goes by the name (.bin, .idx, a Megatron "
+					    "prefix, .jsonl and .txt, these two also .gz or .zst) and "
+					    "knows no other: give the source a format, or move the file "
+					    "out",
+					    paths[i]);
+				break;
+			}
 			if (r < 0) {
 				sf__err(e, r, "%s: cannot detect its format", paths[i]);
 				break;

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <glob.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,9 @@ int sf__source_detect_format(const char *path, uint32_t *ret_format)
 	static const char *const text_ext[] = {".txt", ".txt.zst", ".txt.gz"};
 	static const char *const jsonl_ext[] = {".jsonl", ".jsonl.zst", ".jsonl.gz"};
 
+	char *idx;
+	int r;
+
 	for (size_t i = 0; i < 3; i++) {
 		if (has_suffix(path, text_ext[i])) {
 			*ret_format = SF_FMT_TEXT;
@@ -40,7 +44,20 @@ int sf__source_detect_format(const char *path, uint32_t *ret_format)
 			return 0;
 		}
 	}
-	return sf__token_format_detect(path, ret_format);
+	if (has_suffix(path, ".bin") || has_suffix(path, ".idx"))
+		return sf__token_format_detect(path, ret_format);
+	/*
+	 * Any other name is a Megatron prefix or nothing auto knows: a README, a .json.gz or
+	 * a .parquet beside the shards must not be read as uint16 tokens.
+	 */
+	if (asprintf(&idx, "%s.idx", path) < 0)
+		return -ENOMEM;
+	r = access(idx, F_OK);
+	free(idx);
+	if (r < 0)
+		return -EINVAL;
+	*ret_format = SF_FMT_MEGATRON;
+	return 0;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -129,6 +146,84 @@ static int expand_directory(const char *dir, char ***paths, size_t *n, size_t *c
 }
 
 /*
+ * The file that path `p` reads, by device and inode: a Megatron pair's .bin whether `p`
+ * names its .bin, its .idx or its prefix. False when there is none (the open that follows
+ * reports it).
+ */
+static bool file_identity(const char *p, struct stat *st)
+{
+	size_t n = strlen(p);
+	char *bin;
+	bool ok;
+
+	if (has_suffix(p, ".idx") || stat(p, st) < 0) {
+		if (asprintf(&bin, "%.*s.bin", (int)(has_suffix(p, ".idx") ? n - 4 : n), p) < 0)
+			return false;
+		ok = stat(bin, st) == 0 && S_ISREG(st->st_mode);
+		free(bin);
+		return ok || stat(p, st) == 0;
+	}
+	return true;
+}
+
+struct identity {
+	dev_t dev;
+	ino_t ino;
+	size_t i; /* index in the sorted paths */
+};
+
+static int cmp_identity(const void *a, const void *b)
+{
+	const struct identity *x = a, *y = b;
+
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return (x->i > y->i) - (x->i < y->i);
+}
+
+/*
+ * Keep each file once, the first of its names in sorted order: the same path twice, the
+ * same file by two spellings or links, or both files of a Megatron pair (which each open
+ * the pair) would otherwise be read twice. Returns 0 or -ENOMEM.
+ */
+static int drop_repeats(char **paths, size_t *n)
+{
+	struct identity *id = malloc((*n ? *n : 1) * sizeof(*id));
+	bool *drop = calloc(*n ? *n : 1, sizeof(*drop));
+	size_t m = 0, k = 0;
+
+	if (!id || !drop) {
+		free(id);
+		free(drop);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < *n; i++) {
+		struct stat st;
+
+		if (i && !strcmp(paths[i], paths[i - 1]))
+			drop[i] = true;
+		else if (file_identity(paths[i], &st))
+			id[m++] = (struct identity){st.st_dev, st.st_ino, i};
+	}
+	qsort(id, m, sizeof(*id), cmp_identity);
+	for (size_t j = 1; j < m; j++)
+		if (id[j].dev == id[j - 1].dev && id[j].ino == id[j - 1].ino)
+			drop[id[j].i] = true;
+	for (size_t i = 0; i < *n; i++) {
+		if (drop[i])
+			free(paths[i]);
+		else
+			paths[k++] = paths[i];
+	}
+	*n = k;
+	free(id);
+	free(drop);
+	return 0;
+}
+
+/*
  * The paths of a source: each entry taken literally when it holds no glob character or
  * when a file of exactly that name exists (so "data[1].bin" names itself), else expanded
  * as a glob; a directory stands for its files (expand_directory()); all of them sorted
@@ -181,14 +276,12 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 	}
 	if (n)
 		qsort(paths, n, sizeof(*paths), cmp_str);
-	for (size_t i = 1; i < n;) {
-		if (!strcmp(paths[i], paths[i - 1])) {
+	r = drop_repeats(paths, &n);
+	if (r < 0) {
+		for (size_t i = 0; i < n; i++)
 			free(paths[i]);
-			memmove(&paths[i], &paths[i + 1], (n - i - 1) * sizeof(*paths));
-			n--;
-		} else {
-			i++;
-		}
+		free(paths);
+		return sf__err(e, r, "out of memory");
 	}
 	*ret_paths = paths;
 	*ret_n = n;

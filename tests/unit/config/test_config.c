@@ -630,6 +630,14 @@ Test(config, mixture_mistakes_are_named)
 	rejects("sources:\n  - {paths: a.bin, weight: 0.5}\n  - {paths: b.bin}\n",
 		"job.yaml:", "source 'source1' needs a 'weight'");
 	rejects("sources:\n  - {paths: a.bin, weight: -1}\n", "job.yaml:2:", "decimal weight");
+	/* A separator that C strings cannot hold, or one that separates nothing: both read
+	 * as "one document per file" before. */
+	rejects("sources:\n  - {paths: a.txt, format: text, separator: \"\\0\"}\n", "job.yaml:2:",
+		"'separator' holds a NUL character");
+	rejects("sources:\n  - {paths: a.txt, format: text, separator: \"a\\x00b\"}\n",
+		"job.yaml:2:", "'separator' holds a NUL character");
+	rejects("sources:\n  - {paths: a.txt, format: text, separator: \"\"}\n", "job.yaml:2:",
+		"'separator' is empty");
 	rejects("sources:\n  - {paths: a.bin, weight: 0.1234567891}\n",
 		"job.yaml:2:", "out of range");
 	rejects("sources:\n  - {paths: a.bin, weight: 1, name: x}\n"

@@ -519,3 +519,52 @@ Test(sources, directory_means_its_regular_files)
 	snprintf(path, sizeof(path), "%s/sub", dir);
 	expect_fail(-ENOENT, path, "the directory holds no regular file");
 }
+
+/*
+ * Each file is read once however a source names it: a Megatron pair by a glob that takes
+ * both its files, by its .bin and its .idx, or by its prefix and a file; a file by two
+ * spellings. Each of these was read twice (every window twice, silently).
+ */
+Test(sources, each_file_once_however_named)
+{
+	static const char *const lists[][2] = {{"*", NULL},
+						{"m.bin", "m.idx"},
+						{"m", "m.idx"},
+						{"m.idx", "./m.bin"}};
+	char full[2][4200], *p[2] = {full[0], full[1]};
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	put_megatron("MMIDIDX\0\0", 8, 32, 0);
+	for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++) {
+		src.n_paths = 0;
+		for (int j = 0; j < 2 && lists[k][j]; j++) {
+			if (lists[k][j][0] == '.')
+				snprintf(full[j], sizeof(full[j]), "%s/../%s/%s", dir,
+					 strrchr(dir, '/') + 1, lists[k][j] + 2);
+			else
+				snprintf(full[j], sizeof(full[j]), "%s/%s", dir, lists[k][j]);
+			src.n_paths++;
+		}
+		src.paths = p;
+		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+		sf__dataset_stats(ds, &st);
+		cr_expect_eq(st.n_tokens, 32, "list %zu: %llu tokens", k,
+			     (unsigned long long)st.n_tokens);
+		sf__dataset_close(ds);
+	}
+}
+
+/* format auto knows .bin, .idx, a Megatron prefix, .jsonl and .txt: a README or a
+ * .json.gz among the shards was read as uint16 tokens. */
+Test(sources, auto_refuses_a_name_it_does_not_know)
+{
+	static const char *const names[] = {"README.md", "shard0.json.gz", "x.parquet"};
+	const char text[] = "# shard notes\n\nsee!\n";
+
+	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+		put(names[k], text, sizeof(text) - 1);
+		expect_fail(SF_E_CONFIG, names[k], "format auto goes by the name");
+	}
+}
