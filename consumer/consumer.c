@@ -84,6 +84,7 @@ struct sf_consumer {
 	uint64_t batches;
 	uint64_t tokens;
 	uint64_t wait_total;
+	uint64_t wait_carry; /* waited for this step by calls that timed out, not yet counted */
 	uint64_t liveness_checked_ns; /* when the launcher was last seen alive */
 	uint64_t stalls;	      /* batches that waited SF_CONSUMER_STALL_NS or more */
 	uint32_t wait_hist[HIST_BUCKETS];
@@ -705,6 +706,14 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	t0 = sf__now_ns();
 	r = claim_watching_job(c, timeout_ns, &s);
 	waited = sf__now_ns() - t0;
+	/* A wait in several calls (the Python Loader waits in slices, so that Ctrl-C and
+	 * close() get through) counts as one: the batch's wait_ns is all of it. */
+	if (r == SF_E_TIMEOUT)
+		c->wait_carry += waited;
+	else if (r == 0)
+		waited += c->wait_carry;
+	if (r != SF_E_TIMEOUT)
+		c->wait_carry = 0;
 	if (r == SF_E_CHECKSUM) {
 		/* Hand the step back for a refill: release it (FREE for the step K later), then
 		 * seek back, which makes it FREE for this step again. */
@@ -868,6 +877,7 @@ int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state)
 	c->step = state->samples / global_batch;
 	c->provenance = state->provenance;
 	c->ended = 0;
+	c->wait_carry = 0;
 	return 0;
 }
 

@@ -6,23 +6,34 @@ Slurm set them), and yields the rank's batches in order. Batches are views, buil
 at attach for each place a batch can land (the K slots of the rank's ring on CPU, the two
 device buffers on a GPU), so that next() costs one C call and no allocation of arrays.
 
-A batch's arrays hold the batch until the next call on the Loader (next, release,
-load_state_dict): on CPU they are read-only, zero-copy views of shared memory (NumPy
-marks them read-only; torch tensors cannot be, so do not write to them), on a GPU they
-are the device buffer the batch was copied to, ordered on the current CUDA stream.
+With dtype "native", a batch's arrays hold the batch until the next call on the Loader
+(next, release, load_state_dict): on CPU they are read-only, zero-copy views of shared
+memory (NumPy marks them read-only; torch tensors cannot be, so do not write to them),
+on a GPU they are the device buffer the batch was copied to, ordered on the current CUDA
+stream. With "int64" and "int32" on CPU, the tokens, document starts and sources are
+copies in two buffers that alternate: a batch stays valid while the next one is fetched,
+until the next() after that.
 
-Lifetime: every array the Loader hands out holds a reference to the rank's attachment
-(the C handle, its mapping of the arena and, on a GPU, its device buffers). close()
-marks the Loader closed (every method then raises Error with code SF_E_STATE); the
-handle is detached, which releases the batch held and frees the rank for another
-Loader, when the last of those arrays is gone. So an array read after close() still
-reads the batch it showed, never unmapped memory.
+Threads: the Loader's calls are serialized, so threads may share it (one stream of
+batches between them); a waiting next() waits in slices of 0.1 s, so that Ctrl-C
+(KeyboardInterrupt) and a close() from another thread get through within one.
+
+Lifetime: every view the Loader hands out (zero-copy arrays of shared memory, device
+buffers) holds a reference to the rank's attachment (the C handle, its mapping of the
+arena and, on a GPU, its device buffers). close() marks the Loader closed (every method
+then raises Error with code SF_E_STATE); the handle is detached, which releases the
+batch held and frees the rank for another Loader, when the last of those views is
+gone. So a view read after close() still reads the batch it showed, never unmapped
+memory. The copies of int64 and int32 batches on CPU are ordinary memory and hold
+nothing.
 """
 
 import ctypes
 import math
 import operator
 import os
+import threading
+import time
 import warnings
 import weakref
 
@@ -105,6 +116,7 @@ class Batch:
 _RANK_MAX = 2**31 - 1
 _U64_MAX = 2**64 - 1
 _TIMEOUT_MAX_S = (2**31 - 1) / 1000
+_SLICE_MS = 100  # a waiting next() returns to Python this often
 
 
 def _checked_int(what, value, lo, hi):
@@ -216,11 +228,12 @@ class Loader:
 
     dtype: what the token arrays hold.
     - "int64" (default): what nn.Embedding and F.cross_entropy take as they are. On CPU
-      the library widens each batch into a buffer per ring slot, allocated once (one
-      SIMD pass, no allocation per step); on a GPU a kernel widens it on the current
-      stream after the copy.
+      the library widens each batch into one of two buffers, which alternate, allocated
+      once (one SIMD pass, no allocation per step): a batch stays valid until the
+      second next() after it; on a GPU a kernel widens it on the current stream after
+      the copy.
     - "int32": the same at half the size (embeddings take int32; cross_entropy targets
-      need int64).
+      need int64); on CPU a copy into the two buffers even when the arena holds int32.
     - "native": the arena's own width, uint16 or int32: on CPU a zero-copy view of shared
       memory, no per-step work at all. torch before 2.3 has no uint16: it gets int32.
     """
@@ -229,6 +242,8 @@ class Loader:
                  timeout=None, numpy=False, dtype="int64"):
         self._h = None
         self._owner = None
+        self._lock = threading.Lock()  # one C call on the handle at a time
+        self._closing = False
         if dtype not in ("int64", "int32", "native"):
             raise ValueError(f"shmfeed.Loader: dtype={dtype!r} is not one of 'int64', "
                              "'int32', 'native'")
@@ -363,6 +378,7 @@ class Loader:
             out = "int32"  # torch before 2.3 has no uint16
         self._gpu = i.gpu_buffers > 0
         self._tokens, self._x, self._y, self._docs, self._sources = [], [], [], [], []
+        self._slot_meta = None
         src_off = i.sources_offset
         self._widen = None
         self._out_count = 0  # CPU widening: step s's tokens are in self._tokens[s % 2]
@@ -399,7 +415,7 @@ class Loader:
             # (sf__doc_starts_offset() in common/arena.h).
             doc_off = (B * S * np.dtype(dtype).itemsize + 63) // 64 * 64
             wide = None
-            if out != "native" and not (out == "int32" and dtype == np.int32):
+            if out != "native":
                 # The library widens each batch into these as next() returns it, step s
                 # into wide[s % 2]: allocated once, warm in cache, and a batch stays valid
                 # while the next one is fetched.
@@ -434,6 +450,13 @@ class Loader:
                 if sources is not None:
                     sources.flags.writeable = False
                 self._sources.append(sources)
+            if wide is not None:
+                # The document starts and sources of a batch live as long as its tokens:
+                # copied beside them (a few integers a row), not views of its slot.
+                self._slot_meta = (self._docs, self._sources)
+                self._docs = [np.empty((B, D), np.uint32) if D else None for _ in wide]
+                self._sources = [np.empty((B,), np.int32) if src_off else None
+                                 for _ in wide]
         self.dtype = out
         self._x = [tok[:, :-1] for tok in self._tokens]
         self._y = [tok[:, 1:] for tok in self._tokens]
@@ -455,25 +478,46 @@ class Loader:
         """The next batch; releases the previous one. Raises Error (SF_E_END at the end of
         the data, SF_E_TIMEOUT after `timeout` seconds, default: the Loader's), or JobGone
         when the job's launcher died."""
-        if self._h is None:
-            self._raise_closed("next")
-        if self._gpu:
-            self._sync_stream()
         ms = self._timeout_ms if timeout is None else _timeout_ms(timeout)
-        r = self._next(self._h, ms, self._batch_ref)
-        if r:
-            self._raise(r)
-        b = self._batch
+        deadline = None if ms < 0 else time.monotonic() + ms / 1000
+        while True:
+            # Wait in slices: Python runs signal handlers (Ctrl-C) only between C calls,
+            # and a close() from another thread takes the lock between them.
+            left = _SLICE_MS if deadline is None else \
+                max(0, min(_SLICE_MS, math.ceil((deadline - time.monotonic()) * 1000)))
+            with self._lock:
+                if self._h is None or self._closing:
+                    self._raise_closed("next")
+                if self._gpu:
+                    self._sync_stream()
+                r = self._next(self._h, left, self._batch_ref)
+                if r == N.SF_E_TIMEOUT and left and (deadline is None or
+                                                     time.monotonic() < deadline):
+                    continue
+                if r:
+                    self._raise(r)
+                return self._take(self._batch)
+
+    def _take(self, b):
+        """The Batch for what next() just returned into `b` (under the lock)."""
         k = b.buffer
         if self._widen is not None:
             src, dst, masked = self._widen[k]
             dst.copy_(src)
             if masked:
                 dst.bitwise_and_(0xFFFF)
-        kt = b.step % self._out_count if self._out_count else k
+        if self._out_count:
+            kt = b.step % self._out_count
+            docs, sources = self._docs[kt], self._sources[kt]
+            if docs is not None:
+                np.copyto(docs, self._slot_meta[0][k])
+            if sources is not None:
+                np.copyto(sources, self._slot_meta[1][k])
+        else:
+            kt = k
+            docs, sources = self._docs[k], self._sources[k]
         return Batch(self._tokens[kt], self._x[kt], self._y[kt], b.step, b.first_sample,
-                     b.digest, self._docs[k], b.wait_ns, b.provenance, b.epoch, self._meta,
-                     self._sources[k])
+                     b.digest, docs, b.wait_ns, b.provenance, b.epoch, self._meta, sources)
 
     def _sync_stream(self):
         s = self._torch.cuda.current_stream(self.device).cuda_stream
@@ -489,16 +533,18 @@ class Loader:
 
     def _raise(self, code):
         msg = self._lib.sf_consumer_errmsg(self._h).decode() if self._h else ""
-        raise _error(code, f"shmfeed: job '{self.job}' rank {self.rank}: "
+        rank = getattr(self, "rank", self._info.global_rank)  # not set during attach
+        raise _error(code, f"shmfeed: job '{self.job}' rank {rank}: "
                     f"{msg or N.strerror(code)}")
 
     def release(self):
         """Release the batch held (its arrays may then show another batch)."""
-        if self._h is None:
-            self._raise_closed("release")
-        r = self._lib.sf_consumer_release(self._h)
-        if r < 0:
-            self._raise(r)
+        with self._lock:
+            if self._h is None:
+                self._raise_closed("release")
+            r = self._lib.sf_consumer_release(self._h)
+            if r < 0:
+                self._raise(r)
 
     # Resume.
 
@@ -506,10 +552,11 @@ class Loader:
         """The rank's resume state: a few integers. `samples` counts the global samples
         consumed before this rank's next step; `provenance` chains the digests of every
         batch this rank consumed (compare two runs with it)."""
-        if self._h is None:
-            self._raise_closed("state_dict")
         st = N.Resume()
-        self._lib.sf_consumer_state(self._h, ctypes.byref(st))
+        with self._lock:
+            if self._h is None:
+                self._raise_closed("state_dict")
+            self._lib.sf_consumer_state(self._h, ctypes.byref(st))
         G = self.batch_size * self.world_size
         return {"samples": st.samples, "epoch": st.epoch, "config_digest": st.config_digest,
                 "provenance": st.provenance, "step": st.samples // G, "rank": self.rank,
@@ -523,18 +570,28 @@ class Loader:
         docs/config.md)."""
         if self._h is None:
             self._raise_closed("load_state_dict")
+        if not hasattr(state, "get") or not hasattr(state, "__getitem__"):
+            raise TypeError(f"shmfeed: load_state_dict takes the dict state_dict() gave, "
+                            f"not {type(state).__name__}")
+        missing = [k for k in ("samples", "config_digest", "provenance") if k not in state]
+        if missing:
+            raise ValueError(f"shmfeed: load_state_dict: the state lacks "
+                             f"{', '.join(missing)}: give it the dict state_dict() gave")
         fields = [_checked_int(f"load_state_dict: {name}", state[name], 0, _U64_MAX)
                   for name in ("samples", "config_digest", "provenance")]
         epoch = _checked_int("load_state_dict: epoch", state.get("epoch", 0), 0, _U64_MAX)
         st = N.Resume(fields[0], epoch, fields[1], fields[2])
-        r = self._lib.sf_consumer_seek(self._h, ctypes.byref(st))
+        with self._lock:
+            if self._h is None:
+                self._raise_closed("load_state_dict")
+            r = self._lib.sf_consumer_seek(self._h, ctypes.byref(st))
         if r == N.SF_E_DIGEST and state.get("world_size") not in (None, self.world_size):
             # A state of another world size resumes only with the same global batch, which
             # the config digest covers (world_size x batch.size, not either alone).
             G = self.batch_size * self.world_size
             step = state.get("step")
             was = f" (global batch {fields[0] // step})" if isinstance(step, int) and \
-                step > 0 else ""
+                0 < step <= fields[0] else ""
             raise Error(r, f"shmfeed: the resume state is of world size "
                            f"{state['world_size']}{was}, this job's is {self.world_size} "
                            f"with global batch {self.batch_size} x {self.world_size} = {G}, "
@@ -551,12 +608,13 @@ class Loader:
         percentiles ``wait_p50_ms``/``wait_p99_ms`` cover what this Loader delivered
         since the previous call of stats() (or since attach); ``tokens_total`` since
         attach. The totals, provenance and GPU details are in counters()."""
-        if self._h is None:
-            self._raise_closed("stats")
         w = N.Window()
-        self._lib.sf_consumer_window(self._h, ctypes.byref(w))
         st = N.Stats()
-        self._lib.sf_consumer_stats(self._h, ctypes.byref(st))
+        with self._lock:
+            if self._h is None:
+                self._raise_closed("stats")
+            self._lib.sf_consumer_window(self._h, ctypes.byref(w))
+            self._lib.sf_consumer_stats(self._h, ctypes.byref(st))
         return {"batches": w.batches, "tokens": w.tokens, "stalls": w.stalls,
                 "wait_p50_ms": w.wait_ns_p50 / 1e6, "wait_p99_ms": w.wait_ns_p99 / 1e6,
                 "tokens_total": st.tokens}
@@ -564,10 +622,11 @@ class Loader:
     def counters(self):
         """Counters of this rank since attach: batches, tokens, wait times (ns),
         provenance, next step, GPU staging."""
-        if self._h is None:
-            self._raise_closed("counters")
         st = N.Stats()
-        self._lib.sf_consumer_stats(self._h, ctypes.byref(st))
+        with self._lock:
+            if self._h is None:
+                self._raise_closed("counters")
+            self._lib.sf_consumer_stats(self._h, ctypes.byref(st))
         return {"batches": st.batches, "tokens": st.tokens, "wait_ns_total": st.wait_ns_total,
                 "wait_ns_p50": st.wait_ns_p50, "wait_ns_p99": st.wait_ns_p99,
                 "provenance": st.provenance, "next_step": st.next_step, "gpu": bool(st.gpu),
@@ -578,11 +637,15 @@ class Loader:
 
     def close(self):
         """Close the Loader: every method raises from now on. The rank is detached (its
-        batch released, its position kept in the arena) at once when no array of its
+        batch released, its position kept in the arena) at once when no view of its
         batches is left, else when the last one goes; until then the arrays stay valid
-        and another Loader of the rank is refused. Closing twice does nothing."""
-        self._owner = self._h = None
-        self._tokens = self._x = self._y = self._docs = self._widen = None
+        and another Loader of the rank is refused. Closing twice does nothing. A next()
+        waiting in another thread raises Error (SF_E_STATE) within one slice."""
+        self._closing = True
+        with self._lock:
+            self._owner = self._h = None
+            self._tokens = self._x = self._y = self._docs = self._widen = None
+            self._slot_meta = None
 
     @property
     def closed(self):

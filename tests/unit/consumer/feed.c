@@ -144,7 +144,7 @@ int feed_start(const struct feed_options *o, struct feed **ret, struct sf_err *e
 	f->geo = (struct sf_geometry){
 		.ranks = o->ranks,
 		.slots_per_rank = o->slots_per_rank,
-		.max_producers = o->producers,
+		.max_producers = o->producers ? o->producers : 1, /* a test may be one itself */
 		.batch = o->batch,
 		.seq_tokens = o->seq_len + 1,
 		.token_bytes = o->token_bytes,

@@ -367,6 +367,37 @@ Test(consumer, timeout_and_non_blocking)
 	feed_stop(f);
 }
 
+/*
+ * A batch that took several calls to arrive (the Python Loader waits in slices of 0.1 s)
+ * reports the whole wait as its wait_ns, not only the last call's: two calls time out
+ * after 60 ms each, then this process fills step 0 as a producer would.
+ */
+Test(consumer, a_wait_over_several_calls_counts_whole)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = attach(0);
+	struct sf_batch b;
+	struct sf_fill fill;
+	struct sf_consumer_stats st;
+
+	cr_assert_eq(sf_consumer_next(c, 60, &b), SF_E_TIMEOUT);
+	cr_assert_eq(sf_consumer_next(c, 60, &b), SF_E_TIMEOUT);
+	cr_assert_geq(sf__participant_register(f->arena, 0, SF_ROLE_PRODUCER, 0, NULL), 1);
+	cr_assert_eq(sf__producer_claim(f->arena, 0, 1000 * 1000000ll, &fill), 0);
+	cr_assert_eq(fill.step, 0);
+	cr_assert_eq(sf__producer_publish(f->arena, 0, &fill,
+					  feed_fill(f, fill.global_rank, 0, fill.payload),
+					  (uint64_t)fill.global_rank * f->geo.batch),
+		     0);
+	cr_assert_eq(sf_consumer_next(c, 1000, &b), 0, "%s", sf_consumer_errmsg(c));
+	cr_expect_geq(b.wait_ns, 120 * 1000000ull, "wait_ns %llu", (unsigned long long)b.wait_ns);
+	sf_consumer_stats(c, &st);
+	cr_expect_geq(st.wait_ns_total, 120 * 1000000ull);
+	sf__participant_unregister(f->arena, 0);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
 Test(consumer, second_consumer_of_a_rank_is_refused)
 {
 	struct feed *f = start(opts(0));
