@@ -479,24 +479,28 @@ class Loader:
         the data, SF_E_TIMEOUT after `timeout` seconds, default: the Loader's), or JobGone
         when the job's launcher died."""
         ms = self._timeout_ms if timeout is None else _timeout_ms(timeout)
-        deadline = None if ms < 0 else time.monotonic() + ms / 1000
+        left, deadline = 0, None  # the first call does not wait: most batches are ready
         while True:
-            # Wait in slices: Python runs signal handlers (Ctrl-C) only between C calls,
-            # and a close() from another thread takes the lock between them.
-            left = _SLICE_MS if deadline is None else \
-                max(0, min(_SLICE_MS, math.ceil((deadline - time.monotonic()) * 1000)))
             with self._lock:
                 if self._h is None or self._closing:
                     self._raise_closed("next")
                 if self._gpu:
                     self._sync_stream()
                 r = self._next(self._h, left, self._batch_ref)
-                if r == N.SF_E_TIMEOUT and left and (deadline is None or
-                                                     time.monotonic() < deadline):
-                    continue
-                if r:
+                if not r:
+                    return self._take(self._batch)
+                if ms == 0 or r not in (N.SF_E_AGAIN, N.SF_E_TIMEOUT):
                     self._raise(r)
-                return self._take(self._batch)
+                # Not ready: wait in slices. Python runs signal handlers (Ctrl-C) only
+                # between C calls, and a close() from another thread takes the lock
+                # between them.
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = math.inf if ms < 0 else now + ms / 1000
+                elif now >= deadline:
+                    self._raise(r)
+                left = _SLICE_MS if deadline == math.inf else \
+                    max(1, min(_SLICE_MS, math.ceil((deadline - now) * 1000)))
 
     def _take(self, b):
         """The Batch for what next() just returned into `b` (under the lock)."""
