@@ -48,7 +48,8 @@ int sf__job_name_valid(const char *job)
 {
 	size_t n;
 
-	if (!job || !job[0] || job[0] == '.')
+	/* Not '.' first (a hidden file), nor '-' (the commands would read it as an option). */
+	if (!job || !job[0] || job[0] == '.' || job[0] == '-')
 		return 0;
 	n = strlen(job);
 	if (n >= SF_JOB_NAME_MAX)

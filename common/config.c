@@ -91,7 +91,7 @@ static const struct field source_fields[] = {
 	{"on_error", T_ENUM, SRC(on_error), 0, 0, on_error_names, NULL, 0, NULL},
 	{"index", T_ENUM, SRC(index), 0, 0, index_names, NULL, 0, NULL},
 	{"name", T_STRING, SRC(name), 0, 0, NULL, NULL, F_NULLABLE,
-	 "1-63 characters of A-Z a-z 0-9 _ - . not starting with '.', or null"},
+	 "1-63 characters of A-Z a-z 0-9 _ - . not starting with '.' or '-', or null"},
 	{"group", T_STRING, SRC(group), 0, 0, NULL, NULL, F_NULLABLE, "a group name, or null"},
 	{"weight", T_WEIGHT, SRC(weight), 0, 0, NULL, NULL, F_NULLABLE, NULL},
 	END_FIELDS,
@@ -196,7 +196,7 @@ static const struct field integrity_fields[] = {
 
 static const struct field root_fields[] = {
 	{"job", T_STRING, CFG(job), 0, 0, NULL, NULL, 0,
-	 "1-63 characters of A-Z a-z 0-9 _ - . not starting with '.'"},
+	 "1-63 characters of A-Z a-z 0-9 _ - . not starting with '.' or '-'"},
 	{"sources", T_SOURCES, CFG(sources), 0, 0, NULL, source_fields, 0, NULL},
 	{"tokenizer", T_SECTION, 0, 0, 0, NULL, tokenizer_fields, 0, NULL},
 	{"batch", T_SECTION, 0, 0, 0, NULL, batch_fields, 0, NULL},
@@ -1046,17 +1046,24 @@ static int check_endpoint(struct loader *L, struct sf_config *cfg)
 	if (!strncmp(ep, "ipc://", 6)) {
 		if (!ep[6])
 			return fail_field(L, f, "'endpoint' ipc:// needs a socket path");
+		/* An abstract socket has no file, so no permissions: any local user could
+		 * connect and pause, seek or stop the job. */
+		if (ep[6] == '@')
+			return fail_field(L, f,
+					  "'endpoint' ipc://@NAME is an abstract socket, which any "
+					  "local user can connect to: give a path (ipc:///DIR/NAME)");
 		return 0;
 	}
 	if (!strncmp(ep, "tcp://", 6)) {
 		const char *host = ep + 6, *colon = strrchr(host, ':');
 		uint64_t port;
 
+		/* The stats socket takes PORT + 1. */
 		if (!colon || colon == host || parse_u64(colon + 1, &port) < 0 || port == 0 ||
-		    port > 65535) {
+		    port > 65534) {
 			snprintf(msg, sizeof(msg),
-				 "'endpoint' must be tcp://HOST:PORT with PORT in [1, 65535]; got "
-				 "'%.64s'",
+				 "'endpoint' must be tcp://HOST:PORT with PORT in [1, 65534] (the "
+				 "stats socket takes PORT + 1); got '%.64s'",
 				 ep);
 			return fail_field(L, f, msg);
 		}

@@ -1,6 +1,7 @@
 /*
  * Process identity from /proc. Used at attach and repair time only, never per batch.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -100,4 +101,27 @@ uint64_t sf__now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+size_t sf__proc_children(pid_t parent, pid_t *out, size_t max)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	size_t n = 0;
+
+	if (!d)
+		return 0;
+	while (n < max && (de = readdir(d))) {
+		char buf[1024], *end;
+		const char *p;
+		long pid = strtol(de->d_name, &end, 10);
+
+		if (*end || pid <= 0 || read_stat((pid_t)pid, buf, sizeof(buf)) < 0)
+			continue;
+		p = stat_field(buf, 4, NULL);
+		if (p && strtol(p, NULL, 10) == (long)parent)
+			out[n++] = (pid_t)pid;
+	}
+	closedir(d);
+	return n;
 }

@@ -21,6 +21,12 @@ int sf__proc_starttime(pid_t pid, uint64_t *ret_starttime);
  */
 int sf__proc_alive(pid_t pid, uint64_t starttime);
 
+/*
+ * sf__proc_children - the pids of the live children of `parent` (processes whose parent
+ * it is, zombies included), at most `max` of them, from /proc. Returns their count.
+ */
+size_t sf__proc_children(pid_t parent, pid_t *out, size_t max);
+
 /* sf__now_ns - CLOCK_MONOTONIC in nanoseconds (system-wide, comparable across processes). */
 uint64_t sf__now_ns(void);
 

@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -348,13 +349,23 @@ static void handle_signals(struct supervisor *S)
 	while (read(S->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 		if (si.ssi_signo == SIGCHLD)
 			continue;
-		if (!S->stopping)
+		if (!S->stopping && si.ssi_code == SI_KERNEL)
+			sf__log_info("SIG%s from the terminal: stopping",
+				     sigabbrev_np((int)si.ssi_signo));
+		else if (!S->stopping)
 			sf__log_info("SIG%s from pid %u: stopping", sigabbrev_np((int)si.ssi_signo),
 				     si.ssi_pid);
 		S->term_count++;
 		if (S->cmd_pid > 0 && !S->cmd_done) {
-			/* The command decides how to end; a second signal is not a request. */
-			kill(S->cmd_pid, S->term_count > 1 ? SIGKILL : (int)si.ssi_signo);
+			/*
+			 * The command decides how to end; a second signal is not a request. A
+			 * terminal's signal (Ctrl-C, Ctrl-\) reached the whole foreground group,
+			 * the command with it: passing it on would be a second one.
+			 */
+			if (S->term_count > 1)
+				kill(S->cmd_pid, SIGKILL);
+			else if (si.ssi_code != SI_KERNEL)
+				kill(S->cmd_pid, (int)si.ssi_signo);
 			if (!S->stopping) {
 				S->stopping = 1;
 				snprintf(S->reason, sizeof(S->reason), "%s received",
@@ -1088,6 +1099,43 @@ static int finished(struct supervisor *S)
 	return !producers_left;
 }
 
+/*
+ * The processes the command left behind: the launcher is their subreaper, so a child of
+ * the command that outlived it (a `sh -c` wrapper's, a killed torchrun's workers) is the
+ * launcher's child now. SIGTERM them, give them the grace period, then SIGKILL what is
+ * left, and reap them all, before the job's arena goes.
+ */
+static void end_orphans(struct supervisor *S)
+{
+	const uint64_t deadline = sf__now_ns() + ms_ns(S->l->grace_ms);
+	bool termed = false;
+	pid_t kids[256];
+	size_t n;
+
+	for (;;) {
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			;
+		n = sf__proc_children(S->self, kids, 256);
+		if (!n)
+			return;
+		if (!termed || sf__now_ns() >= deadline) {
+			const int signo = termed ? SIGKILL : SIGTERM;
+
+			sf__log_info("%zu process%s the command left behind: SIG%s", n,
+				     n == 1 ? "" : "es", sigabbrev_np(signo));
+			for (size_t i = 0; i < n; i++)
+				kill(kids[i], signo);
+			if (termed) {
+				while (waitpid(-1, NULL, 0) > 0)
+					;
+				return;
+			}
+			termed = true;
+		}
+		usleep(10000);
+	}
+}
+
 static int supervise(struct supervisor *S)
 {
 	uint64_t interval = ms_ns(S->cfg->stats_interval_ms);
@@ -1167,6 +1215,8 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	S->sfd = -1;
 	S->ipc.lock_fd = -1;
 	S->self = getpid();
+	/* What the command leaves behind when it ends becomes ours (end_orphans()). */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	for (uint32_t i = 0; i < SF_MAX_PRODUCERS; i++)
 		S->prod[i].errfd = -1;
 	r = sf__job_paths(cfg->job, 1, &S->paths, e);
@@ -1225,6 +1275,7 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	sigaddset(&mask, SIGCHLD);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGQUIT); /* Ctrl-\: a stop, as SIGTERM, not a core dump */
 	/* Under nohup (SIGHUP ignored) a hangup must not stop the job. A blocked signal is
 	 * queued even when ignored, so an ignored SIGHUP stays out of the mask rather than
 	 * reach the signalfd. */
@@ -1292,6 +1343,7 @@ out_sockets:
 			waitpid(S->prod[i].pid, NULL, 0);
 			close(S->prod[i].errfd);
 		}
+	end_orphans(S);
 	sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
 out_arena:
 	sf__arena_destroy(S->a);

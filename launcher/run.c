@@ -4,6 +4,7 @@
  * supervisor with the given producer side. Shared by the shmfeed program and the test
  * launcher, which differ only in their producers.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,19 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 			l.progress = 0;
 			sf__log_set_quiet(1);
 		} else if (!strcmp(argv[i], "--grace-ms") && i + 1 < argc) {
-			l.grace_ms = (uint32_t)strtoul(argv[++i], NULL, 10);
+			char *end;
+			unsigned long v;
+
+			errno = 0;
+			v = strtoul(argv[++i], &end, 10);
+			if (errno || end == argv[i] || *end || argv[i][0] == '-' || v > 3600000) {
+				free(sets);
+				fprintf(stderr, "shmfeed run: --grace-ms takes milliseconds, 0 to "
+						"3600000; not '%s'\n",
+					argv[i]);
+				return 2;
+			}
+			l.grace_ms = (uint32_t)v;
 		} else if (argv[i][0] == '-' || path) {
 			free(sets);
 			return usage();

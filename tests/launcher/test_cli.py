@@ -433,3 +433,97 @@ def test_a_mixture_with_raw_text_sources_shows_each_in_check_status_and_metrics(
         cfg, job, tmp_path, {"prose": (100, 100.0), "code": (60, 60.0), "ids": (40, 40.0)})
     assert re.search(r"\n prose +100 +100\.0 +50\.00%\n", human), human
     assert f'shmfeed_source_samples_total{{shmfeed_job="{job}",source="code"}} 60' in metrics
+
+
+def run_in_terminal(job, command):
+    """`shmfeed run` of the demo with `command`, as a terminal's foreground job: a new
+    session whose controlling terminal is a pty. Returns (pid, master fd)."""
+    pid, master = pty.fork()
+    if pid == 0:
+        try:
+            os.execvp(SHMFEED, [SHMFEED, "run", DEMO, "--set", f"job={job}",
+                                "--set", "consumers.world_size=1", "--", *command])
+        finally:
+            os._exit(127)
+    return pid, master
+
+
+def read_until_exit(pid, master, timeout=60):
+    out, end = b"", time.monotonic() + timeout
+    while time.monotonic() < end:
+        if select.select([master], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                chunk = b""
+            out += chunk
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return out.decode(errors="replace"), os.waitstatus_to_exitcode(status)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError(f"still running: {out!r}")
+
+
+def orphans(marker):
+    """Live processes whose command line holds `marker`."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(d))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def test_terminal_signals_stop_the_job_once_and_leave_no_process(rt):
+    """Ctrl-C in the terminal reaches the command from the terminal itself: the launcher
+    says so and does not send it a second SIGINT (a script saving a checkpoint on
+    KeyboardInterrupt got two). Ctrl-\\ stops the job as SIGTERM does (it killed the
+    launcher, leaving its arena). A command's own children that outlive it (the sleep of
+    a `sh -c` wrapper killed by SIGTERM) are ended with the job."""
+    for key, name in ((b"\x03", "INT"), (b"\x1c", "QUIT")):
+        job = job_name("term" + name.lower())
+        marker = f"{290 + len(name)}.{os.getpid()}"
+        pid, master = run_in_terminal(job, ["sh", "-c", f"sleep {marker}; true"])
+        try:
+            assert wait_for(lambda: sf("status", job).returncode == 0 and orphans(marker),
+                            timeout=30)
+            os.write(master, key)
+            out, code = read_until_exit(pid, master)
+        finally:
+            os.close(master)
+        assert f"SIG{name} from the terminal: stopping" in out, out
+        assert not os.path.exists(f"/dev/shm/shmfeed.{job}"), out
+        assert not orphans(marker), out
+    # SIGTERM to the launcher alone: sh dies of it, and its sleep is the launcher's now.
+    job = job_name("termorphan")
+    marker = f"301.{os.getpid()}"
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}", "--set",
+                          "consumers.world_size=1", "--", "sh", "-c", f"sleep {marker}; true"],
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert wait_for(lambda: sf("status", job).returncode == 0 and orphans(marker),
+                        timeout=30)
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=60)[1]
+    finally:
+        finish(p)
+    assert "1 process the command left behind: SIGTERM" in err, err
+    assert not orphans(marker), err
+
+
+def test_bad_run_options_and_names_are_refused(tmp_path):
+    """--grace-ms that is not a number of milliseconds; a job name the commands would
+    read as an option; a control endpoint any local user could reach (an abstract
+    socket), or whose stats port (PORT + 1) does not exist."""
+    for bad in ("abc", "5s", "-1", "99999999999"):
+        r = sf("run", DEMO, "--grace-ms", bad, "--", "true")
+        assert r.returncode == 2 and "--grace-ms takes milliseconds" in r.stderr, (bad, r)
+    for kv, what in (("job=-x", "not starting with '.' or '-'"),
+                     ("control.endpoint=ipc://@sf-abstract", "abstract socket"),
+                     ("control.endpoint=tcp://127.0.0.1:65535", "PORT in [1, 65534]")):
+        r = sf("check", DEMO, "--set", kv, "--set", "control.insecure_tcp=true")
+        assert r.returncode != 0 and what in r.stderr, (kv, r.stderr)
