@@ -5,11 +5,13 @@
  * resolved-config writer of `shmfeed check`, and the digest of the fields that decide
  * the token stream. Every rejection names FILE:LINE:COLUMN and the expected form.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <glob.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -418,9 +420,6 @@ static int set_string(struct loader *L, const struct field *f, const yaml_node_t
 	}
 	if (strlen(scalar(n)) > PATH_MAX)
 		return fail_at(L, n, "'%s' is longer than %d characters", f->key, PATH_MAX);
-	/* Settings are C strings: a NUL ("\0") would silently cut the value short. */
-	if (strlen(scalar(n)) != n->data.scalar.length)
-		return fail_at(L, n, "'%s' holds a NUL character, which no setting can", f->key);
 	v = f->type == T_PATH ? resolve_path(&L->o, scalar(n)) : strdup(scalar(n));
 	if (!v)
 		return sf__err(L->e, -ENOMEM, "out of memory");
@@ -543,6 +542,10 @@ static int set_duration(struct loader *L, const struct field *f, const yaml_node
 		return fail_at(L, n, "'%s' is out of range: %.64s is not in [%llums, %llums]",
 			       f->key, scalar(n), (unsigned long long)f->min,
 			       (unsigned long long)f->max);
+	/* Kept in whole milliseconds, where 0 means off: 0.5ms must not turn it off. */
+	if (!ms && strspn(scalar(n), "0._") != strcspn(scalar(n), "ms"))
+		return fail_at(L, n, "'%s' is %.64s, less than 1ms but not 0 (0 turns it off)",
+			       f->key, scalar(n));
 	*(uint32_t *)((char *)base + f->off) = (uint32_t)ms;
 	return 0;
 }
@@ -1058,9 +1061,9 @@ static int check_endpoint(struct loader *L, struct sf_config *cfg)
 		const char *host = ep + 6, *colon = strrchr(host, ':');
 		uint64_t port;
 
-		/* The stats socket takes PORT + 1. */
-		if (!colon || colon == host || parse_u64(colon + 1, &port) < 0 || port == 0 ||
-		    port > 65534) {
+		/* The stats socket takes PORT + 1. Digits only: zmq_bind reads no '_'. */
+		if (!colon || colon == host || strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
+		    parse_u64(colon + 1, &port) < 0 || port == 0 || port > 65534) {
 			snprintf(msg, sizeof(msg),
 				 "'endpoint' must be tcp://HOST:PORT with PORT in [1, 65534] (the "
 				 "stats socket takes PORT + 1); got '%.64s'",
@@ -1414,27 +1417,99 @@ ranks_done:
 }
 
 /* Parse `len` bytes of YAML into `doc`; a syntax error is reported at its position. */
+/* The most nodes a config may expand to through anchors and aliases. */
+#define CONFIG_MAX_NODES 1000000
+
+/*
+ * Every node the loader will read, aliases followed: fewer than CONFIG_MAX_NODES (a small
+ * file of aliases of aliases expands without bound: 290 KB took gigabytes), and no
+ * scalar holding a NUL, which C strings would silently cut (a key, a name, a path).
+ */
+static int check_nodes(const char *name, yaml_document_t *doc, struct sf_err *e)
+{
+	const int n_nodes = (int)(doc->nodes.top - doc->nodes.start);
+	int *stack = malloc(CONFIG_MAX_NODES * sizeof(*stack)), top = 0, r = 0;
+	uint64_t visits = 0;
+
+	if (!stack)
+		return sf__err(e, -ENOMEM, "out of memory");
+	if (n_nodes > 0)
+		stack[top++] = 1; /* the root */
+	while (top > 0 && r == 0) {
+		yaml_node_t *n = yaml_document_get_node(doc, stack[--top]);
+
+		if (!n)
+			continue;
+		if (++visits > CONFIG_MAX_NODES) {
+			r = sf__err(e, SF_E_CONFIG,
+				    "%s: the config expands to more than %d values through its "
+				    "anchors and aliases",
+				    name, CONFIG_MAX_NODES);
+			break;
+		}
+		if (n->type == YAML_SCALAR_NODE) {
+			if (strlen((const char *)n->data.scalar.value) != n->data.scalar.length)
+				r = sf__err(e, SF_E_CONFIG,
+					    "%s:%zu:%zu: a value holds a NUL character, which no "
+					    "setting can",
+					    name, n->start_mark.line + 1, n->start_mark.column + 1);
+		} else if (n->type == YAML_SEQUENCE_NODE) {
+			for (yaml_node_item_t *i = n->data.sequence.items.start;
+			     i < n->data.sequence.items.top && top < CONFIG_MAX_NODES; i++)
+				stack[top++] = *i;
+		} else if (n->type == YAML_MAPPING_NODE) {
+			for (yaml_node_pair_t *pr = n->data.mapping.pairs.start;
+			     pr < n->data.mapping.pairs.top && top + 1 < CONFIG_MAX_NODES; pr++) {
+				stack[top++] = pr->key;
+				stack[top++] = pr->value;
+			}
+		}
+	}
+	free(stack);
+	return r;
+}
+
 static int parse_document(const char *name, const char *text, size_t len, yaml_document_t *doc,
 			  struct sf_err *e)
 {
 	yaml_parser_t parser;
-	int ok;
+	yaml_document_t more;
+	int ok, r;
 
 	if (!yaml_parser_initialize(&parser))
 		return sf__err(e, -ENOMEM, "out of memory");
 	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
 	ok = yaml_parser_load(&parser, doc);
 	if (!ok) {
-		int r = sf__err(e, SF_E_CONFIG, "%s:%zu:%zu: invalid YAML: %s%s%s", name,
-				parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-				parser.problem ? parser.problem : "syntax error",
-				parser.context ? " " : "", parser.context ? parser.context : "");
+		r = sf__err(e, SF_E_CONFIG, "%s:%zu:%zu: invalid YAML: %s%s%s", name,
+			    parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+			    parser.problem ? parser.problem : "syntax error",
+			    parser.context ? " " : "", parser.context ? parser.context : "");
 
 		yaml_parser_delete(&parser);
 		return r;
 	}
+	/* A second document ("---") would be silently ignored: one job, one document. */
+	if (yaml_document_get_root_node(doc)) {
+		ok = yaml_parser_load(&parser, &more);
+		if (!ok || yaml_document_get_root_node(&more)) {
+			size_t line = parser.mark.line + 1;
+
+			if (ok)
+				yaml_document_delete(&more);
+			yaml_parser_delete(&parser);
+			yaml_document_delete(doc);
+			return sf__err(e, SF_E_CONFIG,
+				       "%s:%zu: a second YAML document: a job file holds one", name,
+				       line);
+		}
+		yaml_document_delete(&more);
+	}
 	yaml_parser_delete(&parser);
-	return 0;
+	r = check_nodes(name, doc, e);
+	if (r < 0)
+		yaml_document_delete(doc);
+	return r;
 }
 
 static char *job_from_path(const char *path)
@@ -1873,6 +1948,79 @@ static void digest_file(XXH3_state_t *st, const char *path)
 	}
 }
 
+/* A data file and, for a Megatron pair, its other file: the .idx beside a .bin, the .bin
+ * beside an .idx, both for a prefix that names no file itself. */
+static void digest_data_file(XXH3_state_t *st, const char *path)
+{
+	size_t n = strlen(path);
+	char *other = malloc(n + 5);
+	struct stat sb;
+
+	digest_file(st, path);
+	if (!other)
+		return;
+	if (n > 4 && (!strcmp(path + n - 4, ".bin") || !strcmp(path + n - 4, ".idx"))) {
+		memcpy(other, path, n - 4);
+		strcpy(other + n - 4, strcmp(path + n - 4, ".bin") ? ".bin" : ".idx");
+		if (stat(other, &sb) == 0)
+			digest_file(st, other);
+	} else if (stat(path, &sb) != 0) {
+		sprintf(other, "%s.bin", path);
+		digest_file(st, other);
+		sprintf(other, "%s.idx", path);
+		digest_file(st, other);
+	}
+	free(other);
+}
+
+static int not_hidden(const struct dirent *d)
+{
+	return d->d_name[0] != '.';
+}
+
+/* Byte order, as the producers sort: a locale's collation must not change the digest. */
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+/*
+ * The files one source path reads, as the producers find them (producer/source/paths.c):
+ * a directory's files, a path that exists taken literally (even with glob characters),
+ * else the matches of the glob, each with its Megatron companion.
+ */
+static void digest_source_path(XXH3_state_t *st, const char *path)
+{
+	struct dirent **list;
+	struct stat sb;
+	glob_t g;
+	int n;
+
+	digest_str(st, path);
+	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		n = scandir(path, &list, not_hidden, by_name);
+		for (int i = 0; i < n; i++) {
+			char *full = malloc(strlen(path) + strlen(list[i]->d_name) + 2);
+
+			if (full) {
+				sprintf(full, "%s/%s", path, list[i]->d_name);
+				if (stat(full, &sb) == 0 && S_ISREG(sb.st_mode))
+					digest_file(st, full);
+				free(full);
+			}
+			free(list[i]);
+		}
+		if (n > 0)
+			free(list);
+	} else if (stat(path, &sb) == 0 || !strpbrk(path, "*?[")) {
+		digest_data_file(st, path);
+	} else if (glob(path, 0, NULL, &g) == 0) {
+		for (size_t k = 0; k < g.gl_pathc; k++)
+			digest_data_file(st, g.gl_pathv[k]);
+		globfree(&g);
+	}
+}
+
 uint64_t sf__config_digest(const struct sf_config *cfg)
 {
 	XXH3_state_t st;
@@ -1887,23 +2035,26 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 		digest_str(&st, src->text_field);
 		digest_str(&st, src->separator);
 		digest_u64(&st, src->on_error);
-		for (uint32_t j = 0; j < src->n_paths; j++) {
-			glob_t g;
-
-			/* Globs are expanded sorted, as the producers expand them, so the
-			 * digest covers the files actually read. */
-			if (glob(src->paths[j], GLOB_NOCHECK, NULL, &g) == 0) {
-				for (size_t k = 0; k < g.gl_pathc; k++)
-					digest_file(&st, g.gl_pathv[k]);
-				globfree(&g);
-			} else {
-				digest_str(&st, src->paths[j]);
-			}
-		}
+		/* The files actually read, so that a resume refuses changed data. */
+		for (uint32_t j = 0; j < src->n_paths; j++)
+			digest_source_path(&st, src->paths[j]);
 	}
 	digest_str(&st, cfg->encoding);
-	if (cfg->vocab)
+	if (cfg->vocab) {
 		digest_file(&st, cfg->vocab);
+	} else if (cfg->encoding && !strncmp(cfg->encoding, "char:", 5)) {
+		digest_file(&st, cfg->encoding + 5); /* the corpus sets the alphabet */
+	} else if (cfg->encoding && strcmp(cfg->encoding, "bytes") && cfg->vocab_dir) {
+		/* The vocabulary found in vocab_dir (or $SHMFEED_VOCAB_DIR), by its file name. */
+		const char *name = strcmp(cfg->encoding, "gpt2") ? cfg->encoding : "r50k_base";
+		char *v = malloc(strlen(cfg->vocab_dir) + strlen(name) + 12);
+
+		if (v) {
+			sprintf(v, "%s/%s.tiktoken", cfg->vocab_dir, name);
+			digest_file(&st, v);
+			free(v);
+		}
+	}
 	/* Only when set, so that the digests of jobs without it stay what they were. */
 	if (cfg->eot_id != SF_EOT_ID_UNSET)
 		digest_u64(&st, cfg->eot_id);

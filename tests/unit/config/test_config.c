@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
@@ -528,6 +529,72 @@ Test(config, the_digest_follows_the_token_stream_only)
 	cr_expect_neq(sf__config_digest(&cfg), base, "the sources matter");
 }
 
+/* Append a byte to `path` (creating it), so that its size changes. */
+static void grow(const char *path)
+{
+	FILE *f = fopen(path, "ab");
+
+	cr_assert_not_null(f, "%s", path);
+	fputc('x', f);
+	fclose(f);
+}
+
+/*
+ * The digest covers every file the job reads, however it is named, so that a resume on
+ * changed data is refused: a directory source's files, both files of a Megatron pair
+ * named by its prefix or by one file, a path with '[' that exists as written (not what
+ * the pattern matches), a char: corpus and a vocabulary found in vocab_dir. Each of
+ * these changed without changing the digest.
+ */
+Test(config, the_digest_follows_every_file_read)
+{
+	static const char *const files[] = {"d/a.txt", "m.bin", "m.idx", "x[1].txt", "x1.txt",
+					    "c.txt", "v/r50k_base.tiktoken"};
+	static const struct {
+		const char *before_dir, *after_dir, *changed;
+	} cases[] = {
+		{"sources: [\"", "/d\"]\n", "d/a.txt"},
+		{"sources: [\"", "/m\"]\n", "m.bin"},
+		{"sources: [\"", "/m.bin\"]\n", "m.idx"},
+		{"sources: [\"", "/x[1].txt\"]\n", "x[1].txt"},
+		{"sources: [a.bin]\ntokenizer: {encoding: \"char:", "/c.txt\"}\n", "c.txt"},
+		{"sources: [a.bin]\ntokenizer: {encoding: gpt2, vocab_dir: \"", "/v\"}\n",
+		 "v/r50k_base.tiktoken"},
+	};
+	char dir[] = "/tmp/sf-test-digest-XXXXXX", path[512], yaml[1024];
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/d", dir);
+	cr_assert_eq(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/v", dir);
+	cr_assert_eq(mkdir(path, 0700), 0);
+	for (size_t i = 0; i < sizeof(files) / sizeof(*files); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+		grow(path);
+	}
+	for (size_t k = 0; k < sizeof(cases) / sizeof(*cases); k++) {
+		uint64_t before;
+
+		snprintf(yaml, sizeof(yaml), "%s%s%s", cases[k].before_dir, dir, cases[k].after_dir);
+		cr_assert_eq(load(yaml), 0, "%s", err.msg);
+		before = sf__config_digest(&cfg);
+		cr_expect_eq(sf__config_digest(&cfg), before, "the digest is stable");
+		snprintf(path, sizeof(path), "%s/%s", dir, cases[k].changed);
+		grow(path);
+		cr_expect_neq(sf__config_digest(&cfg), before, "%s: %s changed, the digest did not",
+			      yaml, cases[k].changed);
+	}
+	for (size_t i = 0; i < sizeof(files) / sizeof(*files); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/d", dir);
+	rmdir(path);
+	snprintf(path, sizeof(path), "%s/v", dir);
+	rmdir(path);
+	rmdir(dir);
+}
+
 Test(config, eot_id_is_an_id_or_null)
 {
 	uint64_t base;
@@ -633,9 +700,42 @@ Test(config, mixture_mistakes_are_named)
 	/* A separator that C strings cannot hold, or one that separates nothing: both read
 	 * as "one document per file" before. */
 	rejects("sources:\n  - {paths: a.txt, format: text, separator: \"\\0\"}\n", "job.yaml:2:",
-		"'separator' holds a NUL character");
+		"holds a NUL character");
 	rejects("sources:\n  - {paths: a.txt, format: text, separator: \"a\\x00b\"}\n",
-		"job.yaml:2:", "'separator' holds a NUL character");
+		"job.yaml:2:", "holds a NUL character");
+	/* Nor in a key, a choice or a path, which were cut at it; nor a second document,
+	 * which was ignored; nor aliases that multiply a small file without bound. */
+	rejects("sources: [a.bin]\nbatch: {\"size\\0x\": 3}\n", "job.yaml:2:",
+		"holds a NUL character");
+	rejects("sources:\n  - {paths: \"a.txt\\0junk\", format: text}\n", "job.yaml:2:",
+		"holds a NUL character");
+	rejects("sources: [a.bin]\nbatch: {size: 2}\n---\nbatch: {size: 99}\n", "job.yaml:",
+		"a second YAML document");
+	/* A port zmq would read as 5 (it stops at '_'); a stall timeout that rounded to 0,
+	 * which turned the check off. */
+	rejects("sources: [a.bin]\ncontrol: {endpoint: \"tcp://127.0.0.1:5_0123\", "
+		"insecure_tcp: true}\n",
+		"job.yaml:", "PORT in [1, 65534]");
+	rejects("sources: [a.bin]\nproducers: {stall_timeout: 0.5ms}\n", "job.yaml:2:",
+		"less than 1ms but not 0");
+	cr_assert_eq(load("sources: [a.bin]\nproducers: {stall_timeout: 0ms}\n"), 0, "%s", err.msg);
+	cr_assert_eq(load("sources: [a.bin]\nproducers: {stall_timeout: 0.0s}\n"), 0, "%s",
+		     err.msg);
+	{
+		/* Seven levels of ten aliases each: 10^7 values from a file of 500 bytes. */
+		char bomb[1024];
+		size_t o = (size_t)snprintf(bomb, sizeof(bomb), "a0: &a0 [1,1,1,1,1,1,1,1,1,1]\n");
+
+		for (int level = 1; level < 8; level++) {
+			o += (size_t)snprintf(bomb + o, sizeof(bomb) - o, "a%d: &a%d [", level, level);
+			for (int k = 0; k < 10; k++)
+				o += (size_t)snprintf(bomb + o, sizeof(bomb) - o, "%s*a%d", k ? "," : "",
+						      level - 1);
+			o += (size_t)snprintf(bomb + o, sizeof(bomb) - o, "]\n");
+		}
+		cr_assert_lt(o, sizeof(bomb));
+		rejects(bomb, "job.yaml:", "through its anchors and aliases");
+	}
 	rejects("sources:\n  - {paths: a.txt, format: text, separator: \"\"}\n", "job.yaml:2:",
 		"'separator' is empty");
 	rejects("sources:\n  - {paths: a.bin, weight: 0.1234567891}\n",
