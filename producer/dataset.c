@@ -488,7 +488,16 @@ int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan
 	G = (uint64_t)cfg->batch_size * cfg->world_size;
 	/* A finite run ends with the last full global batch, so every rank stops at the
 	 * same step. */
-	ds->n_steps = cfg->epochs ? cfg->epochs * ds->n_windows / G : UINT64_MAX;
+	if (!cfg->epochs) {
+		ds->n_steps = UINT64_MAX;
+	} else {
+		/* In 128 bits: epochs (up to 2^32 - 1) x windows can pass 2^64, which wrapped
+		 * to a run of no step. A count past 2^64 - 2 is one no run reaches. */
+		__extension__ unsigned __int128 steps =
+			(unsigned __int128)cfg->epochs * ds->n_windows / G;
+
+		ds->n_steps = steps >= UINT64_MAX ? UINT64_MAX - 1 : (uint64_t)steps;
+	}
 	r = sf__dataset_mix_open(ds, cfg, e);
 	if (r < 0)
 		goto fail;

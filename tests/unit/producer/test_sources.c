@@ -568,3 +568,28 @@ Test(sources, auto_refuses_a_name_it_does_not_know)
 		expect_fail(SF_E_CONFIG, names[k], "format auto goes by the name");
 	}
 }
+
+/*
+ * A finite run's step count is epochs x windows / G, which passes 2^64 with 2^31 epochs
+ * of 2^33 windows (a sparse nanoGPT file of 2^33 + 1 tokens, T = 1, G = 1): it wrapped to
+ * 0 steps, a run that delivered nothing.
+ */
+Test(sources, a_huge_finite_run_does_not_wrap_to_no_step)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	put("huge.bin", "", 0);
+	cr_assert_eq(truncate(path, ((off_t)1 << 34) + 2), 0); /* sparse: nothing written */
+	cfg.seq_len = 1;
+	cfg.batch_size = 1;
+	cfg.world_size = 1;
+	cfg.epochs = 1u << 31;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.n_windows, (uint64_t)1 << 33);
+	cr_expect_eq(st.n_steps, UINT64_MAX - 1, "%llu steps", (unsigned long long)st.n_steps);
+	sf__dataset_close(ds);
+	unlink(path);
+}
