@@ -1420,6 +1420,34 @@ ranks_done:
 /* The most nodes a config may expand to through anchors and aliases. */
 #define CONFIG_MAX_NODES 1000000
 
+static int too_many_nodes(const char *name, struct sf_err *e)
+{
+	return sf__err(e, SF_E_CONFIG,
+		       "%s: the config expands to more than %d values through its anchors and "
+		       "aliases",
+		       name, CONFIG_MAX_NODES);
+}
+
+/* Push node `id` on the walk's stack, which grows as needed: every node on it is one
+ * more value to visit, so it never needs more than CONFIG_MAX_NODES. */
+static int push_node(int **stack, int *top, int *cap, int id, const char *name,
+		     struct sf_err *e)
+{
+	if (*top == *cap) {
+		int ncap = *cap ? *cap * 2 : 64, *grown;
+
+		if (*cap >= CONFIG_MAX_NODES)
+			return too_many_nodes(name, e);
+		grown = realloc(*stack, (size_t)ncap * sizeof(*grown));
+		if (!grown)
+			return sf__err(e, -ENOMEM, "out of memory");
+		*stack = grown;
+		*cap = ncap;
+	}
+	(*stack)[(*top)++] = id;
+	return 0;
+}
+
 /*
  * Every node the loader will read, aliases followed: fewer than CONFIG_MAX_NODES (a small
  * file of aliases of aliases expands without bound: 290 KB took gigabytes), and no
@@ -1427,43 +1455,32 @@ ranks_done:
  */
 static int check_nodes(const char *name, yaml_document_t *doc, struct sf_err *e)
 {
-	const int n_nodes = (int)(doc->nodes.top - doc->nodes.start);
-	int *stack = malloc(CONFIG_MAX_NODES * sizeof(*stack)), top = 0, r = 0;
+	int *stack = NULL, top = 0, cap = 0, r = 0;
 	uint64_t visits = 0;
 
-	if (!stack)
-		return sf__err(e, -ENOMEM, "out of memory");
-	if (n_nodes > 0)
-		stack[top++] = 1; /* the root */
+	if (yaml_document_get_root_node(doc))
+		r = push_node(&stack, &top, &cap, 1, name, e);
 	while (top > 0 && r == 0) {
 		yaml_node_t *n = yaml_document_get_node(doc, stack[--top]);
 
 		if (!n)
 			continue;
-		if (++visits > CONFIG_MAX_NODES) {
+		if (++visits > CONFIG_MAX_NODES)
+			r = too_many_nodes(name, e);
+		else if (n->type == YAML_SCALAR_NODE &&
+			 strlen((const char *)n->data.scalar.value) != n->data.scalar.length)
 			r = sf__err(e, SF_E_CONFIG,
-				    "%s: the config expands to more than %d values through its "
-				    "anchors and aliases",
-				    name, CONFIG_MAX_NODES);
-			break;
-		}
-		if (n->type == YAML_SCALAR_NODE) {
-			if (strlen((const char *)n->data.scalar.value) != n->data.scalar.length)
-				r = sf__err(e, SF_E_CONFIG,
-					    "%s:%zu:%zu: a value holds a NUL character, which no "
-					    "setting can",
-					    name, n->start_mark.line + 1, n->start_mark.column + 1);
-		} else if (n->type == YAML_SEQUENCE_NODE) {
+				    "%s:%zu:%zu: a value holds a NUL character, which no setting can",
+				    name, n->start_mark.line + 1, n->start_mark.column + 1);
+		else if (n->type == YAML_SEQUENCE_NODE)
 			for (yaml_node_item_t *i = n->data.sequence.items.start;
-			     i < n->data.sequence.items.top && top < CONFIG_MAX_NODES; i++)
-				stack[top++] = *i;
-		} else if (n->type == YAML_MAPPING_NODE) {
+			     i < n->data.sequence.items.top && r == 0; i++)
+				r = push_node(&stack, &top, &cap, *i, name, e);
+		else if (n->type == YAML_MAPPING_NODE)
 			for (yaml_node_pair_t *pr = n->data.mapping.pairs.start;
-			     pr < n->data.mapping.pairs.top && top + 1 < CONFIG_MAX_NODES; pr++) {
-				stack[top++] = pr->key;
-				stack[top++] = pr->value;
-			}
-		}
+			     pr < n->data.mapping.pairs.top && r == 0; pr++)
+				if ((r = push_node(&stack, &top, &cap, pr->key, name, e)) == 0)
+					r = push_node(&stack, &top, &cap, pr->value, name, e);
 	}
 	free(stack);
 	return r;

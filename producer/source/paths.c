@@ -152,18 +152,18 @@ static int expand_directory(const char *dir, char ***paths, size_t *n, size_t *c
  */
 static bool file_identity(const char *p, struct stat *st)
 {
-	size_t n = strlen(p);
+	const bool idx = has_suffix(p, ".idx");
 	char *bin;
 	bool ok;
 
-	if (has_suffix(p, ".idx") || stat(p, st) < 0) {
-		if (asprintf(&bin, "%.*s.bin", (int)(has_suffix(p, ".idx") ? n - 4 : n), p) < 0)
-			return false;
-		ok = stat(bin, st) == 0 && S_ISREG(st->st_mode);
-		free(bin);
-		return ok || stat(p, st) == 0;
-	}
-	return true;
+	if (!idx && stat(p, st) == 0)
+		return true;
+	/* A pair's .idx, or a prefix that names no file: the pair's .bin. */
+	if (asprintf(&bin, "%.*s.bin", (int)(strlen(p) - (idx ? 4 : 0)), p) < 0)
+		return false;
+	ok = stat(bin, st) == 0 && S_ISREG(st->st_mode);
+	free(bin);
+	return ok || (idx && stat(p, st) == 0);
 }
 
 struct identity {

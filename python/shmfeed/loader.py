@@ -378,7 +378,7 @@ class Loader:
             out = "int32"  # torch before 2.3 has no uint16
         self._gpu = i.gpu_buffers > 0
         self._tokens, self._x, self._y, self._docs, self._sources = [], [], [], [], []
-        self._slot_meta = None
+        self._slot_docs = self._slot_sources = None  # CPU copies: the slots' own views
         src_off = i.sources_offset
         self._widen = None
         self._out_count = 0  # CPU widening: step s's tokens are in self._tokens[s % 2]
@@ -453,7 +453,7 @@ class Loader:
             if wide is not None:
                 # The document starts and sources of a batch live as long as its tokens:
                 # copied beside them (a few integers a row), not views of its slot.
-                self._slot_meta = (self._docs, self._sources)
+                self._slot_docs, self._slot_sources = self._docs, self._sources
                 self._docs = [np.empty((B, D), np.uint32) if D else None for _ in wide]
                 self._sources = [np.empty((B,), np.int32) if src_off else None
                                  for _ in wide]
@@ -514,9 +514,9 @@ class Loader:
             kt = b.step % self._out_count
             docs, sources = self._docs[kt], self._sources[kt]
             if docs is not None:
-                np.copyto(docs, self._slot_meta[0][k])
+                np.copyto(docs, self._slot_docs[k])
             if sources is not None:
-                np.copyto(sources, self._slot_meta[1][k])
+                np.copyto(sources, self._slot_sources[k])
         else:
             kt = k
             docs, sources = self._docs[k], self._sources[k]
@@ -649,7 +649,7 @@ class Loader:
         with self._lock:
             self._owner = self._h = None
             self._tokens = self._x = self._y = self._docs = self._widen = None
-            self._slot_meta = None
+            self._slot_docs = self._slot_sources = None
 
     @property
     def closed(self):
