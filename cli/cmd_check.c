@@ -77,8 +77,9 @@ static void report_sources(const struct sf_config *cfg)
 				}
 				free(paths);
 			}
-			printf("# source %u: %s: %zu file%s, %llu bytes\n", i, src->paths[j], files,
-			       files == 1 ? "" : "s", bytes);
+			printf("# source %u: ", i);
+			sf__config_write_text(stdout, src->paths[j]);
+			printf(": %zu file%s, %llu bytes\n", files, files == 1 ? "" : "s", bytes);
 		}
 	}
 }

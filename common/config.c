@@ -7,6 +7,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 #include <yaml.h>
@@ -1055,6 +1057,12 @@ static int check_endpoint(struct loader *L, struct sf_config *cfg)
 			return fail_field(L, f,
 					  "'endpoint' ipc://@NAME is an abstract socket, which any "
 					  "local user can connect to: give a path (ipc:///DIR/NAME)");
+		/* zmq takes a relative path from each process's working directory, which a
+		 * training script may change. */
+		if (ep[6] != '/')
+			return fail_field(L, f,
+					  "'endpoint' ipc:// needs an absolute path "
+					  "(ipc:///DIR/NAME)");
 		return 0;
 	}
 	if (!strncmp(ep, "tcp://", 6)) {
@@ -1650,14 +1658,26 @@ static int apply_override(struct loader *L, const char *ov, struct sf_config *cf
 	return r;
 }
 
+/*
+ * Opened without waiting for a writer, then read as usual: a FIFO nobody writes to reads
+ * as empty instead of blocking for good, while a shell's <(...) pipe is read whole.
+ */
 static int read_file(const char *path, char **ret_text, size_t *ret_len, struct sf_err *e)
 {
-	FILE *f = fopen(path, "rb");
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	FILE *f = NULL;
 	char *text;
 	size_t n;
 
-	if (!f)
-		return sf__err(e, -errno, "cannot open job file %s: %s", path, strerror(errno));
+	if (fd >= 0 && fcntl(fd, F_SETFL, 0) == 0)
+		f = fdopen(fd, "rb");
+	if (!f) {
+		int r = -errno;
+
+		if (fd >= 0)
+			close(fd);
+		return sf__err(e, r, "cannot open job file %s: %s", path, strerror(-r));
+	}
 	text = malloc(CONFIG_MAX_BYTES + 1);
 	if (!text) {
 		fclose(f);
@@ -1763,6 +1783,17 @@ int sf__config_load_string(const char *name, const char *yaml, size_t len,
 	return load(name, yaml, len, NULL, NULL, 0, ret_cfg, e);
 }
 
+/* The YAML escape of the line break at `c` that is not ASCII (U+0085, U+2028, U+2029):
+ * YAML reads these raw as line breaks, even inside quotes. Else 0. */
+static char unicode_break(const unsigned char *c)
+{
+	if (c[0] == 0xc2 && c[1] == 0x85)
+		return 'N';
+	if (c[0] == 0xe2 && c[1] == 0x80 && (c[2] == 0xa8 || c[2] == 0xa9))
+		return c[2] == 0xa8 ? 'L' : 'P';
+	return 0;
+}
+
 /* A YAML double-quoted scalar, or null. */
 static void write_string(FILE *out, const char *s)
 {
@@ -1772,7 +1803,12 @@ static void write_string(FILE *out, const char *s)
 	}
 	fputc('"', out);
 	for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-		if (*c == '"' || *c == '\\')
+		char br = unicode_break(c);
+
+		if (br) {
+			fprintf(out, "\\%c", br);
+			c += br == 'N' ? 1 : 2;
+		} else if (*c == '"' || *c == '\\')
 			fprintf(out, "\\%c", *c);
 		else if (*c < 0x20 || *c == 0x7f)
 			fprintf(out, "\\x%02x", *c);
@@ -1780,6 +1816,16 @@ static void write_string(FILE *out, const char *s)
 			fputc(*c, out);
 	}
 	fputc('"', out);
+}
+
+void sf__config_write_text(FILE *out, const char *s)
+{
+	for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+		if (*c < 0x20 || *c == 0x7f || *c == '"' || unicode_break(c)) {
+			write_string(out, s);
+			return;
+		}
+	fputs(s, out);
 }
 
 static void write_weight(FILE *out, uint64_t w)

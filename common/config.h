@@ -209,6 +209,12 @@ int sf__config_load_string(const char *name, const char *yaml, size_t len,
  */
 int sf__config_write(const struct sf_config *cfg, FILE *out);
 
+/*
+ * sf__config_write_text - `s` as written when it holds no control character, line break
+ * or '"', else as a YAML double-quoted scalar: for a value inside a comment line.
+ */
+void sf__config_write_text(FILE *out, const char *s);
+
 /* sf__config_free - free what sf__config_load() allocated; accepts a zeroed config. */
 void sf__config_free(struct sf_config *cfg);
 

@@ -46,6 +46,9 @@ int sf__runtime_dir(char *buf, size_t len, int create, struct sf_err *e)
 	const char *xdg = getenv("XDG_RUNTIME_DIR");
 	int n;
 
+	/* Relative, it would name another directory to a process that changed its own. */
+	if (over && over[0] && over[0] != '/')
+		return sf__err(e, -EINVAL, "SHMFEED_RUNTIME_DIR=%s: give an absolute path", over);
 	if (over && over[0])
 		n = snprintf(buf, len, "%s", over);
 	else if (xdg && xdg[0] == '/')

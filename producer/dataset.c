@@ -429,6 +429,41 @@ static int open_start(struct sf_dataset *ds, const struct sf_config *cfg,
 	return r;
 }
 
+/*
+ * The windows and, for a finite run, the steps: a run ends with the last full global
+ * batch, so every rank stops at the same step. A finite run of no step is refused: it
+ * would deliver nothing and look like a job that ended.
+ */
+static int plan_steps(struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+{
+	const uint64_t G = (uint64_t)cfg->batch_size * cfg->world_size;
+
+	if (ds->n_tokens < (uint64_t)cfg->seq_len + 1)
+		return sf__err(e, SF_E_SOURCE, "the sources hold %llu tokens, fewer than one "
+			       "sequence of %u%s%s", (unsigned long long)ds->n_tokens,
+			       cfg->seq_len + 1, ds->first_skip[0] ? "; the first skipped: " : "",
+			       ds->first_skip);
+	ds->n_windows = (ds->n_tokens - 1) / cfg->seq_len;
+	if (!cfg->epochs) {
+		ds->n_steps = UINT64_MAX;
+		return 0;
+	}
+	/* In 128 bits: epochs (up to 2^32 - 1) x windows can pass 2^64, which wrapped to a
+	 * run of no step. A count past 2^64 - 2 is one no run reaches. */
+	__extension__ unsigned __int128 steps = (unsigned __int128)cfg->epochs * ds->n_windows / G;
+
+	if (!steps)
+		return sf__err(e, SF_E_CONFIG,
+			       "epochs: %llu epoch%s of %llu windows of %u tokens fill%s no global "
+			       "batch of %llu samples (batch_size x world_size): the run would deliver "
+			       "nothing; raise epochs, lower the batch, or give 0 for no end",
+			       (unsigned long long)cfg->epochs, cfg->epochs == 1 ? "" : "s",
+			       (unsigned long long)ds->n_windows, cfg->seq_len,
+			       cfg->epochs == 1 ? "s" : "", (unsigned long long)G);
+	ds->n_steps = steps >= UINT64_MAX ? UINT64_MAX - 1 : (uint64_t)steps;
+	return 0;
+}
+
 int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, struct sf_err *e)
 {
 	struct sf_dataset *ds = calloc(1, sizeof(*ds));
@@ -437,6 +472,9 @@ int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, st
 	if (!ds)
 		return sf__err(e, -ENOMEM, "out of memory");
 	r = open_start(ds, cfg, NULL, e);
+	/* Tokens are counted here where no text is to be tokenized first. */
+	if (r >= 0 && !ds->n_text_files)
+		r = plan_steps(ds, cfg, e);
 	if (r >= 0)
 		*ret_token_bytes = ds->token_bytes;
 	sf__dataset_close(ds);
@@ -452,7 +490,6 @@ int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan
 			  struct sf_dataset **ret_ds, struct sf_err *e)
 {
 	struct sf_dataset *ds;
-	uint64_t G;
 	int r;
 
 	if (!cfg->batch_size || !cfg->seq_len || !cfg->world_size || !cfg->local_ranks ||
@@ -478,26 +515,9 @@ int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan
 		*ret_ds = ds;
 		return 0;
 	}
-	if (ds->n_tokens < (uint64_t)cfg->seq_len + 1) {
-		r = sf__err(e, SF_E_SOURCE,
-			    "the sources hold %llu tokens, fewer than one sequence of %u",
-			    (unsigned long long)ds->n_tokens, cfg->seq_len + 1);
+	r = plan_steps(ds, cfg, e);
+	if (r < 0)
 		goto fail;
-	}
-	ds->n_windows = (ds->n_tokens - 1) / cfg->seq_len;
-	G = (uint64_t)cfg->batch_size * cfg->world_size;
-	/* A finite run ends with the last full global batch, so every rank stops at the
-	 * same step. */
-	if (!cfg->epochs) {
-		ds->n_steps = UINT64_MAX;
-	} else {
-		/* In 128 bits: epochs (up to 2^32 - 1) x windows can pass 2^64, which wrapped
-		 * to a run of no step. A count past 2^64 - 2 is one no run reaches. */
-		__extension__ unsigned __int128 steps =
-			(unsigned __int128)cfg->epochs * ds->n_windows / G;
-
-		ds->n_steps = steps >= UINT64_MAX ? UINT64_MAX - 1 : (uint64_t)steps;
-	}
 	r = sf__dataset_mix_open(ds, cfg, e);
 	if (r < 0)
 		goto fail;

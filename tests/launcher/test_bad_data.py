@@ -300,6 +300,30 @@ def test_check_prints_absolute_paths_and_literal_names(tmp_path, monkeypatch):
     assert f"# source 1: {where}/*.txt: 1 file, 11 bytes" in out.stdout, out.stdout
 
 
+def test_check_prints_odd_paths_so_they_read_back(tmp_path):
+    # A newline in a path broke check's "# source" comment in two; U+0085 (NEL) and
+    # U+2028 were printed raw in the config, where YAML reads them as line breaks.
+    names = ["a\nb.txt", "c\u0085d.txt", "e\u2028f.txt"]
+    for n in names:
+        (tmp_path / n).write_text("a document\n")
+    cfg = tmp_path / "job.yaml"
+    quoted = ", ".join('"' + n.replace("\n", "\\n").replace("\u0085", "\\N")
+                       .replace("\u2028", "\\L") + '"' for n in names)
+    cfg.write_text(f"sources: [{quoted}]\n", encoding="utf-8")
+    out = check(cfg)
+    assert out.returncode == 0, out.stderr
+    assert "\x85" not in out.stdout and "\u2028" not in out.stdout, out.stdout
+    lines = out.stdout.split("\n")
+    assert not any(ln.startswith("b.txt") for ln in lines), out.stdout
+    assert f'# source 0: "{tmp_path}/a\\x0ab.txt": 1 file, 11 bytes' in out.stdout, out.stdout
+    printed = tmp_path / "printed.yaml"
+    printed.write_text("\n".join(ln for ln in lines if not ln.startswith("#")),
+                       encoding="utf-8")
+    again = check(printed)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count(": 1 file, 11 bytes") == 3, again.stdout
+
+
 def test_ids_outside_the_vocabulary_stop_the_job(rt, tmp_path):
     vocab = os.path.join(os.environ.get("SF_SHARED_DATA", ""), "vocab", "r50k_base.tiktoken")
     if not os.path.exists(vocab):

@@ -35,8 +35,9 @@ def job_name(tag):
     return f"tc-{tag}-{os.getpid()}-{_count[0]}"
 
 
-def sf(*args, timeout=30):
-    return subprocess.run([SHMFEED, *args], capture_output=True, text=True, timeout=timeout)
+def sf(*args, timeout=30, env=None):
+    return subprocess.run([SHMFEED, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 def wait_for(pred, timeout=10.0):
@@ -524,6 +525,11 @@ def test_bad_run_options_and_names_are_refused(tmp_path):
         assert r.returncode == 2 and "--grace-ms takes milliseconds" in r.stderr, (bad, r)
     for kv, what in (("job=-x", "not starting with '.' or '-'"),
                      ("control.endpoint=ipc://@sf-abstract", "abstract socket"),
+                     ("control.endpoint=ipc://rel/sf.sock", "absolute path"),
                      ("control.endpoint=tcp://127.0.0.1:65535", "PORT in [1, 65534]")):
         r = sf("check", DEMO, "--set", kv, "--set", "control.insecure_tcp=true")
         assert r.returncode != 0 and what in r.stderr, (kv, r.stderr)
+    # A relative runtime directory meant another one to a command that changed directory.
+    r = sf("status", env=dict(os.environ, SHMFEED_RUNTIME_DIR="rel/rt"))
+    assert r.returncode != 0 and "SHMFEED_RUNTIME_DIR" in r.stderr \
+        and "absolute" in r.stderr, r

@@ -7,7 +7,6 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -447,6 +446,30 @@ Test(config, a_missing_file_is_named)
 {
 	cr_expect_eq(sf__config_load("/nonexistent/job.yaml", &cfg, &err), -ENOENT);
 	cr_expect(strstr(err.msg, "/nonexistent/job.yaml"), "%s", err.msg);
+}
+
+/* A FIFO nobody writes to blocked `check` for good at open; a pipe that is written to (a
+ * shell's <(...), /dev/fd/N) is read as any file. */
+Test(config, a_fifo_without_writer_does_not_block, .timeout = 20)
+{
+	const char yaml[] = "sources: [a.txt]\ntokenizer: {encoding: bytes}\n";
+	char dir[] = "/tmp/sf-cfg-XXXXXX", path[64];
+	int p[2];
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/j.yaml", dir);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	sf__config_free(&cfg);
+	cr_expect_eq(sf__config_load(path, &cfg, &err), SF_E_CONFIG);
+	cr_expect(strstr(err.msg, "empty"), "%s", err.msg);
+	unlink(path);
+	rmdir(dir);
+	cr_assert_eq(pipe(p), 0);
+	cr_assert_eq(write(p[1], yaml, sizeof(yaml) - 1), (ssize_t)sizeof(yaml) - 1);
+	close(p[1]);
+	snprintf(path, sizeof(path), "/dev/fd/%d", p[0]);
+	cr_expect_eq(sf__config_load(path, &cfg, &err), 0, "%s", err.msg);
+	close(p[0]);
 }
 
 Test(config, overrides_apply_and_are_validated)

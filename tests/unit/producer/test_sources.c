@@ -368,6 +368,25 @@ Test(sources, too_few_tokens)
 	expect_fail(SF_E_SOURCE, "5 tokens", "fewer than one sequence of 9");
 }
 
+/* A finite run whose windows fill no global batch delivered nothing, and said nothing:
+ * 3 windows of T = 8 over 1 epoch, G = 2 x 2 = 4. Refused at open, and by the check
+ * `shmfeed check` and `run` make before they start. */
+Test(sources, finite_run_of_no_step_is_refused)
+{
+	uint16_t t[25] = {0};
+	uint32_t token_bytes = 0;
+	struct sf_err e = {0};
+
+	put("three.bin", t, sizeof(t));
+	cfg.epochs = 1;
+	cfg.world_size = 2;
+	expect_fail(SF_E_CONFIG, "1 epoch of 3 windows", "no global batch of 4");
+	cr_expect_eq(sf__dataset_check(&cfg, &token_bytes, &e), SF_E_CONFIG, "%s", e.msg);
+	cr_expect(strstr(e.msg, "1 epoch of 3 windows"), "%s", e.msg);
+	cfg.epochs = 2;
+	cr_expect_eq(sf__dataset_check(&cfg, &token_bytes, &e), 0, "%s", e.msg);
+}
+
 Test(sources, text_without_encoding)
 {
 	put("x.txt", "hello", 5);
