@@ -323,8 +323,8 @@ static void on_interrupt(int sig)
 
 int sf__cmd_top(int argc, char **argv)
 {
-	static char status_buf[SF_CTL_MAX_REPLY], msg[SF_CTL_MAX_REPLY];
-	static struct doc st, sd;
+	static char status_buf[SF_CTL_MAX_REPLY], fresh[SF_CTL_MAX_REPLY], msg[SF_CTL_MAX_REPLY];
+	static struct doc st, sd, nd;
 	const char *job = NULL, *key;
 	struct sf_job_info info;
 	struct sf_err e = {0};
@@ -393,6 +393,13 @@ int sf__cmd_top(int argc, char **argv)
 		msg[n < (int)sizeof(msg) ? n : (int)sizeof(msg) - 1] = 0;
 		if (parse_reply(&sd, msg, &e) < 0)
 			continue;
+		/* The header's producers alive and stalled change as the job runs: read with
+		 * each frame, the last answer kept if the job does not give one. */
+		if (call(&info, "status", fresh, sizeof(fresh), &e) >= 0 &&
+		    parse_reply(&nd, fresh, &e) >= 0) {
+			memcpy(status_buf, fresh, sizeof(status_buf));
+			parse_reply(&st, status_buf, &e);
+		}
 		if (tty)
 			fputs("\033[H\033[2J", stdout);
 		else if (shown)

@@ -501,7 +501,9 @@ static void remove_dead_temporaries(const char *dir, const char *job)
 		char name[300];
 		pid_t pid;
 
-		if (strncmp(de->d_name, prefix, plen))
+		/* Digits only: "shmfeed.J.new.new.PID" is the temporary of job "J.new". */
+		if (strncmp(de->d_name, prefix, plen) || !de->d_name[plen] ||
+		    strspn(de->d_name + plen, "0123456789") != strlen(de->d_name + plen))
 			continue;
 		pid = (pid_t)atoi(de->d_name + plen);
 		if (pid > 0 && kill(pid, 0) == 0)

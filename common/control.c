@@ -420,6 +420,9 @@ int sf__json_string(const char *buf, const struct sf_json_token *tok, int t, cha
 				/* The parser validated four hex digits here. */
 				sscanf(buf + i + 1, "%4x", &v);
 				i += 4;
+				/* A NUL would cut the string: "stop\u0000x" read as stop. */
+				if (!v)
+					return SF_E_PROTOCOL;
 				c = v < 0x80 ? (char)v : '?';
 				break;
 			}
@@ -503,7 +506,8 @@ int sf__ctl_parse_request(const char *buf, size_t len, struct sf_ctl_request *re
 			if (tok[v].type != SF_JSON_STRING ||
 			    tok[v].end - tok[v].start >= sizeof(op))
 				return sf__err(e, SF_E_PROTOCOL, "\"op\" must be a short string");
-			sf__json_string(buf, tok, v, op, sizeof(op));
+			if (sf__json_string(buf, tok, v, op, sizeof(op)) < 0)
+				return sf__err(e, SF_E_PROTOCOL, "\"op\" must be a short string");
 			for (uint32_t o = 1; sf__ctl_op_name(o); o++)
 				if (!strcmp(op, sf__ctl_op_name(o)))
 					req.op = o;

@@ -104,7 +104,8 @@ double sf__json_double(const char *buf, const struct sf_json_token *tok, int t);
 
 /*
  * sf__json_string - copy the string at token `t` (escapes decoded; \u escapes outside
- * ASCII become '?') into out, NUL-terminated. Returns its length, or SF_E_PROTOCOL.
+ * ASCII become '?') into out, NUL-terminated. Returns its length, or SF_E_PROTOCOL (also
+ * for a \u0000, which would cut it).
  */
 int sf__json_string(const char *buf, const struct sf_json_token *tok, int t, char *out, size_t len);
 

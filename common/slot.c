@@ -612,9 +612,16 @@ uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank)
 	return next;
 }
 
-int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step)
+/*
+ * One pass of a seek: each slot of the ring made to serve the first step >= `step` that
+ * it serves. A slot being filled is waited for (`wait`), its dead filler repaired, or,
+ * without `wait`, left for the next pass: 1 then says a pass is still needed. Passes are
+ * idempotent: a slot already moved stays as it is.
+ */
+static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step, int wait)
 {
 	const uint32_t K = a->hdr->geo.slots_per_rank;
+	int pending = 0;
 
 	for (uint32_t i = 0; i < K; i++) {
 		struct sf_slot *s = sf__arena_slot(a, rank, i);
@@ -631,6 +638,14 @@ int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step)
 				if (job_stopping(a))
 					return SF_E_STOPPED;
 				sf__arena_repair(a, sf__slot_owner(w));
+				if (!wait) {
+					if (atomic_load_explicit(&s->word, memory_order_acquire) ==
+					    w) {
+						pending = 1;
+						break;
+					}
+					continue;
+				}
 				usleep(100);
 				continue;
 			}
@@ -657,12 +672,16 @@ int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step)
 		}
 	}
 	wake_producers(a);
-	return 0;
+	return pending;
 }
 
-int sf__ring_seek_unattached(struct sf_arena *a, uint32_t rank, uint64_t step, struct sf_err *e)
+int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step)
 {
-	uint32_t me = a->hdr->geo.max_producers + rank;
+	return seek_pass(a, me, rank, step, 1);
+}
+
+int sf__ring_seek_hold(struct sf_arena *a, uint32_t rank, struct sf_err *e)
+{
 	int r;
 
 	if (rank >= a->hdr->geo.ranks)
@@ -671,15 +690,25 @@ int sf__ring_seek_unattached(struct sf_arena *a, uint32_t rank, uint64_t step, s
 	/* Hold the rank's consumer entry for the whole seek: a consumer that attaches
 	 * meanwhile waits, so it can never claim a step the seek then moves, and one that
 	 * is attached refuses the hold. */
-	r = sf__participant_register(a, me, SF_ROLE_NONE, (int32_t)rank, e);
+	r = sf__participant_register(a, a->hdr->geo.max_producers + rank, SF_ROLE_NONE,
+				     (int32_t)rank, e);
+	if (r == SF_E_BUSY)
+		return sf__err(e, SF_E_BUSY,
+			       "a consumer is attached to rank %u; seek it from the consumer "
+			       "(sf_consumer_seek)",
+			       rank);
 	if (r < 0)
-		return r == SF_E_BUSY ? sf__err(e, SF_E_BUSY,
-						"a consumer is attached to rank %u; seek it from "
-						"the consumer (sf_consumer_seek)",
-						rank)
-				      : r;
+		return r;
 	SF_TEST_POINT(SF_TP_SEEK_HELD);
-	r = sf__ring_seek(a, me, rank, step);
-	sf__participant_unregister(a, me);
-	return r < 0 ? sf__err(e, r, "%s", sf_strerror(r)) : 0;
+	return 0;
+}
+
+int sf__ring_seek_try(struct sf_arena *a, uint32_t rank, uint64_t step)
+{
+	return seek_pass(a, a->hdr->geo.max_producers + rank, rank, step, 0);
+}
+
+void sf__ring_seek_release(struct sf_arena *a, uint32_t rank)
+{
+	sf__participant_unregister(a, a->hdr->geo.max_producers + rank);
 }

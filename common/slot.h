@@ -167,11 +167,18 @@ uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank);
 int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step);
 
 /*
- * sf__ring_seek_unattached - sf__ring_seek() of a rank no consumer is attached to (the
- * launcher's control `seek`), holding the rank's consumer entry throughout. Returns 0,
- * SF_E_BUSY when a consumer is attached, or the seek's error; detail in `e`.
+ * The launcher's control `seek`, of a rank no consumer is attached to, in three calls
+ * so that the supervisor never waits on a producer:
+ * sf__ring_seek_hold - take the rank's consumer entry for the seek (a consumer that
+ * attaches meanwhile waits). Returns 0, SF_E_RANGE, or SF_E_BUSY when a consumer is
+ * attached; detail in `e`.
+ * sf__ring_seek_try - one pass of sf__ring_seek() that waits for no slot: 0 when the
+ * ring is repositioned, 1 when a slot is still being filled (call again), or an error.
+ * sf__ring_seek_release - give the entry back.
  */
-int sf__ring_seek_unattached(struct sf_arena *a, uint32_t rank, uint64_t step, struct sf_err *e);
+int sf__ring_seek_hold(struct sf_arena *a, uint32_t rank, struct sf_err *e);
+int sf__ring_seek_try(struct sf_arena *a, uint32_t rank, uint64_t step);
+void sf__ring_seek_release(struct sf_arena *a, uint32_t rank);
 
 /* sf__payload_checksum - the checksum shmfeed stores: xxh3-64 of the bytes. */
 uint64_t sf__payload_checksum(const void *p, size_t len);

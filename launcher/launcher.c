@@ -110,9 +110,15 @@ struct supervisor {
 	uint64_t resumed_ns; /* last resume: stopped producers do not heartbeat while paused */
 	uint64_t stalls;     /* producers killed for stalling */
 	uint64_t max_healthy_silence_ns; /* longest silence a producer ended itself */
-	uint64_t *start_steps;
-	uint64_t end_step;     /* the end marker's step of a finite run (sf__stats_end_step()) */
-	uint64_t seek_batches; /* batches delivered before a seek moved a ring */
+	uint64_t end_step; /* the end marker's step of a finite run (sf__stats_end_step()) */
+	/* A control seek waiting for a slot being filled: its reply goes to `peer` once
+	 * the ring is repositioned, and the loop serves everything else meanwhile. */
+	struct {
+		int active;
+		struct sf_ctl_request req;
+		zmq_msg_t peer;
+		int delim;
+	} seek;
 	uint64_t next_tick_ns, progress_ticks;
 	/* The figures at the last progress line, whose rates cover the time since. */
 	uint64_t progress_t_ns, progress_tokens;
@@ -566,8 +572,6 @@ static void annotate_mixture(const struct supervisor *S, struct sf_stats *s)
 /* Add to a sample of the arena what only the supervisor knows. */
 static void annotate(const struct supervisor *S, struct sf_stats *s)
 {
-	s->batches += S->seek_batches;
-	s->tokens = s->batches * S->geo.batch * (uint64_t)(S->geo.seq_tokens - 1);
 	s->stalls = S->stalls;
 	for (uint32_t i = 0; i < S->n_prod && i < SF_STATS_MAX_PRODUCERS; i++) {
 		const struct producer *p = &S->prod[i];
@@ -581,7 +585,7 @@ static void annotate(const struct supervisor *S, struct sf_stats *s)
 
 static void sample(struct supervisor *S)
 {
-	sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps, S->end_step,
+	sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->end_step,
 			 S->started_ns, &S->cur);
 	annotate(S, &S->cur);
 }
@@ -768,6 +772,23 @@ static void set_paused(struct supervisor *S, int paused)
 }
 
 /* Execute a validated request; the reply goes into buf. */
+/* execute()'s answer when the reply comes later (continue_seek()). */
+#define REPLY_LATER (-1)
+
+/* The reply `body` (n bytes, or < 0: too large) to `req` in `buf`, with its id. */
+static int reply_ok(const struct sf_ctl_request *req, const char *body, int n, char *buf,
+		    size_t len)
+{
+	if (n < 0)
+		return reply_error(buf, len, req, n, "reply too large");
+	if (!req->has_id) {
+		memcpy(buf, body, (size_t)n + 1 < len ? (size_t)n + 1 : len);
+		return (size_t)n < len ? n : (int)len - 1;
+	}
+	/* Echo the id as the reply's first member. */
+	return snprintf(buf, len, "{\"id\":%llu,%s", (unsigned long long)req->id, body + 1);
+}
+
 static int execute(struct supervisor *S, const struct sf_ctl_request *req, char *buf, size_t len)
 {
 	char tmp[SF_CTL_MAX_REPLY];
@@ -781,7 +802,7 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 	case SF_CTL_STATS: {
 		struct sf_stats s;
 
-		sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->start_steps, S->end_step,
+		sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->end_step,
 				 S->started_ns, &s);
 		annotate(S, &s);
 		/* Rates and utilization of the last whole stats interval, as the PUB stream
@@ -807,7 +828,7 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 		break;
 	case SF_CTL_SEEK: {
 		struct sf_err err = {0};
-		uint64_t before, limit = sf__arena_step_limit(&S->geo);
+		uint64_t limit = sf__arena_step_limit(&S->geo);
 		char why[160];
 		int r;
 
@@ -831,22 +852,22 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 				 (unsigned long long)req->step, (unsigned long long)(limit - 1));
 			return reply_error(buf, len, req, SF_E_RANGE, why);
 		}
+		if (S->seek.active) {
+			snprintf(why, sizeof(why),
+				 "a seek of rank %u waits for a producer to finish a slot; send "
+				 "this one when it has replied",
+				 S->seek.req.rank);
+			return reply_error(buf, len, req, SF_E_BUSY, why);
+		}
 		/* A live consumer tracks its own position; moving its ring under it
 		 * would desynchronize it. Seek positions a rank before it attaches, and
 		 * holds the rank's entry meanwhile so that none attaches mid-seek. */
-		before = sf__ring_next_step(S->a, req->rank);
-		if (before > S->end_step)
-			before = S->end_step;
-		r = sf__ring_seek_unattached(S->a, req->rank, req->step, &err);
+		r = sf__ring_seek_hold(S->a, req->rank, &err);
 		if (r < 0)
 			return reply_error(buf, len, req, r, err.msg);
-		if (before >= S->start_steps[req->rank])
-			S->seek_batches += before - S->start_steps[req->rank];
-		S->start_steps[req->rank] = req->step;
-		sf__log_info("rank %u repositioned to step %llu", req->rank,
-			     (unsigned long long)req->step);
-		n = describe_job(S, tmp, sizeof(tmp));
-		break;
+		S->seek.active = 1;
+		S->seek.req = *req;
+		return REPLY_LATER;
 	}
 	case SF_CTL_STOP:
 		begin_stop(S, 0, "stop requested over the control socket");
@@ -856,14 +877,34 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 	default:
 		return reply_error(buf, len, req, SF_E_PROTOCOL, "unknown op");
 	}
-	if (n < 0)
-		return reply_error(buf, len, req, n, "reply too large");
-	if (!req->has_id) {
-		memcpy(buf, tmp, (size_t)n + 1 < len ? (size_t)n + 1 : len);
-		return (size_t)n < len ? n : (int)len - 1;
+	return reply_ok(req, tmp, n, buf, len);
+}
+
+/*
+ * Go on with a pending control seek: one pass over the rank's ring, which waits for no
+ * producer; the reply once it is repositioned, or fails. A stalled producer holding a
+ * slot is ended by the stall watchdog, and its slot repaired, in the same loop.
+ */
+static void continue_seek(struct supervisor *S)
+{
+	const struct sf_ctl_request *req = &S->seek.req;
+	char out[SF_CTL_MAX_REPLY], tmp[SF_CTL_MAX_REPLY];
+	int r = S->stopping ? SF_E_STOPPED : sf__ring_seek_try(S->a, req->rank, req->step);
+	int n;
+
+	if (r == 1)
+		return;
+	sf__ring_seek_release(S->a, req->rank);
+	if (r < 0) {
+		n = reply_error(out, sizeof(out), req, r, sf_strerror(r));
+	} else {
+		sf__log_info("rank %u repositioned to step %llu", req->rank,
+			     (unsigned long long)req->step);
+		n = reply_ok(req, tmp, describe_job(S, tmp, sizeof(tmp)), out, sizeof(out));
 	}
-	/* Echo the id as the reply's first member. */
-	return snprintf(buf, len, "{\"id\":%llu,%s", (unsigned long long)req->id, tmp + 1);
+	reply(S, &S->seek.peer, S->seek.delim, out, (size_t)n);
+	zmq_msg_close(&S->seek.peer);
+	S->seek.active = 0;
 }
 
 /* Serve every request waiting on the ROUTER socket. */
@@ -909,7 +950,14 @@ static void serve(struct supervisor *S)
 			n = reply_error(out, sizeof(out), NULL, SF_E_PROTOCOL,
 					"a request is one frame of JSON");
 		}
-		reply(S, &id, delim, out, (size_t)n);
+		if (n == REPLY_LATER) {
+			zmq_msg_init(&S->seek.peer);
+			zmq_msg_move(&S->seek.peer, &id);
+			S->seek.delim = delim;
+			continue_seek(S);
+		} else {
+			reply(S, &id, delim, out, (size_t)n);
+		}
 		zmq_msg_close(&part);
 		zmq_msg_close(&id);
 	}
@@ -1161,6 +1209,8 @@ static int supervise(struct supervisor *S)
 			handle_signals(S);
 		if (items[0].revents & ZMQ_POLLIN)
 			serve(S);
+		if (S->seek.active)
+			continue_seek(S);
 		check_consumers(S);
 		check_producers(S);
 		now = sf__now_ns();
@@ -1251,20 +1301,10 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	r = sf__curve_server_load(cfg, &S->curve, e);
 	if (r < 0)
 		goto out_close_ds;
-	S->start_steps = calloc(S->geo.ranks, sizeof(*S->start_steps));
-	if (!S->start_steps) {
-		r = sf__err(e, -ENOMEM, "out of memory");
-		goto out_close_ds;
-	}
 	r = sf__arena_create(cfg->job, &S->geo, &opt, &S->a, note, sizeof(note), e);
 	if (r < 0)
 		goto out_close_ds;
 	S->started_ns = sf__now_ns();
-	/* Where each ring starts, before anything announces the job: once a producer runs,
-	 * a rank may read before the launcher gets here again, and its batches would not
-	 * be counted. */
-	for (uint32_t rk = 0; rk < S->geo.ranks; rk++)
-		S->start_steps[rk] = sf__ring_next_step(S->a, rk);
 	sf__log_info("job %s: arena /dev/shm%s, %llu bytes: %u rank%s x %u slots of %u x %u "
 		     "tokens; %s",
 		     cfg->job, S->a->shm_name, (unsigned long long)S->a->hdr->total_size,
@@ -1349,7 +1389,6 @@ out_arena:
 	sf__arena_destroy(S->a);
 out_close_ds:
 	l->ops->close(S->ds);
-	free(S->start_steps);
 	sf__curve_server_free(&S->curve);
 out_free:
 	free(S);

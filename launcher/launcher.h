@@ -282,13 +282,12 @@ struct sf_stats {
 
 /*
  * sf__stats_sample - sample the arena into *s; `prev` (may be NULL) is the previous
- * sample, for rates and utilization; `start_steps` holds each rank's next step at the
- * start (batches are counted from there); `end_step` is the step of a finite run's end
- * marker (sf__stats_end_step()), which a consumer releases but which is no batch.
+ * sample, for rates and utilization; batches are those the consumers took; `end_step`
+ * is the step of a finite run's end marker (sf__stats_end_step()), which a consumer
+ * releases but which is no batch.
  */
 void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
-		      const uint64_t *start_steps, uint64_t end_step, uint64_t started_ns,
-		      struct sf_stats *s);
+		      uint64_t end_step, uint64_t started_ns, struct sf_stats *s);
 
 /*
  * sf__stats_end_step - the first step past the data of a run of `epochs` epochs (0:

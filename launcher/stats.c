@@ -40,7 +40,7 @@ uint64_t sf__stats_end_step(const struct sf_geometry *g, uint64_t epochs)
 }
 
 void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
-		      const uint64_t *start_steps, uint64_t end_step, uint64_t started_ns,
+		      uint64_t end_step, uint64_t started_ns,
 		      struct sf_stats *s)
 {
 	const struct sf_arena_header *h = a->hdr;
@@ -87,8 +87,10 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 		one.next_step = next;
 		one.consumer_pid = (uint64_t)(int64_t)atomic_load_explicit(
 			&a->participants[g->max_producers + r].pid, memory_order_relaxed);
-		if (next >= start_steps[r])
-			s->batches += next - start_steps[r];
+		/* What the rank's consumers took, whatever seeks moved its ring: counted in
+		 * its entry, which every consumer of the rank adds to. */
+		s->batches += atomic_load_explicit(&a->participants[g->max_producers + r].batches,
+						   memory_order_relaxed);
 		/* Relaxed: a statistics snapshot, as the slot words above. */
 		one.asleep =
 			atomic_load_explicit(&a->rings[r].ready_waiters, memory_order_relaxed) != 0;

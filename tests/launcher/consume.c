@@ -5,7 +5,7 @@
  * one line per batch, "GLOBAL_RANK STEP FIRST_SAMPLE DIGEST", to `--out FILE`. With
  * `--fake`, also check every token against the synthetic producers' formula. Options
  * `--sleep-us U` (per batch) and `--exit-after N` (die with status 3 after N batches)
- * shape the run.
+ * shape the run; `--seek S` starts the rank at step S (sf_consumer_seek()), as a resume.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +27,7 @@ int main(int argc, char **argv)
 {
 	const char *job = getenv("SHMFEED_JOB"), *out_path = NULL;
 	const char *lr = getenv("LOCAL_RANK");
-	uint64_t steps = 16, exit_after = 0;
+	uint64_t steps = 16, exit_after = 0, seek = UINT64_MAX;
 	unsigned sleep_us = 0;
 	int check = 0, rank = lr ? atoi(lr) : 0, r;
 	struct sf_consumer_info info;
@@ -46,6 +46,8 @@ int main(int argc, char **argv)
 			sleep_us = (unsigned)strtoul(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--exit-after") && i + 1 < argc)
 			exit_after = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--seek") && i + 1 < argc)
+			seek = strtoull(argv[++i], NULL, 10);
 		else {
 			fprintf(stderr, "consume: unknown argument %s\n", argv[i]);
 			return 2;
@@ -73,6 +75,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	sf_consumer_info(c, &info);
+	if (seek != UINT64_MAX) {
+		struct sf_resume st;
+
+		sf_consumer_state(c, &st);
+		st.samples = seek * info.batch * info.world_size;
+		if (sf_consumer_seek(c, &st) < 0) {
+			fprintf(stderr, "consume: rank %d: seek: %s\n", rank, sf_consumer_errmsg(c));
+			return 1;
+		}
+	}
 	if (out_path && !(out = fopen(out_path, "w"))) {
 		perror(out_path);
 		return 1;

@@ -408,6 +408,99 @@ def test_control_requests(rt, tmp_path):
             os.system(f"rm -f /dev/shm/shmfeed.{job}")
 
 
+def test_a_seek_held_up_by_a_stalled_producer_blocks_nothing(rt, tmp_path):
+    """A control seek waited for the slot a producer was filling inside the supervisor's
+    only loop: with that producer stopped, the control socket, signals and the stall
+    watchdog that would end it all froze. Now the seek's reply waits, everything else is
+    served, and the watchdog's kill lets the seek finish."""
+    cfg = write_config(tmp_path, "producers: {count: 1, stall_timeout: 2s}\n", world=1)
+    job = job_name("seekstall")
+    p = start_serving(cfg, job, env=dict(os.environ, SHMFEED_TEST_SLOW_US="300000"))
+    try:
+        assert wait_for(lambda: ctl(job, '{"v":1,"op":"stats"}')["ranks"][0]["filling"] == 1)
+        victim = ctl(job, '{"v":1,"op":"stats"}')["producers"][0]["pid"]
+        os.kill(victim, signal.SIGSTOP)
+        seek = subprocess.Popen([CTL, job, '{"v":1,"op":"seek","rank":0,"step":100,"id":7}'],
+                                stdout=subprocess.PIPE, text=True,
+                                env=dict(os.environ, SF_CTL_TIMEOUT_MS="20000"))
+        time.sleep(0.3)
+        assert seek.poll() is None  # waits for the slot...
+        t0 = time.monotonic()
+        st = ctl(job, '{"v":1,"op":"status"}')  # ...while status is answered at once
+        assert time.monotonic() - t0 < 1.0 and st["state"] == "running"
+        busy = ctl(job, '{"v":1,"op":"seek","rank":0,"step":5}')
+        assert not busy["ok"] and "waits for a producer" in busy["error"], busy
+        out = json.loads(seek.communicate(timeout=20)[0])
+        assert out["ok"] and out["id"] == 7, out
+        assert ctl(job, '{"v":1,"op":"stats"}')["ranks"][0]["next_step"] == 100
+        assert ctl(job, '{"v":1,"op":"stop"}')["ok"]
+        err = p.communicate(timeout=30)[1]
+        assert "stalled" in err and "rank 0 repositioned to step 100" in err, err
+        assert p.returncode == 0, err
+        assert not shm_of(job)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+            os.system(f"rm -f /dev/shm/shmfeed.{job}")
+
+
+def test_top_shows_a_producer_that_stalls_while_it_runs(rt, tmp_path):
+    """top read the job's status once: every frame's header kept "2/2 producers alive"
+    with no "(1 stalled)" while its own producer rows said stalled."""
+    cfg = write_config(tmp_path, "producers: {count: 2, stall_timeout: 4s}\n", world=1)
+    job = job_name("topstall")
+    env = dict(os.environ, SHMFEED_TEST_SLOW_US="2000")
+    p = start_serving(cfg, job, env=env)
+    rank = subprocess.Popen([CONSUME, "--steps", "100000", "--sleep-us", "2000"],
+                            env=dict(env, SHMFEED_JOB=job, LOCAL_RANK="0"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        top = subprocess.Popen([SHMFEED, "top", job, "--count", "60"], stdout=subprocess.PIPE,
+                               text=True)
+        time.sleep(0.5)
+        os.kill(ctl(job, '{"v":1,"op":"stats"}')["producers"][0]["pid"], signal.SIGSTOP)
+        out = top.communicate(timeout=30)[0]
+        assert top.returncode == 0
+        headers = [l for l in out.splitlines() if l.startswith("job ")]
+        assert len(headers) == 60 and "(1 stalled)" not in headers[0], headers[0]
+        assert any("2/2 producers alive (1 stalled)" in h for h in headers), out
+        assert ctl(job, '{"v":1,"op":"stop"}')["ok"]
+        p.communicate(timeout=30)
+    finally:
+        rank.kill()
+        rank.wait()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+            os.system(f"rm -f /dev/shm/shmfeed.{job}")
+
+
+def test_batches_count_what_ranks_read_after_they_seek(rt, tmp_path):
+    """A rank resumed with sf_consumer_seek() moved its ring without the supervisor
+    knowing: 5 batches read from step 1000000 were counted as 1000005."""
+    cfg = write_config(tmp_path, world=1)
+    job = job_name("seekcount")
+    p = start_serving(cfg, job)
+    try:
+        r = subprocess.run([CONSUME, "--fake", "--seek", "1000000", "--steps", "5", "--out",
+                            str(tmp_path / "r0.txt")],
+                           env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert [int(l[1]) for l in read_lines(tmp_path / "r0.txt")] == \
+            list(range(1000000, 1000005))
+        assert ctl(job, '{"v":1,"op":"stats"}')["batches"] == 5
+        assert ctl(job, '{"v":1,"op":"stop"}')["ok"]
+        err = p.communicate(timeout=30)[1]
+        assert "5 batches, 160 tokens delivered" in err, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+            os.system(f"rm -f /dev/shm/shmfeed.{job}")
+
+
 MALFORMED = [
     ("not json", "malformed JSON"),
     ("", "malformed JSON"),

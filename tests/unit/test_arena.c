@@ -129,6 +129,33 @@ Test(arena, create_attach_destroy)
 	cr_expect(strstr(e.msg, "no shmfeed job"));
 }
 
+/*
+ * Creating job J cleared "shmfeed.J.new.*" objects whose PID is dead, and read the
+ * temporary of a live creator of job "J.new" ("shmfeed.J.new.new.PID") as PID 0, dead:
+ * that job then failed to publish its arena. Only digits after the infix are a PID.
+ */
+Test(arena, the_temporary_of_a_job_named_j_new_is_not_js)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a;
+	struct sf_err e = {0};
+	char other[128], dead[128];
+	int fd;
+
+	snprintf(other, sizeof(other), "/shmfeed.%s.new.new.%d", job, (int)getpid());
+	snprintf(dead, sizeof(dead), "/shmfeed.%s.new.%d", job, 0x7ffffff0);
+	fd = shm_open(other, O_CREAT | O_EXCL | O_RDWR, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	fd = shm_open(dead, O_CREAT | O_EXCL | O_RDWR, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0, "%s", e.msg);
+	sf__arena_destroy(a);
+	cr_expect_eq(shm_unlink(other), 0, "job %s.new's temporary was removed", job);
+	cr_expect_eq(shm_unlink(dead), -1, "a dead creator's temporary was left");
+}
+
 Test(arena, live_arena_is_busy)
 {
 	struct sf_geometry g = geo();

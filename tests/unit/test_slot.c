@@ -381,8 +381,14 @@ static struct holder hold_in_child(uint32_t index, uint32_t role, int claim, int
 		close(go[1]);
 		if (sf__participant_register(arena, index, role, 0, NULL) < 1)
 			_exit(1);
-		if (claim && sf__consumer_claim(arena, index, 0, 0, 0, &s) < 0)
+		if (claim && role == SF_ROLE_PRODUCER) {
+			struct sf_fill f;
+
+			if (sf__producer_claim(arena, index, 0, &f) < 0)
+				_exit(2);
+		} else if (claim && sf__consumer_claim(arena, index, 0, 0, 0, &s) < 0) {
 			_exit(2);
+		}
 		if (write(ready[1], "r", 1) != 1)
 			_exit(3);
 		if (!thread_exit)
@@ -578,15 +584,38 @@ Test(slot, seek_of_an_unattached_rank_holds_its_entry)
 	struct holder h;
 
 	sf__test_hook = attach_during_seek;
-	cr_expect_eq(sf__ring_seek_unattached(arena, 0, 4, &e), 0, "%s", e.msg);
+	cr_expect_eq(sf__ring_seek_hold(arena, 0, &e), 0, "%s", e.msg);
 	sf__test_hook = NULL;
+	cr_expect_eq(sf__ring_seek_try(arena, 0, 4), 0);
+	sf__ring_seek_release(arena, 0);
 	cr_expect_eq(sf__ring_next_step(arena, 0), 4);
 	cr_expect_eq(atomic_load(&arena->participants[CONSUMER(0)].pid), 0);
 	/* An attached consumer refuses it, and its ring is untouched. */
 	h = hold_in_child(CONSUMER(1), SF_ROLE_CONSUMER, 0, 0);
-	cr_expect_eq(sf__ring_seek_unattached(arena, 1, 7, &e), SF_E_BUSY);
+	cr_expect_eq(sf__ring_seek_hold(arena, 1, &e), SF_E_BUSY);
 	cr_expect(strstr(e.msg, "attached") != NULL, "%s", e.msg);
 	cr_expect_eq(sf__ring_next_step(arena, 1), 0);
 	release_holder(h);
-	cr_expect_eq(sf__ring_seek_unattached(arena, 2, 7, &e), SF_E_RANGE);
+	cr_expect_eq(sf__ring_seek_hold(arena, 2, &e), SF_E_RANGE);
+}
+
+/*
+ * The launcher's seek waited for a slot being filled, inside its only loop: a stalled
+ * producer froze the control socket, signals and the stall watchdog that would end it.
+ * A pass now returns at once, and the next one after the filler is gone completes.
+ */
+Test(slot, a_control_seek_waits_for_no_producer)
+{
+	struct sf_err e = {0};
+	struct holder h = hold_in_child(0, SF_ROLE_PRODUCER, 1, 0);
+
+	cr_assert_eq(word(0, 0), sf__slot_word(SF_SLOT_FILLING, 0, 0));
+	cr_assert_eq(sf__ring_seek_hold(arena, 0, &e), 0, "%s", e.msg);
+	cr_expect_eq(sf__ring_seek_try(arena, 0, 3), 1);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_FILLING, 0, 0));
+	release_holder(h); /* dies holding the slot: the next pass repairs it */
+	cr_expect_eq(sf__ring_seek_try(arena, 0, 3), 0);
+	sf__ring_seek_release(arena, 0);
+	cr_expect_eq(sf__ring_next_step(arena, 0), 3);
+	cr_expect_eq(word(0, 0), sf__slot_word(SF_SLOT_FREE, 0, 1));
 }

@@ -81,6 +81,9 @@ Test(control, malformed_requests_are_rejected)
 	rejects("{\"v\":1}", "missing \"op\"");
 	rejects("{\"v\":1,\"op\":5}", "\"op\" must be a short string");
 	rejects("{\"v\":1,\"op\":\"reboot\"}", "unknown op 'reboot'");
+	/* A NUL escape cut the op: "resume\u0000zz" resumed, "stop\u0000" stopped. */
+	rejects("{\"v\":1,\"op\":\"resume\\u0000zz\"}", "\"op\" must be a short string");
+	rejects("{\"v\":1,\"op\":\"stop\\u0000\"}", "\"op\" must be a short string");
 	rejects("{\"v\":1,\"op\":\"stats\",\"x\":1}", "unknown key 'x'");
 	rejects("{\"v\":1,\"v\":1,\"op\":\"stats\"}", "duplicate key 'v'");
 	rejects("{\"v\":1,\"op\":\"seek\",\"step\":1}", "seek needs");
