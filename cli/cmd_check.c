@@ -287,6 +287,11 @@ int sf__cmd_check(int argc, char **argv)
 			      "(control.insecure_tcp): anyone who can reach the port, any local "
 			      "user included, can stop, pause or seek the job",
 			      path, cfg.endpoint);
+	if (cfg.metrics_file && sf__metrics_file_check(cfg.metrics_file, &e) < 0) {
+		sf__log_error("%s: %s", path, e.msg);
+		sf__config_free(&cfg);
+		return 1;
+	}
 	/* Sources and vocabulary are opened as `run` opens them before it starts. */
 	r = sf__dataset_check(&cfg, &token_bytes, &e);
 	if (r < 0) {

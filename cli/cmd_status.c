@@ -321,6 +321,22 @@ static void on_interrupt(int sig)
 	top_interrupted = 1;
 }
 
+/* top's --count: 1 to 10^9 updates, digits only. Returns 0, or 1 when it is not. */
+static int parse_count(const char *s, long *ret)
+{
+	char *end;
+	long v;
+
+	if (*s < '0' || *s > '9')
+		return 1;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < 1 || v > 1000000000)
+		return 1;
+	*ret = v;
+	return 0;
+}
+
 int sf__cmd_top(int argc, char **argv)
 {
 	static char status_buf[SF_CTL_MAX_REPLY], fresh[SF_CTL_MAX_REPLY], msg[SF_CTL_MAX_REPLY];
@@ -336,14 +352,15 @@ int sf__cmd_top(int argc, char **argv)
 	argc = take_key_arg(argc, argv, &key);
 	for (int i = 1; i < argc && !bad; i++) {
 		if (!strcmp(argv[i], "--count") && i + 1 < argc)
-			count = strtol(argv[++i], NULL, 10);
+			bad = parse_count(argv[++i], &count);
 		else if (argv[i][0] != '-' && !job)
 			job = argv[i];
 		else
 			bad = 1;
 	}
 	if (argc < 0 || bad) {
-		fprintf(stderr, "usage: shmfeed top [JOB] [--count N] [--key FILE]\n");
+		fprintf(stderr, "usage: shmfeed top [JOB] [--count N] [--key FILE]\n"
+				"--count N: stop after N updates, 1 to 1000000000\n");
 		return 2;
 	}
 	if (job_info(job, key, &info, &e) < 0 ||

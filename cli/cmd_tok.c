@@ -110,6 +110,7 @@ static int read_all(FILE *f, uint8_t **ret_buf, size_t *ret_len)
 	uint8_t *buf = NULL, *grown;
 	size_t len = 0, cap = 0, got;
 
+	errno = 0;
 	do {
 		if (cap - len < 65536) {
 			cap = cap ? cap * 2 : 1 << 20;
@@ -124,8 +125,10 @@ static int read_all(FILE *f, uint8_t **ret_buf, size_t *ret_len)
 		len += got;
 	} while (got);
 	if (ferror(f)) {
+		int r = errno ? -errno : -EIO; /* EISDIR for a directory */
+
 		free(buf);
-		return -EIO;
+		return r;
 	}
 	*ret_buf = buf;
 	*ret_len = len;

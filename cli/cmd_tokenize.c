@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
@@ -72,6 +73,24 @@ static int parse_shard(const char *s, uint32_t *ret_part, uint32_t *ret_n)
 	*ret_part = (uint32_t)part;
 	*ret_n = (uint32_t)n;
 	return 0;
+}
+
+/* The directory the -o PREFIX files go to, said missing before any work (the files are
+ * made there at the start, and the message named PREFIX.bin.tmp). Returns 1 if missing. */
+static int out_dir_missing(const char *prefix)
+{
+	const char *slash = strrchr(prefix, '/');
+	char dir[4096];
+	struct stat st;
+
+	if (!slash || slash == prefix)
+		return 0;
+	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - prefix), prefix);
+	if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+		return 0;
+	sf__log_error("-o %s: the directory %s does not exist; make it first (mkdir -p %s)",
+		      prefix, dir, dir);
+	return 1;
 }
 
 static int merge(char **parts, size_t n_parts, const char *prefix, int quiet)
@@ -137,6 +156,12 @@ int sf__cmd_tokenize(int argc, char **argv)
 			bad = 1;
 		else
 			positional[n_positional++] = argv[i];
+	}
+	if (prefix && !bad && out_dir_missing(prefix)) {
+		free(sets);
+		free(file_set);
+		free(positional);
+		return 1;
 	}
 	if (merging) {
 		free(sets);

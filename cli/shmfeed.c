@@ -28,7 +28,10 @@ struct command {
 	"  -e, --encoding E  r50k_base (gpt2), cl100k_base, o200k_base, bytes or char:CORPUS\n"    \
 	"  --vocab FILE      the vocabulary; default $SHMFEED_VOCAB_DIR/ENCODING.tiktoken\n"       \
 	"  --tokenizer FILE  instead of -e: a tokenizer file (.tiktoken, tekken, SentencePiece,\n" \
-	"                    Hugging Face tokenizer.json)\n"
+	"                    Hugging Face tokenizer.json)\n"                                       \
+	"  --format F        with --tokenizer: auto (default), tiktoken, tekken, hf or\n"          \
+	"                    sentencepiece\n"                                                      \
+	"  --pattern REGEX   with a .tiktoken --tokenizer: its split pattern\n"
 #define CONTROL_HELP(what)                                                                         \
 	"usage: shmfeed " what " [JOB] [--key FILE]\n\n"                                           \
 	"Sends the job the control request '" what "' and prints its state after.\n\n"             \
@@ -58,29 +61,43 @@ static const struct command commands[] = {
 	 "  -- COMMAND ...    the command to run under the job\n"
 	 "  -h, --help        this help\n"},
 	{"check", sf__cmd_check, "check CONFIG [--set K=V]  validate a job file, print it resolved",
-	 "usage: shmfeed check CONFIG [--set KEY=VALUE ...] [--strict]\n\n"
+	 "usage: shmfeed check CONFIG [--set KEY=VALUE ...] [--strict] [--tokens N]\n\n"
 	 "Validates a job file and prints it resolved (every default filled in) as YAML,\n"
 	 "with what each source path matches and the config digest. It opens every source\n"
-	 "and loads the tokenizer as run does: exit status 1 exactly where run would fail\n"
-	 "to start.\n\n"
+	 "and loads the tokenizer as run does: exit status 1 wherever run would fail to\n"
+	 "start before it tokenizes (a missing, unreadable or malformed file, too few\n"
+	 "pre-tokenized tokens, a tokenizer or metrics file it cannot use). Raw text is not\n"
+	 "tokenized here: text too short for one sequence, or a bad JSONL record, is found\n"
+	 "when run starts, with the same message.\n\n"
 	 "options:\n" SET_HELP
-	 "  --strict          accepted and ignored: check fails wherever run would (a\n"
-	 "                    source path matching no file included), so nothing is left\n"
-	 "                    for it to tighten\n"
+	 "  --tokens N        also print what a budget of N training tokens (suffix k, M,\n"
+	 "                    G or T) takes from each source: samples, tokens, epochs\n"
+	 "  --strict          accepted and ignored: check already fails where run would\n"
+	 "                    before it tokenizes (a source path matching no file\n"
+	 "                    included)\n"
 	 "  -h, --help        this help\n"},
 	{"encode", sf__cmd_encode,
 	 "encode -e ENCODING         text on stdin to uint32 ids on stdout",
-	 "usage: shmfeed encode -e ENCODING [--vocab FILE] [--specials] < text > ids.u32\n"
-	 "       shmfeed encode -e ENCODING [--vocab FILE] --bench FILE\n\n"
+	 "usage: shmfeed encode TOKENIZER [--specials] [--records] < text > ids.u32\n"
+	 "       shmfeed encode TOKENIZER --bench FILE\n"
+	 "       shmfeed encode TOKENIZER --info\n"
+	 "TOKENIZER: -e ENCODING [--vocab FILE], or --tokenizer FILE [--format F]\n"
+	 "           [--pattern REGEX]\n\n"
 	 "Encodes standard input as one document to little-endian uint32 ids.\n\n"
 	 "options:\n" TOK_HELP
 	 "  --specials        encode special tokens written in the text (<|endoftext|>) as\n"
 	 "                    their ids; without it they are ordinary text\n"
+	 "  --records         many documents: input records of a little-endian uint32 byte\n"
+	 "                    count and the bytes; output per record a uint32 id count and\n"
+	 "                    the ids\n"
 	 "  --bench FILE      measure the single-core throughput on FILE instead\n"
+	 "  --info            print the tokenizer's family, vocabulary size and bos/eos ids\n"
 	 "  -h, --help        this help\n"},
 	{"decode", sf__cmd_decode,
 	 "decode -e ENCODING         uint32 ids on stdin to text on stdout",
-	 "usage: shmfeed decode -e ENCODING [--vocab FILE] < ids.u32 > text\n\n"
+	 "usage: shmfeed decode TOKENIZER < ids.u32 > text\n"
+	 "TOKENIZER: -e ENCODING [--vocab FILE], or --tokenizer FILE [--format F]\n"
+	 "           [--pattern REGEX]\n\n"
 	 "Decodes little-endian uint32 ids on standard input to text.\n\n"
 	 "options:\n" TOK_HELP "  -h, --help        this help\n"},
 	{"status", sf__cmd_status,

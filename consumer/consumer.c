@@ -783,11 +783,13 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	c->provenance = provenance_next(c->provenance, b.step, b.digest);
 	c->step++;
 	c->batches++;
-	c->tokens += (uint64_t)b.batch * b.seq_tokens;
+	/* Training tokens, B x T, as `status`, the run's summary and the metrics count
+	 * them: the T + 1 tokens of a row give T predictions. */
+	c->tokens += (uint64_t)b.batch * (b.seq_tokens - 1);
 	c->wait_total += waited;
 	c->wait_hist[hist_bucket(waited)]++;
 	c->stalls += waited >= SF_CONSUMER_STALL_NS;
-	publish_telemetry(c, waited, (uint64_t)b.batch * b.seq_tokens);
+	publish_telemetry(c, waited, (uint64_t)b.batch * (b.seq_tokens - 1));
 	*ret_batch = b;
 	return 0;
 }

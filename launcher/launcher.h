@@ -314,6 +314,13 @@ int sf__metrics_update(struct sf_metrics *m, const struct sf_stats *s, const cha
 void sf__metrics_close(struct sf_metrics *m);
 void sf__metrics_after_fork(struct sf_metrics *m);
 
+/*
+ * sf__metrics_file_check - what `check` can tell of control.metrics_file before a run
+ * writes it: its directory exists and is writable, and it is no directory. Returns 0 or
+ * a negative error with run's message.
+ */
+int sf__metrics_file_check(const char *path, struct sf_err *e);
+
 /* sf__stats_json - the stats as the JSON object of replies and the PUB stream. */
 int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t len);
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef SF_HAVE_MICROHTTPD
@@ -435,6 +436,28 @@ int sf__metrics_first(struct sf_metrics *m, const struct sf_stats *s, const char
 		m->file = NULL;
 	}
 	return r;
+}
+
+int sf__metrics_file_check(const char *path, struct sf_err *e)
+{
+	char *dir = strdup(path), *slash;
+	struct stat st;
+	int r = 0;
+
+	if (!dir)
+		return sf__err(e, -ENOMEM, "out of memory");
+	/* The file is written beside itself and renamed: its directory must take both. */
+	slash = strrchr(dir, '/');
+	if (slash)
+		*(slash == dir ? slash + 1 : slash) = 0;
+	if (access(slash ? dir : ".", W_OK | X_OK) < 0)
+		r = -errno;
+	else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		r = -EISDIR;
+	free(dir);
+	if (r < 0)
+		return sf__err(e, r, "cannot write the metrics file %s: %s", path, strerror(-r));
+	return 0;
 }
 
 void sf__metrics_after_fork(struct sf_metrics *m)

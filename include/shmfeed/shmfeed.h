@@ -128,7 +128,7 @@ struct sf_resume {
  */
 struct sf_consumer_stats {
 	uint64_t batches;
-	uint64_t tokens;
+	uint64_t tokens; /* training tokens: B x T a batch (a row's T + 1 give T targets) */
 	uint64_t wait_ns_total;
 	uint64_t wait_ns_p50;
 	uint64_t wait_ns_p99;

@@ -516,6 +516,32 @@ def test_terminal_signals_stop_the_job_once_and_leave_no_process(rt):
     assert not orphans(marker), err
 
 
+def test_help_names_every_option_and_bad_counts_are_refused(tmp_path):
+    """check --help lacked --tokens and encode --help --info, --records, --format and
+    --pattern, which README and docs use; top --count took -1 (forever), abc and 0 (no
+    update, exit 0) and 1x; encode --bench on a directory said Input/output error."""
+    assert "--tokens N" in sf("check", "--help").stdout
+    enc = sf("encode", "--help").stdout
+    for opt in ("--info", "--records", "--format F", "--pattern REGEX", "--tokenizer FILE"):
+        assert opt in enc, (opt, enc)
+    assert "--tokenizer FILE" in sf("decode", "--help").stdout
+    for bad in ("-1", "abc", "", "0", "1x", "99999999999"):
+        r = sf("top", "nosuchjob", "--count", bad)
+        assert r.returncode == 2 and "--count N" in r.stderr, (bad, r)
+    r = sf("encode", "-e", "bytes", "--bench", str(tmp_path))
+    assert r.returncode == 1 and "Is a directory" in r.stderr, r
+    # A metrics file run cannot write: check said valid, run refused to start.
+    for where in ("/nonexistent-dir/m.prom", str(tmp_path)):
+        r = sf("check", DEMO, "--set", f"control.metrics_file={where}")
+        assert r.returncode == 1 and f"cannot write the metrics file {where}" in r.stderr, r
+    r = sf("check", DEMO, "--set", f"control.metrics_file={tmp_path}/m.prom")
+    assert r.returncode == 0, r.stderr
+    # tokenize -o into a directory that is not there named PREFIX.bin.tmp, not the directory.
+    for args in ((DEMO,), ("--merge", "x_00000-of-00001")):
+        r = sf("tokenize", *args, "-o", f"{tmp_path}/no/x")
+        assert r.returncode == 1 and f"the directory {tmp_path}/no does not exist" in r.stderr, r
+
+
 def test_bad_run_options_and_names_are_refused(tmp_path):
     """--grace-ms that is not a number of milliseconds; a job name the commands would
     read as an option; a control endpoint any local user could reach (an abstract

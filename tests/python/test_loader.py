@@ -294,10 +294,10 @@ def test_stats_cover_the_batches_since_the_previous_call():
                 waits = [L.next().wait_ns for _ in range(n)]
                 st = L.stats()
                 assert all(isinstance(v, (int, float)) for v in st.values())
-                assert st["batches"] == n and st["tokens"] == n * 2 * 33
+                assert st["batches"] == n and st["tokens"] == n * 2 * 32
                 assert st["stalls"] == sum(w >= 1 << 20 for w in waits)
                 assert near(st["wait_p50_ms"], pct(waits, 50)), (st, waits)
                 assert near(st["wait_p99_ms"], pct(waits, 99)), (st, waits)
-            assert st["tokens_total"] == 10 * 2 * 33 == L.counters()["tokens"]
+            assert st["tokens_total"] == 10 * 2 * 32 == L.counters()["tokens"]
             assert L.stats() == {"batches": 0, "tokens": 0, "stalls": 0, "wait_p50_ms": 0.0,
-                                 "wait_p99_ms": 0.0, "tokens_total": 10 * 2 * 33}
+                                 "wait_p99_ms": 0.0, "tokens_total": 10 * 2 * 32}

@@ -140,7 +140,7 @@ Test(consumer, provenance_chains_the_batch_digests)
 	cr_assert_eq(sf_consumer_stats(c, &st), 0);
 	cr_expect_eq(st.provenance, chain);
 	cr_expect_eq(st.batches, 10);
-	cr_expect_eq(st.tokens, 10 * 3 * 17);
+	cr_expect_eq(st.tokens, 10 * 3 * 16); /* B x T */
 	cr_expect_eq(st.next_step, 10);
 	cr_expect_eq(st.gpu, 0);
 	cr_expect_leq(st.wait_ns_p50, st.wait_ns_p99);
