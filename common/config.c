@@ -1257,6 +1257,9 @@ static int check_tokenizer(struct loader *L, struct sf_config *cfg)
 					  "tokenizer 'file' is the vocabulary");
 		free(cfg->encoding);
 		cfg->encoding = NULL;
+		/* $SHMFEED_VOCAB_DIR is for encodings: not kept, nor printed. */
+		free(cfg->vocab_dir);
+		cfg->vocab_dir = NULL;
 		return 0;
 	}
 	/* Written at their defaults (as the resolved config writes them), they are fine. */
@@ -1494,6 +1497,56 @@ static int check_nodes(const char *name, yaml_document_t *doc, struct sf_err *e)
 	return r;
 }
 
+/* Deeper than any job file nests (a schedule's weights are at depth 5). */
+#define CONFIG_MAX_DEPTH 64
+
+/*
+ * Refuse, before the document is loaded, nesting deeper than CONFIG_MAX_DEPTH (libyaml
+ * takes time quadratic in the depth to load it, 33 s for 100,000 '[', while its events
+ * reach the limit at once) and YAML tags, which the loader would ignore (`!include x`
+ * read as the path "x"). A syntax error is left for the load to report.
+ */
+static int check_events(const char *name, const char *text, size_t len, struct sf_err *e)
+{
+	yaml_parser_t parser;
+	yaml_event_t ev;
+	int depth = 0, r = 0;
+
+	if (!yaml_parser_initialize(&parser))
+		return sf__err(e, -ENOMEM, "out of memory");
+	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+	while (yaml_parser_parse(&parser, &ev)) {
+		int end = ev.type == YAML_STREAM_END_EVENT;
+
+		const yaml_char_t *tag = ev.type == YAML_SCALAR_EVENT ? ev.data.scalar.tag
+					 : ev.type == YAML_SEQUENCE_START_EVENT
+						 ? ev.data.sequence_start.tag
+					 : ev.type == YAML_MAPPING_START_EVENT ? ev.data.mapping_start.tag
+									       : NULL;
+
+		if (tag)
+			r = sf__err(e, SF_E_CONFIG,
+				    "%s:%zu:%zu: a YAML tag (%.40s): tags are not read (no !include, "
+				    "no type casts); write the value itself",
+				    name, ev.start_mark.line + 1, ev.start_mark.column + 1,
+				    (const char *)tag);
+		if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT)
+			depth++;
+		else if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT)
+			depth--;
+		if (depth > CONFIG_MAX_DEPTH && r == 0)
+			r = sf__err(e, SF_E_CONFIG,
+				    "%s:%zu:%zu: nested deeper than %d levels; not a job file", name,
+				    ev.start_mark.line + 1, ev.start_mark.column + 1,
+				    CONFIG_MAX_DEPTH);
+		yaml_event_delete(&ev);
+		if (end || r < 0)
+			break;
+	}
+	yaml_parser_delete(&parser);
+	return r;
+}
+
 static int parse_document(const char *name, const char *text, size_t len, yaml_document_t *doc,
 			  struct sf_err *e)
 {
@@ -1501,6 +1554,9 @@ static int parse_document(const char *name, const char *text, size_t len, yaml_d
 	yaml_document_t more;
 	int ok, r;
 
+	r = check_events(name, text, len, e);
+	if (r < 0)
+		return r;
 	if (!yaml_parser_initialize(&parser))
 		return sf__err(e, -ENOMEM, "out of memory");
 	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
@@ -1706,8 +1762,10 @@ static int load(const char *name, const char *text, size_t len, const char *base
 		const char *const *overrides, uint32_t n_overrides, struct sf_config *ret_cfg,
 		struct sf_err *e)
 {
+	const char *env_vocab = getenv("SHMFEED_VOCAB_DIR");
 	struct loader L = {.e = e};
 	struct sf_config cfg;
+	char cwd[PATH_MAX];
 	int r = 0;
 
 	sf__config_defaults(&cfg);
@@ -1718,9 +1776,15 @@ static int load(const char *name, const char *text, size_t len, const char *base
 	cfg.encoding = strdup("bytes");
 	cfg.bos = strdup("auto");
 	cfg.eos = strdup("auto");
-	if (getenv("SHMFEED_VOCAB_DIR") && getenv("SHMFEED_VOCAB_DIR")[0])
-		cfg.vocab_dir = strdup(getenv("SHMFEED_VOCAB_DIR"));
-	if (!cfg.path || !cfg.job || !cfg.encoding || !cfg.bos || !cfg.eos) {
+	if (env_vocab && env_vocab[0]) {
+		/* From the current directory, so that a printed config means the same to a
+		 * process started elsewhere. */
+		struct origin here = {NULL, getcwd(cwd, sizeof(cwd)), 0};
+
+		cfg.vocab_dir = resolve_path(&here, env_vocab);
+	}
+	if (!cfg.path || !cfg.job || !cfg.encoding || !cfg.bos || !cfg.eos ||
+	    (env_vocab && env_vocab[0] && !cfg.vocab_dir)) {
 		r = sf__err(e, -ENOMEM, "out of memory");
 		goto fail;
 	}

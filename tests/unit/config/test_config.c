@@ -442,6 +442,63 @@ Test(config, relative_paths_are_taken_from_the_file)
 	rmdir(dir);
 }
 
+/*
+ * $SHMFEED_VOCAB_DIR filled vocab_dir as written: a relative value meant another
+ * directory to a process elsewhere, and a tokenizer-file job printed a vocab_dir that its
+ * own printed config then refused ("'vocab_dir' belongs to 'encoding'").
+ */
+Test(config, the_vocab_dir_from_the_environment_is_absolute_and_only_for_encodings)
+{
+	char cwd[4096], want[4200];
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out;
+
+	cr_assert_not_null(getcwd(cwd, sizeof(cwd)));
+	snprintf(want, sizeof(want), "%s/rel/vocab", cwd);
+	cr_assert_eq(setenv("SHMFEED_VOCAB_DIR", "rel/./vocab/", 1), 0);
+	cr_assert_eq(load("sources: [a.txt]\ntokenizer: {encoding: cl100k_base}\n"), 0, "%s",
+		     err.msg);
+	cr_expect_str_eq(cfg.vocab_dir, want);
+	cr_assert_eq(load("sources: [a.txt]\ntokenizer: {file: /x/tokenizer.json}\n"), 0, "%s",
+		     err.msg);
+	cr_expect_null(cfg.vocab_dir);
+	out = open_memstream(&text, &len);
+	cr_assert_not_null(out);
+	cr_assert_eq(sf__config_write(&cfg, out), 0);
+	fclose(out);
+	sf__config_free(&cfg);
+	cr_expect_eq(sf__config_load_string("printed.yaml", text, len, &cfg, &err), 0, "%s",
+		     err.msg);
+	free(text);
+	unsetenv("SHMFEED_VOCAB_DIR");
+}
+
+/* libyaml loads deep nesting in time quadratic in its depth (33 s at 100,000 levels):
+ * refused at once past 64 levels, at the line that passes them. */
+Test(config, deep_nesting_is_refused_at_once, .timeout = 10)
+{
+	const size_t n = 200000;
+	char *yaml = malloc(2 * n + 32);
+
+	cr_assert_not_null(yaml);
+	strcpy(yaml, "sources: ");
+	memset(yaml + 9, '[', n);
+	yaml[9 + n] = 'a';
+	memset(yaml + 10 + n, ']', n);
+	strcpy(yaml + 10 + 2 * n, "\n");
+	rejects(yaml, "job.yaml:1:", "nested deeper than 64 levels");
+	free(yaml);
+	/* Tags were ignored: `!include` read as a path, `!!str` as an integer. */
+	rejects("sources: !include more.yaml\n", "job.yaml:1:10:", "a YAML tag (!include)");
+	rejects("sources: [a.txt]\nbatch: {size: !!str 8}\n", "job.yaml:2:15:",
+		"a YAML tag (tag:yaml.org,2002:str)");
+	rejects("sources: !!seq [a.txt]\n", "job.yaml:1:10:", "a YAML tag");
+	/* A schedule nests 5 deep: fine. */
+	cr_expect_eq(load("sources: [a.txt]\nx: [[[[[[[[1]]]]]]]]\n"), SF_E_CONFIG);
+	cr_expect(strstr(err.msg, "unknown key 'x'"), "%s", err.msg);
+}
+
 Test(config, a_missing_file_is_named)
 {
 	cr_expect_eq(sf__config_load("/nonexistent/job.yaml", &cfg, &err), -ENOENT);
