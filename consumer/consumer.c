@@ -194,8 +194,13 @@ static void gpu_teardown(struct sf_consumer *c)
 		return;
 	/* Teardown runs on every exit path, so it ignores failures: nothing more can be
 	 * done about them and the first error is already in the handle. */
-	if (cu->cuCtxPushCurrent(g->ctx) != SF_CUDA_SUCCESS)
+	if (cu->cuCtxPushCurrent(g->ctx) != SF_CUDA_SUCCESS) {
+		/* Nothing can be freed in a context that cannot be made current; releasing it
+		 * (which needs none) lets the driver destroy it with all it holds. */
+		cu->cuDevicePrimaryCtxRelease(g->dev);
+		memset(g, 0, sizeof(*g));
 		return;
+	}
 	/* The caller's work queued on its stream may still read the device buffers: an
 	 * event recorded there now completes after it. Then the copies. */
 	if (g->used[0] && cu->cuEventRecord(g->used[0], g->user_stream) == SF_CUDA_SUCCESS)
@@ -360,10 +365,13 @@ static int release_held(struct sf_consumer *c)
 		r = cuda_call(c, cu->cuCtxPushCurrent(c->gpu.ctx), "cuCtxPushCurrent");
 		if (r >= 0) {
 			sf_curesult q = cu->cuEventQuery(c->gpu.copied[c->gpu.held_buf]);
+			const char *what = "cuEventQuery";
 
-			if (q == SF_CUDA_ERROR_NOT_READY)
+			if (q == SF_CUDA_ERROR_NOT_READY) {
 				q = cu->cuEventSynchronize(c->gpu.copied[c->gpu.held_buf]);
-			r = cuda_call(c, q, "cuEventSynchronize");
+				what = "cuEventSynchronize";
+			}
+			r = cuda_call(c, q, what);
 			cu->cuCtxPopCurrent(&popped);
 		}
 	}
@@ -687,11 +695,21 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 
 	if (c->a->inherited)
 		return refuse_inherited(c);
-	if (c->gpu.explicit_release && c->gpu.out[c->gpu.next_buf])
-		return sf__err(&c->err, SF_E_STATE,
-			       "rank %u: all %u device buffers hold batches not released yet "
-			       "(release one with sf_consumer_release_batch, or attach with more)",
-			       c->global_rank, c->gpu.nbuf);
+	if (c->gpu.explicit_release) {
+		/* The first free buffer from the one after the last filled: batches may be
+		 * released in any order. */
+		uint32_t k = 0;
+
+		while (k < c->gpu.nbuf && c->gpu.out[(c->gpu.next_buf + k) % c->gpu.nbuf])
+			k++;
+		if (k == c->gpu.nbuf)
+			return sf__err(&c->err, SF_E_STATE,
+				       "rank %u: all %u device buffers hold batches not released "
+				       "yet (release one with sf_consumer_release_batch, or "
+				       "attach with more)",
+				       c->global_rank, c->gpu.nbuf);
+		c->gpu.next_buf = (c->gpu.next_buf + k) % c->gpu.nbuf;
+	}
 	r = release_held(c);
 	if (r < 0)
 		return r;

@@ -74,6 +74,13 @@ static void cuda_load_once(void)
 		cuda_load_rc = sf__err(&cuda_load_err, -ENODEV, "cuInit: no CUDA device");
 		return;
 	}
+	/* The toolkit's stub libcuda (lib64/stubs, for linking) found first: no driver. */
+	if (r == SF_CUDA_ERROR_STUB_LIBRARY) {
+		cuda_load_rc = sf__err(&cuda_load_err, -ENODEV,
+				       "cuInit: libcuda.so.1 is the CUDA toolkit's stub, not a "
+				       "driver (CUDA_ERROR_STUB_LIBRARY)");
+		return;
+	}
 	if (r != SF_CUDA_SUCCESS) {
 		cuda_load_rc = sf__cuda_check(t, r, "cuInit", &cuda_load_err);
 		return;

@@ -25,6 +25,7 @@ typedef struct CUstream_st *sf_custream;
 typedef struct CUevent_st *sf_cuevent;
 
 #define SF_CUDA_SUCCESS		       0u
+#define SF_CUDA_ERROR_STUB_LIBRARY     34u /* libcuda.so.1 is the toolkit's stub: no driver */
 #define SF_CUDA_ERROR_NO_DEVICE	       100u
 #define SF_CUDA_ERROR_NOT_READY	       600u
 #define SF_CU_MEMHOSTREGISTER_PORTABLE 0x01u

@@ -180,8 +180,9 @@ struct sf_consumer;
  * GPU mode: the caller releases each batch with sf_consumer_release_batch() once it has
  * queued all its work on it, instead of sf_consumer_next() releasing the previous batch;
  * the caller may then hold up to the number of device buffers at once (prefetching
- * loops, gradient accumulation that fetches ahead). sf_consumer_next() refuses with
- * SF_E_STATE when the buffer it would refill still holds a batch not released.
+ * loops, gradient accumulation that fetches ahead), released in any order.
+ * sf_consumer_next() fills the first free buffer after the last one filled, and refuses
+ * with SF_E_STATE when every buffer holds a batch not released.
  */
 #define SF_ATTACH_EXPLICIT_RELEASE 0x2u
 /*

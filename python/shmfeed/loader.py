@@ -231,9 +231,10 @@ class Loader:
       the library widens each batch into one of two buffers, which alternate, allocated
       once (one SIMD pass, no allocation per step): a batch stays valid until the
       second next() after it; on a GPU a kernel widens it on the current stream after
-      the copy.
+      the copy, into one of two tensors that alternate the same way, with its document
+      starts and sources, whatever the number of device buffers.
     - "int32": the same at half the size (embeddings take int32; cross_entropy targets
-      need int64); on CPU a copy into the two buffers even when the arena holds int32.
+      need int64); a copy into the two buffers even when the arena holds int32.
     - "native": the arena's own width, uint16 or int32: on CPU a zero-copy view of shared
       memory, no per-step work at all. torch before 2.3 has no uint16: it gets int32.
     """
@@ -380,9 +381,10 @@ class Loader:
         self._tokens, self._x, self._y, self._docs, self._sources = [], [], [], [], []
         self._slot_docs = self._slot_sources = None  # CPU copies: the slots' own views
         src_off = i.sources_offset
-        self._widen = None
-        self._out_count = 0  # CPU widening: step s's tokens are in self._tokens[s % 2]
+        self._gpu_raw = None  # GPU copies: the device buffers' own views
+        self._out_count = 0  # step s's tokens are in self._tokens[s % 2] (not native)
         if self._gpu:
+            raw_tok, raw_docs, raw_src = [], [], []
             for k in range(i.gpu_buffers):
                 tok_ptr, doc_ptr = ctypes.c_uint64(), ctypes.c_uint64()
                 r = self._lib.sf_consumer_device_buffer(self._h, k, ctypes.byref(tok_ptr),
@@ -393,23 +395,33 @@ class Loader:
                 # torch can do; int32 ids as they are.
                 typestr = "<u2" if dtype == np.uint16 and out == "native" else \
                     "<i2" if dtype == np.uint16 else "<i4"
-                raw = t.as_tensor(_CudaBuffer(tok_ptr.value, (B, S), typestr, self._owner),
-                                  device=self.device)
-                if out != "native" and not (out == "int32" and typestr == "<i4"):
-                    wide = t.empty((B, S), dtype=getattr(t, out), device=self.device)
-                    self._widen = self._widen or []
-                    self._widen.append((raw, wide, typestr == "<i2"))
-                    raw = wide
-                self._tokens.append(raw)
+                raw_tok.append(t.as_tensor(_CudaBuffer(tok_ptr.value, (B, S), typestr,
+                                                       self._owner), device=self.device))
                 # The document starts come to the device with the tokens; int32, since
                 # torch 1.13 has no uint32: the padding reads -1 there.
-                self._docs.append(t.as_tensor(_CudaBuffer(doc_ptr.value, (B, D), "<i4",
-                                                          self._owner),
-                                              device=self.device) if D else None)
+                raw_docs.append(t.as_tensor(_CudaBuffer(doc_ptr.value, (B, D), "<i4",
+                                                        self._owner),
+                                            device=self.device) if D else None)
                 # A mixture's row sources come with them (sf__sources_offset()).
-                self._sources.append(t.as_tensor(_CudaBuffer(tok_ptr.value + src_off, (B,),
-                                                             "<i4", self._owner),
-                                                 device=self.device) if src_off else None)
+                raw_src.append(t.as_tensor(_CudaBuffer(tok_ptr.value + src_off, (B,), "<i4",
+                                                       self._owner),
+                                           device=self.device) if src_off else None)
+            if out == "native":
+                self._tokens, self._docs, self._sources = raw_tok, raw_docs, raw_src
+            else:
+                # As on the CPU, a batch stays valid until the second next() after it,
+                # whatever the number of device buffers: step s is widened (or copied)
+                # into output s % 2 on the caller's stream, with its document starts and
+                # sources, before the buffer it came in can be refilled.
+                self._gpu_raw = list(zip(raw_tok, raw_docs, raw_src))
+                self._gpu_mask = typestr == "<i2"
+                self._out_count = 2
+                self._tokens = [t.empty((B, S), dtype=getattr(t, out), device=self.device)
+                                for _ in range(2)]
+                self._docs = [t.empty((B, D), dtype=t.int32, device=self.device) if D
+                              else None for _ in range(2)]
+                self._sources = [t.empty((B,), dtype=t.int32, device=self.device)
+                                 if src_off else None for _ in range(2)]
         else:
             # Document starts begin at the first 64-byte boundary after the tokens
             # (sf__doc_starts_offset() in common/arena.h).
@@ -505,12 +517,18 @@ class Loader:
     def _take(self, b):
         """The Batch for what next() just returned into `b` (under the lock)."""
         k = b.buffer
-        if self._widen is not None:
-            src, dst, masked = self._widen[k]
-            dst.copy_(src)
-            if masked:
-                dst.bitwise_and_(0xFFFF)
-        if self._out_count:
+        if self._gpu_raw is not None:
+            kt = b.step % 2
+            tok, docs, sources = self._gpu_raw[k]
+            self._tokens[kt].copy_(tok)
+            if self._gpu_mask:
+                self._tokens[kt].bitwise_and_(0xFFFF)
+            if docs is not None:
+                self._docs[kt].copy_(docs)
+            if sources is not None:
+                self._sources[kt].copy_(sources)
+            docs, sources = self._docs[kt], self._sources[kt]
+        elif self._out_count:
             kt = b.step % self._out_count
             docs, sources = self._docs[kt], self._sources[kt]
             if docs is not None:
@@ -648,7 +666,7 @@ class Loader:
         self._closing = True
         with self._lock:
             self._owner = self._h = None
-            self._tokens = self._x = self._y = self._docs = self._widen = None
+            self._tokens = self._x = self._y = self._docs = self._gpu_raw = None
             self._slot_docs = self._slot_sources = None
 
     @property

@@ -16,7 +16,9 @@
  *  - attach failures at each driver call of the set-up, named by their CUresult, with
  *    nothing leaked (then a CPU handle, whose sf_consumer_release_batch releases its
  *    slot); a copy failing mid-run, reported, and the step served again.
- *  - no device, or cuInit failing: -ENODEV (CPU is then the caller's choice) or SF_E_CUDA.
+ *  - no device, or cuInit failing: -ENODEV (CPU is then the caller's choice: no device, no
+ *    driver but the toolkit's stub) or SF_E_CUDA; a detach whose context cannot be pushed
+ *    still releases it.
  *  - next() on a thread with no context current; detach with the caller's reads still
  *    queued; a switch of the caller's stream with reads queued on the old one; three
  *    batches held at once with SF_ATTACH_EXPLICIT_RELEASE, and the fourth refused.
@@ -549,6 +551,19 @@ static void case_explicit_release(void)
 	r = sf_consumer_next(c, 10000, &held[1]);
 	CHECK(r == SF_E_STATE && strstr(sf_consumer_errmsg(c), "all 3 device buffers"),
 	      "a fourth batch held: %d %s", r, sf_consumer_errmsg(c));
+	/* Released out of order (the middle one of steps N-2, N-1, N): the next batch takes
+	 * the buffer that is free. next() refused while a buffer was free, naming all three
+	 * held. */
+	CHECK(sf_consumer_release_batch(c, &held[N - 1]) == 0, "%s", sf_consumer_errmsg(c));
+	CHECK(sf_consumer_next(c, 10000, &held[1]) == 0, "a buffer is free: %s",
+	      sf_consumer_errmsg(c));
+	CHECK(held[1].step == N + 1 && held[1].buffer == held[N - 1].buffer,
+	      "step %llu in buffer %u, want step %d in buffer %u",
+	      (unsigned long long)held[1].step, held[1].buffer, N + 1, held[N - 1].buffer);
+	CHECK(read_async(out, held[1].device_ptr, tb, NULL) == 0, "queue the read");
+	CHECK(!cu->cuStreamSynchronize(NULL), "synchronize");
+	feed_fill(f, 0, N + 1, want);
+	CHECK(!memcmp(out, want, tb), "step %d: the read saw other bytes", N + 1);
 	sf_consumer_detach(c);
 
 	CHECK(sf_consumer_attach(f->opt.job, 0, 0, SF_ATTACH_GPU_BUFFERS(5), &c, msg,
@@ -582,6 +597,29 @@ static void case_no_device(int want_rc, const char *expect)
 	CHECK(sf_consumer_attach(f->opt.job, 0, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)) == 0, "%s",
 	      msg);
 	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+/*
+ * Detach when the context cannot be made current (FAKE_CUDA_FAIL on the second push, the
+ * first after attach): nothing can be freed in it, but the primary context is still
+ * released (the driver then destroys it with what it holds). Before, the reference was
+ * kept, and with it the context, its memory and the arena's registration.
+ */
+static void case_detach_push_fails(void)
+{
+	struct feed *f;
+	struct sf_consumer *c = NULL;
+	struct fake_cuda_stats s;
+	char msg[256] = "";
+
+	load();
+	f = start("pushfail", 1);
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	sf_consumer_detach(c);
+	get_stats(&s);
+	CHECK(s.retains == 1 && s.releases == 1, "%ld retains, %ld releases", s.retains,
+	      s.releases);
 	feed_stop(f);
 }
 
@@ -629,6 +667,11 @@ int main(int argc, char **argv)
 		{"no device", {"FAKE_CUDA_DEVICES=0"}, 4, "no CUDA device"},
 		{"cuInit: NO_DEVICE", {"FAKE_CUDA_INIT=100"}, 4, "no CUDA device"},
 		{"cuInit fails", {"FAKE_CUDA_INIT=3"}, 5, "cuInit: CUDA_ERROR_NOT_INITIALIZED (3)"},
+		{"cuInit: the toolkit's stub", {"FAKE_CUDA_INIT=34"}, 4, "toolkit's stub"},
+		{"detach: the context cannot be pushed",
+		 {"FAKE_CUDA_FAIL=cuCtxPushCurrent:201:2"},
+		 13,
+		 NULL},
 		{"next() on a thread without a context", {"FAKE_CUDA_POLICY=lazy"}, 8, NULL},
 		{"detach with the caller's reads queued", {"FAKE_CUDA_POLICY=lazy"}, 9, NULL},
 		{"the caller switches streams", {"FAKE_CUDA_POLICY=eager"}, 10, NULL},
@@ -672,6 +715,8 @@ int main(int argc, char **argv)
 				case_switch_stream();
 			else if (t->kind == 11)
 				case_explicit_release();
+			else if (t->kind == 13)
+				case_detach_push_fails();
 			else if (t->kind == 2)
 				case_attach_fails(t->expect);
 			else if (t->kind == 3)

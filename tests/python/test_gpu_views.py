@@ -1,0 +1,67 @@
+"""The Loader's GPU path without a GPU: tests/gpu/fake_cuda.c as libcuda.so.1 (device
+memory is host memory) and a stand-in torch (tests/python/fake_torch) whose CUDA tensors
+are NumPy arrays over it, in a child process. README's loop that fetches one batch ahead
+and then trains on the batch before must see that batch's tokens, document starts and
+rows, whatever the number of device buffers: with SHMFEED_GPU_BUFFERS=1 the int64 tokens
+were widened into one tensor per device buffer, so the batch before showed the next
+step's tokens; doc_starts were views of the device buffer on any count."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import Feed, reference_doc_starts
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKE_CUDA = os.environ.get("SHMFEED_FAKE_CUDA")
+
+if not FAKE_CUDA:
+    pytest.skip("SHMFEED_FAKE_CUDA (the fake driver's directory) is set by `meson test`",
+                allow_module_level=True)
+
+RANK = """
+import ctypes, json, sys
+ctypes.CDLL("libcuda.so.1").fake_cuda_set_eager(None, 1)  # the NULL stream runs at once
+import torch, shmfeed
+assert torch.__file__.startswith(sys.argv[1]), torch.__file__
+L = shmfeed.Loader(job=sys.argv[2], device="cuda:0", dtype=sys.argv[3])
+out, batch = [], next(L)
+for _ in range(9):
+    upcoming = next(L)  # fetched ahead: `batch` is used only now
+    out.append({"step": batch.step, "tokens": batch.tokens.host().tolist(),
+                "x": batch.x.host().tolist(), "dtype": str(batch.tokens.dtype),
+                "docs": batch.doc_starts.host().tolist()})
+    batch = upcoming
+L.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("buffers", ["1", "2", "3"])
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+@pytest.mark.parametrize("wide", [False, True], ids=["u16", "i32"])
+def test_a_batch_fetched_ahead_stays_whole_on_a_gpu(buffers, dtype, wide):
+    extra = ["--doc-starts", "5"] + (["--dtype", "i32", "--vocab", "100277"] if wide else [])
+    kw = {"vocab": 100277, "dtype": np.int32} if wide else {}
+    fake_torch = os.path.join(HERE, "fake_torch")
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, SHMFEED_GPU_BUFFERS=buffers,
+               FAKE_CUDA_POLICY="eager",
+               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    with Feed("gpuviews", extra=extra) as feed:
+        r = subprocess.run([sys.executable, "-c", RANK, fake_torch, feed.job, dtype],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert [b["step"] for b in got] == list(range(9))
+        for b in got:
+            want = feed.expected(0, b["step"], **kw).astype(np.int64)
+            assert b["dtype"] == dtype
+            assert np.array_equal(np.array(b["tokens"]), want), f"step {b['step']}"
+            assert np.array_equal(np.array(b["x"]), want[:, :-1]), f"step {b['step']}"
+            docs = reference_doc_starts(want, 5).astype(np.int64)
+            docs[docs == 0xFFFFFFFF] = -1  # int32 on the device: the padding reads -1
+            assert np.array_equal(np.array(b["docs"]), docs), f"step {b['step']}"
