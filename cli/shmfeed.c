@@ -22,8 +22,8 @@ struct command {
 	"  --key FILE        the client's CURVE key pair (from `shmfeed keygen`) for a job\n"      \
 	"                    served over tcp://; default $SHMFEED_CURVE_KEY\n"
 #define SET_HELP                                                                                   \
-	"  --set KEY=VALUE   override one field of the job file (dotted, e.g. batch.size=8);\n"    \
-	"                    repeatable\n"
+	"  --set KEY=VALUE   override one field of the job file (dotted, e.g. batch.size=8,\n"     \
+	"                    sources.1.weight=0.3); repeatable\n"
 #define TOK_HELP                                                                                   \
 	"  -e, --encoding E  r50k_base (gpt2), cl100k_base, o200k_base, bytes or char:CORPUS\n"    \
 	"  --vocab FILE      the vocabulary; default $SHMFEED_VOCAB_DIR/ENCODING.tiktoken\n"       \

@@ -845,6 +845,20 @@ static int apply_mapping(struct loader *L, const struct field *fields, const cha
 	return 0;
 }
 
+/* What every source needs once its fields are read (from the file or a --set). */
+static int source_done(struct loader *L, const yaml_node_t *n, struct sf_source_config *src)
+{
+	if (!src->n_paths)
+		return fail_at(L, n, "a source needs 'paths'");
+	if (src->separator && !*src->separator)
+		return fail_at(L, n,
+			       "'separator' is empty, which separates nothing: give a string, or "
+			       "null for one document per file");
+	if (!src->text_field && !(src->text_field = strdup("text")))
+		return sf__err(L->e, -ENOMEM, "out of memory");
+	return 0;
+}
+
 static int set_sources(struct loader *L, const struct field *f, const yaml_node_t *n,
 		       struct sf_config *cfg)
 {
@@ -880,14 +894,8 @@ static int set_sources(struct loader *L, const struct field *f, const yaml_node_
 				    "a source must be a path or a mapping with keys paths, format, "
 				    "text_field, separator, on_error, index; not %s",
 				    node_kind(item));
-		if (r == 0 && !srcs[i].n_paths)
-			r = fail_at(L, item, "a source needs 'paths'");
-		if (r == 0 && srcs[i].separator && !*srcs[i].separator)
-			r = fail_at(L, item,
-				    "'separator' is empty, which separates nothing: give a string, "
-				    "or null for one document per file");
-		if (r == 0 && !srcs[i].text_field && !(srcs[i].text_field = strdup("text")))
-			r = sf__err(L->e, -ENOMEM, "out of memory");
+		if (r == 0)
+			r = source_done(L, item, &srcs[i]);
 		if (r < 0) {
 			for (size_t j = 0; j <= i; j++)
 				source_free(&srcs[j]);
@@ -1678,6 +1686,8 @@ static const struct field *field_by_key(const char *key)
 static int apply_override(struct loader *L, const char *ov, struct sf_config *cfg)
 {
 	const char *eq = strchr(ov, '=');
+	struct sf_source_config *source = NULL;
+	void *base = cfg;
 	const struct field *f;
 	char key[64], name[96];
 	yaml_document_t doc;
@@ -1689,7 +1699,32 @@ static int apply_override(struct loader *L, const char *ov, struct sf_config *cf
 			       "--set '%.64s': expected KEY=VALUE, e.g. batch.size=16", ov);
 	memcpy(key, ov, (size_t)(eq - ov));
 	key[eq - ov] = 0;
-	f = field_by_key(key);
+	/* sources.N.KEY: one field of source N. */
+	if (!strncmp(key, "sources.", 8) && key[8] >= '0' && key[8] <= '9') {
+		char *dot;
+		unsigned long i = strtoul(key + 8, &dot, 10);
+
+		f = NULL;
+		if (*dot == '.')
+			for (const struct field *sf = source_fields; sf->key; sf++)
+				if (!strcmp(sf->key, dot + 1))
+					f = sf;
+		if (!f)
+			return sf__err(L->e, SF_E_CONFIG,
+				       "--set %s: no such field; a source's are sources.N.KEY with "
+				       "KEY one of paths, format, text_field, separator, on_error, "
+				       "index, name, group, weight",
+				       key);
+		if (i >= cfg->n_sources)
+			return sf__err(L->e, SF_E_CONFIG,
+				       "--set %s: the job has %u source%s (0..%u)", key,
+				       cfg->n_sources, cfg->n_sources == 1 ? "" : "s",
+				       cfg->n_sources - 1);
+		base = &cfg->sources[i];
+		source = &cfg->sources[i];
+	} else {
+		f = field_by_key(key);
+	}
 	if (!f || f->type == T_SECTION)
 		return sf__err(L->e, SF_E_CONFIG,
 			       "--set %s: no such field; see docs/config.md for the keys", key);
@@ -1708,7 +1743,9 @@ static int apply_override(struct loader *L, const char *ov, struct sf_config *cf
 		yaml_document_add_scalar(&doc, NULL, (yaml_char_t *)"", 0, YAML_PLAIN_SCALAR_STYLE);
 		root = yaml_document_get_root_node(&doc);
 	}
-	r = apply_field(L, f, root, cfg);
+	r = apply_field(L, f, root, base);
+	if (r == 0 && source)
+		r = source_done(L, root, source);
 	L->doc = NULL;
 	yaml_document_delete(&doc);
 	return r;

@@ -529,6 +529,53 @@ Test(config, a_fifo_without_writer_does_not_block, .timeout = 20)
 	close(p[0]);
 }
 
+/* --set reached sections only: one source of a mixture (its weight, paths) could not be
+ * changed without rewriting every source. */
+Test(config, overrides_reach_one_source)
+{
+	const char *ok[] = {"sources.1.weight=0.25", "sources.0.format=text",
+			    "sources.1.paths=[c.txt, d.txt]"};
+	const char *bad[][2] = {{"sources.2.weight=1", "the job has 2 sources (0..1)"},
+				{"sources.0.bogus=1", "--set sources.0.bogus: no such field"},
+				{"sources.x.weight=1", "--set sources.x.weight: no such field"},
+				{"sources.0.separator=''", "'separator' is empty"},
+				{"sources.0.paths=[]", "not an empty list"}};
+	const char *yaml = "sources:\n  - {paths: a.txt, weight: 0.5}\n"
+			   "  - {paths: b.txt, weight: 0.5}\n";
+	const char *one[1];
+
+	sf__config_free(&cfg);
+	cr_assert_eq(sf__config_load_string("job.yaml", yaml, strlen(yaml), &cfg, &err), 0, "%s",
+		     err.msg);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char dir[] = "/tmp/sf-cfg-XXXXXX", path[64];
+		FILE *f;
+
+		cr_assert_not_null(mkdtemp(dir));
+		snprintf(path, sizeof(path), "%s/j.yaml", dir);
+		f = fopen(path, "w");
+		fputs(yaml, f);
+		fclose(f);
+		if (i == 0) {
+			sf__config_free(&cfg);
+			cr_assert_eq(sf__config_load_overrides(path, ok, 3, &cfg, &err), 0, "%s",
+				     err.msg);
+			cr_expect_eq(cfg.sources[1].weight, SF_WEIGHT_SCALE / 4);
+			cr_expect_eq(cfg.sources[0].weight, SF_WEIGHT_SCALE / 2);
+			cr_expect_eq(cfg.sources[0].format, SF_FMT_TEXT);
+			cr_expect_eq(cfg.sources[1].n_paths, 2);
+			cr_expect_str_eq(cfg.sources[1].paths[1], "d.txt");
+		}
+		one[0] = bad[i][0];
+		sf__config_free(&cfg);
+		cr_expect_eq(sf__config_load_overrides(path, one, 1, &cfg, &err), SF_E_CONFIG,
+			     "%s accepted", bad[i][0]);
+		cr_expect(strstr(err.msg, bad[i][1]), "%s: %s", bad[i][0], err.msg);
+		unlink(path);
+		rmdir(dir);
+	}
+}
+
 Test(config, overrides_apply_and_are_validated)
 {
 	const char *ok[] = {"batch.size=16", "job=other", "sources=[x.txt, y.txt]",
