@@ -8,6 +8,7 @@
  * (producer/megatron_parts.h).
  * --tokenizer FILE stands for --set tokenizer.file=FILE with the job's encoding set aside.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "shmfeed/shmfeed.h"
 #include "cli/commands.h"
 #include "common/config.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "producer/megatron_parts.h"
 #include "producer/part_plan.h"
@@ -93,6 +95,26 @@ static int out_dir_missing(const char *prefix)
 	return 1;
 }
 
+/*
+ * Hold PREFIX.lock while PREFIX's files are written: a second run into the same prefix
+ * (two jobs of an array given the same index) is refused at once. Without it, the two
+ * truncated each other's temporary files, and one could exit 0 over a .bin of zeros.
+ * Returns the lock's descriptor, or -1 when refused (said).
+ */
+static int lock_output(const char *prefix, char *lock, size_t len)
+{
+	int fd;
+
+	snprintf(lock, len, "%s.lock", prefix);
+	fd = sf__path_lock(lock);
+	if (fd == -EBUSY)
+		sf__log_error("%s: another `shmfeed tokenize` is writing it (it holds %s)", prefix,
+			      lock);
+	else if (fd < 0)
+		sf__log_error("%s: cannot create: %s", lock, strerror(-fd));
+	return fd < 0 ? -1 : fd;
+}
+
 static int merge(char **parts, size_t n_parts, const char *prefix, int quiet)
 {
 	struct sf_err e = {0};
@@ -114,7 +136,8 @@ int sf__cmd_tokenize(int argc, char **argv)
 	const char *path = NULL, *prefix = NULL, *shard = NULL;
 	const char **sets = calloc((size_t)argc, sizeof(*sets));
 	char **positional = calloc((size_t)argc, sizeof(*positional));
-	char part_prefix[4096], manifest[4200];
+	char part_prefix[4096], manifest[4200], lock[4200];
+	int lock_fd;
 	char *file_set = NULL;
 	struct progress_state ps = {.tty = isatty(2)};
 	struct sf_part_plan plan = {0};
@@ -171,7 +194,10 @@ int sf__cmd_tokenize(int argc, char **argv)
 			free(positional);
 			return 2;
 		}
-		r = merge(positional, n_positional, prefix, ps.quiet);
+		lock_fd = lock_output(prefix, lock, sizeof(lock));
+		r = lock_fd < 0 ? 1 : merge(positional, n_positional, prefix, ps.quiet);
+		if (lock_fd >= 0)
+			sf__path_unlock(lock, lock_fd);
 		free(positional);
 		return r;
 	}
@@ -204,19 +230,28 @@ int sf__cmd_tokenize(int argc, char **argv)
 			sf__config_free(&cfg);
 			return 1;
 		}
+		prefix = part_prefix;
+	}
+	lock_fd = lock_output(prefix, lock, sizeof(lock));
+	if (lock_fd < 0) {
+		sf__config_free(&cfg);
+		return 1;
+	}
+	if (shard) {
 		/* A manifest says its part is complete: an old one goes before the files it
 		 * described are replaced. */
 		snprintf(manifest, sizeof(manifest), "%s.json", part_prefix);
 		unlink(manifest);
-		prefix = part_prefix;
 		r = sf__part_plan_make(&cfg, part, n_parts, &plan, &e);
 		if (r >= 0)
 			r = sf__dataset_open_part(&cfg, &plan, &ds, &e);
 	} else {
-		r = sf__dataset_open(&cfg, &ds, &e);
+		/* Tokenized, never sampled: a corpus of less than a sequence is written too. */
+		r = sf__dataset_open_part(&cfg, NULL, &ds, &e);
 	}
 	if (r < 0) {
 		sf__log_error("%s", e.msg);
+		sf__path_unlock(lock, lock_fd);
 		sf__part_plan_free(&plan);
 		sf__config_free(&cfg);
 		return 1;
@@ -251,6 +286,7 @@ int sf__cmd_tokenize(int argc, char **argv)
 			     (unsigned long long)st.n_tokens,
 			     st.token_bytes == 2 ? "uint16" : "int32");
 	sf__dataset_close(ds);
+	sf__path_unlock(lock, lock_fd);
 	sf__part_plan_free(&plan);
 	sf__config_free(&cfg);
 	return r < 0 ? 1 : 0;

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/io.h"
@@ -39,6 +41,33 @@ int sf__pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
 		done += (size_t)w;
 	}
 	return 0;
+}
+
+int sf__path_lock(const char *path)
+{
+	for (;;) {
+		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		struct stat held, named;
+
+		if (fd < 0)
+			return -errno;
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			int r = errno == EWOULDBLOCK ? -EBUSY : -errno;
+
+			close(fd);
+			return r;
+		}
+		if (fstat(fd, &held) == 0 && stat(path, &named) == 0 &&
+		    held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+			return fd;
+		close(fd); /* its holder removed it as this process took it: again */
+	}
+}
+
+void sf__path_unlock(const char *path, int fd)
+{
+	unlink(path);
+	close(fd);
 }
 
 int sf__rename_pair(const char *data_tmp, const char *data, const char *index_tmp,

@@ -21,6 +21,16 @@ int sf__pread_full(int fd, void *buf, size_t n, uint64_t off);
 int sf__pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
 
 /*
+ * sf__path_lock - an exclusive flock on the file `path` (created if missing), without
+ * waiting: its descriptor, -EBUSY when another process holds it, or -errno. The lock is
+ * on the file `path` names when it returns: one unlinked by its holder meanwhile is let
+ * go and `path` taken again, so two processes never both hold `path`.
+ * sf__path_unlock - remove `path` and let the lock go.
+ */
+int sf__path_lock(const char *path);
+void sf__path_unlock(const char *path, int fd);
+
+/*
  * sf__rename_pair - move a written data file and its index (a Megatron .bin and .idx)
  * from their temporary names into place, replacing an older pair, so that no crash can
  * leave the new data beside the old index, which would read as a whole dataset: the old

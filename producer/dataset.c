@@ -481,13 +481,22 @@ int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, st
 	return r < 0 ? r : 0;
 }
 
+static int open_dataset(const struct sf_config *cfg, const struct sf_part_plan *plan, int sample,
+			struct sf_dataset **ret_ds, struct sf_err *e);
+
 int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, struct sf_err *e)
 {
-	return sf__dataset_open_part(cfg, NULL, ret_ds, e);
+	return open_dataset(cfg, NULL, 1, ret_ds, e);
 }
 
 int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan *plan,
 			  struct sf_dataset **ret_ds, struct sf_err *e)
+{
+	return open_dataset(cfg, plan, 0, ret_ds, e);
+}
+
+static int open_dataset(const struct sf_config *cfg, const struct sf_part_plan *plan, int sample,
+			struct sf_dataset **ret_ds, struct sf_err *e)
 {
 	struct sf_dataset *ds;
 	int r;
@@ -507,8 +516,8 @@ int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan
 		goto fail;
 	/* The chunks' places, now that their token counts are known. */
 	sf__dataset_mix_layout(ds);
-	/* A part is only tokenized, never sampled: it may hold less than a sequence. */
-	if (plan) {
+	/* What is only tokenized, never sampled, may hold less than a sequence. */
+	if (!sample) {
 		ds->config_digest = sf__config_digest(cfg);
 		ds->stats.n_tokens = ds->n_tokens;
 		ds->stats.token_bytes = ds->token_bytes;

@@ -34,7 +34,7 @@
 #include "producer/text_index.h"
 
 #define INDEX_MAGIC   "SFCHIDX2"
-#define INDEX_VERSION 2u
+#define INDEX_VERSION 3u
 #define SKIP_MSG_LEN  512u
 
 struct index_header {
@@ -56,6 +56,7 @@ struct index_file_entry {
 	uint64_t skipped;
 	uint32_t format;
 	uint32_t reserved; /* 0 */
+	uint64_t ctime_ns; /* version 3 */
 };
 
 struct index_chunk_entry {
@@ -366,7 +367,8 @@ int sf__index_take(struct sf_dataset *ds, const struct sf_index_image *img, uint
 		return 0;
 	en = &img->files[i];
 	if (en->dev != f->id.dev || en->ino != f->id.ino || en->size != f->id.size ||
-	    en->mtime_ns != f->id.mtime_ns || en->format != f->format ||
+	    en->mtime_ns != f->id.mtime_ns || en->ctime_ns != f->id.ctime_ns ||
+	    en->format != f->format ||
 	    (!f->compressed && en->len != f->id.size))
 		return 0;
 	for (uint64_t k = 0; k < en->n_chunks; k++) {
@@ -451,6 +453,7 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 					       .ino = f->id.ino,
 					       .size = f->id.size,
 					       .mtime_ns = f->id.mtime_ns,
+					       .ctime_ns = f->id.ctime_ns,
 					       .len = f->len,
 					       .max_doc = f->max_doc,
 					       .n_chunks = f->n_chunks,

@@ -483,10 +483,11 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 		char *p;
 		size_t j;
 
-		/* What a part that did not finish leaves (its .bin.tmp, .idx.tmp or .json.tmp)
-		 * names no part, though a glob PREFIX_* takes it: if that part is missing, the
-		 * check below says so. */
-		if (len > 4 && !strcmp(args[i] + len - 4, ".tmp"))
+		/* What a part that did not finish leaves (its .bin.tmp, .idx.tmp or .json.tmp),
+		 * or one still running holds (its .lock), names no part, though a glob PREFIX_*
+		 * takes it: if that part is missing, the check below says so. */
+		if ((len > 4 && !strcmp(args[i] + len - 4, ".tmp")) ||
+		    (len > 5 && !strcmp(args[i] + len - 5, ".lock")))
 			continue;
 		p = prefix_of(args[i]);
 		if (!p) {

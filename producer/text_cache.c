@@ -281,7 +281,9 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		take = nb + n + 1 <= limit - d->n ? nb + n : (size_t)(limit - d->n);
 		if (d->n_docs < d->docs_cap)
 			d->doc_starts[d->n_docs++] = d->n;
-		if (doc_lens)
+		/* Within the chunk's own lengths, as many as its index counts: a chunk that
+		 * holds more is refused by the caller, and wrote nothing past them. */
+		if (doc_lens && d->n_docs <= c->ds->chunks[chunk].n_docs)
 			doc_lens[d->n_docs - 1] = (uint32_t)(nb + n + 1);
 		if (nb)
 			d->tokens[d->n] = c->ds->bos;
@@ -562,6 +564,15 @@ int sf__text_encode_chunk(struct sf_text_cache *c, uint64_t chunk, const uint32_
 		return r;
 	if (c->own.n != ch->n_tokens)
 		return count_mismatch(c->ds, chunk, c->own.n, e);
+	/* The same tokens in other documents (separators moved in a file whose size and
+	 * mtime stayed): its documents' lengths would be wrong. */
+	if (c->own.n_docs != ch->n_docs) {
+		sf__err(e, SF_E_SOURCE,
+			"%s: byte %llu: the chunk holds %llu documents but its index says %llu",
+			c->ds->text_files[ch->file].path, (unsigned long long)ch->off,
+			(unsigned long long)c->own.n_docs, (unsigned long long)ch->n_docs);
+		return sf__text_index_lied(c->ds, chunk, e);
+	}
 	*ret_ids = c->own.tokens;
 	*ret_n = c->own.n;
 	*ret_n_docs = c->own.n_docs;

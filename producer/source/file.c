@@ -15,6 +15,14 @@ void sf__file_id_of(const struct stat *st, struct sf_file_id *ret_id)
 	ret_id->size = (uint64_t)st->st_size;
 	ret_id->mtime_ns =
 		(uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+	ret_id->ctime_ns =
+		(uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
+}
+
+bool sf__file_id_same(const struct sf_file_id *a, const struct sf_file_id *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->mtime_ns == b->mtime_ns;
 }
 
 int sf__file_id_check(const char *path, const struct sf_file_id *id, struct sf_err *e)

@@ -7,6 +7,7 @@
 #ifndef SF_PRODUCER_SOURCE_FILE_H
 #define SF_PRODUCER_SOURCE_FILE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -17,7 +18,15 @@ struct sf_file_id {
 	uint64_t ino;
 	uint64_t size;
 	uint64_t mtime_ns;
+	/* What a cached index is checked against too: an edit in place with the size and
+	 * mtime put back changes it. Not checked while a job runs (a chmod or a new hard
+	 * link change it without changing the bytes). */
+	uint64_t ctime_ns;
 };
+
+/* sf__file_id_same - whether a file is still the one of `id`, as a running job checks it:
+ * its device, inode, size and mtime (not its ctime). */
+bool sf__file_id_same(const struct sf_file_id *a, const struct sf_file_id *b);
 
 /* sf__file_id_of - the identity recorded in `st`. */
 void sf__file_id_of(const struct stat *st, struct sf_file_id *ret_id);

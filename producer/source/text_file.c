@@ -222,7 +222,7 @@ int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_
 		return fd;
 	/* The file must be the one opened (and indexed): never bytes of another. */
 	sf__file_id_of(&st, &id);
-	if (memcmp(&id, &f->id, sizeof(id))) {
+	if (!sf__file_id_same(&id, &f->id)) {
 		close(fd);
 		return sf__file_id_check(f->path, &f->id, e) < 0
 			       ? SF_E_SOURCE

@@ -366,7 +366,7 @@ int sf__token_file_map(const struct sf_token_file *f, int idx, const char **ret_
 
 	if (r < 0)
 		return r;
-	if (memcmp(&id, want, sizeof(id))) {
+	if (!sf__file_id_same(&id, want)) {
 		if (m)
 			munmap(m, len);
 		return sf__file_id_check(path, want, e) < 0

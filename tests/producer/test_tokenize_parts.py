@@ -316,6 +316,33 @@ def test_the_byte_encoding_needs_no_vocabulary_directory(tmp_path):
     assert read(str(tmp_path / "x.bin")) == b"".join(t.to_bytes(2, "little") for t in ids)
 
 
+def test_a_second_run_into_the_same_prefix_is_refused(tmp_path):
+    """Two runs into one prefix (a job array given the same index twice) truncated each
+    other's temporary files: one exited 0 over a .bin of zeros, or deleted the other's
+    finished .idx. The writer holds PREFIX.lock; a second is refused at once, and the lock
+    goes with the run."""
+    import fcntl
+    cfg = bytes_job(tmp_path)
+    (tmp_path / "a.jsonl").write_text('{"text": "some text"}\n{"text": "and more"}\n')
+    for args, prefix in ((("-o", str(tmp_path / "out")), tmp_path / "out"),
+                         (("-o", str(tmp_path / "p"), "--shard", "0/2"),
+                          tmp_path / "p_00000-of-00002")):
+        with open(f"{prefix}.lock", "w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # as a run still writing holds it
+            r = run(tmp_path, str(cfg), *args, check=False)
+            assert r.returncode == 1, r
+            assert f"{prefix}: another `shmfeed tokenize` is writing it" in r.stderr, r.stderr
+            assert not os.path.exists(f"{prefix}.bin") and not os.path.exists(f"{prefix}.idx")
+        # A lock file left by a run that died is no lock.
+        run(tmp_path, str(cfg), *args)
+        assert os.path.exists(f"{prefix}.bin") and not os.path.exists(f"{prefix}.lock")
+    with open(tmp_path / "m.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = run(tmp_path, "--merge", str(tmp_path / "p_00000-of-00002"),
+                "-o", str(tmp_path / "m"), check=False)
+        assert r.returncode == 1 and "another `shmfeed tokenize`" in r.stderr, r.stderr
+
+
 def test_pre_tokenized_sources_are_refused(tmp_path):
     (tmp_path / "t.bin").write_bytes(bytes(range(64)))
     cfg = tmp_path / "job.yaml"

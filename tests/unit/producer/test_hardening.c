@@ -164,7 +164,7 @@ Test(hardening, text_file_replaced_stops_before_its_chunk_is_tokenized)
 /* The layout of producer/index_file.c: struct index_header, then one struct
  * index_file_entry per file, then one struct index_chunk_entry per chunk. */
 #define INDEX_HEADER_BYTES 552
-#define FILE_ENTRY_BYTES   80
+#define FILE_ENTRY_BYTES   88
 #define FILE_MAX_DOC	   48 /* in a file entry */
 #define FILE_SKIPPED	   64
 #define CHUNK_ENTRY_BYTES  40
@@ -312,6 +312,54 @@ Test(hardening, index_with_a_huge_skip_count_is_rebuilt, .timeout = 10)
 	forge_index(INDEX_HEADER_BYTES + FILE_SKIPPED, UINT64_C(1) << 40, 0);
 	expect_rebuilt(&st);
 	cr_expect_eq(st.skipped, 0);
+}
+
+/*
+ * An edit in place that keeps the size, with the mtime put back (touch -d, a tool that
+ * preserves times): the cached index was taken as the file's. Its ctime, which no one
+ * can set, says the file changed.
+ */
+Test(hardening, an_edit_that_keeps_size_and_mtime_is_seen)
+{
+	struct sf_dataset_stats st;
+	struct timespec times[2];
+	struct stat sb;
+	FILE *f;
+
+	text_with_index();
+	cr_assert_eq(stat(path, &sb), 0);
+	f = fopen(path, "r+b");
+	cr_assert(f && fseek(f, 10, SEEK_SET) == 0 && fputs("XY", f) >= 0 && fclose(f) == 0);
+	times[0] = sb.st_atim;
+	times[1] = sb.st_mtim;
+	cr_assert_eq(utimensat(AT_FDCWD, path, times, 0), 0);
+	expect_rebuilt(&st);
+}
+
+/*
+ * tokenize laid out each document's length from the index's document count and checked
+ * only the token count: a chunk whose separators moved (same tokens, 1 document fewer)
+ * left a document of length 0 in the .idx, and the run exited 0.
+ */
+Test(hardening, a_chunk_of_other_documents_stops_tokenize)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	char prefix[4200];
+
+	text_with_index();
+	forge_index(CHUNK_AT(1, CHUNK_DOCS), 1, 1);
+	cr_assert_eq(sf__dataset_open_part(&cfg, NULL, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_assert_eq(st.index_loaded, 1);
+	snprintf(prefix, sizeof(prefix), "%s/out", dir);
+	cr_expect_eq(sf__dataset_write_megatron(ds, prefix, 1, NULL, NULL, &e), SF_E_SOURCE);
+	cr_expect(strstr(e.msg, "documents but its index says"), "%s", e.msg);
+	sf__dataset_close(ds);
+	cr_expect_neq(access(ipath, F_OK), 0, "%s is still there", ipath);
+	snprintf(prefix, sizeof(prefix), "%s/out.bin", dir);
+	cr_expect_neq(access(prefix, F_OK), 0, "%s was written", prefix);
 }
 
 Test(hardening, index_with_impossible_counts_is_rebuilt)
