@@ -9,6 +9,7 @@
  * --tokenizer FILE stands for --set tokenizer.file=FILE with the job's encoding set aside.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +149,10 @@ int sf__cmd_tokenize(int argc, char **argv)
 	uint32_t n_sets = 0, part = 0, n_parts = 0;
 	size_t n_positional = 0;
 	int r, merging = 0, bad = 0;
+
+	/* A write past RLIMIT_FSIZE fails with EFBIG, said with its file, instead of the
+	 * signal killing the run and its workers (nothing is exec'd from here). */
+	signal(SIGXFSZ, SIG_IGN);
 
 	if (!sets || !positional) {
 		free(sets);

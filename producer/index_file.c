@@ -22,6 +22,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,6 +406,8 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 	char *tmp = NULL;
 	int fd = -1, r = -ENOMEM;
 	FILE *out = NULL;
+	sigset_t xfsz, mask;
+	int blocked = 0;
 
 	if (!path)
 		return -ENOMEM;
@@ -487,6 +491,12 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 		sum = XXH3_64bits_digest(&xs);
 	}
 	snprintf(tmp, strlen(path) + 32, "%s.tmp.%d", path, (int)getpid());
+	/* A write past RLIMIT_FSIZE raises SIGXFSZ, which kills: blocked, the write fails
+	 * with EFBIG instead, and the index is only not cached (the signal then pending is
+	 * taken below). */
+	sigemptyset(&xfsz);
+	sigaddset(&xfsz, SIGXFSZ);
+	blocked = pthread_sigmask(SIG_BLOCK, &xfsz, &mask) == 0;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		r = -errno;
@@ -520,6 +530,11 @@ out:
 		fclose(out);
 	if (fd >= 0)
 		close(fd);
+	if (blocked) {
+		while (sigtimedwait(&xfsz, NULL, &(struct timespec){0}) == SIGXFSZ)
+			;
+		pthread_sigmask(SIG_SETMASK, &mask, NULL);
+	}
 	free(fe);
 	free(ce);
 	free(mine);

@@ -343,6 +343,22 @@ def test_a_second_run_into_the_same_prefix_is_refused(tmp_path):
         assert r.returncode == 1 and "another `shmfeed tokenize`" in r.stderr, r.stderr
 
 
+def test_a_file_size_limit_is_an_error_not_a_kill(tmp_path):
+    """Past RLIMIT_FSIZE, SIGXFSZ killed tokenize (status -25) and left PREFIX.bin.tmp;
+    now the write fails and is said, and nothing is left."""
+    import resource
+    cfg = bytes_job(tmp_path)
+    (tmp_path / "a.jsonl").write_text("".join('{"text": "%s"}\n' % ("x" * 200)
+                                              for _ in range(100)))
+    lim = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # noqa: E731
+    r = subprocess.run([SHMFEED, "tokenize", str(cfg), "-o", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=120, env=env_for(tmp_path),
+                       preexec_fn=lim)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "out.bin.tmp" in r.stderr and "File too large" in r.stderr, r.stderr
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("out")], os.listdir(tmp_path)
+
+
 def test_pre_tokenized_sources_are_refused(tmp_path):
     (tmp_path / "t.bin").write_bytes(bytes(range(64)))
     cfg = tmp_path / "job.yaml"

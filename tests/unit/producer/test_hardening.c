@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -360,6 +361,28 @@ Test(hardening, a_chunk_of_other_documents_stops_tokenize)
 	cr_expect_neq(access(ipath, F_OK), 0, "%s is still there", ipath);
 	snprintf(prefix, sizeof(prefix), "%s/out.bin", dir);
 	cr_expect_neq(access(prefix, F_OK), 0, "%s was written", prefix);
+}
+
+/* An index write past RLIMIT_FSIZE raised SIGXFSZ, which killed the launcher and left a
+ * temporary file, on every run. Writing the index costs speed only: the job opens. */
+Test(hardening, a_file_size_limit_only_leaves_the_index_uncached)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	glob_t g;
+	char pattern[128];
+
+	put_text("a.txt", 2000);
+	cr_assert_eq(setrlimit(RLIMIT_FSIZE, &(struct rlimit){512, 512}), 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_gt(st.n_chunks, 3);
+	sf__dataset_close(ds);
+	snprintf(pattern, sizeof(pattern), "%s/index/*", dir);
+	cr_expect_eq(glob(pattern, 0, NULL, &g), GLOB_NOMATCH, "left: %s",
+		     g.gl_pathc ? g.gl_pathv[0] : "");
+	globfree(&g);
 }
 
 Test(hardening, index_with_impossible_counts_is_rebuilt)
