@@ -326,7 +326,7 @@ static int count_mismatch(const struct sf_dataset *ds, uint64_t chunk, uint64_t 
  * Append the head in entry `h` to `d` up to `limit` tokens, with the document starts
  * encode_docs() would record: the first token and each one after <|endoftext|>, an id
  * that ordinary text never encodes to (a vocabulary whose ranks include a special
- * token's id is refused at load).
+ * token's id is refused at load; a job whose text may spell it has no heads).
  */
 static void append_head(const struct sf_dataset *ds, struct tok_dest *d,
 			const struct sf_share_ref *h, uint64_t limit)
@@ -787,6 +787,11 @@ int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 		if (r < 0)
 			return r;
 	}
+	/* A head keeps its documents' count, not their starts, which append_head() finds
+	 * after each end-of-text id: text that may spell that id itself (specials allowed)
+	 * gets no heads, and its tails are tokenized where they are read. */
+	if (ds->allowed != SF_TOK_ALLOW_NONE)
+		return 0;
 	/* One head per chunk, placed by chunk index, within the same bound. */
 	n = ds->n_chunks;
 	entry_bytes = page_round(head_tokens_cap(ds) * ds->token_bytes);

@@ -41,16 +41,20 @@ static void write_tekken(const char *path)
 	free(out);
 }
 
-/* Documents of a, b and spaces, 1 to 40 bytes, separated by blank lines. */
-static char *corpus(size_t n_docs, size_t *ret_len)
+/* Documents of a, b and spaces, 1 to 40 bytes, separated by blank lines; with `spell`,
+ * one in three also spells the end-of-document token "</s>" inside. */
+static char *corpus(size_t n_docs, int spell, size_t *ret_len)
 {
-	char *text = malloc(n_docs * 48), *o = text;
+	char *text = malloc(n_docs * 52), *o = text;
 	uint64_t x = 0x9e3779b97f4a7c15ull;
 
 	for (size_t d = 0; d < n_docs; d++) {
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		for (uint64_t i = 0, n = 1 + x % 40; i < n; i++)
+		for (uint64_t i = 0, n = 1 + x % 40; i < n; i++) {
 			*o++ = "ab  aab"[(x >> (i % 50)) % 7];
+			if (spell && d % 3 == 0 && i == n / 2)
+				o += sprintf(o, "</s>");
+		}
 		if (d + 1 < n_docs) {
 			*o++ = '\n';
 			*o++ = '\n';
@@ -62,7 +66,7 @@ static char *corpus(size_t n_docs, size_t *ret_len)
 
 /* The stream the producers should make: [bos] ids eos per document. */
 static uint32_t *expected_stream(const char *tok_path, const char *text, size_t len, int32_t bos,
-				 int32_t eos, size_t *ret_n)
+				 int32_t eos, uint64_t allowed, size_t *ret_n)
 {
 	struct sf_tok_file_opts opts = {tok_path, 0, NULL};
 	struct sf_tok_encoder *enc;
@@ -79,7 +83,8 @@ static uint32_t *expected_stream(const char *tok_path, const char *text, size_t 
 		const uint32_t *ids;
 
 		if (dl) {
-			H_CHECK(sf__tok_encode(enc, p, dl, 0, &ids, &ni, &e) == 0, "%s", e.msg);
+			H_CHECK(sf__tok_encode(enc, p, dl, allowed, &ids, &ni, &e) == 0, "%s",
+				e.msg);
 			if (bos >= 0)
 				out[n++] = (uint32_t)bos;
 			memcpy(out + n, ids, ni * sizeof(*ids));
@@ -171,7 +176,7 @@ int main(void)
 	struct sf_config cfg;
 	uint32_t *want;
 	size_t text_len, n_want;
-	char *dir = h_tmpdir(), *text = corpus(60000, &text_len);
+	char *dir = h_tmpdir(), *text = corpus(60000, 0, &text_len);
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	test_dir = dir;
@@ -187,17 +192,42 @@ int main(void)
 	cfg.tok_file = tok_path;
 	cfg.sources[0].separator = "\n\n";
 	cfg.doc_starts = 8;
-	want = expected_stream(tok_path, text, text_len, 1, 2, &n_want);
+	want = expected_stream(tok_path, text, text_len, 1, 2, 0, &n_want);
 	check_windows(&cfg, want, n_want, 1);
 	free(want);
 	printf("ok: every window is <s> ids </s> per document; starts are the <s> positions\n");
 
 	cfg.bos = "none";
 	cfg.eos = "[INST]";
-	want = expected_stream(tok_path, text, text_len, -1, 3, &n_want);
+	want = expected_stream(tok_path, text, text_len, -1, 3, 0, &n_want);
 	check_windows(&cfg, want, n_want, -1);
 	free(want);
 	printf("ok: bos none and eos [INST] give ids [INST] per document\n");
+
+	/* With specials allowed, "</s>" spelled in a document is the end-of-document id: the
+	 * document starts are still those of the documents (at each <s>). Chunk heads found
+	 * theirs after every end-of-document id, so a few rows listed starts there. */
+	{
+		char spelled_path[4096];
+		size_t spelled_len;
+		char *spelled = corpus(60000, 1, &spelled_len);
+
+		snprintf(spelled_path, sizeof(spelled_path), "%s/spelled.txt", dir);
+		h_write_file(spelled_path, spelled, spelled_len);
+		cfg.sources[0].paths[0] = spelled_path;
+		cfg.bos = NULL;
+		cfg.eos = NULL;
+		cfg.tok_specials = 1;
+		want = expected_stream(tok_path, spelled, spelled_len, 1, 2, SF_TOK_ALLOW_ALL,
+				       &n_want);
+		check_windows(&cfg, want, n_want, 1);
+		free(want);
+		free(spelled);
+		cfg.sources[0].paths[0] = text_path;
+		cfg.tok_specials = 0;
+	}
+	printf("ok: with specials, </s> spelled in a document is its id, and starts are the "
+	       "documents'\n");
 
 	cfg.bos = NULL;
 	cfg.eos = NULL;
