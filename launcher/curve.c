@@ -40,16 +40,23 @@ static int z85_key(const char *s, size_t len)
 	static const char z85[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 				  ".-:+=^!/*?&<>()[]{}@%$#";
 
+	char copy[41];
+	uint8_t bytes[32];
+
 	if (len != 40)
 		return 0;
 	for (size_t i = 0; i < len; i++)
 		if (!s[i] || !strchr(z85, s[i]))
 			return 0;
-	return 1;
+	/* Each 5 characters must decode to 4 bytes, below 2^32 ("%%%%%" is not). */
+	memcpy(copy, s, 40);
+	copy[40] = 0;
+	return zmq_z85_decode(bytes, copy) != NULL;
 }
 
 /* Read a small text file into buf (NUL-terminated); with `secret`, check its owner and
- * mode first. */
+ * mode first; any other is refused when another user than root owns it or group or
+ * others may write it (an allow-list others can write lets them in). */
 static int read_small(const char *what, const char *path, int secret, char *buf, size_t len,
 		      struct sf_err *e)
 {
@@ -71,6 +78,14 @@ static int read_small(const char *what, const char *path, int secret, char *buf,
 			       what, path, (unsigned)geteuid(), (unsigned)st.st_uid,
 			       (unsigned)(st.st_mode & 0777));
 	}
+	if (!secret && ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 022))) {
+		close(fd);
+		return sf__err(e, SF_E_CONFIG,
+			       "%s %s must belong to uid %u (or root) and not be writable by group "
+			       "or others; it has uid %u, mode %03o",
+			       what, path, (unsigned)geteuid(), (unsigned)st.st_uid,
+			       (unsigned)(st.st_mode & 0777));
+	}
 	if ((uint64_t)st.st_size >= len) {
 		close(fd);
 		return sf__err(e, SF_E_CONFIG, "%s %s is larger than %zu bytes", what, path,
@@ -80,6 +95,10 @@ static int read_small(const char *what, const char *path, int secret, char *buf,
 	close(fd);
 	if (n < 0)
 		return sf__err(e, -errno, "%s %s: %s", what, path, strerror(errno));
+	/* A NUL would end the text there, and what follows would go unread. */
+	if (memchr(buf, 0, (size_t)n))
+		return sf__err(e, SF_E_CONFIG, "%s %s holds a NUL byte: not a text file", what,
+			       path);
 	buf[n] = 0;
 	return 0;
 }

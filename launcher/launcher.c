@@ -1227,20 +1227,23 @@ static int supervise(struct supervisor *S)
  * libzmq does not fail cleanly there: it asserts (epoll_create in its I/O thread) and the
  * launcher would die by SIGABRT with its arena left in /dev/shm.
  */
-static int check_fd_budget(uint32_t producers, struct sf_err *e)
+static int check_fd_budget(uint32_t producers, int metrics_http, struct sf_err *e)
 {
 	uint64_t open_now, limit, need;
 
-	need = sf__fds_needed(FDS_FIXED + 2ull * producers + FDS_MARGIN, &open_now, &limit);
+	need = sf__fds_needed(FDS_FIXED + 2ull * producers + FDS_MARGIN +
+				      (metrics_http ? SF_METRICS_HTTP_FDS : 0),
+			      &open_now, &limit);
 	if (need <= limit)
 		return 0;
 	return sf__err(e, -EMFILE,
 		       "the job needs at least %llu file descriptors (%llu open now, %u "
-		       "producer%s, control sockets and a margin) but the limit is %llu "
+		       "producer%s, control sockets%s and a margin) but the limit is %llu "
 		       "(RLIMIT_NOFILE); raise it with `ulimit -n %llu` or more",
 		       (unsigned long long)need, (unsigned long long)open_now, producers,
-		       producers == 1 ? "" : "s", (unsigned long long)limit,
-		       (unsigned long long)need);
+		       producers == 1 ? "" : "s",
+		       metrics_http ? ", the metrics server's connections" : "",
+		       (unsigned long long)limit, (unsigned long long)need);
 }
 
 int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *e)
@@ -1295,7 +1298,7 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 		S->geo.flags |= SF_ARENA_F_RANK_AUTO;
 		S->geo.rank_base = 0;
 	}
-	r = check_fd_budget(S->geo.max_producers, e);
+	r = check_fd_budget(S->geo.max_producers, cfg->metrics != NULL, e);
 	if (r < 0)
 		goto out_close_ds;
 	r = sf__curve_server_load(cfg, &S->curve, e);

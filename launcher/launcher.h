@@ -305,6 +305,11 @@ uint64_t sf__stats_end_step(const struct sf_geometry *g, uint64_t epochs);
  * stops the HTTP server and removes the file. sf__metrics_after_fork(), in a child,
  * closes its copy of the listening socket. All return 0 or a negative error.
  */
+/* Scrapers served at once, and the descriptors the HTTP server holds at most: theirs,
+ * its listening socket, and its internal thread's pipe or eventfd with room to spare. */
+#define SF_METRICS_HTTP_CONNECTIONS 16u
+#define SF_METRICS_HTTP_FDS	    (SF_METRICS_HTTP_CONNECTIONS + 4u)
+
 struct sf_metrics;
 int sf__metrics_open(const struct sf_config *cfg, struct sf_metrics **ret_metrics,
 		     struct sf_err *e);

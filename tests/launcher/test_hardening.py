@@ -51,6 +51,31 @@ def test_a_low_descriptor_limit_is_refused_and_leaves_nothing(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_the_metrics_server_is_in_the_descriptor_budget(rt, tmp_path):
+    """The HTTP server's connections (16), listening socket and pipe were not counted: at
+    the limit `run` asked for, 16 idle scrapers and a few control clients made libzmq
+    abort the launcher (SIGABRT, arena left behind)."""
+    import re
+    cfg = write_config(tmp_path)
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job_name('need')}", "--", "true"],
+                         capture_output=True, text=True, timeout=30,
+                         preexec_fn=with_nofile(6))
+    need = int(re.search(r"needs at least (\d+) file descriptors", out.stderr).group(1))
+    job = job_name("needhttp")
+    args = [FAKE, "run", cfg, "--set", f"job={job}", "--set", "control.metrics=127.0.0.1:0",
+            "--", "true"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=30,
+                         preexec_fn=with_nofile(need))
+    assert out.returncode == 1 and "file descriptors" in out.stderr and \
+        "metrics" in out.stderr, out.stderr
+    more = int(re.search(r"needs at least (\d+) file descriptors", out.stderr).group(1))
+    assert more >= need + 18, (need, more)
+    assert not shm_of(job)
+    out = subprocess.run(args, capture_output=True, text=True, timeout=30,
+                         preexec_fn=with_nofile(more))
+    assert out.returncode == 0, out.stderr
+
+
 def run_job(cfg, job, *sets, cmd=("true",)):
     args = [FAKE, "run", cfg, "--set", f"job={job}"]
     for kv in sets:
@@ -245,6 +270,21 @@ def test_check_reads_the_key_files_as_run_does(tmp_path):
     assert out.returncode == 1 and f"{allowed}:2: expected a 40-character Z85" in out.stderr
     out = check(tmp_path / "server", tmp_path)
     assert out.returncode == 1 and "is not a regular file" in out.stderr
+    # 40 characters of the Z85 alphabet that decode to no key (past 2^32 per 5): its
+    # bytes were left uninitialised and the list accepted.
+    allowed.write_text(f"{other}\n{'%' * 40}\n")
+    out = check(tmp_path / "server", allowed)
+    assert out.returncode == 1 and f"{allowed}:2: expected a 40-character Z85" in out.stderr
+    # A NUL ended the list there, unread; a list others may write lets them in.
+    allowed.write_bytes(f"{other}\n\0garbage\n".encode())
+    out = check(tmp_path / "server", allowed)
+    assert out.returncode == 1 and "NUL" in out.stderr, out.stderr
+    allowed.write_text(f"{other}\n")
+    os.chmod(allowed, 0o666)
+    out = check(tmp_path / "server", allowed)
+    assert out.returncode == 1 and "writable by group or others" in out.stderr, out.stderr
+    os.chmod(allowed, 0o644)
+    assert check(tmp_path / "server", allowed).returncode == 0
 
 
 def curve_job(tmp_path, cfg, job, port):
