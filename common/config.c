@@ -224,6 +224,7 @@ struct origin {
 /* Positions of the fields that cross-field checks point at. */
 struct mark {
 	const struct field *f;
+	int32_t source; /* the source whose field it is, or -1 */
 	char file[128]; /* a copy: an override's name does not outlive its parsing */
 	int override;
 	size_t line, col;
@@ -232,8 +233,9 @@ struct mark {
 struct loader {
 	yaml_document_t *doc;
 	struct origin o;
-	struct mark marks[64];
-	unsigned n_marks;
+	struct mark *marks; /* where each field was last written, per source for theirs */
+	unsigned n_marks, cap_marks;
+	int32_t source; /* the source being read, or -1 */
 	struct sf_err *e;
 };
 
@@ -259,13 +261,22 @@ static void remember(struct loader *L, const struct field *f, const yaml_node_t 
 	struct mark *m = NULL;
 
 	for (unsigned i = 0; i < L->n_marks; i++)
-		if (L->marks[i].f == f)
+		if (L->marks[i].f == f && L->marks[i].source == L->source)
 			m = &L->marks[i];
-	if (!m && L->n_marks < sizeof(L->marks) / sizeof(L->marks[0]))
-		m = &L->marks[L->n_marks++];
+	if (!m && L->n_marks == L->cap_marks) {
+		/* Positions are for messages only: without memory, a message has none. */
+		unsigned cap = L->cap_marks ? 2 * L->cap_marks : 64;
+		struct mark *more = realloc(L->marks, cap * sizeof(*more));
+
+		if (!more)
+			return;
+		L->marks = more;
+		L->cap_marks = cap;
+	}
 	if (!m)
-		return;
+		m = &L->marks[L->n_marks++];
 	m->f = f;
+	m->source = L->source;
 	snprintf(m->file, sizeof(m->file), "%s", L->o.file);
 	m->override = L->o.override;
 	m->line = n->start_mark.line + 1;
@@ -880,10 +891,18 @@ static int set_sources(struct loader *L, const struct field *f, const yaml_node_
 	srcs = calloc(count, sizeof(*srcs));
 	if (!srcs)
 		return sf__err(L->e, -ENOMEM, "out of memory");
+	/* The positions of the sources this list replaces go with them. */
+	for (unsigned k = 0; k < L->n_marks;)
+		if (L->marks[k].source >= 0)
+			L->marks[k] = L->marks[--L->n_marks];
+		else
+			k++;
 	for (size_t i = 0; i < count; i++) {
 		const yaml_node_t *item = yaml_document_get_node(L->doc, items[i]);
 		int r;
 
+		L->source = (int32_t)i;
+		remember(L, &root_fields[1], item);
 		source_defaults(&srcs[i]);
 		if (item->type == YAML_MAPPING_NODE)
 			r = apply_mapping(L, f->sub, "a source", item, &srcs[i]);
@@ -896,6 +915,7 @@ static int set_sources(struct loader *L, const struct field *f, const yaml_node_
 				    node_kind(item));
 		if (r == 0)
 			r = source_done(L, item, &srcs[i]);
+		L->source = -1;
 		if (r < 0) {
 			for (size_t j = 0; j <= i; j++)
 				source_free(&srcs[j]);
@@ -1026,20 +1046,39 @@ void sf__config_free(struct sf_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 }
 
-static const struct mark *mark_of(const struct loader *L, const struct field *f)
+static const struct mark *mark_in(const struct loader *L, const struct field *f, int32_t source)
 {
 	for (unsigned i = 0; i < L->n_marks; i++)
-		if (L->marks[i].f == f)
+		if (L->marks[i].f == f && L->marks[i].source == source)
 			return &L->marks[i];
 	return NULL;
 }
+
+static const struct mark *mark_of(const struct loader *L, const struct field *f)
+{
+	return mark_in(L, f, -1);
+}
+
+static int fail_mark(struct loader *L, const struct mark *m, const char *what);
 
 /* A cross-field error: named at the position of field `f` when it was written, else at
  * the file. */
 static int fail_field(struct loader *L, const struct field *f, const char *what)
 {
-	const struct mark *m = mark_of(L, f);
+	return fail_mark(L, mark_of(L, f), what);
+}
 
+/* The same for field `f` of source `i`: where it was written, else where the source
+ * was. */
+static int fail_source_field(struct loader *L, const struct field *f, uint32_t i, const char *what)
+{
+	const struct mark *m = mark_in(L, f, (int32_t)i);
+
+	return fail_mark(L, m ? m : mark_in(L, &root_fields[1], (int32_t)i), what);
+}
+
+static int fail_mark(struct loader *L, const struct mark *m, const char *what)
+{
 	/* A field never written is reported at the top of the file, where it belongs. */
 	if (!m)
 		return sf__err(L->e, SF_E_CONFIG, "%s:1:1: %s", L->o.file, what);
@@ -1166,7 +1205,9 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 			snprintf(msg, sizeof(msg), "source and group names must be %s; got '%.64s'",
 				 source_fields[6].expect,
 				 sf__job_name_valid(src->name) ? src->group : src->name);
-			return fail_field(L, f_name, msg);
+			return fail_source_field(L, sf__job_name_valid(src->name) ? &source_fields[7]
+										  : f_name,
+						 i, msg);
 		}
 		for (uint32_t j = 0; j < i; j++)
 			if (!strcmp(cfg->sources[j].name, src->name) ||
@@ -1176,14 +1217,14 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 					 "the name '%.64s' is given twice (source and group names "
 					 "share one namespace)",
 					 src->name);
-				return fail_field(L, f_name, msg);
+				return fail_source_field(L, f_name, i, msg);
 			}
 		if (!cfg->n_phases && !src->group && src->weight == SF_WEIGHT_UNSET) {
 			snprintf(msg, sizeof(msg),
 				 "source '%.64s' needs a 'weight' (or a group): in a mixture every "
 				 "source is weighted",
 				 src->name);
-			return fail_field(L, f_weight, msg);
+			return fail_source_field(L, f_weight, i, msg);
 		}
 		if (cfg->n_phases && !src->group && src->weight != SF_WEIGHT_UNSET) {
 			snprintf(msg, sizeof(msg),
@@ -1191,7 +1232,7 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 				 "give "
 				 "the weights (a weight applies within a group)",
 				 src->name);
-			return fail_field(L, f_weight, msg);
+			return fail_source_field(L, f_weight, i, msg);
 		}
 	}
 	for (uint32_t g = 0; g < cfg->groups.n; g++) {
@@ -1743,9 +1784,12 @@ static int apply_override(struct loader *L, const char *ov, struct sf_config *cf
 		yaml_document_add_scalar(&doc, NULL, (yaml_char_t *)"", 0, YAML_PLAIN_SCALAR_STYLE);
 		root = yaml_document_get_root_node(&doc);
 	}
+	if (source)
+		L->source = (int32_t)(source - cfg->sources);
 	r = apply_field(L, f, root, base);
 	if (r == 0 && source)
 		r = source_done(L, root, source);
+	L->source = -1;
 	L->doc = NULL;
 	yaml_document_delete(&doc);
 	return r;
@@ -1800,7 +1844,7 @@ static int load(const char *name, const char *text, size_t len, const char *base
 		struct sf_err *e)
 {
 	const char *env_vocab = getenv("SHMFEED_VOCAB_DIR");
-	struct loader L = {.e = e};
+	struct loader L = {.e = e, .source = -1};
 	struct sf_config cfg;
 	char cwd[PATH_MAX];
 	int r = 0;
@@ -1840,9 +1884,11 @@ static int load(const char *name, const char *text, size_t len, const char *base
 	r = check_config(&L, &cfg);
 	if (r < 0)
 		goto fail;
+	free(L.marks);
 	*ret_cfg = cfg;
 	return 0;
 fail:
+	free(L.marks);
 	sf__config_free(&cfg);
 	return r;
 }

@@ -531,6 +531,24 @@ Test(config, a_fifo_without_writer_does_not_block, .timeout = 20)
 
 /* --set reached sections only: one source of a mixture (its weight, paths) could not be
  * changed without rewriting every source. */
+/* An error about one source pointed at the last source that wrote the same key: the
+ * weight of source 2 for source 1 that has none, the name of source 2 for the twice-given
+ * name of source 1. */
+Test(config, an_error_about_a_source_points_at_that_source)
+{
+	rejects("sources:\n  - {paths: a.txt, weight: 0.5}\n  - {paths: b.txt}\n"
+		"  - {paths: c.txt, weight: 0.5}\n",
+		"job.yaml:3:5:", "source 'source1' needs a 'weight'");
+	rejects("sources:\n  - {paths: a.txt, weight: 0.5, name: same}\n"
+		"  - {paths: b.txt, weight: 0.5, name: same}\n"
+		"  - {paths: c.txt, weight: 0.5, name: other}\n",
+		"job.yaml:3:39:", "the name 'same' is given twice");
+	rejects("sources:\n  - {paths: a.txt, weight: 0.5, name: ok}\n"
+		"  - {paths: b.txt, weight: 0.5, name: -bad}\n"
+		"  - {paths: c.txt, weight: 0.5, name: fine}\n",
+		"job.yaml:3:39:", "source and group names must be");
+}
+
 Test(config, overrides_reach_one_source)
 {
 	const char *ok[] = {"sources.1.weight=0.25", "sources.0.format=text",
