@@ -3,10 +3,10 @@
  * reproduced on the arena, so its table can be read beside ours.
  *
  * One operation hands one batch from a producer to a consumer and back with a live set
- * of L batches, on one thread (as the seed measured): the arena claims a FREE slot,
+ * of L batches per size class, on one thread (as the seed measured): the arena claims a FREE slot,
  * writes the batch, publishes it, and the consumer side claims and releases the batch
- * from L steps earlier; malloc allocates a buffer, writes it, and frees the buffer from
- * L steps earlier. Shapes:
+ * from L steps earlier; malloc allocates a buffer, writes it, and frees the buffer of the
+ * same class from L steps earlier (the same live set: up to 4 x L buffers when routed). Shapes:
  *   fixed  - every batch has one size;
  *   routed - sizes drawn from four classes; the arena routes each to its class's arena
  *            (one arena per class, each with exactly L slots: capacity right-sized to the
@@ -82,25 +82,31 @@ static void finish(size_t n, uint64_t elapsed, double shm_mib)
 	res->shm_mib = shm_mib;
 }
 
+/* The same live set as the arena's: LIVE batches per class (one class unless routed),
+ * each freed LIVE steps of its class later. */
 static void run_malloc(size_t n, int routed)
 {
-	void *live[LIVE] = {0};
+	void *live[CLASSES][LIVE] = {{0}};
+	uint64_t next[CLASSES] = {0}; /* next step per class */
 	uint64_t t0 = sf__now_ns();
 
 	for (size_t i = 0; i < n; i++) {
 		uint64_t t = sf__now_ns();
-		uint32_t size = routed ? class_bytes[class_of(i, 1)] : fixed_bytes;
+		uint32_t c = class_of(i, routed);
+		uint32_t size = routed ? class_bytes[c] : fixed_bytes;
+		void **slot = &live[c][next[c]++ % LIVE];
 		void *p;
 
-		free(live[i % LIVE]);
+		free(*slot);
 		p = malloc(size);
 		memset(p, (int)i, size);
-		live[i % LIVE] = p;
+		*slot = p;
 		lat[i] = sf__now_ns() - t;
 	}
 	finish(n, sf__now_ns() - t0, 0);
-	for (int i = 0; i < LIVE; i++)
-		free(live[i]);
+	for (int c = 0; c < CLASSES; c++)
+		for (int i = 0; i < LIVE; i++)
+			free(live[c][i]);
 }
 
 static void run_arena(size_t n, int routed, int pretouch)

@@ -124,6 +124,13 @@ class Run:
             with open(rows_json) as f:
                 rows = json.load(f)["rows"]
             version = out.splitlines()[0]
+            # shmfeed's ids must equal tiktoken's: a row that differs was not timed, and a
+            # smoke run that passed over it would pass a broken tokenizer.
+            wrong = [f"{r['encoding']} {r['file']}" for r in rows
+                     if "shmfeed" in (r.get("differs") or {})]
+            if wrong:
+                raise RuntimeError("shmfeed's ids differ from tiktoken's on " +
+                                   ", ".join(wrong))
         else:
             self.skipped["tokenizer"] = why
             print(f"  tokenizer comparison skipped: {why}")

@@ -38,15 +38,6 @@
 
 void (*sf__test_hook)(int point);
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 static uint32_t participants_count(const struct sf_arena *a)
 {
 	return a->hdr->geo.max_producers + a->hdr->geo.ranks;
@@ -461,7 +452,7 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 			return SF_E_STOPPED;
 		if (polls < SF_SPIN_POLLS) {
 			polls++;
-			cpu_relax();
+			sf__cpu_relax();
 			continue;
 		}
 		{
@@ -549,7 +540,7 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 			return SF_E_AGAIN;
 		if (polls < SF_SPIN_POLLS) {
 			polls++;
-			cpu_relax();
+			sf__cpu_relax();
 			continue;
 		}
 		{

@@ -153,6 +153,16 @@ int sf__consumer_release_quiet(struct sf_arena *a, uint32_t rank, struct sf_slot
 /* sf__producers_wake - wake the producers sleeping for a FREE slot, if any. */
 void sf__producers_wake(struct sf_arena *a);
 
+/* sf__cpu_relax - the pause of a spin-wait loop (x86 PAUSE, arm64 YIELD). */
+static inline void sf__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
 /*
  * sf__ring_next_step - the first step of `rank` not yet released: the lowest step any
  * slot of the ring currently serves.
