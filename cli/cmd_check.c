@@ -115,6 +115,23 @@ static int parse_tokens(const char *s, uint64_t *ret)
 	return 0;
 }
 
+/* A mixture's bound on |count - weight x samples|, and a warning at 1 or more. */
+static void print_bound(struct sf_dataset *ds)
+{
+	uint32_t exact;
+	/* Rounded up, so that the printed bound is never below the true one. */
+	double bound = ceil(sf__dataset_mix_bound(ds, &exact) * 1e6) / 1e6;
+
+	printf("# mixture: at every prefix of every phase each source's count is within %.6f "
+	       "of weight x samples (%s)\n",
+	       bound, exact ? "exact, over a whole period" : "proved from the tree");
+	if (bound >= 1)
+		printf("# warning: with these weights a source's count may differ from weight x "
+		       "samples by %.6f, not less than 1 (docs/mixtures.md: the bound is proved "
+		       "below 1 for up to 4 sources only)\n",
+		       bound);
+}
+
 /*
  * What the job delivers over a budget of `tokens` training tokens (T per sample), or
  * (tokens 0) to the end of its schedule: for a mixture, each source's samples, tokens and
@@ -127,8 +144,7 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 	struct sf_dataset_stats st;
 	struct sf_err e = {0};
 	uint64_t steps, n, *counts, *windows;
-	uint32_t ns, exact;
-	double bound;
+	uint32_t ns;
 	int r = sf__dataset_open(cfg, &ds, &e);
 
 	if (r < 0) {
@@ -137,6 +153,9 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 	}
 	sf__dataset_stats(ds, &st);
 	ns = sf__dataset_mix_sources(ds);
+	/* The bound is the weights', whatever the budget: said even without one. */
+	if (ns)
+		print_bound(ds);
 	if (!tokens && st.n_steps == UINT64_MAX) {
 		printf("# the run has no end (its last phase is open): give --tokens N for a "
 		       "budget\n");
@@ -172,16 +191,6 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 		return -1;
 	}
 	sf__dataset_mix_expect(ds, n, counts, windows);
-	/* Rounded up, so that the printed bound is never below the true one. */
-	bound = ceil(sf__dataset_mix_bound(ds, &exact) * 1e6) / 1e6;
-	printf("# mixture: at every prefix of every phase each source's count is within %.6f "
-	       "of weight x samples (%s)\n",
-	       bound, exact ? "exact, over a whole period" : "proved from the tree");
-	if (bound >= 1)
-		printf("# warning: with these weights a source's count may differ from weight x "
-		       "samples by %.6f, not less than 1 (docs/mixtures.md: the bound is proved "
-		       "below 1 for up to 4 sources only)\n",
-		       bound);
 	for (uint32_t i = 0; i < ns; i++)
 		printf("# source %u %s: %llu samples (%.6f), %llu tokens, %.3f epochs of %llu "
 		       "samples\n",
@@ -225,6 +234,17 @@ static int report_tokenizer(const struct sf_config *cfg)
 		printf("# tokenizer %s: texts encoded %s\n", sf__tok_name(tok), how);
 	sf__tok_free(tok);
 	return 0;
+}
+
+/* An error of the job file `path`, named once: some messages begin with it already. */
+static void refuse(const char *path, const char *msg)
+{
+	size_t n = strlen(path);
+
+	if (!strncmp(msg, path, n) && msg[n] == ':')
+		sf__log_error("%s", msg);
+	else
+		sf__log_error("%s: %s", path, msg);
 }
 
 int sf__cmd_check(int argc, char **argv)
@@ -288,14 +308,14 @@ int sf__cmd_check(int argc, char **argv)
 			      "user included, can stop, pause or seek the job",
 			      path, cfg.endpoint);
 	if (cfg.metrics_file && sf__metrics_file_check(cfg.metrics_file, &e) < 0) {
-		sf__log_error("%s: %s", path, e.msg);
+		refuse(path, e.msg);
 		sf__config_free(&cfg);
 		return 1;
 	}
 	/* Sources and vocabulary are opened as `run` opens them before it starts. */
 	r = sf__dataset_check(&cfg, &token_bytes, &e);
 	if (r < 0) {
-		sf__log_error("%s: %s", path, e.msg);
+		refuse(path, e.msg);
 		sf__config_free(&cfg);
 		return 1;
 	}
@@ -317,7 +337,7 @@ int sf__cmd_check(int argc, char **argv)
 		if (r >= 0)
 			r = sf__arena_fits(layout.total_size, NULL, &e);
 		if (r < 0) {
-			sf__log_error("%s: %s", path, e.msg);
+			refuse(path, e.msg);
 			sf__config_free(&cfg);
 			return 1;
 		}

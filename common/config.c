@@ -1087,6 +1087,19 @@ static int fail_mark(struct loader *L, const struct mark *m, const char *what)
 	return sf__err(L->e, SF_E_CONFIG, "%s:%zu:%zu: %s", m->file, m->line, m->col, what);
 }
 
+/* A cross-field error at the first of `a`, `b`, `c` (NULL: none) that was written. */
+static int fail_first(struct loader *L, const struct field *a, const struct field *b,
+		      const struct field *c, const char *what)
+{
+	const struct mark *m = mark_of(L, a);
+
+	if (!m && b)
+		m = mark_of(L, b);
+	if (!m && c)
+		m = mark_of(L, c);
+	return fail_mark(L, m, what);
+}
+
 static int check_endpoint(struct loader *L, struct sf_config *cfg)
 {
 	const struct field *f = &control_fields[0];
@@ -1149,7 +1162,10 @@ int sf__config_metrics_address(const char *addr, int *ret_ipv6, uint16_t *ret_po
 	for (int i = 0; i < 2; i++) {
 		size_t n = strlen(hosts[i]);
 
-		if (strncmp(addr, hosts[i], n) || parse_u64(addr + n, &port) < 0 || port > 65535)
+		/* Digits only: parse_u64() also reads "9_100", printed back as written. */
+		if (strncmp(addr, hosts[i], n) || !addr[n] ||
+		    strspn(addr + n, "0123456789") != strlen(addr + n) ||
+		    parse_u64(addr + n, &port) < 0 || port > 65535)
 			continue;
 		*ret_ipv6 = i;
 		*ret_port = (uint16_t)port;
@@ -1209,16 +1225,21 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 										  : f_name,
 						 i, msg);
 		}
-		for (uint32_t j = 0; j < i; j++)
+		for (uint32_t j = 0; j < i; j++) {
+			/* Source names and group names share one namespace. */
+			const int as_group = src->group && !strcmp(cfg->sources[j].name, src->group);
+
 			if (!strcmp(cfg->sources[j].name, src->name) ||
 			    (cfg->sources[j].group && !strcmp(cfg->sources[j].group, src->name)) ||
-			    (src->group && !strcmp(cfg->sources[j].name, src->group))) {
+			    as_group) {
 				snprintf(msg, sizeof(msg),
 					 "the name '%.64s' is given twice (source and group names "
 					 "share one namespace)",
-					 src->name);
-				return fail_source_field(L, f_name, i, msg);
+					 as_group ? src->group : src->name);
+				return fail_source_field(L, as_group ? &source_fields[7] : f_name,
+							 i, msg);
 			}
+		}
 		if (!cfg->n_phases && !src->group && src->weight == SF_WEIGHT_UNSET) {
 			snprintf(msg, sizeof(msg),
 				 "source '%.64s' needs a 'weight' (or a group): in a mixture every "
@@ -1260,7 +1281,7 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 		if (group && !found) {
 			snprintf(msg, sizeof(msg), "group '%.64s' needs a weight in mixture.groups",
 				 group);
-			return fail_field(L, f_mix, msg);
+			return fail_source_field(L, &source_fields[7], i, msg);
 		}
 	}
 	for (uint32_t p = 0; p < cfg->n_phases; p++) {
@@ -1358,12 +1379,13 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 			snprintf(msg, sizeof(msg),
 				 "'rank_base: auto' needs local_ranks: the ranks on this node "
 				 "(torchrun's --nproc_per_node)");
-			return fail_field(L, &consumer_fields[1], msg);
+			return fail_first(L, &consumer_fields[2], &consumer_fields[1],
+					  &consumer_fields[0], msg);
 		}
 		if (cfg->local_ranks > cfg->world_size) {
 			snprintf(msg, sizeof(msg), "'local_ranks' %u is more than world_size %u",
 				 cfg->local_ranks, cfg->world_size);
-			return fail_field(L, &consumer_fields[1], msg);
+			return fail_first(L, &consumer_fields[1], &consumer_fields[0], NULL, msg);
 		}
 		goto ranks_done;
 	}
@@ -1379,7 +1401,8 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 			 "node, more than the %u one job serves: set local_ranks and rank_base to "
 			 "this node's ranks",
 			 cfg->world_size - cfg->rank_base, SF_MAX_RANKS);
-		return fail_field(L, &consumer_fields[1], msg);
+		return fail_first(L, &consumer_fields[1], &consumer_fields[0], &consumer_fields[2],
+				  msg);
 	}
 	if (!cfg->local_ranks)
 		cfg->local_ranks = cfg->world_size - cfg->rank_base;
@@ -1388,7 +1411,8 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 			 "'local_ranks' %u from rank_base %u goes past world_size %u: this node's "
 			 "ranks must be global ranks rank_base .. rank_base+local_ranks-1",
 			 cfg->local_ranks, cfg->rank_base, cfg->world_size);
-		return fail_field(L, &consumer_fields[1], msg);
+		return fail_first(L, &consumer_fields[1], &consumer_fields[2], &consumer_fields[0],
+				  msg);
 	}
 ranks_done:
 	if (cfg->producers + cfg->local_ranks > SF_SLOT_OWNER_MAX) {

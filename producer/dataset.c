@@ -230,6 +230,13 @@ static int load_tokenizer_file(struct sf_dataset *ds, const struct sf_config *cf
 		r = sf__tok_marker(ds->tok, cfg->eos ? cfg->eos : "auto", 0, &eos, e);
 	if (r < 0)
 		return r;
+	/* "auto" finds no end token in a file of no known family: raw text, whose documents
+	 * end with it, and document starts need one named. */
+	if (eos < 0 && (ds->n_text_files || cfg->doc_starts))
+		return sf__err(e, SF_E_CONFIG,
+			       "%s: no end-of-document token is known for this tokenizer file (eos "
+			       "auto found none): name one of its special tokens with tokenizer.eos",
+			       cfg->tok_file);
 	ds->bos = bos >= 0 ? (uint32_t)bos : UINT32_MAX;
 	ds->eot = eos >= 0 ? (uint32_t)eos : UINT32_MAX;
 	ds->allowed = cfg->tok_specials ? SF_TOK_ALLOW_ALL : SF_TOK_ALLOW_NONE;

@@ -211,6 +211,36 @@ def test_gpt2_vocab_dir_names_tiktoken_file(tmp_path, monkeypatch):
         assert f"{empty}/r50k_base.tiktoken" in out.stderr, out.stderr
 
 
+def test_a_tokenizer_file_with_no_end_token_is_refused_for_text(tmp_path):
+    """`eos: auto` on a .tiktoken file of no known family found no end-of-document token,
+    and check passed a raw text job (or document starts) that needs one."""
+    vocab = os.path.join(os.environ.get("SF_SHARED_DATA", ""), "vocab", "r50k_base.tiktoken")
+    if not os.path.exists(vocab):
+        pytest.skip("no shared test data")
+    (tmp_path / "a.txt").write_text("some text\n")
+    put_tokens(tmp_path / "t.bin", 4096)
+    tok = f"tokenizer: {{file: {vocab}, pattern: '\\S+|\\s+'}}\n"
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"sources: [{tmp_path}/a.txt]\n" + tok)
+    out = check(str(cfg))
+    assert out.returncode == 1 and "no end-of-document token" in out.stderr, out
+    assert "tokenizer.eos" in out.stderr, out.stderr
+    cfg.write_text(f"sources: [{tmp_path}/t.bin]\n" + tok)
+    assert check(str(cfg)).returncode == 0  # tokens only: nothing needs it
+    out = check(str(cfg), "sampling.doc_starts=4")
+    assert out.returncode == 1 and "no end-of-document token" in out.stderr, out
+
+
+def test_check_names_the_job_file_once(tmp_path):
+    """Errors found once the sources were open read "job.yaml: job.yaml: ..."."""
+    put_tokens(tmp_path / "t.bin", 4096)
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"sources: [{tmp_path}/t.bin]\n")
+    out = check(str(cfg), "sampling.doc_starts=1")
+    assert out.returncode == 1 and f"{cfg}: sampling.doc_starts needs" in out.stderr, out
+    assert f"{cfg}: {cfg}:" not in out.stderr, out.stderr
+
+
 def megatron_pair(prefix, n=4096, wide=False):
     # Megatron's MMIDIDX: one document of n tokens, uint16 (code 8) or int32 (code 4).
     with open(f"{prefix}.bin", "wb") as f:

@@ -315,6 +315,12 @@ def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
                       r"([\d.]+) epochs of (\d+) samples", check.stdout)
     assert [r[1] for r in rows] == ["web", "code", "math"], check.stdout
     assert sum(int(r[2]) for r in rows) == 15632
+    # The bound is the weights': printed (with its warning at 1 or more) without a budget
+    # too, where the run has no end. It was printed only with --tokens.
+    bare = sf("check", str(cfg))
+    assert bare.returncode == 0 and "# the run has no end" in bare.stdout, bare
+    assert re.search(r"# mixture: at every prefix of every phase each source's count is "
+                     r"within 0\.\d+ of weight x samples", bare.stdout), bare.stdout
     for (_, name, samples, _, tokens, epochs, windows), w, win in zip(
             rows, (0.7, 0.2, 0.1), (1000, 200, 100)):
         assert abs(int(samples) - w * 15632) < 1

@@ -418,6 +418,9 @@ Test(config, metrics_are_a_file_and_a_loopback_address)
 		"job.yaml:2:20:", "127.0.0.1:PORT or [::1]:PORT");
 	rejects("sources: [a]\ncontrol: {metrics: '127.0.0.1'}\n",
 		"job.yaml:2:20:", "loopback only");
+	/* "9_100" was taken as port 9100 and printed as written. */
+	rejects("sources: [a]\ncontrol: {metrics: '127.0.0.1:9_100'}\n", "job.yaml:2:20:",
+		"loopback only");
 }
 
 Test(config, relative_paths_are_taken_from_the_file)
@@ -547,6 +550,17 @@ Test(config, an_error_about_a_source_points_at_that_source)
 		"  - {paths: b.txt, weight: 0.5, name: -bad}\n"
 		"  - {paths: c.txt, weight: 0.5, name: fine}\n",
 		"job.yaml:3:39:", "source and group names must be");
+	/* Errors about fields left at their defaults pointed at the top of the file. */
+	rejects("sources: [a.txt]\nconsumers:\n  world_size: 8\n  rank_base: auto\n",
+		"job.yaml:4:14:", "'rank_base: auto' needs local_ranks");
+	rejects("sources: [a.txt]\nconsumers: {world_size: 2000}\n", "job.yaml:2:25:",
+		"'local_ranks: auto' means");
+	rejects("sources:\n  - {paths: a.txt, weight: 1}\n  - {paths: b.txt, group: hq}\n",
+		"job.yaml:3:27:", "group 'hq' needs a weight in mixture.groups");
+	/* The name given twice is the group's, "web", not the source's. */
+	rejects("sources:\n  - {paths: a.txt, name: web, weight: 3}\n"
+		"  - {paths: b.txt, name: arxiv, group: web}\n",
+		"job.yaml:3:40:", "the name 'web' is given twice");
 }
 
 Test(config, overrides_reach_one_source)
