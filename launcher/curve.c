@@ -70,21 +70,14 @@ static int read_small(const char *what, const char *path, int secret, char *buf,
 		close(fd);
 		return sf__err(e, SF_E_CONFIG, "%s %s is not a regular file", what, path);
 	}
-	if (secret && (st.st_uid != geteuid() || (st.st_mode & 077))) {
+	if (secret ? st.st_uid != geteuid() || (st.st_mode & 077)
+		   : (st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 022)) {
 		close(fd);
-		return sf__err(e, SF_E_CONFIG,
-			       "%s %s must belong to uid %u with no access for group or others "
-			       "(chmod 600); it has uid %u, mode %03o",
-			       what, path, (unsigned)geteuid(), (unsigned)st.st_uid,
-			       (unsigned)(st.st_mode & 0777));
-	}
-	if (!secret && ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 022))) {
-		close(fd);
-		return sf__err(e, SF_E_CONFIG,
-			       "%s %s must belong to uid %u (or root) and not be writable by group "
-			       "or others; it has uid %u, mode %03o",
-			       what, path, (unsigned)geteuid(), (unsigned)st.st_uid,
-			       (unsigned)(st.st_mode & 0777));
+		return sf__err(e, SF_E_CONFIG, "%s %s must belong to uid %u %s; it has uid %u, mode %03o",
+			       what, path, (unsigned)geteuid(),
+			       secret ? "with no access for group or others (chmod 600)"
+				      : "(or root) and not be writable by group or others",
+			       (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
 	}
 	if ((uint64_t)st.st_size >= len) {
 		close(fd);
