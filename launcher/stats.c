@@ -59,6 +59,7 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 	for (uint32_t r = 0; r < g->ranks; r++) {
 		struct sf_stats_rank one = {0};
 		uint64_t next = sf__ring_next_step(a, r);
+		int32_t pid;
 
 		for (uint32_t i = 0; i < K; i++) {
 			/* Relaxed: a statistics snapshot; no payload is read. */
@@ -85,8 +86,11 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 		if (next > end_step)
 			next = end_step;
 		one.next_step = next;
-		one.consumer_pid = (uint64_t)(int64_t)atomic_load_explicit(
-			&a->participants[g->max_producers + r].pid, memory_order_relaxed);
+		/* A negative pid is a hold without a role (a control seek in progress), no
+		 * consumer: 0. */
+		pid = atomic_load_explicit(&a->participants[g->max_producers + r].pid,
+					   memory_order_relaxed);
+		one.consumer_pid = pid > 0 ? (uint64_t)pid : 0;
 		/* What the rank's consumers took, whatever seeks moved its ring: counted in
 		 * its entry, which every consumer of the rank adds to. */
 		s->batches += atomic_load_explicit(&a->participants[g->max_producers + r].batches,

@@ -430,6 +430,9 @@ def test_a_seek_held_up_by_a_stalled_producer_blocks_nothing(rt, tmp_path):
         assert time.monotonic() - t0 < 1.0 and st["state"] == "running"
         busy = ctl(job, '{"v":1,"op":"seek","rank":0,"step":5}')
         assert not busy["ok"] and "waits for a producer" in busy["error"], busy
+        # The seek's hold of the rank is no consumer (its pid read as the launcher's,
+        # negated).
+        assert ctl(job, '{"v":1,"op":"stats"}')["ranks"][0]["consumer_pid"] == 0
         out = json.loads(seek.communicate(timeout=20)[0])
         assert out["ok"] and out["id"] == 7, out
         assert ctl(job, '{"v":1,"op":"stats"}')["ranks"][0]["next_step"] == 100
