@@ -1087,6 +1087,12 @@ static int fail_mark(struct loader *L, const struct mark *m, const char *what)
 	return sf__err(L->e, SF_E_CONFIG, "%s:%zu:%zu: %s", m->file, m->line, m->col, what);
 }
 
+/* A port: one or more decimal digits, nothing else (parse_u64() also takes '_'). */
+static int digits_only(const char *s)
+{
+	return *s && strspn(s, "0123456789") == strlen(s);
+}
+
 /* A cross-field error at the first of `a`, `b`, `c` (NULL: none) that was written. */
 static int fail_first(struct loader *L, const struct field *a, const struct field *b,
 		      const struct field *c, const char *what)
@@ -1130,7 +1136,7 @@ static int check_endpoint(struct loader *L, struct sf_config *cfg)
 		uint64_t port;
 
 		/* The stats socket takes PORT + 1. Digits only: zmq_bind reads no '_'. */
-		if (!colon || colon == host || strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
+		if (!colon || colon == host || !digits_only(colon + 1) ||
 		    parse_u64(colon + 1, &port) < 0 || port == 0 || port > 65534) {
 			snprintf(msg, sizeof(msg),
 				 "'endpoint' must be tcp://HOST:PORT with PORT in [1, 65534] (the "
@@ -1163,8 +1169,7 @@ int sf__config_metrics_address(const char *addr, int *ret_ipv6, uint16_t *ret_po
 		size_t n = strlen(hosts[i]);
 
 		/* Digits only: parse_u64() also reads "9_100", printed back as written. */
-		if (strncmp(addr, hosts[i], n) || !addr[n] ||
-		    strspn(addr + n, "0123456789") != strlen(addr + n) ||
+		if (strncmp(addr, hosts[i], n) || !digits_only(addr + n) ||
 		    parse_u64(addr + n, &port) < 0 || port > 65535)
 			continue;
 		*ret_ipv6 = i;
@@ -1500,7 +1505,6 @@ ranks_done:
 	return 0;
 }
 
-/* Parse `len` bytes of YAML into `doc`; a syntax error is reported at its position. */
 /* The most nodes a config may expand to through anchors and aliases. */
 #define CONFIG_MAX_NODES 1000000
 
@@ -1589,8 +1593,7 @@ static int check_events(const char *name, const char *text, size_t len, struct s
 		return sf__err(e, -ENOMEM, "out of memory");
 	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
 	while (yaml_parser_parse(&parser, &ev)) {
-		int end = ev.type == YAML_STREAM_END_EVENT;
-
+		const int end = ev.type == YAML_STREAM_END_EVENT;
 		const yaml_char_t *tag = ev.type == YAML_SCALAR_EVENT ? ev.data.scalar.tag
 					 : ev.type == YAML_SEQUENCE_START_EVENT
 						 ? ev.data.sequence_start.tag
@@ -1620,6 +1623,7 @@ static int check_events(const char *name, const char *text, size_t len, struct s
 	return r;
 }
 
+/* Parse `len` bytes of YAML into `doc`; a syntax error is reported at its position. */
 static int parse_document(const char *name, const char *text, size_t len, yaml_document_t *doc,
 			  struct sf_err *e)
 {
@@ -1752,7 +1756,6 @@ static int apply_override(struct loader *L, const char *ov, struct sf_config *cf
 {
 	const char *eq = strchr(ov, '=');
 	struct sf_source_config *source = NULL;
-	void *base = cfg;
 	const struct field *f;
 	char key[64], name[96];
 	yaml_document_t doc;
@@ -1785,7 +1788,6 @@ static int apply_override(struct loader *L, const char *ov, struct sf_config *cf
 				       "--set %s: the job has %u source%s (0..%u)", key,
 				       cfg->n_sources, cfg->n_sources == 1 ? "" : "s",
 				       cfg->n_sources - 1);
-		base = &cfg->sources[i];
 		source = &cfg->sources[i];
 	} else {
 		f = field_by_key(key);
@@ -1810,7 +1812,7 @@ static int apply_override(struct loader *L, const char *ov, struct sf_config *cf
 	}
 	if (source)
 		L->source = (int32_t)(source - cfg->sources);
-	r = apply_field(L, f, root, base);
+	r = apply_field(L, f, root, source ? (void *)source : cfg);
 	if (r == 0 && source)
 		r = source_done(L, root, source);
 	L->source = -1;

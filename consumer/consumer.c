@@ -686,7 +686,7 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	struct sf_arena *a = c->a;
 	const struct sf_arena_header *h = a->hdr;
 	const uint32_t K = h->geo.slots_per_rank;
-	uint64_t t0, waited;
+	uint64_t t0, waited, tokens;
 	int64_t timeout_ns = timeout_ms < 0 ? -1 : (int64_t)timeout_ms * 1000000;
 	struct sf_batch b;
 	struct sf_slot *s;
@@ -803,11 +803,12 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	c->batches++;
 	/* Training tokens, B x T, as `status`, the run's summary and the metrics count
 	 * them: the T + 1 tokens of a row give T predictions. */
-	c->tokens += (uint64_t)b.batch * (b.seq_tokens - 1);
+	tokens = (uint64_t)b.batch * (b.seq_tokens - 1);
+	c->tokens += tokens;
 	c->wait_total += waited;
 	c->wait_hist[hist_bucket(waited)]++;
 	c->stalls += waited >= SF_CONSUMER_STALL_NS;
-	publish_telemetry(c, waited, (uint64_t)b.batch * (b.seq_tokens - 1));
+	publish_telemetry(c, waited, tokens);
 	*ret_batch = b;
 	return 0;
 }

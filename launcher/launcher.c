@@ -771,7 +771,6 @@ static void set_paused(struct supervisor *S, int paused)
 	sf__arena_set_job_state(S->a, paused ? SF_JOB_PAUSED : SF_JOB_RUNNING);
 }
 
-/* Execute a validated request; the reply goes into buf. */
 /* execute()'s answer when the reply comes later (continue_seek()). */
 #define REPLY_LATER (-1)
 
@@ -789,6 +788,7 @@ static int reply_ok(const struct sf_ctl_request *req, const char *body, int n, c
 	return snprintf(buf, len, "{\"id\":%llu,%s", (unsigned long long)req->id, body + 1);
 }
 
+/* Execute a validated request; the reply goes into buf. */
 static int execute(struct supervisor *S, const struct sf_ctl_request *req, char *buf, size_t len)
 {
 	char tmp[SF_CTL_MAX_REPLY];

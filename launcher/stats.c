@@ -57,6 +57,7 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 	s->producers = g->max_producers;
 	s->ended = g->ranks > 0;
 	for (uint32_t r = 0; r < g->ranks; r++) {
+		const struct sf_participant *cp = &a->participants[g->max_producers + r];
 		struct sf_stats_rank one = {0};
 		uint64_t next = sf__ring_next_step(a, r);
 		int32_t pid;
@@ -88,13 +89,11 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 		one.next_step = next;
 		/* A negative pid is a hold without a role (a control seek in progress), no
 		 * consumer: 0. */
-		pid = atomic_load_explicit(&a->participants[g->max_producers + r].pid,
-					   memory_order_relaxed);
+		pid = atomic_load_explicit(&cp->pid, memory_order_relaxed);
 		one.consumer_pid = pid > 0 ? (uint64_t)pid : 0;
 		/* What the rank's consumers took, whatever seeks moved its ring: counted in
 		 * its entry, which every consumer of the rank adds to. */
-		s->batches += atomic_load_explicit(&a->participants[g->max_producers + r].batches,
-						   memory_order_relaxed);
+		s->batches += atomic_load_explicit(&cp->batches, memory_order_relaxed);
 		/* Relaxed: a statistics snapshot, as the slot words above. */
 		one.asleep =
 			atomic_load_explicit(&a->rings[r].ready_waiters, memory_order_relaxed) != 0;

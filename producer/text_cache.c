@@ -297,19 +297,24 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 }
 
 /*
- * A chunk that does not hold the tokens its index says. The file was checked unchanged
- * just before, so a cached index lied: it is removed, so that the next run rebuilds it,
- * and the job stops, since every offset after the chunk depends on the count.
+ * A chunk that does not hold the tokens (or documents) its index says. The file was
+ * checked unchanged just before, so a cached index lied: it is removed, so that the next
+ * run rebuilds it, and the job stops, since every offset after the chunk depends on it.
  */
-static int count_mismatch(const struct sf_dataset *ds, uint64_t chunk, uint64_t n, struct sf_err *e)
+static int index_mismatch(const struct sf_dataset *ds, uint64_t chunk, const char *what,
+			  uint64_t n, uint64_t said, struct sf_err *e)
 {
 	const struct sf_chunk *ch = &ds->chunks[chunk];
 
-	sf__err(e, SF_E_SOURCE,
-		"%s: byte %llu: the chunk holds %llu tokens but its index says %llu",
+	sf__err(e, SF_E_SOURCE, "%s: byte %llu: the chunk holds %llu %s but its index says %llu",
 		ds->text_files[ch->file].path, (unsigned long long)ch->off, (unsigned long long)n,
-		(unsigned long long)ch->n_tokens);
+		what, (unsigned long long)said);
 	return sf__text_index_lied(ds, chunk, e);
+}
+
+static int count_mismatch(const struct sf_dataset *ds, uint64_t chunk, uint64_t n, struct sf_err *e)
+{
+	return index_mismatch(ds, chunk, "tokens", n, ds->chunks[chunk].n_tokens, e);
 }
 
 /*
@@ -566,13 +571,8 @@ int sf__text_encode_chunk(struct sf_text_cache *c, uint64_t chunk, const uint32_
 		return count_mismatch(c->ds, chunk, c->own.n, e);
 	/* The same tokens in other documents (separators moved in a file whose size and
 	 * mtime stayed): its documents' lengths would be wrong. */
-	if (c->own.n_docs != ch->n_docs) {
-		sf__err(e, SF_E_SOURCE,
-			"%s: byte %llu: the chunk holds %llu documents but its index says %llu",
-			c->ds->text_files[ch->file].path, (unsigned long long)ch->off,
-			(unsigned long long)c->own.n_docs, (unsigned long long)ch->n_docs);
-		return sf__text_index_lied(c->ds, chunk, e);
-	}
+	if (c->own.n_docs != ch->n_docs)
+		return index_mismatch(c->ds, chunk, "documents", c->own.n_docs, ch->n_docs, e);
 	*ret_ids = c->own.tokens;
 	*ret_n = c->own.n;
 	*ret_n_docs = c->own.n_docs;

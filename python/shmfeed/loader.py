@@ -10,9 +10,9 @@ With dtype "native", a batch's arrays hold the batch until the next call on the 
 (next, release, load_state_dict): on CPU they are read-only, zero-copy views of shared
 memory (NumPy marks them read-only; torch tensors cannot be, so do not write to them),
 on a GPU they are the device buffer the batch was copied to, ordered on the current CUDA
-stream. With "int64" and "int32" on CPU, the tokens, document starts and sources are
-copies in two buffers that alternate: a batch stays valid while the next one is fetched,
-until the next() after that.
+stream. With "int64" and "int32", the tokens, document starts and sources are copies in
+two buffers that alternate (device tensors on a GPU): a batch stays valid while the next
+one is fetched, until the next() after that.
 
 Threads: the Loader's calls are serialized, so threads may share it (one stream of
 batches between them); a waiting next() waits in slices of 0.1 s, so that Ctrl-C
@@ -517,27 +517,27 @@ class Loader:
     def _take(self, b):
         """The Batch for what next() just returned into `b` (under the lock)."""
         k = b.buffer
+        if not self._out_count:  # native: the views of where the batch lies
+            return Batch(self._tokens[k], self._x[k], self._y[k], b.step, b.first_sample,
+                         b.digest, self._docs[k], b.wait_ns, b.provenance, b.epoch,
+                         self._meta, self._sources[k])
+        # Copies: step s in output s % 2, its document starts and sources with it.
+        kt = b.step % self._out_count
+        docs, sources = self._docs[kt], self._sources[kt]
         if self._gpu_raw is not None:
-            kt = b.step % 2
-            tok, docs, sources = self._gpu_raw[k]
+            tok, raw_docs, raw_sources = self._gpu_raw[k]
             self._tokens[kt].copy_(tok)
             if self._gpu_mask:
                 self._tokens[kt].bitwise_and_(0xFFFF)
             if docs is not None:
-                self._docs[kt].copy_(docs)
+                docs.copy_(raw_docs)
             if sources is not None:
-                self._sources[kt].copy_(sources)
-            docs, sources = self._docs[kt], self._sources[kt]
-        elif self._out_count:
-            kt = b.step % self._out_count
-            docs, sources = self._docs[kt], self._sources[kt]
+                sources.copy_(raw_sources)
+        else:  # the library widened the tokens in next()
             if docs is not None:
                 np.copyto(docs, self._slot_docs[k])
             if sources is not None:
                 np.copyto(sources, self._slot_sources[k])
-        else:
-            kt = k
-            docs, sources = self._docs[k], self._sources[k]
         return Batch(self._tokens[kt], self._x[kt], self._y[kt], b.step, b.first_sample,
                      b.digest, docs, b.wait_ns, b.provenance, b.epoch, self._meta, sources)
 
