@@ -383,7 +383,8 @@ static int parse_u64(const char *s, uint64_t *ret)
 	if (!s[0])
 		return -EINVAL;
 	for (const char *c = s; *c; c++) {
-		if (*c == '_' && c != s)
+		/* '_' groups digits (1_000), so it stands between two of them. */
+		if (*c == '_' && c != s && c[1] >= '0' && c[1] <= '9')
 			continue;
 		if (*c < '0' || *c > '9')
 			return -EINVAL;

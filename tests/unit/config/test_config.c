@@ -154,6 +154,12 @@ Test(config, wrong_types_are_rejected)
 	rejects("sources: [a]\njob: [x]\n", "job.yaml:2:6:", "'job' must be");
 	rejects("sources: [a]\nsampling: {seed: -1}\n", "job.yaml:2:18:", "unsigned integer");
 	rejects("sources: [[a]]\n", "job.yaml:1:11:", "a source must be a path or a mapping");
+	/* '_' groups digits: between two of them only (1_ and 1__0 were read as 1 and 10). */
+	rejects("sources: [a]\nbatch: {size: 1_}\n", "job.yaml:2:15:", "got '1_'");
+	rejects("sources: [a]\nbatch: {size: 1__6}\n", "job.yaml:2:15:", "got '1__6'");
+	rejects("sources: [a]\nbatch: {size: _16}\n", "job.yaml:2:15:", "got '_16'");
+	cr_assert_eq(load("sources: [a]\nbatch: {size: 1_024}\n"), 0, "%s", err.msg);
+	cr_expect_eq(cfg.batch_size, 1024);
 }
 
 Test(config, values_out_of_range_are_rejected)
