@@ -82,6 +82,27 @@ static int add_token_file(struct sf_dataset *ds, const char *path, uint32_t form
 	return 0;
 }
 
+/* A source's keys of another format would be ignored for this file: refused instead. The
+ * text field's default, "text", is on every source and so means nothing here. */
+static int keys_fit_format(const struct sf_source_config *src, const char *path,
+			   uint32_t format, struct sf_err *e)
+{
+	if (src->separator && format != SF_FMT_TEXT)
+		return sf__err(e, SF_E_CONFIG,
+			       "%s: 'separator' splits raw text (format text) into documents; "
+			       "this file is %s: drop the separator, or list the file in a "
+			       "source of its own",
+			       path, format == SF_FMT_JSONL ? "JSONL, one document a line"
+							    : "pre-tokenized");
+	if (src->text_field && strcmp(src->text_field, "text") && format != SF_FMT_JSONL)
+		return sf__err(e, SF_E_CONFIG,
+			       "%s: 'text_field' names the field of a JSONL record that holds "
+			       "the text; this file is %s: drop it, or list the file in a source "
+			       "of its own",
+			       path, format == SF_FMT_TEXT ? "raw text" : "pre-tokenized");
+	return 0;
+}
+
 static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 			const struct sf_part_plan *plan, struct sf_err *e)
 {
@@ -118,6 +139,9 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 				sf__err(e, r, "%s: cannot detect its format", paths[i]);
 				break;
 			}
+			r = keys_fit_format(src, paths[i], format, e);
+			if (r < 0)
+				break;
 			if (plan && format != SF_FMT_TEXT && format != SF_FMT_JSONL)
 				r = sf__err(e, SF_E_CONFIG,
 					    "%s: tokenize parts are cut from raw text sources",

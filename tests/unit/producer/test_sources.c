@@ -267,6 +267,38 @@ Test(sources, jsonl_missing_field)
 	expect_fail(SF_E_SOURCE, path, ":2: no field text");
 }
 
+/* A key of another format would be ignored: a separator given to tokens or to JSONL (one
+ * document a line), a text field other than the default given to raw text or tokens. */
+Test(sources, keys_of_another_format_are_refused)
+{
+	static const char j[] = "{\"text\": \"a document with some words in it\"}\n";
+	uint16_t t[40] = {0};
+	char sep[] = "\n\n", body[] = "body", text[] = "text";
+
+	cfg.encoding = "bytes";
+	put("t.bin", t, sizeof(t));
+	src.separator = sep;
+	expect_fail(SF_E_CONFIG, path, "'separator' splits raw text (format text)");
+	put("d.jsonl", j, strlen(j));
+	expect_fail(SF_E_CONFIG, path, "'separator' splits raw text (format text)");
+	src.separator = NULL;
+	src.text_field = body;
+	put("t.bin", t, sizeof(t));
+	expect_fail(SF_E_CONFIG, path, "'text_field' names the field of a JSONL record");
+	put("d.txt", j, strlen(j));
+	expect_fail(SF_E_CONFIG, path, "'text_field' names the field of a JSONL record");
+	/* The default, which every source carries, and a separator for raw text are fine. */
+	src.text_field = text;
+	src.separator = sep;
+	{
+		struct sf_dataset *ds = NULL;
+		struct sf_err e = {0};
+
+		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+		sf__dataset_close(ds);
+	}
+}
+
 static size_t zstd_bytes(void *out, size_t cap)
 {
 	static const char text[] = "{\"text\": \"a zstd compressed document of some length\"}\n";
