@@ -403,6 +403,9 @@ static int choose_dtype(struct sf_dataset *ds, const struct sf_config *cfg, stru
 	} else {
 		ds->token_bytes = 2;
 	}
+	/* Ranks read 4-byte tokens as int32: an id of 2^31 or more would be negative. */
+	if (ds->n_token_files && ds->token_bytes == 4 && !ds->id_limit)
+		ds->id_limit = SF_ID_LIMIT_INT32;
 	return 0;
 }
 
@@ -847,6 +850,14 @@ static int id_out_of_range(struct sf_builder *b, uint64_t first, const unsigned 
 				continue;
 			off = sf__builder_sample_offset(b, first + i) + j;
 			f = &ds->token_files[sf__tokens_find_file(ds, off)];
+			if (ds->id_limit == SF_ID_LIMIT_INT32)
+				return sf__err(e, SF_E_SOURCE,
+					       "%s: byte %llu: token %u does not fit the arena's "
+					       "int32 (it would read as %d)",
+					       f->path,
+					       (unsigned long long)(f->tokens_off +
+								    (off - f->start) * f->width),
+					       v, (int32_t)v);
 			return sf__err(
 				e, SF_E_SOURCE,
 				"%s: byte %llu: token %u is outside the vocabulary of %u "

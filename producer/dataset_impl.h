@@ -59,6 +59,9 @@ struct sf_chunk_share;
 struct sf_mixture;
 struct sf_file_cache;
 
+/* The ids a rank reads as int32: those below 2^31. */
+#define SF_ID_LIMIT_INT32 0x80000000u
+
 struct sf_dataset {
 	/* What the stream depends on, copied from the config. */
 	uint32_t batch;	     /* B */
@@ -119,7 +122,8 @@ struct sf_dataset {
 	/* Special tokens recognized in raw text (tokenizer.specials): none, or all. */
 	uint64_t allowed;
 	/* Pre-tokenized ids must be below this: the vocabulary size of the job's encoding
-	 * (0: not checked, for `bytes` or no encoding; see load_tokenizer()). */
+	 * (see load_tokenizer()); for `bytes` or no encoding, SF_ID_LIMIT_INT32 in an arena
+	 * of 4-byte tokens and 0 (not checked) in one of uint16. */
 	uint32_t id_limit;
 	uint64_t n_tokens;
 	uint64_t n_windows; /* samples per epoch */

@@ -670,6 +670,40 @@ Test(hardening, wide_ids_outside_the_vocabulary_are_found_too)
 	sf__dataset_close(ds);
 }
 
+/* With the default encoding (`bytes`, no vocabulary to hold ids to), an id of 2^31 or
+ * more in a 4-byte token file reached the ranks as a negative int32. */
+Test(hardening, ids_an_int32_arena_reads_as_negative_are_refused)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	int32_t header[256] = {20240801, 7, 4096};
+	uint32_t ids[4096];
+	FILE *f;
+
+	for (uint32_t i = 0; i < 4096; i++)
+		ids[i] = i == 3000 ? 0xffffffffu : i * 1000u;
+	snprintf(path, sizeof(path), "%s/a.bin", dir);
+	f = fopen(path, "wb");
+	cr_assert(f && fwrite(header, sizeof(header), 1, f) == 1 &&
+		  fwrite(ids, sizeof(ids), 1, f) == 1 && fclose(f) == 0);
+	cfg.epochs = 1;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_until_error(ds, 1000, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, path) &&
+			  strstr(e.msg, "byte 13024: token 4294967295 does not fit the arena's "
+					"int32 (it would read as -1)"),
+		  "%s", e.msg);
+	sf__dataset_close(ds);
+	/* 2^31 - 1 is the largest id an int32 holds: a whole epoch builds. */
+	ids[3000] = 0x7fffffffu;
+	f = fopen(path, "wb");
+	cr_assert(f && fwrite(header, sizeof(header), 1, f) == 1 &&
+		  fwrite(ids, sizeof(ids), 1, f) == 1 && fclose(f) == 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_until_error(ds, 1000, &e), 0, "%s", e.msg);
+	sf__dataset_close(ds);
+}
+
 /* ---- the end-of-text id of pre-tokenized sources ---- */
 
 /* An llm.c gpt-2 shard of 4096 tokens: every 10th is GPT-2's <|endoftext|> (50256), the
