@@ -181,6 +181,16 @@ static int open_llmc(struct sf_token_file *f, struct sf_err *e)
 			       "bytes) but the file ends here",
 			       f->path, f->map_len, count,
 			       (unsigned long long)hdr + (unsigned long long)count * f->width);
+	/* llm.c's loader refuses this too: shards joined by cat, or a count written short. */
+	if (f->map_len - hdr > (uint64_t)count * f->width) {
+		const unsigned long long end = hdr + (unsigned long long)count * f->width;
+
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %llu: the header announces %d tokens (%llu bytes), and "
+			       "%llu bytes follow them: shards joined into one file, or a wrong "
+			       "count",
+			       f->path, end, count, end, (unsigned long long)f->map_len - end);
+	}
 	f->tokens = h + hdr;
 	f->n_tokens = (uint64_t)count;
 	return 0;

@@ -138,6 +138,18 @@ Test(sources, llmc_truncated_tokens)
 	expect_fail(SF_E_SOURCE, path, "byte 1064: truncated: the header announces 100 tokens");
 }
 
+/* Two shards joined by cat: llm.c's loader refuses the size; the second shard's tokens
+ * were dropped without a word. */
+Test(sources, llmc_bytes_after_the_tokens)
+{
+	int32_t h[2 * (256 + 10)] = {20240520, 1, 20, [266] = 20240520, 1, 20};
+
+	put("joined.bin", h, sizeof(h));
+	expect_fail(SF_E_SOURCE, path,
+		    "byte 1064: the header announces 20 tokens (1064 bytes), and 1064 bytes "
+		    "follow them");
+}
+
 Test(sources, llmc_truncated_header)
 {
 	int32_t h[10] = {20240520, 1, 100};
