@@ -229,8 +229,10 @@ int main(int argc, char **argv)
 			static struct sf_source_config mix[3];
 			static char *tokens_path[1];
 
-			snprintf(path, sizeof(path), "%s/tokens.bin", dir);
-			tokens_path[0] = strdup(path);
+			/* Not in `path`, which the raw text sources' paths point at. */
+			tokens_path[0] = malloc(strlen(dir) + sizeof("/tokens.bin"));
+			H_CHECK(tokens_path[0], "malloc");
+			sprintf(tokens_path[0], "%s/tokens.bin", dir);
 			mix[0] = src;
 			mix[0].name = "paragraphs";
 			mix[0].weight = 500000000;
