@@ -134,6 +134,35 @@ int sf__token_format_detect(const char *path, uint32_t *ret_format)
 	return 0;
 }
 
+/*
+ * 32-bit tokens read as uint16 (a Megatron .bin whose .idx is missing, an int32 file):
+ * the high half of every id below 65,536 makes every second token 0. Text never does
+ * that over the first 2,048 tokens; a file of zeros does, and is left alone.
+ */
+static int looks_32_bit(const struct sf_token_file *f, struct sf_err *e)
+{
+	const uint32_t n = f->n_tokens < 2048 ? (uint32_t)f->n_tokens : 2048;
+	uint16_t v;
+	bool nonzero = false;
+
+	if (n < 64)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		memcpy(&v, f->tokens + 2 * (size_t)i, 2);
+		if (i % 2 && v)
+			return 0;
+		nonzero |= v != 0;
+	}
+	if (!nonzero)
+		return 0;
+	return sf__err(e, SF_E_SOURCE,
+		       "%s: every second uint16 token of the first %u is 0, as in 32-bit "
+		       "tokens: a Megatron .bin whose .idx is missing, or a file of int32 ids "
+		       "(a .bin without an .idx beside it or an llm.c header is read as "
+		       "nanoGPT's uint16)",
+		       f->path, n);
+}
+
 static int open_nanogpt(struct sf_token_file *f, struct sf_err *e)
 {
 	if (f->map_len % 2)
@@ -144,7 +173,7 @@ static int open_nanogpt(struct sf_token_file *f, struct sf_err *e)
 	f->tokens = f->map;
 	f->width = 2;
 	f->n_tokens = f->map_len / 2;
-	return 0;
+	return looks_32_bit(f, e);
 }
 
 static int open_llmc(struct sf_token_file *f, struct sf_err *e)

@@ -87,6 +87,34 @@ Test(sources, nanogpt_odd_size)
 	expect_fail(SF_E_SOURCE, path, "byte 78: truncated");
 }
 
+/* A Megatron .bin of int32 tokens without its .idx is a headerless .bin, read as
+ * nanoGPT's uint16: every second token 0. It was trained on. */
+Test(sources, nanogpt_file_of_32_bit_tokens)
+{
+	uint32_t t[4096];
+	uint16_t u[4096];
+
+	for (uint32_t i = 0; i < 4096; i++)
+		t[i] = 400 + i % 50;
+	put("int32.bin", t, sizeof(t));
+	expect_fail(SF_E_SOURCE, path, "every second uint16 token of the first 2048 is 0");
+	/* uint16 tokens with zeros among them, and a file of zeros, are tokens as before. */
+	for (uint32_t i = 0; i < 4096; i++)
+		u[i] = i % 2 ? (uint16_t)(i % 3 ? 0 : 7) : (uint16_t)(400 + i % 50);
+	put("zeros_among.bin", u, sizeof(u));
+	{
+		struct sf_dataset *ds = NULL;
+		struct sf_err e = {0};
+
+		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+		sf__dataset_close(ds);
+		memset(u, 0, sizeof(u));
+		put("zeros.bin", u, sizeof(u));
+		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+		sf__dataset_close(ds);
+	}
+}
+
 Test(sources, llmc_wrong_magic)
 {
 	int32_t h[256 + 20] = {12345, 1, 20};
