@@ -27,6 +27,7 @@
 #include "producer/tokenizer/tokenizer.h"
 #include "launcher/launcher.h"
 #include "producer/producer.h"
+#include "producer/source/paths.h"
 
 /* The bytes of `path`, a regular file, else 0; counts it in *files. */
 static unsigned long long file_bytes(const char *path, size_t *files)
@@ -37,6 +38,24 @@ static unsigned long long file_bytes(const char *path, size_t *files)
 		return 0;
 	(*files)++;
 	return (unsigned long long)sb.st_size;
+}
+
+/* The formats of a path's files, as `run` will read them: ", megatron", or ", nanogpt 2,
+ * llmc 1" where they differ (format auto goes by each file's name and header). */
+static void print_formats(const size_t of_format[SF_FMT_JSONL + 1])
+{
+	unsigned kinds = 0;
+
+	for (uint32_t f = SF_FMT_NANOGPT; f <= SF_FMT_JSONL; f++)
+		kinds += of_format[f] != 0;
+	for (uint32_t f = SF_FMT_NANOGPT; f <= SF_FMT_JSONL; f++) {
+		if (!of_format[f])
+			continue;
+		printf(", %s", sf__config_format_name(f));
+		if (kinds > 1)
+			printf(" %zu", of_format[f]);
+	}
+	putchar('\n');
 }
 
 /*
@@ -53,13 +72,18 @@ static void report_sources(const struct sf_config *cfg)
 			unsigned long long bytes = 0;
 			struct sf_err e = {0};
 			char **paths = NULL;
-			size_t n = 0, files = 0;
+			size_t n = 0, files = 0, of_format[SF_FMT_JSONL + 1] = {0};
 
 			one.paths = &src->paths[j];
 			one.n_paths = 1;
 			if (sf__source_expand(&one, &paths, &n, &e) == 0) {
 				for (size_t k = 0; k < n; k++) {
+					uint32_t format = src->format;
 					size_t had = files;
+
+					if (format != SF_FMT_AUTO ||
+					    sf__source_detect_format(paths[k], &format) == 0)
+						of_format[format <= SF_FMT_JSONL ? format : 0]++;
 
 					bytes += file_bytes(paths[k], &files);
 					if (files == had) {
@@ -79,7 +103,8 @@ static void report_sources(const struct sf_config *cfg)
 			}
 			printf("# source %u: ", i);
 			sf__config_write_text(stdout, src->paths[j]);
-			printf(": %zu file%s, %llu bytes\n", files, files == 1 ? "" : "s", bytes);
+			printf(": %zu file%s, %llu bytes", files, files == 1 ? "" : "s", bytes);
+			print_formats(of_format);
 		}
 	}
 }

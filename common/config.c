@@ -2210,6 +2210,11 @@ static void digest_data_file(XXH3_state_t *st, const char *path)
 	free(other);
 }
 
+const char *sf__config_format_name(uint32_t format)
+{
+	return format <= SF_FMT_JSONL ? format_names[format] : "?";
+}
+
 static int not_hidden(const struct dirent *d)
 {
 	return d->d_name[0] != '.';

@@ -218,6 +218,9 @@ void sf__config_write_text(FILE *out, const char *s);
 /* sf__config_free - free what sf__config_load() allocated; accepts a zeroed config. */
 void sf__config_free(struct sf_config *cfg);
 
+/* sf__config_format_name - a source format's name in a job file: "nanogpt", "megatron", ... */
+const char *sf__config_format_name(uint32_t format);
+
 /*
  * sf__config_digest - digest of the fields that decide the global token stream: sources
  * (paths, sizes and modification times), tokenizer, seq_len, mode, seed, epochs,

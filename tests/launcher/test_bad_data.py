@@ -315,6 +315,24 @@ def test_int32_megatron_data_without_a_tokenizer_gets_an_int32_arena(rt, tmp_pat
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 
+def test_check_names_the_format_auto_finds(tmp_path):
+    # A headerless .bin is nanoGPT's; one with llm.c's magic is llm.c's: check says
+    # which, per file, so that a .bin read in a way not meant is seen before run.
+    tokens = struct.pack("<4000H", *range(4000))
+    (tmp_path / "a.bin").write_bytes(tokens)
+    (tmp_path / "b.bin").write_bytes(struct.pack("<256i", 20240520, 1, 4000, *[0] * 253) +
+                                     tokens)
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f'sources: ["{tmp_path}/*.bin", "{tmp_path}/a.bin"]\n'
+                   "batch: {size: 2, seq_len: 16}\n")
+    out = check(str(cfg))
+    assert out.returncode == 0, out.stderr
+    assert f"# source 0: {tmp_path}/*.bin: 2 files, 9024 bytes, nanogpt 1, llmc 1\n" \
+        in out.stdout, out.stdout
+    assert f"# source 1: {tmp_path}/a.bin: 1 file, 8000 bytes, nanogpt\n" in out.stdout, \
+        out.stdout
+
+
 def test_check_prints_absolute_paths_and_literal_names(tmp_path, monkeypatch):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "x[1].txt").write_text("a document\n")
@@ -326,7 +344,7 @@ def test_check_prints_absolute_paths_and_literal_names(tmp_path, monkeypatch):
     where = os.path.realpath(tmp_path / "sub")
     assert f'paths: ["{where}/x[1].txt"]' in out.stdout, out.stdout
     assert f'paths: ["{where}/*.txt"]' in out.stdout, out.stdout
-    assert f"# source 0: {where}/x[1].txt: 1 file, 11 bytes" in out.stdout, out.stdout
+    assert f"# source 0: {where}/x[1].txt: 1 file, 11 bytes, text\n" in out.stdout, out.stdout
     assert f"# source 1: {where}/*.txt: 1 file, 11 bytes" in out.stdout, out.stdout
 
 
