@@ -282,16 +282,17 @@ def test_check_and_run_take_a_directory_and_a_megatron_prefix(rt, tmp_path):
     (d / "sub").mkdir()
     put_tokens(d / "sub" / "c.bin", 4096)
     megatron_pair(tmp_path / "mega")
-    for sources, files, nbytes in ((f"[{d}/]", 2, 2 * 8192),
-                                   (f"[{{paths: {tmp_path}/mega, format: megatron}}]", 2,
-                                    8192 + 34 + 12 + 16),
-                                   (f"[{tmp_path}/mega]", 2, 8192 + 34 + 12 + 16)):
+    for sources, files, nbytes, fmt in ((f"[{d}/]", 2, 2 * 8192, "nanogpt"),
+                                        (f"[{{paths: {tmp_path}/mega, format: megatron}}]", 2,
+                                         8192 + 34 + 12 + 16, "megatron"),
+                                        (f"[{tmp_path}/mega]", 2, 8192 + 34 + 12 + 16,
+                                         "megatron")):
         cfg = write_config(tmp_path, sources)
         for strict in ([], ["--strict"]):
             out = subprocess.run([SHMFEED, "check", cfg, *strict], capture_output=True,
                                  text=True, timeout=20)
             assert out.returncode == 0, out.stderr
-            assert f": {files} files, {nbytes} bytes\n" in out.stdout, out.stdout
+            assert f": {files} files, {nbytes} bytes, {fmt}\n" in out.stdout, out.stdout
             assert "# batch.dtype auto: the arena holds uint16 tokens\n" in out.stdout
         job = job_name("dir")
         ran = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 3))
@@ -327,7 +328,7 @@ def test_check_names_the_format_auto_finds(tmp_path):
                    "batch: {size: 2, seq_len: 16}\n")
     out = check(str(cfg))
     assert out.returncode == 0, out.stderr
-    assert f"# source 0: {tmp_path}/*.bin: 2 files, 9024 bytes, nanogpt 1, llmc 1\n" \
+    assert f"# source 0: {tmp_path}/*.bin: 2 files, 17024 bytes, nanogpt 1, llmc 1\n" \
         in out.stdout, out.stdout
     assert f"# source 1: {tmp_path}/a.bin: 1 file, 8000 bytes, nanogpt\n" in out.stdout, \
         out.stdout
