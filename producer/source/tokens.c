@@ -302,14 +302,26 @@ static int open_megatron(struct sf_token_file *f, const char *idx_path, struct s
 		expect += (uint64_t)len * f->width;
 	}
 	for (uint64_t d = 0; d < doc_count; d++) {
-		uint64_t s = load_u64(f->doc_idx + d * 8);
+		const uint64_t s = load_u64(f->doc_idx + d * 8);
+		const unsigned long long at = hdr + n_seqs * 12 + d * 8;
 
-		if (s < prev_doc || s > n_seqs || (d == 0 && s != 0) ||
-		    (d == doc_count - 1 && s != n_seqs))
+		if (d == 0 && s != 0)
 			return sf__err(e, SF_E_SOURCE,
-				       "%s: byte %llu: document index %llu is %llu, out of order",
-				       idx_path, (unsigned long long)(hdr + n_seqs * 12 + d * 8),
-				       (unsigned long long)d, (unsigned long long)s);
+				       "%s: byte %llu: document index 0 is %llu: the first is 0",
+				       idx_path, at, (unsigned long long)s);
+		if (s > n_seqs || (d == doc_count - 1 && s != n_seqs))
+			return sf__err(e, SF_E_SOURCE,
+				       "%s: byte %llu: document index %llu is %llu: %s, %llu",
+				       idx_path, at, (unsigned long long)d, (unsigned long long)s,
+				       s > n_seqs ? "past the count of sequences"
+						  : "the last is the count of sequences",
+				       (unsigned long long)n_seqs);
+		if (s < prev_doc)
+			return sf__err(e, SF_E_SOURCE,
+				       "%s: byte %llu: document index %llu is %llu: below the one "
+				       "before it, %llu",
+				       idx_path, at, (unsigned long long)d, (unsigned long long)s,
+				       (unsigned long long)prev_doc);
 		prev_doc = s;
 	}
 	if (f->map_len != expect)

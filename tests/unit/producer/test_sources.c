@@ -223,6 +223,40 @@ static void put_megatron(const char *magic, uint8_t dtype, uint64_t bin_tokens, 
 	put("m.idx", idx, idx_cut ? idx_cut : n);
 }
 
+/* The pair of put_megatron() with its document indices (0, 1, 2) set to `docs`. */
+static void put_megatron_docs(uint64_t d0, uint64_t d1, uint64_t d2)
+{
+	const uint64_t docs[3] = {d0, d1, d2};
+	FILE *f;
+
+	put_megatron("MMIDIDX\0\0", 8, 32, 0);
+	f = fopen(path, "r+b");
+	cr_assert(f && fseek(f, 34 + 8 + 16, SEEK_SET) == 0 && fwrite(docs, 8, 3, f) == 3);
+	cr_assert_eq(fclose(f), 0);
+}
+
+/* Each rule of the document index has its own words ("out of order" said them all). */
+Test(sources, megatron_document_index_rules)
+{
+	put_megatron_docs(1, 1, 2);
+	expect_fail(SF_E_SOURCE, "m.idx", "byte 58: document index 0 is 1: the first is 0");
+	put_megatron_docs(0, 1, 1);
+	expect_fail(SF_E_SOURCE, "m.idx",
+		    "byte 74: document index 2 is 1: the last is the count of sequences, 2");
+	put_megatron_docs(0, 3, 2);
+	expect_fail(SF_E_SOURCE, "m.idx",
+		    "byte 66: document index 1 is 3: past the count of sequences, 2");
+	put_megatron_docs(0, 2, 2);
+	{
+		struct sf_dataset *ds = NULL;
+		struct sf_err e = {0};
+
+		/* An empty document (two equal indices) is allowed, as Megatron writes it. */
+		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+		sf__dataset_close(ds);
+	}
+}
+
 Test(sources, megatron_wrong_magic)
 {
 	put_megatron("MMIDIDY\0\0", 8, 32, 0);
