@@ -5,6 +5,7 @@
  * pairs joined (a lone surrogate is an error, as it cannot be written in UTF-8).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -276,6 +277,23 @@ static int parse_array(struct parser *p)
 }
 
 /* Parse an object; at depth 1 look for member `field` and unescape it into `out`. */
+/*
+ * Whether the name at `key_at`, written with escapes, decodes to `field` (of `flen`
+ * bytes, its decoded length): Python's json.dumps escapes every non-ASCII character of
+ * a key. Names of more than 256 bytes are compared only as written.
+ */
+static bool escaped_name_is(const struct parser *p, size_t key_at, const char *field,
+			    size_t flen)
+{
+	struct parser q = *p;
+	char name[256];
+
+	if (flen > sizeof(name))
+		return false;
+	q.i = key_at - 1;
+	return parse_string(&q, name, NULL) == 0 && !memcmp(name, field, flen);
+}
+
 static int parse_object(struct parser *p, const char *field, char *out, size_t *ret_len,
 			int *ret_found)
 {
@@ -297,9 +315,9 @@ static int parse_object(struct parser *p, const char *field, char *out, size_t *
 		key_at = p->i + 1;
 		if (parse_string(p, NULL, &key_len) < 0)
 			return -1;
-		/* A name with escapes never matches: configured field names are plain. */
-		match = field && key_len == flen && p->i - 1 - key_at == flen &&
-			!memcmp(p->s + key_at, field, flen);
+		match = field && key_len == flen &&
+			(p->i - 1 - key_at == flen ? !memcmp(p->s + key_at, field, flen)
+						   : escaped_name_is(p, key_at, field, flen));
 		skip_ws(p);
 		if (p->i >= p->n || p->s[p->i] != ':')
 			return fail(p, "expected ':'");

@@ -50,7 +50,29 @@ Test(json, reports_shape_problems)
 	cr_expect_eq(field("[1,2]", "text", out, &len, &at), SF_JSON_NOT_OBJECT);
 	cr_expect_eq(field("{\"body\":\"x\"}", "text", out, &len, &at), SF_JSON_NO_FIELD);
 	cr_expect_eq(field("{\"text\":[\"x\"]}", "text", out, &len, &at), SF_JSON_NOT_STRING);
-	cr_expect_eq(field("{\"te\\u0078t\":\"x\"}", "text", out, &len, &at), SF_JSON_NO_FIELD);
+	cr_expect_eq(field("{\"te\\u0078\":\"x\"}", "text", out, &len, &at), SF_JSON_NO_FIELD);
+}
+
+/* A name is its value, escaped or not: Python's json.dumps escapes every non-ASCII
+ * character of a key ({"\u5185\u5bb9": ...} for a field named 内容). */
+Test(json, escaped_names_match_their_value)
+{
+	char out[64];
+	size_t len, at;
+
+	cr_assert_eq(field("{\"te\\u0078t\":\"x\"}", "text", out, &len, &at), SF_JSON_OK);
+	cr_expect(len == 1 && out[0] == 'x');
+	cr_assert_eq(field("{\"\\u5185\\u5bb9\":\"yes\",\"text\":\"no\"}",
+			   "\xe5\x86\x85\xe5\xae\xb9", out, &len, &at),
+		     SF_JSON_OK);
+	cr_expect(len == 3 && !memcmp(out, "yes", 3));
+	/* Same decoded length, other bytes; and a longer escaped name. */
+	cr_expect_eq(field("{\"te\\u0079t\":\"x\"}", "text", out, &len, &at), SF_JSON_NO_FIELD);
+	cr_expect_eq(field("{\"text\\u0020\":\"x\"}", "text", out, &len, &at), SF_JSON_NO_FIELD);
+	/* The value found first stays when a later escaped name does not match. */
+	cr_assert_eq(field("{\"text\":\"kept\",\"t\\u0065xu\":\"x\"}", "text", out, &len, &at),
+		     SF_JSON_OK);
+	cr_expect(len == 4 && !memcmp(out, "kept", 4));
 }
 
 Test(json, rejects_invalid_json_with_position)
