@@ -62,7 +62,12 @@ static int jsonl_decode(struct sf_doc_walk *w, const char *p, size_t n, const ch
 		*ret_len = len;
 		return 1;
 	}
-	if (r == SF_JSON_INVALID)
+	if (r == SF_JSON_INVALID && n - i >= 3 && !memcmp(p + i, "\xef\xbb\xbf", 3))
+		r = bad_record(w, e,
+			       "a UTF-8 byte order mark (EF BB BF), which JSON does not allow: "
+			       "remove it",
+			       "", i + 1);
+	else if (r == SF_JSON_INVALID)
 		r = bad_record(w, e, "invalid JSON: ", what, at + 1);
 	else if (r == SF_JSON_NOT_OBJECT)
 		r = bad_record(w, e, "not a JSON object", "", 0);

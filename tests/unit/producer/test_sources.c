@@ -373,6 +373,16 @@ Test(sources, keys_of_another_format_are_refused)
 	}
 }
 
+/* A byte order mark, which editors on Windows write, was "invalid JSON: invalid number". */
+Test(sources, jsonl_byte_order_mark_is_named)
+{
+	static const char j[] = "\xef\xbb\xbf{\"text\": \"a document with some words in it\"}\n";
+
+	cfg.encoding = "bytes";
+	put("bom.jsonl", j, strlen(j));
+	expect_fail(SF_E_SOURCE, path, ":1: column 1: a UTF-8 byte order mark (EF BB BF)");
+}
+
 static size_t zstd_bytes(void *out, size_t cap)
 {
 	static const char text[] = "{\"text\": \"a zstd compressed document of some length\"}\n";
