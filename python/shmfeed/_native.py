@@ -1,6 +1,6 @@
 """The ctypes binding of libshmfeed.so: the library lookup, mirrors of the public
 structs of include/shmfeed/shmfeed.h (their layout is pinned there by _Static_assert and
-compared with these mirrors by tests/python/test_abi.py), and the prototypes."""
+compared with these mirrors by tests/python/test_loader.py), and the prototypes."""
 
 import ctypes
 import os

@@ -67,6 +67,13 @@ def _error(code, message):
     return (JobGone if code == N.SF_E_JOB_GONE else Error)(code, message)
 
 
+def _state_before(meta, step, epoch, provenance):
+    """The resume state of a rank just before its batch of `step` was delivered."""
+    G, digest, rank, world_size = meta
+    return {"samples": step * G, "epoch": epoch, "config_digest": digest,
+            "provenance": provenance, "step": step, "rank": rank, "world_size": world_size}
+
+
 class Batch:
     """One step of one rank: `tokens` [B, T+1], `x` = tokens[:, :-1], `y` = tokens[:, 1:],
     `step`, `first_sample` (global index of row 0), `digest` (XXH3-64 of the token bytes
@@ -100,10 +107,7 @@ class Batch:
     @property
     def state(self):
         """The state_dict() of the Loader just before this batch was delivered."""
-        G, digest, rank, world_size = self._meta
-        return {"samples": self.step * G, "epoch": self._epoch, "config_digest": digest,
-                "provenance": self._provenance, "step": self.step, "rank": rank,
-                "world_size": world_size}
+        return _state_before(self._meta, self.step, self._epoch, self._provenance)
 
     def __repr__(self):
         return (f"Batch(step={self.step}, first_sample={self.first_sample}, "
@@ -117,6 +121,7 @@ _RANK_MAX = 2**31 - 1
 _U64_MAX = 2**64 - 1
 _TIMEOUT_MAX_S = (2**31 - 1) / 1000
 _SLICE_MS = 100  # a waiting next() returns to Python this often
+_NO_STEP = 2**64 - 1  # in Loader._batch.step: no batch taken from the library undelivered
 
 
 def _checked_int(what, value, lo, hi):
@@ -155,7 +160,7 @@ def _timeout_ms(timeout):
     if not 0 <= t <= _TIMEOUT_MAX_S:
         raise ValueError(f"shmfeed: timeout={timeout!r} is out of range 0..{_TIMEOUT_MAX_S} "
                          "seconds (None waits forever)")
-    return int(t * 1000)
+    return math.ceil(t * 1000)  # a timeout under 1 ms waits 1 ms, not none
 
 
 class _Attachment:
@@ -243,8 +248,17 @@ class Loader:
                  timeout=None, numpy=False, dtype="int64"):
         self._h = None
         self._owner = None
-        self._lock = threading.Lock()  # one C call on the handle at a time
+        # One C call on the handle at a time. Re-entrant: a signal handler that runs
+        # inside next() (a SIGTERM handler saving a checkpoint) may call state_dict() or
+        # close(), and a plain lock would wait for itself there for good.
+        self._lock = threading.RLock()
         self._closing = False
+        self._in_next = None  # the thread inside next()'s lock, for a close() from it
+        # A batch taken and wrapped for the caller, whose next() was then interrupted (a
+        # KeyboardInterrupt at its lock's release) before it returned: the next call
+        # returns it. One the library gave whose wrapping was interrupted stays in
+        # self._batch (its step is not _NO_STEP) instead.
+        self._undelivered = None
         if dtype not in ("int64", "int32", "native"):
             raise ValueError(f"shmfeed.Loader: dtype={dtype!r} is not one of 'int64', "
                              "'int32', 'native'")
@@ -320,6 +334,7 @@ class Loader:
         self.seq_len = info.seq_tokens - 1
         self._timeout_ms = timeout_ms
         self._batch = N.Batch()
+        self._batch.step = _NO_STEP
         self._batch_ref = ctypes.byref(self._batch)
         self._next = self._lib.sf_consumer_next
         self._stream = 0
@@ -489,30 +504,59 @@ class Loader:
     def next(self, timeout=None):
         """The next batch; releases the previous one. Raises Error (SF_E_END at the end of
         the data, SF_E_TIMEOUT after `timeout` seconds, default: the Loader's), or JobGone
-        when the job's launcher died."""
+        when the job's launcher died. A KeyboardInterrupt (or another exception a signal
+        handler raises) inside next() loses no batch: the next call returns the batch
+        the interrupted one had taken, and state_dict() meanwhile counts it as not
+        delivered."""
         ms = self._timeout_ms if timeout is None else _timeout_ms(timeout)
         left, deadline = 0, None  # the first call does not wait: most batches are ready
         while True:
-            with self._lock:
-                if self._h is None or self._closing:
-                    self._raise_closed("next")
-                if self._gpu:
-                    self._sync_stream()
-                r = self._next(self._h, left, self._batch_ref)
-                if not r:
-                    return self._take(self._batch)
-                if ms == 0 or r not in (N.SF_E_AGAIN, N.SF_E_TIMEOUT):
-                    self._raise(r)
-                # Not ready: wait in slices. Python runs signal handlers (Ctrl-C) only
-                # between C calls, and a close() from another thread takes the lock
-                # between them.
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = math.inf if ms < 0 else now + ms / 1000
-                elif now >= deadline:
-                    self._raise(r)
-                left = _SLICE_MS if deadline == math.inf else \
-                    max(1, min(_SLICE_MS, math.ceil((deadline - now) * 1000)))
+            batch = None
+            try:
+                with self._lock:
+                    self._in_next = threading.get_ident()
+                    try:
+                        if self._h is None or self._closing:
+                            self._raise_closed("next")
+                        if self._undelivered is not None:
+                            batch, self._undelivered = self._undelivered, None
+                            return batch
+                        if self._batch.step == _NO_STEP:
+                            if self._gpu:
+                                self._sync_stream()
+                            # An exception raised as this call returns (a signal handled
+                            # then) leaves the batch it took in self._batch.
+                            r = self._next(self._h, left, self._batch_ref)
+                            if r:
+                                self._batch.step = _NO_STEP
+                                if r not in (N.SF_E_AGAIN, N.SF_E_TIMEOUT):
+                                    self._raise(r)
+                                if ms == 0:  # timeout=0: nothing ready now
+                                    self._raise_timeout(ms)
+                                # Not ready: wait in slices. Python runs signal handlers
+                                # (Ctrl-C) only between C calls, and a close() from
+                                # another thread takes the lock between them.
+                                now = time.monotonic()
+                                if deadline is None:
+                                    deadline = math.inf if ms < 0 else now + ms / 1000
+                                elif now >= deadline:
+                                    self._raise_timeout(ms)
+                                left = _SLICE_MS if deadline == math.inf else \
+                                    max(1, min(_SLICE_MS, math.ceil((deadline - now) * 1000)))
+                                continue
+                        batch = self._take(self._batch)
+                        self._batch.step = _NO_STEP
+                        return batch
+                    finally:
+                        self._in_next = None
+                        if self._closing and self._h is not None:
+                            self._teardown()  # close() was called from inside next()
+            except BaseException:
+                # Interrupted after wrapping a batch, as the lock was let go: keep it for
+                # the next call (which may be another thread's).
+                if batch is not None and self._undelivered is None:
+                    self._undelivered = batch
+                raise
 
     def _take(self, b):
         """The Batch for what next() just returned into `b` (under the lock)."""
@@ -549,6 +593,10 @@ class Loader:
                 self._raise(r)
             self._stream = s
 
+    def _raise_timeout(self, ms):
+        raise _error(N.SF_E_TIMEOUT, f"shmfeed: job '{self.job}' rank {self.rank}: no batch "
+                     f"within {ms / 1000:g} s (step {self.counters()['next_step']})")
+
     def _raise_closed(self, what):
         raise Error(N.SF_E_STATE, f"shmfeed: job '{getattr(self, 'job', '?')}' rank "
                     f"{getattr(self, 'rank', '?')}: {what}() on a closed Loader")
@@ -556,14 +604,17 @@ class Loader:
     def _raise(self, code):
         msg = self._lib.sf_consumer_errmsg(self._h).decode() if self._h else ""
         rank = getattr(self, "rank", self._info.global_rank)  # not set during attach
-        raise _error(code, f"shmfeed: job '{self.job}' rank {rank}: "
-                    f"{msg or N.strerror(code)}")
+        if not msg.startswith(f"rank {rank}"):  # most of the library's messages name it
+            msg = f"rank {rank}: {msg or N.strerror(code)}"
+        raise _error(code, f"shmfeed: job '{self.job}' {msg}")
 
     def release(self):
         """Release the batch held (its arrays may then show another batch)."""
         with self._lock:
             if self._h is None:
                 self._raise_closed("release")
+            if self._undelivered is not None or self._batch.step != _NO_STEP:
+                return  # the batch held was never delivered (see next()): keep it
             r = self._lib.sf_consumer_release(self._h)
             if r < 0:
                 self._raise(r)
@@ -578,6 +629,11 @@ class Loader:
         with self._lock:
             if self._h is None:
                 self._raise_closed("state_dict")
+            if self._undelivered is not None:  # see next(): batches not delivered yet
+                return self._undelivered.state
+            if self._batch.step != _NO_STEP:
+                b = self._batch
+                return _state_before(self._meta, b.step, b.epoch, b.provenance)
             self._lib.sf_consumer_state(self._h, ctypes.byref(st))
         G = self.batch_size * self.world_size
         return {"samples": st.samples, "epoch": st.epoch, "config_digest": st.config_digest,
@@ -607,6 +663,9 @@ class Loader:
             if self._h is None:
                 self._raise_closed("load_state_dict")
             r = self._lib.sf_consumer_seek(self._h, ctypes.byref(st))
+            if r == 0:
+                self._undelivered = None
+                self._batch.step = _NO_STEP
         if r == N.SF_E_DIGEST and state.get("world_size") not in (None, self.world_size):
             # A state of another world size resumes only with the same global batch, which
             # the config digest covers (world_size x batch.size, not either alone).
@@ -664,10 +723,16 @@ class Loader:
         and another Loader of the rank is refused. Closing twice does nothing. A next()
         waiting in another thread raises Error (SF_E_STATE) within one slice."""
         self._closing = True
+        if self._in_next == threading.get_ident():
+            return  # from a signal handler inside next(), which tears down as it leaves
         with self._lock:
-            self._owner = self._h = None
-            self._tokens = self._x = self._y = self._docs = self._gpu_raw = None
-            self._slot_docs = self._slot_sources = None
+            self._teardown()
+
+    def _teardown(self):
+        self._owner = self._h = None
+        self._tokens = self._x = self._y = self._docs = self._gpu_raw = None
+        self._slot_docs = self._slot_sources = None
+        self._undelivered = None
 
     @property
     def closed(self):
@@ -675,6 +740,11 @@ class Loader:
 
     def __enter__(self):
         return self
+
+    def __reduce__(self):
+        raise TypeError("a shmfeed.Loader cannot be pickled or copied (it is an attachment "
+                        "to shared memory of this process): create the Loader in the "
+                        "process that reads it, e.g. in a DataLoader worker, not before")
 
     def __exit__(self, *exc):
         self.close()

@@ -124,3 +124,90 @@ def test_fetch_ahead_keeps_int32_tokens_and_document_starts():
                 print("ok")
             """)
             assert "ok" in out
+
+
+def test_a_signal_handler_may_call_state_dict_or_close_inside_next():
+    """The preemption pattern: a SIGTERM handler saves a checkpoint (state_dict()) or
+    closes the Loader. It runs inside next(), which held a plain lock: the handler's
+    call waited for that lock for good."""
+    for call in ("state_dict", "close"):
+        with Feed("sig-handler", producers=0) as feed:
+            out = run_case(feed, f"""
+                import signal
+                L = shmfeed.Loader(job=JOB, numpy=True)
+                got = []
+                signal.signal(signal.SIGALRM, lambda *a: got.append(L.{call}()))
+                signal.setitimer(signal.ITIMER_REAL, 0.3)
+                try:
+                    L.next(timeout=2)
+                except shmfeed.Error as e:
+                    print("raised", N.ERROR_NAMES[e.code])
+                assert len(got) == 1, got
+                if {call!r} == "state_dict":
+                    assert got[0]["step"] == 0, got
+                    assert L.state_dict() == got[0]
+                else:
+                    assert L.closed
+                print("ok")
+            """, timeout=30)
+            want = "raised SF_E_TIMEOUT" if call == "state_dict" else "raised SF_E_STATE"
+            assert want in out and "ok" in out, out
+
+
+def test_an_interrupt_inside_next_loses_no_batch():
+    """A KeyboardInterrupt raised inside next() (as Ctrl-C is, when a C call returns)
+    lost the batch that call had taken: the library had moved on, state_dict() pointed
+    past it, and the next call returned the one after. The handler raises only inside
+    the Loader's own code: an interrupt after next() returned is the caller's."""
+    with Feed("interrupts", producers=2) as feed:
+        out = run_case(feed, """
+            import signal
+            inside = {shmfeed.Loader.next.__code__, shmfeed.Loader._take.__code__}
+            def interrupt(sig, frame):
+                if frame is not None and frame.f_code in inside:
+                    raise KeyboardInterrupt
+            L = shmfeed.Loader(job=JOB, numpy=True)
+            signal.signal(signal.SIGALRM, interrupt)
+            signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+            steps, interrupts = [], 0
+            while len(steps) < 3000:
+                try:
+                    b = L.next()
+                except KeyboardInterrupt:
+                    interrupts += 1
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    # The batch the interrupted call took is not counted as delivered.
+                    assert L.state_dict()["step"] == len(steps), (L.state_dict(), len(steps))
+                    signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+                    continue
+                steps.append(b.step)
+                want = reference_tokens(0, b.step, 4, 64, 1)
+                assert (b.tokens == want).all(), f"step {b.step}: tokens"
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            assert steps == list(range(3000)), [s for i, s in enumerate(steps) if s != i][:5]
+            assert interrupts >= 20, interrupts
+            print("ok", interrupts, "interrupts")
+        """, timeout=120)
+        assert "ok" in out, out
+
+
+def test_timeouts_and_pickling_say_what_they_mean():
+    with Feed("timeouts", producers=0) as feed:
+        out = run_case(feed, """
+            import pickle
+            L = shmfeed.Loader(job=JOB, numpy=True)
+            for t in (0, 0.0004):
+                try:
+                    L.next(timeout=t)
+                except shmfeed.Error as e:
+                    assert e.code == N.SF_E_TIMEOUT, (t, e)
+                    assert "no batch within" in str(e), e
+            try:
+                pickle.dumps(L)
+            except TypeError as e:
+                assert "create the Loader in the process that reads it" in str(e), e
+            else:
+                raise AssertionError("pickled")
+            print("ok")
+        """)
+        assert "ok" in out, out
