@@ -170,7 +170,8 @@ struct sf_slot {
 	uint64_t step;
 	uint64_t checksum; /* xxh3-64 of the payload's first `length` bytes (0 without
 			    * SF_ARENA_F_CHECKSUM) */
-	uint64_t first_sample;
+	uint64_t first_sample; /* global index of the batch's first sample; in an end marker
+				* (length 0), the samples of the whole finite job */
 	uint64_t fill_ns;  /* CLOCK_MONOTONIC when published */
 	uint32_t length;   /* payload bytes written */
 	uint32_t producer; /* participant index that filled it */

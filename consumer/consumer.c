@@ -71,6 +71,7 @@ struct sf_consumer {
 	uint32_t me;	      /* participant index: max_producers + rank */
 	uint32_t global_rank; /* rank_base + rank */
 	uint32_t ended;	      /* an end marker was met; cleared by seek */
+	uint64_t end_step;    /* the first step past a finite job's data, from its end marker */
 	uint64_t step;	      /* the next step to claim */
 	uint64_t token_bytes; /* B * (T+1) * token size: what is digested and copied */
 	uint64_t doc_off;     /* where the document starts begin in a payload */
@@ -529,6 +530,19 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
  * and the device state are the parent's, so the child may only let go of its copy. Every
  * call that would act on them refuses; detach only unmaps.
  */
+/* The end of a finite job's data, met at step c->step (past it after a seek). */
+static int data_ended(struct sf_consumer *c)
+{
+	if (c->step > c->end_step)
+		return sf__err(&c->err, SF_E_END,
+			       "rank %u: the data ended at step %llu, before step %llu (the job's "
+			       "steps are 0..%llu)",
+			       c->global_rank, (unsigned long long)c->end_step,
+			       (unsigned long long)c->step, (unsigned long long)c->end_step - 1);
+	return sf__err(&c->err, SF_E_END, "rank %u: the data ended at step %llu", c->global_rank,
+		       (unsigned long long)c->step);
+}
+
 static int refuse_inherited(struct sf_consumer *c)
 {
 	return sf__err(&c->err, SF_E_STATE,
@@ -714,8 +728,7 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	if (r < 0)
 		return r;
 	if (c->ended)
-		return sf__err(&c->err, SF_E_END, "rank %u: the data ended at step %llu",
-			       c->global_rank, (unsigned long long)c->step);
+		return data_ended(c);
 	if (c->step >= sf__arena_step_limit(&h->geo))
 		return sf__err(&c->err, SF_E_RANGE,
 			       "rank %u: step %llu is out of range: this job's steps are 0..%llu",
@@ -758,10 +771,10 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	}
 	if (s->length == 0) {
 		/* The producers' end marker: every epoch asked for was delivered. */
+		c->end_step = s->first_sample / ((uint64_t)h->geo.batch * h->geo.world_size);
 		sf__consumer_release(a, c->rank, s);
 		c->ended = 1;
-		return sf__err(&c->err, SF_E_END, "rank %u: the data ended at step %llu",
-			       c->global_rank, (unsigned long long)c->step);
+		return data_ended(c);
 	}
 	payload = sf__arena_payload(a, c->rank, (uint32_t)(c->step % K));
 	b.step = c->step;

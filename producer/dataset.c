@@ -1072,8 +1072,10 @@ int sf__builder_fill(struct sf_builder *b, uint32_t rank, uint64_t step, void *p
 		return sf__err(e, SF_E_RANGE, "rank %u out of range (world size %u)", rank,
 			       ds->world_size);
 	if (step >= ds->n_steps) {
+		/* An end marker: it carries the job's samples, so that a rank that sought
+		 * past the end can say where the end is. */
 		*ret_len = 0;
-		*ret_first_sample = first;
+		*ret_first_sample = ds->n_steps * G;
 		return 0;
 	}
 	/* Every file again at the first batch of each epoch this builder reaches. */

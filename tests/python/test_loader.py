@@ -167,6 +167,14 @@ def test_iteration_stops_at_the_end_of_data():
             with pytest.raises(shmfeed.Error) as e:
                 L.next()
             assert e.value.code == N.SF_E_END
+            assert "the data ended at step 3" in str(e.value), e.value
+            # A resume state past the end: where the end is, not where the rank is.
+            L.load_state_dict(dict(L.state_dict(), samples=1000 * 4))
+            with pytest.raises(shmfeed.Error) as e:
+                L.next()
+            assert e.value.code == N.SF_E_END
+            assert "the data ended at step 3, before step 1000 (the job's steps are 0..2)" \
+                in str(e.value), e.value
 
 
 def test_environment_defaults(monkeypatch):

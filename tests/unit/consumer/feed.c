@@ -85,9 +85,11 @@ static void producer_run(struct feed *f, uint32_t index)
 		uint32_t g = fill.global_rank;
 		uint32_t len = feed_fill(f, g, fill.step, fill.payload);
 
+		/* An end marker carries the job's samples, as the real producers' do. */
 		sf__producer_publish(a, index, &fill, len,
-				     fill.step * f->geo.batch * f->geo.world_size +
-					     (uint64_t)g * f->geo.batch);
+				     (len ? fill.step : f->opt.steps) * f->geo.batch *
+						     f->geo.world_size +
+					     (len ? (uint64_t)g * f->geo.batch : 0));
 	}
 	sf__participant_unregister(a, index);
 	_exit(0);
