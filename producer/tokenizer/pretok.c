@@ -328,6 +328,20 @@ const char *sf__pretok_pattern(int pretok)
 	}
 }
 
+/* The same splits as written by tiktoken_ext/openai_public.py today, with possessive
+ * quantifiers ("equivalent, but executes faster", its comment says): a pattern copied
+ * from there gets the scanner too. */
+static const struct {
+	const char *pattern;
+	int pretok;
+} pattern_aliases[] = {
+	{"'(?:[sdmt]|ll|ve|re)| ?\\p{L}++| ?\\p{N}++| ?[^\\s\\p{L}\\p{N}]++|\\s++$|\\s+(?!\\S)|\\s",
+	 SF_PRETOK_R50K},
+	{"'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}++|\\p{N}{1,3}+| "
+	 "?[^\\s\\p{L}\\p{N}]++[\\r\\n]*+|\\s++$|\\s*[\\r\\n]|\\s+(?!\\S)|\\s",
+	 SF_PRETOK_CL100K},
+};
+
 int sf__pretok_preset(const char *pattern)
 {
 	int p;
@@ -335,5 +349,8 @@ int sf__pretok_preset(const char *pattern)
 	for (p = SF_PRETOK_R50K; p <= SF_PRETOK_O200K; p++)
 		if (!strcmp(pattern, sf__pretok_pattern(p)))
 			return p;
+	for (size_t i = 0; i < sizeof(pattern_aliases) / sizeof(pattern_aliases[0]); i++)
+		if (!strcmp(pattern, pattern_aliases[i].pattern))
+			return pattern_aliases[i].pretok;
 	return 0;
 }
