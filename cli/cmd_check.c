@@ -23,6 +23,7 @@
 #include "common/arena.h"
 #include "common/config.h"
 #include "common/cpus.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "producer/tokenizer/tokenizer.h"
 #include "launcher/launcher.h"
@@ -87,10 +88,10 @@ static void report_sources(const struct sf_config *cfg)
 
 					bytes += file_bytes(paths[k], &files);
 					if (files == had) {
-						char *bin = NULL, *idx = NULL;
+						char *bin = sf__megatron_file(paths[k], ".bin"),
+						     *idx = sf__megatron_file(paths[k], ".idx");
 
-						if (asprintf(&bin, "%s.bin", paths[k]) >= 0 &&
-						    asprintf(&idx, "%s.idx", paths[k]) >= 0) {
+						if (bin && idx) {
 							bytes += file_bytes(bin, &files);
 							bytes += file_bytes(idx, &files);
 						}

@@ -11,6 +11,7 @@
 #include <glob.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include "common/arena.h"
 #include "common/config.h"
 #include "common/cpus.h"
+#include "common/io.h"
 
 /* A job file is a few hundred bytes; anything far larger is a mistake. */
 #define CONFIG_MAX_BYTES (1u << 20)
@@ -2189,25 +2191,25 @@ static void digest_file(XXH3_state_t *st, const char *path)
  * beside an .idx, both for a prefix that names no file itself. */
 static void digest_data_file(XXH3_state_t *st, const char *path)
 {
-	size_t n = strlen(path);
-	char *other = malloc(n + 5);
+	const size_t n = strlen(path);
+	const bool bin = n > 4 && !strcmp(path + n - 4, ".bin"),
+		   idx = n > 4 && !strcmp(path + n - 4, ".idx");
 	struct stat sb;
 
 	digest_file(st, path);
-	if (!other)
+	if (!bin && !idx && stat(path, &sb) == 0)
 		return;
-	if (n > 4 && (!strcmp(path + n - 4, ".bin") || !strcmp(path + n - 4, ".idx"))) {
-		memcpy(other, path, n - 4);
-		strcpy(other + n - 4, strcmp(path + n - 4, ".bin") ? ".bin" : ".idx");
-		if (stat(other, &sb) == 0)
+	for (int k = 0; k < 2; k++) {
+		const char *ext = k ? ".idx" : ".bin";
+		char *other;
+
+		if ((bin && !k) || (idx && k))
+			continue; /* the file itself, digested above */
+		other = sf__megatron_file(path, ext);
+		if (other && ((!bin && !idx) || stat(other, &sb) == 0))
 			digest_file(st, other);
-	} else if (stat(path, &sb) != 0) {
-		sprintf(other, "%s.bin", path);
-		digest_file(st, other);
-		sprintf(other, "%s.idx", path);
-		digest_file(st, other);
+		free(other);
 	}
-	free(other);
 }
 
 const char *sf__config_format_name(uint32_t format)

@@ -96,3 +96,17 @@ int sf__rename_pair(const char *data_tmp, const char *data, const char *index_tm
 	close(dir);
 	return 0;
 }
+
+char *sf__megatron_file(const char *path, const char *ext)
+{
+	size_t n = strlen(path);
+	char *p = malloc(n + strlen(ext) + 1);
+
+	if (!p)
+		return NULL;
+	if (n >= 4 && (!strcmp(path + n - 4, ".bin") || !strcmp(path + n - 4, ".idx")))
+		n -= 4;
+	memcpy(p, path, n);
+	strcpy(p + n, ext);
+	return p;
+}

@@ -41,4 +41,11 @@ void sf__path_unlock(const char *path, int fd);
 int sf__rename_pair(const char *data_tmp, const char *data, const char *index_tmp,
 		    const char *index);
 
+/*
+ * sf__megatron_file - the file `ext` (".bin" or ".idx") of the Megatron pair that `path`
+ * names by its prefix or by either file: PATH.bin and PATH.idx for a prefix, the other
+ * suffix for a file. The one place of that rule. Malloc'ed; NULL when out of memory.
+ */
+char *sf__megatron_file(const char *path, const char *ext);
+
 #endif

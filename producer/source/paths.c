@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/io.h"
 #include "producer/producer.h"
 #include "producer/source/paths.h"
 #include "producer/source/tokens.h"
@@ -50,7 +51,8 @@ int sf__source_detect_format(const char *path, uint32_t *ret_format)
 	 * Any other name is a Megatron prefix or nothing auto knows: a README, a .json.gz or
 	 * a .parquet beside the shards must not be read as uint16 tokens.
 	 */
-	if (asprintf(&idx, "%s.idx", path) < 0)
+	idx = sf__megatron_file(path, ".idx");
+	if (!idx)
 		return -ENOMEM;
 	r = access(idx, F_OK);
 	free(idx);
@@ -124,12 +126,14 @@ static int expand_directory(const char *dir, char ***paths, size_t *n, size_t *c
 			break;
 		}
 		if (is_regular(full) && nlen > 4 && !strcmp(de->d_name + nlen - 4, ".idx")) {
-			strcpy(full + strlen(full) - 4, ".bin");
-			if (is_regular(full)) {
+			char *bin = sf__megatron_file(full, ".bin");
+			const bool paired = bin && is_regular(bin);
+
+			free(bin);
+			if (paired) {
 				free(full);
 				continue;
 			}
-			strcpy(full + strlen(full) - 4, ".idx");
 		}
 		if (is_regular(full))
 			r = push_path(paths, n, cap, full, strlen(full));
@@ -159,7 +163,8 @@ static bool file_identity(const char *p, struct stat *st)
 	if (!idx && stat(p, st) == 0)
 		return true;
 	/* A pair's .idx, or a prefix that names no file: the pair's .bin. */
-	if (asprintf(&bin, "%.*s.bin", (int)(strlen(p) - (idx ? 4 : 0)), p) < 0)
+	bin = sf__megatron_file(p, ".bin");
+	if (!bin)
 		return false;
 	ok = stat(bin, st) == 0 && S_ISREG(st->st_mode);
 	free(bin);

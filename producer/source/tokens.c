@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/io.h"
 #include "producer/dataset_impl.h"
 #include "producer/last_at_or_before.h"
 #include "producer/source/file_cache.h"
@@ -105,13 +106,9 @@ int sf__token_format_detect(const char *path, uint32_t *ret_format)
 		*ret_format = SF_FMT_MEGATRON;
 		return 0;
 	}
-	idx = malloc(n + 5);
+	idx = sf__megatron_file(path, ".idx");
 	if (!idx)
 		return -ENOMEM;
-	memcpy(idx, path, n + 1);
-	if (n >= 4 && !strcmp(path + n - 4, ".bin"))
-		idx[n - 4] = 0;
-	strcat(idx, ".idx");
 	r = access(idx, F_OK);
 	free(idx);
 	if (r == 0) {
@@ -223,21 +220,6 @@ static int open_llmc(struct sf_token_file *f, struct sf_err *e)
 	f->tokens = h + hdr;
 	f->n_tokens = (uint64_t)count;
 	return 0;
-}
-
-/* The path of the .idx or .bin of a Megatron pair named by prefix or either file. */
-static char *megatron_path(const char *path, const char *ext)
-{
-	size_t n = strlen(path);
-	char *p = malloc(n + 5);
-
-	if (!p)
-		return NULL;
-	memcpy(p, path, n + 1);
-	if (n >= 4 && (!strcmp(path + n - 4, ".bin") || !strcmp(path + n - 4, ".idx")))
-		p[n - 4] = 0;
-	strcat(p, ext);
-	return p;
 }
 
 static int open_megatron(struct sf_token_file *f, const char *idx_path, struct sf_err *e)
@@ -353,11 +335,11 @@ int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t form
 
 	memset(f, 0, sizeof(*f));
 	f->format = format;
-	f->path = format == SF_FMT_MEGATRON ? megatron_path(path, ".bin") : strdup(path);
+	f->path = format == SF_FMT_MEGATRON ? sf__megatron_file(path, ".bin") : strdup(path);
 	if (!f->path)
 		return sf__err(e, -ENOMEM, "out of memory");
 	if (format == SF_FMT_MEGATRON) {
-		f->idx_path = megatron_path(path, ".idx");
+		f->idx_path = sf__megatron_file(path, ".idx");
 		if (!f->idx_path) {
 			r = sf__err(e, -ENOMEM, "out of memory");
 			goto fail;
