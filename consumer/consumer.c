@@ -525,11 +525,6 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 	return 0;
 }
 
-/*
- * A handle copied into a child of fork() is its parent's: the rank's entry, the slot held
- * and the device state are the parent's, so the child may only let go of its copy. Every
- * call that would act on them refuses; detach only unmaps.
- */
 /* The end of a finite job's data, met at step c->step (past it after a seek). */
 static int data_ended(struct sf_consumer *c)
 {
@@ -543,6 +538,11 @@ static int data_ended(struct sf_consumer *c)
 		       (unsigned long long)c->step);
 }
 
+/*
+ * A handle copied into a child of fork() is its parent's: the rank's entry, the slot held
+ * and the device state are the parent's, so the child may only let go of its copy. Every
+ * call that would act on them refuses; detach only unmaps.
+ */
 static int refuse_inherited(struct sf_consumer *c)
 {
 	return sf__err(&c->err, SF_E_STATE,

@@ -59,7 +59,7 @@ static int add_token_file(struct sf_dataset *ds, const char *path, uint32_t form
 {
 	struct sf_token_file f, *nf;
 	struct sf_err why = {0};
-	int r = sf__token_file_open(&f, path, format, &why);
+	int r = sf__token_file_open(&f, path, format, src->format == SF_FMT_AUTO, &why);
 
 	if (r < 0) {
 		if (src->on_error != SF_ON_ERROR_SKIP) {

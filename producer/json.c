@@ -276,7 +276,6 @@ static int parse_array(struct parser *p)
 	}
 }
 
-/* Parse an object; at depth 1 look for member `field` and unescape it into `out`. */
 /*
  * Whether the name at `key_at`, written with escapes, decodes to `field` (of `flen`
  * bytes, its decoded length): Python's json.dumps escapes every non-ASCII character of
@@ -294,6 +293,7 @@ static bool escaped_name_is(const struct parser *p, size_t key_at, const char *f
 	return parse_string(&q, name, NULL) == 0 && !memcmp(name, field, flen);
 }
 
+/* Parse an object; at depth 1 look for member `field` and unescape it into `out`. */
 static int parse_object(struct parser *p, const char *field, char *out, size_t *ret_len,
 			int *ret_found)
 {

@@ -133,8 +133,10 @@ int sf__token_format_detect(const char *path, uint32_t *ret_format)
 
 /*
  * 32-bit tokens read as uint16 (a Megatron .bin whose .idx is missing, an int32 file):
- * the high half of every id below 65,536 makes every second token 0. Text never does
- * that over the first 2,048 tokens; a file of zeros does, and is left alone.
+ * the high half of every id below 65,536 makes every second token 0. Over the first
+ * 2,048 tokens text hardly does that (a char-level corpus of one letter a line, '\n'
+ * being id 0, does: `format: nanogpt` reads any file as given); a file of zeros does,
+ * and is left alone.
  */
 static int looks_32_bit(const struct sf_token_file *f, struct sf_err *e)
 {
@@ -155,8 +157,9 @@ static int looks_32_bit(const struct sf_token_file *f, struct sf_err *e)
 	return sf__err(e, SF_E_SOURCE,
 		       "%s: every second uint16 token of the first %u is 0, as in 32-bit "
 		       "tokens: a Megatron .bin whose .idx is missing, or a file of int32 ids "
-		       "(a .bin without an .idx beside it or an llm.c header is read as "
-		       "nanoGPT's uint16)",
+		       "(format auto reads a .bin without an .idx beside it or an llm.c "
+		       "header as nanoGPT's uint16; if these are uint16 tokens, give the "
+		       "source `format: nanogpt`)",
 		       f->path, n);
 }
 
@@ -170,7 +173,7 @@ static int open_nanogpt(struct sf_token_file *f, struct sf_err *e)
 	f->tokens = f->map;
 	f->width = 2;
 	f->n_tokens = f->map_len / 2;
-	return looks_32_bit(f, e);
+	return 0;
 }
 
 static int open_llmc(struct sf_token_file *f, struct sf_err *e)
@@ -212,10 +215,10 @@ static int open_llmc(struct sf_token_file *f, struct sf_err *e)
 		const unsigned long long end = hdr + (unsigned long long)count * f->width;
 
 		return sf__err(e, SF_E_SOURCE,
-			       "%s: byte %llu: the header announces %d tokens (%llu bytes), and "
-			       "%llu bytes follow them: shards joined into one file, or a wrong "
-			       "count",
-			       f->path, end, count, end, (unsigned long long)f->map_len - end);
+			       "%s: byte %llu: the header announces %d tokens, which end here, "
+			       "and %llu bytes follow them: shards joined into one file, or a "
+			       "wrong count",
+			       f->path, end, count, (unsigned long long)f->map_len - end);
 	}
 	f->tokens = h + hdr;
 	f->n_tokens = (uint64_t)count;
@@ -329,7 +332,7 @@ static void unmap_checked(struct sf_token_file *f)
 }
 
 int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format,
-			struct sf_err *e)
+			bool detected, struct sf_err *e)
 {
 	int r;
 
@@ -354,6 +357,8 @@ int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t form
 	switch (format) {
 	case SF_FMT_NANOGPT:
 		r = open_nanogpt(f, e);
+		if (r == 0 && detected)
+			r = looks_32_bit(f, e);
 		break;
 	case SF_FMT_LLMC:
 		r = open_llmc(f, e);

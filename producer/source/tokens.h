@@ -6,6 +6,7 @@
 #ifndef SF_PRODUCER_SOURCE_TOKENS_H
 #define SF_PRODUCER_SOURCE_TOKENS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,10 +45,12 @@ struct sf_token_file {
 
 /*
  * sf__token_file_open - open and check the token file at `path` of `format` (a Megatron
- * pair by either name or its prefix). Returns 0, or an error naming the file and byte.
+ * pair by either name or its prefix). `detected`: the format was found by format auto,
+ * not given, and a headerless file that looks like 32-bit tokens is then refused.
+ * Returns 0, or an error naming the file and byte.
  */
 int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format,
-			struct sf_err *e);
+			bool detected, struct sf_err *e);
 
 /* sf__token_file_close - free what sf__token_file_open() made. */
 void sf__token_file_close(struct sf_token_file *f);

@@ -29,6 +29,7 @@ nothing.
 """
 
 import ctypes
+import functools
 import math
 import operator
 import os
@@ -163,6 +164,19 @@ def _timeout_ms(timeout):
     return math.ceil(t * 1000)  # a timeout under 1 ms waits 1 ms, not none
 
 
+def _then_close_deferred(method):
+    """A Loader method after which a close() that a signal handler made during it takes
+    effect (close() from inside a call of the same thread only marks the Loader)."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            if self._closing:
+                self._close_deferred()
+    return call
+
+
 class _Attachment:
     """The C handle of one attached rank. The Loader and every array it hands out hold a
     reference, so the handle (its mapping of the arena, its device buffers) is detached
@@ -253,12 +267,12 @@ class Loader:
         # close(), and a plain lock would wait for itself there for good.
         self._lock = threading.RLock()
         self._closing = False
-        self._in_next = None  # the thread inside next()'s lock, for a close() from it
-        # A batch taken and wrapped for the caller, whose next() was then interrupted (a
-        # KeyboardInterrupt at its lock's release) before it returned: the next call
-        # returns it. One the library gave whose wrapping was interrupted stays in
-        # self._batch (its step is not _NO_STEP) instead.
+        # Delivery (see next()): a batch the library gave stays in self._batch (its step
+        # not _NO_STEP) until it is wrapped; a wrapped one whose next() was interrupted
+        # before it returned waits in _undelivered; one being returned is in _returning
+        # with its thread, for a signal handler's state_dict() in that instant.
         self._undelivered = None
+        self._returning = None
         if dtype not in ("int64", "int32", "native"):
             raise ValueError(f"shmfeed.Loader: dtype={dtype!r} is not one of 'int64', "
                              "'int32', 'native'")
@@ -493,70 +507,94 @@ class Loader:
     def __iter__(self):
         return self
 
-    def __next__(self):
-        try:
-            return self.next()
-        except Error as e:
-            if e.code == N.SF_E_END:
-                raise StopIteration from None
-            raise
-
-    def next(self, timeout=None):
+    def next(self, timeout=None, _iterating=False):
         """The next batch; releases the previous one. Raises Error (SF_E_END at the end of
         the data, SF_E_TIMEOUT after `timeout` seconds, default: the Loader's), or JobGone
-        when the job's launcher died. A KeyboardInterrupt (or another exception a signal
-        handler raises) inside next() loses no batch: the next call returns the batch
-        the interrupted one had taken, and state_dict() meanwhile counts it as not
-        delivered."""
+        when the job's launcher died. An exception a signal handler raises inside next()
+        (Ctrl-C's KeyboardInterrupt) loses no batch: the next call returns the batch the
+        interrupted one had taken, and state_dict() counts it as not delivered, from
+        the handler too. (One that lands after next() returned, in the caller's code, is
+        the caller's; `for batch in loader` leaves no such instant.)"""
         ms = self._timeout_ms if timeout is None else _timeout_ms(timeout)
         left, deadline = 0, None  # the first call does not wait: most batches are ready
+        me = threading.get_ident()
         while True:
             batch = None
             try:
                 with self._lock:
-                    self._in_next = threading.get_ident()
-                    try:
-                        if self._h is None or self._closing:
-                            self._raise_closed("next")
-                        if self._undelivered is not None:
-                            batch, self._undelivered = self._undelivered, None
-                            return batch
-                        if self._batch.step == _NO_STEP:
-                            if self._gpu:
-                                self._sync_stream()
-                            # An exception raised as this call returns (a signal handled
-                            # then) leaves the batch it took in self._batch.
-                            r = self._next(self._h, left, self._batch_ref)
-                            if r:
-                                self._batch.step = _NO_STEP
-                                if r not in (N.SF_E_AGAIN, N.SF_E_TIMEOUT):
-                                    self._raise(r)
-                                if ms == 0:  # timeout=0: nothing ready now
-                                    self._raise_timeout(ms)
-                                # Not ready: wait in slices. Python runs signal handlers
-                                # (Ctrl-C) only between C calls, and a close() from
-                                # another thread takes the lock between them.
-                                now = time.monotonic()
-                                if deadline is None:
-                                    deadline = math.inf if ms < 0 else now + ms / 1000
-                                elif now >= deadline:
-                                    self._raise_timeout(ms)
-                                left = _SLICE_MS if deadline == math.inf else \
-                                    max(1, min(_SLICE_MS, math.ceil((deadline - now) * 1000)))
-                                continue
+                    if self._h is None or self._closing:
+                        self._raise_closed("next")
+                    if self._undelivered is not None:
+                        batch, self._undelivered = self._undelivered, None
+                    elif self._batch.step == _NO_STEP:
+                        if self._gpu:
+                            self._sync_stream()
+                        # An exception raised as this call returns (a signal handled then)
+                        # leaves the batch it took in self._batch, wrapped by the next call.
+                        r = self._next(self._h, left, self._batch_ref)
+                        if r:
+                            self._batch.step = _NO_STEP
+                            if r == N.SF_E_END and _iterating:
+                                raise StopIteration
+                            if r not in (N.SF_E_AGAIN, N.SF_E_TIMEOUT):
+                                self._raise(r)
+                            if ms == 0:  # timeout=0: nothing ready now
+                                self._raise_timeout(ms)
+                            # Not ready: wait in slices. Python runs signal handlers
+                            # (Ctrl-C) only between C calls, and a close() from another
+                            # thread takes the lock between them.
+                            now = time.monotonic()
+                            if deadline is None:
+                                deadline = math.inf if ms < 0 else now + ms / 1000
+                            elif now >= deadline:
+                                self._raise_timeout(ms)
+                            left = _SLICE_MS if deadline == math.inf else \
+                                max(1, min(_SLICE_MS, math.ceil((deadline - now) * 1000)))
+                            continue
+                    if batch is None:
                         batch = self._take(self._batch)
                         self._batch.step = _NO_STEP
-                        return batch
-                    finally:
-                        self._in_next = None
-                        if self._closing and self._h is not None:
-                            self._teardown()  # close() was called from inside next()
+                    # No call from the wrapping to here: a signal lands before or after.
+                    self._returning = (batch, me)
+                # The lock's release above is the last place an exception can land.
+                self._returning = None
+                return batch
             except BaseException:
-                # Interrupted after wrapping a batch, as the lock was let go: keep it for
-                # the next call (which may be another thread's).
-                if batch is not None and self._undelivered is None:
-                    self._undelivered = batch
+                if batch is not None:
+                    self._keep_undelivered(batch)
                 raise
+            finally:
+                if self._closing:
+                    self._close_deferred()
+
+    # `for batch in loader`: a C-level partial between the loop and next(), so that no
+    # Python frame holds the batch after next() returned (a signal handled there would
+    # drop it); the end of the data stops the iteration.
+    __next__ = functools.partialmethod(next, None, True)
+
+    def _keep_undelivered(self, batch):
+        """next() was interrupted after it wrapped `batch`: keep it for the next call,
+        unless the rank has moved on meanwhile (another thread's next() or a seek, which
+        released it)."""
+        st = N.Resume()
+        with self._lock:
+            if self._returning is not None and self._returning[0] is batch:
+                self._returning = None
+            if self._batch.step == batch.step:
+                self._batch.step = _NO_STEP  # wrapped already: not to be wrapped again
+            if self._h is None or self._undelivered is not None:
+                return
+            self._lib.sf_consumer_state(self._h, ctypes.byref(st))
+            if st.samples == (batch.step + 1) * self.batch_size * self.world_size:
+                self._undelivered = batch
+
+    def _close_deferred(self):
+        """Tear down for a close() that a signal handler made inside another call of this
+        thread, once the outermost call has let the lock go."""
+        if self._h is not None and not self._lock._is_owned():
+            with self._lock:
+                if self._h is not None:
+                    self._teardown()
 
     def _take(self, b):
         """The Batch for what next() just returned into `b` (under the lock)."""
@@ -601,13 +639,17 @@ class Loader:
         raise Error(N.SF_E_STATE, f"shmfeed: job '{getattr(self, 'job', '?')}' rank "
                     f"{getattr(self, 'rank', '?')}: {what}() on a closed Loader")
 
-    def _raise(self, code):
-        msg = self._lib.sf_consumer_errmsg(self._h).decode() if self._h else ""
+    def _raise(self, code, msg=None):
+        """Raise the Error of `code`, with the library's message (or `msg`, read under
+        the lock before)."""
+        if msg is None:
+            msg = self._lib.sf_consumer_errmsg(self._h).decode() if self._h else ""
         rank = getattr(self, "rank", self._info.global_rank)  # not set during attach
         if not msg.startswith(f"rank {rank}"):  # most of the library's messages name it
             msg = f"rank {rank}: {msg or N.strerror(code)}"
         raise _error(code, f"shmfeed: job '{self.job}' {msg}")
 
+    @_then_close_deferred
     def release(self):
         """Release the batch held (its arrays may then show another batch)."""
         with self._lock:
@@ -621,6 +663,7 @@ class Loader:
 
     # Resume.
 
+    @_then_close_deferred
     def state_dict(self):
         """The rank's resume state: a few integers. `samples` counts the global samples
         consumed before this rank's next step; `provenance` chains the digests of every
@@ -634,12 +677,16 @@ class Loader:
             if self._batch.step != _NO_STEP:
                 b = self._batch
                 return _state_before(self._meta, b.step, b.epoch, b.provenance)
+            ret = self._returning  # a handler inside next(), as it returns this batch
+            if ret is not None and ret[1] == threading.get_ident():
+                return ret[0].state
             self._lib.sf_consumer_state(self._h, ctypes.byref(st))
         G = self.batch_size * self.world_size
         return {"samples": st.samples, "epoch": st.epoch, "config_digest": st.config_digest,
                 "provenance": st.provenance, "step": st.samples // G, "rank": self.rank,
                 "world_size": self.world_size}
 
+    @_then_close_deferred
     def load_state_dict(self, state):
         """Continue from `state` (from state_dict(), possibly of another world size with
         the same global batch): the next batch is the one that followed it. Each field is
@@ -666,6 +713,7 @@ class Loader:
             if r == 0:
                 self._undelivered = None
                 self._batch.step = _NO_STEP
+            why = self._lib.sf_consumer_errmsg(self._h).decode() if r < 0 else ""
         if r == N.SF_E_DIGEST and state.get("world_size") not in (None, self.world_size):
             # A state of another world size resumes only with the same global batch, which
             # the config digest covers (world_size x batch.size, not either alone).
@@ -677,11 +725,11 @@ class Loader:
                            f"{state['world_size']}{was}, this job's is {self.world_size} "
                            f"with global batch {self.batch_size} x {self.world_size} = {G}, "
                            "and the configs differ: a world size that changes at a restart "
-                           "must keep world_size x batch.size "
-                           f"({self._lib.sf_consumer_errmsg(self._h).decode()})")
+                           f"must keep world_size x batch.size ({why})")
         if r < 0:
-            self._raise(r)
+            self._raise(r, why)
 
+    @_then_close_deferred
     def stats(self):
         """Figures of this rank ready to log as they are, e.g.
         ``wandb.log(loader.stats(), step=step)``: numbers only. ``batches``, ``tokens``,
@@ -700,6 +748,7 @@ class Loader:
                 "wait_p50_ms": w.wait_ns_p50 / 1e6, "wait_p99_ms": w.wait_ns_p99 / 1e6,
                 "tokens_total": st.tokens}
 
+    @_then_close_deferred
     def counters(self):
         """Counters of this rank since attach: batches, tokens, wait times (ns),
         provenance, next step, GPU staging."""
@@ -723,8 +772,8 @@ class Loader:
         and another Loader of the rank is refused. Closing twice does nothing. A next()
         waiting in another thread raises Error (SF_E_STATE) within one slice."""
         self._closing = True
-        if self._in_next == threading.get_ident():
-            return  # from a signal handler inside next(), which tears down as it leaves
+        if self._lock._is_owned():
+            return  # from a signal handler inside another call: it tears down as it leaves
         with self._lock:
             self._teardown()
 
@@ -732,19 +781,19 @@ class Loader:
         self._owner = self._h = None
         self._tokens = self._x = self._y = self._docs = self._gpu_raw = None
         self._slot_docs = self._slot_sources = None
-        self._undelivered = None
+        self._undelivered = self._returning = None
 
     @property
     def closed(self):
-        return self._h is None
+        return self._h is None or self._closing
 
     def __enter__(self):
         return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def __reduce__(self):
         raise TypeError("a shmfeed.Loader cannot be pickled or copied (it is an attachment "
                         "to shared memory of this process): create the Loader in the "
                         "process that reads it, e.g. in a DataLoader worker, not before")
-
-    def __exit__(self, *exc):
-        self.close()

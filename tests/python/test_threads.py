@@ -211,3 +211,80 @@ def test_timeouts_and_pickling_say_what_they_mean():
             print("ok")
         """)
         assert "ok" in out, out
+
+
+def test_an_interrupt_as_next_lets_its_lock_go_keeps_the_batch():
+    """The last instant an exception can land inside next() is its lock's release, after
+    the batch was wrapped: the batch was then kept twice (returned again by the next
+    call and wrapped again by the one after). A lock that raises there, after a
+    handler's state_dict() (a checkpoint), stands in for the signal."""
+    with Feed("lock-release", producers=2) as feed:
+        out = run_case(feed, """
+            L = shmfeed.Loader(job=JOB, numpy=True)
+            real, saved = L._lock, []
+            class Interrupting:
+                armed = False
+                def __enter__(self):
+                    return real.__enter__()
+                def __exit__(self, *exc):
+                    real.__exit__(*exc)
+                    if Interrupting.armed:
+                        Interrupting.armed = False
+                        saved.append(L.state_dict()["step"])
+                        raise KeyboardInterrupt
+                def __getattr__(self, name):
+                    return getattr(real, name)
+            L._lock = Interrupting()
+            assert L.next().step == 0
+            Interrupting.armed = True
+            try:
+                L.next()
+            except KeyboardInterrupt:
+                pass
+            else:
+                raise AssertionError("not interrupted")
+            # The handler's checkpoint and the Loader agree: step 1 is not delivered.
+            assert saved == [1] and L.state_dict()["step"] == 1, (saved, L.state_dict())
+            steps = [L.next().step for _ in range(3)]
+            assert steps == [1, 2, 3], steps
+            print("ok")
+        """)
+        assert "ok" in out, out
+
+
+def test_close_from_a_handler_inside_any_call_waits_for_the_call():
+    """close() from a signal handler that runs inside stats(), state_dict() or another
+    call tore the handle down under the call, which then passed it to the library (a
+    segfault). It now takes effect as the call returns."""
+    with Feed("close-inside", producers=1) as feed:
+        out = run_case(feed, """
+            for method, c_name in (("stats", "sf_consumer_window"),
+                                   ("counters", "sf_consumer_stats"),
+                                   ("state_dict", "sf_consumer_state"),
+                                   ("release", "sf_consumer_release")):
+                L = shmfeed.Loader(job=JOB, numpy=True)
+                L.next()
+                real = L._lib
+                class Lib:
+                    def __getattr__(self, name):
+                        f = getattr(real, name)
+                        if name != c_name:
+                            return f
+                        def in_handler(*args):
+                            L.close()  # as a handler that runs just before the call
+                            assert not L._h is None, "torn down inside the call"
+                            return f(*args)
+                        return in_handler
+                L._lib = Lib()
+                getattr(L, method)()
+                assert L.closed and L._h is None, method
+                try:
+                    L.next()
+                except shmfeed.Error as e:
+                    assert e.code == N.SF_E_STATE, e
+                else:
+                    raise AssertionError("next() after close()")
+                del L
+            print("ok")
+        """)
+        assert "ok" in out, out
