@@ -270,7 +270,9 @@ class Loader:
         # Delivery (see next()): a batch the library gave stays in self._batch (its step
         # not _NO_STEP) until it is wrapped; a wrapped one whose next() was interrupted
         # before it returned waits in _undelivered; one being returned is in _returning
-        # with its thread, for a signal handler's state_dict() in that instant.
+        # for the few instructions after the lock's release, for a signal handler's
+        # state_dict() there (another thread's sees the state before it too: as if it
+        # had run just before next() returned).
         self._undelivered = None
         self._returning = None
         if dtype not in ("int64", "int32", "native"):
@@ -517,7 +519,6 @@ class Loader:
         the caller's; `for batch in loader` leaves no such instant.)"""
         ms = self._timeout_ms if timeout is None else _timeout_ms(timeout)
         left, deadline = 0, None  # the first call does not wait: most batches are ready
-        me = threading.get_ident()
         while True:
             batch = None
             try:
@@ -555,7 +556,7 @@ class Loader:
                         batch = self._take(self._batch)
                         self._batch.step = _NO_STEP
                     # No call from the wrapping to here: a signal lands before or after.
-                    self._returning = (batch, me)
+                    self._returning = batch
                 # The lock's release above is the last place an exception can land.
                 self._returning = None
                 return batch
@@ -578,7 +579,7 @@ class Loader:
         released it)."""
         st = N.Resume()
         with self._lock:
-            if self._returning is not None and self._returning[0] is batch:
+            if self._returning is batch:
                 self._returning = None
             if self._batch.step == batch.step:
                 self._batch.step = _NO_STEP  # wrapped already: not to be wrapped again
@@ -677,9 +678,8 @@ class Loader:
             if self._batch.step != _NO_STEP:
                 b = self._batch
                 return _state_before(self._meta, b.step, b.epoch, b.provenance)
-            ret = self._returning  # a handler inside next(), as it returns this batch
-            if ret is not None and ret[1] == threading.get_ident():
-                return ret[0].state
+            if self._returning is not None:  # next() is returning it (a handler in it)
+                return self._returning.state
             self._lib.sf_consumer_state(self._h, ctypes.byref(st))
         G = self.batch_size * self.world_size
         return {"samples": st.samples, "epoch": st.epoch, "config_digest": st.config_digest,
