@@ -647,18 +647,14 @@ Test(hardening, wide_ids_outside_the_vocabulary_are_found_too)
 {
 	struct sf_dataset *ds = NULL;
 	struct sf_err e = {0};
-	int32_t header[256] = {20240801, 7, 4096};
 	uint32_t ids[4096];
-	FILE *f;
 
 	if (!have_r50k())
 		cr_skip_test("no shared test data at %s", r50k);
 	for (uint32_t i = 0; i < 4096; i++)
 		ids[i] = i == 3000 ? 50257 : i;
 	snprintf(path, sizeof(path), "%s/a.bin", dir);
-	f = fopen(path, "wb");
-	cr_assert(f && fwrite(header, sizeof(header), 1, f) == 1 &&
-		  fwrite(ids, sizeof(ids), 1, f) == 1 && fclose(f) == 0);
+	write_llmc_datafile(path, ids, 4096, "llama-3");
 	cfg.encoding = "r50k_base";
 	cfg.vocab = r50k;
 	cfg.dtype = SF_DTYPE_I32;
@@ -676,16 +672,12 @@ Test(hardening, ids_an_int32_arena_reads_as_negative_are_refused)
 {
 	struct sf_dataset *ds = NULL;
 	struct sf_err e = {0};
-	int32_t header[256] = {20240801, 7, 4096};
 	uint32_t ids[4096];
-	FILE *f;
 
 	for (uint32_t i = 0; i < 4096; i++)
 		ids[i] = i == 3000 ? 0xffffffffu : i * 1000u;
 	snprintf(path, sizeof(path), "%s/a.bin", dir);
-	f = fopen(path, "wb");
-	cr_assert(f && fwrite(header, sizeof(header), 1, f) == 1 &&
-		  fwrite(ids, sizeof(ids), 1, f) == 1 && fclose(f) == 0);
+	write_llmc_datafile(path, ids, 4096, "llama-3");
 	cfg.epochs = 1;
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	cr_assert_eq(fill_until_error(ds, 1000, &e), SF_E_SOURCE, "%s", e.msg);
@@ -696,9 +688,7 @@ Test(hardening, ids_an_int32_arena_reads_as_negative_are_refused)
 	sf__dataset_close(ds);
 	/* 2^31 - 1 is the largest id an int32 holds: a whole epoch builds. */
 	ids[3000] = 0x7fffffffu;
-	f = fopen(path, "wb");
-	cr_assert(f && fwrite(header, sizeof(header), 1, f) == 1 &&
-		  fwrite(ids, sizeof(ids), 1, f) == 1 && fclose(f) == 0);
+	write_llmc_datafile(path, ids, 4096, "llama-3");
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	cr_assert_eq(fill_until_error(ds, 1000, &e), 0, "%s", e.msg);
 	sf__dataset_close(ds);
