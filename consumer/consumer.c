@@ -71,6 +71,7 @@ struct sf_consumer {
 	uint32_t me;	      /* participant index: max_producers + rank */
 	uint32_t global_rank; /* rank_base + rank */
 	uint32_t ended;	      /* an end marker was met; cleared by seek */
+	uint32_t gone;	      /* the job's launcher was found dead: for good */
 	uint64_t end_step;    /* the first step past a finite job's data, from its end marker */
 	uint64_t step;	      /* the next step to claim */
 	uint64_t token_bytes; /* B * (T+1) * token size: what is digested and copied */
@@ -681,13 +682,14 @@ static int claim_watching_job(struct sf_consumer *c, int64_t timeout_ns, struct 
 		if (r != SF_E_TIMEOUT && r != SF_E_AGAIN)
 			return r;
 		/* Looked at once per slice, and no more often across calls that do not wait
-		 * (timeout 0) or wait briefly. */
+		 * (timeout 0) or wait briefly; once dead, always dead. */
 		now = sf__now_ns();
-		if (now - c->liveness_checked_ns >= LIVENESS_SLICE_NS) {
+		if (!c->gone && now - c->liveness_checked_ns >= LIVENESS_SLICE_NS) {
 			c->liveness_checked_ns = now;
-			if (!sf__arena_creator_alive(c->a))
-				return SF_E_JOB_GONE;
+			c->gone = !sf__arena_creator_alive(c->a);
 		}
+		if (c->gone)
+			return SF_E_JOB_GONE;
 		if (timeout_ns == 0)
 			return r;
 		if (deadline != UINT64_MAX && now >= deadline)
@@ -842,9 +844,22 @@ int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batc
 
 	if (c->a->inherited)
 		return refuse_inherited(c);
-	if (!g->cu)
+	if (!g->cu) {
+		const uint32_t K = c->a->hdr->geo.slots_per_rank;
+
+		/* This handle's ring, told by where the tokens lie: the step alone is no
+		 * handle's. One of its batches released already is a no-op. */
+		if (batch->tokens != sf__arena_payload(c->a, c->rank, (uint32_t)(batch->step % K)))
+			return sf__err(&c->err, SF_E_STATE,
+				       "rank %u: the batch of step %llu is not this handle's",
+				       c->global_rank, (unsigned long long)batch->step);
 		return batch->step + 1 == c->step ? release_held(c) : 0;
-	if (k >= g->nbuf || !g->out[k] || g->step_in[k] != batch->step)
+	}
+	if (k >= g->nbuf || batch->device_ptr != g->buf[k])
+		return sf__err(&c->err, SF_E_STATE,
+			       "rank %u: the batch of step %llu is not this handle's",
+			       c->global_rank, (unsigned long long)batch->step);
+	if (!g->out[k] || g->step_in[k] != batch->step)
 		return sf__err(&c->err, SF_E_STATE,
 			       "rank %u: the batch of step %llu is not held (released already, or "
 			       "implicitly by the next call)",
@@ -902,6 +917,9 @@ int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state)
 			(unsigned long long)(state->samples / global_batch),
 			(unsigned long long)(sf__arena_step_limit(geo) - 1),
 			(unsigned long long)((sf__arena_step_limit(geo) - 1) * global_batch));
+	if (atomic_load_explicit(&c->a->hdr->job_state, memory_order_acquire) == SF_JOB_STOPPING)
+		return sf__err(&c->err, SF_E_STOPPED, "seek of rank %u: the job is stopping",
+			       c->global_rank);
 	r = release_held(c);
 	if (r < 0)
 		return r;

@@ -276,7 +276,8 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
  * the job's step limit (see sf_consumer_seek()); SF_E_CUDA;
  * SF_E_JOB_GONE when the job's launcher died (a crash or SIGKILL, so nothing will ever
  * fill the ring): a waiting call looks at the launcher's liveness every half second,
- * whatever its timeout, and returns within a second of its death.
+ * whatever its timeout, and returns within a second of its death; every call after it
+ * returns SF_E_JOB_GONE at once.
  * In GPU mode the slot stays claimed until its copy has completed, and is released on
  * the next call, so that the copy of step s+1 overlaps the caller's work on step s.
  * GPU mode, which thread and stream: the handle may move between threads (one at a time;
@@ -297,8 +298,9 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
  * its stream; the buffer may be refilled after that work (an event recorded on the stream
  * now). Needed with SF_ATTACH_EXPLICIT_RELEASE, allowed without (it then releases the
  * buffer earlier than the next call would). CPU mode: releases the slot when `batch` is
- * the one held. Returns 0; SF_E_STATE when the batch is not held (released already, or
- * not this handle's); SF_E_CUDA.
+ * the one held; one of this handle's batches released already is a no-op. Returns 0;
+ * SF_E_STATE when the batch is not this handle's (its tokens or device buffer are
+ * another's) or, in GPU mode, not held (released already); SF_E_CUDA.
  */
 int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batch);
 

@@ -554,6 +554,16 @@ static void case_explicit_release(void)
 	/* Released out of order (the middle one of steps N-2, N-1, N): the next batch takes
 	 * the buffer that is free. next() refused while a buffer was free, naming all three
 	 * held. */
+	{
+		/* Another handle's batch of the same step in its buffer of the same index
+		 * released this handle's (a review found it). */
+		struct sf_batch other = held[N - 1];
+
+		other.device_ptr ^= 0x100000;
+		CHECK(sf_consumer_release_batch(c, &other) == SF_E_STATE &&
+			      strstr(sf_consumer_errmsg(c), "not this handle's"),
+		      "another handle's batch: %s", sf_consumer_errmsg(c));
+	}
 	CHECK(sf_consumer_release_batch(c, &held[N - 1]) == 0, "%s", sf_consumer_errmsg(c));
 	CHECK(sf_consumer_next(c, 10000, &held[1]) == 0, "a buffer is free: %s",
 	      sf_consumer_errmsg(c));

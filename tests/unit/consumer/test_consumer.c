@@ -449,6 +449,33 @@ Test(consumer, release_then_next_continues)
 	feed_stop(f);
 }
 
+/* sf_consumer_release_batch() of another handle's batch released this handle's own,
+ * which its caller still read (the step numbers matched). */
+Test(consumer, release_batch_takes_only_this_handles_batch)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c0 = attach(0), *c1 = attach(1);
+	struct sf_batch b0, b1, again;
+
+	cr_assert_eq(sf_consumer_next(c0, 5000, &b0), 0);
+	cr_assert_eq(sf_consumer_next(c1, 5000, &b1), 0);
+	cr_assert_eq(b0.step, b1.step);
+	cr_assert_eq(sf_consumer_release_batch(c1, &b0), SF_E_STATE);
+	cr_expect(strstr(sf_consumer_errmsg(c1), "not this handle's"), "%s",
+		  sf_consumer_errmsg(c1));
+	/* c1 still holds its batch: nothing refilled it. */
+	usleep(200 * 1000);
+	expect_batch(f, &b1, 1, 0);
+	cr_assert_eq(sf_consumer_release_batch(c1, &b1), 0);
+	/* Its own batch released already: a no-op. */
+	cr_assert_eq(sf_consumer_release_batch(c1, &b1), 0);
+	cr_assert_eq(sf_consumer_next(c1, 5000, &again), 0);
+	expect_batch(f, &again, 1, 1);
+	sf_consumer_detach(c0);
+	sf_consumer_detach(c1);
+	feed_stop(f);
+}
+
 Test(consumer, seek_replays_byte_identical_batches)
 {
 	struct feed *f = start(opts(2));
@@ -567,6 +594,13 @@ Test(consumer, job_stopping)
 
 	sf__arena_set_job_state(f->arena, SF_JOB_STOPPING);
 	cr_assert_eq(sf_consumer_next(c, -1, &b), SF_E_STOPPED);
+	/* A seek too, as the header says (it returned 0). */
+	{
+		struct sf_resume st;
+
+		cr_assert_eq(sf_consumer_state(c, &st), 0);
+		cr_assert_eq(sf_consumer_seek(c, &st), SF_E_STOPPED);
+	}
 	sf_consumer_detach(c);
 	feed_stop(f);
 }
@@ -627,7 +661,9 @@ Test(consumer, job_gone_when_the_launcher_dies)
 	cr_log_info("SF_E_JOB_GONE %.3f s after the creator's SIGKILL",
 		    (double)(gone_ns - k.killed_ns) / 1e9);
 	cr_expect(strstr(sf_consumer_errmsg(c), "launcher") != NULL, "%s", sf_consumer_errmsg(c));
-	/* A call with a timeout, and one that does not wait, say the same. */
+	/* A call with a timeout, and one that does not wait, say the same: at once, not
+	 * after the next look at the launcher (a 100 ms call timed out before). */
+	cr_expect_eq(sf_consumer_next(c, 100, &b), SF_E_JOB_GONE);
 	cr_expect_eq(sf_consumer_next(c, 5000, &b), SF_E_JOB_GONE);
 	usleep(600 * 1000);
 	cr_expect_eq(sf_consumer_next(c, 0, &b), SF_E_JOB_GONE);
