@@ -82,6 +82,7 @@ struct sf_consumer {
 	void **out;	      /* CPU: widened copies of batches, step s in out[s % out_count] */
 	uint32_t out_count;
 	uint32_t out_dtype; /* their SF_DTYPE_I32 or SF_DTYPE_I64 */
+	uint32_t out_targets; /* the targets follow the tokens in each (SF_OUTPUT_TARGETS) */
 	uint64_t provenance;
 	uint64_t batches;
 	uint64_t tokens;
@@ -526,6 +527,24 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 	return 0;
 }
 
+/* Widen batch `b` into this step's output buffer: its tokens, then (SF_OUTPUT_TARGETS)
+ * tokens 1..T of each row back to back. */
+static void widen_output(struct sf_consumer *c, const unsigned char *payload,
+			 const struct sf_batch *b)
+{
+	const uint64_t S = b->seq_tokens, n = (uint64_t)b->batch * S;
+	const size_t tb = b->dtype == SF_DTYPE_U16 ? 2 : 4, ob = c->out_dtype == SF_DTYPE_I64 ? 8 : 4;
+	unsigned char *out = c->out[c->step % c->out_count];
+
+	sf_tokens_widen(payload, b->dtype, out, c->out_dtype, n);
+	if (!c->out_targets)
+		return;
+	out += n * ob;
+	for (uint32_t r = 0; r < b->batch; r++)
+		sf_tokens_widen(payload + (r * S + 1) * tb, b->dtype, out + r * (S - 1) * ob,
+				c->out_dtype, S - 1);
+}
+
 /* The end of a finite job's data, met at step c->step (past it after a seek). */
 static int data_ended(struct sf_consumer *c)
 {
@@ -800,8 +819,7 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 			  ? c->step * h->geo.batch * h->geo.world_size / h->geo.samples_per_epoch
 			  : 0;
 	if (c->out)
-		sf_tokens_widen(payload, b.dtype, c->out[c->step % c->out_count], c->out_dtype,
-				(uint64_t)b.batch * b.seq_tokens);
+		widen_output(c, payload, &b);
 	c->held = s;
 	if (c->gpu.cu) {
 		r = gpu_copy(c, payload, &b);
@@ -991,6 +1009,9 @@ int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *b
 			       "rank %u: widened copies are for CPU mode; on a GPU widen on the "
 			       "device",
 			       c->global_rank);
+	const uint32_t targets = dtype & SF_OUTPUT_TARGETS;
+
+	dtype &= ~SF_OUTPUT_TARGETS;
 	if (count &&
 	    (count > SF_OUTPUT_BUFFERS_MAX || !buffers || !sf__widen_valid(src_dtype, dtype)))
 		return sf__err(&c->err, SF_E_RANGE,
@@ -1015,6 +1036,7 @@ int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *b
 	c->out = out;
 	c->out_count = count;
 	c->out_dtype = dtype;
+	c->out_targets = !!targets;
 	return 0;
 }
 

@@ -371,13 +371,16 @@ void sf_consumer_detach(struct sf_consumer *c);
  * batch's B x (T+1) tokens widened to `dtype` (SF_DTYPE_I32 or SF_DTYPE_I64) into
  * buffers[step % count], which the caller allocated (each of B x (T+1) elements) and
  * keeps until detach or the next call of this function; `batch.tokens` still points into
- * the arena. A widened batch so stays valid until `count` batches later: 2 covers a loop
- * that fetches one batch ahead, and keeps the buffers warm in cache. No allocation, one
- * SIMD pass over the tokens. count 0 turns it off. Returns 0, SF_E_STATE in GPU mode
- * (widen on the device there), SF_E_RANGE for a bad dtype or a count above
- * SF_OUTPUT_BUFFERS_MAX.
+ * the arena. With `dtype | SF_OUTPUT_TARGETS` each buffer holds B x (2T+1) elements: the
+ * B x (T+1) tokens, then the B x T targets (tokens 1..T of each row) back to back, so that
+ * a loss can flatten them as they are (targets.view(-1) in PyTorch). A widened batch so
+ * stays valid until `count` batches later: 2 covers a loop that fetches one batch ahead,
+ * and keeps the buffers warm in cache. No allocation, one SIMD pass over the tokens (two
+ * with the targets). count 0 turns it off. Returns 0, SF_E_STATE in GPU mode (widen on
+ * the device there), SF_E_RANGE for a bad dtype or a count above SF_OUTPUT_BUFFERS_MAX.
  */
 #define SF_OUTPUT_BUFFERS_MAX 64u
+#define SF_OUTPUT_TARGETS 0x100u
 int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
 			   uint32_t count);
 

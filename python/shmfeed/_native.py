@@ -20,6 +20,7 @@ globals().update({name: code for code, name in ERROR_NAMES.items()})
 SF_DTYPE_U16 = 1
 SF_DTYPE_I32 = 2
 SF_DTYPE_I64 = 3
+SF_OUTPUT_TARGETS = 0x100  # sf_consumer_set_output(): the targets follow the tokens
 SF_ATTACH_CPU = 0x1
 SF_ATTACH_EXPLICIT_RELEASE = 0x2
 SF_GPU_BUFFERS_MAX = 16

@@ -449,6 +449,10 @@ class Loader:
                 self._out_count = 2
                 self._tokens = [t.empty((B, S), dtype=getattr(t, out), device=self.device)
                                 for _ in range(2)]
+                # y contiguous, as a loss flattens it (targets.view(-1)): copied on the
+                # device from the tokens, after them.
+                self._y = [t.empty((B, S - 1), dtype=getattr(t, out), device=self.device)
+                           for _ in range(2)]
                 self._docs = [t.empty((B, D), dtype=t.int32, device=self.device) if D
                               else None for _ in range(2)]
                 self._sources = [t.empty((B,), dtype=t.int32, device=self.device)
@@ -461,18 +465,23 @@ class Loader:
             if out != "native":
                 # The library widens each batch into these as next() returns it, step s
                 # into wide[s % 2]: allocated once, warm in cache, and a batch stays valid
-                # while the next one is fetched.
-                wide = [np.empty((B, S), dtype=out) for _ in range(2)]
+                # while the next one is fetched. Each holds the tokens [B, T+1], then the
+                # targets [B, T] contiguous, as a loss flattens them (targets.view(-1)).
+                wide = [np.empty(B * S + B * (S - 1), dtype=out) for _ in range(2)]
                 ptrs = (ctypes.c_void_p * len(wide))(*[w.ctypes.data for w in wide])
                 r = self._lib.sf_consumer_set_output(
-                    self._h, N.SF_DTYPE_I64 if out == "int64" else N.SF_DTYPE_I32, ptrs,
-                    len(wide))
+                    self._h, (N.SF_DTYPE_I64 if out == "int64" else N.SF_DTYPE_I32) |
+                    N.SF_OUTPUT_TARGETS, ptrs, len(wide))
                 if r < 0:
                     self._raise(r)
                 self._owner.outputs = wide  # the library writes them while it lives
             if wide is not None:
                 self._out_count = len(wide)
-                self._tokens = [t.from_numpy(w) if t is not None else w for w in wide]
+                self._tokens = [w[:B * S].reshape(B, S) for w in wide]
+                self._y = [w[B * S:].reshape(B, S - 1) for w in wide]
+                if t is not None:
+                    self._tokens = [t.from_numpy(w) for w in self._tokens]
+                    self._y = [t.from_numpy(w) for w in self._y]
             for k in range(i.slots_per_rank):
                 addr = i.ring_base + k * i.payload_stride
                 if wide is None:
@@ -502,7 +511,8 @@ class Loader:
                                  for _ in wide]
         self.dtype = out
         self._x = [tok[:, :-1] for tok in self._tokens]
-        self._y = [tok[:, 1:] for tok in self._tokens]
+        if not self._y:  # native: views of the slot, no per-step work
+            self._y = [tok[:, 1:] for tok in self._tokens]
 
     # Iteration.
 
@@ -612,6 +622,7 @@ class Loader:
             self._tokens[kt].copy_(tok)
             if self._gpu_mask:
                 self._tokens[kt].bitwise_and_(0xFFFF)
+            self._y[kt].copy_(self._tokens[kt][:, 1:])
             if docs is not None:
                 docs.copy_(raw_docs)
             if sources is not None:

@@ -33,7 +33,8 @@ out, batch = [], next(L)
 for _ in range(9):
     upcoming = next(L)  # fetched ahead: `batch` is used only now
     out.append({"step": batch.step, "tokens": batch.tokens.host().tolist(),
-                "x": batch.x.host().tolist(), "dtype": str(batch.tokens.dtype),
+                "x": batch.x.host().tolist(), "y": batch.y.host().tolist(),
+                "dtype": str(batch.tokens.dtype),
                 "docs": batch.doc_starts.host().tolist()})
     batch = upcoming
 L.close()
@@ -62,6 +63,7 @@ def test_a_batch_fetched_ahead_stays_whole_on_a_gpu(buffers, dtype, wide):
             assert b["dtype"] == dtype
             assert np.array_equal(np.array(b["tokens"]), want), f"step {b['step']}"
             assert np.array_equal(np.array(b["x"]), want[:, :-1]), f"step {b['step']}"
+            assert np.array_equal(np.array(b["y"]), want[:, 1:]), f"step {b['step']}"
             docs = reference_doc_starts(want, 5).astype(np.int64)
             docs[docs == 0xFFFFFFFF] = -1  # int32 on the device: the padding reads -1
             assert np.array_equal(np.array(b["docs"]), docs), f"step {b['step']}"

@@ -249,16 +249,24 @@ def test_batches_are_ready_for_a_model_in_every_dtype():
                 assert b.tokens.dtype == want_dtype, dtype
                 want = feed.expected(0, b.step)
                 assert np.array_equal(b.tokens.to(torch.int64).numpy(), want.astype(np.int64))
+                assert np.array_equal(b.y.to(torch.int64).numpy(), want[:, 1:].astype(np.int64))
+                if dtype != "native":
+                    # nanoGPT's model.py flattens the targets with view(-1), which the
+                    # strided view tokens[:, 1:] refused: it stopped at its first step.
+                    assert b.y.is_contiguous(), dtype
+                    assert b.y.view(-1).shape == (feed.batch * feed.seq_len,)
                 if dtype == "int64":
                     emb = torch.nn.Embedding(50257, 8)
                     logits = emb(b.x) @ emb.weight.T
-                    loss = F.cross_entropy(logits.view(-1, 50257), b.y.reshape(-1))
+                    loss = F.cross_entropy(logits.view(-1, 50257), b.y.view(-1))
                     assert torch.isfinite(loss)
                     assert int(b.x.max()) + 1 > 0
             del b
         with shmfeed.Loader(job=feed.job, numpy=True) as L:
             b = L.next()
             assert b.tokens.dtype == np.int64
+            assert b.y.flags.c_contiguous
+            assert np.array_equal(b.y, feed.expected(0, b.step)[:, 1:])
         del b
         with pytest.raises(ValueError, match="dtype"):
             shmfeed.Loader(job=feed.job, dtype="float32")

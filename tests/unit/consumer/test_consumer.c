@@ -247,6 +247,37 @@ Test(consumer, output_buffers_get_each_batch_widened)
 	feed_stop(f);
 }
 
+/* With SF_OUTPUT_TARGETS the targets follow the tokens, each row's tokens 1..T back to
+ * back: what a loss flattens as it is (PyTorch's targets.view(-1) refused the strided
+ * view tokens[:, 1:], and nanoGPT's model.py stopped at its first step). */
+Test(consumer, output_buffers_get_contiguous_targets)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c = attach(0);
+	static int32_t bufs[2][3 * 17 + 3 * 16];
+	void *ptrs[2] = {bufs[0], bufs[1]};
+	struct sf_batch b;
+
+	cr_assert_eq(sf_consumer_set_output(c, SF_DTYPE_I32 | SF_OUTPUT_TARGETS, ptrs, 2), 0);
+	for (uint64_t s = 0; s < 5; s++) {
+		const uint16_t *t;
+
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+		expect_batch(f, &b, 0, s);
+		t = b.tokens;
+		for (int i = 0; i < 3 * 17; i++)
+			cr_assert_eq(bufs[s % 2][i], t[i], "step %llu token %d",
+				     (unsigned long long)s, i);
+		for (int r = 0; r < 3; r++)
+			for (int j = 0; j < 16; j++)
+				cr_assert_eq(bufs[s % 2][3 * 17 + r * 16 + j], t[r * 17 + j + 1],
+					     "step %llu row %d target %d", (unsigned long long)s, r,
+					     j);
+	}
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
 /* A child of fork() that detaches (or uses) the handle it inherited leaves the parent's
  * batch and rank alone. */
 Test(consumer, a_forked_child_leaves_the_parents_handle_alone)
