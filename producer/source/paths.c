@@ -149,6 +149,16 @@ static int expand_directory(const char *dir, char ***paths, size_t *n, size_t *c
 	return r;
 }
 
+/* Whether `p`, which names no file, names a Megatron pair by its prefix. */
+static bool megatron_prefix(const char *p)
+{
+	char *bin = sf__megatron_file(p, ".bin");
+	const bool there = bin && access(bin, F_OK) == 0;
+
+	free(bin);
+	return there;
+}
+
 /*
  * The file that path `p` reads, by device and inode: a Megatron pair's .bin whether `p`
  * names its .bin, its .idx or its prefix. False when there is none (the open that follows
@@ -267,6 +277,9 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 				r = sf__err(e, r, "out of memory");
 		} else if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
 			r = expand_directory(p, &paths, &n, &cap, e);
+		} else if (lstat(p, &st) != 0 && errno == ENOENT && !megatron_prefix(p)) {
+			/* Whatever on_error says: a mistyped path is no bad record. */
+			r = sf__err(e, -ENOENT, "%s: no such file", p);
 		} else {
 			r = push_path(&paths, &n, &cap, p, strlen(p));
 			if (r == -ENOMEM)

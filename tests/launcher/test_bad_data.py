@@ -257,7 +257,10 @@ def test_check_fails_where_run_fails(rt, tmp_path):
     put_tokens(tmp_path / "a.bin", 4096)
     cases = {
         "a glob that matches nothing": (f"[{tmp_path}/none*.bin]", "no file matches"),
-        "a missing file": (f"[{tmp_path}/none.bin]", "cannot open"),
+        "a missing file": (f"[{tmp_path}/none.bin]", "none.bin: no such file"),
+        "a missing file under on_error: skip": (
+            f"[{{paths: [{tmp_path}/a.bin, {tmp_path}/none.bin], on_error: skip}}]",
+            "none.bin: no such file"),
         "an empty directory": (f"[{tmp_path}/empty]", "the directory holds no regular file"),
         "doc_starts without an end-of-text id": (f"[{tmp_path}/a.bin]",
                                                  "needs the end-of-text id"),

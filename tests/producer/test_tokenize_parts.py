@@ -316,6 +316,18 @@ def test_the_byte_encoding_needs_no_vocabulary_directory(tmp_path):
     assert read(str(tmp_path / "x.bin")) == b"".join(t.to_bytes(2, "little") for t in ids)
 
 
+def test_a_corpus_of_no_document_is_an_error(tmp_path):
+    """Sources that hold no token (every record bad under on_error: skip, or files that
+    are empty) wrote an empty dataset and exited 0."""
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"sources:\n  - {{paths: [\"{tmp_path}/*.jsonl\"], on_error: skip}}\n")
+    (tmp_path / "a.jsonl").write_text('{"text": broken}\n{"body": "no text"}\n')
+    r = run(tmp_path, str(cfg), "-o", str(tmp_path / "out"), check=False)
+    assert r.returncode == 1, r
+    assert "the sources hold no token" in r.stderr and "a.jsonl:1" in r.stderr, r.stderr
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("out")], os.listdir(tmp_path)
+
+
 def test_a_second_run_into_the_same_prefix_is_refused(tmp_path):
     """Two runs into one prefix (a job array given the same index twice) truncated each
     other's temporary files: one exited 0 over a .bin of zeros, or deleted the other's
