@@ -80,7 +80,10 @@ def main():
         ck = torch.load(args.checkpoint, map_location=device)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
-        loader.load_state_dict(ck["loader"])
+        # Each rank its own state (its provenance chain); after a change of world size
+        # any one, since the position is global.
+        states = ck["loaders"]
+        loader.load_state_dict(states[loader.rank] if len(states) == world else states[0])
 
     batch = next(loader)  # fetched before the loop; each step fetches the next one early
     for _ in range(args.steps):
@@ -96,10 +99,16 @@ def main():
                   f"(ln vocab {math.log(args.vocab):.2f})", flush=True)
         batch = upcoming
 
-    if args.checkpoint and loader.rank == 0:
-        # `batch` was fetched but not trained on: the resumed run starts with it.
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                    "loader": batch.state}, args.checkpoint)
+    if args.checkpoint:
+        # `batch` was fetched but not trained on: the resumed run starts with it. Every
+        # rank's state goes into the checkpoint.
+        states = [batch.state]
+        if world > 1:
+            states = [None] * world
+            torch.distributed.all_gather_object(states, batch.state)
+        if loader.rank == 0:
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                        "loaders": states}, args.checkpoint)
     st = loader.counters()
     print(f"rank {loader.rank}: {args.steps} batches trained on, {st['batches']} fetched, "
           f"provenance {st['provenance']:016x}", flush=True)

@@ -715,6 +715,13 @@ class Loader:
                              f"{', '.join(missing)}: give it the dict state_dict() gave")
         fields = [_checked_int(f"load_state_dict: {name}", state[name], 0, _U64_MAX)
                   for name in ("samples", "config_digest", "provenance")]
+        if state.get("rank") not in (None, self.rank) and \
+                state.get("world_size") in (None, self.world_size):
+            warnings.warn(f"shmfeed: rank {self.rank} loads the state of rank "
+                          f"{state['rank']}: its batches follow from it (the position is "
+                          "global), but its provenance chain is the other rank's; save and "
+                          "load each rank's own state to compare runs by provenance",
+                          RuntimeWarning, stacklevel=2)
         epoch = _checked_int("load_state_dict: epoch", state.get("epoch", 0), 0, _U64_MAX)
         st = N.Resume(fields[0], epoch, fields[1], fields[2])
         with self._lock:

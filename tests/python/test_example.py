@@ -65,3 +65,31 @@ def test_example_resumes_with_the_losses_of_an_unbroken_run(tmp_path):
     assert [s for s, _ in unbroken] == [str(i) for i in range(8)]
     assert first == unbroken[:4]
     assert resumed == unbroken[4:]
+
+
+def test_two_ranks_resume_with_their_own_provenance(tmp_path):
+    """The checkpoint held rank 0's loader state only, and every rank loaded it: the
+    batches were right (the position is global), but rank 1's provenance chain became
+    rank 0's, so a resumed run no longer compared equal to an unbroken one."""
+    def run(feed, steps, ckpt=None):
+        port = free_port()
+        cmd = [sys.executable, EXAMPLE, "--steps", str(steps), "--vocab", "64"]
+        if ckpt:
+            cmd += ["--checkpoint", str(ckpt)]
+        procs = [subprocess.Popen(cmd, env=rank_env(feed.job, r, r, 2, 2, port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(2)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 0, err
+            assert "RuntimeWarning" not in err, err
+        return [re.search(r"provenance ([0-9a-f]{16})", out).group(1) for out, _ in outs]
+
+    with Feed("prov-a", ranks=2, batch=4, seq_len=32, extra=["--vocab", "64"]) as feed:
+        unbroken = run(feed, 8)
+    ckpt = tmp_path / "ckpt.pt"
+    with Feed("prov-b", ranks=2, batch=4, seq_len=32, extra=["--vocab", "64"]) as feed:
+        run(feed, 4, ckpt)
+        resumed = run(feed, 4, ckpt)
+    assert unbroken[0] != unbroken[1]
+    assert resumed == unbroken, (resumed, unbroken)

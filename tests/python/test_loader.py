@@ -100,6 +100,11 @@ def test_state_dict_resume_is_byte_identical():
             with pytest.raises(shmfeed.Error) as e:
                 L2.load_state_dict(bad)
             assert e.value.code == N.SF_E_DIGEST and "config" in str(e.value)
+        # Another rank's state: the batches follow, the provenance chain is the other's.
+        with shmfeed.Loader(job=feed.job, local_rank=0) as L0:
+            with pytest.warns(RuntimeWarning, match="loads the state of rank 1"):
+                L0.load_state_dict(state)
+            assert L0.next().step == 5
 
 
 def test_errors_carry_the_c_message():

@@ -27,9 +27,12 @@ def test_readme_snippet(tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, TMPDIR=str(tmp_path)))
     assert out.returncode == 0, out.stderr[-3000:]
-    ck = torch.load(tmp_path / "ckpt.pt", weights_only=False) \
-        if int(torch.__version__.split(".")[0]) >= 2 else torch.load(tmp_path / "ckpt.pt")
-    assert ck["loader"]["step"] == 51 and ck["loader"]["rank"] == 0
+    for rank in range(2):  # each rank's own state, at the batch not trained on yet
+        f = tmp_path / f"loader{rank}.pt"
+        st = torch.load(f, weights_only=False) \
+            if int(torch.__version__.split(".")[0]) >= 2 else torch.load(f)
+        assert st["step"] == 51 and st["rank"] == rank, st
+    assert (tmp_path / "model.pt").exists()
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 
