@@ -61,6 +61,14 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 			l.grace_ms = (uint32_t)v;
 		} else if (argv[i][0] == '-' || path) {
 			free(sets);
+			if (argv[i][0] == '-')
+				fprintf(stderr, "shmfeed run: unknown option '%s'%s\n", argv[i],
+					!strcmp(argv[i], "--set") ? " (it takes KEY=VALUE)" : "");
+			else
+				fprintf(stderr,
+					"shmfeed run: '%s' after the job file: the command to run "
+					"goes after `--` (shmfeed run %s -- %s ...)\n",
+					argv[i], path, argv[i]);
 			return usage();
 		} else {
 			path = argv[i];

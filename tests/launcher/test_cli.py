@@ -83,6 +83,17 @@ def test_subcommand_help(name):
     assert out.stderr.count("usage: ") == 1 and f"shmfeed {name} " in out.stderr
 
 
+def test_run_says_which_argument_it_did_not_take(tmp_path):
+    """A command without `--` before it, or a mistyped option, printed the bare usage."""
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("sources: [a.bin]\n")
+    out = sf("run", str(cfg), "torchrun", "train.py")
+    assert out.returncode == 2
+    assert f"'torchrun' after the job file: the command to run goes after `--`" in out.stderr
+    out = sf("run", str(cfg), "--sett", "batch.size=8")
+    assert out.returncode == 2 and "unknown option '--sett'" in out.stderr, out.stderr
+
+
 def test_help_explains_the_flags_users_asked_about():
     run = sf("run", "--help").stdout
     assert "  --quiet " in run and "  --grace-ms N " in run
