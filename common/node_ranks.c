@@ -55,7 +55,9 @@ static int claimed_base(const struct sf_arena *a, uint32_t rank, const struct sf
 	if (c->world_size >= 0 && c->world_size != g->world_size)
 		return sf__err(e, SF_E_GEOMETRY,
 			       "WORLD_SIZE=%lld, but job '%s' serves world size %u (global batch "
-			       "%u x %u = %llu samples): a world size that changes at a restart "
+			       "%u x %u = %llu samples): start as many ranks as the job's "
+			       "consumers.world_size, or set it to the ranks started (`--set "
+			       "consumers.world_size=N`); a world size that changes at a restart "
 			       "needs a new job whose world_size x batch.size is the same, resumed "
 			       "from the ranks' states (load_state_dict)",
 			       (long long)c->world_size, job, g->world_size, g->world_size,
@@ -72,25 +74,30 @@ static int claimed_base(const struct sf_arena *a, uint32_t rank, const struct sf
 	if (c->rank < 0)
 		return 0;
 	want = c->rank - lr;
-	if (want < 0 || want > (int64_t)(g->world_size - g->ranks))
-		return sf__err(
-			e, SF_E_RANGE,
-			"RANK=%lld with LOCAL_RANK=%lld puts this node's ranks at %lld..%lld, "
-			"outside world size %u",
-			(long long)c->rank, (long long)lr, (long long)want,
-			(long long)want + g->ranks - 1, g->world_size);
+	if (want < 0 || want > (int64_t)(g->world_size - g->ranks)) {
+		char last[24]; /* want + ranks - 1 without overflow: want > -2^63 */
+
+		if (want >= 0)
+			snprintf(last, sizeof(last), "%llu", (unsigned long long)want + g->ranks - 1);
+		else
+			snprintf(last, sizeof(last), "%lld", (long long)(want + (int64_t)g->ranks - 1));
+		return sf__err(e, SF_E_RANGE,
+			       "RANK=%lld with LOCAL_RANK=%lld puts this node's ranks at %lld..%s, "
+			       "outside world size %u",
+			       (long long)c->rank, (long long)lr, (long long)want, last,
+			       g->world_size);
+	}
 	/* torchrun numbers the nodes' ranks contiguously in group-rank order; where every
 	 * node runs LOCAL_WORLD_SIZE ranks, node k's base is k * LOCAL_WORLD_SIZE. */
 	if (c->group_rank >= 0 && c->local_world_size > 0 &&
 	    g->world_size % (uint64_t)c->local_world_size == 0 &&
-	    want != c->group_rank * c->local_world_size)
+	    (want % c->local_world_size || want / c->local_world_size != c->group_rank))
 		return sf__err(e, SF_E_RANGE,
 			       "RANK=%lld - LOCAL_RANK=%lld = %lld, but GROUP_RANK=%lld x "
-			       "LOCAL_WORLD_SIZE=%lld = %lld: the launcher's ranks contradict "
+			       "LOCAL_WORLD_SIZE=%lld is not: the launcher's ranks contradict "
 			       "each other",
 			       (long long)c->rank, (long long)lr, (long long)want,
-			       (long long)c->group_rank, (long long)c->local_world_size,
-			       (long long)(c->group_rank * c->local_world_size));
+			       (long long)c->group_rank, (long long)c->local_world_size);
 	*ret_want = want;
 	return 0;
 }

@@ -220,6 +220,16 @@ Test(node_ranks, contradictions_in_the_environment_are_refused)
 	env.group_rank = -1;
 	cr_assert_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_RANGE);
 	cr_assert(strstr(msg, "3..4") && strstr(msg, "outside world size 4"), "%s", msg);
+	/* GROUP_RANK x LOCAL_WORLD_SIZE wrapped in int64 (2^62 + 1 times 4 is 4): the
+	 * contradiction was taken. And a RANK of 2^63 - 1 printed a negative range. */
+	env = torchrun_env(2, 0);
+	env.group_rank = (INT64_C(1) << 62) + 1;
+	cr_assert_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_RANGE);
+	cr_assert(strstr(msg, "contradict"), "%s", msg);
+	env = torchrun_env(INT64_MAX, 0);
+	env.group_rank = -1;
+	cr_assert_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_RANGE);
+	cr_assert(strstr(msg, "9223372036854775807..9223372036854775808"), "%s", msg);
 	attach_refused(0, 1, SF_E_RANGE, msg, sizeof(msg));
 	cr_assert(strstr(msg, "LOCAL_RANK=1"), "%s", msg);
 	cr_assert_null(c);
