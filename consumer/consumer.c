@@ -454,6 +454,13 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 		if (r < 0)
 			goto fail_unregister;
 		c->device = device;
+	} else if (flags & SF_ATTACH_EXPLICIT_RELEASE) {
+		/* Holding several batches needs device buffers: in CPU mode each batch lies
+		 * in its slot, which the next call hands back. */
+		r = sf__err(&c->err, SF_E_STATE,
+			    "SF_ATTACH_EXPLICIT_RELEASE is a GPU mode; in CPU mode a batch is "
+			    "released by the next call (attach without the flag)");
+		goto fail_unregister;
 	}
 	*ret_consumer = c;
 	return 0;

@@ -14,7 +14,9 @@
  *
  * Return convention: every function returning int returns >= 0 on success, -errno for a
  * system failure, or one of the SF_E_* codes below (a reserved negative band) for a
- * domain failure. Out-parameters are written only on success.
+ * domain failure. Out-parameters are written only on success. Pointers may not be NULL
+ * unless a function says so (sf_consumer_detach(NULL), an `errmsg` of NULL or of length
+ * 0, and the buffers of sf_consumer_set_output() with count 0 are allowed).
  */
 #ifndef SHMFEED_SHMFEED_H
 #define SHMFEED_SHMFEED_H
@@ -113,7 +115,9 @@ struct sf_batch {
  *   provenance_0 = 0,
  *   provenance_n+1 = XXH3-64(le64(step) || le64(digest), seed = provenance_n),
  * so two runs that saw the same tokens in the same order agree on it, and a resumed run
- * continues the chain of the run it resumes.
+ * continues the chain of the run it resumes. The chain lives in the handle, not in the
+ * arena: a new handle starts it at 0 where its rank's ring stands, and only a seek to a
+ * saved state (that rank's own) continues a chain.
  */
 struct sf_resume {
 	uint64_t samples;	/* global samples consumed before the next step */
@@ -182,7 +186,8 @@ struct sf_consumer;
  * the caller may then hold up to the number of device buffers at once (prefetching
  * loops, gradient accumulation that fetches ahead), released in any order.
  * sf_consumer_next() fills the first free buffer after the last one filled, and refuses
- * with SF_E_STATE when every buffer holds a batch not released.
+ * with SF_E_STATE when every buffer holds a batch not released. In CPU mode attach
+ * refuses it with SF_E_STATE (a retry with SF_DEVICE_NONE drops the flag).
  */
 #define SF_ATTACH_EXPLICIT_RELEASE 0x2u
 /*
@@ -386,8 +391,8 @@ int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *b
 
 /*
  * sf_tokens_widen - write `n` token ids of `src_dtype` (SF_DTYPE_U16 or SF_DTYPE_I32) from
- * `src` into `dst` as `dst_dtype` (SF_DTYPE_I32 or SF_DTYPE_I64). Returns 0, or
- * SF_E_RANGE for a pair of types it does not convert.
+ * `src` into `dst` as `dst_dtype` (SF_DTYPE_I32 or SF_DTYPE_I64), each pointer aligned to
+ * its type. Returns 0, or SF_E_RANGE for a pair of types it does not convert.
  */
 int sf_tokens_widen(const void *src, uint32_t src_dtype, void *dst, uint32_t dst_dtype, uint64_t n);
 

@@ -507,6 +507,26 @@ Test(consumer, release_batch_takes_only_this_handles_batch)
 	feed_stop(f);
 }
 
+/* Explicit release is a GPU mode: in CPU mode it was taken and ignored, and a caller that
+ * held batches as it allows read them refilled (the header tells a GPU caller that gets
+ * -ENODEV to retry with SF_DEVICE_NONE). */
+Test(consumer, explicit_release_is_refused_in_cpu_mode)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c = NULL;
+	char msg[256];
+	int r = sf_consumer_attach(job, 0, SF_DEVICE_NONE,
+				   SF_ATTACH_EXPLICIT_RELEASE | SF_ATTACH_GPU_BUFFERS(2), &c, msg,
+				   sizeof(msg));
+
+	cr_assert_eq(r, SF_E_STATE, "%d: %s", r, msg);
+	cr_expect(strstr(msg, "SF_ATTACH_EXPLICIT_RELEASE") && strstr(msg, "GPU"), "%s", msg);
+	cr_assert_null(c);
+	c = attach(0); /* the rank is free */
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
 Test(consumer, seek_replays_byte_identical_batches)
 {
 	struct feed *f = start(opts(2));
