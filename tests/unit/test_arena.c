@@ -127,6 +127,7 @@ Test(arena, create_attach_destroy)
 	cr_expect_eq(access(path, F_OK), -1);
 	cr_expect_eq(sf__arena_attach(job, NULL, &b, &e), -ENOENT);
 	cr_expect(strstr(e.msg, "no shmfeed job"));
+	cr_expect(strstr(e.msg, "start it with `shmfeed run"), "%s", e.msg);
 }
 
 /*
