@@ -283,7 +283,8 @@ int sf__cmd_tokenize(int argc, char **argv)
 	/* A part may be empty (more parts than documents); a whole corpus may not. */
 	if (!shard && !st.n_tokens) {
 		r = sf__err(&e, SF_E_SOURCE, "%s: the sources hold no token, nothing to write%s%s",
-			    cfg.path ? cfg.path : "config", st.skipped ? "; the first record skipped: " : "",
+			    cfg.path ? cfg.path : "config",
+			    st.skipped ? "; the first record skipped: " : "",
 			    st.skipped ? sf__dataset_first_skip(ds) : "");
 		sf__log_error("%s", e.msg);
 		sf__dataset_close(ds);

@@ -822,8 +822,10 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 	r = arena_open(name, O_RDWR, &a);
 	if (r < 0) {
 		if (r == -ENOENT)
-			return sf__err(e, r, "no shmfeed job '%s' (no /dev/shm%s): start it with "
-				       "`shmfeed run JOB.yaml -- COMMAND`", job, name);
+			return sf__err(e, r,
+				       "no shmfeed job '%s' (no /dev/shm%s): start it with "
+				       "`shmfeed run JOB.yaml -- COMMAND`",
+				       job, name);
 		if (r == -EACCES)
 			return sf__err(e, SF_E_UID, "job '%s': /dev/shm%s belongs to another user",
 				       job, name);

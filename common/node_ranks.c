@@ -78,9 +78,11 @@ static int claimed_base(const struct sf_arena *a, uint32_t rank, const struct sf
 		char last[24]; /* want + ranks - 1 without overflow: want > -2^63 */
 
 		if (want >= 0)
-			snprintf(last, sizeof(last), "%llu", (unsigned long long)want + g->ranks - 1);
+			snprintf(last, sizeof(last), "%llu",
+				 (unsigned long long)want + g->ranks - 1);
 		else
-			snprintf(last, sizeof(last), "%lld", (long long)(want + (int64_t)g->ranks - 1));
+			snprintf(last, sizeof(last), "%lld",
+				 (long long)(want + (int64_t)g->ranks - 1));
 		return sf__err(e, SF_E_RANGE,
 			       "RANK=%lld with LOCAL_RANK=%lld puts this node's ranks at %lld..%s, "
 			       "outside world size %u",

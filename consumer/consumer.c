@@ -540,7 +540,8 @@ static void widen_output(struct sf_consumer *c, const unsigned char *payload,
 			 const struct sf_batch *b)
 {
 	const uint64_t S = b->seq_tokens, n = (uint64_t)b->batch * S;
-	const size_t tb = b->dtype == SF_DTYPE_U16 ? 2 : 4, ob = c->out_dtype == SF_DTYPE_I64 ? 8 : 4;
+	const size_t tb = b->dtype == SF_DTYPE_U16 ? 2 : 4,
+		     ob = c->out_dtype == SF_DTYPE_I64 ? 8 : 4;
 	unsigned char *out = c->out[c->step % c->out_count];
 
 	sf_tokens_widen(payload, b->dtype, out, c->out_dtype, n);

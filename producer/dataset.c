@@ -84,16 +84,17 @@ static int add_token_file(struct sf_dataset *ds, const char *path, uint32_t form
 
 /* A source's keys of another format would be ignored for this file: refused instead. The
  * text field's default, "text", is on every source and so means nothing here. */
-static int keys_fit_format(const struct sf_source_config *src, const char *path,
-			   uint32_t format, struct sf_err *e)
+static int keys_fit_format(const struct sf_source_config *src, const char *path, uint32_t format,
+			   struct sf_err *e)
 {
 	if (src->separator && format != SF_FMT_TEXT)
 		return sf__err(e, SF_E_CONFIG,
 			       "%s: 'separator' splits raw text (format text) into documents; "
 			       "this file is %s: drop the separator, or list the file in a "
 			       "source of its own",
-			       path, format == SF_FMT_JSONL ? "JSONL, one document a line"
-							    : "pre-tokenized");
+			       path,
+			       format == SF_FMT_JSONL ? "JSONL, one document a line"
+						      : "pre-tokenized");
 	if (src->text_field && strcmp(src->text_field, "text") && format != SF_FMT_JSONL)
 		return sf__err(e, SF_E_CONFIG,
 			       "%s: 'text_field' names the field of a JSONL record that holds "

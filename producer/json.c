@@ -281,8 +281,7 @@ static int parse_array(struct parser *p)
  * bytes, its decoded length): Python's json.dumps escapes every non-ASCII character of
  * a key. Names of more than 256 bytes are compared only as written.
  */
-static bool escaped_name_is(const struct parser *p, size_t key_at, const char *field,
-			    size_t flen)
+static bool escaped_name_is(const struct parser *p, size_t key_at, const char *field, size_t flen)
 {
 	struct parser q = *p;
 	char name[256];

@@ -385,7 +385,7 @@ void sf_consumer_detach(struct sf_consumer *c);
  * the device there), SF_E_RANGE for a bad dtype or a count above SF_OUTPUT_BUFFERS_MAX.
  */
 #define SF_OUTPUT_BUFFERS_MAX 64u
-#define SF_OUTPUT_TARGETS 0x100u
+#define SF_OUTPUT_TARGETS     0x100u
 int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
 			   uint32_t count);
 

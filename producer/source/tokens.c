@@ -335,8 +335,8 @@ static void unmap_checked(struct sf_token_file *f)
 	f->tokens = f->seq_ptrs = f->doc_idx = NULL;
 }
 
-int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format,
-			bool detected, struct sf_err *e)
+int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format, bool detected,
+			struct sf_err *e)
 {
 	int r;
 

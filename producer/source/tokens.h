@@ -49,8 +49,8 @@ struct sf_token_file {
  * not given, and a headerless file that looks like 32-bit tokens is then refused.
  * Returns 0, or an error naming the file and byte.
  */
-int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format,
-			bool detected, struct sf_err *e);
+int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format, bool detected,
+			struct sf_err *e);
 
 /* sf__token_file_close - free what sf__token_file_open() made. */
 void sf__token_file_close(struct sf_token_file *f);

@@ -118,7 +118,8 @@ static int fake_main(void *ds, struct sf_arena *a, uint32_t index, struct sf_err
 			usleep(slow_us);
 		/* An end marker carries the job's samples, as the real producers' do. */
 		sf__producer_publish(a, index, &f, len,
-				     len ? f.step * g->batch * g->world_size + (uint64_t)gr * g->batch
+				     len ? f.step * g->batch * g->world_size +
+						     (uint64_t)gr * g->batch
 					 : 16ull * cfg->epochs * g->batch * g->world_size);
 		atomic_fetch_add_explicit(&me->batches, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&me->busy_ns, sf__now_ns() - t0, memory_order_relaxed);
