@@ -81,9 +81,10 @@ def main():
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         # Each rank its own state (its provenance chain); after a change of world size
-        # any one, since the position is global.
-        states = ck["loaders"]
-        loader.load_state_dict(states[loader.rank] if len(states) == world else states[0])
+        # rank 0's, since the position is global.
+        own = f"{args.checkpoint}.loader{loader.rank}"
+        loader.load_state_dict(torch.load(own if os.path.exists(own) else
+                                          f"{args.checkpoint}.loader0"))
 
     batch = next(loader)  # fetched before the loop; each step fetches the next one early
     for _ in range(args.steps):
@@ -101,14 +102,11 @@ def main():
 
     if args.checkpoint:
         # `batch` was fetched but not trained on: the resumed run starts with it. Every
-        # rank's state goes into the checkpoint.
-        states = [batch.state]
-        if world > 1:
-            states = [None] * world
-            torch.distributed.all_gather_object(states, batch.state)
+        # rank saves its own loader state beside the checkpoint.
+        torch.save(batch.state, f"{args.checkpoint}.loader{loader.rank}")
         if loader.rank == 0:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                        "loaders": states}, args.checkpoint)
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict()},
+                       args.checkpoint)
     st = loader.counters()
     print(f"rank {loader.rank}: {args.steps} batches trained on, {st['batches']} fetched, "
           f"provenance {st['provenance']:016x}", flush=True)
