@@ -1755,6 +1755,27 @@ static const struct field *field_by_key(const char *key)
 	return NULL;
 }
 
+/* An override of no field: the keys of its section (or the top level's) that it could
+ * have meant, as a typo in the file lists them. */
+static int unknown_override(struct loader *L, const char *key)
+{
+	const char *dot = strchr(key, '.');
+	const struct field *fields = root_fields, *sec = NULL;
+	char keys[512];
+
+	if (dot)
+		for (const struct field *f = root_fields; f->key; f++)
+			if (f->type == T_SECTION && strlen(f->key) == (size_t)(dot - key) &&
+			    !strncmp(f->key, key, (size_t)(dot - key)))
+				sec = f;
+	if (sec)
+		fields = sec->sub;
+	keys_list(fields, keys, sizeof(keys));
+	return sf__err(L->e, SF_E_CONFIG, "--set %s: no such field%s%s%s; expected one of: %s%s",
+		       key, sec ? " in section '" : "", sec ? sec->key : "", sec ? "'" : "", keys,
+		       sec ? "" : " (a section's as SECTION.KEY)");
+}
+
 static int apply_override(struct loader *L, const char *ov, struct sf_config *cfg)
 {
 	const char *eq = strchr(ov, '=');
@@ -1796,8 +1817,7 @@ static int apply_override(struct loader *L, const char *ov, struct sf_config *cf
 		f = field_by_key(key);
 	}
 	if (!f || f->type == T_SECTION)
-		return sf__err(L->e, SF_E_CONFIG,
-			       "--set %s: no such field; see docs/config.md for the keys", key);
+		return unknown_override(L, key);
 	snprintf(name, sizeof(name), "--set %s", key);
 	L->o = (struct origin){name, NULL, 1};
 	r = parse_document(name, eq + 1, strlen(eq + 1), &doc, L->e);

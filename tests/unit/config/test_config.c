@@ -640,6 +640,17 @@ Test(config, overrides_apply_and_are_validated)
 	sf__config_free(&cfg);
 	cr_expect_eq(sf__config_load_overrides(path, bad_key, 1, &cfg, &err), SF_E_CONFIG);
 	cr_expect(strstr(err.msg, "--set batch.sise: no such field"), "%s", err.msg);
+	/* The keys it could be, as a typo in the file lists them (it said "see docs"). */
+	cr_expect(strstr(err.msg, "in section 'batch'; expected one of: size, seq_len, dtype"),
+		  "%s", err.msg);
+	{
+		const char *root_typo[] = {"jbo=x"};
+
+		cr_expect_eq(sf__config_load_overrides(path, root_typo, 1, &cfg, &err),
+			     SF_E_CONFIG);
+		cr_expect(strstr(err.msg, "--set jbo: no such field; expected one of: job, sources"),
+			  "%s", err.msg);
+	}
 	cr_expect_eq(sf__config_load_overrides(path, bad_value, 1, &cfg, &err), SF_E_CONFIG);
 	cr_expect(strstr(err.msg, "--set batch.size: 'size' is out of range"), "%s", err.msg);
 	cr_expect_eq(sf__config_load_overrides(path, no_eq, 1, &cfg, &err), SF_E_CONFIG);
