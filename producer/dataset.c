@@ -545,6 +545,11 @@ static int open_dataset(const struct sf_config *cfg, const struct sf_part_plan *
 	if (!ds)
 		return sf__err(e, -ENOMEM, "out of memory");
 	r = open_start(ds, cfg, plan, e);
+	if (r >= 0 && !sample && ds->n_token_files)
+		r = sf__err(e, SF_E_CONFIG,
+			    "%s: tokenize reads raw text sources (.txt, .jsonl); this file is "
+			    "pre-tokenized",
+			    ds->token_files[0].path);
 	if (r >= 0 && ds->n_text_files)
 		r = sf__text_build_index(ds, cfg, e);
 	if (r < 0)

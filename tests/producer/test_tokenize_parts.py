@@ -381,6 +381,10 @@ sources:
     r = run(tmp_path, str(cfg), "-o", str(tmp_path / "p"), "--shard", "0/1", check=False)
     assert r.returncode == 1 and "raw text" in r.stderr, r.stderr
     assert not [x for x in os.listdir(tmp_path) if x.startswith("p_")]
+    # One-shot too, before any index line ("1 files, 0.0 MB of text, ... built" came first).
+    r = run(tmp_path, str(cfg), "-o", str(tmp_path / "o"), check=False)
+    assert r.returncode == 1 and "t.bin: tokenize reads raw text" in r.stderr, r.stderr
+    assert "chunk index" not in r.stderr, r.stderr
 
 
 def test_bad_shard_arguments(corpus):
