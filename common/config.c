@@ -889,8 +889,8 @@ static int set_sources(struct loader *L, const struct field *f, const yaml_node_
 	count = (size_t)(n->data.sequence.items.top - items);
 	if (!count)
 		return fail_at(L, n, "'sources' must list at least one source");
-	if (count > 4096)
-		return fail_at(L, n, "'sources' lists more than 4096 sources");
+	if (count > SF_CONFIG_SOURCES_MAX)
+		return fail_at(L, n, "'sources' lists more than %u sources", SF_CONFIG_SOURCES_MAX);
 	srcs = calloc(count, sizeof(*srcs));
 	if (!srcs)
 		return sf__err(L->e, -ENOMEM, "out of memory");

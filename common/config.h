@@ -75,6 +75,9 @@ struct sf_phase_config {
 	uint32_t pad;
 };
 
+/* The most sources a job lists. */
+#define SF_CONFIG_SOURCES_MAX 4096u
+
 struct sf_source_config {
 	char **paths; /* paths and globs, as written; expanded sorted at load */
 	uint32_t n_paths;

@@ -41,15 +41,18 @@ static uint64_t real_end_step(const void *ds)
 
 static void real_mixture(const void *ds, struct sf_stats *s)
 {
-	uint64_t counts[SF_STATS_MAX_SOURCES];
-	double target[SF_STATS_MAX_SOURCES];
+	/* Every source's, computed in the launcher's one thread; no allocation a frame. */
+	static uint64_t counts[SF_CONFIG_SOURCES_MAX];
+	static double target[SF_CONFIG_SOURCES_MAX];
 	uint32_t n = sf__dataset_mix_sources(ds);
 
-	/* Per-source stats for the first SF_STATS_MAX_SOURCES sources only. */
-	if (!n || n > SF_STATS_MAX_SOURCES)
+	if (!n || n > SF_CONFIG_SOURCES_MAX)
 		return;
 	sf__dataset_mix_expect(ds, s->samples, counts, NULL);
 	sf__dataset_mix_target(ds, s->samples, target);
+	/* Per-source stats for the first SF_STATS_MAX_SOURCES sources only. */
+	if (n > SF_STATS_MAX_SOURCES)
+		n = SF_STATS_MAX_SOURCES;
 	for (uint32_t i = 0; i < n; i++) {
 		s->source[i].delivered = counts[i];
 		s->source[i].target = target[i];

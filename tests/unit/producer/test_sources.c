@@ -111,6 +111,11 @@ Test(sources, nanogpt_file_of_32_bit_tokens)
 		t[i] = 70000 + i;
 	put("int32_wide_ids.bin", t, sizeof(t));
 	expect_fail(SF_E_SOURCE, path, "every second uint16 token of the first 2048 is below 32");
+	/* o200k_base text: up to 12 % of a window's ids above 65,535. */
+	for (uint32_t i = 0; i < 4096; i++)
+		t[i] = i % 7 ? 400 + i % 50 : 100000 + i;
+	put("int32_o200k.bin", t, sizeof(t));
+	expect_fail(SF_E_SOURCE, path, "every second uint16 token of the first 2048 is below 32");
 	/* Given as nanoGPT's (a char-level corpus of one letter a line looks the same). */
 	src.format = SF_FMT_NANOGPT;
 	{
@@ -123,7 +128,7 @@ Test(sources, nanogpt_file_of_32_bit_tokens)
 	src.format = SF_FMT_AUTO;
 	/* uint16 tokens with zeros among them, and a file of zeros, are tokens as before. */
 	for (uint32_t i = 0; i < 4096; i++)
-		u[i] = i % 2 ? (uint16_t)(i % 3 ? 0 : 7) : (uint16_t)(400 + i % 50);
+		u[i] = i % 2 ? (uint16_t)(i % 3 ? 0 : 700) : (uint16_t)(400 + i % 50);
 	put("zeros_among.bin", u, sizeof(u));
 	{
 		struct sf_dataset *ds = NULL;
