@@ -527,6 +527,13 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 		total_docs += ms[i].docs;
 		total_tokens += ms[i].tokens;
 	}
+	/* Parts may be empty; a whole corpus may not (as a one-shot tokenize refuses it). */
+	if (!total_tokens) {
+		r = sf__err(e, SF_E_SOURCE,
+			    "the %zu part%s hold no token: the corpus had none to write", n,
+			    n == 1 ? "" : "s");
+		goto out;
+	}
 	bin_fd = open(bin_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	idx_fd = bin_fd < 0 ? -1 : open(idx_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (bin_fd < 0 || idx_fd < 0) {

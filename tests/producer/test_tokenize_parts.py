@@ -326,6 +326,12 @@ def test_a_corpus_of_no_document_is_an_error(tmp_path):
     assert r.returncode == 1, r
     assert "the sources hold no token" in r.stderr and "a.jsonl:1" in r.stderr, r.stderr
     assert not [p for p in os.listdir(tmp_path) if p.startswith("out")], os.listdir(tmp_path)
+    # In parts, each part may be empty, but their merge may not.
+    run(tmp_path, str(cfg), "-o", str(tmp_path / "p"), "--shard", "0/1")
+    r = run(tmp_path, "--merge", str(tmp_path / "p_00000-of-00001"), "-o",
+            str(tmp_path / "m"), check=False)
+    assert r.returncode == 1 and "hold no token" in r.stderr, r.stderr
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("m.")], os.listdir(tmp_path)
 
 
 def test_a_second_run_into_the_same_prefix_is_refused(tmp_path):
