@@ -346,6 +346,48 @@ def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
         in metrics
 
 
+def test_a_mixture_of_more_than_64_sources_shows_its_first_64(rt, tmp_path):
+    """Per-source figures cover the first 64 sources (docs/mixtures.md); past 64 sources
+    none were shown at all."""
+    lines = []
+    for s in range(65):
+        (tmp_path / f"s{s}.bin").write_bytes(
+            b"".join((s * 10 + i % 10).to_bytes(2, "little") for i in range(2001)))
+        weight = 0.5 if s == 0 else 0.5 / 64
+        lines.append(f"  - {{name: s{s}, paths: {tmp_path}/s{s}.bin, format: nanogpt, "
+                     f"weight: {weight}}}")
+    job = job_name("mix65")
+    cfg = tmp_path / "mix65.yaml"
+    cfg.write_text(MIXTURE.format(job=job, d=tmp_path).split("sources:\n")[0] +
+                   "sources:\n" + "\n".join(lines) + "\n" +
+                   "batch: {size: 8, seq_len: 64}\nconsumers: {world_size: 1, device: cpu}\n"
+                   f"control: {{metrics_file: {tmp_path}/metrics.prom, "
+                   "stats_interval_ms: 50}\n")
+    p = subprocess.Popen([SHMFEED, "run", str(cfg)], stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        assert wait_for(lambda: sf("status", job).returncode == 0, timeout=60)
+        rank = subprocess.run([CONSUME, "--steps", "25", "--out", str(tmp_path / "r0.txt")],
+                              env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
+                              capture_output=True, text=True, timeout=60)
+        assert rank.returncode == 0, rank.stderr
+
+        def seen_all():
+            st = json.loads(sf("status", job, "--json").stdout)["stats"]
+            return st.get("samples") == 200 and st.get("sources") and st
+        assert wait_for(seen_all, timeout=30)
+        sources = seen_all()["sources"]
+        assert [x["name"] for x in sources] == [f"s{i}" for i in range(64)], sources
+        assert sources[0]["target"] == 100.0 and abs(sources[0]["delivered"] - 100) < 2
+        assert wait_for(lambda: 'source="s63"}' in (tmp_path / "metrics.prom").read_text(),
+                        timeout=30)
+        assert 'source="s64"}' not in (tmp_path / "metrics.prom").read_text()
+        assert sf("stop", job).returncode == 0
+        p.communicate(timeout=30)
+    finally:
+        finish(p)
+
+
 def test_check_counts_huge_budgets_without_wrapping_and_rounds_the_bound_up(tmp_path):
     """A budget of 2^64 - 1 tokens, or a schedule whose last phase ends at step 2^64 - 2,
     is cut to the 2^64 tokens check counts in (they wrapped to 0 steps, or to a wrong
