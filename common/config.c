@@ -1816,7 +1816,15 @@ static int apply_override(struct loader *L, const char *ov, struct sf_config *cf
 	} else {
 		f = field_by_key(key);
 	}
-	if (!f || f->type == T_SECTION)
+	if (f && f->type == T_SECTION) {
+		char keys[512];
+
+		keys_list(f->sub, keys, sizeof(keys));
+		return sf__err(L->e, SF_E_CONFIG,
+			       "--set %s: '%s' is a section: set one of its keys as %s.KEY (%s)",
+			       key, key, key, keys);
+	}
+	if (!f)
 		return unknown_override(L, key);
 	snprintf(name, sizeof(name), "--set %s", key);
 	L->o = (struct origin){name, NULL, 1};

@@ -80,11 +80,14 @@ def main():
         ck = torch.load(args.checkpoint, map_location=device)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
-        # Each rank its own state (its provenance chain); after a change of world size
-        # rank 0's, since the position is global.
+        # Each rank its own state (its provenance chain), saved with this checkpoint
+        # (same step); after a change of world size rank 0's, as the position is global.
         own = f"{args.checkpoint}.loader{loader.rank}"
-        loader.load_state_dict(torch.load(own if os.path.exists(own) else
-                                          f"{args.checkpoint}.loader0"))
+        state = torch.load(own) if ck["world_size"] == world else None
+        if state is None or state["step"] != ck["step"]:
+            state = torch.load(f"{args.checkpoint}.loader0")
+        assert state["step"] == ck["step"], "the loader states are not this checkpoint's"
+        loader.load_state_dict(state)
 
     batch = next(loader)  # fetched before the loop; each step fetches the next one early
     for _ in range(args.steps):
@@ -105,8 +108,8 @@ def main():
         # rank saves its own loader state beside the checkpoint.
         torch.save(batch.state, f"{args.checkpoint}.loader{loader.rank}")
         if loader.rank == 0:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict()},
-                       args.checkpoint)
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                        "step": batch.step, "world_size": world}, args.checkpoint)
     st = loader.counters()
     print(f"rank {loader.rank}: {args.steps} batches trained on, {st['batches']} fetched, "
           f"provenance {st['provenance']:016x}", flush=True)

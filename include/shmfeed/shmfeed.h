@@ -282,7 +282,7 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
  * SF_E_JOB_GONE when the job's launcher died (a crash or SIGKILL, so nothing will ever
  * fill the ring): a waiting call looks at the launcher's liveness every half second,
  * whatever its timeout, and returns within a second of its death; every call after it
- * returns SF_E_JOB_GONE at once.
+ * that finds no batch ready returns SF_E_JOB_GONE at once.
  * In GPU mode the slot stays claimed until its copy has completed, and is released on
  * the next call, so that the copy of step s+1 overlaps the caller's work on step s.
  * GPU mode, which thread and stream: the handle may move between threads (one at a time;

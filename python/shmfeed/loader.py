@@ -76,7 +76,8 @@ def _state_before(meta, step, epoch, provenance):
 
 
 class Batch:
-    """One step of one rank: `tokens` [B, T+1], `x` = tokens[:, :-1], `y` = tokens[:, 1:],
+    """One step of one rank: `tokens` [B, T+1], `x` = tokens[:, :-1], `y` = tokens[:, 1:]
+    (in the int64 and int32 modes a contiguous copy),
     `step`, `first_sample` (global index of row 0), `digest` (XXH3-64 of the token bytes
     in the arena), `doc_starts` (a [B, D] uint32 NumPy array of document starts per row,
     padded with 0xFFFFFFFF; on a GPU an int32 tensor on the device, padded with -1; None
@@ -248,10 +249,12 @@ class Loader:
     dtype: what the token arrays hold.
     - "int64" (default): what nn.Embedding and F.cross_entropy take as they are. On CPU
       the library widens each batch into one of two buffers, which alternate, allocated
-      once (one SIMD pass, no allocation per step): a batch stays valid until the
-      second next() after it; on a GPU a kernel widens it on the current stream after
-      the copy, into one of two tensors that alternate the same way, with its document
-      starts and sources, whatever the number of device buffers.
+      once (two SIMD passes, the tokens then y contiguous, no allocation per step): a
+      batch stays valid until the second next() after it; on a GPU a kernel widens it
+      on the current stream after the copy, into one of two tensors that alternate the
+      same way, with its document starts and sources, whatever the number of device
+      buffers. y is a copy there, contiguous as a loss flattens it: writing into tokens
+      does not change it.
     - "int32": the same at half the size (embeddings take int32; cross_entropy targets
       need int64); a copy into the two buffers even when the arena holds int32.
     - "native": the arena's own width, uint16 or int32: on CPU a zero-copy view of shared

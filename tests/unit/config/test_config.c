@@ -650,6 +650,12 @@ Test(config, overrides_apply_and_are_validated)
 			     SF_E_CONFIG);
 		cr_expect(strstr(err.msg, "--set jbo: no such field; expected one of: job, sources"),
 			  "%s", err.msg);
+		root_typo[0] = "batch=3";
+		cr_expect_eq(sf__config_load_overrides(path, root_typo, 1, &cfg, &err),
+			     SF_E_CONFIG);
+		cr_expect(strstr(err.msg, "'batch' is a section: set one of its keys as batch.KEY "
+					  "(size, seq_len, dtype)"),
+			  "%s", err.msg);
 	}
 	cr_expect_eq(sf__config_load_overrides(path, bad_value, 1, &cfg, &err), SF_E_CONFIG);
 	cr_expect(strstr(err.msg, "--set batch.size: 'size' is out of range"), "%s", err.msg);
