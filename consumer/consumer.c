@@ -923,7 +923,10 @@ int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state)
 		return refuse_inherited(c);
 	if (state->config_digest != geo->config_digest)
 		return sf__err(&c->err, SF_E_DIGEST,
-			       "resume state of config %016llx, but the job runs config %016llx",
+			       "resume state of config %016llx, but the job runs config %016llx (the "
+			       "digest covers the sources and their files, a mixture's weights and "
+			       "schedule, the tokenizer, sampling and the global batch: "
+			       "docs/config.md)",
 			       (unsigned long long)state->config_digest,
 			       (unsigned long long)geo->config_digest);
 	if (state->samples % global_batch)
