@@ -189,8 +189,13 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 		return 0;
 	}
 	steps = tokens ? tokens / (G * T) + (tokens % (G * T) != 0) : st.n_steps;
-	if (steps > st.n_steps)
+	if (steps > st.n_steps) {
 		steps = st.n_steps;
+		printf("# the run ends at step %llu (%s), before the %llu tokens asked for\n",
+		       (unsigned long long)steps,
+		       ns ? "the schedule's last until_step" : "sampling.epochs",
+		       (unsigned long long)tokens);
+	}
 	/* Tokens are counted in 64 bits: a budget beyond that (a schedule's last phase may
 	 * end at step 2^64 - 2) is cut to what they hold. */
 	if (steps > UINT64_MAX / G / T) {

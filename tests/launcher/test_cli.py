@@ -330,6 +330,17 @@ def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
     # too, where the run has no end. It was printed only with --tokens.
     bare = sf("check", str(cfg))
     assert bare.returncode == 0 and "# the run has no end" in bare.stdout, bare
+    # A budget past a schedule's end is cut to it, and says so (it was cut silently).
+    scheduled = tmp_path / "scheduled.yaml"
+    scheduled.write_text(
+        "sources:\n" + "".join(f"  - {{name: {n}, paths: {tmp_path}/{n}.bin, format: "
+                                f"nanogpt}}\n" for n in ("web", "code", "math")) +
+        "batch: {size: 8, seq_len: 64}\nconsumers: {world_size: 1}\n"
+        "mixture:\n  schedule:\n    - {until_step: 15, weights: {web: 1, code: 1, math: 1}}\n")
+    ends = sf("check", str(scheduled), "--tokens", "1M")
+    assert ends.returncode == 0, ends.stderr
+    assert "# the run ends at step 15 (the schedule's last until_step), before the " \
+        "1000000 tokens asked for" in ends.stdout, ends.stdout
     assert re.search(r"# mixture: at every prefix of every phase each source's count is "
                      r"within 0\.\d+ of weight x samples", bare.stdout), bare.stdout
     for (_, name, samples, _, tokens, epochs, windows), w, win in zip(
