@@ -1240,10 +1240,25 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 			if (!strcmp(cfg->sources[j].name, src->name) ||
 			    (cfg->sources[j].group && !strcmp(cfg->sources[j].group, src->name)) ||
 			    as_group) {
-				snprintf(msg, sizeof(msg),
-					 "the name '%.64s' is given twice (source and group names "
-					 "share one namespace)",
-					 as_group ? src->group : src->name);
+				char def_j[24], def_i[24];
+
+				snprintf(def_j, sizeof(def_j), "source%u", j);
+				snprintf(def_i, sizeof(def_i), "source%u", i);
+				if (!as_group && !strcmp(cfg->sources[j].name, def_j))
+					snprintf(msg, sizeof(msg),
+						 "the name '%.64s' is source %u's default (it has "
+						 "no `name`): give one of them another",
+						 src->name, j);
+				else if (!as_group && !strcmp(src->name, def_i))
+					snprintf(msg, sizeof(msg),
+						 "source %u has no `name`, and its default '%.64s' "
+						 "is another source's or group's: give it one",
+						 i, src->name);
+				else
+					snprintf(msg, sizeof(msg),
+						 "the name '%.64s' is given twice (source and group "
+						 "names share one namespace)",
+						 as_group ? src->group : src->name);
 				return fail_source_field(L, as_group ? &source_fields[7] : f_name,
 							 i, msg);
 			}

@@ -927,6 +927,10 @@ Test(config, mixture_mistakes_are_named)
 		"job.yaml:", "given twice");
 	rejects("sources:\n  - {paths: a.bin, group: g}\n",
 		"job.yaml:", "group 'g' needs a weight");
+	/* A clash with a default name said the user wrote the name twice. */
+	rejects("sources:\n  - {paths: a.bin, weight: 1}\n  - {paths: b.bin, weight: 1, name: "
+		"source0}\n",
+		"job.yaml:", "the name 'source0' is source 0's default (it has no `name`)");
 	rejects("sources:\n  - {paths: a.bin, weight: 1}\nsampling: {epochs: 2}\n",
 		"job.yaml:3:", "'epochs' does not apply to a mixture");
 	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {weights: {source0: 1}}\n"
