@@ -1255,10 +1255,11 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 						 "is another source's or group's: give it one",
 						 i, src->name);
 				else
-					snprintf(msg, sizeof(msg),
-						 "the name '%.64s' is given twice (source and group "
-						 "names share one namespace)",
-						 as_group ? src->group : src->name);
+					snprintf(
+						msg, sizeof(msg),
+						"the name '%.64s' is given twice (source and group "
+						"names share one namespace)",
+						as_group ? src->group : src->name);
 				return fail_source_field(L, as_group ? &source_fields[7] : f_name,
 							 i, msg);
 			}

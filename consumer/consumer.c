@@ -922,13 +922,14 @@ int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state)
 	if (c->a->inherited)
 		return refuse_inherited(c);
 	if (state->config_digest != geo->config_digest)
-		return sf__err(&c->err, SF_E_DIGEST,
-			       "resume state of config %016llx, but the job runs config %016llx (the "
-			       "digest covers the sources and their files, a mixture's weights and "
-			       "schedule, the tokenizer, sampling and the global batch: "
-			       "docs/config.md)",
-			       (unsigned long long)state->config_digest,
-			       (unsigned long long)geo->config_digest);
+		return sf__err(
+			&c->err, SF_E_DIGEST,
+			"resume state of config %016llx, but the job runs config %016llx (the "
+			"digest covers the sources and their files, a mixture's weights and "
+			"schedule, the tokenizer, sampling and the global batch: "
+			"docs/config.md)",
+			(unsigned long long)state->config_digest,
+			(unsigned long long)geo->config_digest);
 	if (state->samples % global_batch)
 		return sf__err(&c->err, SF_E_RANGE,
 			       "resume state at sample %llu is not a multiple of the global batch "

@@ -648,8 +648,9 @@ Test(config, overrides_apply_and_are_validated)
 
 		cr_expect_eq(sf__config_load_overrides(path, root_typo, 1, &cfg, &err),
 			     SF_E_CONFIG);
-		cr_expect(strstr(err.msg, "--set jbo: no such field; expected one of: job, sources"),
-			  "%s", err.msg);
+		cr_expect(
+			strstr(err.msg, "--set jbo: no such field; expected one of: job, sources"),
+			"%s", err.msg);
 		root_typo[0] = "batch=3";
 		cr_expect_eq(sf__config_load_overrides(path, root_typo, 1, &cfg, &err),
 			     SF_E_CONFIG);
