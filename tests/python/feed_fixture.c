@@ -90,6 +90,17 @@ static void print_abi(void)
 	P(sf_consumer_info, doc_starts_buffer);
 	P(sf_consumer_info, config_digest);
 #undef P
+	/* The constants _native.py copies by hand. */
+#define C(name) printf("\"const." #name "\": %lld,\n", (long long)(name))
+	C(SF_DTYPE_U16);
+	C(SF_DTYPE_I32);
+	C(SF_DTYPE_I64);
+	C(SF_OUTPUT_TARGETS);
+	C(SF_ATTACH_CPU);
+	C(SF_ATTACH_EXPLICIT_RELEASE);
+	C(SF_GPU_BUFFERS_MAX);
+	C(SF_DEVICE_NONE);
+#undef C
 	printf(FIELD(sf_consumer_info, sources_offset) "}\n",
 	       FIELD_ARGS(sf_consumer_info, sources_offset));
 }

@@ -26,6 +26,10 @@ def test_struct_mirrors_match_the_c_layout():
             off, size = abi[f"{cname}.{fname}"]
             field = getattr(mirror, fname)
             assert (field.offset, field.size) == (off, size), f"{cname}.{fname}"
+    consts = {k[6:]: v for k, v in abi.items() if k.startswith("const.")}
+    assert "SF_OUTPUT_TARGETS" in consts
+    for name, value in consts.items():
+        assert getattr(N, name) == value, name
 
 
 def test_batches_match_the_reference_on_both_ranks():
