@@ -7,6 +7,7 @@ has).
 Each test uses a job name with this process's pid and its own private runtime directory,
 and asserts that nothing of the job is left behind."""
 
+import contextlib
 import json
 import os
 import pty
@@ -374,29 +375,13 @@ def test_a_mixture_of_more_than_64_sources_shows_its_first_64(rt, tmp_path):
                    "batch: {size: 8, seq_len: 64}\nconsumers: {world_size: 1, device: cpu}\n"
                    f"control: {{metrics_file: {tmp_path}/metrics.prom, "
                    "stats_interval_ms: 50}\n")
-    p = subprocess.Popen([SHMFEED, "run", str(cfg)], stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        assert wait_for(lambda: sf("status", job).returncode == 0, timeout=60)
-        rank = subprocess.run([CONSUME, "--steps", "25", "--out", str(tmp_path / "r0.txt")],
-                              env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
-                              capture_output=True, text=True, timeout=60)
-        assert rank.returncode == 0, rank.stderr
-
-        def seen_all():
-            st = json.loads(sf("status", job, "--json").stdout)["stats"]
-            return st.get("samples") == 200 and st.get("sources") and st
-        assert wait_for(seen_all, timeout=30)
-        sources = seen_all()["sources"]
+    with serving_25_steps(cfg, job, tmp_path) as stats:
+        sources = stats["sources"]
         assert [x["name"] for x in sources] == [f"s{i}" for i in range(64)], sources
         assert sources[0]["target"] == 100.0 and abs(sources[0]["delivered"] - 100) < 2
         assert wait_for(lambda: 'source="s63"}' in (tmp_path / "metrics.prom").read_text(),
                         timeout=30)
         assert 'source="s64"}' not in (tmp_path / "metrics.prom").read_text()
-        assert sf("stop", job).returncode == 0
-        p.communicate(timeout=30)
-    finally:
-        finish(p)
 
 
 def test_check_counts_huge_budgets_without_wrapping_and_rounds_the_bound_up(tmp_path):
@@ -429,10 +414,10 @@ def test_check_counts_huge_budgets_without_wrapping_and_rounds_the_bound_up(tmp_
     assert f"# budget: {steps} steps of 8 samples" in check.stdout, check.stdout
 
 
-def serve_and_read_25_steps(cfg, job, tmp_path, want):
-    """Run the mixture job of `cfg`, read 25 steps of 8 samples as rank 0, and check that
-    status --json gives each source's (delivered, target) as `want` and the metrics file
-    each source's samples; returns the human status and the metrics."""
+@contextlib.contextmanager
+def serving_25_steps(cfg, job, tmp_path):
+    """Run the mixture job of `cfg`, read 25 steps of 8 samples as rank 0, and yield the
+    stats of status --json once they cover the 200 samples read; stop the job after."""
     p = subprocess.Popen([SHMFEED, "run", str(cfg)], stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
@@ -444,9 +429,21 @@ def serve_and_read_25_steps(cfg, job, tmp_path, want):
 
         def seen_all():
             st = json.loads(sf("status", job, "--json").stdout)["stats"]
-            return st.get("samples") == 200 and st
+            return st.get("samples") == 200 and st.get("sources") and st
         assert wait_for(seen_all, timeout=30)
-        got = {s["name"]: (s["delivered"], s["target"]) for s in seen_all()["sources"]}
+        yield seen_all()
+        assert sf("stop", job).returncode == 0
+        p.communicate(timeout=30)
+    finally:
+        finish(p)
+
+
+def serve_and_read_25_steps(cfg, job, tmp_path, want):
+    """serving_25_steps(), checking that status --json gives each source's (delivered,
+    target) as `want` and the metrics file each source's samples; returns the human
+    status and the metrics."""
+    with serving_25_steps(cfg, job, tmp_path) as stats:
+        got = {s["name"]: (s["delivered"], s["target"]) for s in stats["sources"]}
         assert got == want
         human = sf("status", job).stdout
         assert " flags checksum sources\n" in sf("inspect", job).stdout
@@ -454,10 +451,6 @@ def serve_and_read_25_steps(cfg, job, tmp_path, want):
         assert wait_for(lambda: f'source="{last}"}} {n}\n' in
                         (tmp_path / "metrics.prom").read_text(), timeout=30)
         metrics = (tmp_path / "metrics.prom").read_text()
-        assert sf("stop", job).returncode == 0
-        p.communicate(timeout=30)
-    finally:
-        finish(p)
     return human, metrics
 
 
