@@ -115,6 +115,10 @@ def main():
           f"provenance {st['provenance']:016x}", flush=True)
     loader.close()
     if world > 1:
+        # Every rank past its last collective before any tears its connections down:
+        # gloo aborts a rank ("terminate called without an active exception") whose
+        # peer closed first, now and then on a loaded machine.
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 
