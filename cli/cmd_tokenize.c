@@ -281,19 +281,13 @@ int sf__cmd_tokenize(int argc, char **argv)
 		sf__log_info("%llu bad records skipped; the first: %s",
 			     (unsigned long long)st.skipped, sf__dataset_first_skip(ds));
 	/* A part may be empty (more parts than documents); a whole corpus may not. */
-	if (!shard && !st.n_tokens) {
+	if (!shard && !st.n_tokens)
 		r = sf__err(&e, SF_E_SOURCE, "%s: the sources hold no token, nothing to write%s%s",
 			    cfg.path ? cfg.path : "config",
 			    st.skipped ? "; the first record skipped: " : "",
 			    st.skipped ? sf__dataset_first_skip(ds) : "");
-		sf__log_error("%s", e.msg);
-		sf__dataset_close(ds);
-		sf__path_unlock(lock, lock_fd);
-		sf__part_plan_free(&plan);
-		sf__config_free(&cfg);
-		return 1;
-	}
-	r = sf__dataset_write_megatron(ds, prefix, cfg.producers, show_progress, &ps, &e);
+	else
+		r = sf__dataset_write_megatron(ds, prefix, cfg.producers, show_progress, &ps, &e);
 	if (r >= 0 && shard)
 		r = sf__part_manifest_write(prefix, &plan, ds, &e);
 	if (r < 0)

@@ -496,4 +496,11 @@ static inline int sf__node_ranks_decode(uint64_t word, const struct sf_geometry 
 /* sf__arena_set_job_state - store a job state and wake everyone sleeping on it. */
 void sf__arena_set_job_state(struct sf_arena *a, uint32_t state);
 
+/* sf__arena_stopping - whether the job is stopping. Acquire: pairs with the seq_cst
+ * store of sf__arena_set_job_state(). */
+static inline int sf__arena_stopping(const struct sf_arena *a)
+{
+	return atomic_load_explicit(&a->hdr->job_state, memory_order_acquire) == SF_JOB_STOPPING;
+}
+
 #endif

@@ -1748,18 +1748,27 @@ static int apply_text(struct loader *L, const char *text, size_t len, struct sf_
 }
 
 /* Find the field named by a dotted key: "job", "batch.size". */
+/* The section a dotted key ("batch.size") names before its dot, or NULL. */
+static const struct field *section_of(const char *key)
+{
+	const char *dot = strchr(key, '.');
+
+	if (dot)
+		for (const struct field *f = root_fields; f->key; f++)
+			if (f->type == T_SECTION && strlen(f->key) == (size_t)(dot - key) &&
+			    !strncmp(f->key, key, (size_t)(dot - key)))
+				return f;
+	return NULL;
+}
+
 static const struct field *field_by_key(const char *key)
 {
 	const struct field *fields = root_fields;
 	const char *dot = strchr(key, '.');
 
 	if (dot) {
-		const struct field *sec = NULL;
+		const struct field *sec = section_of(key);
 
-		for (const struct field *f = root_fields; f->key; f++)
-			if (f->type == T_SECTION && strlen(f->key) == (size_t)(dot - key) &&
-			    !strncmp(f->key, key, (size_t)(dot - key)))
-				sec = f;
 		if (!sec)
 			return NULL;
 		fields = sec->sub;
@@ -1775,18 +1784,10 @@ static const struct field *field_by_key(const char *key)
  * have meant, as a typo in the file lists them. */
 static int unknown_override(struct loader *L, const char *key)
 {
-	const char *dot = strchr(key, '.');
-	const struct field *fields = root_fields, *sec = NULL;
+	const struct field *sec = section_of(key);
 	char keys[512];
 
-	if (dot)
-		for (const struct field *f = root_fields; f->key; f++)
-			if (f->type == T_SECTION && strlen(f->key) == (size_t)(dot - key) &&
-			    !strncmp(f->key, key, (size_t)(dot - key)))
-				sec = f;
-	if (sec)
-		fields = sec->sub;
-	keys_list(fields, keys, sizeof(keys));
+	keys_list(sec ? sec->sub : root_fields, keys, sizeof(keys));
 	return sf__err(L->e, SF_E_CONFIG, "--set %s: no such field%s%s%s; expected one of: %s%s",
 		       key, sec ? " in section '" : "", sec ? sec->key : "", sec ? "'" : "", keys,
 		       sec ? "" : " (a section's as SECTION.KEY)");

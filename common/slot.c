@@ -312,11 +312,6 @@ static int find_free(const struct sf_arena *a, uint32_t start, struct sf_fill *f
 	return found;
 }
 
-static int job_stopping(const struct sf_arena *a)
-{
-	return atomic_load_explicit(&a->hdr->job_state, memory_order_acquire) == SF_JOB_STOPPING;
-}
-
 /* A paused job hands out no work: its producers claim nothing until it runs again (the
  * state change bumps free_seq, which wakes them). */
 static int job_paused(const struct sf_arena *a)
@@ -392,7 +387,7 @@ static int producer_can_go(void *arg)
 
 	return (!job_paused(pc->a) && ranks_known(pc->a, &base) &&
 		find_free(pc->a, pc->start, pc->f)) ||
-	       job_stopping(pc->a);
+	       sf__arena_stopping(pc->a);
 }
 
 struct consumer_check {
@@ -407,7 +402,7 @@ static int consumer_can_go(void *arg)
 	struct consumer_check *cc = arg;
 
 	return atomic_load_explicit(&cc->slot->word, memory_order_relaxed) == cc->ready ||
-	       job_stopping(cc->a);
+	       sf__arena_stopping(cc->a);
 }
 
 int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
@@ -448,7 +443,7 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 			SF_TEST_POINT(SF_TP_PRODUCER_CLAIMED);
 			return 0;
 		}
-		if (job_stopping(a))
+		if (sf__arena_stopping(a))
 			return SF_E_STOPPED;
 		if (polls < SF_SPIN_POLLS) {
 			polls++;
@@ -534,7 +529,7 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 		}
 		if (sf__slot_lap(w) > lap)
 			return SF_E_STATE;
-		if (job_stopping(a))
+		if (sf__arena_stopping(a))
 			return SF_E_STOPPED;
 		if (timeout_ns == 0)
 			return SF_E_AGAIN;
@@ -626,7 +621,7 @@ static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t st
 
 			if (st == SF_SLOT_FILLING) {
 				/* Wait for the filler, or repair it if it died meanwhile. */
-				if (job_stopping(a))
+				if (sf__arena_stopping(a))
 					return SF_E_STOPPED;
 				sf__arena_repair(a, sf__slot_owner(w));
 				if (!wait) {

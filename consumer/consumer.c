@@ -947,8 +947,7 @@ int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state)
 			(unsigned long long)(state->samples / global_batch),
 			(unsigned long long)(sf__arena_step_limit(geo) - 1),
 			(unsigned long long)((sf__arena_step_limit(geo) - 1) * global_batch));
-	/* Acquire: pairs with the seq_cst store of sf__arena_set_job_state(). */
-	if (atomic_load_explicit(&c->a->hdr->job_state, memory_order_acquire) == SF_JOB_STOPPING)
+	if (sf__arena_stopping(c->a))
 		return sf__err(&c->err, SF_E_STOPPED, "seek of rank %u: the job is stopping",
 			       c->global_rank);
 	r = release_held(c);

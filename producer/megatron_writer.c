@@ -188,10 +188,6 @@ int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, 
 		r = sf__err(e, -ENOMEM, "out of memory");
 		goto out;
 	}
-	if (ds->n_token_files) {
-		r = sf__err(e, SF_E_CONFIG, "tokenize reads raw text sources (.txt, .jsonl)");
-		goto out;
-	}
 	for (uint64_t c = 0; c < ds->n_chunks; c++) {
 		doc_first[c] = n_docs;
 		n_docs += ds->chunks[c].n_docs;

@@ -63,8 +63,10 @@ int sf__dataset_open(const struct sf_config *cfg, struct sf_dataset **ret_ds, st
  * part (producer/part_plan.h), or of all of them when `plan` is NULL, for
  * sf__dataset_write_megatron(): only the files and byte ranges of `plan` are read, the
  * chunk counts of a file read only in part are not cached, and the dataset may hold
- * fewer tokens than a sequence (it is not for sampling: no batches are built from it). Pre-tokenized sources fail with SF_E_CONFIG. `plan` must come from the same
- * config; a source listing that changed since fails with SF_E_SOURCE.
+ * fewer tokens than a sequence (it is not for sampling: no batches are built from it).
+ * Pre-tokenized sources fail with SF_E_CONFIG, so the writer meets only raw text. `plan`
+ * must come from the same config; a source listing that changed since fails with
+ * SF_E_SOURCE.
  */
 struct sf_part_plan;
 int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan *plan,
