@@ -4,7 +4,8 @@
  * source pattern matches today, the resolved token width and the config digest as comments. The
  * sources are opened and the tokenizer loaded as `run` does before it starts anything
  * (sf__dataset_check()), so the check fails where `run` would: a glob matching nothing, a missing
- * or malformed file or vocabulary, a dtype that cannot hold a source's tokens. --strict is accepted
+ * or malformed file or vocabulary, a dtype that cannot hold a source's tokens, ids outside the
+ * vocabulary among the first of each token file. --strict is accepted
  * for scripts written when a source matching nothing passed without it; it now always fails. CURVE
  * key files are read as `run` reads them; a plain tcp:// endpoint (control.insecure_tcp) is warned
  * about. With --tokens N (or, for a mixture whose schedule ends, without it) the dataset is opened

@@ -499,6 +499,59 @@ static int plan_steps(struct sf_dataset *ds, const struct sf_config *cfg, struct
 	return 0;
 }
 
+/* The error for token `v`, the `k`-th of file `f`, at or above the job's id limit. */
+static int id_refused(const struct sf_dataset *ds, const struct sf_token_file *f, uint64_t k,
+		      uint32_t v, struct sf_err *e)
+{
+	const unsigned long long byte = f->tokens_off + k * f->width;
+
+	if (ds->id_limit == SF_ID_LIMIT_INT32)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %llu: token %u does not fit the arena's int32 (it would "
+			       "read as %d)",
+			       f->path, byte, v, (int32_t)v);
+	return sf__err(e, SF_E_SOURCE,
+		       "%s: byte %llu: token %u is outside the vocabulary of %u ids (tokenizer "
+		       "%s): set tokenizer.encoding (or file) to the tokenizer the file was made "
+		       "with",
+		       f->path, byte, v, ds->id_limit, sf__tok_name(ds->tok));
+}
+
+/* Tokens of each pre-tokenized file that `check` holds to the vocabulary (run holds all),
+ * and of all of them together, so that a corpus of many files is checked in seconds. */
+#define CHECK_HEAD_TOKENS 65536u
+#define CHECK_ALL_TOKENS  (UINT64_C(1) << 24)
+
+/*
+ * The first CHECK_HEAD_TOKENS ids of each token file against the job's vocabulary, so that a
+ * job naming another encoding than its files were made with fails in `check`, not in the
+ * first batch of `run`.
+ */
+static int check_ids_head(const struct sf_dataset *ds, struct sf_err *e)
+{
+	uint64_t budget = CHECK_ALL_TOKENS;
+
+	for (uint32_t i = 0; i < ds->n_token_files && budget; i++) {
+		const struct sf_token_file *f = &ds->token_files[i];
+		uint64_t n = f->n_tokens < CHECK_HEAD_TOKENS ? f->n_tokens : CHECK_HEAD_TOKENS;
+		struct sf_token_view v;
+		int r = sf__tokens_view(ds, i, 0, &v, e);
+
+		if (r < 0)
+			return r;
+		n = n < budget ? n : budget;
+		budget -= n;
+		for (uint64_t k = 0; k < n; k++) {
+			uint32_t id = 0;
+
+			memcpy(&id, v.tokens + k * f->width, f->width); /* little-endian */
+			if (id >= ds->id_limit)
+				return id_refused(ds, f, k, id, e);
+		}
+	}
+	return 0;
+}
+
 int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, struct sf_err *e)
 {
 	struct sf_dataset *ds = calloc(1, sizeof(*ds));
@@ -507,6 +560,8 @@ int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, st
 	if (!ds)
 		return sf__err(e, -ENOMEM, "out of memory");
 	r = open_start(ds, cfg, NULL, e);
+	if (r >= 0 && ds->id_limit)
+		r = check_ids_head(ds, e);
 	/* Tokens are counted here where no text is to be tokenized first. */
 	if (r >= 0 && !ds->n_text_files)
 		r = plan_steps(ds, cfg, e);
@@ -856,21 +911,7 @@ static int id_out_of_range(struct sf_builder *b, uint64_t first, const unsigned 
 				continue;
 			off = sf__builder_sample_offset(b, first + i) + j;
 			f = &ds->token_files[sf__tokens_find_file(ds, off)];
-			if (ds->id_limit == SF_ID_LIMIT_INT32)
-				return sf__err(e, SF_E_SOURCE,
-					       "%s: byte %llu: token %u does not fit the arena's "
-					       "int32 (it would read as %d)",
-					       f->path,
-					       (unsigned long long)(f->tokens_off +
-								    (off - f->start) * f->width),
-					       v, (int32_t)v);
-			return sf__err(
-				e, SF_E_SOURCE,
-				"%s: byte %llu: token %u is outside the vocabulary of %u "
-				"ids (tokenizer %s)",
-				f->path,
-				(unsigned long long)(f->tokens_off + (off - f->start) * f->width),
-				v, ds->id_limit, sf__tok_name(ds->tok));
+			return id_refused(ds, f, off - f->start, v, e);
 		}
 	return sf__err(e, SF_E_SOURCE, "a token outside the vocabulary of %u ids", ds->id_limit);
 }

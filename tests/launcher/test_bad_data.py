@@ -388,5 +388,26 @@ def test_ids_outside_the_vocabulary_stop_the_job(rt, tmp_path):
     cfg = write_config(tmp_path, f"[{data}]",
                        f"tokenizer: {{encoding: r50k_base, vocab: {vocab}}}\n"
                        "sampling: {epochs: 1}\n")
+    # check reads the first 65,536 ids of each file, so it refuses this one as run does.
+    refused = check(cfg)
+    assert refused.returncode == 1, refused
+    assert f"{data}: byte 80000: token 60000 is outside the vocabulary" in refused.stderr
     out = run_job(cfg, job_name("vocab"), consume_cmd(tmp_path / "r0.txt", 10**6))
     assert_stopped_at_once(out, f"{data}: byte 80000: token 60000 is outside the vocabulary")
+
+
+def test_check_refuses_token_files_of_another_tokenizer_beside_raw_text(tmp_path):
+    # Under the default `bytes`, raw text beside GPT-2 token files: run would stop at its
+    # first batch, so check says so and which setting to give.
+    (tmp_path / "a.txt").write_text("hello world, a paragraph of raw text\n\n" * 20)
+    put_tokens(tmp_path / "t.bin", 4096, modulo=50000)
+    cfg = write_config(tmp_path, f"[{{paths: {tmp_path}/a.txt, weight: 1}}, "
+                                 f"{{paths: {tmp_path}/t.bin, format: nanogpt, weight: 1}}]")
+    out = check(cfg)
+    assert out.returncode == 1, out
+    assert (f"{tmp_path}/t.bin: byte 514: token 257 is outside the vocabulary of 257 ids "
+            "(tokenizer bytes): set tokenizer.encoding") in out.stderr, out.stderr
+    # Token files made with `bytes` itself pass.
+    put_tokens(tmp_path / "t.bin", 4096, modulo=257)
+    out = check(cfg)
+    assert out.returncode == 0, out.stderr
