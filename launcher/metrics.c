@@ -167,11 +167,13 @@ static void render(FILE *f, const struct sf_stats *s, const char *job)
 
 	if (s->n_sources) {
 		/* Source names are [A-Za-z0-9_.-] (checked at load): no escaping. */
-		head(f, "shmfeed_source_samples_total", "counter",
+		/* A position in the stream, not a count of events: a seek back lowers it,
+		 * so it is a gauge (a counter that fell would read as a restart). */
+		head(f, "shmfeed_source_samples", "gauge",
 		     "Samples of each mixture source in the global prefix every local rank read.");
 		for (uint32_t i = 0; i < s->n_sources && i < SF_STATS_MAX_SOURCES; i++)
 			fprintf(f,
-				"shmfeed_source_samples_total{shmfeed_job=\"%s\",source=\"%s\"} "
+				"shmfeed_source_samples{shmfeed_job=\"%s\",source=\"%s\"} "
 				"%llu\n",
 				job, s->source[i].name, (unsigned long long)s->source[i].delivered);
 		head(f, "shmfeed_source_target_samples", "gauge",

@@ -353,9 +353,11 @@ def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
         cfg, job, tmp_path, {"web": (140, 140.0), "code": (40, 40.0), "math": (20, 20.0)})
     assert "(of the first 200 samples every rank read)" in human, human
     assert re.search(r"\n web +140 +140\.0 +70\.00%\n", human), human
-    assert f'shmfeed_source_samples_total{{shmfeed_job="{job}",source="web"}} 140' in metrics
+    assert f'shmfeed_source_samples{{shmfeed_job="{job}",source="web"}} 140' in metrics
     assert f'shmfeed_source_target_samples{{shmfeed_job="{job}",source="code"}} 40' \
         in metrics
+    # Positions in the stream, which a seek back lowers: gauges, not counters.
+    assert "# TYPE shmfeed_source_samples gauge\n" in metrics, metrics
 
 
 def test_a_mixture_of_more_than_64_sources_shows_its_first_64(rt, tmp_path):
@@ -496,7 +498,7 @@ def test_a_mixture_with_raw_text_sources_shows_each_in_check_status_and_metrics(
     human, metrics = serve_and_read_25_steps(
         cfg, job, tmp_path, {"prose": (100, 100.0), "code": (60, 60.0), "ids": (40, 40.0)})
     assert re.search(r"\n prose +100 +100\.0 +50\.00%\n", human), human
-    assert f'shmfeed_source_samples_total{{shmfeed_job="{job}",source="code"}} 60' in metrics
+    assert f'shmfeed_source_samples{{shmfeed_job="{job}",source="code"}} 60' in metrics
 
 
 def run_in_terminal(job, command):
