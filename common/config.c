@@ -798,7 +798,10 @@ static int set_schedule(struct loader *L, const struct field *f, const yaml_node
 
 		ph[i].until_step = UINT64_MAX;
 		cfg->n_phases = (uint32_t)i + 1;
+		/* A phase's fields are marked per phase, as a source's are per source. */
+		L->source = (int32_t)i;
 		r = apply_mapping(L, f->sub, "a schedule phase", item, &ph[i]);
+		L->source = -1;
 		if (r == 0 && !ph[i].weights.v)
 			r = fail_at(L, item, "a schedule phase needs 'weights'");
 		if (r == 0 && ph[i].until_step == UINT64_MAX && i + 1 < count)
@@ -1316,11 +1319,14 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 
 			for (uint32_t j = 0; j < w->n; j++)
 				if (weighable(cfg, w->v[j].name) < 0) {
+					const struct mark *m =
+						mark_in(L, &phase_fields[which ? 2 : 1], (int32_t)p);
+
 					snprintf(msg, sizeof(msg),
 						 "schedule phase %u: '%.64s' is neither an "
 						 "ungrouped source nor a group",
 						 p + 1, w->v[j].name);
-					return fail_field(L, f_mix, msg);
+					return fail_mark(L, m ? m : mark_of(L, f_mix), msg);
 				}
 		}
 	}

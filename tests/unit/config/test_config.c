@@ -937,8 +937,14 @@ Test(config, mixture_mistakes_are_named)
 	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {weights: {source0: 1}}\n"
 		"    - {until_step: 5, weights: {source0: 1}}\n",
 		"job.yaml:4:", "only the last schedule phase");
+	/* A name that is no source or group is shown in its phase's weights (or ramp_to),
+	 * not at the `mixture` key. */
 	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {until_step: 9, weights: {x: 1}}\n",
-		"job.yaml:", "'x' is neither an ungrouped source nor a group");
+		"job.yaml:4:32:", "schedule phase 1: 'x' is neither an ungrouped source nor a group");
+	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {until_step: 9, weights: "
+		"{source0: 1}}\n    - until_step: 20\n      weights: {source0: 1}\n      ramp_to:\n"
+		"        y: 2\n",
+		"job.yaml:8:9:", "schedule phase 2: 'y' is neither");
 	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {until_step: 9, weights: {}, "
 		"stages: 3}\n",
 		"job.yaml:4:", "'stages' applies to a ramp");
