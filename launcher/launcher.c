@@ -1147,39 +1147,68 @@ static int finished(struct supervisor *S)
 	return !producers_left;
 }
 
+/* How long SIGKILLed orphans are waited for: one in uninterruptible sleep may never go. */
+#define ORPHAN_KILL_WAIT_MS 5000u
+#define ORPHANS_MAX	    256
+
 /*
  * The processes the command left behind: the launcher is their subreaper, so a child of
  * the command that outlived it (a `sh -c` wrapper's, a killed torchrun's workers) is the
  * launcher's child now. SIGTERM them, give them the grace period, then SIGKILL what is
- * left, and reap them all, before the job's arena goes.
+ * left, and reap them all, before the job's arena goes. Each round lists the children
+ * again: the children of an orphan that died are the launcher's next, and get the same
+ * signals (SIGTERM once each in the grace period, SIGKILL after it). What SIGKILL does not
+ * end within ORPHAN_KILL_WAIT_MS is named and left behind.
  */
 static void end_orphans(struct supervisor *S)
 {
 	const uint64_t deadline = sf__now_ns() + ms_ns(S->l->grace_ms);
-	bool termed = false;
-	pid_t kids[256];
-	size_t n;
+	uint64_t give_up = 0;
+	pid_t kids[ORPHANS_MAX], termed[ORPHANS_MAX];
+	size_t n, n_termed = 0;
 
 	for (;;) {
+		uint64_t now;
+		size_t fresh = 0;
+
 		while (waitpid(-1, NULL, WNOHANG) > 0)
 			;
-		n = sf__proc_children(S->self, kids, 256);
+		n = sf__proc_children(S->self, kids, ORPHANS_MAX);
 		if (!n)
 			return;
-		if (!termed || sf__now_ns() >= deadline) {
-			const int signo = termed ? SIGKILL : SIGTERM;
-
-			sf__log_info("%zu process%s the command left behind: SIG%s", n,
-				     n == 1 ? "" : "es", sigabbrev_np(signo));
-			for (size_t i = 0; i < n; i++)
-				kill(kids[i], signo);
-			if (termed) {
-				while (waitpid(-1, NULL, 0) > 0)
-					;
-				return;
-			}
-			termed = true;
+		now = sf__now_ns();
+		if (now >= deadline && !give_up) {
+			sf__log_info("%zu process%s the command left behind: SIGKILL", n,
+				     n == 1 ? "" : "es");
+			give_up = now + ms_ns(ORPHAN_KILL_WAIT_MS);
+		} else if (give_up && now >= give_up) {
+			sf__log_error("%zu process%s the command left behind did not end %u ms "
+				      "after SIGKILL (pid %d%s; in uninterruptible sleep?): not "
+				      "waiting for them",
+				      n, n == 1 ? "" : "es", ORPHAN_KILL_WAIT_MS, (int)kids[0],
+				      n > 1 ? " and others" : "");
+			return;
 		}
+		/* The listed are unreaped children: their pids cannot be reused meanwhile. */
+		for (size_t i = 0; i < n; i++) {
+			bool seen = false;
+
+			if (give_up) {
+				kill(kids[i], SIGKILL);
+				continue;
+			}
+			for (size_t k = 0; k < n_termed && !seen; k++)
+				seen = termed[k] == kids[i];
+			if (seen)
+				continue;
+			kill(kids[i], SIGTERM);
+			fresh++;
+			if (n_termed < ORPHANS_MAX)
+				termed[n_termed++] = kids[i];
+		}
+		if (fresh)
+			sf__log_info("%zu process%s the command left behind: SIGTERM", fresh,
+				     fresh == 1 ? "" : "es");
 		usleep(10000);
 	}
 }

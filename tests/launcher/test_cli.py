@@ -581,6 +581,27 @@ def test_terminal_signals_stop_the_job_once_and_leave_no_process(rt):
     assert not orphans(marker), err
 
 
+def test_orphans_of_orphans_are_killed_and_the_run_ends(rt):
+    """An orphan that ignores SIGTERM, with a child of its own: after the grace period it is
+    SIGKILLed, its child becomes the launcher's and is killed in turn. The launcher blocked
+    in waitpid() on that child, which nobody had signalled: the run lasted as long as the
+    child (forever for a rank stuck in a collective), with the arena still there."""
+    job = job_name("grandorphan")
+    marker = f"302.{os.getpid()}"
+    cmd = ["sh", "-c", f"bash -c 'trap \"\" TERM; sleep {marker} & wait; wait' & sleep 1; exit 0"]
+    start = time.monotonic()
+    p = subprocess.run([SHMFEED, "run", DEMO, "--set", f"job={job}", "--set",
+                        "consumers.world_size=1", "--grace-ms", "1000", "--", *cmd],
+                       capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - start
+    assert p.returncode == 0, p.stderr
+    assert "1 process the command left behind: SIGTERM" in p.stderr, p.stderr
+    assert "the command left behind: SIGKILL" in p.stderr, p.stderr
+    assert took < 30, (took, p.stderr)
+    assert not orphans(marker), p.stderr
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
 def test_help_names_every_option_and_bad_counts_are_refused(tmp_path):
     """check --help lacked --tokens and encode --help --info, --records, --format and
     --pattern, which README and docs use; top --count took -1 (forever), abc and 0 (no
