@@ -49,14 +49,50 @@ static int behavior_of(struct sf_hf_loader *l, const struct sf_json_node *obj, c
 /*
  * tokenizers compiles Split patterns with Oniguruma (Ruby syntax); PCRE2 reads the
  * patterns these files use the same way, except for constructs refused here: ^ and $
- * (line anchors in Ruby), (?m) (dot-all in Ruby), \h and \H (hex digits in Ruby), \w,
- * \W, \b and \B (Oniguruma's word characters are not PCRE2's: U+00BD is one, and a
- * combining mark counts for \b), \A, \z, \Z, \G, \K and \R, and a pattern that can
- * match the empty string (whose iteration rules differ between the engines).
+ * (line anchors in Ruby), (?m) (dot-all in Ruby) and (?s) (not Ruby), \h and \H (hex
+ * digits in Ruby), \w, \W, \b and \B (Oniguruma's word characters are not PCRE2's: U+00BD
+ * is one, and a combining mark counts for \b), \A, \z, \Z, \G, \K and \R, a class
+ * inside a class ([a[bc]]: a union in Ruby, a '[' in PCRE2) and && in a class (an
+ * intersection in Ruby), {,n} (at most n in Ruby, literal text in PCRE2 10.42), and
+ * case-insensitive matching where Oniguruma folds one character to several ("ss" and
+ * "ß", "fi" and "ﬁ"; PCRE2 folds one to one): under (?i), a character outside ASCII, a
+ * \x, \u or \o escape, or one of the letter pairs ss, st, ff, fi and fl. Also a pattern
+ * that can match the empty string (whose iteration rules differ between the engines).
  */
+static int check_case_folds(struct sf_hf_loader *l, const char *where, const char *pat)
+{
+	static const char *const pairs[] = {"ss", "st", "ff", "fi", "fl"};
+
+	for (size_t i = 0; pat[i]; i++) {
+		char a = (char)(pat[i] | 0x20), b = (char)(pat[i + 1] | 0x20);
+
+		if ((unsigned char)pat[i] >= 0x80)
+			return sf__hf_refuse(l, where,
+					     "a character outside ASCII under (?i) not supported "
+					     "(Oniguruma folds some to several: ß matches ss)");
+		if (pat[i] == '\\' && pat[i + 1] && strchr("xuo", pat[i + 1]))
+			return sf__hf_refuse(l, where,
+					     "\\%c under (?i) not supported (Oniguruma folds some "
+					     "characters to several: ß matches ss)",
+					     pat[i + 1]);
+		if (pat[i] == '\\' && pat[i + 1]) {
+			i++;
+			continue;
+		}
+		for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++)
+			if (a == pairs[k][0] && b == pairs[k][1])
+				return sf__hf_refuse(l, where,
+						     "\"%c%c\" under (?i) not supported "
+						     "(Oniguruma also matches it with one "
+						     "character: ss with ß, fi with ﬁ)",
+						     pat[i], pat[i + 1]);
+	}
+	return 0;
+}
+
 static int check_pattern(struct sf_hf_loader *l, const char *where, const char *pat)
 {
-	bool in_class = false;
+	bool in_class = false, caseless = false;
 	size_t i, class_start = 0;
 
 	for (i = 0; pat[i]; i++) {
@@ -68,12 +104,31 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 						     "\\%c not supported (it differs between "
 						     "Oniguruma and PCRE2)",
 						     pat[i + 1]);
+			/* \p{...}: a property, whose name may hold ^ (negation). */
+			if ((pat[i + 1] == 'p' || pat[i + 1] == 'P') && pat[i + 2] == '{') {
+				const char *close = strchr(pat + i + 2, '}');
+
+				if (close) {
+					i = (size_t)(close - pat);
+					continue;
+				}
+			}
 			i++;
 			continue;
 		}
 		if (in_class) {
 			if (c == ']' && i != class_start)
 				in_class = false;
+			else if (c == '[' && pat[i + 1] == ':' && strstr(pat + i + 2, ":]"))
+				i = (size_t)(strstr(pat + i + 2, ":]") - pat) + 1;
+			else if (c == '[')
+				return sf__hf_refuse(l, where,
+						     "a class inside a class not supported (a union "
+						     "in Oniguruma, a '[' in PCRE2)");
+			else if (c == '&' && pat[i + 1] == '&')
+				return sf__hf_refuse(l, where,
+						     "&& in a class not supported (an intersection "
+						     "in Oniguruma)");
 			continue;
 		}
 		if (c == '[') {
@@ -84,18 +139,28 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 					     "the anchor %c not supported (a line anchor in "
 					     "Oniguruma)",
 					     c);
+		} else if (c == '{' && pat[i + 1] == ',') {
+			return sf__hf_refuse(l, where,
+					     "{,n} not supported (at most n in Oniguruma, literal "
+					     "text in PCRE2)");
 		} else if (c == '(' && pat[i + 1] == '?') {
 			size_t j;
 
 			/* The flags of a group: letters and '-' up to ':' or ')'. */
-			for (j = i + 2; (pat[j] >= 'a' && pat[j] <= 'z') || pat[j] == '-'; j++)
+			for (j = i + 2; (pat[j] >= 'a' && pat[j] <= 'z') || pat[j] == '-'; j++) {
 				if (pat[j] == 'm')
 					return sf__hf_refuse(l, where,
 							     "the flag (?m) not supported "
 							     "(dot-all in Oniguruma)");
+				if (pat[j] == 's')
+					return sf__hf_refuse(l, where,
+							     "the flag (?s) not supported (not "
+							     "Oniguruma's: tokenizers refuses it)");
+				caseless |= pat[j] == 'i';
+			}
 		}
 	}
-	return 0;
+	return caseless ? check_case_folds(l, where, pat) : 0;
 }
 
 static int load_split(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *path)

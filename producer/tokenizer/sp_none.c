@@ -63,6 +63,12 @@ bool sf__sp_plain(const struct sf_sp *sp, uint32_t id)
 	return false;
 }
 
+bool sf__sp_control(const struct sf_sp *sp, uint32_t id)
+{
+	(void)sp, (void)id;
+	return false;
+}
+
 int sf__sp_encode(const struct sf_sp *sp, bool part, const void *text, size_t len, uint32_t *out,
 		  size_t cap, size_t *ret_n, char *msg, size_t msg_cap)
 {

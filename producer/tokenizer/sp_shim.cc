@@ -317,6 +317,11 @@ extern "C" bool sf__sp_plain(const struct sf_sp *sp, uint32_t id)
 	       !sp->proc.IsControl(i) && !sp->proc.IsUnused(i) && !sp->proc.IsByte(i);
 }
 
+extern "C" bool sf__sp_control(const struct sf_sp *sp, uint32_t id)
+{
+	return id < (uint32_t)sp->proc.GetPieceSize() && sp->proc.IsControl((int)id);
+}
+
 extern "C" int sf__sp_encode(const struct sf_sp *sp, bool part, const void *text, size_t len,
 			     uint32_t *out, size_t cap, size_t *ret_n, char *msg, size_t msg_cap)
 {

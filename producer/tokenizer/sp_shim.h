@@ -50,6 +50,9 @@ int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix, const char **re
  * or byte). */
 bool sf__sp_plain(const struct sf_sp *sp, uint32_t id);
 
+/* sf__sp_control - whether piece `id` is a control piece (<s>, </s>, [INST], ...). */
+bool sf__sp_control(const struct sf_sp *sp, uint32_t id);
+
 /*
  * sf__sp_encode - the ids of `len` bytes of `text` (no BOS or EOS) into `out` of capacity
  * `cap`; their count goes to *ret_n even when it exceeds `cap` (then nothing usable is

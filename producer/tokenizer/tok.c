@@ -67,7 +67,10 @@ int sf__tok_add_special(struct sf_tok *tok, const char *text, uint32_t id, struc
 	tok->n_specials++;
 	if (id >= tok->n_vocab)
 		tok->n_vocab = id + 1;
-	if (!strcmp(text, eot_text))
+	/* The end of text of the built-in encodings; a file's own choice, made before its
+	 * specials are added (SentencePiece's eos id, a tokenizer.json's first end-of-text
+	 * token), stands. */
+	if (tok->eot < 0 && !strcmp(text, eot_text))
 		tok->eot = (int32_t)id;
 	return 0;
 }

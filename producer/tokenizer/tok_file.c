@@ -362,12 +362,15 @@ static int load_sentencepiece(struct sf_tok *tok, const char *path, struct sf_er
 	}
 	tok->bos = sf__sp_bos(tok->sp);
 	tok->eot = sf__sp_eos(tok->sp);
-	/* The control pieces become special tokens, so that a job can name them. */
-	for (id = 0; id < (int32_t)tok->n_vocab && id < 3; id++) {
+	/* The control pieces, whatever their ids and texts, become special tokens, so that a
+	 * job can name them (the library never makes them from text). */
+	for (id = 0; id < (int32_t)tok->n_vocab && tok->n_specials < SF_TOK_MAX_SPECIALS;
+	     id++) {
 		size_t len;
 		const char *piece = sf__sp_piece(tok->sp, (uint32_t)id, &len);
 
-		if (piece && len && piece[0] == '<' && strlen(piece) == len) {
+		if (sf__sp_control(tok->sp, (uint32_t)id) && piece && len &&
+		    strlen(piece) == len) {
 			rc = sf__tok_add_special(tok, piece, (uint32_t)id, e);
 			if (rc < 0)
 				return rc;

@@ -194,6 +194,11 @@ Test(refuse, not_json)
 	cr_expect(strstr(err.msg, "not valid JSON at byte 10"), "%s", err.msg);
 }
 
+/* A Split pre-tokenizer of regex `re` (a C string of the JSON text), then ByteLevel. */
+#define SPLIT(re)                                                                                  \
+	"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "          \
+	"{\"Regex\": \"" re "\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}"
+
 Test(refuse, each_construct_by_path)
 {
 	static const struct {
@@ -231,6 +236,23 @@ Test(refuse, each_construct_by_path)
 				   "\"Split\", \"pattern\": {\"Regex\": \"\\\\b\\\\p{L}+|.\"}, "
 				   "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\b not supported"},
+		/* Read differently by Oniguruma and PCRE2 (each gave other ids than tokenizers):
+		 * nested classes, class intersection, {,n}, and case folds of one character
+		 * to several under (?i); (?s) tokenizers refuses. */
+		{{.pre_tokenizer = SPLIT("[a[bc]]+|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: a class inside a class"},
+		{{.pre_tokenizer = SPLIT("[a-z&&[^aeiou]]+|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: && in a class"},
+		{{.pre_tokenizer = SPLIT("a{,2}b|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: {,n} not supported"},
+		{{.pre_tokenizer = SPLIT("(?i)\xc3\x9f|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: a character outside ASCII under (?i)"},
+		{{.pre_tokenizer = SPLIT("(?i:st)|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \"st\" under (?i)"},
+		{{.pre_tokenizer = SPLIT("(?i)\\\\x{df}|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\x under (?i)"},
+		{{.pre_tokenizer = SPLIT("(?s:a.)|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: the flag (?s) not supported"},
 		/* An id far above the vocabulary's size: refused before tables are sized by it
 		 * (8 GiB for this one). */
 		{{.extra_vocab = ", \"abc\": 2147483647"},
@@ -377,5 +399,24 @@ Test(accept, specials_bits_and_document_tokens)
 	EXPECT(tok, "<s>x<|endoftext|>", bit_s, 256, 'x', '<', '|', 'e', 'n', 'd', 'o', 'f', 't',
 	       'e', 'x', 't', '|', '>');
 	EXPECT(tok, "<s>x<|endoftext|>", bit_eot, '<', 's', '>', 'x', 257);
+	sf__tok_free(tok);
+}
+
+/* The document's eos is the first end-of-text token in the file's order: a later
+ * <|endoftext|> took its place. And \p{^L} (a negated property) is no anchor. */
+Test(accept, first_end_of_text_and_negated_property)
+{
+	struct parts p = {
+		.pre_tokenizer = SPLIT("\\\\p{^L}+|\\\\p{L}+"),
+		.added_tokens = "[{\"id\": 256, \"content\": \"</s>\", \"special\": true, "
+				"\"normalized\": false},"
+				" {\"id\": 257, \"content\": \"<|endoftext|>\", \"special\": true, "
+				"\"normalized\": false}]"};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	cr_expect_eq(sf__tok_eot(tok), 256);
+	EXPECT(tok, "ab12", 0, 'a', 'b', '1', '2');
 	sf__tok_free(tok);
 }

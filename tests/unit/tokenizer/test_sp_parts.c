@@ -426,6 +426,46 @@ static int check_crafted(const char *dir_path)
 }
 
 /*
+ * The control pieces are the special tokens a job can name, whatever their ids and texts
+ * (only those of ids 0-2 starting with '<' were, <unk> among them); an <|endoftext|>
+ * control piece leaves the model's own eos the document's end.
+ */
+static int check_specials(const char *dir_path)
+{
+	static const struct piece pieces[] = {P("a", -1, NORMAL), P("[INST]", 0, CONTROL),
+					      P("<|endoftext|>", 0, CONTROL)};
+	char model[4096];
+	struct sf_tok_file_opts opts = {model, SF_TOK_FORMAT_SENTENCEPIECE, NULL};
+	struct sf_err err = {0};
+	struct sf_tok *tok;
+	int bad = 0;
+
+	snprintf(model, sizeof(model), "%s/specials.model", dir_path);
+	write_model(model, pieces, 3, false);
+	if (sf__tok_load_file(&opts, &tok, &err) < 0) {
+		fprintf(stderr, "specials: %s\n", err.msg);
+		return 1;
+	}
+	if (sf__tok_special(tok, "[INST]", NULL) != 4 ||
+	    sf__tok_special(tok, "<|endoftext|>", NULL) != 5 ||
+	    sf__tok_special(tok, "</s>", NULL) != 2 || sf__tok_special(tok, "<unk>", NULL) >= 0 ||
+	    sf__tok_eot(tok) != 2 || sf__tok_bos(tok) != 1) {
+		fprintf(stderr,
+			"specials: [INST] %d, <|endoftext|> %d, </s> %d, <unk> %d, eos %d, bos %d; "
+			"want 4, 5, 2, -1, 2, 1\n",
+			sf__tok_special(tok, "[INST]", NULL),
+			sf__tok_special(tok, "<|endoftext|>", NULL),
+			sf__tok_special(tok, "</s>", NULL), sf__tok_special(tok, "<unk>", NULL),
+			sf__tok_eot(tok), sf__tok_bos(tok));
+		bad = 1;
+	}
+	printf("%s specials\n", bad ? "FAIL" : "ok");
+	unlink(model);
+	sf__tok_free(tok);
+	return bad;
+}
+
+/*
  * Each invalid byte is U+FFFD to the normalizer, three byte pieces when that is no piece:
  * a run of them gives 3 ids a byte. Make a run whose ids fill the encoder's first buffer
  * (4,096 ids) exactly, follow it with </s>, and allow the special tokens: its id must
@@ -604,6 +644,7 @@ int main(void)
 		sf__tok_free(tok);
 	}
 	failed |= check_crafted(dir);
+	failed |= check_specials(dir);
 	failed |= check_full_buffer(dir);
 	for (i = 0; i < texts.n; i++)
 		free(texts.s[i]);
