@@ -1,10 +1,18 @@
 /*
  * The PCRE2 pre-tokenizer: runs a pattern that has no hand-written scanner, and serves
  * the tests as the oracle for the scanners. tiktoken's patterns are Rust regex syntax,
- * which PCRE2 (with UTF and UCP) reads the same way except for \s: Rust means the
- * Unicode White_Space property, PCRE2 a slightly different set (it leaves out U+0085,
- * for one). So \s and \S are rewritten into explicit White_Space classes before
- * compiling.
+ * which PCRE2 (with UTF and UCP) reads the same way except for:
+ *  - \s: Rust means the Unicode White_Space property, PCRE2 a slightly different set (it
+ *    leaves out U+0085, for one);
+ *  - \w: Rust means Alphabetic, marks, decimal digits, connector punctuation and the
+ *    join controls, PCRE2 10.42 letters, digits and '_' (a mark such as U+093F is no word
+ *    character to it), and so \W, \b and \B too.
+ * These are rewritten into explicit classes (and lookarounds for \b and \B) before
+ * compiling. Class syntax PCRE2 does not have or reads otherwise is refused: a class
+ * inside a class and the set operations &&, -- and ~~ (PCRE2 would read them as
+ * characters), and POSIX classes ([[:alpha:]] is ASCII to Rust, Unicode to PCRE2 with
+ * UCP). Tokenizer.json patterns come here after hf_pretok.c's checks, which refuse the
+ * word escapes and nested classes for Oniguruma's own reasons.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,12 +27,20 @@
 static const char white_space[] = "\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}"
 				  "\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}";
 
+/* Rust's Unicode \w (regex-syntax's perl_word), as the body of a character class. */
+#define WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
+
+/* The rewriting of one escape is at most this many times the two characters it replaces
+ * (\b: about 230 characters). */
+#define REWRITE_GROWTH 128
+
 /*
- * Rewrite \s and \S of `pattern` into `out` (which has room for 64 times the pattern).
- * Returns 0, or SF_E_TOKENIZER for \S inside a bracket class, which PCRE2 cannot express
- * as a range list.
+ * Rewrite \s, \S, \w, \W, \b and \B of `pattern` into `out` (which has room for
+ * REWRITE_GROWTH times the pattern). Returns 0, or SF_E_TOKENIZER for what PCRE2 cannot
+ * express in a bracket class (\S, \W, \b, \B there) or reads differently (nested classes,
+ * set operations, POSIX classes).
  */
-static int rewrite_spaces(const char *pattern, char *out, struct sf_err *e)
+static int rewrite_escapes(const char *pattern, char *out, struct sf_err *e)
 {
 	bool in_class = false;
 	size_t class_start = 0;
@@ -35,21 +51,35 @@ static int rewrite_spaces(const char *pattern, char *out, struct sf_err *e)
 
 		if (c == '\\' && pattern[i + 1]) {
 			char d = pattern[++i];
+			const char *put = NULL;
 
-			if (d == 's' && in_class) {
-				o += (size_t)sprintf(out + o, "%s", white_space);
-			} else if (d == 's') {
-				o += (size_t)sprintf(out + o, "[%s]", white_space);
-			} else if (d == 'S' && !in_class) {
-				o += (size_t)sprintf(out + o, "[^%s]", white_space);
-			} else if (d == 'S') {
-				return sf__err(
-					e, SF_E_TOKENIZER,
-					"pattern: \\S inside a character class is not supported");
-			} else {
-				out[o++] = c;
-				out[o++] = d;
+			if (in_class && strchr("SWbB", d))
+				return sf__err(e, SF_E_TOKENIZER,
+					       "pattern: \\%c inside a character class is not "
+					       "supported",
+					       d);
+			if (d == 's' || d == 'S') {
+				o += (size_t)sprintf(out + o, "%s%s%s",
+						     in_class	 ? ""
+						     : d == 's' ? "["
+								: "[^",
+						     white_space, in_class ? "" : "]");
+				continue;
 			}
+			if (d == 'w')
+				put = in_class ? WORD : "[" WORD "]";
+			else if (d == 'W')
+				put = "[^" WORD "]";
+			else if (d == 'b')
+				put = "(?:(?<=[" WORD "])(?![" WORD "])|(?<![" WORD "])(?=[" WORD "]))";
+			else if (d == 'B')
+				put = "(?:(?<=[" WORD "])(?=[" WORD "])|(?<![" WORD "])(?![" WORD "]))";
+			if (put) {
+				o += (size_t)sprintf(out + o, "%s", put);
+				continue;
+			}
+			out[o++] = c;
+			out[o++] = d;
 			continue;
 		}
 		if (!in_class && c == '[') {
@@ -59,6 +89,16 @@ static int rewrite_spaces(const char *pattern, char *out, struct sf_err *e)
 				class_start++;
 		} else if (in_class && c == ']' && i != class_start) {
 			in_class = false;
+		} else if (in_class && c == '[') {
+			return sf__err(e, SF_E_TOKENIZER,
+				       "pattern: %s inside a character class is not supported (PCRE2 "
+				       "reads it otherwise than tiktoken's Rust regex)",
+				       pattern[i + 1] == ':' ? "a POSIX class" : "a class");
+		} else if (in_class && (c == '&' || c == '-' || c == '~') && pattern[i + 1] == c) {
+			return sf__err(e, SF_E_TOKENIZER,
+				       "pattern: the class operation %c%c is not supported (PCRE2 reads "
+				       "it as characters)",
+				       c, c);
 		}
 		out[o++] = c;
 	}
@@ -74,10 +114,10 @@ int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e)
 	char *rewritten;
 	int err, rc;
 
-	rewritten = malloc(strlen(pattern) * 64 + 1);
+	rewritten = malloc(strlen(pattern) * REWRITE_GROWTH + 1);
 	if (!rewritten)
 		return sf__err(e, -ENOMEM, "pattern: out of memory");
-	rc = rewrite_spaces(pattern, rewritten, e);
+	rc = rewrite_escapes(pattern, rewritten, e);
 	if (rc < 0) {
 		free(rewritten);
 		return rc;

@@ -18,7 +18,9 @@ documents must come out as the family's bos, the reference ids and its eos.
 The vocabulary files are the ones those packages ship in the virtual environment that
 scripts/deps makes ($SHMFEED_VENV, by default ~/.cache/shmfeed/venv-torch); without it,
 or without a package, the test (or that family) is skipped (exit 77).
-usage: test_families_ref.py SHMFEED [DATA_DIR] [--random N] [--only FAMILY]
+And `pattern:` overrides with Rust's word escapes (\w, \b) against tiktoken with the same
+pattern, and class syntax PCRE2 lacks refused (--only patterns: that alone).
+usage: test_families_ref.py SHMFEED [DATA_DIR] [--random N] [--only FAMILY|patterns]
 """
 import argparse
 import json
@@ -145,9 +147,10 @@ def corpora(data_dir, fc):
     return out
 
 
-def shmfeed_encode(shmfeed, path, docs):
+def shmfeed_encode(shmfeed, path, docs, pattern=None):
     records = b"".join(struct.pack("<I", len(b)) + b for b in (d.encode() for d in docs))
-    proc = subprocess.run([shmfeed, "encode", "--tokenizer", path, "--records"],
+    proc = subprocess.run([shmfeed, "encode", "--tokenizer", path, "--records"] +
+                          (["--pattern", pattern] if pattern else []),
                           input=records, capture_output=True, check=False)
     if proc.returncode:
         raise RuntimeError("shmfeed encode failed: " + proc.stderr.decode())
@@ -219,6 +222,51 @@ def job_check(shmfeed, family, path, ref, docs, tmp):
     return ok
 
 
+# Rust regex (tiktoken's) against PCRE2: \w, \W, \b and \B are rewritten to Rust's word
+# characters (PCRE2 10.42's \w leaves out marks: U+093F); class syntax PCRE2 lacks is
+# refused, never read as characters.
+WORD_PATTERNS = [r"\w+|\S|\s+", r"\b\w+\b|\S|\s+", r"[\w']+|\S|\s+", r"\W+|\w+|\s+",
+                 r"\B.|\b.|\s+"]
+REFUSED_PATTERNS = {r"[a-z&&[^aeiou]]+|\S|\s+": "&& is not supported",
+                    r"[a[bc]]+|\S|\s+": "a class inside a character class",
+                    r"[\p{L}--\p{Ll}]+|\S|\s+": "-- is not supported",
+                    r"[[:alpha:]]+|\S|\s+": "a POSIX class",
+                    r"[^\W\d]+|\S|\s+": "\\W inside a character class"}
+
+
+def word_patterns(shmfeed):
+    """Patterns given with `pattern:` (here with Llama 3's file) against tiktoken."""
+    import random
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+    path = site_file("llama_models", "llama3", "tokenizer.model")
+    ranks = load_tiktoken_bpe(path)
+    rng = random.Random(18)
+    pool = [chr(c) for c in list(range(0x20, 0x7f)) +
+            [0x301, 0x203f, 0x915, 0x93f, 0x928, 0x200d, 0x200c, 0xbd, 0x660, 0x2160,
+             0x5d0, 0x4e2d, 0x3042, 0x1f600, 0xa0, 0x85, 0x2028, 0x16ee, 0x5f, 0xb7]]
+    docs = ["".join(rng.choice(pool) for _ in range(rng.randint(1, 40))) for _ in range(2000)]
+    bad = 0
+    for pat in WORD_PATTERNS:
+        enc = tiktoken.Encoding("p", pat_str=pat, mergeable_ranks=ranks, special_tokens={})
+        got = shmfeed_encode(shmfeed, path, docs, pat)
+        differ = sum(ids != enc.encode_ordinary(d) for d, ids in zip(docs, got))
+        if differ:
+            print("FAIL pattern %r: %d of %d texts differ from tiktoken" % (pat, differ,
+                                                                          len(docs)))
+            bad += 1
+    for pat, why in REFUSED_PATTERNS.items():
+        proc = subprocess.run([shmfeed, "encode", "--tokenizer", path, "--pattern", pat],
+                              input=b"abc", capture_output=True, check=False)
+        if proc.returncode == 0 or why not in proc.stderr.decode():
+            print("FAIL pattern %r: %s (want a refusal: %s)" % (
+                pat, proc.stderr.decode().strip() or "accepted", why))
+            bad += 1
+    print("%s patterns: %d with word escapes against tiktoken on %d texts, %d refused" % (
+        "FAIL" if bad else "ok", len(WORD_PATTERNS), len(docs), len(REFUSED_PATTERNS)))
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("shmfeed")
@@ -266,9 +314,14 @@ def main():
                                                        len(docs), n_ids, bad))
         failed += bad > 0
         checked += 1
-    if not checked:
+    if not checked and args.only != "patterns":
         print("SKIP: no family's reference package is installed")
         return SKIP
+    if not args.only or args.only == "patterns":
+        try:
+            failed += word_patterns(args.shmfeed) > 0
+        except ImportError as e:
+            print("SKIP patterns: %s" % e)
     return 1 if failed else 0
 
 
