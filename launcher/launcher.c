@@ -398,7 +398,12 @@ static void check_consumers(struct supervisor *S)
 		if (pid <= 0)
 			continue;
 		repaired = sf__arena_repair(S->a, S->geo.max_producers + r);
-		if (repaired >= 0 && S->consumer_seen[r] != pid)
+		/* Said once per death: the entry keeps the dead pid until a consumer takes it. */
+		if (repaired < 0) {
+			S->consumer_seen[r] = 0;
+			continue;
+		}
+		if (S->consumer_seen[r] != pid)
 			sf__log_info("rank %u: consumer pid %d is gone; %d claimed slot%s back to "
 				     "READY",
 				     r, pid, repaired, repaired == 1 ? "" : "s");

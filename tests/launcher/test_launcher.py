@@ -654,6 +654,30 @@ def test_top_shows_which_rank_is_starved(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_a_dead_rank_is_named_once(rt, tmp_path):
+    """A consumer killed outright: its slot is repaired and the launcher says so, once. The
+    message was never given: the launcher noted the live pid at every tick, and so took
+    the dead one for one it had already reported."""
+    cfg = write_config(tmp_path)
+    job = job_name("deadrank")
+    p = start_serving(cfg, job)
+    rank0 = subprocess.Popen([CONSUME, "--fake", "--steps", "1000000", "--sleep-us", "1000",
+                              "--out", str(tmp_path / "r0.txt")],
+                             env={**os.environ, "SHMFEED_JOB": job, "LOCAL_RANK": "0"})
+    try:
+        assert wait_for(lambda: os.path.exists(tmp_path / "r0.txt") and
+                        os.path.getsize(tmp_path / "r0.txt") > 0)
+        time.sleep(0.3)  # a few stats intervals with the rank alive
+        rank0.kill()
+        rank0.wait(timeout=10)
+        time.sleep(0.5)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=10)[1]
+    assert err.count(f"rank 0: consumer pid {rank0.pid} is gone") == 1, err
+    assert not shm_of(job)
+
+
 PROMETHEUS_PARSE = r"""
 import json, sys
 from prometheus_client.parser import text_string_to_metric_families
