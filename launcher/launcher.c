@@ -577,6 +577,10 @@ static void annotate_mixture(const struct supervisor *S, struct sf_stats *s)
 /* Add to a sample of the arena what only the supervisor knows. */
 static void annotate(const struct supervisor *S, struct sf_stats *s)
 {
+	/* The arena says stopping only once the command is gone and the producers are told;
+	 * the job is stopping from the request (or signal) on, as `status` says. */
+	if (S->stopping)
+		s->state = SF_JOB_STOPPING;
 	s->stalls = S->stalls;
 	for (uint32_t i = 0; i < S->n_prod && i < SF_STATS_MAX_PRODUCERS; i++) {
 		const struct producer *p = &S->prod[i];

@@ -266,7 +266,8 @@ struct sf_stats {
 	uint64_t wait_p99_ns;
 	uint64_t restarts;
 	uint64_t stalls; /* producers killed and replaced for stalling */
-	uint64_t repairs;
+	uint64_t repairs;	 /* dead participants repaired */
+	uint64_t slots_repaired; /* the slots those repairs took back */
 	uint64_t skipped;
 	uint64_t tokens_produced; /* tokens the producers wrote into slots */
 	uint64_t tokens_encoded;  /* tokens their tokenizers produced (raw text) */

@@ -162,8 +162,11 @@ static void render(FILE *f, const struct sf_stats *s, const char *job)
 		"Tokens the producers' tokenizers produced from raw text.", job, s->tokens_encoded);
 	counter(f, "shmfeed_skipped_records_total", "Records the producers skipped by policy.", job,
 		s->skipped);
-	counter(f, "shmfeed_repairs_total", "Slots taken back from dead participants.", job,
-		s->repairs);
+	counter(f, "shmfeed_repairs_total",
+		"Repairs of dead participants (each producer or rank that died holding a role).",
+		job, s->repairs);
+	counter(f, "shmfeed_slots_repaired_total", "Slots those repairs took back.", job,
+		s->slots_repaired);
 
 	if (s->n_sources) {
 		/* Source names are [A-Za-z0-9_.-] (checked at load): no escaping. */

@@ -138,6 +138,7 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 	s->wait_p99_ns = percentile(hist, s->wait_samples, 99);
 	s->restarts = atomic_load_explicit(&h->producer_restarts, memory_order_relaxed);
 	s->repairs = atomic_load_explicit(&h->repairs, memory_order_relaxed);
+	s->slots_repaired = atomic_load_explicit(&h->slots_repaired, memory_order_relaxed);
 	if (!prev || s->t_ns <= prev->t_ns)
 		return;
 	dt = (double)(s->t_ns - prev->t_ns) / 1e9;
@@ -201,8 +202,8 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 	OUT(",\"state\":\"%s\",\"uptime_s\":%.3f,\"batches\":%llu,\"tokens\":%llu,"
 	    "\"produced\":%llu,\"batches_per_s\":%.3f,\"tokens_per_s\":%.1f,"
 	    "\"wait_samples\":%llu,\"wait_p50_ns\":%llu,\"wait_p99_ns\":%llu,"
-	    "\"restarts\":%llu,\"stalls\":%llu,\"repairs\":%llu,\"skipped\":%llu,\"tokens_"
-	    "produced\":%llu,"
+	    "\"restarts\":%llu,\"stalls\":%llu,\"repairs\":%llu,\"slots_repaired\":%llu,"
+	    "\"skipped\":%llu,\"tokens_produced\":%llu,"
 	    "\"tokens_encoded\":%llu,\"ranks\":[",
 	    s->ended && s->state == SF_JOB_RUNNING ? "ended" : state_name(s->state),
 	    (double)s->uptime_ns / 1e9, (unsigned long long)s->batches,
@@ -210,7 +211,8 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 	    s->tokens_per_s, (unsigned long long)s->wait_samples,
 	    (unsigned long long)s->wait_p50_ns, (unsigned long long)s->wait_p99_ns,
 	    (unsigned long long)s->restarts, (unsigned long long)s->stalls,
-	    (unsigned long long)s->repairs, (unsigned long long)s->skipped,
+	    (unsigned long long)s->repairs, (unsigned long long)s->slots_repaired,
+	    (unsigned long long)s->skipped,
 	    (unsigned long long)s->tokens_produced, (unsigned long long)s->tokens_encoded);
 	for (uint32_t r = 0; r < s->ranks && r < SF_STATS_MAX_RANKS; r++) {
 		const struct sf_stats_rank *q = &s->rank[r];

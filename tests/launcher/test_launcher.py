@@ -654,6 +654,27 @@ def test_top_shows_which_rank_is_starved(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_a_stopping_job_says_so_in_its_stats(rt, tmp_path):
+    """From `stop` on, the stats (what status, top and the metrics show) say stopping: they
+    said running for as long as the command took to exit, up to the grace period."""
+    cfg = write_config(tmp_path)
+    job = job_name("stopping")
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--grace-ms", "5000", "--",
+                          "sh", "-c", "trap '' TERM; sleep 3"],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                               capture_output=True).returncode == 0)
+        assert ctl(job, '{"v":1,"op":"stats"}')["state"] == "running"
+        assert ctl(job, '{"v":1,"op":"stop"}')["state"] == "stopping"
+        stats = ctl(job, '{"v":1,"op":"stats"}')
+        assert stats["state"] == "stopping", stats
+        assert stats["repairs"] == 0 and stats["slots_repaired"] == 0, stats
+    finally:
+        p.communicate(timeout=20)
+    assert not shm_of(job)
+
+
 def test_a_dead_rank_is_named_once(rt, tmp_path):
     """A consumer killed outright: its slot is repaired and the launcher says so, once. The
     message was never given: the launcher noted the live pid at every tick, and so took
@@ -728,7 +749,8 @@ def check_metrics(fams, job, batches_per_rank):
         assert {labels["producer"] for _, labels, _ in fams[name]["samples"]} == {"0", "1"}
     assert all(v == 0 for _, _, v in fams["shmfeed_producer_restarts"]["samples"])
     assert sum(v for _, _, v in fams["shmfeed_producer_batches"]["samples"]) >= total
-    for name in ("shmfeed_skipped_records", "shmfeed_repairs", "shmfeed_tokens_encoded",
+    for name in ("shmfeed_skipped_records", "shmfeed_repairs", "shmfeed_slots_repaired",
+                 "shmfeed_tokens_encoded",
                  "shmfeed_tokens_per_second", "shmfeed_rank_waiting_ratio",
                  "shmfeed_rank_stalls"):
         assert name in fams, name
