@@ -172,11 +172,14 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		if ((r == 0 && !pid_alive(found.pid)) || stale) {
 			char left[700];
 
+			/* The discovery file, its control sockets and their lock lie together. */
 			if (stale)
-				snprintf(left, sizeof(left), "its arena /dev/shm/shmfeed.%s%s%s",
-					 job, r == 0 ? " and " : "", r == 0 ? p.info_path : "");
+				snprintf(left, sizeof(left), "its arena /dev/shm/shmfeed.%s%s%s%s",
+					 job, r == 0 ? " and " : "", r == 0 ? p.info_path : "",
+					 r == 0 ? " with its control sockets" : "");
 			else
-				snprintf(left, sizeof(left), "%s", p.info_path);
+				snprintf(left, sizeof(left), "%s with its control sockets",
+					 p.info_path);
 			return sf__err(
 				e, SF_E_JOB_GONE,
 				"job '%s' is dead: its launcher (pid %d) is gone (it crashed "

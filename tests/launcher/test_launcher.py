@@ -326,7 +326,8 @@ def test_sigkill_of_the_launcher(rt, tmp_path):
     out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True, timeout=10)
     assert out.returncode == 1
     assert f"job '{job}' is dead: its launcher (pid {p.pid}) is gone" in out.stderr, out.stderr
-    assert f"/dev/shm/shmfeed.{job} and {rt}/{job}.json" in out.stderr, out.stderr
+    assert f"/dev/shm/shmfeed.{job} and {rt}/{job}.json with its control sockets" \
+        in out.stderr, out.stderr
     assert "the next `shmfeed run` of this job reclaims them" in out.stderr, out.stderr
     out = subprocess.run([SHMFEED, "status"], capture_output=True, text=True, timeout=10)
     assert out.returncode == 1 and f"dead (their launcher crashed" in out.stderr, out.stderr
