@@ -130,7 +130,8 @@ static const struct command commands[] = {
 	 "  -h, --help        this help\n"},
 	{"tokenize", sf__cmd_tokenize,
 	 "tokenize CONFIG -o PREFIX  raw text sources to Megatron .bin/.idx",
-	 "usage: shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--set KEY=VALUE ...] [-q]\n"
+	 "usage: shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--tokenizer FILE]\n"
+	 "                        [--set KEY=VALUE ...] [-q]\n"
 	 "       shmfeed tokenize --merge PART... -o PREFIX [-q]\n\n"
 	 "Tokenizes the job's raw text sources once, to a Megatron dataset PREFIX.bin and\n"
 	 "PREFIX.idx. With --shard I/N, only the I-th of N parts of the corpus (balanced by\n"
@@ -140,6 +141,8 @@ static const struct command commands[] = {
 	 "options:\n"
 	 "  -o PREFIX         the output files' path without .bin/.idx\n"
 	 "  --shard I/N       write part I (0 <= I < N) of N\n"
+	 "  --tokenizer FILE  the tokenizer file instead of the job's tokenizer\n"
+	 "                    (--set tokenizer.file=FILE, the encoding set aside)\n"
 	 "  --merge PART...   merge parts (prefixes, or their .bin/.idx/.json paths)\n" SET_HELP
 	 "  -q                no progress line\n"
 	 "  -h, --help        this help\n"},

@@ -5,6 +5,7 @@
  * Python package defines them), Mistral's tekken JSON, and SentencePiece models handed to
  * the library through sp_shim.h.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,21 +390,40 @@ int sf__tok_format_parse(const char *name)
 	return -1;
 }
 
+/* Whether s[0..len) starts with a line "BASE64 DIGITS" (a \r before its \n allowed). */
+static bool tiktoken_line(const uint8_t *s, size_t len)
+{
+	size_t i = 0, d;
+
+	while (i < len && (isalnum(s[i]) || s[i] == '+' || s[i] == '/' || s[i] == '='))
+		i++;
+	if (!i || i >= len || s[i] != ' ')
+		return false;
+	for (d = ++i; i < len && s[i] >= '0' && s[i] <= '9'; i++)
+		;
+	if (i < len && s[i] == '\r')
+		i++;
+	return i > d && (i == len || s[i] == '\n');
+}
+
 /*
- * The format of a file from its first bytes: JSON is tekken when it has tekken's config
- * keys and Hugging Face's otherwise; "base64 SPACE digits" lines are .tiktoken; a
- * SentencePiece model is a protobuf whose first field is a piece (tag 0x0a, a length,
- * and the piece's own first field, its text: tag 0x0a again).
+ * The format of a file from its bytes: JSON is tekken when it has tekken's config keys
+ * (anywhere: mistral-common reads a file whose config comes after its vocab) and Hugging
+ * Face's otherwise; a first line "base64 SPACE digits", after any blank lines, is
+ * .tiktoken; a SentencePiece model is a protobuf whose first field is a piece (tag 0x0a,
+ * a length, and the piece's own first field, its text: tag 0x0a again).
  */
 static int detect(const uint8_t *s, size_t len)
 {
-	size_t i = 0, head = len < 65536 ? len : 65536;
+	size_t i = 0;
 
 	while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n'))
 		i++;
 	if (i < len && s[i] == '{')
-		return memmem(s, head, "\"default_num_special_tokens\"", 28) ? SF_TOK_FORMAT_TEKKEN
-									     : SF_TOK_FORMAT_HF;
+		return memmem(s, len, "\"default_num_special_tokens\"", 28) ? SF_TOK_FORMAT_TEKKEN
+									    : SF_TOK_FORMAT_HF;
+	if (tiktoken_line(s + i, len - i))
+		return SF_TOK_FORMAT_TIKTOKEN;
 	if (len && s[0] == 0x0a) {
 		/* pieces (field 1, a message) whose first field is its piece (field 1, bytes) */
 		size_t k = 1;

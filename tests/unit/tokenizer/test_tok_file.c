@@ -281,3 +281,76 @@ Test(tok_file, allowed_sets_beyond_64_specials)
 	cr_assert_eq(ids[1], 336);
 	sf__tok_free(tok);
 }
+
+/* A rank is decimal digits (and the \r of a CRLF line): strtoul took a sign, so that
+ * -18446744073709551615 was rank 1, and a line "YWI= \r" with no rank was rank 0. */
+Test(tok_file, tiktoken_ranks_are_digits)
+{
+	static const char *const bad[] = {"YWI= -18446744073709551615\n", "YWI= \r\n",
+					  "YWI= +256\n", "YWI=  256\n", "YWI= 256 \n",
+					  "YWI= 256\r\r\n"};
+	struct sf_tok_file_opts o = {.format = SF_TOK_FORMAT_TIKTOKEN, .pattern = "\\S+|\\s+"};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+	char *text;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		text = byte_lines(bad[i]);
+		write_file(text);
+		free(text);
+		o.path = path;
+		cr_expect_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER, "accepted: %s",
+			     bad[i]);
+		cr_expect(strstr(e.msg, ":257: bad rank"), "%s: %s", bad[i], e.msg);
+		remove_file();
+	}
+	text = byte_lines("YWI= 256\r\n");
+	write_file(text);
+	free(text);
+	o.path = path;
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
+	sf__tok_free(tok);
+}
+
+/* Detection from the whole file: tekken's config after its vocab (mistral-common reads such
+ * a file) was taken for a tokenizer.json, and a .tiktoken file starting with blank lines
+ * (which the parser allows) for a SentencePiece model. */
+Test(tok_file, formats_detected_beyond_the_head)
+{
+	struct sf_tok_file_opts o = {.pattern = "\\S+|\\s+"};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+	char *text = byte_lines("YWI= 256\n"), *blank = malloc(strlen(text) + 4), *json, *vocab;
+
+	snprintf(blank, strlen(text) + 4, "\n\n\n%s", text);
+	free(text);
+	write_file(blank);
+	free(blank);
+	o.path = path;
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
+	cr_expect_eq(sf__tok_n_vocab(tok), 257);
+	sf__tok_free(tok);
+	remove_file();
+	/* {"config": C, "vocab": [...]...} turned into {"vocab": [...]..., "config": C}. */
+	json = tekken_json(tekken_config, "",
+			   ", {\"rank\": 256, \"token_bytes\": \"YWI=\", \"token_str\": \"ab\"}"
+			   ", {\"rank\": 257, \"token_bytes\": \"YmE=\", \"token_str\": \"ba\"}");
+	vocab = strstr(json, "\"vocab\"");
+	text = malloc(strlen(json) + 70000 + 64);
+	/* Its config beyond the first 64 KiB, as in a real file's 15 MB. */
+	sprintf(text, "{%.*s, \"config\": %s}", (int)(strlen(vocab) - 1), vocab, tekken_config);
+	{
+		char *at = strstr(text, "\"image\": ");
+
+		cr_assert(at);
+		memmove(at + 70000, at, strlen(at) + 1);
+		memset(at, ' ', 70000);
+	}
+	free(json);
+	write_file(text);
+	free(text);
+	o.pattern = NULL;
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
+	cr_expect_str_eq(sf__tok_family(tok), "tekken");
+	sf__tok_free(tok);
+}
