@@ -84,9 +84,17 @@ static int read_config(const struct reader *r, const struct sf_json_node *cfg,
 		tk->n_specials = (uint32_t)v;
 	if ((rc = member(r, cfg, "version", SF_JSON_STRING, &n)) < 0 || !n)
 		return rc;
+	/* mistral-common's TokenizerVersion: another is refused there too. */
+	static const char *const known[] = {"v1", "v2", "v3", "v7", "v11", "v13", "v15"};
+
 	version = sf__json_tree_str(r->d, n);
-	tk->version = version[0] == 'v' ? (uint32_t)strtoul(version + 1, NULL, 10) : 0;
-	return tk->version ? 0 : bad(r, n, "config.version is not vN");
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (!strcmp(version, known[i]))
+			tk->version = (uint32_t)strtoul(version + 1, NULL, 10);
+	return tk->version ? 0
+			   : bad(r, n,
+				 "config.version is none of mistral-common's: v1, v2, v3, v7, v11, "
+				 "v13, v15");
 }
 
 /* Entry i of a vocab or special_tokens list: its rank (which must be i) and its string
@@ -172,6 +180,16 @@ static int read_specials(const struct reader *r, const struct sf_json_node *list
 
 		if (rc < 0)
 			return rc;
+		/* A NUL would cut the text into another special's; two specials of one text
+		 * mistral-common refuses. */
+		if (strlen(text) !=
+		    sf__json_tree_get(r->d, sf__json_tree_child(r->d, list, i), "token_str")->len)
+			return bad(r, sf__json_tree_child(r->d, list, i),
+				   "a NUL character in token_str");
+		for (uint32_t k = 0; k < i; k++)
+			if (!strcmp(tk->specials[k].text, text))
+				return bad(r, sf__json_tree_child(r->d, list, i),
+					   "token_str also at an earlier special token");
 		if (!(tk->specials[i].text = strdup(text)))
 			return sf__err(r->e, -ENOMEM, "%s: out of memory", r->path);
 		tk->specials[i].id = i;

@@ -197,9 +197,25 @@ Test(tok_file, tekken_refusals)
 		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 300, "
 		"\"default_num_special_tokens\": 1, \"version\": \"v3\"}, \"vocab\": [{\"rank\": "
 		"0, \"token_bytes\": \"AA==\"}]}",
+		/* a version mistral-common does not know (v4 was read as 4, v7abc as 7) */
+		"{\"config\": {\"pattern\": \".\", \"version\": \"v7abc\"}, \"vocab\": []}",
+		/* two special tokens of one text, and one with a NUL (it read as "<s>") */
+		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
+		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
+		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": \"<s>\"}], "
+		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\"}]}",
+		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
+		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
+		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": "
+		"\"<s>\\u0000x\"}], \"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\"}]}",
 	};
-	static const char *const why[] = {"must list its special_tokens", "byte", "ranks in order",
-					  "does not fit"};
+	static const char *const why[] = {"must list its special_tokens",
+					  "byte",
+					  "ranks in order",
+					  "does not fit",
+					  "none of mistral-common's",
+					  "token_str also at an earlier special token",
+					  "a NUL character in token_str"};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct sf_tok_file_opts o = {0};
