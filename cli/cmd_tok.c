@@ -284,14 +284,17 @@ static int encode_records(struct sf_tok_encoder *enc, const uint8_t *in, size_t 
 	return 0;
 }
 
-/* --info: what `check` shows of a tokenizer. */
-static void info(const struct sf_tok *tok)
+/* --info: what `check` shows of a tokenizer (of a `file`, or a built-in encoding). */
+static void info(const struct sf_tok *tok, int file)
 {
 	int bos = sf__tok_bos(tok), eot = sf__tok_eot(tok);
 	char how[160];
 
 	printf("tokenizer: %s\nfamily: %s\nvocabulary: %u ids\nbos: %d\neos: %d\n",
-	       sf__tok_name(tok), *sf__tok_family(tok) ? sf__tok_family(tok) : "(built-in)",
+	       sf__tok_name(tok),
+	       *sf__tok_family(tok) ? sf__tok_family(tok)
+	       : file		    ? "unknown family"
+				    : "(built-in)",
 	       sf__tok_n_vocab(tok), bos >= 0 ? bos : -1, eot >= 0 ? eot : -1);
 	if (sf__tok_how(tok, how, sizeof(how)))
 		printf("texts: %s\n", how);
@@ -321,7 +324,7 @@ int sf__cmd_encode(int argc, char **argv)
 		goto out;
 	}
 	if (a.info) {
-		info(tok);
+		info(tok, a.file != NULL);
 		status = 0;
 		goto out;
 	}

@@ -176,8 +176,7 @@ static int encode_bpe(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, si
 		if (tok->pretok == SF_PRETOK_PCRE) {
 			rc = sf__pcre_next(tok->re, enc->md, s, n, p, &start, &end);
 			if (rc < 0)
-				return sf__err(e, rc, "%s: pattern match failed at byte %zu",
-					       tok->name, p);
+				return sf__pcre_fail(e, tok->name, rc, p);
 			if (rc == 0) {
 				start = n;
 				end = n;

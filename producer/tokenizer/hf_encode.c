@@ -404,7 +404,7 @@ static int split_pcre(struct run *r, unsigned k, const uint8_t *s, size_t n)
 	for (;;) {
 		rc = sf__pcre_next(st->re, r->enc->hf->md, s, n, p, &start, &end);
 		if (rc < 0)
-			return sf__err(r->e, rc, "%s: pattern match failed", r->enc->tok->name);
+			return sf__pcre_fail(r->e, r->enc->tok->name, rc, p);
 		if (rc == 0)
 			break;
 		rc = range(&sp, p, start, st->invert);

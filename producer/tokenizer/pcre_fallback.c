@@ -148,7 +148,7 @@ int sf__pcre_next(const pcre2_code *re, pcre2_match_data *md, const uint8_t *s, 
 		if (rc == PCRE2_ERROR_NOMATCH)
 			return 0;
 		if (rc < 0)
-			return SF_E_TOKENIZER;
+			return rc;
 		ov = pcre2_get_ovector_pointer(md);
 		if (ov[1] > ov[0]) {
 			*ret_start = ov[0];
@@ -159,4 +159,17 @@ int sf__pcre_next(const pcre2_code *re, pcre2_match_data *md, const uint8_t *s, 
 		p = ov[0] + sf__utf8_next(s + ov[0], n - ov[0], &cp);
 	}
 	return 0;
+}
+
+int sf__pcre_fail(struct sf_err *e, const char *name, int rc, size_t at)
+{
+	PCRE2_UCHAR msg[256];
+
+	pcre2_get_error_message(rc, msg, sizeof(msg));
+	return sf__err(e, SF_E_TOKENIZER,
+		       "%s: the pattern failed at byte %zu: %s%s", name, at, (char *)msg,
+		       rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+				       rc == PCRE2_ERROR_HEAPLIMIT
+			       ? " (it backtracks too much: a nested quantifier such as (a+)+?)"
+			       : "");
 }

@@ -389,10 +389,14 @@ int sf__pretok_family_preset(const char *pattern);
 int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e);
 /*
  * The next match of `re` in s[0..n) at or after p: stores its bounds and returns 1, or
- * returns 0 when there is none, or SF_E_TOKENIZER when PCRE2 fails.
+ * returns 0 when there is none, or PCRE2's negative error code when it fails (a pattern
+ * that backtracks past PCRE2's match limit: PCRE2_ERROR_MATCHLIMIT).
  */
 int sf__pcre_next(const pcre2_code *re, pcre2_match_data *md, const uint8_t *s, size_t n, size_t p,
 		  size_t *ret_start, size_t *ret_end);
+
+/* sf__pcre_fail - the error for a failed match (sf__pcre_next()'s code `rc`) at byte `at`. */
+int sf__pcre_fail(struct sf_err *e, const char *name, int rc, size_t at);
 
 /*
  * bpe.c: append the ranks of one piece (not in the vocabulary as a whole) to `out`.

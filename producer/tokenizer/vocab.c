@@ -283,12 +283,12 @@ int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text,
 
 		if (got <= 0) {
 			rc = sf__err(e, SF_E_TOKENIZER, "%s: bad base64 for rank %u", path,
-				     lines[i].rank);
+				     lines[i].rank - rank_offset);
 			goto fail;
 		}
 		if (r->off[lines[i].rank + 1]) {
 			rc = sf__err(e, SF_E_TOKENIZER, "%s: rank %u appears twice", path,
-				     lines[i].rank);
+				     lines[i].rank - rank_offset);
 			goto fail;
 		}
 		lines[i].b64_len = (uint32_t)got;

@@ -208,6 +208,11 @@ Test(tok_file, tekken_refusals)
 		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
 		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": "
 		"\"<s>\\u0000x\"}], \"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\"}]}",
+		/* bad base64 at vocab rank 0, which was named by its id (rank + 2 specials) */
+		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
+		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
+		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": \"</s>\"}], "
+		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"A!==\"}]}",
 	};
 	static const char *const why[] = {"must list its special_tokens",
 					  "byte",
@@ -215,7 +220,8 @@ Test(tok_file, tekken_refusals)
 					  "does not fit",
 					  "none of mistral-common's",
 					  "token_str also at an earlier special token",
-					  "a NUL character in token_str"};
+					  "a NUL character in token_str",
+					  "bad base64 for rank 0"};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct sf_tok_file_opts o = {0};
@@ -369,4 +375,32 @@ Test(tok_file, formats_detected_beyond_the_head)
 	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
 	cr_expect_str_eq(sf__tok_family(tok), "tekken");
 	sf__tok_free(tok);
+}
+
+/* A pattern that backtracks past PCRE2's match limit is named as such (the message was
+ * "pattern match failed at byte 0"). */
+Test(tok_file, a_runaway_pattern_is_named)
+{
+	char *text = byte_lines(""), *doc = malloc(5002);
+	struct sf_tok_file_opts o = {.format = SF_TOK_FORMAT_TIKTOKEN,
+				     .pattern = "(a+)+b|\\S+|\\s+"};
+	struct sf_tok_encoder *enc;
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+	const uint32_t *ids;
+	size_t n;
+
+	write_file(text);
+	free(text);
+	o.path = path;
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, &e), 0);
+	memset(doc, 'a', 5000);
+	doc[5000] = 'c';
+	doc[5001] = '\0';
+	cr_assert_eq(sf__tok_encode(enc, doc, 5001, 0, &ids, &n, &e), SF_E_TOKENIZER);
+	cr_expect(strstr(e.msg, "match limit exceeded (it backtracks too much"), "%s", e.msg);
+	sf__tok_encoder_free(enc);
+	sf__tok_free(tok);
+	free(doc);
 }
