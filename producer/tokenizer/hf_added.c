@@ -232,7 +232,9 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 				goto out;
 			t->bit = idx < 63 ? (int)idx : 63;
 		}
-		if (tok->eot < 0 && is_end_of_text(t->text))
+		/* The document's eos: the first special end-of-text token, one that a job
+		 * could also name (a non-special added token is no special token). */
+		if (tok->eot < 0 && t->special && is_end_of_text(t->text))
 			tok->eot = (int32_t)id;
 	}
 	rc = build_matcher(l, &hf->raw, normalized, false);

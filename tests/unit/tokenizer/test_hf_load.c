@@ -420,3 +420,21 @@ Test(accept, first_end_of_text_and_negated_property)
 	EXPECT(tok, "ab12", 0, 'a', 'b', '1', '2');
 	sf__tok_free(tok);
 }
+
+/* A non-special added "</s>" is no eos: a job could not name it (it is no special token),
+ * and `check` showed its id with no text. The special <|endoftext|> after it is. */
+Test(accept, eos_is_a_special_token)
+{
+	struct parts p = {
+		.added_tokens = "[{\"id\": 256, \"content\": \"</s>\", \"special\": false, "
+				"\"normalized\": false},"
+				" {\"id\": 257, \"content\": \"<|endoftext|>\", \"special\": true, "
+				"\"normalized\": false}]"};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	cr_expect_eq(sf__tok_eot(tok), 257);
+	cr_expect_lt(sf__tok_special(tok, "</s>", NULL), 0);
+	sf__tok_free(tok);
+}
