@@ -402,38 +402,37 @@ Test(accept, specials_bits_and_document_tokens)
 	sf__tok_free(tok);
 }
 
-/* The document's eos is the first end-of-text token in the file's order: a later
- * <|endoftext|> took its place. And \p{^L} (a negated property) is no anchor. */
-Test(accept, first_end_of_text_and_negated_property)
+/* Added tokens "</s>" then "<|endoftext|>", the first special or not. */
+static struct sf_tok *load_eos_pair(const char *pre_tokenizer, bool first_special)
 {
-	struct parts p = {
-		.pre_tokenizer = SPLIT("\\\\p{^L}+|\\\\p{L}+"),
-		.added_tokens = "[{\"id\": 256, \"content\": \"</s>\", \"special\": true, "
-				"\"normalized\": false},"
-				" {\"id\": 257, \"content\": \"<|endoftext|>\", \"special\": true, "
-				"\"normalized\": false}]"};
+	char added[512];
+	struct parts p = {.pre_tokenizer = pre_tokenizer, .added_tokens = added};
 	struct sf_tok *tok = NULL;
 	struct sf_err err = {0};
 
+	snprintf(added, sizeof(added),
+		 "[{\"id\": 256, \"content\": \"</s>\", \"special\": %s, \"normalized\": false},"
+		 " {\"id\": 257, \"content\": \"<|endoftext|>\", \"special\": true, "
+		 "\"normalized\": false}]",
+		 first_special ? "true" : "false");
 	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	return tok;
+}
+
+/*
+ * The document's eos is the first special end-of-text token in the file's order: a later
+ * <|endoftext|> took its place, and a non-special "</s>" (which a job could not name,
+ * and `check` showed without its text) was taken. And \p{^L} (a negated property) is no
+ * anchor.
+ */
+Test(accept, eos_is_the_first_special_end_of_text)
+{
+	struct sf_tok *tok = load_eos_pair(SPLIT("\\\\p{^L}+|\\\\p{L}+"), true);
+
 	cr_expect_eq(sf__tok_eot(tok), 256);
 	EXPECT(tok, "ab12", 0, 'a', 'b', '1', '2');
 	sf__tok_free(tok);
-}
-
-/* A non-special added "</s>" is no eos: a job could not name it (it is no special token),
- * and `check` showed its id with no text. The special <|endoftext|> after it is. */
-Test(accept, eos_is_a_special_token)
-{
-	struct parts p = {
-		.added_tokens = "[{\"id\": 256, \"content\": \"</s>\", \"special\": false, "
-				"\"normalized\": false},"
-				" {\"id\": 257, \"content\": \"<|endoftext|>\", \"special\": true, "
-				"\"normalized\": false}]"};
-	struct sf_tok *tok = NULL;
-	struct sf_err err = {0};
-
-	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	tok = load_eos_pair(NULL, false);
 	cr_expect_eq(sf__tok_eot(tok), 257);
 	cr_expect_lt(sf__tok_special(tok, "</s>", NULL), 0);
 	sf__tok_free(tok);
