@@ -412,8 +412,12 @@ static int reclaim_stale(const char *dir, const char *name, struct sf_err *e)
 
 	fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
 	if (fd < 0) {
+		/* Job names are one namespace for every user of the machine. */
 		if (errno == EACCES)
-			return sf__err(e, SF_E_UID, "/dev/shm%s belongs to another user", name);
+			return sf__err(e, SF_E_UID,
+				       "/dev/shm%s belongs to another user (job names are shared by "
+				       "all users of the machine): give this job another name",
+				       name);
 		return -errno;
 	}
 	if (fstat(fd, &st) < 0) {

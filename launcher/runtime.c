@@ -30,9 +30,13 @@ static int check_private_dir(const char *path, struct sf_err *e)
 		return sf__err(e, -errno, "runtime directory %s: %s", path, strerror(errno));
 	if (!S_ISDIR(st.st_mode))
 		return sf__err(e, -ENOTDIR, "runtime directory %s is not a directory", path);
+	/* Another user's (on a /tmp fallback anyone can take the name first): never
+	 * adopted; another directory of one's own is the way out. */
 	if (st.st_uid != geteuid())
-		return sf__err(e, SF_E_UID, "runtime directory %s belongs to uid %u, not %u", path,
-			       (unsigned)st.st_uid, (unsigned)geteuid());
+		return sf__err(e, SF_E_UID,
+			       "runtime directory %s belongs to uid %u, not %u: set "
+			       "SHMFEED_RUNTIME_DIR (or XDG_RUNTIME_DIR) to a directory of your own",
+			       path, (unsigned)st.st_uid, (unsigned)geteuid());
 	if (st.st_mode & 077)
 		return sf__err(e, -EPERM,
 			       "runtime directory %s has mode %03o; it must be 0700 (private)",
@@ -62,7 +66,10 @@ int sf__runtime_dir(char *buf, size_t len, int create, struct sf_err *e)
 	/* mkdir with 0700 is race-free: an existing entry is checked, never chmod-ed,
 	 * so another user's planted directory is refused, not adopted. */
 	if (create && mkdir(buf, 0700) < 0 && errno != EEXIST)
-		return sf__err(e, -errno, "cannot create runtime directory %s: %s", buf,
+		return sf__err(e, -errno, "cannot create runtime directory %s%s: %s", buf,
+			       over && over[0]		  ? " (SHMFEED_RUNTIME_DIR)"
+			       : xdg && xdg[0] == '/' ? " (from XDG_RUNTIME_DIR)"
+						      : "",
 			       strerror(errno));
 	return check_private_dir(buf, e);
 }
@@ -129,8 +136,8 @@ static int pid_alive(int32_t pid)
 
 /*
  * Whether job `job` has an arena whose creator (the holder of its creator lock byte) is
- * dead: what a launcher killed outright leaves behind. 1: stale; 0: none, live, or not
- * one this user can attach.
+ * dead: what a launcher killed outright leaves behind. 1: stale; 0: live; -1: none, or
+ * not one this user can attach.
  */
 static int arena_stale(const char *job, int32_t *ret_creator)
 {
@@ -138,7 +145,7 @@ static int arena_stale(const char *job, int32_t *ret_creator)
 	int stale;
 
 	if (sf__arena_attach(job, NULL, &a, NULL) < 0)
-		return 0;
+		return -1;
 	stale = !sf__arena_creator_alive(a);
 	*ret_creator = a->hdr->creator_pid;
 	sf__arena_detach(a);
@@ -161,14 +168,29 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		if (!sf__job_name_valid(job))
 			return sf__err(e, SF_E_CONFIG, "invalid job name '%s'", job);
 		r = sf__job_paths(job, 0, &p, e);
-		if (r < 0)
+		/* No runtime directory yet: no job of this user's runs from it. */
+		if (r == -ENOENT)
+			p.info_path[0] = '\0';
+		else if (r < 0)
 			return r;
-		r = read_info_file(p.info_path, &found, e);
+		r = p.info_path[0] ? read_info_file(p.info_path, &found, e) : -ENOENT;
 		if (r < 0 && r != -ENOENT)
 			return r;
 		stale = arena_stale(job, &creator);
+		if (r == -ENOENT && stale == 0) {
+			struct sf_err ignored = {0};
+
+			/* The path is written even where the directory is missing. */
+			sf__runtime_dir(dir, sizeof(dir), 0, &ignored);
+			return sf__err(e, -ENOENT,
+				       "job '%s' runs (launcher pid %d) but its control files are "
+				       "not in %s: it was started with another SHMFEED_RUNTIME_DIR "
+				       "or XDG_RUNTIME_DIR; set the same here",
+				       job, (int)creator, dir);
+		}
 		/* A launcher killed outright leaves its discovery file and its arena: the
 		 * job is dead, not absent, and the next run of it cleans up. */
+		stale = stale == 1;
 		if ((r == 0 && !pid_alive(found.pid)) || stale) {
 			char left[700];
 

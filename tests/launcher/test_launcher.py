@@ -676,6 +676,43 @@ def test_a_stopping_job_says_so_in_its_stats(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_status_from_another_runtime_directory(rt, tmp_path):
+    """A job asked for from a shell without the runtime directory it was started with: it
+    said "no running job" (or a raw "No such file or directory" where the directory did
+    not exist), while a second run of it said the job was in use."""
+    cfg = write_config(tmp_path)
+    job = job_name("otherdir")
+    p = start_serving(cfg, job)
+    other = tmp_path / "other"
+    other.mkdir(mode=0o700)
+    try:
+        for d in (str(other), str(tmp_path / "missing")):
+            out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
+                                 timeout=10, env={**os.environ, "SHMFEED_RUNTIME_DIR": d})
+            assert out.returncode == 1, out
+            assert (f"job '{job}' runs (launcher pid {p.pid}) but its control files are not "
+                    f"in {d}: it was started with another SHMFEED_RUNTIME_DIR") in out.stderr
+        out = subprocess.run([SHMFEED, "status", "nosuchjob"], capture_output=True, text=True,
+                             timeout=10, env={**os.environ,
+                                              "SHMFEED_RUNTIME_DIR": str(tmp_path / "missing")})
+        assert out.returncode == 1 and "no running shmfeed job 'nosuchjob'" in out.stderr, out
+        # Another user's directory (as one can take /tmp/shmfeed-UID first): the way out.
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        if os.geteuid() == 0:
+            os.chown(theirs, 65534, 65534)
+            out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
+                                 timeout=10, env={**os.environ,
+                                                  "SHMFEED_RUNTIME_DIR": str(theirs)})
+            assert out.returncode == 1 and "belongs to uid 65534, not 0: set " \
+                "SHMFEED_RUNTIME_DIR (or XDG_RUNTIME_DIR) to a directory of your own" \
+                in out.stderr, out
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=10)
+    assert not shm_of(job)
+
+
 def test_a_dead_rank_is_named_once(rt, tmp_path):
     """A consumer killed outright: its slot is repaired and the launcher says so, once. The
     message was never given: the launcher noted the live pid at every tick, and so took
