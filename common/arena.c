@@ -107,6 +107,11 @@ int sf__arena_layout(const struct sf_geometry *geo, int hugepages, struct sf_are
 		payload_bytes =
 			sf__doc_starts_offset(geo->batch, geo->seq_tokens, geo->token_bytes) +
 			(uint64_t)geo->batch * geo->doc_starts_per_seq * sizeof(uint32_t);
+	/* A mixture's row sources follow, inside the payload (its checksum, its GPU copy). */
+	if (geo->flags & SF_ARENA_F_SOURCES)
+		payload_bytes = sf__sources_offset(geo->batch, geo->seq_tokens, geo->token_bytes,
+						   geo->doc_starts_per_seq) +
+				(uint64_t)geo->batch * sizeof(int32_t);
 	if (payload_bytes > SF_PAYLOAD_MAX)
 		return sf__err(e, SF_E_CONFIG, "payload of %llu bytes is too large",
 			       (unsigned long long)payload_bytes);

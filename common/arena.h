@@ -21,7 +21,7 @@
 #include "common/errors.h"
 
 #define SF_ARENA_MAGIC		0x00444545464d4853ull /* "SHMFEED\0" in little-endian bytes */
-#define SF_ARENA_LAYOUT_VERSION 4u
+#define SF_ARENA_LAYOUT_VERSION 5u
 #define SF_CACHE_LINE		64u
 #define SF_PAGE_SIZE		4096u
 #define SF_HUGE_PAGE_SIZE	(2u * 1024u * 1024u)

@@ -115,6 +115,13 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 	uint64_t out_before = 0, enc_before = 0;
 	int r;
 
+	/* A batch writes sf__dataset_payload_bytes() into its slot: never past the slot. */
+	if (sf__dataset_payload_bytes(ds) > a->hdr->payload_bytes)
+		return sf__err(e, SF_E_LAYOUT,
+			       "producer %u: a batch of %llu bytes does not fit the arena's slots "
+			       "of %llu payload bytes",
+			       index, (unsigned long long)sf__dataset_payload_bytes(ds),
+			       (unsigned long long)a->hdr->payload_bytes);
 	r = sf__builder_create(ds, &b, e);
 	if (r < 0)
 		return r;

@@ -309,6 +309,31 @@ control: {{metrics_file: {d}/metrics.prom, stats_interval_ms: 50}}
 """
 
 
+def test_a_mixture_whose_tokens_fill_whole_pages(rt, tmp_path):
+    """B=2 rows of 1,024 uint16 tokens are 4,096 bytes, a page: the row sources that follow
+    them lay outside the slot (the layout left them out of the payload), so each batch
+    wrote them over the next slot's first tokens and the last slot's past the arena's end
+    (the producers died of SIGSEGV until the job stopped)."""
+    for s, name in enumerate(("a", "b")):
+        (tmp_path / f"{name}.bin").write_bytes(
+            b"".join((s * 1000 + i % 1000).to_bytes(2, "little") for i in range(20000)))
+    job = job_name("mixpage")
+    cfg = tmp_path / "mixpage.yaml"
+    cfg.write_text(f"job: {job}\nsources:\n"
+                   f"  - {{name: a, paths: {tmp_path}/a.bin, weight: 1}}\n"
+                   f"  - {{name: b, paths: {tmp_path}/b.bin, weight: 1}}\n"
+                   "batch: {size: 2, seq_len: 1023}\narena: {slots_per_rank: 4}\n"
+                   "producers: {count: 2, max_restarts: 0}\n")
+    out = subprocess.run([SHMFEED, "run", str(cfg), "--", CONSUME, "--steps", "200", "--out",
+                          str(tmp_path / "r0.txt")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "producer restarts 0, repairs 0," in out.stderr, out.stderr
+    assert len((tmp_path / "r0.txt").read_text().splitlines()) == 200
+    inspect = sf("check", str(cfg))
+    assert inspect.returncode == 0, inspect.stderr
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
 def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
     """`check --tokens` prints each source's expected samples, tokens and epochs; status
     (text and JSON) and the metrics file show each source's samples delivered against its

@@ -67,3 +67,52 @@ def test_a_batch_fetched_ahead_stays_whole_on_a_gpu(buffers, dtype, wide):
             docs = reference_doc_starts(want, 5).astype(np.int64)
             docs[docs == 0xFFFFFFFF] = -1  # int32 on the device: the padding reads -1
             assert np.array_equal(np.array(b["docs"]), docs), f"step {b['step']}"
+
+
+MIX_RANK = """
+import ctypes, json, sys
+ctypes.CDLL("libcuda.so.1").fake_cuda_set_eager(None, 1)
+import torch, shmfeed
+L = shmfeed.Loader(device="cuda:0", dtype=sys.argv[1])
+out = []
+for _ in range(12):
+    b = next(L)
+    out.append({"first": [row[0] for row in b.tokens.host().tolist()],
+                "sources": b.sources.host().tolist()})
+L.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("seq_len", [1023, 1000])
+@pytest.mark.parametrize("dtype", ["int64", "native"])
+def test_a_mixtures_row_sources_reach_the_gpu(tmp_path, dtype, seq_len):
+    """`batch.sources` on the device: the layout left a mixture's row sources out of the
+    payload, so the GPU copy did not carry them and the device buffer was too small for
+    them (the tensor read past it). B=2 rows of 1,024 uint16 tokens fill a page, the
+    case where they did not fit the slot either (1,001 tokens: only the GPU copy)."""
+    cli = os.environ.get("SHMFEED_CLI")
+    if not cli:
+        pytest.skip("SHMFEED_CLI is set by `meson test`")
+    tag = 20000
+    for s, name in enumerate(("web", "code")):
+        (s * tag + np.arange(30000) % tag).astype(np.uint16).tofile(tmp_path / f"{name}.bin")
+    cfg = tmp_path / "mix.yaml"
+    cfg.write_text("sources:\n"
+                   f"  - {{name: web, paths: {tmp_path}/web.bin, weight: 1}}\n"
+                   f"  - {{name: code, paths: {tmp_path}/code.bin, weight: 1}}\n"
+                   f"batch: {{size: 2, seq_len: {seq_len}}}\nconsumers: {{world_size: 1}}\n")
+    fake_torch = os.path.join(HERE, "fake_torch")
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
+               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    job = f"gpumix-{os.getpid()}-{dtype}-{seq_len}"
+    r = subprocess.run([cli, "run", str(cfg), "--set", f"job={job}", "--quiet", "--",
+                        sys.executable, "-c", MIX_RANK, dtype],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(got) == 12
+    for b in got:
+        assert b["sources"] == [t // tag for t in b["first"]], b
+    assert {s for b in got for s in b["sources"]} == {0, 1}
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")

@@ -67,6 +67,28 @@ Test(arena, layout_is_aligned)
 	cr_expect_geq(h.payloads_off, h.telemetry_off + 4 * sizeof(struct sf_telemetry));
 }
 
+/* A mixture's row sources are inside the payload: with tokens that fill a page exactly
+ * (2 rows of 1,024 uint16), they needed a second page the stride did not give them. */
+Test(arena, layout_holds_a_mixtures_sources)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena_header h = {0};
+
+	g.batch = 2;
+	g.seq_tokens = 1024;
+	g.flags |= SF_ARENA_F_SOURCES;
+	cr_assert_eq(sf__arena_layout(&g, 0, &h, NULL), 0);
+	cr_expect_eq(h.payload_bytes, sf__sources_offset(2, 1024, 2, 0) + 2 * sizeof(int32_t));
+	cr_expect_eq(h.payload_bytes, 4096 + 8);
+	cr_expect_eq(h.payload_stride, 2 * SF_PAGE_SIZE);
+	g.doc_starts_per_seq = 128;
+	g.batch = 8;
+	cr_assert_eq(sf__arena_layout(&g, 0, &h, NULL), 0);
+	cr_expect_eq(h.payload_bytes,
+		     sf__sources_offset(8, 1024, 2, 128) + 8 * sizeof(int32_t));
+	cr_expect_geq(h.payload_stride, h.payload_bytes);
+}
+
 Test(arena, layout_rejects_bad_geometry)
 {
 	struct sf_geometry g = geo();
