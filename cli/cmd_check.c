@@ -363,6 +363,8 @@ int sf__cmd_check(int argc, char **argv)
 			.doc_starts_per_seq = cfg.doc_starts,
 			.world_size = cfg.world_size,
 			.rank_base = cfg.rank_base,
+			/* A mixture's slots hold each row's source too. */
+			.flags = cfg.mixture ? SF_ARENA_F_SOURCES : 0,
 		};
 
 		r = sf__arena_layout(&g, (int)cfg.hugepages, &layout, &e);

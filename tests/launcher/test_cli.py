@@ -329,8 +329,10 @@ def test_a_mixture_whose_tokens_fill_whole_pages(rt, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "producer restarts 0, repairs 0," in out.stderr, out.stderr
     assert len((tmp_path / "r0.txt").read_text().splitlines()) == 200
-    inspect = sf("check", str(cfg))
-    assert inspect.returncode == 0, inspect.stderr
+    # check lays the arena out as run does: the sources in each slot.
+    check = sf("check", str(cfg))
+    assert check.returncode == 0, check.stderr
+    assert "1 rank x 4 slots of 4104 payload bytes (8192 with alignment)" in check.stdout
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 
