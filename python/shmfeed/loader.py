@@ -242,8 +242,8 @@ class Loader:
     (RANK - LOCAL_RANK) and every other must agree: a rank that does not is refused with
     an Error (code SF_E_RANGE) naming both; after an elastic restart that gave the node
     other ranks the node re-bases (docs/multinode.md). device: None picks
-    cuda:LOCAL_RANK when torch sees a GPU, else the CPU; or "cpu",
-    "cuda", "cuda:N", an int or a torch.device. timeout: seconds next() waits (None:
+    cuda:(LOCAL_RANK modulo the GPUs this process sees) when torch sees a GPU, else the
+    CPU; "cuda" the same GPU; or "cpu", "cuda:N", an int or a torch.device. timeout: seconds next() waits (None:
     forever). numpy: True to get NumPy arrays even when torch is importable.
 
     dtype: what the token arrays hold.
@@ -386,7 +386,11 @@ class Loader:
             return N.SF_DEVICE_NONE
         if d.type != "cuda":
             raise ValueError(f"shmfeed.Loader: unsupported device {device}")
-        self.device = t.device("cuda", d.index if d.index is not None else local_rank)
+        # "cuda" without an index: the rank's GPU among those this process sees, as for
+        # device=None (with one GPU visible per rank, CUDA_VISIBLE_DEVICES or Slurm's
+        # --gpus-per-task, LOCAL_RANK itself is no device here).
+        self.device = t.device("cuda", d.index if d.index is not None else
+                               local_rank % max(t.cuda.device_count(), 1))
         return self.device.index
 
     def _check_ranks(self, rank, world_size, local_rank):

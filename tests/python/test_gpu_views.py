@@ -116,3 +116,25 @@ def test_a_mixtures_row_sources_reach_the_gpu(tmp_path, dtype, seq_len):
         assert b["sources"] == [t // tag for t in b["first"]], b
     assert {s for b in got for s in b["sources"]} == {0, 1}
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_cuda_without_an_index_is_the_ranks_visible_gpu():
+    """device="cuda" took LOCAL_RANK as the ordinal: with one GPU visible to each rank
+    (CUDA_VISIBLE_DEVICES, Slurm's --gpus-per-task) rank 1 asked for a second GPU and
+    failed to attach. It is the rank's GPU among those visible, as for device=None."""
+    fake_torch = os.path.join(HERE, "fake_torch")
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
+               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]),
+               RANK="1", LOCAL_RANK="1", WORLD_SIZE="2")
+    code = ("import ctypes, sys\n"
+            "ctypes.CDLL('libcuda.so.1').fake_cuda_set_eager(None, 1)\n"
+            "import shmfeed\n"
+            "L = shmfeed.Loader(job=sys.argv[1], device='cuda')\n"
+            "b = next(L)\n"
+            "print(L.device.type, L.device.index, b.step)\n"
+            "L.close()\n")
+    with Feed("gpudev", ranks=2) as feed:
+        r = subprocess.run([sys.executable, "-c", code, feed.job], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["cuda", "0", "0"], r.stdout
