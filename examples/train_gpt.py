@@ -68,6 +68,8 @@ def main():
     world = int(os.environ.get("WORLD_SIZE", "1"))
     loader = shmfeed.Loader()  # device: cuda:LOCAL_RANK when there is a GPU, else CPU
     device = torch.device(loader.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL and torch's own allocations on this GPU
     if world > 1:
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     torch.manual_seed(0)
