@@ -57,7 +57,9 @@ static double copy_rate(sf_cudeviceptr dst, const void *src, size_t bytes, int r
 		else
 			check(cu->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
 	}
-	check(cu->cuStreamSynchronize(stream), "cuStreamSynchronize");
+	/* A synchronous copy from pageable memory may return once its bytes are staged, the
+	 * DMA still to come on the legacy stream (handle 0): wait for that stream too. */
+	check(cu->cuStreamSynchronize(async ? stream : NULL), "cuStreamSynchronize");
 	return (double)bytes * reps / (now_s() - t0) / 1e9;
 }
 

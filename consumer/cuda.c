@@ -17,35 +17,6 @@ static struct sf_err cuda_load_err;
 static int cuda_load_rc;
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
 
-/* Symbol names as cuda.h (CUDA 12 and 13, without per-thread default streams) maps them. */
-#define CUDA_SYMBOLS(X)                                                                            \
-	X(cuInit, "cuInit")                                                                        \
-	X(cuDeviceGet, "cuDeviceGet")                                                              \
-	X(cuDeviceGetCount, "cuDeviceGetCount")                                                    \
-	X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                                    \
-	X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2")                               \
-	X(cuCtxPushCurrent, "cuCtxPushCurrent_v2")                                                 \
-	X(cuCtxPopCurrent, "cuCtxPopCurrent_v2")                                                   \
-	X(cuMemHostRegister, "cuMemHostRegister_v2")                                               \
-	X(cuMemHostUnregister, "cuMemHostUnregister")                                              \
-	X(cuMemAlloc, "cuMemAlloc_v2")                                                             \
-	X(cuMemFree, "cuMemFree_v2")                                                               \
-	X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                                               \
-	X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                                         \
-	X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                                         \
-	X(cuMemAllocHost, "cuMemAllocHost_v2")                                                     \
-	X(cuMemFreeHost, "cuMemFreeHost")                                                          \
-	X(cuStreamCreate, "cuStreamCreate")                                                        \
-	X(cuStreamDestroy, "cuStreamDestroy_v2")                                                   \
-	X(cuStreamWaitEvent, "cuStreamWaitEvent")                                                  \
-	X(cuStreamSynchronize, "cuStreamSynchronize")                                              \
-	X(cuEventCreate, "cuEventCreate")                                                          \
-	X(cuEventRecord, "cuEventRecord")                                                          \
-	X(cuEventQuery, "cuEventQuery")                                                            \
-	X(cuEventSynchronize, "cuEventSynchronize")                                                \
-	X(cuEventDestroy, "cuEventDestroy_v2")                                                     \
-	X(cuGetErrorName, "cuGetErrorName")
-
 static void cuda_load_once(void)
 {
 	struct sf_cuda *t = &cuda_table;

@@ -62,6 +62,40 @@ typedef sf_curesult sf_cuEventSynchronize_fn(sf_cuevent event);
 typedef sf_curesult sf_cuEventDestroy_fn(sf_cuevent event);
 typedef sf_curesult sf_cuGetErrorName_fn(sf_curesult error, const char **pstr);
 
+/*
+ * The table's symbols: each field with the name dlsym() looks up, the versioned symbol
+ * that cuda.h (CUDA 12 and 13, without per-thread default streams) maps the function to.
+ * tests/gpu/check_cuda_names.c compares each name with cuda.h's mapping where the header
+ * is installed (the fake driver exports exactly these names, so it cannot tell).
+ */
+#define CUDA_SYMBOLS(X)                                                                            \
+	X(cuInit, "cuInit")                                                                        \
+	X(cuDeviceGet, "cuDeviceGet")                                                              \
+	X(cuDeviceGetCount, "cuDeviceGetCount")                                                    \
+	X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                                    \
+	X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2")                               \
+	X(cuCtxPushCurrent, "cuCtxPushCurrent_v2")                                                 \
+	X(cuCtxPopCurrent, "cuCtxPopCurrent_v2")                                                   \
+	X(cuMemHostRegister, "cuMemHostRegister_v2")                                               \
+	X(cuMemHostUnregister, "cuMemHostUnregister")                                              \
+	X(cuMemAlloc, "cuMemAlloc_v2")                                                             \
+	X(cuMemFree, "cuMemFree_v2")                                                               \
+	X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                                               \
+	X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                                         \
+	X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                                         \
+	X(cuMemAllocHost, "cuMemAllocHost_v2")                                                     \
+	X(cuMemFreeHost, "cuMemFreeHost")                                                          \
+	X(cuStreamCreate, "cuStreamCreate")                                                        \
+	X(cuStreamDestroy, "cuStreamDestroy_v2")                                                   \
+	X(cuStreamWaitEvent, "cuStreamWaitEvent")                                                  \
+	X(cuStreamSynchronize, "cuStreamSynchronize")                                              \
+	X(cuEventCreate, "cuEventCreate")                                                          \
+	X(cuEventRecord, "cuEventRecord")                                                          \
+	X(cuEventQuery, "cuEventQuery")                                                            \
+	X(cuEventSynchronize, "cuEventSynchronize")                                                \
+	X(cuEventDestroy, "cuEventDestroy_v2")                                                     \
+	X(cuGetErrorName, "cuGetErrorName")
+
 struct sf_cuda {
 	sf_cuInit_fn *cuInit;
 	sf_cuDeviceGet_fn *cuDeviceGet;
