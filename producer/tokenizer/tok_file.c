@@ -364,9 +364,9 @@ static int load_sentencepiece(struct sf_tok *tok, const char *path, struct sf_er
 	tok->bos = sf__sp_bos(tok->sp);
 	tok->eot = sf__sp_eos(tok->sp);
 	/* The control pieces, whatever their ids and texts, become special tokens, so that a
-	 * job can name them (the library never makes them from text). */
-	for (id = 0; id < (int32_t)tok->n_vocab && tok->n_specials < SF_TOK_MAX_SPECIALS;
-	     id++) {
+	 * job can name them (the library never makes them from text); a model of more than
+	 * SF_TOK_MAX_SPECIALS is refused by sf__tok_add_special(), not cut silently. */
+	for (id = 0; id < (int32_t)tok->n_vocab; id++) {
 		size_t len;
 		const char *piece = sf__sp_piece(tok->sp, (uint32_t)id, &len);
 

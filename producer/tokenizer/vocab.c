@@ -210,7 +210,8 @@ int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text,
 		while (end < len && text[end] != '\n')
 			end++;
 		lineno++;
-		if (end == pos) {
+		/* A blank line, of LF or CRLF files alike, as tiktoken's splitlines() skips it. */
+		if (end == pos || (end == pos + 1 && text[pos] == '\r')) {
 			pos = end + 1;
 			continue;
 		}

@@ -466,6 +466,51 @@ static int check_specials(const char *dir_path)
 }
 
 /*
+ * A model of more control pieces than the special tokens a tokenizer holds (4,096): refused
+ * at load, naming the limit. Those past it were left out silently, encoded as text.
+ */
+static int check_too_many_controls(const char *dir_path)
+{
+	size_t cap = 65536, n;
+	char *args = malloc(cap), model[4096], msg[512] = "";
+	struct sf_tok_file_opts opts = {model, SF_TOK_FORMAT_SENTENCEPIECE, NULL};
+	struct sf_err err = {0};
+	struct sf_tok *tok = NULL;
+	int bad = 0;
+
+	if (!args)
+		return 1;
+	n = (size_t)snprintf(args, cap,
+			     "--input=%s/corpus.txt --model_prefix=%s/many --model_type=bpe "
+			     "--vocab_size=6000 --character_coverage=0.98 --hard_vocab_limit=false "
+			     "--minloglevel=2 "
+			     "--num_threads=1 --control_symbols=",
+			     dir_path, dir_path);
+	for (int i = 0; i < 4100; i++)
+		n += (size_t)snprintf(args + n, cap - n, "%s<c%d>", i ? "," : "", i);
+	if (sp_test_train(args, msg, sizeof(msg)) < 0) {
+		fprintf(stderr, "many: training: %s\n", msg);
+		free(args);
+		return 1;
+	}
+	free(args);
+	snprintf(model, sizeof(model), "%s/many.model", dir_path);
+	if (sf__tok_load_file(&opts, &tok, &err) == 0) {
+		fprintf(stderr, "many: 4,100 control pieces loaded\n");
+		sf__tok_free(tok);
+		bad = 1;
+	} else if (!strstr(err.msg, "more than 4096 special tokens")) {
+		fprintf(stderr, "many: %s\n", err.msg);
+		bad = 1;
+	}
+	printf("%s too many control pieces\n", bad ? "FAIL" : "ok");
+	unlink(model);
+	snprintf(model, sizeof(model), "%s/many.vocab", dir_path);
+	unlink(model);
+	return bad;
+}
+
+/*
  * Each invalid byte is U+FFFD to the normalizer, three byte pieces when that is no piece:
  * a run of them gives 3 ids a byte. Make a run whose ids fill the encoder's first buffer
  * (4,096 ids) exactly, follow it with </s>, and allow the special tokens: its id must
@@ -645,6 +690,7 @@ int main(void)
 	}
 	failed |= check_crafted(dir);
 	failed |= check_specials(dir);
+	failed |= check_too_many_controls(dir);
 	failed |= check_full_buffer(dir);
 	for (i = 0; i < texts.n; i++)
 		free(texts.s[i]);

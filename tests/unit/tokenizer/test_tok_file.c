@@ -404,3 +404,23 @@ Test(tok_file, a_runaway_pattern_is_named)
 	sf__tok_free(tok);
 	free(doc);
 }
+
+/* Blank lines of a CRLF file are blank, as tiktoken's splitlines() takes them: a leading or
+ * trailing "\r\n" was "expected 'base64 rank'" (detection, which skips them, took the file
+ * for .tiktoken already). */
+Test(tok_file, crlf_blank_lines)
+{
+	char *text = byte_lines("YWI= 256\r\n\r\n"), *lead = malloc(strlen(text) + 3);
+	struct sf_tok_file_opts o = {.pattern = "\\S+|\\s+"};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+
+	snprintf(lead, strlen(text) + 3, "\r\n%s", text);
+	free(text);
+	write_file(lead);
+	free(lead);
+	o.path = path;
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
+	cr_expect_eq(sf__tok_n_vocab(tok), 257);
+	sf__tok_free(tok);
+}
