@@ -59,52 +59,46 @@ static int behavior_of(struct sf_hf_loader *l, const struct sf_json_node *obj, c
  * \x, \u or \o escape, or one of the letter pairs ss, st, ff, fi and fl. Also a pattern
  * that can match the empty string (whose iteration rules differ between the engines).
  */
-static int check_case_folds(struct sf_hf_loader *l, const char *where, const char *pat)
+/* Whether pat[i] and pat[i + 1] are letters that one character folds to under (?i). */
+static bool folded_pair(const char *pat, size_t i)
 {
 	static const char *const pairs[] = {"ss", "st", "ff", "fi", "fl"};
+	char a = (char)(pat[i] | 0x20), b = (char)(pat[i + 1] | 0x20);
 
-	for (size_t i = 0; pat[i]; i++) {
-		char a = (char)(pat[i] | 0x20), b = (char)(pat[i + 1] | 0x20);
-
-		if ((unsigned char)pat[i] >= 0x80)
-			return sf__hf_refuse(l, where,
-					     "a character outside ASCII under (?i) not supported "
-					     "(Oniguruma folds some to several: ß matches ss)");
-		if (pat[i] == '\\' && pat[i + 1] && strchr("xuo", pat[i + 1]))
-			return sf__hf_refuse(l, where,
-					     "\\%c under (?i) not supported (Oniguruma folds some "
-					     "characters to several: ß matches ss)",
-					     pat[i + 1]);
-		if (pat[i] == '\\' && pat[i + 1]) {
-			i++;
-			continue;
-		}
-		for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++)
-			if (a == pairs[k][0] && b == pairs[k][1])
-				return sf__hf_refuse(l, where,
-						     "\"%c%c\" under (?i) not supported "
-						     "(Oniguruma also matches it with one "
-						     "character: ss with ß, fi with ﬁ)",
-						     pat[i], pat[i + 1]);
-	}
-	return 0;
+	for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++)
+		if (a == pairs[k][0] && b == pairs[k][1])
+			return true;
+	return false;
 }
+
+/* Groups deep enough for any tokenizer.json; deeper patterns are refused. */
+#define PATTERN_DEPTH_MAX 64
 
 static int check_pattern(struct sf_hf_loader *l, const char *where, const char *pat)
 {
 	bool in_class = false, caseless = false;
-	size_t i, class_start = 0;
+	uint64_t outer = 0; /* bit d: (?i) in force in the group enclosing depth d */
+	size_t i, class_start = 0, depth = 0;
 
 	for (i = 0; pat[i]; i++) {
 		char c = pat[i];
 
+		if ((unsigned char)c >= 0x80 && caseless)
+			return sf__hf_refuse(l, where,
+					     "a character outside ASCII under (?i) not supported "
+					     "(Oniguruma folds some to several: ß matches ss)");
 		if (c == '\\' && pat[i + 1]) {
 			if (strchr("hHwWbBAzZGKR", pat[i + 1]))
 				return sf__hf_refuse(l, where,
 						     "\\%c not supported (it differs between "
 						     "Oniguruma and PCRE2)",
 						     pat[i + 1]);
-			/* \p{...}: a property, whose name may hold ^ (negation). */
+			if (caseless && strchr("xuo", pat[i + 1]))
+				return sf__hf_refuse(l, where,
+						     "\\%c under (?i) not supported (Oniguruma folds "
+						     "some characters to several: ß matches ss)",
+						     pat[i + 1]);
+			/* \p{...}: a property, whose name may hold ^ (negation) or letters. */
 			if ((pat[i + 1] == 'p' || pat[i + 1] == 'P') && pat[i + 2] == '{') {
 				const char *close = strchr(pat + i + 2, '}');
 
@@ -131,6 +125,11 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 						     "in Oniguruma)");
 			continue;
 		}
+		if (caseless && folded_pair(pat, i))
+			return sf__hf_refuse(l, where,
+					     "\"%c%c\" under (?i) not supported (Oniguruma also "
+					     "matches it with one character: ss with ß, fi with ﬁ)",
+					     pat[i], pat[i + 1]);
 		if (c == '[') {
 			in_class = true;
 			class_start = i + 1 + (pat[i + 1] == '^');
@@ -143,24 +142,50 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 			return sf__hf_refuse(l, where,
 					     "{,n} not supported (at most n in Oniguruma, literal "
 					     "text in PCRE2)");
-		} else if (c == '(' && pat[i + 1] == '?') {
-			size_t j;
+		} else if (c == '(') {
+			bool on = caseless, off = false;
+			size_t j = i + 1;
 
-			/* The flags of a group: letters and '-' up to ':' or ')'. */
-			for (j = i + 2; (pat[j] >= 'a' && pat[j] <= 'z') || pat[j] == '-'; j++) {
-				if (pat[j] == 'm')
-					return sf__hf_refuse(l, where,
-							     "the flag (?m) not supported "
-							     "(dot-all in Oniguruma)");
-				if (pat[j] == 's')
-					return sf__hf_refuse(l, where,
-							     "the flag (?s) not supported (not "
-							     "Oniguruma's: tokenizers refuses it)");
-				caseless |= pat[j] == 'i';
+			/* The flags of a group, (?on-off:...) or (?on-off) for the rest of the
+			 * enclosing group: letters and '-' up to ':' or ')'. */
+			if (pat[j] == '?')
+				for (j = i + 2; (pat[j] >= 'a' && pat[j] <= 'z') || pat[j] == '-';
+				     j++) {
+					if (pat[j] == 'm')
+						return sf__hf_refuse(l, where,
+								     "the flag (?m) not supported "
+								     "(dot-all in Oniguruma)");
+					if (pat[j] == 's')
+						return sf__hf_refuse(l, where,
+								     "the flag (?s) not supported "
+								     "(not Oniguruma's: tokenizers "
+								     "refuses it)");
+					if (pat[j] == '-')
+						off = true;
+					else if (pat[j] == 'i')
+						on = !off;
+				}
+			if (pat[i + 1] == '?' && pat[j] == ')' && j > i + 2) {
+				caseless = on;
+				i = j;
+				continue;
 			}
+			if (depth == PATTERN_DEPTH_MAX)
+				return sf__hf_refuse(l, where, "groups nested more than %d deep",
+						     PATTERN_DEPTH_MAX);
+			outer = (outer & ~(UINT64_C(1) << depth)) |
+				(uint64_t)caseless << depth;
+			depth++;
+			if (pat[i + 1] == '?' && pat[j] == ':' && j > i + 2) {
+				caseless = on;
+				i = j;
+			}
+		} else if (c == ')' && depth) {
+			depth--;
+			caseless = outer >> depth & 1;
 		}
 	}
-	return caseless ? check_case_folds(l, where, pat) : 0;
+	return 0;
 }
 
 static int load_split(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *path)
@@ -200,7 +225,7 @@ static int load_split(struct sf_hf_loader *l, const struct sf_json_node *obj, co
 		}
 		if (strlen(text) != p->len)
 			return sf__hf_refuse(l, where, "a NUL character in the pattern");
-		rc = sf__pcre_compile(text, &stage.re, l->e);
+		rc = sf__pcre_compile_hf(text, &stage.re, l->e);
 		if (rc < 0)
 			return sf__hf_refuse(l, where, "%s", l->e ? l->e->msg : "does not compile");
 	} else if (!strcmp(sf__json_tree_key(l->doc, p), "String")) {

@@ -11,8 +11,10 @@
  * compiling. Class syntax PCRE2 does not have or reads otherwise is refused: a class
  * inside a class and the set operations &&, -- and ~~ (PCRE2 would read them as
  * characters), and POSIX classes ([[:alpha:]] is ASCII to Rust, Unicode to PCRE2 with
- * UCP). Tokenizer.json patterns come here after hf_pretok.c's checks, which refuse the
- * word escapes and nested classes for Oniguruma's own reasons.
+ * UCP). Tokenizer.json patterns (Oniguruma's syntax, sf__pcre_compile_hf()) come here
+ * after hf_pretok.c's checks, which refuse the word escapes, nested classes and && for
+ * Oniguruma's own reasons; the Rust class checks are not theirs ([+--] is a range there,
+ * as in PCRE2).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -40,7 +42,7 @@ static const char white_space[] = "\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000
  * express in a bracket class (\S, \W, \b, \B there) or reads differently (nested classes,
  * set operations, POSIX classes).
  */
-static int rewrite_escapes(const char *pattern, char *out, struct sf_err *e)
+static int rewrite_escapes(const char *pattern, bool rust, char *out, struct sf_err *e)
 {
 	bool in_class = false;
 	size_t class_start = 0;
@@ -89,12 +91,13 @@ static int rewrite_escapes(const char *pattern, char *out, struct sf_err *e)
 				class_start++;
 		} else if (in_class && c == ']' && i != class_start) {
 			in_class = false;
-		} else if (in_class && c == '[') {
+		} else if (rust && in_class && c == '[') {
 			return sf__err(e, SF_E_TOKENIZER,
 				       "pattern: %s inside a character class is not supported (PCRE2 "
 				       "reads it otherwise than tiktoken's Rust regex)",
 				       pattern[i + 1] == ':' ? "a POSIX class" : "a class");
-		} else if (in_class && (c == '&' || c == '-' || c == '~') && pattern[i + 1] == c) {
+		} else if (rust && in_class && (c == '&' || c == '-' || c == '~') &&
+			   pattern[i + 1] == c) {
 			return sf__err(e, SF_E_TOKENIZER,
 				       "pattern: the class operation %c%c is not supported (PCRE2 reads "
 				       "it as characters)",
@@ -106,7 +109,7 @@ static int rewrite_escapes(const char *pattern, char *out, struct sf_err *e)
 	return 0;
 }
 
-int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e)
+static int compile(const char *pattern, bool rust, pcre2_code **ret_re, struct sf_err *e)
 {
 	PCRE2_UCHAR msg[256];
 	PCRE2_SIZE where;
@@ -117,7 +120,7 @@ int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e)
 	rewritten = malloc(strlen(pattern) * REWRITE_GROWTH + 1);
 	if (!rewritten)
 		return sf__err(e, -ENOMEM, "pattern: out of memory");
-	rc = rewrite_escapes(pattern, rewritten, e);
+	rc = rewrite_escapes(pattern, rust, rewritten, e);
 	if (rc < 0) {
 		free(rewritten);
 		return rc;
@@ -134,6 +137,16 @@ int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e)
 	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
 	*ret_re = re;
 	return 0;
+}
+
+int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e)
+{
+	return compile(pattern, true, ret_re, e);
+}
+
+int sf__pcre_compile_hf(const char *pattern, pcre2_code **ret_re, struct sf_err *e)
+{
+	return compile(pattern, false, ret_re, e);
 }
 
 int sf__pcre_next(const pcre2_code *re, pcre2_match_data *md, const uint8_t *s, size_t n, size_t p,

@@ -386,7 +386,10 @@ size_t sf__pretok_family_next(int pretok, const uint8_t *s, size_t n, size_t p);
 int sf__pretok_family_preset(const char *pattern);
 
 /* pcre_fallback.c */
+/* A pattern of tiktoken's (Rust regex) syntax, and one of a tokenizer.json (Oniguruma's,
+ * checked by hf_pretok.c first). */
 int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e);
+int sf__pcre_compile_hf(const char *pattern, pcre2_code **ret_re, struct sf_err *e);
 /*
  * The next match of `re` in s[0..n) at or after p: stores its bounds and returns 1, or
  * returns 0 when there is none, or PCRE2's negative error code when it fails (a pattern

@@ -437,3 +437,39 @@ Test(accept, eos_is_the_first_special_end_of_text)
 	cr_expect_lt(sf__tok_special(tok, "</s>", NULL), 0);
 	sf__tok_free(tok);
 }
+
+/* (?i) is checked where it is in force (diff review): the whole pattern was, so that Llama 3's
+ * (?i:'s|'t|...) group refused a CJK class, a \x escape or a \p{...} name holding "Fi"
+ * elsewhere in the pattern, and (?-i:...) counted as case-insensitive. */
+Test(accept, case_folds_checked_where_i_is_in_force)
+{
+	static const char *const accepted[] = {
+		SPLIT("(?i:'s|'t|'re)|[\xe4\xb8\x80-\xe9\xbe\xa5]+|\\\\p{L}+|\\\\s+|."),
+		SPLIT("(?i:'s|'t)|\\\\x{3000}+|\\\\p{L}+|\\\\s+|."),
+		SPLIT("(?-i:'st)|\\\\p{L}+|\\\\s+|."),
+		SPLIT("(?i:'s)|(?:st)+|\\\\p{L}+|\\\\s+|."),
+		/* Rust's class operations are no Oniguruma syntax: [+--] is a range there. */
+		SPLIT("[+--]+|[a~~]+|\\\\p{L}+|\\\\s+|."),
+	};
+	static const struct {
+		const char *pre_tokenizer, *message;
+	} refused[] = {
+		{SPLIT("a(?i)st|."), "\"st\" under (?i)"},
+		{SPLIT("((?i)x|fl)|."), "\"fl\" under (?i)"},
+		{SPLIT("(?i:a(?-i:b)\xc3\x9f)|."), "a character outside ASCII under (?i)"},
+	};
+
+	for (size_t i = 0; i < sizeof(accepted) / sizeof(accepted[0]); i++) {
+		struct parts p = {.pre_tokenizer = accepted[i]};
+		struct sf_tok *tok = NULL;
+		struct sf_err err = {0};
+
+		cr_expect_eq(load(&p, &tok, &err), 0, "%s: %s", accepted[i], err.msg);
+		sf__tok_free(tok);
+	}
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		struct parts p = {.pre_tokenizer = refused[i].pre_tokenizer};
+
+		expect_refused(&p, refused[i].message);
+	}
+}
