@@ -1208,12 +1208,13 @@ static void end_orphans(struct supervisor *S)
 			}
 			for (size_t k = 0; k < n_termed && !seen; k++)
 				seen = termed[k] == kids[i];
-			if (seen)
+			/* Past ORPHANS_MAX remembered, the rest wait for SIGKILL: a pid never
+			 * remembered would get SIGTERM every round. */
+			if (seen || n_termed == ORPHANS_MAX)
 				continue;
 			kill(kids[i], SIGTERM);
 			fresh++;
-			if (n_termed < ORPHANS_MAX)
-				termed[n_termed++] = kids[i];
+			termed[n_termed++] = kids[i];
 		}
 		if (fresh)
 			sf__log_info("%zu process%s the command left behind: SIGTERM", fresh,
