@@ -91,7 +91,16 @@ const char *sf__cuda_error_name(const struct sf_cuda *cu, sf_curesult r)
 
 int sf__cuda_check(const struct sf_cuda *cu, sf_curesult r, const char *what, struct sf_err *e)
 {
+	/* cuda.h: after these, "any further CUDA work will return the same error", whoever
+	 * caused it: most often a kernel of the training on the same context, reported by
+	 * the next driver call, which may be shmfeed's. */
+	const int sticky = r == 700 || r == 710 || (r >= 714 && r <= 719);
+
 	if (r == SF_CUDA_SUCCESS)
 		return 0;
-	return sf__err(e, SF_E_CUDA, "%s: %s (%u)", what, sf__cuda_error_name(cu, r), r);
+	return sf__err(e, SF_E_CUDA, "%s: %s (%u)%s", what, sf__cuda_error_name(cu, r), r,
+		       sticky ? "; a sticky error: the GPU context is unusable, maybe from "
+				"earlier work on it (the training's own kernels), and the "
+				"process must restart"
+			      : "");
 }
