@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
 #include "consumer/cuda.h"
@@ -16,6 +17,7 @@ static const struct sf_cuda *cuda_loaded;
 static struct sf_err cuda_load_err;
 static int cuda_load_rc;
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+static pid_t cuda_pid; /* the process that loaded and initialized the driver */
 
 static void cuda_load_once(void)
 {
@@ -65,12 +67,19 @@ static void cuda_load_once(void)
 		cuda_load_rc = sf__err(&cuda_load_err, -ENODEV, "no CUDA device");
 		return;
 	}
+	cuda_pid = getpid();
 	cuda_loaded = t;
 }
 
 int sf__cuda_load(const struct sf_cuda **ret_cuda, struct sf_err *e)
 {
 	pthread_once(&cuda_once, cuda_load_once);
+	/* A child of fork() inherits the loaded table and skips cuInit, but CUDA does not
+	 * survive a fork: say so rather than fail on the first call with a driver code. */
+	if (cuda_loaded && cuda_pid != getpid())
+		return sf__err(e, SF_E_CUDA,
+			       "CUDA was initialized by the parent process before fork(); a child "
+			       "cannot use it (start the process with spawn, not fork)");
 	if (!cuda_loaded) {
 		if (e)
 			*e = cuda_load_err;

@@ -270,6 +270,37 @@ static void case_copies(int created, int caller_eager, int staged)
 }
 
 /* FAKE_CUDA_FAIL makes one set-up call fail: attach names it, and leaks nothing. */
+/*
+ * A GPU handle in a child of fork() after the parent initialized CUDA: refused with what to
+ * do (the child inherited the loaded table and skipped cuInit, and failed on its first
+ * driver call with a bare code).
+ */
+static void case_attach_after_fork(void)
+{
+	struct feed *f;
+	struct sf_consumer *c = NULL;
+	char msg[256] = "";
+	int status;
+	pid_t pid;
+
+	load();
+	f = start("forked", 1);
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	sf_consumer_detach(c);
+	pid = fork();
+	if (pid == 0) {
+		int r = sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg));
+
+		CHECK(r == SF_E_CUDA, "attach in the child returned %d: %s", r, msg);
+		CHECK(strstr(msg, "initialized by the parent process before fork()"), "%s", msg);
+		_exit(failed);
+	}
+	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+		      WEXITSTATUS(status) == 0,
+	      "the child's attach");
+	feed_stop(f);
+}
+
 static void case_attach_fails(const char *expect)
 {
 	struct feed *f;
@@ -676,6 +707,7 @@ int main(int argc, char **argv)
 		 "cuDeviceGet: CUDA_ERROR_INVALID_DEVICE (101)"},
 		{"copy fails mid-run", {"FAKE_CUDA_FAIL=cuMemcpyHtoDAsync:700:5"}, 3, NULL},
 		{"no device", {"FAKE_CUDA_DEVICES=0"}, 4, "no CUDA device"},
+		{"attach in a child of fork()", {"FAKE_CUDA_POLICY=eager"}, 14, NULL},
 		{"cuInit: NO_DEVICE", {"FAKE_CUDA_INIT=100"}, 4, "no CUDA device"},
 		{"cuInit fails", {"FAKE_CUDA_INIT=3"}, 5, "cuInit: CUDA_ERROR_NOT_INITIALIZED (3)"},
 		{"cuInit: the toolkit's stub", {"FAKE_CUDA_INIT=34"}, 4, "toolkit's stub"},
@@ -732,6 +764,8 @@ int main(int argc, char **argv)
 				case_attach_fails(t->expect);
 			else if (t->kind == 3)
 				case_copy_fails();
+			else if (t->kind == 14)
+				case_attach_after_fork();
 			else
 				case_no_device(t->kind == 4 ? -ENODEV : SF_E_CUDA, t->expect);
 			_exit(failed);
