@@ -337,22 +337,33 @@ Test(tok_file, tiktoken_ranks_are_digits)
 /* Detection from the whole file: tekken's config after its vocab (mistral-common reads such
  * a file) was taken for a tokenizer.json, and a .tiktoken file starting with blank lines
  * (which the parser allows) for a SentencePiece model. */
-Test(tok_file, formats_detected_beyond_the_head)
+/* `lead`, the byte lines and `extra` (a .tiktoken of 257 ranks) load as 257 ids. */
+static void expect_257_ranks(const char *lead, const char *extra)
 {
 	struct sf_tok_file_opts o = {.pattern = "\\S+|\\s+"};
 	struct sf_tok *tok = NULL;
 	struct sf_err e = {0};
-	char *text = byte_lines("YWI= 256\n"), *blank = malloc(strlen(text) + 4), *json, *vocab;
+	char *text = byte_lines(extra), *all = malloc(strlen(lead) + strlen(text) + 1);
 
-	snprintf(blank, strlen(text) + 4, "\n\n\n%s", text);
+	sprintf(all, "%s%s", lead, text);
 	free(text);
-	write_file(blank);
-	free(blank);
+	write_file(all);
+	free(all);
 	o.path = path;
 	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
 	cr_expect_eq(sf__tok_n_vocab(tok), 257);
 	sf__tok_free(tok);
 	remove_file();
+}
+
+Test(tok_file, formats_detected_beyond_the_head)
+{
+	struct sf_tok_file_opts o = {0};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+	char *text, *json, *vocab;
+
+	expect_257_ranks("\n\n\n", "YWI= 256\n");
 	/* {"config": C, "vocab": [...]...} turned into {"vocab": [...]..., "config": C}. */
 	json = tekken_json(tekken_config, "",
 			   ", {\"rank\": 256, \"token_bytes\": \"YWI=\", \"token_str\": \"ab\"}"
@@ -371,7 +382,7 @@ Test(tok_file, formats_detected_beyond_the_head)
 	free(json);
 	write_file(text);
 	free(text);
-	o.pattern = NULL;
+	o.path = path;
 	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
 	cr_expect_str_eq(sf__tok_family(tok), "tekken");
 	sf__tok_free(tok);
@@ -410,17 +421,5 @@ Test(tok_file, a_runaway_pattern_is_named)
  * for .tiktoken already). */
 Test(tok_file, crlf_blank_lines)
 {
-	char *text = byte_lines("YWI= 256\r\n\r\n"), *lead = malloc(strlen(text) + 3);
-	struct sf_tok_file_opts o = {.pattern = "\\S+|\\s+"};
-	struct sf_tok *tok = NULL;
-	struct sf_err e = {0};
-
-	snprintf(lead, strlen(text) + 3, "\r\n%s", text);
-	free(text);
-	write_file(lead);
-	free(lead);
-	o.path = path;
-	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
-	cr_expect_eq(sf__tok_n_vocab(tok), 257);
-	sf__tok_free(tok);
+	expect_257_ranks("\r\n", "YWI= 256\r\n\r\n");
 }
