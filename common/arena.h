@@ -46,7 +46,9 @@
 #define SF_ARENA_F_DOC_STARTS 0x4u /* payloads carry document starts after the tokens */
 #define SF_ARENA_F_SOURCES    0x8u /* payloads carry each row's mixture source */
 #define SF_ARENA_F_RANK_AUTO  0x10u /* rank_base: auto; the base is in node_ranks, not geo */
-#define SF_ARENA_F_KNOWN      0x1fu /* every flag this build knows; attach refuses others */
+#define SF_ARENA_F_DEVICE_CPU  0x20u /* consumers.device: cpu, ranks get CPU views */
+#define SF_ARENA_F_DEVICE_CUDA 0x40u /* consumers.device: cuda, ranks must copy to a GPU */
+#define SF_ARENA_F_KNOWN       0x7fu /* every flag this build knows; attach refuses others */
 
 /* Participant roles. */
 #define SF_ROLE_NONE	 0u

@@ -449,6 +449,17 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 	/* Registration repaired a dead predecessor's claims (CLAIMED back to READY), so the
 	 * ring's lowest step is the first one nobody finished with. */
 	c->step = sf__ring_next_step(c->a, c->rank);
+	/* consumers.device: the job's choice of where batches go, over the caller's. */
+	if (geo->flags & SF_ARENA_F_DEVICE_CPU) {
+		device = SF_DEVICE_NONE;
+	} else if ((geo->flags & SF_ARENA_F_DEVICE_CUDA) &&
+		   (device < 0 || (flags & SF_ATTACH_CPU))) {
+		r = sf__err(&c->err, SF_E_CUDA,
+			    "job '%s' serves its batches on a GPU (consumers.device: cuda), and "
+			    "rank %u asked for CPU views",
+			    job, c->global_rank);
+		goto fail_unregister;
+	}
 	if (device >= 0 && !(flags & SF_ATTACH_CPU)) {
 		r = gpu_setup(c, device, flags);
 		if (r < 0)

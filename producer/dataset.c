@@ -784,7 +784,10 @@ int sf__dataset_geometry(const struct sf_dataset *ds, const struct sf_config *cf
 	g.rank_base = cfg->rank_base;
 	g.flags = (cfg->checksum ? SF_ARENA_F_CHECKSUM : 0) |
 		  (cfg->doc_starts ? SF_ARENA_F_DOC_STARTS : 0) |
-		  (cfg->hugepages ? SF_ARENA_F_HUGEPAGES : 0) | (ds->mix ? SF_ARENA_F_SOURCES : 0);
+		  (cfg->hugepages ? SF_ARENA_F_HUGEPAGES : 0) | (ds->mix ? SF_ARENA_F_SOURCES : 0) |
+		  (cfg->device == SF_DEVICE_CPU	   ? SF_ARENA_F_DEVICE_CPU
+		   : cfg->device == SF_DEVICE_CUDA ? SF_ARENA_F_DEVICE_CUDA
+						   : 0);
 	g.config_digest = ds->config_digest;
 	g.samples_per_epoch = ds->n_windows;
 	*ret_geo = g;

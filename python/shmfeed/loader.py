@@ -243,7 +243,8 @@ class Loader:
     an Error (code SF_E_RANGE) naming both; after an elastic restart that gave the node
     other ranks the node re-bases (docs/multinode.md). device: None picks
     cuda:(LOCAL_RANK modulo the GPUs this process sees) when torch sees a GPU, else the
-    CPU; "cuda" the same GPU; or "cpu", "cuda:N", an int or a torch.device. timeout: seconds next() waits (None:
+    CPU; "cuda" the same GPU; or "cpu", "cuda:N", an int or a torch.device. The job's
+    consumers.device decides over it: `cpu` gives CPU batches, `cuda` refuses CPU ones. timeout: seconds next() waits (None:
     forever). numpy: True to get NumPy arrays even when torch is importable.
 
     dtype: what the token arrays hold.
@@ -332,6 +333,9 @@ class Loader:
         info = N.Info()
         self._lib.sf_consumer_info(self._h, ctypes.byref(info))
         self._info = info
+        if not info.gpu_buffers and getattr(self.device, "type", "cpu") == "cuda":
+            # consumers.device: cpu: the job serves CPU views, whatever torch sees.
+            self.device = self._torch.device("cpu")
         try:
             self._check_ranks(rank, world_size, local_rank)
             self._build_views(dtype)

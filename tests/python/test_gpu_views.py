@@ -138,3 +138,43 @@ def test_cuda_without_an_index_is_the_ranks_visible_gpu():
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == ["cuda", "0", "0"], r.stdout
+
+
+@pytest.mark.parametrize("job_device", ["cpu", "cuda", "auto"])
+def test_the_jobs_consumers_device_decides(tmp_path, job_device):
+    """consumers.device was parsed and then ignored. cpu: a Loader where torch sees a GPU
+    gets CPU batches; cuda: a Loader asking for the CPU is refused; auto: the Loader's
+    own choice (the GPU here)."""
+    cli = os.environ.get("SHMFEED_CLI")
+    if not cli:
+        pytest.skip("SHMFEED_CLI is set by `meson test`")
+    np.arange(20000, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"sources: [{tmp_path}/t.bin]\nbatch: {{size: 2, seq_len: 64}}\n"
+                   f"consumers: {{world_size: 1, device: {job_device}}}\n")
+    code = ("import ctypes, sys\n"
+            "ctypes.CDLL('libcuda.so.1').fake_cuda_set_eager(None, 1)\n"
+            "import shmfeed\n"
+            "for asked in (None, 'cpu'):\n"
+            "    try:\n"
+            "        L = shmfeed.Loader(device=asked, dtype='int64')\n"
+            "    except shmfeed.Error as e:\n"
+            "        print(asked, 'refused', 'consumers.device: cuda' in str(e))\n"
+            "        continue\n"
+            "    b = next(L)\n"
+            "    print(asked, L.device.type, L.counters()['gpu'])\n"
+            "    del b\n"
+            "    L.close()\n")
+    fake_torch = os.path.join(HERE, "fake_torch")
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
+               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    job = f"gpudevice-{os.getpid()}-{job_device}"
+    r = subprocess.run([cli, "run", str(cfg), "--set", f"job={job}", "--quiet", "--",
+                        sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    want = {"cpu": ["None cpu False", "cpu cpu False"],
+            "cuda": ["None cuda True", "cpu refused True"],
+            "auto": ["None cuda True", "cpu cpu False"]}[job_device]
+    assert r.stdout.strip().splitlines() == want, r.stdout
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
