@@ -203,7 +203,10 @@ struct sf_consumer;
 /*
  * sf_consumer_attach - attach to job `job` as local rank `local_rank`, and start at the
  * rank's current position (the step after the last one released). `device` is the CUDA
- * device ordinal to copy to, or SF_DEVICE_NONE for CPU views. A device asked for on a
+ * device ordinal to copy to, or SF_DEVICE_NONE for CPU views; a job whose
+ * consumers.device is `cpu` gives CPU views whatever `device` says (sf_consumer_info's
+ * device is then SF_DEVICE_NONE), and one whose consumers.device is `cuda` refuses CPU views
+ * with SF_E_CUDA. A device asked for on a
  * machine without a CUDA driver or device fails with -ENODEV (the caller may retry with
  * SF_DEVICE_NONE); a failing driver call fails with SF_E_CUDA and the CUresult's name in
  * the message. -ENOENT: no such job; SF_E_RANGE: no such local rank; SF_E_LAYOUT: an arena
