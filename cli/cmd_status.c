@@ -147,7 +147,7 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 	} else {
 		fprintf(f, "consumer wait n/a (no consumer has reported a wait)\n");
 	}
-	fprintf(f, "restarts %llu, stalls %llu, repairs %llu, skipped records %llu\n",
+	fprintf(f, "restarts %llu, stalls %llu, repairs %llu, records skipped %llu\n",
 		(unsigned long long)u64_of(sd, 0, "restarts"),
 		(unsigned long long)u64_of(sd, 0, "stalls"),
 		(unsigned long long)u64_of(sd, 0, "repairs"),

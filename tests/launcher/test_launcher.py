@@ -558,6 +558,8 @@ def test_status_and_top(rt, tmp_path):
         assert out.returncode == 0, out.stderr
         assert f"job {job}: running" in out.stdout
         assert "2/2 producers alive" in out.stdout
+        # The words of run's summary ("skipped records" here, "records skipped" there).
+        assert "restarts 0, stalls 0, repairs 0, records skipped 0" in out.stdout, out.stdout
         out = subprocess.run([SHMFEED, "status", "--json"], capture_output=True, text=True,
                              timeout=10)
         doc = json.loads(out.stdout)
