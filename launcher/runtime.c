@@ -163,7 +163,7 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 	if (job) {
 		struct sf_job_paths p;
 		int32_t creator = 0;
-		int stale;
+		int arena, stale;
 
 		if (!sf__job_name_valid(job))
 			return sf__err(e, SF_E_CONFIG, "invalid job name '%s'", job);
@@ -176,8 +176,8 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		r = p.info_path[0] ? read_info_file(p.info_path, &found, e) : -ENOENT;
 		if (r < 0 && r != -ENOENT)
 			return r;
-		stale = arena_stale(job, &creator);
-		if (r == -ENOENT && stale == 0) {
+		arena = arena_stale(job, &creator);
+		if (r == -ENOENT && arena == 0) {
 			struct sf_err ignored = {0};
 
 			/* The path is written even where the directory is missing. */
@@ -190,7 +190,7 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		}
 		/* A launcher killed outright leaves its discovery file and its arena: the
 		 * job is dead, not absent, and the next run of it cleans up. */
-		stale = stale == 1;
+		stale = arena == 1;
 		if ((r == 0 && !pid_alive(found.pid)) || stale) {
 			char left[700];
 

@@ -112,15 +112,15 @@ int sf__producer_main(struct sf_dataset *ds, struct sf_arena *a, uint32_t index,
 	struct sf_participant *me;
 	struct sf_telemetry *tm;
 	struct sf_builder *b = NULL;
-	uint64_t out_before = 0, enc_before = 0;
+	uint64_t out_before = 0, enc_before = 0, batch_bytes = sf__dataset_payload_bytes(ds);
 	int r;
 
-	/* A batch writes sf__dataset_payload_bytes() into its slot: never past the slot. */
-	if (sf__dataset_payload_bytes(ds) > a->hdr->payload_bytes)
+	/* A batch writes batch_bytes into its slot: never past the slot. */
+	if (batch_bytes > a->hdr->payload_bytes)
 		return sf__err(e, SF_E_LAYOUT,
 			       "producer %u: a batch of %llu bytes does not fit the arena's slots "
 			       "of %llu payload bytes",
-			       index, (unsigned long long)sf__dataset_payload_bytes(ds),
+			       index, (unsigned long long)batch_bytes,
 			       (unsigned long long)a->hdr->payload_bytes);
 	r = sf__builder_create(ds, &b, e);
 	if (r < 0)

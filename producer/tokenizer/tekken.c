@@ -85,12 +85,15 @@ static int read_config(const struct reader *r, const struct sf_json_node *cfg,
 	if ((rc = member(r, cfg, "version", SF_JSON_STRING, &n)) < 0 || !n)
 		return rc;
 	/* mistral-common's TokenizerVersion: another is refused there too. */
-	static const char *const known[] = {"v1", "v2", "v3", "v7", "v11", "v13", "v15"};
+	static const struct {
+		const char *name;
+		uint32_t number;
+	} known[] = {{"v1", 1}, {"v2", 2}, {"v3", 3}, {"v7", 7}, {"v11", 11}, {"v13", 13}, {"v15", 15}};
 
 	version = sf__json_tree_str(r->d, n);
-	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-		if (!strcmp(version, known[i]))
-			tk->version = (uint32_t)strtoul(version + 1, NULL, 10);
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]) && !tk->version; i++)
+		if (!strcmp(version, known[i].name))
+			tk->version = known[i].number;
 	return tk->version ? 0
 			   : bad(r, n,
 				 "config.version is none of mistral-common's: v1, v2, v3, v7, v11, "

@@ -433,6 +433,8 @@ static int detect(const uint8_t *s, size_t len)
 		if (k + 1 < len && s[k + 1] == 0x0a)
 			return SF_TOK_FORMAT_SENTENCEPIECE;
 	}
+	/* Looser than tiktoken_line(): a first line that is meant as "token rank" but is
+	 * malformed (bad base64) goes to the .tiktoken parser, which names what is wrong. */
 	while (i < len && s[i] != ' ' && s[i] != '\n')
 		i++;
 	if (i < len && s[i] == ' ' && i + 1 < len && s[i + 1] >= '0' && s[i + 1] <= '9')
