@@ -57,6 +57,12 @@ int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix, const char **re
 	return 0;
 }
 
+bool sf__sp_byte_fallback(const struct sf_sp *sp)
+{
+	(void)sp;
+	return false;
+}
+
 bool sf__sp_plain(const struct sf_sp *sp, uint32_t id)
 {
 	(void)sp, (void)id;

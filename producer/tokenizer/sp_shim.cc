@@ -26,6 +26,7 @@ struct sf_sp {
 	// The parts processor, when sf__sp_parts() holds for the model; else null.
 	std::unique_ptr<sentencepiece::SentencePieceProcessor> parts;
 	bool dummy_prefix;
+	bool byte_fallback;	  // unknown characters become their bytes' pieces, one by one
 	const char *whole_reason; // why there is no parts processor, else null
 };
 
@@ -95,6 +96,7 @@ struct Settings {
 	uint64_t add_dummy_prefix = 1;
 	uint64_t remove_extra_whitespaces = 1;
 	uint64_t escape_whitespaces = 1;
+	uint64_t byte_fallback = 0;
 	bool user_defined_bytes = false; // a user-defined piece is not valid UTF-8
 	bool ok = true;
 };
@@ -183,6 +185,8 @@ Settings read_settings(const std::string &model)
 				st.model_type = x;
 			else if (f == 2 && g == 24)
 				st.whitespace_as_suffix = x;
+			else if (f == 2 && g == 35)
+				st.byte_fallback = x;
 			else if (f == 3 && g == 2)
 				st.charsmap_len = x;
 			else if (f == 3 && g == 3)
@@ -240,6 +244,7 @@ std::unique_ptr<sentencepiece::SentencePieceProcessor> parts_processor(sf_sp *sp
 		return nullptr;
 	}
 	sp->dummy_prefix = st.add_dummy_prefix != 0;
+	sp->byte_fallback = st.byte_fallback != 0;
 	return parts;
 }
 
@@ -307,6 +312,11 @@ extern "C" int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix,
 		return 0;
 	*ret_dummy_prefix = sp->dummy_prefix;
 	return 1;
+}
+
+extern "C" bool sf__sp_byte_fallback(const struct sf_sp *sp)
+{
+	return sp->byte_fallback;
 }
 
 extern "C" bool sf__sp_plain(const struct sf_sp *sp, uint32_t id)

@@ -46,6 +46,13 @@ const char *sf__sp_piece(const struct sf_sp *sp, uint32_t id, size_t *ret_len);
  */
 int sf__sp_parts(const struct sf_sp *sp, bool *ret_dummy_prefix, const char **ret_why);
 
+/*
+ * sf__sp_byte_fallback - whether a character the model does not know becomes the pieces
+ * of its bytes (else one <unk> for a run of them); known only where sf__sp_parts() holds,
+ * false elsewhere.
+ */
+bool sf__sp_byte_fallback(const struct sf_sp *sp);
+
 /* sf__sp_plain - whether piece `id` is an ordinary piece (not unknown, control, unused
  * or byte). */
 bool sf__sp_plain(const struct sf_sp *sp, uint32_t id);

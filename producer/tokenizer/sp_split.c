@@ -1,7 +1,8 @@
 /*
- * The cut tables of a SentencePiece model (sp_split.h). Singles and pairs of ASCII codes
- * are bits; the others are keys of one open-addressed set: a single is SINGLE | code, a
- * pair is PAIR | a << 21 | b (code points fit in 21 bits).
+ * The cut tables of a SentencePiece model (sp_split.h). Singles, pairs and held codes of
+ * ASCII are bits; the others are keys of one open-addressed set: a single is SINGLE |
+ * code, a code some piece holds HELD | code, a pair PAIR | a << 21 | b (code points fit
+ * in 21 bits).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "producer/tokenizer/sp_split.h"
 #include "producer/tokenizer/unicode.h"
 
+#define HELD   (UINT64_C(1) << 61)
 #define SINGLE (UINT64_C(1) << 62)
 #define PAIR   (UINT64_C(1) << 63)
 
@@ -60,15 +62,36 @@ static void add_pair(struct sf_sp_split *t, uint32_t a, uint32_t b)
 		set_add(t, PAIR | (uint64_t)a << 21 | b);
 }
 
-static bool is_single(const struct sf_sp_split *t, uint32_t c)
+static void add_held(struct sf_sp_split *t, uint32_t c)
 {
-	return c < 128 ? t->ascii_single[c >> 6] >> (c & 63) & 1 : set_has(t, SINGLE | c);
+	if (c < 128)
+		t->ascii_held[c >> 6] |= UINT64_C(1) << (c & 63);
+	else
+		set_add(t, HELD | c);
 }
 
 static bool has_pair(const struct sf_sp_split *t, uint32_t a, uint32_t b)
 {
 	return a < 128 && b < 128 ? t->ascii_pair[a][b >> 6] >> (b & 63) & 1
 				  : set_has(t, PAIR | (uint64_t)a << 21 | b);
+}
+
+/* What a character is to the cut: a piece of its own, held by no piece, or neither (held
+ * by some piece but no single; or a byte that starts no UTF-8 sequence). */
+enum cut_kind { CUT_NEVER, CUT_FREE, CUT_SINGLE };
+
+static enum cut_kind kind_of(const struct sf_sp_split *t, uint32_t c)
+{
+	if (c == SF_UC_INVALID)
+		return CUT_NEVER;
+	if (c < 128) {
+		if (t->ascii_single[c >> 6] >> (c & 63) & 1)
+			return CUT_SINGLE;
+		return t->ascii_held[c >> 6] >> (c & 63) & 1 ? CUT_NEVER : CUT_FREE;
+	}
+	if (set_has(t, SINGLE | c))
+		return CUT_SINGLE;
+	return set_has(t, HELD | c) ? CUT_NEVER : CUT_FREE;
 }
 
 /* The code of the character at s[0] (SF_UC_INVALID for a byte that starts none), and its
@@ -86,7 +109,8 @@ static uint32_t next_code(const uint8_t *s, size_t n, size_t *ret_len)
 }
 
 /*
- * The keys of piece `id`: its pairs and, when it is one ordinary character, that single.
+ * The keys of piece `id`: the codes it holds, its pairs and, when it is one ordinary
+ * character, that single.
  * With `count`, nothing is added: the return value is how many of them would go to the
  * set (those not both ASCII), which sizes it.
  */
@@ -102,6 +126,12 @@ static size_t piece_keys(struct sf_sp_split *t, const struct sf_sp *sp, uint32_t
 		 * invalid bytes are U+FFFD: no pair with them. (A user-defined piece, which
 		 * the library matches byte by byte, is valid UTF-8 in a model encoded in
 		 * parts: sf__sp_parts().) */
+		if (c != SF_UC_INVALID) {
+			if (count)
+				keys += c >= 128;
+			else
+				add_held(t, c);
+		}
 		if (prev == SF_UC_INVALID || c == SF_UC_INVALID)
 			continue;
 		if (count)
@@ -142,6 +172,7 @@ int sf__sp_split_build(const struct sf_sp *sp, uint32_t n_vocab, struct sf_sp_sp
 		return sf__err(e, -ENOMEM, "out of memory");
 	}
 	t->mask = cap - 1;
+	t->byte_fallback = sf__sp_byte_fallback(sp);
 	for (id = 0; id < n_vocab; id++)
 		piece_keys(t, sp, id, false);
 	*ret = t;
@@ -160,12 +191,21 @@ size_t sf__sp_split_next(const struct sf_sp_split *t, const uint8_t *s, size_t n
 {
 	size_t len, p;
 	uint32_t prev = next_code(s, n, &len), c;
+	enum cut_kind kp = kind_of(t, prev), kc;
 
-	for (p = len; p < n; p += len, prev = c) {
+	for (p = len; p < n; p += len, prev = c, kp = kc) {
 		c = next_code(s + p, n - p, &len);
-		/* SF_UC_INVALID is no single: no cut beside a byte that is not UTF-8. */
-		if (is_single(t, prev) && is_single(t, c) && !has_pair(t, prev, c))
+		kc = kind_of(t, c);
+		if (kp == CUT_NEVER || kc == CUT_NEVER)
+			continue;
+		if (kp == CUT_SINGLE && kc == CUT_SINGLE) {
+			if (!has_pair(t, prev, c))
+				return p;
+		} else if (kp == CUT_SINGLE || kc == CUT_SINGLE || t->byte_fallback) {
+			/* No pair holds a free character. Two free ones: each is its bytes'
+			 * pieces, or together one <unk>. */
 			return p;
+		}
 	}
 	return n;
 }

@@ -2,7 +2,11 @@
  * Where a SentencePiece text may be cut (sf__sp_parts()): between two characters a and b
  * when each is a piece of its own and no piece holds a followed by b. No merge of the
  * library's BPE can then join the two sides, so the ids of the text are those of its
- * parts, each encoded alone (docs/tokenizer.md, "SentencePiece in parts").
+ * parts, each encoded alone (docs/tokenizer.md, "SentencePiece in parts"). A character
+ * that no piece holds at all (a newline in Mistral's models, a letter the model never
+ * saw) joins nothing either, so it is cut beside as a single is; two of them are cut
+ * apart only with byte fallback, since without it the library makes a run of unknown
+ * characters one <unk>.
  *
  * Characters are taken as the model's normalizer gives them: ' ' is U+2581, which both
  * stand for here as code 0x20 (a piece that holds a literal ' ' matches nothing, so its
@@ -23,8 +27,10 @@ struct sf_sp;
 struct sf_sp_split {
 	uint64_t ascii_single[2];    /* bit c: code c (< 128) is a piece of its own */
 	uint64_t ascii_pair[128][2]; /* row a, bit b: a piece holds a then b (both < 128) */
-	uint64_t *set;		     /* the other singles and pairs (sp_split.c); 0: empty */
+	uint64_t ascii_held[2];	     /* bit c: some piece holds code c (< 128) */
+	uint64_t *set;		     /* the other singles, pairs and held codes; 0: empty */
 	size_t mask;
+	bool byte_fallback; /* sf__sp_byte_fallback() */
 };
 
 /* sf__sp_split_build - the tables of a model's pieces; free with sf__sp_split_free(). */

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "producer/tokenizer/sp_shim.h"
+#include "producer/tokenizer/sp_split.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "tok_test_util.h"
 
@@ -426,6 +427,73 @@ static int check_crafted(const char *dir_path)
 }
 
 /*
+ * Where texts are cut. Beside a character no piece holds (a newline, a letter the model
+ * never saw) no merge can reach, so a text is cut there as beside a single; between two
+ * such characters only with byte fallback, since without it a run of them is one <unk>.
+ * The parts are listed with '|' between them; the ids are checked against the library's.
+ */
+static int check_cuts(const char *dir_path)
+{
+	static const struct piece pieces[] = {P("a", -1, NORMAL), P("b", -1, NORMAL),
+					      P("ab", 0, NORMAL), P("\xe2\x96\x81", -1, NORMAL)};
+	static const struct {
+		bool byte_fallback;
+		const char *text, *parts;
+	} cases_cut[] = {
+		{true, "ab\nab", "ab|\n|ab"},
+		{true, "a\n\nb", "a|\n|\n|b"},
+		{true,
+		 "a\xc3\xa9\xe4\xb8\xad"
+		 "b",
+		 "a|\xc3\xa9|\xe4\xb8\xad|b"},
+		{true, "\n a", "\n| |a"},
+		{true, "a\xff\nb", "a\xff\n|b"},
+		{false, "a\n\nb", "a|\n\n|b"},
+		{false, "ab\nab", "ab|\n|ab"},
+		{false, "\xc3\xa9\n", "\xc3\xa9\n"},
+	};
+	int bad = 0;
+
+	for (size_t k = 0; k < sizeof(cases_cut) / sizeof(*cases_cut); k++) {
+		const char *text = cases_cut[k].text;
+		const size_t n = strlen(text);
+		char model[4096], got[64] = "", label[64];
+		struct sf_tok_file_opts opts = {model, SF_TOK_FORMAT_SENTENCEPIECE, NULL};
+		struct sf_tok_encoder *enc;
+		struct sf_err err = {0};
+		struct sf_tok *tok;
+		size_t p, end, g = 0;
+
+		snprintf(model, sizeof(model), "%s/cuts.model", dir_path);
+		write_model(model, pieces, sizeof(pieces) / sizeof(*pieces),
+			    cases_cut[k].byte_fallback);
+		if (sf__tok_load_file(&opts, &tok, &err) < 0 ||
+		    sf__tok_encoder_create(tok, &enc, &err) < 0) {
+			fprintf(stderr, "cuts: %s\n", err.msg);
+			return 1;
+		}
+		for (p = 0; tok->sp_split && p < n; p = end) {
+			end = p +
+			      sf__sp_split_next(tok->sp_split, (const uint8_t *)text + p, n - p);
+			g += (size_t)snprintf(got + g, sizeof(got) - g, "%s%.*s", p ? "|" : "",
+					      (int)(end - p), text + p);
+		}
+		if (strcmp(got, cases_cut[k].parts)) {
+			fprintf(stderr, "cuts %zu (byte fallback %d): parts \"%s\", want \"%s\"\n",
+				k, cases_cut[k].byte_fallback, got, cases_cut[k].parts);
+			bad = 1;
+		}
+		snprintf(label, sizeof(label), "cuts %zu", k);
+		bad |= check_one(tok, enc, label, text, n);
+		unlink(model);
+		sf__tok_encoder_free(enc);
+		sf__tok_free(tok);
+	}
+	printf("%s cuts beside characters no piece holds\n", bad ? "FAIL" : "ok");
+	return bad;
+}
+
+/*
  * The control pieces are the special tokens a job can name, whatever their ids and texts
  * (only those of ids 0-2 starting with '<' were, <unk> among them); an <|endoftext|>
  * control piece leaves the model's own eos the document's end.
@@ -689,6 +757,7 @@ int main(void)
 		sf__tok_free(tok);
 	}
 	failed |= check_crafted(dir);
+	failed |= check_cuts(dir);
 	failed |= check_specials(dir);
 	failed |= check_too_many_controls(dir);
 	failed |= check_full_buffer(dir);
