@@ -8,13 +8,21 @@ same way in this process (time.process_time(): the references encode one string 
 calling thread), so that time spent descheduled on a shared machine counts for neither.
 Run it with the Python of the virtual environment scripts/deps makes.
 
+With --docs BYTES each text is cut into documents of about BYTES (at the first newline
+after BYTES), as a job's documents come: the reference encodes them one by one in a loop,
+shmfeed in one `shmfeed encode --records` process (one encoder for all of them, fresh in
+each process, as a producer's); its CPU time less that of a run with no records (the
+vocabulary load), best of ten runs.
+
 usage: bench_families.py [--shmfeed build/cli/shmfeed] [--repeat N] [--only FAMILY]
-                         [--json FILE]
+                         [--docs BYTES] [--json FILE]
 """
 import argparse
 import json
 import os
 import re
+import resource
+import struct
 import subprocess
 import sys
 import tempfile
@@ -41,6 +49,42 @@ def time_reference(encode, text):
     return best
 
 
+def split_docs(text, size):
+    """text cut into documents of about `size` bytes: each ends at the first newline
+    after its size (or at the end)."""
+    data, docs, p = text.encode(), [], 0
+    while p < len(data):
+        end = data.find(b"\n", p + size)
+        end = len(data) if end < 0 else end + 1
+        docs.append(data[p:end])
+        p = end
+    return docs
+
+
+def child_cpu(cmd, stdin_path):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(stdin_path, "rb") as f:
+        subprocess.run(cmd, stdin=f, stdout=subprocess.DEVNULL, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def time_shmfeed_docs(shmfeed, path, records_path, empty_path, mb):
+    cmd = [shmfeed, "encode", "--tokenizer", path, "--records"]
+    load = min(child_cpu(cmd, empty_path) for _ in range(5))
+    best = min(child_cpu(cmd, records_path) for _ in range(10))
+    return mb / (best - load)
+
+
+def time_reference_docs(encode, docs):
+    texts = [d.decode() for d in docs]
+
+    def encode_all(_):
+        for t in texts:
+            encode(t)
+    return time_reference(encode_all, None)
+
+
 def time_shmfeed(shmfeed, path, text_path):
     out = subprocess.run([shmfeed, "encode", "--tokenizer", path, "--bench", text_path],
                          capture_output=True, text=True, check=True).stdout
@@ -52,6 +96,7 @@ def main():
     ap.add_argument("--shmfeed", default=os.path.join(HERE, "..", "build", "cli", "shmfeed"))
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--only")
+    ap.add_argument("--docs", type=int)
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -59,11 +104,18 @@ def main():
                "multilingual": family_corpora.multilingual()}
     rows = []
     with tempfile.TemporaryDirectory(prefix="sf-bench-families-") as tmp:
-        paths = {}
+        paths, docs = {}, {}
+        empty = os.path.join(tmp, "empty.records")
+        open(empty, "wb").close()
         for name, text in corpora.items():
             paths[name] = os.path.join(tmp, name + ".txt")
             with open(paths[name], "w", encoding="utf-8") as f:
                 f.write(text)
+            if args.docs:
+                docs[name] = split_docs(text, args.docs)
+                with open(paths[name] + ".records", "wb") as f:
+                    for d in docs[name]:
+                        f.write(struct.pack("<I", len(d)) + d)
         print("%-14s %-13s %10s %10s %7s" % ("family", "text", "reference", "shmfeed",
                                               "ratio"))
         for family in BENCH_FAMILIES:
@@ -74,9 +126,14 @@ def main():
                 mb = len(text.encode()) / 1e6
                 refs, ours = [], []
                 for _ in range(args.repeat):
-                    refs.append(mb / time_reference(ref, text))
-                    ours.append(time_shmfeed(args.shmfeed, path, paths[name]))
-                row = {"family": family, "text": name, "reference_mbs": max(refs),
+                    if args.docs:
+                        refs.append(mb / time_reference_docs(ref, docs[name]))
+                        ours.append(time_shmfeed_docs(args.shmfeed, path,
+                                                      paths[name] + ".records", empty, mb))
+                    else:
+                        refs.append(mb / time_reference(ref, text))
+                        ours.append(time_shmfeed(args.shmfeed, path, paths[name]))
+                row = {"family": family, "text": name, "docs": args.docs, "reference_mbs": max(refs),
                        "shmfeed_mbs": max(ours), "ratio": max(ours) / max(refs)}
                 rows.append(row)
                 print("%-14s %-13s %10.1f %10.1f %6.1fx" % (family, name, row["reference_mbs"],
