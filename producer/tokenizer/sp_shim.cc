@@ -51,15 +51,17 @@ struct Wire {
 		return false;
 	}
 
-	// The next field: its number, and its value (varint) or its bytes (length-delimited);
-	// other wire types are skipped. False at the end or on malformed input.
-	bool next(uint32_t *field, uint64_t *value, Wire *bytes)
+	// The next field: its number, its wire type (0 varint, 2 length-delimited), and its
+	// value (varint) or its bytes; the values of other wire types are skipped. False at
+	// the end or on malformed input.
+	bool next(uint32_t *field, uint32_t *type, uint64_t *value, Wire *bytes)
 	{
 		uint64_t tag, n;
 
 		if (p >= end || !varint(&tag))
 			return false;
 		*field = (uint32_t)(tag >> 3);
+		*type = (uint32_t)(tag & 7);
 		switch (tag & 7) {
 		case 0:
 			return varint(value);
@@ -141,21 +143,52 @@ bool valid_utf8(const unsigned char *s, size_t n)
 	return true;
 }
 
-// A piece of ModelProto.pieces: whether it is user-defined (type 4) and not valid UTF-8.
-bool user_defined_bytes(Wire piece)
+// A piece of ModelProto.pieces: whether it is user-defined (type 4) and not valid UTF-8
+// (st.user_defined_bytes); a field of another wire type than its own makes the settings
+// unreadable (a protobuf parser skips it as unknown).
+void read_piece(Wire piece, Settings &st)
 {
-	uint32_t f;
+	uint32_t f, w;
 	uint64_t v;
 	Wire text{nullptr, nullptr}, bytes{nullptr, nullptr};
 	uint64_t type = 1; // NORMAL
 
-	while (piece.p < piece.end && piece.next(&f, &v, &bytes)) {
+	while (piece.p < piece.end) {
+		if (!piece.next(&f, &w, &v, &bytes) || (f == 1 && w != 2) || (f == 3 && w != 0)) {
+			st.ok = false;
+			return;
+		}
 		if (f == 1)
 			text = bytes;
 		else if (f == 3)
 			type = v;
 	}
-	return type == 4 && !valid_utf8(text.p, (size_t)(text.end - text.p));
+	if (type == 4 && !valid_utf8(text.p, (size_t)(text.end - text.p)))
+		st.user_defined_bytes = true;
+}
+
+// A field of TrainerSpec (in 2) or NormalizerSpec (in 3) that read_settings() takes, and
+// the wire type it must have; 0 for the others.
+uint64_t *setting(Settings &st, uint32_t in, uint32_t field, uint32_t *ret_type)
+{
+	*ret_type = 0;
+	if (in == 2 && field == 3)
+		return &st.model_type;
+	if (in == 2 && field == 24)
+		return &st.whitespace_as_suffix;
+	if (in == 2 && field == 35)
+		return &st.byte_fallback;
+	if (in == 3 && field == 2) {
+		*ret_type = 2;
+		return &st.charsmap_len;
+	}
+	if (in == 3 && field == 3)
+		return &st.add_dummy_prefix;
+	if (in == 3 && field == 4)
+		return &st.remove_extra_whitespaces;
+	if (in == 3 && field == 5)
+		return &st.escape_whitespaces;
+	return nullptr;
 }
 
 Settings read_settings(const std::string &model)
@@ -163,38 +196,31 @@ Settings read_settings(const std::string &model)
 	Settings st;
 	Wire top{reinterpret_cast<const unsigned char *>(model.data()),
 		 reinterpret_cast<const unsigned char *>(model.data()) + model.size()};
-	uint32_t f, g;
-	uint64_t v, x;
+	uint32_t f, g, w, want;
+	uint64_t v, x, *dst;
 	Wire sub{nullptr, nullptr}, ignored{nullptr, nullptr};
 
-	while (top.p < top.end) {
-		if (!top.next(&f, &v, &sub)) {
+	while (top.p < top.end && st.ok) {
+		if (!top.next(&f, &w, &v, &sub) || (f >= 1 && f <= 3 && w != 2)) {
 			st.ok = false;
 			break;
 		}
-		if (f == 1 && user_defined_bytes(sub))
-			st.user_defined_bytes = true;
+		if (f == 1)
+			read_piece(sub, st);
 		if (f != 2 && f != 3)
 			continue;
 		while (sub.p < sub.end) {
-			if (!sub.next(&g, &x, &ignored)) {
+			if (!sub.next(&g, &w, &x, &ignored)) {
 				st.ok = false;
 				break;
 			}
-			if (f == 2 && g == 3)
-				st.model_type = x;
-			else if (f == 2 && g == 24)
-				st.whitespace_as_suffix = x;
-			else if (f == 2 && g == 35)
-				st.byte_fallback = x;
-			else if (f == 3 && g == 2)
-				st.charsmap_len = x;
-			else if (f == 3 && g == 3)
-				st.add_dummy_prefix = x;
-			else if (f == 3 && g == 4)
-				st.remove_extra_whitespaces = x;
-			else if (f == 3 && g == 5)
-				st.escape_whitespaces = x;
+			dst = setting(st, f, g, &want);
+			if (dst && w != want) {
+				st.ok = false;
+				break;
+			}
+			if (dst)
+				*dst = x;
 		}
 	}
 	return st;
@@ -234,6 +260,15 @@ std::unique_ptr<sentencepiece::SentencePieceProcessor> parts_processor(sf_sp *sp
 	sp->whole_reason = whole_reason(st);
 	if (sp->whole_reason)
 		return nullptr;
+	// The library keeps the unknown, control and byte pieces apart from the others, and
+	// looks a text up among them first: an ordinary piece whose text is also such a
+	// piece's comes out with that piece's id (an <unk> "a" makes every "a" <unk>, merged
+	// with the <unk>s beside it across any cut). Such a model is encoded whole.
+	for (int id = 0; id < sp->proc.GetPieceSize(); id++)
+		if (sp->proc.PieceToId(sp->proc.IdToPiece(id)) != id) {
+			sp->whole_reason = "a piece's text is also another piece's";
+			return nullptr;
+		}
 	// A second NormalizerSpec with only add_dummy_prefix = false (field 3, varint 0):
 	// the parser merges it into the model's own.
 	static const char kNoDummyPrefix[] = {0x1a, 0x02, 0x18, 0x00};

@@ -304,20 +304,27 @@ static void pb_piece(struct pb *m, const char *bytes, size_t len, float score, i
 	pb_bytes(m, 1, p.b, p.n);
 }
 
+/* How a model's TrainerSpec.byte_fallback is written: not at all, as the varint 1, or
+ * (wrongly) as the bytes "\x01", which protobuf parsers skip as an unknown field. */
+enum fallback { FALLBACK_NONE, FALLBACK_ON, FALLBACK_AS_BYTES };
+
 /*
- * Write a BPE model: <unk>, <s>, </s>, the 256 byte pieces with `byte_fallback`, then
- * `pieces`; the identity normalizer, spaces as U+2581, a space before each text.
+ * Write a BPE model: the unknown piece (text `unk`), <s>, </s>, the 256 byte pieces with
+ * FALLBACK_ON, then `pieces`; the identity normalizer, spaces as U+2581, a space before
+ * each text.
  */
-static void write_model(const char *path, const struct piece *pieces, size_t n, bool byte_fallback)
+static void write_model_as(const char *path, const struct piece *pieces, size_t n,
+			   enum fallback fallback, const char *unk)
 {
 	struct pb *m = calloc(1, sizeof(*m)), sub = {.n = 0};
+	const bool byte_fallback = fallback == FALLBACK_ON;
 	char name[8];
 	FILE *f;
 	size_t i;
 
 	if (!m)
 		abort();
-	pb_piece(m, "<unk>", 5, 0, UNKNOWN);
+	pb_piece(m, unk, strlen(unk), 0, UNKNOWN);
 	pb_piece(m, "<s>", 3, 0, CONTROL);
 	pb_piece(m, "</s>", 4, 0, CONTROL);
 	for (i = 0; byte_fallback && i < 256; i++) {
@@ -329,6 +336,8 @@ static void write_model(const char *path, const struct piece *pieces, size_t n, 
 	pb_uint(&sub, 3, 2); /* TrainerSpec.model_type: BPE */
 	if (byte_fallback)
 		pb_uint(&sub, 35, 1);
+	else if (fallback == FALLBACK_AS_BYTES)
+		pb_bytes(&sub, 35, "\x01", 1);
 	pb_bytes(m, 2, sub.b, sub.n);
 	sub.n = 0;
 	pb_bytes(&sub, 1, "identity", 8);
@@ -344,6 +353,11 @@ static void write_model(const char *path, const struct piece *pieces, size_t n, 
 	free(m);
 }
 
+static void write_model(const char *path, const struct piece *pieces, size_t n, bool byte_fallback)
+{
+	write_model_as(path, pieces, n, byte_fallback ? FALLBACK_ON : FALLBACK_NONE, "<unk>");
+}
+
 #define P(s, score, type) {s, sizeof(s) - 1, score, type}
 
 struct crafted {
@@ -354,6 +368,8 @@ struct crafted {
 	const char *how;
 	const char *texts[4];
 	size_t lens[4];
+	enum fallback fallback; /* when not FALLBACK_NONE, instead of byte_fallback */
+	const char *unk;	/* the unknown piece's text, when not <unk> */
 };
 
 static const struct crafted crafted[] = {
@@ -365,7 +381,9 @@ static const struct crafted crafted[] = {
 	 false,
 	 "in parts",
 	 {"  ", "a  a", " a", "   "},
-	 {2, 4, 2, 3}},
+	 {2, 4, 2, 3},
+	 FALLBACK_NONE,
+	 NULL},
 	/* Pairs across a NUL byte: the piece's length is not strlen()'s. */
 	{"nul",
 	 {P("x", -1, NORMAL), P("\0", -1, NORMAL), P("a", -1, NORMAL), P("b", -1, NORMAL),
@@ -374,15 +392,54 @@ static const struct crafted crafted[] = {
 	 false,
 	 "in parts",
 	 {"x\0ab", "ab", "x\0a b"},
-	 {4, 2, 6}},
+	 {4, 2, 6},
+	 FALLBACK_NONE,
+	 NULL},
 	/* A user-defined piece ending inside U+2581: the library matches it in the raw text. */
 	{"user-defined-bytes",
 	 {P("a", -1, NORMAL), P("\xe2\x96\x81", -1, NORMAL), P("a\xe2\x96", 0, USER_DEFINED)},
 	 3,
 	 false,
 	 "whole: a user-defined piece is not valid UTF-8",
-	 {"a\xe2\x96\x81", "xa ", "a\xe2\x96\x81" "a"},
-	 {4, 3, 5}},
+	 {"a\xe2\x96\x81", "xa ",
+	  "a\xe2\x96\x81"
+	  "a"},
+	 {4, 3, 5},
+	 FALLBACK_NONE,
+	 NULL},
+	/* The unknown piece's text is also an ordinary piece's: the library gives that text
+	 * the unknown id (its reserved pieces come first), and merges it with the <unk> of a
+	 * character no piece holds, or of another such text, across any cut. */
+	{"unknown-text-a",
+	 {P("a", -1, NORMAL), P("\xe2\x96\x81", -1, NORMAL)},
+	 2,
+	 false,
+	 "whole: a piece's text is also another piece's",
+	 {"a\n", "aa", "a a\n\na"},
+	 {2, 2, 7},
+	 FALLBACK_NONE,
+	 "a"},
+	{"unknown-text-ab",
+	 {P("a", -1, NORMAL), P("b", -1, NORMAL), P("ab", 0, NORMAL),
+	  P("\xe2\x96\x81", -1, NORMAL)},
+	 4,
+	 false,
+	 "whole: a piece's text is also another piece's",
+	 {"abab", "ab\nab", "ba"},
+	 {4, 5, 2},
+	 FALLBACK_NONE,
+	 "ab"},
+	/* byte_fallback written as bytes: the library skips the field, so unknown characters
+	 * are <unk>, a run of them one. */
+	{"fallback-as-bytes",
+	 {P("a", -1, NORMAL), P("b", -1, NORMAL), P("\xe2\x96\x81", -1, NORMAL)},
+	 3,
+	 false,
+	 "whole: its settings could not be read",
+	 {"a\n\nb", "\n\n", "a\xc3\xa9\n"},
+	 {4, 2, 5},
+	 FALLBACK_AS_BYTES,
+	 NULL},
 };
 
 /* The crafted models: ids against the library's, and what sf__tok_how() says. */
@@ -401,7 +458,11 @@ static int check_crafted(const char *dir_path)
 		int bad = 0;
 
 		snprintf(model, sizeof(model), "%s/%s.model", dir_path, c->name);
-		write_model(model, c->pieces, c->n_pieces, c->byte_fallback);
+		write_model_as(model, c->pieces, c->n_pieces,
+			       c->fallback != FALLBACK_NONE ? c->fallback
+			       : c->byte_fallback	    ? FALLBACK_ON
+							    : FALLBACK_NONE,
+			       c->unk ? c->unk : "<unk>");
 		if (sf__tok_load_file(&opts, &tok, &err) < 0 ||
 		    sf__tok_encoder_create(tok, &enc, &err) < 0) {
 			fprintf(stderr, "%s: %s\n", c->name, err.msg);
