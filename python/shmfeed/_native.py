@@ -3,6 +3,7 @@ structs of include/shmfeed/shmfeed.h (their layout is pinned there by _Static_as
 compared with these mirrors by tests/python/test_loader.py), and the prototypes."""
 
 import ctypes
+import operator
 import os
 
 SF_E_BASE = -1000
@@ -194,11 +195,17 @@ def lib():
 
 
 def strerror(code):
+    code = operator.index(code)
+    if not -2**31 <= code < 2**31:  # ctypes would wrap it
+        raise ValueError(f"shmfeed.strerror: {code} is no error code")
     return lib().sf_strerror(code).decode()
 
 
 def digest(data, seed=0):
     """XXH3-64 of a bytes-like object, as the library computes batch digests."""
+    seed = operator.index(seed)
+    if not 0 <= seed < 2**64:  # ctypes would wrap it
+        raise ValueError(f"shmfeed.digest: seed={seed} is out of range 0..2^64-1")
     buf = memoryview(data).cast("B")
     arr = (ctypes.c_uint8 * len(buf)).from_buffer_copy(buf) if buf.readonly else \
         (ctypes.c_uint8 * len(buf)).from_buffer(buf)

@@ -33,6 +33,7 @@ import functools
 import math
 import operator
 import os
+import re
 import threading
 import time
 import warnings
@@ -51,10 +52,24 @@ except ImportError:  # NumPy arrays then
 class Error(RuntimeError):
     """A shmfeed failure: `code` is the C error code, the message the library's detail."""
 
-    def __init__(self, code, message):
-        self.code = code
+    def __init__(self, code, message=None):
+        if message is None:
+            # Error(text): how torch re-raises a DataLoader worker's exception in the main
+            # process (the worker's message and traceback); the code is its last [NAME].
+            text = str(code)
+            names = re.findall(r"\[(SF_E_[A-Z_]+)\]", text)
+            code = getattr(N, names[-1]) if names and hasattr(N, names[-1]) else \
+                N.SF_E_JOB_GONE if issubclass(type(self), JobGone) else None
+            self.code, self.message, self._args = code, text, (text,)
+            self.name = N.ERROR_NAMES.get(code, "")
+            super().__init__(text)
+            return
+        self.code, self.message, self._args = code, message, (code, message)
         self.name = N.ERROR_NAMES.get(code, f"errno {-code}" if code < 0 else str(code))
         super().__init__(f"{message} [{self.name}]")
+
+    def __reduce__(self):  # pickled (multiprocessing returns exceptions so): as made
+        return type(self), self._args
 
 
 class JobGone(Error):
@@ -156,6 +171,8 @@ def _timeout_ms(timeout):
     if timeout is None:
         return -1
     try:
+        if isinstance(timeout, (str, bytes, bool)):  # "5" and True are no durations
+            raise TypeError
         t = float(timeout)
     except (TypeError, ValueError):
         t = math.nan
@@ -203,6 +220,21 @@ class _Attachment:
 # The live attachments of this process by (job, local rank), so that a Loader refused a
 # rank this process itself holds can say so.
 _attached = weakref.WeakValueDictionary()
+# The Loaders of this process, for _after_fork_in_child().
+_loaders = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    """A child of fork() holds none of its parent's ranks (the library refuses the
+    parent's handles there, and says so), and none of the Loaders' locks: one that a
+    thread of the parent held (waiting in next()) would never be let go, and every call,
+    close() too, would hang."""
+    _attached.clear()
+    for loader in list(_loaders):
+        loader._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _HostMemory:
@@ -270,6 +302,7 @@ class Loader:
         # inside next() (a SIGTERM handler saving a checkpoint) may call state_dict() or
         # close(), and a plain lock would wait for itself there for good.
         self._lock = threading.RLock()
+        _loaders.add(self)
         self._closing = False
         # Delivery (see next()): a batch the library gave stays in self._batch (its step
         # not _NO_STEP) until it is wrapped; a wrapped one whose next() was interrupted
@@ -425,6 +458,10 @@ class Loader:
         src_off = i.sources_offset
         self._gpu_raw = None  # GPU copies: the device buffers' own views
         self._out_count = 0  # step s's tokens are in self._tokens[s % 2] (not native)
+        # CPU tensors: the NumPy arrays under self._tokens (and self._y where it is not a
+        # view of the tokens) and their addresses, by index, to wrap again what torch
+        # moved (_rewrap()).
+        self._host = None
         if self._gpu:
             raw_tok, raw_docs, raw_src = [], [], []
             for k in range(i.gpu_buffers):
@@ -491,6 +528,8 @@ class Loader:
                 self._tokens = [w[:B * S].reshape(B, S) for w in wide]
                 self._y = [w[B * S:].reshape(B, S - 1) for w in wide]
                 if t is not None:
+                    self._host = [(w, w.ctypes.data, y, y.ctypes.data)
+                                  for w, y in zip(self._tokens, self._y)]
                     self._tokens = [t.from_numpy(w) for w in self._tokens]
                     self._y = [t.from_numpy(w) for w in self._y]
             for k in range(i.slots_per_rank):
@@ -498,6 +537,8 @@ class Loader:
                 if wide is None:
                     view = _host_array(addr, dtype, (B, S), self._owner)
                     if t is not None:
+                        self._host = (self._host or []) + [(view, view.ctypes.data, None,
+                                                            None)]
                         tok = t.from_numpy(view)  # writable mapping; see the docstring
                     else:
                         view.flags.writeable = False
@@ -618,9 +659,26 @@ class Loader:
                 if self._h is not None:
                     self._teardown()
 
+    def _rewrap(self, k):
+        """Wrap output (or slot) k's NumPy arrays again, for torch moved its tensors:
+        torch.multiprocessing sends a CPU tensor (from a DataLoader worker, through a
+        queue) by moving its storage into shared memory in place (share_memory_()), and
+        the moved tensor no longer shows what the library writes. The moved one keeps the
+        batch it held; later batches get new tensors over the library's memory."""
+        tok_np, _, y_np, _ = self._host[k]
+        tok = self._torch.from_numpy(tok_np)
+        self._tokens[k], self._x[k] = tok, tok[:, :-1]
+        self._y[k] = tok[:, 1:] if y_np is None else self._torch.from_numpy(y_np)
+
     def _take(self, b):
         """The Batch for what next() just returned into `b` (under the lock)."""
         k = b.buffer
+        if self._host is not None:  # CPU tensors: moved by torch since (_rewrap())?
+            kh = b.step % self._out_count if self._out_count else k
+            h = self._host[kh]
+            if self._tokens[kh].data_ptr() != h[1] or \
+                    (h[2] is not None and self._y[kh].data_ptr() != h[3]):
+                self._rewrap(kh)
         if not self._out_count:  # native: the views of where the batch lies
             return Batch(self._tokens[k], self._x[k], self._y[k], b.step, b.first_sample,
                          b.digest, self._docs[k], b.wait_ns, b.provenance, b.epoch,
@@ -808,7 +866,7 @@ class Loader:
 
     def _teardown(self):
         self._owner = self._h = None
-        self._tokens = self._x = self._y = self._docs = self._gpu_raw = None
+        self._tokens = self._x = self._y = self._docs = self._gpu_raw = self._host = None
         self._slot_docs = self._slot_sources = None
         self._undelivered = self._returning = None
 

@@ -153,3 +153,49 @@ def test_device_tensors_outlive_the_loader():
         print("ok")
     """)
     assert out.strip() == "ok"
+
+
+def test_a_fork_while_another_thread_is_in_a_loader_call():
+    """fork() while another thread of the parent is inside a Loader call (holds its lock,
+    as a thread waiting in next() does): the child inherited the lock held by a thread it
+    does not have, and every method, close() too, hung for good. A new Loader for the
+    rank in the child was told the rank is held in this process, when the parent holds
+    it. Now the child's calls answer at once."""
+    with Feed("fork", producers=0) as f:
+        run_case(f, """
+        import faulthandler, os, threading
+        L = shmfeed.Loader(job=JOB)
+        held, done = threading.Event(), threading.Event()
+        def hold():
+            with L._lock:  # where a next() waiting for a batch is
+                held.set()
+                done.wait()
+        th = threading.Thread(target=hold)
+        th.start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            faulthandler.dump_traceback_later(10, exit=True)  # a hang fails the test
+            code = 0
+            try:
+                L.next(timeout=0)
+                code = 2
+            except shmfeed.Error as e:
+                if e.code != N.SF_E_STATE:
+                    print("child: next:", e, flush=True)
+                    code = 3
+            try:
+                shmfeed.Loader(job=JOB)
+                code = 4
+            except shmfeed.Error as e:
+                if e.code != N.SF_E_BUSY or "held in this process" in str(e):
+                    print("child: new Loader:", e, flush=True)
+                    code = code or 5
+            L.close()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        done.set()
+        th.join()
+        assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
+        L.close()
+        """)

@@ -217,7 +217,7 @@ def test_out_of_range_inputs_are_refused(monkeypatch):
         for kw in [{"local_rank": 2**32}, {"local_rank": -1}, {"local_rank": True},
                    {"local_rank": 0.0}, {"rank": 2**31}, {"world_size": 0},
                    {"timeout": -1}, {"timeout": 1e10}, {"timeout": float("nan")},
-                   {"timeout": "soon"}]:
+                   {"timeout": "soon"}, {"timeout": "5"}, {"timeout": True}]:
             with pytest.raises(ValueError) as e:
                 shmfeed.Loader(**kw)
             assert next(iter(kw)) in str(e.value), e.value
@@ -238,6 +238,12 @@ def test_out_of_range_inputs_are_refused(monkeypatch):
             assert f"step {2**51}, out of range" in str(e.value), e.value
             assert f"steps are 0..{4 * (2**48 - 1) - 1}" in str(e.value), e.value
             assert L.next().step == 0  # nothing moved
+        # The helpers: a code or seed that ctypes would wrap (strerror(2**40) said
+        # "success", digest(b, 2**64) was digest(b, 0)).
+        for call in (lambda: shmfeed.strerror(2**40), lambda: shmfeed.digest(b"x", 2**64),
+                     lambda: shmfeed.digest(b"x", -1)):
+            with pytest.raises((ValueError, OverflowError)):
+                call()
         monkeypatch.setenv("LOCAL_RANK", "0")
         with shmfeed.Loader() as L:
             assert L.local_rank == 0 and L.next().step == 1
@@ -326,3 +332,86 @@ def test_stats_cover_the_batches_since_the_previous_call():
             assert st["tokens_total"] == 10 * 2 * 32 == L.counters()["tokens"]
             assert L.stats() == {"batches": 0, "tokens": 0, "stalls": 0, "wait_p50_ms": 0.0,
                                  "wait_p99_ms": 0.0, "tokens_total": 10 * 2 * 32}
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "native"])
+def test_a_batch_moved_to_shared_memory_leaves_later_batches_right(dtype):
+    """torch.multiprocessing sends a CPU tensor by moving its storage into shared memory
+    in place (share_memory_(): DataLoader workers, mp.Queue, mp.spawn's arguments). The
+    Loader hands out the same tensors again at later steps: once moved they showed the
+    moved copy while the library wrote elsewhere, so every later batch of that buffer
+    repeated an old one, silently."""
+    with Feed("moved") as feed:
+        with shmfeed.Loader(job=feed.job, dtype=dtype) as L:
+            for step in range(8):
+                b = L.next()
+                want = feed.expected(0, b.step).astype(np.int64)
+                assert b.step == step
+                assert np.array_equal(b.tokens.to(torch.int64).numpy(), want), (dtype, step)
+                assert np.array_equal(b.x.to(torch.int64).numpy(), want[:, :-1])
+                assert np.array_equal(b.y.to(torch.int64).numpy(), want[:, 1:])
+                if step < 4:  # both outputs (and some slots), then not again
+                    b.tokens.share_memory_()
+                    b.y.share_memory_()
+                    # the moved batch keeps its own ids
+                    assert np.array_equal(b.tokens.to(torch.int64).numpy(), want)
+                del b
+
+
+class _WorkerDataset(torch.utils.data.IterableDataset):
+    """The README's pattern: the Loader made in the DataLoader worker that reads it."""
+
+    def __init__(self, job, dtype, steps):
+        self.job, self.dtype, self.steps = job, dtype, steps
+
+    def __iter__(self):
+        with shmfeed.Loader(job=self.job, dtype=self.dtype) as L:
+            for _ in range(self.steps):
+                b = L.next()
+                yield b.step, b.tokens, b.y
+
+
+@pytest.mark.parametrize("dtype", ["int64", "native"])
+def test_batches_from_a_dataloader_worker_are_right(dtype):
+    with Feed("worker") as feed:
+        dl = torch.utils.data.DataLoader(_WorkerDataset(feed.job, dtype, 8), batch_size=None,
+                                         num_workers=1)
+        steps = []
+        for step, tokens, y in dl:
+            want = feed.expected(0, step).astype(np.int64)
+            assert np.array_equal(tokens.to(torch.int64).numpy(), want), (dtype, step)
+            assert np.array_equal(y.to(torch.int64).numpy(), want[:, 1:]), (dtype, step)
+            steps.append(step)
+        assert steps == list(range(8))
+
+
+def test_errors_survive_pickling_and_a_dataloader_worker():
+    """multiprocessing and torch return a worker's exception pickled: Error's arguments
+    did not match its signature, so unpickling raised TypeError (a Pool's result thread
+    died and get() hung for good) and a DataLoader worker's JobGone reached the main
+    process as a plain RuntimeError."""
+    import pickle
+
+    for cls, code in ((shmfeed.Error, N.SF_E_TIMEOUT), (shmfeed.JobGone, N.SF_E_JOB_GONE)):
+        e = pickle.loads(pickle.dumps(cls(code, "shmfeed: job 'x' rank 0: gone")))
+        assert type(e) is cls and e.code == code
+        assert str(e) == f"shmfeed: job 'x' rank 0: gone [{N.ERROR_NAMES[code]}]"
+        # Made from a text alone (torch re-raises a worker's exception so): its code is
+        # the text's last [NAME]; pickled, it stays that text.
+        t = cls(f"Caught {cls.__name__} in DataLoader worker process 0.\nOriginal "
+                f"Traceback: ...: shmfeed: job 'x' [{N.ERROR_NAMES[code]}]\n")
+        assert t.code == code and str(t).startswith("Caught")
+        assert str(pickle.loads(pickle.dumps(t))) == str(t)
+    feed = Feed("gone-worker", producers=0)
+    try:
+        # The launcher dies: the worker's Loader (made before or after) raises JobGone.
+        feed.proc.kill()
+        feed.proc.wait()
+        dl = torch.utils.data.DataLoader(_WorkerDataset(feed.job, "int64", 1),
+                                         batch_size=None, num_workers=1)
+        with pytest.raises(shmfeed.JobGone) as exc:
+            next(iter(dl))
+        assert exc.value.code == N.SF_E_JOB_GONE
+    finally:
+        if os.path.exists(f"/dev/shm/shmfeed.{feed.job}"):
+            os.unlink(f"/dev/shm/shmfeed.{feed.job}")

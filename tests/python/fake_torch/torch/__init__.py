@@ -36,6 +36,9 @@ class Tensor:
         np.copyto(self._a, src._a, casting="unsafe")
         return self
 
+    def data_ptr(self):
+        return self._a.ctypes.data
+
     def bitwise_and_(self, mask):
         np.bitwise_and(self._a, mask, out=self._a)
         return self
