@@ -423,6 +423,10 @@ class Loader:
             return N.SF_DEVICE_NONE
         if d.type != "cuda":
             raise ValueError(f"shmfeed.Loader: unsupported device {device}")
+        if not t.cuda.is_available():
+            raise Error(N.SF_E_CUDA, f"shmfeed.Loader: device={device!r}, but this torch "
+                        f"sees no CUDA device (torch {t.__version__}: a CPU-only build, or "
+                        "no GPU visible to it); pass device='cpu' for CPU batches")
         # "cuda" without an index: the rank's GPU among those this process sees, as for
         # device=None (with one GPU visible per rank, CUDA_VISIBLE_DEVICES or Slurm's
         # --gpus-per-task, LOCAL_RANK itself is no device here).

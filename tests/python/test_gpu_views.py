@@ -178,3 +178,31 @@ def test_the_jobs_consumers_device_decides(tmp_path, job_device):
             "auto": ["None cuda True", "cpu cpu False"]}[job_device]
     assert r.stdout.strip().splitlines() == want, r.stdout
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_a_gpu_asked_of_a_torch_that_sees_none():
+    """A CUDA driver and a torch without CUDA (a CPU-only wheel, or no GPU visible to it):
+    device="cuda" was taken, and the rank's first batch failed with torch's own
+    RuntimeError. Now the Loader refuses at once (SF_E_CUDA, saying why) and the rank
+    stays free."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this torch sees a GPU")
+    code = """
+import sys, shmfeed
+from shmfeed import _native as N
+for device in ("cuda", "cuda:0", 0):
+    try:
+        shmfeed.Loader(job=sys.argv[1], device=device)
+        sys.exit(f"device={device!r} was taken")
+    except shmfeed.Error as e:
+        assert e.code == N.SF_E_CUDA and "torch sees no CUDA device" in str(e), e
+with shmfeed.Loader(job=sys.argv[1], device="cpu") as L:
+    assert L.next().step == 0
+"""
+    with Feed("cpu-torch") as feed:
+        r = subprocess.run([sys.executable, "-c", code, feed.job],
+                           env=dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA),
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
