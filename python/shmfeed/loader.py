@@ -371,6 +371,14 @@ class Loader:
             self.device = self._torch.device("cpu")
         try:
             self._check_ranks(rank, world_size, local_rank)
+            t = self._torch
+            if info.gpu_buffers and t is not None and not t.cuda.is_available():
+                # The job serves this rank GPU batches that this torch cannot use (its
+                # first batch failed with torch's own error).
+                raise Error(N.SF_E_CUDA, f"shmfeed: job '{job}' rank {local_rank}: "
+                            f"device={device!r}, but this torch sees no CUDA device (torch "
+                            f"{t.__version__}: a CPU-only build, or no GPU visible to it); "
+                            "pass device='cpu' for CPU batches")
             self._build_views(dtype)
         except BaseException:
             # No array was handed out: detach now, whatever the traceback still holds.
@@ -423,10 +431,6 @@ class Loader:
             return N.SF_DEVICE_NONE
         if d.type != "cuda":
             raise ValueError(f"shmfeed.Loader: unsupported device {device}")
-        if not t.cuda.is_available():
-            raise Error(N.SF_E_CUDA, f"shmfeed.Loader: device={device!r}, but this torch "
-                        f"sees no CUDA device (torch {t.__version__}: a CPU-only build, or "
-                        "no GPU visible to it); pass device='cpu' for CPU batches")
         # "cuda" without an index: the rank's GPU among those this process sees, as for
         # device=None (with one GPU visible per rank, CUDA_VISIBLE_DEVICES or Slurm's
         # --gpus-per-task, LOCAL_RANK itself is no device here).

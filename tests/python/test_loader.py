@@ -371,8 +371,12 @@ class _WorkerDataset(torch.utils.data.IterableDataset):
                 yield b.step, b.tokens, b.y
 
 
-@pytest.mark.parametrize("dtype", ["int64", "native"])
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
 def test_batches_from_a_dataloader_worker_are_right(dtype):
+    """With the default prefetch_factor (2) the main process has received batch s before
+    it asks for s + 2, which is when the worker's next() refills s's output. (Native views
+    are released at the worker's next next(), before torch's queue thread may have copied
+    them: not safe in a worker, and not tested here; README.)"""
     with Feed("worker") as feed:
         dl = torch.utils.data.DataLoader(_WorkerDataset(feed.job, dtype, 8), batch_size=None,
                                          num_workers=1)
