@@ -545,8 +545,9 @@ class Loader:
                 if wide is None:
                     view = _host_array(addr, dtype, (B, S), self._owner)
                     if t is not None:
-                        self._host = (self._host or []) + [(view, view.ctypes.data, None,
-                                                            None)]
+                        if self._host is None:
+                            self._host = []
+                        self._host.append((view, view.ctypes.data, None, None))
                         tok = t.from_numpy(view)  # writable mapping; see the docstring
                     else:
                         view.flags.writeable = False
