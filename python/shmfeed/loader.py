@@ -29,8 +29,10 @@ nothing.
 """
 
 import ctypes
+import decimal
 import functools
 import math
+import numbers
 import operator
 import os
 import re
@@ -53,6 +55,8 @@ class Error(RuntimeError):
     """A shmfeed failure: `code` is the C error code, the message the library's detail."""
 
     def __init__(self, code, message=None):
+        if message is None and isinstance(code, int) and not isinstance(code, bool):
+            message = N.strerror(code)  # Error(code): the library's text for it
         if message is None:
             # Error(text): how torch re-raises a DataLoader worker's exception in the main
             # process (the worker's message and traceback); the code is its last [NAME].
@@ -68,8 +72,8 @@ class Error(RuntimeError):
         self.name = N.ERROR_NAMES.get(code, f"errno {-code}" if code < 0 else str(code))
         super().__init__(f"{message} [{self.name}]")
 
-    def __reduce__(self):  # pickled (multiprocessing returns exceptions so): as made
-        return type(self), self._args
+    def __reduce__(self):  # pickled (multiprocessing returns exceptions so): as made,
+        return type(self), self._args, self.__dict__  # with its notes and attributes
 
 
 class JobGone(Error):
@@ -170,11 +174,10 @@ def _timeout_ms(timeout):
     """A timeout in seconds (None: forever) as the int32 milliseconds of the C API."""
     if timeout is None:
         return -1
-    try:
-        if isinstance(timeout, (str, bytes, bool)):  # "5" and True are no durations
-            raise TypeError
+    # A number of seconds: not "5", b"5", True or numpy's True_, which float() would take.
+    if isinstance(timeout, (numbers.Real, decimal.Decimal)) and not isinstance(timeout, bool):
         t = float(timeout)
-    except (TypeError, ValueError):
+    else:
         t = math.nan
     if not 0 <= t <= _TIMEOUT_MAX_S:
         raise ValueError(f"shmfeed: timeout={timeout!r} is out of range 0..{_TIMEOUT_MAX_S} "

@@ -217,7 +217,8 @@ def test_out_of_range_inputs_are_refused(monkeypatch):
         for kw in [{"local_rank": 2**32}, {"local_rank": -1}, {"local_rank": True},
                    {"local_rank": 0.0}, {"rank": 2**31}, {"world_size": 0},
                    {"timeout": -1}, {"timeout": 1e10}, {"timeout": float("nan")},
-                   {"timeout": "soon"}, {"timeout": "5"}, {"timeout": True}]:
+                   {"timeout": "soon"}, {"timeout": "5"}, {"timeout": True},
+                   {"timeout": bytearray(b"5")}, {"timeout": np.True_}]:
             with pytest.raises(ValueError) as e:
                 shmfeed.Loader(**kw)
             assert next(iter(kw)) in str(e.value), e.value
@@ -406,6 +407,13 @@ def test_errors_survive_pickling_and_a_dataloader_worker():
                 f"Traceback: ...: shmfeed: job 'x' [{N.ERROR_NAMES[code]}]\n")
         assert t.code == code and str(t).startswith("Caught")
         assert str(pickle.loads(pickle.dumps(t))) == str(t)
+        # Made from a code alone: the library's text for it (it once took the number for
+        # a worker's text and lost the code).
+        c = cls(code)
+        assert c.code == code and str(c) == f"{N.strerror(code)} [{N.ERROR_NAMES[code]}]"
+        # Notes added on the way (add_note) survive pickling, as on any exception.
+        c.add_note("while fetching step 3")
+        assert pickle.loads(pickle.dumps(c)).__notes__ == ["while fetching step 3"]
     feed = Feed("gone-worker", producers=0)
     try:
         # The launcher dies: the worker's Loader (made before or after) raises JobGone.
