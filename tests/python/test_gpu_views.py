@@ -180,6 +180,39 @@ def test_the_jobs_consumers_device_decides(tmp_path, job_device):
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 
+def test_a_cpu_job_serves_a_gpu_asked_of_a_torch_that_sees_none(tmp_path):
+    """consumers.device: cpu with a CUDA driver present and a torch without CUDA: a Loader
+    asking for device="cuda" gets the job's CPU batches (the check for a torch without
+    CUDA once ran before the job was known and refused it)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this torch sees a GPU")
+    cli = os.environ.get("SHMFEED_CLI")
+    if not cli:
+        pytest.skip("SHMFEED_CLI is set by `meson test`")
+    np.arange(20000, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"sources: [{tmp_path}/t.bin]\nbatch: {{size: 2, seq_len: 64}}\n"
+                   "consumers: {world_size: 1, device: cpu}\n")
+    code = ("import shmfeed, torch\n"
+            "for device in ('cuda', 'cuda:0'):\n"
+            "    with shmfeed.Loader(device=device, dtype='int64') as L:\n"
+            "        b = next(L)\n"
+            "        assert b.tokens.device.type == 'cpu' and b.tokens.dtype == torch.int64\n"
+            "        assert b.tokens.shape == (2, 65), b.tokens.shape\n"
+            "        # Windows of the file, whose token i is i.\n"
+            "        assert bool((b.tokens[:, 1:] - b.tokens[:, :-1] == 1).all()), b.tokens\n"
+            "        print(device, L.device.type, L.counters()['gpu'])\n")
+    job = f"cpujob-{os.getpid()}"
+    r = subprocess.run([cli, "run", str(cfg), "--set", f"job={job}", "--quiet", "--",
+                        sys.executable, "-c", code], env=dict(os.environ,
+                       LD_LIBRARY_PATH=FAKE_CUDA), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["cuda", "cpu", "False", "cuda:0", "cpu", "False"], r.stdout
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
 def test_a_gpu_asked_of_a_torch_that_sees_none():
     """A CUDA driver and a torch without CUDA (a CPU-only wheel, or no GPU visible to it):
     device="cuda" was taken, and the rank's first batch failed with torch's own
