@@ -29,10 +29,8 @@ nothing.
 """
 
 import ctypes
-import decimal
 import functools
 import math
-import numbers
 import operator
 import os
 import re
@@ -55,8 +53,12 @@ class Error(RuntimeError):
     """A shmfeed failure: `code` is the C error code, the message the library's detail."""
 
     def __init__(self, code, message=None):
-        if message is None and isinstance(code, int) and not isinstance(code, bool):
-            message = N.strerror(code)  # Error(code): the library's text for it
+        if message is None and not isinstance(code, (str, bool)):
+            try:  # Error(code), an int or numpy's: the library's text for a code of its
+                code = operator.index(code)
+                message = N.strerror(code) if -2**31 <= code < 0 else "shmfeed: unknown error"
+            except TypeError:
+                pass
         if message is None:
             # Error(text): how torch re-raises a DataLoader worker's exception in the main
             # process (the worker's message and traceback); the code is its last [NAME].
@@ -174,10 +176,15 @@ def _timeout_ms(timeout):
     """A timeout in seconds (None: forever) as the int32 milliseconds of the C API."""
     if timeout is None:
         return -1
-    # A number of seconds: not "5", b"5", True or numpy's True_, which float() would take.
-    if isinstance(timeout, (numbers.Real, decimal.Decimal)) and not isinstance(timeout, bool):
+    # A number of seconds (a 0-d array or tensor too): not "5", b"5", True or numpy's
+    # True_, which float() would take as well.
+    dtype = str(getattr(timeout, "dtype", ""))
+    try:
+        if isinstance(timeout, (str, bytes, bytearray, memoryview, bool)) or \
+                dtype in ("bool", "torch.bool"):
+            raise TypeError
         t = float(timeout)
-    else:
+    except (TypeError, ValueError, OverflowError):  # also 10**400 and Decimal("sNaN")
         t = math.nan
     if not 0 <= t <= _TIMEOUT_MAX_S:
         raise ValueError(f"shmfeed: timeout={timeout!r} is out of range 0..{_TIMEOUT_MAX_S} "

@@ -1,6 +1,7 @@
 """shmfeed.Loader in one process: content, views, errors, resume, end of data."""
 
 import ctypes
+import decimal
 import errno
 import json
 import os
@@ -218,10 +219,16 @@ def test_out_of_range_inputs_are_refused(monkeypatch):
                    {"local_rank": 0.0}, {"rank": 2**31}, {"world_size": 0},
                    {"timeout": -1}, {"timeout": 1e10}, {"timeout": float("nan")},
                    {"timeout": "soon"}, {"timeout": "5"}, {"timeout": True},
-                   {"timeout": bytearray(b"5")}, {"timeout": np.True_}]:
+                   {"timeout": bytearray(b"5")}, {"timeout": np.True_},
+                   {"timeout": np.array(True)}, {"timeout": 10**400},
+                   {"timeout": decimal.Decimal("sNaN")}]:
             with pytest.raises(ValueError) as e:
                 shmfeed.Loader(**kw)
             assert next(iter(kw)) in str(e.value), e.value
+        # Numbers of other types are durations: numpy's, a 0-d tensor, a fraction.
+        from shmfeed.loader import _timeout_ms
+        assert [_timeout_ms(t) for t in (np.float32(0.5), torch.tensor(5.0),
+                                         decimal.Decimal("0.25"), 2)] == [500, 5000, 250, 2000]
         with shmfeed.Loader() as L:
             with pytest.raises(ValueError):
                 L.next(timeout=-5)
@@ -414,6 +421,10 @@ def test_errors_survive_pickling_and_a_dataloader_worker():
         # Notes added on the way (add_note) survive pickling, as on any exception.
         c.add_note("while fetching step 3")
         assert pickle.loads(pickle.dumps(c)).__notes__ == ["while fetching step 3"]
+        assert cls(np.int32(code)).code == code
+    # Codes the library has no text for.
+    for code in (0, 5, 2**31, -2**31 - 1):
+        assert str(shmfeed.Error(code)).startswith("shmfeed: unknown error"), code
     feed = Feed("gone-worker", producers=0)
     try:
         # The launcher dies: the worker's Loader (made before or after) raises JobGone.
