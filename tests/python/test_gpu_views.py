@@ -140,11 +140,9 @@ def test_cuda_without_an_index_is_the_ranks_visible_gpu():
         assert r.stdout.split() == ["cuda", "0", "0"], r.stdout
 
 
-@pytest.mark.parametrize("job_device", ["cpu", "cuda", "auto"])
-def test_the_jobs_consumers_device_decides(tmp_path, job_device):
-    """consumers.device was parsed and then ignored. cpu: a Loader where torch sees a GPU
-    gets CPU batches; cuda: a Loader asking for the CPU is refused; auto: the Loader's
-    own choice (the GPU here)."""
+def _run_device_job(tmp_path, job_device, code, env):
+    """`shmfeed run` of a job of `consumers.device: job_device` over a file whose token i
+    is i (B=2, T=64), with one rank running `code`: its stdout."""
     cli = os.environ.get("SHMFEED_CLI")
     if not cli:
         pytest.skip("SHMFEED_CLI is set by `meson test`")
@@ -152,6 +150,20 @@ def test_the_jobs_consumers_device_decides(tmp_path, job_device):
     cfg = tmp_path / "job.yaml"
     cfg.write_text(f"sources: [{tmp_path}/t.bin]\nbatch: {{size: 2, seq_len: 64}}\n"
                    f"consumers: {{world_size: 1, device: {job_device}}}\n")
+    job = f"gpudevice-{os.getpid()}-{job_device}"
+    r = subprocess.run([cli, "run", str(cfg), "--set", f"job={job}", "--quiet", "--",
+                        sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+    return r.stdout
+
+
+@pytest.mark.parametrize("job_device", ["cpu", "cuda", "auto"])
+def test_the_jobs_consumers_device_decides(tmp_path, job_device):
+    """consumers.device was parsed and then ignored. cpu: a Loader where torch sees a GPU
+    gets CPU batches; cuda: a Loader asking for the CPU is refused; auto: the Loader's
+    own choice (the GPU here)."""
     code = ("import ctypes, sys\n"
             "ctypes.CDLL('libcuda.so.1').fake_cuda_set_eager(None, 1)\n"
             "import shmfeed\n"
@@ -168,16 +180,11 @@ def test_the_jobs_consumers_device_decides(tmp_path, job_device):
     fake_torch = os.path.join(HERE, "fake_torch")
     env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
                PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
-    job = f"gpudevice-{os.getpid()}-{job_device}"
-    r = subprocess.run([cli, "run", str(cfg), "--set", f"job={job}", "--quiet", "--",
-                        sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
+    out = _run_device_job(tmp_path, job_device, code, env)
     want = {"cpu": ["None cpu False", "cpu cpu False"],
             "cuda": ["None cuda True", "cpu refused True"],
             "auto": ["None cuda True", "cpu cpu False"]}[job_device]
-    assert r.stdout.strip().splitlines() == want, r.stdout
-    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+    assert out.strip().splitlines() == want, out
 
 
 def test_a_cpu_job_serves_a_gpu_asked_of_a_torch_that_sees_none(tmp_path):
@@ -188,13 +195,6 @@ def test_a_cpu_job_serves_a_gpu_asked_of_a_torch_that_sees_none(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this torch sees a GPU")
-    cli = os.environ.get("SHMFEED_CLI")
-    if not cli:
-        pytest.skip("SHMFEED_CLI is set by `meson test`")
-    np.arange(20000, dtype=np.uint16).tofile(tmp_path / "t.bin")
-    cfg = tmp_path / "job.yaml"
-    cfg.write_text(f"sources: [{tmp_path}/t.bin]\nbatch: {{size: 2, seq_len: 64}}\n"
-                   "consumers: {world_size: 1, device: cpu}\n")
     code = ("import shmfeed, torch\n"
             "for device in ('cuda', 'cuda:0'):\n"
             "    with shmfeed.Loader(device=device, dtype='int64') as L:\n"
@@ -204,13 +204,8 @@ def test_a_cpu_job_serves_a_gpu_asked_of_a_torch_that_sees_none(tmp_path):
             "        # Windows of the file, whose token i is i.\n"
             "        assert bool((b.tokens[:, 1:] - b.tokens[:, :-1] == 1).all()), b.tokens\n"
             "        print(device, L.device.type, L.counters()['gpu'])\n")
-    job = f"cpujob-{os.getpid()}"
-    r = subprocess.run([cli, "run", str(cfg), "--set", f"job={job}", "--quiet", "--",
-                        sys.executable, "-c", code], env=dict(os.environ,
-                       LD_LIBRARY_PATH=FAKE_CUDA), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["cuda", "cpu", "False", "cuda:0", "cpu", "False"], r.stdout
-    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+    out = _run_device_job(tmp_path, "cpu", code, dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA))
+    assert out.split() == ["cuda", "cpu", "False", "cuda:0", "cpu", "False"], out
 
 
 def test_a_gpu_asked_of_a_torch_that_sees_none():
