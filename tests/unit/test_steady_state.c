@@ -80,7 +80,6 @@ static void consumer(void)
 	_exit(0);
 }
 
-/* Wait 2 s for something that never comes; report the CPU used as a fraction. */
 /*
  * The fraction of a core an idle wait costs: the least over four waits of 500 ms, after
  * one of 100 ms. A waiter's own cost (ten wakes a second) is the same in each; what the
@@ -97,13 +96,13 @@ static double idle_fraction(int (*wait)(int64_t timeout_ns))
 	if (wait(100000000) != SF_E_TIMEOUT)
 		_exit(1);
 	for (i = 0; i < 4; i++) {
-		double c0 = cpu_seconds();
+		double c0 = cpu_seconds(), used;
 		uint64_t t0 = sf__now_ns();
 
 		if (wait(500000000) != SF_E_TIMEOUT)
 			_exit(1);
-		c0 = (cpu_seconds() - c0) / ((double)(sf__now_ns() - t0) / 1e9);
-		least = c0 < least ? c0 : least;
+		used = (cpu_seconds() - c0) / ((double)(sf__now_ns() - t0) / 1e9);
+		least = used < least ? used : least;
 	}
 	return least;
 }
