@@ -38,7 +38,8 @@ static int check(sf_curesult r, const char *what)
 {
 	if (r == SF_CUDA_SUCCESS)
 		return 0;
-	fprintf(stderr, "gpu_dma: %s: %s (%u)\n", what, sf__cuda_error_name(cu, r), r);
+	fprintf(stderr, "gpu_dma: %s: %s (%u): %s\n", what, sf__cuda_error_name(cu, r), r,
+		sf__cuda_error_text(cu, r));
 	exit(1);
 }
 

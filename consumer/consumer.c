@@ -81,7 +81,7 @@ struct sf_consumer {
 	struct sf_slot *held; /* CPU: the slot handed out; GPU: the slot being copied */
 	void **out;	      /* CPU: widened copies of batches, step s in out[s % out_count] */
 	uint32_t out_count;
-	uint32_t out_dtype; /* their SF_DTYPE_I32 or SF_DTYPE_I64 */
+	uint32_t out_dtype;   /* their SF_DTYPE_I32 or SF_DTYPE_I64 */
 	uint32_t out_targets; /* the targets follow the tokens in each (SF_OUTPUT_TARGETS) */
 	uint64_t provenance;
 	uint64_t batches;
@@ -305,8 +305,9 @@ static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
 		g->registered = sf__arena_payload(c->a, c->rank, 0);
 	else
 		sf__err(&c->err, SF_E_CUDA,
-			"cuMemHostRegister: %s (%u): batches are staged through pinned buffers",
-			sf__cuda_error_name(cu, rr), rr);
+			"cuMemHostRegister: %s (%u): %s: batches are staged through pinned "
+			"buffers",
+			sf__cuda_error_name(cu, rr), rr, sf__cuda_error_text(cu, rr));
 	r = cuda_call(c, cu->cuStreamCreate(&g->stream, SF_CU_STREAM_NON_BLOCKING),
 		      "cuStreamCreate");
 	if (r >= 0)

@@ -98,6 +98,15 @@ const char *sf__cuda_error_name(const struct sf_cuda *cu, sf_curesult r)
 	return "CUDA_ERROR_UNKNOWN_CODE";
 }
 
+const char *sf__cuda_error_text(const struct sf_cuda *cu, sf_curesult r)
+{
+	const char *text = NULL;
+
+	if (cu && cu->cuGetErrorString && cu->cuGetErrorString(r, &text) == SF_CUDA_SUCCESS && text)
+		return text;
+	return "no description from the driver";
+}
+
 int sf__cuda_check(const struct sf_cuda *cu, sf_curesult r, const char *what, struct sf_err *e)
 {
 	/* cuda.h: after these, "any further CUDA work will return the same error", whoever
@@ -107,7 +116,8 @@ int sf__cuda_check(const struct sf_cuda *cu, sf_curesult r, const char *what, st
 
 	if (r == SF_CUDA_SUCCESS)
 		return 0;
-	return sf__err(e, SF_E_CUDA, "%s: %s (%u)%s", what, sf__cuda_error_name(cu, r), r,
+	return sf__err(e, SF_E_CUDA, "%s: %s (%u): %s%s", what, sf__cuda_error_name(cu, r), r,
+		       sf__cuda_error_text(cu, r),
 		       sticky ? "; a sticky error: the GPU context is unusable, maybe from "
 				"earlier work on it (the training's own kernels), and the "
 				"process must restart"

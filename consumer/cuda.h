@@ -61,6 +61,7 @@ typedef sf_curesult sf_cuEventQuery_fn(sf_cuevent event);
 typedef sf_curesult sf_cuEventSynchronize_fn(sf_cuevent event);
 typedef sf_curesult sf_cuEventDestroy_fn(sf_cuevent event);
 typedef sf_curesult sf_cuGetErrorName_fn(sf_curesult error, const char **pstr);
+typedef sf_curesult sf_cuGetErrorString_fn(sf_curesult error, const char **pstr);
 
 /*
  * The table's symbols: each field with the name dlsym() looks up, the versioned symbol
@@ -94,7 +95,8 @@ typedef sf_curesult sf_cuGetErrorName_fn(sf_curesult error, const char **pstr);
 	X(cuEventQuery, "cuEventQuery")                                                            \
 	X(cuEventSynchronize, "cuEventSynchronize")                                                \
 	X(cuEventDestroy, "cuEventDestroy_v2")                                                     \
-	X(cuGetErrorName, "cuGetErrorName")
+	X(cuGetErrorName, "cuGetErrorName")                                                        \
+	X(cuGetErrorString, "cuGetErrorString")
 
 struct sf_cuda {
 	sf_cuInit_fn *cuInit;
@@ -123,6 +125,7 @@ struct sf_cuda {
 	sf_cuEventSynchronize_fn *cuEventSynchronize;
 	sf_cuEventDestroy_fn *cuEventDestroy;
 	sf_cuGetErrorName_fn *cuGetErrorName;
+	sf_cuGetErrorString_fn *cuGetErrorString;
 };
 
 /*
@@ -135,6 +138,8 @@ int sf__cuda_load(const struct sf_cuda **ret_cuda, struct sf_err *e);
 
 /* sf__cuda_error_name - the CUresult's name ("CUDA_ERROR_OUT_OF_MEMORY"); never NULL. */
 const char *sf__cuda_error_name(const struct sf_cuda *cu, sf_curesult r);
+/* sf__cuda_error_text - the driver's description of it ("out of memory"); never NULL. */
+const char *sf__cuda_error_text(const struct sf_cuda *cu, sf_curesult r);
 
 /*
  * sf__cuda_check - 0 when r is CUDA_SUCCESS, else SF_E_CUDA with "WHAT: NAME (r)" in `e`.

@@ -48,6 +48,7 @@ int main(void)
 	t.cuEventSynchronize = &cuEventSynchronize;
 	t.cuEventDestroy = &cuEventDestroy;
 	t.cuGetErrorName = &cuGetErrorName;
+	t.cuGetErrorString = &cuGetErrorString;
 	printf("consumer/cuda.h matches cuda.h %d (%zu table entries)\n", CUDA_VERSION,
 	       sizeof(t) / sizeof(void *));
 	return 0;

@@ -42,6 +42,7 @@ sf_cuEventQuery_fn cuEventQuery;
 sf_cuEventSynchronize_fn cuEventSynchronize;
 sf_cuEventDestroy_fn cuEventDestroy_v2;
 sf_cuGetErrorName_fn cuGetErrorName;
+sf_cuGetErrorString_fn cuGetErrorString;
 fake_cuda_stats_fn fake_cuda_stats;
 fake_cuda_read_async_fn fake_cuda_read_async;
 fake_cuda_set_eager_fn fake_cuda_set_eager;
@@ -653,32 +654,47 @@ EXPORT sf_curesult cuEventDestroy_v2(sf_cuevent event)
 	LEAVE();
 }
 
-EXPORT sf_curesult cuGetErrorName(sf_curesult error, const char **pstr)
-{
-	static const struct {
-		unsigned code;
-		const char *name;
-	} names[] = {{0, "CUDA_SUCCESS"},
-		     {1, "CUDA_ERROR_INVALID_VALUE"},
-		     {2, "CUDA_ERROR_OUT_OF_MEMORY"},
-		     {3, "CUDA_ERROR_NOT_INITIALIZED"},
-		     {100, "CUDA_ERROR_NO_DEVICE"},
-		     {101, "CUDA_ERROR_INVALID_DEVICE"},
-		     {201, "CUDA_ERROR_INVALID_CONTEXT"},
-		     {400, "CUDA_ERROR_INVALID_HANDLE"},
-		     {600, "CUDA_ERROR_NOT_READY"},
-		     {700, "CUDA_ERROR_ILLEGAL_ADDRESS"},
-		     {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"},
-		     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"},
-		     {801, "CUDA_ERROR_NOT_SUPPORTED"}};
+/* The codes the fake returns, with the driver's own names and descriptions. */
+static const struct {
+	unsigned code;
+	const char *name, *text;
+} errors[] = {
+	{0, "CUDA_SUCCESS", "no error"},
+	{1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+	{2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+	{3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+	{100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+	{101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+	{201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+	{400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+	{600, "CUDA_ERROR_NOT_READY", "device not ready"},
+	{700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+	{712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+	 "part or all of the requested memory range is already mapped"},
+	{713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+	 "pointer does not correspond to a registered memory region"},
+	{801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+};
 
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (names[i].code == error) {
-			*pstr = names[i].name;
+static sf_curesult error_field(sf_curesult error, const char **pstr, int text)
+{
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+		if (errors[i].code == error) {
+			*pstr = text ? errors[i].text : errors[i].name;
 			return 0;
 		}
 	*pstr = NULL;
 	return INVALID_VALUE;
+}
+
+EXPORT sf_curesult cuGetErrorName(sf_curesult error, const char **pstr)
+{
+	return error_field(error, pstr, 0);
+}
+
+EXPORT sf_curesult cuGetErrorString(sf_curesult error, const char **pstr)
+{
+	return error_field(error, pstr, 1);
 }
 
 EXPORT void fake_cuda_stats(struct fake_cuda_stats *ret)

@@ -25,7 +25,7 @@
  *            the buffer before that work reads it.
  *   The context stack is per thread, as with the driver: every call that acts in a context
  *   (all but cuInit, the device and primary-context calls, cuCtxPush/PopCurrent and
- *   cuGetErrorName) fails with CUDA_ERROR_INVALID_CONTEXT on a thread that has none current.
+ *   cuGetErrorName/String) fails with CUDA_ERROR_INVALID_CONTEXT on a thread that has none current.
  *   fake_cuda_set_eager() makes one stream (the NULL stream included) eager whatever the
  *   policy: with the consumer's stream lazy and the caller's eager, the caller's work
  *   runs before a copy it was not made to wait for.

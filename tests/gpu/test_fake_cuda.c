@@ -353,8 +353,10 @@ static void case_copy_fails(void)
 		      (unsigned long long)st);
 	r = sf_consumer_next(c, 10000, &b);
 	CHECK(r == SF_E_CUDA, "the failed copy returned %d", r);
-	CHECK(strstr(sf_consumer_errmsg(c), "cuMemcpyHtoDAsync: CUDA_ERROR_ILLEGAL_ADDRESS (700); "
-					    "a sticky error: the GPU context is unusable"),
+	CHECK(strstr(sf_consumer_errmsg(c),
+		     "cuMemcpyHtoDAsync: CUDA_ERROR_ILLEGAL_ADDRESS (700): an "
+		     "illegal memory access was encountered; "
+		     "a sticky error: the GPU context is unusable"),
 	      "message: %s", sf_consumer_errmsg(c));
 	CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == 4, "step 4 again: %s",
 	      sf_consumer_errmsg(c));
@@ -600,8 +602,8 @@ static void case_explicit_release(void)
 	CHECK(sf_consumer_next(c, 10000, &held[1]) == 0, "a buffer is free: %s",
 	      sf_consumer_errmsg(c));
 	CHECK(held[1].step == N + 1 && held[1].buffer == held[N - 1].buffer,
-	      "step %llu in buffer %u, want step %d in buffer %u",
-	      (unsigned long long)held[1].step, held[1].buffer, N + 1, held[N - 1].buffer);
+	      "step %llu in buffer %u, want step %d in buffer %u", (unsigned long long)held[1].step,
+	      held[1].buffer, N + 1, held[N - 1].buffer);
 	CHECK(read_async(out, held[1].device_ptr, tb, NULL) == 0, "queue the read");
 	CHECK(!cu->cuStreamSynchronize(NULL), "synchronize");
 	feed_fill(f, 0, N + 1, want);
@@ -684,32 +686,35 @@ int main(int argc, char **argv)
 		{"attach: retain fails",
 		 {"FAKE_CUDA_FAIL=cuDevicePrimaryCtxRetain:2"},
 		 2,
-		 "cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		 "cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory"},
 		{"attach: no registration, 2nd staging buffer fails",
 		 {"FAKE_CUDA_NO_REGISTER=1", "FAKE_CUDA_FAIL=cuMemAllocHost:2:2"},
 		 2,
-		 "cuMemAllocHost: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		 "cuMemAllocHost: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory"},
 		{"attach: stream fails",
 		 {"FAKE_CUDA_FAIL=cuStreamCreate:2"},
 		 2,
-		 "cuStreamCreate: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		 "cuStreamCreate: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory"},
 		{"attach: 2nd buffer fails",
 		 {"FAKE_CUDA_FAIL=cuMemAlloc:2:2"},
 		 2,
-		 "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		 "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory"},
 		{"attach: 4th event fails",
 		 {"FAKE_CUDA_FAIL=cuEventCreate:2:4"},
 		 2,
-		 "cuEventCreate: CUDA_ERROR_OUT_OF_MEMORY (2)"},
+		 "cuEventCreate: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory"},
 		{"attach: no such device",
 		 {"FAKE_CUDA_FAIL=cuDeviceGet:101"},
 		 2,
-		 "cuDeviceGet: CUDA_ERROR_INVALID_DEVICE (101)"},
+		 "cuDeviceGet: CUDA_ERROR_INVALID_DEVICE (101): invalid device ordinal"},
 		{"copy fails mid-run", {"FAKE_CUDA_FAIL=cuMemcpyHtoDAsync:700:5"}, 3, NULL},
 		{"no device", {"FAKE_CUDA_DEVICES=0"}, 4, "no CUDA device"},
 		{"attach in a child of fork()", {"FAKE_CUDA_POLICY=eager"}, 14, NULL},
 		{"cuInit: NO_DEVICE", {"FAKE_CUDA_INIT=100"}, 4, "no CUDA device"},
-		{"cuInit fails", {"FAKE_CUDA_INIT=3"}, 5, "cuInit: CUDA_ERROR_NOT_INITIALIZED (3)"},
+		{"cuInit fails",
+		 {"FAKE_CUDA_INIT=3"},
+		 5,
+		 "cuInit: CUDA_ERROR_NOT_INITIALIZED (3): initialization error"},
 		{"cuInit: the toolkit's stub", {"FAKE_CUDA_INIT=34"}, 4, "toolkit's stub"},
 		{"detach: the context cannot be pushed",
 		 {"FAKE_CUDA_FAIL=cuCtxPushCurrent:201:2"},
