@@ -303,8 +303,9 @@ uint64_t sf__stats_end_step(const struct sf_geometry *g, uint64_t epochs);
  * when neither is configured, and the other calls accept NULL. sf__metrics_first() writes
  * the first sample and fails when the file cannot be written; later failures of
  * sf__metrics_update() are logged once and retried every interval. sf__metrics_close()
- * stops the HTTP server and removes the file. sf__metrics_after_fork(), in a child,
- * closes its copy of the listening socket. All return 0 or a negative error.
+ * stops the HTTP server and removes the file if it is still the one the job wrote.
+ * sf__metrics_after_fork(), in a child, closes its copy of the listening socket. All
+ * return 0 or a negative error.
  */
 /* Scrapers served at once, and the descriptors the HTTP server holds at most: theirs,
  * its listening socket, and its internal thread's pipe or eventfd with room to spare. */
@@ -322,8 +323,10 @@ void sf__metrics_after_fork(struct sf_metrics *m);
 
 /*
  * sf__metrics_file_check - what `check` can tell of control.metrics_file before a run
- * writes it: its directory exists and is writable, and it is no directory. Returns 0 or
- * a negative error with run's message.
+ * writes it: its directory exists and is writable, and the file is not there or is a
+ * metrics file shmfeed wrote (one that begins as they do), so that a job never replaces
+ * or removes anyone else's file; sf__metrics_open() checks the same. Returns 0 or a
+ * negative error with run's message.
  */
 int sf__metrics_file_check(const char *path, struct sf_err *e);
 

@@ -34,6 +34,8 @@ struct sf_metrics {
 	char *file, *tmp_file; /* NULL: no file */
 	int file_written;      /* once: later failures are logged, not fatal */
 	int file_failed;       /* a failure to write was logged; logged again once it works */
+	dev_t file_dev;	       /* the file last renamed into place, the only one close() */
+	ino_t file_ino;	       /* may remove */
 #ifdef SF_HAVE_MICROHTTPD
 	struct MHD_Daemon *http;
 #endif
@@ -224,10 +226,11 @@ static void render(FILE *f, const struct sf_stats *s, const char *job)
 }
 
 /* Write the text to the temporary file beside the target, then rename it over the target. */
-static int write_file(const struct sf_metrics *m)
+static int write_file(struct sf_metrics *m)
 {
 	int fd = open(m->tmp_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	size_t done = 0;
+	struct stat st;
 	int r = 0;
 
 	if (fd < 0)
@@ -240,13 +243,19 @@ static int write_file(const struct sf_metrics *m)
 		else if (k > 0)
 			done += (size_t)k;
 	}
+	if (r == 0 && fstat(fd, &st) < 0)
+		r = -errno;
 	if (close(fd) < 0 && r == 0)
 		r = -errno;
 	if (r == 0 && rename(m->tmp_file, m->file) < 0)
 		r = -errno;
-	if (r < 0)
+	if (r < 0) {
 		unlink(m->tmp_file);
-	return r;
+		return r;
+	}
+	m->file_dev = st.st_dev;
+	m->file_ino = st.st_ino;
+	return 0;
 }
 
 int sf__metrics_update(struct sf_metrics *m, const struct sf_stats *s, const char *job)
@@ -381,14 +390,18 @@ static int start_http(struct sf_metrics *m, const char *addr, struct sf_err *e)
 
 void sf__metrics_close(struct sf_metrics *m)
 {
+	struct stat st;
+
 	if (!m)
 		return;
 #ifdef SF_HAVE_MICROHTTPD
 	if (m->http)
 		MHD_stop_daemon(m->http);
 #endif
-	/* Metrics of a job that is gone would look like a job that stands still. */
-	if (m->file)
+	/* Metrics of a job that is gone would look like a job that stands still. Only the
+	 * file this job wrote: not one that replaced it since. */
+	if (m->file && m->file_written && stat(m->file, &st) == 0 && st.st_dev == m->file_dev &&
+	    st.st_ino == m->file_ino)
 		unlink(m->file);
 	pthread_mutex_destroy(&m->lock);
 	free(m->file);
@@ -411,6 +424,11 @@ int sf__metrics_open(const struct sf_config *cfg, struct sf_metrics **ret_metric
 	m->listen_fd = -1;
 	pthread_mutex_init(&m->lock, NULL);
 	if (cfg->metrics_file) {
+		r = sf__metrics_file_check(cfg->metrics_file, e);
+		if (r < 0) {
+			sf__metrics_close(m);
+			return r;
+		}
 		m->file = strdup(cfg->metrics_file);
 		if (!m->file || asprintf(&m->tmp_file, "%s.%d.tmp", m->file, (int)getpid()) < 0) {
 			m->tmp_file = NULL;
@@ -444,6 +462,21 @@ int sf__metrics_first(struct sf_metrics *m, const struct sf_stats *s, const char
 	return r;
 }
 
+/* Whether the file begins as render() begins every metrics file. */
+static int written_by_shmfeed(const char *path)
+{
+	static const char head[] = "# HELP shmfeed_";
+	char buf[sizeof(head) - 1];
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	ssize_t k;
+
+	if (fd < 0)
+		return 0;
+	k = read(fd, buf, sizeof(buf));
+	close(fd);
+	return k == (ssize_t)sizeof(buf) && memcmp(buf, head, sizeof(buf)) == 0;
+}
+
 int sf__metrics_file_check(const char *path, struct sf_err *e)
 {
 	char *dir = strdup(path), *slash;
@@ -463,6 +496,15 @@ int sf__metrics_file_check(const char *path, struct sf_err *e)
 	free(dir);
 	if (r < 0)
 		return sf__err(e, r, "cannot write the metrics file %s: %s", path, strerror(-r));
+	if (lstat(path, &st) < 0)
+		return 0;
+	if (!S_ISREG(st.st_mode) || !written_by_shmfeed(path))
+		return sf__err(
+			e, SF_E_CONFIG,
+			"the metrics file %s exists and is not a metrics file shmfeed wrote: "
+			"the job would replace it, and remove it at the end (name a new "
+			"file, or remove that one)",
+			path);
 	return 0;
 }
 

@@ -672,3 +672,28 @@ def test_bad_run_options_and_names_are_refused(tmp_path):
     r = sf("status", env=dict(os.environ, SHMFEED_RUNTIME_DIR="rel/rt"))
     assert r.returncode != 0 and "SHMFEED_RUNTIME_DIR" in r.stderr \
         and "absolute" in r.stderr, r
+
+
+def test_a_metrics_file_never_replaces_or_removes_a_file_shmfeed_did_not_write(rt, tmp_path):
+    """control.metrics_file naming a user's file (the job file itself, say): check said
+    valid, run wrote its metrics over the file and removed it at the end."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    job_file = tmp_path / "self.yaml"
+    job_file.write_text(open(DEMO).read() + "\ncontrol: {metrics_file: self.yaml}\n")
+    for cfg, where in ((DEMO, str(notes)), (str(job_file), str(job_file))):
+        for cmd in ("check", "run"):
+            args = [cmd, cfg, "--set", f"control.metrics_file={where}"]
+            if cmd == "run":
+                args += ["--set", f"job={job_name('mfile')}", "--", "true"]
+            r = sf(*args)
+            assert r.returncode == 1 and "is not a metrics file shmfeed wrote" in r.stderr, r
+    assert notes.read_text() == "my notes\n" and "metrics_file: self.yaml" in job_file.read_text()
+    # A file left by an earlier run of shmfeed (killed before it could remove it) is taken
+    # over, and removed at the end.
+    prom = tmp_path / "m.prom"
+    prom.write_text('# HELP shmfeed_uptime_seconds Time since the job started.\n')
+    r = sf("run", DEMO, "--set", f"job={job_name('mfile')}", "--set",
+           f"control.metrics_file={prom}", "--", "true", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert not prom.exists()
