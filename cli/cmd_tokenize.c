@@ -104,6 +104,7 @@ static int out_dir_missing(const char *prefix)
  */
 static int lock_output(const char *prefix, char *lock, size_t len)
 {
+	struct stat st;
 	int fd;
 
 	snprintf(lock, len, "%s.lock", prefix);
@@ -113,7 +114,44 @@ static int lock_output(const char *prefix, char *lock, size_t len)
 			      lock);
 	else if (fd < 0)
 		sf__log_error("%s: cannot create: %s", lock, strerror(-fd));
+	/* A lock is empty, also one left by a run that was killed: a file with something in
+	 * it is someone's, which unlocking would remove. */
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 0)) {
+		sf__log_error("%s: the file is there and is not a lock of shmfeed's (not empty); "
+			      "remove it or choose another -o",
+			      lock);
+		close(fd);
+		return -1;
+	}
 	return fd < 0 ? -1 : fd;
+}
+
+/*
+ * Whether a file the run writes (PREFIX.bin, .idx, their .tmp, and a part's .json) is
+ * already there as one of its inputs: the job file, or a file of its sources. Said.
+ */
+static int output_is_input(const char *prefix, int part, const char *cfg_path,
+			   const struct sf_dataset *ds)
+{
+	static const char *const ext[] = {".bin",     ".idx",  ".bin.tmp",
+					  ".idx.tmp", ".json", ".json.tmp"};
+	struct stat out, cfg;
+	char path[4200];
+
+	for (size_t i = 0; i < (part ? 6u : 4u); i++) {
+		snprintf(path, sizeof(path), "%s%s", prefix, ext[i]);
+		if (stat(path, &out) < 0)
+			continue;
+		if ((cfg_path && stat(cfg_path, &cfg) == 0 && cfg.st_dev == out.st_dev &&
+		     cfg.st_ino == out.st_ino) ||
+		    sf__dataset_reads(ds, (uint64_t)out.st_dev, (uint64_t)out.st_ino)) {
+			sf__log_error("-o %s: %s is an input of this job, which the output would "
+				      "replace; choose another -o",
+				      prefix, path);
+			return 1;
+		}
+	}
+	return 0;
 }
 
 static int merge(char **parts, size_t n_parts, const char *prefix, int quiet)
@@ -243,10 +281,6 @@ int sf__cmd_tokenize(int argc, char **argv)
 		return 1;
 	}
 	if (shard) {
-		/* A manifest says its part is complete: an old one goes before the files it
-		 * described are replaced. */
-		snprintf(manifest, sizeof(manifest), "%s.json", part_prefix);
-		unlink(manifest);
 		r = sf__part_plan_make(&cfg, part, n_parts, &plan, &e);
 		if (r >= 0)
 			r = sf__dataset_open_part(&cfg, &plan, &ds, &e);
@@ -254,12 +288,20 @@ int sf__cmd_tokenize(int argc, char **argv)
 		/* Tokenized, never sampled: a corpus of less than a sequence is written too. */
 		r = sf__dataset_open_part(&cfg, NULL, &ds, &e);
 	}
-	if (r < 0) {
-		sf__log_error("%s", e.msg);
+	if (r < 0 || output_is_input(prefix, !!shard, cfg.path, ds)) {
+		if (r < 0)
+			sf__log_error("%s", e.msg);
+		sf__dataset_close(ds);
 		sf__path_unlock(lock, lock_fd);
 		sf__part_plan_free(&plan);
 		sf__config_free(&cfg);
 		return 1;
+	}
+	if (shard) {
+		/* A manifest says its part is complete: an old one goes before the files it
+		 * described are replaced. */
+		snprintf(manifest, sizeof(manifest), "%s.json", part_prefix);
+		unlink(manifest);
 	}
 	sf__dataset_stats(ds, &st);
 	if (!ps.quiet && shard)

@@ -24,6 +24,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
+#include "common/io.h"
 #include "producer/chunk_share.h"
 #include "producer/dataset_impl.h"
 #include "producer/part_plan.h"
@@ -666,6 +667,31 @@ void sf__dataset_stats(const struct sf_dataset *ds, struct sf_dataset_stats *ret
 const char *sf__dataset_first_skip(const struct sf_dataset *ds)
 {
 	return ds->first_skip;
+}
+
+int sf__dataset_reads(const struct sf_dataset *ds, uint64_t dev, uint64_t ino)
+{
+	for (uint32_t i = 0; i < ds->n_text_files; i++)
+		if (ds->text_files[i].id.dev == dev && ds->text_files[i].id.ino == ino)
+			return 1;
+	for (uint32_t i = 0; i < ds->n_token_files; i++) {
+		const struct sf_token_file *f = &ds->token_files[i];
+		struct stat st;
+		char *idx;
+		int same;
+
+		if (f->id.dev == dev && f->id.ino == ino)
+			return 1;
+		if (f->format != SF_FMT_MEGATRON)
+			continue;
+		idx = sf__megatron_file(f->path, ".idx");
+		same = idx && stat(idx, &st) == 0 && (uint64_t)st.st_dev == dev &&
+		       (uint64_t)st.st_ino == ino;
+		free(idx);
+		if (same)
+			return 1;
+	}
+	return 0;
 }
 
 struct check_text {

@@ -138,6 +138,38 @@ static char *path_with(const char *prefix, const char *ext)
 	return p;
 }
 
+/* Whether a file the merge writes is a part's file, under any name ("./p" for "p"). */
+static int output_is_part(const char *prefix, const struct manifest *ms, size_t n, struct sf_err *e)
+{
+	static const char *const out_ext[] = {".bin", ".idx", ".bin.tmp", ".idx.tmp"};
+	static const char *const part_ext[] = {".bin", ".idx", ".json"};
+	struct stat out, in;
+	int r = 0;
+
+	for (size_t i = 0; i < 4 && r == 0; i++) {
+		char *o = path_with(prefix, out_ext[i]);
+
+		if (!o)
+			return sf__err(e, -ENOMEM, "out of memory");
+		for (size_t j = 0; j < n && r == 0 && stat(o, &out) == 0; j++)
+			for (size_t k = 0; k < 3 && r == 0; k++) {
+				char *p = path_with(ms[j].prefix, part_ext[k]);
+
+				if (!p)
+					r = sf__err(e, -ENOMEM, "out of memory");
+				else if (stat(p, &in) == 0 && in.st_dev == out.st_dev &&
+					 in.st_ino == out.st_ino)
+					r = sf__err(e, SF_E_CONFIG,
+						    "%s: the output cannot be one of the parts (%s "
+						    "is %s)",
+						    prefix, o, p);
+				free(p);
+			}
+		free(o);
+	}
+	return r;
+}
+
 int sf__part_manifest_write(const char *part_prefix, const struct sf_part_plan *plan,
 			    const struct sf_dataset *ds, struct sf_err *e)
 {
@@ -500,11 +532,6 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 			free(p);
 			continue;
 		}
-		if (!strcmp(p, prefix)) {
-			r = sf__err(e, SF_E_CONFIG, "%s: the output cannot be one of the parts", p);
-			free(p);
-			goto out;
-		}
 		ms[n].prefix = p;
 		r = read_manifest(&ms[n++], e);
 		if (r < 0)
@@ -520,6 +547,9 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 		r = sf__err(e, SF_E_CONFIG, "no parts to merge");
 		goto out;
 	}
+	r = output_is_part(prefix, ms, n, e);
+	if (r < 0)
+		goto out;
 	r = check_set(ms, n, e);
 	if (r < 0)
 		goto out;

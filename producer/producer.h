@@ -125,6 +125,12 @@ void sf__dataset_stats(const struct sf_dataset *ds, struct sf_dataset_stats *ret
 const char *sf__dataset_first_skip(const struct sf_dataset *ds);
 
 /*
+ * sf__dataset_reads - 1 if the file of device `dev` and inode `ino` is one the dataset
+ * reads: a text file, a token file, or a Megatron token file's .idx.
+ */
+int sf__dataset_reads(const struct sf_dataset *ds, uint64_t dev, uint64_t ino);
+
+/*
  * sf__dataset_geometry - the arena geometry of the job: ranks = local ranks, K, max
  * producers, B, T+1, token bytes, document starts, world size, rank base, flags and
  * the config digest. Returns 0, or SF_E_CONFIG.

@@ -563,3 +563,50 @@ def test_slurm_scripts_of_the_docs(corpus):
        os.path.join(SLURM_DIR, "tokenize-merge.sbatch"), prefix, "3")
     for ext in (".bin", ".idx"):
         assert read(prefix + ext) == whole[ext]
+
+
+def test_the_output_never_replaces_an_input(tmp_path):
+    """-o naming an input: one-shot tokenize replaced its source `t.idx` (and the job file)
+    with the index it wrote; --merge took another spelling of a part's prefix
+    (./d/p_00000-of-00002) for the output and wrote over that part. A non-empty
+    PREFIX.lock (a user's file, not a lock left by a killed run) was taken and removed."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "t.idx").write_text("a document\n")
+    cfg = d / "t.yaml"
+    cfg.write_text(f'{{"sources": [{{"paths": "{d}/t.idx", "format": "text"}}], '
+                   '"tokenizer": {"encoding": "bytes"}}')
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    r = run(tmp_path, str(cfg), "-o", str(d / "t"), check=False)
+    assert r.returncode == 1 and "t.idx is an input of this job" in r.stderr, r.stderr
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+    # The job file itself.
+    (d / "k.bin").write_text(cfg.read_text())
+    r = run(tmp_path, str(d / "k.bin"), "-o", str(d / "k"), check=False)
+    assert r.returncode == 1 and "k.bin is an input of this job" in r.stderr, r.stderr
+    # --shard writes t_00000-of-00001: make that name an input too.
+    (d / "t_00000-of-00001.bin").write_text("another document\n")
+    cfg.write_text(f'{{"sources": [{{"paths": "{d}/t_*.bin", "format": "text"}}], '
+                   '"tokenizer": {"encoding": "bytes"}}')
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    r = run(tmp_path, str(cfg), "-o", str(d / "t"), "--shard", "0/1", check=False)
+    assert r.returncode == 1 and "is an input of this job" in r.stderr, r.stderr
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+    # A lock file that holds something is no lock of shmfeed's.
+    (d / "u.lock").write_text("my notes\n")
+    cfg.write_text(f'{{"sources": [{{"paths": "{d}/t.idx", "format": "text"}}], '
+                   '"tokenizer": {"encoding": "bytes"}}')
+    r = run(tmp_path, str(cfg), "-o", str(d / "u"), check=False)
+    assert r.returncode == 1 and "u.lock" in r.stderr and "not a lock" in r.stderr, r.stderr
+    assert (d / "u.lock").read_text() == "my notes\n" and not (d / "u.bin").exists()
+    # --merge into one of its parts under another spelling.
+    cfg = bytes_job(d.parent)
+    (d.parent / "a.jsonl").write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n"
+                                              for i in range(50)))
+    parts = run_parts(tmp_path, cfg, str(d / "p"), 2)
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    for out in (parts[0], "./" + os.path.relpath(parts[1]), str(d) + "//p_00001-of-00002"):
+        r = run(tmp_path, "--merge", *parts, "-o", out, check=False)
+        assert r.returncode == 1 and "the output cannot be one of the parts" in r.stderr, (
+            out, r.stderr)
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
