@@ -173,7 +173,8 @@ static int merge(char **parts, size_t n_parts, const char *prefix, int quiet)
 int sf__cmd_tokenize(int argc, char **argv)
 {
 	const char *path = NULL, *prefix = NULL, *shard = NULL;
-	const char **sets = calloc((size_t)argc, sizeof(*sets));
+	/* --tokenizer's two words make four overrides: room for two per word. */
+	const char **sets = calloc(2 * (size_t)argc, sizeof(*sets));
 	char **positional = calloc((size_t)argc, sizeof(*positional));
 	char part_prefix[4096], manifest[4200], lock[4200];
 	int lock_fd;
@@ -208,13 +209,15 @@ int sf__cmd_tokenize(int argc, char **argv)
 		else if (!strcmp(argv[i], "--merge"))
 			merging = 1;
 		else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc && !file_set) {
-			/* Two words of argv make two overrides: sets has room. */
 			if (asprintf(&file_set, "tokenizer.file=%s", argv[++i]) < 0) {
 				free(sets);
 				free(positional);
 				return 1;
 			}
+			/* The job's encoding is set aside whole, with its vocabulary. */
 			sets[n_sets++] = "tokenizer.encoding=null";
+			sets[n_sets++] = "tokenizer.vocab=null";
+			sets[n_sets++] = "tokenizer.vocab_dir=null";
 			sets[n_sets++] = file_set;
 		} else if (!strcmp(argv[i], "-q"))
 			ps.quiet = 1;

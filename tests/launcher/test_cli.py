@@ -697,3 +697,16 @@ def test_a_metrics_file_never_replaces_or_removes_a_file_shmfeed_did_not_write(r
            f"control.metrics_file={prom}", "--", "true", timeout=60)
     assert r.returncode == 0, r.stderr
     assert not prom.exists()
+
+
+def test_tokenize_tokenizer_sets_aside_the_whole_encoding(tmp_path):
+    """--tokenizer FILE with a job that names its encoding's vocab_dir (every shipped text
+    config) was refused: 'vocab' and 'vocab_dir' belong to 'encoding', under a --set the
+    user never typed. The file itself is what is judged now."""
+    vocab = os.path.join(ROOT, "..", "shared", "data", "vocab", "o200k_base.tiktoken")
+    for cfg in ("cl100k_text.yaml", "o200k_text.yaml"):
+        r = sf("tokenize", os.path.join(ROOT, "configs", cfg), "-o", str(tmp_path / "x"),
+               "--tokenizer", vocab)
+        assert r.returncode == 1 and "a .tiktoken file of no known family" in r.stderr, r
+        assert "belong to 'encoding'" not in r.stderr, r
+    assert not list(tmp_path.iterdir())
