@@ -143,7 +143,7 @@ static int parse_tokens(const char *s, uint64_t *ret)
 }
 
 /* A mixture's bound on |count - weight x samples|, and a warning at 1 or more. */
-static void print_bound(struct sf_dataset *ds)
+static void print_bound(const struct sf_dataset *ds)
 {
 	uint32_t exact;
 	/* Rounded up, so that the printed bound is never below the true one. */
@@ -164,20 +164,14 @@ static void print_bound(struct sf_dataset *ds)
  * (tokens 0) to the end of its schedule: for a mixture, each source's samples, tokens and
  * epochs; for one stream, its own.
  */
-static int report_budget(const struct sf_config *cfg, uint64_t tokens)
+static int report_budget(const struct sf_config *cfg, const struct sf_dataset *ds,
+			 uint64_t tokens)
 {
 	const uint64_t G = (uint64_t)cfg->batch_size * cfg->world_size, T = cfg->seq_len;
-	struct sf_dataset *ds;
 	struct sf_dataset_stats st;
-	struct sf_err e = {0};
 	uint64_t steps, n, *counts, *windows;
 	uint32_t ns;
-	int r = sf__dataset_open(cfg, &ds, &e);
 
-	if (r < 0) {
-		sf__log_error("%s", e.msg);
-		return r;
-	}
 	sf__dataset_stats(ds, &st);
 	ns = sf__dataset_mix_sources(ds);
 	/* The bound is the weights', whatever the budget: said even without one. */
@@ -186,7 +180,6 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 	if (!tokens && st.n_steps == UINT64_MAX) {
 		printf("# the run has no end (its last phase is open): give --tokens N for a "
 		       "budget\n");
-		sf__dataset_close(ds);
 		return 0;
 	}
 	steps = tokens ? tokens / (G * T) + (tokens % (G * T) != 0) : st.n_steps;
@@ -211,7 +204,6 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 	if (!ns) {
 		printf("# stream: %.3f epochs of %llu samples\n", (double)n / (double)st.n_windows,
 		       (unsigned long long)st.n_windows);
-		sf__dataset_close(ds);
 		return 0;
 	}
 	counts = calloc(ns, sizeof(*counts));
@@ -219,7 +211,6 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 	if (!counts || !windows) {
 		free(counts);
 		free(windows);
-		sf__dataset_close(ds);
 		return -1;
 	}
 	sf__dataset_mix_expect(ds, n, counts, windows);
@@ -231,7 +222,6 @@ static int report_budget(const struct sf_config *cfg, uint64_t tokens)
 		       (double)counts[i] / (double)windows[i], (unsigned long long)windows[i]);
 	free(counts);
 	free(windows);
-	sf__dataset_close(ds);
 	return 0;
 }
 
@@ -284,6 +274,7 @@ int sf__cmd_check(int argc, char **argv)
 	const char *path = NULL;
 	const char **sets = calloc((size_t)argc, sizeof(*sets));
 	struct sf_arena_header layout = {0};
+	struct sf_dataset *ds = NULL;
 	struct sf_config cfg;
 	struct sf_err e = {0};
 	uint32_t n_sets = 0;
@@ -376,6 +367,16 @@ int sf__cmd_check(int argc, char **argv)
 			return 1;
 		}
 	}
+	/* A mixture's weights and schedule, and a budget, are judged by the dataset as `run`
+	 * opens it: before "valid", which says that `run` takes the job. */
+	if (budget || cfg.mixture) {
+		r = sf__dataset_open(&cfg, &ds, &e);
+		if (r < 0) {
+			refuse(path, e.msg);
+			sf__config_free(&cfg);
+			return 1;
+		}
+	}
 	printf("# %s: valid\n", path);
 	sf__config_write(&cfg, stdout);
 	report_sources(&cfg);
@@ -406,15 +407,13 @@ int sf__cmd_check(int argc, char **argv)
 			       CPU_COUNT(&set) == 1 ? "" : "s", list);
 		}
 	}
-	if (cfg.tok_file && report_tokenizer(&cfg) < 0) {
-		sf__config_free(&cfg);
-		return 1;
-	}
-	printf("# config digest %016llx\n", (unsigned long long)sf__config_digest(&cfg));
-	if ((budget || cfg.mixture) && report_budget(&cfg, tokens) < 0) {
-		sf__config_free(&cfg);
-		return 1;
-	}
+	if (cfg.tok_file && report_tokenizer(&cfg) < 0)
+		r = -1;
+	if (r >= 0)
+		printf("# config digest %016llx\n", (unsigned long long)sf__config_digest(&cfg));
+	if (r >= 0 && ds)
+		r = report_budget(&cfg, ds, tokens);
+	sf__dataset_close(ds);
 	sf__config_free(&cfg);
-	return 0;
+	return r < 0 ? 1 : 0;
 }

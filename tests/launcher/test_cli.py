@@ -710,3 +710,22 @@ def test_tokenize_tokenizer_sets_aside_the_whole_encoding(tmp_path):
         assert r.returncode == 1 and "a .tiktoken file of no known family" in r.stderr, r
         assert "belong to 'encoding'" not in r.stderr, r
     assert not list(tmp_path.iterdir())
+
+
+def test_check_says_valid_only_of_what_run_takes(tmp_path):
+    """A mixture whose weights are all 0, or a schedule phase with no weights: check
+    printed '# FILE: valid' and the resolved config, then the error, and exited 1."""
+    (tmp_path / "a.bin").write_bytes(bytes(4000))
+    (tmp_path / "b.bin").write_bytes(bytes(4000))
+    head = (f"sources:\n  - {{name: a, paths: {tmp_path}/a.bin, weight: 0}}\n"
+            f"  - {{name: b, paths: {tmp_path}/b.bin, weight: 0}}\n"
+            "batch: {size: 2, seq_len: 16}\n")
+    (tmp_path / "zero.yaml").write_text(head)
+    (tmp_path / "empty.yaml").write_text(
+        head.replace(", weight: 0", "")
+        + "mixture:\n  schedule:\n    - {until_step: 10, weights: {a: 1}}\n"
+        + "    - {until_step: 20, weights: {}}\n")
+    for name in ("zero.yaml", "empty.yaml"):
+        r = sf("check", str(tmp_path / name))
+        assert r.returncode == 1 and "valid" not in r.stdout, (name, r)
+        assert f"{name}: " in r.stderr, (name, r)
