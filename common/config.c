@@ -2194,7 +2194,9 @@ int sf__config_write(const struct sf_config *cfg, FILE *out)
 		write_fields(out, source_fields + 1, src, 4);
 	}
 	for (const struct field *f = root_fields; f->key; f++) {
-		if (f->type != T_SECTION || (f->sub == mixture_fields && !cfg->mixture))
+		/* A mixture of per-source weights alone has nothing of its own to write. */
+		if (f->type != T_SECTION ||
+		    (f->sub == mixture_fields && (!cfg->mixture || (!cfg->groups.n && !cfg->n_phases))))
 			continue;
 		fprintf(out, "%s:\n", f->key);
 		write_fields(out, f->sub, cfg, 2);

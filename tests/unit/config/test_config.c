@@ -691,6 +691,29 @@ Test(config, the_written_config_loads_back_identically)
 	free(text);
 }
 
+/* A mixture of per-source weights (no groups, no schedule) was written with an empty
+ * `mixture:` section, which does not load. */
+Test(config, a_written_mixture_of_source_weights_loads_back)
+{
+	char *text = NULL;
+	size_t len = 0;
+	struct sf_config again = {0};
+	FILE *f;
+
+	cr_assert_eq(load("sources:\n  - {name: a, paths: [a], weight: 3}\n"
+			  "  - {name: b, paths: [b], weight: 1}\n"),
+		     0, "%s", err.msg);
+	f = open_memstream(&text, &len);
+	cr_assert_eq(sf__config_write(&cfg, f), 0);
+	fclose(f);
+	cr_assert_eq(sf__config_load_string("w.yaml", text, len, &again, &err), 0, "%s\n%s",
+		     err.msg, text);
+	cr_expect(again.mixture);
+	cr_expect_eq(sf__config_digest(&again), sf__config_digest(&cfg));
+	sf__config_free(&again);
+	free(text);
+}
+
 Test(config, the_digest_follows_the_token_stream_only)
 {
 	uint64_t base, d;
