@@ -442,6 +442,32 @@ static int map_token_file(void *arg, uint32_t i, const char **ret_data, size_t *
 				  e);
 }
 
+/*
+ * An end-of-text id given for flat token files must be one they can hold, and one of the
+ * vocabulary when the job names it: otherwise no document would ever start.
+ */
+static int check_eot(const struct sf_dataset *ds, const struct sf_config *cfg, struct sf_err *e)
+{
+	const char *job = cfg->path ? cfg->path : "config";
+
+	if (cfg->eot_id == SF_EOT_ID_UNSET)
+		return 0;
+	if (ds->id_limit && cfg->eot_id >= ds->id_limit)
+		return sf__err(e, SF_E_CONFIG,
+			       "%s: tokenizer.eot_id %llu is not an id of the job's vocabulary (%u "
+			       "ids)",
+			       job, (unsigned long long)cfg->eot_id, ds->id_limit);
+	for (uint32_t i = 0; i < ds->n_token_files; i++)
+		if (ds->token_files[i].format != SF_FMT_MEGATRON &&
+		    ds->token_files[i].width == 2 && cfg->eot_id > UINT16_MAX)
+			return sf__err(e, SF_E_CONFIG,
+				       "%s: tokenizer.eot_id %llu cannot occur in the uint16 tokens "
+				       "of %s",
+				       job, (unsigned long long)cfg->eot_id,
+				       ds->token_files[i].path);
+	return 0;
+}
+
 /* What `run` does at start-up before it tokenizes anything: the sources opened, the
  * tokenizer loaded, the end-of-text id and the token width settled. */
 static int open_start(struct sf_dataset *ds, const struct sf_config *cfg,
@@ -462,6 +488,8 @@ static int open_start(struct sf_dataset *ds, const struct sf_config *cfg,
 		r = choose_eot(ds, cfg, e);
 	if (r >= 0)
 		r = choose_dtype(ds, cfg, e);
+	if (r >= 0)
+		r = check_eot(ds, cfg, e);
 	return r;
 }
 

@@ -729,3 +729,22 @@ def test_check_says_valid_only_of_what_run_takes(tmp_path):
         r = sf("check", str(tmp_path / name))
         assert r.returncode == 1 and "valid" not in r.stdout, (name, r)
         assert f"{name}: " in r.stderr, (name, r)
+
+
+def test_an_end_of_text_id_the_tokens_cannot_hold_is_refused(tmp_path):
+    """tokenizer.eot_id 70000 over uint16 nanoGPT tokens was taken: no token can equal it,
+    so every batch's doc_starts said that no document starts anywhere."""
+    (tmp_path / "nano.bin").write_bytes(b"".join(((i * 7) % 50257).to_bytes(2, "little")
+                                                 for i in range(4000)))
+    cfg = tmp_path / "j.yaml"
+    cfg.write_text(f"sources: [{tmp_path}/nano.bin]\nbatch: {{size: 2, seq_len: 16}}\n"
+                   "sampling: {doc_starts: 4}\n")
+    r = sf("check", str(cfg), "--set", "tokenizer.eot_id=70000")
+    assert r.returncode == 1 and "valid" not in r.stdout, r
+    assert "eot_id 70000" in r.stderr and "nano.bin" in r.stderr, r
+    # Above the vocabulary of the encoding the job names.
+    r = sf("check", str(cfg), "--set", "tokenizer.eot_id=60000", "--set",
+           "tokenizer.encoding=r50k_base", "--set",
+           f"tokenizer.vocab_dir={ROOT}/../shared/data/vocab")
+    assert r.returncode == 1 and "eot_id 60000" in r.stderr and "50257" in r.stderr, r
+    assert sf("check", str(cfg), "--set", "tokenizer.eot_id=50256").returncode == 0
