@@ -78,6 +78,15 @@ static int parse_shard(const char *s, uint32_t *ret_part, uint32_t *ret_n)
 	return 0;
 }
 
+/* Whether -o PREFIX ends in a name: "DIR/", "", "." and ".." would write hidden files
+ * (DIR/.bin), which a directory source skips. */
+static int names_files(const char *prefix)
+{
+	const char *slash = strrchr(prefix, '/'), *name = slash ? slash + 1 : prefix;
+
+	return *name && strcmp(name, ".") && strcmp(name, "..");
+}
+
 /* The directory the -o PREFIX files go to, said missing before any work (the files are
  * made there at the start, and the message named PREFIX.bin.tmp). Returns 1 if missing. */
 static int out_dir_missing(const char *prefix)
@@ -225,6 +234,16 @@ int sf__cmd_tokenize(int argc, char **argv)
 			bad = 1;
 		else
 			positional[n_positional++] = argv[i];
+	}
+	if (prefix && !bad && !names_files(prefix)) {
+		fprintf(stderr,
+			"shmfeed: tokenize: -o PREFIX: '%s' ends in no file name (PREFIX.bin and "
+			"PREFIX.idx are written: -o DIR/NAME)\n",
+			prefix);
+		free(sets);
+		free(file_set);
+		free(positional);
+		return 2;
 	}
 	if (prefix && !bad && out_dir_missing(prefix)) {
 		free(sets);

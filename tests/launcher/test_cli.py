@@ -748,3 +748,13 @@ def test_an_end_of_text_id_the_tokens_cannot_hold_is_refused(tmp_path):
            f"tokenizer.vocab_dir={ROOT}/../shared/data/vocab")
     assert r.returncode == 1 and "eot_id 60000" in r.stderr and "50257" in r.stderr, r
     assert sf("check", str(cfg), "--set", "tokenizer.eot_id=50256").returncode == 0
+
+
+def test_tokenize_output_prefix_must_name_files(tmp_path):
+    """-o DIR/ wrote DIR/.bin and DIR/.idx, -o '' ./.bin and ./.idx: hidden files that a
+    directory source skips."""
+    for out in (f"{tmp_path}/", "", f"{tmp_path}/.", f"{tmp_path}/.."):
+        for args in ((DEMO,), ("--merge", "x_00000-of-00001")):
+            r = sf("tokenize", *args, "-o", out)
+            assert r.returncode == 2 and "-o PREFIX" in r.stderr, (out, r)
+    assert not list(tmp_path.iterdir())
