@@ -87,7 +87,9 @@ static void report_sources(const struct sf_config *cfg)
 					    sf__source_detect_format(paths[k], &format) == 0)
 						of_format[format <= SF_FMT_JSONL ? format : 0]++;
 
-					bytes += file_bytes(paths[k], &files);
+					/* A Megatron pair is its .bin and .idx, however named. */
+					if (format != SF_FMT_MEGATRON)
+						bytes += file_bytes(paths[k], &files);
 					if (files == had) {
 						char *bin = sf__megatron_file(paths[k], ".bin"),
 						     *idx = sf__megatron_file(paths[k], ".idx");

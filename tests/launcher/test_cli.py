@@ -758,3 +758,20 @@ def test_tokenize_output_prefix_must_name_files(tmp_path):
             r = sf("tokenize", *args, "-o", out)
             assert r.returncode == 2 and "-o PREFIX" in r.stderr, (out, r)
     assert not list(tmp_path.iterdir())
+
+
+def test_check_counts_a_megatron_pair_the_same_under_any_name(tmp_path):
+    """check said 1 file (the .bin, or the .idx alone) for one.bin, one.idx and one/*,
+    2 files for the directory and the prefix."""
+    (tmp_path / "t.txt").write_text("hello world\n")
+    (tmp_path / "t.yaml").write_text(f"sources:\n  - {{paths: [{tmp_path}/t.txt], "
+                                     "format: text}\ntokenizer: {encoding: bytes}\n")
+    (tmp_path / "megd").mkdir()
+    assert sf("tokenize", str(tmp_path / "t.yaml"), "-o",
+              str(tmp_path / "megd" / "one"), "-q").returncode == 0
+    size = sum(os.path.getsize(tmp_path / "megd" / f) for f in ("one.bin", "one.idx"))
+    for p in ("megd", "megd/one", "megd/one.bin", "megd/one.idx", "megd/*"):
+        (tmp_path / "m.yaml").write_text(f"sources: ['{tmp_path}/{p}']\n"
+                                         "batch: {size: 1, seq_len: 4}\n")
+        r = sf("check", str(tmp_path / "m.yaml"))
+        assert r.returncode == 0 and f": 2 files, {size} bytes, megatron" in r.stdout, (p, r)
