@@ -23,11 +23,12 @@ struct preset {
 	int pretok;
 	struct sf_tok_special specials[5];
 	uint32_t n_specials;
+	uint32_t n_ranks; /* of its published .tiktoken file */
 };
 
 /* The special tokens are those of tiktoken_ext/openai_public.py. */
 static const struct preset presets[] = {
-	{"r50k_base", "gpt2", SF_PRETOK_R50K, {{eot_text, 50256}}, 1},
+	{"r50k_base", "gpt2", SF_PRETOK_R50K, {{eot_text, 50256}}, 1, 50256},
 	{"cl100k_base",
 	 NULL,
 	 SF_PRETOK_CL100K,
@@ -36,8 +37,14 @@ static const struct preset presets[] = {
 	  {"<|fim_middle|>", 100259},
 	  {"<|fim_suffix|>", 100260},
 	  {"<|endofprompt|>", 100276}},
-	 5},
-	{"o200k_base", NULL, SF_PRETOK_O200K, {{eot_text, 199999}, {"<|endofprompt|>", 200018}}, 2},
+	 5,
+	 100256},
+	{"o200k_base",
+	 NULL,
+	 SF_PRETOK_O200K,
+	 {{eot_text, 199999}, {"<|endofprompt|>", 200018}},
+	 2,
+	 199998},
 };
 
 int sf__tok_add_special(struct sf_tok *tok, const char *text, uint32_t id, struct sf_err *e)
@@ -259,6 +266,7 @@ int sf__tok_load(const char *encoding, const char *vocab_path, struct sf_tok **r
 	char path[4096];
 	const char *dir;
 	size_t i;
+	int rc;
 
 	if (!strcmp(encoding, "bytes"))
 		return load_bytes(ret_tok, e);
@@ -291,7 +299,17 @@ int sf__tok_load(const char *encoding, const char *vocab_path, struct sf_tok **r
 	spec.pattern = sf__pretok_pattern(p->pretok);
 	spec.specials = p->specials;
 	spec.n_specials = p->n_specials;
-	return sf__tok_load_spec(&spec, ret_tok, e);
+	rc = sf__tok_load_spec(&spec, ret_tok, e);
+	/* Another encoding's file would give other ids for every word, without a sign. */
+	if (rc == 0 && (*ret_tok)->ranks.n_ranks != p->n_ranks) {
+		rc = sf__err(e, SF_E_TOKENIZER,
+			     "%s: %s has %u ranks, and %s's vocabulary has %u: the file of "
+			     "another encoding?",
+			     p->name, vocab_path, (*ret_tok)->ranks.n_ranks, p->name, p->n_ranks);
+		sf__tok_free(*ret_tok);
+		*ret_tok = NULL;
+	}
+	return rc;
 }
 
 void sf__tok_free(struct sf_tok *tok)

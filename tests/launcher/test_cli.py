@@ -775,3 +775,20 @@ def test_check_counts_a_megatron_pair_the_same_under_any_name(tmp_path):
                                          "batch: {size: 1, seq_len: 4}\n")
         r = sf("check", str(tmp_path / "m.yaml"))
         assert r.returncode == 0 and f": 2 files, {size} bytes, megatron" in r.stdout, (p, r)
+
+
+def test_an_encoding_refuses_the_vocabulary_of_another(tmp_path):
+    """o200k_base over cl100k_base.tiktoken (a vocab_dir of the wrong files, a --vocab
+    typo) encoded without a word, every id wrong."""
+    vocab = os.path.join(ROOT, "..", "shared", "data", "vocab")
+    for enc, other in (("o200k_base", "cl100k_base"), ("cl100k_base", "r50k_base"),
+                       ("gpt2", "o200k_base")):
+        r = subprocess.run([SHMFEED, "encode", "-e", enc, "--vocab",
+                            os.path.join(vocab, other + ".tiktoken")], input=b"hello",
+                           capture_output=True, timeout=30)
+        assert r.returncode == 1 and b"rank" in r.stderr and not r.stdout, (enc, r)
+        r = subprocess.run([SHMFEED, "encode", "-e", enc, "--vocab",
+                            os.path.join(vocab, {"gpt2": "r50k_base"}.get(enc, enc)
+                                         + ".tiktoken")],
+                           input=b"hello", capture_output=True, timeout=30)
+        assert r.returncode == 0 and len(r.stdout) == 4, (enc, r)
