@@ -1362,6 +1362,11 @@ static int check_tokenizer(struct loader *L, struct sf_config *cfg)
 		cfg->vocab_dir = NULL;
 		return 0;
 	}
+	/* A vocabulary the encoding would not read: the job would run without it, unsaid. */
+	if (cfg->vocab && (!strcmp(cfg->encoding, "bytes") || !strncmp(cfg->encoding, "char", 4)))
+		return fail_field(L, &tokenizer_fields[1],
+				  "'vocab' is a .tiktoken file, which encodings bytes and char do not "
+				  "read (r50k_base, gpt2, cl100k_base and o200k_base do)");
 	/* Written at their defaults (as the resolved config writes them), they are fine. */
 	if (cfg->tok_format)
 		return fail_field(L, &tokenizer_fields[5],

@@ -437,7 +437,7 @@ Test(config, relative_paths_are_taken_from_the_file)
 	cr_assert_not_null(mkdtemp(dir));
 	snprintf(path, sizeof(path), "%s/j.yaml", dir);
 	f = fopen(path, "w");
-	fputs("sources: [data/a.txt, /abs/b.txt]\ntokenizer: {vocab: v.tiktoken}\n", f);
+	fputs("sources: [data/a.txt, /abs/b.txt]\ntokenizer: {encoding: gpt2, vocab: v.tiktoken}\n", f);
 	fclose(f);
 	sf__config_free(&cfg);
 	cr_assert_eq(sf__config_load(path, &cfg, &err), 0, "%s", err.msg);
@@ -1043,4 +1043,9 @@ Test(config, tokenizer_file_options_are_checked)
 		"job.yaml:2:", "no tokenizer 'file'");
 	rejects("sources: [a.txt]\ntokenizer: {file: t.model, format: spm}\n",
 		"job.yaml:2:", "format");
+	/* A vocabulary that bytes and char would not read was taken, and ignored. */
+	rejects("sources: [a.txt]\ntokenizer: {vocab: v.tiktoken}\n", "job.yaml:2:",
+		"encodings bytes and char do not read");
+	rejects("sources: [a.txt]\ntokenizer: {encoding: char, vocab: v.tiktoken}\n",
+		"job.yaml:2:", "encodings bytes and char do not read");
 }
