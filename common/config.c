@@ -1236,6 +1236,13 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 										  : f_name,
 						 i, msg);
 		}
+		if (src->group && !strcmp(src->group, src->name)) {
+			snprintf(msg, sizeof(msg),
+				 "the name '%.64s' is given twice, to the source and its group "
+				 "(source and group names share one namespace)",
+				 src->name);
+			return fail_source_field(L, &source_fields[7], i, msg);
+		}
 		for (uint32_t j = 0; j < i; j++) {
 			/* Source names and group names share one namespace. */
 			const int as_group = src->group && !strcmp(cfg->sources[j].name, src->group);

@@ -567,6 +567,10 @@ Test(config, an_error_about_a_source_points_at_that_source)
 	rejects("sources:\n  - {paths: a.txt, name: web, weight: 3}\n"
 		"  - {paths: b.txt, name: arxiv, group: web}\n",
 		"job.yaml:3:40:", "the name 'web' is given twice");
+	/* A source named like its own group was taken. */
+	rejects("sources:\n  - {paths: a.txt, name: web, group: web}\n"
+		"  - {paths: b.txt, name: arxiv, weight: 1}\nmixture: {groups: {web: 1}}\n",
+		"job.yaml:2:", "the name 'web' is given twice");
 }
 
 Test(config, overrides_reach_one_source)
