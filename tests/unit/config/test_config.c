@@ -670,52 +670,49 @@ Test(config, overrides_apply_and_are_validated)
 	rmdir(dir);
 }
 
-Test(config, the_written_config_loads_back_identically)
+/* `cfg` written and loaded back into *again, with the same digest. */
+static void load_back(struct sf_config *again)
 {
 	char *text = NULL;
 	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	cr_assert_eq(sf__config_write(&cfg, f), 0);
+	fclose(f);
+	cr_assert_eq(sf__config_load_string("w.yaml", text, len, again, &err), 0, "%s\n%s",
+		     err.msg, text);
+	cr_expect_eq(sf__config_digest(again), sf__config_digest(&cfg));
+	free(text);
+}
+
+Test(config, the_written_config_loads_back_identically)
+{
 	struct sf_config again = {0};
-	FILE *f;
 
 	cr_assert_eq(load("job: w\nsources:\n  - paths: [a, 'b \"q\"']\n    separator: \"\\n\\n\"\n"
 			  "sampling: {seed: 18446744073709551615}\n"
 			  "consumers: {world_size: 2}\n"),
 		     0, "%s", err.msg);
-	f = open_memstream(&text, &len);
-	cr_assert_eq(sf__config_write(&cfg, f), 0);
-	fclose(f);
-	cr_assert_eq(sf__config_load_string("w.yaml", text, len, &again, &err), 0, "%s\n%s",
-		     err.msg, text);
+	load_back(&again);
 	cr_expect_str_eq(again.sources[0].paths[1], "b \"q\"");
 	cr_expect_str_eq(again.sources[0].separator, "\n\n");
 	cr_expect_eq(again.seed, UINT64_MAX);
 	cr_expect_eq(again.local_ranks, 2);
-	cr_expect_eq(sf__config_digest(&again), sf__config_digest(&cfg));
 	sf__config_free(&again);
-	free(text);
 }
 
 /* A mixture of per-source weights (no groups, no schedule) was written with an empty
  * `mixture:` section, which does not load. */
 Test(config, a_written_mixture_of_source_weights_loads_back)
 {
-	char *text = NULL;
-	size_t len = 0;
 	struct sf_config again = {0};
-	FILE *f;
 
 	cr_assert_eq(load("sources:\n  - {name: a, paths: [a], weight: 3}\n"
 			  "  - {name: b, paths: [b], weight: 1}\n"),
 		     0, "%s", err.msg);
-	f = open_memstream(&text, &len);
-	cr_assert_eq(sf__config_write(&cfg, f), 0);
-	fclose(f);
-	cr_assert_eq(sf__config_load_string("w.yaml", text, len, &again, &err), 0, "%s\n%s",
-		     err.msg, text);
+	load_back(&again);
 	cr_expect(again.mixture);
-	cr_expect_eq(sf__config_digest(&again), sf__config_digest(&cfg));
 	sf__config_free(&again);
-	free(text);
 }
 
 Test(config, the_digest_follows_the_token_stream_only)
