@@ -209,11 +209,12 @@ int sf__cmd_tokenize(int argc, char **argv)
 	}
 	sf__log_set_who("tokenize");
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-o") && i + 1 < argc)
+		/* An option given twice is refused (its first value would go unused). */
+		if (!strcmp(argv[i], "-o") && i + 1 < argc && !prefix)
 			prefix = argv[++i];
 		else if (!strcmp(argv[i], "--set") && i + 1 < argc)
 			sets[n_sets++] = argv[++i];
-		else if (!strcmp(argv[i], "--shard") && i + 1 < argc)
+		else if (!strcmp(argv[i], "--shard") && i + 1 < argc && !shard)
 			shard = argv[++i];
 		else if (!strcmp(argv[i], "--merge"))
 			merging = 1;

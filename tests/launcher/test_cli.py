@@ -760,6 +760,18 @@ def test_tokenize_output_prefix_must_name_files(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_tokenize_options_given_twice_are_usage_errors(tmp_path):
+    """-o A -o B wrote B and --shard 0/2 --shard 1/2 part 1, the first said for nothing."""
+    for twice in (("-o", f"{tmp_path}/a", "-o", f"{tmp_path}/b"),
+                  ("-o", f"{tmp_path}/a", "--shard", "0/2", "--shard", "1/2")):
+        r = sf("tokenize", DEMO, *twice, "-q")
+        assert r.returncode == 2 and "usage" in r.stderr.lower(), (twice, r)
+    r = sf("tokenize", "--merge", "x_00000-of-00001", "-o", f"{tmp_path}/a", "-o",
+           f"{tmp_path}/b")
+    assert r.returncode == 2 and "usage" in r.stderr.lower(), r
+    assert not list(tmp_path.iterdir())
+
+
 def test_check_counts_a_megatron_pair_the_same_under_any_name(tmp_path):
     """check said 1 file (the .bin, or the .idx alone) for one.bin, one.idx and one/*,
     2 files for the directory and the prefix."""
