@@ -772,6 +772,37 @@ def test_tokenize_options_given_twice_are_usage_errors(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_check_warns_of_a_file_two_sources_read(tmp_path):
+    """A file listed by two sources (a directory and a glob that overlap) was read twice
+    per epoch in one stream without a word; within one source it is read once."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("hello world\n")
+    (tmp_path / "d" / "b.txt").write_text("other text\n")
+    os.symlink(tmp_path / "d" / "a.txt", tmp_path / "link.txt")
+    base = "tokenizer: {encoding: bytes}\nbatch: {size: 1, seq_len: 4}\n"
+    cfg = tmp_path / "j.yaml"
+    cfg.write_text(f"sources: ['{tmp_path}/d', '{tmp_path}/link.txt']\n" + base)
+    r = sf("check", str(cfg))
+    assert r.returncode == 0, r
+    warn = [ln for ln in r.stdout.splitlines() if ln.startswith("# warning")]
+    assert len(warn) == 1 and "sources 0 and 1" in warn[0] and "a.txt" in warn[0], r.stdout
+    assert "twice" in warn[0], warn
+    # A mixture's sources each sample the file: said so, still a warning.
+    cfg.write_text(f"sources:\n  - {{paths: ['{tmp_path}/d/*.txt'], weight: 1}}\n"
+                   f"  - {{paths: ['{tmp_path}/d/./a.txt'], weight: 1}}\n" + base)
+    r = sf("check", str(cfg))
+    warn = [ln for ln in r.stdout.splitlines() if ln.startswith("# warning")]
+    assert r.returncode == 0 and len(warn) == 1 and "sources 0 and 1" in warn[0], r
+    # Once within one source, and separate files: no warning.
+    cfg.write_text(f"sources: [{{paths: ['{tmp_path}/d', '{tmp_path}/link.txt']}}]\n"
+                   + base)
+    r = sf("check", str(cfg))
+    assert r.returncode == 0 and "# warning" not in r.stdout, r
+    cfg.write_text(f"sources: ['{tmp_path}/d/a.txt', '{tmp_path}/d/b.txt']\n" + base)
+    r = sf("check", str(cfg))
+    assert r.returncode == 0 and "# warning" not in r.stdout, r
+
+
 def test_check_counts_a_megatron_pair_the_same_under_any_name(tmp_path):
     """check said 1 file (the .bin, or the .idx alone) for one.bin, one.idx and one/*,
     2 files for the directory and the prefix."""
