@@ -234,6 +234,29 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 	return 0;
 }
 
+static void set_paused(struct supervisor *S, int paused)
+{
+	S->paused = paused;
+	/* Stopped producers hold nothing a consumer needs beyond the slot they may be
+	 * filling, which they finish once continued. */
+	for (uint32_t i = 0; i < S->n_prod; i++)
+		if (S->prod[i].pid > 0)
+			kill(S->prod[i].pid, paused ? SIGSTOP : SIGCONT);
+	/* Stopped producers do not heartbeat: their silence counts from the resume. */
+	S->resumed_ns = sf__now_ns();
+	sf__arena_set_job_state(S->a, paused ? SF_JOB_PAUSED : SF_JOB_RUNNING);
+}
+
+/* A stopping job that was paused resumes: its command may read its last batches as it
+ * finishes (a trainer completing its step or saving a checkpoint on SIGTERM). */
+static void resume_to_stop(struct supervisor *S)
+{
+	if (!S->paused)
+		return;
+	set_paused(S, 0);
+	sf__log_info("resumed: the job is stopping");
+}
+
 static void begin_stop(struct supervisor *S, int failed, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
@@ -248,6 +271,7 @@ static void begin_stop(struct supervisor *S, int failed, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(S->reason, sizeof(S->reason), fmt, ap);
 	va_end(ap);
+	resume_to_stop(S);
 	if (S->cmd_pid > 0 && !S->cmd_done) {
 		/* Ask the command to finish first; producers keep serving it meanwhile. */
 		kill(S->cmd_pid, SIGTERM);
@@ -263,9 +287,6 @@ static void stop_producers(struct supervisor *S)
 	if (S->prod_kill_at)
 		return;
 	sf__arena_set_job_state(S->a, SF_JOB_STOPPING);
-	for (uint32_t i = 0; i < S->n_prod; i++)
-		if (S->prod[i].pid > 0 && S->paused)
-			kill(S->prod[i].pid, SIGCONT);
 	S->prod_kill_at = sf__now_ns() + ms_ns(PRODUCER_GRACE_MS);
 }
 
@@ -373,6 +394,7 @@ static void handle_signals(struct supervisor *S)
 			else if (si.ssi_code != SI_KERNEL)
 				kill(S->cmd_pid, (int)si.ssi_signo);
 			if (!S->stopping) {
+				resume_to_stop(S);
 				S->stopping = 1;
 				snprintf(S->reason, sizeof(S->reason), "%s received",
 					 sigabbrev_np((int)si.ssi_signo));
@@ -765,19 +787,6 @@ static int describe_job(struct supervisor *S, char *buf, size_t len)
 	sf__json_escape(buf, len, &n, S->pub_ep);
 	n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, "}");
 	return n < len ? (int)n : -ENOSPC;
-}
-
-static void set_paused(struct supervisor *S, int paused)
-{
-	S->paused = paused;
-	/* Stopped producers hold nothing a consumer needs beyond the slot they may be
-	 * filling, which they finish once continued. */
-	for (uint32_t i = 0; i < S->n_prod; i++)
-		if (S->prod[i].pid > 0)
-			kill(S->prod[i].pid, paused ? SIGSTOP : SIGCONT);
-	/* Stopped producers do not heartbeat: their silence counts from the resume. */
-	S->resumed_ns = sf__now_ns();
-	sf__arena_set_job_state(S->a, paused ? SF_JOB_PAUSED : SF_JOB_RUNNING);
 }
 
 /* execute()'s answer when the reply comes later (continue_seek()). */

@@ -926,3 +926,42 @@ def test_two_simulated_nodes_match_one_node(rt, tmp_path):
         a, b = read_lines(one / f"r{g}.txt"), read_lines(two / f"r{g}.txt")
         assert len(a) == 50 and a == b
         assert all(int(l[0]) == g for l in b)
+
+
+def test_a_stop_resumes_a_paused_job_so_the_command_can_finish(rt, tmp_path):
+    """A stop (over control, or SIGTERM) sends the command SIGTERM and lets it finish, but
+    paused producers stayed stopped until the command was gone: a trainer that reads its
+    last batches or saves a checkpoint on SIGTERM waited until it was SIGKILLed (137)."""
+    for how in ("control", "signal"):
+        job = job_name(f"pausestop-{how}")
+        cfg = write_config(tmp_path, world=1)
+        out = tmp_path / f"{how}.txt"
+        script = tmp_path / "cmd.sh"
+        script.write_text("#!/bin/sh\n"
+                          f"trap 'LOCAL_RANK=0 {CONSUME} --fake --steps 10 --out {out}; "
+                          "exit 0' TERM\n"
+                          "touch " + str(tmp_path / "ready") + "\n"
+                          "while :; do sleep 0.05; done\n")
+        script.chmod(0o755)
+        (tmp_path / "ready").unlink(missing_ok=True)
+        p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--grace-ms",
+                              "20000", "--", str(script)], stderr=subprocess.PIPE,
+                             text=True)
+        try:
+            assert wait_for(lambda: (tmp_path / "ready").exists())
+            assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                                   capture_output=True).returncode == 0)
+            assert ctl(job, '{"v":1,"op":"pause"}')["state"] == "paused"
+            if how == "control":
+                assert ctl(job, '{"v":1,"op":"stop"}')["ok"]
+            else:
+                p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=15)
+            assert p.returncode == 0, err
+            assert len(read_lines(out)) == 10, err
+            assert "killing it" not in err, err
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        assert not shm_of(job)
