@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #endif
 
 #include "shmfeed/shmfeed.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "launcher/launcher.h"
 
@@ -36,6 +38,8 @@ struct sf_metrics {
 	int file_failed;       /* a failure to write was logged; logged again once it works */
 	dev_t file_dev;	       /* the file last renamed into place, the only one close() */
 	ino_t file_ino;	       /* may remove */
+	char *lock_file;       /* FILE.lock, held while the job runs, or NULL */
+	int lock_fd;
 #ifdef SF_HAVE_MICROHTTPD
 	struct MHD_Daemon *http;
 #endif
@@ -388,6 +392,9 @@ static int start_http(struct sf_metrics *m, const char *addr, struct sf_err *e)
 }
 #endif
 
+static int lock_file(struct sf_metrics *m, const char *path, struct sf_err *e);
+static int check_file(const char *path, struct sf_err *e);
+
 void sf__metrics_close(struct sf_metrics *m)
 {
 	struct stat st;
@@ -403,6 +410,9 @@ void sf__metrics_close(struct sf_metrics *m)
 	if (m->file && m->file_written && stat(m->file, &st) == 0 && st.st_dev == m->file_dev &&
 	    st.st_ino == m->file_ino)
 		unlink(m->file);
+	if (m->lock_fd >= 0)
+		sf__path_unlock(m->lock_file, m->lock_fd);
+	free(m->lock_file);
 	pthread_mutex_destroy(&m->lock);
 	free(m->file);
 	free(m->tmp_file);
@@ -422,9 +432,12 @@ int sf__metrics_open(const struct sf_config *cfg, struct sf_metrics **ret_metric
 	if (!m)
 		return sf__err(e, -ENOMEM, "out of memory");
 	m->listen_fd = -1;
+	m->lock_fd = -1;
 	pthread_mutex_init(&m->lock, NULL);
 	if (cfg->metrics_file) {
-		r = sf__metrics_file_check(cfg->metrics_file, e);
+		r = lock_file(m, cfg->metrics_file, e);
+		if (r == 0)
+			r = check_file(cfg->metrics_file, e);
 		if (r < 0) {
 			sf__metrics_close(m);
 			return r;
@@ -477,7 +490,73 @@ static int written_by_shmfeed(const char *path)
 	return k == (ssize_t)sizeof(buf) && memcmp(buf, head, sizeof(buf)) == 0;
 }
 
+/*
+ * Two jobs never write one metrics file: the job that writes FILE holds FILE.lock (a
+ * flock, let go when the job ends, however it ends), and a file another job holds is
+ * refused. An empty lock is shmfeed's (one left by a killed job is taken over); one
+ * with something in it is someone's own file, never taken or removed.
+ */
+static int busy(const char *path, const char *lock, struct sf_err *e)
+{
+	return sf__err(e, -EBUSY,
+		       "the metrics file %s is written by a running job (it holds %s): name "
+		       "another file",
+		       path, lock);
+}
+
+static int not_a_lock(const char *lock, struct sf_err *e)
+{
+	return sf__err(e, SF_E_CONFIG,
+		       "%s is there and is not a lock of shmfeed's (not empty): remove it, or "
+		       "name another metrics file",
+		       lock);
+}
+
+static int lock_file(struct sf_metrics *m, const char *path, struct sf_err *e)
+{
+	struct stat st;
+	int fd;
+
+	if (asprintf(&m->lock_file, "%s.lock", path) < 0) {
+		m->lock_file = NULL;
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	fd = sf__path_lock(m->lock_file);
+	if (fd == -EBUSY)
+		return busy(path, m->lock_file, e);
+	if (fd < 0)
+		return sf__err(e, fd, "cannot write the metrics file %s: cannot create %s: %s",
+			       path, m->lock_file, strerror(-fd));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 0) {
+		close(fd);
+		return not_a_lock(m->lock_file, e);
+	}
+	m->lock_fd = fd;
+	return 0;
+}
+
 int sf__metrics_file_check(const char *path, struct sf_err *e)
+{
+	char *lock;
+	struct stat st;
+	int fd, r = 0;
+
+	if (asprintf(&lock, "%s.lock", path) < 0)
+		return sf__err(e, -ENOMEM, "out of memory");
+	fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd >= 0) {
+		/* A shared lock conflicts with the exclusive one a running job holds. */
+		if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK)
+			r = busy(path, lock, e);
+		else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 0)
+			r = not_a_lock(lock, e);
+		close(fd);
+	}
+	free(lock);
+	return r < 0 ? r : check_file(path, e);
+}
+
+static int check_file(const char *path, struct sf_err *e)
 {
 	char *dir = strdup(path), *slash;
 	struct stat st;
@@ -512,4 +591,7 @@ void sf__metrics_after_fork(struct sf_metrics *m)
 {
 	if (m && m->listen_fd >= 0)
 		close(m->listen_fd);
+	/* The lock stays the launcher's: it goes when the job does, not with its children. */
+	if (m && m->lock_fd >= 0)
+		close(m->lock_fd);
 }

@@ -699,6 +699,36 @@ def test_a_metrics_file_never_replaces_or_removes_a_file_shmfeed_did_not_write(r
     assert not prom.exists()
 
 
+def test_a_metrics_file_a_running_job_writes_is_refused(rt, tmp_path):
+    """A second job naming the metrics file of a running one took it over (its values
+    replaced the first job's) and removed it when it ended, the first still running."""
+    prom = tmp_path / "m.prom"
+    first = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job_name('mlive')}",
+                              "--set", f"control.metrics_file={prom}", "--set",
+                              "control.stats_interval_ms=50", "--", "sleep", "30"],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(prom.exists, timeout=30)
+        for cmd in ("check", "run"):
+            args = [cmd, DEMO, "--set", f"control.metrics_file={prom}"]
+            if cmd == "run":
+                args += ["--set", f"job={job_name('mlive')}", "--", "true"]
+            r = sf(*args, timeout=60)
+            assert r.returncode == 1 and "running job" in r.stderr, (cmd, r)
+        assert prom.exists() and first.poll() is None
+        time.sleep(0.2)
+        assert prom.exists()
+    finally:
+        first.terminate()
+        first.wait(timeout=30)
+    assert not prom.exists()
+    # Once the job is gone its file (and lock) can be taken by the next one.
+    r = sf("run", DEMO, "--set", f"job={job_name('mlive')}", "--set",
+           f"control.metrics_file={prom}", "--", "true", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert not list(tmp_path.iterdir())
+
+
 def test_tokenize_tokenizer_sets_aside_the_whole_encoding(tmp_path):
     """--tokenizer FILE with a job that names its encoding's vocab_dir (every shipped text
     config) was refused: 'vocab' and 'vocab_dir' belong to 'encoding', under a --set the
