@@ -834,7 +834,8 @@ def test_prometheus_metrics_file_and_http(rt, tmp_path):
         assert [r.wait(timeout=30) for r in ranks] == [0, 0]
         assert wait_for(lambda: prom.exists() and
                         "shmfeed_batches_total{" + f'shmfeed_job="{job}"}} 100' in prom.read_text())
-        assert os.listdir(mdir) == ["shmfeed.prom"]
+        # No temporary file left beside it; the lock is held while the job runs.
+        assert sorted(os.listdir(mdir)) == ["shmfeed.prom", "shmfeed.prom.lock"]
         check_metrics(parse_prometheus(py, prom.read_text()), job, 50)
 
         url = f"http://127.0.0.1:{port}"
