@@ -347,7 +347,7 @@ int sf__cmd_top(int argc, char **argv)
 	long count = -1, shown = 0;
 	int tty = isatty(STDOUT_FILENO), one = 1, timeout = 500, r = 0, bad = 0;
 	void *ctx, *sub;
-	uint32_t silent_ms = 0;
+	uint32_t silent_ms = 0, interval_ms, silent_limit_ms;
 
 	argc = take_key_arg(argc, argv, &key);
 	for (int i = 1; i < argc && !bad; i++) {
@@ -368,6 +368,17 @@ int sf__cmd_top(int argc, char **argv)
 	    parse_reply(&st, status_buf, &e) < 0) {
 		sf__log_error("%s", e.msg);
 		return 1;
+	}
+	/* A frame at once, from the stats the job has now; then one each stats interval.
+	 * Silence is judged against the job's own interval (10 s at least). */
+	interval_ms = (uint32_t)u64_of(&st, 0, "stats_interval_ms");
+	silent_limit_ms = interval_ms > 4000 ? 2 * interval_ms + 2000 : 10000;
+	if (call(&info, "stats", msg, sizeof(msg), &e) >= 0 && parse_reply(&sd, msg, &e) >= 0) {
+		if (tty)
+			fputs("\033[H\033[2J", stdout);
+		print_stats(stdout, &st, &sd);
+		fflush(stdout);
+		shown++;
 	}
 	ctx = zmq_ctx_new();
 	sub = zmq_socket(ctx, ZMQ_SUB);
@@ -398,7 +409,7 @@ int sf__cmd_top(int argc, char **argv)
 				fprintf(stderr, "shmfeed: job %s ended\n", info.job);
 				break;
 			}
-			if (silent_ms >= 10000) {
+			if (silent_ms >= silent_limit_ms) {
 				sf__log_error("job %s published no stats for %u ms", info.job,
 					      silent_ms);
 				r = 1;

@@ -771,13 +771,15 @@ static int describe_job(struct supervisor *S, char *buf, size_t len)
 	n += (size_t)snprintf(buf + n, len - n,
 			      ",\"version\":\"%s\",\"pid\":%d,\"state\":\"%s\",\"uptime_s\":%.3f,"
 			      "\"command_pid\":%d,\"producers\":%u,\"producers_alive\":%u,"
-			      "\"producers_stalled\":%u,\"stall_timeout_ms\":%u,\"ranks\":%u,"
+			      "\"producers_stalled\":%u,\"stall_timeout_ms\":%u,"
+			      "\"stats_interval_ms\":%u,\"ranks\":%u,"
 			      "\"world_size\":%u,\"rank_base\":%u,\"batch\":%u,\"seq_len\":%u,"
 			      "\"slots_per_rank\":%u,\"token_bytes\":%u,\"samples_per_epoch\":%llu,"
 			      "\"config_digest\":\"%016llx\",\"node_ranks\":",
 			      sf_version(), (int)S->self, state,
 			      (double)(sf__now_ns() - S->started_ns) / 1e9, (int)S->cmd_pid,
-			      S->n_prod, alive, stalled, S->cfg->stall_timeout_ms, S->geo.ranks,
+			      S->n_prod, alive, stalled, S->cfg->stall_timeout_ms,
+			      S->cfg->stats_interval_ms, S->geo.ranks,
 			      S->geo.world_size, known ? base : 0, S->geo.batch,
 			      S->geo.seq_tokens - 1, S->geo.slots_per_rank, S->geo.token_bytes,
 			      (unsigned long long)S->geo.samples_per_epoch,

@@ -269,6 +269,27 @@ def test_the_end_of_the_data(rt, tmp_path):
         "slot: 1.000 when each token is tokenized once; " in err, err
 
 
+def test_top_of_a_job_with_a_long_stats_interval(rt):
+    """top gave up after 10 s without stats ('published no stats for 10000 ms') on a job
+    whose stats_interval_ms is longer, which the config allows, and showed nothing until
+    the first interval had passed. Now its first frame comes at once, and it waits as long
+    as the job's interval."""
+    job = job_name("slowstats")
+    p = serve(job, "control.stats_interval_ms=11000")
+    try:
+        t0 = time.monotonic()
+        one = sf("top", job, "--count", "1", timeout=30)
+        assert one.returncode == 0 and f"job {job}" in one.stdout, one
+        assert time.monotonic() - t0 < 5, "the first frame waited for the interval"
+        two = sf("top", job, "--count", "2", timeout=60)
+        assert two.returncode == 0, two.stderr
+        assert len(two.stdout.split("\n\njob ")) == 2, two.stdout
+        assert sf("stop", job).returncode == 0
+        p.communicate(timeout=30)
+    finally:
+        finish(p)
+
+
 def test_top_shows_the_utilization_of_mostly_idle_producers(rt, tmp_path):
     """A trainer at 5 batches/s keeps the demo's producers busy a few thousandths of a
     percent of the time: top shows that (<0.01%), not 0.0%, and the stats carry it."""
