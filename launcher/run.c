@@ -35,8 +35,14 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 		return 1;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--")) {
-			if (i + 1 < argc)
-				l.command = argv + i + 1;
+			/* An empty `-- $CMD` must not serve forever as if none was meant. */
+			if (i + 1 == argc) {
+				free(sets);
+				fprintf(stderr, "shmfeed run: nothing after `--`: give the command to "
+						"run, or leave `--` out to serve without one\n");
+				return 2;
+			}
+			l.command = argv + i + 1;
 			break;
 		} else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
 			sets[n_sets++] = argv[++i];
@@ -45,17 +51,18 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 		} else if (!strcmp(argv[i], "--quiet")) {
 			l.progress = 0;
 			sf__log_set_quiet(1);
-		} else if (!strcmp(argv[i], "--grace-ms") && i + 1 < argc) {
+		} else if (!strcmp(argv[i], "--grace-ms")) {
+			const char *arg = i + 1 < argc ? argv[++i] : "";
 			char *end;
 			unsigned long v;
 
 			errno = 0;
-			v = strtoul(argv[++i], &end, 10);
-			if (errno || end == argv[i] || *end || argv[i][0] == '-' || v > 3600000) {
+			v = strtoul(arg, &end, 10);
+			if (errno || end == arg || *end || arg[0] == '-' || v > 3600000) {
 				free(sets);
 				fprintf(stderr, "shmfeed run: --grace-ms takes milliseconds, 0 to "
 						"3600000; not '%s'\n",
-					argv[i]);
+					arg);
 				return 2;
 			}
 			l.grace_ms = (uint32_t)v;

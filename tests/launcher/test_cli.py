@@ -109,6 +109,15 @@ def test_help_explains_the_flags_users_asked_about():
     assert out.returncode == 2 and out.stderr.startswith("usage: shmfeed COMMAND")
 
 
+def test_run_usage_errors_say_what_is_missing(rt):
+    """`--grace-ms` without a value was 'unknown option', and `-- $CMD` with CMD empty
+    served forever as if no command had been given."""
+    r = sf("run", DEMO, "--grace-ms")
+    assert r.returncode == 2 and "--grace-ms takes milliseconds" in r.stderr, r
+    r = sf("run", DEMO, "--set", f"job={job_name('emptycmd')}", "--", timeout=10)
+    assert r.returncode == 2 and "nothing after `--`" in r.stderr, r
+
+
 def test_help_after_double_dash_belongs_to_the_command(rt):
     job = job_name("dd")
     out = sf("run", DEMO, "--set", f"job={job}", "--quiet", "--", "sh", "-c", "exit 3",
