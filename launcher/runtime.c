@@ -152,6 +152,28 @@ static int arena_stale(const char *job, int32_t *ret_creator)
 	return stale;
 }
 
+/*
+ * What a dead job's control endpoint left on disk, said after its discovery file: ipc://
+ * sockets and their lock, beside the file or in the directory the job's endpoint named;
+ * nothing for tcp://.
+ */
+static void describe_sockets(const struct sf_job_info *j, const char *info_path, char *out,
+			     size_t len)
+{
+	const char *path = j->control + 6, *slash = strrchr(path, '/'),
+		   *info_slash = strrchr(info_path, '/');
+	size_t dir_len = slash ? (size_t)(slash - path) : 0;
+
+	if (strncmp(j->control, "ipc://", 6))
+		return;
+	if (slash && info_slash && (size_t)(info_slash - info_path) == dir_len &&
+	    !strncmp(path, info_path, dir_len))
+		snprintf(out, len, " with its control sockets");
+	else
+		snprintf(out, len, " and its control sockets in %.*s",
+			 dir_len ? (int)dir_len : 1, !slash ? "." : dir_len ? path : "/");
+}
+
 int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e)
 {
 	char dir[256], path[600], names[256] = "", dead[256] = "";
@@ -194,14 +216,16 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		if ((r == 0 && !pid_alive(found.pid)) || stale) {
 			char left[700];
 
-			/* The discovery file, its control sockets and their lock lie together. */
+			char socks[400] = "";
+
+			if (r == 0)
+				describe_sockets(&found, p.info_path, socks, sizeof(socks));
 			if (stale)
 				snprintf(left, sizeof(left), "its arena /dev/shm/shmfeed.%s%s%s%s",
 					 job, r == 0 ? " and " : "", r == 0 ? p.info_path : "",
-					 r == 0 ? " with its control sockets" : "");
+					 socks);
 			else
-				snprintf(left, sizeof(left), "%s with its control sockets",
-					 p.info_path);
+				snprintf(left, sizeof(left), "%s%s", p.info_path, socks);
 			return sf__err(
 				e, SF_E_JOB_GONE,
 				"job '%s' is dead: its launcher (pid %d) is gone (it crashed "

@@ -966,3 +966,27 @@ def test_a_stop_resumes_a_paused_job_so_the_command_can_finish(rt, tmp_path):
                 p.kill()
                 p.wait()
         assert not shm_of(job)
+
+
+def test_a_dead_job_says_where_its_control_sockets_are(rt, tmp_path):
+    """A job with its own ipc:// endpoint, its launcher killed: status said its sockets
+    were beside the discovery file, in the runtime directory, where nothing was."""
+    cfg = write_config(tmp_path)
+    sock_dir = tmp_path / "sockets"
+    sock_dir.mkdir()
+    text = open(cfg).read().replace("control: {stats_interval_ms: 100}",
+                                    f"control: {{stats_interval_ms: 100, endpoint: "
+                                    f"'ipc://{sock_dir}/c'}}")
+    open(cfg, "w").write(text)
+    job = job_name("deadsock")
+    p = start_serving(cfg, job)
+    p.kill()
+    p.wait()
+    out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1 and "is dead" in out.stderr, out.stderr
+    assert f"{rt}/{job}.json and its control sockets in {sock_dir}" in out.stderr, out.stderr
+    # The next run reclaims all of it.
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", "true"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert not shm_of(job) and not os.listdir(sock_dir)
