@@ -235,9 +235,10 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 		    "\"utilization\":%.9f,\"state\":\"%s\",\"silent_ms\":%llu}",
 		    p ? "," : "", p, q->pid, q->incarnation, (unsigned long long)q->batches,
 		    q->utilization,
-		    q->pid <= 0	 ? "down"
-		    : q->stalled ? "stalled"
-				 : "running",
+		    q->pid <= 0			     ? "down"
+		    : s->state == SF_JOB_PAUSED ? "paused"
+		    : q->stalled		     ? "stalled"
+						     : "running",
 		    (unsigned long long)(q->silent_ns / 1000000));
 	}
 	OUT("]");

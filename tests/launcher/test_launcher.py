@@ -383,6 +383,9 @@ def test_control_requests(rt, tmp_path):
         # Pause stops the producers: a consumer that takes batches gets at most the K
         # already READY, then nothing until resume.
         assert ctl(job, '{"v":1,"op":"pause"}')["state"] == "paused"
+        # Its producers are said to be paused (they were listed as running).
+        assert {q["state"] for q in ctl(job, '{"v":1,"op":"stats"}')["producers"]} \
+            == {"paused"}
         before = ctl(job, '{"v":1,"op":"stats"}')["produced"]
         c = subprocess.Popen([CONSUME, "--fake", "--steps", "10", "--out",
                               str(tmp_path / "p.txt")],
