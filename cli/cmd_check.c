@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,10 +152,13 @@ static void report_shared_files(const struct sf_config *cfg)
 			continue;
 		for (size_t k = 0; k < np; k++) {
 			char *bin = sf__megatron_file(paths[k], ".bin");
+			size_t len = strlen(paths[k]);
+			bool idx = len > 4 && !strcmp(paths[k] + len - 4, ".idx");
 			struct stat sb;
 
-			/* A Megatron prefix is its .bin. */
-			if ((stat(paths[k], &sb) == 0 || (bin && stat(bin, &sb) == 0)) &&
+			/* A Megatron pair is its .bin, named by its prefix or its .idx too. */
+			if (((idx && bin && stat(bin, &sb) == 0) || stat(paths[k], &sb) == 0 ||
+			     (bin && stat(bin, &sb) == 0)) &&
 			    S_ISREG(sb.st_mode)) {
 				if (n == cap) {
 					struct shared_file *g;

@@ -861,6 +861,16 @@ def test_check_warns_of_a_file_two_sources_read(tmp_path):
     cfg.write_text(f"sources: ['{tmp_path}/d/a.txt', '{tmp_path}/d/b.txt']\n" + base)
     r = sf("check", str(cfg))
     assert r.returncode == 0 and "# warning" not in r.stdout, r
+    # A Megatron pair is one dataset under any of its names.
+    (tmp_path / "t.yaml").write_text(f"sources: ['{tmp_path}/d/a.txt']\n" + base)
+    assert sf("tokenize", str(tmp_path / "t.yaml"), "-o", str(tmp_path / "meg"),
+              "-q").returncode == 0
+    for a, b in (("meg.bin", "meg.idx"), ("meg", "meg.idx"), ("meg.idx", "meg")):
+        cfg.write_text(f"sources: ['{tmp_path}/{a}', '{tmp_path}/{b}']\n"
+                       "batch: {size: 1, seq_len: 4}\n")
+        r = sf("check", str(cfg))
+        warn = [ln for ln in r.stdout.splitlines() if ln.startswith("# warning")]
+        assert r.returncode == 0 and len(warn) == 1 and "sources 0 and 1" in warn[0], (a, b, r)
 
 
 def test_check_counts_a_megatron_pair_the_same_under_any_name(tmp_path):
