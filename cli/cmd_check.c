@@ -14,7 +14,6 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,95 +113,15 @@ static void report_sources(const struct sf_config *cfg)
 	}
 }
 
-struct shared_file {
-	dev_t dev;
-	ino_t ino;
-	uint32_t source;
-	char *path;
-};
-
-static int cmp_shared_file(const void *a, const void *b)
+/* A file that two sources read (sf__sources_shared_files()): warned about, not refused. */
+static void warn_shared(void *arg, uint32_t a, uint32_t b, const char *path)
 {
-	const struct shared_file *x = a, *y = b;
+	const struct sf_config *cfg = arg;
 
-	if (x->dev != y->dev)
-		return x->dev < y->dev ? -1 : 1;
-	if (x->ino != y->ino)
-		return x->ino < y->ino ? -1 : 1;
-	return (x->source > y->source) - (x->source < y->source);
-}
-
-/*
- * A file that two sources read, by any names: a source reads each of its files once, but
- * two sources each read theirs, so in one stream such a file's documents come twice per
- * epoch, and in a mixture both sources sample it. Legitimate at times (an old way to
- * upweight), more often two patterns that overlap: warned about, never refused.
- */
-static void report_shared_files(const struct sf_config *cfg)
-{
-	struct shared_file *f = NULL;
-	size_t n = 0, cap = 0, warned = 0, more = 0;
-
-	for (uint32_t i = 0; i < cfg->n_sources; i++) {
-		struct sf_err e = {0};
-		char **paths = NULL;
-		size_t np = 0;
-
-		if (sf__source_expand(&cfg->sources[i], &paths, &np, &e) < 0)
-			continue;
-		for (size_t k = 0; k < np; k++) {
-			char *bin = sf__megatron_file(paths[k], ".bin");
-			size_t len = strlen(paths[k]);
-			bool idx = len > 4 && !strcmp(paths[k] + len - 4, ".idx");
-			struct stat sb;
-
-			/* A Megatron pair is its .bin, named by its prefix or its .idx too. */
-			if (((idx && bin && stat(bin, &sb) == 0) || stat(paths[k], &sb) == 0 ||
-			     (bin && stat(bin, &sb) == 0)) &&
-			    S_ISREG(sb.st_mode)) {
-				if (n == cap) {
-					struct shared_file *g;
-
-					cap = cap ? 2 * cap : 64;
-					g = realloc(f, cap * sizeof(*f));
-					if (!g) {
-						free(bin);
-						for (; k < np; k++)
-							free(paths[k]);
-						free(paths);
-						goto out;
-					}
-					f = g;
-				}
-				f[n++] = (struct shared_file){sb.st_dev, sb.st_ino, i, paths[k]};
-			} else {
-				free(paths[k]);
-			}
-			free(bin);
-		}
-		free(paths);
-	}
-	if (n)
-		qsort(f, n, sizeof(*f), cmp_shared_file);
-	for (size_t k = 1; k < n; k++) {
-		if (f[k].dev != f[k - 1].dev || f[k].ino != f[k - 1].ino ||
-		    f[k].source == f[k - 1].source)
-			continue;
-		if (warned++ == 8) {
-			more++;
-			continue;
-		}
-		printf("# warning: sources %u and %u both read ", f[k - 1].source, f[k].source);
-		sf__config_write_text(stdout, f[k - 1].path);
-		printf(cfg->mixture ? ": each of them samples it\n"
-				    : ": its documents come twice in each epoch\n");
-	}
-	if (more)
-		printf("# warning: and %zu more files that two sources read\n", more);
-out:
-	for (size_t k = 0; k < n; k++)
-		free(f[k].path);
-	free(f);
+	printf("# warning: sources %u and %u both read ", a, b);
+	sf__config_write_text(stdout, path);
+	printf(cfg->mixture ? ": each of them samples it\n"
+			    : ": its documents come twice in each epoch\n");
 }
 
 #define USAGE "usage: shmfeed check CONFIG [--set KEY=VALUE ...] [--strict] [--tokens N]\n"
@@ -374,7 +293,7 @@ int sf__cmd_check(int argc, char **argv)
 	uint32_t n_sets = 0;
 	uint32_t token_bytes = 0;
 	uint64_t tokens = 0;
-	int r, budget = 0;
+	int r, budget = 0, shared;
 
 	if (!sets)
 		return 1;
@@ -474,7 +393,10 @@ int sf__cmd_check(int argc, char **argv)
 	printf("# %s: valid\n", path);
 	sf__config_write(&cfg, stdout);
 	report_sources(&cfg);
-	report_shared_files(&cfg);
+	shared = sf__sources_shared_files(&cfg, warn_shared, &cfg);
+	if (shared > SF_SHARED_FILES_SAID)
+		printf("# warning: and %d more files that two sources read\n",
+		       shared - SF_SHARED_FILES_SAID);
 	printf("# batch.dtype %s: the arena holds %s tokens\n",
 	       cfg.dtype == SF_DTYPE_AUTO ? "auto"
 	       : token_bytes == 2	  ? "uint16"

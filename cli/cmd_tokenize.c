@@ -311,6 +311,9 @@ int sf__cmd_tokenize(int argc, char **argv)
 		/* Tokenized, never sampled: a corpus of less than a sequence is written too. */
 		r = sf__dataset_open_part(&cfg, NULL, &ds, &e);
 	}
+	/* Said once, by the first part of an array. */
+	if (r >= 0 && part == 0)
+		sf__sources_warn_shared(&cfg);
 	if (r < 0 || output_is_input(prefix, !!shard, cfg.path, ds)) {
 		if (r < 0)
 			sf__log_error("%s", e.msg);

@@ -10,8 +10,10 @@ static int real_open(const struct sf_config *cfg, void **ret_ds, struct sf_err *
 	struct sf_dataset *ds;
 	int r = sf__dataset_open(cfg, &ds, e);
 
-	if (r == 0)
+	if (r == 0) {
+		sf__sources_warn_shared(cfg);
 		*ret_ds = ds;
+	}
 	return r;
 }
 

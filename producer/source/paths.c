@@ -15,6 +15,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/io.h"
+#include "common/log.h"
 #include "producer/producer.h"
 #include "producer/source/paths.h"
 #include "producer/source/tokens.h"
@@ -304,4 +305,109 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 	*ret_paths = paths;
 	*ret_n = n;
 	return 0;
+}
+
+struct shared_file {
+	dev_t dev;
+	ino_t ino;
+	uint32_t source;
+	char *path;
+};
+
+static int cmp_shared_file(const void *a, const void *b)
+{
+	const struct shared_file *x = a, *y = b;
+
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return (x->source > y->source) - (x->source < y->source);
+}
+
+/* The file that stands for `path`: a Megatron pair is its .bin, by any of its names. */
+static bool identity_of(const char *path, struct stat *st)
+{
+	char *bin = sf__megatron_file(path, ".bin");
+	size_t len = strlen(path);
+	bool idx = len > 4 && !strcmp(path + len - 4, ".idx"),
+	     ok = ((idx && bin && stat(bin, st) == 0) || stat(path, st) == 0 ||
+		   (bin && stat(bin, st) == 0)) &&
+		  S_ISREG(st->st_mode);
+
+	free(bin);
+	return ok;
+}
+
+int sf__sources_shared_files(const struct sf_config *cfg,
+			     void (*report)(void *arg, uint32_t a, uint32_t b, const char *path),
+			     void *arg)
+{
+	struct shared_file *f = NULL;
+	size_t n = 0, cap = 0;
+	int found = 0;
+
+	for (uint32_t i = 0; i < cfg->n_sources; i++) {
+		struct sf_err e = {0};
+		char **paths = NULL;
+		size_t np = 0;
+
+		if (sf__source_expand(&cfg->sources[i], &paths, &np, &e) < 0)
+			continue;
+		for (size_t k = 0; k < np; k++) {
+			struct stat st;
+
+			if (!identity_of(paths[k], &st)) {
+				free(paths[k]);
+				continue;
+			}
+			if (n == cap) {
+				struct shared_file *g = realloc(f, (cap ? 2 * cap : 64) * sizeof(*f));
+
+				if (!g) {
+					for (; k < np; k++)
+						free(paths[k]);
+					free(paths);
+					found = -ENOMEM;
+					goto out;
+				}
+				f = g;
+				cap = cap ? 2 * cap : 64;
+			}
+			f[n++] = (struct shared_file){st.st_dev, st.st_ino, i, paths[k]};
+		}
+		free(paths);
+	}
+	if (n)
+		qsort(f, n, sizeof(*f), cmp_shared_file);
+	for (size_t k = 1; k < n; k++) {
+		if (f[k].dev != f[k - 1].dev || f[k].ino != f[k - 1].ino ||
+		    f[k].source == f[k - 1].source)
+			continue;
+		if (found++ < SF_SHARED_FILES_SAID)
+			report(arg, f[k - 1].source, f[k].source, f[k - 1].path);
+	}
+out:
+	for (size_t k = 0; k < n; k++)
+		free(f[k].path);
+	free(f);
+	return found;
+}
+
+static void log_shared(void *arg, uint32_t a, uint32_t b, const char *path)
+{
+	const struct sf_config *cfg = arg;
+
+	sf__log_error("warning: sources %u and %u both read %s: %s", a, b, path,
+		      cfg->mixture ? "each of them samples it"
+				   : "its documents come twice in each epoch");
+}
+
+void sf__sources_warn_shared(const struct sf_config *cfg)
+{
+	int n = sf__sources_shared_files(cfg, log_shared, (void *)cfg);
+
+	if (n > SF_SHARED_FILES_SAID)
+		sf__log_error("warning: and %d more files that two sources read",
+			      n - SF_SHARED_FILES_SAID);
 }

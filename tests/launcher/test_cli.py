@@ -847,6 +847,14 @@ def test_check_warns_of_a_file_two_sources_read(tmp_path):
     warn = [ln for ln in r.stdout.splitlines() if ln.startswith("# warning")]
     assert len(warn) == 1 and "sources 0 and 1" in warn[0] and "a.txt" in warn[0], r.stdout
     assert "twice" in warn[0], warn
+    # run and tokenize say it too, once.
+    r = sf("run", str(cfg), "--set", f"job={job_name('shared')}", "--", "true", timeout=60)
+    assert r.returncode == 0 and r.stderr.count("warning: sources 0 and 1 both read") == 1 \
+        and "a.txt: its documents come twice" in r.stderr, r.stderr
+    r = sf("tokenize", str(cfg), "-o", str(tmp_path / "out" ), "-q", timeout=60)
+    assert r.returncode == 0 and r.stderr.count("warning: sources 0 and 1 both read") == 1, r
+    for f in ("out.bin", "out.idx"):
+        (tmp_path / f).unlink()
     # A mixture's sources each sample the file: said so, still a warning.
     cfg.write_text(f"sources:\n  - {{paths: ['{tmp_path}/d/*.txt'], weight: 1}}\n"
                    f"  - {{paths: ['{tmp_path}/d/./a.txt'], weight: 1}}\n" + base)
