@@ -50,7 +50,14 @@ except ImportError:  # NumPy arrays then
 
 
 class Error(RuntimeError):
-    """A shmfeed failure: `code` is the C error code, the message the library's detail."""
+    """A shmfeed failure: `code` is the C error code, the message the library's detail.
+    Made with SF_E_JOB_GONE (as a code, or a text whose last [NAME] says it), it is a
+    JobGone, so that `except shmfeed.JobGone` catches it however it was made."""
+
+    def __new__(cls, code=None, message=None):
+        if cls is Error and _names_job_gone(code):
+            cls = JobGone
+        return super().__new__(cls, code, message)
 
     def __init__(self, code, message=None):
         if message is None and not isinstance(code, (str, bool)):
@@ -82,6 +89,20 @@ class JobGone(Error):
     """The job's launcher died (a crash or SIGKILL): nothing will fill this rank's ring
     again. A waiting next() raises it within a second of the death, whatever its timeout.
     The next `shmfeed run` of the job reclaims the stale arena."""
+
+
+def _names_job_gone(code):
+    """Whether Error(code, ...) is about a launcher that is gone: the code, or a text whose
+    last [NAME] is SF_E_JOB_GONE."""
+    if isinstance(code, str):
+        names = re.findall(r"\[(SF_E_[A-Z_]+)\]", code)
+        return bool(names) and names[-1] == "SF_E_JOB_GONE"
+    if isinstance(code, bool):
+        return False
+    try:
+        return operator.index(code) == N.SF_E_JOB_GONE
+    except TypeError:
+        return False
 
 
 def _error(code, message):
@@ -803,6 +824,10 @@ class Loader:
                              f"{', '.join(missing)}: give it the dict state_dict() gave")
         fields = [_checked_int(f"load_state_dict: {name}", state[name], 0, _U64_MAX)
                   for name in ("samples", "config_digest", "provenance")]
+        # Information, not position (samples is that), but integers when given.
+        for name in ("rank", "world_size"):
+            if state.get(name) is not None:
+                _checked_int(f"load_state_dict: {name}", state[name], 0, 2**31 - 1)
         if state.get("rank") not in (None, self.rank) and \
                 state.get("world_size") in (None, self.world_size):
             warnings.warn(f"shmfeed: rank {self.rank} loads the state of rank "

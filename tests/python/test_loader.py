@@ -239,6 +239,13 @@ def test_out_of_range_inputs_are_refused(monkeypatch):
                 with pytest.raises(ValueError) as e:
                     L.load_state_dict(dict(state, **{field: value}))
                 assert f"{field}=" in str(e.value) and "18446744073709551615" in str(e.value)
+            # rank and world_size, when the state has them, are integers too (an array
+            # made NumPy's "truth value is ambiguous" the message).
+            for field, value in [("rank", np.array([1, 2])), ("world_size", "2"),
+                                 ("rank", -1)]:
+                with pytest.raises(ValueError) as e:
+                    L.load_state_dict(dict(state, **{field: value}))
+                assert str(e.value).startswith(f"shmfeed: load_state_dict: {field}="), e.value
             # A multiple of the global batch, but beyond the 48-bit lap of K = 4 slots.
             with pytest.raises(shmfeed.Error) as e:
                 L.load_state_dict(dict(state, samples=8 * 2**50))
@@ -422,6 +429,14 @@ def test_errors_survive_pickling_and_a_dataloader_worker():
         c.add_note("while fetching step 3")
         assert pickle.loads(pickle.dumps(c)).__notes__ == ["while fetching step 3"]
         assert cls(np.int32(code)).code == code
+    # The code decides the class, however the error is made (shmfeed.Error(-1019) was
+    # no JobGone, and `except shmfeed.JobGone` missed it).
+    gone = N.ERROR_NAMES[N.SF_E_JOB_GONE]
+    for made in (shmfeed.Error(N.SF_E_JOB_GONE), shmfeed.Error(N.SF_E_JOB_GONE, "gone"),
+                 shmfeed.Error(f"Caught Error in DataLoader worker: ... [{gone}]\n")):
+        assert type(made) is shmfeed.JobGone and made.code == N.SF_E_JOB_GONE, repr(made)
+        assert type(pickle.loads(pickle.dumps(made))) is shmfeed.JobGone
+    assert type(shmfeed.Error(N.SF_E_TIMEOUT)) is shmfeed.Error
     # Codes the library has no text for.
     for code in (0, 5, 2**31, -2**31 - 1):
         assert str(shmfeed.Error(code)).startswith("shmfeed: unknown error"), code
