@@ -307,36 +307,16 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 	return 0;
 }
 
+/* A file of a source; id.i is the source's index. */
 struct shared_file {
-	dev_t dev;
-	ino_t ino;
-	uint32_t source;
+	struct identity id;
 	char *path;
 };
 
 static int cmp_shared_file(const void *a, const void *b)
 {
-	const struct shared_file *x = a, *y = b;
-
-	if (x->dev != y->dev)
-		return x->dev < y->dev ? -1 : 1;
-	if (x->ino != y->ino)
-		return x->ino < y->ino ? -1 : 1;
-	return (x->source > y->source) - (x->source < y->source);
-}
-
-/* The file that stands for `path`: a Megatron pair is its .bin, by any of its names. */
-static bool identity_of(const char *path, struct stat *st)
-{
-	char *bin = sf__megatron_file(path, ".bin");
-	size_t len = strlen(path);
-	bool idx = len > 4 && !strcmp(path + len - 4, ".idx"),
-	     ok = ((idx && bin && stat(bin, st) == 0) || stat(path, st) == 0 ||
-		   (bin && stat(bin, st) == 0)) &&
-		  S_ISREG(st->st_mode);
-
-	free(bin);
-	return ok;
+	return cmp_identity(&((const struct shared_file *)a)->id,
+			    &((const struct shared_file *)b)->id);
 }
 
 int sf__sources_shared_files(const struct sf_config *cfg,
@@ -357,7 +337,7 @@ int sf__sources_shared_files(const struct sf_config *cfg,
 		for (size_t k = 0; k < np; k++) {
 			struct stat st;
 
-			if (!identity_of(paths[k], &st)) {
+			if (!file_identity(paths[k], &st)) {
 				free(paths[k]);
 				continue;
 			}
@@ -374,18 +354,18 @@ int sf__sources_shared_files(const struct sf_config *cfg,
 				f = g;
 				cap = cap ? 2 * cap : 64;
 			}
-			f[n++] = (struct shared_file){st.st_dev, st.st_ino, i, paths[k]};
+			f[n++] = (struct shared_file){{st.st_dev, st.st_ino, i}, paths[k]};
 		}
 		free(paths);
 	}
 	if (n)
 		qsort(f, n, sizeof(*f), cmp_shared_file);
 	for (size_t k = 1; k < n; k++) {
-		if (f[k].dev != f[k - 1].dev || f[k].ino != f[k - 1].ino ||
-		    f[k].source == f[k - 1].source)
+		if (f[k].id.dev != f[k - 1].id.dev || f[k].id.ino != f[k - 1].id.ino ||
+		    f[k].id.i == f[k - 1].id.i)
 			continue;
 		if (found++ < SF_SHARED_FILES_SAID)
-			report(arg, f[k - 1].source, f[k].source, f[k - 1].path);
+			report(arg, (uint32_t)f[k - 1].id.i, (uint32_t)f[k].id.i, f[k - 1].path);
 	}
 out:
 	for (size_t k = 0; k < n; k++)
