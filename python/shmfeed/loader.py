@@ -70,9 +70,9 @@ class Error(RuntimeError):
             # Error(text): how torch re-raises a DataLoader worker's exception in the main
             # process (the worker's message and traceback); the code is its last [NAME].
             text = str(code)
-            names = re.findall(r"\[(SF_E_[A-Z_]+)\]", text)
-            code = getattr(N, names[-1]) if names and hasattr(N, names[-1]) else \
-                N.SF_E_JOB_GONE if issubclass(type(self), JobGone) else None
+            code = _code_of_text(text)
+            if code is None and issubclass(type(self), JobGone):
+                code = N.SF_E_JOB_GONE
             self.code, self.message, self._args = code, text, (text,)
             self.name = N.ERROR_NAMES.get(code, "")
             super().__init__(text)
@@ -91,23 +91,23 @@ class JobGone(Error):
     The next `shmfeed run` of the job reclaims the stale arena."""
 
 
+def _code_of_text(text):
+    """The code a message names by its last [SF_E_NAME], or None."""
+    names = re.findall(r"\[(SF_E_[A-Z_]+)\]", text)
+    return getattr(N, names[-1], None) if names else None
+
+
 def _names_job_gone(code):
     """Whether Error(code, ...) is about a launcher that is gone: the code, or a text whose
     last [NAME] is SF_E_JOB_GONE."""
     if isinstance(code, str):
-        names = re.findall(r"\[(SF_E_[A-Z_]+)\]", code)
-        return bool(names) and names[-1] == "SF_E_JOB_GONE"
+        return _code_of_text(code) == N.SF_E_JOB_GONE
     if isinstance(code, bool):
         return False
     try:
         return operator.index(code) == N.SF_E_JOB_GONE
     except TypeError:
         return False
-
-
-def _error(code, message):
-    """The exception for a C error code: JobGone for SF_E_JOB_GONE, else Error."""
-    return (JobGone if code == N.SF_E_JOB_GONE else Error)(code, message)
 
 
 def _state_before(meta, step, epoch, provenance):
@@ -389,7 +389,7 @@ class Loader:
                 detail = (f"local rank {local_rank} is held in this process, by another "
                           "Loader or by arrays of batches of a closed one: close it and "
                           "delete them first")
-            raise _error(r, f"shmfeed: job '{job}' rank {local_rank}: {detail}")
+            raise Error(r, f"shmfeed: job '{job}' rank {local_rank}: {detail}")
         self._owner = _Attachment(self._lib, handle, (job, local_rank))
         _attached[self._owner.key] = self._owner
         self._h = handle
@@ -753,7 +753,7 @@ class Loader:
             self._stream = s
 
     def _raise_timeout(self, ms):
-        raise _error(N.SF_E_TIMEOUT, f"shmfeed: job '{self.job}' rank {self.rank}: no batch "
+        raise Error(N.SF_E_TIMEOUT, f"shmfeed: job '{self.job}' rank {self.rank}: no batch "
                      f"within {ms / 1000:g} s (step {self.counters()['next_step']})")
 
     def _raise_closed(self, what):
@@ -768,7 +768,7 @@ class Loader:
         rank = getattr(self, "rank", self._info.global_rank)  # not set during attach
         if not msg.startswith(f"rank {rank}"):  # most of the library's messages name it
             msg = f"rank {rank}: {msg or N.strerror(code)}"
-        raise _error(code, f"shmfeed: job '{self.job}' {msg}")
+        raise Error(code, f"shmfeed: job '{self.job}' {msg}")
 
     @_then_close_deferred
     def release(self):
