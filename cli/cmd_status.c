@@ -337,6 +337,17 @@ static int parse_count(const char *s, long *ret)
 	return 0;
 }
 
+/* One frame of top: over the last on a terminal, else after it. */
+static void show_frame(int tty, long shown, const struct doc *st, const struct doc *sd)
+{
+	if (tty)
+		fputs("\033[H\033[2J", stdout);
+	else if (shown)
+		fputs("\n", stdout);
+	print_stats(stdout, st, sd);
+	fflush(stdout);
+}
+
 int sf__cmd_top(int argc, char **argv)
 {
 	static char status_buf[SF_CTL_MAX_REPLY], fresh[SF_CTL_MAX_REPLY], msg[SF_CTL_MAX_REPLY];
@@ -373,13 +384,8 @@ int sf__cmd_top(int argc, char **argv)
 	 * Silence is judged against the job's own interval (10 s at least). */
 	interval_ms = (uint32_t)u64_of(&st, 0, "stats_interval_ms");
 	silent_limit_ms = interval_ms > 4000 ? 2 * interval_ms + 2000 : 10000;
-	if (call(&info, "stats", msg, sizeof(msg), &e) >= 0 && parse_reply(&sd, msg, &e) >= 0) {
-		if (tty)
-			fputs("\033[H\033[2J", stdout);
-		print_stats(stdout, &st, &sd);
-		fflush(stdout);
-		shown++;
-	}
+	if (call(&info, "stats", msg, sizeof(msg), &e) >= 0 && parse_reply(&sd, msg, &e) >= 0)
+		show_frame(tty, shown++, &st, &sd);
 	ctx = zmq_ctx_new();
 	sub = zmq_socket(ctx, ZMQ_SUB);
 	/* Only the latest stats matter to a display. */
@@ -428,13 +434,7 @@ int sf__cmd_top(int argc, char **argv)
 			memcpy(status_buf, fresh, sizeof(status_buf));
 			parse_reply(&st, status_buf, &e);
 		}
-		if (tty)
-			fputs("\033[H\033[2J", stdout);
-		else if (shown)
-			fputs("\n", stdout);
-		print_stats(stdout, &st, &sd);
-		fflush(stdout);
-		shown++;
+		show_frame(tty, shown++, &st, &sd);
 	}
 out:
 	zmq_close(sub);
