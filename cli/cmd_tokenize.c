@@ -113,7 +113,6 @@ static int out_dir_missing(const char *prefix)
  */
 static int lock_output(const char *prefix, char *lock, size_t len)
 {
-	struct stat st;
 	int fd;
 
 	snprintf(lock, len, "%s.lock", prefix);
@@ -121,17 +120,12 @@ static int lock_output(const char *prefix, char *lock, size_t len)
 	if (fd == -EBUSY)
 		sf__log_error("%s: another `shmfeed tokenize` is writing it (it holds %s)", prefix,
 			      lock);
-	else if (fd < 0)
-		sf__log_error("%s: cannot create: %s", lock, strerror(-fd));
-	/* A lock is empty, also one left by a run that was killed: a file with something in
-	 * it is someone's, which unlocking would remove. */
-	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 0)) {
+	else if (fd == -ENOTEMPTY)
 		sf__log_error("%s: the file is there and is not a lock of shmfeed's (not empty); "
 			      "remove it or choose another -o",
 			      lock);
-		close(fd);
-		return -1;
-	}
+	else if (fd < 0)
+		sf__log_error("%s: cannot create: %s", lock, strerror(-fd));
 	return fd < 0 ? -1 : fd;
 }
 

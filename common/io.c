@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,15 @@ int sf__pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
+/* A lock file is empty, also one left by a process that was killed: a file with something
+ * in it is someone's own, which unlocking would remove. */
+static bool empty_regular(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0;
+}
+
 int sf__path_lock(const char *path)
 {
 	for (;;) {
@@ -58,10 +68,29 @@ int sf__path_lock(const char *path)
 			return r;
 		}
 		if (fstat(fd, &held) == 0 && stat(path, &named) == 0 &&
-		    held.st_dev == named.st_dev && held.st_ino == named.st_ino)
-			return fd;
+		    held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
+			if (empty_regular(fd))
+				return fd;
+			close(fd);
+			return -ENOTEMPTY;
+		}
 		close(fd); /* its holder removed it as this process took it: again */
 	}
+}
+
+int sf__path_lock_probe(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK), r = 0;
+
+	if (fd < 0)
+		return 0;
+	/* A shared lock conflicts with the exclusive one its holder has. */
+	if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK)
+		r = -EBUSY;
+	else if (!empty_regular(fd))
+		r = -ENOTEMPTY;
+	close(fd);
+	return r;
 }
 
 void sf__path_unlock(const char *path, int fd)

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -514,7 +513,6 @@ static int not_a_lock(const char *lock, struct sf_err *e)
 
 static int lock_file(struct sf_metrics *m, const char *path, struct sf_err *e)
 {
-	struct stat st;
 	int fd;
 
 	if (asprintf(&m->lock_file, "%s.lock", path) < 0) {
@@ -524,13 +522,11 @@ static int lock_file(struct sf_metrics *m, const char *path, struct sf_err *e)
 	fd = sf__path_lock(m->lock_file);
 	if (fd == -EBUSY)
 		return busy(path, m->lock_file, e);
+	if (fd == -ENOTEMPTY)
+		return not_a_lock(m->lock_file, e);
 	if (fd < 0)
 		return sf__err(e, fd, "cannot write the metrics file %s: cannot create %s: %s",
 			       path, m->lock_file, strerror(-fd));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 0) {
-		close(fd);
-		return not_a_lock(m->lock_file, e);
-	}
 	m->lock_fd = fd;
 	return 0;
 }
@@ -538,20 +534,15 @@ static int lock_file(struct sf_metrics *m, const char *path, struct sf_err *e)
 int sf__metrics_file_check(const char *path, struct sf_err *e)
 {
 	char *lock;
-	struct stat st;
-	int fd, r = 0;
+	int r;
 
 	if (asprintf(&lock, "%s.lock", path) < 0)
 		return sf__err(e, -ENOMEM, "out of memory");
-	fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (fd >= 0) {
-		/* A shared lock conflicts with the exclusive one a running job holds. */
-		if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK)
-			r = busy(path, lock, e);
-		else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 0)
-			r = not_a_lock(lock, e);
-		close(fd);
-	}
+	r = sf__path_lock_probe(lock);
+	if (r == -EBUSY)
+		r = busy(path, lock, e);
+	else if (r == -ENOTEMPTY)
+		r = not_a_lock(lock, e);
 	free(lock);
 	return r < 0 ? r : check_file(path, e);
 }
