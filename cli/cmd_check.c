@@ -114,14 +114,11 @@ static void report_sources(const struct sf_config *cfg)
 }
 
 /* A file that two sources read (sf__sources_shared_files()): warned about, not refused. */
-static void warn_shared(void *arg, uint32_t a, uint32_t b, const char *path)
+static void warn_shared(uint32_t a, uint32_t b, const char *path, const char *effect)
 {
-	const struct sf_config *cfg = arg;
-
 	printf("# warning: sources %u and %u both read ", a, b);
 	sf__config_write_text(stdout, path);
-	printf(cfg->mixture ? ": each of them samples it\n"
-			    : ": its documents come twice in each epoch\n");
+	printf(": %s\n", effect);
 }
 
 #define USAGE "usage: shmfeed check CONFIG [--set KEY=VALUE ...] [--strict] [--tokens N]\n"
@@ -393,7 +390,7 @@ int sf__cmd_check(int argc, char **argv)
 	printf("# %s: valid\n", path);
 	sf__config_write(&cfg, stdout);
 	report_sources(&cfg);
-	shared = sf__sources_shared_files(&cfg, warn_shared, &cfg);
+	shared = sf__sources_shared_files(&cfg, warn_shared);
 	if (shared > SF_SHARED_FILES_SAID)
 		printf("# warning: and %d more files that two sources read\n",
 		       shared - SF_SHARED_FILES_SAID);

@@ -214,9 +214,7 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		 * job is dead, not absent, and the next run of it cleans up. */
 		stale = arena == 1;
 		if ((r == 0 && !pid_alive(found.pid)) || stale) {
-			char left[700];
-
-			char socks[400] = "";
+			char left[700], socks[400] = "";
 
 			if (r == 0)
 				describe_sockets(&found, p.info_path, socks, sizeof(socks));

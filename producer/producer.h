@@ -83,16 +83,17 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 
 /*
  * sf__sources_shared_files - each file that two sources of `cfg` read, by any names (a
- * Megatron pair by its .bin, .idx or prefix): report(arg, source a, source b, path) for
- * the first SF_SHARED_FILES_SAID of them. A source reads each of its files once, but two
- * sources each read theirs: in one stream such a file's documents come twice per epoch,
- * in a mixture both sources sample it. Returns how many there are, or -ENOMEM; sources
- * that do not expand are left to the dataset's own errors.
+ * Megatron pair by its .bin, .idx or prefix): report(source a, source b, path, effect) for
+ * the first SF_SHARED_FILES_SAID of them, `effect` saying what it does. A source
+ * reads each of its files once, but two sources each read theirs: in one stream such a
+ * file's documents come twice per epoch, in a mixture both sources sample it. Returns how
+ * many there are, or -ENOMEM; sources that do not expand are left to the dataset's own
+ * errors.
  */
 #define SF_SHARED_FILES_SAID 8
 int sf__sources_shared_files(const struct sf_config *cfg,
-			     void (*report)(void *arg, uint32_t a, uint32_t b, const char *path),
-			     void *arg);
+			     void (*report)(uint32_t a, uint32_t b, const char *path,
+					    const char *effect));
 /* sf__sources_warn_shared - the same, logged as warnings: what `run` and `tokenize` say. */
 void sf__sources_warn_shared(const struct sf_config *cfg);
 

@@ -320,9 +320,11 @@ static int cmp_shared_file(const void *a, const void *b)
 }
 
 int sf__sources_shared_files(const struct sf_config *cfg,
-			     void (*report)(void *arg, uint32_t a, uint32_t b, const char *path),
-			     void *arg)
+			     void (*report)(uint32_t a, uint32_t b, const char *path,
+					    const char *effect))
 {
+	const char *effect = cfg->mixture ? "each of them samples it"
+					  : "its documents come twice in each epoch";
 	struct shared_file *f = NULL;
 	size_t n = 0, cap = 0;
 	int found = 0;
@@ -342,7 +344,8 @@ int sf__sources_shared_files(const struct sf_config *cfg,
 				continue;
 			}
 			if (n == cap) {
-				struct shared_file *g = realloc(f, (cap ? 2 * cap : 64) * sizeof(*f));
+				size_t grown = cap ? 2 * cap : 64;
+				struct shared_file *g = realloc(f, grown * sizeof(*f));
 
 				if (!g) {
 					for (; k < np; k++)
@@ -352,7 +355,7 @@ int sf__sources_shared_files(const struct sf_config *cfg,
 					goto out;
 				}
 				f = g;
-				cap = cap ? 2 * cap : 64;
+				cap = grown;
 			}
 			f[n++] = (struct shared_file){{st.st_dev, st.st_ino, i}, paths[k]};
 		}
@@ -365,7 +368,8 @@ int sf__sources_shared_files(const struct sf_config *cfg,
 		    f[k].id.i == f[k - 1].id.i)
 			continue;
 		if (found++ < SF_SHARED_FILES_SAID)
-			report(arg, (uint32_t)f[k - 1].id.i, (uint32_t)f[k].id.i, f[k - 1].path);
+			report((uint32_t)f[k - 1].id.i, (uint32_t)f[k].id.i, f[k - 1].path,
+			       effect);
 	}
 out:
 	for (size_t k = 0; k < n; k++)
@@ -374,18 +378,14 @@ out:
 	return found;
 }
 
-static void log_shared(void *arg, uint32_t a, uint32_t b, const char *path)
+static void log_shared(uint32_t a, uint32_t b, const char *path, const char *effect)
 {
-	const struct sf_config *cfg = arg;
-
-	sf__log_error("warning: sources %u and %u both read %s: %s", a, b, path,
-		      cfg->mixture ? "each of them samples it"
-				   : "its documents come twice in each epoch");
+	sf__log_error("warning: sources %u and %u both read %s: %s", a, b, path, effect);
 }
 
 void sf__sources_warn_shared(const struct sf_config *cfg)
 {
-	int n = sf__sources_shared_files(cfg, log_shared, (void *)cfg);
+	int n = sf__sources_shared_files(cfg, log_shared);
 
 	if (n > SF_SHARED_FILES_SAID)
 		sf__log_error("warning: and %d more files that two sources read",
