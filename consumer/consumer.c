@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 #ifdef SF_HAVE_XXH3_DISPATCH
 /* Replaces XXH3_64bits and its variants by libxxhash's runtime-dispatched versions:
@@ -232,8 +233,8 @@ static void gpu_teardown(struct sf_consumer *c)
 }
 
 /*
- * The number of device buffers: SF_ATTACH_GPU_BUFFERS(n) in the flags, else
- * $SHMFEED_GPU_BUFFERS, else 2.
+ * The number of device buffers: SF_ATTACH_GPU_BUFFERS(n) in the flags (checked by
+ * check_attach_args()), else $SHMFEED_GPU_BUFFERS, else 2.
  */
 static int gpu_buffer_count(struct sf_consumer *c, uint32_t flags, uint32_t *ret_n)
 {
@@ -252,9 +253,6 @@ static int gpu_buffer_count(struct sf_consumer *c, uint32_t flags, uint32_t *ret
 	}
 	if (!n)
 		n = 2;
-	if (n > SF_GPU_BUFFERS_MAX)
-		return sf__err(&c->err, SF_E_RANGE, "%lu device buffers asked for, at most %d", n,
-			       SF_GPU_BUFFERS_MAX);
 	*ret_n = (uint32_t)n;
 	return 0;
 }
@@ -391,6 +389,44 @@ static int release_held(struct sf_consumer *c)
 	return r;
 }
 
+/*
+ * The rank's entry is held by a live process: name it, this one (another handle) or
+ * another one. A refusal that is not about this rank's entry (a re-base that could not
+ * repair an old rank) keeps its own message: the entry is free again by then.
+ */
+static void say_who_holds(struct sf_consumer *c, const char *job)
+{
+	int32_t pid = atomic_load_explicit(&c->a->participants[c->me].pid, memory_order_relaxed);
+
+	if (pid == (int32_t)getpid())
+		sf__err(&c->err, SF_E_BUSY,
+			"job '%s': local rank %u is consumed by another handle in this process "
+			"(detach it first)",
+			job, c->rank);
+	else if (pid > 0)
+		sf__err(&c->err, SF_E_BUSY,
+			"job '%s': local rank %u is consumed by another process (pid %d)", job,
+			c->rank, (int)pid);
+}
+
+/* Flags and devices attach knows; SF_E_RANGE naming the first other one. */
+static int check_attach_args(struct sf_err *e, int32_t device, uint32_t flags)
+{
+	const uint32_t known = SF_ATTACH_CPU | SF_ATTACH_EXPLICIT_RELEASE | SF_ATTACH_GPU_BUFFERS(0xff);
+	uint32_t buffers = (flags >> 8) & 0xffu;
+
+	if (flags & ~known)
+		return sf__err(e, SF_E_RANGE, "unknown attach flags 0x%x", flags & ~known);
+	if (buffers > SF_GPU_BUFFERS_MAX)
+		return sf__err(e, SF_E_RANGE, "%u device buffers asked for, at most %d", buffers,
+			       SF_GPU_BUFFERS_MAX);
+	if (device < SF_DEVICE_NONE)
+		return sf__err(e, SF_E_RANGE,
+			       "device %d: a CUDA device ordinal (0 and up) or SF_DEVICE_NONE (-1)",
+			       (int)device);
+	return 0;
+}
+
 int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int32_t device,
 			     uint32_t flags, struct sf_consumer **ret_consumer, char *errmsg,
 			     uint32_t errmsg_len)
@@ -414,6 +450,9 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 		r = sf__err(&c->err, -EINVAL, "no place to store the handle");
 		goto fail;
 	}
+	r = check_attach_args(&c->err, device, flags);
+	if (r < 0)
+		goto fail;
 	r = sf__arena_attach(job, NULL, &c->a, &c->err);
 	if (r < 0)
 		goto fail;
@@ -438,9 +477,7 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 	r = sf__node_ranks_register(c->a, c->rank, env, &base, &c->err);
 	if (r < 0) {
 		if (r == SF_E_BUSY)
-			sf__err(&c->err, r,
-				"job '%s': local rank %lld is consumed by another process", job,
-				(long long)local_rank);
+			say_who_holds(c, job);
 		goto fail;
 	}
 	c->global_rank = base + c->rank;
@@ -511,8 +548,17 @@ static uint64_t gpu_doc_starts(const struct sf_consumer *c, uint32_t i)
 int sf_consumer_device_buffer(const struct sf_consumer *c, uint32_t index, uint64_t *ret_tokens,
 			      uint64_t *ret_doc_starts)
 {
-	if (index >= c->gpu.nbuf)
-		return SF_E_RANGE;
+	if (index >= c->gpu.nbuf) {
+		/* The handle is the caller's own (attach allocates it): its message may
+		 * change through this const view, as errmsg's sole record of the failure. */
+		struct sf_consumer *m = (struct sf_consumer *)c;
+
+		if (!c->gpu.nbuf)
+			return sf__err(&m->err, SF_E_RANGE,
+				       "device buffer %u: the handle is in CPU mode", index);
+		return sf__err(&m->err, SF_E_RANGE, "device buffer %u: the handle has %u", index,
+			       c->gpu.nbuf);
+	}
 	*ret_tokens = c->gpu.buf[index];
 	*ret_doc_starts = gpu_doc_starts(c, index);
 	return 0;
@@ -705,23 +751,18 @@ out:
 static int claim_watching_job(struct sf_consumer *c, int64_t timeout_ns, struct sf_slot **ret_slot)
 {
 	uint64_t deadline = timeout_ns < 0 ? UINT64_MAX : sf__now_ns() + (uint64_t)timeout_ns;
+	int64_t slice = 0; /* first a look without waiting: a batch ready is taken at once */
 
 	for (;;) {
-		int64_t slice = LIVENESS_SLICE_NS;
-		uint64_t now = sf__now_ns();
-		int r;
+		int r = sf__consumer_claim(c->a, c->me, c->rank, c->step, slice, ret_slot);
+		uint64_t now;
 
-		if (timeout_ns == 0)
-			slice = 0;
-		else if (deadline != UINT64_MAX)
-			slice = now >= deadline			   ? 0
-				: deadline - now < (uint64_t)slice ? (int64_t)(deadline - now)
-								   : slice;
-		r = sf__consumer_claim(c->a, c->me, c->rank, c->step, slice, ret_slot);
 		if (r != SF_E_TIMEOUT && r != SF_E_AGAIN)
 			return r;
-		/* Looked at once per slice, and no more often across calls that do not wait
-		 * (timeout 0) or wait briefly; once dead, always dead. */
+		/* Nothing ready: is anyone left to fill the ring? Looked at before the first
+		 * wait of a handle and then once per slice, no more often across calls that
+		 * do not wait (timeout 0) or wait briefly; once dead, always dead, so every
+		 * later call that finds nothing ready returns at once. */
 		now = sf__now_ns();
 		if (!c->gone && now - c->liveness_checked_ns >= LIVENESS_SLICE_NS) {
 			c->liveness_checked_ns = now;
@@ -733,6 +774,8 @@ static int claim_watching_job(struct sf_consumer *c, int64_t timeout_ns, struct 
 			return r;
 		if (deadline != UINT64_MAX && now >= deadline)
 			return SF_E_TIMEOUT;
+		slice = deadline - now < (uint64_t)LIVENESS_SLICE_NS ? (int64_t)(deadline - now)
+								      : LIVENESS_SLICE_NS;
 	}
 }
 

@@ -212,7 +212,8 @@ struct sf_consumer;
  * the message. -ENOENT: no such job; SF_E_RANGE: no such local rank; SF_E_LAYOUT: an arena
  * of another layout version; SF_E_BUSY: a live process consumes that rank already.
  * On failure a message naming the cause is written to `errmsg` (when not NULL; always
- * NUL-terminated). SF_E_RANGE also for a number of device buffers out of range.
+ * NUL-terminated). SF_E_RANGE also for a number of device buffers out of range, a flag
+ * not defined here, and a device below SF_DEVICE_NONE, in any mode.
  * Returns 0 and stores the handle in *ret_consumer; free it with sf_consumer_detach().
  */
 int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint32_t flags,
@@ -254,7 +255,8 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 /*
  * sf_consumer_device_buffer - GPU mode: the device addresses of device buffer `index`
  * (0..gpu_buffers-1; sf_consumer_info lists only the first two) and of its document
- * starts (0 when the job records none). Returns 0, or SF_E_RANGE (and in CPU mode).
+ * starts (0 when the job records none). Returns 0, or SF_E_RANGE (and in CPU mode), with
+ * sf_consumer_errmsg() saying which.
  */
 int sf_consumer_device_buffer(const struct sf_consumer *c, uint32_t index, uint64_t *ret_tokens,
 			      uint64_t *ret_doc_starts);

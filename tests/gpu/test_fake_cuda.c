@@ -556,6 +556,9 @@ static void case_explicit_release(void)
 	sf_consumer_info(c, &info);
 	CHECK(info.gpu_buffers == HOLD, "%u device buffers ($SHMFEED_GPU_BUFFERS=3)",
 	      info.gpu_buffers);
+	CHECK(sf_consumer_device_buffer(c, HOLD, &ptr, &docs) == SF_E_RANGE &&
+		      strstr(sf_consumer_errmsg(c), "device buffer 3: the handle has 3"),
+	      "buffer past the last: %s", sf_consumer_errmsg(c));
 	for (uint64_t st = 0; st < N; st++) {
 		CHECK(sf_consumer_next(c, 10000, &held[st]) == 0, "step %llu: %s",
 		      (unsigned long long)st, sf_consumer_errmsg(c));

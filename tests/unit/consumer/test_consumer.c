@@ -438,7 +438,42 @@ Test(consumer, second_consumer_of_a_rank_is_refused)
 	cr_assert_eq(sf_consumer_attach(job, 1, SF_DEVICE_NONE, 0, &d, msg, sizeof(msg)),
 		     SF_E_BUSY);
 	cr_expect(strstr(msg, "local rank 1") != NULL, "%s", msg);
+	/* The holder is this process (another handle), and the message says so. */
+	cr_expect(strstr(msg, "this process") != NULL, "%s", msg);
+	cr_expect(strstr(msg, "another process") == NULL, "%s", msg);
 	sf_consumer_detach(c);
+	/* Held by a child: the message names it. */
+	{
+		int go[2], held[2];
+		char byte = 0, pid[32];
+		pid_t child;
+
+		cr_assert_eq(pipe(go), 0);
+		cr_assert_eq(pipe(held), 0);
+		child = fork();
+		cr_assert_geq(child, 0);
+		if (child == 0) {
+			struct sf_consumer *cc = NULL;
+
+			if (sf_consumer_attach(job, 1, SF_DEVICE_NONE, 0, &cc, NULL, 0) < 0 ||
+			    write(held[1], "h", 1) != 1 || read(go[0], &byte, 1) != 1)
+				_exit(1);
+			sf_consumer_detach(cc);
+			_exit(0);
+		}
+		cr_assert_eq(read(held[0], &byte, 1), 1);
+		cr_expect_eq(sf_consumer_attach(job, 1, SF_DEVICE_NONE, 0, &d, msg, sizeof(msg)),
+			     SF_E_BUSY);
+		snprintf(pid, sizeof(pid), "pid %d", (int)child);
+		cr_expect(strstr(msg, "another process") != NULL && strstr(msg, pid) != NULL,
+			  "%s", msg);
+		cr_assert_eq(write(go[1], "g", 1), 1);
+		waitpid(child, NULL, 0);
+		close(go[0]);
+		close(go[1]);
+		close(held[0]);
+		close(held[1]);
+	}
 	c = attach(1);
 	sf_consumer_detach(c);
 	feed_stop(f);
@@ -523,6 +558,57 @@ Test(consumer, explicit_release_is_refused_in_cpu_mode)
 	cr_expect(strstr(msg, "SF_ATTACH_EXPLICIT_RELEASE") && strstr(msg, "GPU"), "%s", msg);
 	cr_assert_null(c);
 	c = attach(0); /* the rank is free */
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+/* Flags and devices attach cannot act on are refused in every mode, naming the value,
+ * and the rank stays free. */
+Test(consumer, attach_refuses_flags_and_devices_it_does_not_know)
+{
+	struct feed *f = start(opts(0));
+	struct {
+		int32_t device;
+		uint32_t flags;
+		const char *says;
+	} bad[] = {
+		{SF_DEVICE_NONE, SF_ATTACH_GPU_BUFFERS(17), "17 device buffers"},
+		{SF_DEVICE_NONE, SF_ATTACH_GPU_BUFFERS(255), "255 device buffers"},
+		{SF_DEVICE_NONE, 0xffff0000u, "0xffff0000"},
+		{SF_DEVICE_NONE, 0x4u, "0x4"},
+		{-2, 0, "device -2"},
+		{INT32_MIN, SF_ATTACH_CPU, "device -2147483648"},
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct sf_consumer *c = NULL;
+		char msg[256] = "";
+		int r = sf_consumer_attach(job, 0, bad[i].device, bad[i].flags, &c, msg,
+					   sizeof(msg));
+
+		cr_expect_eq(r, SF_E_RANGE, "case %zu: %d: %s", i, r, msg);
+		cr_expect(strstr(msg, bad[i].says) != NULL, "case %zu: %s", i, msg);
+		cr_expect_null(c);
+	}
+	sf_consumer_detach(attach(0)); /* the rank is free */
+	feed_stop(f);
+}
+
+/* A CPU handle has no device buffers: SF_E_RANGE, and the handle's message says so
+ * (it kept the last failure's, about something else). */
+Test(consumer, device_buffer_of_a_cpu_handle_says_why)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = attach(0);
+	uint64_t tokens = 7, docs = 9;
+
+	cr_assert_eq(sf_consumer_set_stream(c, 0), SF_E_STATE);
+	cr_expect_eq(sf_consumer_device_buffer(c, 0, &tokens, &docs), SF_E_RANGE);
+	cr_expect(strstr(sf_consumer_errmsg(c), "CPU mode") != NULL, "%s", sf_consumer_errmsg(c));
+	cr_expect(strstr(sf_consumer_errmsg(c), "device buffer 0") != NULL, "%s",
+		  sf_consumer_errmsg(c));
+	cr_expect_eq(tokens, 7);
+	cr_expect_eq(docs, 9);
 	sf_consumer_detach(c);
 	feed_stop(f);
 }
@@ -672,6 +758,21 @@ static void *kill_creator_later(void *arg)
 	return NULL;
 }
 
+/* A call after the launcher is known dead (or found dead at the call's first look)
+ * returns SF_E_JOB_GONE without waiting, whatever its timeout. */
+static void expect_gone_at_once(struct sf_consumer *c, int32_t timeout_ms)
+{
+	struct sf_batch b;
+	uint64_t t0 = sf__now_ns();
+	int r = sf_consumer_next(c, timeout_ms, &b);
+	uint64_t took = sf__now_ns() - t0;
+
+	cr_expect_eq(r, SF_E_JOB_GONE, "timeout %d: %d: %s", timeout_ms, r,
+		     sf_consumer_errmsg(c));
+	cr_expect_lt(took, 100000000ull, "timeout %d: SF_E_JOB_GONE after %.3f s", timeout_ms,
+		     (double)took / 1e9);
+}
+
 /* The launcher killed outright (no STOPPING): a consumer waiting with no timeout gets
  * SF_E_JOB_GONE within 2 s, not a wait forever. */
 Test(consumer, job_gone_when_the_launcher_dies)
@@ -714,10 +815,17 @@ Test(consumer, job_gone_when_the_launcher_dies)
 	cr_expect(strstr(sf_consumer_errmsg(c), "launcher") != NULL, "%s", sf_consumer_errmsg(c));
 	/* A call with a timeout, and one that does not wait, say the same: at once, not
 	 * after the next look at the launcher (a 100 ms call timed out before). */
-	cr_expect_eq(sf_consumer_next(c, 100, &b), SF_E_JOB_GONE);
-	cr_expect_eq(sf_consumer_next(c, 5000, &b), SF_E_JOB_GONE);
+	expect_gone_at_once(c, 100);
+	expect_gone_at_once(c, 5000);
+	expect_gone_at_once(c, -1);
 	usleep(600 * 1000);
-	cr_expect_eq(sf_consumer_next(c, 0, &b), SF_E_JOB_GONE);
+	expect_gone_at_once(c, 0);
+	sf_consumer_detach(c);
+	/* A handle attached to the dead job's arena finds out at its first wait, not after
+	 * waiting one look's interval (half a second) on every call. */
+	c = attach(0);
+	expect_gone_at_once(c, 3000);
+	expect_gone_at_once(c, 3000);
 	sf_consumer_detach(c);
 	close(ready[0]);
 	close(ready[1]);
