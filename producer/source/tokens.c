@@ -168,8 +168,18 @@ static int looks_32_bit(const struct sf_token_file *f, struct sf_err *e)
 		       f->path, n);
 }
 
+/*
+ * A nanoGPT or llm.c file of no tokens is refused: among shards it is most often one whose
+ * writer died (Megatron pairs of no documents stay valid: `tokenize --shard` writes them
+ * for parts that get no file).
+ */
 static int open_nanogpt(struct sf_token_file *f, struct sf_err *e)
 {
+	if (!f->map_len)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: the file is empty (no tokens): a write that did not finish? "
+			       "Remove it from the source",
+			       f->path);
 	if (f->map_len % 2)
 		return sf__err(e, SF_E_SOURCE,
 			       "%s: byte %zu: truncated: a nanoGPT file holds uint16 tokens but "
@@ -208,6 +218,11 @@ static int open_llmc(struct sf_token_file *f, struct sf_err *e)
 	if (count < 0)
 		return sf__err(e, SF_E_SOURCE, "%s: byte 8: negative token count %d", f->path,
 			       count);
+	if (count == 0)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte 8: the header announces 0 tokens: a write that did not "
+			       "finish? Remove it from the source",
+			       f->path);
 	f->width = magic == LLMC_MAGIC_U16 ? 2 : 4;
 	if ((f->map_len - hdr) / f->width < (uint64_t)count)
 		return sf__err(e, SF_E_SOURCE,

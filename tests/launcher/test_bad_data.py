@@ -262,10 +262,18 @@ def test_check_fails_where_run_fails(rt, tmp_path):
             f"[{{paths: [{tmp_path}/a.bin, {tmp_path}/none.bin], on_error: skip}}]",
             "none.bin: no such file"),
         "an empty directory": (f"[{tmp_path}/empty]", "the directory holds no regular file"),
+        "an empty token file beside a good one": (
+            f"[{tmp_path}/a.bin, {tmp_path}/zero.bin]",
+            "zero.bin: the file is empty (no tokens)"),
+        "an llm.c file of no tokens beside a good one": (
+            f"[{tmp_path}/a.bin, {tmp_path}/hdr.bin]",
+            "hdr.bin: byte 8: the header announces 0 tokens"),
         "doc_starts without an end-of-text id": (f"[{tmp_path}/a.bin]",
                                                  "needs the end-of-text id"),
     }
     (tmp_path / "empty").mkdir()
+    (tmp_path / "zero.bin").write_bytes(b"")
+    (tmp_path / "hdr.bin").write_bytes(struct.pack("<3i", 20240520, 1, 0) + bytes(1012))
     for what, (sources, needle) in cases.items():
         cfg = write_config(tmp_path, sources, "sampling: {doc_starts: 4}\n"
                            if "doc_starts" in what else "")
