@@ -51,13 +51,19 @@ static int grow(char **buf, size_t *cap, size_t need)
 static int decompress_zstd(const char *path, const unsigned char *in, size_t in_len, char **ret,
 			   size_t *ret_len, size_t *ret_cap, struct sf_err *e)
 {
-	ZSTD_DStream *ds = ZSTD_createDStream();
-	ZSTD_inBuffer ib = {in, in_len, 0};
+	/* Fed a step at a time, so that an error names how far the decoder had got. */
+	const size_t step = ZSTD_DStreamInSize();
+	ZSTD_DStream *ds;
+	ZSTD_inBuffer ib = {in, 0, 0};
 	size_t want = in_len * 4 > (1u << 20) ? in_len * 4 : (1u << 20), cap = 0, len = 0;
 	size_t last = 0;
 	char *buf = NULL;
 	int r = 0;
 
+	if (!in_len)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte 0: truncated zstd stream (the file is empty)", path);
+	ds = ZSTD_createDStream();
 	if (!ds)
 		return sf__err(e, -ENOMEM, "out of memory");
 	r = grow(&buf, &cap, want);
@@ -67,7 +73,7 @@ static int decompress_zstd(const char *path, const unsigned char *in, size_t in_
 	}
 	/* Until the input is consumed and the decoder holds nothing back (`last` is the
 	 * number of bytes it still wants, 0 at the end of a frame). */
-	while (ib.pos < ib.size || last != 0) {
+	while (ib.pos < in_len || last != 0) {
 		ZSTD_outBuffer ob;
 		size_t before = len;
 
@@ -77,14 +83,18 @@ static int decompress_zstd(const char *path, const unsigned char *in, size_t in_
 			goto out;
 		}
 		ob = (ZSTD_outBuffer){buf + len, cap - len, 0};
+		ib.size = in_len - ib.pos > step ? ib.pos + step : in_len;
 		last = ZSTD_decompressStream(ds, &ob, &ib);
 		if (ZSTD_isError(last)) {
-			r = sf__err(e, SF_E_SOURCE, "%s: byte %zu: invalid zstd stream: %s", path,
-				    ib.pos, ZSTD_getErrorName(last));
+			/* Not "byte N": the damage may lie in a block the decoder buffered
+			 * before, or anywhere in the frame when its checksum finds it. */
+			r = sf__err(e, SF_E_SOURCE,
+				    "%s: invalid zstd stream, found by byte %zu of %zu: %s", path,
+				    ib.size, in_len, ZSTD_getErrorName(last));
 			goto out;
 		}
 		len += ob.pos;
-		if (ib.pos == ib.size && len == before && last != 0) {
+		if (ib.pos == in_len && len == before && last != 0) {
 			r = sf__err(e, SF_E_SOURCE,
 				    "%s: byte %zu: truncated zstd stream (the frame is incomplete)",
 				    path, in_len);
@@ -112,6 +122,9 @@ static int decompress_gzip(const char *path, const unsigned char *in, size_t in_
 	int r = 0, z = Z_OK;
 
 	/* 15 + 16: gzip framing only; multi-member files are handled by the reset below. */
+	if (!in_len)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte 0: truncated gzip stream (the file is empty)", path);
 	if (inflateInit2(&zs, 15 + 16) != Z_OK)
 		return sf__err(e, -ENOMEM, "%s: cannot start zlib", path);
 	r = grow(&buf, &cap, want);

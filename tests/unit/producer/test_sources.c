@@ -444,6 +444,48 @@ Test(sources, zstd_truncated_stream)
 	expect_fail(SF_E_SOURCE, path, want);
 }
 
+/* An empty .zst is no stream at all (zstd -d says so too): refused as .gz is, not read as
+ * a file of no documents. */
+Test(sources, empty_compressed_files_are_refused)
+{
+	static const char *names[] = {"empty.jsonl.zst", "empty.txt.gz"};
+
+	cfg.encoding = "bytes";
+	for (size_t i = 0; i < 2; i++) {
+		put(names[i], "", 0);
+		expect_fail(SF_E_SOURCE, path, "byte 0: truncated");
+		expect_fail(SF_E_SOURCE, path, "(the file is empty)");
+	}
+}
+
+/* Damage found by the frame's checksum has no byte of its own: the message says how far
+ * the decoder had read (it said "byte 0"), not a "byte N" the damage would be at. */
+Test(sources, zstd_damage_says_how_far_it_read)
+{
+	static char text[1 << 16];
+	unsigned char z[1 << 16];
+	size_t n;
+	char want[96];
+
+	for (size_t i = 0; i + 1 < sizeof(text); i++)
+		text[i] = i % 61 == 60 ? '\n' : "abcdefghij klmnopq rstuvwxyz"[(i * 7 + i / 13) % 28];
+	{
+		ZSTD_CCtx *cc = ZSTD_createCCtx();
+
+		cr_assert(cc);
+		ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+		n = ZSTD_compress2(cc, z, sizeof(z), text, strlen(text));
+		ZSTD_freeCCtx(cc);
+	}
+	cr_assert(!ZSTD_isError(n));
+	z[n - 1] ^= 0x55; /* the checksum */
+	cfg.encoding = "bytes";
+	put("sum.txt.zst", z, n);
+	snprintf(want, sizeof(want), "invalid zstd stream, found by byte %zu of %zu", n, n);
+	expect_fail(SF_E_SOURCE, path, want);
+	expect_fail(SF_E_SOURCE, path, "checksum");
+}
+
 static size_t gzip_bytes(unsigned char *out, size_t cap)
 {
 	static const char text[] = "{\"text\": \"a gzip compressed document of some length\"}\n";
