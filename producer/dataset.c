@@ -105,6 +105,30 @@ static int keys_fit_format(const struct sf_source_config *src, const char *path,
 	return 0;
 }
 
+/*
+ * A name format auto does not know may be no file at all (a Megatron prefix whose .idx is
+ * missing) or no regular file (a directory a glob matched): said so. -EINVAL where it is
+ * a file of a name auto does not know.
+ */
+static int why_no_format(const char *path, struct sf_err *e)
+{
+	struct stat st;
+	char *bin;
+	int r;
+
+	if (stat(path, &st) == 0)
+		return S_ISREG(st.st_mode) ? -EINVAL
+					   : sf__err(e, SF_E_SOURCE, "%s: not a regular file", path);
+	bin = sf__megatron_file(path, ".bin");
+	if (!bin)
+		return sf__err(e, -ENOMEM, "out of memory");
+	r = sf__err(e, -ENOENT, "%s: no such file, and %s has no .idx beside it (a Megatron "
+			"prefix names the pair)",
+		    path, bin);
+	free(bin);
+	return r;
+}
+
 static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 			const struct sf_part_plan *plan, struct sf_err *e)
 {
@@ -129,12 +153,14 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 			if (format == SF_FMT_AUTO)
 				r = sf__source_detect_format(paths[i], &format);
 			if (r == -EINVAL) {
-				r = sf__err(e, SF_E_CONFIG,
-					    "%s: format auto goes by the name (.bin, .idx, a Megatron "
-					    "prefix, .jsonl and .txt, these two also .gz or .zst) and "
-					    "knows no other: give the source a format, or move the file "
-					    "out",
-					    paths[i]);
+				r = why_no_format(paths[i], e);
+				if (r == -EINVAL)
+					r = sf__err(e, SF_E_CONFIG,
+						    "%s: format auto goes by the name (.bin, .idx, a "
+						    "Megatron prefix, .jsonl and .txt, these two also "
+						    ".gz or .zst) and knows no other: give the source a "
+						    "format, or move the file out",
+						    paths[i]);
 				break;
 			}
 			if (r < 0) {

@@ -265,6 +265,9 @@ def test_check_fails_where_run_fails(rt, tmp_path):
         "an empty token file beside a good one": (
             f"[{tmp_path}/a.bin, {tmp_path}/zero.bin]",
             "zero.bin: the file is empty (no tokens)"),
+        "a glob that matches a directory": (f"[{tmp_path}/g/*]", "g/sub: not a regular file"),
+        "a Megatron prefix whose .idx is missing": (
+            f"[{tmp_path}/m]", f"{tmp_path}/m: no such file, and {tmp_path}/m.bin has no .idx"),
         "an llm.c file of no tokens beside a good one": (
             f"[{tmp_path}/a.bin, {tmp_path}/hdr.bin]",
             "hdr.bin: byte 8: the header announces 0 tokens"),
@@ -273,6 +276,9 @@ def test_check_fails_where_run_fails(rt, tmp_path):
     }
     (tmp_path / "empty").mkdir()
     (tmp_path / "zero.bin").write_bytes(b"")
+    (tmp_path / "g" / "sub").mkdir(parents=True)
+    put_tokens(tmp_path / "g" / "a.bin", 4096)
+    put_tokens(tmp_path / "m.bin", 4096)
     (tmp_path / "hdr.bin").write_bytes(struct.pack("<3i", 20240520, 1, 0) + bytes(1012))
     for what, (sources, needle) in cases.items():
         cfg = write_config(tmp_path, sources, "sampling: {doc_starts: 4}\n"
