@@ -554,6 +554,18 @@ static int plan_steps(struct sf_dataset *ds, const struct sf_config *cfg, struct
 	return 0;
 }
 
+/* " (N as an int32)" for a 4-byte id that is negative as one (Megatron's int32 files hold
+ * signed ids: -100 is a label mask written as a token), else "". */
+static const char *signed_as(uint32_t v, uint32_t width)
+{
+	static _Thread_local char buf[40];
+
+	if (width != 4 || v <= INT32_MAX)
+		return "";
+	snprintf(buf, sizeof(buf), " (%d as an int32)", (int)(int32_t)v);
+	return buf;
+}
+
 /* The error for token `v`, the `k`-th of file `f`, at or above the job's id limit. */
 static int id_refused(const struct sf_dataset *ds, const struct sf_token_file *f, uint64_t k,
 		      uint32_t v, struct sf_err *e)
@@ -566,10 +578,11 @@ static int id_refused(const struct sf_dataset *ds, const struct sf_token_file *f
 			       "read as %d)",
 			       f->path, byte, v, (int32_t)v);
 	return sf__err(e, SF_E_SOURCE,
-		       "%s: byte %llu: token %u is outside the vocabulary of %u ids (tokenizer "
+		       "%s: byte %llu: token %u%s is outside the vocabulary of %u ids (tokenizer "
 		       "%s): set tokenizer.encoding (or file) to the tokenizer the file was made "
 		       "with",
-		       f->path, byte, v, ds->id_limit, sf__tok_name(ds->tok));
+		       f->path, byte, v, signed_as(v, f->width), ds->id_limit,
+		       sf__tok_name(ds->tok));
 }
 
 /* Tokens of each pre-tokenized file that `check` holds to the vocabulary (run holds all),

@@ -664,6 +664,15 @@ Test(hardening, wide_ids_outside_the_vocabulary_are_found_too)
 	cr_expect(strstr(e.msg, path) && strstr(e.msg, "byte 13024: token 50257 is outside"), "%s",
 		  e.msg);
 	sf__dataset_close(ds);
+	/* An id of 2^31 or more says what it is as an int32 too (Megatron's int32 -100, a
+	 * label mask written as a token, was only "token 4294967196"). */
+	ids[3000] = (uint32_t)-100;
+	write_llmc_datafile(path, ids, 4096, "llama-3");
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_assert_eq(fill_until_error(ds, 1000, &e), SF_E_SOURCE, "%s", e.msg);
+	cr_expect(strstr(e.msg, "byte 13024: token 4294967196 (-100 as an int32) is outside"),
+		  "%s", e.msg);
+	sf__dataset_close(ds);
 }
 
 /* With the default encoding (`bytes`, no vocabulary to hold ids to), an id of 2^31 or
