@@ -294,15 +294,15 @@ static int open_megatron(struct sf_token_file *f, const char *idx_path, struct s
 	/* Sequences must lie back to back: the stream is then the .bin file itself. */
 	for (uint64_t i = 0; i < n_seqs; i++) {
 		int32_t len = load_i32(lens + i * 4);
-		uint64_t ptr = load_u64(f->seq_ptrs + i * 8);
+		uint64_t ptr = load_u64(f->seq_ptrs + i * 8); /* an int64 in the format */
 
 		if (len < 0 || ptr != expect)
 			return sf__err(e, SF_E_SOURCE,
 				       "%s: byte %llu: sequence %llu has length %d and starts at "
-				       "byte %llu of the .bin (expected a non-negative length, "
+				       "byte %lld of the .bin (expected a non-negative length, "
 				       "starting at byte %llu)",
 				       idx_path, (unsigned long long)(hdr + i * 4),
-				       (unsigned long long)i, len, (unsigned long long)ptr,
+				       (unsigned long long)i, len, (long long)ptr,
 				       (unsigned long long)expect);
 		expect += (uint64_t)len * f->width;
 	}

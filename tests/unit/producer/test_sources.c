@@ -313,6 +313,21 @@ Test(sources, megatron_negative_length_says_each_offset_once)
 		    "(expected a non-negative length, starting at byte 32)");
 }
 
+/* Megatron's pointers are int64: a negative one is printed as such, not as 2^64 - 2. */
+Test(sources, megatron_negative_pointer_reads_as_negative)
+{
+	int64_t bad = -2;
+	FILE *f;
+
+	put_megatron("MMIDIDX\0\0", 8, 32, 0);
+	f = fopen(path, "r+b");
+	cr_assert(f && fseek(f, 50, SEEK_SET) == 0 && fwrite(&bad, 8, 1, f) == 1);
+	cr_assert_eq(fclose(f), 0);
+	expect_fail(SF_E_SOURCE, "m.idx: byte 38: sequence 1 has length 16 and starts at byte -2 "
+				 "of the .bin",
+		    NULL);
+}
+
 Test(sources, megatron_bad_dtype)
 {
 	put_megatron("MMIDIDX\0\0", 6, 32, 0);
