@@ -67,6 +67,13 @@ static int jsonl_decode(struct sf_doc_walk *w, const char *p, size_t n, const ch
 			       "a UTF-8 byte order mark (EF BB BF), which JSON does not allow: "
 			       "remove it",
 			       "", i + 1);
+	else if (r == SF_JSON_INVALID && n - i >= 2 &&
+		 (!memcmp(p + i, "\xff\xfe", 2) || !memcmp(p + i, "\xfe\xff", 2)))
+		r = bad_record(w, e,
+			       p[i] == '\xff' ? "a UTF-16 byte order mark (FF FE): "
+					      : "a UTF-16 byte order mark (FE FF): ",
+			       "the file is UTF-16; JSONL is UTF-8 (iconv -f UTF-16 -t UTF-8)",
+			       i + 1);
 	else if (r == SF_JSON_INVALID)
 		r = bad_record(w, e, "invalid JSON: ", what, at + 1);
 	else if (r == SF_JSON_NOT_OBJECT)

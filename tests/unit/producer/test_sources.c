@@ -426,6 +426,19 @@ Test(sources, jsonl_byte_order_mark_is_named)
 	expect_fail(SF_E_SOURCE, path, ":1: column 1: a UTF-8 byte order mark (EF BB BF)");
 }
 
+/* A UTF-16 file (Windows' "Unicode" save) was "invalid JSON: invalid number". */
+Test(sources, jsonl_utf16_is_named)
+{
+	static const char le[] = "\xff\xfe{\0\"\0t\0e\0x\0t\0\"\0:\0 \0\"\0a\0\"\0}\0\n\0";
+	static const char be[] = "\xfe\xff\0{\0\"\0t\0e\0x\0t\0\"\0:\0 \0\"\0a\0\"\0}\0\n";
+
+	cfg.encoding = "bytes";
+	put("le.jsonl", le, sizeof(le) - 1);
+	expect_fail(SF_E_SOURCE, path, ":1: column 1: a UTF-16 byte order mark (FF FE)");
+	put("be.jsonl", be, sizeof(be) - 1);
+	expect_fail(SF_E_SOURCE, path, ":1: column 1: a UTF-16 byte order mark (FE FF)");
+}
+
 static size_t zstd_bytes(void *out, size_t cap)
 {
 	static const char text[] = "{\"text\": \"a zstd compressed document of some length\"}\n";
