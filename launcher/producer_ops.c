@@ -2,6 +2,7 @@
  * The real producer side of `shmfeed run`: the supervisor's struct sf_producer_ops over
  * the dataset and producer loop of producer/producer.h.
  */
+#include "common/log.h"
 #include "launcher/launcher.h"
 #include "producer/producer.h"
 
@@ -11,7 +12,14 @@ static int real_open(const struct sf_config *cfg, void **ret_ds, struct sf_err *
 	int r = sf__dataset_open(cfg, &ds, e);
 
 	if (r == 0) {
+		struct sf_dataset_stats st;
+
 		sf__sources_warn_shared(cfg);
+		/* Known once the sources are open: said now, as tokenize says it. */
+		sf__dataset_stats(ds, &st);
+		if (st.skipped)
+			sf__log_info("%llu bad records skipped; the first: %s",
+				     (unsigned long long)st.skipped, sf__dataset_first_skip(ds));
 		*ret_ds = ds;
 	}
 	return r;

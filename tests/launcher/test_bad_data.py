@@ -153,6 +153,18 @@ def test_skipped_records_are_counted_by_run(rt, tmp_path):
     out = run_job(cfg, job_name("skip"), consume_cmd(tmp_path / "r0.txt", 5))
     assert out.returncode == 0, out.stderr
     assert "records skipped 1" in out.stderr, out.stderr
+    # Which one, said as the job starts, as tokenize says it.
+    assert f"1 bad records skipped; the first: {data}:201: column 10: invalid JSON" \
+        in out.stderr, out.stderr
+    # A whole file skipped is named the same way.
+    put_tokens(tmp_path / "a.bin", 4096)
+    (tmp_path / "odd.bin").write_bytes(b"\0" * 8191)
+    cfg = write_config(tmp_path, f"[{{paths: [{tmp_path}/a.bin, {tmp_path}/odd.bin], "
+                       "on_error: skip}]")
+    out = run_job(cfg, job_name("skip"), consume_cmd(tmp_path / "r0.txt", 5))
+    assert out.returncode == 0, out.stderr
+    assert f"1 bad records skipped; the first: {tmp_path}/odd.bin: byte 8190: truncated" \
+        in out.stderr, out.stderr
 
 
 def check(cfg, *sets):
