@@ -297,15 +297,22 @@ Test(sources, megatron_truncated_index)
 	expect_fail(SF_E_SOURCE, "m.idx", "byte 60: truncated");
 }
 
-Test(sources, megatron_negative_length_says_each_offset_once)
+/* put_megatron()'s index with `len` bytes at `at` replaced by `bytes`. */
+static void put_megatron_patched(long at, const void *bytes, size_t len)
 {
-	int32_t bad = -5;
 	FILE *f;
 
 	put_megatron("MMIDIDX\0\0", 8, 32, 0);
 	f = fopen(path, "r+b");
-	cr_assert(f && fseek(f, 38, SEEK_SET) == 0 && fwrite(&bad, 4, 1, f) == 1);
+	cr_assert(f && fseek(f, at, SEEK_SET) == 0 && fwrite(bytes, len, 1, f) == 1);
 	cr_assert_eq(fclose(f), 0);
+}
+
+Test(sources, megatron_negative_length_says_each_offset_once)
+{
+	int32_t bad = -5;
+
+	put_megatron_patched(38, &bad, sizeof(bad));
 	/* Byte 38 of the .idx holds the length; byte 32 of the .bin is where it starts. */
 	expect_fail(SF_E_SOURCE,
 		    "m.idx: byte 38: sequence 1 has length -5 and starts at byte 32 "
@@ -317,12 +324,8 @@ Test(sources, megatron_negative_length_says_each_offset_once)
 Test(sources, megatron_negative_pointer_reads_as_negative)
 {
 	int64_t bad = -2;
-	FILE *f;
 
-	put_megatron("MMIDIDX\0\0", 8, 32, 0);
-	f = fopen(path, "r+b");
-	cr_assert(f && fseek(f, 50, SEEK_SET) == 0 && fwrite(&bad, 8, 1, f) == 1);
-	cr_assert_eq(fclose(f), 0);
+	put_megatron_patched(50, &bad, sizeof(bad));
 	expect_fail(SF_E_SOURCE, "m.idx: byte 38: sequence 1 has length 16 and starts at byte -2 "
 				 "of the .bin",
 		    NULL);
