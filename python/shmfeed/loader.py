@@ -348,7 +348,9 @@ class Loader:
                              "'int32', 'native'")
         job = job if job is not None else os.environ.get("SHMFEED_JOB")
         if not job:
-            raise ValueError("shmfeed.Loader: no job name (pass job= or set SHMFEED_JOB)")
+            raise ValueError("shmfeed.Loader: no job name (pass job= or set SHMFEED_JOB; "
+                             "`shmfeed run JOB.yaml -- COMMAND` starts the job and sets "
+                             "it for COMMAND)")
         if not isinstance(job, str) or "\0" in job:
             raise ValueError(f"shmfeed.Loader: job={job!r} is not a job name")
         # The node's size and index in the rendezvous count only with the environment's

@@ -137,6 +137,16 @@ def test_errors_carry_the_c_message():
             shmfeed.Loader(job=feed.job, local_rank=0, device="tpu")
 
 
+def test_no_job_name_says_how_a_job_starts(monkeypatch):
+    # A training script run without `shmfeed run` around it: the first mistake a user
+    # makes, answered with the way out.
+    monkeypatch.delenv("SHMFEED_JOB", raising=False)
+    with pytest.raises(ValueError) as e:
+        shmfeed.Loader(local_rank=0)
+    assert "SHMFEED_JOB" in str(e.value)
+    assert "shmfeed run JOB.yaml -- COMMAND" in str(e.value)
+
+
 def test_job_gone_when_the_launcher_is_killed():
     """A rank blocked in next() with no timeout raises JobGone within 2 s of a SIGKILL of
     the arena's creator (the fixture stands for the launcher), instead of waiting forever."""
