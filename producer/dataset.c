@@ -119,6 +119,8 @@ static int why_no_format(const char *path, struct sf_err *e)
 	if (stat(path, &st) == 0)
 		return S_ISREG(st.st_mode) ? -EINVAL
 					   : sf__err(e, SF_E_SOURCE, "%s: not a regular file", path);
+	if (lstat(path, &st) == 0) /* a symbolic link that leads nowhere: its open says so */
+		return sf__source_open(path, &st, e);
 	bin = sf__megatron_file(path, ".bin");
 	if (!bin)
 		return sf__err(e, -ENOMEM, "out of memory");
@@ -153,14 +155,25 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 			if (format == SF_FMT_AUTO)
 				r = sf__source_detect_format(paths[i], &format);
 			if (r == -EINVAL) {
-				r = why_no_format(paths[i], e);
-				if (r == -EINVAL)
+				struct sf_err why = {0};
+
+				r = why_no_format(paths[i], &why);
+				if (r == -EINVAL) {
 					r = sf__err(e, SF_E_CONFIG,
 						    "%s: format auto goes by the name (.bin, .idx, a "
 						    "Megatron prefix, .jsonl and .txt, these two also "
 						    ".gz or .zst) and knows no other: give the source a "
 						    "format, or move the file out",
 						    paths[i]);
+					break;
+				}
+				/* No file to read, as a file that cannot be opened. */
+				if (r != -ENOMEM && src->on_error == SF_ON_ERROR_SKIP) {
+					sf__dataset_note_skip(ds, &why);
+					r = 0;
+					continue;
+				}
+				*e = why;
 				break;
 			}
 			if (r < 0) {

@@ -2,11 +2,33 @@
  * Source file identity (producer/source/file.h).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
 #include "producer/source/file.h"
+
+int sf__source_open(const char *path, struct stat *st, struct sf_err *e)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), err = errno;
+	char target[256];
+	ssize_t n;
+
+	if (fd >= 0) {
+		if (fstat(fd, st) == 0 && S_ISREG(st->st_mode))
+			return fd;
+		close(fd);
+		return sf__err(e, SF_E_SOURCE, "%s: not a regular file", path);
+	}
+	n = (err == ENOENT || err == ELOOP) ? readlink(path, target, sizeof(target) - 1) : -1;
+	if (n < 0)
+		return sf__err(e, -err, "%s: cannot open: %s", path, strerror(err));
+	target[n] = 0;
+	return sf__err(e, -err, "%s: cannot open: a symbolic link to %s, which %s", path, target,
+		       err == ENOENT ? "does not exist" : "leads to a loop of links");
+}
 
 void sf__file_id_of(const struct stat *st, struct sf_file_id *ret_id)
 {

@@ -28,6 +28,14 @@ struct sf_file_id {
  * its device, inode, size and mtime (not its ctime). */
 bool sf__file_id_same(const struct sf_file_id *a, const struct sf_file_id *b);
 
+/*
+ * sf__source_open - open a source file read-only and fstat it into *st; it must be a
+ * regular file. O_NONBLOCK, so that a FIFO is refused rather than waited on. Returns the
+ * descriptor, or an error naming the path (a symbolic link that leads nowhere says where
+ * it points).
+ */
+int sf__source_open(const char *path, struct stat *st, struct sf_err *e);
+
 /* sf__file_id_of - the identity recorded in `st`. */
 void sf__file_id_of(const struct stat *st, struct sf_file_id *ret_id);
 

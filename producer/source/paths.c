@@ -95,12 +95,21 @@ static int is_regular(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Whether `path` is a symbolic link that leads nowhere (no target, or a loop). */
+static bool is_dangling(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && stat(path, &st) != 0;
+}
+
 /*
  * The files of a directory given as a source path: its regular files (after symlinks),
  * not those of its subdirectories, names starting with "." skipped (the `beside` index
  * caches among them), and a Megatron NAME.idx skipped where NAME.bin is there too (the
- * .bin names the pair). A directory that holds none is an error, as a glob matching
- * nothing is.
+ * .bin names the pair). A symbolic link that leads nowhere is listed too, as a file
+ * that cannot be read (a shard on a volume that is not mounted), whose open says so. A
+ * directory that holds none is an error, as a glob matching nothing is.
  */
 static int expand_directory(const char *dir, char ***paths, size_t *n, size_t *cap,
 			    struct sf_err *e)
@@ -136,7 +145,7 @@ static int expand_directory(const char *dir, char ***paths, size_t *n, size_t *c
 				continue;
 			}
 		}
-		if (is_regular(full))
+		if (is_regular(full) || is_dangling(full))
 			r = push_path(paths, n, cap, full, strlen(full));
 		free(full);
 	}

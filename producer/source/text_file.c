@@ -190,25 +190,10 @@ static int decompress_gzip(const char *path, const unsigned char *in, size_t in_
 	return 0;
 }
 
-/* Open f->path read-only; it must be a regular file. */
-static int open_regular(const struct sf_text_file *f, struct stat *st, struct sf_err *e)
-{
-	/* O_NONBLOCK: open() of a FIFO must not wait for a writer before it is refused. */
-	int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-
-	if (fd < 0)
-		return sf__err(e, -errno, "%s: cannot open: %s", f->path, strerror(errno));
-	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode)) {
-		close(fd);
-		return sf__err(e, SF_E_SOURCE, "%s: not a regular file", f->path);
-	}
-	return fd;
-}
-
 int sf__text_file_stat(struct sf_text_file *f, struct sf_err *e)
 {
 	struct stat st;
-	int fd = open_regular(f, &st, e);
+	int fd = sf__source_open(f->path, &st, e);
 
 	if (fd < 0)
 		return fd;
@@ -229,7 +214,7 @@ int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_
 	struct sf_file_id id;
 	struct stat st;
 	void *m = NULL;
-	int fd = open_regular(f, &st, e), r;
+	int fd = sf__source_open(f->path, &st, e), r;
 
 	if (fd < 0)
 		return fd;

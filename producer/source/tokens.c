@@ -48,20 +48,10 @@ static int map_file(const char *path, void **ret_map, size_t *ret_len, struct sf
 {
 	struct stat st;
 	void *m;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	int fd = sf__source_open(path, &st, e);
 
 	if (fd < 0)
-		return sf__err(e, -errno, "%s: cannot open: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0) {
-		int r = -errno;
-
-		close(fd);
-		return sf__err(e, r, "%s: cannot stat: %s", path, strerror(-r));
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return sf__err(e, SF_E_SOURCE, "%s: not a regular file", path);
-	}
+		return fd;
 	sf__file_id_of(&st, ret_id);
 	if (st.st_size == 0) {
 		close(fd);

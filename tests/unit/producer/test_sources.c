@@ -442,6 +442,53 @@ Test(sources, jsonl_utf16_is_named)
 	expect_fail(SF_E_SOURCE, path, ":1: column 1: a UTF-16 byte order mark (FE FF)");
 }
 
+/*
+ * A dangling symbolic link in a directory source (a shard on a volume that did not mount)
+ * is a file that cannot be read, named with where it points; it was left out without a
+ * word, as the directory's other entries that are no regular file are.
+ */
+static void dangling_link_beside(const char *good_name, const void *good, size_t len,
+				 const char *link_name)
+{
+	char link[600], want[700];
+
+	cfg.encoding = "bytes";
+	put(good_name, good, len);
+	snprintf(link, sizeof(link), "%s/%s", dir, link_name);
+	cr_assert_eq(symlink("/nonexistent/mount/shard", link), 0);
+	snprintf(path, sizeof(path), "%s", dir);
+	snprintf(want, sizeof(want),
+		 "%s: cannot open: a symbolic link to /nonexistent/mount/shard, which does not "
+		 "exist",
+		 link);
+	expect_fail(-ENOENT, want, NULL);
+	expect_skip(1, want);
+}
+
+Test(sources, a_dangling_link_among_text_files_is_named)
+{
+	static const char good[] = "a plain text document that is long enough for windows";
+
+	dangling_link_beside("a.txt", good, strlen(good), "gone.txt");
+}
+
+/* Under a name format auto does not know, too (it said the name had no .idx). */
+Test(sources, a_dangling_link_of_no_known_name_is_named)
+{
+	static const char good[] = "a plain text document that is long enough for windows";
+
+	dangling_link_beside("a.txt", good, strlen(good), "shard-07");
+}
+
+Test(sources, a_dangling_link_among_token_files_is_named)
+{
+	uint16_t t[64];
+
+	for (uint16_t k = 0; k < 64; k++)
+		t[k] = k;
+	dangling_link_beside("a.bin", t, sizeof(t), "gone.bin");
+}
+
 static size_t zstd_bytes(void *out, size_t cap)
 {
 	static const char text[] = "{\"text\": \"a zstd compressed document of some length\"}\n";
