@@ -3,16 +3,19 @@
 core each, vocabulary load excluded, side by side in one run: English prose, source code
 and multilingual text built from what Debian carries (tests/unit/tokenizer/
 family_corpora.py, 1 MiB each). shmfeed is timed by `shmfeed encode --tokenizer FILE
---bench TEXT` (best pass of at least ten and one second of CPU time), the reference the
-same way in this process (time.process_time(): the references encode one string on the
-calling thread), so that time spent descheduled on a shared machine counts for neither.
+--bench TEXT` (the median pass of at least ten and one second of CPU time), the reference
+by the same rule in this process (time.process_time(): the references encode one string
+on the calling thread), so that time spent descheduled on a shared machine counts for
+neither. The median does not favour the faster side for making more passes in its
+second, as a best pass would. With --repeat N, the median of the N rounds' figures.
 Run it with the Python of the virtual environment scripts/deps makes.
 
 With --docs BYTES each text is cut into documents of about BYTES (at the first newline
 after BYTES), as a job's documents come: the reference encodes them one by one in a loop,
 shmfeed in one `shmfeed encode --records` process (one encoder for all of them, fresh in
 each process, as a producer's); its CPU time less that of a run with no records (the
-vocabulary load), best of ten runs.
+vocabulary load, the median of five runs), the median of ten runs, and the reference's
+loop the median of ten or more passes as above.
 
 usage: bench_families.py [--shmfeed build/cli/shmfeed] [--repeat N] [--only FAMILY]
                          [--docs BYTES] [--json FILE]
@@ -22,6 +25,7 @@ import json
 import os
 import re
 import resource
+import statistics
 import struct
 import subprocess
 import sys
@@ -38,15 +42,13 @@ BENCH_FAMILIES = ["llama3", "llama4", "qwen", "qwen3.5", "tekken-240911", "sp-v3
 
 
 def time_reference(encode, text):
-    best, total, passes = float("inf"), 0.0, 0
-    while passes < 10 or total < 1.0:
+    """The median pass's CPU seconds, by `shmfeed encode --bench`'s rule."""
+    times = []
+    while len(times) < 10 or sum(times) < 1.0:
         t = time.process_time()
         encode(text)
-        dt = time.process_time() - t
-        best = min(best, dt)
-        total += dt
-        passes += 1
-    return best
+        times.append(time.process_time() - t)
+    return statistics.median(times)
 
 
 def split_docs(text, size):
@@ -71,9 +73,9 @@ def child_cpu(cmd, stdin_path):
 
 def time_shmfeed_docs(shmfeed, path, records_path, empty_path, mb):
     cmd = [shmfeed, "encode", "--tokenizer", path, "--records"]
-    load = min(child_cpu(cmd, empty_path) for _ in range(5))
-    best = min(child_cpu(cmd, records_path) for _ in range(10))
-    return mb / (best - load)
+    load = statistics.median(child_cpu(cmd, empty_path) for _ in range(5))
+    mid = statistics.median(child_cpu(cmd, records_path) for _ in range(10))
+    return mb / (mid - load)
 
 
 def time_reference_docs(encode, docs):
@@ -133,8 +135,11 @@ def main():
                     else:
                         refs.append(mb / time_reference(ref, text))
                         ours.append(time_shmfeed(args.shmfeed, path, paths[name]))
-                row = {"family": family, "text": name, "docs": args.docs, "reference_mbs": max(refs),
-                       "shmfeed_mbs": max(ours), "ratio": max(ours) / max(refs)}
+                ref_mbs, our_mbs = statistics.median(refs), statistics.median(ours)
+                row = {"family": family, "text": name, "docs": args.docs,
+                       "reference_mbs": ref_mbs, "shmfeed_mbs": our_mbs,
+                       "ratio": our_mbs / ref_mbs, "rounds": {"reference": refs,
+                                                              "shmfeed": ours}}
                 rows.append(row)
                 print("%-14s %-13s %10.1f %10.1f %6.1fx" % (family, name, row["reference_mbs"],
                                                              row["shmfeed_mbs"], row["ratio"]),

@@ -57,6 +57,8 @@ import json
 import numpy as np
 import torch
 
+import benchlib as bl
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -164,13 +166,7 @@ SWEEP_MODES = (("off", ["--no-checksum"]), ("every step", []),
 
 
 def machine_line():
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return (f"{platform.node()} {cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, "
+    return (f"{platform.node()} {bl.cpu_model()}, {os.cpu_count()} CPUs, Linux {platform.release()}, "
             f"Python {platform.python_version()}, NumPy {np.__version__}")
 
 

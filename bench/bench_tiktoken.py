@@ -7,14 +7,18 @@ multilingual text built from the system's own files (tok_corpora.py).
 
 Before anything is timed, every tokenizer's ids for every text are compared with
 tiktoken's; one that differs is reported (with the first differing position) and not
-timed. shmfeed is timed through `bench_tokenizer --serve`, which encodes in C with the
-encoder warm; the peers through their Python calls for one string, which run on one
-thread (tiktoken's encode_ordinary, bpe-openai's encode, tokendagger's encode_ordinary).
-This process and bench_tokenizer are pinned to the same CPU (--cpu), and the tokenizers
-take turns cell by cell, round after round (--repeat), so that a load on the machine
-falls on all of them alike. A cell's figure is its best pass over all rounds (each
-round: at least --passes passes and --seconds seconds), by process CPU time (wall time is
-kept beside it in the JSON).
+timed. shmfeed is timed through `bench_tokenizer --serve`, which encodes in C with a
+fresh encoder each pass (its piece cache empty, as a producer meets new text); the peers
+through their Python calls for one string, which run on one thread (tiktoken's
+encode_ordinary, bpe-openai's encode, tokendagger's encode_ordinary). This process and
+bench_tokenizer are pinned to the same CPU (--cpu), and the tokenizers take turns cell by
+cell, round after round (--repeat), so that a load on the machine falls on all of them
+alike. Every tokenizer makes exactly --passes passes of each cell per round, and a
+cell's figure is the median of its passes over all rounds, by process CPU time: with the
+same number of samples on every side, and a statistic that does not drift with their
+number, a faster tokenizer is not favoured by making more passes in the same time (as a
+best-of over "at least N passes and S seconds" favours it). The best pass and the wall
+times are kept beside the medians in the JSON.
 
 The vocabularies are read from the shared data directory (bpe-openai carries its own
 copies of cl100k_base and o200k_base and has no r50k_base). Nothing is downloaded.
@@ -24,6 +28,7 @@ usage: bench_tiktoken.py [--data DIR] [--bench PATH/TO/bench_tokenizer] [--repea
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +37,7 @@ import time
 import tiktoken
 import tiktoken.load
 
+import benchlib
 import tok_corpora
 
 ENCODINGS = ["r50k_base", "cl100k_base", "o200k_base"]
@@ -85,32 +91,31 @@ class Shmfeed:
         self.p = subprocess.Popen(["taskset", "-c", str(cpu), bench, "--serve", data],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def ask(self, encoding, path, passes, seconds, ids_path=None):
-        req = f"{encoding} {path} {passes} {seconds}" + (f" {ids_path}" if ids_path else "")
+    def ask(self, encoding, path, passes, ids_path=None):
+        """Each pass's CPU seconds and each pass's wall seconds."""
+        req = f"{encoding} {path} {passes}" + (f" {ids_path}" if ids_path else "")
         self.p.stdin.write(req + "\n")
         self.p.stdin.flush()
         reply = self.p.stdout.readline().split()
         if not reply or reply[0] != "ok":
             raise RuntimeError(f"bench_tokenizer: {' '.join(reply) or 'no reply'}")
-        return float(reply[1]), float(reply[2])
+        times = [float(x) for x in reply[3:]]
+        return times[:passes], times[passes:]
 
     def close(self):
         self.p.stdin.close()
         self.p.wait()
 
 
-def time_call(fn, text, passes, seconds):
-    """Best CPU and wall seconds of one call over at least `passes` calls and `seconds`."""
-    best_cpu = best_wall = float("inf")
-    total, n = 0.0, 0
-    while n < passes or total < seconds:
+def time_call(fn, text, passes):
+    """Each of `passes` calls' CPU seconds and each one's wall seconds."""
+    cpu, wall = [], []
+    for _ in range(passes):
         c, t = time.process_time(), time.perf_counter()
         fn(text)
-        dc, dt = time.process_time() - c, time.perf_counter() - t
-        best_cpu, best_wall = min(best_cpu, dc), min(best_wall, dt)
-        total += dt
-        n += 1
-    return best_cpu, best_wall
+        cpu.append(time.process_time() - c)
+        wall.append(time.perf_counter() - t)
+    return cpu, wall
 
 
 def first_difference(a, b):
@@ -129,8 +134,7 @@ def main():
                                                     "bench_tokenizer"))
     ap.add_argument("--corpora", default=tok_corpora.default_dir())
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--passes", type=int, default=5)
-    ap.add_argument("--seconds", type=float, default=0.3)
+    ap.add_argument("--passes", type=int, default=10)
     ap.add_argument("--cpu", type=int, default=os.cpu_count() - 1)
     ap.add_argument("--encodings", nargs="*", default=ENCODINGS)
     ap.add_argument("--texts", nargs="*")
@@ -154,11 +158,12 @@ def main():
                     text = f.read()
                 want = fns["tiktoken"][name](text)
                 ids_path = os.path.join(tmp, "ids.u32")
-                ours.ask(name, path, 1, 0, ids_path)
+                ours.ask(name, path, 1, ids_path)
                 with open(ids_path, "rb") as f:
                     got = list(memoryview(f.read()).cast("I"))
                 cell = {"text": text, "size": len(text.encode("utf-8")), "tokens": len(want),
-                        "differs": {}, "cpu": {}, "wall": {}}
+                        "differs": {}, "cpu": {p: [] for p in ["shmfeed"] + PEERS},
+                        "wall": {p: [] for p in ["shmfeed"] + PEERS}}
                 for who, ids in [("shmfeed", got)] + [
                         (p, fns[p][name](text)) for p in PEERS[1:] if name in fns[p]]:
                     if ids != want:
@@ -172,23 +177,22 @@ def main():
         for name in args.encodings:
             for label, path in texts:
                 cell = cells[(name, label)]
-                timed = [("shmfeed", lambda: ours.ask(name, path, args.passes, args.seconds))]
-                timed += [(p, lambda p=p: time_call(fns[p][name], cell["text"], args.passes,
-                                                    args.seconds))
-                          for p in PEERS if name in fns[p] and p not in cell["differs"]]
+                timed = [("shmfeed", lambda: ours.ask(name, path, args.passes))]
+                timed += [(p, lambda p=p: time_call(fns[p][name], cell["text"], args.passes))
+                          for p in PEERS if name in fns[p]]
                 for who, run in timed:
                     if who in cell["differs"]:
                         continue
                     c, w = run()
-                    cell["cpu"][who] = min(cell["cpu"].get(who, c), c)
-                    cell["wall"][who] = min(cell["wall"].get(who, w), w)
+                    cell["cpu"][who] += c
+                    cell["wall"][who] += w
     ours.close()
 
-    print("tiktoken %s, bpe-openai %s, tokendagger %s, Python %s; %d round(s), pinned to "
-          "CPU %d; MB/s of the best pass by CPU time" % (
+    print("tiktoken %s, bpe-openai %s, tokendagger %s, Python %s; %d round(s) of %d passes "
+          "each, pinned to CPU %d; MB/s of the median pass by CPU time" % (
               versions["tiktoken"], versions.get("bpe_openai", "-"),
               versions.get("tokendagger", "-"), sys.version.split()[0], args.repeat,
-              args.cpu))
+              args.passes, args.cpu))
     print("%-12s %-16s %9s %9s %9s %9s %8s %8s %8s" % (
         "encoding", "text", "shmfeed", "tiktoken", "bpe-oai", "tokdagger", "x tikt",
         "x bpe", "x dagger"))
@@ -196,8 +200,11 @@ def main():
     for name in args.encodings:
         for label, _ in texts:
             cell = cells[(name, label)]
-            mbs = {who: cell["size"] / s / 1e6 for who, s in cell["cpu"].items()}
-            wall = {who: cell["size"] / s / 1e6 for who, s in cell["wall"].items()}
+            mbs = {who: cell["size"] / statistics.median(s) / 1e6
+                   for who, s in cell["cpu"].items() if s}
+            best = {who: cell["size"] / min(s) / 1e6 for who, s in cell["cpu"].items() if s}
+            wall = {who: cell["size"] / statistics.median(s) / 1e6
+                    for who, s in cell["wall"].items() if s}
 
             def fmt(who):
                 if who in cell["differs"]:
@@ -215,14 +222,17 @@ def main():
                 ratio("tokendagger")))
             row = {"encoding": name, "file": label, "bytes": cell["size"],
                    "tokens": cell["tokens"], "differs": cell["differs"],
-                   "wall_mb_s": wall}
+                   "passes": {who: len(s) for who, s in cell["cpu"].items() if s},
+                   "best_mb_s": best, "wall_mb_s": wall}
             for who in ["shmfeed"] + PEERS:
                 row[who + "_mb_s"] = mbs.get(who)
             rows.append(row)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"versions": versions, "repeat": args.repeat, "cpu": args.cpu,
-                       "timing": "best pass by process CPU time", "rows": rows}, f,
+            json.dump({"versions": versions, "repeat": args.repeat, "passes": args.passes,
+                       "cpu": args.cpu, "machine": benchlib.cpu_model(),
+                       "timing": "median pass by process CPU time, the same number of "
+                                 "passes for every tokenizer", "rows": rows}, f,
                       indent=1)
 
 

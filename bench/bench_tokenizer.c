@@ -12,10 +12,11 @@
  *
  * With --serve it times what it is asked on stdin, one request a line, so that a driver
  * (bench_tiktoken.py) can interleave it with other tokenizers in one run:
- *   ENCODING TEXT_PATH MIN_PASSES MIN_SECONDS [IDS_PATH]
- * answered by one line "ok BEST_CPU_S BEST_WALL_S BYTES TOKENS" (or "error MESSAGE"). The
- * best pass is taken on this process's CPU time and on wall time, each over the same
- * passes; IDS_PATH, when given, receives the ids as little-endian uint32.
+ *   ENCODING TEXT_PATH PASSES [IDS_PATH]
+ * answered by one line "ok BYTES TOKENS CPU_S... WALL_S..." (or "error MESSAGE"): exactly
+ * PASSES passes, each one's seconds of this process's CPU time, then each one's wall
+ * time, so that the driver gives every tokenizer the same number of passes and the same
+ * statistic over them. IDS_PATH, when given, receives the ids as little-endian uint32.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,38 +62,24 @@ static char *read_file(const char *path, size_t *ret_len)
 	return buf;
 }
 
-/* The best of at least `min_passes` passes and `min_s` seconds; NULL on success. */
-static const char *time_passes(const struct sf_tok *tok, const char *text, size_t len,
-			       int min_passes, double min_s, uint32_t *out, double *ret_cpu,
-			       double *ret_wall, size_t *ret_n, struct sf_err *err)
+/* One pass with a fresh encoder: its CPU and wall seconds; NULL on success. */
+static const char *one_pass(const struct sf_tok *tok, const char *text, size_t len,
+			    uint32_t *out, double *ret_cpu, double *ret_wall, size_t *ret_n,
+			    struct sf_err *err)
 {
-	double best_cpu = 1e9, best_wall = 1e9, total = 0;
-	size_t n = 0;
-	int pass;
+	struct sf_tok_encoder *enc;
+	double c, t;
+	int rc;
 
-	for (pass = 0; pass < min_passes || total < min_s; pass++) {
-		struct sf_tok_encoder *enc;
-		double c, t, dc, dt;
-		int rc;
-
-		if (sf__tok_encoder_create(tok, &enc, err) < 0)
-			return err->msg;
-		c = cpu_now();
-		t = now();
-		rc = sf__tok_encode_to(enc, text, len, 0, out, len + 1, &n, err);
-		dc = cpu_now() - c;
-		dt = now() - t;
-		sf__tok_encoder_free(enc);
-		if (rc < 0)
-			return err->msg;
-		total += dt;
-		best_cpu = dc < best_cpu ? dc : best_cpu;
-		best_wall = dt < best_wall ? dt : best_wall;
-	}
-	*ret_cpu = best_cpu;
-	*ret_wall = best_wall;
-	*ret_n = n;
-	return NULL;
+	if (sf__tok_encoder_create(tok, &enc, err) < 0)
+		return err->msg;
+	c = cpu_now();
+	t = now();
+	rc = sf__tok_encode_to(enc, text, len, 0, out, len + 1, ret_n, err);
+	*ret_cpu = cpu_now() - c;
+	*ret_wall = now() - t;
+	sf__tok_encoder_free(enc);
+	return rc < 0 ? err->msg : NULL;
 }
 
 /* An output buffer for `len` bytes of text, its pages touched so that no pass faults. */
@@ -123,8 +110,9 @@ static int bench(const char *dir, const char *encoding)
 	}
 	load_s = now() - t0;
 	for (f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
-		double cpu, wall;
+		double cpu, wall, best, total;
 		const char *why;
+		int pass;
 		size_t len, n = 0;
 		uint32_t *out;
 		char *text;
@@ -137,14 +125,20 @@ static int bench(const char *dir, const char *encoding)
 			return 1;
 		}
 		/* At least a second and ten passes; the fastest pass by wall time. */
-		why = time_passes(tok, text, len, 10, 1.0, out, &cpu, &wall, &n, &err);
+		best = 1e9;
+		why = NULL;
+		for (pass = 0, total = 0; !why && (pass < 10 || total < 1.0); pass++) {
+			why = one_pass(tok, text, len, out, &cpu, &wall, &n, &err);
+			total += wall;
+			best = wall < best ? wall : best;
+		}
 		if (why) {
 			fprintf(stderr, "bench_tokenizer: %s\n", why);
 			return 1;
 		}
 		printf("%-12s %-16s %8.1f MB/s %10.0f tokens/s  (%zu bytes, %zu tokens, load %.2f "
 		       "s)\n",
-		       encoding, files[f][1], (double)len / wall / 1e6, (double)n / wall, len, n,
+		       encoding, files[f][1], (double)len / best / 1e6, (double)n / best, len, n,
 		       load_s);
 		free(out);
 		free(text);
@@ -155,6 +149,7 @@ static int bench(const char *dir, const char *encoding)
 
 /* The tokenizers loaded so far in --serve mode, by encoding name. */
 #define SERVE_MAX 8
+#define SERVE_MAX_PASSES 10000
 
 static int serve(const char *dir)
 {
@@ -169,15 +164,15 @@ static int serve(const char *dir)
 	while (fgets(line, sizeof(line), stdin)) {
 		char name[64], text_path[4096], ids_path[4096] = "";
 		struct sf_err err = {0};
-		double min_s, cpu, wall;
-		const char *why;
+		double *cpu, *wall;
+		const char *why = NULL;
 		size_t len, n = 0;
 		uint32_t *out;
 		char *text;
-		int min_passes;
+		int passes, p;
 
-		if (sscanf(line, "%63s %4095s %d %lf %4095s", name, text_path, &min_passes, &min_s,
-			   ids_path) < 4) {
+		if (sscanf(line, "%63s %4095s %d %4095s", name, text_path, &passes, ids_path) < 3 ||
+		    passes < 1 || passes > SERVE_MAX_PASSES) {
 			printf("error bad request\n");
 			continue;
 		}
@@ -206,8 +201,13 @@ static int serve(const char *dir)
 			printf("error cannot read %s\n", text_path);
 			continue;
 		}
-		why = time_passes(loaded[i].tok, text, len, min_passes, min_s, out, &cpu, &wall, &n,
-				  &err);
+		cpu = malloc(2 * (size_t)passes * sizeof(*cpu));
+		if (!cpu)
+			why = "out of memory";
+		else
+			wall = cpu + passes;
+		for (p = 0; !why && p < passes; p++)
+			why = one_pass(loaded[i].tok, text, len, out, &cpu[p], &wall[p], &n, &err);
 		if (!why && ids_path[0]) {
 			FILE *f = fopen(ids_path, "wb");
 
@@ -217,10 +217,15 @@ static int serve(const char *dir)
 		free(out);
 		free(text);
 		if (why) {
+			free(cpu);
 			printf("error %s\n", why);
 			continue;
 		}
-		printf("ok %.9f %.9f %zu %zu\n", cpu, wall, len, n);
+		printf("ok %zu %zu", len, n);
+		for (p = 0; p < 2 * passes; p++)
+			printf(" %.9f", cpu[p]);
+		printf("\n");
+		free(cpu);
 	}
 	for (i = 0; i < n_loaded; i++)
 		sf__tok_free(loaded[i].tok);

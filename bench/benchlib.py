@@ -55,15 +55,19 @@ def peers_python():
     return py if ok else None
 
 
-def machine(builddir):
-    """What the results were measured on and with."""
-    m = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
-         "kernel": platform.release(), "cores": os.cpu_count()}
+def cpu_model():
+    """The processor's name as /proc/cpuinfo gives it."""
     with open("/proc/cpuinfo") as f:
         for line in f:
             if line.startswith("model name"):
-                m["cpu"] = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def machine(builddir):
+    """What the results were measured on and with."""
+    m = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
+         "kernel": platform.release(), "cores": os.cpu_count(), "cpu": cpu_model()}
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemTotal:"):

@@ -120,6 +120,7 @@ class Run:
             rows_json = os.path.join(self.tmp, "tokenizer.json")
             out = sh([pp, os.path.join(bl.HERE, "bench_tiktoken.py"), "--data", self.a.data,
                       "--bench", bench, "--repeat", "1" if self.a.smoke else "5",
+                      "--passes", "3" if self.a.smoke else "10",
                       "--json", rows_json], self.log)
             with open(rows_json) as f:
                 rows = json.load(f)["rows"]
@@ -260,7 +261,8 @@ def md_tokenizer(r):
            "pass so its piece cache starts empty) beside tiktoken's `encode_ordinary`, "
            "bpe-openai's Rust `encode` and tokendagger's `encode_ordinary`, one string on one "
            "thread each, all pinned to one CPU and taking turns cell by cell over the rounds; "
-           "a cell is the best pass by process CPU time. Every tokenizer's ids were compared "
+           "every tokenizer makes the same number of passes of a cell (10 per round), and a "
+           "cell is the median pass by process CPU time. Every tokenizer's ids were compared "
            "with tiktoken's before timing (a tokenizer that differs is marked and not timed). "
            "Texts: the shared tinyshakespeare and unicode_mix, and about 1 MB each of English "
            "prose, source code and multilingual text built from the system's own files "

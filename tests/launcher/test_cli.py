@@ -685,6 +685,25 @@ def test_help_names_every_option_and_bad_counts_are_refused(tmp_path):
         assert r.returncode == 1 and f"the directory {tmp_path}/no does not exist" in r.stderr, r
 
 
+def test_encode_bench_reports_the_median_of_its_passes(tmp_path):
+    """encode --bench gave the best pass; a peer timed by the same rule then lost for
+    making fewer passes in its second. It reports the median of at least ten passes and a
+    second, the best beside it, and the count; an empty file does not run for minutes."""
+    text = tmp_path / "t.txt"
+    text.write_text("Hello, world. " * 2000)
+    r = sf("encode", "-e", "bytes", "--bench", str(text))
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"28000 bytes, 28000 tokens, ([0-9.]+) MB/s, .* median of (\d+) passes; "
+                  r"best ([0-9.]+) MB/s", r.stdout)
+    assert m, r.stdout
+    median, passes, best = float(m[1]), int(m[2]), float(m[3])
+    assert passes >= 10 and 0 < median <= best, r.stdout
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    r = sf("encode", "-e", "bytes", "--bench", str(empty), timeout=60)
+    assert r.returncode == 0 and "median of 100000 passes" in r.stdout, r
+
+
 def test_bad_run_options_and_names_are_refused(tmp_path):
     """--grace-ms that is not a number of milliseconds; a job name the commands would
     read as an option; a control endpoint any local user could reach (an abstract
