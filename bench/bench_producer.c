@@ -257,8 +257,9 @@ static double tokenizer_pass(struct sf_tok_encoder *enc, const char *corpus,
  * The tokenizer alone in `procs` processes at once (the best of `passes` passes in each),
  * as P producers run: the mean per-core rate. On a machine whose cores slow each other
  * down (shared caches, a hypervisor), this is what P producers can at best approach.
- * Each process starts from a fresh encoder, as a producer does (an encoder keeps a cache
- * of pieces it has met), and takes its own 1/procs of the documents, as P producers
+ * Each pass starts from a fresh encoder, as a producer's epoch does (an encoder keeps a
+ * cache of pieces it has met, and a second pass with the same encoder would find the
+ * text's pieces there), and each process takes its own 1/procs of the documents, as P producers
  * split an epoch: processes walking the same text in step would share its cache misses,
  * and a process over the whole corpus would spread its encoder's warm-up over P times
  * the tokens a producer does.
@@ -279,14 +280,16 @@ static double tokenizer_rate(const struct sf_tok *tok, const char *corpus, const
 		if (pids[i] == 0) {
 			double best = 0;
 
-			if (sf__tok_encoder_create(tok, &enc, &e) < 0)
-				die("encoder", &e);
 			for (int pass = 0; pass < passes; pass++) {
 				uint64_t n;
 				size_t lo = n_docs * (size_t)i / (size_t)procs;
 				size_t hi = n_docs * (size_t)(i + 1) / (size_t)procs;
-				double r = tokenizer_pass(enc, corpus, docs + lo, hi - lo, &n);
+				double r;
 
+				if (sf__tok_encoder_create(tok, &enc, &e) < 0)
+					die("encoder", &e);
+				r = tokenizer_pass(enc, corpus, docs + lo, hi - lo, &n);
+				sf__tok_encoder_free(enc);
 				best = r > best ? r : best;
 			}
 			_exit(write(fds[1], &best, sizeof(best)) != sizeof(best));
