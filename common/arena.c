@@ -181,14 +181,36 @@ static int thp_shmem_available(char *why, size_t len)
 	return 0;
 }
 
-static int map_fd(int fd, size_t size, void **ret)
+/*
+ * Map `size` bytes of the object `name` that the handle `a` has open, through a
+ * descriptor of its own, closed once mapped. Never through the lock descriptor: a mapping
+ * holds its open file description until unmapped, and a child of fork() inherits the
+ * mapping, so the lock descriptor's locks (the creator's, a participant's) would live on
+ * in any child after the fork handler closed the descriptor, and a dead process would look
+ * alive until its last child ended. 0 and *ret, or -errno (-ESTALE: `name` now names
+ * another object).
+ */
+static int map_object(const struct sf_arena *a, const char *name, size_t size, void **ret)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	struct stat st;
+	void *p;
+	int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0), r = 0;
 
-	if (p == MAP_FAILED)
+	if (fd < 0)
 		return -errno;
-	*ret = p;
-	return 0;
+	if (fstat(fd, &st) < 0)
+		r = -errno;
+	else if (st.st_ino != a->ino || st.st_dev != a->dev)
+		r = -ESTALE;
+	if (r == 0) {
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			r = -errno;
+		else
+			*ret = p;
+	}
+	close(fd);
+	return r;
 }
 
 /* The pointers into a mapping, from the offsets of `layout`: a header this process wrote
@@ -651,7 +673,7 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 			    strerror(r));
 		goto fail_unlink;
 	}
-	r = map_fd(fd, layout.total_size, &base);
+	r = map_object(a, tmp, layout.total_size, &base);
 	if (r < 0) {
 		sf__err(e, r, "cannot map arena of %llu bytes: %s",
 			(unsigned long long)layout.total_size, strerror(-r));
@@ -891,7 +913,7 @@ int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct s
 	/* Mapped, not populated: a consumer touches only the header, the tables and its
 	 * own ring (sf__arena_populate_rank()), so its resident set is that, not the whole
 	 * arena of every rank. */
-	r = map_fd(fd, (size_t)st.st_size, &base);
+	r = map_object(a, name, (size_t)st.st_size, &base);
 	if (r < 0) {
 		sf__err(e, r, "cannot map arena of job '%s': %s", job, strerror(-r));
 		goto fail_close;

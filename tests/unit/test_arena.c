@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
@@ -299,6 +300,83 @@ Test(arena, a_fork_during_attach_leaves_the_child_no_lock)
 		usleep(10 * 1000);
 	cr_expect_eq(sf__participant_alive(a, 0), 0, "the dead holder's child keeps its lock");
 	cr_expect_geq(sf__arena_repair(a, 0), 0);
+	sf__arena_destroy(a);
+}
+
+/* A child forked after the attach inherits the mapping of the arena, not only its
+ * descriptors: the mapping must not keep a dead holder's lock alive (it did when the
+ * arena was mapped through the lock descriptor, whose open file description the mapping
+ * pins, so that closing the descriptor in the fork handler dropped nothing). */
+Test(arena, a_child_forked_after_attach_leaves_the_dead_holder_no_lock)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a;
+	struct sf_err e = {0};
+	pid_t holder;
+	int status;
+
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &a, NULL, 0, &e), 0, "%s", e.msg);
+	holder = fork();
+	cr_assert_geq(holder, 0);
+	if (holder == 0) {
+		struct sf_arena *b;
+
+		if (sf__arena_attach(job, NULL, &b, NULL) < 0)
+			_exit(1);
+		if (sf__participant_register(b, 0, SF_ROLE_PRODUCER, 0, NULL) < 1)
+			_exit(2);
+		if (fork() == 0) {
+			usleep(3000 * 1000);
+			_exit(0);
+		}
+		_exit(0); /* dies holding entry 0; its child lives on with the mapping */
+	}
+	waitpid(holder, &status, 0);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+	for (int ms = 0; ms < 2000 && sf__participant_alive(a, 0); ms += 10)
+		usleep(10 * 1000);
+	cr_expect_eq(sf__participant_alive(a, 0), 0, "the dead holder's child keeps its lock");
+	cr_expect_geq(sf__arena_repair(a, 0), 0);
+	sf__arena_destroy(a);
+}
+
+/* The creator's lock is not kept by a child that inherited the creator's mapping: the
+ * arena of a dead creator is reclaimed while that child lives. */
+Test(arena, a_child_of_the_dead_creator_does_not_keep_the_arena_live)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *a;
+	struct sf_err e = {0};
+	char note[256] = "";
+	pid_t creator = fork();
+	int status;
+
+	cr_assert_geq(creator, 0);
+	if (creator == 0) {
+		struct sf_arena *c;
+
+		if (sf__arena_create(job, &g, NULL, &c, NULL, 0, NULL) < 0)
+			_exit(1);
+		if (fork() == 0) {
+			usleep(3000 * 1000);
+			_exit(0);
+		}
+		_exit(0);
+	}
+	waitpid(creator, &status, 0);
+	cr_assert_eq(WEXITSTATUS(status), 0);
+	/* The child runs its fork handler when first scheduled; give it that. */
+	usleep(200 * 1000);
+	{
+		struct timespec t0, t1;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		cr_assert_eq(sf__arena_create(job, &g, NULL, &a, note, sizeof(note), &e), 0,
+			     "%s", e.msg);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		cr_expect_lt(t1.tv_sec - t0.tv_sec, 2, "waited for the creator's child to end");
+	}
+	cr_expect(strstr(note, "reclaimed"), "%s", note);
 	sf__arena_destroy(a);
 }
 
