@@ -8,6 +8,7 @@
  * nothing.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -101,7 +102,49 @@ struct sf_consumer {
 	int32_t device;
 	struct sf_consumer_gpu gpu;
 	struct sf_err err;
+	/* 1 while a thread is inside a call that uses the handle: a second thread's call
+	 * meanwhile is refused (see enter()). */
+	atomic_uint in_call;
+	/* The refusal's message, which sf_consumer_errmsg() gives until the handle's next
+	 * call: a refused thread writes nothing the thread inside the call may write. */
+	_Atomic(const char *) refused;
 };
+
+/*
+ * A handle serves one thread at a time. A call that finds another thread inside a call
+ * of the same handle is refused with SF_E_STATE and changes nothing: the two would both
+ * claim steps and overwrite one another's held slot, leaving a slot claimed that nothing
+ * releases, so that the rank would wait for it forever, even from a fresh handle.
+ */
+static int enter(struct sf_consumer *c)
+{
+	static const char why[] = "this consumer handle was called from two threads at once: "
+				  "a handle serves one thread at a time (attach one per thread, "
+				  "or serialize the calls)";
+
+	if (atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire)) {
+		atomic_store_explicit(&c->refused, why, memory_order_relaxed);
+		return SF_E_STATE;
+	}
+	atomic_store_explicit(&c->refused, NULL, memory_order_relaxed);
+	return 0;
+}
+
+static void leave(struct sf_consumer *c)
+{
+	atomic_store_explicit(&c->in_call, 0, memory_order_release);
+}
+
+/* Return `call` made inside enter() and leave(), or enter()'s refusal. */
+#define GUARDED(c, call)                                                                           \
+	do {                                                                                       \
+		int r_ = enter(c);                                                                 \
+		if (r_ == 0) {                                                                     \
+			r_ = (call);                                                               \
+			leave(c);                                                                  \
+		}                                                                                  \
+		return r_;                                                                         \
+	} while (0)
 
 static uint32_t hist_bucket(uint64_t v)
 {
@@ -637,7 +680,7 @@ static int refuse_inherited(struct sf_consumer *c)
 		       c->global_rank);
 }
 
-int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream)
+static int set_stream_in(struct sf_consumer *c, uint64_t stream)
 {
 	struct sf_consumer_gpu *g = &c->gpu;
 	sf_custream to = (sf_custream)(uintptr_t)stream;
@@ -665,6 +708,11 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream)
 		return r;
 	g->user_stream = to;
 	return 0;
+}
+
+int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream)
+{
+	GUARDED(c, set_stream_in(c, stream));
 }
 
 /*
@@ -779,7 +827,7 @@ static int claim_watching_job(struct sf_consumer *c, int64_t timeout_ns, struct 
 	}
 }
 
-int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *ret_batch)
+static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *ret_batch)
 {
 	struct sf_arena *a = c->a;
 	const struct sf_arena_header *h = a->hdr;
@@ -909,14 +957,24 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 	return 0;
 }
 
-int sf_consumer_release(struct sf_consumer *c)
+int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *ret_batch)
+{
+	GUARDED(c, next_in(c, timeout_ms, ret_batch));
+}
+
+static int release_in(struct sf_consumer *c)
 {
 	if (c->a->inherited)
 		return refuse_inherited(c);
 	return release_held(c);
 }
 
-int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batch)
+int sf_consumer_release(struct sf_consumer *c)
+{
+	GUARDED(c, release_in(c));
+}
+
+static int release_batch_in(struct sf_consumer *c, const struct sf_batch *batch)
 {
 	struct sf_consumer_gpu *g = &c->gpu;
 	uint32_t k = batch->buffer;
@@ -953,7 +1011,12 @@ int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batc
 	return r;
 }
 
-int sf_consumer_state(struct sf_consumer *c, struct sf_resume *ret_state)
+int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batch)
+{
+	GUARDED(c, release_batch_in(c, batch));
+}
+
+static int state_in(struct sf_consumer *c, struct sf_resume *ret_state)
 {
 	const struct sf_geometry *geo = &c->a->hdr->geo;
 	uint64_t samples = c->step * geo->batch * geo->world_size;
@@ -968,7 +1031,12 @@ int sf_consumer_state(struct sf_consumer *c, struct sf_resume *ret_state)
 	return 0;
 }
 
-int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state)
+int sf_consumer_state(struct sf_consumer *c, struct sf_resume *ret_state)
+{
+	GUARDED(c, state_in(c, ret_state));
+}
+
+static int seek_in(struct sf_consumer *c, const struct sf_resume *state)
 {
 	const struct sf_geometry *geo = &c->a->hdr->geo;
 	uint64_t global_batch = (uint64_t)geo->batch * geo->world_size;
@@ -1018,7 +1086,12 @@ int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state)
 	return 0;
 }
 
-int sf_consumer_stats(struct sf_consumer *c, struct sf_consumer_stats *ret_stats)
+int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state)
+{
+	GUARDED(c, seek_in(c, state));
+}
+
+static int stats_in(struct sf_consumer *c, struct sf_consumer_stats *ret_stats)
 {
 	struct sf_consumer_stats st = {
 		.batches = c->batches,
@@ -1037,7 +1110,12 @@ int sf_consumer_stats(struct sf_consumer *c, struct sf_consumer_stats *ret_stats
 	return 0;
 }
 
-int sf_consumer_window(struct sf_consumer *c, struct sf_consumer_window *ret_window)
+int sf_consumer_stats(struct sf_consumer *c, struct sf_consumer_stats *ret_stats)
+{
+	GUARDED(c, stats_in(c, ret_stats));
+}
+
+static int window_in(struct sf_consumer *c, struct sf_consumer_window *ret_window)
 {
 	uint64_t n = c->batches - c->window_mark.batches;
 	struct sf_consumer_window w = {
@@ -1058,13 +1136,23 @@ int sf_consumer_window(struct sf_consumer *c, struct sf_consumer_window *ret_win
 	return 0;
 }
 
-const char *sf_consumer_errmsg(const struct sf_consumer *c)
+int sf_consumer_window(struct sf_consumer *c, struct sf_consumer_window *ret_window)
 {
-	return c ? c->err.msg : "no handle";
+	GUARDED(c, window_in(c, ret_window));
 }
 
-int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
-			   uint32_t count)
+const char *sf_consumer_errmsg(const struct sf_consumer *c)
+{
+	const char *refused;
+
+	if (!c)
+		return "no handle";
+	refused = atomic_load_explicit(&c->refused, memory_order_relaxed);
+	return refused ? refused : c->err.msg;
+}
+
+static int set_output_in(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
+			 uint32_t count)
 {
 	const uint32_t src_dtype = c->a->hdr->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32;
 	void **out = NULL;
@@ -1079,12 +1167,16 @@ int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *b
 	const uint32_t targets = dtype & SF_OUTPUT_TARGETS;
 
 	dtype &= ~SF_OUTPUT_TARGETS;
-	if (count &&
-	    (count > SF_OUTPUT_BUFFERS_MAX || !buffers || !sf__widen_valid(src_dtype, dtype)))
+	if (count && (count > SF_OUTPUT_BUFFERS_MAX || !buffers))
 		return sf__err(&c->err, SF_E_RANGE,
-			       "rank %u: output needs 1..%u buffers (got %u) of int32 or int64 "
-			       "(dtype %u)",
-			       c->global_rank, SF_OUTPUT_BUFFERS_MAX, count, dtype);
+			       "rank %u: output needs 1..%u buffers (got %u%s)", c->global_rank,
+			       SF_OUTPUT_BUFFERS_MAX, count, buffers ? "" : ", and no array");
+	if (count && !sf__widen_valid(src_dtype, dtype))
+		return sf__err(&c->err, SF_E_RANGE,
+			       "rank %u: output dtype %u cannot hold the arena's %s tokens: "
+			       "int32 (%u) or int64 (%u)",
+			       c->global_rank, dtype, src_dtype == SF_DTYPE_U16 ? "uint16" : "int32",
+			       SF_DTYPE_I32, SF_DTYPE_I64);
 	if (count) {
 		out = malloc(sizeof(*out) * count);
 		if (!out)
@@ -1105,6 +1197,12 @@ int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *b
 	c->out_dtype = dtype;
 	c->out_targets = !!targets;
 	return 0;
+}
+
+int sf_consumer_set_output(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
+			   uint32_t count)
+{
+	GUARDED(c, set_output_in(c, dtype, buffers, count));
 }
 
 void sf_consumer_detach(struct sf_consumer *c)

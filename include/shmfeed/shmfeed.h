@@ -6,7 +6,9 @@
  * or varargs across the boundary.
  *
  * Caveats, as with any shared-memory library:
- *  - a consumer handle belongs to one thread at a time; use one handle per thread;
+ *  - a consumer handle belongs to one thread at a time; use one handle per thread (a
+ *    call made while another thread is inside a call of the same handle is refused with
+ *    SF_E_STATE and changes nothing; sf_consumer_detach() is not guarded);
  *  - a handle does not survive fork(): a child must attach on its own;
  *  - views returned by sf_consumer_next() stay valid only until the next call on the
  *    same handle (or its detach); in GPU mode with SF_ATTACH_EXPLICIT_RELEASE, until

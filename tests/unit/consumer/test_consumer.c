@@ -314,6 +314,60 @@ Test(consumer, a_forked_child_leaves_the_parents_handle_alone)
 	feed_stop(f);
 }
 
+struct waiter {
+	struct sf_consumer *c;
+	atomic_int started;
+	int r;
+};
+
+/* Wait 3 s in next() on a ring nobody fills; a call refused because the main thread was
+ * inside one at that moment is made again. */
+static void *wait_in_next(void *arg)
+{
+	struct waiter *w = arg;
+	struct sf_batch b;
+
+	atomic_store(&w->started, 1);
+	do
+		w->r = sf_consumer_next(w->c, 3000, &b);
+	while (w->r == SF_E_STATE);
+	return NULL;
+}
+
+/* A second thread's call while one thread is inside next() is refused, and changes
+ * nothing: without the refusal both claimed steps and one overwrote the other's held
+ * slot, which stayed claimed for good. */
+Test(consumer, a_call_from_a_second_thread_meanwhile_is_refused)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = attach(0);
+	struct waiter w = {.c = c};
+	struct sf_batch b;
+	uint64_t word = atomic_load(&sf__arena_slot(f->arena, 0, 0)->word);
+	pthread_t t;
+	int r = SF_E_AGAIN;
+
+	cr_assert_eq(pthread_create(&t, NULL, wait_in_next, &w), 0);
+	while (!atomic_load(&w.started))
+		usleep(1000);
+	/* Until the waiter is inside its call, this one finds nothing ready. */
+	for (int ms = 0; ms < 2500 && r == SF_E_AGAIN; ms += 10) {
+		r = sf_consumer_next(c, 0, &b);
+		if (r == SF_E_AGAIN)
+			usleep(10 * 1000);
+	}
+	cr_expect_eq(r, SF_E_STATE, "%d: %s", r, sf_consumer_errmsg(c));
+	cr_expect(strstr(sf_consumer_errmsg(c), "two threads"), "%s", sf_consumer_errmsg(c));
+	pthread_join(t, NULL);
+	cr_expect_eq(w.r, SF_E_TIMEOUT, "%d", w.r);
+	/* The handle is whole: the next call is served as before, and says why it failed. */
+	cr_expect_eq(sf_consumer_next(c, 0, &b), SF_E_AGAIN);
+	cr_expect_null(strstr(sf_consumer_errmsg(c), "two threads"), "%s", sf_consumer_errmsg(c));
+	cr_expect_eq(atomic_load(&sf__arena_slot(f->arena, 0, 0)->word), word);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
 Test(consumer, no_such_job)
 {
 	char msg[256] = "";
