@@ -156,13 +156,21 @@ static int parse_tokens(const char *s, uint64_t *ret)
 static void print_bound(const struct sf_dataset *ds)
 {
 	uint32_t exact;
-	/* Rounded up, so that the printed bound is never below the true one. */
-	double bound = ceil(sf__dataset_mix_bound(ds, &exact) * 1e6) / 1e6;
+	const double raw = sf__dataset_mix_bound(ds, &exact);
+	/* Rounded up, so that the printed bound is never below the true one; with as many
+	 * digits past six as a bound below 1 needs to show below 1 (rounded up to six, a
+	 * bound of 1 - 10^-8 read 1.000000). */
+	int digits = 6;
+	double bound = ceil(raw * 1e6) / 1e6;
 
-	printf("# mixture: at every prefix of every phase each source's count is within %.6f "
+	while (raw < 1 && bound >= 1 && digits < 15) {
+		digits++;
+		bound = ceil(raw * pow(10, digits)) / pow(10, digits);
+	}
+	printf("# mixture: at every prefix of every phase each source's count is within %.*f "
 	       "of weight x samples (%s)\n",
-	       bound, exact ? "exact, over a whole period" : "proved from the tree");
-	if (bound >= 1)
+	       digits, bound, exact ? "exact, over a whole period" : "proved from the tree");
+	if (raw >= 1)
 		printf("# warning: with these weights a source's count may differ from weight x "
 		       "samples by %.6f, not less than 1 (docs/mixtures.md: the bound is proved "
 		       "below 1 for up to 4 sources only)\n",

@@ -63,8 +63,27 @@ static int resolve(const struct sf_config *cfg, const struct sf_weights_config *
 		for (uint32_t j = 0; j < n; j++)
 			if (cfg->sources[j].group && !strcmp(cfg->sources[j].group, group))
 				sum += in_group(&cfg->sources[j]);
-		if (!sum)
-			continue; /* a group whose sources all weigh 0 contributes nothing */
+		if (!sum) {
+			uint64_t gw = weight_named(cfg, map, group);
+			char frac[16], where[32] = "";
+			int len;
+
+			if (!gw)
+				continue; /* a group of weight 0 whose sources weigh 0 */
+			/* Its share would go to the other sources without a word. */
+			free(v);
+			len = snprintf(frac, sizeof(frac), ".%09llu",
+				       (unsigned long long)(gw % SF_WEIGHT_SCALE));
+			while (len > 0 && (frac[len - 1] == '0' || frac[len - 1] == '.'))
+				frac[--len] = 0;
+			if (map)
+				snprintf(where, sizeof(where), " schedule phase %u", phase + 1);
+			return sf__err(e, SF_E_CONFIG,
+				       "%s: mixture%s: group '%s' has weight %llu%s but all its "
+				       "sources weigh 0 in it: give one a weight, or the group 0",
+				       cfg->path ? cfg->path : "config", where, group,
+				       (unsigned long long)(gw / SF_WEIGHT_SCALE), frac);
+		}
 		lcm = lcm / gcd128(lcm, sum) * sum;
 		if (lcm >> 64)
 			goto too_precise;

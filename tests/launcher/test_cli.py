@@ -473,6 +473,27 @@ def test_check_counts_huge_budgets_without_wrapping_and_rounds_the_bound_up(tmp_
     assert f"# budget: {steps} steps of 8 samples" in check.stdout, check.stdout
 
 
+def test_check_gives_a_bound_below_1_as_below_1(tmp_path):
+    """Four sources, one of weight 3e-8: the bound proved is below 1 by less than 10^-6.
+    Rounded up to six digits it read 1.000000, and check warned 'not less than 1' of a
+    mixture whose bound is below 1; now the digits go on until the value shows below 1
+    (rounded up still), and the warning is given only at 1 or more."""
+    weights = {"a": "0.503633398", "b": "0.424831385", "c": "0.071535187",
+               "d": "0.000000030"}
+    for name in weights:
+        (tmp_path / f"{name}.bin").write_bytes(bytes(4000))
+    cfg = tmp_path / "mix.yaml"
+    cfg.write_text("job: near1\nsources:\n" + "".join(
+        f"  - {{name: {n}, paths: {tmp_path}/{n}.bin, format: nanogpt, weight: {w}}}\n"
+        for n, w in weights.items()) +
+        "batch: {size: 8, seq_len: 64}\nconsumers: {world_size: 1, device: cpu}\n")
+    check = sf("check", str(cfg))
+    assert check.returncode == 0, check.stderr
+    bound = re.search(r"count is within (\d\.\d+) of weight x samples", check.stdout)
+    assert bound and float(bound.group(1)) < 1, check.stdout
+    assert "warning" not in check.stdout, check.stdout
+
+
 @contextlib.contextmanager
 def serving_25_steps(cfg, job, tmp_path):
     """Run the mixture job of `cfg`, read 25 steps of 8 samples as rank 0, and yield the

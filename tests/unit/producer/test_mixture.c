@@ -389,6 +389,55 @@ Test(mixture, weights_whose_sum_wraps_128_bits_are_refused)
 	}
 }
 
+/* A group given a weight whose sources all weigh 0 in it is refused, naming the group
+ * (its share went silently to the other sources); in a schedule, the phase too. A group
+ * of weight 0 whose sources weigh 0 is no contradiction. */
+Test(mixture, a_weighted_group_of_sources_that_all_weigh_0_is_refused)
+{
+	static const char *const yaml[] = {
+		"sources:\n"
+		"  - {paths: web.bin, name: web, weight: 3}\n"
+		"  - {paths: a.bin, name: arxiv, group: hq, weight: 0}\n"
+		"  - {paths: b.bin, name: books, group: hq, weight: 0}\n"
+		"mixture: {groups: {hq: 1}}\n",
+		"sources:\n"
+		"  - {paths: web.bin, name: web}\n"
+		"  - {paths: a.bin, name: arxiv, group: hq, weight: 0}\n"
+		"mixture:\n"
+		"  schedule:\n"
+		"    - {until_step: 10, weights: {web: 1}}\n"
+		"    - {until_step: 20, weights: {web: 1, hq: 1}}\n",
+		"sources:\n"
+		"  - {paths: web.bin, name: web, weight: 3}\n"
+		"  - {paths: a.bin, name: arxiv, group: hq, weight: 0}\n"
+		"mixture: {groups: {hq: 0}}\n",
+	};
+	static const char *const want[] = {"group 'hq' has weight 1 but all its sources weigh 0",
+					   "phase 2: group 'hq' has weight 1 but all its sources "
+					   "weigh 0",
+					   NULL};
+
+	for (int k = 0; k < 3; k++) {
+		struct sf_config cfg;
+		struct sf_mixture *m = NULL;
+		struct sf_err err = {0};
+		int r;
+
+		cr_assert_eq(sf__config_load_string("job.yaml", yaml[k], strlen(yaml[k]), &cfg,
+						     &err),
+			     0, "%d: %s", k, err.msg);
+		r = sf__mixture_from_config(&cfg, &m, &err);
+		if (want[k]) {
+			cr_expect_lt(r, 0, "config %d accepted", k);
+			cr_expect(strstr(err.msg, want[k]), "config %d: %s", k, err.msg);
+		} else {
+			cr_expect_eq(r, 0, "config %d: %s", k, err.msg);
+		}
+		sf__mix_free(m);
+		sf__config_free(&cfg);
+	}
+}
+
 /*
  * Many constant phases whose proved bounds are 1 or more (the 5 sources above, Q =
  * 100,003, several shapes walked each): the walks stop once the phases before have walked
