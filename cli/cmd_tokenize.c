@@ -121,7 +121,7 @@ static int lock_output(const char *prefix, char *lock, size_t len)
 		sf__log_error("%s: another `shmfeed tokenize` is writing it (it holds %s)", prefix,
 			      lock);
 	else if (fd == -ENOTEMPTY)
-		sf__log_error("%s: the file is there and is not a lock of shmfeed's (not empty); "
+		sf__log_error("%s: the file is there and is not a lock file of shmfeed's; "
 			      "remove it or choose another -o",
 			      lock);
 	else if (fd < 0)

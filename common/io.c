@@ -44,21 +44,33 @@ int sf__pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
-/* A lock file is empty, also one left by a process that was killed: a file with something
- * in it is someone's own, which unlocking would remove. */
-static bool empty_regular(int fd)
+/* What a lock file holds, written by the process that created it: a file without it,
+ * empty or not, is someone's own, which unlocking would remove. */
+static const char lock_mark[] = "shmfeed lock: held by the process with an flock on it\n";
+
+/* Whether `fd` is a regular file holding exactly lock_mark. */
+static bool is_lock_file(int fd)
 {
+	char buf[sizeof(lock_mark)];
 	struct stat st;
 
-	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0;
+	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	       st.st_size == (off_t)sizeof(lock_mark) - 1 &&
+	       sf__pread_full(fd, buf, sizeof(lock_mark) - 1, 0) == 0 &&
+	       memcmp(buf, lock_mark, sizeof(lock_mark) - 1) == 0;
 }
 
 int sf__path_lock(const char *path)
 {
 	for (;;) {
-		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644), made = fd >= 0;
 		struct stat held, named;
 
+		if (fd < 0 && errno == EEXIST) {
+			fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+			if (fd < 0 && errno == ENOENT)
+				continue; /* removed between the two opens */
+		}
 		if (fd < 0)
 			return -errno;
 		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
@@ -69,10 +81,21 @@ int sf__path_lock(const char *path)
 		}
 		if (fstat(fd, &held) == 0 && stat(path, &named) == 0 &&
 		    held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
-			if (empty_regular(fd))
+			int r = 0;
+
+			/* Made here: marked. Found there: taken over only if marked (a lock
+			 * left by a process that was killed). A file made by a process killed
+			 * before it marked it stays, as anyone's empty file does. */
+			if (made)
+				r = sf__pwrite_full(fd, lock_mark, sizeof(lock_mark) - 1, 0);
+			else if (!is_lock_file(fd))
+				r = -ENOTEMPTY;
+			if (r == 0)
 				return fd;
+			if (made)
+				unlink(path);
 			close(fd);
-			return -ENOTEMPTY;
+			return r;
 		}
 		close(fd); /* its holder removed it as this process took it: again */
 	}
@@ -87,7 +110,7 @@ int sf__path_lock_probe(const char *path)
 	/* A shared lock conflicts with the exclusive one its holder has. */
 	if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK)
 		r = -EBUSY;
-	else if (!empty_regular(fd))
+	else if (!is_lock_file(fd))
 		r = -ENOTEMPTY;
 	close(fd);
 	return r;

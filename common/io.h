@@ -23,8 +23,9 @@ int sf__pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
 /*
  * sf__path_lock - an exclusive flock on the file `path` (created if missing), without
  * waiting: its descriptor, -EBUSY when another process holds it, -ENOTEMPTY when `path`
- * is not an empty regular file (a lock is empty, also one left by a process that was
- * killed; anything else is someone's own file, let go and never removed), or -errno. The
+ * is there and is not a lock file (one that holds the mark its maker wrote, also one left
+ * by a process that was killed; anything else, empty or not, is someone's own file, let
+ * go and never removed), or -errno. The
  * lock is on the file `path` names when it returns: one unlinked by its holder meanwhile
  * is let go and `path` taken again, so two processes never both hold `path`.
  * sf__path_lock_probe - what sf__path_lock() would find, taking nothing and creating

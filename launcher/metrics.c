@@ -506,7 +506,7 @@ static int busy(const char *path, const char *lock, struct sf_err *e)
 static int not_a_lock(const char *lock, struct sf_err *e)
 {
 	return sf__err(e, SF_E_CONFIG,
-		       "%s is there and is not a lock of shmfeed's (not empty): remove it, or "
+		       "%s is there and is not a lock file of shmfeed's: remove it, or "
 		       "name another metrics file",
 		       lock);
 }

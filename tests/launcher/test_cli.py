@@ -700,6 +700,12 @@ def test_help_names_every_option_and_bad_counts_are_refused(tmp_path):
         assert r.returncode == 1 and f"cannot write the metrics file {where}" in r.stderr, r
     r = sf("check", DEMO, "--set", f"control.metrics_file={tmp_path}/m.prom")
     assert r.returncode == 0, r.stderr
+    # An empty m.prom.lock is someone's file, not a lock left by a killed run: refused and
+    # kept (the empty file was taken over, and removed when the job ended).
+    (tmp_path / "e.prom.lock").write_bytes(b"")
+    r = sf("check", DEMO, "--set", f"control.metrics_file={tmp_path}/e.prom")
+    assert r.returncode == 1 and "e.prom.lock is there and is not a lock file" in r.stderr, r
+    assert (tmp_path / "e.prom.lock").exists()
     # tokenize -o into a directory that is not there named PREFIX.bin.tmp, not the directory.
     for args in ((DEMO,), ("--merge", "x_00000-of-00001")):
         r = sf("tokenize", *args, "-o", f"{tmp_path}/no/x")

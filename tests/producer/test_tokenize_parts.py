@@ -14,6 +14,7 @@ import random
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -334,6 +335,30 @@ def test_a_corpus_of_no_document_is_an_error(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.startswith("m.")], os.listdir(tmp_path)
 
 
+def killed_run_leaves_its_lock(tmp_path, args, prefix):
+    """Replace the file PREFIX.lock by the one a run killed while writing leaves: a run
+    of a large input, SIGKILLed once its lock is there and marked."""
+    os.unlink(f"{prefix}.lock")
+    big = tmp_path / "big"
+    big.mkdir(exist_ok=True)
+    (big / "b.jsonl").write_text('{"text": "%s"}\n' % ("y" * (1 << 20)) * 64)
+    p = subprocess.Popen([SHMFEED, "tokenize", str(bytes_job(big)), *args],
+                         env=env_for(tmp_path), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+                os.path.exists(f"{prefix}.lock") and os.path.getsize(f"{prefix}.lock")):
+            time.sleep(0.001)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == -9 and os.path.getsize(f"{prefix}.lock") > 0, p.returncode
+    for leftover in (f"{prefix}.bin.tmp", f"{prefix}.idx.tmp"):
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+
+
 def test_a_second_run_into_the_same_prefix_is_refused(tmp_path):
     """Two runs into one prefix (a job array given the same index twice) truncated each
     other's temporary files: one exited 0 over a .bin of zeros, or deleted the other's
@@ -351,7 +376,13 @@ def test_a_second_run_into_the_same_prefix_is_refused(tmp_path):
             assert r.returncode == 1, r
             assert f"{prefix}: another `shmfeed tokenize` is writing it" in r.stderr, r.stderr
             assert not os.path.exists(f"{prefix}.bin") and not os.path.exists(f"{prefix}.idx")
-        # A lock file left by a run that died is no lock.
+        # An empty file of that name is someone's own: refused, and left there (it was
+        # taken as a stale lock and removed at the end).
+        r = run(tmp_path, str(cfg), *args, check=False)
+        assert r.returncode == 1 and "is not a lock file of shmfeed's" in r.stderr, r.stderr
+        assert os.path.exists(f"{prefix}.lock") and not os.path.exists(f"{prefix}.bin")
+        # A lock file left by a run that died (the run's own, which it marked) is no lock.
+        killed_run_leaves_its_lock(tmp_path, args, prefix)
         run(tmp_path, str(cfg), *args)
         assert os.path.exists(f"{prefix}.bin") and not os.path.exists(f"{prefix}.lock")
     with open(tmp_path / "m.lock", "w") as held:
@@ -599,6 +630,14 @@ def test_the_output_never_replaces_an_input(tmp_path):
     r = run(tmp_path, str(cfg), "-o", str(d / "u"), check=False)
     assert r.returncode == 1 and "u.lock" in r.stderr and "not a lock" in r.stderr, r.stderr
     assert (d / "u.lock").read_text() == "my notes\n" and not (d / "u.bin").exists()
+    # Nor is an empty file: an empty source named v.lock was taken as a stale lock, and
+    # removed at the end of the run into v.
+    (d / "v.lock").write_bytes(b"")
+    cfg.write_text(f'{{"sources": [{{"paths": "{d}/v.lock", "format": "text"}}], '
+                   '"tokenizer": {"encoding": "bytes"}}')
+    r = run(tmp_path, str(cfg), "-o", str(d / "v"), check=False)
+    assert r.returncode == 1 and "v.lock" in r.stderr and "not a lock" in r.stderr, r.stderr
+    assert (d / "v.lock").exists() and not (d / "v.bin").exists()
     # --merge into one of its parts under another spelling.
     cfg = bytes_job(d.parent)
     (d.parent / "a.jsonl").write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n"
