@@ -1175,8 +1175,9 @@ static int set_output_in(struct sf_consumer *c, uint32_t dtype, void *const *buf
 		return sf__err(&c->err, SF_E_RANGE,
 			       "rank %u: output dtype %u cannot hold the arena's %s tokens: "
 			       "int32 (%u) or int64 (%u)",
-			       c->global_rank, dtype, src_dtype == SF_DTYPE_U16 ? "uint16" : "int32",
-			       SF_DTYPE_I32, SF_DTYPE_I64);
+			       c->global_rank, dtype,
+			       src_dtype == SF_DTYPE_U16 ? "uint16" : "int32", SF_DTYPE_I32,
+			       SF_DTYPE_I64);
 	if (count) {
 		out = malloc(sizeof(*out) * count);
 		if (!out)

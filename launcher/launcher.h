@@ -276,8 +276,8 @@ struct sf_stats {
 	/* Mixtures: the global samples every local rank has read (the least next step of
 	 * the ranks, times B x W) and each source's share of them. */
 	uint64_t samples;
-	uint32_t n_sources; /* 0: not a mixture */
-	uint32_t pad;
+	uint32_t n_sources;	/* in source[]: the first SF_STATS_MAX_SOURCES; 0: not a mixture */
+	uint32_t sources_total; /* the mixture's sources, also those past source[] */
 	struct sf_stats_source source[SF_STATS_MAX_SOURCES];
 };
 

@@ -174,6 +174,10 @@ static void render(FILE *f, const struct sf_stats *s, const char *job)
 		s->slots_repaired);
 
 	if (s->n_sources) {
+		gauge(f, "shmfeed_mixture_sources",
+		      "Sources of the job's mixture; the per-source series below cover the first "
+		      "64.",
+		      job, s->sources_total);
 		/* Source names are [A-Za-z0-9_.-] (checked at load): no escaping. */
 		/* A position in the stream, not a count of events: a seek back lowers it,
 		 * so it is a gauge (a counter that fell would read as a restart). */

@@ -60,7 +60,9 @@ static void real_mixture(const void *ds, struct sf_stats *s)
 		return;
 	sf__dataset_mix_expect(ds, s->samples, counts, NULL);
 	sf__dataset_mix_target(ds, s->samples, target);
-	/* Per-source stats for the first SF_STATS_MAX_SOURCES sources only. */
+	/* Per-source stats for the first SF_STATS_MAX_SOURCES sources only; the count of
+	 * all of them says how many are not shown. */
+	s->sources_total = n;
 	if (n > SF_STATS_MAX_SOURCES)
 		n = SF_STATS_MAX_SOURCES;
 	for (uint32_t i = 0; i < n; i++) {

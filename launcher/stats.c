@@ -250,7 +250,7 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 			OUT(",\"delivered\":%llu,\"target\":%.3f}",
 			    (unsigned long long)s->source[i].delivered, s->source[i].target);
 		}
-		OUT("]");
+		OUT("],\"sources_total\":%u", s->sources_total);
 	}
 	OUT("}");
 #undef OUT

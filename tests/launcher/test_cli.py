@@ -419,7 +419,8 @@ def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
 
 def test_a_mixture_of_more_than_64_sources_shows_its_first_64(rt, tmp_path):
     """Per-source figures cover the first 64 sources (docs/mixtures.md); past 64 sources
-    none were shown at all."""
+    none were shown at all. Those left out are counted in status, its JSON and the
+    metrics (they were left out without a word)."""
     lines = []
     for s in range(65):
         (tmp_path / f"s{s}.bin").write_bytes(
@@ -441,6 +442,11 @@ def test_a_mixture_of_more_than_64_sources_shows_its_first_64(rt, tmp_path):
         assert wait_for(lambda: 'source="s63"}' in (tmp_path / "metrics.prom").read_text(),
                         timeout=30)
         assert 'source="s64"}' not in (tmp_path / "metrics.prom").read_text()
+        assert stats["sources_total"] == 65, stats
+        human = sf("status", job).stdout
+        assert "(and 1 more sources, not shown: the figures cover the first 64)" in human, human
+        assert f'shmfeed_mixture_sources{{shmfeed_job="{job}"}} 65' in \
+            (tmp_path / "metrics.prom").read_text()
 
 
 def test_check_counts_huge_budgets_without_wrapping_and_rounds_the_bound_up(tmp_path):
