@@ -314,6 +314,19 @@ int sf__cmd_check(int argc, char **argv)
 			budget = 1;
 			i++;
 		} else if (argv[i][0] == '-' || path) {
+			if (!strcmp(argv[i], "--tokens"))
+				fprintf(stderr,
+					"shmfeed: check: --tokens %s: expected a count of tokens "
+					"from 1 to 2^64 - 1, with k, M, G or T (10^3 to 10^12) if "
+					"you like\n",
+					i + 1 < argc ? argv[i + 1] : "(missing)");
+			else if (!strcmp(argv[i], "--set"))
+				fprintf(stderr, "shmfeed: check: --set needs KEY=VALUE\n");
+			else if (argv[i][0] == '-')
+				fprintf(stderr, "shmfeed: check: unknown option '%s'\n", argv[i]);
+			else
+				fprintf(stderr, "shmfeed: check: one CONFIG, not '%s' and '%s'\n",
+					path, argv[i]);
 			fprintf(stderr, USAGE);
 			free(sets);
 			return 2;
@@ -321,6 +334,7 @@ int sf__cmd_check(int argc, char **argv)
 			path = argv[i];
 	}
 	if (!path) {
+		fprintf(stderr, "shmfeed: check: CONFIG is missing\n");
 		fprintf(stderr, USAGE);
 		free(sets);
 		return 2;

@@ -1,6 +1,6 @@
 /*
- * `shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--tokenizer FILE] [--set KEY=VALUE ...] [-q]`: tokenize
- * the raw text sources of a job with all its producer processes and write them as a
+ * `shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--tokenizer FILE] [--set KEY=VALUE ...] [-q]`:
+ * tokenize the raw text sources of a job with all its producer processes and write them as a
  * Megatron PREFIX.bin / PREFIX.idx pair, showing progress (bytes, documents, tokens/s,
  * ETA). With --shard, only part I of N (producer/part_plan.h), as
  * PREFIX_IIIII-of-NNNNN.{bin,idx,json}; `shmfeed tokenize --merge PART... -o PREFIX`
@@ -26,8 +26,8 @@
 #include "producer/producer.h"
 
 #define USAGE                                                                                      \
-	"usage: shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--tokenizer FILE] "                \
-	"[--set KEY=VALUE ...] [-q]\n"                                                            \
+	"usage: shmfeed tokenize CONFIG -o PREFIX [--shard I/N] [--tokenizer FILE] "               \
+	"[--set KEY=VALUE ...] [-q]\n"                                                             \
 	"       shmfeed tokenize --merge PART... -o PREFIX [-q]\n"
 
 struct progress_state {
@@ -100,8 +100,8 @@ static int out_dir_missing(const char *prefix)
 	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - prefix), prefix);
 	if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
 		return 0;
-	sf__log_error("-o %s: the directory %s does not exist; make it first (mkdir -p %s)",
-		      prefix, dir, dir);
+	sf__log_error("-o %s: the directory %s does not exist; make it first (mkdir -p %s)", prefix,
+		      dir, dir);
 	return 1;
 }
 
@@ -190,6 +190,7 @@ int sf__cmd_tokenize(int argc, char **argv)
 	struct sf_err e = {0};
 	uint32_t n_sets = 0, part = 0, n_parts = 0;
 	size_t n_positional = 0;
+	char why[160];
 	int r, merging = 0, bad = 0;
 
 	/* A write past RLIMIT_FSIZE fails with EFBIG, said with its file, instead of the
@@ -202,7 +203,17 @@ int sf__cmd_tokenize(int argc, char **argv)
 		return 1;
 	}
 	sf__log_set_who("tokenize");
-	for (int i = 1; i < argc; i++) {
+	for (int i = 1; i < argc && !bad; i++) {
+		static const char *const valued[] = {"-o", "--set", "--shard", "--tokenizer"};
+
+		for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
+			if (!strcmp(argv[i], valued[k]) && i + 1 == argc)
+				bad = snprintf(why, sizeof(why), "%s needs a value", argv[i]);
+		if ((!strcmp(argv[i], "-o") && prefix) || (!strcmp(argv[i], "--shard") && shard) ||
+		    (!strcmp(argv[i], "--tokenizer") && file_set))
+			bad = snprintf(why, sizeof(why), "%s given twice", argv[i]);
+		if (bad)
+			break;
 		/* An option given twice is refused (its first value would go unused). */
 		if (!strcmp(argv[i], "-o") && i + 1 < argc && !prefix)
 			prefix = argv[++i];
@@ -226,10 +237,25 @@ int sf__cmd_tokenize(int argc, char **argv)
 		} else if (!strcmp(argv[i], "-q"))
 			ps.quiet = 1;
 		else if (argv[i][0] == '-')
-			bad = 1;
+			bad = snprintf(why, sizeof(why), "unknown option '%s'", argv[i]);
 		else
 			positional[n_positional++] = argv[i];
 	}
+	if (!bad && merging && (shard || n_sets))
+		bad = snprintf(why, sizeof(why),
+			       "--merge takes no %s: the parts are tokenized already",
+			       shard ? "--shard" : "--set or --tokenizer");
+	if (!bad && !prefix)
+		bad = snprintf(why, sizeof(why), "-o PREFIX is missing");
+	if (!bad && merging && !n_positional)
+		bad = snprintf(why, sizeof(why), "--merge names no parts");
+	if (!bad && !merging && !n_positional)
+		bad = snprintf(why, sizeof(why), "CONFIG is missing");
+	if (!bad && !merging && n_positional > 1)
+		bad = snprintf(why, sizeof(why), "one CONFIG, not %zu (parts go with --merge)",
+			       n_positional);
+	if (bad)
+		fprintf(stderr, "shmfeed: tokenize: %s\n", why);
 	if (prefix && !bad && !names_files(prefix)) {
 		fprintf(stderr,
 			"shmfeed: tokenize: -o PREFIX: '%s' ends in no file name (PREFIX.bin and "

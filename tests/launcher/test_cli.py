@@ -718,6 +718,32 @@ def test_help_names_every_option_and_bad_counts_are_refused(tmp_path):
         assert r.returncode == 1 and f"the directory {tmp_path}/no does not exist" in r.stderr, r
 
 
+def test_usage_errors_of_check_and_tokenize_say_what_is_wrong(tmp_path):
+    """check and tokenize printed their usage alone for a bad --tokens, an option twice,
+    --merge with --shard, and the like: each now says what it did not take."""
+    cases = [
+        (("check", DEMO, "--tokens", "12x"), "--tokens 12x: expected a count of tokens"),
+        (("check", DEMO, "--tokens"), "--tokens (missing): expected a count"),
+        (("check", DEMO, "--frobnicate"), "unknown option '--frobnicate'"),
+        (("check", DEMO, DEMO), "one CONFIG, not"),
+        (("check",), "CONFIG is missing"),
+        (("tokenize", DEMO), "-o PREFIX is missing"),
+        (("tokenize", DEMO, "-o", "a", "-o", "b"), "-o given twice"),
+        (("tokenize", DEMO, "-o"), "-o needs a value"),
+        (("tokenize", "--merge", "p", "--shard", "0/2", "-o", f"{tmp_path}/m"),
+         "--merge takes no --shard"),
+        (("tokenize", "--merge", "p", "--set", "seed=1", "-o", f"{tmp_path}/m"),
+         "--merge takes no --set or --tokenizer"),
+        (("tokenize", "--merge", "-o", f"{tmp_path}/m"), "--merge names no parts"),
+        (("tokenize", DEMO, DEMO, "-o", f"{tmp_path}/m"), "one CONFIG, not 2"),
+        (("tokenize", DEMO, "--bogus", "-o", f"{tmp_path}/m"), "unknown option '--bogus'"),
+    ]
+    for args, why in cases:
+        r = sf(*args)
+        assert r.returncode == 2 and why in r.stderr and "usage:" in r.stderr, (args, r)
+    assert not list(tmp_path.iterdir())
+
+
 def test_encode_bench_reports_the_median_of_its_passes(tmp_path):
     """encode --bench gave the best pass; a peer timed by the same rule then lost for
     making fewer passes in its second. It reports the median of at least ten passes and a
