@@ -51,7 +51,21 @@ static int claimed_base(const struct sf_arena *a, uint32_t rank, const struct sf
 	const struct sf_geometry *g = &a->hdr->geo;
 	const char *job = a->hdr->job;
 	int64_t lr = c->local_rank >= 0 ? c->local_rank : rank, want;
+	const struct {
+		const char *name;
+		int64_t v;
+	} fields[] = {{"RANK", c->rank},
+		      {"WORLD_SIZE", c->world_size},
+		      {"LOCAL_WORLD_SIZE", c->local_world_size},
+		      {"GROUP_RANK", c->group_rank}};
 
+	/* -1 is "not known"; any other negative is a launcher's mistake, not taken as -1. */
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+		if (fields[i].v < -1)
+			return sf__err(e, SF_E_RANGE,
+				       "%s=%lld is not valid (-1 stands for not known; others are "
+				       "0 or more)",
+				       fields[i].name, (long long)fields[i].v);
 	if (c->world_size >= 0 && c->world_size != g->world_size)
 		return sf__err(e, SF_E_GEOMETRY,
 			       "WORLD_SIZE=%lld, but job '%s' serves world size %u (global batch "

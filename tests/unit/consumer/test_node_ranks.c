@@ -232,6 +232,19 @@ Test(node_ranks, contradictions_in_the_environment_are_refused)
 	cr_assert(strstr(msg, "9223372036854775807..9223372036854775808"), "%s", msg);
 	attach_refused(0, 1, SF_E_RANGE, msg, sizeof(msg));
 	cr_assert(strstr(msg, "LOCAL_RANK=1"), "%s", msg);
+	/* -1 stands for not known; another negative was taken as -1. */
+	for (int k = 0; k < 4; k++) {
+		static const char *const name[] = {"RANK=-2", "WORLD_SIZE=-2",
+						   "LOCAL_WORLD_SIZE=-2", "GROUP_RANK=-2"};
+
+		env = torchrun_env(2, 0);
+		*(k == 0   ? &env.rank
+		  : k == 1 ? &env.world_size
+		  : k == 2 ? &env.local_world_size
+			   : &env.group_rank) = -2;
+		cr_assert_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_RANGE, "%s", name[k]);
+		cr_assert(strstr(msg, name[k]) && strstr(msg, "not valid"), "%s", msg);
+	}
 	cr_assert_null(c);
 	cr_assert_eq(node_ranks_word(f), 0, "no refused rank set the base");
 	feed_stop(f);
