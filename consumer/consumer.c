@@ -310,10 +310,12 @@ static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
 	uint32_t nbuf = 2;
 	int r;
 
-	r = gpu_buffer_count(c, flags, &nbuf);
+	/* The driver first: without one the caller hears -ENODEV (and may fall back to
+	 * the CPU), whatever the buffer count would have been. */
+	r = sf__cuda_load(&cu, &c->err);
 	if (r < 0)
 		return r;
-	r = sf__cuda_load(&cu, &c->err);
+	r = gpu_buffer_count(c, flags, &nbuf);
 	if (r < 0)
 		return r;
 	r = sf__cuda_check(cu, cu->cuDeviceGet(&g->dev, device), "cuDeviceGet", &c->err);

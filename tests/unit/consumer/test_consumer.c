@@ -1113,6 +1113,15 @@ Test(consumer, gpu_request_without_a_gpu)
 		cr_expect_eq(r, -ENODEV, "%d: %s", r, msg);
 		cr_expect(strstr(msg, "CUDA") != NULL, "%s", msg);
 	}
+	/* A bad $SHMFEED_GPU_BUFFERS is an error where there is a GPU to use it; without
+	 * one, the call still says -ENODEV, on which callers fall back to the CPU (the
+	 * variable's error came first and hid it). */
+	setenv("SHMFEED_GPU_BUFFERS", "abc", 1);
+	c = NULL;
+	cr_expect_eq(sf_consumer_attach(job, 0, 0, 0, &c, msg, sizeof(msg)),
+		     r == 0 ? SF_E_RANGE : -ENODEV, "%s", msg);
+	unsetenv("SHMFEED_GPU_BUFFERS");
+	cr_assert_null(c);
 	/* SF_ATTACH_CPU overrides the device. */
 	cr_assert_eq(sf_consumer_attach(job, 0, 0, SF_ATTACH_CPU, &c, msg, sizeof(msg)), 0);
 	cr_expect_eq(sf_consumer_set_stream(c, 0), SF_E_STATE);
