@@ -36,7 +36,7 @@ extern "C" {
  */
 #define SF_E_BASE	 (-1000)
 #define SF_E_NOT_SHMFEED (-1001) /* the shm object is not a shmfeed arena */
-#define SF_E_LAYOUT	 (-1002) /* arena of another layout version */
+#define SF_E_LAYOUT	 (-1002) /* arena of another layout version, or a damaged one */
 #define SF_E_UID	 (-1003) /* arena owned by another user */
 #define SF_E_GEOMETRY	 (-1004) /* arena geometry differs from the one expected */
 #define SF_E_BUSY	 (-1005) /* a live process owns the job or the participant */
@@ -212,7 +212,9 @@ struct sf_consumer;
  * machine without a CUDA driver or device fails with -ENODEV (the caller may retry with
  * SF_DEVICE_NONE); a failing driver call fails with SF_E_CUDA and the CUresult's name in
  * the message. -ENOENT: no such job; SF_E_RANGE: no such local rank; SF_E_LAYOUT: an arena
- * of another layout version; SF_E_BUSY: a live process consumes that rank already.
+ * of another layout version, or whose header this build cannot accept (other structure
+ * sizes, an invalid geometry, a file size other than the header's: a truncated arena);
+ * SF_E_BUSY: a live process consumes that rank already.
  * On failure a message naming the cause is written to `errmsg` (when not NULL; always
  * NUL-terminated). SF_E_RANGE also for a number of device buffers out of range, a flag
  * not defined here, and a device below SF_DEVICE_NONE, in any mode.
