@@ -225,8 +225,9 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 
 /*
  * What a rank's launcher says about it: torchrun's (or Slurm's) environment, each field
- * -1 where not known (any other negative value is refused with SF_E_RANGE). sf_consumer_attach_ranks() checks it against the job and, for a job
- * of `consumers.rank_base: auto`, takes this node's global ranks from it.
+ * -1 where not known (any other negative value is refused with SF_E_RANGE).
+ * sf_consumer_attach_ranks() checks it against the job and, for a job of
+ * `consumers.rank_base: auto`, takes this node's global ranks from it.
  */
 struct sf_rank_env {
 	int64_t rank;		  /* RANK: the global rank */
