@@ -117,6 +117,17 @@ int sf__tok_finish_bpe(struct sf_tok *tok, const char *pattern, struct sf_err *e
 	return 0;
 }
 
+int sf__tok_every_byte(const struct sf_tok_ranks *r, const char *what, struct sf_err *e)
+{
+	for (unsigned i = 0; i < 256; i++)
+		if (r->byte_rank[i] == SF_RANK_NONE)
+			return sf__err(e, SF_E_TOKENIZER,
+				       "%s: no token for the byte 0x%02x: a byte-level BPE vocabulary "
+				       "needs one for each of the 256 bytes",
+				       what, i);
+	return 0;
+}
+
 int sf__tok_load_spec(const struct sf_tok_spec *spec, struct sf_tok **ret_tok, struct sf_err *e)
 {
 	struct sf_tok *tok;
@@ -127,6 +138,8 @@ int sf__tok_load_spec(const struct sf_tok_spec *spec, struct sf_tok **ret_tok, s
 	if (!tok)
 		return sf__err(e, -ENOMEM, "out of memory");
 	rc = sf__tok_ranks_load(&tok->ranks, spec->vocab_path, e);
+	if (rc >= 0)
+		rc = sf__tok_every_byte(&tok->ranks, spec->vocab_path, e);
 	if (rc < 0)
 		goto fail;
 	tok->n_vocab = tok->ranks.n_ranks;

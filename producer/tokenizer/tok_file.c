@@ -245,6 +245,8 @@ static int load_tiktoken(struct sf_tok *tok, const char *path, uint8_t *text, si
 	int rc;
 
 	rc = sf__tok_ranks_parse(&tok->ranks, path, text, len, 0, e);
+	if (rc >= 0)
+		rc = sf__tok_every_byte(&tok->ranks, path, e);
 	if (rc < 0)
 		return rc;
 	tok->n_vocab = tok->ranks.n_ranks;
@@ -337,6 +339,8 @@ static int load_tekken(struct sf_tok *tok, const char *path, const uint8_t *text
 		rc = set_marker(tok, &tok->bos, "<s>", e);
 	if (rc >= 0)
 		rc = set_marker(tok, &tok->eot, "</s>", e);
+	if (rc >= 0)
+		rc = sf__tok_every_byte(&tok->ranks, path, e);
 	if (rc >= 0)
 		rc = sf__tok_finish_bpe(tok, pattern ? pattern : tk.pattern, e);
 out:

@@ -372,6 +372,12 @@ struct sf_tok *sf__tok_new(const char *name, int kind);
 int sf__tok_add_special(struct sf_tok *tok, const char *text, uint32_t id, struct sf_err *e);
 /* Check the specials against the ranks and choose the pre-tokenizer for `pattern`. */
 int sf__tok_finish_bpe(struct sf_tok *tok, const char *pattern, struct sf_err *e);
+/*
+ * sf__tok_every_byte - refuse the ranks of a byte-level BPE file (`what` in the message)
+ * without a token for each of the 256 bytes: a text holding a byte that has none cannot be
+ * encoded, and it is better refused at load than at the first document that holds it.
+ */
+int sf__tok_every_byte(const struct sf_tok_ranks *r, const char *what, struct sf_err *e);
 
 /* pretok.c: the end of the piece that starts at s[p], p < n, for a built-in preset. */
 size_t sf__pretok_next(int pretok, const uint8_t *s, size_t n, size_t p);

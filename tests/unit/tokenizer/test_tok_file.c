@@ -237,6 +237,47 @@ Test(tok_file, tekken_refusals)
 	}
 }
 
+/*
+ * A byte-level vocabulary needs a token for each of the 256 bytes: without one, a text
+ * holding that byte cannot be encoded. Such a file loaded and the first document with the
+ * byte failed mid-run ("a byte of the piece at 0 is not a token", found by
+ * fuzz_tok_file); it is refused at load, naming the byte.
+ */
+Test(tok_file, a_vocabulary_without_every_byte_is_refused)
+{
+	char *text = byte_lines("YWI= 256\n");
+	struct sf_tok_file_opts o = {0};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+	char *line;
+
+	/* The line of byte 0x41 ('A', base64 "QQ==") dropped: rank 65 is absent. */
+	line = strstr(text, "QQ== 65\n");
+	cr_assert_not_null(line);
+	memmove(line, line + 8, strlen(line + 8) + 1);
+	write_file(text);
+	free(text);
+	o.path = path;
+	o.pattern = "\\p{L}+|\\s+|.";
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER);
+	cr_assert(strstr(e.msg, "no token for the byte 0x41"), "%s", e.msg);
+	remove_file();
+
+	text = tekken_json("{\"pattern\": \"\\\\p{L}+|\\\\s+|.\", \"num_vocab_tokens\": 256, "
+			   "\"default_vocab_size\": 281, \"default_num_special_tokens\": 25, "
+			   "\"version\": \"v3\"}",
+			   "", "");
+	line = strstr(text, "{\"rank\": 65,");
+	cr_assert_not_null(line);
+	/* Rank 65's entry, written by tekken_json() with the bytes of 0x41, now holds "ab". */
+	memcpy(strstr(line, "QQ=="), "YWI=", 4);
+	write_file(text);
+	free(text);
+	o.pattern = NULL;
+	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER);
+	cr_assert(strstr(e.msg, "no token for the byte 0x41"), "%s", e.msg);
+}
+
 Test(tok_file, formats_detected_and_named)
 {
 	struct sf_tok_file_opts o = {0};
