@@ -1,7 +1,9 @@
 // The SentencePiece shim (see sp_shim.h): libsentencepiece's processor behind a C API.
 // Nothing is re-implemented here: loading, normalization, encoding and decoding are the
-// library's. C++ exceptions never cross into C: the library reports through Status, and
-// std::bad_alloc is caught at each entry point.
+// library's. C++ exceptions never cross into C: the library reports through Status, but
+// parts of it throw (darts-clone, the trie of a unigram model, on a piece it cannot hold),
+// so every entry point catches std::bad_alloc as out of memory and any other exception as
+// the library's refusal.
 //
 // In parts. For a model where it is exact (sf__sp_parts() says when), a second processor
 // of the same model, loaded with its normalizer's add_dummy_prefix off, encodes the parts
@@ -305,6 +307,9 @@ extern "C" int sf__sp_load(const char *path, struct sf_sp **ret_sp, char *msg, s
 		return 0;
 	} catch (const std::bad_alloc &) {
 		return fail(msg, msg_cap, -ENOMEM, "out of memory");
+	} catch (const std::exception &ex) {
+		return fail(msg, msg_cap, SF_E_TOKENIZER,
+			    std::string("the library cannot load it: ") + ex.what());
 	}
 }
 
@@ -386,6 +391,9 @@ extern "C" int sf__sp_encode(const struct sf_sp *sp, bool part, const void *text
 		return 0;
 	} catch (const std::bad_alloc &) {
 		return fail(msg, msg_cap, -ENOMEM, "out of memory");
+	} catch (const std::exception &ex) {
+		return fail(msg, msg_cap, SF_E_TOKENIZER,
+			    std::string("the library failed to encode: ") + ex.what());
 	}
 }
 
@@ -415,5 +423,8 @@ extern "C" int sf__sp_decode(const struct sf_sp *sp, const uint32_t *ids, size_t
 		return 0;
 	} catch (const std::bad_alloc &) {
 		return fail(msg, msg_cap, -ENOMEM, "out of memory");
+	} catch (const std::exception &ex) {
+		return fail(msg, msg_cap, SF_E_TOKENIZER,
+			    std::string("the library failed to decode: ") + ex.what());
 	}
 }
