@@ -8,7 +8,10 @@
  *  - the counts of the first k samples add up to k;
  *  - sample k's source and index agree with the counts before and after it;
  *  - within the phase of k, each source's count since the phase began is within the
- *    mixture's bound of its weight times the samples since then (the targets' difference).
+ *    phase's bound of its weight times the samples since then (the targets' difference).
+ * And each phase's first WALK samples are walked one by one through sf__mix_locate()
+ * alone: each index must be its source's running count, and every running count within
+ * the phase's bound of its weight times the samples so far.
  * Any crash, sanitizer report or broken promise is a bug.
  *
  * Built with -DSF_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer target; otherwise it
@@ -30,8 +33,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 struct probe {
 	const struct sf_mixture *m;
 	uint64_t *counts, *next, *start_counts;
-	double *target, *start_target, bound;
+	double *target, *start_target, bound; /* the bound of the phase being checked */
 };
+
+/* Samples walked one by one at the start of each phase. */
+#define WALK 4096
 
 static void broken(const char *what, uint64_t k, uint32_t source)
 {
@@ -72,14 +78,42 @@ static void check_at(struct probe *pr, uint64_t start, uint64_t k)
 	}
 }
 
+/* The first samples of the phase `ph`, which spans samples [start, end), one by one. */
+static void walk_phase(struct probe *pr, const struct sf_mix_phase *ph, uint64_t start,
+		       uint64_t end)
+{
+	const struct sf_mixture *m = pr->m;
+	uint64_t k, index, *run = pr->next;
+	uint32_t s, i;
+
+	sf__mix_counts(m, start, run);
+	memcpy(pr->start_counts, run, m->n_sources * sizeof(*run));
+	for (k = start; k < end && k < start + WALK; k++) {
+		s = sf__mix_locate(m, k, &index);
+		if (s >= m->n_sources || index != run[s])
+			broken("its index is not its source's running count", k, s);
+		run[s]++;
+		for (i = 0; i < m->n_sources; i++) {
+			double share = (double)ph->set.weights[i] / (double)ph->set.total;
+			double err = (double)(run[i] - pr->start_counts[i]) -
+				     share * (double)(k + 1 - start);
+
+			if (fabs(err) > pr->bound + 1e-9)
+				broken("a running count is beyond the phase's bound", k, i);
+		}
+	}
+	sf__mix_counts(m, k, pr->counts);
+	if (memcmp(pr->counts, run, m->n_sources * sizeof(*run)))
+		broken("the running counts differ from the counts", k, 0);
+}
+
 static void check_mixture(const struct sf_mixture *m, const uint8_t *data, size_t size)
 {
 	const uint64_t G = m->step_samples;
 	uint64_t seed = XXH3_64bits(data, size);
 	struct probe pr = {.m = m};
-	uint32_t exact, p;
+	uint32_t p;
 
-	pr.bound = sf__mix_bound(m, &exact);
 	pr.counts = calloc(m->n_sources, sizeof(*pr.counts));
 	pr.next = calloc(m->n_sources, sizeof(*pr.next));
 	pr.start_counts = calloc(m->n_sources, sizeof(*pr.start_counts));
@@ -98,6 +132,8 @@ static void check_mixture(const struct sf_mixture *m, const uint8_t *data, size_
 		start = ph->first_step * G;
 		end = ph->end_step == UINT64_MAX || ph->end_step > limit / G ? limit
 									     : ph->end_step * G;
+		pr.bound = ph->set.bound;
+		walk_phase(&pr, ph, start, end);
 		/* The phase's first samples and its last ones, as far as they are apart. */
 		for (k = start; k < end && k < start + 3; k++)
 			check_at(&pr, start, k);
