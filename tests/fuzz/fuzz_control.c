@@ -2,12 +2,13 @@
  * Fuzz target of control messages: any bytes go through the request validator and the
  * JSON reader. An accepted request must format back to one that parses identically; a
  * rejected one must say why; every token of a parsed value must lie inside the input and
- * every string must decode within bounds.
+ * every string must decode within bounds, or be refused for holding a \u0000.
  *
  * Built with -DSF_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer target; otherwise it
  * is linked with the replay main of replay_main.c, which runs it over the files and
  * directories given as arguments (the committed corpus tests/fuzz/corpus/control/ in CI).
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,20 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct sf_json_token tok[SF_JSON_MAX_TOKENS];
+
+/* Whether the JSON string text s[0..n) holds the escape \u0000, which sf__json_string()
+ * refuses (a NUL would cut the string). An escaped backslash is not an escape's start. */
+static bool has_nul_escape(const char *s, size_t n)
+{
+	for (size_t i = 0; i + 1 < n; i++) {
+		if (s[i] != '\\')
+			continue;
+		if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4))
+			return true;
+		i++;
+	}
+	return false;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -44,9 +59,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (tok[i].start > tok[i].end || tok[i].end > size || tok[i].next <= (uint32_t)i ||
 		    tok[i].next > (uint32_t)n)
 			abort();
-		if (tok[i].type == SF_JSON_STRING &&
-		    (sf__json_string(buf, tok, i, s, sizeof(s)) < 0 || strlen(s) >= sizeof(s)))
-			abort();
+		if (tok[i].type == SF_JSON_STRING) {
+			int r = sf__json_string(buf, tok, i, s, sizeof(s));
+
+			if (r < 0 ? !has_nul_escape(buf + tok[i].start, tok[i].end - tok[i].start)
+				  : strlen(s) >= sizeof(s))
+				abort();
+		}
 		if (tok[i].type == SF_JSON_OBJECT)
 			sf__json_get(buf, tok, i, "op");
 		if (tok[i].type == SF_JSON_ARRAY)
