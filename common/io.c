@@ -60,17 +60,47 @@ static bool is_lock_file(int fd)
 	       memcmp(buf, lock_mark, sizeof(lock_mark) - 1) == 0;
 }
 
+/*
+ * A new lock, published whole: a file beside `path`, marked and flocked, then linked to
+ * `path`, so that no process ever finds the lock empty or can take its flock before its
+ * maker. Returns the descriptor, -EEXIST when `path` exists, or another error. A process
+ * killed before the link leaves only its PATH.PID.tmp.
+ */
+static int publish_lock(const char *path)
+{
+	char tmp[4096];
+	int fd, r = 0;
+
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid()) >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	unlink(tmp); /* a leftover of a killed process of the same pid */
+	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	r = sf__pwrite_full(fd, lock_mark, sizeof(lock_mark) - 1, 0);
+	if (r == 0 && (flock(fd, LOCK_EX | LOCK_NB) < 0 || link(tmp, path) < 0))
+		r = -errno;
+	unlink(tmp);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
 int sf__path_lock(const char *path)
 {
 	for (;;) {
-		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644), made = fd >= 0;
+		int fd = publish_lock(path);
 		struct stat held, named;
 
-		if (fd < 0 && errno == EEXIST) {
-			fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-			if (fd < 0 && errno == ENOENT)
-				continue; /* removed between the two opens */
-		}
+		if (fd >= 0)
+			return fd;
+		if (fd != -EEXIST)
+			return fd;
+		fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0 && errno == ENOENT)
+			continue; /* removed between the two calls */
 		if (fd < 0)
 			return -errno;
 		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
@@ -81,21 +111,12 @@ int sf__path_lock(const char *path)
 		}
 		if (fstat(fd, &held) == 0 && stat(path, &named) == 0 &&
 		    held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
-			int r = 0;
-
-			/* Made here: marked. Found there: taken over only if marked (a lock
-			 * left by a process that was killed). A file made by a process killed
-			 * before it marked it stays, as anyone's empty file does. */
-			if (made)
-				r = sf__pwrite_full(fd, lock_mark, sizeof(lock_mark) - 1, 0);
-			else if (!is_lock_file(fd))
-				r = -ENOTEMPTY;
-			if (r == 0)
+			/* Found there: taken over only if marked (a lock left by a process
+			 * that was killed); anything else is someone's own file. */
+			if (is_lock_file(fd))
 				return fd;
-			if (made)
-				unlink(path);
 			close(fd);
-			return r;
+			return -ENOTEMPTY;
 		}
 		close(fd); /* its holder removed it as this process took it: again */
 	}
@@ -118,7 +139,12 @@ int sf__path_lock_probe(const char *path)
 
 void sf__path_unlock(const char *path, int fd)
 {
-	unlink(path);
+	struct stat held, named;
+
+	/* Only the file this lock is: never one a user put there since. */
+	if (fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_dev == named.st_dev &&
+	    held.st_ino == named.st_ino)
+		unlink(path);
 	close(fd);
 }
 

@@ -27,10 +27,12 @@ int sf__pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
  * by a process that was killed; anything else, empty or not, is someone's own file, let
  * go and never removed), or -errno. The
  * lock is on the file `path` names when it returns: one unlinked by its holder meanwhile
- * is let go and `path` taken again, so two processes never both hold `path`.
+ * is let go and `path` taken again, so two processes never both hold `path`. A new lock
+ * is written and flocked as PATH.PID.tmp and linked to `path`, so no process finds it
+ * unmarked; a process killed before the link leaves only that temporary name.
  * sf__path_lock_probe - what sf__path_lock() would find, taking nothing and creating
  * nothing: 0 (absent or free), -EBUSY or -ENOTEMPTY.
- * sf__path_unlock - remove `path` and let the lock go.
+ * sf__path_unlock - remove `path` if it is still the locked file, and let the lock go.
  */
 int sf__path_lock(const char *path);
 int sf__path_lock_probe(const char *path);

@@ -496,8 +496,8 @@ static int written_by_shmfeed(const char *path)
 /*
  * Two jobs never write one metrics file: the job that writes FILE holds FILE.lock (a
  * flock, let go when the job ends, however it ends), and a file another job holds is
- * refused. An empty lock is shmfeed's (one left by a killed job is taken over); one
- * with something in it is someone's own file, never taken or removed.
+ * refused. A lock holds shmfeed's mark (one left by a killed job is taken over); any
+ * other file there, empty or not, is someone's own, never taken or removed.
  */
 static int busy(const char *path, const char *lock, struct sf_err *e)
 {
