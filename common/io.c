@@ -60,6 +60,15 @@ static bool is_lock_file(int fd)
 	       memcmp(buf, lock_mark, sizeof(lock_mark) - 1) == 0;
 }
 
+/* Whether `path` names the file open at `fd`. */
+static bool names_fd(const char *path, int fd)
+{
+	struct stat held, named;
+
+	return fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_dev == named.st_dev &&
+	       held.st_ino == named.st_ino;
+}
+
 /*
  * A new lock, published whole: a file beside `path`, marked and flocked, then linked to
  * `path`, so that no process ever finds the lock empty or can take its flock before its
@@ -69,7 +78,7 @@ static bool is_lock_file(int fd)
 static int publish_lock(const char *path)
 {
 	char tmp[4096];
-	int fd, r = 0;
+	int fd, r;
 
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid()) >= sizeof(tmp))
 		return -ENAMETOOLONG;
@@ -92,10 +101,7 @@ int sf__path_lock(const char *path)
 {
 	for (;;) {
 		int fd = publish_lock(path);
-		struct stat held, named;
 
-		if (fd >= 0)
-			return fd;
 		if (fd != -EEXIST)
 			return fd;
 		fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -109,8 +115,7 @@ int sf__path_lock(const char *path)
 			close(fd);
 			return r;
 		}
-		if (fstat(fd, &held) == 0 && stat(path, &named) == 0 &&
-		    held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
+		if (names_fd(path, fd)) {
 			/* Found there: taken over only if marked (a lock left by a process
 			 * that was killed); anything else is someone's own file. */
 			if (is_lock_file(fd))
@@ -139,11 +144,8 @@ int sf__path_lock_probe(const char *path)
 
 void sf__path_unlock(const char *path, int fd)
 {
-	struct stat held, named;
-
 	/* Only the file this lock is: never one a user put there since. */
-	if (fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_dev == named.st_dev &&
-	    held.st_ino == named.st_ino)
+	if (names_fd(path, fd))
 		unlink(path);
 	close(fd);
 }
