@@ -8,7 +8,9 @@
  * nothing.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -102,31 +104,68 @@ struct sf_consumer {
 	int32_t device;
 	struct sf_consumer_gpu gpu;
 	struct sf_err err;
-	/* 1 while a thread is inside a call that uses the handle: a second thread's call
-	 * meanwhile is refused (see enter()). */
+	/* Nonzero while a thread is inside a call that uses the handle: 1 + the fork()s
+	 * between the attach and the process of that thread (see enter()). */
 	atomic_uint in_call;
-	/* The refusal's message, which sf_consumer_errmsg() gives until the handle's next
-	 * call: a refused thread writes nothing the thread inside the call may write. */
-	_Atomic(const char *) refused;
+	uint64_t serial; /* this handle among the process's attaches, for `aside` */
 };
+
+/*
+ * A failure this thread met on a handle without entering it: a call refused by enter(),
+ * or a bad argument to a call of a const handle. sf_consumer_errmsg() gives it to this
+ * thread until its next call on that handle enters, so that it overwrites nothing a thread
+ * inside a call may write, and never hides that thread's own failure from it. The serial
+ * tells a handle from a later one attached at the same address.
+ */
+static _Thread_local struct {
+	const struct sf_consumer *c;
+	uint64_t serial;
+	char msg[160];
+} aside;
+
+static atomic_uint_least64_t attaches;
+
+static int set_aside(const struct sf_consumer *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int set_aside(const struct sf_consumer *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(aside.msg, sizeof(aside.msg), fmt, ap);
+	va_end(ap);
+	aside.c = c;
+	aside.serial = c->serial;
+	return code;
+}
 
 /*
  * A handle serves one thread at a time. A call that finds another thread inside a call
  * of the same handle is refused with SF_E_STATE and changes nothing: the two would both
  * claim steps and overwrite one another's held slot, leaving a slot claimed that nothing
  * releases, so that the rank would wait for it forever, even from a fresh handle.
+ *
+ * A child of fork() gets the handle as it was, in_call included, but not the thread that
+ * was inside: a mark made in an earlier process (a smaller fork count) is stale, and
+ * taken over. The count is the arena's, which only the child's fork handler changes,
+ * before any thread of the child runs.
  */
 static int enter(struct sf_consumer *c)
 {
-	static const char why[] = "this consumer handle was called from two threads at once: "
-				  "a handle serves one thread at a time (attach one per thread, "
-				  "or serialize the calls)";
+	const unsigned mark = 1u + c->a->inherited;
+	unsigned seen = 0;
 
-	if (atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire)) {
-		atomic_store_explicit(&c->refused, why, memory_order_relaxed);
-		return SF_E_STATE;
+	while (!atomic_compare_exchange_weak_explicit(&c->in_call, &seen, mark,
+						      memory_order_acquire, memory_order_relaxed)) {
+		if (seen == mark)
+			return set_aside(c, SF_E_STATE,
+					 "this consumer handle was called from two threads at "
+					 "once: a handle serves one thread at a time (attach one "
+					 "per thread, or serialize the calls)");
 	}
-	atomic_store_explicit(&c->refused, NULL, memory_order_relaxed);
+	if (aside.c == c)
+		aside.c = NULL;
 	return 0;
 }
 
@@ -491,6 +530,7 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 		return -ENOMEM;
 	}
 	c->device = SF_DEVICE_NONE;
+	c->serial = atomic_fetch_add_explicit(&attaches, 1, memory_order_relaxed);
 	if (!ret_consumer) {
 		r = sf__err(&c->err, -EINVAL, "no place to store the handle");
 		goto fail;
@@ -594,15 +634,11 @@ int sf_consumer_device_buffer(const struct sf_consumer *c, uint32_t index, uint6
 			      uint64_t *ret_doc_starts)
 {
 	if (index >= c->gpu.nbuf) {
-		/* The handle is the caller's own (attach allocates it): its message may
-		 * change through this const view, as errmsg's sole record of the failure. */
-		struct sf_consumer *m = (struct sf_consumer *)c;
-
 		if (!c->gpu.nbuf)
-			return sf__err(&m->err, SF_E_RANGE,
-				       "device buffer %u: the handle is in CPU mode", index);
-		return sf__err(&m->err, SF_E_RANGE, "device buffer %u: the handle has %u", index,
-			       c->gpu.nbuf);
+			return set_aside(c, SF_E_RANGE,
+					 "device buffer %u: the handle is in CPU mode", index);
+		return set_aside(c, SF_E_RANGE, "device buffer %u: the handle has %u", index,
+				 c->gpu.nbuf);
 	}
 	*ret_tokens = c->gpu.buf[index];
 	*ret_doc_starts = gpu_doc_starts(c, index);
@@ -1145,12 +1181,11 @@ int sf_consumer_window(struct sf_consumer *c, struct sf_consumer_window *ret_win
 
 const char *sf_consumer_errmsg(const struct sf_consumer *c)
 {
-	const char *refused;
-
 	if (!c)
 		return "no handle";
-	refused = atomic_load_explicit(&c->refused, memory_order_relaxed);
-	return refused ? refused : c->err.msg;
+	if (aside.c == c && aside.serial == c->serial)
+		return aside.msg;
+	return c->err.msg;
 }
 
 static int set_output_in(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
@@ -1212,6 +1247,8 @@ void sf_consumer_detach(struct sf_consumer *c)
 {
 	if (!c)
 		return;
+	if (aside.c == c)
+		aside.c = NULL;
 	free(c->out);
 	if (c->a->inherited) {
 		/* The parent's slot, entry and device buffers are left alone; CUDA state does

@@ -368,7 +368,12 @@ struct sf_consumer_window {
 /* sf_consumer_window - the figures since the previous call, and start a new window. Returns 0. */
 int sf_consumer_window(struct sf_consumer *c, struct sf_consumer_window *ret_window);
 
-/* sf_consumer_errmsg - detail of the last failure on this handle; never NULL. */
+/*
+ * sf_consumer_errmsg - detail of the last failure on this handle; never NULL. A call
+ * refused because another thread was inside one, and a failure of
+ * sf_consumer_device_buffer(), are the calling thread's own: that thread reads it until
+ * its next call on the handle, and other threads do not.
+ */
 const char *sf_consumer_errmsg(const struct sf_consumer *c);
 
 /*

@@ -316,12 +316,14 @@ Test(consumer, a_forked_child_leaves_the_parents_handle_alone)
 
 struct waiter {
 	struct sf_consumer *c;
+	int timeout_ms;
 	atomic_int started;
 	int r;
+	char msg[256]; /* sf_consumer_errmsg() in this thread, right after its call */
 };
 
-/* Wait 3 s in next() on a ring nobody fills; a call refused because the main thread was
- * inside one at that moment is made again. */
+/* Wait timeout_ms in next() on a ring nobody fills; a call refused because the main
+ * thread was inside one at that moment is made again. */
 static void *wait_in_next(void *arg)
 {
 	struct waiter *w = arg;
@@ -329,9 +331,28 @@ static void *wait_in_next(void *arg)
 
 	atomic_store(&w->started, 1);
 	do
-		w->r = sf_consumer_next(w->c, 3000, &b);
+		w->r = sf_consumer_next(w->c, w->timeout_ms, &b);
 	while (w->r == SF_E_STATE);
+	snprintf(w->msg, sizeof(w->msg), "%s", sf_consumer_errmsg(w->c));
 	return NULL;
+}
+
+/* Start a thread waiting in next() of `c`, and return once a call of this thread has
+ * been refused because of it (SF_E_AGAIN meanwhile: the waiter was not inside yet). */
+static void start_waiter(pthread_t *t, struct waiter *w)
+{
+	struct sf_batch b;
+	int r = SF_E_AGAIN;
+
+	cr_assert_eq(pthread_create(t, NULL, wait_in_next, w), 0);
+	while (!atomic_load(&w->started))
+		usleep(1000);
+	for (int ms = 0; ms < w->timeout_ms - 500 && r == SF_E_AGAIN; ms += 10) {
+		r = sf_consumer_next(w->c, 0, &b);
+		if (r == SF_E_AGAIN)
+			usleep(10 * 1000);
+	}
+	cr_assert_eq(r, SF_E_STATE, "%d: %s", r, sf_consumer_errmsg(w->c));
 }
 
 /* A second thread's call while one thread is inside next() is refused, and changes
@@ -341,29 +362,82 @@ Test(consumer, a_call_from_a_second_thread_meanwhile_is_refused)
 {
 	struct feed *f = start(opts(0));
 	struct sf_consumer *c = attach(0);
-	struct waiter w = {.c = c};
+	struct waiter w = {.c = c, .timeout_ms = 3000};
+	struct sf_consumer_stats before, after;
+	struct sf_resume st;
 	struct sf_batch b;
-	uint64_t word = atomic_load(&sf__arena_slot(f->arena, 0, 0)->word);
 	pthread_t t;
-	int r = SF_E_AGAIN;
 
-	cr_assert_eq(pthread_create(&t, NULL, wait_in_next, &w), 0);
-	while (!atomic_load(&w.started))
-		usleep(1000);
-	/* Until the waiter is inside its call, this one finds nothing ready. */
-	for (int ms = 0; ms < 2500 && r == SF_E_AGAIN; ms += 10) {
-		r = sf_consumer_next(c, 0, &b);
-		if (r == SF_E_AGAIN)
-			usleep(10 * 1000);
-	}
-	cr_expect_eq(r, SF_E_STATE, "%d: %s", r, sf_consumer_errmsg(c));
+	cr_assert_eq(sf_consumer_stats(c, &before), 0);
+	start_waiter(&t, &w);
 	cr_expect(strstr(sf_consumer_errmsg(c), "two threads"), "%s", sf_consumer_errmsg(c));
 	pthread_join(t, NULL);
 	cr_expect_eq(w.r, SF_E_TIMEOUT, "%d", w.r);
+	/* The waiter's own failure is what it reads, not this thread's refusal... */
+	cr_expect(strstr(w.msg, "timed out") && !strstr(w.msg, "two threads"), "%s", w.msg);
+	/* ...and this thread still reads its refusal, not the waiter's timeout. */
+	cr_expect(strstr(sf_consumer_errmsg(c), "two threads"), "%s", sf_consumer_errmsg(c));
+	/* The refused call changed nothing: no step taken, no batch counted. */
+	cr_assert_eq(sf_consumer_state(c, &st), 0);
+	cr_expect_eq(st.samples, 0);
+	cr_assert_eq(sf_consumer_stats(c, &after), 0);
+	cr_expect_eq(after.batches, before.batches);
 	/* The handle is whole: the next call is served as before, and says why it failed. */
 	cr_expect_eq(sf_consumer_next(c, 0, &b), SF_E_AGAIN);
 	cr_expect_null(strstr(sf_consumer_errmsg(c), "two threads"), "%s", sf_consumer_errmsg(c));
-	cr_expect_eq(atomic_load(&sf__arena_slot(f->arena, 0, 0)->word), word);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+/* fork() while another thread is inside next(): the child's copy of the handle is its
+ * parent's (refused as such, not as "two threads"), and the calls that only read the
+ * copy, such as sf_consumer_state(), still work there. */
+Test(consumer, a_fork_during_another_threads_call_leaves_the_child_a_usable_copy)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = attach(0);
+	struct waiter w = {.c = c, .timeout_ms = 3000};
+	pthread_t t;
+	pid_t pid;
+	int status;
+
+	start_waiter(&t, &w);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct sf_resume st;
+		struct sf_batch b;
+		int ok = sf_consumer_next(c, 0, &b) == SF_E_STATE &&
+			 strstr(sf_consumer_errmsg(c), "fork") != NULL;
+
+		ok = ok && sf_consumer_state(c, &st) == 0 && st.samples == 0;
+		sf_consumer_detach(c);
+		_exit(ok ? 0 : 1);
+	}
+	waitpid(pid, &status, 0);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+	pthread_join(t, NULL);
+	cr_expect_eq(w.r, SF_E_TIMEOUT, "%d", w.r);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
+/* A bad index to sf_consumer_device_buffer(), which takes a const handle, is reported to
+ * the thread that made it, and leaves the message of a call in another thread alone. */
+Test(consumer, a_device_buffer_error_is_the_callers_own)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *c = attach(0);
+	struct waiter w = {.c = c, .timeout_ms = 2000};
+	uint64_t tok, ds;
+	pthread_t t;
+
+	start_waiter(&t, &w);
+	cr_expect_eq(sf_consumer_device_buffer(c, 0, &tok, &ds), SF_E_RANGE);
+	cr_expect(strstr(sf_consumer_errmsg(c), "CPU mode"), "%s", sf_consumer_errmsg(c));
+	pthread_join(t, NULL);
+	cr_expect(strstr(w.msg, "timed out"), "%s", w.msg);
+	cr_expect(strstr(sf_consumer_errmsg(c), "CPU mode"), "%s", sf_consumer_errmsg(c));
 	sf_consumer_detach(c);
 	feed_stop(f);
 }
