@@ -111,19 +111,26 @@ struct sf_consumer {
 };
 
 /*
- * A failure this thread met on a handle without entering it: a call refused by enter(),
- * or a bad argument to a call of a const handle. sf_consumer_errmsg() gives it to this
- * thread until its next call on that handle enters, so that it overwrites nothing a thread
- * inside a call may write, and never hides that thread's own failure from it. The serial
- * tells a handle from a later one attached at the same address.
+ * This thread's last failure on a handle, which sf_consumer_errmsg() gives it: a call's
+ * failure is copied here as the call leaves, and a refused call or a const call's bad
+ * argument is written here only. So a thread reads its own failure, whatever another
+ * thread's call writes into the handle meanwhile, and a refused thread writes nothing
+ * a thread inside a call may write. The serial tells a handle from a later one attached
+ * at the same address.
  */
 static _Thread_local struct {
 	const struct sf_consumer *c;
 	uint64_t serial;
-	char msg[160];
+	char msg[sizeof(((struct sf_err *)0)->msg)];
 } aside;
 
 static atomic_uint_least64_t attaches;
+
+static void aside_mark(const struct sf_consumer *c)
+{
+	aside.c = c;
+	aside.serial = c->serial;
+}
 
 static int set_aside(const struct sf_consumer *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -135,8 +142,7 @@ static int set_aside(const struct sf_consumer *c, int code, const char *fmt, ...
 	va_start(ap, fmt);
 	vsnprintf(aside.msg, sizeof(aside.msg), fmt, ap);
 	va_end(ap);
-	aside.c = c;
-	aside.serial = c->serial;
+	aside_mark(c);
 	return code;
 }
 
@@ -164,13 +170,19 @@ static int enter(struct sf_consumer *c)
 					 "once: a handle serves one thread at a time (attach one "
 					 "per thread, or serialize the calls)");
 	}
-	if (aside.c == c)
-		aside.c = NULL;
 	return 0;
 }
 
-static void leave(struct sf_consumer *c)
+/* Leave the call that returns `r`, keeping its failure as this thread's. */
+static void leave(struct sf_consumer *c, int r)
 {
+	if (r < 0) {
+		size_t n = strnlen(c->err.msg, sizeof(aside.msg) - 1);
+
+		memcpy(aside.msg, c->err.msg, n);
+		aside.msg[n] = '\0';
+		aside_mark(c);
+	}
 	atomic_store_explicit(&c->in_call, 0, memory_order_release);
 }
 
@@ -180,7 +192,7 @@ static void leave(struct sf_consumer *c)
 		int r_ = enter(c);                                                                 \
 		if (r_ == 0) {                                                                     \
 			r_ = (call);                                                               \
-			leave(c);                                                                  \
+			leave(c, r_);                                                              \
 		}                                                                                  \
 		return r_;                                                                         \
 	} while (0)

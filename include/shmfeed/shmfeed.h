@@ -369,10 +369,10 @@ struct sf_consumer_window {
 int sf_consumer_window(struct sf_consumer *c, struct sf_consumer_window *ret_window);
 
 /*
- * sf_consumer_errmsg - detail of the last failure on this handle; never NULL. A call
- * refused because another thread was inside one, and a failure of
- * sf_consumer_device_buffer(), are the calling thread's own: that thread reads it until
- * its next call on the handle, and other threads do not.
+ * sf_consumer_errmsg - detail of the last failure of the calling thread's calls on this
+ * handle (a call refused because another thread was inside one included), so that what
+ * another thread's call writes meanwhile never replaces it; in a thread that has had
+ * none, the handle's last failure (attach's notes included). Never NULL.
  */
 const char *sf_consumer_errmsg(const struct sf_consumer *c);
 
