@@ -834,8 +834,8 @@ int sf__arena_header_check(const struct sf_arena_header *h, uint64_t file_size, 
 	return 0;
 }
 
-int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct sf_arena **ret_arena,
-		     struct sf_err *e)
+static int attach_once(const char *job, const struct sf_geometry *expect,
+		       struct sf_arena **ret_arena, struct sf_err *e)
 {
 	char name[SF_JOB_NAME_MAX + 16], where[SF_JOB_NAME_MAX * 2 + 48];
 	struct sf_arena_header h;
@@ -928,6 +928,24 @@ fail_close:
 	if (r > -4096 && r < 0 && e && e->code != r)
 		sf__err(e, r, "cannot attach job '%s': %s", job, strerror(-r));
 	return r;
+}
+
+/* A restart of the job may replace its arena between the opens and the mapping
+ * (-ESTALE): the name then names the new arena, which is attached instead. */
+int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct sf_arena **ret_arena,
+		     struct sf_err *e)
+{
+	int r;
+
+	for (int tries = 0; tries < 4; tries++) {
+		r = attach_once(job, expect, ret_arena, e);
+		if (r != -ESTALE)
+			return r;
+	}
+	return sf__err(e, r,
+		       "job '%s': its arena was replaced each of 4 times this process attached "
+		       "it (is the job restarting over and over?)",
+		       job);
 }
 
 /* Fault in `len` bytes at `p` now rather than on first use; `write`: for writing. */

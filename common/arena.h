@@ -377,7 +377,8 @@ int sf__arena_header_check(const struct sf_arena_header *h, uint64_t file_size, 
  * version or any header that sf__arena_header_check() refuses (SF_E_LAYOUT: checked on a
  * private copy before anything is mapped) and, when `expect` is not NULL, a geometry
  * whose fields differ from the non-zero fields of `expect` (SF_E_GEOMETRY). -ENOENT when
- * there is no such job.
+ * there is no such job. An arena replaced meanwhile (a restart of the job) is left for
+ * the one that took its name; -ESTALE only when that happened 4 times in a row.
  */
 int sf__arena_attach(const char *job, const struct sf_geometry *expect, struct sf_arena **ret_arena,
 		     struct sf_err *e);

@@ -270,6 +270,40 @@ Test(arena, an_orphan_holding_the_creators_lock_is_waited_for)
 	sf__arena_destroy(a);
 }
 
+/* A restart of the job in the middle of an attach, as the hook makes it: the arena
+ * `replaced` is destroyed and another one of the same job, with config digest 0x5678,
+ * takes its name. */
+static struct sf_arena *replaced, *replacement;
+
+static void restart_during_attach(int point)
+{
+	struct sf_geometry g = geo();
+
+	if (point != SF_TP_ATTACH_OPENED)
+		return;
+	sf__test_hook = NULL;
+	sf__arena_destroy(replaced);
+	g.config_digest = 0x5678;
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &replacement, NULL, 0, NULL), 0);
+}
+
+/* An attach that meets a restart attaches the new arena (it failed with "Stale file
+ * handle" from the old one's descriptors). */
+Test(arena, an_attach_during_a_restart_attaches_the_new_arena)
+{
+	struct sf_geometry g = geo();
+	struct sf_arena *b = NULL;
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__arena_create(job, &g, NULL, &replaced, NULL, 0, &e), 0, "%s", e.msg);
+	sf__test_hook = restart_during_attach;
+	cr_assert_eq(sf__arena_attach(job, NULL, &b, &e), 0, "%s", e.msg);
+	cr_expect_null(sf__test_hook, "the attach met the restart");
+	cr_expect_eq(b->hdr->geo.config_digest, 0x5678);
+	sf__arena_detach(b);
+	sf__arena_destroy(replacement);
+}
+
 /* Another thread's fork() in the middle of an attach, as the hook makes it: the child
  * lives on 3 s with whatever it inherited. */
 static void fork_during_attach(int point)
