@@ -105,10 +105,12 @@ static void print_sources(FILE *f, const struct doc *sd)
 		fprintf(f, " %-16s %12llu %13.1f  %6.2f%%\n", name, (unsigned long long)got,
 			dbl_of(sd, s, "target"), n ? 100.0 * (double)got / (double)n : 0.0);
 	}
-	if (u64_of(sd, 0, "sources_total") > sd->tok[srcs].size)
-		fprintf(f, " (and %llu more sources, not shown: the figures cover the first %u)\n",
-			(unsigned long long)(u64_of(sd, 0, "sources_total") - sd->tok[srcs].size),
-			sd->tok[srcs].size);
+	if (u64_of(sd, 0, "sources_total") > sd->tok[srcs].size) {
+		uint64_t more = u64_of(sd, 0, "sources_total") - sd->tok[srcs].size;
+
+		fprintf(f, " (and %llu more source%s, not shown: the figures cover the first %u)\n",
+			(unsigned long long)more, more == 1 ? "" : "s", sd->tok[srcs].size);
+	}
 }
 
 static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)

@@ -444,7 +444,7 @@ def test_a_mixture_of_more_than_64_sources_shows_its_first_64(rt, tmp_path):
         assert 'source="s64"}' not in (tmp_path / "metrics.prom").read_text()
         assert stats["sources_total"] == 65, stats
         human = sf("status", job).stdout
-        assert "(and 1 more sources, not shown: the figures cover the first 64)" in human, human
+        assert "(and 1 more source, not shown: the figures cover the first 64)" in human, human
         assert f'shmfeed_mixture_sources{{shmfeed_job="{job}"}} 65' in \
             (tmp_path / "metrics.prom").read_text()
 
