@@ -222,23 +222,21 @@ static int rebase(struct sf_arena *a, uint32_t rank, uint32_t generation, uint32
 	return 0;
 }
 
-/* The agreement itself; the caller holds SF_LOCK_NODE_RANKS and the rank's entry. */
-static int agree(struct sf_arena *a, uint32_t rank, const struct sf_rank_env *claim,
+/* The agreement itself, on the base `want` that claimed_base() took from `claim`; the
+ * caller holds SF_LOCK_NODE_RANKS and the rank's entry. */
+static int agree(struct sf_arena *a, uint32_t rank, const struct sf_rank_env *claim, int64_t want,
 		 uint32_t *ret_base, struct sf_err *e)
 {
 	const struct sf_arena_header *h = a->hdr;
 	uint64_t w = atomic_load_explicit(&h->node_ranks, memory_order_acquire);
 	uint32_t base = 0, gen = sf__node_ranks_generation(w);
 	int known = sf__node_ranks_decode(w, &h->geo, &base), r;
-	int64_t want = -1, other;
+	int64_t other;
 	int32_t pid = 0;
 
 	if (known < 0)
 		return sf__err(e, SF_E_LAYOUT, "job '%s': invalid node ranks 0x%016llx", h->job,
 			       (unsigned long long)w);
-	r = claimed_base(a, rank, claim, &want, e);
-	if (r < 0)
-		return r;
 	if (known && (want < 0 || want == base)) {
 		*ret_base = base;
 		return 0;
@@ -287,11 +285,17 @@ int sf__node_ranks_register(struct sf_arena *a, uint32_t rank, const struct sf_r
 {
 	const uint32_t me = a->hdr->geo.max_producers + rank;
 	uint32_t base = 0;
+	int64_t want = -1;
 	int r;
 
 	if (rank >= a->hdr->geo.ranks)
 		return sf__err(e, SF_E_RANGE, "job '%s' has local ranks 0..%u, not %u", a->hdr->job,
 			       a->hdr->geo.ranks - 1, rank);
+	/* The claim alone, against the job's geometry: refused as such whoever holds the
+	 * rank, so that a launcher's mistake is never reported as a rank taken. */
+	r = claimed_base(a, rank, claim, &want, e);
+	if (r < 0)
+		return r;
 	/* Registration and agreement in one step under the lock: a consumer registered
 	 * is a consumer that agreed to the base as it stands (node_ranks.h). */
 	r = sf__arena_lock_wait(a, SF_LOCK_NODE_RANKS);
@@ -300,7 +304,7 @@ int sf__node_ranks_register(struct sf_arena *a, uint32_t rank, const struct sf_r
 			       strerror(-r));
 	r = sf__participant_register(a, me, SF_ROLE_CONSUMER, (int32_t)rank, e);
 	if (r >= 0) {
-		r = agree(a, rank, claim, &base, e);
+		r = agree(a, rank, claim, want, &base, e);
 		if (r < 0)
 			sf__participant_unregister(a, me);
 	}

@@ -250,6 +250,34 @@ Test(node_ranks, contradictions_in_the_environment_are_refused)
 	feed_stop(f);
 }
 
+/* An environment that contradicts itself or the job is refused as such even while the
+ * rank is taken: it was refused with SF_E_BUSY, which sends a user after the holder. */
+Test(node_ranks, a_bad_environment_is_refused_before_a_taken_rank)
+{
+	struct feed *f = start(1, 1, 0);
+	struct sf_consumer *held = attach_as(2, 0), *c = NULL;
+	struct sf_rank_env env;
+	char msg[512];
+
+	env = torchrun_env(2, 0);
+	env.world_size = -2;
+	cr_expect_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_RANGE, "%s", msg);
+	cr_expect(strstr(msg, "WORLD_SIZE=-2"), "%s", msg);
+	env = torchrun_env(2, 0);
+	env.world_size = 8;
+	cr_expect_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_GEOMETRY, "%s", msg);
+	env = torchrun_env(3, 0);
+	env.group_rank = -1;
+	cr_expect_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_RANGE, "%s", msg);
+	cr_expect(strstr(msg, "outside world size 4"), "%s", msg);
+	/* A good one is still told the rank is taken. */
+	env = torchrun_env(2, 0);
+	cr_expect_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_BUSY, "%s", msg);
+	cr_assert_null(c);
+	sf_consumer_detach(held);
+	feed_stop(f);
+}
+
 Test(node_ranks, a_static_base_refuses_other_ranks)
 {
 	struct feed *f = start(1, 0, 2);
