@@ -35,6 +35,7 @@ struct sf_metrics {
 	char *file, *tmp_file; /* NULL: no file */
 	int file_written;      /* once: later failures are logged, not fatal */
 	int file_failed;       /* a failure to write was logged; logged again once it works */
+	int file_taken;	       /* another file took its place: not written any more */
 	dev_t file_dev;	       /* the file last renamed into place, the only one close() */
 	ino_t file_ino;	       /* may remove */
 	char *lock_file;       /* FILE.lock, held while the job runs, or NULL */
@@ -232,14 +233,24 @@ static void render(FILE *f, const struct sf_stats *s, const char *job)
 	       sizeof(producer_series) / sizeof(producer_series[0]));
 }
 
-/* Write the text to the temporary file beside the target, then rename it over the target. */
+/*
+ * Write the text to the temporary file beside the target, then rename it over the
+ * target. The temporary file is created, never opened through a link: its name (FILE.PID
+ * .tmp) is easy to guess, and a link planted there would have the text written into the
+ * file it names. What is found at the name is removed first (the name only: a link's
+ * target is left alone). The rename goes only over the file this job wrote last: one put
+ * at FILE since is someone else's, and -EEXIST leaves it alone.
+ */
 static int write_file(struct sf_metrics *m)
 {
-	int fd = open(m->tmp_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+	int fd = open(m->tmp_file, flags, 0644);
 	size_t done = 0;
-	struct stat st;
+	struct stat st, now;
 	int r = 0;
 
+	if (fd < 0 && errno == EEXIST && unlink(m->tmp_file) == 0)
+		fd = open(m->tmp_file, flags, 0644);
 	if (fd < 0)
 		return -errno;
 	while (done < m->len && r == 0) {
@@ -254,6 +265,9 @@ static int write_file(struct sf_metrics *m)
 		r = -errno;
 	if (close(fd) < 0 && r == 0)
 		r = -errno;
+	if (r == 0 && m->file_written && lstat(m->file, &now) == 0 &&
+	    (now.st_dev != m->file_dev || now.st_ino != m->file_ino))
+		r = -EEXIST;
 	if (r == 0 && rename(m->tmp_file, m->file) < 0)
 		r = -errno;
 	if (r < 0) {
@@ -288,11 +302,19 @@ int sf__metrics_update(struct sf_metrics *m, const struct sf_stats *s, const cha
 	m->len = len;
 	pthread_mutex_unlock(&m->lock);
 	/* Only this thread writes m->text, so reading it here needs no lock. */
-	if (m->file) {
+	if (m->file && !m->file_taken) {
 		r = write_file(m);
 		if (!m->file_written) {
 			m->file_written = r == 0;
 			return r;
+		}
+		if (r == -EEXIST) {
+			m->file_taken = 1;
+			sf__log_error("the metrics file %s is no longer the one this job wrote: "
+				      "another file took its place, which the job leaves alone "
+				      "(it writes no metrics file any more)",
+				      m->file);
+			return 0;
 		}
 		if (r < 0 && !m->file_failed)
 			sf__log_error("cannot write the metrics file %s: %s", m->file,

@@ -807,6 +807,26 @@ def test_a_metrics_file_never_replaces_or_removes_a_file_shmfeed_did_not_write(r
     assert not prom.exists()
 
 
+def test_a_metrics_file_never_writes_through_a_link_or_over_a_file_put_there(rt, tmp_path):
+    """The file is written as FILE.PID.tmp and renamed over FILE. A symbolic link planted
+    at that name (the PID is easy to guess) had the job write its metrics into the file
+    the link names; and a file put at FILE while the job ran was replaced at the next
+    tick and removed at the end."""
+    precious = tmp_path / "precious"
+    precious.write_text("precious\n")
+    prom = tmp_path / "m.prom"
+    script = (f'ln -s {precious} {prom}.$$.tmp; exec {SHMFEED} run {DEMO} '
+              f'--set job={job_name("mlink")} --set control.metrics_file={prom} '
+              f'--set control.stats_interval_ms=50 -- sh -c "sleep 1; '
+              f'echo mine > {prom}.new; mv {prom}.new {prom}; sleep 1"')
+    r = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert precious.read_text() == "precious\n"
+    assert prom.read_text() == "mine\n", r.stderr
+    assert "is no longer the one this job wrote" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.prom", "precious"]
+
+
 def test_a_metrics_file_a_running_job_writes_is_refused(rt, tmp_path):
     """A second job naming the metrics file of a running one took it over (its values
     replaced the first job's) and removed it when it ended, the first still running."""
