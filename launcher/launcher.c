@@ -89,6 +89,10 @@ struct supervisor {
 	int sfd;
 	sigset_t old_mask;
 	pid_t self;
+	/* Children of this process before the launcher started (`sidecar & exec shmfeed
+	 * run ...`): never the command's leftovers, forgotten once reaped. */
+	pid_t before[256];
+	size_t n_before;
 
 	pid_t cmd_pid;
 	int cmd_status; /* exit status to return */
@@ -338,6 +342,20 @@ static void producer_died(struct supervisor *S, uint32_t i, int wstatus)
 		     S->cfg->max_restarts);
 }
 
+/* Whether `pid` was a child before the launcher started; `reaped`: it is gone, and its
+ * pid may come back as another process's. */
+static bool started_before(struct supervisor *S, pid_t pid, bool reaped)
+{
+	for (size_t i = 0; i < S->n_before; i++) {
+		if (S->before[i] != pid)
+			continue;
+		if (reaped)
+			S->before[i] = S->before[--S->n_before];
+		return true;
+	}
+	return false;
+}
+
 static void reap(struct supervisor *S)
 {
 	int wstatus;
@@ -358,6 +376,7 @@ static void reap(struct supervisor *S)
 		for (uint32_t i = 0; i < S->n_prod; i++)
 			if (S->prod[i].pid == pid)
 				producer_died(S, i, wstatus);
+		started_before(S, pid, true);
 	}
 }
 
@@ -1192,11 +1211,16 @@ static void end_orphans(struct supervisor *S)
 
 	for (;;) {
 		uint64_t now;
-		size_t fresh = 0;
+		size_t fresh = 0, kept = 0;
+		pid_t gone;
 
-		while (waitpid(-1, NULL, WNOHANG) > 0)
-			;
+		while ((gone = waitpid(-1, NULL, WNOHANG)) > 0)
+			started_before(S, gone, true);
 		n = sf__proc_children(S->self, kids, ORPHANS_MAX);
+		for (size_t i = 0; i < n; i++)
+			if (!started_before(S, kids[i], false))
+				kids[kept++] = kids[i];
+		n = kept;
 		if (!n)
 			return;
 		now = sf__now_ns();
@@ -1321,6 +1345,7 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	S->sfd = -1;
 	S->ipc.lock_fd = -1;
 	S->self = getpid();
+	S->n_before = sf__proc_children(S->self, S->before, sizeof(S->before) / sizeof(S->before[0]));
 	/* What the command leaves behind when it ends becomes ours (end_orphans()). */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	for (uint32_t i = 0; i < SF_MAX_PRODUCERS; i++)

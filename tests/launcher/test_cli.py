@@ -782,6 +782,29 @@ def test_bad_run_options_and_names_are_refused(tmp_path):
         and "absolute" in r.stderr, r
 
 
+def test_processes_started_before_the_launcher_are_not_the_commands_leftovers(rt, tmp_path):
+    """A container entrypoint's `sidecar & exec shmfeed run ...`: the sidecar is a child
+    of the launcher from its first instant, and was ended with the command's leftovers
+    ("1 process the command left behind: SIGTERM")."""
+    pidfile = tmp_path / "sidecar.pid"
+    script = (f'sleep 60 >/dev/null 2>&1 & echo $! > {pidfile}; exec {SHMFEED} run {DEMO} '
+              f'--set job={job_name("sidecar")} -- sh -c "sleep 30 & exit 0"')
+    r = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60)
+    sidecar = int(pidfile.read_text())
+    try:
+        assert r.returncode == 0, r.stderr
+        # The command's own leftover is still ended; the sidecar is left alone.
+        assert "1 process the command left behind: SIGTERM" in r.stderr, r.stderr
+        os.kill(sidecar, 0)
+        with open(f"/proc/{sidecar}/stat") as f:
+            assert f.read().split(") ")[1].split()[0] != "Z"
+    finally:
+        try:
+            os.kill(sidecar, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_a_metrics_file_never_replaces_or_removes_a_file_shmfeed_did_not_write(rt, tmp_path):
     """control.metrics_file naming a user's file (the job file itself, say): check said
     valid, run wrote its metrics over the file and removed it at the end."""
