@@ -88,6 +88,8 @@ struct supervisor {
 	void *zctx, *router, *pub;
 	int sfd;
 	sigset_t old_mask;
+	int masked;   /* the stop signals are blocked (old_mask to restore) */
+	int hup_seen; /* SIGHUPs received */
 	pid_t self;
 	/* Children of this process before the launcher started (`sidecar & exec shmfeed
 	 * run ...`): never the command's leftovers, forgotten once reaped. */
@@ -380,13 +382,16 @@ static void reap(struct supervisor *S)
 	}
 }
 
-/* 1 when SIGHUP is ignored, as nohup(1) leaves it. */
-static int sighup_ignored(void)
+/* 1 when signal `sig` is ignored: SIGHUP as nohup(1) leaves it, SIGINT and SIGQUIT as a
+ * non-interactive shell leaves them for a job it starts in the background (`cmd &`). */
+static int ignored(int sig)
 {
 	struct sigaction sa;
 
-	return sigaction(SIGHUP, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN;
+	return sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN;
 }
+
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGQUIT, SIGHUP};
 
 static void handle_signals(struct supervisor *S)
 {
@@ -401,6 +406,11 @@ static void handle_signals(struct supervisor *S)
 		else if (!S->stopping)
 			sf__log_info("SIG%s from pid %u: stopping", sigabbrev_np((int)si.ssi_signo),
 				     si.ssi_pid);
+		/* A hangup comes twice (the shell passes it on to its jobs, the kernel sends
+		 * it as the session ends), and nobody is there to insist: only the first
+		 * counts. */
+		if (si.ssi_signo == SIGHUP && S->hup_seen++)
+			continue;
 		S->term_count++;
 		if (S->cmd_pid > 0 && !S->cmd_done) {
 			/*
@@ -1202,9 +1212,21 @@ static int finished(struct supervisor *S)
  * signals (SIGTERM once each in the grace period, SIGKILL after it). What SIGKILL does not
  * end within ORPHAN_KILL_WAIT_MS is named and left behind.
  */
+/* Whether a stop signal came (the signalfd read empty): while the job ends, one means
+ * "now". */
+static bool stop_signalled(struct supervisor *S)
+{
+	struct signalfd_siginfo si;
+	bool stop = false;
+
+	while (S->sfd >= 0 && read(S->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+		stop |= si.ssi_signo != SIGCHLD;
+	return stop;
+}
+
 static void end_orphans(struct supervisor *S)
 {
-	const uint64_t deadline = sf__now_ns() + ms_ns(S->l->grace_ms);
+	uint64_t deadline = sf__now_ns() + ms_ns(S->l->grace_ms);
 	uint64_t give_up = 0;
 	pid_t kids[ORPHANS_MAX], termed[ORPHANS_MAX];
 	size_t n, n_termed = 0;
@@ -1224,6 +1246,8 @@ static void end_orphans(struct supervisor *S)
 		if (!n)
 			return;
 		now = sf__now_ns();
+		if (stop_signalled(S))
+			deadline = now;
 		if (now >= deadline && !give_up) {
 			sf__log_info("%zu process%s the command left behind: SIGKILL", n,
 				     n == 1 ? "" : "es");
@@ -1394,15 +1418,15 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGQUIT); /* Ctrl-\: a stop, as SIGTERM, not a core dump */
-	/* Under nohup (SIGHUP ignored) a hangup must not stop the job. A blocked signal is
-	 * queued even when ignored, so an ignored SIGHUP stays out of the mask rather than
-	 * reach the signalfd. */
-	if (!sighup_ignored())
-		sigaddset(&mask, SIGHUP);
+	/* SIGQUIT (Ctrl-\) is a stop, as SIGTERM, not a core dump. A signal the launcher
+	 * was started ignoring stays ignored (a hangup under nohup, Ctrl-C for a job a
+	 * script runs in the background): a blocked signal is queued even when ignored, so
+	 * it stays out of the mask rather than reach the signalfd. */
+	for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++)
+		if (!ignored(stop_signals[i]))
+			sigaddset(&mask, stop_signals[i]);
 	sigprocmask(SIG_BLOCK, &mask, &S->old_mask);
+	S->masked = 1;
 	signal(SIGPIPE, SIG_IGN);
 	S->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (S->sfd < 0) {
@@ -1454,8 +1478,6 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 out_sockets:
 	sf__metrics_close(S->metrics);
 	close_sockets(S);
-	if (S->sfd >= 0)
-		close(S->sfd);
 	/* Anything still running at this point is killed and reaped before the arena
 	 * goes, so no process outlives its job's shared memory. */
 	for (uint32_t i = 0; i < S->n_prod; i++)
@@ -1465,9 +1487,24 @@ out_sockets:
 			close(S->prod[i].errfd);
 		}
 	end_orphans(S);
-	sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
 out_arena:
 	sf__arena_destroy(S->a);
+	if (S->sfd >= 0)
+		close(S->sfd);
+	if (S->masked) {
+		/* A stop signal that came during the ending was for the job, which has ended:
+		 * taken when the mask is restored, its default action would kill the launcher
+		 * before it returns the command's status. */
+		const struct timespec now = {0, 0};
+		sigset_t pending;
+
+		sigemptyset(&pending);
+		for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++)
+			sigaddset(&pending, stop_signals[i]);
+		while (sigtimedwait(&pending, NULL, &now) > 0)
+			;
+		sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
+	}
 out_close_ds:
 	l->ops->close(S->ds);
 	sf__curve_server_free(&S->curve);

@@ -15,6 +15,7 @@ import re
 import signal
 import select
 import subprocess
+import sys
 import time
 
 import pytest
@@ -803,6 +804,68 @@ def test_processes_started_before_the_launcher_are_not_the_commands_leftovers(rt
             os.kill(sidecar, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_a_signal_while_leftovers_are_ended_keeps_the_status_and_removes_the_arena(rt, tmp_path):
+    """SIGTERM while the launcher waited for a leftover that ignores SIGTERM: the signal,
+    blocked with its signalfd closed, was taken with its default action when the mask was
+    restored, so the launcher died (143 for a command that exited 0) and left its arena in
+    /dev/shm. It now means SIGKILL for the leftovers at once."""
+    job = job_name("teardown")
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}", "--grace-ms", "20000",
+                          "--", "sh", "-c",
+                          'setsid sh -c "trap \\"\\" TERM; sleep 41" </dev/null >/dev/null 2>&1 & '
+                          'sleep 0.5; exit 0'],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)
+        assert p.poll() is None, p.stderr.read()
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=30)[1]
+        assert p.returncode == 0, err
+        assert time.monotonic() - t0 < 10, err
+        assert not os.path.exists(f"/dev/shm/shmfeed.{job}"), err
+        assert "SIGKILL" in err, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_a_hangup_delivered_twice_is_one_request(rt, tmp_path):
+    """A terminal's hangup reaches the launcher twice (the shell passes SIGHUP on to its
+    jobs, and the kernel sends it when the session ends): the second was taken as the
+    "second signal" that kills the command, which never got to end cleanly."""
+    script = tmp_path / "cmd.py"
+    script.write_text("import signal, sys, time\n"
+                      "signal.signal(signal.SIGHUP, lambda *a: (time.sleep(1), sys.exit(0)))\n"
+                      "time.sleep(30)\nsys.exit(3)\n")
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job_name('hup')}",
+                          "--", sys.executable, str(script)], stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)
+        assert p.poll() is None, p.stderr.read()
+        p.send_signal(signal.SIGHUP)
+        time.sleep(0.1)
+        p.send_signal(signal.SIGHUP)
+        err = p.communicate(timeout=30)[1]
+        assert p.returncode == 0, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_signals_the_launcher_was_started_ignoring_stay_ignored(rt, tmp_path):
+    """A non-interactive shell starts a background job with SIGINT and SIGQUIT ignored;
+    the launcher stopped the job on them anyway (and killed the command, which ignored
+    the SIGINT passed on, after the grace period)."""
+    r = subprocess.run(["bash", "-c", f"{SHMFEED} run {DEMO} --set job={job_name('ign')} "
+                        "--grace-ms 1000 -- sleep 2 & sleep 0.5; kill -INT $!; kill -QUIT $!; "
+                        "wait $!"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "received" not in r.stderr and "stopping" not in r.stderr, r.stderr
 
 
 def test_a_metrics_file_never_replaces_or_removes_a_file_shmfeed_did_not_write(rt, tmp_path):
