@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,10 +98,16 @@ int sf__work_run(const struct sf_work *w, struct sf_err *e)
 	if (n == 1) {
 		work_loop(w, sb, 0);
 	} else {
+		const pid_t caller = getpid();
+
 		for (uint32_t i = 0; i < n; i++) {
 			pid_t pid = fork();
 
 			if (pid == 0) {
+				/* A worker ends with its caller (a launcher killed while it builds
+				 * the index), even one that died before this line. */
+				if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != caller)
+					_exit(1);
 				work_loop(w, sb, i);
 				_exit(0);
 			}

@@ -2,7 +2,8 @@
  * Run a numbered list of independent items on N forked worker processes: the index
  * build and `shmfeed tokenize` tokenize chunks this way. Workers take items in order
  * from a shared counter, so the earliest failing item is the one reported. Results go
- * to memory the caller mapped MAP_SHARED before the call.
+ * to memory the caller mapped MAP_SHARED before the call. Workers are killed (SIGKILL)
+ * when their caller dies.
  *
  * Caveat: fork() copies only the calling thread; call this before starting threads
  * (the launcher opens the dataset before it starts its control thread).
