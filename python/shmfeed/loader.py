@@ -59,7 +59,7 @@ class Error(RuntimeError):
             cls = JobGone
         return super().__new__(cls, code, message)
 
-    def __init__(self, code, message=None):
+    def __init__(self, code=None, message=None):
         if message is None and not isinstance(code, (str, bool)):
             try:  # Error(code), an int or numpy's: the library's text for a code of its
                 code = operator.index(code)
@@ -78,8 +78,11 @@ class Error(RuntimeError):
             super().__init__(text)
             return
         self.code, self.message, self._args = code, message, (code, message)
-        self.name = N.ERROR_NAMES.get(code, f"errno {-code}" if code < 0 else str(code))
-        super().__init__(f"{message} [{self.name}]")
+        if isinstance(code, int) and not isinstance(code, bool):
+            self.name = N.ERROR_NAMES.get(code, f"errno {-code}" if code < 0 else str(code))
+        else:  # a code of the caller's own making, or none
+            self.name = "" if code is None else str(code)
+        super().__init__(f"{message} [{self.name}]" if self.name else str(message))
 
     def __reduce__(self):  # pickled (multiprocessing returns exceptions so): as made,
         return type(self), self._args, self.__dict__  # with its notes and attributes
@@ -383,26 +386,30 @@ class Loader:
         # on this node's global ranks with the node's other ranks (or re-bases it).
         env = N.RankEnv(*(-1 if v is None else v for v in
                           (rank, local_rank, world_size, local_world_size, group_rank)))
-        r = self._lib.sf_consumer_attach_ranks(job.encode(), ctypes.byref(env), dev_index, 0,
-                                               ctypes.byref(handle), msg, len(msg))
-        if r < 0:
-            detail = msg.value.decode()
-            if r == N.SF_E_BUSY and (job, local_rank) in _attached:
-                detail = (f"local rank {local_rank} is held in this process, by another "
-                          "Loader or by arrays of batches of a closed one: close it and "
-                          "delete them first")
-            raise Error(r, f"shmfeed: job '{job}' rank {local_rank}: {detail}")
-        self._owner = _Attachment(self._lib, handle, (job, local_rank))
-        _attached[self._owner.key] = self._owner
-        self._h = handle
-        self.job = job
-        info = N.Info()
-        self._lib.sf_consumer_info(self._h, ctypes.byref(info))
-        self._info = info
-        if not info.gpu_buffers and getattr(self.device, "type", "cpu") == "cuda":
-            # consumers.device: cpu: the job serves CPU views, whatever torch sees.
-            self.device = self._torch.device("cpu")
+        # The handle is owned before it exists: an exception that lands as the attach
+        # returns (Ctrl-C's, while a GPU attach took its time) detaches it, where it
+        # left the rank taken until the process exited.
+        owner = _Attachment(self._lib, handle, (job, local_rank))
         try:
+            r = self._lib.sf_consumer_attach_ranks(job.encode(), ctypes.byref(env), dev_index,
+                                                   0, ctypes.byref(handle), msg, len(msg))
+            if r < 0:
+                detail = msg.value.decode(errors="replace")
+                if r == N.SF_E_BUSY and (job, local_rank) in _attached:
+                    detail = (f"local rank {local_rank} is held in this process, by another "
+                              "Loader or by arrays of batches of a closed one: close it and "
+                              "delete them first")
+                raise Error(r, f"shmfeed: job '{job}' rank {local_rank}: {detail}")
+            self._owner = owner
+            _attached[owner.key] = owner
+            self._h = handle
+            self.job = job
+            info = N.Info()
+            self._lib.sf_consumer_info(self._h, ctypes.byref(info))
+            self._info = info
+            if not info.gpu_buffers and getattr(self.device, "type", "cpu") == "cuda":
+                # consumers.device: cpu: the job serves CPU views, whatever torch sees.
+                self.device = self._torch.device("cpu")
             self._check_ranks(rank, world_size, local_rank)
             t = self._torch
             if info.gpu_buffers and t is not None and not t.cuda.is_available():
@@ -413,17 +420,18 @@ class Loader:
                             f"{t.__version__}: a CPU-only build, or no GPU visible to it); "
                             "pass device='cpu' for CPU batches")
             self._build_views(dtype)
+            if self._gpu and self.counters()["gpu_staged"]:
+                # Said once per process: the library itself never prints. (Raised under
+                # -W error: the rank is then let go as for any failure here.)
+                why = self._lib.sf_consumer_errmsg(self._h).decode(errors="replace")
+                warnings.warn(f"shmfeed: job '{job}' rank {local_rank}: {why}",
+                              RuntimeWarning, stacklevel=2)
         except BaseException:
             # No array was handed out: detach now, whatever the traceback still holds.
-            owner = self._owner
-            self.close()
+            if self._h is not None:
+                self.close()
             owner.detach()
             raise
-        if self._gpu and self.counters()["gpu_staged"]:
-            # Said once per process: the library itself never prints.
-            warnings.warn(f"shmfeed: job '{job}' rank {local_rank}: "
-                          f"{self._lib.sf_consumer_errmsg(self._h).decode()}",
-                          RuntimeWarning, stacklevel=2)
         self.rank = info.global_rank
         self.local_rank = info.local_rank
         self.world_size = info.world_size
@@ -766,7 +774,7 @@ class Loader:
         """Raise the Error of `code`, with the library's message (or `msg`, read under
         the lock before)."""
         if msg is None:
-            msg = self._lib.sf_consumer_errmsg(self._h).decode() if self._h else ""
+            msg = self._lib.sf_consumer_errmsg(self._h).decode(errors="replace") if self._h else ""
         rank = getattr(self, "rank", self._info.global_rank)  # not set during attach
         if not msg.startswith(f"rank {rank}"):  # most of the library's messages name it
             msg = f"rank {rank}: {msg or N.strerror(code)}"
@@ -842,11 +850,20 @@ class Loader:
         with self._lock:
             if self._h is None:
                 self._raise_closed("load_state_dict")
-            r = self._lib.sf_consumer_seek(self._h, ctypes.byref(st))
-            if r == 0:
-                self._undelivered = None
-                self._batch.step = _NO_STEP
-            why = self._lib.sf_consumer_errmsg(self._h).decode() if r < 0 else ""
+            r = None
+            try:
+                r = self._lib.sf_consumer_seek(self._h, ctypes.byref(st))
+            finally:
+                if r is None:  # an exception landed as the seek returned: did it move?
+                    now = N.Resume()
+                    self._lib.sf_consumer_state(self._h, ctypes.byref(now))
+                    moved = now.samples == st.samples
+                else:
+                    moved = r == 0
+                if moved:  # a batch kept for the next call is one of before the seek
+                    self._undelivered = None
+                    self._batch.step = _NO_STEP
+            why = self._lib.sf_consumer_errmsg(self._h).decode(errors="replace") if r < 0 else ""
         if r == N.SF_E_DIGEST and state.get("world_size") not in (None, self.world_size):
             # A state of another world size resumes only with the same global batch, which
             # the config digest covers (world_size x batch.size, not either alone).

@@ -199,3 +199,98 @@ def test_a_fork_while_another_thread_is_in_a_loader_call():
         assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
         L.close()
         """)
+
+
+# A library whose function `name` raises KeyboardInterrupt as it returns, as a Ctrl-C
+# handled at that instant does.
+INTERRUPT = """
+class Interrupting:
+    def __init__(self, lib, name):
+        self._lib, self._name = lib, name
+    def __getattr__(self, attr):
+        f = getattr(self._lib, attr)
+        if attr != self._name:
+            return f
+        def interrupted(*args):
+            f(*args)
+            raise KeyboardInterrupt
+        return interrupted
+real = N.lib()
+"""
+
+
+def test_an_interrupt_as_attach_returns_leaves_the_rank_free(feed):
+    """Ctrl-C during the attach (a GPU attach takes a while) landed after the library had
+    attached and before the Loader owned the handle: the rank stayed taken until the
+    process exited, every later Loader of it refused with SF_E_BUSY."""
+    out = run_case(feed, INTERRUPT + textwrap.dedent("""
+        N.lib = lambda: Interrupting(real, "sf_consumer_attach_ranks")
+        try:
+            shmfeed.Loader(job=JOB)
+        except KeyboardInterrupt:
+            print("interrupted")
+        N.lib = lambda: real
+        L = shmfeed.Loader(job=JOB)
+        print("attached again")
+    """))
+    assert "interrupted" in out and "attached again" in out, out
+
+
+def test_an_interrupt_as_a_seek_returns_drops_the_batch_kept(feed):
+    """A next() interrupted as it returned keeps its batch for the next call; a
+    load_state_dict() interrupted as its seek returned did not drop it, so the next call
+    delivered that batch of before the seek, from a slot already released."""
+    out = run_case(feed, INTERRUPT + textwrap.dedent("""
+        L = shmfeed.Loader(job=JOB, numpy=True)
+        L.load_state_dict(dict(L.state_dict(), samples=0))
+        start = L.state_dict()
+        for _ in range(3):
+            L.next()
+        plain_next = L._next
+        def interrupted_next(*args):
+            r = plain_next(*args)
+            raise KeyboardInterrupt
+        L._next = interrupted_next
+        try:
+            L.next()
+        except KeyboardInterrupt:
+            pass
+        L._next = plain_next
+        L._lib = Interrupting(real, "sf_consumer_seek")
+        try:
+            L.load_state_dict(start)
+        except KeyboardInterrupt:
+            pass
+        L._lib = real
+        assert L.state_dict()["step"] == 0, L.state_dict()
+        steps = [L.next().step for _ in range(3)]
+        assert steps == [0, 1, 2], steps
+        assert (L.next().tokens == expected(3)).all()
+        print("ok")
+    """))
+    assert "ok" in out, out
+
+
+def test_a_message_cut_inside_a_character_is_still_an_error(feed):
+    """The library cuts its message at 512 bytes, which may fall inside a UTF-8
+    character: decoding it raised UnicodeDecodeError instead of shmfeed.Error."""
+    out = run_case(feed, """
+        try:
+            shmfeed.Loader(job="\\u00e9" * 300, numpy=True)
+        except shmfeed.Error as e:
+            assert "invalid job name" in str(e), e
+            print("refused")
+    """)
+    assert "refused" in out, out
+
+
+def test_errors_of_any_code_can_be_made(feed):
+    """shmfeed.Error(code, message) of a code that is not a number raised TypeError."""
+    out = run_case(feed, """
+        for code in (None, "foo", 3.5):
+            e = shmfeed.Error(code, "bar")
+            assert e.message == "bar" and "bar" in str(e), e
+        assert "x" in str(shmfeed.Error(message="x"))
+        print("made")
+    """)
+    assert "made" in out, out
