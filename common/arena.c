@@ -269,7 +269,7 @@ static void fork_child(void)
 			close(a->probe_fd);
 		a->lock_fd = -1;
 		a->probe_fd = -1;
-		a->inherited++;
+		a->inherited = 1;
 	}
 	pthread_mutex_unlock(&fork_lock);
 }

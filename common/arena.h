@@ -293,10 +293,9 @@ struct sf_arena {
 	int probe_fd;
 	ino_t ino; /* the object's identity, checked when a child opens it again */
 	dev_t dev;
-	/* The fork()s between the attach and this process, nonzero in a child: the handle
-	 * is then a copy of its parent's, whose participant entries, slots and device state
-	 * are the parent's. Only unmapping is left to it. */
-	unsigned inherited;
+	/* Set in a child of fork(): the handle is a copy of its parent's, whose participant
+	 * entries, slots and device state are the parent's. Only unmapping is left to it. */
+	int inherited;
 	struct sf_arena *fork_next; /* the process's list of arenas, for fork() */
 };
 

@@ -104,8 +104,8 @@ struct sf_consumer {
 	int32_t device;
 	struct sf_consumer_gpu gpu;
 	struct sf_err err;
-	/* Nonzero while a thread is inside a call that uses the handle: 1 + the fork()s
-	 * between the attach and the process of that thread (see enter()). */
+	/* 1 while a thread is inside a call that uses the handle: a second thread's call
+	 * meanwhile is refused (see enter()). */
 	atomic_uint in_call;
 	uint64_t serial; /* this handle among the process's attaches, for `aside` */
 };
@@ -152,24 +152,24 @@ static int set_aside(const struct sf_consumer *c, int code, const char *fmt, ...
  * claim steps and overwrite one another's held slot, leaving a slot claimed that nothing
  * releases, so that the rank would wait for it forever, even from a fresh handle.
  *
- * A child of fork() gets the handle as it was, in_call included, but not the thread that
- * was inside: a mark made in an earlier process (a smaller fork count) is stale, and
- * taken over. The count is the arena's, which only the child's fork handler changes,
- * before any thread of the child runs.
+ * A handle copied into a child of fork() is its parent's: the rank's entry, the slot held
+ * and the device state are the parent's, and its figures the parent's at the fork, so
+ * the child may only let go of its copy. Every call is refused there before it looks at
+ * in_call, which a parent's thread inside a call at the fork left set; detach only
+ * unmaps.
  */
 static int enter(struct sf_consumer *c)
 {
-	const unsigned mark = 1u + c->a->inherited;
-	unsigned seen = 0;
-
-	while (!atomic_compare_exchange_weak_explicit(&c->in_call, &seen, mark,
-						      memory_order_acquire, memory_order_relaxed)) {
-		if (seen == mark)
-			return set_aside(c, SF_E_STATE,
-					 "this consumer handle was called from two threads at "
-					 "once: a handle serves one thread at a time (attach one "
-					 "per thread, or serialize the calls)");
-	}
+	if (c->a->inherited)
+		return set_aside(c, SF_E_STATE,
+				 "rank %u: this handle was attached by the parent of this process "
+				 "(before fork()); attach again here",
+				 c->global_rank);
+	if (atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire))
+		return set_aside(c, SF_E_STATE,
+				 "this consumer handle was called from two threads at once: a "
+				 "handle serves one thread at a time (attach one per thread, or "
+				 "serialize the calls)");
 	return 0;
 }
 
@@ -717,19 +717,6 @@ static int data_ended(struct sf_consumer *c)
 		       (unsigned long long)c->step);
 }
 
-/*
- * A handle copied into a child of fork() is its parent's: the rank's entry, the slot held
- * and the device state are the parent's, so the child may only let go of its copy. Every
- * call that would act on them refuses; detach only unmaps.
- */
-static int refuse_inherited(struct sf_consumer *c)
-{
-	return sf__err(&c->err, SF_E_STATE,
-		       "rank %u: this handle was attached by the parent of this process (before "
-		       "fork()); attach again here",
-		       c->global_rank);
-}
-
 static int set_stream_in(struct sf_consumer *c, uint64_t stream)
 {
 	struct sf_consumer_gpu *g = &c->gpu;
@@ -737,8 +724,6 @@ static int set_stream_in(struct sf_consumer *c, uint64_t stream)
 	sf_cucontext popped;
 	int r;
 
-	if (c->a->inherited)
-		return refuse_inherited(c);
 	if (!g->cu)
 		return sf__err(&c->err, SF_E_STATE, "set_stream: the handle is in CPU mode");
 	if (to == g->user_stream)
@@ -889,8 +874,6 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 	unsigned char *payload;
 	int r;
 
-	if (c->a->inherited)
-		return refuse_inherited(c);
 	if (c->gpu.explicit_release) {
 		/* The first free buffer from the one after the last filled: batches may be
 		 * released in any order. */
@@ -1014,8 +997,6 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 
 static int release_in(struct sf_consumer *c)
 {
-	if (c->a->inherited)
-		return refuse_inherited(c);
 	return release_held(c);
 }
 
@@ -1031,8 +1012,6 @@ static int release_batch_in(struct sf_consumer *c, const struct sf_batch *batch)
 	sf_cucontext popped;
 	int r;
 
-	if (c->a->inherited)
-		return refuse_inherited(c);
 	if (!g->cu) {
 		const uint32_t K = c->a->hdr->geo.slots_per_rank;
 
@@ -1092,8 +1071,6 @@ static int seek_in(struct sf_consumer *c, const struct sf_resume *state)
 	uint64_t global_batch = (uint64_t)geo->batch * geo->world_size;
 	int r;
 
-	if (c->a->inherited)
-		return refuse_inherited(c);
 	if (state->config_digest != geo->config_digest)
 		return sf__err(
 			&c->err, SF_E_DIGEST,
@@ -1206,8 +1183,6 @@ static int set_output_in(struct sf_consumer *c, uint32_t dtype, void *const *buf
 	const uint32_t src_dtype = c->a->hdr->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32;
 	void **out = NULL;
 
-	if (c->a->inherited)
-		return refuse_inherited(c);
 	if (c->gpu.cu)
 		return sf__err(&c->err, SF_E_STATE,
 			       "rank %u: widened copies are for CPU mode; on a GPU widen on the "

@@ -9,7 +9,9 @@
  *  - a consumer handle belongs to one thread at a time; use one handle per thread (a
  *    call made while another thread is inside a call of the same handle is refused with
  *    SF_E_STATE and changes nothing; sf_consumer_detach() is not guarded);
- *  - a handle does not survive fork(): a child must attach on its own;
+ *  - a handle does not survive fork(): a child must attach on its own (every call but
+ *    sf_consumer_info() and sf_consumer_detach() on a handle of its parent's is refused
+ *    with SF_E_STATE);
  *  - views returned by sf_consumer_next() stay valid only until the next call on the
  *    same handle (or its detach); in GPU mode with SF_ATTACH_EXPLICIT_RELEASE, until
  *    sf_consumer_release_batch().
@@ -325,7 +327,8 @@ int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batc
  */
 int sf_consumer_release(struct sf_consumer *c);
 
-/* sf_consumer_state - the resume state before the next batch. Returns 0. */
+/* sf_consumer_state - the resume state before the next batch. Returns 0 (or SF_E_STATE:
+ * see the caveats above). */
 int sf_consumer_state(struct sf_consumer *c, struct sf_resume *ret_state);
 
 /*
@@ -339,7 +342,8 @@ int sf_consumer_state(struct sf_consumer *c, struct sf_resume *ret_state);
  */
 int sf_consumer_seek(struct sf_consumer *c, const struct sf_resume *state);
 
-/* sf_consumer_stats - counters of this handle. Returns 0. */
+/* sf_consumer_stats - counters of this handle. Returns 0 (or SF_E_STATE: see the caveats
+ * above). */
 int sf_consumer_stats(struct sf_consumer *c, struct sf_consumer_stats *ret_stats);
 
 /*
@@ -365,7 +369,8 @@ struct sf_consumer_window {
 	uint64_t stalls; /* batches that waited SF_CONSUMER_STALL_NS or more */
 };
 
-/* sf_consumer_window - the figures since the previous call, and start a new window. Returns 0. */
+/* sf_consumer_window - the figures since the previous call, and start a new window. Returns
+ * 0 (or SF_E_STATE: see the caveats above). */
 int sf_consumer_window(struct sf_consumer *c, struct sf_consumer_window *ret_window);
 
 /*

@@ -697,8 +697,8 @@ class Loader:
                 self._batch.step = _NO_STEP  # wrapped already: not to be wrapped again
             if self._h is None or self._undelivered is not None:
                 return
-            self._lib.sf_consumer_state(self._h, ctypes.byref(st))
-            if st.samples == (batch.step + 1) * self.batch_size * self.world_size:
+            if self._lib.sf_consumer_state(self._h, ctypes.byref(st)) == 0 and \
+                    st.samples == (batch.step + 1) * self.batch_size * self.world_size:
                 self._undelivered = batch
 
     def _close_deferred(self):
@@ -803,6 +803,9 @@ class Loader:
         with self._lock:
             if self._h is None:
                 self._raise_closed("state_dict")
+            r = self._lib.sf_consumer_state(self._h, ctypes.byref(st))
+            if r < 0:  # a Loader of the parent of this process (before fork())
+                self._raise(r)
             if self._undelivered is not None:  # see next(): batches not delivered yet
                 return self._undelivered.state
             if self._batch.step != _NO_STEP:
@@ -810,7 +813,6 @@ class Loader:
                 return _state_before(self._meta, b.step, b.epoch, b.provenance)
             if self._returning is not None:  # next() is returning it (a handler in it)
                 return self._returning.state
-            self._lib.sf_consumer_state(self._h, ctypes.byref(st))
         G = self.batch_size * self.world_size
         return {"samples": st.samples, "epoch": st.epoch, "config_digest": st.config_digest,
                 "provenance": st.provenance, "step": st.samples // G, "rank": self.rank,
@@ -856,8 +858,8 @@ class Loader:
             finally:
                 if r is None:  # an exception landed as the seek returned: did it move?
                     now = N.Resume()
-                    self._lib.sf_consumer_state(self._h, ctypes.byref(now))
-                    moved = now.samples == st.samples
+                    moved = self._lib.sf_consumer_state(self._h, ctypes.byref(now)) == 0 \
+                        and now.samples == st.samples
                 else:
                     moved = r == 0
                 if moved:  # a batch kept for the next call is one of before the seek
@@ -892,8 +894,11 @@ class Loader:
         with self._lock:
             if self._h is None:
                 self._raise_closed("stats")
-            self._lib.sf_consumer_window(self._h, ctypes.byref(w))
-            self._lib.sf_consumer_stats(self._h, ctypes.byref(st))
+            r = self._lib.sf_consumer_window(self._h, ctypes.byref(w))
+            if r == 0:
+                r = self._lib.sf_consumer_stats(self._h, ctypes.byref(st))
+            if r < 0:  # a Loader of the parent of this process (before fork())
+                self._raise(r)
         return {"batches": w.batches, "tokens": w.tokens, "stalls": w.stalls,
                 "wait_p50_ms": w.wait_ns_p50 / 1e6, "wait_p99_ms": w.wait_ns_p99 / 1e6,
                 "tokens_total": st.tokens}
@@ -906,7 +911,9 @@ class Loader:
         with self._lock:
             if self._h is None:
                 self._raise_closed("counters")
-            self._lib.sf_consumer_stats(self._h, ctypes.byref(st))
+            r = self._lib.sf_consumer_stats(self._h, ctypes.byref(st))
+            if r < 0:  # a Loader of the parent of this process (before fork())
+                self._raise(r)
         return {"batches": st.batches, "tokens": st.tokens, "wait_ns_total": st.wait_ns_total,
                 "wait_ns_p50": st.wait_ns_p50, "wait_ns_p99": st.wait_ns_p99,
                 "provenance": st.provenance, "next_step": st.next_step, "gpu": bool(st.gpu),

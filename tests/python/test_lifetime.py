@@ -160,7 +160,8 @@ def test_a_fork_while_another_thread_is_in_a_loader_call():
     as a thread waiting in next() does): the child inherited the lock held by a thread it
     does not have, and every method, close() too, hung for good. A new Loader for the
     rank in the child was told the rank is held in this process, when the parent holds
-    it. Now the child's calls answer at once."""
+    it. Now the child's calls answer at once, and refuse: state_dict() and stats() gave
+    the parent's figures at the fork as the child's."""
     with Feed("fork", producers=0) as f:
         run_case(f, """
         import faulthandler, os, threading
@@ -184,6 +185,15 @@ def test_a_fork_while_another_thread_is_in_a_loader_call():
                 if e.code != N.SF_E_STATE:
                     print("child: next:", e, flush=True)
                     code = 3
+            # The parent's figures at the fork were given as the child's own.
+            for call in (L.state_dict, L.stats):
+                try:
+                    call()
+                    code = code or 6
+                except shmfeed.Error as e:
+                    if e.code != N.SF_E_STATE or "fork" not in str(e):
+                        print("child:", call.__name__, e, flush=True)
+                        code = code or 7
             try:
                 shmfeed.Loader(job=JOB)
                 code = 4

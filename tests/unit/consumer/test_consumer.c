@@ -390,9 +390,9 @@ Test(consumer, a_call_from_a_second_thread_meanwhile_is_refused)
 }
 
 /* fork() while another thread is inside next(): the child's copy of the handle is its
- * parent's (refused as such, not as "two threads"), and the calls that only read the
- * copy, such as sf_consumer_state(), still work there. */
-Test(consumer, a_fork_during_another_threads_call_leaves_the_child_a_usable_copy)
+ * parent's, refused as such (not as "two threads"), by every call: state() and stats()
+ * gave the parent's figures of the fork's instant as the child's own. */
+Test(consumer, a_fork_during_another_threads_call_leaves_the_child_a_refused_copy)
 {
 	struct feed *f = start(opts(0));
 	struct sf_consumer *c = attach(0);
@@ -405,12 +405,15 @@ Test(consumer, a_fork_during_another_threads_call_leaves_the_child_a_usable_copy
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
+		struct sf_consumer_stats stats;
 		struct sf_resume st;
 		struct sf_batch b;
 		int ok = sf_consumer_next(c, 0, &b) == SF_E_STATE &&
 			 strstr(sf_consumer_errmsg(c), "fork") != NULL;
 
-		ok = ok && sf_consumer_state(c, &st) == 0 && st.samples == 0;
+		ok = ok && sf_consumer_state(c, &st) == SF_E_STATE &&
+		     strstr(sf_consumer_errmsg(c), "fork") != NULL;
+		ok = ok && sf_consumer_stats(c, &stats) == SF_E_STATE;
 		sf_consumer_detach(c);
 		_exit(ok ? 0 : 1);
 	}
