@@ -1199,6 +1199,18 @@ static int finished(struct supervisor *S)
 	return !producers_left;
 }
 
+/* Whether a stop signal came (the signalfd read empty): while the job ends, one means
+ * "now". */
+static bool stop_signalled(struct supervisor *S)
+{
+	struct signalfd_siginfo si;
+	bool stop = false;
+
+	while (S->sfd >= 0 && read(S->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+		stop |= si.ssi_signo != SIGCHLD;
+	return stop;
+}
+
 /* How long SIGKILLed orphans are waited for: one in uninterruptible sleep may never go. */
 #define ORPHAN_KILL_WAIT_MS 5000u
 #define ORPHANS_MAX	    256
@@ -1212,18 +1224,6 @@ static int finished(struct supervisor *S)
  * signals (SIGTERM once each in the grace period, SIGKILL after it). What SIGKILL does not
  * end within ORPHAN_KILL_WAIT_MS is named and left behind.
  */
-/* Whether a stop signal came (the signalfd read empty): while the job ends, one means
- * "now". */
-static bool stop_signalled(struct supervisor *S)
-{
-	struct signalfd_siginfo si;
-	bool stop = false;
-
-	while (S->sfd >= 0 && read(S->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-		stop |= si.ssi_signo != SIGCHLD;
-	return stop;
-}
-
 static void end_orphans(struct supervisor *S)
 {
 	uint64_t deadline = sf__now_ns() + ms_ns(S->l->grace_ms);
