@@ -258,6 +258,14 @@ _attached = weakref.WeakValueDictionary()
 _loaders = weakref.WeakSet()
 
 
+def _in_dataloader_worker(t):
+    """Whether this process is a worker of a torch DataLoader."""
+    try:
+        return t.utils.data.get_worker_info() is not None
+    except AttributeError:  # a torch without torch.utils.data (a stand-in)
+        return False
+
+
 def _after_fork_in_child():
     """A child of fork() holds none of its parent's ranks (the library refuses the
     parent's handles there, and says so), and none of the Loaders' locks: one that a
@@ -308,8 +316,8 @@ class Loader:
     (RANK - LOCAL_RANK) and every other must agree: a rank that does not is refused with
     an Error (code SF_E_RANGE) naming both; after an elastic restart that gave the node
     other ranks the node re-bases (docs/multinode.md). device: None picks
-    cuda:(LOCAL_RANK modulo the GPUs this process sees) when torch sees a GPU, else the
-    CPU; "cuda" the same GPU; or "cpu", "cuda:N", an int or a torch.device. The job's
+    cuda:(LOCAL_RANK modulo the GPUs this process sees) when torch sees a GPU, else (and
+    in a DataLoader worker) the CPU; "cuda" the same GPU; or "cpu", "cuda:N", an int or a torch.device. The job's
     consumers.device decides over it: `cpu` gives CPU batches, `cuda` refuses CPU ones. timeout: seconds next() waits (None:
     forever). numpy: True to get NumPy arrays even when torch is importable.
 
@@ -451,7 +459,9 @@ class Loader:
     def _pick_device(self, device, local_rank):
         t = self._torch
         if device is None:
-            if t is not None and t.cuda.is_available():
+            # In a DataLoader worker, CPU batches: they go to the main process through
+            # shared memory, and CUDA does not survive the fork of a parent that used it.
+            if t is not None and not _in_dataloader_worker(t) and t.cuda.is_available():
                 self.device = t.device("cuda", local_rank % t.cuda.device_count())
                 return self.device.index
             self.device = t.device("cpu") if t is not None else "cpu"

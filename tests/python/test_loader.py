@@ -463,3 +463,18 @@ def test_errors_survive_pickling_and_a_dataloader_worker():
     finally:
         if os.path.exists(f"/dev/shm/shmfeed.{feed.job}"):
             os.unlink(f"/dev/shm/shmfeed.{feed.job}")
+
+
+def test_a_loader_in_a_dataloader_worker_serves_cpu_batches(monkeypatch):
+    """device=None picked the rank's GPU wherever torch sees one, a DataLoader worker
+    too: there the attach fails (CUDA does not survive the fork of a parent that used
+    it), and a worker's batches go to the main process through shared memory anyway."""
+    import torch.utils.data as tud
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(tud, "get_worker_info", lambda: object())
+    with Feed("worker-device") as feed:
+        with shmfeed.Loader(job=feed.job) as L:
+            assert L.device == torch.device("cpu"), L.device
+            assert L.next().tokens.device == torch.device("cpu")
