@@ -41,8 +41,8 @@
  * sf__participant_unregister() gives it back); SF_E_GEOMETRY (world or node size differ
  * from the job's), SF_E_RANGE (a claim that contradicts itself, or the node's base while
  * ranks of that base live, or no global rank while the base is not known), SF_E_BUSY
- * (the rank is taken; a claim at odds with the job is refused first), SF_E_STOPPED, SF_E_JOB_GONE or -errno, with the entry not held;
- * detail in `e`, naming both values.
+ * (the rank is taken; a claim at odds with the job is refused first), SF_E_STOPPED,
+ * SF_E_JOB_GONE or -errno, with the entry not held; detail in `e`, naming both values.
  */
 int sf__node_ranks_register(struct sf_arena *a, uint32_t rank, const struct sf_rank_env *claim,
 			    uint32_t *ret_base, struct sf_err *e);

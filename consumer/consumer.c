@@ -83,8 +83,9 @@ struct sf_consumer {
 	uint64_t copy_bytes;  /* GPU: the tokens, and document starts and sources when there */
 	uint64_t sources_off; /* where a mixture's row sources begin in a payload; 0: none */
 	struct sf_slot *held; /* CPU: the slot handed out; GPU: the slot being copied */
-	void **out;	      /* CPU: widened copies of batches, step s in out[s % out_count] */
+	void **out;	      /* CPU: widened copies of batches, in turn */
 	uint32_t out_count;
+	uint32_t out_next;    /* the buffer of the next widened batch */
 	uint32_t out_dtype;   /* their SF_DTYPE_I32 or SF_DTYPE_I64 */
 	uint32_t out_targets; /* the targets follow the tokens in each (SF_OUTPUT_TARGETS) */
 	uint64_t provenance;
@@ -693,7 +694,7 @@ static void widen_output(struct sf_consumer *c, const unsigned char *payload,
 	const uint64_t S = b->seq_tokens, n = (uint64_t)b->batch * S;
 	const size_t tb = b->dtype == SF_DTYPE_U16 ? 2 : 4,
 		     ob = c->out_dtype == SF_DTYPE_I64 ? 8 : 4;
-	unsigned char *out = c->out[c->step % c->out_count];
+	unsigned char *out = c->out[b->output];
 
 	sf_tokens_widen(payload, b->dtype, out, c->out_dtype, n);
 	if (!c->out_targets)
@@ -957,7 +958,7 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 	b.digest = s->digest;
 	b.wait_ns = waited;
 	b.buffer = (uint32_t)(c->step % K);
-	b.reserved = 0;
+	b.output = c->out ? c->out_next : 0;
 	b.provenance = c->provenance;
 	b.epoch = h->geo.samples_per_epoch
 			  ? c->step * h->geo.batch * h->geo.world_size / h->geo.samples_per_epoch
@@ -977,6 +978,8 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 	}
 	c->provenance = provenance_next(c->provenance, b.step, b.digest);
 	c->step++;
+	if (c->out)
+		c->out_next = (c->out_next + 1) % c->out_count;
 	c->batches++;
 	/* Training tokens, B x T, as `status`, the run's summary and the metrics count
 	 * them: the T + 1 tokens of a row give T predictions. */
@@ -1219,6 +1222,7 @@ static int set_output_in(struct sf_consumer *c, uint32_t dtype, void *const *buf
 	free(c->out);
 	c->out = out;
 	c->out_count = count;
+	c->out_next = 0;
 	c->out_dtype = dtype;
 	c->out_targets = !!targets;
 	return 0;

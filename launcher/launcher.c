@@ -1369,7 +1369,8 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	S->sfd = -1;
 	S->ipc.lock_fd = -1;
 	S->self = getpid();
-	S->n_before = sf__proc_children(S->self, S->before, sizeof(S->before) / sizeof(S->before[0]));
+	S->n_before =
+		sf__proc_children(S->self, S->before, sizeof(S->before) / sizeof(S->before[0]));
 	/* What the command leaves behind when it ends becomes ours (end_orphans()). */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	for (uint32_t i = 0; i < SF_MAX_PRODUCERS; i++)

@@ -98,7 +98,7 @@ struct sf_batch {
 	uint64_t wait_ns;	     /* time waited for the batch, by this call and by the
 				      * calls before it that timed out waiting for it */
 	uint32_t buffer;	     /* ring index (CPU) or device buffer (GPU) */
-	uint32_t reserved;
+	uint32_t output;	     /* sf_consumer_set_output()'s buffer holding the copy */
 	/* The resume state that starts a run at this batch (sf_consumer_seek() with it
 	 * delivers this batch next): its `samples` is step * B * W, and these two fields. */
 	uint64_t provenance; /* the provenance chain before this batch */
@@ -394,9 +394,10 @@ void sf_consumer_detach(struct sf_consumer *c);
 /*
  * sf_consumer_set_output - CPU mode: from the next sf_consumer_next() on, also write each
  * batch's B x (T+1) tokens widened to `dtype` (SF_DTYPE_I32 or SF_DTYPE_I64) into
- * buffers[step % count], which the caller allocated (each of B x (T+1) elements) and
- * keeps until detach or the next call of this function; `batch.tokens` still points into
- * the arena. With `dtype | SF_OUTPUT_TARGETS` each buffer holds B x (2T+1) elements: the
+ * buffers[batch.output], which the caller allocated (each of B x (T+1) elements) and
+ * keeps until detach or the next call of this function: the buffers in turn from
+ * buffers[0], a seek between batches or not; `batch.tokens` still points into the
+ * arena. With `dtype | SF_OUTPUT_TARGETS` each buffer holds B x (2T+1) elements: the
  * B x (T+1) tokens, then the B x T targets (tokens 1..T of each row) back to back, so that
  * a loss can flatten them as they are (targets.view(-1) in PyTorch). A widened batch so
  * stays valid until `count` batches later: 2 covers a loop that fetches one batch ahead,

@@ -46,7 +46,7 @@ class Batch(ctypes.Structure):
         ("digest", ctypes.c_uint64),
         ("wait_ns", ctypes.c_uint64),
         ("buffer", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("output", ctypes.c_uint32),
         ("provenance", ctypes.c_uint64),
         ("epoch", ctypes.c_uint64),
         ("sources", ctypes.c_void_p),

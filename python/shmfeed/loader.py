@@ -516,7 +516,11 @@ class Loader:
         self._slot_docs = self._slot_sources = None  # CPU copies: the slots' own views
         src_off = i.sources_offset
         self._gpu_raw = None  # GPU copies: the device buffers' own views
-        self._out_count = 0  # step s's tokens are in self._tokens[s % 2] (not native)
+        # Copies (not native): the batches go into self._tokens[0], [1], [0], ... in
+        # turn, a seek or not, so that a batch stays valid until the second next() after
+        # it; the library says which (batch.output) on the CPU, _out_next on a GPU.
+        self._out_count = 0
+        self._out_next = 0
         # CPU tensors: the NumPy arrays under self._tokens (and self._y where it is not a
         # view of the tokens) and their addresses, by index, to wrap again what torch
         # moved (_rewrap()).
@@ -548,9 +552,9 @@ class Loader:
                 self._tokens, self._docs, self._sources = raw_tok, raw_docs, raw_src
             else:
                 # As on the CPU, a batch stays valid until the second next() after it,
-                # whatever the number of device buffers: step s is widened (or copied)
-                # into output s % 2 on the caller's stream, with its document starts and
-                # sources, before the buffer it came in can be refilled.
+                # whatever the number of device buffers: each is widened (or copied)
+                # into the next of two outputs on the caller's stream, with its document
+                # starts and sources, before the buffer it came in can be refilled.
                 self._gpu_raw = list(zip(raw_tok, raw_docs, raw_src))
                 self._gpu_mask = typestr == "<i2"
                 self._out_count = 2
@@ -570,8 +574,8 @@ class Loader:
             doc_off = (B * S * np.dtype(dtype).itemsize + 63) // 64 * 64
             wide = None
             if out != "native":
-                # The library widens each batch into these as next() returns it, step s
-                # into wide[s % 2]: allocated once, warm in cache, and a batch stays valid
+                # The library widens each batch into these as next() returns it, in
+                # turn: allocated once, warm in cache, and a batch stays valid
                 # while the next one is fetched. Each holds the tokens [B, T+1], then the
                 # targets [B, T] contiguous, as a loss flattens them (targets.view(-1)).
                 wide = [np.empty(B * S + B * (S - 1), dtype=out) for _ in range(2)]
@@ -734,7 +738,7 @@ class Loader:
         """The Batch for what next() just returned into `b` (under the lock)."""
         k = b.buffer
         if self._host is not None:  # CPU tensors: moved by torch since (_rewrap())?
-            kh = b.step % self._out_count if self._out_count else k
+            kh = b.output if self._out_count else k
             h = self._host[kh]
             if self._tokens[kh].data_ptr() != h[1] or \
                     (h[2] is not None and self._y[kh].data_ptr() != h[3]):
@@ -743,8 +747,12 @@ class Loader:
             return Batch(self._tokens[k], self._x[k], self._y[k], b.step, b.first_sample,
                          b.digest, self._docs[k], b.wait_ns, b.provenance, b.epoch,
                          self._meta, self._sources[k])
-        # Copies: step s in output s % 2, its document starts and sources with it.
-        kt = b.step % self._out_count
+        # Copies: in the output the library named (CPU) or the next one (GPU), the
+        # document starts and sources with them.
+        if self._gpu_raw is not None:
+            kt, self._out_next = self._out_next, (self._out_next + 1) % self._out_count
+        else:
+            kt = b.output
         docs, sources = self._docs[kt], self._sources[kt]
         if self._gpu_raw is not None:
             tok, raw_docs, raw_sources = self._gpu_raw[k]

@@ -23,8 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void fail(const char *what, const char *line, size_t n)
 {
-	fprintf(stderr, "fuzz_jsonl: %s, line of %zu bytes: %.*s\n", what, n, (int)(n > 200 ? 200 : n),
-		line);
+	fprintf(stderr, "fuzz_jsonl: %s, line of %zu bytes: %.*s\n", what, n,
+		(int)(n > 200 ? 200 : n), line);
 	abort();
 }
 
@@ -32,8 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	/* By the first byte modulo 6 ("0" to "5" in the corpus): "text" and "content" as jobs
 	 * name them, and names a config may give. */
-	static const char *const fields[] = {"text", "content", "t", "", "\xc3\xa9t\xc3\xa9",
-					     "a\"b"};
+	static const char *const fields[] = {"text", "content",		  "t",
+					     "",     "\xc3\xa9t\xc3\xa9", "a\"b"};
 	const char *field, *line, *what = NULL, *twhat = NULL;
 	size_t n, len = 0, at = 0, tat = 0;
 	struct sf_json_doc *doc = NULL;

@@ -210,10 +210,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (idx[i]) {
 			append(&s, bin, (uint64_t)len / (idx[i][17] == 8 ? 2 : 4),
 			       idx[i][17] == 8 ? 2 : 4, idx[i], eot, 0);
-		} else if (fmt == SF_FMT_LLMC ||
-			   (fmt == SF_FMT_AUTO && len >= 4 &&
-			    ((u64_at(bin) & 0xffffffffu) == 20240520u ||
-			     (u64_at(bin) & 0xffffffffu) == 20240801u))) {
+		} else if (fmt == SF_FMT_LLMC || (fmt == SF_FMT_AUTO && len >= 4 &&
+						  ((u64_at(bin) & 0xffffffffu) == 20240520u ||
+						   (u64_at(bin) & 0xffffffffu) == 20240801u))) {
 			append(&s, bin + 1024, (uint32_t)u64_at(bin + 8),
 			       (u64_at(bin) & 0xffffffffu) == 20240801u ? 4 : 2, NULL, eot, 1);
 		} else {
@@ -229,7 +228,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		die("out of memory");
 	for (uint64_t step = 0; step < st.n_steps && step < MAX_STEPS; step++) {
 		const uint32_t L = T + 1, tb = st.token_bytes;
-		const uint32_t *starts = (const uint32_t *)(payload + sf__doc_starts_offset(2, L, tb));
+		const uint32_t *starts =
+			(const uint32_t *)(payload + sf__doc_starts_offset(2, L, tb));
 		uint64_t first;
 		uint32_t len;
 

@@ -43,7 +43,7 @@ static void print_abi(void)
 	P(sf_batch, digest);
 	P(sf_batch, wait_ns);
 	P(sf_batch, buffer);
-	P(sf_batch, reserved);
+	P(sf_batch, output);
 	P(sf_batch, provenance);
 	P(sf_batch, epoch);
 	P(sf_batch, sources);

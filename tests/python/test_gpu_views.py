@@ -234,3 +234,33 @@ with shmfeed.Loader(job=sys.argv[1], device="cpu") as L:
                            env=dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA),
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
+
+
+SEEK = """
+import ctypes, sys
+ctypes.CDLL("libcuda.so.1").fake_cuda_set_eager(None, 1)
+import torch, shmfeed
+L = shmfeed.Loader(job=sys.argv[2], device="cuda:0", dtype=sys.argv[3])
+next(L)
+held = next(L)
+kept = held.tokens.host().tolist()
+state = L.state_dict()
+L.load_state_dict(dict(state, samples=3 * state["samples"] // 2))  # step 3
+b = next(L)
+assert b.step == 3, b.step
+assert held.tokens.host().tolist() == kept, "the batch held was overwritten"
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_a_gpu_batch_copy_stays_valid_across_a_seek(dtype):
+    """As on the CPU: the copies went into output step % 2, so the first next() after a
+    seek to a step of the held batch's parity wrote over it."""
+    fake_torch = os.path.join(HERE, "fake_torch")
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
+               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    with Feed("gpuseek") as feed:
+        r = subprocess.run([sys.executable, "-c", SEEK, fake_torch, feed.job, dtype],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "ok" in r.stdout, r.stderr

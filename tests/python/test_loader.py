@@ -478,3 +478,21 @@ def test_a_loader_in_a_dataloader_worker_serves_cpu_batches(monkeypatch):
         with shmfeed.Loader(job=feed.job) as L:
             assert L.device == torch.device("cpu"), L.device
             assert L.next().tokens.device == torch.device("cpu")
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_a_batch_copy_stays_valid_across_a_seek(dtype):
+    """A copied batch stays valid until the second next() after it. The copies went
+    into output step % 2, so the first next() after a seek to a step of the parity of
+    the batch held wrote over it."""
+    with Feed("seek-copy") as feed:
+        with shmfeed.Loader(job=feed.job, dtype=dtype) as L:
+            L.next()
+            held = L.next()
+            kept = held.tokens.clone()
+            state = L.state_dict()
+            L.load_state_dict(dict(state, samples=3 * state["samples"] // 2))  # step 3
+            b = L.next()
+            assert b.step == 3
+            assert torch.equal(held.tokens, kept), "the batch held was overwritten"
+            assert np.array_equal(b.tokens.numpy(), feed.expected(0, 3).astype(dtype))

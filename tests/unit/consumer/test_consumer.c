@@ -247,6 +247,37 @@ Test(consumer, output_buffers_get_each_batch_widened)
 	feed_stop(f);
 }
 
+/* A widened batch stays valid until `count` batches later, a seek between them or not:
+ * the output buffer was buffers[step % count], so a seek to a step of the same parity
+ * as the last one wrote its next batch over the batch the caller still held. */
+Test(consumer, a_seek_never_writes_over_the_last_widened_batch)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c = attach(0);
+	static int64_t bufs[2][3 * 17], held[3 * 17];
+	void *ptrs[2] = {bufs[0], bufs[1]};
+	struct sf_resume at;
+	struct sf_batch b;
+
+	cr_assert_eq(sf_consumer_set_output(c, SF_DTYPE_I64, ptrs, 2), 0);
+	for (uint64_t s = 0; s < 2; s++) {
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+		cr_expect_eq(b.output, s);
+	}
+	memcpy(held, bufs[1], sizeof(held)); /* step 1, the batch the caller holds */
+	cr_assert_eq(sf_consumer_state(c, &at), 0);
+	at.samples = 3 * 3 * 2; /* step 3: buffer 1 by its parity */
+	cr_assert_eq(sf_consumer_seek(c, &at), 0, "%s", sf_consumer_errmsg(c));
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	cr_expect_eq(b.step, 3);
+	cr_expect_eq(b.output, 0, "step 3 went to the buffer of the batch held");
+	cr_expect_eq(memcmp(bufs[1], held, sizeof(held)), 0, "the batch held was overwritten");
+	for (int i = 0; i < 3 * 17; i++)
+		cr_assert_eq(bufs[b.output][i], ((const uint16_t *)b.tokens)[i]);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
 /* With SF_OUTPUT_TARGETS the targets follow the tokens, each row's tokens 1..T back to
  * back: what a loss flattens as it is (PyTorch's targets.view(-1) refused the strided
  * view tokens[:, 1:], and nanoGPT's model.py stopped at its first step). */

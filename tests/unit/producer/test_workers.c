@@ -48,7 +48,8 @@ Test(workers, workers_end_with_their_caller)
 
 		for (ms = 0; ms < 5000 && kill(pid, 0) == 0; ms += 10)
 			usleep(10 * 1000);
-		cr_expect_eq(kill(pid, 0), -1, "worker %d (pid %d) outlived its caller", i, (int)pid);
+		cr_expect_eq(kill(pid, 0), -1, "worker %d (pid %d) outlived its caller", i,
+			     (int)pid);
 		if (kill(pid, 0) == 0)
 			kill(pid, SIGKILL);
 	}
