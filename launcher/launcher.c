@@ -287,6 +287,17 @@ static void begin_stop(struct supervisor *S, int failed, const char *fmt, ...)
 	S->cmd_kill_at = 0;
 }
 
+/*
+ * Whether the producers serve: while the job runs, and, once it stops, while its command
+ * finishes (a trainer may read its last batches as it completes its step or saves a
+ * checkpoint), unless the stop is a failure. A producer that dies then is restarted and
+ * one that stalls replaced, as before the stop.
+ */
+static bool serving(const struct supervisor *S)
+{
+	return !S->stopping || (S->cmd_pid > 0 && !S->cmd_done && !S->failed);
+}
+
 /* Once the command is gone (or there is none), the producers stop. */
 static void stop_producers(struct supervisor *S)
 {
@@ -309,7 +320,7 @@ static void producer_died(struct supervisor *S, uint32_t i, int wstatus)
 	p->errfd = -1;
 	p->pid = 0;
 	repaired = sf__arena_repair(S->a, i);
-	if (S->stopping || (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)) {
+	if (!serving(S) || (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)) {
 		p->finished = 1;
 		return;
 	}
@@ -546,7 +557,7 @@ static void check_producers(struct supervisor *S)
 	const uint64_t stall_timeout = ms_ns(S->cfg->stall_timeout_ms);
 	uint64_t now;
 
-	if (!stall_timeout || S->paused || S->stopping)
+	if (!stall_timeout || S->paused || !serving(S))
 		return;
 	now = sf__now_ns();
 	scan_filling(S, now);

@@ -681,6 +681,33 @@ def test_a_stopping_job_says_so_in_its_stats(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_producers_keep_serving_a_command_that_finishes_after_a_stop(rt, tmp_path):
+    """After a stop the command may read its last batches (a trainer completing its step
+    or saving a checkpoint on SIGTERM), and the producers serve it until it exits. One
+    that died meanwhile was not restarted (nor a stalled one replaced): the command waited
+    for batches that never came, and was killed after the grace period (status 137)."""
+    cfg = write_config(tmp_path, "producers: {count: 1}\n", world=1)
+    job = job_name("stopserve")
+    env = dict(os.environ, SHMFEED_TEST_CRASH_AT="30", SHMFEED_TEST_SLOW_US="20000")
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--grace-ms", "15000",
+                          "--", "sh", "-c", f"trap '' TERM; LOCAL_RANK=0 {CONSUME} --fake "
+                          f"--steps 100 --out {tmp_path}/r0.txt"],
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                               capture_output=True).returncode == 0)
+        assert ctl(job, '{"v":1,"op":"stop"}')["state"] == "stopping"
+        err = p.communicate(timeout=60)[1]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    assert "producer 0 restarted" in err, err
+    assert [int(l[1]) for l in read_lines(tmp_path / "r0.txt")] == list(range(100))
+    assert not shm_of(job)
+
+
 def test_status_from_another_runtime_directory(rt, tmp_path):
     """A job asked for from a shell without the runtime directory it was started with: it
     said "no running job" (or a raw "No such file or directory" where the directory did
