@@ -34,6 +34,7 @@
 
 #include "producer/index_file.h"
 #include "producer/text_index.h"
+#include "producer/tokenizer/tokenizer.h"
 
 #define INDEX_MAGIC   "SFCHIDX2"
 #define INDEX_VERSION 3u
@@ -217,13 +218,33 @@ static int cmp_hash(const void *a, const void *b)
 }
 
 /*
+ * The most tokens a chunk of `len` bytes in `n_docs` documents can hold: each document's
+ * ids (sf__tok_ids_bound() of its bytes: its sum over the documents is at most that of
+ * len + n_docs - 1 bytes, as the bound is (len + 1) times a factor), and its bos and
+ * end-of-document tokens. UINT64_MAX when the tokenizer knows no bound before encoding
+ * (SentencePiece), or for a length no file has.
+ */
+static uint64_t chunk_tokens_bound(const struct sf_dataset *ds, uint64_t len, uint64_t n_docs)
+{
+	const uint64_t docs = n_docs ? n_docs : 1;
+	size_t ids;
+
+	if (len > (UINT64_C(1) << 48) || docs > (UINT64_C(1) << 48))
+		return UINT64_MAX;
+	ids = sf__tok_ids_bound(ds->tok, (size_t)(len + docs - 1));
+	if (ids == SIZE_MAX)
+		return UINT64_MAX;
+	return (uint64_t)ids + (ds->bos != UINT32_MAX ? 2 : 1) * docs;
+}
+
+/*
  * A checksum proves no torn write, not honest numbers: every field is held to what the
  * file can hold. Chunks lie back to back from byte 0 to the file's length, each at least
- * a byte; a document is at least one byte (empty ones are dropped) and adds one
- * <|endoftext|>; a token covers at least one byte; a line holds at least a byte. Each
- * chunk is verified again when it is tokenized.
+ * a byte; a document is at least one byte (empty ones are dropped); a chunk holds at
+ * least one token a document and at most chunk_tokens_bound(); a line holds at least a
+ * byte. Each chunk is verified again when it is tokenized.
  */
-static int image_valid(struct sf_index_image *img)
+static int image_valid(const struct sf_dataset *ds, struct sf_index_image *img)
 {
 	const uint64_t nf = img->h.n_files, nc = img->h.n_chunks;
 	uint64_t c = 0;
@@ -243,7 +264,8 @@ static int image_valid(struct sf_index_image *img)
 			if (ch->off != at || ch->len == 0 || ch->len > f->len - at ||
 			    ch->first_line < line || ch->first_line - line > (k ? ch->off : 0) ||
 			    ch->n_docs > ch->len || ch->n_docs > UINT32_MAX ||
-			    ch->n_tokens < ch->n_docs || ch->n_tokens > ch->len + ch->n_docs)
+			    ch->n_tokens < ch->n_docs ||
+			    ch->n_tokens > chunk_tokens_bound(ds, ch->len, ch->n_docs))
 				return 0;
 			at += ch->len;
 			line = ch->first_line;
@@ -255,7 +277,8 @@ static int image_valid(struct sf_index_image *img)
 }
 
 /* Load the index at `path` (NULL: none) for `key`. Returns 1 with *ret_img when valid. */
-static int load_from(uint64_t key, char *path, struct sf_index_image **ret_img)
+static int load_from(const struct sf_dataset *ds, uint64_t key, char *path,
+		     struct sf_index_image **ret_img)
 {
 	struct sf_index_image *img = NULL;
 	struct index_header h;
@@ -309,7 +332,7 @@ static int load_from(uint64_t key, char *path, struct sf_index_image **ret_img)
 		XXH3_64bits_update(&xs, img->chunks, body_chunks);
 		sum = XXH3_64bits_digest(&xs);
 	}
-	if (sum != stored || !image_valid(img))
+	if (sum != stored || !image_valid(ds, img))
 		goto out;
 	img->h.first_skip[SKIP_MSG_LEN - 1] = 0;
 	for (uint64_t i = 0; i < h.n_files; i++)
@@ -337,8 +360,8 @@ int sf__index_load(const struct sf_dataset *ds, uint32_t file, uint64_t key,
 
 	/* An index beside the files wins; one in the cache directory serves too (written there
 	 * when the directory was not writable, or before the source said `beside`). */
-	return (beside && load_from(key, index_path(f, key, 1, 0), ret_img)) ||
-	       load_from(key, index_path(f, key, 0, 0), ret_img);
+	return (beside && load_from(ds, key, index_path(f, key, 1, 0), ret_img)) ||
+	       load_from(ds, key, index_path(f, key, 0, 0), ret_img);
 }
 
 /* The entry of `img` for the file of path hash `hash`, or UINT64_MAX. */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
@@ -242,6 +243,36 @@ int main(void)
 		h_run_free(&r2);
 	}
 	printf("ok: 1 and 2 producers deliver identical batches\n");
+
+	/* Files of one short document each: <s> ids </s> are more tokens than the file has
+	 * bytes, and a cached index holding such a chunk was refused as impossible, so it
+	 * was built again at every start. */
+	{
+		char short_dir[4096], short_path[4096 + 16];
+		struct sf_dataset *ds = NULL;
+		struct sf_dataset_stats st;
+		struct sf_err e = {0};
+
+		snprintf(short_dir, sizeof(short_dir), "%s/short", dir);
+		H_CHECK(mkdir(short_dir, 0700) == 0, "mkdir %s", short_dir);
+		for (int i = 0; i < 12; i++) {
+			snprintf(short_path, sizeof(short_path), "%s/%02d.txt", short_dir, i);
+			h_write_file(short_path, "xyz", 3);
+		}
+		cfg.sources[0].paths[0] = short_dir;
+		cfg.sources[0].separator = NULL;
+		cfg.doc_starts = 0;
+		for (int run = 0; run < 2; run++) {
+			H_CHECK(sf__dataset_open(&cfg, &ds, &e) == 0, "%s", e.msg);
+			sf__dataset_stats(ds, &st);
+			H_CHECK(st.n_tokens == 12 * 5, "%llu tokens", (unsigned long long)st.n_tokens);
+			H_CHECK(st.index_loaded == (uint32_t)run,
+				"run %d: the index was %s", run, run ? "built again" : "loaded");
+			sf__dataset_close(ds);
+		}
+		cfg.sources[0].paths[0] = text_path;
+	}
+	printf("ok: the index of files of one short document each is used again\n");
 	free(text);
 	return 0;
 }
