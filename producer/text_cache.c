@@ -533,6 +533,9 @@ static int fill_dest(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk
 	r = encode_docs(c, d, chunk, ch->n_tokens + 1, skip, NULL, e);
 	if (r >= 0 && d->n != ch->n_tokens)
 		r = count_mismatch(ds, chunk, d->n, e);
+	/* The starts' room is sized from the documents counted: more would be left out. */
+	if (r >= 0 && d->n_docs != ch->n_docs)
+		r = index_mismatch(ds, chunk, "documents", d->n_docs, ch->n_docs, e);
 	if (hr == SF_SHARE_FILL) {
 		if (r < 0)
 			sf__share_abandon(&head);

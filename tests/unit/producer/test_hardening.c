@@ -429,6 +429,16 @@ Test(hardening, index_chunk_boundary_inside_a_document_is_found)
 	expect_lie_found_at_tokenization("starts inside a document");
 }
 
+/* A chunk that counts fewer documents than it holds: the producers took it, and rows
+ * came with document starts left out (the buffers for them are sized from the count). */
+Test(hardening, index_document_count_too_low_is_found)
+{
+	text_with_index();
+	forge_index(CHUNK_AT(1, CHUNK_DOCS), 1, 0);
+	cfg.doc_starts = 4;
+	expect_lie_found_at_tokenization("documents but its index says 1");
+}
+
 /* A longest document shorter than the real one would size the buffers too small. */
 Test(hardening, index_longest_document_too_short_is_found)
 {
