@@ -363,6 +363,12 @@ int sf__text_next_doc(struct sf_doc_walk *w, const char **ret_doc, size_t *ret_l
 			return lie(w, e, (uint64_t)(next - (w->file_end - w->file->len)),
 				   "a chunk of its index goes on past a document end where chunks "
 				   "are cut");
+		/* Its last document ends where it is cut, or with the file (a tokenize part,
+		 * which ends where its byte range does, is cut at each open, never cached). */
+		if (w->cut_bytes && next == w->end && w->end != w->file_end && !w->file->partial &&
+		    (uint64_t)(next - w->start) < w->cut_bytes)
+			return lie(w, e, (uint64_t)(next - (w->file_end - w->file->len)),
+				   "a chunk of its index ends before the size where chunks are cut");
 		w->p = next;
 		r = w->fmt->decode(w, p, (size_t)(de - p), ret_doc, ret_len, e);
 		if (r)

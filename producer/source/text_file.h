@@ -99,7 +99,8 @@ const struct sf_text_format *sf__text_format(uint32_t format);
  * The chunk came from an index that may have been cached on disk, so the walk holds it to
  * what the index promises, at no cost beyond the walk itself: the chunk starts and ends
  * on document boundaries, no document ends at or past `cut_bytes` before the chunk's
- * last (the rule chunks are cut by), and no document is longer than the file's
+ * last and the last does unless the file ends there (the rule chunks are cut by; a
+ * tokenize part's file, cut anew at each open, may end early), and no document is longer than the file's
  * max_doc (which sized the buffers). A chunk that breaks one of these fails with
  * SF_E_SOURCE and sets `index_lie`.
  */

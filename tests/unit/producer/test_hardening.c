@@ -495,6 +495,51 @@ Test(hardening, index_chunks_cut_against_the_rule_are_found)
 	expect_lie_found_at_tokenization("where chunks are cut");
 }
 
+/*
+ * Chunk 0 of two cut a document early, that document given to chunk 1 (which ends with
+ * the file), the counts moved to match: chunk 0 now ends before the size where chunks
+ * are cut, so the windows would be ordered differently from a fresh index. Nothing
+ * found it: each chunk lay on document boundaries and none went on past a cut.
+ */
+Test(hardening, index_chunk_that_ends_before_the_cut_is_found)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	static char text[1 << 18];
+	uint64_t d, len0, docs0, tok0, moved;
+	size_t n;
+	FILE *f;
+
+	put_text("a.txt", 300);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_assert_eq(st.n_chunks, 2);
+	sf__dataset_close(ds);
+	find_index();
+	f = fopen(path, "rb");
+	cr_assert(f);
+	n = fread(text, 1, sizeof(text), f);
+	fclose(f);
+	len0 = index_field(CHUNK_AT(0, CHUNK_LEN));
+	docs0 = index_field(CHUNK_AT(0, CHUNK_DOCS));
+	tok0 = index_field(CHUNK_AT(0, CHUNK_TOKENS));
+	cr_assert(len0 > 4 && len0 < n);
+	/* The start of chunk 0's last document: after the "\n\n" before its own. */
+	for (d = len0 - 3; d > 0 && !(text[d - 1] == '\n' && text[d - 2] == '\n'); d--)
+		;
+	moved = len0 - d - 1; /* its bytes less the separator, and <|endoftext|> */
+	forge_index(CHUNK_AT(0, CHUNK_LEN), d, 0);
+	forge_index(CHUNK_AT(0, CHUNK_DOCS), docs0 - 1, 0);
+	forge_index(CHUNK_AT(0, CHUNK_TOKENS), tok0 - moved, 0);
+	forge_index(CHUNK_AT(1, CHUNK_OFF), d, 0);
+	forge_index(CHUNK_AT(1, CHUNK_LINE), 2 * (docs0 - 1) + 1, 0);
+	forge_index(CHUNK_AT(1, CHUNK_LEN), len0 - d, 1);
+	forge_index(CHUNK_AT(1, CHUNK_DOCS), 1, 1);
+	forge_index(CHUNK_AT(1, CHUNK_TOKENS), moved, 1);
+	expect_lie_found_at_tokenization("ends before");
+}
+
 /* ---- paths that are not regular files ---- */
 
 /* Opening the dataset must fail fast, naming `needle`, with code SF_E_TOKENIZER. */
