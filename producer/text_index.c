@@ -104,6 +104,17 @@ static uint64_t doc_start_from(const struct sf_dataset *ds, const struct sf_text
 	return q ? (uint64_t)(q + f->sep_len - data) : len;
 }
 
+/*
+ * Whether a failure to read a file is the file's own, which `on_error: skip` passes over:
+ * not one of this process (memory, descriptors), which another moment would not meet,
+ * so that skipping it would make the stream, and every batch, depend on the moment.
+ */
+static bool fault_of_the_file(int r)
+{
+	return r != -ENOMEM && r != -EMFILE && r != -ENFILE && r != -EAGAIN && r != -EINTR &&
+	       r != -ENOBUFS;
+}
+
 int sf__text_add_file(struct sf_dataset *ds, const char *path, uint32_t format, uint32_t source,
 		      struct sf_err *e)
 {
@@ -133,7 +144,7 @@ int sf__text_add_part(struct sf_dataset *ds, const char *path, uint32_t format, 
 	r = sf__text_file_stat(&f, &why);
 	if (r < 0) {
 		sf__text_file_free(&f);
-		if (src->on_error != SF_ON_ERROR_SKIP) {
+		if (src->on_error != SF_ON_ERROR_SKIP || !fault_of_the_file(r)) {
 			*e = why;
 			return r;
 		}
@@ -196,7 +207,7 @@ static int cut_file(struct sf_dataset *ds, uint32_t file, struct sf_err *e)
 	int r = sf__text_file_map(f, &data, &len, &cap, &why);
 
 	if (r < 0) {
-		if (src->on_error != SF_ON_ERROR_SKIP) {
+		if (src->on_error != SF_ON_ERROR_SKIP || !fault_of_the_file(r)) {
 			*e = why;
 			return r;
 		}

@@ -15,8 +15,10 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zlib.h>
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
@@ -538,6 +540,58 @@ Test(hardening, index_chunk_that_ends_before_the_cut_is_found)
 	forge_index(CHUNK_AT(1, CHUNK_DOCS), 1, 1);
 	forge_index(CHUNK_AT(1, CHUNK_TOKENS), moved, 1);
 	expect_lie_found_at_tokenization("ends before");
+}
+
+/*
+ * With on_error: skip, a file that could not be decompressed for want of memory was
+ * dropped like a malformed one: the stream, and every batch, then depended on memory
+ * pressure at open. Only what the file holds is skipped; a failure of this process
+ * fails the open. Run in a child under RLIMIT_AS, which the decompression's 64 MiB pass.
+ */
+Test(hardening, a_file_that_cannot_be_decompressed_for_memory_is_not_skipped, .timeout = 30)
+{
+	static char line[4096];
+	char gz[4096 + 8];
+	gzFile g;
+	pid_t pid;
+	int status;
+
+	put_text("a.txt", 400);
+	snprintf(gz, sizeof(gz), "%s/b.txt.gz", dir);
+	g = gzopen(gz, "wb9");
+	cr_assert(g);
+	memset(line, 'x', sizeof(line) - 2);
+	line[sizeof(line) - 2] = '\n';
+	for (int i = 0; i < (64 << 20) / (int)(sizeof(line) - 1); i++)
+		cr_assert_gt(gzputs(g, line), 0);
+	cr_assert_eq(gzclose(g), Z_OK);
+	src.paths[0] = dir;
+	src.on_error = SF_ON_ERROR_SKIP;
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct sf_dataset *ds = NULL;
+		struct sf_err e = {0};
+		unsigned long pages = 0;
+		FILE *f = fopen("/proc/self/statm", "r");
+		int r;
+
+		if (!f || fscanf(f, "%lu", &pages) != 1)
+			_exit(3);
+		fclose(f);
+		/* 32 MiB above what the process maps now: the text fits, the 64 MiB not. */
+		rlim_t as = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (32u << 20);
+		if (setrlimit(RLIMIT_AS, &(struct rlimit){as, as}) < 0)
+			_exit(3);
+		r = sf__dataset_open(&cfg, &ds, &e);
+		if (r == 0)
+			sf__dataset_close(ds);
+		fprintf(stderr, "open: %d %s\n", r, e.msg);
+		_exit(r == -ENOMEM && strstr(e.msg, "b.txt.gz") ? 0 : r == 0 ? 1 : 2);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "child status %#x (exit 1: the file was skipped)", status);
 }
 
 /* ---- paths that are not regular files ---- */
