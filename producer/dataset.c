@@ -473,10 +473,11 @@ static void copy_config(struct sf_dataset *ds, const struct sf_config *cfg)
 
 /* The file cache's way to map file `i` of ds->token_maps. */
 static int map_token_file(void *arg, uint32_t i, const char **ret_data, size_t *ret_len,
-			  size_t *ret_cap, struct sf_err *e)
+			  size_t *ret_cap, int *ret_private, struct sf_err *e)
 {
 	const struct sf_dataset *ds = arg;
 
+	*ret_private = 0;
 	return sf__token_file_map(&ds->token_files[i / 2], (int)(i % 2), ret_data, ret_len, ret_cap,
 				  e);
 }

@@ -268,10 +268,11 @@ void sf__text_close(struct sf_dataset *ds)
 
 /* The file cache's way to map text file `i` of the dataset `arg`. */
 static int map_text_file(void *arg, uint32_t i, const char **ret_data, size_t *ret_len,
-			 size_t *ret_cap, struct sf_err *e)
+			 size_t *ret_cap, int *ret_private, struct sf_err *e)
 {
 	const struct sf_dataset *ds = arg;
 
+	*ret_private = (int)ds->text_files[i].compressed;
 	return sf__text_file_map(&ds->text_files[i], ret_data, ret_len, ret_cap, e);
 }
 

@@ -23,6 +23,7 @@ struct cache_entry {
 	size_t cap; /* bytes to munmap */
 	uint64_t last_use;
 	uint32_t file;
+	uint32_t private; /* cap counts toward private_bytes */
 };
 
 struct sf_file_cache {
@@ -33,6 +34,8 @@ struct sf_file_cache {
 	uint32_t n_open;
 	uint64_t tick;
 	uint32_t cursor;    /* sf__file_cache_rotate() */
+	uint32_t last;	    /* the entry returned last, or NO_ENTRY */
+	uint64_t private_bytes;
 	uint32_t *entry_of; /* per file: its entry, or NO_ENTRY */
 	struct cache_entry *entries;
 };
@@ -81,6 +84,7 @@ int sf__file_cache_create(uint32_t n_files, uint32_t capacity, sf_file_map_fn ma
 	}
 	for (uint32_t i = 0; i < n_files; i++)
 		c->entry_of[i] = NO_ENTRY;
+	c->last = NO_ENTRY;
 	*ret_c = c;
 	return 0;
 }
@@ -92,6 +96,11 @@ static void release(struct sf_file_cache *c, uint32_t k)
 	if (!en->data)
 		return;
 	c->entry_of[en->file] = NO_ENTRY;
+	if (en->private)
+		c->private_bytes -= en->cap;
+	en->private = 0;
+	if (c->last == k)
+		c->last = NO_ENTRY;
 	/* Cleared before the unmap: a SIGBUS handler never finds a dying mapping. */
 	{
 		const char *data = en->data;
@@ -120,6 +129,28 @@ void sf__file_cache_free(struct sf_file_cache *c)
 	free(c);
 }
 
+/*
+ * Past the budget of decompressed bytes, unmap the least recently used decompressed
+ * files but the two most recently returned (entries `now` and `before`): a caller may
+ * read two files at once (a Megatron index and its .bin).
+ */
+static void shed_private(struct sf_file_cache *c, uint32_t now, uint32_t before)
+{
+	while (c->private_bytes > SF_FILE_CACHE_PRIVATE_BYTES) {
+		uint32_t victim = NO_ENTRY;
+
+		for (uint32_t k = 0; k < c->capacity; k++)
+			if (c->entries[k].data && c->entries[k].private && k != now &&
+			    k != before &&
+			    (victim == NO_ENTRY ||
+			     c->entries[k].last_use < c->entries[victim].last_use))
+				victim = k;
+		if (victim == NO_ENTRY)
+			return;
+		release(c, victim);
+	}
+}
+
 /* An empty file maps to this: a valid address that holds nothing. */
 static const char empty_file[1];
 
@@ -130,11 +161,12 @@ int sf__file_cache_get(struct sf_file_cache *c, uint32_t i, const char **ret_dat
 	struct cache_entry *en;
 	const char *data;
 	size_t len, cap;
-	int r;
+	int r, private = 0;
 
 	if (k != NO_ENTRY) {
 		en = &c->entries[k];
 		en->last_use = ++c->tick;
+		c->last = k;
 		*ret_data = en->data;
 		*ret_len = en->len;
 		return 0;
@@ -149,7 +181,7 @@ int sf__file_cache_get(struct sf_file_cache *c, uint32_t i, const char **ret_dat
 		release(c, victim);
 		k = victim;
 	}
-	r = c->map(c->arg, i, &data, &len, &cap, e);
+	r = c->map(c->arg, i, &data, &len, &cap, &private, e);
 	if (r < 0)
 		return r;
 	en = &c->entries[k];
@@ -158,8 +190,13 @@ int sf__file_cache_get(struct sf_file_cache *c, uint32_t i, const char **ret_dat
 	en->file = i;
 	en->last_use = ++c->tick;
 	en->data = data ? data : empty_file;
+	en->private = private && en->cap;
+	if (en->private)
+		c->private_bytes += en->cap;
 	c->entry_of[i] = k;
 	c->n_open++;
+	shed_private(c, k, c->last);
+	c->last = k;
 	*ret_data = en->data;
 	*ret_len = len;
 	return 0;
@@ -206,4 +243,9 @@ uint32_t sf__file_cache_open_count(const struct sf_file_cache *c, uint32_t *ret_
 {
 	*ret_capacity = c->capacity;
 	return c->n_open;
+}
+
+uint64_t sf__file_cache_private_bytes(const struct sf_file_cache *c)
+{
+	return c->private_bytes;
 }

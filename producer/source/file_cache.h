@@ -4,6 +4,9 @@
  * capacity comes from the limits the process has (vm.max_map_count, RLIMIT_NOFILE), so
  * a corpus of a million files opens and runs where mapping each one would fail. A
  * mapping holds no descriptor: each file is opened, mapped (or decompressed) and closed.
+ * Decompressed files are memory of the process's own, which the kernel cannot reclaim
+ * as it does a mapped file's pages: past SF_FILE_CACHE_PRIVATE_BYTES of them, the least
+ * recently used go too, but never the two most recently returned files.
  *
  * The cache belongs to a dataset, but its table is per process: it is allocated before
  * the producers fork, and each then fills its own copy. The most recently returned
@@ -22,10 +25,15 @@ struct sf_file_cache;
 
 /*
  * Map file `i` for the cache: the bytes at *ret_data (*ret_len of them), which
- * munmap(*ret_data, *ret_cap) releases. Returns 0 or an error naming the file.
+ * munmap(*ret_data, *ret_cap) releases; *ret_private 1 when they are memory of the
+ * process's own (decompressed), 0 for a mapping of the file. Returns 0 or an error
+ * naming the file.
  */
 typedef int (*sf_file_map_fn)(void *arg, uint32_t i, const char **ret_data, size_t *ret_len,
-			      size_t *ret_cap, struct sf_err *e);
+			      size_t *ret_cap, int *ret_private, struct sf_err *e);
+
+/* The decompressed bytes a process keeps mapped beyond its two most recent files. */
+#define SF_FILE_CACHE_PRIVATE_BYTES (UINT64_C(1) << 30)
 
 /*
  * sf__file_cache_capacity - how many files a process may keep mapped: a quarter of
@@ -36,8 +44,9 @@ uint32_t sf__file_cache_capacity(void);
 
 /*
  * sf__file_cache_create - a cache for files 0 .. n_files-1, mapped by `map(arg, i)`,
- * holding at most `capacity` of them (0: sf__file_cache_capacity()). Returns 0 and
- * *ret_c (free with sf__file_cache_free()).
+ * holding at most `capacity` of them (0: sf__file_cache_capacity()) and of their
+ * decompressed bytes SF_FILE_CACHE_PRIVATE_BYTES, or as many as their two most recently
+ * returned hold. Returns 0 and *ret_c (free with sf__file_cache_free()).
  */
 int sf__file_cache_create(uint32_t n_files, uint32_t capacity, sf_file_map_fn map, void *arg,
 			  struct sf_file_cache **ret_c, struct sf_err *e);
@@ -77,5 +86,8 @@ uint32_t sf__file_cache_rotate(struct sf_file_cache *c, uint32_t n);
 
 /* sf__file_cache_open_count - files mapped now; *ret_capacity the bound. */
 uint32_t sf__file_cache_open_count(const struct sf_file_cache *c, uint32_t *ret_capacity);
+
+/* sf__file_cache_private_bytes - the decompressed bytes mapped now. */
+uint64_t sf__file_cache_private_bytes(const struct sf_file_cache *c);
 
 #endif
