@@ -496,6 +496,38 @@ static int write_merged_header(int fd, uint32_t width, uint64_t total_docs, stru
 	return r < 0 ? sf__err(e, r, "cannot write the merged .idx: %s", strerror(-r)) : 0;
 }
 
+/*
+ * Whether part `m`'s manifest adds up, and its files are as long as it says: the merge
+ * sizes its outputs from the manifests' counts before it reads a part, so that a count
+ * of 10^10 documents would have it write 80 GB before any check failed.
+ */
+static int check_counts(const struct manifest *m, struct sf_err *e)
+{
+	char *bin = path_with(m->prefix, ".bin"), *idx = path_with(m->prefix, ".idx");
+	struct stat sb, si;
+	int r = 0;
+
+	if (!bin || !idx) {
+		r = sf__err(e, -ENOMEM, "out of memory");
+	} else if (m->docs > (UINT64_MAX - IDX_HEADER - 8) / 20 ||
+		   m->tokens > UINT64_MAX / m->width ||
+		   m->idx_bytes != IDX_HEADER + m->docs * 20 + 8 ||
+		   m->bin_bytes != m->tokens * m->width || stat(bin, &sb) < 0 ||
+		   stat(idx, &si) < 0 || (uint64_t)sb.st_size != m->bin_bytes ||
+		   (uint64_t)si.st_size != m->idx_bytes) {
+		r = sf__err(e, SF_E_CONFIG,
+			    "%s.json: its manifest says %llu documents and %llu tokens of %u "
+			    "bytes (an index of %llu bytes, a .bin of %llu), which its files do not "
+			    "hold",
+			    m->prefix, (unsigned long long)m->docs, (unsigned long long)m->tokens,
+			    m->width, (unsigned long long)m->idx_bytes,
+			    (unsigned long long)m->bin_bytes);
+	}
+	free(bin);
+	free(idx);
+	return r;
+}
+
 int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64_t *ret_docs,
 		    uint64_t *ret_tokens, struct sf_err *e)
 {
@@ -554,6 +586,14 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 	if (r < 0)
 		goto out;
 	for (size_t i = 0; i < n; i++) {
+		r = check_counts(&ms[i], e);
+		if (r < 0)
+			goto out;
+		if (ms[i].docs > UINT64_MAX / 32 - total_docs ||
+		    ms[i].tokens > UINT64_MAX / 8 - total_tokens) {
+			r = sf__err(e, SF_E_CONFIG, "the parts' documents or tokens add up past 2^59");
+			goto out;
+		}
 		total_docs += ms[i].docs;
 		total_tokens += ms[i].tokens;
 	}

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import re
 import shutil
 import subprocess
@@ -390,6 +391,32 @@ def test_a_second_run_into_the_same_prefix_is_refused(tmp_path):
         r = run(tmp_path, "--merge", str(tmp_path / "p_00000-of-00002"),
                 "-o", str(tmp_path / "m"), check=False)
         assert r.returncode == 1 and "another `shmfeed tokenize`" in r.stderr, r.stderr
+
+
+def test_a_manifest_whose_counts_its_files_do_not_hold_is_refused_before_writing(tmp_path):
+    """The merge sized and wrote the merged index from the manifests' document counts
+    before it looked at any part: a manifest that said 3,000,000 documents had it write
+    24 MB first (80 GB for 10^10) and then blame the part's index. The counts are now
+    held to the parts' files first, and nothing is written."""
+    cfg = bytes_job(tmp_path)
+    (tmp_path / "a.jsonl").write_text("".join('{"text": "doc %d"}\n' % i for i in range(200)))
+    (tmp_path / "out").mkdir()
+    parts = run_parts(tmp_path, cfg, str(tmp_path / "out" / "p"), 3)
+    manifest = json.loads(open(parts[1] + ".json").read())
+    for key, value in (("documents", 3_000_000), ("tokens", 10**12)):
+        bad = dict(manifest, **{key: value})
+        with open(parts[1] + ".json", "w") as f:
+            json.dump(bad, f)
+        # Under a file size limit of 1 MiB: no part of the merge may need more.
+        r = subprocess.run([SHMFEED, "tokenize", "--merge", *parts, "-o", str(tmp_path / "m")],
+                           capture_output=True, text=True, timeout=120, env=env_for(tmp_path),
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
+                                                                 (1 << 20, 1 << 20)))
+        assert r.returncode == 1, r.stderr
+        assert parts[1] in r.stderr and f"{value} {key}" in r.stderr, r.stderr
+        assert "File too large" not in r.stderr, r.stderr
+        assert not [p for p in os.listdir(tmp_path) if p.startswith("m")], \
+            os.listdir(tmp_path)
 
 
 def test_a_file_size_limit_is_an_error_not_a_kill(tmp_path):
