@@ -195,6 +195,7 @@ int sf__part_manifest_write(const char *part_prefix, const struct sf_part_plan *
 		r = sf__err(e, -errno, "%s: cannot create: %s", tmp, strerror(errno));
 		goto out;
 	}
+	errno = 0;
 	fprintf(f,
 		"{\n  \"format\": \"%s\",\n  \"version\": %d,\n  \"config_digest\": \"%s\",\n"
 		"  \"part\": %u,\n  \"parts\": %u,\n  \"documents\": %llu,\n  \"tokens\": %llu,\n"
@@ -204,9 +205,11 @@ int sf__part_manifest_write(const char *part_prefix, const struct sf_part_plan *
 		(unsigned long long)ds->stats.n_docs, (unsigned long long)ds->n_tokens,
 		ds->token_bytes == 2 ? "uint16" : "int32", (unsigned long long)ds->stats.text_bytes,
 		(unsigned long long)bin_bytes, bin_sha, (unsigned long long)idx_bytes, idx_sha);
-	r = fflush(f) == 0 && fsync(fileno(f)) == 0 ? 0 : -EIO;
-	if (fclose(f) != 0 || r < 0) {
-		r = sf__err(e, -EIO, "%s: cannot write", tmp);
+	r = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0 ? -(errno ? errno : EIO) : 0;
+	if (fclose(f) != 0 && r == 0)
+		r = -(errno ? errno : EIO);
+	if (r < 0) {
+		r = sf__err(e, r, "%s: cannot write: %s", tmp, strerror(-r));
 		unlink(tmp);
 		goto out;
 	}

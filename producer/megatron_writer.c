@@ -136,37 +136,49 @@ static void write_progress(void *arg)
 	report(arg, 0);
 }
 
+/* fwrite() of `n` bytes, keeping the first failure's errno in *err (0 so far). */
+static void put(FILE *f, const void *p, size_t n, int *err)
+{
+	if (!*err && fwrite(p, 1, n, f) != n)
+		*err = errno ? errno : EIO;
+}
+
 /* The .idx, written through stdio for its many small fields. */
 static int write_index(const struct sf_dataset *ds, const char *path, const uint32_t *doc_lens,
 		       uint64_t n_docs, struct sf_err *e)
 {
 	FILE *f = fopen(path, "wb");
+	const unsigned char code = ds->token_bytes == 2 ? MEGATRON_UINT16 : MEGATRON_INT32;
 	uint64_t v, ptr = 0;
-	int ok;
+	int err = 0;
 
 	if (!f)
 		return sf__err(e, -errno, "%s: cannot create: %s", path, strerror(errno));
-	ok = fwrite("MMIDIDX\0\0", 1, 9, f) == 9;
+	errno = 0;
+	put(f, "MMIDIDX\0\0", 9, &err);
 	v = 1;
-	ok &= fwrite(&v, 8, 1, f) == 1;
-	ok &= fputc(ds->token_bytes == 2 ? MEGATRON_UINT16 : MEGATRON_INT32, f) != EOF;
-	ok &= fwrite(&n_docs, 8, 1, f) == 1;
+	put(f, &v, 8, &err);
+	put(f, &code, 1, &err);
+	put(f, &n_docs, 8, &err);
 	v = n_docs + 1;
-	ok &= fwrite(&v, 8, 1, f) == 1;
-	for (uint64_t d = 0; d < n_docs && ok; d++) {
+	put(f, &v, 8, &err);
+	for (uint64_t d = 0; d < n_docs && !err; d++) {
 		int32_t len = (int32_t)doc_lens[d];
 
-		ok &= fwrite(&len, 4, 1, f) == 1;
+		put(f, &len, 4, &err);
 	}
-	for (uint64_t d = 0; d < n_docs && ok; d++) {
-		ok &= fwrite(&ptr, 8, 1, f) == 1;
+	for (uint64_t d = 0; d < n_docs && !err; d++) {
+		put(f, &ptr, 8, &err);
 		ptr += (uint64_t)doc_lens[d] * ds->token_bytes;
 	}
-	for (v = 0; v <= n_docs && ok; v++)
-		ok &= fwrite(&v, 8, 1, f) == 1;
-	ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
-	if (fclose(f) != 0 || !ok)
-		return sf__err(e, -EIO, "%s: cannot write", path);
+	for (v = 0; v <= n_docs && !err; v++)
+		put(f, &v, 8, &err);
+	if (!err && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+		err = errno ? errno : EIO;
+	if (fclose(f) != 0 && !err)
+		err = errno ? errno : EIO;
+	if (err)
+		return sf__err(e, -err, "%s: cannot write: %s", path, strerror(err));
 	return 0;
 }
 

@@ -435,6 +435,19 @@ def test_a_file_size_limit_is_an_error_not_a_kill(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.startswith("out")], os.listdir(tmp_path)
 
 
+def test_an_index_write_failure_says_why(tmp_path):
+    """The .idx writer reported any failure as "cannot write", without its cause."""
+    cfg = bytes_job(tmp_path)
+    (tmp_path / "a.jsonl").write_text('{"text": ""}\n' * 2000)  # a 4 KB .bin, a 40 KB .idx
+    lim = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (20480, 20480))  # noqa: E731
+    r = subprocess.run([SHMFEED, "tokenize", str(cfg), "-o", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=120, env=env_for(tmp_path),
+                       preexec_fn=lim)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "out.idx.tmp" in r.stderr and "File too large" in r.stderr, r.stderr
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("out")], os.listdir(tmp_path)
+
+
 def test_pre_tokenized_sources_are_refused(tmp_path):
     (tmp_path / "t.bin").write_bytes(bytes(range(64)))
     cfg = tmp_path / "job.yaml"
