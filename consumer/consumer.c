@@ -147,6 +147,15 @@ static int set_aside(const struct sf_consumer *c, int code, const char *fmt, ...
 	return code;
 }
 
+/* The refusal of every call on a handle of the parent (after fork(), see enter()). */
+static int refuse_inherited(const struct sf_consumer *c)
+{
+	return set_aside(c, SF_E_STATE,
+			 "rank %u: this handle was attached by the parent of this process (before "
+			 "fork()); attach again here",
+			 c->global_rank);
+}
+
 /*
  * A handle serves one thread at a time. A call that finds another thread inside a call
  * of the same handle is refused with SF_E_STATE and changes nothing: the two would both
@@ -162,10 +171,7 @@ static int set_aside(const struct sf_consumer *c, int code, const char *fmt, ...
 static int enter(struct sf_consumer *c)
 {
 	if (c->a->inherited)
-		return set_aside(c, SF_E_STATE,
-				 "rank %u: this handle was attached by the parent of this process "
-				 "(before fork()); attach again here",
-				 c->global_rank);
+		return refuse_inherited(c);
 	if (atomic_exchange_explicit(&c->in_call, 1, memory_order_acquire))
 		return set_aside(c, SF_E_STATE,
 				 "this consumer handle was called from two threads at once: a "
@@ -646,6 +652,8 @@ static uint64_t gpu_doc_starts(const struct sf_consumer *c, uint32_t i)
 int sf_consumer_device_buffer(const struct sf_consumer *c, uint32_t index, uint64_t *ret_tokens,
 			      uint64_t *ret_doc_starts)
 {
+	if (c->a->inherited)
+		return refuse_inherited(c);
 	if (index >= c->gpu.nbuf) {
 		if (!c->gpu.nbuf)
 			return set_aside(c, SF_E_RANGE,

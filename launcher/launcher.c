@@ -270,13 +270,17 @@ static void begin_stop(struct supervisor *S, int failed, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (S->stopping)
+	/* A failure while the job stops already (its producers serving the command's last
+	 * batches) makes the stop a failure, with its reason. */
+	if (S->stopping && (!failed || S->failed))
 		return;
-	S->stopping = 1;
 	S->failed = failed;
 	va_start(ap, fmt);
 	vsnprintf(S->reason, sizeof(S->reason), fmt, ap);
 	va_end(ap);
+	if (S->stopping)
+		return;
+	S->stopping = 1;
 	resume_to_stop(S);
 	if (S->cmd_pid > 0 && !S->cmd_done) {
 		/* Ask the command to finish first; producers keep serving it meanwhile. */
@@ -1218,7 +1222,7 @@ static bool stop_signalled(struct supervisor *S)
 	bool stop = false;
 
 	while (S->sfd >= 0 && read(S->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-		stop |= si.ssi_signo != SIGCHLD;
+		stop |= si.ssi_signo != SIGCHLD && (si.ssi_signo != SIGHUP || !S->hup_seen++);
 	return stop;
 }
 

@@ -749,10 +749,7 @@ class Loader:
                          self._meta, self._sources[k])
         # Copies: in the output the library named (CPU) or the next one (GPU), the
         # document starts and sources with them.
-        if self._gpu_raw is not None:
-            kt, self._out_next = self._out_next, (self._out_next + 1) % self._out_count
-        else:
-            kt = b.output
+        kt = self._out_next if self._gpu_raw is not None else b.output
         docs, sources = self._docs[kt], self._sources[kt]
         if self._gpu_raw is not None:
             tok, raw_docs, raw_sources = self._gpu_raw[k]
@@ -764,6 +761,9 @@ class Loader:
                 docs.copy_(raw_docs)
             if sources is not None:
                 sources.copy_(raw_sources)
+            # Moved on once the batch is whole: a _take() made again (an exception landed
+            # in this one) fills the same output, not the batch the caller holds.
+            self._out_next = (kt + 1) % self._out_count
         else:  # the library widened the tokens in next()
             if docs is not None:
                 np.copyto(docs, self._slot_docs[k])

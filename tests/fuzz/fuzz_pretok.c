@@ -203,7 +203,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		if (!f || fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET))
 			die("cannot read back a source file");
-		bin = malloc((size_t)len + 1);
+		bin = calloc((size_t)len + 8, 1); /* a magic's 8-byte read stays inside */
 		if (!bin || fread(bin, 1, (size_t)len, f) != (size_t)len)
 			die("cannot read back a source file");
 		fclose(f);

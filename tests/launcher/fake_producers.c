@@ -7,7 +7,9 @@
  *                            and dies by SIGKILL while the slot is FILLING;
  *   SHMFEED_TEST_FAIL=1      every producer fails at once with a source error;
  *   SHMFEED_TEST_FAIL=io     every producer fails at once with a read error (-EIO);
- *   SHMFEED_TEST_SLOW_US=U   each batch takes U microseconds more to build.
+ *   SHMFEED_TEST_SLOW_US=U   each batch takes U microseconds more to build;
+ *   SHMFEED_TEST_CRASH_ONCE=PATH  producer 0, in its first incarnation, dies by SIGKILL
+ *                            at its first claim after PATH exists (a test creates it).
  * With sampling.epochs = E, steps from 16*E on are end markers (length 0).
  */
 #include <errno.h>
@@ -73,6 +75,7 @@ static int fake_main(void *ds, struct sf_arena *a, uint32_t index, struct sf_err
 	const struct sf_geometry *g = &a->hdr->geo;
 	const char *crash = getenv("SHMFEED_TEST_CRASH_AT");
 	const char *slow = getenv("SHMFEED_TEST_SLOW_US");
+	const char *crash_once = getenv("SHMFEED_TEST_CRASH_ONCE");
 	struct sf_participant *me = &a->participants[index];
 	uint64_t crash_at = crash ? strtoull(crash, NULL, 10) : 0, claims = 0;
 	unsigned slow_us = slow ? (unsigned)strtoul(slow, NULL, 10) : 0;
@@ -102,6 +105,8 @@ static int fake_main(void *ds, struct sf_arena *a, uint32_t index, struct sf_err
 			return sf__err(e, r, "claim: %s", sf_strerror(r));
 		claims++;
 		if (index == 0 && inc == 1 && crash_at && claims == crash_at)
+			raise(SIGKILL);
+		if (index == 0 && inc == 1 && crash_once && access(crash_once, F_OK) == 0)
 			raise(SIGKILL);
 		t0 = sf__now_ns();
 		gr = f.global_rank;

@@ -16,6 +16,7 @@ import signal
 import select
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -817,12 +818,18 @@ def test_a_signal_while_leftovers_are_ended_keeps_the_status_and_removes_the_are
                           'setsid sh -c "trap \\"\\" TERM; sleep 41" </dev/null >/dev/null 2>&1 & '
                           'sleep 0.5; exit 0'],
                          stderr=subprocess.PIPE, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
+    reader.start()
     try:
-        time.sleep(1.5)
-        assert p.poll() is None, p.stderr.read()
+        # Once the launcher waits for the leftover (it has sent it SIGTERM).
+        assert wait_for(lambda: any("left behind: SIGTERM" in l for l in lines), timeout=30), \
+            "".join(lines)
         t0 = time.monotonic()
         p.send_signal(signal.SIGTERM)
-        err = p.communicate(timeout=30)[1]
+        p.wait(timeout=30)
+        reader.join(timeout=30)
+        err = "".join(lines)
         assert p.returncode == 0, err
         assert time.monotonic() - t0 < 10, err
         assert not os.path.exists(f"/dev/shm/shmfeed.{job}"), err
@@ -837,14 +844,15 @@ def test_a_hangup_delivered_twice_is_one_request(rt, tmp_path):
     """A terminal's hangup reaches the launcher twice (the shell passes SIGHUP on to its
     jobs, and the kernel sends it when the session ends): the second was taken as the
     "second signal" that kills the command, which never got to end cleanly."""
-    script = tmp_path / "cmd.py"
+    script, ready = tmp_path / "cmd.py", tmp_path / "ready"
     script.write_text("import signal, sys, time\n"
                       "signal.signal(signal.SIGHUP, lambda *a: (time.sleep(1), sys.exit(0)))\n"
+                      f"open({str(ready)!r}, 'w').close()\n"
                       "time.sleep(30)\nsys.exit(3)\n")
     p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job_name('hup')}",
                           "--", sys.executable, str(script)], stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.5)
+        assert wait_for(ready.exists, timeout=30)  # its handler is in place
         assert p.poll() is None, p.stderr.read()
         p.send_signal(signal.SIGHUP)
         time.sleep(0.1)
@@ -861,9 +869,12 @@ def test_signals_the_launcher_was_started_ignoring_stay_ignored(rt, tmp_path):
     """A non-interactive shell starts a background job with SIGINT and SIGQUIT ignored;
     the launcher stopped the job on them anyway (and killed the command, which ignored
     the SIGINT passed on, after the grace period)."""
-    r = subprocess.run(["bash", "-c", f"{SHMFEED} run {DEMO} --set job={job_name('ign')} "
-                        "--grace-ms 1000 -- sleep 2 & sleep 0.5; kill -INT $!; kill -QUIT $!; "
-                        "wait $!"], capture_output=True, text=True, timeout=60)
+    job = job_name("ign")
+    # The signals go once the job answers (its signal mask is set by then).
+    r = subprocess.run(["bash", "-c", f"{SHMFEED} run {DEMO} --set job={job} --grace-ms 1000 "
+                        f"-- sleep 3 & until {SHMFEED} status {job} >/dev/null 2>&1; do "
+                        "sleep 0.05; done; kill -INT $!; kill -QUIT $!; wait $!"],
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "received" not in r.stderr and "stopping" not in r.stderr, r.stderr
 

@@ -688,7 +688,8 @@ def test_producers_keep_serving_a_command_that_finishes_after_a_stop(rt, tmp_pat
     for batches that never came, and was killed after the grace period (status 137)."""
     cfg = write_config(tmp_path, "producers: {count: 1}\n", world=1)
     job = job_name("stopserve")
-    env = dict(os.environ, SHMFEED_TEST_CRASH_AT="30", SHMFEED_TEST_SLOW_US="20000")
+    crash = tmp_path / "crash-now"
+    env = dict(os.environ, SHMFEED_TEST_CRASH_ONCE=str(crash), SHMFEED_TEST_SLOW_US="20000")
     p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--grace-ms", "15000",
                           "--", "sh", "-c", f"trap '' TERM; LOCAL_RANK=0 {CONSUME} --fake "
                           f"--steps 100 --out {tmp_path}/r0.txt"],
@@ -697,6 +698,7 @@ def test_producers_keep_serving_a_command_that_finishes_after_a_stop(rt, tmp_pat
         assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
                                                capture_output=True).returncode == 0)
         assert ctl(job, '{"v":1,"op":"stop"}')["state"] == "stopping"
+        crash.touch()  # the producer dies at its next claim: after the stop
         err = p.communicate(timeout=60)[1]
     finally:
         if p.poll() is None:
@@ -705,6 +707,34 @@ def test_producers_keep_serving_a_command_that_finishes_after_a_stop(rt, tmp_pat
     assert p.returncode == 0, err
     assert "producer 0 restarted" in err, err
     assert [int(l[1]) for l in read_lines(tmp_path / "r0.txt")] == list(range(100))
+    assert not shm_of(job)
+
+
+def test_a_producer_failing_for_good_while_stopping_fails_the_job(rt, tmp_path):
+    """A producer that died once too often (or met a data error) while a stopping job's
+    command read its last batches: begin_stop() did nothing for a job stopping already,
+    so the job ended as a clean stop and logged the stop's reason as the error."""
+    cfg = write_config(tmp_path, "producers: {count: 1, max_restarts: 0}\n", world=1)
+    job = job_name("stopfail")
+    crash = tmp_path / "crash-now"
+    env = dict(os.environ, SHMFEED_TEST_CRASH_ONCE=str(crash), SHMFEED_TEST_SLOW_US="20000")
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--grace-ms", "3000",
+                          "--", "sh", "-c", f"trap '' TERM; LOCAL_RANK=0 {CONSUME} --fake "
+                          f"--steps 100 --out {tmp_path}/r0.txt"],
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                               capture_output=True).returncode == 0)
+        assert ctl(job, '{"v":1,"op":"stop"}')["state"] == "stopping"
+        crash.touch()
+        err = p.communicate(timeout=60)[1]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode != 0, err
+    assert "producer 0 died 1 times in a row" in err, err
+    assert "error: stop requested" not in err and "restarted" not in err, err
     assert not shm_of(job)
 
 

@@ -439,12 +439,15 @@ Test(consumer, a_fork_during_another_threads_call_leaves_the_child_a_refused_cop
 		struct sf_consumer_stats stats;
 		struct sf_resume st;
 		struct sf_batch b;
+		uint64_t tok, ds;
 		int ok = sf_consumer_next(c, 0, &b) == SF_E_STATE &&
 			 strstr(sf_consumer_errmsg(c), "fork") != NULL;
 
 		ok = ok && sf_consumer_state(c, &st) == SF_E_STATE &&
 		     strstr(sf_consumer_errmsg(c), "fork") != NULL;
 		ok = ok && sf_consumer_stats(c, &stats) == SF_E_STATE;
+		ok = ok && sf_consumer_device_buffer(c, 0, &tok, &ds) == SF_E_STATE &&
+		     strstr(sf_consumer_errmsg(c), "fork") != NULL;
 		sf_consumer_detach(c);
 		_exit(ok ? 0 : 1);
 	}
