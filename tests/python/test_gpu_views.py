@@ -264,3 +264,43 @@ def test_a_gpu_batch_copy_stays_valid_across_a_seek(dtype):
         r = subprocess.run([sys.executable, "-c", SEEK, fake_torch, feed.job, dtype],
                            env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+TAKE_AGAIN = """
+import ctypes, sys
+ctypes.CDLL("libcuda.so.1").fake_cuda_set_eager(None, 1)
+import torch, shmfeed
+L = shmfeed.Loader(job=sys.argv[2], device="cuda:0", dtype=sys.argv[3])
+held = next(L)
+kept = held.tokens.host().tolist()
+plain_copy, calls = torch.Tensor.copy_, [0]
+def copy_once_interrupted(self, src):
+    calls[0] += 1
+    if calls[0] == 2:  # inside the second copy of the next batch
+        raise KeyboardInterrupt
+    return plain_copy(self, src)
+torch.Tensor.copy_ = copy_once_interrupted
+try:
+    next(L)
+except KeyboardInterrupt:
+    pass
+torch.Tensor.copy_ = plain_copy
+b = next(L)  # the interrupted batch, taken again
+assert b.step == 1, b.step
+assert held.tokens.host().tolist() == kept, "the batch held was overwritten"
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_a_gpu_batch_taken_again_after_an_interrupt_keeps_the_held_one(dtype):
+    """An exception inside the copies of a batch (Ctrl-C between two torch calls): the
+    next next() takes that batch again, into the same output, not into the output of the
+    batch the caller holds."""
+    fake_torch = os.path.join(HERE, "fake_torch")
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
+               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    with Feed("gputake") as feed:
+        r = subprocess.run([sys.executable, "-c", TAKE_AGAIN, fake_torch, feed.job, dtype],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "ok" in r.stdout, r.stderr
