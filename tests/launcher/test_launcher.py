@@ -681,16 +681,14 @@ def test_a_stopping_job_says_so_in_its_stats(rt, tmp_path):
     assert not shm_of(job)
 
 
-def test_producers_keep_serving_a_command_that_finishes_after_a_stop(rt, tmp_path):
-    """After a stop the command may read its last batches (a trainer completing its step
-    or saving a checkpoint on SIGTERM), and the producers serve it until it exits. One
-    that died meanwhile was not restarted (nor a stalled one replaced): the command waited
-    for batches that never came, and was killed after the grace period (status 137)."""
-    cfg = write_config(tmp_path, "producers: {count: 1}\n", world=1)
-    job = job_name("stopserve")
+def stop_then_crash(tmp_path, job, producers, grace_ms):
+    """Run a one-rank job whose command ignores SIGTERM and reads 100 batches, 20 ms
+    each; stop it, then have producer 0 die at its next claim. Returns the launcher's
+    status and stderr."""
+    cfg = write_config(tmp_path, f"producers: {producers}\n", world=1)
     crash = tmp_path / "crash-now"
     env = dict(os.environ, SHMFEED_TEST_CRASH_ONCE=str(crash), SHMFEED_TEST_SLOW_US="20000")
-    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--grace-ms", "15000",
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--grace-ms", str(grace_ms),
                           "--", "sh", "-c", f"trap '' TERM; LOCAL_RANK=0 {CONSUME} --fake "
                           f"--steps 100 --out {tmp_path}/r0.txt"],
                          stderr=subprocess.PIPE, text=True, env=env)
@@ -704,7 +702,17 @@ def test_producers_keep_serving_a_command_that_finishes_after_a_stop(rt, tmp_pat
         if p.poll() is None:
             p.kill()
             p.wait()
-    assert p.returncode == 0, err
+    return p.returncode, err
+
+
+def test_producers_keep_serving_a_command_that_finishes_after_a_stop(rt, tmp_path):
+    """After a stop the command may read its last batches (a trainer completing its step
+    or saving a checkpoint on SIGTERM), and the producers serve it until it exits. One
+    that died meanwhile was not restarted (nor a stalled one replaced): the command waited
+    for batches that never came, and was killed after the grace period (status 137)."""
+    job = job_name("stopserve")
+    rc, err = stop_then_crash(tmp_path, job, "{count: 1}", 15000)
+    assert rc == 0, err
     assert "producer 0 restarted" in err, err
     assert [int(l[1]) for l in read_lines(tmp_path / "r0.txt")] == list(range(100))
     assert not shm_of(job)
@@ -714,25 +722,9 @@ def test_a_producer_failing_for_good_while_stopping_fails_the_job(rt, tmp_path):
     """A producer that died once too often (or met a data error) while a stopping job's
     command read its last batches: begin_stop() did nothing for a job stopping already,
     so the job ended as a clean stop and logged the stop's reason as the error."""
-    cfg = write_config(tmp_path, "producers: {count: 1, max_restarts: 0}\n", world=1)
     job = job_name("stopfail")
-    crash = tmp_path / "crash-now"
-    env = dict(os.environ, SHMFEED_TEST_CRASH_ONCE=str(crash), SHMFEED_TEST_SLOW_US="20000")
-    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--grace-ms", "3000",
-                          "--", "sh", "-c", f"trap '' TERM; LOCAL_RANK=0 {CONSUME} --fake "
-                          f"--steps 100 --out {tmp_path}/r0.txt"],
-                         stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
-                                               capture_output=True).returncode == 0)
-        assert ctl(job, '{"v":1,"op":"stop"}')["state"] == "stopping"
-        crash.touch()
-        err = p.communicate(timeout=60)[1]
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode != 0, err
+    rc, err = stop_then_crash(tmp_path, job, "{count: 1, max_restarts: 0}", 3000)
+    assert rc != 0, err
     assert "producer 0 died 1 times in a row" in err, err
     assert "error: stop requested" not in err and "restarted" not in err, err
     assert not shm_of(job)

@@ -236,6 +236,18 @@ with shmfeed.Loader(job=sys.argv[1], device="cpu") as L:
         assert r.returncode == 0, r.stderr
 
 
+def run_rank(tag, script, dtype):
+    """Run `script` (it prints "ok") against a job of its own, on the fake driver and
+    the stand-in torch, with the eager policy."""
+    fake_torch = os.path.join(HERE, "fake_torch")
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
+               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    with Feed(tag) as feed:
+        r = subprocess.run([sys.executable, "-c", script, fake_torch, feed.job, dtype],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
 SEEK = """
 import ctypes, sys
 ctypes.CDLL("libcuda.so.1").fake_cuda_set_eager(None, 1)
@@ -257,13 +269,7 @@ print("ok")
 def test_a_gpu_batch_copy_stays_valid_across_a_seek(dtype):
     """As on the CPU: the copies went into output step % 2, so the first next() after a
     seek to a step of the held batch's parity wrote over it."""
-    fake_torch = os.path.join(HERE, "fake_torch")
-    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
-               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
-    with Feed("gpuseek") as feed:
-        r = subprocess.run([sys.executable, "-c", SEEK, fake_torch, feed.job, dtype],
-                           env=env, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    run_rank("gpuseek", SEEK, dtype)
 
 
 TAKE_AGAIN = """
@@ -297,10 +303,4 @@ def test_a_gpu_batch_taken_again_after_an_interrupt_keeps_the_held_one(dtype):
     """An exception inside the copies of a batch (Ctrl-C between two torch calls): the
     next next() takes that batch again, into the same output, not into the output of the
     batch the caller holds."""
-    fake_torch = os.path.join(HERE, "fake_torch")
-    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
-               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
-    with Feed("gputake") as feed:
-        r = subprocess.run([sys.executable, "-c", TAKE_AGAIN, fake_torch, feed.job, dtype],
-                           env=env, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    run_rank("gputake", TAKE_AGAIN, dtype)
