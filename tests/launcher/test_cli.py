@@ -840,6 +840,38 @@ def test_a_signal_while_leftovers_are_ended_keeps_the_status_and_removes_the_are
             p.wait()
 
 
+def test_a_second_hangup_while_leftovers_are_ended_keeps_their_grace(rt, tmp_path):
+    """The second SIGHUP of a hangup (below) may come while the launcher gives what the
+    command left behind its grace period: it was taken as a stop signal meaning "now",
+    and the leftovers were SIGKILLed at once."""
+    job, ready = job_name("hupleft"), tmp_path / "ready"
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}", "--grace-ms", "4000",
+                          "--", "sh", "-c",
+                          'trap "exit 0" HUP; '
+                          'setsid sh -c "trap \\"\\" TERM; sleep 41" </dev/null >/dev/null 2>&1 & '
+                          f'touch {ready}; while :; do sleep 0.1; done'],
+                         stderr=subprocess.PIPE, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
+    reader.start()
+    try:
+        assert wait_for(ready.exists, timeout=30)
+        p.send_signal(signal.SIGHUP)  # the shell's: passed on, the command exits
+        assert wait_for(lambda: any("left behind: SIGTERM" in l for l in lines), timeout=30), \
+            "".join(lines)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGHUP)  # the kernel's, as the session ends
+        p.wait(timeout=30)
+        reader.join(timeout=30)
+        err = "".join(lines)
+        assert p.returncode == 0, err
+        assert time.monotonic() - t0 > 2.5, f"the leftovers lost their grace period\n{err}"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_a_hangup_delivered_twice_is_one_request(rt, tmp_path):
     """A terminal's hangup reaches the launcher twice (the shell passes SIGHUP on to its
     jobs, and the kernel sends it when the session ends): the second was taken as the
