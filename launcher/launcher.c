@@ -87,8 +87,8 @@ struct supervisor {
 	struct sf_curve_server curve;
 	void *zctx, *router, *pub;
 	int sfd;
+	sigset_t mask; /* blocked for the signalfd: SIGCHLD and the stop signals not ignored */
 	sigset_t old_mask;
-	int masked;   /* the stop signals are blocked (old_mask to restore) */
 	int hup_seen; /* SIGHUPs received */
 	pid_t self;
 	/* Children of this process before the launcher started (`sidecar & exec shmfeed
@@ -1369,7 +1369,6 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	struct sf_arena_options opt = {.hugepages = (int)cfg->hugepages,
 				       .verify_every = cfg->verify_every};
 	char note[256] = "";
-	sigset_t mask;
 	int r, status = 0;
 
 	if (!S)
@@ -1432,19 +1431,18 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 		     S->geo.ranks, S->geo.ranks == 1 ? "" : "s", S->geo.slots_per_rank,
 		     S->geo.batch, S->geo.seq_tokens, note);
 
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGCHLD);
+	sigemptyset(&S->mask);
+	sigaddset(&S->mask, SIGCHLD);
 	/* SIGQUIT (Ctrl-\) is a stop, as SIGTERM, not a core dump. A signal the launcher
 	 * was started ignoring stays ignored (a hangup under nohup, Ctrl-C for a job a
 	 * script runs in the background): a blocked signal is queued even when ignored, so
 	 * it stays out of the mask rather than reach the signalfd. */
 	for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++)
 		if (!ignored(stop_signals[i]))
-			sigaddset(&mask, stop_signals[i]);
-	sigprocmask(SIG_BLOCK, &mask, &S->old_mask);
-	S->masked = 1;
+			sigaddset(&S->mask, stop_signals[i]);
+	sigprocmask(SIG_BLOCK, &S->mask, &S->old_mask);
 	signal(SIGPIPE, SIG_IGN);
-	S->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	S->sfd = signalfd(-1, &S->mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (S->sfd < 0) {
 		r = sf__err(e, -errno, "signalfd: %s", strerror(errno));
 		goto out_arena;
@@ -1507,17 +1505,13 @@ out_arena:
 	sf__arena_destroy(S->a);
 	if (S->sfd >= 0)
 		close(S->sfd);
-	if (S->masked) {
+	{
 		/* A stop signal that came during the ending was for the job, which has ended:
 		 * taken when the mask is restored, its default action would kill the launcher
 		 * before it returns the command's status. */
 		const struct timespec now = {0, 0};
-		sigset_t pending;
 
-		sigemptyset(&pending);
-		for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++)
-			sigaddset(&pending, stop_signals[i]);
-		while (sigtimedwait(&pending, NULL, &now) > 0)
+		while (sigtimedwait(&S->mask, NULL, &now) > 0)
 			;
 		sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
 	}

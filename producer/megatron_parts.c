@@ -395,7 +395,8 @@ static int check_set(struct manifest *ms, size_t n, struct sf_err *e)
 }
 
 /*
- * Check part `m`'s index against its manifest and its own structure (the form
+ * Check part `m`'s index (whose size check_counts() held to its manifest) against its
+ * manifest and its own structure (the form
  * sf__dataset_write_megatron() writes: one sequence per document, pointers packed,
  * document indices 0..n) and copy its lengths and shifted pointers into the merged
  * index `out` holding `total_docs` documents, at document `first_doc` and .bin byte
@@ -427,7 +428,7 @@ static int merge_index(const struct manifest *m, int out, uint64_t total_docs, u
 	memcpy(&n_doc, head + 26, 8);
 	if (memcmp(head, "MMIDIDX\0\0", 9) || version != 1 ||
 	    head[17] != (m->width == 2 ? MEGATRON_UINT16 : MEGATRON_INT32) || n_seq != m->docs ||
-	    n_doc != n_seq + 1 || m->idx_bytes != IDX_HEADER + n_seq * 20 + 8)
+	    n_doc != n_seq + 1)
 		goto bad;
 	for (uint64_t i = 0; i < n_seq; i += IDX_BLOCK) {
 		uint64_t k = n_seq - i < IDX_BLOCK ? n_seq - i : IDX_BLOCK;
@@ -459,7 +460,7 @@ static int merge_index(const struct manifest *m, int out, uint64_t total_docs, u
 			if ((uint64_t)ptrs[j] != i + j)
 				goto bad;
 	}
-	if (ptr != m->bin_bytes || ptr != m->tokens * m->width)
+	if (ptr != m->bin_bytes)
 		goto bad;
 	goto out;
 bad:

@@ -34,7 +34,6 @@ struct sf_file_cache {
 	uint32_t n_open;
 	uint64_t tick;
 	uint32_t cursor;    /* sf__file_cache_rotate() */
-	uint32_t last;	    /* the entry returned last, or NO_ENTRY */
 	uint64_t private_bytes;
 	uint32_t *entry_of; /* per file: its entry, or NO_ENTRY */
 	struct cache_entry *entries;
@@ -84,7 +83,6 @@ int sf__file_cache_create(uint32_t n_files, uint32_t capacity, sf_file_map_fn ma
 	}
 	for (uint32_t i = 0; i < n_files; i++)
 		c->entry_of[i] = NO_ENTRY;
-	c->last = NO_ENTRY;
 	*ret_c = c;
 	return 0;
 }
@@ -99,8 +97,6 @@ static void release(struct sf_file_cache *c, uint32_t k)
 	if (en->private)
 		c->private_bytes -= en->cap;
 	en->private = 0;
-	if (c->last == k)
-		c->last = NO_ENTRY;
 	/* Cleared before the unmap: a SIGBUS handler never finds a dying mapping. */
 	{
 		const char *data = en->data;
@@ -131,11 +127,17 @@ void sf__file_cache_free(struct sf_file_cache *c)
 
 /*
  * Past the budget of decompressed bytes, unmap the least recently used decompressed
- * files but the two most recently returned (entries `now` and `before`): a caller may
- * read two files at once (a Megatron index and its .bin).
+ * files but the two most recently returned (entry `now`, and the most recently used of
+ * the others): a caller may read two files at once (a Megatron index and its .bin).
  */
-static void shed_private(struct sf_file_cache *c, uint32_t now, uint32_t before)
+static void shed_private(struct sf_file_cache *c, uint32_t now)
 {
+	uint32_t before = NO_ENTRY;
+
+	for (uint32_t k = 0; k < c->capacity; k++)
+		if (c->entries[k].data && k != now &&
+		    (before == NO_ENTRY || c->entries[k].last_use > c->entries[before].last_use))
+			before = k;
 	while (c->private_bytes > SF_FILE_CACHE_PRIVATE_BYTES) {
 		uint32_t victim = NO_ENTRY;
 
@@ -166,7 +168,6 @@ int sf__file_cache_get(struct sf_file_cache *c, uint32_t i, const char **ret_dat
 	if (k != NO_ENTRY) {
 		en = &c->entries[k];
 		en->last_use = ++c->tick;
-		c->last = k;
 		*ret_data = en->data;
 		*ret_len = en->len;
 		return 0;
@@ -195,8 +196,7 @@ int sf__file_cache_get(struct sf_file_cache *c, uint32_t i, const char **ret_dat
 		c->private_bytes += en->cap;
 	c->entry_of[i] = k;
 	c->n_open++;
-	shed_private(c, k, c->last);
-	c->last = k;
+	shed_private(c, k);
 	*ret_data = en->data;
 	*ret_len = len;
 	return 0;

@@ -317,9 +317,10 @@ class Loader:
     an Error (code SF_E_RANGE) naming both; after an elastic restart that gave the node
     other ranks the node re-bases (docs/multinode.md). device: None picks
     cuda:(LOCAL_RANK modulo the GPUs this process sees) when torch sees a GPU, else (and
-    in a DataLoader worker) the CPU; "cuda" the same GPU; or "cpu", "cuda:N", an int or a torch.device. The job's
-    consumers.device decides over it: `cpu` gives CPU batches, `cuda` refuses CPU ones. timeout: seconds next() waits (None:
-    forever). numpy: True to get NumPy arrays even when torch is importable.
+    in a DataLoader worker) the CPU; "cuda" the same GPU; or "cpu", "cuda:N", an int or
+    a torch.device. The job's consumers.device decides over it: `cpu` gives CPU batches,
+    `cuda` refuses CPU ones. timeout: seconds next() waits (None: forever). numpy: True
+    to get NumPy arrays even when torch is importable.
 
     dtype: what the token arrays hold.
     - "int64" (default): what nn.Embedding and F.cross_entropy take as they are. On CPU
@@ -431,8 +432,7 @@ class Loader:
             if self._gpu and self.counters()["gpu_staged"]:
                 # Said once per process: the library itself never prints. (Raised under
                 # -W error: the rank is then let go as for any failure here.)
-                why = self._lib.sf_consumer_errmsg(self._h).decode(errors="replace")
-                warnings.warn(f"shmfeed: job '{job}' rank {local_rank}: {why}",
+                warnings.warn(f"shmfeed: job '{job}' rank {local_rank}: {self._errmsg()}",
                               RuntimeWarning, stacklevel=2)
         except BaseException:
             # No array was handed out: detach now, whatever the traceback still holds.
@@ -788,11 +788,16 @@ class Loader:
         raise Error(N.SF_E_STATE, f"shmfeed: job '{getattr(self, 'job', '?')}' rank "
                     f"{getattr(self, 'rank', '?')}: {what}() on a closed Loader")
 
+    def _errmsg(self):
+        """The library's message of this thread's last failure on the handle (a text it
+        cut at 512 bytes may end inside a character)."""
+        return self._lib.sf_consumer_errmsg(self._h).decode(errors="replace")
+
     def _raise(self, code, msg=None):
         """Raise the Error of `code`, with the library's message (or `msg`, read under
         the lock before)."""
         if msg is None:
-            msg = self._lib.sf_consumer_errmsg(self._h).decode(errors="replace") if self._h else ""
+            msg = self._errmsg() if self._h else ""
         rank = getattr(self, "rank", self._info.global_rank)  # not set during attach
         if not msg.startswith(f"rank {rank}"):  # most of the library's messages name it
             msg = f"rank {rank}: {msg or N.strerror(code)}"
@@ -883,7 +888,7 @@ class Loader:
                 if moved:  # a batch kept for the next call is one of before the seek
                     self._undelivered = None
                     self._batch.step = _NO_STEP
-            why = self._lib.sf_consumer_errmsg(self._h).decode(errors="replace") if r < 0 else ""
+            why = self._errmsg() if r < 0 else ""
         if r == N.SF_E_DIGEST and state.get("world_size") not in (None, self.world_size):
             # A state of another world size resumes only with the same global batch, which
             # the config digest covers (world_size x batch.size, not either alone).
