@@ -159,6 +159,10 @@ static int decompress_gzip(const char *path, const unsigned char *in, size_t in_
 		if (z == Z_STREAM_END) {
 			size_t at = (size_t)((const unsigned char *)zs.next_in - in);
 
+			/* Zeros after the last member are padding (a tape block's), as gzip -d
+			 * and Python's gzip take them. */
+			while (at < in_len && in[at] == 0)
+				at++;
 			if (at == in_len)
 				break;
 			/* Another gzip member follows (as `cat a.gz b.gz` makes). */

@@ -602,6 +602,27 @@ Test(sources, gzip_truncated_stream)
 	expect_fail(SF_E_SOURCE, path, want);
 }
 
+/* Zero bytes after the last member (a tape block's padding) end the file, as gzip -d and
+ * Python's gzip read it; anything else after them is still refused. */
+Test(sources, gzip_zero_padding)
+{
+	unsigned char z[1024] = {0};
+	size_t n = gzip_bytes(z, sizeof(z));
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	cfg.encoding = "bytes";
+	put("padded.jsonl.gz", z, n + 512);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.n_tokens, strlen("a gzip compressed document of some length") + 1);
+	sf__dataset_close(ds);
+	z[n + 511] = 1;
+	put("padded.jsonl.gz", z, n + 512);
+	expect_fail(SF_E_SOURCE, path, "invalid gzip stream");
+}
+
 Test(sources, bad_file_skipped_among_good)
 {
 	static const char good[] = "a plain text document that is long enough for windows";
