@@ -57,11 +57,26 @@ static inline int32_t descend(const struct sf_mix_set *s, const struct sf_mix_no
 	return node->child[went_left ? 0 : 1];
 }
 
+/* Sample n from the period table: its period's whole counts, then its block's. */
+static uint32_t table_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index)
+{
+	const uint64_t p = n / s->total, r = n % s->total, at = r - r % SF_MIX_TABLE_STRIDE;
+	const uint32_t a = s->period[r];
+	uint64_t c = s->marks[at / SF_MIX_TABLE_STRIDE * s->n_ranked + a];
+
+	for (uint64_t x = at; x < r; x++)
+		c += s->period[x] == a;
+	*ret_index = p * s->weights[s->ranked[a]] + c;
+	return s->ranked[a];
+}
+
 uint32_t sf__mix_set_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index)
 {
 	uint64_t c = n; /* samples that reached the node before n's */
 	int32_t v = s->root;
 
+	if (s->period)
+		return table_locate(s, n, ret_index);
 	while (!IS_LEAF(v))
 		v = descend(s, &s->nodes[v], &c);
 	*ret_index = c;
@@ -84,6 +99,16 @@ static void counts_below(const struct sf_mix_set *s, int32_t v, uint64_t c, uint
 void sf__mix_set_counts(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_counts)
 {
 	memset(ret_counts, 0, s->n_sources * sizeof(*ret_counts));
+	if (s->period) {
+		const uint64_t p = n / s->total, r = n % s->total, at = r - r % SF_MIX_TABLE_STRIDE;
+		const uint32_t *mark = s->marks + at / SF_MIX_TABLE_STRIDE * s->n_ranked;
+
+		for (uint32_t a = 0; a < s->n_ranked; a++)
+			ret_counts[s->ranked[a]] = p * s->weights[s->ranked[a]] + mark[a];
+		for (uint64_t x = at; x < r; x++)
+			ret_counts[s->ranked[s->period[x]]]++;
+		return;
+	}
 	counts_below(s, s->root, n, ret_counts);
 }
 
@@ -311,6 +336,107 @@ static double exact_bound(struct sf_mix_set *s)
 	return (double)worst / (double)Q;
 }
 
+static void drop_table(struct sf_mix_set *s)
+{
+	free(s->period);
+	free(s->marks);
+	free(s->ranked);
+	s->period = NULL;
+	s->marks = NULL;
+	s->ranked = NULL;
+	s->n_ranked = 0;
+}
+
+/*
+ * One period of the earliest-deadline assignment with every error within sigma =
+ * 1 - 1/(2k - 2) for k sources (Tijdeman, "The chairman assignment problem", 1980): the
+ * j-th sample of source i is due in the window of positions t (1-based) where
+ * |count_i - w_i t| <= sigma holds before and after it, from ceil((j - sigma) / w_i) to
+ * floor((j - 1 + sigma) / w_i) + 1, and each position goes to the source whose open
+ * window ends first, (j - 1 + sigma) / w_i compared exactly (ties: the heavier, then the
+ * lower source). Returns 0, -ENOMEM, or 1 when a
+ * position found no open window or a window closed unserved (kept as the tree then).
+ */
+static int build_table(struct sf_mix_set *s, const uint32_t *order, uint32_t k, double *ret_bound)
+{
+	const uint64_t Q = s->total, b = 2 * (uint64_t)k - 2, a = b - 1; /* sigma = a / b */
+	const uint64_t n_marks = (Q - 1) / SF_MIX_TABLE_STRIDE + 1;
+	uint64_t *opens = malloc(k * sizeof(*opens)), *due = malloc(k * sizeof(*due));
+	uint32_t *count = calloc(k, sizeof(*count));
+	i128 worst = 0;
+	int r = -ENOMEM;
+
+	s->period = malloc(Q);
+	s->marks = malloc(n_marks * k * sizeof(*s->marks));
+	s->ranked = malloc(k * sizeof(*s->ranked));
+	if (!opens || !due || !count || !s->period || !s->marks || !s->ranked)
+		goto out;
+	memcpy(s->ranked, order, k * sizeof(*order));
+	s->n_ranked = k;
+	/* Window of sample j = count + 1 of ranked source x, of weight P: opens at
+	 * ceil((j b - a) Q / (b P)), due by floor(((j - 1) b + a) Q / (b P)). */
+#define OPENS(x)                                                                                   \
+	(uint64_t)((((u128)(count[x] + 1) * b - a) * Q + b * s->weights[order[x]] - 1) /           \
+		   ((u128)b * s->weights[order[x]]))
+#define DUE(x) ((uint64_t)(((u128)count[x] * b + a) * Q / ((u128)b * s->weights[order[x]])) + 1)
+	/* Whether x's window ends before y's, exactly: (c_x b + a) / P_x < (c_y b + a) / P_y,
+	 * in 64 bits since counts and weights are at most SF_MIX_TABLE_MAX (2^24) and b < 2^7. */
+#define EARLIER(x, y)                                                                              \
+	(((uint64_t)count[x] * b + a) * s->weights[order[y]] <                                     \
+	 ((uint64_t)count[y] * b + a) * s->weights[order[x]])
+	for (uint32_t x = 0; x < k; x++) {
+		opens[x] = OPENS(x);
+		due[x] = DUE(x);
+	}
+	r = 1;
+	for (uint64_t t = 1; t <= Q; t++) {
+		uint32_t best = k;
+
+		if ((t - 1) % SF_MIX_TABLE_STRIDE == 0)
+			memcpy(s->marks + (t - 1) / SF_MIX_TABLE_STRIDE * k, count,
+			       k * sizeof(*count));
+		for (uint32_t x = 0; x < k; x++) {
+			if (due[x] < t)
+				goto out; /* a window closed unserved */
+			if (opens[x] <= t && (best == k || EARLIER(x, best)))
+				best = x;
+		}
+		if (best == k)
+			goto out;
+		s->period[t - 1] = (uint8_t)best;
+		{
+			/* The extremes of its error, as exact_bound() finds them. */
+			const uint64_t P = s->weights[order[best]];
+			i128 before = (i128)count[best] * Q - (i128)P * (t - 1);
+			i128 after = before + Q - P;
+
+			before = before < 0 ? -before : before;
+			after = after < 0 ? -after : after;
+			worst = before > worst ? before : worst;
+			worst = after > worst ? after : worst;
+		}
+		count[best]++;
+		opens[best] = OPENS(best);
+		due[best] = DUE(best);
+	}
+#undef OPENS
+#undef DUE
+#undef EARLIER
+	for (uint32_t x = 0; x < k; x++)
+		if (count[x] != s->weights[order[x]])
+			goto out;
+	s->walked += Q;
+	*ret_bound = (double)worst / (double)Q;
+	r = 0;
+out:
+	free(opens);
+	free(due);
+	free(count);
+	if (r != 0)
+		drop_table(s);
+	return r;
+}
+
 static int cmp_order(const void *a, const void *b, void *arg)
 {
 	const uint64_t *w = arg;
@@ -404,6 +530,21 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	} else {
 		s->bound = best;
 	}
+	/* No tree below 1: the table, where periods may be walked, if it does better. */
+	if (s->bound >= 1 && exact_limit && total <= SF_MIX_TABLE_MAX &&
+	    n_pos <= SF_MIX_TABLE_SOURCES) {
+		double bound;
+
+		r = build_table(s, order, n_pos, &bound);
+		if (r < 0)
+			goto out;
+		if (r == 0 && bound < s->bound) {
+			s->bound = bound;
+			s->exact = 1;
+		} else if (r == 0) {
+			drop_table(s);
+		}
+	}
 	r = 0;
 out:
 	free(order);
@@ -419,6 +560,7 @@ void sf__mix_set_free(struct sf_mix_set *s)
 {
 	free(s->weights);
 	free(s->nodes);
+	drop_table(s);
 	memset(s, 0, sizeof(*s));
 }
 

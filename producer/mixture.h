@@ -1,7 +1,8 @@
 /*
  * Data mixtures: which source global sample k comes from, and which of that source's
  * samples it is, as a pure function of the mixture and k, in time and memory that do not
- * grow with k or with the weights' denominators (O(number of sources) per call).
+ * grow with k (O(number of sources) per call). Only a weight set that no tree keeps
+ * within 1 of its targets, and whose period is short, keeps a table of that period.
  *
  * A weight set holds one non-negative integer weight P_i per source (the config's
  * decimal weights scaled to integers; w_i = P_i / Q with Q = sum P_i). Its sources hang
@@ -52,7 +53,23 @@ struct sf_mix_set {
 	uint32_t exact;
 	uint32_t n_nodes;
 	uint64_t walked; /* samples walked to find exact bounds (sf__mix_set_init's cost) */
+	/* Where no tree is below 1 over a period short enough to walk (SF_MIX_TABLE_MAX):
+	 * one period of the earliest-deadline assignment instead (docs/mixtures.md), as the
+	 * source of each position (period[n] indexes `ranked`, the sources of weight > 0)
+	 * and each of those sources' counts before every SF_MIX_TABLE_STRIDE-th position
+	 * (`marks`, n_ranked per mark). NULL: the tree decides. */
+	uint8_t *period;
+	uint32_t *marks;
+	uint32_t *ranked;
+	uint32_t n_ranked;
 };
+
+/* The longest period kept as a table (1 byte a position, plus its marks: at most 2 bytes
+ * a position in all), and the most sources it serves; the table is built in O(period x
+ * sources) time. */
+#define SF_MIX_TABLE_MAX     (UINT64_C(1) << 24)
+#define SF_MIX_TABLE_SOURCES 64u
+#define SF_MIX_TABLE_STRIDE  256u
 
 /*
  * A mixture's constant phases walk their periods for exact bounds only while the phases
@@ -70,8 +87,10 @@ struct sf_mix_set {
  * sf__mix_set_init - the tree for integer weights `weights[0..n)` (not all zero, total at
  * most SF_MIX_MAX_TOTAL): of a few candidate shapes, the one with the smallest bound;
  * the searched shape among them when at most `search_limit` sources weigh more than 0.
- * A total up to `exact_limit` is checked exactly over its period. Returns 0, -EINVAL for
- * weights all zero or too large, or -ENOMEM. Free with sf__mix_set_free().
+ * A total up to `exact_limit` is checked exactly over its period. Where the bound is 1
+ * or more, `exact_limit` is not 0 and the table's limits allow, the period table instead
+ * when its exact bound is smaller. Returns 0, -EINVAL for weights all zero or too large,
+ * or -ENOMEM. Free with sf__mix_set_free().
  */
 int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 		     uint64_t exact_limit, uint32_t search_limit);
@@ -81,7 +100,8 @@ void sf__mix_set_free(struct sf_mix_set *s);
 
 /*
  * sf__mix_set_locate - the source of the sample at position n (0-based) of the set's
- * stream, and in *ret_index how many samples of that source came before it.
+ * stream, and in *ret_index how many samples of that source came before it: O(tree
+ * depth), or O(SF_MIX_TABLE_STRIDE) with a table.
  */
 uint32_t sf__mix_set_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index);
 

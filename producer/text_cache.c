@@ -286,11 +286,12 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		if (doc_lens && d->n_docs <= c->ds->chunks[chunk].n_docs) {
 			/* Megatron's index holds a document's length as an int32. */
 			if (nb + n + 1 > INT32_MAX)
-				return sf__err(e, SF_E_RANGE,
-					       "%s: a document of %zu tokens; a Megatron index holds "
-					       "at most %d per document",
-					       c->ds->text_files[c->ds->chunks[chunk].file].path, nb + n + 1,
-					       INT32_MAX);
+				return sf__err(
+					e, SF_E_RANGE,
+					"%s: a document of %zu tokens; a Megatron index holds "
+					"at most %d per document",
+					c->ds->text_files[c->ds->chunks[chunk].file].path,
+					nb + n + 1, INT32_MAX);
 			doc_lens[d->n_docs - 1] = (uint32_t)(nb + n + 1);
 		}
 		if (nb)
