@@ -417,9 +417,14 @@ int sf__json_string(const char *buf, const struct sf_json_token *tok, int t, cha
 			case 'u': {
 				unsigned v = 0;
 
-				/* The parser validated four hex digits here. */
-				sscanf(buf + i + 1, "%4x", &v);
-				i += 4;
+				/* The parser validated four hex digits here (read by hand:
+				 * sscanf() would take the strlen() of a message without NUL). */
+				for (int d = 0; d < 4; d++) {
+					char h = buf[++i];
+
+					v = v * 16 +
+					    (unsigned)(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+				}
 				/* A NUL would cut the string: "stop\u0000x" read as stop. */
 				if (!v)
 					return SF_E_PROTOCOL;
@@ -537,9 +542,13 @@ int sf__ctl_parse_request(const char *buf, size_t len, struct sf_ctl_request *re
 					       (unsigned long long)SF_STEP_MAX);
 			have_step = 1;
 		} else {
+			uint32_t n = k->end - k->start > 32 ? 32 : k->end - k->start;
+
+			/* Cut at a character's start: the reply stays UTF-8. */
+			while (n && n < k->end - k->start && (buf[k->start + n] & 0xc0) == 0x80)
+				n--;
 			return sf__err(e, SF_E_PROTOCOL,
-				       "unknown key '%.*s'; expected v, op, id, rank, step",
-				       (int)(k->end - k->start > 32 ? 32 : k->end - k->start),
+				       "unknown key '%.*s'; expected v, op, id, rank, step", (int)n,
 				       buf + k->start);
 		}
 		t = tok[v].next;

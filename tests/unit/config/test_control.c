@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
@@ -49,6 +51,39 @@ Test(control, every_request_parses)
 	cr_expect_eq(req.step, SF_STEP_MAX - 1);
 	cr_expect_eq(req.has_id, 1);
 	cr_expect_eq(req.id, 9);
+}
+
+/* A message is not NUL-terminated (a ZeroMQ frame): a \u escape is decoded within it.
+ * Here the message ends where an unreadable page begins (sscanf() read past it). */
+Test(control, a_unicode_escape_reads_nothing_past_the_message)
+{
+	static const char msg[] = "{\"v\":1,\"op\":\"\\u0073top\"}";
+	const long page = sysconf(_SC_PAGESIZE);
+	char *map = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *at = map + page - (sizeof(msg) - 1);
+	struct sf_ctl_request req;
+
+	cr_assert(map != MAP_FAILED);
+	cr_assert_eq(mprotect(map + page, page, PROT_NONE), 0);
+	memcpy(at, msg, sizeof(msg) - 1);
+	memset(&err, 0, sizeof(err));
+	cr_assert_eq(sf__ctl_parse_request(at, sizeof(msg) - 1, &req, &err), 0, "%s", err.msg);
+	cr_expect_eq(req.op, SF_CTL_STOP);
+	munmap(map, 2 * page);
+}
+
+/* An unknown key is quoted up to 32 bytes, never cutting a character in two. */
+Test(control, an_unknown_key_is_quoted_whole_characters)
+{
+	struct sf_ctl_request req;
+
+	cr_assert_eq(parse("{\"v\":1,\"op\":\"hello\",\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\u00e9\":1}",
+			   &req),
+		     SF_E_PROTOCOL);
+	cr_assert_eq(parse("{\"v\":1,\"op\":\"hello\",\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9\":1}",
+			   &req),
+		     SF_E_PROTOCOL);
+	cr_expect(strstr(err.msg, "unknown key 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa';"), "%s", err.msg);
 }
 
 Test(control, formatted_requests_parse_back)
