@@ -542,13 +542,13 @@ int sf__ctl_parse_request(const char *buf, size_t len, struct sf_ctl_request *re
 					       (unsigned long long)SF_STEP_MAX);
 			have_step = 1;
 		} else {
-			uint32_t n = k->end - k->start > 32 ? 32 : k->end - k->start;
+			uint32_t cut = k->end - k->start > 32 ? 32 : k->end - k->start;
 
 			/* Cut at a character's start: the reply stays UTF-8. */
-			while (n && n < k->end - k->start && (buf[k->start + n] & 0xc0) == 0x80)
-				n--;
+			while (cut && cut < k->end - k->start && (buf[k->start + cut] & 0xc0) == 0x80)
+				cut--;
 			return sf__err(e, SF_E_PROTOCOL,
-				       "unknown key '%.*s'; expected v, op, id, rank, step", (int)n,
+				       "unknown key '%.*s'; expected v, op, id, rank, step", (int)cut,
 				       buf + k->start);
 		}
 		t = tok[v].next;
