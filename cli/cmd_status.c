@@ -399,6 +399,7 @@ int sf__cmd_top(int argc, char **argv)
 	zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
 	zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
 	zmq_setsockopt(sub, ZMQ_LINGER, &(int){0}, sizeof(int));
+	zmq_setsockopt(sub, ZMQ_IPV6, &one, sizeof(one)); /* tcp://[IPv6]:PORT */
 	if (sf__curve_client_setup(sub, &info, &e) < 0) {
 		sf__log_error("%s", e.msg);
 		r = 1;

@@ -5,6 +5,7 @@
  * resolved-config writer of `shmfeed check`, and the digest of the fields that decide
  * the token stream. Every rejection names FILE:LINE:COLUMN and the expected form.
  */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1112,6 +1113,24 @@ static int fail_first(struct loader *L, const struct field *a, const struct fiel
 	return fail_mark(L, m, what);
 }
 
+/* An IPv4 address, or an IPv6 address in brackets. */
+static bool tcp_host_is_address(const char *host, size_t len)
+{
+	char buf[INET6_ADDRSTRLEN + 2];
+	unsigned char addr[sizeof(struct in6_addr)];
+
+	if (len < 2 || len >= sizeof(buf))
+		return false;
+	memcpy(buf, host, len);
+	buf[len] = 0;
+	if (buf[0] != '[')
+		return inet_pton(AF_INET, buf, addr) == 1;
+	if (buf[len - 1] != ']')
+		return false;
+	buf[len - 1] = 0;
+	return inet_pton(AF_INET6, buf + 1, addr) == 1;
+}
+
 static int check_endpoint(struct loader *L, struct sf_config *cfg)
 {
 	const struct field *f = &control_fields[0];
@@ -1135,6 +1154,14 @@ static int check_endpoint(struct loader *L, struct sf_config *cfg)
 			return fail_field(L, f,
 					  "'endpoint' ipc:// needs an absolute path "
 					  "(ipc:///DIR/NAME)");
+		/* A socket path holds 107 bytes, and the stats socket is PATH.pub. */
+		if (strlen(ep + 6) > SF_IPC_PATH_MAX - 4) {
+			snprintf(msg, sizeof(msg),
+				 "'endpoint' ipc:// path is %zu bytes; a socket path holds at most "
+				 "%d, and the stats socket PATH.pub takes 4 more: at most %d",
+				 strlen(ep + 6), SF_IPC_PATH_MAX, SF_IPC_PATH_MAX - 4);
+			return fail_field(L, f, msg);
+		}
 		return 0;
 	}
 	if (!strncmp(ep, "tcp://", 6)) {
@@ -1147,6 +1174,15 @@ static int check_endpoint(struct loader *L, struct sf_config *cfg)
 			snprintf(msg, sizeof(msg),
 				 "'endpoint' must be tcp://HOST:PORT with PORT in [1, 65534] (the "
 				 "stats socket takes PORT + 1); got '%.64s'",
+				 ep);
+			return fail_field(L, f, msg);
+		}
+		/* The launcher binds it and clients connect to it: an address both can use. */
+		if (!tcp_host_is_address(host, (size_t)(colon - host))) {
+			snprintf(msg, sizeof(msg),
+				 "'endpoint' HOST must be an IP address, a.b.c.d or [IPv6] (the "
+				 "job binds it and its clients connect to it; a name, an "
+				 "interface or * is not both); got '%.64s'",
 				 ep);
 			return fail_field(L, f, msg);
 		}

@@ -17,6 +17,9 @@
 #include "common/errors.h"
 
 /* Source formats. */
+/* The longest path of a unix socket (sun_path holds 108 bytes with its NUL). */
+#define SF_IPC_PATH_MAX 107
+
 #define SF_FMT_AUTO	0 /* by file name: .bin/.idx, .jsonl[.zst|.gz], .txt[.zst|.gz] */
 #define SF_FMT_NANOGPT	1 /* headerless uint16 tokens */
 #define SF_FMT_LLMC	2 /* llm.c shard: 256 x int32 header, then tokens */

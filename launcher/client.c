@@ -42,6 +42,7 @@ int sf__ctl_call(const struct sf_job_info *info, const char *request, int timeou
 		goto out;
 	}
 	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(sock, ZMQ_IPV6, &(int){1}, sizeof(int)); /* tcp://[IPv6]:PORT */
 	zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
 	zmq_setsockopt(sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof(timeout_ms));
 	r = sf__curve_client_setup(sock, info, e);

@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
@@ -134,6 +136,23 @@ static int take_lock(struct sf_ipc_claim *c, uint64_t stale_dev[2], uint64_t sta
 	return 1;
 }
 
+/* Whether a process listens on the unix socket `path` (a connection is accepted). */
+static int listened_on(const char *path)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	int fd, r;
+
+	if (strlen(path) >= sizeof(a.sun_path))
+		return 0;
+	strcpy(a.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	r = connect(fd, (const struct sockaddr *)&a, sizeof(a)) == 0 || errno == EAGAIN;
+	close(fd);
+	return r;
+}
+
 /* Make way for a socket at `path`: nothing there, or a stale socket of ours. */
 static int clear_path(const struct sf_ipc_claim *c, const char *path, uint64_t stale_dev,
 		      uint64_t stale_ino, struct sf_err *e)
@@ -145,10 +164,11 @@ static int clear_path(const struct sf_ipc_claim *c, const char *path, uint64_t s
 			return 0;
 		return sf__err(e, -errno, "control endpoint %s: %s", path, strerror(errno));
 	}
-	/* In the private runtime directory only shmfeed makes JOB.ctl and JOB.pub, and the
-	 * arena (created O_EXCL) says no live job of that name runs. */
+	/* In the private runtime directory shmfeed makes JOB.ctl and JOB.pub, and the arena
+	 * (created O_EXCL) says no live job of that name runs; but a job configured with
+	 * endpoint ipc://RUNTIME/JOB has its stats at JOB.pub too: one listened on stays. */
 	if (S_ISSOCK(st.st_mode) && st.st_uid == geteuid() &&
-	    (c->private_dir ||
+	    ((c->private_dir && !listened_on(path)) ||
 	     (stale_ino && (uint64_t)st.st_dev == stale_dev && (uint64_t)st.st_ino == stale_ino))) {
 		if (unlink(path) < 0 && errno != ENOENT)
 			return sf__err(e, -errno, "cannot remove stale socket %s: %s", path,
@@ -211,18 +231,15 @@ int sf__ipc_claim(struct sf_ipc_claim *c, const char *ctl_path, const char *pub_
 	return 0;
 }
 
-int sf__ipc_claim_bound(struct sf_ipc_claim *c, struct sf_err *e)
+int sf__ipc_claim_bound(struct sf_ipc_claim *c, int i, struct sf_err *e)
 {
-	for (int i = 0; i < 2; i++) {
-		struct stat st;
+	struct stat st;
 
-		if (lstat(c->path[i], &st) < 0 || !S_ISSOCK(st.st_mode))
-			return sf__err(e, -EEXIST,
-				       "control endpoint %s is not the socket just bound",
-				       c->path[i]);
-		c->dev[i] = (uint64_t)st.st_dev;
-		c->ino[i] = (uint64_t)st.st_ino;
-	}
+	if (lstat(c->path[i], &st) < 0 || !S_ISSOCK(st.st_mode))
+		return sf__err(e, -EEXIST, "control endpoint %s is not the socket just bound",
+			       c->path[i]);
+	c->dev[i] = (uint64_t)st.st_dev;
+	c->ino[i] = (uint64_t)st.st_ino;
 	if (write_record(c) < 0)
 		return sf__err(e, -errno, "cannot write %s: %s", c->lock, strerror(errno));
 	return 0;

@@ -1085,12 +1085,22 @@ static int bind_both(struct supervisor *S, int ipc, struct sf_err *e)
 	mode_t old_umask = ipc ? umask(077) : 0;
 	int r = 0;
 
-	if (zmq_bind(S->router, S->ctl_ep) < 0)
+	/* Each socket is recorded as soon as it is bound, so a failure after it removes it. */
+	if (zmq_bind(S->router, S->ctl_ep) < 0) {
 		r = sf__err(e, -errno, "cannot bind control socket %s: %s", S->ctl_ep,
 			    zmq_strerror(errno));
-	else if (zmq_bind(S->pub, S->pub_ep) < 0)
+		goto out;
+	}
+	if (S->ipc.lock_fd >= 0 && (r = sf__ipc_claim_bound(&S->ipc, 0, e)) < 0)
+		goto out;
+	if (zmq_bind(S->pub, S->pub_ep) < 0) {
 		r = sf__err(e, -errno, "cannot bind stats socket %s: %s", S->pub_ep,
 			    zmq_strerror(errno));
+		goto out;
+	}
+	if (S->ipc.lock_fd >= 0)
+		r = sf__ipc_claim_bound(&S->ipc, 1, e);
+out:
 	if (ipc)
 		umask(old_umask);
 	return r;
@@ -1118,6 +1128,12 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 		return sf__err(e, -errno, "zmq_socket: %s", zmq_strerror(errno));
 	zmq_setsockopt(S->router, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(S->pub, ZMQ_LINGER, &linger, sizeof(linger));
+	/* tcp://[IPv6]:PORT binds only with IPv6 on; an IPv4 address keeps it off, so that
+	 * its peers are named as such in the log (not ::ffff:a.b.c.d). */
+	if (!strncmp(S->ctl_ep, "tcp://[", 7)) {
+		zmq_setsockopt(S->router, ZMQ_IPV6, &(int){1}, sizeof(int));
+		zmq_setsockopt(S->pub, ZMQ_IPV6, &(int){1}, sizeof(int));
+	}
 	/* A request over the limit still gets an error reply, but a peer sending far more
 	 * is disconnected by libzmq before the message is ever assembled. */
 	zmq_setsockopt(S->router, ZMQ_MAXMSGSIZE, &(int64_t){SF_CTL_MAX_REPLY}, sizeof(int64_t));
@@ -1139,11 +1155,6 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 	r = bind_both(S, ipc, e);
 	if (r < 0)
 		return r;
-	if (S->ipc.lock_fd >= 0) {
-		r = sf__ipc_claim_bound(&S->ipc, e);
-		if (r < 0)
-			return r;
-	}
 	return write_info(S, e);
 }
 

@@ -115,8 +115,9 @@ struct sf_ipc_claim {
 int sf__ipc_claim(struct sf_ipc_claim *c, const char *ctl_path, const char *pub_path,
 		  int private_dir, struct sf_err *e);
 
-/* sf__ipc_claim_bound - record the sockets just bound at the claimed paths. */
-int sf__ipc_claim_bound(struct sf_ipc_claim *c, struct sf_err *e);
+/* sf__ipc_claim_bound - record the socket just bound at claimed path i (0: control,
+ * 1: stats), so that sf__ipc_release() removes it whatever fails after. */
+int sf__ipc_claim_bound(struct sf_ipc_claim *c, int i, struct sf_err *e);
 
 /*
  * sf__ipc_release - unlink the sockets the job bound (only while they are still the ones

@@ -85,13 +85,12 @@ int sf__job_paths(const char *job, int create, struct sf_job_paths *ret, struct 
 	snprintf(p.ctl_path, sizeof(p.ctl_path), "%s/%s.ctl", p.dir, job);
 	snprintf(p.pub_path, sizeof(p.pub_path), "%s/%s.pub", p.dir, job);
 	snprintf(p.info_path, sizeof(p.info_path), "%s/%s.json", p.dir, job);
-	/* sun_path holds 108 bytes; a longer ipc:// path fails at bind with a vaguer
-	 * message than this one. */
-	if (strlen(p.ctl_path) >= 108)
+	/* A longer ipc:// path fails at bind with a vaguer message than this one. */
+	if (strlen(p.ctl_path) > SF_IPC_PATH_MAX)
 		return sf__err(e, -ENAMETOOLONG,
-			       "control socket path %s is longer than 107 bytes; set "
+			       "control socket path %s is longer than %d bytes; set "
 			       "SHMFEED_RUNTIME_DIR to a shorter directory",
-			       p.ctl_path);
+			       p.ctl_path, SF_IPC_PATH_MAX);
 	*ret = p;
 	return 0;
 }

@@ -49,6 +49,7 @@ int main(int argc, char **argv)
 	}
 	zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
 	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(sock, ZMQ_IPV6, &(int){1}, sizeof(int)); /* tcp://[IPv6]:PORT */
 	if (zmq_connect(sock, info.control) < 0) {
 		fprintf(stderr, "ctl: connect %s failed\n", info.control);
 		return 1;

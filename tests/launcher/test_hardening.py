@@ -154,6 +154,82 @@ def test_the_stale_endpoint_of_a_killed_job_is_reclaimed(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_an_ipc_path_too_long_for_a_socket_is_refused_before_anything_is_made(rt, tmp_path):
+    """A path of 104-107 bytes fits a socket but PATH.pub does not: check took it, run
+    bound the control socket, failed on the stats one and left the control socket behind,
+    so every later run was refused ('exists and is not a socket this job created')."""
+    cfg = write_config(tmp_path)
+    d = tmp_path / "ep"
+    d.mkdir()
+    ep = str(d / "a") + "a" * (105 - len(str(d / "a")))
+    assert len(ep) == 105
+    out = subprocess.run([SHMFEED, "check", cfg, "--set", f"control.endpoint=ipc://{ep}"],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "ipc:// path is 105 bytes" in out.stderr, out.stderr
+    for _ in range(2):
+        job = job_name("long")
+        out = run_job(cfg, job, f"control.endpoint=ipc://{ep}")
+        assert out.returncode == 1 and "ipc:// path is 105 bytes" in out.stderr, out.stderr
+        assert os.listdir(d) == []
+        assert not shm_of(job)
+    ok = ep[:103]
+    out = run_job(cfg, job_name("short"), f"control.endpoint=ipc://{ok}")
+    assert out.returncode == 0, out.stderr
+    assert os.listdir(d) == []
+
+
+def test_a_default_job_leaves_another_jobs_live_socket_at_its_names(rt, tmp_path):
+    """A job whose endpoint is ipc://RUNTIME/Y has its stats socket at RUNTIME/Y.pub, the
+    name a job Y started with the default endpoint uses: that job unlinked the live
+    socket and bound its own, and the first job's subscribers read job Y's stats."""
+    cfg = write_config(tmp_path)
+    y = job_name("y")
+    x = job_name("x")
+    p = start_serving(cfg, x, extra=("--set", f"control.endpoint=ipc://{rt}/{y}"))
+    try:
+        pub = os.path.join(rt, f"{y}.pub")
+        before = os.stat(pub).st_ino
+        out = run_job(cfg, y)
+        assert out.returncode == 1, out.stderr
+        assert f"{pub} exists and is not a socket this job created" in out.stderr, out.stderr
+        assert os.stat(pub).st_ino == before
+        assert ctl(x, '{"v":1,"op":"hello"}')["job"] == x
+        assert not shm_of(y)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+
+
+def test_tcp_hosts_are_addresses_ipv6_included(rt, tmp_path):
+    """tcp://[::1]:P passed check and failed at run ('No such device': libzmq binds IPv6
+    only when asked); a name passed check and failed at run too."""
+    cfg = write_config(tmp_path)
+    insecure = "control.insecure_tcp=true"
+    for host in ("localhost", "*", "eth0", "[::1", "[localhost]", "1.2.3"):
+        out = subprocess.run([SHMFEED, "check", cfg, "--set",
+                              f"control.endpoint=tcp://{host}:7100", "--set", insecure],
+                             capture_output=True, text=True)
+        assert out.returncode == 1 and "HOST must be an IP address" in out.stderr, \
+            (host, out.stderr)
+    try:
+        socket.socket(socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("no IPv6 here")
+    port = free_port_pair()
+    job = job_name("v6")
+    p = start_serving(cfg, job, extra=("--set", f"control.endpoint=tcp://[::1]:{port}",
+                                       "--set", insecure))
+    try:
+        assert ctl(job, '{"v":1,"op":"hello"}')["job"] == job
+        for cmd in (["status", job], ["top", job, "--count", "1"]):
+            out = subprocess.run([SHMFEED, *cmd], capture_output=True, text=True, timeout=30)
+            assert out.returncode == 0 and job in out.stdout, (cmd, out.stderr)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+    assert not shm_of(job)
+
+
 def free_port_pair():
     """A tcp port P on loopback with P+1 free too (control and stats)."""
     for _ in range(100):
