@@ -2389,13 +2389,16 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 		digest_file(&st, cfg->vocab);
 	} else if (cfg->encoding && !strncmp(cfg->encoding, "char:", 5)) {
 		digest_file(&st, cfg->encoding + 5); /* the corpus sets the alphabet */
-	} else if (cfg->encoding && strcmp(cfg->encoding, "bytes") && cfg->vocab_dir) {
-		/* The vocabulary found in vocab_dir (or $SHMFEED_VOCAB_DIR), by its file name. */
+	} else if (cfg->encoding && strcmp(cfg->encoding, "bytes") &&
+		   (cfg->vocab_dir || getenv("SHMFEED_VOCAB_DIR"))) {
+		/* The vocabulary found in vocab_dir, or in $SHMFEED_VOCAB_DIR where vocab_dir is
+		 * null (the tokenizer looks there then), by its file name. */
 		const char *name = strcmp(cfg->encoding, "gpt2") ? cfg->encoding : "r50k_base";
-		char *v = malloc(strlen(cfg->vocab_dir) + strlen(name) + 12);
+		const char *dir = cfg->vocab_dir ? cfg->vocab_dir : getenv("SHMFEED_VOCAB_DIR");
+		char *v = malloc(strlen(dir) + strlen(name) + 12);
 
 		if (v) {
-			sprintf(v, "%s/%s.tiktoken", cfg->vocab_dir, name);
+			sprintf(v, "%s/%s.tiktoken", dir, name);
 			digest_file(&st, v);
 			free(v);
 		}

@@ -376,7 +376,7 @@ Test(config, tcp_endpoints_need_curve_keys_or_an_explicit_insecure_opt_in)
 		"job.yaml:2:21:", "must be null (private ipc://), ipc://PATH or tcp://HOST:PORT");
 	cr_expect_eq(load("sources: [a]\ncontrol: {endpoint: 'ipc:///tmp/x.ctl'}\n"), 0);
 	/* Any local user reaches a loopback port: no tcp without keys, loopback included. */
-	rejects("sources: [a]\ncontrol: {endpoint: 'tcp://localhost:5555'}\n", "job.yaml:2:21:",
+	rejects("sources: [a]\ncontrol: {endpoint: 'tcp://127.0.0.1:5555'}\n", "job.yaml:2:21:",
 		"is tcp without CURVE: set control.curve_secret_key_file and "
 		"control.curve_allowed_clients");
 	rejects("sources: [a]\ncontrol: {endpoint: 'tcp://10.1.2.3:5555'}\n",
@@ -791,6 +791,22 @@ Test(config, the_digest_follows_every_file_read)
 		cr_expect_neq(sf__config_digest(&cfg), before, "%s: %s changed, the digest did not",
 			      yaml, cases[k].changed);
 	}
+	/* vocab_dir: null still loads from $SHMFEED_VOCAB_DIR: that file counts. */
+	snprintf(path, sizeof(path), "%s/v", dir);
+	setenv("SHMFEED_VOCAB_DIR", path, 1);
+	{
+		uint64_t before;
+
+		cr_assert_eq(load("sources: [a.bin]\ntokenizer: {encoding: gpt2, vocab_dir: null}\n"), 0,
+			     "%s", err.msg);
+		cr_assert_null(cfg.vocab_dir);
+		before = sf__config_digest(&cfg);
+		snprintf(path, sizeof(path), "%s/v/r50k_base.tiktoken", dir);
+		grow(path);
+		cr_expect_neq(sf__config_digest(&cfg), before,
+			      "the vocabulary of $SHMFEED_VOCAB_DIR changed, the digest did not");
+	}
+	unsetenv("SHMFEED_VOCAB_DIR");
 	for (size_t i = 0; i < sizeof(files) / sizeof(*files); i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
 		unlink(path);
