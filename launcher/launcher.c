@@ -625,15 +625,9 @@ static void check_producers(struct supervisor *S)
 /* A mixture's sources: their samples in the prefix every local rank has read. */
 static void annotate_mixture(const struct supervisor *S, struct sf_stats *s)
 {
-	uint64_t least = UINT64_MAX;
-
-	if (!S->l->ops->mixture)
+	if (!S->l->ops->mixture || !S->geo.ranks)
 		return;
-	for (uint32_t r = 0; r < S->geo.ranks && r < SF_STATS_MAX_RANKS; r++)
-		least = s->rank[r].next_step < least ? s->rank[r].next_step : least;
-	if (least == UINT64_MAX)
-		return;
-	s->samples = least * S->geo.batch * (uint64_t)S->geo.world_size;
+	s->samples = s->least_step * S->geo.batch * (uint64_t)S->geo.world_size;
 	S->l->ops->mixture(S->ds, s);
 	for (uint32_t i = 0; i < s->n_sources && i < S->cfg->n_sources; i++)
 		snprintf(s->source[i].name, sizeof(s->source[i].name), "%s",

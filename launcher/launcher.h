@@ -273,6 +273,7 @@ struct sf_stats {
 	uint64_t tokens_produced; /* tokens the producers wrote into slots */
 	uint64_t tokens_encoded;  /* tokens their tokenizers produced (raw text) */
 	struct sf_stats_rank rank[SF_STATS_MAX_RANKS];
+	uint64_t least_step; /* the least next step of all local ranks, those past rank[] too */
 	struct sf_stats_producer producer[SF_STATS_MAX_PRODUCERS];
 	/* Mixtures: the global samples every local rank has read (the least next step of
 	 * the ranks, times B x W) and each source's share of them. */

@@ -110,6 +110,7 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 		}
 		if (r < SF_STATS_MAX_RANKS)
 			s->rank[r] = one;
+		s->least_step = r == 0 || next < s->least_step ? next : s->least_step;
 	}
 	s->tokens = s->batches * g->batch * (uint64_t)(g->seq_tokens - 1);
 	for (uint32_t p = 0; p < g->max_producers; p++) {

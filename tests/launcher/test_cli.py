@@ -451,6 +451,37 @@ def test_a_mixture_of_more_than_64_sources_shows_its_first_64(rt, tmp_path):
             (tmp_path / "metrics.prom").read_text()
 
 
+def test_a_mixture_counts_what_every_rank_read_past_the_64th(rt, tmp_path):
+    """The prefix every local rank has read was the least next step of the first 64
+    ranks only: with 65, rank 64 still at step 0 and the others sought to step 10,
+    status showed 650 samples delivered."""
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.bin").write_bytes(bytes(4000))
+    job = job_name("mixw65")
+    cfg = tmp_path / "w65.yaml"
+    cfg.write_text(f"job: {job}\nsources:\n"
+                   f"  - {{name: a, paths: {tmp_path}/a.bin, format: nanogpt, weight: 1}}\n"
+                   f"  - {{name: b, paths: {tmp_path}/b.bin, format: nanogpt, weight: 1}}\n"
+                   "batch: {size: 1, seq_len: 16}\nconsumers: {world_size: 65, device: cpu}\n"
+                   "arena: {slots_per_rank: 1}\nproducers: {count: 1}\n"
+                   "control: {stats_interval_ms: 50}\n")
+    ctl = os.environ["SF_CTL"]
+    script = tmp_path / "seek.sh"
+    script.write_text(
+        "for r in $(seq 0 63); do\n"
+        f"  {ctl} \"$SHMFEED_JOB\" '{{\"v\":1,\"op\":\"seek\",\"rank\":'$r',\"step\":10}}' "
+        ">/dev/null || exit 1\n"
+        "done\n"
+        "sleep 0.5\n"
+        f"{SHMFEED} status \"$SHMFEED_JOB\" --json > {tmp_path}/status.json\n")
+    out = sf("run", str(cfg), "--quiet", "--", "sh", str(script), timeout=120)
+    assert out.returncode == 0, out.stderr
+    stats = json.loads((tmp_path / "status.json").read_text())["stats"]
+    assert [r["next_step"] for r in stats["ranks"]][:2] == [10, 10], stats["ranks"][:2]
+    assert stats["samples"] == 0, stats["samples"]
+    assert [x["delivered"] for x in stats["sources"]] == [0, 0], stats["sources"]
+
+
 def test_check_counts_huge_budgets_without_wrapping_and_rounds_the_bound_up(tmp_path):
     """A budget of 2^64 - 1 tokens, or a schedule whose last phase ends at step 2^64 - 2,
     is cut to the 2^64 tokens check counts in (they wrapped to 0 steps, or to a wrong
