@@ -152,7 +152,7 @@ static void shm_name_of(const char *job, char *buf, size_t len)
 
 /* Decide on transparent huge pages for shmem: they are used only when the kernel's
  * shmem_enabled policy honours madvise. */
-static int thp_shmem_available(char *why, size_t len)
+int sf__arena_hugepages_usable(char *why, size_t len)
 {
 	char buf[256] = "";
 	const char *sel, *end;
@@ -621,7 +621,7 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 			       "invalid job name '%s': use 1-63 characters of A-Z a-z 0-9 _ - .",
 			       job ? job : "");
 	if (opt && opt->hugepages)
-		hugepages = thp_shmem_available(why, sizeof(why));
+		hugepages = sf__arena_hugepages_usable(why, sizeof(why));
 	r = sf__arena_layout(geo, hugepages, &layout, e);
 	if (r < 0)
 		return r;

@@ -331,6 +331,13 @@ int sf__arena_layout(const struct sf_geometry *geo, int hugepages, struct sf_are
 		     struct sf_err *e);
 
 /*
+ * sf__arena_hugepages_usable - whether an arena asked for huge pages gets them: the
+ * kernel's shmem_enabled policy honours madvise (sf__arena_create() decides so); `why`
+ * says what the policy is.
+ */
+int sf__arena_hugepages_usable(char *why, size_t len);
+
+/*
  * sf__arena_fits - whether an arena of `total_size` bytes (sf__arena_layout()) can exist
  * on this machine: no larger than the shared-memory file system `dir` (NULL: /dev/shm)
  * in all, and mappable in this process's address space (RLIMIT_AS included). Free space

@@ -482,6 +482,28 @@ def test_a_mixture_counts_what_every_rank_read_past_the_64th(rt, tmp_path):
     assert [x["delivered"] for x in stats["sources"]] == [0, 0], stats["sources"]
 
 
+def test_check_sizes_the_arena_as_run_does_with_hugepages(tmp_path):
+    """check laid out slots of 1 MiB or more on 2 MiB pages whenever hugepages: true, while
+    run uses them only where the kernel's shmem_enabled policy honours madvise: check
+    printed (and refused against limits) another arena than run makes."""
+    (tmp_path / "z.bin").write_bytes(bytes(2 * 600000))
+    sizes = {}
+    for huge in ("true", "false"):
+        cfg = tmp_path / f"hp-{huge}.yaml"
+        cfg.write_text(f"sources: [{{paths: {tmp_path}/z.bin, format: nanogpt}}]\n"
+                       "batch: {size: 1, seq_len: 526335}\n"
+                       f"arena: {{slots_per_rank: 4, hugepages: {huge}}}\n")
+        out = sf("check", str(cfg))
+        assert out.returncode == 0, out.stderr
+        sizes[huge] = int(re.search(r"# arena: (\d+) bytes", out.stdout).group(1))
+    with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled") as f:
+        policy = re.search(r"\[(\w+)\]", f.read()).group(1)
+    if policy in ("always", "within_size", "advise", "force"):
+        assert sizes["true"] > sizes["false"], (policy, sizes)
+    else:
+        assert sizes["true"] == sizes["false"], (policy, sizes)
+
+
 def test_check_counts_huge_budgets_without_wrapping_and_rounds_the_bound_up(tmp_path):
     """A budget of 2^64 - 1 tokens, or a schedule whose last phase ends at step 2^64 - 2,
     is cut to the 2^64 tokens check counts in (they wrapped to 0 steps, or to a wrong
