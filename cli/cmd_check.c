@@ -393,7 +393,8 @@ int sf__cmd_check(int argc, char **argv)
 		char why[128];
 
 		/* Laid out as run lays it out: huge pages only where the kernel gives them. */
-		r = sf__arena_layout(&g, cfg.hugepages && sf__arena_hugepages_usable(why, sizeof(why)),
+		r = sf__arena_layout(&g,
+				     cfg.hugepages && sf__arena_hugepages_usable(why, sizeof(why)),
 				     &layout, &e);
 		if (r >= 0)
 			r = sf__arena_fits(layout.total_size, NULL, &e);
