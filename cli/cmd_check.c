@@ -362,7 +362,10 @@ int sf__cmd_check(int argc, char **argv)
 			      "(control.insecure_tcp): anyone who can reach the port, any local "
 			      "user included, can stop, pause or seek the job",
 			      path, cfg.endpoint);
-	if (cfg.metrics_file && sf__metrics_file_check(cfg.metrics_file, &e) < 0) {
+	/* The private runtime directory run keeps the job's discovery file (and its default
+	 * sockets) in. */
+	if ((cfg.metrics_file && sf__metrics_file_check(cfg.metrics_file, &e) < 0) ||
+	    sf__job_paths_check(cfg.job, &e) < 0) {
 		refuse(path, e.msg);
 		sf__config_free(&cfg);
 		return 1;

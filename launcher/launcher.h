@@ -92,6 +92,10 @@ struct sf_job_paths {
 
 int sf__job_paths(const char *job, int create, struct sf_job_paths *ret, struct sf_err *e);
 
+/* sf__job_paths_check - what sf__job_paths(job, 1, ...) would refuse, making nothing (a
+ * runtime directory not made yet is no refusal). */
+int sf__job_paths_check(const char *job, struct sf_err *e);
+
 /*
  * The claim of a job on its ipc:// endpoint (launcher/endpoint.c): an flock on PATH.lock
  * held for the life of the job, and the device and inode of the sockets it bound.

@@ -74,6 +74,21 @@ int sf__runtime_dir(char *buf, size_t len, int create, struct sf_err *e)
 	return check_private_dir(buf, e);
 }
 
+/* The job's paths in the runtime directory p->dir. */
+static int paths_in(struct sf_job_paths *p, const char *job, struct sf_err *e)
+{
+	snprintf(p->ctl_path, sizeof(p->ctl_path), "%s/%s.ctl", p->dir, job);
+	snprintf(p->pub_path, sizeof(p->pub_path), "%s/%s.pub", p->dir, job);
+	snprintf(p->info_path, sizeof(p->info_path), "%s/%s.json", p->dir, job);
+	/* A longer ipc:// path fails at bind with a vaguer message than this one. */
+	if (strlen(p->ctl_path) > SF_IPC_PATH_MAX)
+		return sf__err(e, -ENAMETOOLONG,
+			       "control socket path %s is longer than %d bytes; set "
+			       "SHMFEED_RUNTIME_DIR to a shorter directory",
+			       p->ctl_path, SF_IPC_PATH_MAX);
+	return 0;
+}
+
 int sf__job_paths(const char *job, int create, struct sf_job_paths *ret, struct sf_err *e)
 {
 	struct sf_job_paths p;
@@ -82,17 +97,22 @@ int sf__job_paths(const char *job, int create, struct sf_job_paths *ret, struct 
 	r = sf__runtime_dir(p.dir, sizeof(p.dir), create, e);
 	if (r < 0)
 		return r;
-	snprintf(p.ctl_path, sizeof(p.ctl_path), "%s/%s.ctl", p.dir, job);
-	snprintf(p.pub_path, sizeof(p.pub_path), "%s/%s.pub", p.dir, job);
-	snprintf(p.info_path, sizeof(p.info_path), "%s/%s.json", p.dir, job);
-	/* A longer ipc:// path fails at bind with a vaguer message than this one. */
-	if (strlen(p.ctl_path) > SF_IPC_PATH_MAX)
-		return sf__err(e, -ENAMETOOLONG,
-			       "control socket path %s is longer than %d bytes; set "
-			       "SHMFEED_RUNTIME_DIR to a shorter directory",
-			       p.ctl_path, SF_IPC_PATH_MAX);
+	r = paths_in(&p, job, e);
+	if (r < 0)
+		return r;
 	*ret = p;
 	return 0;
+}
+
+int sf__job_paths_check(const char *job, struct sf_err *e)
+{
+	struct sf_job_paths p;
+	int r = sf__runtime_dir(p.dir, sizeof(p.dir), 0, e);
+
+	/* A directory not made yet is made by run. */
+	if (r < 0 && r != -ENOENT)
+		return r;
+	return paths_in(&p, job, e);
 }
 
 static int read_info_file(const char *path, struct sf_job_info *ret, struct sf_err *e)

@@ -504,6 +504,33 @@ def test_check_sizes_the_arena_as_run_does_with_hugepages(tmp_path):
         assert sizes["true"] == sizes["false"], (policy, sizes)
 
 
+def test_check_refuses_the_runtime_directory_run_refuses(tmp_path):
+    """run keeps the job's discovery file and default sockets in the private runtime
+    directory and refuses one that is relative, not private, or too long a path for the
+    job's socket; check said such jobs were valid."""
+    (tmp_path / "a.bin").write_bytes(bytes(4000))
+    cfg = tmp_path / "j.yaml"
+    cfg.write_text(f"sources: [{{paths: {tmp_path}/a.bin, format: nanogpt}}]\n")
+    open_dir = tmp_path / "open"
+    open_dir.mkdir(mode=0o755)
+    open_dir.chmod(0o755)
+    deep = tmp_path / ("d" * (100 - len(str(tmp_path))))
+    deep.mkdir(mode=0o700)
+    for rt, job, says in (("rel/rt", "j", "give an absolute path"),
+                          (str(open_dir), "j", "must be 0700"),
+                          (str(deep), "j" * 20, "is longer than 107 bytes")):
+        env = dict(os.environ, SHMFEED_RUNTIME_DIR=rt)
+        for cmd in (["check", str(cfg), "--set", f"job={job}"],
+                    ["run", str(cfg), "--set", f"job={job}", "--", "true"]):
+            out = sf(*cmd, env=env)
+            assert out.returncode == 1 and says in out.stderr, (cmd, rt, out.stderr)
+    # One not made yet is made by run: no refusal, and check makes nothing.
+    env = dict(os.environ, SHMFEED_RUNTIME_DIR=str(tmp_path / "new"))
+    out = sf("check", str(cfg), env=env)
+    assert out.returncode == 0, out.stderr
+    assert not (tmp_path / "new").exists()
+
+
 def test_check_counts_huge_budgets_without_wrapping_and_rounds_the_bound_up(tmp_path):
     """A budget of 2^64 - 1 tokens, or a schedule whose last phase ends at step 2^64 - 2,
     is cut to the 2^64 tokens check counts in (they wrapped to 0 steps, or to a wrong
