@@ -98,7 +98,8 @@ static const struct field source_fields[] = {
 	{"on_error", T_ENUM, SRC(on_error), 0, 0, on_error_names, NULL, 0, NULL},
 	{"index", T_ENUM, SRC(index), 0, 0, index_names, NULL, 0, NULL},
 	{"name", T_STRING, SRC(name), 0, 0, NULL, NULL, F_NULLABLE,
-	 "1-63 characters of A-Z a-z 0-9 _ - . not starting with '.' or '-', or null"},
+	 "1-63 characters of A-Z a-z 0-9 _ - . not starting with '.' or '-' nor holding "
+	 "'.new.' (the arena's temporary names), or null"},
 	{"group", T_STRING, SRC(group), 0, 0, NULL, NULL, F_NULLABLE, "a group name, or null"},
 	{"weight", T_WEIGHT, SRC(weight), 0, 0, NULL, NULL, F_NULLABLE, NULL},
 	END_FIELDS,
@@ -203,7 +204,8 @@ static const struct field integrity_fields[] = {
 
 static const struct field root_fields[] = {
 	{"job", T_STRING, CFG(job), 0, 0, NULL, NULL, 0,
-	 "1-63 characters of A-Z a-z 0-9 _ - . not starting with '.' or '-'"},
+	 "1-63 characters of A-Z a-z 0-9 _ - . not starting with '.' or '-' nor holding "
+	 "'.new.' (the arena's temporary names)"},
 	{"sources", T_SOURCES, CFG(sources), 0, 0, NULL, source_fields, 0, NULL},
 	{"tokenizer", T_SECTION, 0, 0, 0, NULL, tokenizer_fields, 0, NULL},
 	{"batch", T_SECTION, 0, 0, 0, NULL, batch_fields, 0, NULL},
@@ -1536,8 +1538,12 @@ ranks_done:
 	if (cfg->encoding && !strcmp(cfg->encoding, "char")) {
 		char *v = NULL;
 
+		struct stat sb;
+
+		/* One file: a pattern matches any number, but a file whose name has *?[ is one. */
 		if (cfg->n_sources != 1 || cfg->sources[0].n_paths != 1 ||
-		    strpbrk(cfg->sources[0].paths[0], "*?["))
+		    (strpbrk(cfg->sources[0].paths[0], "*?[") &&
+		     (stat(cfg->sources[0].paths[0], &sb) < 0 || !S_ISREG(sb.st_mode))))
 			return fail_field(
 				L, &tokenizer_fields[0],
 				"'encoding: char' takes its characters from the one source "

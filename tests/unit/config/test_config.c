@@ -220,6 +220,24 @@ Test(config, char_encoding_takes_its_corpus)
 	cr_expect_str_eq(cfg.encoding, "char:alphabet.txt");
 	rejects("sources: [a, b]\ntokenizer: {encoding: char}\n",
 		"job.yaml:2:23:", "with several, write char:CORPUS");
+	/* A pattern may match several, but an existing file whose name has [ is one file. */
+	{
+		char dir[] = "/tmp/sf-test-char-XXXXXX", path[128], yaml[256];
+		FILE *f;
+
+		cr_assert_not_null(mkdtemp(dir));
+		snprintf(path, sizeof(path), "%s/d[1].txt", dir);
+		cr_assert((f = fopen(path, "w")) && fputs("abc\n", f) >= 0 && fclose(f) == 0);
+		snprintf(yaml, sizeof(yaml), "sources: ['%s']\ntokenizer: {encoding: char}\n", path);
+		cr_assert_eq(load(yaml), 0, "%s", err.msg);
+		snprintf(yaml, sizeof(yaml), "char:%s", path);
+		cr_expect_str_eq(cfg.encoding, yaml);
+		snprintf(yaml, sizeof(yaml), "sources: ['%s/d*.txt']\ntokenizer: {encoding: char}\n",
+			 dir);
+		rejects(yaml, "job.yaml:2:23:", "with several, write char:CORPUS");
+		unlink(path);
+		rmdir(dir);
+	}
 }
 
 Test(config, duplicate_keys_are_rejected)
@@ -248,6 +266,8 @@ Test(config, job_names_are_checked)
 {
 	rejects("job: ../etc\nsources: [a]\n", "job.yaml:1:6:", "'job' must be 1-63 characters");
 	rejects("job: .hidden\nsources: [a]\n", "job.yaml:1:6:", "not starting with '.'");
+	/* Refused for the arena's temporary names: the message says so (it did not). */
+	rejects("job: x.new.y\nsources: [a]\n", "job.yaml:1:6:", "nor holding '.new.'");
 }
 
 Test(config, ranks_must_fit_the_world)
