@@ -279,12 +279,18 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 				globfree(&g);
 				break;
 			}
-			for (size_t j = 0; j < g.gl_pathc && r == 0; j++)
+			/* A directory it matches stands for its files, as one named. */
+			for (size_t j = 0; j < g.gl_pathc && r == 0; j++) {
+				if (stat(g.gl_pathv[j], &st) == 0 && S_ISDIR(st.st_mode)) {
+					r = expand_directory(g.gl_pathv[j], &paths, &n, &cap, e);
+					continue;
+				}
 				r = push_path(&paths, &n, &cap, g.gl_pathv[j],
 					      strlen(g.gl_pathv[j]));
+				if (r == -ENOMEM)
+					r = sf__err(e, r, "out of memory");
+			}
 			globfree(&g);
-			if (r == -ENOMEM)
-				r = sf__err(e, r, "out of memory");
 		} else if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
 			r = expand_directory(p, &paths, &n, &cap, e);
 		} else if (lstat(p, &st) != 0 && errno == ENOENT && !megatron_prefix(p)) {

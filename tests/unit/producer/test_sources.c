@@ -824,6 +824,33 @@ Test(sources, directory_means_its_regular_files)
 	expect_fail(-ENOENT, path, "the directory holds no regular file");
 }
 
+/* A glob that matches a directory takes the directory's files, as a path naming it does
+ * (docs/config.md); the whole source failed ("not a regular file"). */
+Test(sources, a_glob_matching_a_directory_takes_its_files)
+{
+	char sub[4200], *p = path, expect[4200];
+	char **paths = NULL;
+	size_t n = 0;
+	struct sf_err e = {0};
+	uint16_t t[4] = {0};
+
+	put("a.bin", t, sizeof(t));
+	snprintf(sub, sizeof(sub), "%s/sub", dir);
+	cr_assert_eq(mkdir(sub, 0700), 0);
+	put("sub/c.bin", t, sizeof(t));
+	snprintf(path, sizeof(path), "%s/*", dir);
+	src.paths = &p;
+	cr_assert_eq(sf__source_expand(&src, &paths, &n, &e), 0, "%s", e.msg);
+	cr_assert_eq(n, 2);
+	snprintf(expect, sizeof(expect), "%s/a.bin", dir);
+	cr_expect_str_eq(paths[0], expect);
+	snprintf(expect, sizeof(expect), "%s/sub/c.bin", dir);
+	cr_expect_str_eq(paths[1], expect);
+	for (size_t i = 0; i < n; i++)
+		free(paths[i]);
+	free(paths);
+}
+
 /*
  * Each file is read once however a source names it: a Megatron pair by a glob that takes
  * both its files, by its .bin and its .idx, or by its prefix and a file; a file by two
