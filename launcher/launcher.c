@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -78,6 +79,7 @@ struct producer {
 struct supervisor {
 	const struct sf_launch *l;
 	const struct sf_config *cfg;
+	char config_path[PATH_MAX]; /* the job file, absolute: the command's SHMFEED_CONFIG */
 	void *ds;
 	struct sf_arena *a;
 	struct sf_geometry geo;
@@ -1180,8 +1182,8 @@ static int spawn_command(struct supervisor *S, struct sf_err *e)
 		setenv("SHMFEED_JOB", S->cfg->job, 1);
 		setenv("SHMFEED_CONTROL", S->ctl_ep, 1);
 		setenv("SHMFEED_STATS", S->pub_ep, 1);
-		if (S->cfg->path)
-			setenv("SHMFEED_CONFIG", S->cfg->path, 1);
+		if (S->config_path[0])
+			setenv("SHMFEED_CONFIG", S->config_path, 1);
 		execvp(S->l->command[0], S->l->command);
 		sf__log_error("cannot run %s: %s", S->l->command[0], strerror(errno));
 		_exit(127);
@@ -1385,6 +1387,9 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 			      cfg->endpoint, cfg->job);
 	S->l = l;
 	S->cfg = cfg;
+	/* Absolute, so that a command that changes directory finds it. */
+	if (cfg->path && !realpath(cfg->path, S->config_path))
+		snprintf(S->config_path, sizeof(S->config_path), "%s", cfg->path);
 	S->sfd = -1;
 	S->ipc.lock_fd = -1;
 	S->self = getpid();

@@ -531,6 +531,19 @@ def test_check_refuses_the_runtime_directory_run_refuses(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+def test_the_command_finds_its_job_file_from_any_directory(rt, tmp_path):
+    """SHMFEED_CONFIG was the job file as typed: relative, it named nothing to a command
+    that changed directory."""
+    (tmp_path / "a.bin").write_bytes(bytes(4000))
+    (tmp_path / "j.yaml").write_text(f"job: {job_name('cfgpath')}\n"
+                                     f"sources: [{{paths: {tmp_path}/a.bin, format: nanogpt}}]\n")
+    out = subprocess.run([SHMFEED, "run", "j.yaml", "--quiet", "--", "sh", "-c",
+                          f'cd / && cat "$SHMFEED_CONFIG" > {tmp_path}/seen'],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "seen").read_text() == (tmp_path / "j.yaml").read_text()
+
+
 def test_check_counts_huge_budgets_without_wrapping_and_rounds_the_bound_up(tmp_path):
     """A budget of 2^64 - 1 tokens, or a schedule whose last phase ends at step 2^64 - 2,
     is cut to the 2^64 tokens check counts in (they wrapped to 0 steps, or to a wrong
