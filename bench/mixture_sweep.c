@@ -50,7 +50,7 @@ int main(int argc, char **argv)
 							      : rand_r(&seed) % 10);
 			}
 		}
-		if (sf__mix_set_init(&s, w, n, limit, SF_MIX_SEARCH_MAX) < 0)
+		if (sf__mix_set_init(&s, w, n, limit, SF_MIX_SEARCH_MAX, UINT64_MAX) < 0)
 			return 1;
 		if (s.bound >= 1) {
 			over++;

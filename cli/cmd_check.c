@@ -169,11 +169,11 @@ static void print_bound(const struct sf_dataset *ds)
 	}
 	printf("# mixture: at every prefix of every phase each source's count is within %.*f "
 	       "of weight x samples (%s)\n",
-	       digits, bound, exact ? "exact, over a whole period" : "proved from the tree");
+	       digits, bound, exact ? "exact, walked over every prefix" : "proved from the tree");
 	if (raw >= 1)
 		printf("# warning: with these weights a source's count may differ from weight x "
-		       "samples by %.6f, not less than 1 (docs/mixtures.md: the bound is proved "
-		       "below 1 for up to 4 sources only)\n",
+		       "samples by %.6f, not less than 1 (docs/mixtures.md: below 1 for up to 4 "
+		       "sources, and for up to 64 whose period, or phase, is at most 2^24 samples)\n",
 		       bound);
 }
 

@@ -57,10 +57,10 @@ static inline int32_t descend(const struct sf_mix_set *s, const struct sf_mix_no
 	return node->child[went_left ? 0 : 1];
 }
 
-/* Sample n from the period table: its period's whole counts, then its block's. */
+/* Sample n from the table: its whole periods' counts (a periodic table), then its block's. */
 static uint32_t table_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index)
 {
-	const uint64_t p = n / s->total, r = n % s->total, at = r - r % SF_MIX_TABLE_STRIDE;
+	const uint64_t p = n / s->table_len, r = n % s->table_len, at = r - r % SF_MIX_TABLE_STRIDE;
 	const uint32_t a = s->period[r];
 	uint64_t c = s->marks[at / SF_MIX_TABLE_STRIDE * s->n_ranked + a];
 
@@ -75,7 +75,8 @@ uint32_t sf__mix_set_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *re
 	uint64_t c = n; /* samples that reached the node before n's */
 	int32_t v = s->root;
 
-	if (s->period)
+	/* A table of a phase's samples only, shorter than a period, serves no more. */
+	if (s->period && (s->table_len == s->total || n < s->table_len))
 		return table_locate(s, n, ret_index);
 	while (!IS_LEAF(v))
 		v = descend(s, &s->nodes[v], &c);
@@ -99,8 +100,9 @@ static void counts_below(const struct sf_mix_set *s, int32_t v, uint64_t c, uint
 void sf__mix_set_counts(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_counts)
 {
 	memset(ret_counts, 0, s->n_sources * sizeof(*ret_counts));
-	if (s->period) {
-		const uint64_t p = n / s->total, r = n % s->total, at = r - r % SF_MIX_TABLE_STRIDE;
+	if (s->period && (s->table_len == s->total || n <= s->table_len)) {
+		const uint64_t p = s->table_len == s->total ? n / s->total : 0,
+			       r = n - p * s->table_len, at = r - r % SF_MIX_TABLE_STRIDE;
 		const uint32_t *mark = s->marks + at / SF_MIX_TABLE_STRIDE * s->n_ranked;
 
 		for (uint32_t a = 0; a < s->n_ranked; a++)
@@ -345,51 +347,61 @@ static void drop_table(struct sf_mix_set *s)
 	s->marks = NULL;
 	s->ranked = NULL;
 	s->n_ranked = 0;
+	s->table_len = 0;
+}
+
+/* A position (1-based), saturated: windows of very light sources open far past a table. */
+static inline uint64_t position(u128 v)
+{
+	return v > UINT64_MAX ? UINT64_MAX : (uint64_t)v;
 }
 
 /*
- * One period of the earliest-deadline assignment with every error within sigma =
- * 1 - 1/(2k - 2) for k sources (Tijdeman, "The chairman assignment problem", 1980): the
- * j-th sample of source i is due in the window of positions t (1-based) where
+ * The first `len` positions of the earliest-deadline assignment with every error within
+ * sigma = 1 - 1/(2k - 2) for k sources (Tijdeman, "The chairman assignment problem",
+ * 1980): the j-th sample of source i is due in the window of positions t (1-based) where
  * |count_i - w_i t| <= sigma holds before and after it, from ceil((j - sigma) / w_i) to
  * floor((j - 1 + sigma) / w_i) + 1, and each position goes to the source whose open
  * window ends first, (j - 1 + sigma) / w_i compared exactly (ties: the heavier, then the
- * lower source). Returns 0, -ENOMEM, or 1 when a
- * position found no open window or a window closed unserved (kept as the tree then).
+ * lower source). With len = Q, one whole period, after which the pattern repeats.
+ * Returns 0, -ENOMEM, or 1 when a position found no open window or a window closed
+ * unserved (kept as the tree then).
  */
-static int build_table(struct sf_mix_set *s, const uint32_t *order, uint32_t k, double *ret_bound)
+static int build_table(struct sf_mix_set *s, const uint32_t *order, uint32_t k, uint64_t len,
+		       double *ret_bound)
 {
 	const uint64_t Q = s->total, b = 2 * (uint64_t)k - 2, a = b - 1; /* sigma = a / b */
-	const uint64_t n_marks = (Q - 1) / SF_MIX_TABLE_STRIDE + 1;
+	const uint64_t n_marks = len / SF_MIX_TABLE_STRIDE + 1;
 	uint64_t *opens = malloc(k * sizeof(*opens)), *due = malloc(k * sizeof(*due));
 	uint32_t *count = calloc(k, sizeof(*count));
 	i128 worst = 0;
 	int r = -ENOMEM;
 
-	s->period = malloc(Q);
+	s->period = malloc(len);
 	s->marks = malloc(n_marks * k * sizeof(*s->marks));
 	s->ranked = malloc(k * sizeof(*s->ranked));
 	if (!opens || !due || !count || !s->period || !s->marks || !s->ranked)
 		goto out;
 	memcpy(s->ranked, order, k * sizeof(*order));
 	s->n_ranked = k;
+	s->table_len = len;
 	/* Window of sample j = count + 1 of ranked source x, of weight P: opens at
-	 * ceil((j b - a) Q / (b P)), due by floor(((j - 1) b + a) Q / (b P)). */
+	 * ceil((j b - a) Q / (b P)), due by floor(((j - 1) b + a) Q / (b P)) + 1 (counts are
+	 * below 2^25, b below 2^7, Q at most 2^62: 128 bits hold every product). */
 #define OPENS(x)                                                                                   \
-	(uint64_t)((((u128)(count[x] + 1) * b - a) * Q + b * s->weights[order[x]] - 1) /           \
-		   ((u128)b * s->weights[order[x]]))
-#define DUE(x) ((uint64_t)(((u128)count[x] * b + a) * Q / ((u128)b * s->weights[order[x]])) + 1)
-	/* Whether x's window ends before y's, exactly: (c_x b + a) / P_x < (c_y b + a) / P_y,
-	 * in 64 bits since counts and weights are at most SF_MIX_TABLE_MAX (2^24) and b < 2^7. */
+	position((((u128)(count[x] + 1) * b - a) * Q + b * s->weights[order[x]] - 1) /             \
+		 ((u128)b * s->weights[order[x]]))
+#define DUE(x) position(((u128)count[x] * b + a) * Q / ((u128)b * s->weights[order[x]]) + 1)
+	/* Whether x's window ends before y's, exactly: (c_x b + a) / P_x < (c_y b + a) / P_y. */
 #define EARLIER(x, y)                                                                              \
-	(((uint64_t)count[x] * b + a) * s->weights[order[y]] <                                     \
-	 ((uint64_t)count[y] * b + a) * s->weights[order[x]])
+	((u128)((uint64_t)count[x] * b + a) * s->weights[order[y]] <                               \
+	 (u128)((uint64_t)count[y] * b + a) * s->weights[order[x]])
 	for (uint32_t x = 0; x < k; x++) {
 		opens[x] = OPENS(x);
 		due[x] = DUE(x);
 	}
 	r = 1;
-	for (uint64_t t = 1; t <= Q; t++) {
+	for (uint64_t t = 1; t <= len; t++) {
 		uint32_t best = k;
 
 		if ((t - 1) % SF_MIX_TABLE_STRIDE == 0)
@@ -422,10 +434,20 @@ static int build_table(struct sf_mix_set *s, const uint32_t *order, uint32_t k, 
 #undef OPENS
 #undef DUE
 #undef EARLIER
-	for (uint32_t x = 0; x < k; x++)
-		if (count[x] != s->weights[order[x]])
+	/* The counts after the last position, for sf__mix_set_counts(s, len). */
+	if (len % SF_MIX_TABLE_STRIDE == 0)
+		memcpy(s->marks + len / SF_MIX_TABLE_STRIDE * k, count, k * sizeof(*count));
+	/* A whole period ends where it began. In a shorter table a source's error falls
+	 * after its last sample, to the end: measured there too. */
+	for (uint32_t x = 0; x < k; x++) {
+		i128 end = (i128)count[x] * Q - (i128)s->weights[order[x]] * len;
+
+		if (len == Q && end != 0)
 			goto out;
-	s->walked += Q;
+		end = end < 0 ? -end : end;
+		worst = end > worst ? end : worst;
+	}
+	s->walked += len;
 	*ret_bound = (double)worst / (double)Q;
 	r = 0;
 out:
@@ -448,7 +470,7 @@ static int cmp_order(const void *a, const void *b, void *arg)
 }
 
 int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
-		     uint64_t exact_limit, uint32_t search_limit)
+		     uint64_t exact_limit, uint32_t search_limit, uint64_t span)
 {
 	struct builder b = {.s = s};
 	uint32_t *order = NULL, n_pos = 0;
@@ -530,12 +552,13 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	} else {
 		s->bound = best;
 	}
-	/* No tree below 1: the table, where periods may be walked, if it does better. */
-	if (s->bound >= 1 && exact_limit && total <= SF_MIX_TABLE_MAX &&
-	    n_pos <= SF_MIX_TABLE_SOURCES) {
+	/* No tree below 1: a table of one period, or of the samples served where fewer, if
+	 * it does better. */
+	if (s->bound >= 1 && n_pos <= SF_MIX_TABLE_SOURCES &&
+	    (span < total ? span : total) <= SF_MIX_TABLE_MAX && span) {
 		double bound;
 
-		r = build_table(s, order, n_pos, &bound);
+		r = build_table(s, order, n_pos, span < total ? span : total, &bound);
 		if (r < 0)
 			goto out;
 		if (r == 0 && bound < s->bound) {
@@ -631,6 +654,14 @@ static uint32_t default_stages(uint32_t n_sources)
  * few sources; a phase may walk once per candidate shape). */
 #define EXACT_LIMIT (UINT64_C(1) << 20)
 
+/* The samples a phase serves: UINT64_MAX for an open one (or more than 64 bits count). */
+static uint64_t phase_samples(const struct sf_mix_phase *ph, uint64_t G)
+{
+	u128 n = (u128)(ph->end_step - ph->first_step) * G;
+
+	return ph->end_step == UINT64_MAX || n > UINT64_MAX ? UINT64_MAX : (uint64_t)n;
+}
+
 int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint32_t n_sources,
 		   uint64_t G, struct sf_mixture **ret_m, const char **why)
 {
@@ -703,7 +734,8 @@ int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint
 			r = sf__mix_set_init(
 				&ph->set, w, n_sources,
 				spec[p].ramp_to || walked >= SF_MIX_WALK_BUDGET ? 0 : EXACT_LIMIT,
-				spec[p].ramp_to ? SF_MIX_SEARCH_MAX_STAGE : SF_MIX_SEARCH_MAX);
+				spec[p].ramp_to ? SF_MIX_SEARCH_MAX_STAGE : SF_MIX_SEARCH_MAX,
+				walked >= SF_MIX_WALK_BUDGET ? 0 : phase_samples(ph, G));
 			if (r < 0) {
 				*why = r == -EINVAL ? "a phase's weights are all zero or too large"
 						    : "out of memory";

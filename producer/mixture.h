@@ -53,20 +53,21 @@ struct sf_mix_set {
 	uint32_t exact;
 	uint32_t n_nodes;
 	uint64_t walked; /* samples walked to find exact bounds (sf__mix_set_init's cost) */
-	/* Where no tree is below 1 over a period short enough to walk (SF_MIX_TABLE_MAX):
-	 * one period of the earliest-deadline assignment instead (docs/mixtures.md), as the
-	 * source of each position (period[n] indexes `ranked`, the sources of weight > 0)
-	 * and each of those sources' counts before every SF_MIX_TABLE_STRIDE-th position
-	 * (`marks`, n_ranked per mark). NULL: the tree decides. */
+	/* Where no tree is below 1: the earliest-deadline assignment instead (docs/mixtures.md)
+	 * over one period (table_len = Q: it repeats) or over the samples the set serves
+	 * (table_len < Q, at most SF_MIX_TABLE_MAX), as the source of each position (period[n]
+	 * indexes `ranked`, the sources of weight > 0) and each of those sources' counts
+	 * before every SF_MIX_TABLE_STRIDE-th position (`marks`, n_ranked per mark). NULL:
+	 * the tree decides. */
 	uint8_t *period;
 	uint32_t *marks;
 	uint32_t *ranked;
 	uint32_t n_ranked;
+	uint64_t table_len;
 };
 
-/* The longest period kept as a table (1 byte a position, plus its marks: at most 2 bytes
- * a position in all), and the most sources it serves; the table is built in O(period x
- * sources) time. */
+/* The longest table (1 byte a position, plus its marks: at most 2 bytes a position in
+ * all), and the most sources it serves; a table is built in O(positions x sources) time. */
 #define SF_MIX_TABLE_MAX     (UINT64_C(1) << 24)
 #define SF_MIX_TABLE_SOURCES 64u
 #define SF_MIX_TABLE_STRIDE  256u
@@ -87,13 +88,16 @@ struct sf_mix_set {
  * sf__mix_set_init - the tree for integer weights `weights[0..n)` (not all zero, total at
  * most SF_MIX_MAX_TOTAL): of a few candidate shapes, the one with the smallest bound;
  * the searched shape among them when at most `search_limit` sources weigh more than 0.
- * A total up to `exact_limit` is checked exactly over its period. Where the bound is 1
- * or more, `exact_limit` is not 0 and the table's limits allow, the period table instead
- * when its exact bound is smaller. Returns 0, -EINVAL for weights all zero or too large,
- * or -ENOMEM. Free with sf__mix_set_free().
+ * A total up to `exact_limit` is checked exactly over its period. `span` is how many
+ * samples the set serves (UINT64_MAX: without end; 0: build no table): where the bound
+ * is 1 or more, a table of the earliest-deadline assignment over one period (Q at most
+ * SF_MIX_TABLE_MAX), or over the `span` samples where fewer, replaces the tree when its
+ * exact bound is smaller. Only n < span samples are asked of such a set (counts up to
+ * n = span). Returns 0, -EINVAL for weights all zero or too large, or -ENOMEM. Free with
+ * sf__mix_set_free().
  */
 int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
-		     uint64_t exact_limit, uint32_t search_limit);
+		     uint64_t exact_limit, uint32_t search_limit, uint64_t span);
 
 /* sf__mix_set_free - free what sf__mix_set_init() allocated; accepts a zeroed set. */
 void sf__mix_set_free(struct sf_mix_set *s);

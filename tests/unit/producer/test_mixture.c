@@ -58,7 +58,7 @@ static void check_weights(const uint64_t *w, uint32_t n, const char *what)
 {
 	struct sf_mix_set s;
 
-	cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX), 0, "%s",
+	cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX, UINT64_MAX), 0, "%s",
 		     what);
 	cr_expect_lt(s.bound, 1.0, "%s: bound %.6f (exact %u)", what, s.bound, s.exact);
 	check_prefixes(&s, PREFIXES, what);
@@ -190,9 +190,9 @@ Test(mixture, where_no_tree_is_below_one_the_period_table_is)
 		struct sf_mix_set s;
 		i128 worst;
 
-		cr_assert_eq(
-			sf__mix_set_init(&s, cases[c].w, n, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX),
-			0);
+		cr_assert_eq(sf__mix_set_init(&s, cases[c].w, n, UINT64_C(1) << 20,
+					      SF_MIX_SEARCH_MAX, UINT64_MAX),
+			     0);
 		cr_assert(s.period, "%u sources: no table", n);
 		cr_assert(s.exact);
 		cr_assert_leq(s.bound, 1 - 1.0 / (2 * n - 2), "%u sources: bound %.6f", n, s.bound);
@@ -211,6 +211,77 @@ Test(mixture, where_no_tree_is_below_one_the_period_table_is)
 /* docs/mixtures.md proves every printed bound below psi / 2 = 1.67994 (the Huffman shape is
  * always a candidate): on the chain that drives Huffman's own bound to 1.6799, on random
  * mixtures of 5 to 64 sources, and, where the period is short, the walk stays within it. */
+/*
+ * A period too long for a table (Q = 85,855,536 > 2^24) whose tree is above 1 (proved
+ * 1.033): a phase of 10^6 samples takes a table of those samples, below 31/32 at every
+ * prefix; the next phase continues each source's index from the table's counts.
+ */
+static const uint64_t long_period[17] = {4988268, 773015,  8390938, 8756064, 5817974, 1508993,
+					 8278422, 2706620, 2579491, 6597425, 5107411, 882570,
+					 6236846, 8568017, 4614164, 8696068, 1353250};
+
+Test(mixture, a_phase_shorter_than_its_period_takes_a_table_of_its_samples)
+{
+	struct sf_mix_set s;
+
+	cr_assert_eq(sf__mix_set_init(&s, long_period, 17, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX,
+				      UINT64_MAX),
+		     0);
+	cr_assert_null(s.period, "a period of %llu samples in a table",
+		       (unsigned long long)s.total);
+	cr_assert_geq(s.bound, 1.0, "the tree: %.6f", s.bound);
+	sf__mix_set_free(&s);
+	cr_assert_eq(sf__mix_set_init(&s, long_period, 17, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX,
+				      PREFIXES),
+		     0);
+	cr_assert(s.period && s.table_len == PREFIXES && s.exact);
+	cr_assert_leq(s.bound, 31.0 / 32, "bound %.6f", s.bound);
+	check_prefixes(&s, PREFIXES, "phase table");
+	sf__mix_set_free(&s);
+}
+
+Test(mixture, a_phase_table_hands_its_counts_to_the_next_phase)
+{
+	static const uint64_t even[17] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+	const struct sf_mix_phase_spec spec[] = {
+		{.end_step = 125, .weights = long_period},
+		{.end_step = UINT64_MAX, .weights = even},
+	};
+	const uint64_t G = 800, end = 125 * G; /* 100,000 samples in the first phase */
+	struct sf_mixture *m;
+	const char *why;
+	uint64_t count[17] = {0}, start[17] = {0}, direct[17];
+
+	cr_assert_eq(sf__mix_create(spec, 2, 17, G, &m, &why), 0, "%s", why);
+	cr_assert(m->phases[0].set.period && m->phases[0].set.table_len == end);
+	cr_assert_lt(m->phases[0].set.bound, 1.0);
+	for (uint64_t k = 0; k < end + 17 * 300; k++) {
+		const struct sf_mix_set *set = &m->phases[k < end ? 0 : 1].set;
+		const uint64_t first = k < end ? 0 : end, n = k + 1 - first;
+		uint64_t idx;
+		uint32_t i;
+
+		if (k == end)
+			memcpy(start, count, sizeof(count));
+		i = sf__mix_locate(m, k, &idx);
+		cr_assert_eq(idx, count[i], "sample %llu", (unsigned long long)k);
+		count[i]++;
+		for (int j = 0; j < 17; j++) {
+			i128 err = (i128)(count[j] - start[j]) * set->total -
+				   (i128)set->weights[j] * n;
+
+			cr_assert_lt(err < 0 ? -err : err, (i128)set->total, "sample %llu source %d",
+				     (unsigned long long)k, j);
+		}
+		if (k + 1 == end || k % 9973 == 0) {
+			sf__mix_counts(m, k + 1, direct);
+			cr_assert_arr_eq(direct, count, sizeof(count), "sample %llu",
+					 (unsigned long long)k);
+		}
+	}
+	sf__mix_free(m);
+}
+
 Test(mixture, every_bound_is_below_1_68)
 {
 	uint64_t w[64] = {1000, 1, 1000};
@@ -218,7 +289,7 @@ Test(mixture, every_bound_is_below_1_68)
 
 	for (int i = 3; i < 22; i++)
 		w[i] = w[i - 1] + w[i - 2];
-	cr_assert_eq(sf__mix_set_init(&s, w, 22, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX), 0);
+	cr_assert_eq(sf__mix_set_init(&s, w, 22, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX, UINT64_MAX), 0);
 	cr_assert_lt(s.bound, 1.67994, "chain: bound %.6f", s.bound);
 	sf__mix_set_free(&s);
 	srand(4242);
@@ -228,7 +299,7 @@ Test(mixture, every_bound_is_below_1_68)
 
 		for (uint32_t i = 0; i < n; i++)
 			w[i] = 1 + (uint64_t)rand() % (i == 0 && round % 4 == 3 ? top * 1000 : top);
-		cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 16, SF_MIX_SEARCH_MAX), 0);
+		cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 16, SF_MIX_SEARCH_MAX, UINT64_MAX), 0);
 		cr_assert_lt(s.bound, 1.67994, "%u sources: bound %.6f", n, s.bound);
 		if (s.total <= (UINT64_C(1) << 16))
 			cr_assert_leq(worst_over_period(&s), (i128)(s.bound * (double)s.total) + 1,
@@ -243,7 +314,7 @@ Test(mixture, a_zero_weight_source_is_never_chosen)
 	struct sf_mix_set s;
 	uint64_t c[4];
 
-	cr_assert_eq(sf__mix_set_init(&s, w, 4, 1u << 20, SF_MIX_SEARCH_MAX), 0);
+	cr_assert_eq(sf__mix_set_init(&s, w, 4, 1u << 20, SF_MIX_SEARCH_MAX, UINT64_MAX), 0);
 	check_prefixes(&s, 10000, "zeros");
 	sf__mix_set_counts(&s, 4000, c);
 	cr_assert_eq(c[0] + c[2], 0);
@@ -257,8 +328,8 @@ Test(mixture, bad_weights_are_refused)
 	const uint64_t huge[] = {SF_MIX_MAX_TOTAL, 1};
 	struct sf_mix_set s;
 
-	cr_assert_eq(sf__mix_set_init(&s, zero, 2, 0, 0), -EINVAL);
-	cr_assert_eq(sf__mix_set_init(&s, huge, 2, 0, 0), -EINVAL);
+	cr_assert_eq(sf__mix_set_init(&s, zero, 2, 0, 0, 0), -EINVAL);
+	cr_assert_eq(sf__mix_set_init(&s, huge, 2, 0, 0, 0), -EINVAL);
 }
 
 Test(mixture, large_weights_use_exact_128_bit_splits)
@@ -268,7 +339,7 @@ Test(mixture, large_weights_use_exact_128_bit_splits)
 			      (UINT64_C(1) << 59) + 1};
 	struct sf_mix_set s;
 
-	cr_assert_eq(sf__mix_set_init(&s, w, 3, 0, SF_MIX_SEARCH_MAX), 0);
+	cr_assert_eq(sf__mix_set_init(&s, w, 3, 0, SF_MIX_SEARCH_MAX, UINT64_MAX), 0);
 	cr_expect_lt(s.bound, 1.0);
 	check_prefixes(&s, 200000, "large");
 	sf__mix_set_free(&s);
