@@ -915,6 +915,15 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 				 (unsigned long long)req->step, (unsigned long long)(limit - 1));
 			return reply_error(buf, len, req, SF_E_RANGE, why);
 		}
+		/* A finite run ends with its end marker's step: a position past it is none. */
+		if (req->step > S->end_step) {
+			snprintf(why, sizeof(why),
+				 "step %llu is past this run's end: its last step is %llu, its end "
+				 "marker step %llu",
+				 (unsigned long long)req->step, (unsigned long long)(S->end_step - 1),
+				 (unsigned long long)S->end_step);
+			return reply_error(buf, len, req, SF_E_RANGE, why);
+		}
 		if (S->seek.active) {
 			snprintf(why, sizeof(why),
 				 "a seek of rank %u waits for a producer to finish a slot; send "

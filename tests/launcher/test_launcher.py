@@ -344,6 +344,26 @@ def test_sigkill_of_the_launcher(rt, tmp_path):
     assert len(read_lines(tmp_path / "r1.txt")) == 20
 
 
+def test_a_seek_past_a_finite_runs_end_is_refused(rt, tmp_path):
+    """Seek took any step below the ring's limit: past a finite run's end marker the rank
+    served nothing and the job said it had ended (0 batches delivered)."""
+    cfg = write_config(tmp_path, "sampling: {epochs: 1}\n")
+    job = job_name("seekend")
+    p = start_serving(cfg, job)
+    try:
+        # The fake producers' epoch: 64 samples of B x W = 4, the end marker at step 16.
+        bad = ctl(job, '{"v":1,"op":"seek","rank":0,"step":17}')
+        assert not bad["ok"] and bad["code"] == -1010, bad
+        assert "step 17 is past this run's end: its last step is 15, its end marker " \
+            "step 16" in bad["error"], bad
+        assert ctl(job, '{"v":1,"op":"seek","rank":0,"step":16}')["ok"]
+        assert ctl(job, '{"v":1,"op":"seek","rank":1,"step":5}')["ok"]
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+    assert not shm_of(job)
+
+
 def test_control_requests(rt, tmp_path):
     cfg = write_config(tmp_path)
     job = job_name("ctl")
