@@ -19,6 +19,7 @@
  * to a temporary name, synced and renamed, so readers never see half a file. Failing to
  * write it (no writable cache directory) costs speed only, never correctness.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -418,6 +419,55 @@ int sf__index_take(struct sf_dataset *ds, const struct sf_index_image *img, uint
 }
 
 /* Write the index to `path` (NULL: -ENOMEM), through a temporary file. */
+/* By every field of the identity an entry is checked against: a file that took a deleted
+ * one's inode keeps no entry of it. */
+static int cmp_id(const void *a, const void *b)
+{
+	const struct sf_file_id *p = a, *q = b;
+	const uint64_t xs[] = {p->dev, p->ino, p->size, p->mtime_ns, p->ctime_ns},
+		       ys[] = {q->dev, q->ino, q->size, q->mtime_ns, q->ctime_ns};
+
+	for (int i = 0; i < 5; i++)
+		if (xs[i] != ys[i])
+			return xs[i] < ys[i] ? -1 : 1;
+	return 0;
+}
+
+/* The identities of the files in directory `dir` (after symlinks), sorted; NULL where it
+ * cannot be listed (or out of memory). */
+static struct sf_file_id *dir_ids(const char *dir, size_t *ret_n)
+{
+	DIR *d = opendir(dir);
+	struct sf_file_id *ids = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+
+	if (!d)
+		return NULL;
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (fstatat(dirfd(d), de->d_name, &st, 0) < 0 || !S_ISREG(st.st_mode))
+			continue;
+		if (n == cap) {
+			struct sf_file_id *more =
+				realloc(ids, (cap = cap ? 2 * cap : 64) * sizeof(*ids));
+
+			if (!more) {
+				free(ids);
+				closedir(d);
+				return NULL;
+			}
+			ids = more;
+		}
+		sf__file_id_of(&st, &ids[n++]);
+	}
+	closedir(d);
+	qsort(ids, n, sizeof(*ids), cmp_id);
+	*ret_n = n;
+	return ids ? ids : malloc(1);
+}
+
 static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t n, uint64_t key,
 		   const struct sf_index_image *old, char *path, char **ret_path,
 		   uint64_t *ret_bytes)
@@ -437,8 +487,13 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 	for (uint32_t i = 0; i < n; i++)
 		nc += ds->text_files[files[i]].n_chunks;
 	/* Entries of `old` for files this job does not read (another source over the same
-	 * directory) are kept, so that two jobs over one directory do not undo each other. */
+	 * directory) are kept, so that two jobs over one directory do not undo each other;
+	 * but not those of files gone from the directory (shards that rotate), which would
+	 * otherwise be read and written by every start. mine[k]: 1 this job's, 2 gone. */
 	if (old) {
+		struct sf_file_id *present = NULL;
+		size_t n_present = 0;
+
 		mine = calloc(old->h.n_files + 1, sizeof(*mine));
 		if (!mine)
 			goto out;
@@ -448,6 +503,24 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 			if (k != UINT64_MAX)
 				mine[k] = 1;
 		}
+		for (uint64_t k = 0; k < old->h.n_files; k++) {
+			const struct index_file_entry *f = &old->files[k];
+			struct sf_file_id id = {f->dev, f->ino, f->size, f->mtime_ns, f->ctime_ns};
+
+			if (mine[k])
+				continue;
+			if (!present) {
+				char *d = dir_of(ds->text_files[files[0]].path);
+
+				present = d ? dir_ids(d, &n_present) : NULL;
+				free(d);
+				if (!present)
+					break; /* not listed: every entry stays */
+			}
+			if (!bsearch(&id, present, n_present, sizeof(*present), cmp_id))
+				mine[k] = 2;
+		}
+		free(present);
 		for (uint64_t k = 0; k < old->h.n_files; k++)
 			if (!mine[k]) {
 				nf++;

@@ -666,6 +666,42 @@ Test(hardening, index_that_is_a_fifo_is_passed_over, .timeout = 10)
 	expect_rebuilt(&st);
 }
 
+/* The size of the one index file, after opening (and closing) the dataset. */
+static off_t index_size_after_open(void)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	struct stat sb;
+
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_close(ds);
+	find_index();
+	cr_assert_eq(stat(ipath, &sb), 0);
+	return sb.st_size;
+}
+
+/*
+ * Shards that rotate (a new file a day, old ones deleted): the index kept an entry for
+ * every file it ever saw, each start reading and writing them all. An entry whose file
+ * is gone from the directory is dropped when the index is written again.
+ */
+Test(hardening, the_index_forgets_files_gone_from_its_directory)
+{
+	char pattern[4200];
+	char *p = pattern;
+	off_t two;
+
+	put_text("a.txt", 300);
+	put_text("b.txt", 300);
+	snprintf(pattern, sizeof(pattern), "%s/*.txt", dir);
+	src.paths = &p;
+	two = index_size_after_open();
+	snprintf(path, sizeof(path), "%s/b.txt", dir);
+	cr_assert_eq(unlink(path), 0);
+	put_text("c.txt", 300); /* new: the index is written again */
+	cr_expect_eq(index_size_after_open(), two, "an entry of the deleted b.txt stayed");
+}
+
 /* ---- file names with glob characters ---- */
 
 Test(hardening, existing_file_named_like_a_glob_is_taken_literally)
