@@ -279,10 +279,17 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 				globfree(&g);
 				break;
 			}
-			/* A directory it matches stands for its files, as one named. */
+			/* A directory it matches stands for its files, as one named; one that
+			 * holds none adds none, but the pattern must match some file. */
+			size_t had = n;
+
 			for (size_t j = 0; j < g.gl_pathc && r == 0; j++) {
 				if (stat(g.gl_pathv[j], &st) == 0 && S_ISDIR(st.st_mode)) {
+					size_t before = n;
+
 					r = expand_directory(g.gl_pathv[j], &paths, &n, &cap, e);
+					if (r == -ENOENT && n == before)
+						r = 0;
 					continue;
 				}
 				r = push_path(&paths, &n, &cap, g.gl_pathv[j],
@@ -291,6 +298,9 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 					r = sf__err(e, r, "out of memory");
 			}
 			globfree(&g);
+			if (r == 0 && n == had)
+				r = sf__err(e, -ENOENT, "%s: no file matches (only directories of none)",
+					    p);
 		} else if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
 			r = expand_directory(p, &paths, &n, &cap, e);
 		} else if (lstat(p, &st) != 0 && errno == ENOENT && !megatron_prefix(p)) {

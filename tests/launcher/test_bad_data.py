@@ -277,7 +277,8 @@ def test_check_fails_where_run_fails(rt, tmp_path):
         "an empty token file beside a good one": (
             f"[{tmp_path}/a.bin, {tmp_path}/zero.bin]",
             "zero.bin: the file is empty (no tokens)"),
-        "a glob that matches a directory": (f"[{tmp_path}/g/*]", "g/sub: not a regular file"),
+        "a glob that matches only a directory of none": (
+            f"[{tmp_path}/g/s*]", "g/s*: no file matches (only directories of none)"),
         "a Megatron prefix whose .idx is missing": (
             f"[{tmp_path}/m]", f"{tmp_path}/m: no such file, and {tmp_path}/m.bin has no .idx"),
         "an llm.c file of no tokens beside a good one": (

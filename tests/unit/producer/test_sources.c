@@ -838,6 +838,8 @@ Test(sources, a_glob_matching_a_directory_takes_its_files)
 	snprintf(sub, sizeof(sub), "%s/sub", dir);
 	cr_assert_eq(mkdir(sub, 0700), 0);
 	put("sub/c.bin", t, sizeof(t));
+	snprintf(sub, sizeof(sub), "%s/none", dir); /* a directory of none adds none */
+	cr_assert_eq(mkdir(sub, 0700), 0);
 	snprintf(path, sizeof(path), "%s/*", dir);
 	src.paths = &p;
 	cr_assert_eq(sf__source_expand(&src, &paths, &n, &e), 0, "%s", e.msg);
