@@ -1,7 +1,9 @@
 /*
- * How exact mixtures are beyond what is proved: for random weight vectors, the bound the
- * loader finds for its best tree shape (producer/mixture.h): exact over a whole period
- * where the period Q is at most EXACT_LIMIT, else the bound proved from the tree. Four
+ * How exact mixtures are beyond what is proved: for random weight vectors of a phase
+ * without end, the bound the loader finds (producer/mixture.h): its best tree shape's,
+ * exact over a whole period where the period Q is at most EXACT_LIMIT, else proved from
+ * the tree; the period table's, exact, where the tree's is 1 or more and Q is at most
+ * SF_MIX_TABLE_MAX. Four
  * families of weights in turn: uniform in 1..1000, uniform in 1..10^6, one source of 10^6
  * with the others in 1..100, and mostly 1..10 with a quarter of them up to 10^5.
  *
