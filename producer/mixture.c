@@ -389,7 +389,7 @@ static int build_table(struct sf_mix_set *s, const uint32_t *order, uint32_t k, 
 	 * ceil((j b - a) Q / (b P)), due by floor(((j - 1) b + a) Q / (b P)) + 1 (counts are
 	 * below 2^25, b below 2^7, Q at most 2^62: 128 bits hold every product). */
 #define OPENS(x)                                                                                   \
-	position((((u128)(count[x] + 1) * b - a) * Q + b * s->weights[order[x]] - 1) /             \
+	position((((u128)(count[x] + 1) * b - a) * Q + (u128)b * s->weights[order[x]] - 1) /       \
 		 ((u128)b * s->weights[order[x]]))
 #define DUE(x) position(((u128)count[x] * b + a) * Q / ((u128)b * s->weights[order[x]]) + 1)
 	/* Whether x's window ends before y's, exactly: (c_x b + a) / P_x < (c_y b + a) / P_y. */
@@ -554,8 +554,9 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	}
 	/* No tree below 1: a table of one period, or of the samples served where fewer, if
 	 * it does better. */
-	if (s->bound >= 1 && n_pos <= SF_MIX_TABLE_SOURCES &&
-	    (span < total ? span : total) <= SF_MIX_TABLE_MAX && span) {
+	if (s->bound >= 1 && n_pos <= SF_MIX_TABLE_SOURCES && span &&
+	    (span < total ? span : total) <= SF_MIX_TABLE_MAX &&
+	    (span < total ? span : total) * n_pos <= SF_MIX_TABLE_WORK) {
 		double bound;
 
 		r = build_table(s, order, n_pos, span < total ? span : total, &bound);

@@ -67,8 +67,10 @@ struct sf_mix_set {
 };
 
 /* The longest table (1 byte a position, plus its marks: at most 2 bytes a position in
- * all), and the most sources it serves; a table is built in O(positions x sources) time. */
+ * all), and the most sources it serves; a table is built in O(positions x sources) time,
+ * held to SF_MIX_TABLE_WORK (about a second here). */
 #define SF_MIX_TABLE_MAX     (UINT64_C(1) << 24)
+#define SF_MIX_TABLE_WORK    (UINT64_C(1) << 28)
 #define SF_MIX_TABLE_SOURCES 64u
 #define SF_MIX_TABLE_STRIDE  256u
 
@@ -90,11 +92,11 @@ struct sf_mix_set {
  * the searched shape among them when at most `search_limit` sources weigh more than 0.
  * A total up to `exact_limit` is checked exactly over its period. `span` is how many
  * samples the set serves (UINT64_MAX: without end; 0: build no table): where the bound
- * is 1 or more, a table of the earliest-deadline assignment over one period (Q at most
- * SF_MIX_TABLE_MAX), or over the `span` samples where fewer, replaces the tree when its
- * exact bound is smaller. Only n < span samples are asked of such a set (counts up to
- * n = span). Returns 0, -EINVAL for weights all zero or too large, or -ENOMEM. Free with
- * sf__mix_set_free().
+ * is 1 or more, a table of the earliest-deadline assignment over one period, or over the
+ * `span` samples where fewer (at most SF_MIX_TABLE_MAX positions, positions x sources at
+ * most SF_MIX_TABLE_WORK), replaces the tree when its exact bound is smaller. Only n < span samples
+ * are asked of such a set (counts up to n = span). Returns 0, -EINVAL for weights all zero or too
+ * large, or -ENOMEM. Free with sf__mix_set_free().
  */
 int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 		     uint64_t exact_limit, uint32_t search_limit, uint64_t span);

@@ -240,6 +240,25 @@ Test(mixture, a_phase_shorter_than_its_period_takes_a_table_of_its_samples)
 	sf__mix_set_free(&s);
 }
 
+/* Weights near 2^61 (a ramp's stages, groups): a window's opening is computed in 128 bits
+ * (b x P wrapped in 64, opening windows early: the table measured above 1 and was
+ * dropped, leaving a tree above 1). */
+Test(mixture, a_table_of_weights_near_2_to_the_61)
+{
+	static const uint64_t w[12] = {
+		2305843010848508986u, 157413928274791586u, 59817784084917380u,
+		70387159128959693u,   70694778308882678u,  48598515036327741u,
+		115759142737826323u,  217924972380330807u, 88430879089954007u,
+		122492829835026105u,  215204128595843370u, 103689582909674320u};
+	struct sf_mix_set s;
+
+	cr_assert_eq(sf__mix_set_init(&s, w, 12, 0, SF_MIX_SEARCH_MAX, PREFIXES), 0);
+	cr_assert(s.period, "no table: the tree's bound %.6f", s.bound);
+	cr_assert_leq(s.bound, 1 - 1.0 / 22, "bound %.6f", s.bound);
+	check_prefixes(&s, PREFIXES, "weights near 2^61");
+	sf__mix_set_free(&s);
+}
+
 Test(mixture, a_phase_table_hands_its_counts_to_the_next_phase)
 {
 	static const uint64_t even[17] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
