@@ -2340,34 +2340,46 @@ static int by_name(const struct dirent **a, const struct dirent **b)
  * a directory's files, a path that exists taken literally (even with glob characters),
  * else the matches of the glob, each with its Megatron companion.
  */
-static void digest_source_path(XXH3_state_t *st, const char *path)
+/* The regular files of directory `path`, as a directory source reads them. */
+static void digest_dir(XXH3_state_t *st, const char *path)
 {
 	struct dirent **list;
 	struct stat sb;
+	int n = scandir(path, &list, not_hidden, by_name);
+
+	for (int i = 0; i < n; i++) {
+		char *full = malloc(strlen(path) + strlen(list[i]->d_name) + 2);
+
+		if (full) {
+			sprintf(full, "%s/%s", path, list[i]->d_name);
+			if (stat(full, &sb) == 0 && S_ISREG(sb.st_mode))
+				digest_file(st, full);
+			free(full);
+		}
+		free(list[i]);
+	}
+	if (n > 0)
+		free(list);
+}
+
+static void digest_source_path(XXH3_state_t *st, const char *path)
+{
+	struct stat sb;
 	glob_t g;
-	int n;
 
 	digest_str(st, path);
 	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-		n = scandir(path, &list, not_hidden, by_name);
-		for (int i = 0; i < n; i++) {
-			char *full = malloc(strlen(path) + strlen(list[i]->d_name) + 2);
-
-			if (full) {
-				sprintf(full, "%s/%s", path, list[i]->d_name);
-				if (stat(full, &sb) == 0 && S_ISREG(sb.st_mode))
-					digest_file(st, full);
-				free(full);
-			}
-			free(list[i]);
-		}
-		if (n > 0)
-			free(list);
+		digest_dir(st, path);
 	} else if (stat(path, &sb) == 0 || !strpbrk(path, "*?[")) {
 		digest_data_file(st, path);
 	} else if (glob(path, 0, NULL, &g) == 0) {
-		for (size_t k = 0; k < g.gl_pathc; k++)
-			digest_data_file(st, g.gl_pathv[k]);
+		/* A directory the pattern matches is read as its files (paths.c). */
+		for (size_t k = 0; k < g.gl_pathc; k++) {
+			if (stat(g.gl_pathv[k], &sb) == 0 && S_ISDIR(sb.st_mode))
+				digest_dir(st, g.gl_pathv[k]);
+			else
+				digest_data_file(st, g.gl_pathv[k]);
+		}
 		globfree(&g);
 	}
 }

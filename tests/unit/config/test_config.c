@@ -781,6 +781,7 @@ Test(config, the_digest_follows_every_file_read)
 		const char *before_dir, *after_dir, *changed;
 	} cases[] = {
 		{"sources: [\"", "/d\"]\n", "d/a.txt"},
+		{"sources: [\"", "/d*\"]\n", "d/a.txt"}, /* a glob matching a directory */
 		{"sources: [\"", "/m\"]\n", "m.bin"},
 		{"sources: [\"", "/m.bin\"]\n", "m.idx"},
 		{"sources: [\"", "/x[1].txt\"]\n", "x[1].txt"},
