@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,8 +110,18 @@ int sf__job_paths_check(const char *job, struct sf_err *e)
 	struct sf_job_paths p;
 	int r = sf__runtime_dir(p.dir, sizeof(p.dir), 0, e);
 
-	/* A directory not made yet is made by run. */
-	if (r < 0 && r != -ENOENT)
+	/* A directory not made yet is made by run, in a directory that is there. */
+	if (r == -ENOENT) {
+		char *parent = strdup(p.dir);
+		struct stat st;
+
+		if (!parent)
+			return sf__err(e, -ENOMEM, "out of memory");
+		if (stat(dirname(parent), &st) == 0 && S_ISDIR(st.st_mode))
+			r = 0;
+		free(parent);
+	}
+	if (r < 0)
 		return r;
 	return paths_in(&p, job, e);
 }

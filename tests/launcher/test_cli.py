@@ -524,11 +524,17 @@ def test_check_refuses_the_runtime_directory_run_refuses(tmp_path):
                     ["run", str(cfg), "--set", f"job={job}", "--", "true"]):
             out = sf(*cmd, env=env)
             assert out.returncode == 1 and says in out.stderr, (cmd, rt, out.stderr)
-    # One not made yet is made by run: no refusal, and check makes nothing.
+    # One not made yet is made by run: no refusal, and check makes nothing; but run
+    # makes no parent directory.
     env = dict(os.environ, SHMFEED_RUNTIME_DIR=str(tmp_path / "new"))
     out = sf("check", str(cfg), env=env)
     assert out.returncode == 0, out.stderr
     assert not (tmp_path / "new").exists()
+    env = dict(os.environ, SHMFEED_RUNTIME_DIR=str(tmp_path / "no" / "new"))
+    for cmd in (["check", str(cfg)], ["run", str(cfg), "--", "true"]):
+        out = sf(*cmd, env=env)
+        assert out.returncode == 1 and "No such file or directory" in out.stderr, \
+            (cmd, out.stderr)
 
 
 def test_the_command_finds_its_job_file_from_any_directory(rt, tmp_path):
