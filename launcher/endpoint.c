@@ -145,7 +145,8 @@ static int listened_on(const char *path)
 	if (strlen(path) >= sizeof(a.sun_path))
 		return 0;
 	strcpy(a.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	/* Non-blocking: a listener whose backlog is full says EAGAIN, and is one. */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return 0;
 	r = connect(fd, (const struct sockaddr *)&a, sizeof(a)) == 0 || errno == EAGAIN;
