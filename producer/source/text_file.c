@@ -159,13 +159,24 @@ static int decompress_gzip(const char *path, const unsigned char *in, size_t in_
 		if (z == Z_STREAM_END) {
 			size_t at = (size_t)((const unsigned char *)zs.next_in - in);
 
-			/* Zeros after the last member are padding (a tape block's), as gzip -d
-			 * and Python's gzip take them. */
+			/* Zeros after a member are padding (a tape block's), passed over as
+			 * Python's gzip does (gzip -d takes them at the end only). */
 			while (at < in_len && in[at] == 0)
 				at++;
 			if (at == in_len)
 				break;
 			/* Another gzip member follows (as `cat a.gz b.gz` makes). */
+			{
+				size_t skip = at - (consumed - zs.avail_in);
+
+				if (skip > zs.avail_in) { /* past what was fed: feed from there */
+					consumed = at;
+					zs.avail_in = 0;
+				} else {
+					zs.next_in += skip;
+					zs.avail_in -= (uInt)skip;
+				}
+			}
 			inflateReset(&zs);
 			continue;
 		}

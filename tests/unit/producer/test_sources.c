@@ -602,8 +602,8 @@ Test(sources, gzip_truncated_stream)
 	expect_fail(SF_E_SOURCE, path, want);
 }
 
-/* Zero bytes after the last member (a tape block's padding) end the file, as gzip -d and
- * Python's gzip read it; anything else after them is still refused. */
+/* Zero bytes after a member (a tape block's padding) are passed over, as Python's gzip
+ * does: at the end, or before another member; anything else after them is refused. */
 Test(sources, gzip_zero_padding)
 {
 	unsigned char z[1024] = {0};
@@ -618,9 +618,16 @@ Test(sources, gzip_zero_padding)
 	sf__dataset_stats(ds, &st);
 	cr_expect_eq(st.n_tokens, strlen("a gzip compressed document of some length") + 1);
 	sf__dataset_close(ds);
-	z[n + 511] = 1;
+	memset(z + n + 500, 1, 12);
 	put("padded.jsonl.gz", z, n + 512);
 	expect_fail(SF_E_SOURCE, path, "invalid gzip stream");
+	memset(z + n + 500, 0, 12);
+	cr_assert_eq(gzip_bytes(z + n + 512, sizeof(z) - n - 512), n);
+	put("padded.jsonl.gz", z, 2 * n + 512);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.n_tokens, 2 * (strlen("a gzip compressed document of some length") + 1));
+	sf__dataset_close(ds);
 }
 
 Test(sources, bad_file_skipped_among_good)
