@@ -71,6 +71,23 @@ static bool folded_pair(const char *pat, size_t i)
 	return false;
 }
 
+/* Whether pat[end] ('}') closes an interval quantifier {n}, {n,} or {n,m}: not the
+ * braces of an escape (\x{3000}) nor an escaped brace. */
+static bool interval_before(const char *pat, size_t end)
+{
+	size_t i = end, commas = 0;
+
+	while (i > 0 && ((pat[i - 1] >= '0' && pat[i - 1] <= '9') || pat[i - 1] == ',')) {
+		commas += pat[i - 1] == ',';
+		i--;
+	}
+	if (i == 0 || pat[i - 1] != '{' || i == end || commas > 1)
+		return false;
+	return !(i >= 2 && pat[i - 2] == '\\') &&
+	       !(i >= 3 && pat[i - 3] == '\\' &&
+		 ((pat[i - 2] | 0x20) >= 'a' && (pat[i - 2] | 0x20) <= 'z'));
+}
+
 /* Groups deep enough for any tokenizer.json; deeper patterns are refused. */
 #define PATTERN_DEPTH_MAX 64
 
@@ -88,16 +105,30 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 					     "a character outside ASCII under (?i) not supported "
 					     "(Oniguruma folds some to several: ß matches ss)");
 		if (c == '\\' && pat[i + 1]) {
-			if (strchr("hHwWbBAzZGKR", pat[i + 1]))
+			/* Letters: only those the two engines read alike (\pL is the text pL
+			 * to Oniguruma, \v a vertical tab only, \Q..\E and \C-x its own). */
+			if (((pat[i + 1] | 0x20) >= 'a' && (pat[i + 1] | 0x20) <= 'z' &&
+			     !strchr("dDsStnrfaexpP", pat[i + 1])) ||
+			    (pat[i + 1] >= '0' && pat[i + 1] <= '9') ||
+			    ((pat[i + 1] == 'p' || pat[i + 1] == 'P') && pat[i + 2] != '{'))
 				return sf__hf_refuse(l, where,
-						     "\\%c not supported (it differs between "
+						     "\\%c%s not supported (it differs between "
 						     "Oniguruma and PCRE2)",
-						     pat[i + 1]);
+						     pat[i + 1],
+						     pat[i + 1] == 'p' || pat[i + 1] == 'P'
+							     ? " without {}"
+							     : "");
 			if (caseless && strchr("xuo", pat[i + 1]))
+				return sf__hf_refuse(
+					l, where,
+					"\\%c under (?i) not supported (Oniguruma folds "
+					"some characters to several: ß matches ss)",
+					pat[i + 1]);
+			if ((pat[i + 1] == 'p' || pat[i + 1] == 'P') && caseless &&
+			    sf__regex_cased_property(pat + i + 2))
 				return sf__hf_refuse(l, where,
-						     "\\%c under (?i) not supported (Oniguruma folds "
-						     "some characters to several: ß matches ss)",
-						     pat[i + 1]);
+						     "a cased property under (?i) not supported "
+						     "(Oniguruma folds it, PCRE2 does not)");
 			/* \p{...}: a property, whose name may hold ^ (negation) or letters. */
 			if ((pat[i + 1] == 'p' || pat[i + 1] == 'P') && pat[i + 2] == '{') {
 				const char *close = strchr(pat + i + 2, '}');
@@ -113,12 +144,16 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 		if (in_class) {
 			if (c == ']' && i != class_start)
 				in_class = false;
-			else if (c == '[' && pat[i + 1] == ':' && strstr(pat + i + 2, ":]"))
-				i = (size_t)(strstr(pat + i + 2, ":]") - pat) + 1;
+			else if (c == '[' && pat[i + 1] == ':')
+				return sf__hf_refuse(
+					l, where,
+					"a POSIX class not supported (Oniguruma and "
+					"PCRE2 give [[:alpha:]] and its kin other sets)");
 			else if (c == '[')
-				return sf__hf_refuse(l, where,
-						     "a class inside a class not supported (a union "
-						     "in Oniguruma, a '[' in PCRE2)");
+				return sf__hf_refuse(
+					l, where,
+					"a class inside a class not supported (a union "
+					"in Oniguruma, a '[' in PCRE2)");
 			else if (c == '&' && pat[i + 1] == '&')
 				return sf__hf_refuse(l, where,
 						     "&& in a class not supported (an intersection "
@@ -142,6 +177,13 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 			return sf__hf_refuse(l, where,
 					     "{,n} not supported (at most n in Oniguruma, literal "
 					     "text in PCRE2)");
+		} else if (c == '}' && (pat[i + 1] == '+' || pat[i + 1] == '?') &&
+			   interval_before(pat, i)) {
+			return sf__hf_refuse(l, where,
+					     "{n,m}%c not supported (Oniguruma repeats or makes "
+					     "optional what PCRE2 reads as a possessive or lazy "
+					     "interval)",
+					     pat[i + 1]);
 		} else if (c == '(') {
 			bool on = caseless, off = false;
 			size_t j = i + 1;

@@ -32,6 +32,26 @@ static const char white_space[] = "\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000
 /* Rust's Unicode \w (regex-syntax's perl_word), as the body of a character class. */
 #define WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
 
+bool sf__regex_cased_property(const char *p)
+{
+	static const char *const cased[] = {"Lu",	 "Ll",	      "Lt",	   "LC",
+					    "L&",	 "Uppercase", "Lowercase", "Cased",
+					    "Titlecase", "Upper",     "Lower",	   "Title"};
+	size_t n;
+
+	if (*p != '{')
+		return false; /* \pL: a one-letter name, none cased */
+	p++;
+	if (*p == '^')
+		p++;
+	n = strcspn(p, "}");
+	for (size_t k = 0; k < sizeof(cased) / sizeof(cased[0]); k++)
+		if (!strncmp(p, cased[k], strlen(cased[k])) &&
+		    (n == strlen(cased[k]) || p[strlen(cased[k])] == '_'))
+			return true;
+	return false;
+}
+
 /* The rewriting of one escape is at most this many times the two characters it replaces
  * (\b: about 230 characters). */
 #define REWRITE_GROWTH 128
@@ -44,8 +64,9 @@ static const char white_space[] = "\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000
  */
 static int rewrite_escapes(const char *pattern, bool rust, char *out, struct sf_err *e)
 {
-	bool in_class = false;
-	size_t class_start = 0;
+	bool in_class = false, caseless = false;
+	uint64_t outer = 0; /* bit d: (?i) in force in the group enclosing depth d */
+	size_t class_start = 0, depth = 0;
 	size_t i, o = 0;
 
 	for (i = 0; pattern[i]; i++) {
@@ -55,6 +76,29 @@ static int rewrite_escapes(const char *pattern, bool rust, char *out, struct sf_
 			char d = pattern[++i];
 			const char *put = NULL;
 
+			/* Rust syntax: letters and digits only where PCRE2 reads them alike
+			 * (\h is a hex digit to tiktoken's fancy-regex, \Q..\E none of its). */
+			if (rust &&
+			    (((d | 0x20) >= 'a' && (d | 0x20) <= 'z') || (d >= '0' && d <= '9')) &&
+			    !strchr("dDsSwWbBtnrfvpPxAz", d))
+				return sf__err(
+					e, SF_E_TOKENIZER,
+					"pattern: \\%c is not supported (tiktoken's regex reads "
+					"it otherwise than PCRE2, or not at all)",
+					d);
+			/* Under (?i) Rust folds a cased property to both cases; PCRE2 does not. */
+			if (rust && caseless && (d == 'p' || d == 'P') &&
+			    sf__regex_cased_property(pattern + i + 1))
+				return sf__err(
+					e, SF_E_TOKENIZER,
+					"pattern: a cased property (\\%c%.12s) under (?i) is not "
+					"supported (tiktoken's regex folds it, PCRE2 does not)",
+					d, pattern + i + 1);
+			if (rust && d == 'v') { /* Rust: the vertical tab only */
+				o += (size_t)sprintf(out + o, "\\x{0b}");
+				continue;
+			}
+
 			if (in_class && strchr("SWbB", d))
 				return sf__err(e, SF_E_TOKENIZER,
 					       "pattern: \\%c inside a character class is not "
@@ -62,7 +106,7 @@ static int rewrite_escapes(const char *pattern, bool rust, char *out, struct sf_
 					       d);
 			if (d == 's' || d == 'S') {
 				o += (size_t)sprintf(out + o, "%s%s%s",
-						     in_class	 ? ""
+						     in_class	? ""
 						     : d == 's' ? "["
 								: "[^",
 						     white_space, in_class ? "" : "]");
@@ -73,9 +117,11 @@ static int rewrite_escapes(const char *pattern, bool rust, char *out, struct sf_
 			else if (d == 'W')
 				put = "[^" WORD "]";
 			else if (d == 'b')
-				put = "(?:(?<=[" WORD "])(?![" WORD "])|(?<![" WORD "])(?=[" WORD "]))";
+				put = "(?:(?<=[" WORD "])(?![" WORD "])|(?<![" WORD "])(?=[" WORD
+				      "]))";
 			else if (d == 'B')
-				put = "(?:(?<=[" WORD "])(?=[" WORD "])|(?<![" WORD "])(?![" WORD "]))";
+				put = "(?:(?<=[" WORD "])(?=[" WORD "])|(?<![" WORD "])(?![" WORD
+				      "]))";
 			if (put) {
 				o += (size_t)sprintf(out + o, "%s", put);
 				continue;
@@ -83,6 +129,36 @@ static int rewrite_escapes(const char *pattern, bool rust, char *out, struct sf_
 			out[o++] = c;
 			out[o++] = d;
 			continue;
+		}
+		if (!in_class && c == '(' && rust) {
+			bool on = caseless, off = false;
+			size_t j = i + 1;
+
+			/* (?flags) for the rest of the group, (?flags:...) for its own. */
+			if (pattern[j] == '?')
+				for (j = i + 2;
+				     (pattern[j] >= 'a' && pattern[j] <= 'z') || pattern[j] == '-';
+				     j++) {
+					if (pattern[j] == '-')
+						off = true;
+					else if (pattern[j] == 'i')
+						on = !off;
+				}
+			if (pattern[i + 1] == '?' && pattern[j] == ')' && j > i + 2) {
+				caseless = on;
+			} else if (depth < 64) {
+				outer = (outer & ~(UINT64_C(1) << depth)) | (uint64_t)caseless
+										    << depth;
+				depth++;
+				if (pattern[i + 1] == '?' && pattern[j] == ':' && j > i + 2)
+					caseless = on;
+			} else {
+				return sf__err(e, SF_E_TOKENIZER,
+					       "pattern: groups nested more than 64 deep");
+			}
+		} else if (!in_class && c == ')' && rust && depth) {
+			depth--;
+			caseless = outer >> depth & 1;
 		}
 		if (!in_class && c == '[') {
 			in_class = true;

@@ -452,4 +452,11 @@ static inline uint64_t sf__heap_pop(uint64_t *heap, size_t *n)
 	return top;
 }
 
+/*
+ * sf__regex_cased_property - whether `p` (what follows \p or \P in a pattern) names a
+ * property whose set differs by case (Lu, Ll, Lt, LC, L&, Uppercase, Lowercase, Cased,
+ * their long names): one that Rust and Oniguruma fold under (?i), and PCRE2 does not.
+ */
+bool sf__regex_cased_property(const char *p);
+
 #endif

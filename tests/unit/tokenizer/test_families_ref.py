@@ -231,7 +231,12 @@ REFUSED_PATTERNS = {r"[a-z&&[^aeiou]]+|\S|\s+": "&& is not supported",
                     r"[a[bc]]+|\S|\s+": "a class inside a character class",
                     r"[\p{L}--\p{Ll}]+|\S|\s+": "-- is not supported",
                     r"[[:alpha:]]+|\S|\s+": "a POSIX class",
-                    r"[^\W\d]+|\S|\s+": "\\W inside a character class"}
+                    r"[^\W\d]+|\S|\s+": "\\W inside a character class",
+                    # Escapes PCRE2 reads otherwise (a hex digit to fancy-regex; \Q..\E
+                    # tiktoken refuses), and a cased property PCRE2 does not fold.
+                    r"\h+|\S|\s": "\\h is not supported",
+                    r"\Qa.\E|\S|\s": "\\Q is not supported",
+                    r"(?i)\p{Lu}+|\S|\s": "a cased property"}
 
 
 def word_patterns(shmfeed):
@@ -242,7 +247,7 @@ def word_patterns(shmfeed):
     path = site_file("llama_models", "llama3", "tokenizer.model")
     ranks = load_tiktoken_bpe(path)
     rng = random.Random(18)
-    pool = [chr(c) for c in list(range(0x20, 0x7f)) +
+    pool = [chr(c) for c in [0x0a, 0x0b, 0x0d] + list(range(0x20, 0x7f)) +
             [0x301, 0x203f, 0x915, 0x93f, 0x928, 0x200d, 0x200c, 0xbd, 0x660, 0x2160,
              0x5d0, 0x4e2d, 0x3042, 0x1f600, 0xa0, 0x85, 0x2028, 0x16ee, 0x5f, 0xb7]]
     docs = ["".join(rng.choice(pool) for _ in range(rng.randint(1, 40))) for _ in range(2000)]
@@ -254,6 +259,18 @@ def word_patterns(shmfeed):
         if differ:
             print("FAIL pattern %r: %d of %d texts differ from tiktoken" % (pat, differ,
                                                                           len(docs)))
+            bad += 1
+    # \v is the vertical tab alone to tiktoken, all vertical space to PCRE2: told apart
+    # with r50k_base, whose merges join "\n" and U+00A0 (Llama 3's do not).
+    r50k = os.path.join(os.environ.get("SF_TEST_DATA", ""), "vocab", "r50k_base.tiktoken")
+    if os.path.exists(r50k):
+        pat, vdocs = r"\v+|[\v\d]|\S+|\s+", ["a!\n\xa0b", "x\n\xa0y\x0b\x0bz"]
+        enc = tiktoken.Encoding("v", pat_str=pat, mergeable_ranks=load_tiktoken_bpe(r50k),
+                                special_tokens={})
+        got = shmfeed_encode(shmfeed, r50k, vdocs, pat)
+        if got != [enc.encode_ordinary(d) for d in vdocs]:
+            print("FAIL pattern %r: %s, tiktoken %s" % (
+                pat, got, [enc.encode_ordinary(d) for d in vdocs]))
             bad += 1
     for pat, why in REFUSED_PATTERNS.items():
         proc = subprocess.run([shmfeed, "encode", "--tokenizer", path, "--pattern", pat],

@@ -253,6 +253,24 @@ Test(refuse, each_construct_by_path)
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\x under (?i)"},
 		{{.pre_tokenizer = SPLIT("(?s:a.)|.")},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: the flag (?s) not supported"},
+		/* Oniguruma's Ruby syntax, which PCRE2 reads otherwise (each gave other ids
+		 * than tokenizers, tokenizer review): {n,m}+ repeats, {n}? is optional, \pL is
+		 * text, \v a vertical tab only, \Q..\E none, POSIX classes other sets, and
+		 * cased properties fold under (?i). */
+		{{.pre_tokenizer = SPLIT("\\\\p{N}{1,3}+|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: {n,m}+ not supported"},
+		{{.pre_tokenizer = SPLIT("a{2}?b|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: {n,m}? not supported"},
+		{{.pre_tokenizer = SPLIT("\\\\pL+|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\p without {} not supported"},
+		{{.pre_tokenizer = SPLIT("\\\\v+|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\v not supported"},
+		{{.pre_tokenizer = SPLIT("\\\\Qa.\\\\E|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\Q not supported"},
+		{{.pre_tokenizer = SPLIT("[[:punct:]]+|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: a POSIX class not supported"},
+		{{.pre_tokenizer = SPLIT("(?i:\\\\p{Lu})+|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: a cased property under (?i)"},
 		/* An id far above the vocabulary's size: refused before tables are sized by it
 		 * (8 GiB for this one). */
 		{{.extra_vocab = ", \"abc\": 2147483647"},
