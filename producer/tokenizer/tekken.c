@@ -232,6 +232,7 @@ int sf__tekken_parse(struct sf_tekken *ret, const char *path, const char *text, 
 	    (specials && (rc = read_specials(&r, specials, &tk)) < 0))
 		goto fail;
 	n_lines = vocab ? vocab->len : 0;
+	tk.listed = specials != NULL;
 	if (!tk.pattern || !tk.vocab_size || !tk.version) {
 		rc = sf__err(e, SF_E_TOKENIZER,
 			     "%s: config needs pattern, default_vocab_size and version", path);

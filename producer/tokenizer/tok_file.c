@@ -315,7 +315,9 @@ static int load_tekken(struct sf_tok *tok, const char *path, const uint8_t *text
 	if (rc < 0)
 		goto out;
 	tok->n_vocab = tk.vocab_size;
-	if (tk.n_defined) {
+	/* A list, even empty, is the file's specials (the rest fillers), as mistral-common
+	 * takes it; without one, v7 and before have the deprecated names. */
+	if (tk.listed) {
 		for (i = 0; i < tk.n_defined && rc >= 0; i++)
 			rc = sf__tok_add_special(tok, tk.specials[i].text, tk.specials[i].id, e);
 	} else if (tk.version > 7) {
@@ -335,9 +337,11 @@ static int load_tekken(struct sf_tok *tok, const char *path, const uint8_t *text
 	if (rc >= 0 && tok->n_specials != tk.n_specials)
 		rc = sf__err(e, SF_E_TOKENIZER, "%s: %u special tokens listed, %u declared", path,
 			     tok->n_specials, tk.n_specials);
-	if (rc >= 0)
+	/* A file whose list has no <s> or </s> has no such marker (mistral-common's bos_id
+	 * raises): the job names its own. */
+	if (rc >= 0 && (!tk.listed || sf__tok_special(tok, "<s>", NULL) >= 0))
 		rc = set_marker(tok, &tok->bos, "<s>", e);
-	if (rc >= 0)
+	if (rc >= 0 && (!tk.listed || sf__tok_special(tok, "</s>", NULL) >= 0))
 		rc = set_marker(tok, &tok->eot, "</s>", e);
 	if (rc >= 0)
 		rc = sf__tok_every_byte(&tok->ranks, path, e);

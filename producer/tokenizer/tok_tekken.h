@@ -25,6 +25,7 @@ struct sf_tekken {
 	size_t tiktoken_len;
 	struct sf_tekken_special *specials; /* the file's special_tokens, or none */
 	uint32_t n_defined;
+	uint32_t listed; /* the file has special_tokens, even an empty list */
 };
 
 /*

@@ -180,6 +180,35 @@ Test(tok_file, tekken_listed_specials)
 	sf__tok_free(tok);
 }
 
+/* An empty special_tokens list is the file's (all fillers, no <s> or </s>), as
+ * mistral-common reads it: v3 took the deprecated names (bos <s> 1), v13 was refused. */
+Test(tok_file, tekken_empty_special_list)
+{
+	static const char *const versions[] = {"v3", "v13"};
+
+	for (size_t v = 0; v < 2; v++) {
+		char config[256], *text;
+		struct sf_tok_file_opts o = {0};
+		struct sf_tok *tok = NULL;
+		struct sf_err e = {0};
+
+		snprintf(config, sizeof(config),
+			 "{\"pattern\": \".\", \"default_vocab_size\": 259, "
+			 "\"default_num_special_tokens\": 3, \"version\": \"%s\"}",
+			 versions[v]);
+		text = tekken_json(config, " \"special_tokens\": [],", "");
+		write_file(text);
+		free(text);
+		o.path = path;
+		cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s: %s", versions[v], e.msg);
+		cr_expect_str_eq(sf__tok_special_text(tok, 1), "<SPECIAL_1>", "%s", versions[v]);
+		cr_expect_lt(sf__tok_special(tok, "<s>", NULL), 0, "%s", versions[v]);
+		cr_expect_lt(sf__tok_bos(tok), 0, "%s", versions[v]);
+		cr_expect_lt(sf__tok_eot(tok), 0, "%s", versions[v]);
+		sf__tok_free(tok);
+	}
+}
+
 Test(tok_file, tekken_refusals)
 {
 	static const char *const bad[] = {
