@@ -185,28 +185,20 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 					     "interval)",
 					     pat[i + 1]);
 		} else if (c == '(') {
-			bool on = caseless, off = false;
-			size_t j = i + 1;
-
+			bool on;
+			char flag;
 			/* The flags of a group, (?on-off:...) or (?on-off) for the rest of the
 			 * enclosing group: letters and '-' up to ':' or ')'. */
-			if (pat[j] == '?')
-				for (j = i + 2; (pat[j] >= 'a' && pat[j] <= 'z') || pat[j] == '-';
-				     j++) {
-					if (pat[j] == 'm')
-						return sf__hf_refuse(l, where,
-								     "the flag (?m) not supported "
-								     "(dot-all in Oniguruma)");
-					if (pat[j] == 's')
-						return sf__hf_refuse(l, where,
-								     "the flag (?s) not supported "
-								     "(not Oniguruma's: tokenizers "
-								     "refuses it)");
-					if (pat[j] == '-')
-						off = true;
-					else if (pat[j] == 'i')
-						on = !off;
-				}
+			size_t j = sf__regex_flags(pat, i, caseless, "ms", &on, &flag);
+
+			if (flag == 'm')
+				return sf__hf_refuse(l, where,
+						     "the flag (?m) not supported (dot-all in "
+						     "Oniguruma)");
+			if (flag == 's')
+				return sf__hf_refuse(l, where,
+						     "the flag (?s) not supported (not Oniguruma's: "
+						     "tokenizers refuses it)");
 			if (pat[i + 1] == '?' && pat[j] == ')' && j > i + 2) {
 				caseless = on;
 				i = j;

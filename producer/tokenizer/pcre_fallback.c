@@ -32,6 +32,27 @@ static const char white_space[] = "\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000
 /* Rust's Unicode \w (regex-syntax's perl_word), as the body of a character class. */
 #define WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
 
+size_t sf__regex_flags(const char *pat, size_t i, bool caseless, const char *watch,
+		       bool *ret_caseless, char *ret_flag)
+{
+	bool off = false;
+	size_t j = i + 1;
+
+	*ret_caseless = caseless;
+	*ret_flag = 0;
+	if (pat[j] != '?')
+		return j;
+	for (j = i + 2; (pat[j] >= 'a' && pat[j] <= 'z') || pat[j] == '-'; j++) {
+		if (!*ret_flag && pat[j] != '-' && strchr(watch, pat[j]))
+			*ret_flag = pat[j];
+		if (pat[j] == '-')
+			off = true;
+		else if (pat[j] == 'i')
+			*ret_caseless = !off;
+	}
+	return j;
+}
+
 bool sf__regex_cased_property(const char *p)
 {
 	static const char *const cased[] = {"Lu",	 "Ll",	      "Lt",	   "LC",
@@ -131,19 +152,11 @@ static int rewrite_escapes(const char *pattern, bool rust, char *out, struct sf_
 			continue;
 		}
 		if (!in_class && c == '(' && rust) {
-			bool on = caseless, off = false;
-			size_t j = i + 1;
+			bool on;
+			char flag;
+			size_t j = sf__regex_flags(pattern, i, caseless, "", &on, &flag);
 
 			/* (?flags) for the rest of the group, (?flags:...) for its own. */
-			if (pattern[j] == '?')
-				for (j = i + 2;
-				     (pattern[j] >= 'a' && pattern[j] <= 'z') || pattern[j] == '-';
-				     j++) {
-					if (pattern[j] == '-')
-						off = true;
-					else if (pattern[j] == 'i')
-						on = !off;
-				}
 			if (pattern[i + 1] == '?' && pattern[j] == ')' && j > i + 2) {
 				caseless = on;
 			} else if (depth < 64) {

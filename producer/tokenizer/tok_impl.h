@@ -459,4 +459,13 @@ static inline uint64_t sf__heap_pop(uint64_t *heap, size_t *n)
  */
 bool sf__regex_cased_property(const char *p);
 
+/*
+ * sf__regex_flags - the flags of the group that opens at pat[i] ('('), "(?on-off:" or
+ * "(?on-off)": where they end (the ':' or ')'; i + 1 for a group without flags), in
+ * *ret_caseless whether (?i) is in force after them (from `caseless` before), and in
+ * *ret_flag the first of the letters `watch` among them (0: none).
+ */
+size_t sf__regex_flags(const char *pat, size_t i, bool caseless, const char *watch,
+		       bool *ret_caseless, char *ret_flag);
+
 #endif
