@@ -71,9 +71,22 @@ static bool folded_pair(const char *pat, size_t i)
 	return false;
 }
 
-/* Whether pat[end] ('}') closes an interval quantifier {n}, {n,} or {n,m}: not the
- * braces of an escape (\x{3000}) nor an escaped brace. */
-static bool interval_before(const char *pat, size_t end)
+/* Whether pat[at] is escaped: an odd number of backslashes right before it. */
+static bool escaped(const char *pat, size_t at)
+{
+	size_t n = 0;
+
+	while (at > n && pat[at - n - 1] == '\\')
+		n++;
+	return n % 2;
+}
+
+/*
+ * Whether pat[end] ('}') closes an interval quantifier {n}, {n,} or {n,m} (*ret_exact: {n}):
+ * not an escaped brace, nor the braces of an escape that owns them (\x{41}, \o{..},
+ * \u{..}, \p{..}; \d{2} is \d and an interval).
+ */
+static bool interval_before(const char *pat, size_t end, bool *ret_exact)
 {
 	size_t i = end, commas = 0;
 
@@ -81,11 +94,12 @@ static bool interval_before(const char *pat, size_t end)
 		commas += pat[i - 1] == ',';
 		i--;
 	}
-	if (i == 0 || pat[i - 1] != '{' || i == end || commas > 1)
+	if (i == 0 || pat[i - 1] != '{' || i == end || commas > 1 || escaped(pat, i - 1))
 		return false;
-	return !(i >= 2 && pat[i - 2] == '\\') &&
-	       !(i >= 3 && pat[i - 3] == '\\' &&
-		 ((pat[i - 2] | 0x20) >= 'a' && (pat[i - 2] | 0x20) <= 'z'));
+	if (i >= 2 && strchr("xoupP", pat[i - 2]) && escaped(pat, i - 2))
+		return false;
+	*ret_exact = commas == 0;
+	return true;
 }
 
 /* Groups deep enough for any tokenizer.json; deeper patterns are refused. */
@@ -93,7 +107,7 @@ static bool interval_before(const char *pat, size_t end)
 
 static int check_pattern(struct sf_hf_loader *l, const char *where, const char *pat)
 {
-	bool in_class = false, caseless = false;
+	bool in_class = false, caseless = false, exact;
 	uint64_t outer = 0; /* bit d: (?i) in force in the group enclosing depth d */
 	size_t i, class_start = 0, depth = 0;
 
@@ -124,11 +138,12 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 					"\\%c under (?i) not supported (Oniguruma folds "
 					"some characters to several: ß matches ss)",
 					pat[i + 1]);
-			if ((pat[i + 1] == 'p' || pat[i + 1] == 'P') && caseless &&
+			/* Oniguruma folds a cased property in a class only. */
+			if ((pat[i + 1] == 'p' || pat[i + 1] == 'P') && caseless && in_class &&
 			    sf__regex_cased_property(pat + i + 2))
 				return sf__hf_refuse(l, where,
-						     "a cased property under (?i) not supported "
-						     "(Oniguruma folds it, PCRE2 does not)");
+						     "a cased property in a class under (?i) not "
+						     "supported (Oniguruma folds it, PCRE2 does not)");
 			/* \p{...}: a property, whose name may hold ^ (negation) or letters. */
 			if ((pat[i + 1] == 'p' || pat[i + 1] == 'P') && pat[i + 2] == '{') {
 				const char *close = strchr(pat + i + 2, '}');
@@ -178,12 +193,12 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 					     "{,n} not supported (at most n in Oniguruma, literal "
 					     "text in PCRE2)");
 		} else if (c == '}' && (pat[i + 1] == '+' || pat[i + 1] == '?') &&
-			   interval_before(pat, i)) {
+			   interval_before(pat, i, &exact) && (pat[i + 1] == '+' || exact)) {
 			return sf__hf_refuse(l, where,
-					     "{n,m}%c not supported (Oniguruma repeats or makes "
-					     "optional what PCRE2 reads as a possessive or lazy "
-					     "interval)",
-					     pat[i + 1]);
+					     "%s not supported (in Oniguruma's Ruby syntax a repeat "
+					     "of the interval, or an optional {n}; possessive or lazy "
+					     "to PCRE2)",
+					     pat[i + 1] == '+' ? "{n,m}+" : "{n}?");
 		} else if (c == '(') {
 			bool on;
 			char flag;

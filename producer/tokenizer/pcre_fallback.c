@@ -42,7 +42,7 @@ size_t sf__regex_flags(const char *pat, size_t i, bool caseless, const char *wat
 	*ret_flag = 0;
 	if (pat[j] != '?')
 		return j;
-	for (j = i + 2; (pat[j] >= 'a' && pat[j] <= 'z') || pat[j] == '-'; j++) {
+	for (j = i + 2; ((pat[j] | 0x20) >= 'a' && (pat[j] | 0x20) <= 'z') || pat[j] == '-'; j++) {
 		if (!*ret_flag && pat[j] != '-' && strchr(watch, pat[j]))
 			*ret_flag = pat[j];
 		if (pat[j] == '-')
@@ -55,20 +55,29 @@ size_t sf__regex_flags(const char *pat, size_t i, bool caseless, const char *wat
 
 bool sf__regex_cased_property(const char *p)
 {
-	static const char *const cased[] = {"Lu",	 "Ll",	      "Lt",	   "LC",
-					    "L&",	 "Uppercase", "Lowercase", "Cased",
-					    "Titlecase", "Upper",     "Lower",	   "Title"};
-	size_t n;
+	/* Names as the engines match them: case, '_', '-' and spaces aside. */
+	static const char *const cased[] = {
+		"lu",	     "ll",	   "lt",	"lc",		   "l&",
+		"uppercase", "lowercase",  "cased",	"titlecase",	   "upper",
+		"lower",     "title",	   "uppercaseletter", "lowercaseletter", "titlecaseletter",
+		"casedletter"};
+	char name[32];
+	size_t n = 0;
 
 	if (*p != '{')
 		return false; /* \pL: a one-letter name, none cased */
 	p++;
 	if (*p == '^')
 		p++;
-	n = strcspn(p, "}");
+	for (; *p && *p != '}' && n + 1 < sizeof(name); p++) {
+		if (*p == '=' || *p == ':') /* gc=Lu, General_Category:Lu */
+			n = 0;
+		else if (*p != '_' && *p != '-' && *p != ' ')
+			name[n++] = (char)(*p >= 'A' && *p <= 'Z' ? *p | 0x20 : *p);
+	}
+	name[n] = 0;
 	for (size_t k = 0; k < sizeof(cased) / sizeof(cased[0]); k++)
-		if (!strncmp(p, cased[k], strlen(cased[k])) &&
-		    (n == strlen(cased[k]) || p[strlen(cased[k])] == '_'))
+		if (!strcmp(name, cased[k]))
 			return true;
 	return false;
 }

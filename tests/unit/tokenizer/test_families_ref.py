@@ -236,7 +236,9 @@ REFUSED_PATTERNS = {r"[a-z&&[^aeiou]]+|\S|\s+": "&& is not supported",
                     # tiktoken refuses), and a cased property PCRE2 does not fold.
                     r"\h+|\S|\s": "\\h is not supported",
                     r"\Qa.\E|\S|\s": "\\Q is not supported",
-                    r"(?i)\p{Lu}+|\S|\s": "a cased property"}
+                    r"(?i)\p{Lu}+|\S|\s": "a cased property",
+                    r"(?i)\p{lu}+|\S|\s": "a cased property",
+                    r"(?iU)[\p{Lowercase_Letter}]+|\S|\s": "a cased property"}
 
 
 def word_patterns(shmfeed):

@@ -260,7 +260,13 @@ Test(refuse, each_construct_by_path)
 		{{.pre_tokenizer = SPLIT("\\\\p{N}{1,3}+|.")},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: {n,m}+ not supported"},
 		{{.pre_tokenizer = SPLIT("a{2}?b|.")},
-		 "pre_tokenizer.pretokenizers[0].pattern.Regex: {n,m}? not supported"},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: {n}? not supported"},
+		/* An escape's own quantifier (\d{1,3}+ is \d and an interval), an escaped
+		 * backslash before one. */
+		{{.pre_tokenizer = SPLIT("\\\\d{1,3}+|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: {n,m}+ not supported"},
+		{{.pre_tokenizer = SPLIT("\\\\\\\\{2}+|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: {n,m}+ not supported"},
 		{{.pre_tokenizer = SPLIT("\\\\pL+|.")},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\p without {} not supported"},
 		{{.pre_tokenizer = SPLIT("\\\\v+|.")},
@@ -269,8 +275,12 @@ Test(refuse, each_construct_by_path)
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\Q not supported"},
 		{{.pre_tokenizer = SPLIT("[[:punct:]]+|.")},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: a POSIX class not supported"},
-		{{.pre_tokenizer = SPLIT("(?i:\\\\p{Lu})+|.")},
-		 "pre_tokenizer.pretokenizers[0].pattern.Regex: a cased property under (?i)"},
+		{{.pre_tokenizer = SPLIT("(?i:[\\\\p{Lu}])+|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: a cased property in a class under "
+		 "(?i)"},
+		{{.pre_tokenizer = SPLIT("(?i)[\\\\p{ll}]+|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: a cased property in a class under "
+		 "(?i)"},
 		/* An id far above the vocabulary's size: refused before tables are sized by it
 		 * (8 GiB for this one). */
 		{{.extra_vocab = ", \"abc\": 2147483647"},
@@ -468,6 +478,10 @@ Test(accept, case_folds_checked_where_i_is_in_force)
 		SPLIT("(?i:'s)|(?:st)+|\\\\p{L}+|\\\\s+|."),
 		/* Rust's class operations are no Oniguruma syntax: [+--] is a range there. */
 		SPLIT("[+--]+|[a~~]+|\\\\p{L}+|\\\\s+|."),
+		/* Read alike by both: a lazy {n,m}? or {n,}?, a cased property outside a class
+		 * under (?i) (Oniguruma folds it in a class only), \x{..}'s braces. */
+		SPLIT("a{1,3}?b|a{2,}?|\\\\x{61}{2}|\\\\p{L}+|\\\\s+|."),
+		SPLIT("(?i:\\\\p{Lu})+|\\\\p{L}+|\\\\s+|."),
 	};
 	static const struct {
 		const char *pre_tokenizer, *message;
