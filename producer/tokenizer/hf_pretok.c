@@ -141,9 +141,10 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 			/* Oniguruma folds a cased property in a class only. */
 			if ((pat[i + 1] == 'p' || pat[i + 1] == 'P') && caseless && in_class &&
 			    sf__regex_cased_property(pat + i + 2))
-				return sf__hf_refuse(l, where,
-						     "a cased property in a class under (?i) not "
-						     "supported (Oniguruma folds it, PCRE2 does not)");
+				return sf__hf_refuse(
+					l, where,
+					"a cased property in a class under (?i) not "
+					"supported (Oniguruma folds it, PCRE2 does not)");
 			/* \p{...}: a property, whose name may hold ^ (negation) or letters. */
 			if ((pat[i + 1] == 'p' || pat[i + 1] == 'P') && pat[i + 2] == '{') {
 				const char *close = strchr(pat + i + 2, '}');
@@ -194,11 +195,12 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 					     "text in PCRE2)");
 		} else if (c == '}' && (pat[i + 1] == '+' || pat[i + 1] == '?') &&
 			   interval_before(pat, i, &exact) && (pat[i + 1] == '+' || exact)) {
-			return sf__hf_refuse(l, where,
-					     "%s not supported (in Oniguruma's Ruby syntax a repeat "
-					     "of the interval, or an optional {n}; possessive or lazy "
-					     "to PCRE2)",
-					     pat[i + 1] == '+' ? "{n,m}+" : "{n}?");
+			return sf__hf_refuse(
+				l, where,
+				"%s not supported (in Oniguruma's Ruby syntax a repeat "
+				"of the interval, or an optional {n}; possessive or lazy "
+				"to PCRE2)",
+				pat[i + 1] == '+' ? "{n,m}+" : "{n}?");
 		} else if (c == '(') {
 			bool on;
 			char flag;
@@ -211,9 +213,10 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 						     "the flag (?m) not supported (dot-all in "
 						     "Oniguruma)");
 			if (flag == 's')
-				return sf__hf_refuse(l, where,
-						     "the flag (?s) not supported (not Oniguruma's: "
-						     "tokenizers refuses it)");
+				return sf__hf_refuse(
+					l, where,
+					"the flag (?s) not supported (not Oniguruma's: "
+					"tokenizers refuses it)");
 			if (pat[i + 1] == '?' && pat[j] == ')' && j > i + 2) {
 				caseless = on;
 				i = j;
@@ -222,8 +225,7 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 			if (depth == PATTERN_DEPTH_MAX)
 				return sf__hf_refuse(l, where, "groups nested more than %d deep",
 						     PATTERN_DEPTH_MAX);
-			outer = (outer & ~(UINT64_C(1) << depth)) |
-				(uint64_t)caseless << depth;
+			outer = (outer & ~(UINT64_C(1) << depth)) | (uint64_t)caseless << depth;
 			depth++;
 			if (pat[i + 1] == '?' && pat[j] == ':' && j > i + 2) {
 				caseless = on;
