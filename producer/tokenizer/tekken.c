@@ -41,6 +41,20 @@ static int member(const struct reader *r, const struct sf_json_node *obj, const 
 						  : "expected an object");
 }
 
+/* member() for a list that may be null, which counts as absent (as mistral-common reads
+ * special_tokens: null). */
+static int optional_list(const struct reader *r, const struct sf_json_node *obj,
+			 const char *name, const struct sf_json_node **ret)
+{
+	const struct sf_json_node *n = sf__json_tree_get(r->d, obj, name);
+
+	if (n && n->type == SF_JSON_NULL) {
+		*ret = NULL;
+		return 0;
+	}
+	return member(r, obj, name, SF_JSON_ARRAY, ret);
+}
+
 /* An unsigned integer below 2^32. */
 static int uint_value(const struct reader *r, const struct sf_json_node *n, uint64_t *ret)
 {
@@ -228,7 +242,7 @@ int sf__tekken_parse(struct sf_tekken *ret, const char *path, const char *text, 
 	    (cfg && (rc = read_config(&r, cfg, &tk)) < 0) ||
 	    (rc = member(&r, root, "vocab", SF_JSON_ARRAY, &vocab)) < 0 ||
 	    (vocab && (rc = read_vocab(&r, vocab, &out, &line_end)) < 0) ||
-	    (rc = member(&r, root, "special_tokens", SF_JSON_ARRAY, &specials)) < 0 ||
+	    (rc = optional_list(&r, root, "special_tokens", &specials)) < 0 ||
 	    (specials && (rc = read_specials(&r, specials, &tk)) < 0))
 		goto fail;
 	n_lines = vocab ? vocab->len : 0;

@@ -181,7 +181,8 @@ Test(tok_file, tekken_listed_specials)
 }
 
 /* An empty special_tokens list is the file's (all fillers, no <s> or </s>), as
- * mistral-common reads it: v3 took the deprecated names (bos <s> 1), v13 was refused. */
+ * mistral-common reads it: v3 took the deprecated names (bos <s> 1), v13 was refused. A
+ * null list is none (v3: the deprecated names); it was refused ("expected an array"). */
 Test(tok_file, tekken_empty_special_list)
 {
 	static const char *const versions[] = {"v3", "v13"};
@@ -205,6 +206,21 @@ Test(tok_file, tekken_empty_special_list)
 		cr_expect_lt(sf__tok_special(tok, "<s>", NULL), 0, "%s", versions[v]);
 		cr_expect_lt(sf__tok_bos(tok), 0, "%s", versions[v]);
 		cr_expect_lt(sf__tok_eot(tok), 0, "%s", versions[v]);
+		sf__tok_free(tok);
+	}
+	{
+		char *text = tekken_json("{\"pattern\": \".\", \"default_vocab_size\": 279, "
+					 "\"default_num_special_tokens\": 23, \"version\": \"v3\"}",
+					 " \"special_tokens\": null,", "");
+		struct sf_tok_file_opts o = {0};
+		struct sf_tok *tok = NULL;
+		struct sf_err e = {0};
+
+		write_file(text);
+		free(text);
+		o.path = path;
+		cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "null: %s", e.msg);
+		cr_expect_eq(sf__tok_bos(tok), 1);
 		sf__tok_free(tok);
 	}
 }
