@@ -419,6 +419,8 @@ int sf__cmd_check(int argc, char **argv)
 		}
 	}
 	printf("# %s: valid\n", path);
+	if (ds && sf__dataset_note(ds)[0])
+		printf("# warning: %s\n", sf__dataset_note(ds));
 	sf__config_write(&cfg, stdout);
 	report_sources(&cfg);
 	shared = sf__sources_shared_files(&cfg, warn_shared);

@@ -368,6 +368,8 @@ int sf__cmd_tokenize(int argc, char **argv)
 	if (st.skipped)
 		sf__log_info("%llu bad records skipped; the first: %s",
 			     (unsigned long long)st.skipped, sf__dataset_first_skip(ds));
+	if (sf__dataset_note(ds)[0])
+		sf__log_error("warning: %s", sf__dataset_note(ds));
 	/* A part may be empty (more parts than documents); a whole corpus may not. */
 	if (!shard && !st.n_tokens)
 		r = sf__err(&e, SF_E_SOURCE, "%s: the sources hold no token, nothing to write%s%s",

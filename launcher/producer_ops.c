@@ -20,6 +20,8 @@ static int real_open(const struct sf_config *cfg, void **ret_ds, struct sf_err *
 		if (st.skipped)
 			sf__log_info("%llu bad records skipped; the first: %s",
 				     (unsigned long long)st.skipped, sf__dataset_first_skip(ds));
+		if (sf__dataset_note(ds)[0])
+			sf__log_error("warning: %s", sf__dataset_note(ds));
 		*ret_ds = ds;
 	}
 	return r;

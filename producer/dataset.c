@@ -750,6 +750,11 @@ const char *sf__dataset_first_skip(const struct sf_dataset *ds)
 	return ds->first_skip;
 }
 
+const char *sf__dataset_note(const struct sf_dataset *ds)
+{
+	return ds->note;
+}
+
 int sf__dataset_reads(const struct sf_dataset *ds, uint64_t dev, uint64_t ino)
 {
 	for (uint32_t i = 0; i < ds->n_text_files; i++)

@@ -138,6 +138,7 @@ struct sf_dataset {
 
 	struct sf_dataset_stats stats;
 	char first_skip[512]; /* message of the first record skipped by policy */
+	char note[512];	      /* what the user should hear of the sources, or "" */
 };
 
 /* dataset_mixture.c: the dataset's side of a mixture; no-ops without one. */

@@ -141,6 +141,12 @@ void sf__dataset_stats(const struct sf_dataset *ds, struct sf_dataset_stats *ret
 const char *sf__dataset_first_skip(const struct sf_dataset *ds);
 
 /*
+ * sf__dataset_note - a warning about the sources found while indexing them, or "": a text
+ * file whose lines end with CRLF where a separator of newlines splits nothing.
+ */
+const char *sf__dataset_note(const struct sf_dataset *ds);
+
+/*
  * sf__dataset_reads - 1 if the file of device `dev` and inode `ino` is one the dataset
  * reads: a text file, a token file, or a Megatron token file's .idx.
  */

@@ -190,6 +190,53 @@ static void release_scanned(const char *data, size_t *released, size_t done)
 	*released = upto;
 }
 
+/* Print `s` into `out` with \r and \n written as escapes. */
+static void escaped_sep(char *out, size_t len, const char *s)
+{
+	size_t o = 0;
+
+	for (; *s && o + 3 < len; s++) {
+		if (*s == '\n' || *s == '\r') {
+			out[o++] = '\\';
+			out[o++] = *s == '\n' ? 'n' : 'r';
+		} else {
+			out[o++] = *s;
+		}
+	}
+	out[o] = 0;
+}
+
+/*
+ * A text file read as one document under a separator of newlines, whose lines end with
+ * CRLF so that the separator written with \r\n is there: said once (ds->note), since a
+ * corpus from Windows read so has no document boundary at all.
+ */
+static void note_crlf(struct sf_dataset *ds, const struct sf_text_file *f,
+		      const struct sf_source_config *src, const char *data, size_t len)
+{
+	char crlf[64], shown[2][160];
+	size_t n = 0;
+
+	if (f->format != SF_FMT_TEXT || !src->separator || !strchr(src->separator, '\n') ||
+	    strchr(src->separator, '\r') || strlen(src->separator) > 31 ||
+	    f->max_doc != f->part_bytes || !f->part_bytes)
+		return;
+	for (const char *c = src->separator; *c && n + 2 < sizeof(crlf); c++) {
+		if (*c == '\n')
+			crlf[n++] = '\r';
+		crlf[n++] = *c;
+	}
+	crlf[n] = 0;
+	if (!memmem(data, len, crlf, n))
+		return;
+	escaped_sep(shown[0], sizeof(shown[0]), src->separator);
+	escaped_sep(shown[1], sizeof(shown[1]), crlf);
+	snprintf(ds->note, sizeof(ds->note),
+		 "%s: lines end with CRLF: the separator \"%s\" is nowhere in it, so it is one "
+		 "document; separator \"%s\" would split it",
+		 f->path, shown[0], shown[1]);
+}
+
 /*
  * Cut text file `file` into chunks, appended to ds->chunks: its bytes mapped for the
  * time of the scan and released. A file that cannot be read is skipped (no chunks) when
@@ -238,6 +285,10 @@ static int cut_file(struct sf_dataset *ds, uint32_t file, struct sf_err *e)
 				break;
 			}
 			line += count_lines(start, p);
+			/* Before the last bytes are released (a decompressed file's would read
+			 * as zeros). */
+			if (p == end && !ds->note[0])
+				note_crlf(ds, f, src, data, len);
 			start = p;
 			release_scanned(data, &released, (size_t)(start - data));
 		}

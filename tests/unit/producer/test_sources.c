@@ -630,6 +630,31 @@ Test(sources, gzip_zero_padding)
 	sf__dataset_close(ds);
 }
 
+/* A text file whose lines end with CRLF holds none of a "\n\n" separator: it is one
+ * document (the separator is the user's), which the dataset says once, naming the file and
+ * the separator that would split it; it said nothing. */
+Test(sources, crlf_text_under_a_newline_separator_is_named)
+{
+	static const char text[] = "first document\r\nof two lines\r\n\r\nsecond document\r\n";
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	cfg.encoding = "bytes";
+	src.separator = "\n\n";
+	put("crlf.txt", text, strlen(text));
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect(strstr(sf__dataset_note(ds), "crlf.txt: lines end with CRLF"), "'%s'",
+		  sf__dataset_note(ds));
+	cr_expect(strstr(sf__dataset_note(ds), "\"\\r\\n\\r\\n\" would split it"), "'%s'",
+		  sf__dataset_note(ds));
+	sf__dataset_close(ds);
+	/* With the separator it holds, nothing to say. */
+	src.separator = "\r\n\r\n";
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect_str_empty(sf__dataset_note(ds));
+	sf__dataset_close(ds);
+}
+
 Test(sources, bad_file_skipped_among_good)
 {
 	static const char good[] = "a plain text document that is long enough for windows";
