@@ -79,9 +79,12 @@ def start_serving(cfg, job, env=None, extra=()):
     """`run` without a command: it serves until stopped. Returns once it answers hello."""
     p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", *extra],
                          stderr=subprocess.PIPE, text=True, env=env)
-    assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
-                                           capture_output=True).returncode == 0), \
-        "the job never answered hello"
+    if not wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                           capture_output=True).returncode == 0):
+        # Stopped, not left serving (its arena stayed in /dev/shm).
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=10)
+        raise AssertionError("the job never answered hello: " + p.stderr.read())
     return p
 
 
