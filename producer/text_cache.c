@@ -800,9 +800,10 @@ int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 			return r;
 	}
 	/* A head keeps its documents' count, not their starts, which append_head() finds
-	 * after each end-of-text id: text that may spell that id itself (specials allowed)
-	 * gets no heads, and its tails are tokenized where they are read. */
-	if (ds->allowed != SF_TOK_ALLOW_NONE)
+	 * after each end-of-text id: text that may spell that id itself (specials allowed),
+	 * or documents that begin with it too (bos the end-of-text id), get no heads, and
+	 * their tails are tokenized where they are read. */
+	if (ds->allowed != SF_TOK_ALLOW_NONE || (ds->bos != UINT32_MAX && ds->bos == ds->eot))
 		return 0;
 	/* One head per chunk, placed by chunk index, within the same bound. */
 	n = ds->n_chunks;
