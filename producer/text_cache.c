@@ -800,10 +800,12 @@ int sf__text_share_create(struct sf_dataset *ds, struct sf_err *e)
 			return r;
 	}
 	/* A head keeps its documents' count, not their starts, which append_head() finds
-	 * after each end-of-text id: text that may spell that id itself (specials allowed),
-	 * or documents that begin with it too (bos the end-of-text id), get no heads, and
-	 * their tails are tokenized where they are read. */
-	if (ds->allowed != SF_TOK_ALLOW_NONE || (ds->bos != UINT32_MAX && ds->bos == ds->eot))
+	 * after each end-of-text id: text that may spell that id itself (specials allowed,
+	 * or a tokenizer.json whose merges build it), or documents that begin with it too
+	 * (bos the end-of-text id), get no heads, and their tails are tokenized where they
+	 * are read. */
+	if (ds->allowed != SF_TOK_ALLOW_NONE || (ds->bos != UINT32_MAX && ds->bos == ds->eot) ||
+	    (ds->eot != UINT32_MAX && sf__tok_text_may_give(ds->tok, ds->eot)))
 		return 0;
 	/* One head per chunk, placed by chunk index, within the same bound. */
 	n = ds->n_chunks;

@@ -21,6 +21,7 @@
 #ifndef SF_PRODUCER_TOKENIZER_TOKENIZER_H
 #define SF_PRODUCER_TOKENIZER_TOKENIZER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -151,6 +152,13 @@ uint32_t sf__tok_n_vocab(const struct sf_tok *tok);
  * SF_E_TOKENIZER when there is none.
  */
 int sf__tok_eot(const struct sf_tok *tok);
+
+/*
+ * sf__tok_text_may_give - whether ordinary text (specials not allowed) may encode to `id`:
+ * a rank of the vocabulary, or a tokenizer.json token its merges build (a special token
+ * listed in model.vocab too); never a special token of the other formats.
+ */
+bool sf__tok_text_may_give(const struct sf_tok *tok, uint32_t id);
 
 /*
  * sf__tok_bos - the id the family's training convention puts before each document

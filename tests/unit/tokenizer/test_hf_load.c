@@ -469,6 +469,33 @@ Test(accept, eos_is_the_first_special_end_of_text)
 /* (?i) is checked where it is in force (diff review): the whole pattern was, so that Llama 3's
  * (?i:'s|'t|...) group refused a CJK class, a \x escape or a \p{...} name holding "Fi"
  * elsewhere in the pattern, and (?-i:...) counted as case-insensitive. */
+/* Whether ordinary text may encode to a token (chunk heads find document starts after the
+ * end-of-text id, which must never come from text): not a special token the merges cannot
+ * build, but one they build from its bytes. */
+Test(accept, text_may_give_a_special_its_merges_build)
+{
+	static const char added[] =
+		"[{\"id\": 258, \"content\": \"<e>\", \"single_word\": false, \"lstrip\": false, "
+		"\"rstrip\": false, \"normalized\": false, \"special\": true}]";
+	struct parts built = {.extra_vocab = ", \"<e\": 256, \"e>\": 257, \"<e>\": 258",
+			      .merges = "[[\"<\", \"e\"], [\"<e\", \">\"]]",
+			      .added_tokens = added};
+	struct parts listed = {.extra_vocab = ", \"<e\": 256, \"e>\": 257, \"<e>\": 258",
+			       .merges = "[[\"<\", \"e\"]]",
+			       .added_tokens = added};
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(load(&built, &tok, &err), 0, "%s", err.msg);
+	cr_expect(sf__tok_text_may_give(tok, 258), "merges build <e>");
+	cr_expect(sf__tok_text_may_give(tok, 256));
+	sf__tok_free(tok);
+	cr_assert_eq(load(&listed, &tok, &err), 0, "%s", err.msg);
+	cr_expect_not(sf__tok_text_may_give(tok, 258), "no merge builds <e>");
+	cr_expect_not(sf__tok_text_may_give(tok, 257), "no merge builds e>");
+	sf__tok_free(tok);
+}
+
 Test(accept, case_folds_checked_where_i_is_in_force)
 {
 	static const char *const accepted[] = {
