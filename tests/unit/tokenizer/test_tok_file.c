@@ -16,22 +16,24 @@
 
 static char path[64];
 
-static void write_file(const char *text)
-{
-	int fd;
-
-	snprintf(path, sizeof(path), "/tmp/sf-tokfile-XXXXXX");
-	fd = mkstemp(path);
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-	close(fd);
-}
-
 static void remove_file(void)
 {
 	if (path[0])
 		unlink(path);
 	path[0] = '\0';
+}
+
+/* A fresh file of `text` (the one written before in the same test is removed). */
+static void write_file(const char *text)
+{
+	int fd;
+
+	remove_file();
+	snprintf(path, sizeof(path), "/tmp/sf-tokfile-XXXXXX");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
 }
 
 TestSuite(tok_file, .fini = remove_file);
