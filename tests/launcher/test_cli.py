@@ -223,17 +223,7 @@ def test_progress_in_a_shared_terminal_is_whole_lines(rt):
         p = run_bursty(job, slave)
         os.close(slave)
         slave = -1
-        out = b""
-        while True:
-            if not select.select([master], [], [], 30)[0]:
-                break
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
+        out = read_pty(master, 30)
         p.wait(timeout=30)
     finally:
         if slave >= 0:
@@ -699,6 +689,20 @@ def run_in_terminal(job, command):
     return pid, master
 
 
+def read_pty(master, wait):
+    """What the terminal holds, read until it is closed or, for `wait` seconds, silent."""
+    out = b""
+    while select.select([master], [], [], wait)[0]:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
 def read_until_exit(pid, master, timeout=60):
     out, end = b"", time.monotonic() + timeout
     while time.monotonic() < end:
@@ -713,14 +717,7 @@ def read_until_exit(pid, master, timeout=60):
             # What it wrote between the last read and its exit is still in the pty: a
             # job that stops in milliseconds wrote all its lines there (once in a while
             # the test saw only the echoed ^\).
-            while select.select([master], [], [], 0)[0]:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
+            out += read_pty(master, 0)
             return out.decode(errors="replace"), os.waitstatus_to_exitcode(status)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)

@@ -107,6 +107,19 @@ Test(tok_file, unknown_tiktoken_needs_a_pattern)
 	sf__tok_free(tok);
 }
 
+/* Load a tekken file of `config` and `specials` (the special_tokens member, or ""). */
+static int load_tekken(const char *config, const char *specials, struct sf_tok **ret,
+		       struct sf_err *e)
+{
+	char *text = tekken_json(config, specials, "");
+	struct sf_tok_file_opts o = {0};
+
+	write_file(text);
+	free(text);
+	o.path = path;
+	return sf__tok_load_file(&o, ret, e);
+}
+
 static const char tekken_config[] =
 	"{\"pattern\": \"\\\\p{L}+|\\\\s+|.\", \"num_vocab_tokens\": 259, "
 	"\"default_vocab_size\": 283, \"default_num_special_tokens\": 25, \"version\": \"v3\"}";
@@ -161,21 +174,17 @@ Test(tok_file, tekken_ids_follow_the_specials)
 
 Test(tok_file, tekken_listed_specials)
 {
-	char *text = tekken_json(
-		"{\"pattern\": \".\", \"default_vocab_size\": 259, "
-		"\"default_num_special_tokens\": 3, \"version\": \"v13\"}",
-		" \"special_tokens\": [{\"rank\": 0, \"token_str\": \"<unk>\", \"is_control\": "
-		"true}, {\"rank\": 1, \"token_str\": \"<s>\", \"is_control\": true}, {\"rank\": 2, "
-		"\"token_str\": \"</s>\", \"is_control\": true}],",
-		"");
-	struct sf_tok_file_opts o = {0};
 	struct sf_tok *tok = NULL;
 	struct sf_err e = {0};
 
-	write_file(text);
-	free(text);
-	o.path = path;
-	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
+	cr_assert_eq(load_tekken("{\"pattern\": \".\", \"default_vocab_size\": 259, "
+				 "\"default_num_special_tokens\": 3, \"version\": \"v13\"}",
+				 " \"special_tokens\": [{\"rank\": 0, \"token_str\": \"<unk>\", "
+				 "\"is_control\": true}, {\"rank\": 1, \"token_str\": \"<s>\", "
+				 "\"is_control\": true}, {\"rank\": 2, \"token_str\": \"</s>\", "
+				 "\"is_control\": true}],",
+				 &tok, &e),
+		     0, "%s", e.msg);
 	cr_assert_eq(sf__tok_n_vocab(tok), 259);
 	cr_assert_eq(sf__tok_eot(tok), 2);
 	cr_assert_str_eq(sf__tok_special_text(tok, 1), "<s>");
@@ -189,42 +198,30 @@ Test(tok_file, tekken_empty_special_list)
 {
 	static const char *const versions[] = {"v3", "v13"};
 
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+
 	for (size_t v = 0; v < 2; v++) {
-		char config[256], *text;
-		struct sf_tok_file_opts o = {0};
-		struct sf_tok *tok = NULL;
-		struct sf_err e = {0};
+		char config[256];
 
 		snprintf(config, sizeof(config),
 			 "{\"pattern\": \".\", \"default_vocab_size\": 259, "
 			 "\"default_num_special_tokens\": 3, \"version\": \"%s\"}",
 			 versions[v]);
-		text = tekken_json(config, " \"special_tokens\": [],", "");
-		write_file(text);
-		free(text);
-		o.path = path;
-		cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s: %s", versions[v], e.msg);
+		cr_assert_eq(load_tekken(config, " \"special_tokens\": [],", &tok, &e), 0, "%s: %s",
+			     versions[v], e.msg);
 		cr_expect_str_eq(sf__tok_special_text(tok, 1), "<SPECIAL_1>", "%s", versions[v]);
 		cr_expect_lt(sf__tok_special(tok, "<s>", NULL), 0, "%s", versions[v]);
 		cr_expect_lt(sf__tok_bos(tok), 0, "%s", versions[v]);
 		cr_expect_lt(sf__tok_eot(tok), 0, "%s", versions[v]);
 		sf__tok_free(tok);
 	}
-	{
-		char *text = tekken_json("{\"pattern\": \".\", \"default_vocab_size\": 279, "
-					 "\"default_num_special_tokens\": 23, \"version\": \"v3\"}",
-					 " \"special_tokens\": null,", "");
-		struct sf_tok_file_opts o = {0};
-		struct sf_tok *tok = NULL;
-		struct sf_err e = {0};
-
-		write_file(text);
-		free(text);
-		o.path = path;
-		cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "null: %s", e.msg);
-		cr_expect_eq(sf__tok_bos(tok), 1);
-		sf__tok_free(tok);
-	}
+	cr_assert_eq(load_tekken("{\"pattern\": \".\", \"default_vocab_size\": 279, "
+				 "\"default_num_special_tokens\": 23, \"version\": \"v3\"}",
+				 " \"special_tokens\": null,", &tok, &e),
+		     0, "null: %s", e.msg);
+	cr_expect_eq(sf__tok_bos(tok), 1);
+	sf__tok_free(tok);
 }
 
 Test(tok_file, tekken_refusals)
