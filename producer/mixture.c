@@ -318,6 +318,21 @@ static double proved_below(const struct sf_mix_set *s, int32_t v, double e)
  * error there is. Between two samples of source i its error only falls, so its extremes
  * are just before and just after each of its samples.
  */
+/*
+ * The larger of `worst` and the errors (times Q) of a source of weight P just before and
+ * just after its sample at position n (0-based), `idx` of its samples before it.
+ */
+static i128 sample_errors(i128 worst, uint64_t Q, uint64_t P, uint64_t idx, uint64_t n)
+{
+	i128 before = (i128)idx * Q - (i128)P * n;
+	i128 after = before + Q - P;
+
+	before = before < 0 ? -before : before;
+	after = after < 0 ? -after : after;
+	worst = before > worst ? before : worst;
+	return after > worst ? after : worst;
+}
+
 static double exact_bound(struct sf_mix_set *s)
 {
 	const uint64_t Q = s->total;
@@ -327,13 +342,8 @@ static double exact_bound(struct sf_mix_set *s)
 	for (uint64_t n = 0; n < Q; n++) {
 		uint64_t idx;
 		uint32_t i = sf__mix_set_locate(s, n, &idx);
-		i128 before = (i128)idx * Q - (i128)s->weights[i] * n;
-		i128 after = before + Q - s->weights[i];
 
-		before = before < 0 ? -before : before;
-		after = after < 0 ? -after : after;
-		worst = before > worst ? before : worst;
-		worst = after > worst ? after : worst;
+		worst = sample_errors(worst, Q, s->weights[i], idx, n);
 	}
 	return (double)worst / (double)Q;
 }
@@ -416,17 +426,7 @@ static int build_table(struct sf_mix_set *s, const uint32_t *order, uint32_t k, 
 		if (best == k)
 			goto out;
 		s->period[t - 1] = (uint8_t)best;
-		{
-			/* The extremes of its error, as exact_bound() finds them. */
-			const uint64_t P = s->weights[order[best]];
-			i128 before = (i128)count[best] * Q - (i128)P * (t - 1);
-			i128 after = before + Q - P;
-
-			before = before < 0 ? -before : before;
-			after = after < 0 ? -after : after;
-			worst = before > worst ? before : worst;
-			worst = after > worst ? after : worst;
-		}
+		worst = sample_errors(worst, Q, s->weights[order[best]], count[best], t - 1);
 		count[best]++;
 		opens[best] = OPENS(best);
 		due[best] = DUE(best);
@@ -477,7 +477,7 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	int32_t *pool = NULL;
 	struct sf_mix_node *trial = NULL;
 	double *cum = NULL;
-	uint64_t total = 0;
+	uint64_t total = 0, len;
 	double best = 0;
 	uint32_t best_nodes = 0;
 	int32_t best_root = 0;
@@ -554,12 +554,12 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	}
 	/* No tree below 1: a table of one period, or of the samples served where fewer, if
 	 * it does better. */
-	if (s->bound >= 1 && n_pos <= SF_MIX_TABLE_SOURCES && span &&
-	    (span < total ? span : total) <= SF_MIX_TABLE_MAX &&
-	    (span < total ? span : total) * n_pos <= SF_MIX_TABLE_WORK) {
+	len = span < total ? span : total;
+	if (s->bound >= 1 && n_pos <= SF_MIX_TABLE_SOURCES && len && len <= SF_MIX_TABLE_MAX &&
+	    len * n_pos <= SF_MIX_TABLE_WORK) {
 		double bound;
 
-		r = build_table(s, order, n_pos, span < total ? span : total, &bound);
+		r = build_table(s, order, n_pos, len, &bound);
 		if (r < 0)
 			goto out;
 		if (r == 0 && bound < s->bound) {

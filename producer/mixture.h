@@ -94,9 +94,9 @@ struct sf_mix_set {
  * samples the set serves (UINT64_MAX: without end; 0: build no table): where the bound
  * is 1 or more, a table of the earliest-deadline assignment over one period, or over the
  * `span` samples where fewer (at most SF_MIX_TABLE_MAX positions, positions x sources at
- * most SF_MIX_TABLE_WORK), replaces the tree when its exact bound is smaller. Only n < span samples
- * are asked of such a set (counts up to n = span). Returns 0, -EINVAL for weights all zero or too
- * large, or -ENOMEM. Free with sf__mix_set_free().
+ * most SF_MIX_TABLE_WORK), replaces the tree when its exact bound is smaller. Only
+ * n < span samples are asked of such a set (counts up to n = span). Returns 0, -EINVAL
+ * for weights all zero or too large, or -ENOMEM. Free with sf__mix_set_free().
  */
 int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 		     uint64_t exact_limit, uint32_t search_limit, uint64_t span);
