@@ -2387,6 +2387,7 @@ static void digest_source_path(XXH3_state_t *st, const char *path)
 uint64_t sf__config_digest(const struct sf_config *cfg)
 {
 	XXH3_state_t st;
+	const char *vocab_dir;
 
 	XXH3_INITSTATE(&st);
 	XXH3_64bits_reset(&st);
@@ -2403,20 +2404,19 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 			digest_source_path(&st, src->paths[j]);
 	}
 	digest_str(&st, cfg->encoding);
+	/* The vocabulary found in vocab_dir, or in $SHMFEED_VOCAB_DIR where vocab_dir is null
+	 * (the tokenizer looks there then), by its file name. */
+	vocab_dir = cfg->vocab_dir ? cfg->vocab_dir : getenv("SHMFEED_VOCAB_DIR");
 	if (cfg->vocab) {
 		digest_file(&st, cfg->vocab);
 	} else if (cfg->encoding && !strncmp(cfg->encoding, "char:", 5)) {
 		digest_file(&st, cfg->encoding + 5); /* the corpus sets the alphabet */
-	} else if (cfg->encoding && strcmp(cfg->encoding, "bytes") &&
-		   (cfg->vocab_dir || getenv("SHMFEED_VOCAB_DIR"))) {
-		/* The vocabulary found in vocab_dir, or in $SHMFEED_VOCAB_DIR where vocab_dir is
-		 * null (the tokenizer looks there then), by its file name. */
+	} else if (cfg->encoding && strcmp(cfg->encoding, "bytes") && vocab_dir) {
 		const char *name = strcmp(cfg->encoding, "gpt2") ? cfg->encoding : "r50k_base";
-		const char *dir = cfg->vocab_dir ? cfg->vocab_dir : getenv("SHMFEED_VOCAB_DIR");
-		char *v = malloc(strlen(dir) + strlen(name) + 12);
+		char *v = malloc(strlen(vocab_dir) + strlen(name) + 12);
 
 		if (v) {
-			sprintf(v, "%s/%s.tiktoken", dir, name);
+			sprintf(v, "%s/%s.tiktoken", vocab_dir, name);
 			digest_file(&st, v);
 			free(v);
 		}

@@ -418,7 +418,6 @@ int sf__index_take(struct sf_dataset *ds, const struct sf_index_image *img, uint
 	return 1;
 }
 
-/* Write the index to `path` (NULL: -ENOMEM), through a temporary file. */
 /* By every field of the identity an entry is checked against: a file that took a deleted
  * one's inode keeps no entry of it. */
 static int cmp_id(const void *a, const void *b)
@@ -468,6 +467,7 @@ static struct sf_file_id *dir_ids(const char *dir, size_t *ret_n)
 	return ids ? ids : malloc(1);
 }
 
+/* Write the index to `path` (NULL: -ENOMEM), through a temporary file. */
 static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t n, uint64_t key,
 		   const struct sf_index_image *old, char *path, char **ret_path,
 		   uint64_t *ret_bytes)
