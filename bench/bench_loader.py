@@ -37,11 +37,20 @@ Ratios are p50(method) / p50(shmfeed Python). Prints the machine and a table; --
 FILE also writes the percentiles (p50, p95, p99, p99.9) per method, --csv FILE every
 timed call as CSV rows (method, ns), for a distribution plot.
 
+--device cuda:N instead times the batch on a GPU: from the call until the batch is on the
+device (the call, then the current stream synchronized), int64 x and y as a model takes
+them: shmfeed.Loader on the device (the arena's slot copied by DMA from the registered
+shared memory, widened there), nanoGPT's get_batch in its GPU branch (pin_memory(), then
+a non-blocking copy), the NumPy gather into a pinned buffer copied the same way, and the
+DataLoader with pin_memory=True copied the same way. The host's part of the call is
+reported beside it (a non-blocking copy returns before it is done).
+
 usage: bench_loader.py [--fixture PATH] [--bench-consumer PATH] [--tokens FILE]
                        [--ntokens N] [--batch B] [--seq-len T] [--calls N]
                        [--c-steps N] [--step-us US] [--json FILE] [--csv FILE]
        bench_loader.py --sweep [--json FILE] [--sweep-calls 3000,500,60]
                        [--sweep-evict BYTES]
+       bench_loader.py --device cuda:N [--calls N] [--json FILE] ...
 """
 
 import argparse
@@ -101,6 +110,7 @@ ap.add_argument("--sweep", action="store_true",
                 help="time next() alone at 16 KiB, 4 MiB and 64 MiB payloads")
 ap.add_argument("--sweep-calls", default="3000,500,60",
                 help="calls per payload size in --sweep (16 KiB, 4 MiB, 64 MiB)")
+ap.add_argument("--device", help="time batches delivered on this CUDA device (cuda:N)")
 ap.add_argument("--sweep-evict", type=int, default=32 << 20,
                 help="bytes written before each timed call in --sweep (0: none)")
 args = ap.parse_args()
@@ -368,8 +378,134 @@ def main():
                 w.writerows((name, v) for v in ns.tolist())
 
 
+def on_device():
+    """The time until a batch of int64 x, y is on the GPU, per method (--device)."""
+    dev = torch.device(args.device)
+    torch.cuda.set_device(dev)
+    ensure_tokens(args.tokens, args.ntokens)
+    stream = torch.cuda.current_stream(dev)
+    all_cpus = sorted(os.sched_getaffinity(0))
+    rows, failed = [], []
+
+    def timed_gpu(fn, calls, warmup=50):
+        """Per call: (host ns until fn returned, ns until the stream had done its work)."""
+        out = np.empty((calls, 2), dtype=np.int64)
+        for i in range(warmup + calls):
+            t0 = time.perf_counter_ns()
+            b = fn()
+            t1 = time.perf_counter_ns()
+            stream.synchronize()
+            t2 = time.perf_counter_ns()
+            if i == warmup - 1:  # what a model gets: int64 on the device
+                assert b[0].dtype == torch.int64 and b[0].device == dev, (b[0].dtype, b[0].device)
+                assert b[0].shape == (B, T), b[0].shape
+            if i >= warmup:
+                out[i - warmup] = (t1 - t0, t2 - t0)
+            busy(args.step_us)
+        return out
+
+    def add(name, fn, calls=args.calls):
+        try:
+            ns = timed_gpu(fn, calls)
+        except Exception as e:  # one method's failure does not hide the others' numbers
+            failed.append(f"{name}: {type(e).__name__}: {e}")
+            print(f"FAILED {failed[-1]}", flush=True)
+            return
+        rows.append((name, *(float(np.percentile(ns[:, 1], p)) / 1e3 for p in (50, 99)),
+                     float(np.percentile(ns[:, 0], 50)) / 1e3))
+        print(f"{name}: p50 {rows[-1][1]:.1f} us", flush=True)
+
+    # shmfeed: the feed fixture serves the token file, its producer on the last CPU.
+    for label, dtype in (("shmfeed Loader on the GPU (int64 default)", "int64"),
+                         ("shmfeed Loader on the GPU, native uint16", "native")):
+        job = f"bench-gpu-{os.getpid()}-{len(rows) + len(failed)}"
+        fx = subprocess.Popen([args.fixture, "--job", job, "--ranks", "1", "--batch", str(B),
+                               "--seq-len", str(T), "--slots", "8", "--producers", "1",
+                               "--dtype", "u16", "--tokens", args.tokens, "--lifetime", "600"],
+                              stdout=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: os.sched_setaffinity(0, {all_cpus[-1]}))
+        assert fx.stdout.readline().startswith("ready")
+        try:
+            with shmfeed.Loader(job=job, rank=0, world_size=1, device=dev, dtype=dtype) as L:
+                if dtype == "int64":
+                    add(label, lambda: (lambda b: (b.x, b.y))(L.next()))
+                else:  # what the model then does with it
+                    add(label, lambda: (lambda b: (b.x.long(), b.y.long()))(L.next()))
+        except Exception as e:
+            failed.append(f"{label}: {type(e).__name__}: {e}")
+            print(f"FAILED {failed[-1]}", flush=True)
+        finally:
+            fx.send_signal(signal.SIGTERM)
+            fx.wait()
+
+    # nanoGPT get_batch, GPU branch, verbatim.
+    def get_batch():
+        data = np.memmap(args.tokens, dtype=np.uint16, mode="r")
+        ix = torch.randint(len(data) - T, (B,))
+        x = torch.stack([torch.from_numpy((data[i:i + T]).astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy((data[i + 1:i + 1 + T]).astype(np.int64))
+                         for i in ix])
+        return (x.pin_memory().to(dev, non_blocking=True),
+                y.pin_memory().to(dev, non_blocking=True))
+    add("nanoGPT get_batch (pinned, non_blocking)", get_batch, min(args.calls, 1000))
+
+    # The NumPy gather into pinned buffers (two, so that a copy in flight is not
+    # overwritten), one non-blocking copy, widened on the device.
+    data = np.memmap(args.tokens, dtype=np.uint16, mode="r")
+    offs = np.arange(T + 1, dtype=np.int64)
+    rng = np.random.default_rng(0)
+    pinned = [torch.empty((B, T + 1), dtype=torch.int16).pin_memory() for _ in range(2)]
+    done = [None, None]
+    turn = [0]
+
+    def gather():
+        k = turn[0] = turn[0] ^ 1
+        if done[k] is not None:
+            done[k].synchronize()
+        out = pinned[k].numpy().view(np.uint16)
+        starts = rng.integers(0, len(data) - T - 1, size=B)
+        np.take(data, starts[:, None] + offs, out=out)
+        d = pinned[k].to(dev, non_blocking=True)
+        done[k] = torch.cuda.Event()
+        done[k].record(stream)
+        d = d.long() & 0xFFFF
+        return d[:, :-1], d[:, 1:]
+    add("numpy gather, pinned, non_blocking", gather)
+
+    dl = torch.utils.data.DataLoader(Windows(args.tokens), batch_size=B, num_workers=2,
+                                     persistent_workers=True, pin_memory=True)
+    it = iter(dl)
+
+    def dl_next():
+        b = next(it).to(dev, non_blocking=True)
+        return b[:, :-1], b[:, 1:]
+    add("torch DataLoader, 2 workers, pinned", dl_next, min(args.calls, 1000))
+
+    machine = (f"{machine_line()}, torch {torch.__version__}, "
+               f"{torch.cuda.get_device_name(dev)}")
+    setup = (f"B={B} T={T}, int64 x, y on {dev}, token file of "
+             f"{os.path.getsize(args.tokens) // 2:,} uint16 tokens, {args.calls} calls "
+             f"(1000 for get_batch and the DataLoader), simulated step {args.step_us:.0f} us")
+    print(f"machine: {machine}")
+    print(f"geometry: {setup}")
+    if rows:
+        ref = rows[0][1]
+        print(f"{'method':42s} {'p50 us':>9s} {'p99 us':>9s} {'host p50 us':>12s} "
+              f"{'p50/' + rows[0][0][:22]:>28s}")
+        for name, p50, p99, host in rows:
+            print(f"{name:42s} {p50:9.1f} {p99:9.1f} {host:12.1f} {p50 / ref:27.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "setup": setup, "failed": failed,
+                       "rows": [{"method": n, "p50_us": a, "p99_us": b, "host_p50_us": h}
+                                for n, a, b, h in rows]}, f, indent=1)
+    sys.exit(1 if failed else 0)
+
+
 if __name__ == "__main__":
-    if args.sweep:
+    if args.device:
+        on_device()
+    elif args.sweep:
         sweep()
     else:
         main()
