@@ -1,0 +1,70 @@
+"""The Loader's GPU path on a real GPU (skipped where torch sees none: never on this
+project's CI machines; scripts/gpu-check runs it on a GPU machine). A batch fetched ahead
+must stay whole while the next one is widened, on the default stream and on a stream of
+the caller's, whether the widening runs as CUDA graphs (torch 2.x) or op by op."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import Feed, reference_doc_starts
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no GPU visible to torch", allow_module_level=True)
+
+RANK = """
+import json, sys
+import torch, shmfeed
+L = shmfeed.Loader(job=sys.argv[1], device="cuda:0", dtype=sys.argv[2])
+graphs = L._widen is not None
+side = torch.cuda.Stream()
+out, batch = [], next(L)
+for i in range(40):
+    if i % 2:  # on a stream of the caller's every other step
+        with torch.cuda.stream(side):
+            assert L._raw_stream() == side.cuda_stream
+            upcoming = next(L)
+        torch.cuda.current_stream().wait_stream(side)
+    else:
+        assert L._raw_stream() == torch.cuda.current_stream().cuda_stream
+        upcoming = next(L)
+    out.append({"step": batch.step, "tokens": batch.tokens.cpu().tolist(),
+                "x": batch.x.cpu().tolist(), "y": batch.y.cpu().tolist(),
+                "y_contiguous": batch.y.is_contiguous(), "dtype": str(batch.tokens.dtype),
+                "docs": batch.doc_starts.cpu().tolist()})
+    batch = upcoming
+L.close()
+print(json.dumps({"graphs": graphs, "batches": out}))
+"""
+
+
+@pytest.mark.parametrize("buffers", ["1", "2", "3"])
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+@pytest.mark.parametrize("wide", [False, True], ids=["u16", "i32"])
+def test_a_batch_fetched_ahead_stays_whole_on_the_gpu(buffers, dtype, wide):
+    extra = ["--doc-starts", "5"] + (["--dtype", "i32", "--vocab", "100277"] if wide else [])
+    kw = {"vocab": 100277, "dtype": np.int32} if wide else {}
+    env = dict(os.environ, SHMFEED_GPU_BUFFERS=buffers)
+    with Feed("gpureal", extra=extra) as feed:
+        r = subprocess.run([sys.executable, "-c", RANK, feed.job, dtype],
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+    # torch 2.x captures the widening as CUDA graphs; 1.13 runs it op by op.
+    assert got["graphs"] == (int(torch.__version__.split(".")[0]) >= 2)
+    assert [b["step"] for b in got["batches"]] == list(range(40))
+    for b in got["batches"]:
+        want = feed.expected(0, b["step"], **kw).astype(np.int64)
+        assert b["dtype"] == f"torch.{dtype}"
+        assert np.array_equal(np.array(b["tokens"]), want), f"step {b['step']}"
+        assert np.array_equal(np.array(b["x"]), want[:, :-1]), f"step {b['step']}"
+        assert np.array_equal(np.array(b["y"]), want[:, 1:]), f"step {b['step']}"
+        assert b["y_contiguous"]
+        docs = reference_doc_starts(want, 5).astype(np.int64)
+        docs[docs == 0xFFFFFFFF] = -1  # int32 on the device: the padding reads -1
+        assert np.array_equal(np.array(b["docs"]), docs), f"step {b['step']}"
