@@ -43,7 +43,10 @@ them: shmfeed.Loader on the device (the arena's slot copied by DMA from the regi
 shared memory, widened there), nanoGPT's get_batch in its GPU branch (pin_memory(), then
 a non-blocking copy), the NumPy gather into a pinned buffer copied the same way, and the
 DataLoader with pin_memory=True copied the same way. The host's part of the call is
-reported beside it (a non-blocking copy returns before it is done).
+reported beside it (a non-blocking copy returns before it is done). The gather's and the
+DataLoader's y are views (the Loader's and get_batch's are contiguous: a small advantage
+to those two), and the DataLoader's time depends on its workers keeping up with the
+simulated step (2 workers, --step-us).
 
 usage: bench_loader.py [--fixture PATH] [--bench-consumer PATH] [--tokens FILE]
                        [--ntokens N] [--batch B] [--seq-len T] [--calls N]
@@ -381,6 +384,8 @@ def main():
 def on_device():
     """The time until a batch of int64 x, y is on the GPU, per method (--device)."""
     dev = torch.device(args.device)
+    if dev.index is None:  # "cuda": the current device, named
+        dev = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(dev)
     ensure_tokens(args.tokens, args.ntokens)
     stream = torch.cuda.current_stream(dev)

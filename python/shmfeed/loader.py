@@ -30,6 +30,7 @@ nothing.
 
 import ctypes
 import functools
+import inspect
 import math
 import operator
 import os
@@ -791,18 +792,24 @@ class Loader:
     def _capture_widen(self):
         """_widen_ops() for every device buffer and output, each captured once as a CUDA
         graph: a replay is one launch, where the operations are three to five, each a
-        kernel launch and torch's dispatch (on an H200, 5 us of the caller's time against
-        36). None where torch cannot capture (no CUDAGraph, or the capture fails): the
-        operations then run one by one, the same on the device. Not before torch 2.0,
-        whose captures are global: a CUDA call of another thread meanwhile (NCCL's
-        watchdog) would fail."""
+        kernel launch and torch's dispatch. None where torch cannot capture: then the
+        operations run one by one, the same on the device. Only where captures can be
+        local to this thread (capture_error_mode, torch 2.1 and later): a global capture
+        makes another thread's CUDA call meanwhile (NCCL's watchdog) fail. A capture
+        that fails is said in a warning: torch may then be left in an odd state."""
         t = self._torch
-        if not hasattr(t.cuda, "CUDAGraph"):
-            return None
+        graph = getattr(t.cuda, "CUDAGraph", None)
         try:
-            side = t.cuda.Stream(self.device)
-            side.wait_stream(t.cuda.current_stream(self.device))
-            graphs = []
+            local = graph is not None and "capture_error_mode" in \
+                inspect.signature(graph.capture_begin).parameters
+        except (TypeError, ValueError):  # a signature Python cannot read
+            local = False
+        if not local:
+            return None
+        side = t.cuda.Stream(self.device)
+        side.wait_stream(t.cuda.current_stream(self.device))
+        graphs = []
+        try:
             with t.cuda.device(self.device), t.cuda.stream(side):
                 for k in range(len(self._gpu_raw)):
                     graphs.append([])
@@ -810,20 +817,25 @@ class Loader:
                         # Once outside the capture: whatever the kernels load on first
                         # use is loaded before it (writes outputs nobody holds yet).
                         self._widen_ops(k, kt)
-                        g = t.cuda.CUDAGraph()
-                        # Other threads' CUDA calls stay allowed meanwhile (TypeError
-                        # before torch 2.0).
-                        g.capture_begin(capture_error_mode="thread_local")
+                        g, begun = graph(), False
                         try:
+                            g.capture_begin(capture_error_mode="thread_local")
+                            begun = True
                             self._widen_ops(k, kt)
                         finally:
-                            g.capture_end()
+                            if begun:
+                                g.capture_end()
                         graphs[-1].append(g)
+        except Exception as e:
+            warnings.warn(f"shmfeed: job '{self.job}': no CUDA graph for the widening "
+                          f"({type(e).__name__}: {e}); widening op by op", RuntimeWarning,
+                          stacklevel=4)
+            graphs = None
+        finally:
+            # The warm-up's writes come before anything the caller's stream does next.
             t.cuda.current_stream(self.device).wait_stream(side)
             side.synchronize()
-            return graphs
-        except Exception:  # a capture torch refuses here: the operations one by one
-            return None
+        return graphs
 
     def _sync_stream(self):
         s = self._raw_stream()
