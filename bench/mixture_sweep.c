@@ -2,13 +2,13 @@
  * How exact mixtures are beyond what is proved: for random weight vectors of a phase
  * without end, the bound the loader finds (producer/mixture.h): its best tree shape's,
  * exact over a whole period where the period Q is at most EXACT_LIMIT, else proved from
- * the tree; the period table's, exact, where the tree's is 1 or more and Q is at most
- * SF_MIX_TABLE_MAX. Four
+ * the tree; the period table's, exact, where the tree's is 1 or more and the table fits
+ * (producer/mixture.h: Q at most SF_MIX_TABLE_MAX, its memory SF_MIX_TABLE_BYTES). Four
  * families of weights in turn: uniform in 1..1000, uniform in 1..10^6, one source of 10^6
  * with the others in 1..100, and mostly 1..10 with a quarter of them up to 10^5.
  *
  * usage: mixture_sweep TRIALS MIN_SOURCES SPAN [EXACT_LIMIT]   (sources in
- * [MIN_SOURCES, MIN_SOURCES + SPAN), at most 64; EXACT_LIMIT default 2^20)
+ * [MIN_SOURCES, MIN_SOURCES + SPAN), at most 4096; EXACT_LIMIT default 2^20)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +24,7 @@ int main(int argc, char **argv)
 	double worst = 0;
 
 	if (argc < 4 || (trials = atoi(argv[1])) < 1 || (lo = (uint32_t)atoi(argv[2])) < 2 ||
-	    (span = (uint32_t)atoi(argv[3])) < 1 || lo + span - 1 > 64) {
+	    (span = (uint32_t)atoi(argv[3])) < 1 || lo + span - 1 > 4096) {
 		fprintf(stderr, "usage: mixture_sweep TRIALS MIN_SOURCES SPAN [EXACT_LIMIT]\n");
 		return 2;
 	}
@@ -32,7 +32,7 @@ int main(int argc, char **argv)
 		limit = strtoull(argv[4], NULL, 10);
 	for (int t = 0; t < trials; t++) {
 		uint32_t n = lo + (uint32_t)rand_r(&seed) % span;
-		uint64_t w[64];
+		static uint64_t w[4096];
 		struct sf_mix_set s;
 
 		for (uint32_t i = 0; i < n; i++) {

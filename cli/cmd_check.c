@@ -173,8 +173,8 @@ static void print_bound(const struct sf_dataset *ds)
 	if (raw >= 1)
 		printf("# warning: with these weights a source's count may differ from weight x "
 		       "samples by %.6f, not less than 1 (docs/mixtures.md: below 1 for up to 4 "
-		       "sources, and for up to 64 whose period, or phase, is at most 2^24 samples "
-		       "and 2^28 / sources)\n",
+		       "sources, and where a period, or a phase, of at most 2^24 samples fits a "
+		       "table of 32 MiB)\n",
 		       bound);
 }
 

@@ -4,6 +4,7 @@
  * a sample from one source to another; floats appear only in the reported bound.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,15 +58,39 @@ static inline int32_t descend(const struct sf_mix_set *s, const struct sf_mix_no
 	return node->child[went_left ? 0 : 1];
 }
 
+/* The table's entry at position x: an index into `ranked`. */
+static inline uint32_t entry(const struct sf_mix_set *s, uint64_t x)
+{
+	return s->n_ranked > 256 ? ((const uint16_t *)s->period)[x]
+				 : ((const uint8_t *)s->period)[x];
+}
+
+/* How many of positions [at, r) of the table hold entry a. */
+static uint64_t entries(const struct sf_mix_set *s, uint64_t at, uint64_t r, uint32_t a)
+{
+	uint64_t c = 0;
+
+	if (s->n_ranked > 256) {
+		const uint16_t *t = s->period;
+
+		for (uint64_t x = at; x < r; x++)
+			c += t[x] == a;
+	} else {
+		const uint8_t *t = s->period;
+
+		for (uint64_t x = at; x < r; x++)
+			c += t[x] == a;
+	}
+	return c;
+}
+
 /* Sample n from the table: its whole periods' counts (a periodic table), then its block's. */
 static uint32_t table_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index)
 {
-	const uint64_t p = n / s->table_len, r = n % s->table_len, at = r - r % SF_MIX_TABLE_STRIDE;
-	const uint32_t a = s->period[r];
-	uint64_t c = s->marks[at / SF_MIX_TABLE_STRIDE * s->n_ranked + a];
+	const uint64_t p = n / s->table_len, r = n % s->table_len, at = r - r % s->stride;
+	const uint32_t a = entry(s, r);
+	const uint64_t c = s->marks[at / s->stride * s->n_ranked + a] + entries(s, at, r, a);
 
-	for (uint64_t x = at; x < r; x++)
-		c += s->period[x] == a;
 	*ret_index = p * s->weights[s->ranked[a]] + c;
 	return s->ranked[a];
 }
@@ -102,13 +127,13 @@ void sf__mix_set_counts(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_co
 	memset(ret_counts, 0, s->n_sources * sizeof(*ret_counts));
 	if (s->period && (s->table_len == s->total || n <= s->table_len)) {
 		const uint64_t p = s->table_len == s->total ? n / s->total : 0,
-			       r = n - p * s->table_len, at = r - r % SF_MIX_TABLE_STRIDE;
-		const uint32_t *mark = s->marks + at / SF_MIX_TABLE_STRIDE * s->n_ranked;
+			       r = n - p * s->table_len, at = r - r % s->stride;
+		const uint32_t *mark = s->marks + at / s->stride * s->n_ranked;
 
 		for (uint32_t a = 0; a < s->n_ranked; a++)
 			ret_counts[s->ranked[a]] = p * s->weights[s->ranked[a]] + mark[a];
 		for (uint64_t x = at; x < r; x++)
-			ret_counts[s->ranked[s->period[x]]]++;
+			ret_counts[s->ranked[entry(s, x)]]++;
 		return;
 	}
 	counts_below(s, s->root, n, ret_counts);
@@ -357,6 +382,7 @@ static void drop_table(struct sf_mix_set *s)
 	s->marks = NULL;
 	s->ranked = NULL;
 	s->n_ranked = 0;
+	s->stride = 0;
 	s->table_len = 0;
 }
 
@@ -367,93 +393,185 @@ static inline uint64_t position(u128 v)
 }
 
 /*
+ * The earliest-deadline assignment's state while a table is built: the sources of weight
+ * > 0 in ranked order (heaviest first), each one's count so far and the window of its
+ * next sample (below), and two binary heaps of them: those whose window is open, by
+ * deadline, and the others, by opening.
+ */
+struct edf {
+	const uint64_t *w; /* weights, in ranked order */
+	uint64_t Q, a, b;  /* sigma = a / b */
+	uint32_t *count;
+	uint64_t *opens, *due;
+	uint32_t *ready, *waiting;
+	uint32_t n_ready, n_waiting;
+};
+
+/*
+ * Whether x's window ends before y's, exactly: (c_x b + a) / P_x < (c_y b + a) / P_y; on
+ * a tie the heavier, then the lower source, which is the lower rank. (Counts below 2^24,
+ * b below 2^14 for up to 8,192 sources, weights below 2^62: 128 bits hold the products.)
+ */
+static bool due_first(const struct edf *e, uint32_t x, uint32_t y)
+{
+	u128 l = (u128)((uint64_t)e->count[x] * e->b + e->a) * e->w[y],
+	     r = (u128)((uint64_t)e->count[y] * e->b + e->a) * e->w[x];
+
+	return l != r ? l < r : x < y;
+}
+
+static bool opens_first(const struct edf *e, uint32_t x, uint32_t y)
+{
+	return e->opens[x] != e->opens[y] ? e->opens[x] < e->opens[y] : x < y;
+}
+
+typedef bool edf_less(const struct edf *e, uint32_t x, uint32_t y);
+
+static void edf_push(const struct edf *e, uint32_t *h, uint32_t *n, uint32_t x, edf_less *less)
+{
+	uint32_t i = (*n)++;
+
+	for (; i && less(e, x, h[(i - 1) / 2]); i = (i - 1) / 2)
+		h[i] = h[(i - 1) / 2];
+	h[i] = x;
+}
+
+static uint32_t edf_pop(const struct edf *e, uint32_t *h, uint32_t *n, edf_less *less)
+{
+	uint32_t top = h[0], x = h[--*n], i = 0;
+
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && less(e, h[c + 1], h[c]))
+			c++;
+		if (!less(e, h[c], x))
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	if (*n)
+		h[i] = x;
+	return top;
+}
+
+/*
+ * Source x's next window, for its sample j = count + 1 (positions 1-based): it opens at
+ * ceil((j b - a) Q / (b P)) and is due by floor(((j - 1) b + a) Q / (b P)) + 1. Returns
+ * whether the window is empty and would close within the table's `len` positions.
+ */
+static bool edf_window(struct edf *e, uint32_t x, uint64_t len)
+{
+	const u128 bp = (u128)e->b * e->w[x];
+
+	e->opens[x] = position((((u128)(e->count[x] + 1) * e->b - e->a) * e->Q + bp - 1) / bp);
+	e->due[x] = position(((u128)e->count[x] * e->b + e->a) * e->Q / bp + 1);
+	return e->opens[x] > e->due[x] && e->due[x] < len;
+}
+
+/* The stride between the marks of a table of `len` positions of k sources that fits
+ * SF_MIX_TABLE_BYTES, or 0 where none up to SF_MIX_TABLE_STRIDE_MAX does. */
+static uint32_t table_stride(uint64_t len, uint32_t k)
+{
+	const uint64_t bytes = len * (k > 256 ? 2 : 1);
+
+	for (uint32_t stride = SF_MIX_TABLE_STRIDE; stride <= SF_MIX_TABLE_STRIDE_MAX; stride *= 2)
+		if (bytes + (len / stride + 1) * k * sizeof(uint32_t) <= SF_MIX_TABLE_BYTES)
+			return stride;
+	return 0;
+}
+
+/*
  * The first `len` positions of the earliest-deadline assignment with every error within
  * sigma = 1 - 1/(2k - 2) for k sources (Tijdeman, "The chairman assignment problem",
  * 1980): the j-th sample of source i is due in the window of positions t (1-based) where
- * |count_i - w_i t| <= sigma holds before and after it, from ceil((j - sigma) / w_i) to
- * floor((j - 1 + sigma) / w_i) + 1, and each position goes to the source whose open
- * window ends first, (j - 1 + sigma) / w_i compared exactly (ties: the heavier, then the
- * lower source). With len = Q, one whole period, after which the pattern repeats.
- * Returns 0, -ENOMEM, or 1 when a position found no open window or a window closed
- * unserved (kept as the tree then).
+ * |count_i - w_i t| <= sigma holds before and after it (edf_window()), and each position
+ * goes to the source whose open window ends first (due_first()). With len = Q, one whole
+ * period, after which the pattern repeats. `stride` from table_stride(). Returns 0,
+ * -ENOMEM, or 1 when a position found no open window or a window closed unserved (kept
+ * as the tree then).
  */
 static int build_table(struct sf_mix_set *s, const uint32_t *order, uint32_t k, uint64_t len,
-		       double *ret_bound)
+		       uint32_t stride, double *ret_bound)
 {
-	const uint64_t Q = s->total, b = 2 * (uint64_t)k - 2, a = b - 1; /* sigma = a / b */
-	const uint64_t n_marks = len / SF_MIX_TABLE_STRIDE + 1;
-	uint64_t *opens = malloc(k * sizeof(*opens)), *due = malloc(k * sizeof(*due));
-	uint32_t *count = calloc(k, sizeof(*count));
+	const uint64_t n_marks = len / stride + 1;
+	struct edf e = {.Q = s->total, .b = 2 * (uint64_t)k - 2};
+	uint64_t *w = malloc(k * sizeof(*w));
 	i128 worst = 0;
 	int r = -ENOMEM;
 
-	s->period = malloc(len);
+	e.a = e.b - 1;
+	e.w = w;
+	e.count = calloc(k, sizeof(*e.count));
+	e.opens = malloc(k * sizeof(*e.opens));
+	e.due = malloc(k * sizeof(*e.due));
+	e.ready = malloc(k * sizeof(*e.ready));
+	e.waiting = malloc(k * sizeof(*e.waiting));
+	s->period = malloc(len * (k > 256 ? 2 : 1));
 	s->marks = malloc(n_marks * k * sizeof(*s->marks));
 	s->ranked = malloc(k * sizeof(*s->ranked));
-	if (!opens || !due || !count || !s->period || !s->marks || !s->ranked)
+	if (!w || !e.count || !e.opens || !e.due || !e.ready || !e.waiting || !s->period ||
+	    !s->marks || !s->ranked)
 		goto out;
 	memcpy(s->ranked, order, k * sizeof(*order));
 	s->n_ranked = k;
+	s->stride = stride;
 	s->table_len = len;
-	/* Window of sample j = count + 1 of ranked source x, of weight P: opens at
-	 * ceil((j b - a) Q / (b P)), due by floor(((j - 1) b + a) Q / (b P)) + 1 (counts are
-	 * below 2^25, b below 2^7, Q at most 2^62: 128 bits hold every product). */
-#define OPENS(x)                                                                                   \
-	position((((u128)(count[x] + 1) * b - a) * Q + (u128)b * s->weights[order[x]] - 1) /       \
-		 ((u128)b * s->weights[order[x]]))
-#define DUE(x) position(((u128)count[x] * b + a) * Q / ((u128)b * s->weights[order[x]]) + 1)
-	/* Whether x's window ends before y's, exactly: (c_x b + a) / P_x < (c_y b + a) / P_y. */
-#define EARLIER(x, y)                                                                              \
-	((u128)((uint64_t)count[x] * b + a) * s->weights[order[y]] <                               \
-	 (u128)((uint64_t)count[y] * b + a) * s->weights[order[x]])
-	for (uint32_t x = 0; x < k; x++) {
-		opens[x] = OPENS(x);
-		due[x] = DUE(x);
-	}
 	r = 1;
-	for (uint64_t t = 1; t <= len; t++) {
-		uint32_t best = k;
-
-		if ((t - 1) % SF_MIX_TABLE_STRIDE == 0)
-			memcpy(s->marks + (t - 1) / SF_MIX_TABLE_STRIDE * k, count,
-			       k * sizeof(*count));
-		for (uint32_t x = 0; x < k; x++) {
-			if (due[x] < t)
-				goto out; /* a window closed unserved */
-			if (opens[x] <= t && (best == k || EARLIER(x, best)))
-				best = x;
-		}
-		if (best == k)
+	for (uint32_t x = 0; x < k; x++) {
+		w[x] = s->weights[order[x]];
+		if (edf_window(&e, x, len))
 			goto out;
-		s->period[t - 1] = (uint8_t)best;
-		worst = sample_errors(worst, Q, s->weights[order[best]], count[best], t - 1);
-		count[best]++;
-		opens[best] = OPENS(best);
-		due[best] = DUE(best);
+		edf_push(&e, e.waiting, &e.n_waiting, x, opens_first);
 	}
-#undef OPENS
-#undef DUE
-#undef EARLIER
+	for (uint64_t t = 1; t <= len; t++) {
+		uint32_t best;
+
+		if ((t - 1) % stride == 0)
+			memcpy(s->marks + (t - 1) / stride * k, e.count, k * sizeof(*e.count));
+		while (e.n_waiting && e.opens[e.waiting[0]] <= t)
+			edf_push(&e, e.ready, &e.n_ready,
+				 edf_pop(&e, e.waiting, &e.n_waiting, opens_first), due_first);
+		/* The open window that ends first: no window open, or that one closed
+		 * already (it ends first of all the open ones), and the table fails. */
+		if (!e.n_ready || e.due[e.ready[0]] < t)
+			goto out;
+		best = edf_pop(&e, e.ready, &e.n_ready, due_first);
+		if (k > 256)
+			((uint16_t *)s->period)[t - 1] = (uint16_t)best;
+		else
+			((uint8_t *)s->period)[t - 1] = (uint8_t)best;
+		worst = sample_errors(worst, e.Q, w[best], e.count[best], t - 1);
+		e.count[best]++;
+		if (edf_window(&e, best, len))
+			goto out;
+		edf_push(&e, e.waiting, &e.n_waiting, best, opens_first);
+	}
 	/* The counts after the last position, for sf__mix_set_counts(s, len). */
-	if (len % SF_MIX_TABLE_STRIDE == 0)
-		memcpy(s->marks + len / SF_MIX_TABLE_STRIDE * k, count, k * sizeof(*count));
+	if (len % stride == 0)
+		memcpy(s->marks + len / stride * k, e.count, k * sizeof(*e.count));
 	/* A whole period ends where it began. In a shorter table a source's error falls
 	 * after its last sample, to the end: measured there too. */
 	for (uint32_t x = 0; x < k; x++) {
-		i128 end = (i128)count[x] * Q - (i128)s->weights[order[x]] * len;
+		i128 end = (i128)e.count[x] * e.Q - (i128)w[x] * len;
 
-		if (len == Q && end != 0)
+		if (len == e.Q && end != 0)
 			goto out;
 		end = end < 0 ? -end : end;
 		worst = end > worst ? end : worst;
 	}
 	s->walked += len;
-	*ret_bound = (double)worst / (double)Q;
+	*ret_bound = (double)worst / (double)e.Q;
 	r = 0;
 out:
-	free(opens);
-	free(due);
-	free(count);
+	free(w);
+	free(e.count);
+	free(e.opens);
+	free(e.due);
+	free(e.ready);
+	free(e.waiting);
 	if (r != 0)
 		drop_table(s);
 	return r;
@@ -478,6 +596,7 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	struct sf_mix_node *trial = NULL;
 	double *cum = NULL;
 	uint64_t total = 0, len;
+	uint32_t stride;
 	double best = 0;
 	uint32_t best_nodes = 0;
 	int32_t best_root = 0;
@@ -555,11 +674,11 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	/* No tree below 1: a table of one period, or of the samples served where fewer, if
 	 * it does better. */
 	len = span < total ? span : total;
-	if (s->bound >= 1 && n_pos <= SF_MIX_TABLE_SOURCES && len && len <= SF_MIX_TABLE_MAX &&
-	    len * n_pos <= SF_MIX_TABLE_WORK) {
+	stride = len && len <= SF_MIX_TABLE_MAX ? table_stride(len, n_pos) : 0;
+	if (s->bound >= 1 && stride) {
 		double bound;
 
-		r = build_table(s, order, n_pos, len, &bound);
+		r = build_table(s, order, n_pos, len, stride, &bound);
 		if (r < 0)
 			goto out;
 		if (r == 0 && bound < s->bound) {

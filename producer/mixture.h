@@ -56,23 +56,25 @@ struct sf_mix_set {
 	/* Where no tree is below 1: the earliest-deadline assignment instead (docs/mixtures.md)
 	 * over one period (table_len = Q: it repeats) or over the samples the set serves
 	 * (table_len < Q, at most SF_MIX_TABLE_MAX), as the source of each position (period[n]
-	 * indexes `ranked`, the sources of weight > 0) and each of those sources' counts
-	 * before every SF_MIX_TABLE_STRIDE-th position (`marks`, n_ranked per mark). NULL:
-	 * the tree decides. */
-	uint8_t *period;
+	 * indexes `ranked`, the sources of weight > 0: one byte each, two (uint16_t) where
+	 * they are more than 256) and each of those sources' counts before every stride-th
+	 * position (`marks`, n_ranked per mark). NULL: the tree decides. */
+	void *period;
 	uint32_t *marks;
 	uint32_t *ranked;
 	uint32_t n_ranked;
+	uint32_t stride;
 	uint64_t table_len;
 };
 
-/* The longest table (1 byte a position, plus its marks: at most 2 bytes a position in
- * all), and the most sources it serves; a table is built in O(positions x sources) time,
- * held to SF_MIX_TABLE_WORK (about a second here). */
-#define SF_MIX_TABLE_MAX     (UINT64_C(1) << 24)
-#define SF_MIX_TABLE_WORK    (UINT64_C(1) << 28)
-#define SF_MIX_TABLE_SOURCES 64u
-#define SF_MIX_TABLE_STRIDE  256u
+/* The longest table, and the most memory it takes (positions, 1 or 2 bytes each, and
+ * marks of every source's count: the stride between marks doubles from
+ * SF_MIX_TABLE_STRIDE up to SF_MIX_TABLE_STRIDE_MAX until they fit). Built in
+ * O(positions x log sources) time: about a second for 2^24 positions here. */
+#define SF_MIX_TABLE_MAX	(UINT64_C(1) << 24)
+#define SF_MIX_TABLE_BYTES	(UINT64_C(1) << 25)
+#define SF_MIX_TABLE_STRIDE	256u
+#define SF_MIX_TABLE_STRIDE_MAX 4096u
 
 /*
  * A mixture's constant phases walk their periods for exact bounds only while the phases
@@ -93,8 +95,8 @@ struct sf_mix_set {
  * A total up to `exact_limit` is checked exactly over its period. `span` is how many
  * samples the set serves (UINT64_MAX: without end; 0: build no table): where the bound
  * is 1 or more, a table of the earliest-deadline assignment over one period, or over the
- * `span` samples where fewer (at most SF_MIX_TABLE_MAX positions, positions x sources at
- * most SF_MIX_TABLE_WORK), replaces the tree when its exact bound is smaller. Only
+ * `span` samples where fewer (at most SF_MIX_TABLE_MAX positions and SF_MIX_TABLE_BYTES
+ * of memory), replaces the tree when its exact bound is smaller. Only
  * n < span samples are asked of such a set (counts up to n = span). Returns 0, -EINVAL
  * for weights all zero or too large, or -ENOMEM. Free with sf__mix_set_free().
  */
@@ -107,7 +109,7 @@ void sf__mix_set_free(struct sf_mix_set *s);
 /*
  * sf__mix_set_locate - the source of the sample at position n (0-based) of the set's
  * stream, and in *ret_index how many samples of that source came before it: O(tree
- * depth), or O(SF_MIX_TABLE_STRIDE) with a table.
+ * depth), or O(the table's stride, 256 to 4096) with a table.
  */
 uint32_t sf__mix_set_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index);
 

@@ -208,6 +208,51 @@ Test(mixture, where_no_tree_is_below_one_the_period_table_is)
 	}
 }
 
+/*
+ * More than 64 sources (mixtures of many files): half of the random weight sets of 65 to
+ * 264 sources keep no tree below 1 (bench/mixture_sweep). These 70 (Q = 623,588; the
+ * best tree 1.1909, exact) and 300 (a period of millions; ids of the table's positions
+ * take two bytes above 256 sources) take the table.
+ */
+static const uint64_t seventy[70] = {
+	9,     3,     2,    1,	   2,	  8,  2,     10,    3,	   8,	  51811, 9852, 7,     6,
+	1,     9,     9164, 7,	   4,	  5,  10,    1,	    7,	   10981, 1,	 6,    84918, 8,
+	6,     52947, 1,    3,	   2,	  6,  49488, 5,	    11769, 7793,  7,	 5,    9,     4,
+	91570, 7,     6,    9,	   16506, 1,  3,     5,	    1,	   3,	  10,	 6,    9,     10,
+	1,     1,     9,    33609, 67033, 10, 7,     87667, 6,	   4,	  38178, 7,    9,     10};
+
+static void check_many(const uint64_t *w, uint32_t n)
+{
+	struct sf_mix_set s;
+
+	cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX, 0), 0);
+	cr_assert_null(s.period);
+	cr_assert_geq(s.bound, 1.0, "%u sources: the tree's bound %.6f", n, s.bound);
+	sf__mix_set_free(&s);
+	cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX, UINT64_MAX),
+		     0);
+	cr_assert(s.period, "%u sources, Q %llu: no table", n, (unsigned long long)s.total);
+	cr_assert(s.exact);
+	cr_assert_leq(s.bound, 1 - 1.0 / (2 * n - 2), "%u sources: bound %.6f", n, s.bound);
+	check_prefixes(&s, PREFIXES, "many sources");
+	check_periods(&s, 100000);
+	sf__mix_set_free(&s);
+}
+
+Test(mixture, a_table_serves_more_than_64_sources)
+{
+	uint64_t w[300];
+	uint32_t x = 12345;
+
+	check_many(seventy, 70);
+	/* Mostly 1 to 10, a quarter up to 10^5, from a fixed generator. */
+	for (uint32_t i = 0; i < 300; i++) {
+		x = x * 1103515245u + 12345u;
+		w[i] = 1 + ((x >> 16) % 4 == 0 ? (x >> 8) % 100000 : (x >> 12) % 10);
+	}
+	check_many(w, 300);
+}
+
 /* docs/mixtures.md proves every printed bound below psi / 2 = 1.67994 (the Huffman shape is
  * always a candidate): on the chain that drives Huffman's own bound to 1.6799, on random
  * mixtures of 5 to 64 sources, and, where the period is short, the walk stays within it. */
