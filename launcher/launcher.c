@@ -99,8 +99,16 @@ struct supervisor {
 	size_t n_before;
 
 	pid_t cmd_pid;
-	int cmd_status; /* exit status to return */
+	int cmd_status;	 /* exit status to return */
+	int cmd_termsig; /* the signal that killed the command, 0 if none */
 	int cmd_done;
+	/* What the command left behind when it ended, served until it exits: SIGTERMed at
+	 * once, given until orphans_at (0: not yet looked for), then ended with the job. */
+	uint64_t orphans_at;
+	int orphans_done;
+	int stop_signo; /* the signal that stopped the job, 0 if none did */
+	int masked;	/* the stop signals blocked (old_mask to restore) */
+	uint64_t checked_ns; /* the last check_producers() */
 
 	struct producer prod[SF_MAX_PRODUCERS];
 	uint32_t n_prod;
@@ -161,6 +169,8 @@ static void describe_status(int wstatus, char *buf, size_t len)
 		snprintf(buf, len, "status 0x%x", wstatus);
 }
 
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGQUIT, SIGHUP};
+
 /* In a forked child: die with the supervisor, and undo what the supervisor set up. */
 static void child_setup(struct supervisor *S, int deathsig)
 {
@@ -201,6 +211,11 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 
 		close(pfd[0]);
 		child_setup(S, SIGKILL);
+		/* The launcher stops producers through the job state (and SIGKILL): a stop
+		 * signal sent to every process (systemd's control group, Slurm's scancel)
+		 * would otherwise kill them mid-fill and count as crashes. */
+		for (size_t k = 0; k < sizeof(stop_signals) / sizeof(stop_signals[0]); k++)
+			signal(stop_signals[k], SIG_IGN);
 		/* A process group of its own: the signals a terminal sends its foreground
 		 * group (Ctrl-C, Ctrl-\, Ctrl-Z) reach the supervisor, which stops the
 		 * producers through the job state, and not the producers mid-fill. */
@@ -301,7 +316,8 @@ static void begin_stop(struct supervisor *S, int failed, const char *fmt, ...)
  */
 static bool serving(const struct supervisor *S)
 {
-	return !S->stopping || (S->cmd_pid > 0 && !S->cmd_done && !S->failed);
+	return !S->stopping ||
+	       (S->cmd_pid > 0 && (!S->cmd_done || !S->orphans_done) && !S->failed);
 }
 
 /* Once the command is gone (or there is none), the producers stop. */
@@ -384,6 +400,7 @@ static void reap(struct supervisor *S)
 		if (pid == S->cmd_pid) {
 			S->cmd_done = 1;
 			S->cmd_status = status_of(wstatus);
+			S->cmd_termsig = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
 			if (!S->stopping) {
 				char how[96];
 
@@ -408,8 +425,6 @@ static int ignored(int sig)
 	return sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN;
 }
 
-static const int stop_signals[] = {SIGINT, SIGTERM, SIGQUIT, SIGHUP};
-
 static void handle_signals(struct supervisor *S)
 {
 	struct signalfd_siginfo si;
@@ -429,15 +444,18 @@ static void handle_signals(struct supervisor *S)
 		if (si.ssi_signo == SIGHUP && S->hup_seen++)
 			continue;
 		S->term_count++;
+		if (!S->stop_signo)
+			S->stop_signo = (int)si.ssi_signo;
 		if (S->cmd_pid > 0 && !S->cmd_done) {
 			/*
 			 * The command decides how to end; a second signal is not a request. A
 			 * terminal's signal (Ctrl-C, Ctrl-\) reached the whole foreground group,
-			 * the command with it: passing it on would be a second one.
+			 * the command with it, unless it made a group of its own: passing it on
+			 * would be a second one.
 			 */
 			if (S->term_count > 1)
 				kill(S->cmd_pid, SIGKILL);
-			else if (si.ssi_code != SI_KERNEL)
+			else if (si.ssi_code != SI_KERNEL || getpgid(S->cmd_pid) != getpgrp())
 				kill(S->cmd_pid, (int)si.ssi_signo);
 			if (!S->stopping) {
 				resume_to_stop(S);
@@ -448,6 +466,9 @@ static void handle_signals(struct supervisor *S)
 			}
 		} else {
 			begin_stop(S, 0, "SIG%s received", sigabbrev_np((int)si.ssi_signo));
+			/* While what the command left behind is served: end it now. */
+			if (S->orphans_at)
+				S->orphans_at = sf__now_ns();
 		}
 	}
 	reap(S);
@@ -561,11 +582,20 @@ static void describe_fill(const struct supervisor *S, const struct producer *p, 
 static void check_producers(struct supervisor *S)
 {
 	const uint64_t stall_timeout = ms_ns(S->cfg->stall_timeout_ms);
-	uint64_t now;
+	const uint64_t now = sf__now_ns(), gap = S->checked_ns ? now - S->checked_ns : 0;
 
+	S->checked_ns = now; /* called on every turn of the loop */
 	if (!stall_timeout || S->paused || !serving(S))
 		return;
-	now = sf__now_ns();
+	/* The launcher itself stood still for half the timeout (stopped with its producers,
+	 * a frozen cgroup, a suspended job): their silence meanwhile is not theirs, and
+	 * counts from now, as after a resume. */
+	if (gap >= stall_timeout / 2) {
+		sf__log_info("the launcher did not run for %.2f s (stopped or suspended?): the "
+			     "producers' silence counts from now",
+			     (double)gap / 1e9);
+		S->resumed_ns = now;
+	}
 	scan_filling(S, now);
 	for (uint32_t i = 0; i < S->n_prod; i++) {
 		struct producer *p = &S->prod[i];
@@ -1201,6 +1231,57 @@ static int spawn_command(struct supervisor *S, struct sf_err *e)
 	return 0;
 }
 
+/* How long SIGKILLed orphans are waited for: one in uninterruptible sleep may never go. */
+#define ORPHAN_KILL_WAIT_MS 5000u
+#define ORPHANS_MAX	    256
+
+/* The launcher's children that are the command's leftovers (end_orphans()): neither a
+ * producer nor a process that was its child before it started. */
+static size_t leftovers(struct supervisor *S, pid_t *kids)
+{
+	size_t n = sf__proc_children(S->self, kids, ORPHANS_MAX), kept = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		bool producer = false;
+
+		for (uint32_t p = 0; p < S->n_prod && !producer; p++)
+			producer = S->prod[p].pid == kids[i];
+		if (!producer && !started_before(S, kids[i], false))
+			kids[kept++] = kids[i];
+	}
+	return kept;
+}
+
+/*
+ * Whether what the command left behind is still served: the real trainer under a wrapper
+ * that died (`bash train.sh` killed by the SIGTERM passed on to it) is the launcher's
+ * child now, and may still be reading. It gets SIGTERM once and batches until it exits,
+ * or for the grace period, after which end_orphans() ends it with the job.
+ */
+static bool serving_leftovers(struct supervisor *S, uint64_t now)
+{
+	pid_t kids[ORPHANS_MAX];
+	size_t n;
+
+	if (S->orphans_done || S->cmd_pid <= 0 || S->failed)
+		return false;
+	n = leftovers(S, kids);
+	if (!n || (S->orphans_at && now >= S->orphans_at)) {
+		S->orphans_done = 1;
+		return false;
+	}
+	if (!S->orphans_at) {
+		for (size_t i = 0; i < n; i++)
+			kill(kids[i], SIGTERM);
+		sf__log_info("%zu process%s the command left behind: SIGTERM; served until %s "
+			     "(at most %u ms)",
+			     n, n == 1 ? "" : "es", n == 1 ? "it exits" : "they exit",
+			     S->l->grace_ms);
+		S->orphans_at = now + ms_ns(S->l->grace_ms);
+	}
+	return true;
+}
+
 /* Wait for the end: the command and every producer gone, stragglers killed on time. */
 static int finished(struct supervisor *S)
 {
@@ -1218,6 +1299,8 @@ static int finished(struct supervisor *S)
 		}
 		return 0;
 	}
+	if (serving_leftovers(S, now))
+		return 0;
 	stop_producers(S);
 	for (uint32_t i = 0; i < S->n_prod; i++)
 		producers_left += S->prod[i].pid > 0;
@@ -1242,38 +1325,31 @@ static bool stop_signalled(struct supervisor *S)
 	return stop;
 }
 
-/* How long SIGKILLed orphans are waited for: one in uninterruptible sleep may never go. */
-#define ORPHAN_KILL_WAIT_MS 5000u
-#define ORPHANS_MAX	    256
-
 /*
  * The processes the command left behind: the launcher is their subreaper, so a child of
  * the command that outlived it (a `sh -c` wrapper's, a killed torchrun's workers) is the
- * launcher's child now. SIGTERM them, give them the grace period, then SIGKILL what is
- * left, and reap them all, before the job's arena goes. Each round lists the children
+ * launcher's child now. SIGTERM them, give them the grace period (unless they had it
+ * while they were served: serving_leftovers()), then SIGKILL what is left, and reap them
+ * all, before the job's arena goes. Each round lists the children
  * again: the children of an orphan that died are the launcher's next, and get the same
  * signals (SIGTERM once each in the grace period, SIGKILL after it). What SIGKILL does not
  * end within ORPHAN_KILL_WAIT_MS is named and left behind.
  */
 static void end_orphans(struct supervisor *S)
 {
-	uint64_t deadline = sf__now_ns() + ms_ns(S->l->grace_ms);
+	uint64_t deadline = sf__now_ns() + (S->orphans_at ? 0 : ms_ns(S->l->grace_ms));
 	uint64_t give_up = 0;
 	pid_t kids[ORPHANS_MAX], termed[ORPHANS_MAX];
 	size_t n, n_termed = 0;
 
 	for (;;) {
 		uint64_t now;
-		size_t fresh = 0, kept = 0;
+		size_t fresh = 0;
 		pid_t gone;
 
 		while ((gone = waitpid(-1, NULL, WNOHANG)) > 0)
 			started_before(S, gone, true);
-		n = sf__proc_children(S->self, kids, ORPHANS_MAX);
-		for (size_t i = 0; i < n; i++)
-			if (!started_before(S, kids[i], false))
-				kids[kept++] = kids[i];
-		n = kept;
+		n = leftovers(S, kids);
 		if (!n)
 			return;
 		now = sf__now_ns();
@@ -1378,7 +1454,8 @@ static int check_fd_budget(uint32_t producers, int metrics_http, struct sf_err *
 		       (unsigned long long)limit, (unsigned long long)need);
 }
 
-int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *e)
+int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal,
+		     struct sf_err *e)
 {
 	struct supervisor *S = calloc(1, sizeof(*S));
 	const struct sf_config *cfg = l->cfg;
@@ -1387,6 +1464,7 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	char note[256] = "";
 	int r, status = 0;
 
+	*ret_signal = 0;
 	if (!S)
 		return sf__err(e, -ENOMEM, "out of memory");
 	if (cfg->insecure_tcp)
@@ -1440,16 +1518,9 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	r = sf__curve_server_load(cfg, &S->curve, e);
 	if (r < 0)
 		goto out_close_ds;
-	r = sf__arena_create(cfg->job, &S->geo, &opt, &S->a, note, sizeof(note), e);
-	if (r < 0)
-		goto out_close_ds;
-	S->started_ns = sf__now_ns();
-	sf__log_info("job %s: arena /dev/shm%s, %llu bytes: %u rank%s x %u slots of %u x %u "
-		     "tokens; %s",
-		     cfg->job, S->a->shm_name, (unsigned long long)S->a->hdr->total_size,
-		     S->geo.ranks, S->geo.ranks == 1 ? "" : "s", S->geo.slots_per_rank,
-		     S->geo.batch, S->geo.seq_tokens, note);
-
+	/* The stop signals are taken from before the arena exists: creating a large one takes
+	 * seconds, and one that came meanwhile killed the launcher, leaving a half-made
+	 * arena in /dev/shm. */
 	sigemptyset(&S->mask);
 	sigaddset(&S->mask, SIGCHLD);
 	/* SIGQUIT (Ctrl-\) is a stop, as SIGTERM, not a core dump. A signal the launcher
@@ -1460,6 +1531,16 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 		if (!ignored(stop_signals[i]))
 			sigaddset(&S->mask, stop_signals[i]);
 	sigprocmask(SIG_BLOCK, &S->mask, &S->old_mask);
+	S->masked = 1;
+	r = sf__arena_create(cfg->job, &S->geo, &opt, &S->a, note, sizeof(note), e);
+	if (r < 0)
+		goto out_close_ds;
+	S->started_ns = sf__now_ns();
+	sf__log_info("job %s: arena /dev/shm%s, %llu bytes: %u rank%s x %u slots of %u x %u "
+		     "tokens; %s",
+		     cfg->job, S->a->shm_name, (unsigned long long)S->a->hdr->total_size,
+		     S->geo.ranks, S->geo.ranks == 1 ? "" : "s", S->geo.slots_per_rank,
+		     S->geo.batch, S->geo.seq_tokens, note);
 	signal(SIGPIPE, SIG_IGN);
 	S->sfd = signalfd(-1, &S->mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (S->sfd < 0) {
@@ -1495,6 +1576,8 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 		S->end_step = l->ops->end_step(S->ds);
 	sf__log_info("job %s: %u producer%s started; control %s", cfg->job, S->n_prod,
 		     S->n_prod == 1 ? "" : "s", S->ctl_ep);
+	/* A stop signal that came while the job was made: no command to start. */
+	handle_signals(S);
 	if (!S->stopping && l->command) {
 		r = spawn_command(S, e);
 		if (r < 0)
@@ -1508,6 +1591,11 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *
 	if (S->failed && r == 0)
 		r = sf__err(e, SF_E_SOURCE, "%s", S->reason);
 	status = S->cmd_pid > 0 ? S->cmd_status : 0;
+	/* Stopped by Ctrl-C, and the command died of it too (or there was none): the launcher
+	 * ends by SIGINT in turn, so that a script running it stops as well (a shell goes on
+	 * after a child that exits normally on SIGINT, taking it as handled). */
+	if (S->stop_signo == SIGINT && (S->cmd_pid <= 0 || S->cmd_termsig == SIGINT))
+		*ret_signal = SIGINT;
 out_sockets:
 	sf__metrics_close(S->metrics);
 	close_sockets(S);
@@ -1518,13 +1606,15 @@ out_sockets:
 			kill(S->prod[i].pid, SIGKILL);
 			waitpid(S->prod[i].pid, NULL, 0);
 			close(S->prod[i].errfd);
+			S->prod[i].pid = 0;
 		}
 	end_orphans(S);
 out_arena:
 	sf__arena_destroy(S->a);
 	if (S->sfd >= 0)
 		close(S->sfd);
-	{
+out_close_ds:
+	if (S->masked) {
 		/* A stop signal that came during the ending was for the job, which has ended:
 		 * taken when the mask is restored, its default action would kill the launcher
 		 * before it returns the command's status. */
@@ -1534,7 +1624,6 @@ out_arena:
 			;
 		sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
 	}
-out_close_ds:
 	l->ops->close(S->ds);
 	sf__curve_server_free(&S->curve);
 out_free:

@@ -63,10 +63,13 @@ struct sf_launch {
 /*
  * sf__launcher_run - run a job to its end. Returns 0 with the process exit status the
  * launcher should use in *ret_status (the command's status, 128+signal when it was
- * killed, 0 when stopped without a command); or an error (detail in `e`) when the job
- * could not start or stopped for a reason of its own (a producer that keeps dying).
+ * killed, 0 when stopped without a command) and in *ret_signal a signal it should end by
+ * instead, once it has cleaned up (SIGINT: stopped by it, the command killed by it too;
+ * else 0); or an error (detail in `e`) when the job could not start or stopped for a
+ * reason of its own (a producer that keeps dying).
  */
-int sf__launcher_run(const struct sf_launch *l, int *ret_status, struct sf_err *e);
+int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal,
+		     struct sf_err *e);
 
 /*
  * sf__run_command - the `shmfeed run` command line (argv[0] is "run") over the producer

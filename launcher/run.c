@@ -5,6 +5,7 @@
  * launcher, which differ only in their producers.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 	struct sf_config cfg;
 	struct sf_err e = {0};
 	uint32_t n_sets = 0;
-	int status = 0, r;
+	int status = 0, sig = 0, r;
 
 	if (!sets)
 		return 1;
@@ -92,12 +93,23 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 		return 1;
 	}
 	l.cfg = &cfg;
-	r = sf__launcher_run(&l, &status, &e);
+	r = sf__launcher_run(&l, &status, &sig, &e);
 	if (r < 0) {
 		sf__log_error("job %s: %s", cfg.job, e.msg[0] ? e.msg : sf_strerror(r));
 		sf__config_free(&cfg);
 		return 1;
 	}
 	sf__config_free(&cfg);
+	if (sig) {
+		sigset_t set;
+
+		/* End by the signal, with nothing left to clean up. */
+		fflush(NULL);
+		signal(sig, SIG_DFL);
+		sigemptyset(&set);
+		sigaddset(&set, sig);
+		sigprocmask(SIG_UNBLOCK, &set, NULL);
+		raise(sig);
+	}
 	return status;
 }

@@ -1247,3 +1247,150 @@ def test_an_encoding_refuses_the_vocabulary_of_another(tmp_path):
                                          + ".tiktoken")],
                            input=b"hello", capture_output=True, timeout=30)
         assert r.returncode == 0 and len(r.stdout) == 4, (enc, r)
+
+
+def test_a_wrappers_orphan_is_served_until_it_exits(rt, tmp_path):
+    """`-- bash train.sh`: SIGTERM to the launcher reaches the wrapper, which dies of it;
+    the trainer under it, now the launcher's, was cut off ("job stopped") before anyone
+    signalled it. It gets SIGTERM now, and batches until it exits (here it ignores the
+    signal and takes its 300 steps)."""
+    job, out = job_name("wraporphan"), tmp_path / "steps"
+    inner = f"trap '' TERM; exec {CONSUME} --steps 300 --sleep-us 5000 --out {out}"
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}", "--set",
+                          "consumers.world_size=1", "--grace-ms", "20000", "--", "sh", "-c",
+                          f'sh -c "{inner}" & wait'],
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert wait_for(lambda: out.exists() and len(out.read_text().splitlines()) > 20,
+                        timeout=30)
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=60)[1]
+    finally:
+        finish(p)
+    assert len(out.read_text().splitlines()) == 300, err
+    assert "1 process the command left behind: SIGTERM" in err, err
+    assert "SIGKILL" not in err, err
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_ctrl_c_reaches_a_command_in_a_process_group_of_its_own(tmp_path):
+    """Ctrl-C reaches the terminal's foreground group; a command that made a group of its
+    own (setpgid, setsid) is not in it, and was SIGKILLed after the grace period without
+    a signal. The launcher passes the SIGINT on to such a command."""
+    job, got = job_name("ownpgrp"), tmp_path / "got"
+    code = ("import os, signal, sys, time\n"
+            "os.setpgid(0, 0)\n"
+            f"signal.signal(signal.SIGINT, lambda *a: (open({str(got)!r}, 'w').write('INT'),"
+            " sys.exit(0)))\n"
+            f"open({str(got)!r} + '.ready', 'w').close()\n"
+            "time.sleep(60)\n")
+    pid, master = run_in_terminal(job, [sys.executable, "-c", code])
+    try:
+        assert wait_for(lambda: os.path.exists(f"{got}.ready"), timeout=30)
+        os.write(master, b"\x03")
+        out, status = read_until_exit(pid, master)
+    finally:
+        os.close(master)
+    assert got.exists() and got.read_text() == "INT", out
+    assert status == 0, out
+    assert "killing it" not in out, out
+
+
+def test_a_frozen_job_resumed_kills_no_producer(rt):
+    """The launcher and its producers stopped together (SIGSTOP, a cgroup freezer, Slurm's
+    suspend) for longer than producers.stall_timeout: at the resume the launcher compared
+    heartbeats older than the freeze with its clock and killed every healthy producer as
+    stalled. A loop of its own that stood still that long restarts the count."""
+    job = job_name("frozen")
+    p = serve(job, "producers.stall_timeout=1s")
+    try:
+        kids = [int(x) for x in open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()]
+        assert kids
+        for pid in [p.pid, *kids]:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(2.5)
+        for pid in [p.pid, *kids]:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(1.5)
+        assert sf("stop", job).returncode == 0
+        err = p.communicate(timeout=30)[1]
+    finally:
+        finish(p)
+    assert "stalled" not in err, err
+    assert "producer restarts 0," in err, err
+
+
+def test_ctrl_c_stops_the_script_that_ran_the_job(tmp_path):
+    """A shell script that runs `shmfeed run` in a loop goes on after a child that exits
+    normally on Ctrl-C, and stops after one killed by SIGINT (it assumes the child handled
+    the signal otherwise). The launcher exited 130, and the next iteration started a new
+    training run; it now ends by SIGINT, as the command did."""
+    job, ready = job_name("loop"), tmp_path / "ready"
+    code = f"import time; open({str(ready)!r}, 'w').close(); time.sleep(60)"
+    script = (f'for i in 1 2; do {SHMFEED} run {DEMO} --set job={job} '
+              f'--set consumers.world_size=1 -- {sys.executable} -c "{code}"; '
+              'echo "iteration $i: $?"; done; echo SCRIPT-WENT-ON')
+    pid, master = pty.fork()
+    if pid == 0:
+        try:
+            os.execvp("bash", ["bash", "-c", script])
+        finally:
+            os._exit(127)
+    try:
+        assert wait_for(ready.exists, timeout=30)
+        time.sleep(0.3)
+        os.write(master, b"\x03")
+        out, status = read_until_exit(pid, master)
+    finally:
+        os.close(master)
+    assert "SCRIPT-WENT-ON" not in out and "iteration 1" not in out, out
+    assert status == -signal.SIGINT, (status, out)
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_a_stop_signal_to_every_process_is_no_producer_crash(rt, tmp_path):
+    """systemd (KillMode=control-group) and Slurm's scancel send SIGTERM to every process
+    of the job: the producers died of it mid-fill, were counted as crashes and restarted,
+    and with producers.max_restarts 0 the job failed although its command saved its
+    checkpoint and exited 0. Producers are stopped through the job state; they ignore it."""
+    job, ready = job_name("allterm"), tmp_path / "ready"
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.5), sys.exit(0)))\n"
+            f"open({str(ready)!r}, 'w').close()\n"
+            "time.sleep(60)\n")
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}", "--set",
+                          "consumers.world_size=1", "--set", "producers.max_restarts=0",
+                          "--", sys.executable, "-c", code],
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert wait_for(ready.exists, timeout=30)
+        kids = [int(x) for x in open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()]
+        assert len(kids) == 3, kids  # two producers and the command
+        for pid in [*kids, p.pid]:
+            os.kill(pid, signal.SIGTERM)
+        err = p.communicate(timeout=60)[1]
+    finally:
+        finish(p)
+    assert p.returncode == 0, err
+    assert "died" not in err, err
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_a_stop_signal_while_the_arena_is_made_leaves_nothing(rt):
+    """SIGTERM while a large arena was being made (seconds) killed the launcher before it
+    took its stop signals, and left the half-made /dev/shm/shmfeed.JOB.new.PID behind."""
+    job = job_name("bigarena")
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}", "--set",
+                          "consumers.world_size=1", "--set", "batch.size=128", "--set",
+                          "batch.seq_len=8191", "--set", "arena.slots_per_rank=256", "--",
+                          "sh", "-c", 'trap "exit 0" TERM; sleep 30 & wait'],
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert wait_for(lambda: any(f.startswith(f"shmfeed.{job}.new.")
+                                    for f in os.listdir("/dev/shm")), timeout=30)
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=60)[1]
+    finally:
+        finish(p)
+    assert p.returncode == 0 and "SIGTERM from pid" in err, err
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"shmfeed.{job}")], err
