@@ -153,6 +153,16 @@ def timed(fn, calls, step_us, warmup=50):
     return out
 
 
+def get_batch():
+    """nanoGPT's get_batch, verbatim but for the device move (its GPU branch then pins x
+    and y and copies them without blocking)."""
+    data = np.memmap(args.tokens, dtype=np.uint16, mode="r")
+    ix = torch.randint(len(data) - T, (B,))
+    x = torch.stack([torch.from_numpy((data[i:i + T]).astype(np.int64)) for i in ix])
+    y = torch.stack([torch.from_numpy((data[i + 1:i + 1 + T]).astype(np.int64)) for i in ix])
+    return x, y
+
+
 def summary(ns):
     """The percentiles PCTS in microseconds, and the raw nanoseconds for --csv."""
     return [float(np.percentile(ns, p)) / 1e3 for p in PCTS], ns
@@ -320,14 +330,6 @@ def main():
     if waited > 20_000:
         print(f"note: producers were not always ahead (wait p99 {waited / 1e3:.1f} us)")
 
-    # nanoGPT get_batch, CPU branch, verbatim but for the device move.
-    def get_batch():
-        data = np.memmap(args.tokens, dtype=np.uint16, mode="r")
-        ix = torch.randint(len(data) - T, (B,))
-        x = torch.stack([torch.from_numpy((data[i:i + T]).astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy((data[i + 1:i + 1 + T]).astype(np.int64))
-                         for i in ix])
-        return x, y
     rows.append(("nanoGPT get_batch", *summary(timed(get_batch, min(args.calls, 1000),
                                                      args.step_us))))
 
@@ -443,16 +445,12 @@ def on_device():
             fx.send_signal(signal.SIGTERM)
             fx.wait()
 
-    # nanoGPT get_batch, GPU branch, verbatim.
-    def get_batch():
-        data = np.memmap(args.tokens, dtype=np.uint16, mode="r")
-        ix = torch.randint(len(data) - T, (B,))
-        x = torch.stack([torch.from_numpy((data[i:i + T]).astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy((data[i + 1:i + 1 + T]).astype(np.int64))
-                         for i in ix])
+    # nanoGPT get_batch, GPU branch.
+    def get_batch_gpu():
+        x, y = get_batch()
         return (x.pin_memory().to(dev, non_blocking=True),
                 y.pin_memory().to(dev, non_blocking=True))
-    add("nanoGPT get_batch (pinned, non_blocking)", get_batch, min(args.calls, 1000))
+    add("nanoGPT get_batch (pinned, non_blocking)", get_batch_gpu, min(args.calls, 1000))
 
     # The NumPy gather into pinned buffers (two, so that a copy in flight is not
     # overwritten), one non-blocking copy, widened on the device.
