@@ -106,8 +106,8 @@ struct supervisor {
 	 * once, given until orphans_at (0: not yet looked for), then ended with the job. */
 	uint64_t orphans_at;
 	int orphans_done;
-	int stop_signo; /* the signal that stopped the job, 0 if none did */
-	int masked;	/* the stop signals blocked (old_mask to restore) */
+	int stop_signo;	     /* the signal that stopped the job, 0 if none did */
+	int masked;	     /* the stop signals blocked (old_mask to restore) */
 	uint64_t checked_ns; /* the last check_producers() */
 
 	struct producer prod[SF_MAX_PRODUCERS];
@@ -316,8 +316,7 @@ static void begin_stop(struct supervisor *S, int failed, const char *fmt, ...)
  */
 static bool serving(const struct supervisor *S)
 {
-	return !S->stopping ||
-	       (S->cmd_pid > 0 && (!S->cmd_done || !S->orphans_done) && !S->failed);
+	return !S->stopping || (S->cmd_pid > 0 && (!S->cmd_done || !S->orphans_done) && !S->failed);
 }
 
 /* Once the command is gone (or there is none), the producers stop. */
@@ -1454,8 +1453,7 @@ static int check_fd_budget(uint32_t producers, int metrics_http, struct sf_err *
 		       (unsigned long long)limit, (unsigned long long)need);
 }
 
-int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal,
-		     struct sf_err *e)
+int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal, struct sf_err *e)
 {
 	struct supervisor *S = calloc(1, sizeof(*S));
 	const struct sf_config *cfg = l->cfg;

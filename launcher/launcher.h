@@ -68,8 +68,7 @@ struct sf_launch {
  * else 0); or an error (detail in `e`) when the job could not start or stopped for a
  * reason of its own (a producer that keeps dying).
  */
-int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal,
-		     struct sf_err *e);
+int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal, struct sf_err *e);
 
 /*
  * sf__run_command - the `shmfeed run` command line (argv[0] is "run") over the producer
