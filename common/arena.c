@@ -228,6 +228,10 @@ static void arena_map(struct sf_arena *a, void *base, size_t size,
 	a->slots = (struct sf_slot *)(b + layout->slots_off);
 	a->telemetry = (struct sf_telemetry *)(b + layout->telemetry_off);
 	a->payloads = b + layout->payloads_off;
+	a->slots_per_rank = layout->geo.slots_per_rank;
+	a->verify_every = layout->verify_every ? layout->verify_every : 1;
+	a->payload_stride = layout->payload_stride;
+	a->payload_bytes = layout->payload_bytes;
 }
 
 /* One OFD lock operation on byte `byte` of `fd`: F_OFD_SETLK with `type`. */
@@ -746,7 +750,8 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	}
 	shm_unlink(tmp);
 
-	arena_map(a, base, layout.total_size, &layout);
+	/* The header as this process wrote it (`layout` holds offsets, not geometry). */
+	arena_map(a, base, layout.total_size, h);
 	a->creator = 1;
 	snprintf(a->shm_name, sizeof(a->shm_name), "%s", name);
 	*ret_arena = a;
@@ -973,7 +978,7 @@ int sf__arena_populate_rank(struct sf_arena *a, uint32_t rank)
 	r = populate((unsigned char *)h, h->payloads_off, 1);
 	if (r == 0)
 		r = populate(sf__arena_payload(a, rank, 0),
-			     (uint64_t)h->geo.slots_per_rank * h->payload_stride, 0);
+			     (uint64_t)a->slots_per_rank * a->payload_stride, 0);
 	return r;
 }
 

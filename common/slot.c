@@ -497,7 +497,7 @@ int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *
 int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step,
 		       int64_t timeout_ns, struct sf_slot **ret_slot)
 {
-	const uint32_t K = a->hdr->geo.slots_per_rank;
+	const uint32_t K = a->slots_per_rank;
 	struct sf_slot *s = sf__arena_slot(a, rank, (uint32_t)(step % K));
 	struct sf_ring *ring = &a->rings[rank];
 	const uint64_t lap = step / K;
@@ -515,8 +515,11 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 				continue;
 			SF_TEST_POINT(SF_TP_CONSUMER_CLAIMED);
 			*ret_slot = s;
+			/* A length past the payload is no batch a producer wrote. */
+			if (s->length > a->payload_bytes)
+				return SF_E_CHECKSUM;
 			if ((a->hdr->geo.flags & SF_ARENA_F_CHECKSUM) &&
-			    step % a->hdr->verify_every == 0) {
+			    step % a->verify_every == 0) {
 				uint64_t digest, checksum;
 
 				sf__payload_hashes(a,
@@ -584,7 +587,7 @@ void sf__producers_wake(struct sf_arena *a)
 
 uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank)
 {
-	const uint32_t K = a->hdr->geo.slots_per_rank;
+	const uint32_t K = a->slots_per_rank;
 	uint64_t next = UINT64_MAX;
 
 	for (uint32_t i = 0; i < K; i++) {
@@ -606,7 +609,7 @@ uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank)
  */
 static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step, int wait)
 {
-	const uint32_t K = a->hdr->geo.slots_per_rank;
+	const uint32_t K = a->slots_per_rank;
 	int pending = 0;
 
 	for (uint32_t i = 0; i < K; i++) {

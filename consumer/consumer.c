@@ -361,7 +361,6 @@ static int gpu_buffer_count(struct sf_consumer *c, uint32_t flags, uint32_t *ret
 static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
 {
 	struct sf_consumer_gpu *g = &c->gpu;
-	const struct sf_arena_header *h = c->a->hdr;
 	const struct sf_cuda *cu;
 	sf_cucontext popped;
 	sf_curesult rr;
@@ -400,7 +399,7 @@ static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
 	 * stays in the handle's message, for the caller to log (sf_consumer_stats() says
 	 * that batches are staged). */
 	rr = cu->cuMemHostRegister(sf__arena_payload(c->a, c->rank, 0),
-				   (size_t)h->geo.slots_per_rank * h->payload_stride,
+				   (size_t)c->a->slots_per_rank * c->a->payload_stride,
 				   SF_CU_MEMHOSTREGISTER_PORTABLE);
 	if (rr == SF_CUDA_SUCCESS)
 		g->registered = sf__arena_payload(c->a, c->rank, 0);
@@ -442,7 +441,7 @@ static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
  */
 static int ring_well_stocked(const struct sf_consumer *c)
 {
-	const uint32_t K = c->a->hdr->geo.slots_per_rank;
+	const uint32_t K = c->a->slots_per_rank;
 	uint64_t t = c->step + K / 2 - 1;
 	const struct sf_slot *s = sf__arena_slot(c->a, c->rank, (uint32_t)(t % K));
 
@@ -875,7 +874,7 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 {
 	struct sf_arena *a = c->a;
 	const struct sf_arena_header *h = a->hdr;
-	const uint32_t K = h->geo.slots_per_rank;
+	const uint32_t K = a->slots_per_rank;
 	uint64_t t0, waited, tokens;
 	int64_t timeout_ns = timeout_ms < 0 ? -1 : (int64_t)timeout_ms * 1000000;
 	struct sf_batch b;
@@ -1024,7 +1023,7 @@ static int release_batch_in(struct sf_consumer *c, const struct sf_batch *batch)
 	int r;
 
 	if (!g->cu) {
-		const uint32_t K = c->a->hdr->geo.slots_per_rank;
+		const uint32_t K = c->a->slots_per_rank;
 
 		/* This handle's ring, told by where the tokens lie: the step alone is no
 		 * handle's. One of its batches released already is a no-op. */

@@ -1040,6 +1040,34 @@ Test(consumer, checksum_mismatch_is_refilled)
 	feed_stop(f);
 }
 
+/*
+ * A shared header or slot rewritten after attach (a stray write, a buggy process of the
+ * same user): a slot length past the payload was hashed past the mapping (SIGSEGV), a
+ * verify_every of 0 read from the header divided by it (SIGFPE). The consumer keeps the
+ * values it checked at attach and refuses the slot.
+ */
+Test(consumer, a_header_or_slot_rewritten_after_attach_is_an_error_not_a_crash)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c = attach(0);
+	struct sf_slot *s0 = sf__arena_slot(f->arena, 0, 0);
+	struct sf_batch b;
+	uint32_t length;
+
+	while (atomic_load(&s0->word) != sf__slot_word(SF_SLOT_READY, 0, 0))
+		usleep(100);
+	f->arena->hdr->verify_every = 0;
+	length = s0->length;
+	s0->length = 0x7fffffff;
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), SF_E_CHECKSUM);
+	s0->length = length;
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
+	expect_batch(f, &b, 0, 0);
+	sf_consumer_detach(c);
+	f->arena->hdr->verify_every = 1;
+	feed_stop(f);
+}
+
 /* Wait until the feed has published step `step` of local rank `rank`. */
 static void wait_ready(const struct feed *f, uint32_t rank, uint64_t step)
 {
