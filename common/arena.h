@@ -480,8 +480,7 @@ static inline struct sf_slot *sf__arena_slot(const struct sf_arena *a, uint32_t 
 
 static inline unsigned char *sf__arena_payload(const struct sf_arena *a, uint32_t rank, uint32_t i)
 {
-	return a->payloads +
-	       ((size_t)rank * a->slots_per_rank + i) * a->payload_stride;
+	return a->payloads + ((size_t)rank * a->slots_per_rank + i) * a->payload_stride;
 }
 
 /*
