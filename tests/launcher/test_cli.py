@@ -676,12 +676,22 @@ def test_a_mixture_with_raw_text_sources_shows_each_in_check_status_and_metrics(
     assert f'shmfeed_source_samples{{shmfeed_job="{job}",source="code"}} 60' in metrics
 
 
+def terminal_signals():
+    """In a child of pty.fork(): the signals a terminal sends back to their default
+    actions, as an interactive shell gives its jobs; a test run started in the
+    background (`cmd &` in a script) has SIGINT and SIGQUIT ignored, and the exec'd
+    program would keep ignoring them."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def run_in_terminal(job, command):
     """`shmfeed run` of the demo with `command`, as a terminal's foreground job: a new
     session whose controlling terminal is a pty. Returns (pid, master fd)."""
     pid, master = pty.fork()
     if pid == 0:
         try:
+            terminal_signals()
             os.execvp(SHMFEED, [SHMFEED, "run", DEMO, "--set", f"job={job}",
                                 "--set", "consumers.world_size=1", "--", *command])
         finally:
@@ -1333,6 +1343,7 @@ def test_ctrl_c_stops_the_script_that_ran_the_job(tmp_path):
     pid, master = pty.fork()
     if pid == 0:
         try:
+            terminal_signals()
             os.execvp("bash", ["bash", "-c", script])
         finally:
             os._exit(127)
