@@ -58,11 +58,17 @@ static inline int32_t descend(const struct sf_mix_set *s, const struct sf_mix_no
 	return node->child[went_left ? 0 : 1];
 }
 
-/* The table's entry at position x: an index into `ranked`. */
+/* Bytes of a table entry for k sources: an index into `ranked`. */
+static inline size_t entry_size(uint32_t k)
+{
+	return k > 256 ? 2 : 1;
+}
+
+/* The table's entry at position x. */
 static inline uint32_t entry(const struct sf_mix_set *s, uint64_t x)
 {
-	return s->n_ranked > 256 ? ((const uint16_t *)s->period)[x]
-				 : ((const uint8_t *)s->period)[x];
+	return entry_size(s->n_ranked) == 2 ? ((const uint16_t *)s->period)[x]
+					    : ((const uint8_t *)s->period)[x];
 }
 
 /* How many of positions [at, r) of the table hold entry a. */
@@ -70,7 +76,7 @@ static uint64_t entries(const struct sf_mix_set *s, uint64_t at, uint64_t r, uin
 {
 	uint64_t c = 0;
 
-	if (s->n_ranked > 256) {
+	if (entry_size(s->n_ranked) == 2) {
 		const uint16_t *t = s->period;
 
 		for (uint64_t x = at; x < r; x++)
@@ -338,12 +344,6 @@ static double proved_below(const struct sf_mix_set *s, int32_t v, double e)
 }
 
 /*
- * The exact largest |count_i(n) - w_i n| over all n: count_v(n + Q) = count_v(n) + P_v
- * for every node (split(c + P_v) = split(c) + P_l), so one period n < Q shows every
- * error there is. Between two samples of source i its error only falls, so its extremes
- * are just before and just after each of its samples.
- */
-/*
  * The larger of `worst` and the errors (times Q) of a source of weight P just before and
  * just after its sample at position n (0-based), `idx` of its samples before it.
  */
@@ -358,6 +358,12 @@ static i128 sample_errors(i128 worst, uint64_t Q, uint64_t P, uint64_t idx, uint
 	return after > worst ? after : worst;
 }
 
+/*
+ * The exact largest |count_i(n) - w_i n| over all n: count_v(n + Q) = count_v(n) + P_v
+ * for every node (split(c + P_v) = split(c) + P_l), so one period n < Q shows every
+ * error there is. Between two samples of source i its error only falls, so its extremes
+ * are just before and just after each of its samples.
+ */
 static double exact_bound(struct sf_mix_set *s)
 {
 	const uint64_t Q = s->total;
@@ -475,7 +481,7 @@ static bool edf_window(struct edf *e, uint32_t x, uint64_t len)
  * SF_MIX_TABLE_BYTES, or 0 where none up to SF_MIX_TABLE_STRIDE_MAX does. */
 static uint32_t table_stride(uint64_t len, uint32_t k)
 {
-	const uint64_t bytes = len * (k > 256 ? 2 : 1);
+	const uint64_t bytes = len * entry_size(k);
 
 	for (uint32_t stride = SF_MIX_TABLE_STRIDE; stride <= SF_MIX_TABLE_STRIDE_MAX; stride *= 2)
 		if (bytes + (len / stride + 1) * k * sizeof(uint32_t) <= SF_MIX_TABLE_BYTES)
@@ -509,7 +515,7 @@ static int build_table(struct sf_mix_set *s, const uint32_t *order, uint32_t k, 
 	e.due = malloc(k * sizeof(*e.due));
 	e.ready = malloc(k * sizeof(*e.ready));
 	e.waiting = malloc(k * sizeof(*e.waiting));
-	s->period = malloc(len * (k > 256 ? 2 : 1));
+	s->period = malloc(len * entry_size(k));
 	s->marks = malloc(n_marks * k * sizeof(*s->marks));
 	s->ranked = malloc(k * sizeof(*s->ranked));
 	if (!w || !e.count || !e.opens || !e.due || !e.ready || !e.waiting || !s->period ||
@@ -539,7 +545,7 @@ static int build_table(struct sf_mix_set *s, const uint32_t *order, uint32_t k, 
 		if (!e.n_ready || e.due[e.ready[0]] < t)
 			goto out;
 		best = edf_pop(&e, e.ready, &e.n_ready, due_first);
-		if (k > 256)
+		if (entry_size(k) == 2)
 			((uint16_t *)s->period)[t - 1] = (uint16_t)best;
 		else
 			((uint8_t *)s->period)[t - 1] = (uint8_t)best;
