@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 #ifdef SF_HAVE_XXH3_DISPATCH
@@ -453,8 +454,55 @@ static int ring_well_stocked(const struct sf_consumer *c)
 	       sf__slot_word(SF_SLOT_READY, 0, t / K);
 }
 
-/* Release the held slot; in GPU mode first wait until its copy has completed. */
-static int release_held(struct sf_consumer *c)
+/*
+ * GPU mode: wait until the copy out of the held slot has completed, at most `timeout_ns`
+ * (< 0: forever), with the handle's context current. Returns 0, SF_E_AGAIN (timeout 0)
+ * or SF_E_TIMEOUT while it has not (a copy queued behind the caller's work on its buffer
+ * runs when the GPU gets there), or SF_E_CUDA. Polls, where cuEventSynchronize would
+ * block past any timeout and past Ctrl-C, spinning or yielding a core as the context
+ * is set up to: most copies are done at the first look, and a late one is looked at
+ * again after 20 us, then after pauses doubling up to 640 us, well within the work the
+ * GPU still has queued behind it.
+ */
+static int wait_copied(struct sf_consumer *c, int64_t timeout_ns)
+{
+	const struct sf_cuda *cu = c->gpu.cu;
+	sf_cuevent copied = c->gpu.copied[c->gpu.held_buf];
+	uint64_t start = sf__now_ns();
+	int64_t pause = 20000, nap;
+
+	for (;;) {
+		sf_curesult q = cu->cuEventQuery(copied);
+		int64_t left = timeout_ns;
+
+		if (q != SF_CUDA_ERROR_NOT_READY)
+			return cuda_call(c, q, "cuEventQuery");
+		if (timeout_ns >= 0) {
+			left = timeout_ns - (int64_t)(sf__now_ns() - start);
+			if (left <= 0) {
+				int r = timeout_ns ? SF_E_TIMEOUT : SF_E_AGAIN;
+
+				return sf__err(&c->err, r,
+					       "rank %u: the copy of step %llu to the device has "
+					       "not completed (the GPU has yet to finish the work "
+					       "queued before it on the buffer)",
+					       c->global_rank, (unsigned long long)(c->step - 1));
+			}
+		}
+		nap = left >= 0 && left < pause ? left : pause;
+		nanosleep(
+			&(struct timespec){.tv_sec = nap / 1000000000, .tv_nsec = nap % 1000000000},
+			NULL);
+		if (pause < 640000)
+			pause *= 2;
+	}
+}
+
+/*
+ * Release the held slot; in GPU mode first wait until its copy has completed, at most
+ * `timeout_ns` (< 0: forever): SF_E_AGAIN or SF_E_TIMEOUT then, the slot still held.
+ */
+static int release_held(struct sf_consumer *c, int64_t timeout_ns)
 {
 	int r = 0;
 
@@ -468,16 +516,11 @@ static int release_held(struct sf_consumer *c)
 		 * driver call here runs in the primary context, pushed for it. */
 		r = cuda_call(c, cu->cuCtxPushCurrent(c->gpu.ctx), "cuCtxPushCurrent");
 		if (r >= 0) {
-			sf_curesult q = cu->cuEventQuery(c->gpu.copied[c->gpu.held_buf]);
-			const char *what = "cuEventQuery";
-
-			if (q == SF_CUDA_ERROR_NOT_READY) {
-				q = cu->cuEventSynchronize(c->gpu.copied[c->gpu.held_buf]);
-				what = "cuEventSynchronize";
-			}
-			r = cuda_call(c, q, what);
+			r = wait_copied(c, timeout_ns);
 			cu->cuCtxPopCurrent(&popped);
 		}
+		if (r == SF_E_AGAIN || r == SF_E_TIMEOUT)
+			return r;
 	}
 	/* The slot is released even after a failed copy: its content is still in shared
 	 * memory and the caller has the error; holding it would stall the producers. */
@@ -897,9 +940,15 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 				       c->global_rank, c->gpu.nbuf);
 		c->gpu.next_buf = (c->gpu.next_buf + k) % c->gpu.nbuf;
 	}
-	r = release_held(c);
+	t0 = sf__now_ns();
+	r = release_held(c, timeout_ns);
 	if (r < 0)
 		return r;
+	/* What the release waited for comes off the time left to wait for the batch. */
+	if (timeout_ns > 0) {
+		waited = sf__now_ns() - t0;
+		timeout_ns = waited < (uint64_t)timeout_ns ? timeout_ns - (int64_t)waited : 0;
+	}
 	if (c->ended)
 		return data_ended(c);
 	if (c->step >= sf__arena_step_limit(&h->geo))
@@ -1007,7 +1056,7 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 
 static int release_in(struct sf_consumer *c)
 {
-	return release_held(c);
+	return release_held(c, -1);
 }
 
 int sf_consumer_release(struct sf_consumer *c)
@@ -1031,7 +1080,7 @@ static int release_batch_in(struct sf_consumer *c, const struct sf_batch *batch)
 			return sf__err(&c->err, SF_E_STATE,
 				       "rank %u: the batch of step %llu is not this handle's",
 				       c->global_rank, (unsigned long long)batch->step);
-		return batch->step + 1 == c->step ? release_held(c) : 0;
+		return batch->step + 1 == c->step ? release_held(c, -1) : 0;
 	}
 	if (k >= g->nbuf || batch->device_ptr != g->buf[k])
 		return sf__err(&c->err, SF_E_STATE,
@@ -1110,7 +1159,7 @@ static int seek_in(struct sf_consumer *c, const struct sf_resume *state)
 	if (sf__arena_stopping(c->a))
 		return sf__err(&c->err, SF_E_STOPPED, "seek of rank %u: the job is stopping",
 			       c->global_rank);
-	r = release_held(c);
+	r = release_held(c, -1);
 	if (r < 0)
 		return r;
 	r = sf__ring_seek(c->a, c->me, c->rank, state->samples / global_batch);
@@ -1255,7 +1304,7 @@ void sf_consumer_detach(struct sf_consumer *c)
 		free(c);
 		return;
 	}
-	release_held(c);
+	release_held(c, -1);
 	gpu_teardown(c);
 	sf__participant_unregister(c->a, c->me);
 	sf__arena_detach(c->a);

@@ -296,7 +296,10 @@ int sf_consumer_set_stream(struct sf_consumer *c, uint64_t stream);
  * whatever its timeout, and returns within a second of its death; every call after it
  * that finds no batch ready returns SF_E_JOB_GONE at once.
  * In GPU mode the slot stays claimed until its copy has completed, and is released on
- * the next call, so that the copy of step s+1 overlaps the caller's work on step s.
+ * the next call, so that the copy of step s+1 overlaps the caller's work on step s. When
+ * the host runs ahead of the GPU, that copy may still wait on the device for the work
+ * the caller queued on its buffer: the call waits for it within its timeout too, and
+ * returns SF_E_AGAIN or SF_E_TIMEOUT (the batch still held, nothing lost) past it.
  * GPU mode, which thread and stream: the handle may move between threads (one at a time;
  * it pushes its context for every driver call), but the caller's work on batches must be
  * queued on the stream given to sf_consumer_set_stream() (the legacy default stream

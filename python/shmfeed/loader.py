@@ -674,8 +674,11 @@ class Loader:
                                 raise StopIteration
                             if r not in (N.SF_E_AGAIN, N.SF_E_TIMEOUT):
                                 self._raise(r)
+                            # On a GPU the wait may be for the previous batch's copy,
+                            # queued behind the caller's work: said so on a timeout.
+                            behind = self._gpu and "has not completed" in self._errmsg()
                             if ms == 0:  # timeout=0: nothing ready now
-                                self._raise_timeout(ms)
+                                self._raise_timeout(ms, behind)
                             # Not ready: wait in slices. Python runs signal handlers
                             # (Ctrl-C) only between C calls, and a close() from another
                             # thread takes the lock between them.
@@ -683,7 +686,7 @@ class Loader:
                             if deadline is None:
                                 deadline = math.inf if ms < 0 else now + ms / 1000
                             elif now >= deadline:
-                                self._raise_timeout(ms)
+                                self._raise_timeout(ms, behind)
                             left = _SLICE_MS if deadline == math.inf else \
                                 max(1, min(_SLICE_MS, math.ceil((deadline - now) * 1000)))
                             continue
@@ -845,9 +848,11 @@ class Loader:
                 self._raise(r)
             self._stream = s
 
-    def _raise_timeout(self, ms):
+    def _raise_timeout(self, ms, behind=False):
+        why = (": the copy of the batch before has not completed on the device (the GPU "
+               "is still at the work queued before it)") if behind else ""
         raise Error(N.SF_E_TIMEOUT, f"shmfeed: job '{self.job}' rank {self.rank}: no batch "
-                     f"within {ms / 1000:g} s (step {self.counters()['next_step']})")
+                     f"within {ms / 1000:g} s (step {self.counters()['next_step']}){why}")
 
     def _raise_closed(self, what):
         raise Error(N.SF_E_STATE, f"shmfeed: job '{getattr(self, 'job', '?')}' rank "

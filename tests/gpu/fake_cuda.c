@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "consumer/cuda.h"
 #include "tests/gpu/fake_cuda.h"
@@ -46,6 +47,7 @@ sf_cuGetErrorString_fn cuGetErrorString;
 fake_cuda_stats_fn fake_cuda_stats;
 fake_cuda_read_async_fn fake_cuda_read_async;
 fake_cuda_set_eager_fn fake_cuda_set_eager;
+fake_cuda_set_busy_fn fake_cuda_set_busy;
 
 enum {
 	INVALID_VALUE = 1,
@@ -66,6 +68,7 @@ struct CUstream_st;
 struct CUevent_st {
 	uint64_t recorded; /* records queued so far; record g is the g-th */
 	uint64_t ran;	   /* bit g % 64: record g has run (records older than 64 have) */
+	uint64_t polled;   /* the record cuEventQuery last answered about */
 	struct CUstream_st *on;
 	int destroyed; /* kept, not freed: queued operations may still name it */
 };
@@ -85,6 +88,7 @@ struct CUstream_st {
 	struct op *ops;
 	size_t head, tail, cap;
 	int eager; /* runs its work as soon as its waits allow (see fake_cuda.h) */
+	int busy;  /* runs none of its work: the GPU is still at something earlier */
 };
 
 struct CUctx_st {
@@ -174,16 +178,20 @@ static void satisfy(const struct op *o)
 		;
 }
 
-/* Run the oldest queued operation of `s`; 0 when there is none. */
+/* Run the oldest queued operation of `s`; 0 when there is none, or it cannot run yet
+ * (its stream, or a stream it waits for, is busy). */
 static int run_one(struct CUstream_st *s)
 {
 	struct op o;
 
-	if (s->head == s->tail)
+	if (s->head == s->tail || s->busy)
 		return 0;
 	o = s->ops[s->head];
-	if (o.kind == OP_WAIT)
+	if (o.kind == OP_WAIT) {
 		satisfy(&o); /* may run other streams, never this one's head */
+		if (!record_ran(o.ev, o.gen))
+			return 0;
+	}
 	s->head++;
 	switch (o.kind) {
 	case OP_COPY:
@@ -206,10 +214,20 @@ static int run_one(struct CUstream_st *s)
 	return 1;
 }
 
+/* Let a thread that clears a busy stream in; called with the lock held. */
+static void wait_for_busy(void)
+{
+	pthread_mutex_unlock(&lock);
+	usleep(1000);
+	pthread_mutex_lock(&lock);
+}
+
+/* Run all of `s`, as a synchronizing call does: it blocks while work is busy. */
 static void drain(struct CUstream_st *s)
 {
-	while (run_one(s))
-		;
+	while (s->head != s->tail)
+		if (!run_one(s))
+			wait_for_busy();
 }
 
 /* Run eager streams as far as their waits allow, without forcing any other stream. */
@@ -222,7 +240,7 @@ static void progress(void)
 		for (size_t i = 0; i <= sizeof(streams) / sizeof(streams[0]); i++) {
 			struct CUstream_st *s = i ? streams[i - 1] : &null_stream;
 
-			while (s && s->eager && s->head < s->tail) {
+			while (s && s->eager && !s->busy && s->head < s->tail) {
 				const struct op *o = &s->ops[s->head];
 
 				if (o->kind == OP_WAIT && !record_ran(o->ev, o->gen))
@@ -625,6 +643,11 @@ EXPORT sf_curesult cuEventQuery(sf_cuevent event)
 	ENTER("cuEventQuery");
 	NEED_CONTEXT();
 	progress();
+	/* A record asked about again: the GPU got on with its work meanwhile. */
+	if (event->polled == event->recorded)
+		while (!record_ran(event, event->recorded) && run_one(event->on))
+			;
+	event->polled = event->recorded;
 	if (!record_ran(event, event->recorded))
 		ret_ = NOT_READY;
 	LEAVE();
@@ -634,8 +657,9 @@ EXPORT sf_curesult cuEventSynchronize(sf_cuevent event)
 {
 	ENTER("cuEventSynchronize");
 	NEED_CONTEXT();
-	while (!record_ran(event, event->recorded) && run_one(event->on))
-		;
+	while (!record_ran(event, event->recorded))
+		if (!run_one(event->on))
+			wait_for_busy();
 	LEAVE();
 }
 
@@ -724,6 +748,14 @@ EXPORT void fake_cuda_set_eager(void *stream, int on)
 {
 	pthread_mutex_lock(&lock);
 	stream_of(stream)->eager = on;
+	progress();
+	pthread_mutex_unlock(&lock);
+}
+
+EXPORT void fake_cuda_set_busy(void *stream, int on)
+{
+	pthread_mutex_lock(&lock);
+	stream_of(stream)->busy = on;
 	progress();
 	pthread_mutex_unlock(&lock);
 }

@@ -16,7 +16,9 @@
  *   FAKE_CUDA_POLICY=lazy|eager  when queued work runs:
  *     lazy:  nothing runs until a synchronizing call needs it (cuEventSynchronize,
  *            cuStreamSynchronize, the synchronous copies, which order on the NULL stream);
- *            cuEventQuery answers NOT_READY for work not run yet. A copy whose host
+ *            cuEventQuery answers NOT_READY for work not run yet, the first time it
+ *            is asked about a record; asked again, it runs the work up to the record,
+ *            as the GPU would have done meanwhile (busy streams excepted). A copy whose host
  *            source changed between cuMemcpyHtoDAsync and the copy running counts as a
  *            violation (the slot was released before its copy completed).
  *     eager (default): work on streams made by cuStreamCreate runs as soon as every
@@ -63,5 +65,12 @@ typedef int fake_cuda_read_async_fn(void *dst, unsigned long long src, size_t by
 
 /* fake_cuda_set_eager - make a stream run its work as early as its waits allow, or not. */
 typedef void fake_cuda_set_eager_fn(void *stream, int eager);
+
+/*
+ * fake_cuda_set_busy - the GPU is (or is no longer) still running earlier work on `stream`,
+ * a long kernel: none of the work queued on it runs, nor work that waits for it, and the
+ * synchronizing calls that need it block until another thread clears it.
+ */
+typedef void fake_cuda_set_busy_fn(void *stream, int busy);
 
 #endif

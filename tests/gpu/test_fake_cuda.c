@@ -22,15 +22,20 @@
  *  - next() on a thread with no context current; detach with the caller's reads still
  *    queued; a switch of the caller's stream with reads queued on the old one; three
  *    batches held at once with SF_ATTACH_EXPLICIT_RELEASE, and the fourth refused.
+ *  - the GPU behind the host (the caller's stream busy): next() waits for the copy of the
+ *    batch it releases no longer than its timeout, loses nothing, and goes on once the
+ *    GPU catches up.
  * An argument runs only the cases whose name contains it.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
@@ -44,6 +49,7 @@ static const struct sf_cuda *cu;
 static fake_cuda_stats_fn *get_stats;
 static fake_cuda_read_async_fn *read_async;
 static fake_cuda_set_eager_fn *set_eager;
+static fake_cuda_set_busy_fn *set_busy;
 static int failed;
 static struct feed *running; /* stopped by bail() */
 
@@ -79,7 +85,8 @@ static void load(void)
 	*(void **)&get_stats = lib ? dlsym(lib, "fake_cuda_stats") : NULL;
 	*(void **)&read_async = lib ? dlsym(lib, "fake_cuda_read_async") : NULL;
 	*(void **)&set_eager = lib ? dlsym(lib, "fake_cuda_set_eager") : NULL;
-	if (!get_stats || !read_async || !set_eager) {
+	*(void **)&set_busy = lib ? dlsym(lib, "fake_cuda_set_busy") : NULL;
+	if (!get_stats || !read_async || !set_eager || !set_busy) {
 		fprintf(stderr, "  libcuda.so.1 is not the fake driver\n");
 		exit(1);
 	}
@@ -630,6 +637,119 @@ static void case_explicit_release(void)
 	free(want);
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A safety net for case_gpu_behind(): the GPU catches up after 3 s whatever happens, so
+ * that a next() that waits without a limit returns, and fails the case, instead of
+ * hanging it. */
+static atomic_int caught_up;
+
+static void *catch_up_later(void *stream)
+{
+	for (int i = 0; i < 300 && !atomic_load(&caught_up); i++)
+		usleep(10000);
+	set_busy(stream, 0);
+	return NULL;
+}
+
+/*
+ * The host runs ahead of the GPU: the caller's stream is busy (a long kernel), so a copy
+ * into a buffer the caller used waits on the device. A next() that must release the
+ * batch of such a copy waits for it no longer than its timeout: SF_E_AGAIN with timeout
+ * 0, SF_E_TIMEOUT after 100 ms, the slot still held (its copy still reads it: released,
+ * its refill would count as a violation) and no step lost. Once the GPU catches up, every
+ * batch reads as its step's.
+ */
+static void case_gpu_behind(void)
+{
+	enum { N = 8 };
+	struct feed *f;
+	struct sf_consumer *c;
+	struct fake_cuda_stats s;
+	sf_custream user;
+	sf_cudevice dev;
+	pthread_t t;
+	unsigned char *out, *want;
+	uint64_t tb, st = 0, t0, ms;
+	char msg[256];
+	int r = 0;
+
+	load();
+	f = start("behind", 1);
+	tb = feed_token_bytes(f);
+	out = calloc(N, tb);
+	want = malloc(f->arena->hdr->payload_bytes);
+	push_own_context(&dev);
+	CHECK(!cu->cuStreamCreate(&user, 0), "the test's stream");
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	CHECK(sf_consumer_set_stream(c, (uint64_t)(uintptr_t)user) == 0, "%s",
+	      sf_consumer_errmsg(c));
+	set_busy(user, 1);
+	pthread_create(&t, NULL, catch_up_later, user);
+	/* Two buffers: the copy of step 2 waits for the read of step 0, which cannot run,
+	 * so the call that releases step 2 must wait. */
+	for (; st < N; st++) {
+		struct sf_batch b;
+
+		t0 = now_ms();
+		r = sf_consumer_next(c, 100, &b);
+		ms = now_ms() - t0;
+		if (r)
+			break;
+		CHECK(b.step == st, "step %llu, want %llu", (unsigned long long)b.step,
+		      (unsigned long long)st);
+		CHECK(read_async(out + st * tb, b.device_ptr, tb, user) == 0, "queue the read");
+	}
+	CHECK(r == SF_E_TIMEOUT && st == 3 && ms >= 100 && ms < 2000,
+	      "step %llu: next() returned %d after %llu ms, want SF_E_TIMEOUT (%d) at step 3 "
+	      "after 100 ms: %s",
+	      (unsigned long long)st, r, (unsigned long long)ms, SF_E_TIMEOUT,
+	      sf_consumer_errmsg(c));
+	CHECK(strstr(sf_consumer_errmsg(c), "has not completed"), "message: %s",
+	      sf_consumer_errmsg(c));
+	{
+		struct sf_batch b;
+
+		r = sf_consumer_next(c, 0, &b);
+		CHECK(r == SF_E_AGAIN, "timeout 0 returned %d, want SF_E_AGAIN", r);
+	}
+	set_busy(user, 0);
+	atomic_store(&caught_up, 1);
+	for (; st < N; st++) {
+		struct sf_batch b;
+
+		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == st, "step %llu: %s",
+		      (unsigned long long)st, sf_consumer_errmsg(c));
+		if (failed)
+			bail();
+		CHECK(read_async(out + st * tb, b.device_ptr, tb, user) == 0, "queue the read");
+	}
+	CHECK(!cu->cuStreamSynchronize(user), "synchronize");
+	for (st = 0; st < N; st++) {
+		feed_fill(f, 0, st, want);
+		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
+		      (unsigned long long)st);
+	}
+	get_stats(&s);
+	CHECK(s.violations == 0, "%ld copies read a slot released before they ran", s.violations);
+	pthread_join(t, NULL);
+	sf_consumer_detach(c);
+	cu->cuStreamDestroy(user);
+	pop_own_context(dev);
+	expect_balanced("after detach");
+	feed_stop(f);
+	free(out);
+	free(want);
+}
+
 /* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
  * failure: SF_E_CUDA with its name. */
 static void case_no_device(int want_rc, const char *expect)
@@ -738,6 +858,7 @@ int main(int argc, char **argv)
 		 {"FAKE_CUDA_POLICY=eager", "SHMFEED_GPU_BUFFERS=3"},
 		 11,
 		 NULL},
+		{"the GPU behind the host", {"FAKE_CUDA_POLICY=eager"}, 15, NULL},
 	};
 	int bad = 0;
 
@@ -774,6 +895,8 @@ int main(int argc, char **argv)
 				case_copy_fails();
 			else if (t->kind == 14)
 				case_attach_after_fork();
+			else if (t->kind == 15)
+				case_gpu_behind();
 			else
 				case_no_device(t->kind == 4 ? -ENODEV : SF_E_CUDA, t->expect);
 			_exit(failed);

@@ -77,3 +77,69 @@ def test_a_batch_fetched_ahead_stays_whole_on_the_gpu(buffers, dtype, wide):
         docs = reference_doc_starts(want, 5).astype(np.int64)
         docs[docs == 0xFFFFFFFF] = -1  # int32 on the device: the padding reads -1
         assert np.array_equal(np.array(b["docs"]), docs), f"step {b['step']}"
+
+
+BEHIND = """
+import json, signal, sys, time
+import torch, shmfeed
+L = shmfeed.Loader(job=sys.argv[1], device="cuda:0", dtype="int64")
+kept = [next(L) for _ in range(2)]
+kept = [(b.step, b.tokens.clone()) for b in kept]
+torch.cuda._sleep(int(6e9))  # a long kernel: the GPU falls seconds behind the host
+# Steps 2 and 3 come at once (their copies wait on the device); the call after them waits
+# for step 3's copy, queued behind the kernel.
+for _ in range(2):
+    b = next(L)
+    kept.append((b.step, b.tokens.clone()))
+t0 = time.monotonic()
+try:
+    L.next(timeout=0.2)
+    timed_out = None
+except shmfeed.Error as e:
+    timed_out = [e.code, str(e)]
+t1 = time.monotonic()
+
+
+def interrupt(*_):
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGALRM, interrupt)
+signal.setitimer(signal.ITIMER_REAL, 0.3)
+try:
+    L.next()
+    interrupted = False
+except KeyboardInterrupt:
+    interrupted = True
+t2 = time.monotonic()
+still_behind = not torch.cuda.current_stream().query()
+for _ in range(3):
+    b = next(L)
+    kept.append((b.step, b.tokens.clone()))
+torch.cuda.synchronize()
+L.close()
+print(json.dumps({"timed_out": timed_out, "timeout_s": t1 - t0, "interrupted": interrupted,
+                  "interrupt_s": t2 - t1, "still_behind": still_behind,
+                  "batches": [[s, t.tolist()] for s, t in kept]}))
+"""
+
+
+def test_a_gpu_behind_the_host_neither_blocks_next_past_its_timeout_nor_ctrl_c():
+    """A long kernel on the caller's stream: the copy of the batch next() releases waits
+    on the device behind it. next() waited for it in cuEventSynchronize, past its timeout
+    and past Ctrl-C; now a timeout says why, Ctrl-C lands within a slice, and every batch
+    comes whole and in order."""
+    env = dict(os.environ, SHMFEED_GPU_BUFFERS="2")
+    with Feed("gpubehind") as feed:
+        r = subprocess.run([sys.executable, "-c", BEHIND, feed.job], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+    assert got["still_behind"], "the kernel ended before the checks: not a test of them"
+    code, msg = got["timed_out"]
+    assert code == -1007 and "has not completed on the device" in msg, got
+    assert 0.2 <= got["timeout_s"] < 1, got
+    assert got["interrupted"] and got["interrupt_s"] < 1, got
+    assert [s for s, _ in got["batches"]] == list(range(7))
+    for step, tokens in got["batches"]:
+        assert np.array_equal(np.array(tokens), feed.expected(0, step).astype(np.int64))

@@ -304,3 +304,69 @@ def test_a_gpu_batch_taken_again_after_an_interrupt_keeps_the_held_one(dtype):
     next next() takes that batch again, into the same output, not into the output of the
     batch the caller holds."""
     run_rank("gputake", TAKE_AGAIN, dtype)
+
+
+BEHIND = """
+import ctypes, json, signal, sys, threading, time
+cuda = ctypes.CDLL("libcuda.so.1")
+cuda.fake_cuda_set_eager(None, 1)
+import shmfeed
+L = shmfeed.Loader(job=sys.argv[1], device="cuda:0", dtype="int64")
+steps = [next(L).step for _ in range(3)]
+cuda.fake_cuda_set_busy(None, 1)  # the GPU is behind: the work on the NULL stream waits
+# A safety net: the GPU catches up after 5 s whatever happens, so that a next() that
+# waits without a limit fails the test instead of hanging it.
+net = threading.Timer(5, cuda.fake_cuda_set_busy, (None, 0))
+net.start()
+# Steps 3 and 4: step 4's copy waits for the work on step 2 in the same buffer, and the
+# next call waits for that copy.
+steps += [next(L).step for _ in range(2)]
+t0 = time.monotonic()
+try:
+    L.next(timeout=0.2)
+    timed_out = None
+except shmfeed.Error as e:
+    timed_out = [e.code, str(e)]
+t1 = time.monotonic()
+
+
+def interrupt(*_):
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGALRM, interrupt)
+signal.setitimer(signal.ITIMER_REAL, 0.3)
+try:
+    L.next()
+    interrupted = False
+except KeyboardInterrupt:
+    interrupted = True
+t2 = time.monotonic()
+cuda.fake_cuda_set_busy(None, 0)
+net.cancel()
+steps += [next(L).step for _ in range(2)]
+L.close()
+print(json.dumps({"steps": steps, "timed_out": timed_out, "timeout_s": t1 - t0,
+                  "interrupted": interrupted, "interrupt_s": t2 - t1}))
+"""
+
+
+def test_a_gpu_behind_the_host_neither_blocks_next_past_its_timeout_nor_ctrl_c():
+    """When the host runs ahead of the GPU, the copy of the batch next() releases still
+    waits on the device for the work queued on its buffer. next() waited for it in
+    cuEventSynchronize: past its timeout, and past Ctrl-C (Python's handlers run only
+    between C calls). Now a timeout says why, Ctrl-C lands within a slice, and no step is
+    lost or skipped."""
+    fake_torch = os.path.join(HERE, "fake_torch")
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
+               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    with Feed("gpubehind") as feed:
+        r = subprocess.run([sys.executable, "-c", BEHIND, feed.job], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+    assert got["steps"] == list(range(7)), got  # step 5 neither lost nor skipped
+    code, msg = got["timed_out"]
+    assert code == -1007 and "has not completed on the device" in msg, got
+    assert 0.2 <= got["timeout_s"] < 2, got
+    assert got["interrupted"] and got["interrupt_s"] < 2, got
