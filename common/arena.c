@@ -228,7 +228,7 @@ static void arena_map(struct sf_arena *a, void *base, size_t size,
 	a->slots = (struct sf_slot *)(b + layout->slots_off);
 	a->telemetry = (struct sf_telemetry *)(b + layout->telemetry_off);
 	a->payloads = b + layout->payloads_off;
-	a->slots_per_rank = layout->geo.slots_per_rank;
+	a->geo = layout->geo;
 	a->verify_every = layout->verify_every ? layout->verify_every : 1;
 	a->payload_stride = layout->payload_stride;
 	a->payload_bytes = layout->payload_bytes;
@@ -973,12 +973,12 @@ int sf__arena_populate_rank(struct sf_arena *a, uint32_t rank)
 	const struct sf_arena_header *h = a->hdr;
 	int r;
 
-	if (rank >= h->geo.ranks)
+	if (rank >= a->geo.ranks)
 		return SF_E_RANGE;
 	r = populate((unsigned char *)h, h->payloads_off, 1);
 	if (r == 0)
 		r = populate(sf__arena_payload(a, rank, 0),
-			     (uint64_t)a->slots_per_rank * a->payload_stride, 0);
+			     (uint64_t)a->geo.slots_per_rank * a->payload_stride, 0);
 	return r;
 }
 
@@ -1025,7 +1025,7 @@ void sf__arena_set_job_state(struct sf_arena *a, uint32_t state)
 	sf__futex_wake(&h->job_seq, INT32_MAX);
 	atomic_fetch_add_explicit(&h->free_seq, 1, memory_order_seq_cst);
 	sf__futex_wake(&h->free_seq, INT32_MAX);
-	for (uint32_t r = 0; r < h->geo.ranks; r++) {
+	for (uint32_t r = 0; r < a->geo.ranks; r++) {
 		atomic_fetch_add_explicit(&a->rings[r].ready_seq, 1, memory_order_seq_cst);
 		sf__futex_wake(&a->rings[r].ready_seq, INT32_MAX);
 	}

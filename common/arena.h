@@ -283,11 +283,12 @@ struct sf_arena {
 	struct sf_telemetry *telemetry;
 	unsigned char *payloads;
 	size_t map_size;
-	/* What addresses and hashes the slots, copied from the header that was checked
-	 * (written by this process, or sf__arena_header_check()'s private copy): the shared
-	 * header can be rewritten after the check, and a slot count, stride or verify_every
-	 * read from it then made a call read past the mapping or divide by 0. */
-	uint32_t slots_per_rank;
+	/* The geometry and what addresses and hashes the slots, copied from the header that
+	 * was checked (written by this process, or sf__arena_header_check()'s private copy):
+	 * the shared header can be rewritten after the check, and a slot count, batch shape,
+	 * stride or verify_every read from it then made a call read past the mapping or
+	 * divide by 0. Nothing of the shared header's geometry is read after the map. */
+	struct sf_geometry geo;
 	uint32_t verify_every; /* 1 and up */
 	uint64_t payload_stride;
 	uint64_t payload_bytes;
@@ -475,12 +476,12 @@ static inline uint64_t sf__arena_step_limit(const struct sf_geometry *g)
 
 static inline struct sf_slot *sf__arena_slot(const struct sf_arena *a, uint32_t rank, uint32_t i)
 {
-	return &a->slots[(size_t)rank * a->slots_per_rank + i];
+	return &a->slots[(size_t)rank * a->geo.slots_per_rank + i];
 }
 
 static inline unsigned char *sf__arena_payload(const struct sf_arena *a, uint32_t rank, uint32_t i)
 {
-	return a->payloads + ((size_t)rank * a->slots_per_rank + i) * a->payload_stride;
+	return a->payloads + ((size_t)rank * a->geo.slots_per_rank + i) * a->payload_stride;
 }
 
 /*

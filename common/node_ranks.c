@@ -22,7 +22,7 @@ int sf__node_ranks_known(const struct sf_arena *a, uint32_t *ret_base)
 	/* Acquire: pairs with the release store of a known base in set_base(). */
 	uint64_t w = atomic_load_explicit(&a->hdr->node_ranks, memory_order_acquire);
 
-	return sf__node_ranks_decode(w, &a->hdr->geo, ret_base) > 0;
+	return sf__node_ranks_decode(w, &a->geo, ret_base) > 0;
 }
 
 void sf__node_ranks_describe(const struct sf_arena_header *h, char *buf, size_t len)
@@ -48,7 +48,7 @@ void sf__node_ranks_describe(const struct sf_arena_header *h, char *buf, size_t 
 static int claimed_base(const struct sf_arena *a, uint32_t rank, const struct sf_rank_env *c,
 			int64_t *ret_want, struct sf_err *e)
 {
-	const struct sf_geometry *g = &a->hdr->geo;
+	const struct sf_geometry *g = &a->geo;
 	const char *job = a->hdr->job;
 	int64_t lr = c->local_rank >= 0 ? c->local_rank : rank, want;
 	const struct {
@@ -132,9 +132,9 @@ static void set_base(struct sf_arena *a, uint32_t generation, uint32_t base)
 /* A live consumer other than local rank `rank`, or -1: a rank of the current base. */
 static int64_t live_consumer(struct sf_arena *a, uint32_t rank, int32_t *ret_pid)
 {
-	const uint32_t P = a->hdr->geo.max_producers;
+	const uint32_t P = a->geo.max_producers;
 
-	for (uint32_t j = 0; j < a->hdr->geo.ranks; j++) {
+	for (uint32_t j = 0; j < a->geo.ranks; j++) {
 		int32_t pid;
 
 		if (j == rank)
@@ -159,8 +159,8 @@ static int rebase(struct sf_arena *a, uint32_t rank, uint32_t generation, uint32
 		  struct sf_err *e)
 {
 	struct sf_arena_header *h = a->hdr;
-	const uint32_t P = h->geo.max_producers;
-	const uint32_t nslots = h->geo.ranks * h->geo.slots_per_rank;
+	const uint32_t P = a->geo.max_producers;
+	const uint32_t nslots = a->geo.ranks * a->geo.slots_per_rank;
 	uint32_t filling;
 
 	/* Seq_cst store and full fence: pairs with the fence between a producer's claim
@@ -174,7 +174,7 @@ static int rebase(struct sf_arena *a, uint32_t rank, uint32_t generation, uint32
 	 * takes), so a repair refused (SF_E_BUSY) is one the launcher is making of the same
 	 * dead rank, behind the same fence: wait until it is done, so that the slots it
 	 * returns to READY are discarded below. */
-	for (uint32_t j = 0; j < h->geo.ranks; j++) {
+	for (uint32_t j = 0; j < a->geo.ranks; j++) {
 		if (j == rank)
 			continue;
 		for (uint32_t tries = 0; sf__arena_repair(a, P + j) == SF_E_BUSY; tries++) {
@@ -230,7 +230,7 @@ static int agree(struct sf_arena *a, uint32_t rank, const struct sf_rank_env *cl
 	const struct sf_arena_header *h = a->hdr;
 	uint64_t w = atomic_load_explicit(&h->node_ranks, memory_order_acquire);
 	uint32_t base = 0, gen = sf__node_ranks_generation(w);
-	int known = sf__node_ranks_decode(w, &h->geo, &base), r;
+	int known = sf__node_ranks_decode(w, &a->geo, &base), r;
 	int64_t other;
 	int32_t pid = 0;
 
@@ -247,12 +247,12 @@ static int agree(struct sf_arena *a, uint32_t rank, const struct sf_rank_env *cl
 			       "global ranks yet: the first rank to attach must give its global "
 			       "rank (RANK)",
 			       h->job);
-	if (known && !(h->geo.flags & SF_ARENA_F_RANK_AUTO))
+	if (known && !(a->geo.flags & SF_ARENA_F_RANK_AUTO))
 		return sf__err(e, SF_E_RANGE,
 			       "RANK=%lld with LOCAL_RANK=%u, but job '%s' serves global ranks "
 			       "%u..%u on this node (consumers.rank_base: %u): local rank %u is "
 			       "global rank %u",
-			       (long long)claim->rank, rank, h->job, base, base + h->geo.ranks - 1,
+			       (long long)claim->rank, rank, h->job, base, base + a->geo.ranks - 1,
 			       base, rank, base + rank);
 	if (known) {
 		other = live_consumer(a, rank, &pid);
@@ -264,8 +264,8 @@ static int agree(struct sf_arena *a, uint32_t rank, const struct sf_rank_env *cl
 				"rank), and local rank %lld (pid %d) of those still runs; a "
 				"node re-bases only once every rank of the old base has exited",
 				(long long)claim->rank, rank, (long long)want,
-				(long long)want + h->geo.ranks - 1, h->job, base,
-				base + h->geo.ranks - 1, (long long)other, (int)pid);
+				(long long)want + a->geo.ranks - 1, h->job, base,
+				base + a->geo.ranks - 1, (long long)other, (int)pid);
 	}
 	if (!known && gen == 0)
 		set_base(a, 1, (uint32_t)want);
@@ -283,14 +283,14 @@ static int agree(struct sf_arena *a, uint32_t rank, const struct sf_rank_env *cl
 int sf__node_ranks_register(struct sf_arena *a, uint32_t rank, const struct sf_rank_env *claim,
 			    uint32_t *ret_base, struct sf_err *e)
 {
-	const uint32_t me = a->hdr->geo.max_producers + rank;
+	const uint32_t me = a->geo.max_producers + rank;
 	uint32_t base = 0;
 	int64_t want = -1;
 	int r;
 
-	if (rank >= a->hdr->geo.ranks)
+	if (rank >= a->geo.ranks)
 		return sf__err(e, SF_E_RANGE, "job '%s' has local ranks 0..%u, not %u", a->hdr->job,
-			       a->hdr->geo.ranks - 1, rank);
+			       a->geo.ranks - 1, rank);
 	/* The claim alone, against the job's geometry: refused as such whoever holds the
 	 * rank, so that a launcher's mistake is never reported as a rank taken. */
 	r = claimed_base(a, rank, claim, &want, e);

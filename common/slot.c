@@ -40,7 +40,7 @@ void (*sf__test_hook)(int point);
 
 static uint32_t participants_count(const struct sf_arena *a)
 {
-	return a->hdr->geo.max_producers + a->hdr->geo.ranks;
+	return a->geo.max_producers + a->geo.ranks;
 }
 
 uint64_t sf__payload_checksum(const void *p, size_t len)
@@ -51,7 +51,7 @@ uint64_t sf__payload_checksum(const void *p, size_t len)
 void sf__payload_hashes(const struct sf_arena *a, const void *payload, uint32_t length,
 			int want_checksum, uint64_t *ret_digest, uint64_t *ret_checksum)
 {
-	const struct sf_geometry *g = &a->hdr->geo;
+	const struct sf_geometry *g = &a->geo;
 	const uint64_t tokens = (uint64_t)g->batch * g->seq_tokens * g->token_bytes;
 	XXH3_state_t st;
 
@@ -90,7 +90,7 @@ static _Atomic uint64_t *producer_waiter_word(struct sf_arena *a, uint32_t me, u
  */
 static void clear_waiter(struct sf_arena *a, uint32_t index)
 {
-	const uint32_t P = a->hdr->geo.max_producers;
+	const uint32_t P = a->geo.max_producers;
 
 	if (index < P) {
 		uint64_t bit;
@@ -112,7 +112,7 @@ static void wake_consumer(struct sf_arena *a, uint32_t rank);
  */
 static uint32_t repair_slots(struct sf_arena *a, uint32_t index)
 {
-	uint32_t nslots = a->hdr->geo.ranks * a->hdr->geo.slots_per_rank, repaired = 0;
+	uint32_t nslots = a->geo.ranks * a->geo.slots_per_rank, repaired = 0;
 
 	for (uint32_t i = 0; i < nslots; i++) {
 		struct sf_slot *s = &a->slots[i];
@@ -134,7 +134,7 @@ static uint32_t repair_slots(struct sf_arena *a, uint32_t index)
 	atomic_fetch_add_explicit(&a->hdr->repairs, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&a->hdr->slots_repaired, repaired, memory_order_relaxed);
 	wake_producers(a);
-	for (uint32_t r = 0; r < a->hdr->geo.ranks; r++)
+	for (uint32_t r = 0; r < a->geo.ranks; r++)
 		wake_consumer(a, r);
 	return repaired;
 }
@@ -282,7 +282,7 @@ int sf__arena_repair(struct sf_arena *a, uint32_t index)
 /* The FREE slot with the lowest step, ties broken round the ranks from `start`. */
 static int find_free(const struct sf_arena *a, uint32_t start, struct sf_fill *f)
 {
-	const uint32_t R = a->hdr->geo.ranks, K = a->hdr->geo.slots_per_rank;
+	const uint32_t R = a->geo.ranks, K = a->geo.slots_per_rank;
 	uint64_t best = UINT64_MAX;
 	int found = 0;
 
@@ -375,7 +375,7 @@ static int ranks_known(const struct sf_arena *a, uint32_t *ret_base)
 {
 	uint64_t w = atomic_load_explicit(&a->hdr->node_ranks, memory_order_acquire);
 
-	return sf__node_ranks_decode(w, &a->hdr->geo, ret_base) > 0;
+	return sf__node_ranks_decode(w, &a->geo, ret_base) > 0;
 }
 
 /* A producer may stop sleeping: there is free work (and the job is not paused, and the
@@ -476,7 +476,7 @@ int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *
 	/* The filler has just written these bytes, so they are in its cache (all of them
 	 * for batches up to the cache's size): the digest costs it a pass over cached data,
 	 * and each consumer none. */
-	sf__payload_hashes(a, fill->payload, length, !!(a->hdr->geo.flags & SF_ARENA_F_CHECKSUM),
+	sf__payload_hashes(a, fill->payload, length, !!(a->geo.flags & SF_ARENA_F_CHECKSUM),
 			   &s->digest, &s->checksum);
 	s->fill_ns = sf__now_ns();
 	SF_TEST_POINT(SF_TP_PRODUCER_FILLED);
@@ -497,7 +497,7 @@ int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *
 int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step,
 		       int64_t timeout_ns, struct sf_slot **ret_slot)
 {
-	const uint32_t K = a->slots_per_rank;
+	const uint32_t K = a->geo.slots_per_rank;
 	struct sf_slot *s = sf__arena_slot(a, rank, (uint32_t)(step % K));
 	struct sf_ring *ring = &a->rings[rank];
 	const uint64_t lap = step / K;
@@ -518,8 +518,7 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 			/* A length past the payload is no batch a producer wrote. */
 			if (s->length > a->payload_bytes)
 				return SF_E_CHECKSUM;
-			if ((a->hdr->geo.flags & SF_ARENA_F_CHECKSUM) &&
-			    step % a->verify_every == 0) {
+			if ((a->geo.flags & SF_ARENA_F_CHECKSUM) && step % a->verify_every == 0) {
 				uint64_t digest, checksum;
 
 				sf__payload_hashes(a,
@@ -554,7 +553,7 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 
 int sf__consumer_release_quiet(struct sf_arena *a, uint32_t rank, struct sf_slot *s)
 {
-	const uint32_t me = a->hdr->geo.max_producers + rank;
+	const uint32_t me = a->geo.max_producers + rank;
 	uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
 
 	SF_TEST_POINT(SF_TP_CONSUMER_READ);
@@ -587,7 +586,7 @@ void sf__producers_wake(struct sf_arena *a)
 
 uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank)
 {
-	const uint32_t K = a->slots_per_rank;
+	const uint32_t K = a->geo.slots_per_rank;
 	uint64_t next = UINT64_MAX;
 
 	for (uint32_t i = 0; i < K; i++) {
@@ -609,7 +608,7 @@ uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank)
  */
 static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step, int wait)
 {
-	const uint32_t K = a->slots_per_rank;
+	const uint32_t K = a->geo.slots_per_rank;
 	int pending = 0;
 
 	for (uint32_t i = 0; i < K; i++) {
@@ -673,14 +672,14 @@ int sf__ring_seek_hold(struct sf_arena *a, uint32_t rank, struct sf_err *e)
 {
 	int r;
 
-	if (rank >= a->hdr->geo.ranks)
+	if (rank >= a->geo.ranks)
 		return sf__err(e, SF_E_RANGE, "rank %u is not a local rank (0..%u)", rank,
-			       a->hdr->geo.ranks - 1);
+			       a->geo.ranks - 1);
 	/* Hold the rank's consumer entry for the whole seek: a consumer that attaches
 	 * meanwhile waits, so it can never claim a step the seek then moves, and one that
 	 * is attached refuses the hold. */
-	r = sf__participant_register(a, a->hdr->geo.max_producers + rank, SF_ROLE_NONE,
-				     (int32_t)rank, e);
+	r = sf__participant_register(a, a->geo.max_producers + rank, SF_ROLE_NONE, (int32_t)rank,
+				     e);
 	if (r == SF_E_BUSY)
 		return sf__err(e, SF_E_BUSY,
 			       "a consumer is attached to rank %u; seek it from the consumer "
@@ -694,10 +693,10 @@ int sf__ring_seek_hold(struct sf_arena *a, uint32_t rank, struct sf_err *e)
 
 int sf__ring_seek_try(struct sf_arena *a, uint32_t rank, uint64_t step)
 {
-	return seek_pass(a, a->hdr->geo.max_producers + rank, rank, step, 0);
+	return seek_pass(a, a->geo.max_producers + rank, rank, step, 0);
 }
 
 void sf__ring_seek_release(struct sf_arena *a, uint32_t rank)
 {
-	sf__participant_unregister(a, a->hdr->geo.max_producers + rank);
+	sf__participant_unregister(a, a->geo.max_producers + rank);
 }

@@ -400,7 +400,7 @@ static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
 	 * stays in the handle's message, for the caller to log (sf_consumer_stats() says
 	 * that batches are staged). */
 	rr = cu->cuMemHostRegister(sf__arena_payload(c->a, c->rank, 0),
-				   (size_t)c->a->slots_per_rank * c->a->payload_stride,
+				   (size_t)c->a->geo.slots_per_rank * c->a->payload_stride,
 				   SF_CU_MEMHOSTREGISTER_PORTABLE);
 	if (rr == SF_CUDA_SUCCESS)
 		g->registered = sf__arena_payload(c->a, c->rank, 0);
@@ -442,7 +442,7 @@ static int gpu_setup(struct sf_consumer *c, int32_t device, uint32_t flags)
  */
 static int ring_well_stocked(const struct sf_consumer *c)
 {
-	const uint32_t K = c->a->slots_per_rank;
+	const uint32_t K = c->a->geo.slots_per_rank;
 	uint64_t t = c->step + K / 2 - 1;
 	const struct sf_slot *s = sf__arena_slot(c->a, c->rank, (uint32_t)(t % K));
 
@@ -602,7 +602,7 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 	r = sf__arena_attach(job, NULL, &c->a, &c->err);
 	if (r < 0)
 		goto fail;
-	geo = &c->a->hdr->geo;
+	geo = &c->a->geo;
 	if (local_rank < 0 || (uint64_t)local_rank >= geo->ranks) {
 		r = sf__err(&c->err, SF_E_RANGE, "job '%s' has local ranks 0..%u, not %lld", job,
 			    geo->ranks - 1, (long long)local_rank);
@@ -686,7 +686,7 @@ int sf_consumer_attach(const char *job, int32_t local_rank, int32_t device, uint
 /* GPU mode: the device address of buffer i's document starts, or 0 when none. */
 static uint64_t gpu_doc_starts(const struct sf_consumer *c, uint32_t i)
 {
-	if (!c->gpu.cu || i >= c->gpu.nbuf || !c->a->hdr->geo.doc_starts_per_seq)
+	if (!c->gpu.cu || i >= c->gpu.nbuf || !c->a->geo.doc_starts_per_seq)
 		return 0;
 	return c->gpu.buf[i] + c->doc_off;
 }
@@ -714,21 +714,21 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 	struct sf_consumer_info info = {
 		.local_rank = c->rank,
 		.global_rank = c->global_rank,
-		.world_size = h->geo.world_size,
-		.ranks = h->geo.ranks,
+		.world_size = c->a->geo.world_size,
+		.ranks = c->a->geo.ranks,
 		.rank_base = c->global_rank - c->rank,
-		.slots_per_rank = h->geo.slots_per_rank,
-		.batch = h->geo.batch,
-		.seq_tokens = h->geo.seq_tokens,
-		.dtype = h->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32,
-		.doc_starts_per_seq = h->geo.doc_starts_per_seq,
+		.slots_per_rank = c->a->geo.slots_per_rank,
+		.batch = c->a->geo.batch,
+		.seq_tokens = c->a->geo.seq_tokens,
+		.dtype = c->a->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32,
+		.doc_starts_per_seq = c->a->geo.doc_starts_per_seq,
 		.device = c->device,
 		.gpu_buffers = c->gpu.nbuf,
 		.payload_stride = h->payload_stride,
 		.ring_base = (uint64_t)(uintptr_t)sf__arena_payload(c->a, c->rank, 0),
 		.device_buffer = {c->gpu.buf[0], c->gpu.buf[1]},
 		.doc_starts_buffer = {gpu_doc_starts(c, 0), gpu_doc_starts(c, 1)},
-		.config_digest = h->geo.config_digest,
+		.config_digest = c->a->geo.config_digest,
 		.sources_offset = c->sources_off,
 	};
 
@@ -916,8 +916,7 @@ static int claim_watching_job(struct sf_consumer *c, int64_t timeout_ns, struct 
 static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *ret_batch)
 {
 	struct sf_arena *a = c->a;
-	const struct sf_arena_header *h = a->hdr;
-	const uint32_t K = a->slots_per_rank;
+	const uint32_t K = a->geo.slots_per_rank;
 	uint64_t t0, waited, tokens;
 	int64_t timeout_ns = timeout_ms < 0 ? -1 : (int64_t)timeout_ms * 1000000;
 	struct sf_batch b;
@@ -951,11 +950,11 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 	}
 	if (c->ended)
 		return data_ended(c);
-	if (c->step >= sf__arena_step_limit(&h->geo))
+	if (c->step >= sf__arena_step_limit(&a->geo))
 		return sf__err(&c->err, SF_E_RANGE,
 			       "rank %u: step %llu is out of range: this job's steps are 0..%llu",
 			       c->global_rank, (unsigned long long)c->step,
-			       (unsigned long long)(sf__arena_step_limit(&h->geo) - 1));
+			       (unsigned long long)(sf__arena_step_limit(&a->geo) - 1));
 	t0 = sf__now_ns();
 	r = claim_watching_job(c, timeout_ns, &s);
 	waited = sf__now_ns() - t0;
@@ -993,7 +992,7 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 	}
 	if (s->length == 0) {
 		/* The producers' end marker: every epoch asked for was delivered. */
-		c->end_step = s->first_sample / ((uint64_t)h->geo.batch * h->geo.world_size);
+		c->end_step = s->first_sample / ((uint64_t)a->geo.batch * a->geo.world_size);
 		sf__consumer_release(a, c->rank, s);
 		c->ended = 1;
 		return data_ended(c);
@@ -1001,10 +1000,10 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 	payload = sf__arena_payload(a, c->rank, (uint32_t)(c->step % K));
 	b.step = c->step;
 	b.first_sample = s->first_sample;
-	b.batch = h->geo.batch;
-	b.seq_tokens = h->geo.seq_tokens;
-	b.dtype = h->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32;
-	b.doc_starts_per_seq = h->geo.doc_starts_per_seq;
+	b.batch = a->geo.batch;
+	b.seq_tokens = a->geo.seq_tokens;
+	b.dtype = a->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32;
+	b.doc_starts_per_seq = a->geo.doc_starts_per_seq;
 	b.tokens = payload;
 	b.device_ptr = 0;
 	b.doc_starts = b.doc_starts_per_seq ? (const uint32_t *)(payload + c->doc_off) : NULL;
@@ -1016,8 +1015,8 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 	b.buffer = (uint32_t)(c->step % K);
 	b.output = c->out ? c->out_next : 0;
 	b.provenance = c->provenance;
-	b.epoch = h->geo.samples_per_epoch
-			  ? c->step * h->geo.batch * h->geo.world_size / h->geo.samples_per_epoch
+	b.epoch = a->geo.samples_per_epoch
+			  ? c->step * a->geo.batch * a->geo.world_size / a->geo.samples_per_epoch
 			  : 0;
 	if (c->out)
 		widen_output(c, payload, &b);
@@ -1072,7 +1071,7 @@ static int release_batch_in(struct sf_consumer *c, const struct sf_batch *batch)
 	int r;
 
 	if (!g->cu) {
-		const uint32_t K = c->a->slots_per_rank;
+		const uint32_t K = c->a->geo.slots_per_rank;
 
 		/* This handle's ring, told by where the tokens lie: the step alone is no
 		 * handle's. One of its batches released already is a no-op. */
@@ -1106,7 +1105,7 @@ int sf_consumer_release_batch(struct sf_consumer *c, const struct sf_batch *batc
 
 static int state_in(struct sf_consumer *c, struct sf_resume *ret_state)
 {
-	const struct sf_geometry *geo = &c->a->hdr->geo;
+	const struct sf_geometry *geo = &c->a->geo;
 	uint64_t samples = c->step * geo->batch * geo->world_size;
 	struct sf_resume st = {
 		.samples = samples,
@@ -1126,7 +1125,7 @@ int sf_consumer_state(struct sf_consumer *c, struct sf_resume *ret_state)
 
 static int seek_in(struct sf_consumer *c, const struct sf_resume *state)
 {
-	const struct sf_geometry *geo = &c->a->hdr->geo;
+	const struct sf_geometry *geo = &c->a->geo;
 	uint64_t global_batch = (uint64_t)geo->batch * geo->world_size;
 	int r;
 
@@ -1239,7 +1238,7 @@ const char *sf_consumer_errmsg(const struct sf_consumer *c)
 static int set_output_in(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
 			 uint32_t count)
 {
-	const uint32_t src_dtype = c->a->hdr->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32;
+	const uint32_t src_dtype = c->a->geo.token_bytes == 2 ? SF_DTYPE_U16 : SF_DTYPE_I32;
 	void **out = NULL;
 
 	if (c->gpu.cu)

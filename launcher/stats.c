@@ -44,7 +44,7 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 		      struct sf_stats *s)
 {
 	const struct sf_arena_header *h = a->hdr;
-	const struct sf_geometry *g = &h->geo;
+	const struct sf_geometry *g = &a->geo;
 	const uint32_t K = g->slots_per_rank;
 	uint64_t hist[SF_WAIT_BUCKETS] = {0};
 	double dt;

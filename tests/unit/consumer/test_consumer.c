@@ -1063,6 +1063,25 @@ Test(consumer, a_header_or_slot_rewritten_after_attach_is_an_error_not_a_crash)
 	s0->length = length;
 	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
 	expect_batch(f, &b, 0, 0);
+	/* The batch's shape comes from the geometry checked at attach: a header that says
+	 * 64 times the rows, 64 times the tokens and 4-byte tokens would have described a
+	 * batch far past the slot, and past the mapping. */
+	{
+		struct sf_geometry geo = f->arena->hdr->geo;
+
+		f->arena->hdr->geo.batch *= 64;
+		f->arena->hdr->geo.seq_tokens *= 64;
+		f->arena->hdr->geo.token_bytes = 4;
+		f->arena->hdr->geo.doc_starts_per_seq = 1000;
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
+		cr_assert(b.batch == geo.batch && b.seq_tokens == geo.seq_tokens &&
+				  b.dtype == SF_DTYPE_U16 &&
+				  b.doc_starts_per_seq == geo.doc_starts_per_seq,
+			  "batch %u x %u, dtype %u, %u document starts", b.batch, b.seq_tokens,
+			  b.dtype, b.doc_starts_per_seq);
+		expect_batch(f, &b, 0, 1);
+		f->arena->hdr->geo = geo;
+	}
 	sf_consumer_detach(c);
 	f->arena->hdr->verify_every = 1;
 	feed_stop(f);
