@@ -130,18 +130,19 @@ static int lock_output(const char *prefix, char *lock, size_t len)
 }
 
 /*
- * Whether a file the run writes (PREFIX.bin, .idx, their .tmp, and a part's .json) is
- * already there as one of its inputs: the job file, or a file of its sources. Said.
+ * Whether a file the run writes (PREFIX.bin, .idx, their .tmp, its lock, and a part's
+ * .json) is already there as one of its inputs: the job file, or a file of its sources (a
+ * killed run's lock or temporary files in a directory the job reads). Said.
  */
 static int output_is_input(const char *prefix, int part, const char *cfg_path,
 			   const struct sf_dataset *ds)
 {
-	static const char *const ext[] = {".bin",     ".idx",  ".bin.tmp",
+	static const char *const ext[] = {".lock",    ".bin",  ".idx",	   ".bin.tmp",
 					  ".idx.tmp", ".json", ".json.tmp"};
 	struct stat out, cfg;
 	char path[4200];
 
-	for (size_t i = 0; i < (part ? 6u : 4u); i++) {
+	for (size_t i = 0; i < (part ? 7u : 5u); i++) {
 		snprintf(path, sizeof(path), "%s%s", prefix, ext[i]);
 		if (stat(path, &out) < 0)
 			continue;
@@ -318,11 +319,8 @@ int sf__cmd_tokenize(int argc, char **argv)
 		}
 		prefix = part_prefix;
 	}
-	lock_fd = lock_output(prefix, lock, sizeof(lock));
-	if (lock_fd < 0) {
-		sf__config_free(&cfg);
-		return 1;
-	}
+	/* The sources are listed before PREFIX.lock is made: a source that reads the
+	 * output's directory listed the lock, and read it as a document. */
 	if (shard) {
 		r = sf__part_plan_make(&cfg, part, n_parts, &plan, &e);
 		if (r >= 0)
@@ -338,7 +336,13 @@ int sf__cmd_tokenize(int argc, char **argv)
 		if (r < 0)
 			sf__log_error("%s", e.msg);
 		sf__dataset_close(ds);
-		sf__path_unlock(lock, lock_fd);
+		sf__part_plan_free(&plan);
+		sf__config_free(&cfg);
+		return 1;
+	}
+	lock_fd = lock_output(prefix, lock, sizeof(lock));
+	if (lock_fd < 0) {
+		sf__dataset_close(ds);
 		sf__part_plan_free(&plan);
 		sf__config_free(&cfg);
 		return 1;

@@ -14,6 +14,7 @@ import random
 import resource
 import re
 import shutil
+import struct
 import subprocess
 import time
 
@@ -671,21 +672,50 @@ def test_the_output_never_replaces_an_input(tmp_path):
     assert r.returncode == 1 and "u.lock" in r.stderr and "not a lock" in r.stderr, r.stderr
     assert (d / "u.lock").read_text() == "my notes\n" and not (d / "u.bin").exists()
     # Nor is an empty file: an empty source named v.lock was taken as a stale lock, and
-    # removed at the end of the run into v.
+    # removed at the end of the run into v. (A source: the output's lock among the inputs.)
     (d / "v.lock").write_bytes(b"")
     cfg.write_text(f'{{"sources": [{{"paths": "{d}/v.lock", "format": "text"}}], '
                    '"tokenizer": {"encoding": "bytes"}}')
     r = run(tmp_path, str(cfg), "-o", str(d / "v"), check=False)
+    assert r.returncode == 1 and "v.lock is an input of this job" in r.stderr, r.stderr
+    # Not a source: not a lock either.
+    cfg.write_text(f'{{"sources": [{{"paths": "{d}/t.idx", "format": "text"}}], '
+                   '"tokenizer": {"encoding": "bytes"}}')
+    r = run(tmp_path, str(cfg), "-o", str(d / "v"), check=False)
     assert r.returncode == 1 and "v.lock" in r.stderr and "not a lock" in r.stderr, r.stderr
     assert (d / "v.lock").exists() and not (d / "v.bin").exists()
-    # --merge into one of its parts under another spelling.
-    cfg = bytes_job(d.parent)
-    (d.parent / "a.jsonl").write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n"
-                                              for i in range(50)))
-    parts = run_parts(tmp_path, cfg, str(d / "p"), 2)
-    before = {p.name: p.read_bytes() for p in d.iterdir()}
-    for out in (parts[0], "./" + os.path.relpath(parts[1]), str(d) + "//p_00001-of-00002"):
-        r = run(tmp_path, "--merge", *parts, "-o", out, check=False)
-        assert r.returncode == 1 and "the output cannot be one of the parts" in r.stderr, (
-            out, r.stderr)
-    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+@pytest.mark.parametrize("shard", [[], ["--shard", "0/1"]])
+@pytest.mark.parametrize("fmt", ["text", "auto"])
+def test_the_outputs_lock_is_never_read_as_an_input(tmp_path, fmt, shard):
+    """-o into a directory the job reads: the run's own lock, PREFIX.lock, was made before
+    the sources were listed, and with format text written into the dataset as a fourth
+    document ("shmfeed lock: held by ..."); with format auto the run was refused for a
+    file of unknown format. The sources are listed first now; a lock a killed run left
+    there is refused as the output among the inputs."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "a.txt").write_text("alpha\nbeta\n")
+    (d / "b.txt").write_text("gamma\n")
+    cfg = tmp_path / "t.yaml"
+    source = f'"paths": "{d}"' + (', "format": "text"' if fmt == "text" else "")
+    cfg.write_text(f'{{"sources": [{{{source}, "separator": "\\n"}}], '
+                   '"tokenizer": {"encoding": "bytes"}}')
+    prefix = str(d / "corpus") + ("_00000-of-00001" if shard else "")
+    run(tmp_path, str(cfg), "-o", str(d / "corpus"), *shard)
+    tokens = open(prefix + ".bin", "rb").read()
+    text = bytes(t for t in struct.unpack(f"<{len(tokens) // 2}H", tokens) if t < 256)
+    assert text == b"alphabetagamma", text
+    assert not os.path.exists(prefix + ".lock")
+    # A lock a killed run left among the sources.
+    for f in d.iterdir():
+        if f.name.startswith("corpus"):
+            f.unlink()
+    (d / os.path.basename(prefix + ".lock")).write_text(
+        "shmfeed lock: held by the process with an flock on it\n")
+    before = sorted(p.name for p in d.iterdir())
+    r = run(tmp_path, str(cfg), "-o", str(d / "corpus"), *shard, check=False)
+    want = "is an input of this job" if fmt == "text" else "format auto"
+    assert r.returncode == 1 and ".lock" in r.stderr and want in r.stderr, r.stderr
+    assert sorted(p.name for p in d.iterdir()) == before
