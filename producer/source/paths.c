@@ -50,8 +50,12 @@ int sf__source_detect_format(const char *path, uint32_t *ret_format)
 		return sf__token_format_detect(path, ret_format);
 	/*
 	 * Any other name is a Megatron prefix or nothing auto knows: a README, a .json.gz or
-	 * a .parquet beside the shards must not be read as uint16 tokens.
+	 * a .parquet beside the shards must not be read as uint16 tokens. A prefix names no
+	 * file: notes named `corpus` beside corpus.bin and corpus.idx are notes (read as the
+	 * pair, a listing of the directory read it twice).
 	 */
+	if (access(path, F_OK) == 0)
+		return -EINVAL;
 	idx = sf__megatron_file(path, ".idx");
 	if (!idx)
 		return -ENOMEM;
@@ -170,25 +174,27 @@ static bool megatron_prefix(const char *p)
 }
 
 /*
- * The file that path `p` reads, by device and inode: a Megatron pair's .bin whether `p`
- * names its .bin, its .idx or its prefix. False when there is none (the open that follows
- * reports it).
+ * The file that path `p` of a source of `format` reads, by device and inode: a Megatron
+ * pair's .bin where `p` stands for the pair (any name under format megatron; under auto
+ * its .bin, its .idx, or its prefix, which names no file), else `p`'s own file. False when
+ * there is none (the open that follows reports it).
  */
-static bool file_identity(const char *p, struct stat *st)
+static bool file_identity(const char *p, uint32_t format, struct stat *st)
 {
-	const bool idx = has_suffix(p, ".idx");
+	bool pair = format == SF_FMT_MEGATRON;
 	char *bin;
 	bool ok;
 
-	if (!idx && stat(p, st) == 0)
-		return true;
-	/* A pair's .idx, or a prefix that names no file: the pair's .bin. */
+	if (format == SF_FMT_AUTO)
+		pair = has_suffix(p, ".idx") || (!has_suffix(p, ".bin") && stat(p, st) != 0);
+	if (!pair)
+		return stat(p, st) == 0;
 	bin = sf__megatron_file(p, ".bin");
 	if (!bin)
 		return false;
 	ok = stat(bin, st) == 0 && S_ISREG(st->st_mode);
 	free(bin);
-	return ok || (idx && stat(p, st) == 0);
+	return ok || stat(p, st) == 0;
 }
 
 struct identity {
@@ -210,10 +216,11 @@ static int cmp_identity(const void *a, const void *b)
 
 /*
  * Keep each file once, the first of its names in sorted order: the same path twice, the
- * same file by two spellings or links, or both files of a Megatron pair (which each open
- * the pair) would otherwise be read twice. Returns 0 or -ENOMEM.
+ * same file by two spellings or links, or two names of a Megatron pair (which each open
+ * the pair, file_identity() by the source's `format`) would otherwise be read twice.
+ * Returns 0 or -ENOMEM.
  */
-static int drop_repeats(char **paths, size_t *n)
+static int drop_repeats(char **paths, size_t *n, uint32_t format)
 {
 	struct identity *id = malloc((*n ? *n : 1) * sizeof(*id));
 	bool *drop = calloc(*n ? *n : 1, sizeof(*drop));
@@ -229,7 +236,7 @@ static int drop_repeats(char **paths, size_t *n)
 
 		if (i && !strcmp(paths[i], paths[i - 1]))
 			drop[i] = true;
-		else if (file_identity(paths[i], &st))
+		else if (file_identity(paths[i], format, &st))
 			id[m++] = (struct identity){st.st_dev, st.st_ino, i};
 	}
 	qsort(id, m, sizeof(*id), cmp_identity);
@@ -320,7 +327,7 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 	}
 	if (n)
 		qsort(paths, n, sizeof(*paths), cmp_str);
-	r = drop_repeats(paths, &n);
+	r = drop_repeats(paths, &n, src->format);
 	if (r < 0) {
 		for (size_t i = 0; i < n; i++)
 			free(paths[i]);
@@ -364,7 +371,7 @@ int sf__sources_shared_files(const struct sf_config *cfg,
 		for (size_t k = 0; k < np; k++) {
 			struct stat st;
 
-			if (!file_identity(paths[k], &st)) {
+			if (!file_identity(paths[k], cfg->sources[i].format, &st)) {
 				free(paths[k]);
 				continue;
 			}

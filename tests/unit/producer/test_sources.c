@@ -921,6 +921,60 @@ Test(sources, each_file_once_however_named)
 	}
 }
 
+/* The tokens a dataset of the source's paths `a` and `b` (NULL: none) holds. */
+static uint64_t tokens_of(const char *a, const char *b)
+{
+	char full[2][4200], *p[2] = {full[0], full[1]};
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	src.n_paths = 0;
+	for (const char *name = a; name && src.n_paths < 2; name = src.n_paths == 1 ? b : NULL)
+		snprintf(full[src.n_paths++], sizeof(full[0]), "%s/%s", dir, name);
+	src.paths = p;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	sf__dataset_close(ds);
+	return st.n_tokens;
+}
+
+/*
+ * A file named as a Megatron pair's prefix beside the pair (notes `m` beside m.bin and
+ * m.idx): format auto read `m` as the pair and kept it as a file of its own beside
+ * m.bin, so a listing of the directory read the pair twice. Under auto `m` is a file of
+ * no known name (refused, as a README is); under format megatron every name of the pair
+ * reads it once.
+ */
+Test(sources, a_file_named_as_a_pairs_prefix_reads_the_pair_once)
+{
+	const char notes[] = "what this corpus is\n";
+	char pattern[4200], *p = pattern;
+
+	put_megatron("MMIDIDX\0\0", 8, 32, 0);
+	put("m", notes, sizeof(notes) - 1);
+	snprintf(pattern, sizeof(pattern), "%s/*", dir);
+	src.paths = &p;
+	src.n_paths = 1;
+	expect_fail(SF_E_CONFIG, "/m:", "format auto goes by the name");
+	cr_expect_eq(tokens_of("m.bin", NULL), 32);
+	src.format = SF_FMT_MEGATRON;
+	cr_expect_eq(tokens_of("m", "m.bin"), 32);
+	src.paths = &p;
+	src.n_paths = 1;
+	{
+		struct sf_dataset *ds = NULL;
+		struct sf_dataset_stats st;
+		struct sf_err e = {0};
+
+		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+		sf__dataset_stats(ds, &st);
+		cr_expect_eq(st.n_tokens, 32, "the pair listed with its prefix: %llu tokens",
+			     (unsigned long long)st.n_tokens);
+		sf__dataset_close(ds);
+	}
+}
+
 /* format auto knows .bin, .idx, a Megatron prefix, .jsonl and .txt: a README or a
  * .json.gz among the shards was read as uint16 tokens. */
 Test(sources, auto_refuses_a_name_it_does_not_know)
