@@ -39,6 +39,8 @@
 #define SF_TP_RECLAIM_FENCED 100
 #define SF_TP_SEEK_HELD	     101
 #define SF_TP_ATTACH_OPENED  102
+/* A text file's index build has mapped the file and is about to scan it. */
+#define SF_TP_INDEX_MAPPED 103
 
 extern void (*sf__test_hook)(int point);
 

@@ -235,7 +235,8 @@ int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, 
 				    .init = write_init,
 				    .item = write_item,
 				    .fini = write_fini,
-				    .progress = write_progress};
+				    .progress = write_progress,
+				    .ds = ds};
 
 		r = sf__work_run(&w, e);
 	}

@@ -8,8 +8,6 @@
  * more: sf__producer_claim() sleeps until the job runs again or stops.
  */
 #include <errno.h>
-#include <setjmp.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -18,6 +16,7 @@
 #include "common/slot.h"
 #include "producer/dataset_impl.h"
 #include "producer/producer.h"
+#include "producer/sigbus.h"
 #include "producer/tokenizer/tokenizer.h"
 
 /* How long one claim waits before the loop looks at the job state and heartbeats. */
@@ -26,58 +25,42 @@
 /* How often a producer checks that no source file changed (sf__dataset_check_files()). */
 #define FILE_CHECK_NS (2ull * 1000 * 1000 * 1000)
 
-/*
- * Sources are mapped, so a file truncated under the job makes the next read of its lost
- * pages raise SIGBUS. While a batch is built the handler jumps back to
- * sf__producer_fill(), which reports the file and offset; a data error stops the job
- * instead of a crash being retried. The jump leaves the builder's scratch and any shared
- * entry it was filling as they were: the producer exits right after, and an entry whose
- * filler died is taken over by the others (producer/chunk_share.h).
- */
-static sigjmp_buf fill_jmp;
-static volatile sig_atomic_t fill_armed;
-static void *volatile fault_addr;
+struct fill_call {
+	const struct sf_dataset *ds;
+	struct sf_builder *b;
+	uint32_t rank;
+	uint64_t step;
+	void *payload;
+	uint32_t *ret_len;
+	uint64_t *ret_first_sample;
+	struct sf_err *e;
+};
 
-static void on_sigbus(int sig, siginfo_t *si, void *uc)
+static int fill(void *arg)
 {
-	(void)uc;
-	if (!fill_armed) {
-		/* Not in a batch: returning re-raises it with the default action. */
-		signal(sig, SIG_DFL);
-		return;
-	}
-	fill_armed = 0;
-	fault_addr = si->si_addr;
-	siglongjmp(fill_jmp, 1);
+	struct fill_call *f = arg;
+
+	return sf__builder_fill(f->b, f->rank, f->step, f->payload, f->ret_len, f->ret_first_sample,
+				f->e);
 }
 
+/*
+ * Sources are mapped, so a file truncated under the job makes the next read of its lost
+ * pages raise SIGBUS: the batch's build returns, and the file and offset are reported; a
+ * data error stops the job instead of a crash being retried. The jump leaves the
+ * builder's scratch and any shared entry it was filling as they were: the producer exits
+ * right after, and an entry whose filler died is taken over by the others
+ * (producer/chunk_share.h).
+ */
 int sf__producer_fill(const struct sf_dataset *ds, struct sf_builder *b, uint32_t rank,
 		      uint64_t step, void *payload, uint32_t *ret_len, uint64_t *ret_first_sample,
 		      struct sf_err *e)
 {
-	static int installed;
-	int r;
+	struct fill_call f = {ds, b, rank, step, payload, ret_len, ret_first_sample, e};
+	void *fault;
+	int r = sf__sigbus_call(fill, &f, &fault, e);
 
-	if (!installed) {
-		struct sigaction sa;
-
-		memset(&sa, 0, sizeof(sa));
-		sa.sa_sigaction = on_sigbus;
-		/* SA_NODEFER: the jump leaves the handler without unblocking SIGBUS. */
-		sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-		sigemptyset(&sa.sa_mask);
-		if (sigaction(SIGBUS, &sa, NULL) < 0)
-			return sf__err(e, -errno, "cannot install the SIGBUS handler: %s",
-				       strerror(errno));
-		installed = 1;
-	}
-	/* savemask 0: no system call per batch; the handler runs with SA_NODEFER. */
-	if (sigsetjmp(fill_jmp, 0))
-		return sf__dataset_fault(ds, fault_addr, e);
-	fill_armed = 1;
-	r = sf__builder_fill(b, rank, step, payload, ret_len, ret_first_sample, e);
-	fill_armed = 0;
-	return r;
+	return fault ? sf__dataset_fault(ds, fault, e) : r;
 }
 
 /*

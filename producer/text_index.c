@@ -18,9 +18,11 @@
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/slot.h"
 #include "producer/index_file.h"
 #include "producer/last_at_or_before.h"
 #include "producer/source/file_cache.h"
+#include "producer/sigbus.h"
 #include "producer/text_index.h"
 #include "producer/tokenizer/tokenizer.h"
 #include "producer/workers.h"
@@ -237,13 +239,21 @@ static void note_crlf(struct sf_dataset *ds, const struct sf_text_file *f,
 		 f->path, shown[0], shown[1]);
 }
 
-/*
- * Cut text file `file` into chunks, appended to ds->chunks: its bytes mapped for the
- * time of the scan and released. A file that cannot be read is skipped (no chunks) when
- * its source says so.
- */
-static int cut_file(struct sf_dataset *ds, uint32_t file, struct sf_err *e)
+/* A cut_file() under way: what its fault path frees. */
+struct cut {
+	struct sf_dataset *ds;
+	uint32_t file;
+	struct sf_err *e;
+	const char *data; /* the file's bytes, once mapped */
+	size_t len, cap;
+};
+
+static int cut_scan(void *arg)
 {
+	struct cut *c = arg;
+	struct sf_dataset *ds = c->ds;
+	const uint32_t file = c->file;
+	struct sf_err *e = c->e;
 	struct sf_text_file *f = &ds->text_files[file];
 	const struct sf_source_config *src = &ds->sources[f->source];
 	const struct sf_text_format *fmt = sf__text_format(f->format);
@@ -262,6 +272,10 @@ static int cut_file(struct sf_dataset *ds, uint32_t file, struct sf_err *e)
 		f->dropped = 1;
 		return 0;
 	}
+	c->data = data;
+	c->len = len;
+	c->cap = cap;
+	SF_TEST_POINT(SF_TP_INDEX_MAPPED);
 	f->len = len;
 	f->max_doc = 0;
 	p = start = data + doc_start_from(ds, f, data, len, f->part_lo);
@@ -295,7 +309,38 @@ static int cut_file(struct sf_dataset *ds, uint32_t file, struct sf_err *e)
 	}
 	if (data && cap)
 		munmap((void *)data, cap);
+	c->data = NULL;
 	return r < 0 ? r : 0;
+}
+
+/*
+ * Cut text file `file` into chunks, appended to ds->chunks: its bytes mapped for the
+ * time of the scan and released. A file that cannot be read is skipped (no chunks) when
+ * its source says so; one truncated while it is scanned (its lost pages raise SIGBUS) is
+ * an error naming it.
+ */
+static int cut_file(struct sf_dataset *ds, uint32_t file, struct sf_err *e)
+{
+	struct cut c = {.ds = ds, .file = file, .e = e};
+	const uint64_t first_chunk = ds->n_chunks;
+	const char *path = ds->text_files[file].path;
+	void *fault;
+	int r = sf__sigbus_call(cut_scan, &c, &fault, e);
+
+	if (!fault)
+		return r;
+	ds->n_chunks = first_chunk;
+	if (c.data && c.cap)
+		munmap((void *)c.data, c.cap);
+	if (c.data && (const char *)fault >= c.data && (const char *)fault < c.data + c.len)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte %llu: cannot read: the file is shorter than when the "
+			       "job opened it (truncated while its index was built?)",
+			       path, (unsigned long long)((const char *)fault - c.data));
+	return sf__err(e, SF_E_SOURCE,
+		       "%s: cannot read: the file is shorter than when the job opened it "
+		       "(truncated while its index was built?)",
+		       path);
 }
 
 void sf__text_close(struct sf_dataset *ds)
@@ -566,7 +611,8 @@ static int count_cut(struct sf_dataset *ds, const struct sf_config *cfg, const u
 				    .arg = &job,
 				    .init = count_init,
 				    .item = count_item,
-				    .fini = count_fini};
+				    .fini = count_fini,
+				    .ds = ds};
 
 		results_bytes = n_items * sizeof(*results);
 		results = sf__shared_alloc(results_bytes);

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
+#include "producer/producer.h"
+#include "producer/sigbus.h"
 #include "producer/workers.h"
 
 struct worker_error {
@@ -43,6 +45,20 @@ void sf__shared_free(void *p, size_t bytes)
 		munmap(p, bytes ? bytes : 1);
 }
 
+struct item_call {
+	const struct sf_work *w;
+	void *state;
+	uint64_t i;
+	struct sf_err *e;
+};
+
+static int run_item(void *arg)
+{
+	struct item_call *c = arg;
+
+	return c->w->item(c->w->arg, c->state, c->i, c->e);
+}
+
 static void work_loop(const struct sf_work *w, struct shared_block *sb, uint32_t me)
 {
 	struct worker_error *we = &sb->errors[me];
@@ -63,7 +79,16 @@ static void work_loop(const struct sf_work *w, struct shared_block *sb, uint32_t
 
 		if (i >= w->n_items)
 			break;
-		r = w->item(w->arg, state, i, &we->err);
+		{
+			struct item_call c = {w, state, i, &we->err};
+			void *fault;
+
+			r = sf__sigbus_call(run_item, &c, &fault, &we->err);
+			if (fault)
+				r = w->ds ? sf__dataset_fault(w->ds, fault, &we->err)
+					  : sf__err(&we->err, -EFAULT, "SIGBUS at address %p",
+						    fault);
+		}
 		if (r < 0) {
 			we->item = i;
 			we->err.code = r;

@@ -15,6 +15,8 @@
 
 #include "common/errors.h"
 
+struct sf_dataset;
+
 struct sf_work {
 	uint32_t n_workers;
 	uint64_t n_items;
@@ -26,6 +28,9 @@ struct sf_work {
 	void (*fini)(void *arg, void *state);
 	/* In the caller, about every 200 ms while the workers run (may be NULL). */
 	void (*progress)(void *arg);
+	/* The dataset whose mapped files the items read: a SIGBUS in an item (a file
+	 * truncated under the run) is its error naming the file and offset. */
+	const struct sf_dataset *ds;
 };
 
 /*

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,11 +23,13 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
+#include "common/slot.h"
 #include "producer/dataset_impl.h"
 #include "producer/producer.h"
 #include "producer/text_cache.h"
 #include "producer/text_index.h"
 #include "producer/token_copy.h"
+#include "producer/workers.h"
 #include "tests/unit/producer/source_fixture.h"
 
 static void setup(void)
@@ -1036,4 +1039,69 @@ Test(hardening, raw_text_of_a_wide_vocabulary_widens_a_mixture)
 	cfg.dtype = SF_DTYPE_U16;
 	cr_assert_eq(sf__dataset_check(&cfg, &width, &e), SF_E_CONFIG, "%s", e.msg);
 	cr_expect(strstr(e.msg, "uint16"), "%s", e.msg);
+}
+
+/* ---- files truncated while they are read outside a batch ---- */
+
+static void truncate_path_to_zero(int point)
+{
+	if (point == SF_TP_INDEX_MAPPED)
+		cr_assert_eq(truncate(path, 0), 0);
+}
+
+/*
+ * A text file truncated while its index is built (the launcher's scan at `run`, `check
+ * --tokens`, `tokenize`): the scan of the mapped file raised SIGBUS and the process died
+ * of it ("Bus error") without naming the file.
+ */
+Test(hardening, a_text_file_truncated_while_its_index_is_built_is_an_error_naming_it)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	int r;
+
+	put_text("a.txt", 3000);
+	sf__test_hook = truncate_path_to_zero;
+	r = sf__dataset_open(&cfg, &ds, &e);
+	sf__test_hook = NULL;
+	cr_assert_eq(r, SF_E_SOURCE, "%d: %s", r, e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "byte 0: cannot read") &&
+			  strstr(e.msg, "shorter than when the job opened"),
+		  "%s", e.msg);
+}
+
+static const unsigned char *lost; /* two pages of a file truncated to none */
+
+static int read_lost(void *arg, void *state, uint64_t i, struct sf_err *e)
+{
+	(void)arg, (void)state, (void)e;
+	return lost[i * 4096] == 0x5a ? 0 : -EIO;
+}
+
+/*
+ * A worker's item (tokenize's chunk counting and writing) reading a mapped file truncated
+ * under it: the worker died of SIGBUS, reported only as "a tokenizing worker died" (in
+ * the calling process, with one worker, the process itself died). Either way now an
+ * error of the item.
+ */
+Test(hardening, a_sigbus_in_a_work_item_is_its_error)
+{
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/lost", dir);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	cr_assert(fd >= 0 && ftruncate(fd, 8192) == 0);
+	lost = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+	cr_assert(lost != MAP_FAILED);
+	cr_assert_eq(ftruncate(fd, 0), 0);
+	close(fd);
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		struct sf_work w = {.n_workers = workers, .n_items = 2, .item = read_lost};
+		struct sf_err e = {0};
+		int r = sf__work_run(&w, &e);
+
+		cr_expect(r == -EFAULT && strstr(e.msg, "SIGBUS at address"), "%u workers: %d %s",
+			  workers, r, e.msg);
+	}
+	munmap((void *)lost, 8192);
 }
