@@ -662,6 +662,8 @@ class Loader:
                         self._raise_closed("next")
                     if self._undelivered is not None:
                         batch, self._undelivered = self._undelivered, None
+                        if self._batch.step == batch.step:  # kept before it was marked
+                            self._batch.step = _NO_STEP
                     elif self._batch.step == _NO_STEP:
                         if self._gpu:
                             self._sync_stream()
@@ -699,8 +701,11 @@ class Loader:
                 self._returning = None
                 return batch
             except BaseException:
-                if batch is not None:
-                    self._keep_undelivered(batch)
+                # Kept before any call: a second signal's exception can land at a call
+                # (the check below), and one landing before the batch was kept lost it.
+                if batch is not None and self._undelivered is None:
+                    self._undelivered = batch
+                    self._check_undelivered(batch)
                 raise
             finally:
                 if self._closing:
@@ -711,21 +716,22 @@ class Loader:
     # drop it); the end of the data stops the iteration.
     __next__ = functools.partialmethod(next, None, True)
 
-    def _keep_undelivered(self, batch):
-        """next() was interrupted after it wrapped `batch`: keep it for the next call,
-        unless the rank has moved on meanwhile (another thread's next() or a seek, which
-        released it)."""
+    def _check_undelivered(self, batch):
+        """next() was interrupted after it wrapped `batch`, kept for the next call: not
+        to be wrapped again, and dropped if the rank has moved on meanwhile (another
+        thread's next() or a seek, which released it). Interrupted itself, it leaves the
+        batch kept: the next call takes it, marked or not."""
         st = N.Resume()
         with self._lock:
             if self._returning is batch:
                 self._returning = None
             if self._batch.step == batch.step:
                 self._batch.step = _NO_STEP  # wrapped already: not to be wrapped again
-            if self._h is None or self._undelivered is not None:
+            if self._undelivered is not batch:
                 return
-            if self._lib.sf_consumer_state(self._h, ctypes.byref(st)) == 0 and \
-                    st.samples == (batch.step + 1) * self.batch_size * self.world_size:
-                self._undelivered = batch
+            if self._h is None or self._lib.sf_consumer_state(self._h, ctypes.byref(st)) \
+                    or st.samples != (batch.step + 1) * self.batch_size * self.world_size:
+                self._undelivered = None
 
     def _close_deferred(self):
         """Tear down for a close() that a signal handler made inside another call of this
