@@ -876,8 +876,10 @@ static int reply_ok(const struct sf_ctl_request *req, const char *body, int n, c
 		memcpy(buf, body, (size_t)n + 1 < len ? (size_t)n + 1 : len);
 		return (size_t)n < len ? n : (int)len - 1;
 	}
-	/* Echo the id as the reply's first member. */
-	return snprintf(buf, len, "{\"id\":%llu,%s", (unsigned long long)req->id, body + 1);
+	/* Echo the id as the reply's first member: up to 27 bytes more, which a body that
+	 * fit may not (snprintf's count of what did not fit would have been sent). */
+	n = snprintf(buf, len, "{\"id\":%llu,%s", (unsigned long long)req->id, body + 1);
+	return (size_t)n < len ? n : reply_error(buf, len, req, -ENOSPC, "reply too large");
 }
 
 /* Execute a validated request; the reply goes into buf. */
