@@ -330,8 +330,15 @@ int sf__cmd_tokenize(int argc, char **argv)
 		r = sf__dataset_open_part(&cfg, NULL, &ds, &e);
 	}
 	/* Said once, by the first part of an array. */
-	if (r >= 0 && part == 0)
+	if (r >= 0 && part == 0) {
 		sf__sources_warn_shared(&cfg);
+		if (cfg.mixture)
+			sf__log_error("warning: a mixture's weights and schedule are a job's way "
+				      "of sampling: tokenize writes every document of every source "
+				      "once, in the order of the sources. To keep the mixture, "
+				      "tokenize each source to a prefix of its own and name those "
+				      "as the job's sources, with their weights");
+	}
 	if (r < 0 || output_is_input(prefix, !!shard, cfg.path, ds)) {
 		if (r < 0)
 			sf__log_error("%s", e.msg);

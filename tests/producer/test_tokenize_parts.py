@@ -719,3 +719,24 @@ def test_the_outputs_lock_is_never_read_as_an_input(tmp_path, fmt, shard):
     want = "is an input of this job" if fmt == "text" else "format auto"
     assert r.returncode == 1 and ".lock" in r.stderr and want in r.stderr, r.stderr
     assert sorted(p.name for p in d.iterdir()) == before
+
+
+def test_a_mixture_is_tokenized_whole_and_said_so(tmp_path):
+    """A job of weighted sources: tokenize wrote every source's documents once, as it
+    must, and said nothing of the weights it did not apply."""
+    (tmp_path / "a.txt").write_text("alpha\nbeta\n")
+    (tmp_path / "b.txt").write_text("gamma\n")
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text("sources:\n"
+                   f"  - {{name: a, paths: {tmp_path}/a.txt, separator: \"\\n\", weight: 0.9}}\n"
+                   f"  - {{name: b, paths: {tmp_path}/b.txt, separator: \"\\n\", weight: 0.1}}\n"
+                   "tokenizer: {encoding: bytes}\n")
+    r = run(tmp_path, str(cfg), "-o", str(tmp_path / "m"))
+    assert "a mixture's weights and schedule" in r.stderr, r.stderr
+    tokens = (tmp_path / "m.bin").read_bytes()
+    text = bytes(t for t in struct.unpack(f"<{len(tokens) // 2}H", tokens) if t < 256)
+    assert text == b"alphabetagamma", text
+    # Said once for an array of parts: by the first.
+    for i in range(2):
+        r = run(tmp_path, str(cfg), "-o", str(tmp_path / "p"), "--shard", f"{i}/2")
+        assert ("a mixture's weights" in r.stderr) == (i == 0), r.stderr
