@@ -126,3 +126,32 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# For the tests of a GPU behind the host (tests/python/test_gpu_*.py): the part of a rank's
+# script where the Loader `L` waits for a copy queued behind the GPU's work. next() with
+# a 0.2 s timeout: `timed_out` [code, message] or None, `t0`..`t1` its time; next() without
+# one, interrupted by SIGALRM's KeyboardInterrupt after 0.3 s: `interrupted`, `t1`..`t2`.
+WAIT_BEHIND = """
+t0 = time.monotonic()
+try:
+    L.next(timeout=0.2)
+    timed_out = None
+except shmfeed.Error as e:
+    timed_out = [e.code, str(e)]
+t1 = time.monotonic()
+
+
+def interrupt(*_):
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGALRM, interrupt)
+signal.setitimer(signal.ITIMER_REAL, 0.3)
+try:
+    L.next()
+    interrupted = False
+except KeyboardInterrupt:
+    interrupted = True
+t2 = time.monotonic()
+"""

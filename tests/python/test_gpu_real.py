@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import Feed, reference_doc_starts
+from conftest import WAIT_BEHIND, Feed, reference_doc_starts
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -91,28 +91,7 @@ torch.cuda._sleep(int(6e9))  # a long kernel: the GPU falls seconds behind the h
 for _ in range(2):
     b = next(L)
     kept.append((b.step, b.tokens.clone()))
-t0 = time.monotonic()
-try:
-    L.next(timeout=0.2)
-    timed_out = None
-except shmfeed.Error as e:
-    timed_out = [e.code, str(e)]
-t1 = time.monotonic()
-
-
-def interrupt(*_):
-    raise KeyboardInterrupt
-
-
-signal.signal(signal.SIGALRM, interrupt)
-signal.setitimer(signal.ITIMER_REAL, 0.3)
-try:
-    L.next()
-    interrupted = False
-except KeyboardInterrupt:
-    interrupted = True
-t2 = time.monotonic()
-still_behind = not torch.cuda.current_stream().query()
+""" + WAIT_BEHIND + """still_behind = not torch.cuda.current_stream().query()
 for _ in range(3):
     b = next(L)
     kept.append((b.step, b.tokens.clone()))

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import Feed, reference_doc_starts
+from conftest import WAIT_BEHIND, Feed, reference_doc_starts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_CUDA = os.environ.get("SHMFEED_FAKE_CUDA")
@@ -321,28 +321,7 @@ net.start()
 # Steps 3 and 4: step 4's copy waits for the work on step 2 in the same buffer, and the
 # next call waits for that copy.
 steps += [next(L).step for _ in range(2)]
-t0 = time.monotonic()
-try:
-    L.next(timeout=0.2)
-    timed_out = None
-except shmfeed.Error as e:
-    timed_out = [e.code, str(e)]
-t1 = time.monotonic()
-
-
-def interrupt(*_):
-    raise KeyboardInterrupt
-
-
-signal.signal(signal.SIGALRM, interrupt)
-signal.setitimer(signal.ITIMER_REAL, 0.3)
-try:
-    L.next()
-    interrupted = False
-except KeyboardInterrupt:
-    interrupted = True
-t2 = time.monotonic()
-cuda.fake_cuda_set_busy(None, 0)
+""" + WAIT_BEHIND + """cuda.fake_cuda_set_busy(None, 0)
 net.cancel()
 steps += [next(L).step for _ in range(2)]
 L.close()
