@@ -455,9 +455,12 @@ class Loader:
         t = self._torch
         # The current stream's handle: torch's own getter where it has one (0.3 us
         # against 6.5 for current_stream() on an H200's host), else through its Stream.
+        # Neither holds the Loader: a cycle kept a dropped Loader's rank attached until
+        # the garbage collector ran.
         raw = getattr(getattr(t, "_C", None), "_cuda_getCurrentRawStream", None)
-        self._raw_stream = (functools.partial(raw, self.device.index) if raw and self._gpu
-                            else lambda: t.cuda.current_stream(self.device).cuda_stream)
+        dev = self.device
+        self._raw_stream = (functools.partial(raw, dev.index) if raw and self._gpu
+                            else lambda: t.cuda.current_stream(dev).cuda_stream)
         self._meta = (info.batch * info.world_size, info.config_digest, self.rank,
                       self.world_size)
 
@@ -655,12 +658,14 @@ class Loader:
         ms = self._timeout_ms if timeout is None else _timeout_ms(timeout)
         left, deadline = 0, None  # the first call does not wait: most batches are ready
         while True:
-            batch = None
+            batch, took = None, False
             try:
                 with self._lock:
                     if self._h is None or self._closing:
                         self._raise_closed("next")
                     if self._undelivered is not None:
+                        if self._gpu:  # ordered after its copy and widening (below)
+                            self._sync_stream()
                         batch, self._undelivered = self._undelivered, None
                         if self._batch.step == batch.step:  # kept before it was marked
                             self._batch.step = _NO_STEP
@@ -670,6 +675,7 @@ class Loader:
                         # An exception raised as this call returns (a signal handled then)
                         # leaves the batch it took in self._batch, wrapped by the next call.
                         r = self._next(self._h, left, self._batch_ref)
+                        took = r == 0
                         if r:
                             self._batch.step = _NO_STEP
                             if r == N.SF_E_END and _iterating:
@@ -693,6 +699,12 @@ class Loader:
                                 max(1, min(_SLICE_MS, math.ceil((deadline - now) * 1000)))
                             continue
                     if batch is None:
+                        if self._gpu and not took:
+                            # Taken by a call that an exception ended, maybe on another
+                            # stream (in a `with torch.cuda.stream(s)` the exception
+                            # left): the current stream, set now, waits for all that was
+                            # queued on that one, the batch's copy and any widening.
+                            self._sync_stream()
                         batch = self._take(self._batch)
                         self._batch.step = _NO_STEP
                     # No call from the wrapping to here: a signal lands before or after.

@@ -122,3 +122,69 @@ def test_a_gpu_behind_the_host_neither_blocks_next_past_its_timeout_nor_ctrl_c()
     assert [s for s, _ in got["batches"]] == list(range(7))
     for step, tokens in got["batches"]:
         assert np.array_equal(np.array(tokens), feed.expected(0, step).astype(np.int64))
+
+
+RESUMED = """
+import json, sys
+import numpy as np, torch, shmfeed
+L = shmfeed.Loader(job=sys.argv[1], device="cuda:0", dtype=sys.argv[2])
+s = torch.cuda.Stream()
+with torch.cuda.stream(s):
+    b0 = next(L)
+    torch.cuda._sleep(int(2e9))  # the caller's work on batch 0, about a second, on s
+    b1 = next(L)
+    # Step 2 goes into batch 0's buffer: its copy waits on the device for that work.
+    if sys.argv[3] == "widen":  # the exception lands as next() wraps the batch
+        take = L._take
+
+        def interrupted(b):
+            L._take = take
+            raise KeyboardInterrupt
+
+        L._take = interrupted
+    else:  # ... as next() lets its lock go, the batch wrapped
+        lock = L._lock
+
+        class Interrupting:
+            def __enter__(self):
+                return lock.__enter__()
+
+            def __exit__(self, *exc):
+                lock.__exit__(*exc)
+                if L._returning is not None:
+                    L._lock = lock
+                    raise KeyboardInterrupt
+
+            def _is_owned(self):
+                return lock._is_owned()
+
+        L._lock = Interrupting()
+    try:
+        next(L)
+    except KeyboardInterrupt:
+        pass
+b2 = next(L)  # resumed on the default stream, as the `with` block was left
+got = b2.tokens.to(torch.int64).clone()
+torch.cuda.synchronize()
+print(json.dumps({"step": b2.step, "tokens": got.tolist()}))
+L.close()
+"""
+
+
+@pytest.mark.parametrize("dtype", ["int64", "native"])
+@pytest.mark.parametrize("where", ["widen", "release"])
+def test_a_batch_taken_by_an_interrupted_call_is_ordered_on_the_current_stream(dtype, where):
+    """next() under `with torch.cuda.stream(s)`, interrupted after the library handed it
+    the batch: the call after it, on another stream, returned that batch without making
+    the current stream wait for its copy (ordered before s only), so a kernel there read
+    the buffer's previous batch (a review, on the fake driver)."""
+    if dtype == "native" and where == "widen":
+        pytest.skip("native batches are not widened")
+    env = dict(os.environ, SHMFEED_GPU_BUFFERS="2")
+    with Feed("gpuresumed") as feed:
+        r = subprocess.run([sys.executable, "-c", RESUMED, feed.job, dtype, where], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+    assert got["step"] == 2
+    assert np.array_equal(np.array(got["tokens"]), feed.expected(0, 2).astype(np.int64))

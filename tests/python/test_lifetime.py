@@ -126,6 +126,21 @@ def test_a_failed_constructor_detaches_at_once(feed):
     """)
 
 
+@pytest.mark.parametrize("numpy_mode", [True, False], ids=["numpy", "torch"])
+def test_a_loader_dropped_frees_its_rank_at_once(feed, numpy_mode):
+    """`del L` with no batch kept detaches: its current-stream getter held the Loader (a
+    reference cycle), so the rank stayed attached until the garbage collector ran, and a
+    new Loader of the rank was refused as busy."""
+    run_case(feed, f"""
+        gc.disable()
+        for _ in range(2):
+            L = shmfeed.Loader(job=JOB, numpy={numpy_mode!r})
+            L.next()
+            del L
+        print("ok")
+    """)
+
+
 def test_device_tensors_outlive_the_loader():
     """GPU mode: the device buffers are freed by the detach, so a batch's CUDA tensors
     keep them too. An int32 job, so that the tensor is the device buffer itself (uint16
