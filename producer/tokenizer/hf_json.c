@@ -160,10 +160,16 @@ static void merge_put(struct sf_tok_hf *hf, uint32_t left, uint32_t right, uint3
 	}
 }
 
-/* The id of a byte-level token string, or -1 when the vocabulary does not have it. */
-static long token_id(const struct sf_hf_loader *l, const char *s, size_t len, uint8_t *scratch)
+/*
+ * The id of a byte-level token string, or -1 when the vocabulary does not have it;
+ * `scratch` has room for `cap` bytes. A string of `cap` bytes or more is no token's
+ * (load_merges() sizes it above the longest): it was decoded into it all the same, past
+ * its end (a merge of two long strings, from a review).
+ */
+static long token_id(const struct sf_hf_loader *l, const char *s, size_t len, uint8_t *scratch,
+		     size_t cap)
 {
-	long n = sf__hf_token_bytes(l, s, len, scratch);
+	long n = len < cap ? sf__hf_token_bytes(l, s, len, scratch) : -1;
 	uint32_t rank;
 
 	if (n <= 0)
@@ -270,7 +276,7 @@ out:
 
 /* A merge as "left right" or ["left", "right"]: the two ids, or an error. */
 static int merge_parts(struct sf_hf_loader *l, const struct sf_json_node *m, uint32_t i,
-		       uint8_t *buf, long *ret_left, long *ret_right, long *ret_merged)
+		       uint8_t *buf, size_t cap, long *ret_left, long *ret_right, long *ret_merged)
 {
 	const char *left, *right;
 	size_t left_len, right_len;
@@ -296,14 +302,14 @@ static int merge_parts(struct sf_hf_loader *l, const struct sf_json_node *m, uin
 	} else {
 		return sf__hf_refuse(l, path, "expected \"left right\" or [\"left\", \"right\"]");
 	}
-	*ret_left = token_id(l, left, left_len, buf);
-	*ret_right = token_id(l, right, right_len, buf);
+	*ret_left = token_id(l, left, left_len, buf, cap);
+	*ret_right = token_id(l, right, right_len, buf, cap);
 	joined = malloc(left_len + right_len + 1);
 	if (!joined)
 		return sf__hf_oom(l);
 	memcpy(joined, left, left_len);
 	memcpy(joined + left_len, right, right_len);
-	*ret_merged = token_id(l, joined, left_len + right_len, buf);
+	*ret_merged = token_id(l, joined, left_len + right_len, buf, cap);
 	free(joined);
 	if (*ret_left < 0 || *ret_right < 0 || *ret_merged < 0)
 		return sf__hf_refuse(l, path,
@@ -321,6 +327,7 @@ static int load_merges(struct sf_hf_loader *l, const struct sf_json_node *merges
 	struct sf_tok_hf *hf = l->hf;
 	uint64_t size = 1024;
 	uint8_t *buf;
+	size_t cap;
 	uint32_t i;
 	int rc = 0;
 
@@ -330,7 +337,9 @@ static int load_merges(struct sf_hf_loader *l, const struct sf_json_node *merges
 		size *= 2;
 	hf->merge_mask = size - 1;
 	hf->merges = malloc(size * sizeof(*hf->merges));
-	buf = malloc(l->tok->ranks.off[l->tok->ranks.n_ranks] + 1);
+	/* A token's string takes at most 2 bytes a byte (U+0100..U+0143). */
+	cap = 2 * (size_t)l->tok->ranks.off[l->tok->ranks.n_ranks] + 2;
+	buf = malloc(cap);
 	if (!hf->merges || !buf) {
 		free(buf);
 		return sf__hf_oom(l);
@@ -342,8 +351,8 @@ static int load_merges(struct sf_hf_loader *l, const struct sf_json_node *merges
 	for (i = 0; i < merges->len; i++) {
 		long left = -1, right = -1, merged = -1;
 
-		rc = merge_parts(l, sf__json_tree_child(l->doc, merges, i), i, buf, &left, &right,
-				 &merged);
+		rc = merge_parts(l, sf__json_tree_child(l->doc, merges, i), i, buf, cap, &left,
+				 &right, &merged);
 		if (rc < 0)
 			break;
 		merge_put(hf, (uint32_t)left, (uint32_t)right, i, (uint32_t)merged);

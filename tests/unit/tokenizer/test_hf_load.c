@@ -341,6 +341,28 @@ Test(refuse, each_construct_by_path)
 		expect_refused(&cases[i].p, cases[i].message);
 }
 
+/*
+ * A merge of strings longer than the vocabulary's bytes (a review): their bytes were
+ * decoded into a buffer of the vocabulary's size, past its end ("malloc(): invalid size",
+ * or SIGSEGV for longer ones). Refused by its path like any other part that is no token.
+ */
+Test(refuse, a_merge_longer_than_the_vocabulary)
+{
+	static const size_t lens[] = {300, 5000, 60000}; /* load() writes up to 64 KiB */
+
+	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+		char *merges = malloc(lens[k] + 16);
+
+		cr_assert(merges);
+		strcpy(merges, "[[\"");
+		memset(merges + 3, 'a', lens[k]);
+		strcpy(merges + 3 + lens[k], "\", \"b\"]]");
+		/* The message is cut before its end: "the left part is not a ... token". */
+		expect_refused(&(struct parts){.merges = merges}, "model.merges[0]: \"aaaa");
+		free(merges);
+	}
+}
+
 Test(refuse, truncation_padding_and_model_type)
 {
 	struct sf_tok *tok = NULL;
