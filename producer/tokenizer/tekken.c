@@ -13,6 +13,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/json.h"
+#include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/tok_tekken.h"
 
 struct reader {
@@ -138,6 +139,35 @@ static int read_entry(const struct reader *r, const struct sf_json_node *en, uin
 	return 0;
 }
 
+/*
+ * token_bytes of rank i: base64 alone (a space or a newline in it wrote more lines of
+ * ranks into the text below: ids past the vocabulary, from a review), and for the first
+ * 256 ranks byte i itself, as mistral-common asserts (a file that swapped two encoded
+ * other bytes).
+ */
+static int check_token_bytes(const struct reader *r, const struct sf_json_node *en, uint32_t i,
+			     const char *b64)
+{
+	static const char alphabet[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t n = strspn(b64, alphabet), pad = strspn(b64 + n, "=");
+
+	if (!n || b64[n + pad] || pad > 2 || (n + pad) % 4)
+		return sf__err(r->e, SF_E_TOKENIZER,
+			       "%s: byte %u: vocab rank %u: token_bytes is not base64", r->path,
+			       en->at, i);
+	if (i < 256) {
+		const char one[5] = {alphabet[i >> 2], alphabet[(i & 3) << 4], '=', '=', 0};
+
+		if (strcmp(b64, one))
+			return sf__err(r->e, SF_E_TOKENIZER,
+				       "%s: byte %u: rank %u is not the byte %u (mistral-common "
+				       "refuses it)",
+				       r->path, en->at, i, i);
+	}
+	return 0;
+}
+
 /* The vocabulary as .tiktoken text ("base64 rank" lines); line_end[i] ends rank i. */
 static int read_vocab(const struct reader *r, const struct sf_json_node *vocab, char **ret_out,
 		      size_t **ret_line_end)
@@ -155,6 +185,9 @@ static int read_vocab(const struct reader *r, const struct sf_json_node *vocab, 
 		rc = read_entry(r, sf__json_tree_child(r->d, vocab, i), i, "token_bytes",
 				"vocab entries need rank and token_bytes, ranks in order from 0",
 				&b64);
+		if (rc < 0)
+			break;
+		rc = check_token_bytes(r, sf__json_tree_child(r->d, vocab, i), i, b64);
 		if (rc < 0)
 			break;
 		need = strlen(b64) + 16;
@@ -187,6 +220,10 @@ static int read_vocab(const struct reader *r, const struct sf_json_node *vocab, 
 static int read_specials(const struct reader *r, const struct sf_json_node *list,
 			 struct sf_tekken *tk)
 {
+	/* Before the quadratic check of their texts below. */
+	if (list->len > SF_TOK_MAX_SPECIALS)
+		return sf__err(r->e, SF_E_TOKENIZER, "%s: byte %u: more than %d special tokens",
+			       r->path, list->at, SF_TOK_MAX_SPECIALS);
 	if (list->len && !(tk->specials = calloc(list->len, sizeof(*tk->specials))))
 		return sf__err(r->e, -ENOMEM, "%s: out of memory", r->path);
 	for (uint32_t i = 0; i < list->len; i++) {
@@ -250,6 +287,14 @@ int sf__tekken_parse(struct sf_tekken *ret, const char *path, const char *text, 
 	if (!tk.pattern || !tk.vocab_size || !tk.version) {
 		rc = sf__err(e, SF_E_TOKENIZER,
 			     "%s: config needs pattern, default_vocab_size and version", path);
+		goto fail;
+	}
+	/* Before anything is sized by them: a tokenizer has at most SF_TOK_MAX_RANKS ids
+	 * (500,000,000 specials made tables of 2 GB before they were refused). */
+	if (tk.vocab_size > SF_TOK_MAX_RANKS) {
+		rc = sf__err(e, SF_E_TOKENIZER,
+			     "%s: default_vocab_size %u, more than the %u ids supported", path,
+			     tk.vocab_size, SF_TOK_MAX_RANKS);
 		goto fail;
 	}
 	if (tk.n_specials >= tk.vocab_size || tk.vocab_size - tk.n_specials > n_lines ||

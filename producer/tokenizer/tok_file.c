@@ -332,7 +332,13 @@ static int load_tekken(struct sf_tok *tok, const char *path, const uint8_t *text
 		char filler[32];
 
 		snprintf(filler, sizeof(filler), "<SPECIAL_%u>", i);
-		rc = sf__tok_add_special(tok, filler, i, e);
+		/* Special texts are unique in mistral-common, fillers included. */
+		rc = sf__tok_special(tok, filler, NULL) >= 0
+			     ? sf__err(e, SF_E_TOKENIZER,
+				       "%s: the special token %s is listed, and is also the "
+				       "filler of rank %u (mistral-common refuses it)",
+				       path, filler, i)
+			     : sf__tok_add_special(tok, filler, i, e);
 	}
 	if (rc >= 0 && tok->n_specials != tk.n_specials)
 		rc = sf__err(e, SF_E_TOKENIZER, "%s: %u special tokens listed, %u declared", path,

@@ -234,7 +234,7 @@ int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text,
 			goto fail;
 		}
 		/* Refused before the tables by rank are sized from it. */
-		if (rank >= SF_TOK_MAX_RANKS - rank_offset) {
+		if (rank_offset >= SF_TOK_MAX_RANKS || rank >= SF_TOK_MAX_RANKS - rank_offset) {
 			rc = sf__err(e, SF_E_TOKENIZER, "%s:%zu: rank %lu, more than the %u supported",
 				     path, lineno, rank, SF_TOK_MAX_RANKS);
 			goto fail;

@@ -56,7 +56,8 @@ static char *tekken_json(const char *config, const char *specials, const char *e
 {
 	static const char b64[] =
 		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	char *out = malloc(256 * 80 + 4096), *o = out;
+	char *out = malloc(256 * 80 + 4096 + strlen(config) + strlen(specials) + strlen(extra)),
+	     *o = out;
 
 	o += sprintf(o, "{\"config\": %s,%s \"vocab\": [", config, specials);
 	for (int i = 0; i < 256; i++)
@@ -265,7 +266,7 @@ Test(tok_file, tekken_refusals)
 					  "none of mistral-common's",
 					  "token_str also at an earlier special token",
 					  "a NUL character in token_str",
-					  "bad base64 for rank 0"};
+					  "vocab rank 0: token_bytes is not base64"};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct sf_tok_file_opts o = {0};
@@ -279,6 +280,75 @@ Test(tok_file, tekken_refusals)
 		cr_assert(strstr(e.msg, why[i]), "case %zu: %s", i, e.msg);
 		remove_file();
 	}
+}
+
+/* A tekken file with `config`, `specials` and vocabulary ranks 256 on (`extra`); `from`
+ * replaced by `to` in it. Loaded: its error, or 0. */
+static int tekken_edited(const char *config, const char *specials, const char *extra,
+			 const char *from, const char *to, struct sf_err *e)
+{
+	char *text = tekken_json(config, specials, extra), *at = strstr(text, from), *edited;
+	struct sf_tok_file_opts o = {.format = SF_TOK_FORMAT_TEKKEN};
+	struct sf_tok *tok = NULL;
+	int r;
+
+	cr_assert(at, "%s", from);
+	edited = malloc(strlen(text) + strlen(to) + 1);
+	sprintf(edited, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+	write_file(edited);
+	free(edited);
+	free(text);
+	o.path = path;
+	r = sf__tok_load_file(&o, &tok, e);
+	sf__tok_free(tok);
+	remove_file();
+	return r;
+}
+
+/*
+ * tekken files that lie (a review): a token_bytes with a space and a newline in it wrote
+ * more "base64 rank" lines, ranks past the vocabulary (id 400 of 400, and with 4e9
+ * specials a rank that wrapped the tables: SIGSEGV); 500,000,000 specials sized tables
+ * of 2 GB before they were refused; two first ranks swapped, or a listed special that is
+ * also a filler's text, loaded where mistral-common refuses them; 100,000 listed specials
+ * took 18 s to be refused (their texts compared pairwise).
+ */
+Test(tok_file, tekken_files_that_lie_are_refused)
+{
+	static const char config[] = "{\"pattern\": \".\", \"default_vocab_size\": 356, "
+				     "\"default_num_special_tokens\": 100, \"version\": \"v3\"}";
+	static const char huge[] =
+		"{\"pattern\": \".\", \"default_vocab_size\": 500000300, "
+		"\"default_num_special_tokens\": 500000000, \"version\": \"v3\"}";
+	const char *injected = ", {\"rank\": 256, \"token_bytes\": \"YWI= 300\\nYWJj\"}";
+	struct sf_err e = {0};
+	char *many;
+	size_t n = 0;
+
+	cr_expect_eq(tekken_edited(config, "", injected, "", "", &e), SF_E_TOKENIZER);
+	cr_expect(strstr(e.msg, "vocab rank 256: token_bytes is not base64"), "%s", e.msg);
+	cr_expect_eq(tekken_edited(huge, "", "", "", "", &e), SF_E_TOKENIZER);
+	cr_expect(strstr(e.msg, "default_vocab_size 500000300, more than the 16777216"), "%s",
+		  e.msg);
+	/* Ranks 97 and 98 ('a', 'b') swapped. */
+	cr_expect_eq(tekken_edited(config, "", "", "\"YQ==\"", "\"Yg==\"", &e), SF_E_TOKENIZER);
+	cr_expect(strstr(e.msg, "rank 97 is not the byte 97"), "%s", e.msg);
+	cr_expect_eq(tekken_edited(config,
+				   " \"special_tokens\": [{\"rank\": 0, \"token_str\": \"<s>\"}, "
+				   "{\"rank\": 1, \"token_str\": \"<SPECIAL_5>\"}],",
+				   "", "", "", &e),
+		     SF_E_TOKENIZER);
+	cr_expect(strstr(e.msg, "<SPECIAL_5> is listed, and is also the filler of rank 5"), "%s",
+		  e.msg);
+	many = malloc(100000 * 48 + 64);
+	n += (size_t)sprintf(many, " \"special_tokens\": [");
+	for (int i = 0; i < 100000; i++)
+		n += (size_t)sprintf(many + n, "%s{\"rank\": %d, \"token_str\": \"<t%d>\"}",
+				     i ? ", " : "", i, i);
+	strcpy(many + n, "],");
+	cr_expect_eq(tekken_edited(config, many, "", "", "", &e), SF_E_TOKENIZER);
+	cr_expect(strstr(e.msg, "more than 4096 special tokens"), "%s", e.msg);
+	free(many);
 }
 
 /*
@@ -318,8 +388,9 @@ Test(tok_file, a_vocabulary_without_every_byte_is_refused)
 	write_file(text);
 	free(text);
 	o.pattern = NULL;
+	/* A tekken file's first 256 ranks must be the bytes in order (mistral-common). */
 	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER);
-	cr_assert(strstr(e.msg, "no token for the byte 0x41"), "%s", e.msg);
+	cr_assert(strstr(e.msg, "rank 65 is not the byte 65"), "%s", e.msg);
 }
 
 Test(tok_file, formats_detected_and_named)
