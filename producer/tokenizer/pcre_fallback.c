@@ -82,6 +82,28 @@ bool sf__regex_cased_property(const char *p)
 	return false;
 }
 
+/*
+ * Whether the property name `name` (`len` bytes, between \p{ and }) is a script's: PCRE2
+ * 10.40 and later read \p{Han} as Script_Extensions (U+3001 is then Han), where tiktoken's
+ * regex and Oniguruma read Script (U+3001 is Common). A name that PCRE2 takes as sc=NAME
+ * is one; a general category (L, Lu, Letter), sc=... or a binary property is not.
+ */
+static bool script_name(const char *name, size_t len)
+{
+	char probe[80];
+	pcre2_code *re;
+	PCRE2_SIZE where;
+	int err;
+
+	if (len > 64 || memchr(name, '=', len) || memchr(name, ':', len))
+		return false;
+	snprintf(probe, sizeof(probe), "\\p{sc=%.*s}", (int)len, name);
+	re = pcre2_compile((PCRE2_SPTR)probe, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+			   &where, NULL);
+	pcre2_code_free(re);
+	return re != NULL;
+}
+
 /* The rewriting of one escape is at most this many times the two characters it replaces
  * (\b: about 230 characters). */
 #define REWRITE_GROWTH 128
@@ -124,6 +146,18 @@ static int rewrite_escapes(const char *pattern, bool rust, char *out, struct sf_
 					"pattern: a cased property (\\%c%.12s) under (?i) is not "
 					"supported (tiktoken's regex folds it, PCRE2 does not)",
 					d, pattern + i + 1);
+			if ((d == 'p' || d == 'P') && pattern[i + 1] == '{') {
+				const char *name = pattern + i + 2, *end = strchr(name, '}');
+				const bool neg = *name == '^';
+
+				if (end && script_name(name + neg, (size_t)(end - name) - neg)) {
+					o += (size_t)sprintf(out + o, "\\%c{%ssc=%.*s}", d,
+							     neg ? "^" : "",
+							     (int)(end - name) - neg, name + neg);
+					i = (size_t)(end - pattern);
+					continue;
+				}
+			}
 			if (rust && d == 'v') { /* Rust: the vertical tab only */
 				o += (size_t)sprintf(out + o, "\\x{0b}");
 				continue;

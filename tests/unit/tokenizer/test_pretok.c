@@ -344,3 +344,55 @@ Test(custom, pcre_pattern)
 	spec.pattern = "(";
 	cr_assert_eq(sf__tok_load_spec(&spec, &tok, &err), SF_E_TOKENIZER);
 }
+
+/* The pieces `pattern` (tiktoken's syntax, or with `hf` tokenizer.json's) cuts `text` into,
+ * joined by '|'. */
+static void pieces(const char *pattern, bool hf, const char *text, char *out, size_t cap)
+{
+	pcre2_code *re = NULL;
+	pcre2_match_data *md;
+	struct sf_err err = {0};
+	size_t p = 0, start, end, o = 0;
+	int r;
+
+	r = hf ? sf__pcre_compile_hf(pattern, &re, &err) : sf__pcre_compile(pattern, &re, &err);
+	cr_assert_eq(r, 0, "%s: %s", pattern, err.msg);
+	md = pcre2_match_data_create_from_pattern(re, NULL);
+	while (sf__pcre_next(re, md, (const uint8_t *)text, strlen(text), p, &start, &end) > 0) {
+		o += (size_t)snprintf(out + o, cap - o, "%s%.*s", o ? "|" : "", (int)(end - start),
+				      text + start);
+		p = end;
+	}
+	pcre2_match_data_free(md);
+	pcre2_code_free(re);
+}
+
+/*
+ * \p{Han}, \p{Greek}: a script, as tiktoken's regex and Oniguruma read it. PCRE2 10.40 and
+ * later read a bare script name as Script_Extensions, where U+3001 (、, Script Common) is
+ * Han too: "中、文" was one piece, and the ids differed from tiktoken's and tokenizers'
+ * (a review). Categories, sc= and negations keep their meaning.
+ */
+Test(custom, script_properties_are_scripts)
+{
+	static const struct {
+		const char *pattern, *text, *want;
+	} cases[] = {
+		{"\\p{Han}+|.", "中、文", "中|、|文"},
+		{"[\\p{Han}\\p{Greek}]+|.", "中、β文", "中|、|β文"},
+		{"\\p{Greek}+|\\p{Han}+|.", "ᾶβ 中、文", "ᾶβ| |中|、|文"},
+		{"\\P{Han}+|.", "、a中", "、a|中"},
+		{"\\p{^Han}+|.", "、a中", "、a|中"},
+		{"\\p{sc=Han}+|.", "中、文", "中|、|文"},
+		{"\\p{scx=Han}+|.", "中、文", "中、文"},
+		{"\\p{L}+|.", "中、文", "中|、|文"},
+	};
+	char got[256];
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+		for (int hf = 0; hf < 2; hf++) {
+			pieces(cases[k].pattern, hf, cases[k].text, got, sizeof(got));
+			cr_expect_str_eq(got, cases[k].want, "%s (%s) on %s", cases[k].pattern,
+					 hf ? "tokenizer.json" : "tiktoken", cases[k].text);
+		}
+}
