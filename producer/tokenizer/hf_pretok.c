@@ -102,6 +102,33 @@ static bool interval_before(const char *pat, size_t end, bool *ret_exact)
 	return true;
 }
 
+/*
+ * Whether a '|' of the group that encloses position `p` of `pat` comes after p (escapes,
+ * classes and nested groups skipped): a (?flags) before it, not at the start of its
+ * branch, is read otherwise by Oniguruma and PCRE2.
+ */
+static bool alternative_follows(const char *pat, size_t p)
+{
+	size_t depth = 0;
+	bool in_class = false;
+
+	for (; pat[p]; p++) {
+		if (pat[p] == '\\' && pat[p + 1])
+			p++;
+		else if (in_class)
+			in_class = pat[p] != ']';
+		else if (pat[p] == '[')
+			in_class = true;
+		else if (pat[p] == '(')
+			depth++;
+		else if (pat[p] == ')' && !depth--)
+			return false;
+		else if (pat[p] == '|' && !depth)
+			return true;
+	}
+	return false;
+}
+
 /* Groups deep enough for any tokenizer.json; deeper patterns are refused. */
 #define PATTERN_DEPTH_MAX 64
 
@@ -218,6 +245,13 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 					"the flag (?s) not supported (not Oniguruma's: "
 					"tokenizers refuses it)");
 			if (pat[i + 1] == '?' && pat[j] == ')' && j > i + 2) {
+				if (i && pat[i - 1] != '(' && pat[i - 1] != '|' &&
+				    alternative_follows(pat, j + 1))
+					return sf__hf_refuse(
+						l, where,
+						"(?flags) inside a branch with a | after it not "
+						"supported (Oniguruma reads x(?i)y|z as "
+						"x(?i:y|z), PCRE2 as xy|(?i)z)");
 				caseless = on;
 				i = j;
 				continue;
