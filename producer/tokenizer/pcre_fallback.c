@@ -257,8 +257,12 @@ static int compile(const char *pattern, bool rust, pcre2_code **ret_re, struct s
 		free(rewritten);
 		return rc;
 	}
+	/* Rust's $ is the end of the text alone (without (?m)); PCRE2's also matches before a
+	 * newline that ends it. tokenizer.json patterns refuse $ (check_pattern()). */
 	re = pcre2_compile((PCRE2_SPTR)rewritten, PCRE2_ZERO_TERMINATED,
-			   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &where, NULL);
+			   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
+				   (rust ? PCRE2_DOLLAR_ENDONLY : 0),
+			   &err, &where, NULL);
 	free(rewritten);
 	if (!re) {
 		pcre2_get_error_message(err, msg, sizeof(msg));

@@ -396,3 +396,17 @@ Test(custom, script_properties_are_scripts)
 					 hf ? "tokenizer.json" : "tiktoken", cases[k].text);
 		}
 }
+
+/* $ in tiktoken's syntax is the end of the text, not also before a newline that ends it
+ * (ab$ matched "ab" of "ab\n", where tiktoken gives a, b: a review). */
+Test(custom, dollar_is_the_end_of_the_text)
+{
+	char got[64];
+
+	pieces("ab$|(?s:.)", false, "ab\n", got, sizeof(got));
+	cr_expect_str_eq(got, "a|b|\n");
+	pieces("ab$|(?s:.)", false, "xab", got, sizeof(got));
+	cr_expect_str_eq(got, "x|ab");
+	pieces("(?m)ab$|(?s:.)", false, "ab\nab", got, sizeof(got));
+	cr_expect_str_eq(got, "ab|\n|ab");
+}
