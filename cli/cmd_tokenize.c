@@ -106,6 +106,39 @@ static int out_dir_missing(const char *prefix)
 }
 
 /*
+ * What a run stopped by a signal removes (Ctrl-C, SIGTERM from scancel, SIGHUP): its
+ * temporary files and its lock; an earlier run's outputs stay. They were left behind, a
+ * .bin.tmp of the whole corpus's size among them.
+ */
+static char doomed[4][4300];
+
+static void on_stop(int sig)
+{
+	for (size_t i = 0; i < sizeof(doomed) / sizeof(doomed[0]); i++)
+		if (doomed[i][0])
+			unlink(doomed[i]);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* From now on a stop signal removes PREFIX's temporary files and `lock` (held). */
+static void remove_on_stop(const char *prefix, const char *lock)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	struct sigaction sa = {.sa_handler = on_stop};
+
+	snprintf(doomed[0], sizeof(doomed[0]), "%s.bin.tmp", prefix);
+	snprintf(doomed[1], sizeof(doomed[1]), "%s.idx.tmp", prefix);
+	snprintf(doomed[2], sizeof(doomed[2]), "%s.json.tmp", prefix);
+	snprintf(doomed[3], sizeof(doomed[3]), "%s", lock);
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaddset(&sa.sa_mask, sigs[i]);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaction(sigs[i], &sa, NULL);
+}
+
+/*
  * Hold PREFIX.lock while PREFIX's files are written: a second run into the same prefix
  * (two jobs of an array given the same index) is refused at once. Without it, the two
  * truncated each other's temporary files, and one could exit 0 over a .bin of zeros.
@@ -282,6 +315,8 @@ int sf__cmd_tokenize(int argc, char **argv)
 			return 2;
 		}
 		lock_fd = lock_output(prefix, lock, sizeof(lock));
+		if (lock_fd >= 0)
+			remove_on_stop(prefix, lock);
 		r = lock_fd < 0 ? 1 : merge(positional, n_positional, prefix, ps.quiet);
 		if (lock_fd >= 0)
 			sf__path_unlock(lock, lock_fd);
@@ -354,6 +389,7 @@ int sf__cmd_tokenize(int argc, char **argv)
 		sf__config_free(&cfg);
 		return 1;
 	}
+	remove_on_stop(prefix, lock);
 	if (shard) {
 		/* A manifest says its part is complete: an old one goes before the files it
 		 * described are replaced. */

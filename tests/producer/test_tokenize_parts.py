@@ -14,6 +14,7 @@ import random
 import resource
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import time
@@ -740,3 +741,28 @@ def test_a_mixture_is_tokenized_whole_and_said_so(tmp_path):
     for i in range(2):
         r = run(tmp_path, str(cfg), "-o", str(tmp_path / "p"), "--shard", f"{i}/2")
         assert ("a mixture's weights" in r.stderr) == (i == 0), r.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_run_stopped_by_a_signal_leaves_no_temporary_file(tmp_path, sig):
+    """Ctrl-C (or scancel's SIGTERM) while tokenize writes: PREFIX.bin.tmp, of the
+    corpus's size, and PREFIX.lock were left behind (from a new user's trial). The run
+    now removes them and ends by the signal."""
+    line = "the quick brown fox jumps over the lazy dog, again and again\n"
+    (tmp_path / "big.txt").write_text(line * (150_000_000 // len(line)))
+    cfg = tmp_path / "big.yaml"
+    cfg.write_text(f"sources: [{{paths: {tmp_path}/big.txt, separator: \"\\n\"}}]\n"
+                   f"tokenizer: {{encoding: r50k_base, vocab_dir: {VOCAB}}}\n"
+                   "producers: {count: 1}\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    p = subprocess.Popen([SHMFEED, "tokenize", str(cfg), "-o", str(out / "big"), "-q"],
+                         stderr=subprocess.PIPE, text=True, env=env_for(tmp_path))
+    deadline = time.monotonic() + 120
+    while not (out / "big.bin.tmp").exists() and p.poll() is None and \
+            time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert p.poll() is None, "the run ended before it could be stopped: " + p.stderr.read()
+    p.send_signal(sig)
+    assert p.wait(timeout=60) == -sig, p.stderr.read()
+    assert sorted(f.name for f in out.iterdir()) == []
