@@ -444,6 +444,14 @@ class Loader:
         self.rank = info.global_rank
         self.local_rank = info.local_rank
         self.world_size = info.world_size
+        if world_size is None and info.world_size > 1:
+            # Started without torchrun (`shmfeed run JOB -- python train.py`): the other
+            # ranks' batches were never read, and nothing said so.
+            warnings.warn(f"shmfeed: job '{job}': WORLD_SIZE is not set, so this process "
+                          f"reads rank {self.rank}'s batches alone, of the job's "
+                          f"{info.world_size} ranks; start the ranks with torchrun (or set "
+                          "RANK, LOCAL_RANK and WORLD_SIZE, or pass rank= and world_size=)",
+                          RuntimeWarning, stacklevel=2)
         self.batch_size = info.batch
         self.seq_len = info.seq_tokens - 1
         self._timeout_ms = timeout_ms

@@ -141,6 +141,31 @@ def test_a_loader_dropped_frees_its_rank_at_once(feed, numpy_mode):
     """)
 
 
+def test_a_loader_without_world_size_says_it_reads_one_rank_of_several():
+    """`shmfeed run JOB -- python train.py` of a job of 2 ranks, no torchrun: the Loader
+    read rank 0's batches and nothing said that rank 1's were never read (a new user's
+    trial). It warns; with WORLD_SIZE, or world_size=, it does not."""
+    with Feed("noworld", ranks=2) as feed:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+        code = PRELUDE.format(here=HERE, job=feed.job) + textwrap.dedent("""
+            import warnings
+            for kw in ({}, {"rank": 0, "world_size": 2}):
+                with warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    with shmfeed.Loader(job=JOB, numpy=True, **kw) as L:
+                        L.next()
+                print(len(w), w[0].message if w else "")
+        """)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60, env=env)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0].startswith("1 ") and "WORLD_SIZE is not set" in lines[0] and \
+            "of the job's 2 ranks" in lines[0], lines
+        assert lines[1] == "0 ", lines
+
+
 def test_device_tensors_outlive_the_loader():
     """GPU mode: the device buffers are freed by the detach, so a batch's CUDA tensors
     keep them too. An int32 job, so that the tensor is the device buffer itself (uint16
