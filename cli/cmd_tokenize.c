@@ -100,8 +100,11 @@ static int out_dir_missing(const char *prefix)
 	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - prefix), prefix);
 	if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
 		return 0;
-	sf__log_error("-o %s: the directory %s does not exist; make it first (mkdir -p %s)", prefix,
-		      dir, dir);
+	if (stat(dir, &st) == 0)
+		sf__log_error("-o %s: %s is not a directory", prefix, dir);
+	else
+		sf__log_error("-o %s: the directory %s does not exist; make it first (mkdir -p %s)",
+			      prefix, dir, dir);
 	return 1;
 }
 

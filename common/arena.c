@@ -495,8 +495,12 @@ static int reclaim_stale(const char *dir, const char *name, struct sf_err *e)
 	    sf__proc_alive(prefix.creator_pid, prefix.creator_starttime))
 		r = SF_E_BUSY;
 	if (r == SF_E_BUSY) {
-		r = sf__err(e, SF_E_BUSY, "job arena /dev/shm%s is in use by live pid %d", name,
-			    prefix.creator_pid);
+		r = sf__err(e, SF_E_BUSY,
+			    "job arena /dev/shm%s is in use by live pid %d: the job runs already "
+			    "(`shmfeed status %s`, `shmfeed stop %s`), or give this one another "
+			    "name (--set job=NAME)",
+			    name, prefix.creator_pid, name + 1 + strlen(SHM_PREFIX),
+			    name + 1 + strlen(SHM_PREFIX));
 		goto out;
 	}
 	if (r < 0) {
