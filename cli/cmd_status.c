@@ -161,7 +161,8 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 	if (u64_of(sd, 0, "tokens_encoded") && u64_of(sd, 0, "tokens_produced"))
 		fprintf(f,
 			"tokens encoded per token produced %.3f (raw text tokenized per token "
-			"written to a slot; 1.000: each token once)\n",
+			"written to a slot; 1.000: each token once, less: tokens reused from "
+			"the shared chunk cache or pre-tokenized)\n",
 			(double)u64_of(sd, 0, "tokens_encoded") /
 				(double)u64_of(sd, 0, "tokens_produced"));
 	ranks = sf__json_get(sd->buf, sd->tok, 0, "ranks");

@@ -767,8 +767,9 @@ static void summary(struct supervisor *S)
 		sf__log_info("job %s: %.3f tokens encoded per token produced (raw text tokenized "
 			     "per token written to a slot: 1.000 when each token is tokenized "
 			     "once; more when text is tokenized again, or whole chunks of about "
-			     "64 KiB ahead of the batches, which weighs most in a short run: "
-			     "%llu encoded, %llu written)",
+			     "64 KiB ahead of the batches, which weighs most in a short run; "
+			     "less when tokens are reused from the shared chunk cache, in later "
+			     "epochs, or come pre-tokenized: %llu encoded, %llu written)",
 			     S->cfg->job,
 			     (double)S->cur.tokens_encoded / (double)S->cur.tokens_produced,
 			     (unsigned long long)S->cur.tokens_encoded,
