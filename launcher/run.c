@@ -6,9 +6,12 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
 #include "common/config.h"
@@ -20,6 +23,37 @@ static int usage(void)
 	fprintf(stderr, "usage: shmfeed run CONFIG [--set KEY=VALUE ...] [--quiet] "
 			"[--grace-ms N] [-- COMMAND [ARG ...]]\n");
 	return 2;
+}
+
+/*
+ * Whether execvp() would find `cmd`: a path, or a regular file that may be executed in a
+ * directory of $PATH (execvp's own default without one). Asked before the job starts: a
+ * mistyped command ended the job right after its arena was made and its producers had
+ * started reading.
+ */
+static bool command_found(const char *cmd)
+{
+	const char *dirs = getenv("PATH"), *p;
+	char full[4096];
+	struct stat st;
+
+	if (strchr(cmd, '/'))
+		return stat(cmd, &st) == 0 && S_ISREG(st.st_mode) && access(cmd, X_OK) == 0;
+	if (!dirs)
+		dirs = "/bin:/usr/bin";
+	for (p = dirs;; p++) {
+		const char *end = strchr(p, ':');
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+
+		/* An empty entry is the current directory, as for execvp(). */
+		if ((size_t)snprintf(full, sizeof(full), "%.*s%s%s", (int)n, p, n ? "/" : "", cmd) <
+			    sizeof(full) &&
+		    stat(full, &st) == 0 && S_ISREG(st.st_mode) && access(full, X_OK) == 0)
+			return true;
+		if (!end)
+			return false;
+		p = end;
+	}
 }
 
 int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
@@ -85,6 +119,12 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 	if (!path) {
 		free(sets);
 		return usage();
+	}
+	if (l.command && !command_found(l.command[0])) {
+		free(sets);
+		fprintf(stderr, "shmfeed run: %s: command not found (nothing was started)\n",
+			l.command[0]);
+		return 127;
 	}
 	r = sf__config_load_overrides(path, sets, n_sets, &cfg, &e);
 	free(sets);

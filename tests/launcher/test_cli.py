@@ -1405,3 +1405,16 @@ def test_a_stop_signal_while_the_arena_is_made_leaves_nothing(rt):
         finish(p)
     assert p.returncode == 0 and "SIGTERM from pid" in err, err
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"shmfeed.{job}")], err
+
+
+def test_a_command_not_found_starts_nothing(tmp_path):
+    """`run JOB -- nosuchcmd`: the arena was made and the producers started before the
+    command failed to start (a new user's trial). It is looked up first, as execvp()
+    would, and nothing starts."""
+    job = job_name("nocmd")
+    for cmd in ("shmfeed-no-such-command", str(tmp_path / "missing"), str(tmp_path)):
+        out = sf("run", os.path.join(ROOT, "configs", "demo.yaml"), "--set", f"job={job}",
+                 "--", cmd)
+        assert out.returncode == 127, out.stderr
+        assert f"{cmd}: command not found (nothing was started)" in out.stderr, out.stderr
+        assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
