@@ -116,7 +116,7 @@ def test_exit_status_of_the_command(rt, tmp_path):
                           "/nonexistent/command"], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 127
-    assert "cannot run /nonexistent/command" in out.stderr
+    assert "/nonexistent/command: command not found (nothing was started)" in out.stderr
     assert not shm_of(job)
 
 
