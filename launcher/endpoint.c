@@ -232,6 +232,22 @@ int sf__ipc_claim(struct sf_ipc_claim *c, const char *ctl_path, const char *pub_
 	return 0;
 }
 
+int sf__ipc_endpoint_check(const char *endpoint, struct sf_err *e)
+{
+	const char *path = endpoint && !strncmp(endpoint, "ipc:///", 7) ? endpoint + 6 : NULL;
+	const char *slash = path ? strrchr(path, '/') : NULL;
+	char dir[400];
+	struct stat st;
+
+	if (!slash || slash == path)
+		return 0;
+	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+		return 0;
+	return sf__err(e, SF_E_CONFIG, "control.endpoint %s: %s %s", endpoint, dir,
+		       stat(dir, &st) == 0 ? "is not a directory" : "does not exist");
+}
+
 int sf__ipc_claim_bound(struct sf_ipc_claim *c, int i, struct sf_err *e)
 {
 	struct stat st;

@@ -1488,6 +1488,8 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 	for (uint32_t i = 0; i < SF_MAX_PRODUCERS; i++)
 		S->prod[i].errfd = -1;
 	r = sf__job_paths(cfg->job, 1, &S->paths, e);
+	if (r >= 0)
+		r = sf__ipc_endpoint_check(cfg->endpoint, e);
 	if (r < 0)
 		goto out_free;
 	if (cfg->producer_cpus) {

@@ -121,6 +121,13 @@ struct sf_ipc_claim {
 int sf__ipc_claim(struct sf_ipc_claim *c, const char *ctl_path, const char *pub_path,
 		  int private_dir, struct sf_err *e);
 
+/*
+ * sf__ipc_endpoint_check - for an ipc:///DIR/NAME control endpoint, that DIR is a
+ * directory; 0 for any other endpoint. `check` said such a job was valid, and `run` failed
+ * only once its arena was made.
+ */
+int sf__ipc_endpoint_check(const char *endpoint, struct sf_err *e);
+
 /* sf__ipc_claim_bound - record the socket just bound at claimed path i (0: control,
  * 1: stats), so that sf__ipc_release() removes it whatever fails after. */
 int sf__ipc_claim_bound(struct sf_ipc_claim *c, int i, struct sf_err *e);

@@ -1418,3 +1418,21 @@ def test_a_command_not_found_starts_nothing(tmp_path):
         assert out.returncode == 127, out.stderr
         assert f"{cmd}: command not found (nothing was started)" in out.stderr, out.stderr
         assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def test_an_ipc_endpoint_in_no_directory_is_refused_before_start(tmp_path):
+    """control.endpoint ipc:///DIR/NAME with no DIR: check said the job was valid, and run
+    failed only once the arena was made ("cannot create DIR/NAME.lock.PID", not naming
+    control.endpoint: a new user's trial). Both refuse it first."""
+    job = job_name("ipcdir")
+    (tmp_path / "file").write_text("")
+    for where, why in ((tmp_path / "none", "does not exist"),
+                       (tmp_path / "file", "is not a directory")):
+        ep = f"ipc://{where}/x.ctl"
+        for cmd in (("check",), ("run",)):
+            out = sf(*cmd, os.path.join(ROOT, "configs", "demo.yaml"), "--set", f"job={job}",
+                     "--set", f"control.endpoint={ep}", *(("--", "true") if cmd == ("run",)
+                                                          else ()))
+            assert out.returncode == 1, out.stderr
+            assert f"control.endpoint {ep}: {where} {why}" in out.stderr, out.stderr
+            assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
