@@ -409,6 +409,11 @@ class Loader:
                     detail = (f"local rank {local_rank} is held in this process, by another "
                               "Loader or by arrays of batches of a closed one: close it and "
                               "delete them first")
+                elif r == N.SF_E_CUDA and device is None and dev_index == N.SF_DEVICE_NONE:
+                    # Nobody asked for CPU views: device=None found no GPU to ask for.
+                    detail += (" (device=None gave the CPU: no CUDA device is visible to "
+                               "this process's torch); run it where one is, or set "
+                               "consumers.device: auto or cpu")
                 raise Error(r, f"shmfeed: job '{job}' rank {local_rank}: {detail}")
             self._owner = owner
             _attached[owner.key] = owner

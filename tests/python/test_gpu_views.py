@@ -349,3 +349,20 @@ def test_a_gpu_behind_the_host_neither_blocks_next_past_its_timeout_nor_ctrl_c()
     assert code == -1007 and "has not completed on the device" in msg, got
     assert 0.2 <= got["timeout_s"] < 2, got
     assert got["interrupted"] and got["interrupt_s"] < 2, got
+
+
+def test_a_cuda_job_without_a_gpu_says_why_the_rank_is_on_the_cpu(tmp_path):
+    """consumers.device: cuda, and a Loader(device=None) where torch sees no GPU: the
+    refusal said the rank "asked for CPU views", which nobody had (a new user's trial)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this torch sees a GPU")
+    code = ("import shmfeed\n"
+            "try:\n"
+            "    shmfeed.Loader()\n"
+            "except shmfeed.Error as e:\n"
+            "    print(e)\n")
+    out = _run_device_job(tmp_path, "cuda", code, dict(os.environ))
+    assert "consumers.device: cuda" in out and "device=None gave the CPU: no CUDA device " \
+        "is visible to this process's torch" in out, out
