@@ -455,32 +455,40 @@ static int ring_well_stocked(const struct sf_consumer *c)
 }
 
 /*
- * GPU mode: wait until the copy out of the held slot has completed, at most `timeout_ns`
- * (< 0: forever), with the handle's context current. Returns 0, SF_E_AGAIN (timeout 0)
- * or SF_E_TIMEOUT while it has not (a copy queued behind the caller's work on its buffer
- * runs when the GPU gets there), or SF_E_CUDA. Polls, where cuEventSynchronize would
- * block past any timeout and past Ctrl-C, spinning or yielding a core as the context
- * is set up to: most copies are done at the first look, and a late one is looked at
- * again after 20 us, then after pauses doubling up to 640 us, well within the work the
- * GPU still has queued behind it.
+ * GPU mode: wait until the copy out of the held slot has completed, at most *timeout_ns
+ * (NULL: forever), with the handle's context current; the time waited comes off
+ * *timeout_ns when it is above 0. Returns 0, SF_E_AGAIN (timeout 0) or SF_E_TIMEOUT while
+ * it has not (a copy queued behind the caller's work on its buffer runs when the GPU gets
+ * there), or SF_E_CUDA. Polls, where cuEventSynchronize would block past any timeout and
+ * past Ctrl-C, spinning or yielding a core as the context is set up to: most copies are
+ * done at the first look (no clock read then), and a late one is looked at again after
+ * 20 us, then after pauses doubling up to 640 us, well within the work the GPU still has
+ * queued behind it.
  */
-static int wait_copied(struct sf_consumer *c, int64_t timeout_ns)
+static int wait_copied(struct sf_consumer *c, int64_t *timeout_ns)
 {
 	const struct sf_cuda *cu = c->gpu.cu;
 	sf_cuevent copied = c->gpu.copied[c->gpu.held_buf];
-	uint64_t start = sf__now_ns();
+	uint64_t start = 0;
 	int64_t pause = 20000, nap;
 
 	for (;;) {
 		sf_curesult q = cu->cuEventQuery(copied);
-		int64_t left = timeout_ns;
+		int64_t left = -1, waited;
 
-		if (q != SF_CUDA_ERROR_NOT_READY)
+		if (q != SF_CUDA_ERROR_NOT_READY) {
+			if (start && timeout_ns && *timeout_ns > 0) {
+				waited = (int64_t)(sf__now_ns() - start);
+				*timeout_ns = waited < *timeout_ns ? *timeout_ns - waited : 0;
+			}
 			return cuda_call(c, q, "cuEventQuery");
-		if (timeout_ns >= 0) {
-			left = timeout_ns - (int64_t)(sf__now_ns() - start);
+		}
+		if (!start)
+			start = sf__now_ns();
+		if (timeout_ns) {
+			left = *timeout_ns - (int64_t)(sf__now_ns() - start);
 			if (left <= 0) {
-				int r = timeout_ns ? SF_E_TIMEOUT : SF_E_AGAIN;
+				int r = *timeout_ns ? SF_E_TIMEOUT : SF_E_AGAIN;
 
 				return sf__err(&c->err, r,
 					       "rank %u: the copy of step %llu to the device has "
@@ -500,9 +508,10 @@ static int wait_copied(struct sf_consumer *c, int64_t timeout_ns)
 
 /*
  * Release the held slot; in GPU mode first wait until its copy has completed, at most
- * `timeout_ns` (< 0: forever): SF_E_AGAIN or SF_E_TIMEOUT then, the slot still held.
+ * *timeout_ns (NULL: forever; what it waited comes off): SF_E_AGAIN or SF_E_TIMEOUT then,
+ * the slot still held.
  */
-static int release_held(struct sf_consumer *c, int64_t timeout_ns)
+static int release_held(struct sf_consumer *c, int64_t *timeout_ns)
 {
 	int r = 0;
 
@@ -939,15 +948,10 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 				       c->global_rank, c->gpu.nbuf);
 		c->gpu.next_buf = (c->gpu.next_buf + k) % c->gpu.nbuf;
 	}
-	t0 = sf__now_ns();
-	r = release_held(c, timeout_ns);
+	/* What the release waited for comes off the time left to wait for the batch. */
+	r = release_held(c, timeout_ns < 0 ? NULL : &timeout_ns);
 	if (r < 0)
 		return r;
-	/* What the release waited for comes off the time left to wait for the batch. */
-	if (timeout_ns > 0) {
-		waited = sf__now_ns() - t0;
-		timeout_ns = waited < (uint64_t)timeout_ns ? timeout_ns - (int64_t)waited : 0;
-	}
 	if (c->ended)
 		return data_ended(c);
 	if (c->step >= sf__arena_step_limit(&a->geo))
@@ -1055,7 +1059,7 @@ int sf_consumer_next(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch 
 
 static int release_in(struct sf_consumer *c)
 {
-	return release_held(c, -1);
+	return release_held(c, NULL);
 }
 
 int sf_consumer_release(struct sf_consumer *c)
@@ -1079,7 +1083,7 @@ static int release_batch_in(struct sf_consumer *c, const struct sf_batch *batch)
 			return sf__err(&c->err, SF_E_STATE,
 				       "rank %u: the batch of step %llu is not this handle's",
 				       c->global_rank, (unsigned long long)batch->step);
-		return batch->step + 1 == c->step ? release_held(c, -1) : 0;
+		return batch->step + 1 == c->step ? release_held(c, NULL) : 0;
 	}
 	if (k >= g->nbuf || batch->device_ptr != g->buf[k])
 		return sf__err(&c->err, SF_E_STATE,
@@ -1158,7 +1162,7 @@ static int seek_in(struct sf_consumer *c, const struct sf_resume *state)
 	if (sf__arena_stopping(c->a))
 		return sf__err(&c->err, SF_E_STOPPED, "seek of rank %u: the job is stopping",
 			       c->global_rank);
-	r = release_held(c, -1);
+	r = release_held(c, NULL);
 	if (r < 0)
 		return r;
 	r = sf__ring_seek(c->a, c->me, c->rank, state->samples / global_batch);
@@ -1303,7 +1307,7 @@ void sf_consumer_detach(struct sf_consumer *c)
 		free(c);
 		return;
 	}
-	release_held(c, -1);
+	release_held(c, NULL);
 	gpu_teardown(c);
 	sf__participant_unregister(c->a, c->me);
 	sf__arena_detach(c->a);

@@ -26,7 +26,6 @@
 #define FILE_CHECK_NS (2ull * 1000 * 1000 * 1000)
 
 struct fill_call {
-	const struct sf_dataset *ds;
 	struct sf_builder *b;
 	uint32_t rank;
 	uint64_t step;
@@ -56,7 +55,7 @@ int sf__producer_fill(const struct sf_dataset *ds, struct sf_builder *b, uint32_
 		      uint64_t step, void *payload, uint32_t *ret_len, uint64_t *ret_first_sample,
 		      struct sf_err *e)
 {
-	struct fill_call f = {ds, b, rank, step, payload, ret_len, ret_first_sample, e};
+	struct fill_call f = {b, rank, step, payload, ret_len, ret_first_sample, e};
 	void *fault;
 	int r = sf__sigbus_call(fill, &f, &fault, e);
 
