@@ -91,21 +91,15 @@ static int names_files(const char *prefix)
  * made there at the start, and the message named PREFIX.bin.tmp). Returns 1 if missing. */
 static int out_dir_missing(const char *prefix)
 {
-	const char *slash = strrchr(prefix, '/');
 	char dir[4096];
-	struct stat st;
+	int r = sf__parent_dir_check(prefix, dir, sizeof(dir));
 
-	if (!slash || slash == prefix)
-		return 0;
-	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - prefix), prefix);
-	if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
-		return 0;
-	if (stat(dir, &st) == 0)
+	if (r == -ENOTDIR)
 		sf__log_error("-o %s: %s is not a directory", prefix, dir);
-	else
+	else if (r < 0)
 		sf__log_error("-o %s: the directory %s does not exist; make it first (mkdir -p %s)",
 			      prefix, dir, dir);
-	return 1;
+	return r < 0;
 }
 
 /*

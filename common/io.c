@@ -190,3 +190,16 @@ char *sf__megatron_file(const char *path, const char *ext)
 	strcpy(p + n, ext);
 	return p;
 }
+
+int sf__parent_dir_check(const char *path, char *dir, size_t len)
+{
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+
+	if (!slash || slash == path)
+		return 0;
+	snprintf(dir, len, "%.*s", (int)(slash - path), path);
+	if (stat(dir, &st) < 0)
+		return -ENOENT;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}

@@ -56,4 +56,11 @@ int sf__rename_pair(const char *data_tmp, const char *data, const char *index_tm
  */
 char *sf__megatron_file(const char *path, const char *ext);
 
+/*
+ * sf__parent_dir_check - whether the directory `path` goes in (the part before its last
+ * '/', copied into `dir`, `len` bytes) is one: 0, also for a path with no such part;
+ * -ENOENT when it does not exist, -ENOTDIR when it is something else.
+ */
+int sf__parent_dir_check(const char *path, char *dir, size_t len);
+
 #endif

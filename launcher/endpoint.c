@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "shmfeed/shmfeed.h"
+#include "common/io.h"
 #include "launcher/launcher.h"
 
 #define LOCK_MAGIC "shmfeed endpoint lock 1\n"
@@ -234,18 +235,15 @@ int sf__ipc_claim(struct sf_ipc_claim *c, const char *ctl_path, const char *pub_
 
 int sf__ipc_endpoint_check(const char *endpoint, struct sf_err *e)
 {
-	const char *path = endpoint && !strncmp(endpoint, "ipc:///", 7) ? endpoint + 6 : NULL;
-	const char *slash = path ? strrchr(path, '/') : NULL;
 	char dir[400];
-	struct stat st;
+	int r = endpoint && !strncmp(endpoint, "ipc:///", 7)
+			? sf__parent_dir_check(endpoint + 6, dir, sizeof(dir))
+			: 0;
 
-	if (!slash || slash == path)
-		return 0;
-	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-	if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
-		return 0;
-	return sf__err(e, SF_E_CONFIG, "control.endpoint %s: %s %s", endpoint, dir,
-		       stat(dir, &st) == 0 ? "is not a directory" : "does not exist");
+	if (r < 0)
+		return sf__err(e, SF_E_CONFIG, "control.endpoint %s: %s %s", endpoint, dir,
+			       r == -ENOTDIR ? "is not a directory" : "does not exist");
+	return 0;
 }
 
 int sf__ipc_claim_bound(struct sf_ipc_claim *c, int i, struct sf_err *e)
