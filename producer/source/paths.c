@@ -181,20 +181,23 @@ static bool megatron_prefix(const char *p)
  */
 static bool file_identity(const char *p, uint32_t format, struct stat *st)
 {
-	bool pair = format == SF_FMT_MEGATRON;
+	const bool own = stat(p, st) == 0;
+	bool pair = format == SF_FMT_MEGATRON, ok;
+	struct stat pair_st;
 	char *bin;
-	bool ok;
 
 	if (format == SF_FMT_AUTO)
-		pair = has_suffix(p, ".idx") || (!has_suffix(p, ".bin") && stat(p, st) != 0);
+		pair = has_suffix(p, ".idx") || (!has_suffix(p, ".bin") && !own);
 	if (!pair)
-		return stat(p, st) == 0;
+		return own;
 	bin = sf__megatron_file(p, ".bin");
 	if (!bin)
 		return false;
-	ok = stat(bin, st) == 0 && S_ISREG(st->st_mode);
+	ok = stat(bin, &pair_st) == 0 && S_ISREG(pair_st.st_mode);
 	free(bin);
-	return ok || stat(p, st) == 0;
+	if (ok)
+		*st = pair_st;
+	return ok || own;
 }
 
 struct identity {
