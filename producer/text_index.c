@@ -332,8 +332,8 @@ static int cut_file(struct sf_dataset *ds, uint32_t file, struct sf_err *e)
 	ds->n_chunks = first_chunk;
 	/* The offset where the fault lies in the file's bytes (not in a compressed one's). */
 	if (c.data && (const char *)fault >= c.data && (const char *)fault < c.data + c.len)
-		snprintf(at, sizeof(at), " byte %llu:",
-			 (unsigned long long)((const char *)fault - c.data));
+		snprintf(at, sizeof(at),
+			 " byte %llu:", (unsigned long long)((const char *)fault - c.data));
 	if (c.data && c.cap)
 		munmap((void *)c.data, c.cap);
 	return sf__err(e, SF_E_SOURCE,
