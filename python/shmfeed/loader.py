@@ -671,24 +671,25 @@ class Loader:
         ms = self._timeout_ms if timeout is None else _timeout_ms(timeout)
         left, deadline = 0, None  # the first call does not wait: most batches are ready
         while True:
-            batch, took = None, False
+            batch = None
             try:
                 with self._lock:
                     if self._h is None or self._closing:
                         self._raise_closed("next")
+                    if self._gpu:
+                        # Also for a batch taken by a call that an exception ended, maybe
+                        # on another stream (in a `with torch.cuda.stream(s)` the exception
+                        # left): the current stream, set now, waits for all that was
+                        # queued on that one, the batch's copy and any widening.
+                        self._sync_stream()
                     if self._undelivered is not None:
-                        if self._gpu:  # ordered after its copy and widening (below)
-                            self._sync_stream()
                         batch, self._undelivered = self._undelivered, None
                         if self._batch.step == batch.step:  # kept before it was marked
                             self._batch.step = _NO_STEP
                     elif self._batch.step == _NO_STEP:
-                        if self._gpu:
-                            self._sync_stream()
                         # An exception raised as this call returns (a signal handled then)
                         # leaves the batch it took in self._batch, wrapped by the next call.
                         r = self._next(self._h, left, self._batch_ref)
-                        took = r == 0
                         if r:
                             self._batch.step = _NO_STEP
                             if r == N.SF_E_END and _iterating:
@@ -712,12 +713,6 @@ class Loader:
                                 max(1, min(_SLICE_MS, math.ceil((deadline - now) * 1000)))
                             continue
                     if batch is None:
-                        if self._gpu and not took:
-                            # Taken by a call that an exception ended, maybe on another
-                            # stream (in a `with torch.cuda.stream(s)` the exception
-                            # left): the current stream, set now, waits for all that was
-                            # queued on that one, the batch's copy and any widening.
-                            self._sync_stream()
                         batch = self._take(self._batch)
                         self._batch.step = _NO_STEP
                     # No call from the wrapping to here: a signal lands before or after.
