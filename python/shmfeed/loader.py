@@ -383,6 +383,7 @@ class Loader:
             local_rank = _env_int("LOCAL_RANK", 0, _RANK_MAX)
         else:
             local_rank = _checked_int("local_rank", local_rank, 0, _RANK_MAX)
+        local_from_rank = local_rank is None and rank is not None
         if local_rank is None:
             local_rank = rank if rank is not None else 0
         timeout_ms = _timeout_ms(timeout)
@@ -414,6 +415,11 @@ class Loader:
                     detail += (" (device=None gave the CPU: no CUDA device is visible to "
                                "this process's torch); run it where one is, or set "
                                "consumers.device: auto or cpu")
+                elif r == N.SF_E_RANGE and local_from_rank and "has local ranks" in detail:
+                    # A node of several: its local ranks count from 0 (rank_base).
+                    detail += (f" (the local rank defaulted to the global rank {rank}, "
+                               "LOCAL_RANK being unset: on a node whose ranks start above 0 "
+                               "pass local_rank= or set LOCAL_RANK, as torchrun does)")
                 raise Error(r, f"shmfeed: job '{job}' rank {local_rank}: {detail}")
             self._owner = owner
             _attached[owner.key] = owner
@@ -440,6 +446,14 @@ class Loader:
                 # -W error: the rank is then let go as for any failure here.)
                 warnings.warn(f"shmfeed: job '{job}' rank {local_rank}: {self._errmsg()}",
                               RuntimeWarning, stacklevel=2)
+            if world_size is None and info.world_size > 1:
+                # Started without torchrun (`shmfeed run JOB -- python train.py`): the other
+                # ranks' batches were never read, and nothing said so.
+                warnings.warn(f"shmfeed: job '{job}': WORLD_SIZE is not set, so this process "
+                              f"reads rank {info.global_rank}'s batches alone, of the job's "
+                              f"{info.world_size} ranks; start the ranks with torchrun (or set "
+                              "RANK, LOCAL_RANK and WORLD_SIZE, or pass rank= and world_size=)",
+                              RuntimeWarning, stacklevel=2)
         except BaseException:
             # No array was handed out: detach now, whatever the traceback still holds.
             if self._h is not None:
@@ -449,14 +463,6 @@ class Loader:
         self.rank = info.global_rank
         self.local_rank = info.local_rank
         self.world_size = info.world_size
-        if world_size is None and info.world_size > 1:
-            # Started without torchrun (`shmfeed run JOB -- python train.py`): the other
-            # ranks' batches were never read, and nothing said so.
-            warnings.warn(f"shmfeed: job '{job}': WORLD_SIZE is not set, so this process "
-                          f"reads rank {self.rank}'s batches alone, of the job's "
-                          f"{info.world_size} ranks; start the ranks with torchrun (or set "
-                          "RANK, LOCAL_RANK and WORLD_SIZE, or pass rank= and world_size=)",
-                          RuntimeWarning, stacklevel=2)
         self.batch_size = info.batch
         self.seq_len = info.seq_tokens - 1
         self._timeout_ms = timeout_ms
@@ -492,8 +498,10 @@ class Loader:
         if isinstance(device, int):
             device = f"cuda:{device}"
         if t is None:
-            if str(device) != "cpu":
-                raise ValueError("shmfeed.Loader: a GPU device needs torch")
+            if str(device) != "cpu" and not str(device).startswith("cpu:"):
+                raise ValueError(f"shmfeed.Loader: device={device!r}: " + (
+                    "numpy=True gives CPU arrays; pass device='cpu' or leave it out"
+                    if torch is not None else "a GPU device needs torch"))
             self.device = "cpu"
             return N.SF_DEVICE_NONE
         try:
@@ -666,8 +674,11 @@ class Loader:
         when the job's launcher died. An exception a signal handler raises inside next()
         (Ctrl-C's KeyboardInterrupt) loses no batch: the next call returns the batch the
         interrupted one had taken, and state_dict() counts it as not delivered, from
-        the handler too. (One that lands after next() returned, in the caller's code, is
-        the caller's; `for batch in loader` leaves no such instant.)"""
+        the handler too, and close() puts the rank back at it. (One that lands after
+        next() returned, in the caller's code, is the caller's; `for batch in loader`
+        leaves no such instant.) A handler may call state_dict() or close(); next(),
+        load_state_dict() and release() inside another call are refused (SF_E_STATE)."""
+        self._refuse_inside("next")
         ms = self._timeout_ms if timeout is None else _timeout_ms(timeout)
         left, deadline = 0, None  # the first call does not wait: most batches are ready
         while True:
@@ -880,6 +891,14 @@ class Loader:
         raise Error(N.SF_E_TIMEOUT, f"shmfeed: job '{self.job}' rank {self.rank}: no batch "
                      f"within {ms / 1000:g} s (step {self.counters()['next_step']}){why}")
 
+    def _refuse_inside(self, what):
+        """Refuse a call that moves the rank from inside another call of this thread (a
+        signal handler): it would take or reset the batch that call is taking."""
+        if self._lock._is_owned():
+            raise Error(N.SF_E_STATE, f"shmfeed: job '{self.job}' rank {self.rank}: {what}() "
+                        "inside another call of this Loader in the same thread (a signal "
+                        "handler): refused; a handler may call state_dict() or close()")
+
     def _raise_closed(self, what):
         raise Error(N.SF_E_STATE, f"shmfeed: job '{getattr(self, 'job', '?')}' rank "
                     f"{getattr(self, 'rank', '?')}: {what}() on a closed Loader")
@@ -902,6 +921,7 @@ class Loader:
     @_then_close_deferred
     def release(self):
         """Release the batch held (its arrays may then show another batch)."""
+        self._refuse_inside("release")
         with self._lock:
             if self._h is None:
                 self._raise_closed("release")
@@ -925,17 +945,45 @@ class Loader:
             r = self._lib.sf_consumer_state(self._h, ctypes.byref(st))
             if r < 0:  # a Loader of the parent of this process (before fork())
                 self._raise(r)
-            if self._undelivered is not None:  # see next(): batches not delivered yet
-                return self._undelivered.state
-            if self._batch.step != _NO_STEP:
-                b = self._batch
-                return _state_before(self._meta, b.step, b.epoch, b.provenance)
-            if self._returning is not None:  # next() is returning it (a handler in it)
-                return self._returning.state
+            kept = self._kept_state()
+            if kept is not None:
+                return kept
         G = self.batch_size * self.world_size
         return {"samples": st.samples, "epoch": st.epoch, "config_digest": st.config_digest,
                 "provenance": st.provenance, "step": st.samples // G, "rank": self.rank,
                 "world_size": self.world_size}
+
+    def _kept_state(self):
+        """The state of a batch taken but not delivered (under the lock), or None."""
+        if self._undelivered is not None:  # see next(): batches not delivered yet
+            return self._undelivered.state
+        if self._batch.step != _NO_STEP:
+            b = self._batch
+            return _state_before(self._meta, b.step, b.epoch, b.provenance)
+        if self._returning is not None:  # next() is returning it (a handler in it)
+            return self._returning.state
+        return None
+
+    def _put_back(self):
+        """Before the rank is let go (close(), the Loader's collection): a batch taken but
+        not delivered (an interrupted next()) is where the next Loader of the rank starts,
+        as state_dict() says, not the step after it, which the library holds."""
+        if self._h is None or getattr(self, "_batch", None) is None:
+            return
+        kept = self._kept_state()
+        self._undelivered = self._returning = None
+        self._batch.step = _NO_STEP
+        if kept is not None:
+            # Nothing to do on failure (a job stopping, a fork's child): the rank's
+            # position is then the library's.
+            self._lib.sf_consumer_seek(self._h, ctypes.byref(N.Resume(
+                kept["samples"], kept["epoch"], kept["config_digest"], kept["provenance"])))
+
+    def __del__(self):
+        try:
+            self._put_back()
+        except Exception:  # noqa: BLE001 (at interpreter exit, modules may be gone)
+            pass
 
     @_then_close_deferred
     def load_state_dict(self, state):
@@ -946,6 +994,7 @@ class Loader:
         docs/config.md)."""
         if self._h is None:
             self._raise_closed("load_state_dict")
+        self._refuse_inside("load_state_dict")
         if not hasattr(state, "get") or not hasattr(state, "__getitem__"):
             raise TypeError(f"shmfeed: load_state_dict takes the dict state_dict() gave, "
                             f"not {type(state).__name__}")
@@ -965,7 +1014,19 @@ class Loader:
                           f"{state['rank']}: its batches follow from it (the position is "
                           "global), but its provenance chain is the other rank's; save and "
                           "load each rank's own state to compare runs by provenance",
-                          RuntimeWarning, stacklevel=2)
+                          RuntimeWarning, stacklevel=3)
+        G = self.batch_size * self.world_size
+        step = state.get("step")
+        if step is not None and fields[1] == self._meta[1] and fields[0] % G == 0 and \
+                _checked_int("load_state_dict: step", step, 0, _U64_MAX) != fields[0] // G:
+            # samples is the position; step, for reading, says the same where nothing
+            # was edited (in a state of this config, whose global batch is this one's):
+            # a hand-edited one would otherwise be ignored without a word.
+            warnings.warn(f"shmfeed: load_state_dict: the state's step {step} is not its "
+                          f"samples {fields[0]} over the global batch {G} (step "
+                          f"{fields[0] // G}): it resumes at samples, step {fields[0] // G}; "
+                          "edit samples (step x global batch) to move it",
+                          RuntimeWarning, stacklevel=3)
         epoch = _checked_int("load_state_dict: epoch", state.get("epoch", 0), 0, _U64_MAX)
         st = N.Resume(fields[0], epoch, fields[1], fields[2])
         with self._lock:
@@ -988,7 +1049,6 @@ class Loader:
         if r == N.SF_E_DIGEST and state.get("world_size") not in (None, self.world_size):
             # A state of another world size resumes only with the same global batch, which
             # the config digest covers (world_size x batch.size, not either alone).
-            G = self.batch_size * self.world_size
             step = state.get("step")
             was = f" (global batch {fields[0] // step})" if isinstance(step, int) and \
                 0 < step <= fields[0] else ""
@@ -1043,7 +1103,8 @@ class Loader:
 
     def close(self):
         """Close the Loader: every method raises from now on. The rank is detached (its
-        batch released, its position kept in the arena) at once when no view of its
+        batch released, its position kept in the arena: the batch an interrupted next()
+        took and did not deliver comes next, as state_dict() says) at once when no view of its
         batches is left, else when the last one goes; until then the arrays stay valid
         and another Loader of the rank is refused. Closing twice does nothing. A next()
         waiting in another thread raises Error (SF_E_STATE) within one slice."""
@@ -1054,6 +1115,7 @@ class Loader:
             self._teardown()
 
     def _teardown(self):
+        self._put_back()
         self._owner = self._h = None
         self._tokens = self._x = self._y = self._docs = self._gpu_raw = self._host = None
         self._widen = None

@@ -344,3 +344,75 @@ def test_errors_of_any_code_can_be_made(feed):
         print("made")
     """)
     assert "made" in out, out
+
+
+def test_world_size_warning_as_an_error_lets_the_rank_go():
+    """Under `-W error` (pytest's filterwarnings = error) the WORLD_SIZE warning became an
+    exception after the constructor's clean-up: the half-built Loader kept the rank, and
+    a retry in the `except` was refused as busy (a review)."""
+    with Feed("noworld-err", ranks=2) as feed:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+        code = PRELUDE.format(here=HERE, job=feed.job) + textwrap.dedent("""
+            import warnings
+            warnings.simplefilter("error")
+            try:
+                shmfeed.Loader(job=JOB, rank=1, numpy=True)
+            except RuntimeWarning as w:
+                assert "WORLD_SIZE is not set" in str(w), w
+                with shmfeed.Loader(job=JOB, rank=1, world_size=2, numpy=True) as L:
+                    assert L.next().step == 0
+            else:
+                raise AssertionError("no warning")
+            print("ok")
+        """)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60, env=env)
+        assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+def test_closed_after_an_interrupt_the_next_loader_starts_at_the_kept_batch():
+    """Ctrl-C or SIGTERM inside next() keeps the batch that call took (state_dict() says
+    it comes next), but close() dropped it with the slot the library held: the next
+    Loader of the rank, in this process or after a restart, started one step later
+    (a review: step 6 saved, step 7 delivered). close() now puts the rank back at the
+    kept batch. A lock that raises as next() lets it go stands in for the signal."""
+    with Feed("close-kept", producers=2) as feed:
+        run_case(feed, """
+            for how in ("close", "del"):
+                L = shmfeed.Loader(job=JOB, numpy=True)
+                L.load_state_dict(dict(L.state_dict(), samples=0, provenance=0))
+                real = L._lock
+                class Interrupting:
+                    armed = False
+                    def __enter__(self):
+                        return real.__enter__()
+                    def __exit__(self, *exc):
+                        real.__exit__(*exc)
+                        if Interrupting.armed:
+                            Interrupting.armed = False
+                            raise KeyboardInterrupt
+                    def __getattr__(self, name):
+                        return getattr(real, name)
+                assert L.next().step == 0
+                L._lock = Interrupting()
+                Interrupting.armed = True
+                try:
+                    L.next()
+                except KeyboardInterrupt:
+                    pass
+                saved = L.state_dict()
+                assert saved["step"] == 1, saved
+                if how == "close":
+                    L.close()
+                del L, real, Interrupting
+                gc.collect()
+                L2 = shmfeed.Loader(job=JOB, numpy=True)
+                assert L2.state_dict()["samples"] == saved["samples"], (how, L2.state_dict())
+                b = L2.next()
+                assert b.step == 1 and (b.tokens == expected(1)).all(), (how, b.step)
+                L2.close()
+                del L2, b
+                gc.collect()
+            print("ok")
+        """)

@@ -496,3 +496,44 @@ def test_a_batch_copy_stays_valid_across_a_seek(dtype):
             assert b.step == 3
             assert torch.equal(held.tokens, kept), "the batch held was overwritten"
             assert np.array_equal(b.tokens.numpy(), feed.expected(0, 3).astype(dtype))
+
+
+def test_cpu_device_names_with_numpy_and_a_resume_step_that_disagrees():
+    """Found by review: numpy=True refused device="cpu:0" (and torch.device("cpu", 0))
+    saying "a GPU device needs torch"; a state whose `step` was edited resumed at its
+    `samples` and said nothing about the step it ignored."""
+    with Feed("cpu-names") as feed:  # B = 4, W = 1
+        for device in ("cpu", "cpu:0", torch.device("cpu", 0)):
+            with shmfeed.Loader(job=feed.job, device=device, numpy=True) as L:
+                assert isinstance(L.next().tokens, np.ndarray)
+        with pytest.raises(ValueError) as e:
+            shmfeed.Loader(job=feed.job, device="cuda:0", numpy=True)
+        assert "numpy=True" in str(e.value), e.value
+        with shmfeed.Loader(job=feed.job, numpy=True) as L:
+            state = L.state_dict()  # the position the Loaders above left: step 3
+            with pytest.warns(RuntimeWarning, match=r"step 7 is not its samples 12 over "
+                              r"the global batch 4 \(step 3\): it resumes at samples"):
+                L.load_state_dict(dict(state, step=7))
+            assert L.next().step == 3
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                L.load_state_dict(dict(state, samples=8, step=2))  # consistent: silent
+                L.load_state_dict({k: v for k, v in state.items() if k != "step"})
+            assert L.next().step == 3
+
+
+def test_a_global_rank_above_the_nodes_says_how_to_name_the_local_one(monkeypatch):
+    """Loader(rank=3, world_size=4) on a node serving global ranks 2..3, LOCAL_RANK unset:
+    the local rank defaulted to 3 and the refusal said only "local ranks 0..1, not 3"
+    (a review). It now says where the 3 came from and what to pass."""
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with Feed("node-two", ranks=2, world_size=4, rank_base=2) as feed:
+        with pytest.raises(shmfeed.Error) as e:
+            shmfeed.Loader(job=feed.job, rank=3, world_size=4, numpy=True)
+        assert e.value.code == N.SF_E_RANGE
+        assert "defaulted to the global rank 3" in str(e.value) and \
+            "local_rank=" in str(e.value), e.value
+        with shmfeed.Loader(job=feed.job, rank=3, world_size=4, local_rank=1,
+                            numpy=True) as L:
+            assert L.next().step == 0

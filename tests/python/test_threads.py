@@ -307,3 +307,42 @@ def test_close_from_a_handler_inside_any_call_waits_for_the_call():
             print("ok")
         """)
         assert "ok" in out, out
+
+
+def test_a_handler_that_moves_the_loader_inside_next_is_refused():
+    """A signal handler that called next(), load_state_dict() or release() while next()
+    was inside its library call (the lock lets its own thread in again) took or reset the
+    batch that call had just taken, and the interrupted next() then returned an empty one:
+    step 2^64 - 1 (a review: 740 of 20,000 batches). A handler may read state_dict() or
+    close() the Loader; these three are refused with SF_E_STATE and change nothing. The
+    handler runs where a signal would: right after the library's next()."""
+    with Feed("reentrant", producers=2) as feed:
+        out = run_case(feed, """
+            for inner in ("next", "load_state_dict", "release"):
+                L = shmfeed.Loader(job=JOB, numpy=True)
+                L.load_state_dict(dict(L.state_dict(), samples=0, provenance=0))
+                s0 = L.state_dict()
+                assert L.next().step == 0
+                real, refused = L._next, []
+                def then_handler(*args):
+                    r = real(*args)
+                    try:
+                        if inner == "load_state_dict":
+                            L.load_state_dict(s0)
+                        else:
+                            getattr(L, inner)()
+                    except shmfeed.Error as e:
+                        refused.append(e.code)
+                    return r
+                L._next = then_handler
+                b = L.next()
+                L._next = real
+                assert b.step == 1 and (b.tokens == reference_tokens(0, 1, 4, 64, 1)).all(), \\
+                    (inner, b.step)
+                assert refused == [N.SF_E_STATE], (inner, refused)
+                assert [L.next().step for _ in range(2)] == [2, 3], inner
+                L.close()
+                del L, b
+            print("ok")
+        """)
+        assert "ok" in out, out
