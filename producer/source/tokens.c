@@ -494,20 +494,76 @@ static void add_start(uint32_t *starts, uint32_t *n, uint32_t max, uint32_t pos)
 		starts[(*n)++] = pos;
 }
 
-/*
- * Document starts of the row at global offset `off` whose tokens come from `f` at
- * positions [from, to) of the row: the file start, the tokens after <|endoftext|> in
- * flat files, the documents of a Megatron index.
- */
-static void file_doc_starts(const struct sf_dataset *ds, const struct sf_token_file *f,
-			    const struct sf_token_view *v, uint64_t off, uint32_t from, uint32_t to,
-			    uint32_t *starts, uint32_t *n_starts)
+/* Token i of file `f` in view `v`. */
+static uint32_t token_at(const struct sf_token_file *f, const struct sf_token_view *v,
+			 uint64_t i)
 {
+	uint32_t id;
+
+	if (f->width == 2) {
+		uint16_t narrow;
+
+		memcpy(&narrow, v->tokens + i * 2, 2);
+		return narrow;
+	}
+	memcpy(&id, v->tokens + i * 4, 4);
+	return id;
+}
+
+/* Token i of a row as sf__tokens_read_row() copies it (token_bytes wide). */
+static uint32_t row_token(const struct sf_dataset *ds, const unsigned char *row, uint32_t i)
+{
+	uint32_t id;
+
+	if (ds->token_bytes == 2) {
+		uint16_t narrow;
+
+		memcpy(&narrow, row + (size_t)i * 2, 2);
+		return narrow;
+	}
+	memcpy(&id, row + (size_t)i * 4, 4);
+	return id;
+}
+
+/*
+ * Whether the first token of flat file `fi` starts a document: it is the stream's first
+ * token, or the last token before it (of the files before, the empty ones passed over) is
+ * the end-of-text id. Shards of nanoGPT and llm.c cut documents where a file fills up,
+ * so a file's start alone is no document's.
+ */
+static int file_starts_document(const struct sf_dataset *ds, uint32_t fi, bool *ret,
+				struct sf_err *e)
+{
+	struct sf_token_view v;
+	int r;
+
+	while (fi > 0 && !ds->token_files[fi - 1].n_tokens)
+		fi--;
+	*ret = fi == 0;
+	if (fi == 0)
+		return 0;
+	r = sf__tokens_view(ds, fi - 1, 0, &v, e);
+	if (r < 0)
+		return r;
+	*ret = token_at(&ds->token_files[fi - 1], &v, ds->token_files[fi - 1].n_tokens - 1) ==
+	       ds->eot;
+	return 0;
+}
+
+/*
+ * Document starts of the row at global offset `off` whose tokens come from file `fi` at
+ * positions [from, to) of the row: the tokens after <|endoftext|> in flat files (a file's
+ * first token only after one, or as the stream's first), the documents of a Megatron
+ * index.
+ */
+static int file_doc_starts(const struct sf_dataset *ds, uint32_t fi, const struct sf_token_view *v,
+			   const unsigned char *row, uint64_t off, uint32_t from, uint32_t to,
+			   uint32_t *starts, uint32_t *n_starts, struct sf_err *e)
+{
+	const struct sf_token_file *f = &ds->token_files[fi];
 	uint64_t lo = off + from - f->start; /* file offsets of the row's span */
 	uint64_t hi = off + to - f->start;
 
-	if (lo == 0)
-		add_start(starts, n_starts, ds->doc_starts, from);
 	if (f->format == SF_FMT_MEGATRON) {
 		for (uint64_t d = megatron_first_doc(f, v, lo); d < f->n_docs; d++) {
 			uint64_t seq, ptr;
@@ -521,24 +577,28 @@ static void file_doc_starts(const struct sf_dataset *ds, const struct sf_token_f
 			add_start(starts, n_starts, ds->doc_starts,
 				  (uint32_t)(ptr / f->width - lo) + from);
 		}
-		return;
+		return 0;
 	}
 	if (ds->eot == UINT32_MAX)
-		return;
-	for (uint64_t i = lo ? lo : 1; i < hi && *n_starts < ds->doc_starts; i++) {
-		uint32_t prev;
+		return 0;
+	if (lo == 0) {
+		bool first;
+		int r = 0;
 
-		if (f->width == 2) {
-			uint16_t id;
-
-			memcpy(&id, v->tokens + (i - 1) * 2, 2);
-			prev = id;
-		} else {
-			memcpy(&prev, v->tokens + (i - 1) * 4, 4);
-		}
-		if (prev == ds->eot)
-			add_start(starts, n_starts, ds->doc_starts, (uint32_t)(i - lo) + from);
+		/* The token before is in the row already, or in a file before. */
+		if (from)
+			first = row_token(ds, row, from - 1) == ds->eot;
+		else
+			r = file_starts_document(ds, fi, &first, e);
+		if (r < 0)
+			return r;
+		if (first)
+			add_start(starts, n_starts, ds->doc_starts, from);
 	}
+	for (uint64_t i = lo ? lo : 1; i < hi && *n_starts < ds->doc_starts; i++)
+		if (token_at(f, v, i - 1) == ds->eot)
+			add_start(starts, n_starts, ds->doc_starts, (uint32_t)(i - lo) + from);
+	return 0;
 }
 
 /* Copy the T+1 tokens at global offset `off` of the pre-tokenized stream into `row`. */
@@ -575,8 +635,12 @@ int sf__tokens_read_row(const struct sf_dataset *ds, uint64_t off, unsigned char
 				       f->path,
 				       (unsigned long long)(f->tokens_off + (in + bad) * 4), id);
 		}
-		if (starts)
-			file_doc_starts(ds, f, &v, off, done, done + take, starts, &n_starts);
+		if (starts) {
+			r = file_doc_starts(ds, fi, &v, row, off, done, done + take, starts,
+					    &n_starts, e);
+			if (r < 0)
+				return r;
+		}
 		done += take;
 		fi++;
 	}

@@ -20,6 +20,7 @@
 #include "producer/producer.h"
 #include "producer/text_cache.h"
 #include "producer/text_index.h"
+#include "producer/source/tokens.h"
 #include "producer/token_copy.h"
 #include "tests/unit/producer/source_fixture.h"
 
@@ -1011,4 +1012,62 @@ Test(sources, a_huge_finite_run_does_not_wrap_to_no_step)
 	cr_expect_eq(st.n_steps, UINT64_MAX - 1, "%llu steps", (unsigned long long)st.n_steps);
 	sf__dataset_close(ds);
 	unlink(path);
+}
+
+/* The document starts of the row at global offset `off` of the open dataset. */
+static void row_starts(const struct sf_dataset *ds, uint64_t off, uint32_t *starts)
+{
+	uint16_t row[16];
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__tokens_read_row(ds, off, (unsigned char *)row, starts, &e), 0, "%s",
+		     e.msg);
+}
+
+/*
+ * nanoGPT and llm.c shards split documents across files: a file's first token starts a
+ * document only where the file before it ends with the end-of-text id (or it is the
+ * stream's first token). Every file start was marked (a review: a mask reset inside a
+ * document at each shard boundary).
+ */
+Test(sources, file_boundaries_start_documents_only_after_end_of_text)
+{
+	uint16_t a[10], b[10];
+	uint32_t starts[4];
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	for (int i = 0; i < 10; i++) {
+		a[i] = (uint16_t)(1 + i);
+		b[i] = (uint16_t)(11 + i);
+	}
+	put("a.bin", a, sizeof(a));
+	put("b.bin", b, sizeof(b));
+	snprintf(path, sizeof(path), "%s/*.bin", dir);
+	src.format = SF_FMT_NANOGPT;
+	cfg.eot_id = 50256;
+	cfg.doc_starts = 4;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	row_starts(ds, 0, starts); /* the stream's first token */
+	cr_expect(starts[0] == 0 && starts[1] == UINT32_MAX, "row at 0: %u %u", starts[0],
+		  starts[1]);
+	row_starts(ds, 8, starts); /* 9 10 | 11 ...: one document across the files */
+	cr_expect_eq(starts[0], UINT32_MAX, "row at 8: a start at %u", starts[0]);
+	row_starts(ds, 10, starts); /* the row starts at b.bin's first token */
+	cr_expect_eq(starts[0], UINT32_MAX, "row at 10: a start at %u", starts[0]);
+	sf__dataset_close(ds);
+
+	a[9] = 50256; /* now the first file ends its document */
+	cr_assert_eq(mkdir(strcat(strcpy(path, dir), "/eot"), 0755), 0);
+	put("eot/a.bin", a, sizeof(a));
+	put("eot/b.bin", b, sizeof(b));
+	snprintf(path, sizeof(path), "%s/eot/*.bin", dir);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	row_starts(ds, 8, starts);
+	cr_expect(starts[0] == 2 && starts[1] == UINT32_MAX, "row at 8: %u %u", starts[0],
+		  starts[1]);
+	row_starts(ds, 10, starts);
+	cr_expect(starts[0] == 0 && starts[1] == UINT32_MAX, "row at 10: %u %u", starts[0],
+		  starts[1]);
+	sf__dataset_close(ds);
 }
