@@ -183,6 +183,16 @@ static uint32_t pair_rank(const struct sf_tok_ranks *r, const struct sf_bpe_node
 	return sf__tok_rank(r, piece + nodes[i].start, nodes[nodes[j].next].start - nodes[i].start);
 }
 
+/*
+ * A piece of megabytes takes seconds to merge: every SF_TOK_PROGRESS_POPS + 1 steps of a
+ * loop over it, a producer's heartbeat goes on (sf__tok_progress).
+ */
+static inline void progress_every(uint32_t step)
+{
+	if (!(step & SF_TOK_PROGRESS_POPS) && sf__tok_progress)
+		sf__tok_progress(0);
+}
+
 static int grow(struct sf_tok_encoder *enc, size_t len)
 {
 	struct sf_bpe_node *nodes;
@@ -230,16 +240,18 @@ int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, u
 		nodes[i].next = i + 1;
 	}
 	for (i = 0; i < end; i++) {
+		progress_every(i);
 		nodes[i].pair_rank = pair_rank(r, nodes, piece, i, end);
 		if (nodes[i].pair_rank != SF_RANK_NONE)
 			sf__heap_push(heap, &n_heap, (uint64_t)nodes[i].pair_rank << 32 | i);
 	}
 	nodes[end].pair_rank = SF_RANK_NONE;
 
-	while (n_heap) {
+	for (uint32_t pops = 1; n_heap; pops++) {
 		uint64_t key = sf__heap_pop(heap, &n_heap);
 		uint32_t rank = (uint32_t)(key >> 32), j;
 
+		progress_every(pops);
 		i = (uint32_t)key;
 		/*
 		 * Entries are not removed when a pair changes, so skip stale ones. A node's pair
@@ -266,9 +278,11 @@ int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, u
 		}
 	}
 
-	for (i = 0; i != end; i = nodes[i].next)
+	for (i = 0; i != end; i = nodes[i].next) {
+		progress_every((uint32_t)n_out);
 		if (emit(r, piece + i, nodes[nodes[i].next].start - i, out + n_out++) < 0)
 			return SF_E_TOKENIZER;
+	}
 	*ret_n = n_out;
 	return 0;
 }

@@ -141,10 +141,13 @@ static void bpe_heap(const struct sf_tok_hf *hf, struct sf_hf_part *p, uint64_t 
 	for (i = 0; i < len; i++)
 		if (p[i].rank != SF_RANK_NONE)
 			sf__heap_push(heap, &n_heap, (uint64_t)p[i].rank << 32 | i);
-	while (n_heap) {
+	for (uint32_t pops = 1; n_heap; pops++) {
 		uint64_t key = sf__heap_pop(heap, &n_heap);
 		uint32_t rank = (uint32_t)(key >> 32), j;
 
+		/* A piece of megabytes takes seconds: a producer's heartbeat goes on. */
+		if (!(pops & SF_TOK_PROGRESS_POPS) && sf__tok_progress)
+			sf__tok_progress(0);
 		i = (uint32_t)key;
 		if (p[i].rank != rank)
 			continue;
@@ -254,6 +257,7 @@ struct run {
 	struct sf_tok_encoder *enc;
 	const struct sf_tok_hf *hf;
 	size_t n_out;
+	size_t unreported; /* bytes of pieces since the last sf__tok_progress() call */
 	struct sf_err *e;
 };
 
@@ -320,6 +324,11 @@ static int emit_piece(struct run *r, const uint8_t *s, size_t len)
 	size_t n;
 	int rc;
 
+	r->unreported += len;
+	if (__builtin_expect(r->unreported >= SF_TOK_PROGRESS_BYTES, 0) && sf__tok_progress) {
+		sf__tok_progress(r->unreported);
+		r->unreported = 0;
+	}
 	rc = reserve_ids(r, len);
 	if (rc < 0)
 		return rc;

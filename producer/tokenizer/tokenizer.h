@@ -201,11 +201,13 @@ void sf__tok_encoder_free(struct sf_tok_encoder *enc);
 
 /*
  * sf__tok_progress - when not NULL, called by a BPE encode every SF_TOK_PROGRESS_BYTES of
- * input it has worked through, with the bytes since the previous call. A producer sets
- * it to renew its heartbeat, so that one long document (a whole file without a
- * separator) does not look like a stalled producer. Per process; NULL by default.
+ * input it has worked through, with the bytes since the previous call, and with 0 every
+ * SF_TOK_PROGRESS_POPS + 1 merge steps of one long piece. A producer sets it to renew its
+ * heartbeat, so that one long document (a whole file without a separator, a run of
+ * millions of spaces) does not look like a stalled producer. Per process; NULL by default.
  */
 #define SF_TOK_PROGRESS_BYTES (256u * 1024u)
+#define SF_TOK_PROGRESS_POPS  0xffffu
 extern void (*sf__tok_progress)(uint64_t bytes);
 
 /*

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -621,4 +622,53 @@ Test(accept, case_folds_checked_where_i_is_in_force)
 
 		expect_refused(&p, refused[i].message);
 	}
+}
+
+static unsigned progress_calls;
+
+static void count_progress(uint64_t bytes)
+{
+	(void)bytes;
+	progress_calls++;
+}
+
+/* Progress calls while encoding `text` with `tok`. */
+static unsigned progress_of(struct sf_tok *tok, const char *text, size_t len)
+{
+	struct sf_tok_encoder *enc;
+	const uint32_t *ids;
+	size_t n;
+
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, NULL), 0);
+	progress_calls = 0;
+	sf__tok_progress = count_progress;
+	cr_assert_eq(sf__tok_encode(enc, text, len, SF_TOK_ALLOW_NONE, &ids, &n, NULL), 0);
+	sf__tok_progress = NULL;
+	sf__tok_encoder_free(enc);
+	return progress_calls;
+}
+
+/*
+ * A producer's heartbeat comes from the encoder's progress calls, which a tokenizer.json
+ * never made: a long document (many pieces, or one long piece) was silent for as long as
+ * it took, and its producer was killed as stalled (a review of the tiktoken path, where
+ * one long piece was silent; checked here, this path made no call at all).
+ */
+Test(progress, long_documents_report_as_they_go)
+{
+	const struct parts p = {.extra_vocab = ", \"\\u0120\\u0120\": 256",
+				.merges = "[\"\\u0120 \\u0120\"]"};
+	const size_t n = 1 << 20;
+	char *text = malloc(n);
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	for (size_t i = 0; i < n; i++)
+		text[i] = i % 4 == 3 ? ' ' : 'a'; /* pieces "aaa", " aaa", ... */
+	cr_expect(progress_of(tok, text, n) >= 3, "many pieces: %u calls", progress_calls);
+	memset(text, ' ', n); /* one piece */
+	cr_expect(progress_of(tok, text, n) >= 8, "one piece: %u calls", progress_calls);
+	sf__tok_free(tok);
+	free(text);
 }

@@ -6,6 +6,8 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "shmfeed/shmfeed.h"
 #include "producer/tokenizer/tokenizer.h"
@@ -342,4 +344,41 @@ Test(load, special_id_of_a_rank)
 	cr_assert(strstr(err.msg, "has the id 1 of a rank"), "%s", err.msg);
 	cr_assert_null(tok);
 	unlink(path);
+}
+
+static unsigned progress_calls;
+
+static void count_progress(uint64_t bytes)
+{
+	(void)bytes;
+	progress_calls++;
+}
+
+/*
+ * A producer's heartbeat comes from the encoder's progress calls: a document that is one
+ * long piece (40 million spaces, a review) made none while it was merged, for seconds,
+ * and the producer was killed as stalled, six times, and the job stopped. The merge of a
+ * long piece reports as it goes.
+ */
+Test(progress, one_long_piece_reports_while_it_merges)
+{
+	struct sf_tok *tok = tok_test_load("cl100k_base");
+	struct sf_tok_encoder *enc;
+	const size_t n = 1 << 20;
+	char *spaces = malloc(n);
+	const uint32_t *ids;
+	size_t n_ids;
+
+	cr_assert(tok && spaces);
+	memset(spaces, ' ', n);
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, NULL), 0);
+	progress_calls = 0;
+	sf__tok_progress = count_progress;
+	cr_assert_eq(sf__tok_encode(enc, spaces, n, SF_TOK_ALLOW_NONE, &ids, &n_ids, NULL), 0);
+	sf__tok_progress = NULL;
+	cr_expect(progress_calls >= 8, "%u progress calls over one piece of %zu bytes",
+		  progress_calls, n);
+	sf__tok_encoder_free(enc);
+	sf__tok_free(tok);
+	free(spaces);
 }
