@@ -39,7 +39,7 @@ enum ftype {
 	T_ENUM,	   /* a name from `names`, stored as its index (uint32) */
 	T_U32,	   /* unsigned integer in [min, max] */
 	T_U64,	   /* unsigned 64-bit integer in [min, max] */
-	T_MS,	   /* a duration ("5s", "500ms", "2.5s", or 0), stored as uint32 ms in [min, max] */
+	T_MS,	   /* a duration ("5s", "500ms", "2.5s"), stored as uint32 ms: 0 (off) or in [min, max] */
 	T_BOOL,	   /* true/false (also yes/no, on/off), stored as uint32 0/1 */
 	T_SECTION, /* a mapping of `sub` fields */
 	T_SOURCES, /* a list of sources: path strings or mappings of source fields */
@@ -166,7 +166,9 @@ static const struct field arena_fields[] = {
 static const struct field producer_fields[] = {
 	{"count", T_U32, CFG(producers), 1, SF_MAX_PRODUCERS, NULL, NULL, 0, NULL},
 	{"max_restarts", T_U32, CFG(max_restarts), 0, 1000, NULL, NULL, 0, NULL},
-	{"stall_timeout", T_MS, CFG(stall_timeout_ms), 0, 3600000, NULL, NULL, 0, NULL},
+	/* Not below 500 ms: an idle producer renews its heartbeat every 200 ms
+	 * (producer.c's CLAIM_SLICE_NS), and a timeout near that killed idle ones. */
+	{"stall_timeout", T_MS, CFG(stall_timeout_ms), 500, 3600000, NULL, NULL, 0, NULL},
 	{"cpus", T_STRING, CFG(producer_cpus), 0, 0, NULL, NULL, F_NULLABLE,
 	 "a CPU list like \"0-1,4\", or null"},
 	END_FIELDS,
@@ -557,8 +559,10 @@ static int set_duration(struct loader *L, const struct field *f, const yaml_node
 			       f->key, n->type == YAML_SCALAR_NODE ? "; got '" : ", not ",
 			       n->type == YAML_SCALAR_NODE ? scalar(n) : node_kind(n),
 			       n->type == YAML_SCALAR_NODE ? "'" : "");
-	if (r == -ERANGE || ms < f->min || ms > f->max)
-		return fail_at(L, n, "'%s' is out of range: %.64s is not in [%llums, %llums]",
+	/* 0 (off) is always taken; the range is that of the other values. */
+	if (r == -ERANGE || (ms && ms < f->min) || ms > f->max)
+		return fail_at(L, n,
+			       "'%s' is out of range: %.64s is not 0 (off) or in [%llums, %llums]",
 			       f->key, scalar(n), (unsigned long long)f->min,
 			       (unsigned long long)f->max);
 	/* Kept in whole milliseconds, where 0 means off: 0.5ms must not turn it off. */

@@ -20,6 +20,7 @@
 #endif
 
 #include "shmfeed/shmfeed.h"
+#include "producer/producer.h"
 #include "producer/source/text_file.h"
 
 static int has_suffix(const char *s, const char *suffix)
@@ -82,7 +83,8 @@ static int decompress_zstd(const char *path, const unsigned char *in, size_t in_
 				    cap * 2);
 			goto out;
 		}
-		ob = (ZSTD_outBuffer){buf + len, cap - len, 0};
+		/* A MiB at a time: a producer's heartbeat goes on through a large file. */
+		ob = (ZSTD_outBuffer){buf + len, cap - len > (1u << 20) ? (1u << 20) : cap - len, 0};
 		ib.size = in_len - ib.pos > step ? ib.pos + step : in_len;
 		last = ZSTD_decompressStream(ds, &ob, &ib);
 		if (ZSTD_isError(last)) {
@@ -94,6 +96,7 @@ static int decompress_zstd(const char *path, const unsigned char *in, size_t in_
 			goto out;
 		}
 		len += ob.pos;
+		sf__producer_progress(ob.pos);
 		if (ib.pos == in_len && len == before && last != 0) {
 			r = sf__err(e, SF_E_SOURCE,
 				    "%s: byte %zu: truncated zstd stream (the frame is incomplete)",
@@ -149,12 +152,14 @@ static int decompress_gzip(const char *path, const unsigned char *in, size_t in_
 			break;
 		}
 		{
-			size_t room = cap - len > (1u << 30) ? (1u << 30) : cap - len;
+			/* A MiB at a time: a producer's heartbeat goes on through a large file. */
+			size_t room = cap - len > (1u << 20) ? (1u << 20) : cap - len;
 
 			zs.next_out = (unsigned char *)buf + len;
 			zs.avail_out = (uInt)room;
 			z = inflate(&zs, Z_NO_FLUSH);
 			len += room - zs.avail_out;
+			sf__producer_progress(room - zs.avail_out);
 		}
 		if (z == Z_STREAM_END) {
 			size_t at = (size_t)((const unsigned char *)zs.next_in - in);

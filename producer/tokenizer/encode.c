@@ -215,9 +215,14 @@ static int encode_chars(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, 
 	size_t p = 0;
 	uint32_t cp;
 
-	while (p < n) {
+	for (size_t reported = 0; p < n;) {
 		size_t len = sf__utf8_next(s + p, n - p, &cp);
 		size_t lo = 0, hi = tok->n_chars;
+
+		if (__builtin_expect(p - reported >= SF_TOK_PROGRESS_BYTES, 0) && sf__tok_progress) {
+			sf__tok_progress(p - reported);
+			reported = p;
+		}
 
 		while (lo < hi) {
 			size_t mid = (lo + hi) / 2;
@@ -373,8 +378,12 @@ static int encode_ordinary(struct sf_tok_encoder *enc, const uint8_t *s, size_t 
 	case SF_TOK_SP:
 		return encode_sp(enc, s, n, n_out, e);
 	case SF_TOK_BYTES:
-		for (i = 0; i < n; i++)
+		for (i = 0; i < n; i++) {
 			enc->ids[(*n_out)++] = s[i];
+			if (__builtin_expect(!((i + 1) % SF_TOK_PROGRESS_BYTES), 0) &&
+			    sf__tok_progress)
+				sf__tok_progress(SF_TOK_PROGRESS_BYTES);
+		}
 		return 0;
 	default:
 		return encode_chars(enc, s, n, n_out, e);

@@ -438,3 +438,28 @@ def test_check_refuses_token_files_of_another_tokenizer_beside_raw_text(tmp_path
     put_tokens(tmp_path / "t.bin", 4096, modulo=257)
     out = check(cfg)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_large_compressed_shard_is_not_taken_for_a_stall(rt, tmp_path):
+    """A producer decompresses a .gz or .zst shard whole at its first read; a large one
+    took longer than the stall timeout without a heartbeat, so the producer was killed as
+    stalled, again after each restart, until the job stopped without a batch (a review:
+    906 MB of JSONL, 8 s to inflate, the default 5 s timeout). Here 100 MB of gzip (one
+    1 MiB member a hundred times), about 1 s to inflate, under a 500 ms timeout: in
+    documents of 128 KiB, then as one document of 100 MB (whose `bytes` encoding was as
+    silent)."""
+    import base64
+    import gzip
+    member = gzip.compress(b"".join(base64.b64encode(os.urandom(3 << 15)) + b"\n\n"
+                                    for _ in range(8)), 1)
+    data = tmp_path / "big.txt.gz"
+    data.write_bytes(member * 100)
+    for sep in ('"\\n\\n"', "null"):
+        cfg = write_config(tmp_path, f"[{{paths: [{data}], format: text, separator: {sep}}}]",
+                           "sampling: {mode: windows, epochs: 0}\n")
+        job = job_name("gz")
+        out = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 20), timeout=120,
+                      sets=["producers.stall_timeout=500ms"])
+        assert out.returncode == 0, out.stderr
+        assert "producer stalls 0" in out.stderr and "stalled" not in out.stderr.replace(
+            "producer stalls 0", ""), (sep, out.stderr)
