@@ -276,6 +276,24 @@ static int cut_scan(void *arg)
 	c->len = len;
 	c->cap = cap;
 	SF_TEST_POINT(SF_TP_INDEX_MAPPED);
+	/* UTF-16 would read as documents of its raw bytes, NULs between the letters. */
+	if (f->format == SF_FMT_TEXT && len >= 2 &&
+	    (!memcmp(data, "\xff\xfe", 2) || !memcmp(data, "\xfe\xff", 2))) {
+		sf__err(&why, SF_E_SOURCE,
+			"%s: a UTF-16 byte order mark (%s): the file is UTF-16; text is read as "
+			"UTF-8 (iconv -f UTF-16 -t UTF-8)",
+			f->path, data[0] == '\xff' ? "FF FE" : "FE FF");
+		if (cap)
+			munmap((void *)data, cap);
+		c->data = NULL;
+		if (src->on_error != SF_ON_ERROR_SKIP) {
+			*e = why;
+			return SF_E_SOURCE;
+		}
+		sf__dataset_note_skip(ds, &why);
+		f->dropped = 1;
+		return 0;
+	}
 	f->len = len;
 	f->max_doc = 0;
 	p = start = data + doc_start_from(ds, f, data, len, f->part_lo);

@@ -1071,3 +1071,25 @@ Test(sources, file_boundaries_start_documents_only_after_end_of_text)
 		  starts[1]);
 	sf__dataset_close(ds);
 }
+
+/*
+ * A UTF-16 text file (Windows' "Unicode" save) became documents of its raw bytes, NULs
+ * between the letters, with no word (a review; JSONL refuses it). Refused, naming the
+ * file; skipped and counted under on_error: skip.
+ */
+Test(sources, text_utf16_is_named)
+{
+	static const char le[] = "\xff\xfeh\0e\0l\0l\0o\0\n\0\n\0w\0o\0r\0l\0d\0\n\0";
+
+	static const char good[] = "a document of plain UTF-8 text, long enough for a window\n";
+	char bad[4200];
+
+	cfg.encoding = "bytes";
+	src.format = SF_FMT_TEXT;
+	put("le.txt", le, sizeof(le) - 1);
+	snprintf(bad, sizeof(bad), "%s", path);
+	put("good.txt", good, strlen(good));
+	snprintf(path, sizeof(path), "%s", dir);
+	expect_fail(SF_E_SOURCE, bad, ": a UTF-16 byte order mark (FF FE)");
+	expect_skip(1, "iconv -f UTF-16 -t UTF-8");
+}
