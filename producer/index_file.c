@@ -411,8 +411,16 @@ int sf__index_take(struct sf_dataset *ds, const struct sf_index_image *img, uint
 	f->skipped = en->skipped;
 	if (en->skipped) {
 		struct sf_err why = {.code = 0};
+		size_t n = strlen(f->path);
 
-		snprintf(why.msg, sizeof(why.msg), "%s", img->h.first_skip);
+		/* The index keeps one message, the first skip of the run that wrote it: this
+		 * file's, or another's, which a job that does not read it must not show. */
+		if (!strncmp(img->h.first_skip, f->path, n) && img->h.first_skip[n] == ':')
+			snprintf(why.msg, sizeof(why.msg), "%s", img->h.first_skip);
+		else
+			snprintf(why.msg, sizeof(why.msg),
+				 "%s: %llu bad records skipped (found when its index was built)",
+				 f->path, (unsigned long long)en->skipped);
 		sf__dataset_note_skips(ds, &why, en->skipped);
 	}
 	return 1;

@@ -1093,3 +1093,26 @@ Test(sources, text_utf16_is_named)
 	expect_fail(SF_E_SOURCE, bad, ": a UTF-16 byte order mark (FF FE)");
 	expect_skip(1, "iconv -f UTF-16 -t UTF-8");
 }
+
+/*
+ * The first skipped record's message is kept once per directory's index: a job that read
+ * only B.jsonl after one that read A.jsonl and B.jsonl said its first skip was in A.jsonl,
+ * a file it does not read (a review). A file's own skips name the file.
+ */
+Test(sources, a_skip_from_the_index_names_a_file_the_job_reads)
+{
+	static const char a[] = "{\"text\": \"a document of file A, long enough\"}\n{\"text\": 1}\n";
+	static const char b[] = "{\"text\": \"a document of file B, long enough\"}\n"
+				"{\"text\": \"b\"}\n{\"text\": 2}\n";
+	char b_path[4200];
+
+	cfg.encoding = "bytes";
+	src.format = SF_FMT_JSONL;
+	put("A.jsonl", a, strlen(a));
+	put("B.jsonl", b, strlen(b));
+	snprintf(b_path, sizeof(b_path), "%s", path);
+	snprintf(path, sizeof(path), "%s", dir);
+	expect_skip(2, "A.jsonl:2");
+	snprintf(path, sizeof(path), "%s", b_path);
+	expect_skip(1, "B.jsonl");
+}
