@@ -1090,6 +1090,39 @@ static int fail_source_field(struct loader *L, const struct field *f, uint32_t i
 	return fail_mark(L, m ? m : mark_in(L, &root_fields[1], (int32_t)i), what);
 }
 
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/*
+ * nanoGPT's char encoding takes the characters of its corpus's bytes read as UTF-8: those
+ * of a compressed file, or JSON syntax, are no corpus's (they were refused later, as "not
+ * valid UTF-8" or a character "not in the vocabulary", or taken).
+ */
+static int check_char_corpus(struct loader *L, const struct sf_config *cfg, const char *corpus)
+{
+	const char *kind = NULL;
+	char msg[768];
+
+	if (ends_with(corpus, ".gz") || ends_with(corpus, ".zst"))
+		kind = "compressed";
+	else if (ends_with(corpus, ".jsonl") ||
+		 (cfg->n_sources == 1 && cfg->sources[0].n_paths == 1 &&
+		  cfg->sources[0].format == SF_FMT_JSONL && !strcmp(cfg->sources[0].paths[0], corpus)))
+		kind = "JSONL";
+	if (!kind)
+		return 0;
+	snprintf(msg, sizeof(msg),
+		 "'encoding: char' takes its vocabulary from a corpus, and %.400s is %s: its "
+		 "characters are read from plain UTF-8 text; write char:CORPUS naming a plain "
+		 "text file (the corpus's text, or its characters)",
+		 corpus, kind);
+	return fail_field(L, &tokenizer_fields[0], msg);
+}
+
 static int fail_mark(struct loader *L, const struct mark *m, const char *what)
 {
 	/* A field never written is reported at the top of the file, where it belongs. */
@@ -1556,6 +1589,11 @@ ranks_done:
 			return sf__err(L->e, -ENOMEM, "out of memory");
 		free(cfg->encoding);
 		cfg->encoding = v;
+	}
+	if (cfg->encoding && !strncmp(cfg->encoding, "char:", 5)) {
+		r = check_char_corpus(L, cfg, cfg->encoding + 5);
+		if (r < 0)
+			return r;
 	}
 	r = check_endpoint(L, cfg);
 	if (r == 0)

@@ -224,6 +224,14 @@ Test(config, char_encoding_takes_its_corpus)
 	cr_expect_str_eq(cfg.encoding, "char:alphabet.txt");
 	rejects("sources: [a, b]\ntokenizer: {encoding: char}\n",
 		"job.yaml:2:23:", "with several, write char:CORPUS");
+	/* Its alphabet is the file's bytes as UTF-8: a compressed file's, or JSON syntax, were
+	 * taken (refused later with "not valid UTF-8" or "not in the vocabulary"; a review). */
+	rejects("sources: [input.txt.gz]\ntokenizer: {encoding: char}\n", "job.yaml:2:23:",
+		"input.txt.gz is compressed: its characters are read from plain UTF-8 text");
+	rejects("sources: [d.jsonl]\ntokenizer: {encoding: char}\n", "job.yaml:2:23:",
+		"d.jsonl is JSONL: its characters are read from plain UTF-8 text");
+	rejects("sources: [a]\ntokenizer: {encoding: 'char:a.txt.zst'}\n", "job.yaml:2:23:",
+		"a.txt.zst is compressed");
 	/* A pattern may match several, but an existing file whose name has [ is one file. */
 	{
 		char dir[] = "/tmp/sf-test-char-XXXXXX", path[128], yaml[256];
