@@ -209,34 +209,52 @@ static void escaped_sep(char *out, size_t len, const char *s)
 }
 
 /*
- * A text file read as one document under a separator of newlines, whose lines end with
- * CRLF so that the separator written with \r\n is there: said once (ds->note), since a
- * corpus from Windows read so has no document boundary at all.
+ * Line ends that the separator does not match, said once (ds->note), since nothing else
+ * would show them: a separator of newlines (`"\n\n"`) over lines that end with CRLF
+ * splits the file nowhere (one document) or keeps each line's \r in its documents (`"\n"`:
+ * a blank line is then a document "\r"); one of CRLF line ends over LF lines splits the
+ * file nowhere.
  */
-static void note_crlf(struct sf_dataset *ds, const struct sf_text_file *f,
-		      const struct sf_source_config *src, const char *data, size_t len)
+static void note_line_ends(struct sf_dataset *ds, const struct sf_text_file *f,
+			   const struct sf_source_config *src, const char *data, size_t len)
 {
-	char crlf[64], shown[2][160];
+	char other[64], shown[2][160];
+	const char *sep = src->separator;
+	bool crlf_sep;
 	size_t n = 0;
 
-	if (f->format != SF_FMT_TEXT || !src->separator || !strchr(src->separator, '\n') ||
-	    strchr(src->separator, '\r') || strlen(src->separator) > 31 ||
-	    f->max_doc != f->part_bytes || !f->part_bytes)
+	if (f->format != SF_FMT_TEXT || !sep || !strchr(sep, '\n') || strlen(sep) > 31 ||
+	    !f->part_bytes)
 		return;
-	for (const char *c = src->separator; *c && n + 2 < sizeof(crlf); c++) {
-		if (*c == '\n')
-			crlf[n++] = '\r';
-		crlf[n++] = *c;
+	crlf_sep = strstr(sep, "\r\n") != NULL;
+	/* The separator written with the other line ends. */
+	for (const char *c = sep; *c && n + 2 < sizeof(other); c++) {
+		if (crlf_sep && c[0] == '\r' && c[1] == '\n')
+			continue;
+		if (!crlf_sep && *c == '\n')
+			other[n++] = '\r';
+		other[n++] = *c;
 	}
-	crlf[n] = 0;
-	if (!memmem(data, len, crlf, n))
+	other[n] = 0;
+	if (crlf_sep && strchr(other, '\r'))
+		return; /* a lone \r besides: no other spelling to offer */
+	if (!crlf_sep && strchr(sep, '\r'))
 		return;
-	escaped_sep(shown[0], sizeof(shown[0]), src->separator);
-	escaped_sep(shown[1], sizeof(shown[1]), crlf);
-	snprintf(ds->note, sizeof(ds->note),
-		 "%s: lines end with CRLF: the separator \"%s\" is nowhere in it, so it is one "
-		 "document; separator \"%s\" would split it",
-		 f->path, shown[0], shown[1]);
+	if (!memmem(data, len, other, n) || (crlf_sep && memmem(data, len, "\r\n", 2)))
+		return;
+	escaped_sep(shown[0], sizeof(shown[0]), sep);
+	escaped_sep(shown[1], sizeof(shown[1]), other);
+	if (f->max_doc == f->part_bytes)
+		snprintf(ds->note, sizeof(ds->note),
+			 "%s: lines end with %s: the separator \"%s\" is nowhere in it, so it is "
+			 "one document; separator \"%s\" would split it",
+			 f->path, crlf_sep ? "LF" : "CRLF", shown[0], shown[1]);
+	else if (!crlf_sep)
+		snprintf(ds->note, sizeof(ds->note),
+			 "%s: lines end with CRLF: documents split at \"%s\" keep the \\r of "
+			 "their line ends (a blank line is a document \"\\r\"); separator \"%s\" "
+			 "would not",
+			 f->path, shown[0], shown[1]);
 }
 
 /* A cut_file() under way: what its fault path frees. */
@@ -320,7 +338,7 @@ static int cut_scan(void *arg)
 			/* Before the last bytes are released (a decompressed file's would read
 			 * as zeros). */
 			if (p == end && !ds->note[0])
-				note_crlf(ds, f, src, data, len);
+				note_line_ends(ds, f, src, data, len);
 			start = p;
 			release_scanned(data, &released, (size_t)(start - data));
 		}

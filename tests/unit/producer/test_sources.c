@@ -656,6 +656,39 @@ Test(sources, crlf_text_under_a_newline_separator_is_named)
 	sf__dataset_close(ds);
 }
 
+/*
+ * The other mismatches of line ends were silent (a review): CRLF lines split at "\n" kept
+ * each line's \r, and a blank line became a document "\r"; a file of LF lines under a
+ * separator of CRLF ones was one document.
+ */
+Test(sources, line_ends_that_the_separator_does_not_match_are_named)
+{
+	static const char crlf[] = "first line\r\n\r\nsecond line\r\n";
+	static const char lf[] = "first document\nof two lines\n\nsecond document\n";
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	cfg.encoding = "bytes";
+	src.separator = "\n";
+	put("crlf.txt", crlf, strlen(crlf));
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect(strstr(sf__dataset_note(ds), "crlf.txt: lines end with CRLF: documents split "
+						"at \"\\n\" keep the \\r"),
+		  "'%s'", sf__dataset_note(ds));
+	cr_expect(strstr(sf__dataset_note(ds), "separator \"\\r\\n\" would not"), "'%s'",
+		  sf__dataset_note(ds));
+	sf__dataset_close(ds);
+	src.separator = "\r\n\r\n";
+	put("lf.txt", lf, strlen(lf));
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect(strstr(sf__dataset_note(ds), "lf.txt: lines end with LF: the separator "
+						"\"\\r\\n\\r\\n\" is nowhere in it"),
+		  "'%s'", sf__dataset_note(ds));
+	cr_expect(strstr(sf__dataset_note(ds), "separator \"\\n\\n\" would split it"), "'%s'",
+		  sf__dataset_note(ds));
+	sf__dataset_close(ds);
+}
+
 Test(sources, bad_file_skipped_among_good)
 {
 	static const char good[] = "a plain text document that is long enough for windows";
