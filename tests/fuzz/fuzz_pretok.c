@@ -111,7 +111,10 @@ static void append(struct stream *s, const uint8_t *p, uint64_t count, uint32_t 
 
 		memcpy(&v, p + i * width, width);
 		s->tok[base + i] = v;
-		s->start[base + i] = i == 0 || (flat_eot && s->tok[base + i - 1] == eot);
+		/* Flat files are one stream: a document starts after an end-of-text id (the
+		 * one ending the file before, for a file's first token) or at the stream's
+		 * first token; a Megatron file's come from its index below. */
+		s->start[base + i] = flat_eot && (base + i == 0 || s->tok[base + i - 1] == eot);
 	}
 	if (idx) {
 		/* Megatron: the first sequence of each document, at its byte offset. */
