@@ -2,6 +2,8 @@
  * The shmfeed command: a table of subcommands, each living in its own cmd_*.c, and the
  * argument parsing that several of them share.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -183,6 +185,12 @@ static int wants_help(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	/* Started with 0, 1 or 2 closed (`2>&-`): the first files opened would take them,
+	 * and log lines went into the arena. /dev/null holds their places. */
+	for (int fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF &&
+		    open("/dev/null", fd ? O_WRONLY : O_RDONLY) != fd)
+			return 127;
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

@@ -216,6 +216,9 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 		 * would otherwise kill them mid-fill and count as crashes. */
 		for (size_t k = 0; k < sizeof(stop_signals) / sizeof(stop_signals[0]); k++)
 			signal(stop_signals[k], SIG_IGN);
+		/* A log line to a stderr whose reader has gone fails (EPIPE); dying of SIGPIPE
+		 * would turn a data error, sent to the launcher after it, into a crash. */
+		signal(SIGPIPE, SIG_IGN);
 		/* A process group of its own: the signals a terminal sends its foreground
 		 * group (Ctrl-C, Ctrl-\, Ctrl-Z) reach the supervisor, which stops the
 		 * producers through the job state, and not the producers mid-fill. */
@@ -1535,6 +1538,9 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 			sigaddset(&S->mask, stop_signals[i]);
 	sigprocmask(SIG_BLOCK, &S->mask, &S->old_mask);
 	S->masked = 1;
+	/* Before the first log line: a stderr whose reader has gone (`run ... 2>&1 | head`)
+	 * must not kill the launcher by SIGPIPE with the arena made. */
+	signal(SIGPIPE, SIG_IGN);
 	r = sf__arena_create(cfg->job, &S->geo, &opt, &S->a, note, sizeof(note), e);
 	if (r < 0)
 		goto out_close_ds;
@@ -1544,7 +1550,6 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 		     cfg->job, S->a->shm_name, (unsigned long long)S->a->hdr->total_size,
 		     S->geo.ranks, S->geo.ranks == 1 ? "" : "s", S->geo.slots_per_rank,
 		     S->geo.batch, S->geo.seq_tokens, note);
-	signal(SIGPIPE, SIG_IGN);
 	S->sfd = signalfd(-1, &S->mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (S->sfd < 0) {
 		r = sf__err(e, -errno, "signalfd: %s", strerror(errno));
@@ -1594,6 +1599,10 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 	if (S->failed && r == 0)
 		r = sf__err(e, SF_E_SOURCE, "%s", S->reason);
 	status = S->cmd_pid > 0 ? S->cmd_status : 0;
+	/* A stop signal before the command started: it never ran, which is no success (a
+	 * scancel at start-up read as a finished training run). */
+	if (l->command && S->cmd_pid <= 0 && S->stop_signo)
+		status = 128 + S->stop_signo;
 	/* Stopped by Ctrl-C, and the command died of it too (or there was none): the launcher
 	 * ends by SIGINT in turn, so that a script running it stops as well (a shell goes on
 	 * after a child that exits normally on SIGINT, taking it as handled). */

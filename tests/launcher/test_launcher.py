@@ -1067,3 +1067,65 @@ def test_a_dead_job_says_where_its_control_sockets_are(rt, tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert not shm_of(job) and not os.listdir(sock_dir)
+
+
+def test_a_launcher_started_with_stderr_closed_or_unread(rt, tmp_path):
+    """Found by review: started with stderr closed (`2>&-`), the launcher's log lines went
+    into the arena (its file took descriptor 2): the rank was refused, "not a shmfeed
+    arena". With stderr a pipe nobody reads (`run ... 2>&1 | true`), the first log line
+    killed it by SIGPIPE, the command never ran and the arena stayed in /dev/shm. The
+    real CLI and producers: the descriptors are set up in its main()."""
+    cfg = write_config(tmp_path, world=1)
+    out = tmp_path / "r0.txt"
+    job = job_name("nostderr")
+    p = subprocess.run([SHMFEED, "run", cfg, "--set", f"job={job}", "--", CONSUME,
+                        "--steps", "5", "--out", str(out)], stdout=subprocess.DEVNULL,
+                       preexec_fn=lambda: os.close(2), timeout=60,
+                       env=dict(os.environ, LOCAL_RANK="0"))
+    assert p.returncode == 0 and len(read_lines(out)) == 5, p.returncode
+    assert not shm_of(job)
+    job = job_name("unread")
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([SHMFEED, "run", cfg, "--set", f"job={job}", "--", "sh", "-c",
+                            "exit 3"], stdout=subprocess.DEVNULL, stderr=w, timeout=60)
+    finally:
+        os.close(w)
+    assert p.returncode == 3, p.returncode
+    assert not shm_of(job)
+
+
+def test_a_stop_before_the_command_started_is_no_success(rt, tmp_path):
+    """Found by review: SIGTERM while the job was made (scancel, systemd at start-up)
+    stopped it before the command started, and the launcher exited 0, as if training had
+    run and finished. It exits 128 + the signal. The launcher is caught while its arena
+    is made (its `.new` file is there), stopped with SIGSTOP, sent SIGTERM, continued:
+    the signal waits, blocked, for the check before the command starts."""
+    tokens = tmp_path / "tokens.bin"
+    tokens.write_bytes(bytes(range(256)) * 40000)
+    cfg = tmp_path / "big.yaml"
+    # An arena of 0.5 GB, so that making it takes a while.
+    cfg.write_text(f"sources: [{tokens}]\nbatch: {{size: 64, seq_len: 8192}}\n"
+                   "consumers: {world_size: 1}\narena: {slots_per_rank: 512}\n"
+                   "sampling: {mode: random}\n")
+    marker = tmp_path / "ran"
+    for attempt in range(10):
+        job = job_name("early-stop")
+        p = subprocess.Popen([SHMFEED, "run", str(cfg), "--set", f"job={job}", "--", "sh",
+                              "-c", f"touch {marker}"], stderr=subprocess.PIPE, text=True)
+        caught = wait_for(lambda: any(n.startswith(f"shmfeed.{job}.new")
+                                      for n in os.listdir("/dev/shm")), timeout=20)
+        if caught:
+            p.send_signal(signal.SIGSTOP)
+            caught = any(n.startswith(f"shmfeed.{job}.new") for n in os.listdir("/dev/shm"))
+            p.send_signal(signal.SIGTERM)
+            p.send_signal(signal.SIGCONT)
+        _, err = p.communicate(timeout=60)
+        assert not shm_of(job)
+        if caught:
+            assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err)
+            assert not marker.exists(), err
+            return
+        marker.unlink(missing_ok=True)
+    pytest.fail("the launcher was never caught making its arena")
