@@ -1393,7 +1393,21 @@ static void end_orphans(struct supervisor *S)
 		if (fresh)
 			sf__log_info("%zu process%s the command left behind: SIGTERM", fresh,
 				     fresh == 1 ? "" : "es");
-		usleep(10000);
+		if (S->router) {
+			/* Control requests are answered meanwhile (a CURVE handshake's ZAP
+			 * request first). */
+			zmq_pollitem_t items[2] = {{S->router, 0, ZMQ_POLLIN, 0},
+						   {S->curve.zap, 0, ZMQ_POLLIN, 0}};
+
+			if (zmq_poll(items, S->curve.zap ? 2 : 1, 10) > 0) {
+				if (S->curve.zap && (items[1].revents & ZMQ_POLLIN))
+					sf__curve_zap_serve(&S->curve);
+				if (items[0].revents & ZMQ_POLLIN)
+					serve(S);
+			}
+		} else {
+			usleep(10000);
+		}
 	}
 }
 
@@ -1609,8 +1623,6 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 	if (S->stop_signo == SIGINT && (S->cmd_pid <= 0 || S->cmd_termsig == SIGINT))
 		*ret_signal = SIGINT;
 out_sockets:
-	sf__metrics_close(S->metrics);
-	close_sockets(S);
 	/* Anything still running at this point is killed and reaped before the arena
 	 * goes, so no process outlives its job's shared memory. */
 	for (uint32_t i = 0; i < S->n_prod; i++)
@@ -1620,7 +1632,12 @@ out_sockets:
 			close(S->prod[i].errfd);
 			S->prod[i].pid = 0;
 		}
+	/* With the control socket still open: `status` and `stop` get the job's answer
+	 * while it ends what the command left behind (they said its control files were
+	 * missing, and `run` of the name said to ask them). */
 	end_orphans(S);
+	sf__metrics_close(S->metrics);
+	close_sockets(S);
 out_arena:
 	sf__arena_destroy(S->a);
 	if (S->sfd >= 0)

@@ -1129,3 +1129,39 @@ def test_a_stop_before_the_command_started_is_no_success(rt, tmp_path):
             return
         marker.unlink(missing_ok=True)
     pytest.fail("the launcher was never caught making its arena")
+
+
+def test_status_answers_while_a_failed_job_ends_what_its_command_left(rt, tmp_path):
+    """Found by review: a failed job closed its control socket and removed its discovery
+    file before it ended what its command left behind (up to the grace period): `status`
+    and `stop` said its control files were missing ("started with another
+    SHMFEED_RUNTIME_DIR"), and `run` of the name said to ask them. The job answers until
+    it is gone."""
+    import threading
+    job = job_name("leftover")
+    cfg = write_config(tmp_path, "producers: {count: 1, max_restarts: 0}\n", world=1)
+    crash = tmp_path / "crash-now"
+    env = dict(os.environ, SHMFEED_TEST_CRASH_ONCE=str(crash), SHMFEED_TEST_SLOW_US="2000")
+    # A rank, and beside it a process of its own session that ignores SIGTERM.
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--grace-ms", "4000",
+                          "--", "sh", "-c", "setsid sh -c \"trap '' TERM; exec sleep 30\" & "
+                          f"LOCAL_RANK=0 exec {CONSUME} --fake --steps 100000 "
+                          f"--out {tmp_path}/r0.txt"],
+                         stderr=subprocess.PIPE, text=True, env=env)
+    assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                           capture_output=True).returncode == 0)
+    crash.touch()  # producer 0 dies at its next claim, and the job fails
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
+    reader.start()
+    try:
+        assert wait_for(lambda: any("left behind: SIGTERM" in l for l in lines), 20), lines
+        st = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
+                            timeout=30)
+        assert "control files are not in" not in st.stderr, st.stderr
+        assert st.returncode == 0 and f"job {job}:" in st.stdout, (st.stdout, st.stderr)
+    finally:
+        p.wait(timeout=30)
+        reader.join(timeout=10)
+    assert p.returncode != 0
+    assert not shm_of(job)
