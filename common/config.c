@@ -39,7 +39,7 @@ enum ftype {
 	T_ENUM,	   /* a name from `names`, stored as its index (uint32) */
 	T_U32,	   /* unsigned integer in [min, max] */
 	T_U64,	   /* unsigned 64-bit integer in [min, max] */
-	T_MS,	   /* a duration ("5s", "500ms", "2.5s"), stored as uint32 ms: 0 (off) or in [min, max] */
+	T_MS,	   /* a duration ("5s", "500ms", "2.5s"): uint32 ms, 0 (off) or in [min, max] */
 	T_BOOL,	   /* true/false (also yes/no, on/off), stored as uint32 0/1 */
 	T_SECTION, /* a mapping of `sub` fields */
 	T_SOURCES, /* a list of sources: path strings or mappings of source fields */
@@ -561,10 +561,9 @@ static int set_duration(struct loader *L, const struct field *f, const yaml_node
 			       n->type == YAML_SCALAR_NODE ? "'" : "");
 	/* 0 (off) is always taken; the range is that of the other values. */
 	if (r == -ERANGE || (ms && ms < f->min) || ms > f->max)
-		return fail_at(L, n,
-			       "'%s' is out of range: %.64s is not 0 (off) or in [%llums, %llums]",
-			       f->key, scalar(n), (unsigned long long)f->min,
-			       (unsigned long long)f->max);
+		return fail_at(
+			L, n, "'%s' is out of range: %.64s is not 0 (off) or in [%llums, %llums]",
+			f->key, scalar(n), (unsigned long long)f->min, (unsigned long long)f->max);
 	/* Kept in whole milliseconds, where 0 means off: 0.5ms must not turn it off. */
 	if (!ms && strspn(scalar(n), "0._") != strcspn(scalar(n), "ms"))
 		return fail_at(L, n, "'%s' is %.64s, less than 1ms but not 0 (0 turns it off)",
@@ -1111,7 +1110,8 @@ static int check_char_corpus(struct loader *L, const struct sf_config *cfg, cons
 		kind = "compressed";
 	else if (ends_with(corpus, ".jsonl") ||
 		 (cfg->n_sources == 1 && cfg->sources[0].n_paths == 1 &&
-		  cfg->sources[0].format == SF_FMT_JSONL && !strcmp(cfg->sources[0].paths[0], corpus)))
+		  cfg->sources[0].format == SF_FMT_JSONL &&
+		  !strcmp(cfg->sources[0].paths[0], corpus)))
 		kind = "JSONL";
 	if (!kind)
 		return 0;

@@ -84,7 +84,8 @@ static int decompress_zstd(const char *path, const unsigned char *in, size_t in_
 			goto out;
 		}
 		/* A MiB at a time: a producer's heartbeat goes on through a large file. */
-		ob = (ZSTD_outBuffer){buf + len, cap - len > (1u << 20) ? (1u << 20) : cap - len, 0};
+		ob = (ZSTD_outBuffer){buf + len, cap - len > (1u << 20) ? (1u << 20) : cap - len,
+				      0};
 		ib.size = in_len - ib.pos > step ? ib.pos + step : in_len;
 		last = ZSTD_decompressStream(ds, &ob, &ib);
 		if (ZSTD_isError(last)) {

@@ -495,8 +495,7 @@ static void add_start(uint32_t *starts, uint32_t *n, uint32_t max, uint32_t pos)
 }
 
 /* Token i of file `f` in view `v`. */
-static uint32_t token_at(const struct sf_token_file *f, const struct sf_token_view *v,
-			 uint64_t i)
+static uint32_t token_at(const struct sf_token_file *f, const struct sf_token_view *v, uint64_t i)
 {
 	uint32_t id;
 

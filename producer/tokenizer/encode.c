@@ -219,7 +219,8 @@ static int encode_chars(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, 
 		size_t len = sf__utf8_next(s + p, n - p, &cp);
 		size_t lo = 0, hi = tok->n_chars;
 
-		if (__builtin_expect(p - reported >= SF_TOK_PROGRESS_BYTES, 0) && sf__tok_progress) {
+		if (__builtin_expect(p - reported >= SF_TOK_PROGRESS_BYTES, 0) &&
+		    sf__tok_progress) {
 			sf__tok_progress(p - reported);
 			reported = p;
 		}

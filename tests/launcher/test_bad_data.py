@@ -445,21 +445,19 @@ def test_a_large_compressed_shard_is_not_taken_for_a_stall(rt, tmp_path):
     took longer than the stall timeout without a heartbeat, so the producer was killed as
     stalled, again after each restart, until the job stopped without a batch (a review:
     906 MB of JSONL, 8 s to inflate, the default 5 s timeout). Here 100 MB of gzip (one
-    1 MiB member a hundred times), about 1 s to inflate, under a 500 ms timeout: in
-    documents of 128 KiB, then as one document of 100 MB (whose `bytes` encoding was as
-    silent)."""
+    1 MiB member a hundred times), about 1 s to inflate, under a 500 ms timeout. (Only a
+    kill counts: a loaded machine may delay an idle producer's heartbeat, every 200 ms,
+    past the warning at half the timeout.)"""
     import base64
     import gzip
     member = gzip.compress(b"".join(base64.b64encode(os.urandom(3 << 15)) + b"\n\n"
                                     for _ in range(8)), 1)
     data = tmp_path / "big.txt.gz"
     data.write_bytes(member * 100)
-    for sep in ('"\\n\\n"', "null"):
-        cfg = write_config(tmp_path, f"[{{paths: [{data}], format: text, separator: {sep}}}]",
-                           "sampling: {mode: windows, epochs: 0}\n")
-        job = job_name("gz")
-        out = run_job(cfg, job, consume_cmd(tmp_path / "r0.txt", 20), timeout=120,
-                      sets=["producers.stall_timeout=500ms"])
-        assert out.returncode == 0, out.stderr
-        assert "producer stalls 0" in out.stderr and "stalled" not in out.stderr.replace(
-            "producer stalls 0", ""), (sep, out.stderr)
+    cfg = write_config(tmp_path, f"[{{paths: [{data}], format: text, separator: \"\\n\\n\"}}]",
+                       "sampling: {mode: windows, epochs: 0}\n")
+    out = run_job(cfg, job_name("gz"), consume_cmd(tmp_path / "r0.txt", 20), timeout=120,
+                  sets=["producers.stall_timeout=500ms"])
+    assert out.returncode == 0, out.stderr
+    assert "producer stalls 0" in out.stderr and "stalled: no heartbeat" not in out.stderr, \
+        out.stderr

@@ -63,6 +63,30 @@ def reference_doc_starts(tokens, D):
     return out
 
 
+class InterruptingLock:
+    """Stands in for a Loader's lock: once armed, it raises KeyboardInterrupt as it is
+    let go (the last instant an exception can land inside next(), after the batch was
+    wrapped), first calling `before` (a handler's checkpoint), as a signal would."""
+
+    def __init__(self, loader, before=None):
+        self.real, self.before, self.armed = loader._lock, before, False
+        loader._lock = self
+
+    def __enter__(self):
+        return self.real.__enter__()
+
+    def __exit__(self, *exc):
+        self.real.__exit__(*exc)
+        if self.armed:
+            self.armed = False
+            if self.before:
+                self.before()
+            raise KeyboardInterrupt
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
 class Feed:
     """A job served by feed_fixture until the context exits."""
 

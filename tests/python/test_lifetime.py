@@ -19,7 +19,7 @@ import numpy as np
 import shmfeed
 from shmfeed import _native as N
 sys.path.insert(0, {here!r})
-from conftest import reference_tokens, reference_doc_starts
+from conftest import InterruptingLock, reference_tokens, reference_doc_starts
 JOB = {job!r}
 def expected(step, dtype=np.uint16):
     return reference_tokens(0, step, 4, 64, 1, dtype=dtype)
@@ -382,21 +382,8 @@ def test_closed_after_an_interrupt_the_next_loader_starts_at_the_kept_batch():
             for how in ("close", "del"):
                 L = shmfeed.Loader(job=JOB, numpy=True)
                 L.load_state_dict(dict(L.state_dict(), samples=0, provenance=0))
-                real = L._lock
-                class Interrupting:
-                    armed = False
-                    def __enter__(self):
-                        return real.__enter__()
-                    def __exit__(self, *exc):
-                        real.__exit__(*exc)
-                        if Interrupting.armed:
-                            Interrupting.armed = False
-                            raise KeyboardInterrupt
-                    def __getattr__(self, name):
-                        return getattr(real, name)
                 assert L.next().step == 0
-                L._lock = Interrupting()
-                Interrupting.armed = True
+                InterruptingLock(L).armed = True
                 try:
                     L.next()
                 except KeyboardInterrupt:
@@ -405,7 +392,7 @@ def test_closed_after_an_interrupt_the_next_loader_starts_at_the_kept_batch():
                 assert saved["step"] == 1, saved
                 if how == "close":
                     L.close()
-                del L, real, Interrupting
+                del L
                 gc.collect()
                 L2 = shmfeed.Loader(job=JOB, numpy=True)
                 assert L2.state_dict()["samples"] == saved["samples"], (how, L2.state_dict())

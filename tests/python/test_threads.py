@@ -23,7 +23,7 @@ import numpy as np
 import shmfeed
 from shmfeed import _native as N
 sys.path.insert(0, {here!r})
-from conftest import reference_tokens, reference_doc_starts
+from conftest import InterruptingLock, reference_tokens, reference_doc_starts
 JOB = {job!r}
 """
 
@@ -240,22 +240,10 @@ def test_an_interrupt_as_next_lets_its_lock_go_keeps_the_batch():
     with Feed("lock-release", producers=2) as feed:
         out = run_case(feed, """
             L = shmfeed.Loader(job=JOB, numpy=True)
-            real, saved = L._lock, []
-            class Interrupting:
-                armed = False
-                def __enter__(self):
-                    return real.__enter__()
-                def __exit__(self, *exc):
-                    real.__exit__(*exc)
-                    if Interrupting.armed:
-                        Interrupting.armed = False
-                        saved.append(L.state_dict()["step"])
-                        raise KeyboardInterrupt
-                def __getattr__(self, name):
-                    return getattr(real, name)
-            L._lock = Interrupting()
+            saved = []
+            lock = InterruptingLock(L, lambda: saved.append(L.state_dict()["step"]))
             assert L.next().step == 0
-            Interrupting.armed = True
+            lock.armed = True
             try:
                 L.next()
             except KeyboardInterrupt:

@@ -198,8 +198,8 @@ Test(config, stall_timeout_is_a_duration)
 	rejects("sources: [a]\nproducers: {stall_timeout: 7200s}\n", "job.yaml:2:", "out of range");
 	/* An idle producer's heartbeat moves every 200 ms: a timeout of 250 ms killed idle
 	 * producers (found writing a test of a large compressed shard). */
-	rejects("sources: [a]\nproducers: {stall_timeout: 250ms}\n", "job.yaml:2:",
-		"is not 0 (off) or in [500ms, 3600000ms]");
+	rejects("sources: [a]\nproducers: {stall_timeout: 250ms}\n",
+		"job.yaml:2:", "is not 0 (off) or in [500ms, 3600000ms]");
 }
 
 Test(config, names_must_be_known)
@@ -230,8 +230,8 @@ Test(config, char_encoding_takes_its_corpus)
 		"input.txt.gz is compressed: its characters are read from plain UTF-8 text");
 	rejects("sources: [d.jsonl]\ntokenizer: {encoding: char}\n", "job.yaml:2:23:",
 		"d.jsonl is JSONL: its characters are read from plain UTF-8 text");
-	rejects("sources: [a]\ntokenizer: {encoding: 'char:a.txt.zst'}\n", "job.yaml:2:23:",
-		"a.txt.zst is compressed");
+	rejects("sources: [a]\ntokenizer: {encoding: 'char:a.txt.zst'}\n",
+		"job.yaml:2:23:", "a.txt.zst is compressed");
 	/* A pattern may match several, but an existing file whose name has [ is one file. */
 	{
 		char dir[] = "/tmp/sf-test-char-XXXXXX", path[128], yaml[256];

@@ -656,6 +656,22 @@ Test(sources, crlf_text_under_a_newline_separator_is_named)
 	sf__dataset_close(ds);
 }
 
+/* Open file `name` holding `text` under `separator`: its note must hold both needles. */
+static void expect_note(const char *name, const char *text, char *separator, const char *n1,
+			const char *n2)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	cfg.encoding = "bytes";
+	src.separator = separator;
+	put(name, text, strlen(text));
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect(strstr(sf__dataset_note(ds), n1), "'%s' lacks '%s'", sf__dataset_note(ds), n1);
+	cr_expect(strstr(sf__dataset_note(ds), n2), "'%s' lacks '%s'", sf__dataset_note(ds), n2);
+	sf__dataset_close(ds);
+}
+
 /*
  * The other mismatches of line ends were silent (a review): CRLF lines split at "\n" kept
  * each line's \r, and a blank line became a document "\r"; a file of LF lines under a
@@ -663,30 +679,12 @@ Test(sources, crlf_text_under_a_newline_separator_is_named)
  */
 Test(sources, line_ends_that_the_separator_does_not_match_are_named)
 {
-	static const char crlf[] = "first line\r\n\r\nsecond line\r\n";
-	static const char lf[] = "first document\nof two lines\n\nsecond document\n";
-	struct sf_dataset *ds = NULL;
-	struct sf_err e = {0};
-
-	cfg.encoding = "bytes";
-	src.separator = "\n";
-	put("crlf.txt", crlf, strlen(crlf));
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	cr_expect(strstr(sf__dataset_note(ds), "crlf.txt: lines end with CRLF: documents split "
-						"at \"\\n\" keep the \\r"),
-		  "'%s'", sf__dataset_note(ds));
-	cr_expect(strstr(sf__dataset_note(ds), "separator \"\\r\\n\" would not"), "'%s'",
-		  sf__dataset_note(ds));
-	sf__dataset_close(ds);
-	src.separator = "\r\n\r\n";
-	put("lf.txt", lf, strlen(lf));
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	cr_expect(strstr(sf__dataset_note(ds), "lf.txt: lines end with LF: the separator "
-						"\"\\r\\n\\r\\n\" is nowhere in it"),
-		  "'%s'", sf__dataset_note(ds));
-	cr_expect(strstr(sf__dataset_note(ds), "separator \"\\n\\n\" would split it"), "'%s'",
-		  sf__dataset_note(ds));
-	sf__dataset_close(ds);
+	expect_note("crlf.txt", "first line\r\n\r\nsecond line\r\n", "\n",
+		    "crlf.txt: lines end with CRLF: documents split at \"\\n\" keep the \\r",
+		    "separator \"\\r\\n\" would not");
+	expect_note("lf.txt", "first document\nof two lines\n\nsecond document\n", "\r\n\r\n",
+		    "lf.txt: lines end with LF: the separator \"\\r\\n\\r\\n\" is nowhere in it",
+		    "separator \"\\n\\n\" would split it");
 }
 
 Test(sources, bad_file_skipped_among_good)
@@ -1134,10 +1132,11 @@ Test(sources, text_utf16_is_named)
  */
 Test(sources, a_skip_from_the_index_names_a_file_the_job_reads)
 {
-	static const char a[] = "{\"text\": \"a document of file A, long enough\"}\n{\"text\": 1}\n";
+	static const char a[] =
+		"{\"text\": \"a document of file A, long enough\"}\n{\"text\": 1}\n";
 	static const char b[] = "{\"text\": \"a document of file B, long enough\"}\n"
 				"{\"text\": \"b\"}\n{\"text\": 2}\n";
-	char b_path[4200];
+	char b_path[sizeof(path)];
 
 	cfg.encoding = "bytes";
 	src.format = SF_FMT_JSONL;

@@ -380,5 +380,16 @@ Test(progress, one_long_piece_reports_while_it_merges)
 		  progress_calls, n);
 	sf__tok_encoder_free(enc);
 	sf__tok_free(tok);
+	/* The bytes encoding (one id a byte) made no call at all. */
+	cr_assert_eq(sf__tok_load("bytes", NULL, &tok, NULL), 0);
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, NULL), 0);
+	progress_calls = 0;
+	sf__tok_progress = count_progress;
+	cr_assert_eq(sf__tok_encode(enc, spaces, n, SF_TOK_ALLOW_NONE, &ids, &n_ids, NULL), 0);
+	sf__tok_progress = NULL;
+	cr_expect(progress_calls >= 3, "bytes: %u progress calls over %zu bytes", progress_calls,
+		  n);
+	sf__tok_encoder_free(enc);
+	sf__tok_free(tok);
 	free(spaces);
 }
