@@ -265,6 +265,38 @@ static int drop_repeats(char **paths, size_t *n, uint32_t format)
  * and deduplicated. A glob that matches nothing is an error: a typo must not silently
  * shrink the dataset.
  */
+/*
+ * A file beside its compressed copy (`gzip -k`, `zstd` keeping the input) would be read
+ * twice, every document twice an epoch: refused. `paths` is sorted.
+ */
+static int refuse_copies(char **paths, size_t n, struct sf_err *e)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strlen(paths[i]), cut = 0;
+		char *plain, **hit;
+
+		if (has_suffix(paths[i], ".gz"))
+			cut = 3;
+		else if (has_suffix(paths[i], ".zst"))
+			cut = 4;
+
+		if (!cut)
+			continue;
+		plain = strndup(paths[i], len - cut);
+		if (!plain)
+			return sf__err(e, -ENOMEM, "out of memory");
+		hit = bsearch(&plain, paths, n, sizeof(*paths), cmp_str);
+		free(plain);
+		if (hit)
+			return sf__err(e, SF_E_SOURCE,
+				       "%s: %s beside it, its compressed copy? Both would be read, "
+				       "every document twice an epoch: remove one, or name the files "
+				       "to read",
+				       *hit, paths[i]);
+	}
+	return 0;
+}
+
 int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
 		      struct sf_err *e)
 {
@@ -331,11 +363,15 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 	if (n)
 		qsort(paths, n, sizeof(*paths), cmp_str);
 	r = drop_repeats(paths, &n, src->format);
+	if (r < 0)
+		r = sf__err(e, r, "out of memory");
+	else
+		r = refuse_copies(paths, n, e);
 	if (r < 0) {
 		for (size_t i = 0; i < n; i++)
 			free(paths[i]);
 		free(paths);
-		return sf__err(e, r, "out of memory");
+		return r;
 	}
 	*ret_paths = paths;
 	*ret_n = n;

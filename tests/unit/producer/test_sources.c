@@ -1148,3 +1148,29 @@ Test(sources, a_skip_from_the_index_names_a_file_the_job_reads)
 	snprintf(path, sizeof(path), "%s", b_path);
 	expect_skip(1, "B.jsonl");
 }
+
+/*
+ * A shard beside its compressed copy (`gzip -k`) in one directory: both were read, every
+ * document twice an epoch, with no word (a review). Refused, naming both.
+ */
+Test(sources, a_file_beside_its_compressed_copy_is_refused)
+{
+	static const char j[] = "{\"text\": \"a document of the shard, long enough\"}\n";
+	unsigned char gz[256];
+	uLongf gz_len = sizeof(gz);
+	z_stream zs = {0};
+
+	cr_assert_eq(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+	zs.next_in = (unsigned char *)j;
+	zs.avail_in = (uInt)strlen(j);
+	zs.next_out = gz;
+	zs.avail_out = (uInt)gz_len;
+	cr_assert_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
+	gz_len = zs.total_out;
+	deflateEnd(&zs);
+	cfg.encoding = "bytes";
+	put("shard.jsonl", j, strlen(j));
+	put("shard.jsonl.gz", gz, gz_len);
+	snprintf(path, sizeof(path), "%s", dir);
+	expect_fail(SF_E_SOURCE, "shard.jsonl.gz beside it", "every document twice");
+}
