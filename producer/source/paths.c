@@ -288,11 +288,12 @@ static int refuse_copies(char **paths, size_t n, struct sf_err *e)
 		hit = bsearch(&plain, paths, n, sizeof(*paths), cmp_str);
 		free(plain);
 		if (hit)
-			return sf__err(e, SF_E_SOURCE,
-				       "%s: %s beside it, its compressed copy? Both would be read, "
-				       "every document twice an epoch: remove one, or name the files "
-				       "to read",
-				       *hit, paths[i]);
+			return sf__err(
+				e, SF_E_SOURCE,
+				"%s: %s beside it, its compressed copy? Both would be read, "
+				"every document twice an epoch: remove one, or name the files "
+				"to read",
+				*hit, paths[i]);
 	}
 	return 0;
 }
