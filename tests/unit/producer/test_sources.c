@@ -565,9 +565,9 @@ Test(sources, zstd_damage_says_how_far_it_read)
 	expect_fail(SF_E_SOURCE, path, "checksum");
 }
 
-static size_t gzip_bytes(unsigned char *out, size_t cap)
+/* `text` gzip-compressed into out[0..cap): the compressed length. */
+static size_t gzip_text(const char *text, unsigned char *out, size_t cap)
 {
-	static const char text[] = "{\"text\": \"a gzip compressed document of some length\"}\n";
 	z_stream zs = {0};
 
 	cr_assert_eq(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
@@ -578,6 +578,11 @@ static size_t gzip_bytes(unsigned char *out, size_t cap)
 	cr_assert_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
 	deflateEnd(&zs);
 	return cap - zs.avail_out;
+}
+
+static size_t gzip_bytes(unsigned char *out, size_t cap)
+{
+	return gzip_text("{\"text\": \"a gzip compressed document of some length\"}\n", out, cap);
 }
 
 Test(sources, gzip_invalid_stream)
@@ -1157,17 +1162,8 @@ Test(sources, a_file_beside_its_compressed_copy_is_refused)
 {
 	static const char j[] = "{\"text\": \"a document of the shard, long enough\"}\n";
 	unsigned char gz[256];
-	uLongf gz_len = sizeof(gz);
-	z_stream zs = {0};
+	size_t gz_len = gzip_text(j, gz, sizeof(gz));
 
-	cr_assert_eq(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-	zs.next_in = (unsigned char *)j;
-	zs.avail_in = (uInt)strlen(j);
-	zs.next_out = gz;
-	zs.avail_out = (uInt)gz_len;
-	cr_assert_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
-	gz_len = zs.total_out;
-	deflateEnd(&zs);
 	cfg.encoding = "bytes";
 	put("shard.jsonl", j, strlen(j));
 	put("shard.jsonl.gz", gz, gz_len);
