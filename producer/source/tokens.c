@@ -494,33 +494,18 @@ static void add_start(uint32_t *starts, uint32_t *n, uint32_t max, uint32_t pos)
 		starts[(*n)++] = pos;
 }
 
-/* Token i of file `f` in view `v`. */
-static uint32_t token_at(const struct sf_token_file *f, const struct sf_token_view *v, uint64_t i)
+/* Id i of the `width`-byte ids at p (a file's tokens, or a row as copied). */
+static uint32_t id_at(const unsigned char *p, uint32_t width, uint64_t i)
 {
 	uint32_t id;
 
-	if (f->width == 2) {
+	if (width == 2) {
 		uint16_t narrow;
 
-		memcpy(&narrow, v->tokens + i * 2, 2);
+		memcpy(&narrow, p + i * 2, 2);
 		return narrow;
 	}
-	memcpy(&id, v->tokens + i * 4, 4);
-	return id;
-}
-
-/* Token i of a row as sf__tokens_read_row() copies it (token_bytes wide). */
-static uint32_t row_token(const struct sf_dataset *ds, const unsigned char *row, uint32_t i)
-{
-	uint32_t id;
-
-	if (ds->token_bytes == 2) {
-		uint16_t narrow;
-
-		memcpy(&narrow, row + (size_t)i * 2, 2);
-		return narrow;
-	}
-	memcpy(&id, row + (size_t)i * 4, 4);
+	memcpy(&id, p + i * 4, 4);
 	return id;
 }
 
@@ -544,8 +529,8 @@ static int file_starts_document(const struct sf_dataset *ds, uint32_t fi, bool *
 	r = sf__tokens_view(ds, fi - 1, 0, &v, e);
 	if (r < 0)
 		return r;
-	*ret = token_at(&ds->token_files[fi - 1], &v, ds->token_files[fi - 1].n_tokens - 1) ==
-	       ds->eot;
+	*ret = id_at(v.tokens, ds->token_files[fi - 1].width,
+		     ds->token_files[fi - 1].n_tokens - 1) == ds->eot;
 	return 0;
 }
 
@@ -586,7 +571,7 @@ static int file_doc_starts(const struct sf_dataset *ds, uint32_t fi, const struc
 
 		/* The token before is in the row already, or in a file before. */
 		if (from)
-			first = row_token(ds, row, from - 1) == ds->eot;
+			first = id_at(row, ds->token_bytes, from - 1) == ds->eot;
 		else
 			r = file_starts_document(ds, fi, &first, e);
 		if (r < 0)
@@ -595,7 +580,7 @@ static int file_doc_starts(const struct sf_dataset *ds, uint32_t fi, const struc
 			add_start(starts, n_starts, ds->doc_starts, from);
 	}
 	for (uint64_t i = lo ? lo : 1; i < hi && *n_starts < ds->doc_starts; i++)
-		if (token_at(f, v, i - 1) == ds->eot)
+		if (id_at(v->tokens, f->width, i - 1) == ds->eot)
 			add_start(starts, n_starts, ds->doc_starts, (uint32_t)(i - lo) + from);
 	return 0;
 }
