@@ -2,15 +2,23 @@
  * Program-side logging. Each line is formatted into one buffer and written with one
  * write(2), so lines of concurrent processes sharing stderr do not interleave.
  */
+#include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "common/log.h"
 
 static char log_who[64];
-static int log_quiet;
+static int log_quiet, log_bounded;
+/* Lines dropped since the last one written, in bounded mode. */
+static unsigned long log_dropped;
+
+/* How long a line waits for stderr to take it before it is dropped (bounded mode). */
+#define LOG_WAIT_MS 100
 
 void sf__log_set_who(const char *who)
 {
@@ -20,6 +28,55 @@ void sf__log_set_who(const char *who)
 void sf__log_set_quiet(int quiet)
 {
 	log_quiet = quiet;
+}
+
+void sf__log_set_bounded(int bounded)
+{
+	log_bounded = bounded;
+}
+
+/*
+ * Whether stderr takes a line within `ms`. A pipe reports room for a page, and a line
+ * of at most PIPE_BUF bytes then goes in one write without waiting (another writer can
+ * take the room first: then the write waits, as every write did before). An error or a
+ * reader gone counts as ready: the write fails at once.
+ */
+static int stderr_ready(int ms)
+{
+	struct pollfd p = {.fd = STDERR_FILENO, .events = POLLOUT};
+	int r;
+
+	do
+		r = poll(&p, 1, ms);
+	while (r < 0 && errno == EINTR);
+	return r != 0;
+}
+
+void sf__log_write(const char *buf, size_t len)
+{
+	char note[256];
+	struct iovec iov[2];
+	int k = 0;
+
+	/* After one line dropped, the next ones do not wait: a stderr that nobody reads
+	 * costs a supervisor or a producer one wait, not one per line. */
+	if (log_bounded && !stderr_ready(log_dropped ? 0 : LOG_WAIT_MS)) {
+		log_dropped++;
+		return;
+	}
+	if (log_dropped) {
+		k = snprintf(note, sizeof(note),
+			     "shmfeed: %s%s%lu log line%s dropped: stderr was not being read\n",
+			     log_who, log_who[0] ? ": " : "", log_dropped,
+			     log_dropped == 1 ? "" : "s");
+		log_dropped = 0;
+	}
+	iov[0] = (struct iovec){
+		note, k > 0 ? (size_t)k < sizeof(note) ? (size_t)k : sizeof(note) - 1 : 0};
+	iov[1] = (struct iovec){(void *)buf, len};
+	/* A short write to stderr leaves nothing useful to do. */
+	if (writev(STDERR_FILENO, iov, 2) < 0)
+		return;
 }
 
 __attribute__((format(printf, 1, 0))) static void log_line(const char *fmt, va_list ap)
@@ -35,9 +92,7 @@ __attribute__((format(printf, 1, 0))) static void log_line(const char *fmt, va_l
 	if (n > (int)sizeof(line) - 2)
 		n = (int)sizeof(line) - 2;
 	line[n++] = '\n';
-	/* A short write to stderr leaves nothing useful to do. */
-	if (write(STDERR_FILENO, line, (size_t)n) < 0)
-		return;
+	sf__log_write(line, (size_t)n);
 }
 
 void sf__log_info(const char *fmt, ...)

@@ -730,9 +730,8 @@ static void tick(struct supervisor *S)
 				     (unsigned long long)S->cur.restarts, in_place ? "" : "\n");
 			S->progress_t_ns = S->cur.t_ns;
 			S->progress_tokens = S->cur.tokens;
-			/* A failed write to stderr leaves nowhere to report it. */
-			if (k > 0 && write(STDERR_FILENO, line, (size_t)k) < 0)
-				return;
+			if (k > 0)
+				sf__log_write(line, (size_t)k);
 		}
 	}
 	S->prev = S->cur;
@@ -746,7 +745,7 @@ static void summary(struct supervisor *S)
 
 	sample(S);
 	if (isatty(STDERR_FILENO) && !S->l->command && S->progress_ticks)
-		fputs("\r\033[K", stderr);
+		sf__log_write("\r\033[K", 4);
 	sf__stats_human_rate(secs > 0 ? (double)S->cur.tokens / secs : 0, rate, sizeof(rate));
 	sf__stats_human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
 	sf__stats_human_ns(S->cur.wait_p99_ns, p99, sizeof(p99));

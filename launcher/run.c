@@ -133,6 +133,8 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 		return 1;
 	}
 	l.cfg = &cfg;
+	/* From here the launcher supervises: a stderr that nobody reads must not stop it. */
+	sf__log_set_bounded(1);
 	r = sf__launcher_run(&l, &status, &sig, &e);
 	if (r < 0) {
 		sf__log_error("job %s: %s", cfg.job, e.msg[0] ? e.msg : sf_strerror(r));

@@ -7,6 +7,7 @@ and asserts that nothing of the job is left behind."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -1093,6 +1094,52 @@ def test_a_launcher_started_with_stderr_closed_or_unread(rt, tmp_path):
     finally:
         os.close(w)
     assert p.returncode == 3, p.returncode
+    assert not shm_of(job)
+
+
+def test_a_stderr_nobody_reads_does_not_stop_supervision(rt, tmp_path):
+    """Found by review: the launcher wrote its log and progress lines to stderr with a
+    blocking write. A pipe whose reader had stopped reading (a pager left waiting, a
+    stopped `tee`) froze it in write(): no control answers, no stall kills, no restarts.
+    Its stderr here is a pipe filled to the brim before it starts: it must serve anyway,
+    and once the pipe is read again say how many lines it dropped."""
+    import fcntl
+    cfg = write_config(tmp_path)
+    job = job_name("fullpipe")
+    r, w = os.pipe()
+    flags = fcntl.fcntl(w, fcntl.F_GETFL)
+    fcntl.fcntl(w, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    try:
+        while True:
+            os.write(w, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    fcntl.fcntl(w, fcntl.F_SETFL, flags)
+    try:
+        p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}"], stderr=w)
+    finally:
+        os.close(w)
+    try:
+        assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                               capture_output=True).returncode == 0), \
+            "the launcher never answered: blocked writing to its stderr"
+        status = ctl(job, '{"v":1,"op":"status"}')
+        assert status["ok"], status
+        # Read the pipe again: the next progress line (every second here) comes after the
+        # count of what could not be written.
+        seen = b""
+        end = time.monotonic() + 10
+        while b"dropped" not in seen and time.monotonic() < end:
+            seen += os.read(r, 65536)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(r)
+    assert re.search(rb"shmfeed: [0-9]+ log lines? dropped: stderr was not being read\n",
+                     seen), seen[-2000:]
     assert not shm_of(job)
 
 
