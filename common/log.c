@@ -71,8 +71,11 @@ void sf__log_write(const char *buf, size_t len)
 			     log_dropped == 1 ? "" : "s");
 		log_dropped = 0;
 	}
-	iov[0] = (struct iovec){
-		note, k > 0 ? (size_t)k < sizeof(note) ? (size_t)k : sizeof(note) - 1 : 0};
+	if (k < 0)
+		k = 0;
+	if ((size_t)k >= sizeof(note))
+		k = sizeof(note) - 1;
+	iov[0] = (struct iovec){note, (size_t)k};
 	iov[1] = (struct iovec){(void *)buf, len};
 	/* A short write to stderr leaves nothing useful to do. */
 	if (writev(STDERR_FILENO, iov, 2) < 0)
