@@ -522,37 +522,6 @@ out:
 	return r;
 }
 
-/* Remove leftovers of creations that crashed before linking: "shmfeed.JOB.new.PID" with
- * PID dead. Names of live creators are left alone. */
-static void remove_dead_temporaries(const char *dir, const char *job)
-{
-	char prefix[SF_JOB_NAME_MAX + 32];
-	struct dirent *de;
-	size_t plen;
-	DIR *d;
-
-	snprintf(prefix, sizeof(prefix), SHM_PREFIX "%s" TMP_INFIX, job);
-	plen = strlen(prefix);
-	d = opendir(dir);
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		char name[300];
-		pid_t pid;
-
-		/* Digits only: "shmfeed.J.new.new.PID" is the temporary of job "J.new". */
-		if (strncmp(de->d_name, prefix, plen) || !de->d_name[plen] ||
-		    strspn(de->d_name + plen, "0123456789") != strlen(de->d_name + plen))
-			continue;
-		pid = (pid_t)atoi(de->d_name + plen);
-		if (pid > 0 && kill(pid, 0) == 0)
-			continue;
-		snprintf(name, sizeof(name), "/%s", de->d_name);
-		shm_unlink(name);
-	}
-	closedir(d);
-}
-
 /* A size in bytes for messages, with its binary-unit rounding. */
 static void size_words(uint64_t bytes, char *buf, size_t len)
 {
@@ -562,6 +531,62 @@ static void size_words(uint64_t bytes, char *buf, size_t len)
 	else
 		snprintf(buf, len, "%llu bytes (%.1f MiB)", (unsigned long long)bytes,
 			 (double)bytes / (double)(UINT64_C(1) << 20));
+}
+
+/*
+ * Leftovers of creations that died before linking: "shmfeed.JOB.new.PID" with PID dead
+ * (names of live creators are left alone). Removes them, or, with `out`, lists them there
+ * ("PATH (SIZE), ...") and returns how many there are.
+ */
+static int dead_temporaries(const char *dir, const char *job, char *out, size_t len)
+{
+	char prefix[SF_JOB_NAME_MAX + 32];
+	struct dirent *de;
+	size_t plen;
+	int count = 0;
+	DIR *d;
+
+	snprintf(prefix, sizeof(prefix), SHM_PREFIX "%s" TMP_INFIX, job);
+	plen = strlen(prefix);
+	d = opendir(dir);
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char name[300], size[64];
+		struct stat st;
+		size_t used;
+		pid_t pid;
+
+		/* Digits only: "shmfeed.J.new.new.PID" is the temporary of job "J.new". */
+		if (strncmp(de->d_name, prefix, plen) || !de->d_name[plen] ||
+		    strspn(de->d_name + plen, "0123456789") != strlen(de->d_name + plen))
+			continue;
+		pid = (pid_t)atoi(de->d_name + plen);
+		if (pid > 0 && kill(pid, 0) == 0)
+			continue;
+		if (!out) {
+			snprintf(name, sizeof(name), "/%s", de->d_name);
+			shm_unlink(name);
+			continue;
+		}
+		snprintf(name, sizeof(name), "%s/%s", dir, de->d_name);
+		if (stat(name, &st) < 0)
+			continue;
+		size_words((uint64_t)st.st_size, size, sizeof(size));
+		used = strlen(out);
+		snprintf(out + used, len - used, "%s%s (%s)", count ? ", " : "", name, size);
+		count++;
+	}
+	closedir(d);
+	return count;
+}
+
+int sf__arena_dead_temporaries(const char *job, char *out, size_t len)
+{
+	if (!len)
+		return 0;
+	out[0] = '\0';
+	return dead_temporaries(SHM_DIR_DEFAULT, job, out, len);
 }
 
 int sf__arena_fits(uint64_t total_size, const char *dir, struct sf_err *e)
@@ -651,7 +676,7 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	snprintf(tmp, sizeof(tmp), "/" SHM_PREFIX "%s" TMP_INFIX "%d", job, (int)getpid());
 	snprintf(path, sizeof(path), "%s%s", shm_dir(opt), name);
 	snprintf(tpath, sizeof(tpath), "%s%s", shm_dir(opt), tmp);
-	remove_dead_temporaries(shm_dir(opt), job);
+	dead_temporaries(shm_dir(opt), job, NULL, 0);
 	sf__proc_starttime(getpid(), &starttime);
 
 	r = arena_open(tmp, O_RDWR | O_CREAT | O_EXCL, &a);

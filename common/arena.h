@@ -414,6 +414,13 @@ void sf__arena_detach(struct sf_arena *a);
 /* sf__arena_destroy - unlink the arena of `a` (if this process created it) and detach. */
 void sf__arena_destroy(struct sf_arena *a);
 
+/*
+ * sf__arena_dead_temporaries - list in `out` what creations of job `job` in /dev/shm left
+ * when they died before the arena was linked under its name ("PATH (SIZE), ..."; the next
+ * sf__arena_create() of the job removes them). Returns how many.
+ */
+int sf__arena_dead_temporaries(const char *job, char *out, size_t len);
+
 /* sf__arena_unlink_job - unlink the shm object of `job` by name; 0 or -errno. */
 int sf__arena_unlink_job(const char *job);
 

@@ -262,8 +262,20 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 				job, r == 0 ? (int)found.pid : (int)creator, left,
 				stale && r == 0 ? "them" : "it");
 		}
-		if (r == -ENOENT)
+		if (r == -ENOENT) {
+			char tmp[512];
+
+			/* A launcher killed while it made the arena: its file, of the arena's
+			 * full size, stays until the next run of the job. */
+			if (sf__arena_dead_temporaries(job, tmp, sizeof(tmp)))
+				return sf__err(e, -ENOENT,
+					       "no running shmfeed job '%s'; a launcher of it was "
+					       "killed while it made the arena and left %s: the "
+					       "next `shmfeed run` of this job removes it (or rm "
+					       "it)",
+					       job, tmp);
 			return sf__err(e, -ENOENT, "no running shmfeed job '%s'", job);
+		}
 		*ret = found;
 		return 0;
 	}

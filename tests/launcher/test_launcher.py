@@ -1097,6 +1097,43 @@ def test_a_launcher_started_with_stderr_closed_or_unread(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_status_names_the_file_of_a_launcher_killed_while_it_made_the_arena(rt, tmp_path):
+    """Found by review: a launcher killed (SIGKILL, the OOM killer) while it made the
+    arena left /dev/shm/shmfeed.JOB.new.PID, reserved at the arena's full size, and
+    `status JOB` said only "no running shmfeed job": nothing told where /dev/shm had gone
+    until the next run of the same job removed it."""
+    tokens = tmp_path / "tokens.bin"
+    tokens.write_bytes(bytes(range(256)) * 40000)
+    cfg = tmp_path / "big.yaml"
+    cfg.write_text(f"sources: [{tokens}]\nbatch: {{size: 64, seq_len: 8192}}\n"
+                   "consumers: {world_size: 1}\narena: {slots_per_rank: 512}\n"
+                   "sampling: {mode: random}\n")
+    for attempt in range(10):
+        job = job_name("killed-making")
+        p = subprocess.Popen([SHMFEED, "run", str(cfg), "--set", f"job={job}", "--", "true"],
+                             stderr=subprocess.DEVNULL)
+        left = f"/dev/shm/shmfeed.{job}.new.{p.pid}"
+        caught = wait_for(lambda: os.path.exists(left), timeout=20)
+        p.kill()
+        p.wait()
+        if not caught or not os.path.exists(left):
+            subprocess.run([SHMFEED, "run", str(cfg), "--set", f"job={job}", "--", "true"],
+                           capture_output=True, timeout=60)
+            continue
+        out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
+                             timeout=10)
+        assert out.returncode == 1, out
+        assert (f"no running shmfeed job '{job}'; a launcher of it was killed while it made "
+                f"the arena and left {left} (") in out.stderr, out.stderr
+        assert "the next `shmfeed run` of this job removes it" in out.stderr, out.stderr
+        out = subprocess.run([SHMFEED, "run", str(cfg), "--set", f"job={job}", "--", "true"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert not os.path.exists(left) and not shm_of(job)
+        return
+    pytest.skip("the arena was made before the launcher could be caught making it")
+
+
 def test_a_stderr_nobody_reads_does_not_stop_supervision(rt, tmp_path):
     """Found by review: the launcher wrote its log and progress lines to stderr with a
     blocking write. A pipe whose reader had stopped reading (a pager left waiting, a
