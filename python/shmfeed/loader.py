@@ -209,9 +209,12 @@ def _timeout_ms(timeout):
                 dtype in ("bool", "torch.bool"):
             raise TypeError
         t = float(timeout)
-    except (TypeError, ValueError, OverflowError):  # also 10**400 and Decimal("sNaN")
-        t = math.nan
-    if not 0 <= t <= _TIMEOUT_MAX_S:
+    except (TypeError, ValueError):
+        raise ValueError(f"shmfeed: timeout={timeout!r} is not a number of seconds: give "
+                         f"0..{_TIMEOUT_MAX_S} (None waits forever)") from None
+    except OverflowError:  # 10**400
+        t = math.inf
+    if not 0 <= t <= _TIMEOUT_MAX_S:  # also nan and Decimal("sNaN")
         raise ValueError(f"shmfeed: timeout={timeout!r} is out of range 0..{_TIMEOUT_MAX_S} "
                          "seconds (None waits forever)")
     return math.ceil(t * 1000)  # a timeout under 1 ms waits 1 ms, not none

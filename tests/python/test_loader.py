@@ -235,6 +235,12 @@ def test_out_of_range_inputs_are_refused(monkeypatch):
             with pytest.raises(ValueError) as e:
                 shmfeed.Loader(**kw)
             assert next(iter(kw)) in str(e.value), e.value
+            # A string is no number, not a number out of range (it said so before).
+            if isinstance(kw.get("timeout"), (str, bool, bytearray)) or \
+                    str(getattr(kw.get("timeout"), "dtype", "")) == "bool":
+                assert "is not a number of seconds" in str(e.value), e.value
+            elif isinstance(kw.get("timeout"), (int, float)):
+                assert "is out of range" in str(e.value), e.value
         # Numbers of other types are durations: numpy's, a 0-d tensor, a fraction.
         from shmfeed.loader import _timeout_ms
         assert [_timeout_ms(t) for t in (np.float32(0.5), torch.tensor(5.0),
