@@ -22,14 +22,20 @@ static const char *job_state_name(uint32_t s)
 	return s < 4 ? job_state_names[s] : "unknown";
 }
 
+/*
+ * The geometry, stride and sizes printed, and those the loops over participants and slots
+ * go by, are the attach's checked copies (struct sf_arena): the shared header's can be
+ * rewritten while this runs, and a slot count read from it made the loops run past the
+ * mapping (SIGBUS).
+ */
 static void print_text(struct sf_arena *a)
 {
 	const struct sf_arena_header *h = a->hdr;
-	const struct sf_geometry *g = &h->geo;
+	const struct sf_geometry *g = &a->geo;
 	uint32_t nparts = g->max_producers + g->ranks;
 	char ranks[64];
 
-	sf__node_ranks_describe(h, ranks, sizeof(ranks));
+	sf__node_ranks_describe(a, ranks, sizeof(ranks));
 	printf("job %s\n", h->job);
 	printf("  layout version %u, %llu bytes, created by uid %u pid %d (%s)\n",
 	       h->layout_version, (unsigned long long)h->total_size, h->creator_uid, h->creator_pid,
@@ -45,14 +51,14 @@ static void print_text(struct sf_arena *a)
 		       atomic_load_explicit(&h->node_ranks, memory_order_acquire)),
 	       (unsigned long long)g->samples_per_epoch);
 	printf("  payload %llu bytes, stride %llu, flags%s%s%s%s%s",
-	       (unsigned long long)h->payload_bytes, (unsigned long long)h->payload_stride,
+	       (unsigned long long)a->payload_bytes, (unsigned long long)a->payload_stride,
 	       g->flags & SF_ARENA_F_HUGEPAGES ? " hugepages" : "",
 	       g->flags & SF_ARENA_F_CHECKSUM ? " checksum" : "",
 	       g->flags & SF_ARENA_F_DOC_STARTS ? " doc-starts" : "",
 	       g->flags & SF_ARENA_F_SOURCES ? " sources" : "",
 	       g->flags & SF_ARENA_F_RANK_AUTO ? " rank-base-auto" : "");
-	if ((g->flags & SF_ARENA_F_CHECKSUM) && h->verify_every > 1)
-		printf(" (verified every %u steps)", h->verify_every);
+	if ((g->flags & SF_ARENA_F_CHECKSUM) && a->verify_every > 1)
+		printf(" (verified every %u steps)", a->verify_every);
 	printf("\n");
 	printf("  repairs %llu (%llu slots), producer restarts %llu\n",
 	       (unsigned long long)atomic_load_explicit(&h->repairs, memory_order_relaxed),
@@ -97,7 +103,7 @@ static void print_text(struct sf_arena *a)
 static void print_json(struct sf_arena *a)
 {
 	const struct sf_arena_header *h = a->hdr;
-	const struct sf_geometry *g = &h->geo;
+	const struct sf_geometry *g = &a->geo;
 	uint32_t nparts = g->max_producers + g->ranks;
 	const char *sep = "";
 
@@ -130,7 +136,7 @@ static void print_json(struct sf_arena *a)
 	}
 	printf("\"payload_bytes\":%llu,\"payload_stride\":%llu,\"repairs\":%llu,"
 	       "\"slots_repaired\":%llu,",
-	       (unsigned long long)h->payload_bytes, (unsigned long long)h->payload_stride,
+	       (unsigned long long)a->payload_bytes, (unsigned long long)a->payload_stride,
 	       (unsigned long long)atomic_load_explicit(&h->repairs, memory_order_relaxed),
 	       (unsigned long long)atomic_load_explicit(&h->slots_repaired, memory_order_relaxed));
 	printf("\"participants\":[");

@@ -25,15 +25,15 @@ int sf__node_ranks_known(const struct sf_arena *a, uint32_t *ret_base)
 	return sf__node_ranks_decode(w, &a->geo, ret_base) > 0;
 }
 
-void sf__node_ranks_describe(const struct sf_arena_header *h, char *buf, size_t len)
+void sf__node_ranks_describe(const struct sf_arena *a, char *buf, size_t len)
 {
-	uint64_t w = atomic_load_explicit(&h->node_ranks, memory_order_acquire);
-	int automatic = (h->geo.flags & SF_ARENA_F_RANK_AUTO) != 0;
+	uint64_t w = atomic_load_explicit(&a->hdr->node_ranks, memory_order_acquire);
+	int automatic = (a->geo.flags & SF_ARENA_F_RANK_AUTO) != 0;
 	uint32_t base = 0;
-	int known = sf__node_ranks_decode(w, &h->geo, &base);
+	int known = sf__node_ranks_decode(w, &a->geo, &base);
 
 	if (known > 0)
-		snprintf(buf, len, "%u..%u%s", base, base + h->geo.ranks - 1,
+		snprintf(buf, len, "%u..%u%s", base, base + a->geo.ranks - 1,
 			 automatic ? " (auto)" : "");
 	else if (known == 0)
 		snprintf(buf, len, "auto, not yet known");

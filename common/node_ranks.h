@@ -52,6 +52,6 @@ int sf__node_ranks_register(struct sf_arena *a, uint32_t rank, const struct sf_r
  * sf__node_ranks_describe - "2..3", or "auto, not yet known", into buf.
  */
 int sf__node_ranks_known(const struct sf_arena *a, uint32_t *ret_base);
-void sf__node_ranks_describe(const struct sf_arena_header *h, char *buf, size_t len);
+void sf__node_ranks_describe(const struct sf_arena *a, char *buf, size_t len);
 
 #endif

@@ -626,8 +626,8 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 						      geo->doc_starts_per_seq)
 				 : 0;
 	/* Document starts and row sources follow the tokens closely: one copy moves all. */
-	c->copy_bytes = geo->doc_starts_per_seq || c->sources_off ? c->a->hdr->payload_bytes
-								  : c->token_bytes;
+	c->copy_bytes =
+		geo->doc_starts_per_seq || c->sources_off ? c->a->payload_bytes : c->token_bytes;
 	/* Registers the rank and agrees on the node's rank base (or re-bases the node). */
 	r = sf__node_ranks_register(c->a, c->rank, env, &base, &c->err);
 	if (r < 0) {
@@ -719,7 +719,6 @@ int sf_consumer_device_buffer(const struct sf_consumer *c, uint32_t index, uint6
 
 int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_info)
 {
-	const struct sf_arena_header *h = c->a->hdr;
 	struct sf_consumer_info info = {
 		.local_rank = c->rank,
 		.global_rank = c->global_rank,
@@ -733,7 +732,7 @@ int sf_consumer_info(const struct sf_consumer *c, struct sf_consumer_info *ret_i
 		.doc_starts_per_seq = c->a->geo.doc_starts_per_seq,
 		.device = c->device,
 		.gpu_buffers = c->gpu.nbuf,
-		.payload_stride = h->payload_stride,
+		.payload_stride = c->a->payload_stride,
 		.ring_base = (uint64_t)(uintptr_t)sf__arena_payload(c->a, c->rank, 0),
 		.device_buffer = {c->gpu.buf[0], c->gpu.buf[1]},
 		.doc_starts_buffer = {gpu_doc_starts(c, 0), gpu_doc_starts(c, 1)},

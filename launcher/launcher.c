@@ -835,7 +835,7 @@ static int describe_job(struct supervisor *S, char *buf, size_t len)
 	int known = sf__node_ranks_known(S->a, &base);
 	char ranks[64];
 
-	sf__node_ranks_describe(S->a->hdr, ranks, sizeof(ranks));
+	sf__node_ranks_describe(S->a, ranks, sizeof(ranks));
 
 	for (uint32_t i = 0; i < S->n_prod; i++) {
 		alive += S->prod[i].pid > 0;

@@ -1082,6 +1082,21 @@ Test(consumer, a_header_or_slot_rewritten_after_attach_is_an_error_not_a_crash)
 		expect_batch(f, &b, 0, 1);
 		f->arena->hdr->geo = geo;
 	}
+	/* sf_consumer_info() too (found by review): it gave the shared header's stride,
+	 * from which the Python Loader builds every slot's view, so a rewritten one made a
+	 * view of rows far past the mapping (a segfault in the caller's next read). */
+	{
+		uint64_t stride = f->arena->hdr->payload_stride;
+		struct sf_consumer_info info;
+
+		f->arena->hdr->payload_stride = stride * 1000000;
+		f->arena->hdr->payload_bytes = stride * 1000000;
+		cr_assert_eq(sf_consumer_info(c, &info), 0);
+		cr_assert_eq(info.payload_stride, stride, "stride %llu, not %llu",
+			     (unsigned long long)info.payload_stride, (unsigned long long)stride);
+		f->arena->hdr->payload_stride = stride;
+		f->arena->hdr->payload_bytes = f->arena->payload_bytes;
+	}
 	sf_consumer_detach(c);
 	f->arena->hdr->verify_every = 1;
 	feed_stop(f);
