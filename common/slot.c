@@ -601,6 +601,28 @@ uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank)
 }
 
 /*
+ * Repair the owner of slot `s`, whose word `w` is FILLING or CLAIMED by another
+ * participant. 1: the seek takes the slot over, since its owner holds no entry (free, or
+ * no entry of that index: a stray write left the word, and nothing would ever move it);
+ * 0: look at the slot again (it moved, or its owner is a seek's role-less hold, waited
+ * for); SF_E_BUSY: the owner is alive and holds it.
+ */
+static int repair_owner(struct sf_arena *a, const struct sf_slot *s, uint64_t w)
+{
+	uint32_t owner = sf__slot_owner(w);
+
+	if (sf__arena_repair(a, owner) == SF_E_BUSY)
+		return SF_E_BUSY;
+	if (atomic_load_explicit(&s->word, memory_order_acquire) != w)
+		return 0;
+	if (owner >= participants_count(a) ||
+	    atomic_load_explicit(&a->participants[owner].pid, memory_order_acquire) == PID_FREE)
+		return 1;
+	usleep(100);
+	return 0;
+}
+
+/*
  * One pass of a seek: each slot of the ring made to serve the first step >= `step` that
  * it serves. A slot being filled is waited for (`wait`), its dead filler repaired, or,
  * without `wait`, left for the next pass: 1 then says a pass is still needed. Passes are
@@ -609,7 +631,7 @@ uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank)
 static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step, int wait)
 {
 	const uint32_t K = a->geo.slots_per_rank;
-	int pending = 0;
+	int pending = 0, r;
 
 	for (uint32_t i = 0; i < K; i++) {
 		struct sf_slot *s = sf__arena_slot(a, rank, i);
@@ -625,22 +647,23 @@ static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t st
 				/* Wait for the filler, or repair it if it died meanwhile. */
 				if (sf__arena_stopping(a))
 					return SF_E_STOPPED;
-				sf__arena_repair(a, sf__slot_owner(w));
-				if (!wait) {
-					if (atomic_load_explicit(&s->word, memory_order_acquire) ==
-					    w) {
+				r = repair_owner(a, s, w);
+				if (r == 0)
+					continue;
+				if (r == SF_E_BUSY) {
+					if (!wait) {
 						pending = 1;
 						break;
 					}
+					usleep(100);
 					continue;
 				}
-				usleep(100);
-				continue;
-			}
-			if (st == SF_SLOT_CLAIMED && sf__slot_owner(w) != me) {
-				if (sf__arena_repair(a, sf__slot_owner(w)) == SF_E_BUSY)
-					return SF_E_BUSY;
-				continue;
+			} else if (st == SF_SLOT_CLAIMED && sf__slot_owner(w) != me) {
+				r = repair_owner(a, s, w);
+				if (r < 0)
+					return r;
+				if (r == 0)
+					continue;
 			}
 			if (sf__slot_lap(w) == lap && st == SF_SLOT_READY)
 				break; /* already holds the wanted step */

@@ -292,6 +292,40 @@ Test(slot, seek_far_ahead)
 	}
 }
 
+/*
+ * A slot CLAIMED or FILLING in the name of a participant entry that is free, or of no
+ * entry at all (a stray write): nothing will ever move it. The seek spun on it at full
+ * CPU for ever (found by review; from Python, a load_state_dict() that never returned).
+ * It takes such a slot over, as one repaired. Each case runs in a child, so that a hang
+ * ends with the alarm instead of the test run.
+ */
+Test(slot, seek_takes_over_a_slot_whose_owner_holds_no_entry)
+{
+	const uint64_t words[] = {
+		sf__slot_word(SF_SLOT_CLAIMED, CONSUMER(1), 0), /* a free consumer entry */
+		sf__slot_word(SF_SLOT_FILLING, 1, 0),		/* a free producer entry */
+		sf__slot_word(SF_SLOT_CLAIMED, 200, 0),		/* no entry of that index */
+		sf__slot_word(SF_SLOT_FILLING, 200, 0),
+	};
+
+	for (size_t n = 0; n < sizeof(words) / sizeof(words[0]); n++) {
+		pid_t pid;
+		int status;
+
+		atomic_store(&sf__arena_slot(arena, 0, 1)->word, words[n]);
+		pid = fork();
+		if (pid == 0) {
+			alarm(5);
+			_exit(sf__ring_seek(arena, CONSUMER(0), 0, 3) == 0 ? 0 : 1);
+		}
+		cr_assert_eq(waitpid(pid, &status, 0), pid);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "case %zu: the seek %s", n,
+			  WIFSIGNALED(status) ? "never returned" : "failed");
+		/* The child's seek moved the shared slots: slot 1 serves step 4. */
+		cr_expect_eq(word(0, 1), sf__slot_word(SF_SLOT_FREE, 0, 1), "case %zu", n);
+	}
+}
+
 Test(slot, publisher_skips_the_wake_syscall_when_nobody_sleeps)
 {
 	uint64_t before = atomic_load(&sf__futex_wake_calls);
