@@ -961,14 +961,16 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 	t0 = sf__now_ns();
 	r = claim_watching_job(c, timeout_ns, &s);
 	waited = sf__now_ns() - t0;
-	/* A wait in several calls (the Python Loader waits in slices, so that Ctrl-C and
-	 * close() get through) counts as one: the batch's wait_ns is all of it. */
-	if (r == SF_E_TIMEOUT)
+	/* A wait in several calls (the Python Loader polls first, then waits in slices, so
+	 * that Ctrl-C and close() get through) counts as one: the batch's wait_ns is all of
+	 * it. */
+	if (r == SF_E_TIMEOUT || r == SF_E_AGAIN) {
 		c->wait_carry += waited;
-	else if (r == 0)
-		waited += c->wait_carry;
-	if (r != SF_E_TIMEOUT)
+	} else {
+		if (r == 0)
+			waited += c->wait_carry;
 		c->wait_carry = 0;
+	}
 	if (r == SF_E_CHECKSUM) {
 		/* Hand the step back for a refill: release it (FREE for the step K later), then
 		 * seek back, which makes it FREE for this step again. */

@@ -96,7 +96,8 @@ struct sf_batch {
 	const uint32_t *doc_starts;  /* B x doc_starts_per_seq, or NULL */
 	uint64_t digest;	     /* xxh3-64 of the batch's token bytes, by its producer */
 	uint64_t wait_ns;	     /* time waited for the batch, by this call and by the
-				      * calls before it that timed out waiting for it */
+				      * calls before it that timed out (or found nothing,
+				      * SF_E_AGAIN) waiting for it */
 	uint32_t buffer;	     /* ring index (CPU) or device buffer (GPU) */
 	uint32_t output;	     /* sf_consumer_set_output()'s buffer holding the copy */
 	/* The resume state that starts a run at this batch (sf_consumer_seek() with it
