@@ -191,8 +191,10 @@ struct sf_consumer;
  * the caller may then hold up to the number of device buffers at once (prefetching
  * loops, gradient accumulation that fetches ahead), released in any order.
  * sf_consumer_next() fills the first free buffer after the last one filled, and refuses
- * with SF_E_STATE when every buffer holds a batch not released. In CPU mode attach
- * refuses it with SF_E_STATE (a retry with SF_DEVICE_NONE drops the flag).
+ * with SF_E_STATE when every buffer holds a batch not released. In CPU mode (device
+ * SF_DEVICE_NONE, SF_ATTACH_CPU, or a job whose consumers.device is `cpu`, whatever the
+ * device asked) attach refuses it with SF_E_STATE: the caller attaches again without the
+ * flag, and each batch is then released by the next call.
  */
 #define SF_ATTACH_EXPLICIT_RELEASE 0x2u
 /*
