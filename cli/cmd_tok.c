@@ -86,6 +86,14 @@ static int parse(int argc, char **argv, int encode, struct tok_args *a)
 	    (!encode && (a->specials || a->bench || a->records || a->info)) ||
 	    (a->file && a->vocab) || (!a->file && (a->format || a->pattern)))
 		goto usage;
+	/* A vocabulary the encoding would not read, as a job's config refuses it. */
+	if (a->vocab && (!strcmp(a->encoding, "bytes") || !strncmp(a->encoding, "char:", 5))) {
+		fprintf(stderr,
+			"shmfeed %s: --vocab is a .tiktoken file, which encodings bytes and char "
+			"do not read (r50k_base, gpt2, cl100k_base and o200k_base do)\n",
+			encode ? "encode" : "decode");
+		return -EINVAL;
+	}
 	return 0;
 usage:
 	fprintf(stderr,

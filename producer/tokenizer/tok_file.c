@@ -258,7 +258,8 @@ static int load_tiktoken(struct sf_tok *tok, const char *path, uint8_t *text, si
 		if (!pattern)
 			return sf__err(e, SF_E_TOKENIZER,
 				       "%s: a .tiktoken file of no known family (%u ranks): give "
-				       "its pre-tokenization pattern (tokenizer.pattern)",
+				       "its pre-tokenization pattern (tokenizer.pattern in a job, "
+				       "--pattern on the command line)",
 				       path, tok->ranks.n_ranks);
 		return sf__tok_finish_bpe(tok, pattern, e);
 	}

@@ -1272,6 +1272,18 @@ def test_an_encoding_refuses_the_vocabulary_of_another(tmp_path):
                                          + ".tiktoken")],
                            input=b"hello", capture_output=True, timeout=30)
         assert r.returncode == 0 and len(r.stdout) == 4, (enc, r)
+    # bytes and char read no vocabulary: one given was ignored without a word (found by
+    # review), where a job's config refuses it.
+    with open(tmp_path / "corpus.txt", "w") as f:
+        f.write("hi")
+    for enc in ("bytes", f"char:{tmp_path}/corpus.txt"):
+        for cmd in ("encode", "decode"):
+            r = subprocess.run([SHMFEED, cmd, "-e", enc, "--vocab", "/nonexistent"],
+                               input=b"hi" if cmd == "encode" else b"\0\0\0\0",
+                               capture_output=True, timeout=30)
+            assert r.returncode == 2 and not r.stdout, (enc, cmd, r)
+            assert b"--vocab is a .tiktoken file, which encodings bytes and char do not " \
+                b"read" in r.stderr, (enc, cmd, r)
 
 
 def test_a_wrappers_orphan_is_served_until_it_exits(rt, tmp_path):

@@ -93,7 +93,10 @@ Test(tok_file, unknown_tiktoken_needs_a_pattern)
 	free(text);
 	o.path = path;
 	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER);
-	cr_assert(strstr(e.msg, "no known family") && strstr(e.msg, "pattern"), "%s", e.msg);
+	cr_assert(
+		strstr(e.msg, "no known family") &&
+			strstr(e.msg, "tokenizer.pattern in a job, --pattern on the command line"),
+		"%s", e.msg);
 	o.pattern = "\\p{L}+|\\s+|.";
 	o.format = SF_TOK_FORMAT_TIKTOKEN;
 	cr_assert_eq(sf__tok_load_file(&o, &tok, &e), 0, "%s", e.msg);
