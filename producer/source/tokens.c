@@ -510,21 +510,30 @@ static uint32_t id_at(const unsigned char *p, uint32_t width, uint64_t i)
 }
 
 /*
- * Whether the first token of flat file `fi` starts a document: it is the stream's first
+ * Whether the first token of flat file `fi` starts a document: it is its stream's first
  * token, or the last token before it (of the files before, the empty ones passed over) is
  * the end-of-text id. Shards of nanoGPT and llm.c cut documents where a file fills up,
- * so a file's start alone is no document's.
+ * so a file's start alone is no document's. A job without a mixture reads its token files
+ * as one stream; each source of a mixture is a stream of its own, which no file of
+ * another source continues.
  */
 static int file_starts_document(const struct sf_dataset *ds, uint32_t fi, bool *ret,
 				struct sf_err *e)
 {
 	struct sf_token_view v;
+	uint32_t first = 0; /* the first file of fi's stream */
 	int r;
 
-	while (fi > 0 && !ds->token_files[fi - 1].n_tokens)
+	for (uint32_t s = 0; ds->mix_sources && s < ds->n_sources; s++) {
+		const struct sf_mix_source *m = &ds->mix_sources[s];
+
+		if (fi >= m->first_token_file && fi - m->first_token_file < m->n_token_files)
+			first = m->first_token_file;
+	}
+	while (fi > first && !ds->token_files[fi - 1].n_tokens)
 		fi--;
-	*ret = fi == 0;
-	if (fi == 0)
+	*ret = fi == first;
+	if (fi == first)
 		return 0;
 	r = sf__tokens_view(ds, fi - 1, 0, &v, e);
 	if (r < 0)

@@ -1109,6 +1109,62 @@ Test(sources, file_boundaries_start_documents_only_after_end_of_text)
 }
 
 /*
+ * In a mixture every source is a stream of its own: its first token starts a document
+ * whatever the source listed before it ends with. It looked at the last token of the
+ * token file listed before, another source's (a review: the first window of B lost its
+ * start when A, before it, did not end with end-of-text; B's raw text neighbour was not
+ * even looked at).
+ */
+Test(sources, a_mixture_sources_first_token_starts_a_document)
+{
+	uint16_t a[10], b[10];
+	uint32_t starts[4];
+	char *pa[1], *pb[1], pa_buf[4096], pb_buf[4096];
+	struct sf_source_config two[2] = {
+		{.paths = pa,
+		 .n_paths = 1,
+		 .name = "a",
+		 .format = SF_FMT_NANOGPT,
+		 .weight = 1000000000},
+		{.paths = pb,
+		 .n_paths = 1,
+		 .name = "b",
+		 .format = SF_FMT_NANOGPT,
+		 .weight = 1000000000},
+	};
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	for (int i = 0; i < 10; i++) {
+		a[i] = (uint16_t)(1 + i); /* no end-of-text at its end */
+		b[i] = (uint16_t)(11 + i);
+	}
+	put("a.bin", a, sizeof(a));
+	snprintf(pa_buf, sizeof(pa_buf), "%s", path);
+	put("b.bin", b, sizeof(b));
+	snprintf(pb_buf, sizeof(pb_buf), "%s", path);
+	pa[0] = pa_buf;
+	pb[0] = pb_buf;
+	cfg.sources = two;
+	cfg.n_sources = 2;
+	cfg.mixture = 1;
+	cfg.eot_id = 50256;
+	cfg.doc_starts = 4;
+	for (int order = 0; order < 2; order++) {
+		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+		row_starts(ds, 0, starts);
+		cr_expect(starts[0] == 0 && starts[1] == UINT32_MAX, "order %d, row at 0: %u %u",
+			  order, starts[0], starts[1]);
+		row_starts(ds, 10, starts); /* the second source's first token */
+		cr_expect(starts[0] == 0 && starts[1] == UINT32_MAX, "order %d, row at 10: %u %u",
+			  order, starts[0], starts[1]);
+		sf__dataset_close(ds);
+		two[0].paths = pb; /* the other way round */
+		two[1].paths = pa;
+	}
+}
+
+/*
  * A UTF-16 text file (Windows' "Unicode" save) became documents of its raw bytes, NULs
  * between the letters, with no word (a review; JSONL refuses it). Refused, naming the
  * file; skipped and counted under on_error: skip.
