@@ -707,6 +707,10 @@ out:
 
 void sf__mix_set_free(struct sf_mix_set *s)
 {
+	if (s->shared) {
+		memset(s, 0, sizeof(*s));
+		return;
+	}
 	free(s->weights);
 	free(s->nodes);
 	drop_table(s);
@@ -788,6 +792,27 @@ static uint64_t phase_samples(const struct sf_mix_phase *ph, uint64_t G)
 	return ph->end_step == UINT64_MAX || n > UINT64_MAX ? UINT64_MAX : (uint64_t)n;
 }
 
+/*
+ * An earlier constant phase's set of weights `w` that serves `samples` samples as well as
+ * one of its own would (a tree below 1, which no table replaces; a table of a whole
+ * period; a phase's table at least that long), or NULL. A schedule that comes back to the
+ * same weights, phase after phase, builds and walks them once, not until the walk budget
+ * is spent.
+ */
+static const struct sf_mix_set *same_set(const struct sf_mixture *m, const uint64_t *w,
+					 uint64_t samples)
+{
+	for (uint32_t p = 0; p < m->n_phases; p++) {
+		const struct sf_mix_set *s = &m->phases[p].set;
+
+		if (!memcmp(s->weights, w, m->n_sources * sizeof(*w)) &&
+		    (s->period ? s->table_len == s->total || s->table_len >= samples
+			       : s->bound < 1))
+			return s;
+	}
+	return NULL;
+}
+
 int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint32_t n_sources,
 		   uint64_t G, struct sf_mixture **ret_m, const char **why)
 {
@@ -840,6 +865,7 @@ int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint
 		}
 		for (uint32_t u = 0; u < S; u++) {
 			struct sf_mix_phase *ph = &m->phases[m->n_phases];
+			const struct sf_mix_set *same;
 			const uint64_t *w = spec[p].weights;
 
 			if (spec[p].ramp_to) {
@@ -857,11 +883,22 @@ int sf__mix_create(const struct sf_mix_phase_spec *spec, uint32_t n_phases, uint
 				ph->first_step = first;
 				ph->end_step = spec[p].end_step;
 			}
-			r = sf__mix_set_init(
-				&ph->set, w, n_sources,
-				spec[p].ramp_to || walked >= SF_MIX_WALK_BUDGET ? 0 : EXACT_LIMIT,
-				spec[p].ramp_to ? SF_MIX_SEARCH_MAX_STAGE : SF_MIX_SEARCH_MAX,
-				walked >= SF_MIX_WALK_BUDGET ? 0 : phase_samples(ph, G));
+			same = spec[p].ramp_to ? NULL : same_set(m, w, phase_samples(ph, G));
+			if (same) {
+				ph->set = *same;
+				ph->set.shared = 1;
+				ph->set.walked = 0;
+				r = 0;
+			} else {
+				r = sf__mix_set_init(
+					&ph->set, w, n_sources,
+					spec[p].ramp_to || walked >= SF_MIX_WALK_BUDGET
+						? 0
+						: EXACT_LIMIT,
+					spec[p].ramp_to ? SF_MIX_SEARCH_MAX_STAGE
+							: SF_MIX_SEARCH_MAX,
+					walked >= SF_MIX_WALK_BUDGET ? 0 : phase_samples(ph, G));
+			}
 			if (r < 0) {
 				*why = r == -EINVAL ? "a phase's weights are all zero or too large"
 						    : "out of memory";

@@ -65,6 +65,10 @@ struct sf_mix_set {
 	uint32_t n_ranked;
 	uint32_t stride;
 	uint64_t table_len;
+	/* A copy of an earlier phase's set of the same weights, whose arrays it shares:
+	 * sf__mix_set_free() leaves them to that one. */
+	uint32_t shared;
+	uint32_t pad;
 };
 
 /* The longest table, and the most memory it takes (positions, 1 or 2 bytes each, and

@@ -623,7 +623,9 @@ Test(mixture, a_weighted_group_of_sources_that_all_weigh_0_is_refused)
 /*
  * Many constant phases whose proved bounds are 1 or more (the 5 sources above, Q =
  * 100,003, several shapes walked each): the walks stop once the phases before have walked
- * SF_MIX_WALK_BUDGET samples, and the later phases keep their proved bounds.
+ * SF_MIX_WALK_BUDGET samples, and the later phases keep their proved bounds. Each phase
+ * is longer than the one before, so that none can take an earlier one's table, which
+ * covers only the samples of its own phase.
  */
 Test(mixture, walks_for_exact_bounds_stop_at_the_budget)
 {
@@ -635,9 +637,9 @@ Test(mixture, walks_for_exact_bounds_stop_at_the_budget)
 	uint64_t walked = 0, most = 0;
 
 	for (uint32_t p = 0; p < PHASES; p++)
-		spec[p] = (struct sf_mix_phase_spec){.end_step = p + 1 < PHASES ? 10 * (p + 1)
-										 : UINT64_MAX,
-						     .weights = w};
+		spec[p] = (struct sf_mix_phase_spec){
+			.end_step = p + 1 < PHASES ? 5 * (p + 1) * (p + 2) : UINT64_MAX,
+			.weights = w};
 	cr_assert_eq(sf__mix_create(spec, PHASES, 5, 8, &m, &why), 0, "%s", why);
 	cr_assert(m->phases[0].set.exact);
 	cr_assert_not(m->phases[PHASES - 1].set.exact);
@@ -648,5 +650,35 @@ Test(mixture, walks_for_exact_bounds_stop_at_the_budget)
 	}
 	cr_assert_lt(walked, SF_MIX_WALK_BUDGET + most, "%llu samples walked",
 		     (unsigned long long)walked);
+	sf__mix_free(m);
+}
+
+/*
+ * Phases of the same weights take the first one's set where it serves them (a tree, a
+ * table of a whole period, or a phase's table at least as long as the phase): found by
+ * review, 40 phases of these 5 weights walked and tabled each anew, and from the 29th on
+ * the walk budget was spent, so the same weights kept the tree (1.0132, 1.0287 proved)
+ * where the first 28 had the table (0.874994).
+ */
+Test(mixture, phases_of_the_same_weights_share_one_set)
+{
+	enum { PHASES = 40 };
+	static const uint64_t w[5] = {14631, 2919, 47789, 1, 34663};
+	struct sf_mix_phase_spec spec[PHASES];
+	struct sf_mixture *m;
+	const char *why = NULL;
+
+	for (uint32_t p = 0; p < PHASES; p++)
+		spec[p] = (struct sf_mix_phase_spec){
+			.end_step = p + 1 < PHASES ? 200000 * (uint64_t)(p + 1) : UINT64_MAX,
+			.weights = w};
+	cr_assert_eq(sf__mix_create(spec, PHASES, 5, 1, &m, &why), 0, "%s", why);
+	cr_assert(m->phases[0].set.period && m->phases[0].set.table_len == 100003);
+	for (uint32_t p = 0; p < m->n_phases; p++)
+		cr_assert_lt(m->phases[p].set.bound, 1.0, "phase %u: bound %.6f", p,
+			     m->phases[p].set.bound);
+	for (uint32_t p = 0; p < m->n_phases; p++)
+		cr_assert_eq(m->phases[p].set.period, m->phases[0].set.period, "phase %u", p);
+	check_prefixes(&m->phases[PHASES - 1].set, 300000, "the open phase");
 	sf__mix_free(m);
 }
