@@ -174,7 +174,8 @@ static void print_bound(const struct sf_dataset *ds)
 		printf("# warning: with these weights a source's count may differ from weight x "
 		       "samples by %.6f, not less than 1 (docs/mixtures.md: below 1 for up to 4 "
 		       "sources, and where a period, or a phase, of at most 2^24 samples fits a "
-		       "table of 32 MiB)\n",
+		       "table of 32 MiB, while a schedule's distinct weight sets have walked "
+		       "fewer than 2^24 samples)\n",
 		       bound);
 }
 
