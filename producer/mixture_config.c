@@ -53,23 +53,22 @@ static int resolve(const struct sf_config *cfg, const struct sf_weights_config *
 
 	if (!v)
 		return sf__err(e, -ENOMEM, "out of memory");
-	/* The common denominator: the lcm of the groups' sums. */
+	/* The common denominator: the lcm of the sums of the groups that weigh something
+	 * here (a group of weight 0 takes no share, whatever its sources weigh). */
 	for (uint32_t i = 0; i < n; i++) {
 		const char *group = cfg->sources[i].group;
+		uint64_t gw;
 		u128 sum = 0;
 
-		if (!group)
+		if (!group || !(gw = weight_named(cfg, map, group)))
 			continue;
 		for (uint32_t j = 0; j < n; j++)
 			if (cfg->sources[j].group && !strcmp(cfg->sources[j].group, group))
 				sum += in_group(&cfg->sources[j]);
 		if (!sum) {
-			uint64_t gw = weight_named(cfg, map, group);
 			char frac[16], where[32] = "";
 			int len;
 
-			if (!gw)
-				continue; /* a group of weight 0 whose sources weigh 0 */
 			/* Its share would go to the other sources without a word. */
 			free(v);
 			len = snprintf(frac, sizeof(frac), ".%09llu",
@@ -100,7 +99,7 @@ static int resolve(const struct sf_config *cfg, const struct sf_weights_config *
 				if (cfg->sources[j].group &&
 				    !strcmp(cfg->sources[j].group, src->group))
 					sum += in_group(&cfg->sources[j]);
-			if (sum)
+			if (sum && weight_named(cfg, map, src->group))
 				v[i] = (u128)weight_named(cfg, map, src->group) *
 				       ((u128)in_group(src) * (lcm / sum));
 		}
@@ -131,8 +130,9 @@ static int resolve(const struct sf_config *cfg, const struct sf_weights_config *
 too_precise:
 	free(v);
 	return sf__err(e, SF_E_CONFIG,
-		       "%s: the mixture's weights are too precise to hold exactly (their common "
-		       "denominator exceeds 2^62): give them fewer digits",
+		       "%s: the mixture's weights are too precise to hold exactly (as whole "
+		       "numbers over their common denominator they sum past 2^62): give them "
+		       "fewer digits",
 		       cfg->path ? cfg->path : "config");
 }
 
