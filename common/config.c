@@ -1292,9 +1292,14 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 	if (!cfg->mixture)
 		return 0;
 	if (cfg->epochs)
-		return fail_field(L, &sampling_fields[2],
-				  "'epochs' does not apply to a mixture: each source repeats on "
-				  "its own, and the run ends at the schedule's last until_step");
+		return fail_field(
+			L, &sampling_fields[2],
+			cfg->n_phases ? "'epochs' does not apply to a mixture: each source "
+					"repeats on its own, and the run ends at the schedule's "
+					"last until_step"
+				      : "'epochs' does not apply to a mixture: each source "
+					"repeats on its own, and the run ends where the training "
+					"stops (or a schedule's last until_step)");
 	for (uint32_t i = 0; i < cfg->n_sources; i++) {
 		struct sf_source_config *src = &cfg->sources[i];
 
@@ -1887,7 +1892,22 @@ static const struct field *field_by_key(const char *key)
 static int unknown_override(struct loader *L, const char *key)
 {
 	const struct field *sec = section_of(key);
+	const char *dot = strchr(key, '.');
 	char keys[512];
+
+	/* Into a field's value (mixture.schedule.0.until_step): the field is set whole. */
+	if (dot && (dot = strchr(dot + 1, '.')) && (size_t)(dot - key) < sizeof(keys)) {
+		const struct field *f;
+
+		memcpy(keys, key, (size_t)(dot - key));
+		keys[dot - key] = 0;
+		f = field_by_key(keys);
+		if (f && f->type != T_SECTION)
+			return sf__err(L->e, SF_E_CONFIG,
+				       "--set %s: '%s' is set whole, not in parts: --set "
+				       "'%s=VALUE', VALUE written in YAML as in the file",
+				       key, keys, keys);
+	}
 
 	keys_list(sec ? sec->sub : root_fields, keys, sizeof(keys));
 	return sf__err(L->e, SF_E_CONFIG, "--set %s: no such field%s%s%s; expected one of: %s%s",

@@ -7,6 +7,7 @@
  * says.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,7 +46,7 @@ static uint64_t weight_named(const struct sf_config *cfg, const struct sf_weight
 }
 
 static int resolve(const struct sf_config *cfg, const struct sf_weights_config *map, uint32_t phase,
-		   uint64_t *out, struct sf_err *e)
+		   bool ramp_to, uint64_t *out, struct sf_err *e)
 {
 	const uint32_t n = cfg->n_sources;
 	u128 lcm = 1, g = 0, total = 0;
@@ -76,7 +77,8 @@ static int resolve(const struct sf_config *cfg, const struct sf_weights_config *
 			while (len > 0 && (frac[len - 1] == '0' || frac[len - 1] == '.'))
 				frac[--len] = 0;
 			if (map)
-				snprintf(where, sizeof(where), " schedule phase %u", phase + 1);
+				snprintf(where, sizeof(where), " schedule phase %u%s", phase + 1,
+					 ramp_to ? " ramp_to" : "");
 			return sf__err(e, SF_E_CONFIG,
 				       "%s: mixture%s: group '%s' has weight %llu%s but all its "
 				       "sources weigh 0 in it: give one a weight, or the group 0",
@@ -110,9 +112,12 @@ static int resolve(const struct sf_config *cfg, const struct sf_weights_config *
 	if (!g) {
 		free(v);
 		if (map)
-			return sf__err(e, SF_E_CONFIG,
-				       "%s: mixture schedule phase %u: every source weighs 0",
-				       cfg->path ? cfg->path : "config", phase + 1);
+			return sf__err(
+				e, SF_E_CONFIG,
+				"%s: mixture schedule phase %u: every source weighs 0 in its "
+				"%s",
+				cfg->path ? cfg->path : "config", phase + 1,
+				ramp_to ? "ramp_to" : "weights");
 		return sf__err(e, SF_E_CONFIG, "%s: mixture: every source weighs 0",
 			       cfg->path ? cfg->path : "config");
 	}
@@ -153,11 +158,11 @@ int sf__mixture_from_config(const struct sf_config *cfg, struct sf_mixture **ret
 		const struct sf_phase_config *ph = cfg->n_phases ? &cfg->schedule[p] : NULL;
 		uint64_t *a = w + (size_t)2 * p * n, *b = a + n;
 
-		r = resolve(cfg, ph ? &ph->weights : NULL, p, a, e);
+		r = resolve(cfg, ph ? &ph->weights : NULL, p, false, a, e);
 		spec[p].weights = a;
 		spec[p].end_step = ph ? ph->until_step : UINT64_MAX;
 		if (r == 0 && ph && ph->ramp_to.v) {
-			r = resolve(cfg, &ph->ramp_to, p, b, e);
+			r = resolve(cfg, &ph->ramp_to, p, true, b, e);
 			spec[p].ramp_to = b;
 			spec[p].stages = ph->stages;
 		}

@@ -693,6 +693,13 @@ Test(config, overrides_apply_and_are_validated)
 		cr_expect(strstr(err.msg, "'batch' is a section: set one of its keys as batch.KEY "
 					  "(size, seq_len, dtype)"),
 			  "%s", err.msg);
+		/* Into a list: it said mixture had no such field (a review). */
+		root_typo[0] = "mixture.schedule.0.until_step=4";
+		cr_expect_eq(sf__config_load_overrides(path, root_typo, 1, &cfg, &err),
+			     SF_E_CONFIG);
+		cr_expect(strstr(err.msg, "'mixture.schedule' is set whole, not in parts: --set "
+					  "'mixture.schedule=VALUE'"),
+			  "%s", err.msg);
 	}
 	cr_expect_eq(sf__config_load_overrides(path, bad_value, 1, &cfg, &err), SF_E_CONFIG);
 	cr_expect(strstr(err.msg, "--set batch.size: 'size' is out of range"), "%s", err.msg);
@@ -1007,6 +1014,9 @@ Test(config, mixture_mistakes_are_named)
 		"job.yaml:", "the name 'source0' is source 0's default (it has no `name`)");
 	rejects("sources:\n  - {paths: a.bin, weight: 1}\nsampling: {epochs: 2}\n",
 		"job.yaml:3:", "'epochs' does not apply to a mixture");
+	/* Without a schedule it spoke of the schedule's last until_step (a review). */
+	rejects("sources:\n  - {paths: a.bin, weight: 1}\nsampling: {epochs: 2}\n",
+		"job.yaml:3:", "the run ends where the training stops");
 	rejects("sources: [a.bin]\nmixture:\n  schedule:\n    - {weights: {source0: 1}}\n"
 		"    - {until_step: 5, weights: {source0: 1}}\n",
 		"job.yaml:4:", "only the last schedule phase");

@@ -607,13 +607,22 @@ Test(mixture, a_weighted_group_of_sources_that_all_weigh_0_is_refused)
 		"  schedule:\n"
 		"    - {until_step: 10, weights: {A: 1}}\n"
 		"    - {weights: {B: 1}}\n",
+		/* A ramp_to of nothing named the phase's weights, which were fine. */
+		"sources:\n"
+		"  - {paths: web.bin, name: web}\n"
+		"  - {paths: a.bin, name: arxiv}\n"
+		"mixture:\n"
+		"  schedule:\n"
+		"    - {until_step: 10, weights: {web: 1}}\n"
+		"    - {until_step: 20, weights: {web: 1}, ramp_to: {arxiv: 0}}\n",
 	};
 	static const char *const want[] = {"group 'hq' has weight 1 but all its sources weigh 0",
 					   "phase 2: group 'hq' has weight 1 but all its sources "
 					   "weigh 0",
-					   NULL, NULL};
+					   NULL, NULL,
+					   "phase 2: every source weighs 0 in its ramp_to"};
 
-	for (int k = 0; k < 4; k++) {
+	for (int k = 0; k < 5; k++) {
 		struct sf_config cfg;
 		struct sf_mixture *m = NULL;
 		struct sf_err err = {0};
