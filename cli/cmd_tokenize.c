@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,11 +119,16 @@ static void on_stop(int sig)
 	raise(sig);
 }
 
-/* From now on a stop signal removes PREFIX's temporary files and `lock` (held). */
+/*
+ * From now on a stop signal removes PREFIX's temporary files and `lock` (held). A signal
+ * the run was started ignoring stays ignored: `nohup` (SIGHUP), a shell's `&` without job
+ * control (SIGINT, SIGQUIT). Catching them made a terminal that closed, or a Ctrl-C meant
+ * for the script in front, end such a run and remove its output.
+ */
 static void remove_on_stop(const char *prefix, const char *lock)
 {
 	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-	struct sigaction sa = {.sa_handler = on_stop};
+	struct sigaction sa = {.sa_handler = on_stop}, old;
 
 	snprintf(doomed[0], sizeof(doomed[0]), "%s.bin.tmp", prefix);
 	snprintf(doomed[1], sizeof(doomed[1]), "%s.idx.tmp", prefix);
@@ -132,7 +138,8 @@ static void remove_on_stop(const char *prefix, const char *lock)
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
 		sigaddset(&sa.sa_mask, sigs[i]);
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		sigaction(sigs[i], &sa, NULL);
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(sigs[i], &sa, NULL);
 }
 
 /*
@@ -160,11 +167,38 @@ static int lock_output(const char *prefix, char *lock, size_t len)
 }
 
 /*
+ * Whether file `out` is one that a source of `cfg` lists. A part's dataset holds only the
+ * files of its own range: a part's output could replace a file of another part's.
+ */
+static bool listed(const struct sf_config *cfg, const struct stat *out)
+{
+	bool found = false;
+
+	for (uint32_t s = 0; s < cfg->n_sources && !found; s++) {
+		struct sf_err ignored = {0};
+		char **paths;
+		size_t n;
+		struct stat st;
+
+		if (sf__source_expand(&cfg->sources[s], &paths, &n, &ignored) < 0)
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			found |= stat(paths[i], &st) == 0 && st.st_dev == out->st_dev &&
+				 st.st_ino == out->st_ino;
+			free(paths[i]);
+		}
+		free(paths);
+	}
+	return found;
+}
+
+/*
  * Whether a file the run writes (PREFIX.bin, .idx, their .tmp, its lock, and a part's
  * .json) is already there as one of its inputs: the job file, or a file of its sources (a
- * killed run's lock or temporary files in a directory the job reads). Said.
+ * killed run's lock or temporary files in a directory the job reads; for a part, of any
+ * part's range). Said.
  */
-static int output_is_input(const char *prefix, int part, const char *cfg_path,
+static int output_is_input(const char *prefix, int part, const struct sf_config *c,
 			   const struct sf_dataset *ds)
 {
 	static const char *const ext[] = {".lock",    ".bin",  ".idx",	   ".bin.tmp",
@@ -176,9 +210,10 @@ static int output_is_input(const char *prefix, int part, const char *cfg_path,
 		snprintf(path, sizeof(path), "%s%s", prefix, ext[i]);
 		if (stat(path, &out) < 0)
 			continue;
-		if ((cfg_path && stat(cfg_path, &cfg) == 0 && cfg.st_dev == out.st_dev &&
+		if ((c->path && stat(c->path, &cfg) == 0 && cfg.st_dev == out.st_dev &&
 		     cfg.st_ino == out.st_ino) ||
-		    sf__dataset_reads(ds, (uint64_t)out.st_dev, (uint64_t)out.st_ino)) {
+		    sf__dataset_reads(ds, (uint64_t)out.st_dev, (uint64_t)out.st_ino) ||
+		    (part && listed(c, &out))) {
 			sf__log_error("-o %s: %s is an input of this job, which the output would "
 				      "replace; choose another -o",
 				      prefix, path);
@@ -371,7 +406,7 @@ int sf__cmd_tokenize(int argc, char **argv)
 				      "tokenize each source to a prefix of its own and name those "
 				      "as the job's sources, with their weights");
 	}
-	if (r < 0 || output_is_input(prefix, !!shard, cfg.path, ds)) {
+	if (r < 0 || output_is_input(prefix, !!shard, &cfg, ds)) {
 		if (r < 0)
 			sf__log_error("%s", e.msg);
 		sf__dataset_close(ds);

@@ -665,6 +665,21 @@ def test_the_output_never_replaces_an_input(tmp_path):
     r = run(tmp_path, str(cfg), "-o", str(d / "t"), "--shard", "0/1", check=False)
     assert r.returncode == 1 and "is an input of this job" in r.stderr, r.stderr
     assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+    # A file of another part's range (found by review): part 1 of 2 looked only at the
+    # files of its own range, and replaced A_00001-of-00002.json, which part 0 reads,
+    # with its manifest.
+    e = tmp_path / "e"
+    e.mkdir()
+    (e / "A_00001-of-00002.json").write_text('{"text": "the victim"}\n')
+    (e / "b.json").write_text("".join(f'{{"text": "document {i}"}}\n' for i in range(300)))
+    ecfg = tmp_path / "e.yaml"
+    ecfg.write_text(f'{{"sources": [{{"paths": "{e}/*.json", "format": "jsonl"}}], '
+                    '"tokenizer": {"encoding": "bytes"}}')
+    before = {p.name: p.read_bytes() for p in e.iterdir()}
+    r = run(tmp_path, str(ecfg), "-o", str(e / "A"), "--shard", "1/2", check=False)
+    assert r.returncode == 1 and "A_00001-of-00002.json is an input of this job" in r.stderr, \
+        r.stderr
+    assert {p.name: p.read_bytes() for p in e.iterdir()} == before
     # A lock file that holds something is no lock of shmfeed's.
     (d / "u.lock").write_text("my notes\n")
     cfg.write_text(f'{{"sources": [{{"paths": "{d}/t.idx", "format": "text"}}], '
@@ -748,6 +763,25 @@ def test_a_run_stopped_by_a_signal_leaves_no_temporary_file(tmp_path, sig):
     """Ctrl-C (or scancel's SIGTERM) while tokenize writes: PREFIX.bin.tmp, of the
     corpus's size, and PREFIX.lock were left behind (from a new user's trial). The run
     now removes them and ends by the signal."""
+    stop_while_writing(tmp_path, [sig], sig)
+
+
+def test_a_signal_ignored_at_start_stays_ignored(tmp_path):
+    """`nohup shmfeed tokenize ...`: the run caught SIGHUP to clean up, ignored or not,
+    so the terminal closing ended it and removed its output (found by review); so did
+    SIGINT for a run a script started with `&`. Started ignoring both, it lets them pass
+    and still ends by a SIGTERM."""
+    stop_while_writing(tmp_path, [signal.SIGHUP, signal.SIGINT, signal.SIGTERM],
+                       signal.SIGTERM, ignored=(signal.SIGHUP, signal.SIGINT))
+
+
+def stop_while_writing(tmp_path, sigs, ends_by, ignored=()):
+    """Start a run of a large corpus, send `sigs` once its .bin.tmp is there, expect it
+    to end by `ends_by` with nothing left in its output directory."""
+    def ignore():
+        for s in ignored:
+            signal.signal(s, signal.SIG_IGN)
+
     line = "the quick brown fox jumps over the lazy dog, again and again\n"
     (tmp_path / "big.txt").write_text(line * (150_000_000 // len(line)))
     cfg = tmp_path / "big.yaml"
@@ -757,12 +791,15 @@ def test_a_run_stopped_by_a_signal_leaves_no_temporary_file(tmp_path, sig):
     out = tmp_path / "out"
     out.mkdir()
     p = subprocess.Popen([SHMFEED, "tokenize", str(cfg), "-o", str(out / "big"), "-q"],
-                         stderr=subprocess.PIPE, text=True, env=env_for(tmp_path))
+                         stderr=subprocess.PIPE, text=True, env=env_for(tmp_path),
+                         preexec_fn=ignore)
     deadline = time.monotonic() + 120
     while not (out / "big.bin.tmp").exists() and p.poll() is None and \
             time.monotonic() < deadline:
         time.sleep(0.005)
     assert p.poll() is None, "the run ended before it could be stopped: " + p.stderr.read()
-    p.send_signal(sig)
-    assert p.wait(timeout=60) == -sig, p.stderr.read()
+    for sig in sigs:
+        p.send_signal(sig)
+        time.sleep(0.2)
+    assert p.wait(timeout=60) == -ends_by, p.stderr.read()
     assert sorted(f.name for f in out.iterdir()) == []
