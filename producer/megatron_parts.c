@@ -280,6 +280,29 @@ static int is_hex(const char *s, size_t n)
 	return 1;
 }
 
+/*
+ * A part named as tokenize names it (PREFIX_IIIII-of-NNNNN) whose manifest says another
+ * part: the merge orders parts by their manifests, so two manifests edited (or swapped)
+ * gave a merged dataset in another order, without a word. A part renamed otherwise is
+ * taken by its manifest.
+ */
+static int name_agrees(const struct manifest *m, struct sf_err *e)
+{
+	const char *us = strrchr(m->prefix, '_');
+	unsigned part, parts;
+	int end = 0;
+
+	if (!us || sscanf(us, "_%5u-of-%5u%n", &part, &parts, &end) != 2 || us[end] != '\0' ||
+	    strlen(us) != strlen("_00000-of-00000"))
+		return 0;
+	if (part == m->part && parts == m->n_parts)
+		return 0;
+	return sf__err(e, SF_E_CONFIG,
+		       "%s: its manifest says part %u of %u, its name part %u of %u: a manifest "
+		       "edited or moved to another part's name; tokenize that part again",
+		       m->prefix, m->part, m->n_parts, part, parts);
+}
+
 static int read_manifest(struct manifest *m, struct sf_err *e)
 {
 	char *path = path_with(m->prefix, ".json"), *text = malloc(MANIFEST_MAX + 1),
@@ -336,6 +359,7 @@ static int read_manifest(struct manifest *m, struct sf_err *e)
 	m->part = (uint32_t)part;
 	m->n_parts = (uint32_t)parts;
 	m->width = strcmp(dtype, "uint16") ? 4 : 2;
+	r = name_agrees(m, e);
 out:
 	if (f)
 		fclose(f);
@@ -374,8 +398,13 @@ static int check_set(struct manifest *ms, size_t n, struct sf_err *e)
 {
 	qsort(ms, n, sizeof(*ms), cmp_part);
 	for (size_t i = 0; i < n; i++) {
-		if (strcmp(ms[i].digest, ms[0].digest) || ms[i].n_parts != ms[0].n_parts ||
-		    ms[i].width != ms[0].width)
+		if (ms[i].width != ms[0].width)
+			return sf__err(e, SF_E_CONFIG,
+				       "%s holds %s tokens and %s %s: not parts of one "
+				       "tokenization",
+				       ms[0].prefix, ms[0].width == 2 ? "uint16" : "int32",
+				       ms[i].prefix, ms[i].width == 2 ? "uint16" : "int32");
+		if (strcmp(ms[i].digest, ms[0].digest) || ms[i].n_parts != ms[0].n_parts)
 			return sf__err(e, SF_E_CONFIG,
 				       "%s (config %s, %u parts) and %s (config %s, %u parts) are "
 				       "not parts of one tokenization: same config and corpus, "
@@ -658,13 +687,17 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 	*ret_tokens = total_tokens;
 	r = (int)n;
 out:
-	if (bin_fd >= 0)
+	/* Only what this merge made: a refusal before that leaves PREFIX.bin.tmp and
+	 * .idx.tmp alone (another's files, a link to a part). */
+	if (bin_fd >= 0) {
 		close(bin_fd);
-	if (idx_fd >= 0)
+		if (r < 0)
+			unlink(bin_tmp);
+	}
+	if (idx_fd >= 0) {
 		close(idx_fd);
-	if (r < 0 && bin_tmp && idx_tmp) {
-		unlink(bin_tmp);
-		unlink(idx_tmp);
+		if (r < 0)
+			unlink(idx_tmp);
 	}
 	for (size_t i = 0; ms && i < n; i++)
 		free(ms[i].prefix);

@@ -249,6 +249,33 @@ def test_bad_sets_of_parts_are_refused(corpus):
     refused(tmp, parts[:2] + foreign[2:], ["not parts of one tokenization"])
     # A part of another count.
     refused(tmp, parts + run_parts(tmp, cfg, str(out / "q"), 4)[3:], ["not parts of one"])
+    # Two manifests whose part numbers were swapped (found by review): the merge went by
+    # them alone and wrote the parts in another order, exit 0.
+    swapped = []
+    for i, src in enumerate(parts):
+        dst = str(out / f"s_{i:05d}-of-00003")
+        for ext in (".bin", ".idx", ".json"):
+            shutil.copy(src + ext, dst + ext)
+        swapped.append(dst)
+    for i, j in ((1, 2), (2, 1)):
+        m = open(swapped[i] + ".json").read()
+        open(swapped[i] + ".json", "w").write(m.replace(f'"part": {i}', f'"part": {j}'))
+    refused(tmp, swapped, [swapped[1], "its manifest says part 2 of 3, its name part 1 of 3"])
+    # A manifest of another token width named the digests, alike, as the difference.
+    m = open(swapped[0] + ".json").read()
+    assert '"dtype": "uint16"' in m, m
+    open(swapped[0] + ".json", "w").write(m.replace('"dtype": "uint16"', '"dtype": "int32"'))
+    refused(tmp, [swapped[0], parts[1], parts[2]],
+            [swapped[0] + " holds int32 tokens and", "uint16: not parts of one"])
+    # A refused merge removed PREFIX.bin.tmp and .idx.tmp it had not made (found by
+    # review): here a link to a part's .bin, and another's symbolic link.
+    os.link(parts[1] + ".bin", out / "m2.bin.tmp")
+    os.symlink("elsewhere", out / "m2.idx.tmp")
+    r = run(tmp, "--merge", *parts, "-o", str(out / "m2"), check=False)
+    assert r.returncode == 1, r.stderr
+    assert (out / "m2.bin.tmp").exists() and os.path.islink(out / "m2.idx.tmp"), r.stderr
+    os.unlink(out / "m2.bin.tmp")
+    os.unlink(out / "m2.idx.tmp")
     # A part whose file changed after its manifest was written.
     with open(parts[2] + ".bin", "r+b") as f:
         f.seek(5)
