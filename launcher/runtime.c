@@ -169,7 +169,7 @@ static int pid_alive(int32_t pid)
  * dead: what a launcher killed outright leaves behind. 1: stale; 0: live; -1: none, or
  * not one this user can attach.
  */
-static int arena_stale(const char *job, int32_t *ret_creator)
+static int arena_stale(const char *job, int32_t *ret_creator, uint32_t *ret_state)
 {
 	struct sf_arena *a = NULL;
 	int stale;
@@ -178,6 +178,7 @@ static int arena_stale(const char *job, int32_t *ret_creator)
 		return -1;
 	stale = !sf__arena_creator_alive(a);
 	*ret_creator = a->hdr->creator_pid;
+	*ret_state = atomic_load_explicit(&a->hdr->job_state, memory_order_acquire);
 	sf__arena_detach(a);
 	return stale;
 }
@@ -215,6 +216,7 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 	if (job) {
 		struct sf_job_paths p;
 		int32_t creator = 0;
+		uint32_t state = SF_JOB_INIT;
 		int arena, stale;
 
 		if (!sf__job_name_valid(job))
@@ -228,7 +230,18 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		r = p.info_path[0] ? read_info_file(p.info_path, &found, e) : -ENOENT;
 		if (r < 0 && r != -ENOENT)
 			return r;
-		arena = arena_stale(job, &creator);
+		arena = arena_stale(job, &creator, &state);
+		/* The arena is there before the control socket and the discovery file, and
+		 * stays after them: a launcher starting up or ending. */
+		if (r == -ENOENT && arena == 0 &&
+		    (state == SF_JOB_INIT || state == SF_JOB_STOPPING))
+			return sf__err(e, -ENOENT,
+				       "job '%s' (launcher pid %d) is %s: its control socket is "
+				       "not %s; try again %s",
+				       job, (int)creator,
+				       state == SF_JOB_INIT ? "starting" : "stopping",
+				       state == SF_JOB_INIT ? "up yet" : "there any more",
+				       state == SF_JOB_INIT ? "in a moment" : "if it does not end");
 		if (r == -ENOENT && arena == 0) {
 			struct sf_err ignored = {0};
 

@@ -1134,15 +1134,10 @@ def test_status_names_the_file_of_a_launcher_killed_while_it_made_the_arena(rt, 
     pytest.skip("the arena was made before the launcher could be caught making it")
 
 
-def test_a_stderr_nobody_reads_does_not_stop_supervision(rt, tmp_path):
-    """Found by review: the launcher wrote its log and progress lines to stderr with a
-    blocking write. A pipe whose reader had stopped reading (a pager left waiting, a
-    stopped `tee`) froze it in write(): no control answers, no stall kills, no restarts.
-    Its stderr here is a pipe filled to the brim before it starts: it must serve anyway,
-    and once the pipe is read again say how many lines it dropped."""
+def full_pipe():
+    """A pipe whose buffer is full: the read end, and the write end to give a process as
+    its stderr (blocking again)."""
     import fcntl
-    cfg = write_config(tmp_path)
-    job = job_name("fullpipe")
     r, w = os.pipe()
     flags = fcntl.fcntl(w, fcntl.F_GETFL)
     fcntl.fcntl(w, fcntl.F_SETFL, flags | os.O_NONBLOCK)
@@ -1152,6 +1147,51 @@ def test_a_stderr_nobody_reads_does_not_stop_supervision(rt, tmp_path):
     except BlockingIOError:
         pass
     fcntl.fcntl(w, fcntl.F_SETFL, flags)
+    return r, w
+
+
+def test_status_of_a_job_starting_up_says_so(rt, tmp_path):
+    """Found by review: between the arena's link and the control socket, `status JOB`
+    said the job ran with another SHMFEED_RUNTIME_DIR, "set the same here". The gap is
+    held open: the launcher's stderr is a full pipe, so its log line about the arena
+    made waits (100 ms) before the socket is opened, and it is stopped there."""
+    cfg = write_config(tmp_path, world=1)
+    for attempt in range(5):
+        job = job_name("starting")
+        r, w = full_pipe()
+        try:
+            p = subprocess.Popen([SHMFEED, "run", cfg, "--set", f"job={job}", "--", "true"],
+                                 stderr=w)
+        finally:
+            os.close(w)
+        try:
+            assert wait_for(lambda: shm_of(job) or p.poll() is not None, timeout=30)
+            p.send_signal(signal.SIGSTOP)
+            # Stopped past the gap (a loaded machine): another try.
+            if not os.path.exists(os.path.join(rt, f"{job}.json")):
+                out = subprocess.run([SHMFEED, "status", job], capture_output=True,
+                                     text=True, timeout=10)
+                assert out.returncode == 1, out
+                assert f"job '{job}' (launcher pid {p.pid}) is starting: its control " \
+                    "socket is not up yet; try again in a moment" in out.stderr, out.stderr
+                return
+        finally:
+            p.send_signal(signal.SIGCONT)
+            assert p.wait(timeout=60) == 0
+            os.close(r)
+            assert not shm_of(job)
+    pytest.skip("the launcher was never stopped before its control socket was up")
+
+
+def test_a_stderr_nobody_reads_does_not_stop_supervision(rt, tmp_path):
+    """Found by review: the launcher wrote its log and progress lines to stderr with a
+    blocking write. A pipe whose reader had stopped reading (a pager left waiting, a
+    stopped `tee`) froze it in write(): no control answers, no stall kills, no restarts.
+    Its stderr here is a pipe filled to the brim before it starts: it must serve anyway,
+    and once the pipe is read again say how many lines it dropped."""
+    cfg = write_config(tmp_path)
+    job = job_name("fullpipe")
+    r, w = full_pipe()
     try:
         p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}"], stderr=w)
     finally:
