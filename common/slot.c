@@ -4,6 +4,7 @@
  * it runs on the hot path of producers and consumers.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
@@ -604,8 +605,8 @@ uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank)
  * Repair the owner of slot `s`, whose word `w` is FILLING or CLAIMED by another
  * participant. 1: the seek takes the slot over, since its owner holds no entry (free, or
  * no entry of that index: a stray write left the word, and nothing would ever move it);
- * 0: look at the slot again (it moved, or its owner is a seek's role-less hold, waited
- * for); SF_E_BUSY: the owner is alive and holds it.
+ * 0: look at the slot again (the repair moved it); SF_E_BUSY: the owner is alive and
+ * holds it (a role-less hold, a seek's, counts as alive).
  */
 static int repair_owner(struct sf_arena *a, const struct sf_slot *s, uint64_t w)
 {
@@ -618,8 +619,7 @@ static int repair_owner(struct sf_arena *a, const struct sf_slot *s, uint64_t w)
 	if (owner >= participants_count(a) ||
 	    atomic_load_explicit(&a->participants[owner].pid, memory_order_acquire) == PID_FREE)
 		return 1;
-	usleep(100);
-	return 0;
+	return SF_E_BUSY;
 }
 
 /*
@@ -642,6 +642,7 @@ static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t st
 		for (;;) {
 			uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
 			uint32_t st = sf__slot_state(w);
+			bool mine = st == SF_SLOT_CLAIMED && sf__slot_owner(w) == me;
 
 			if (st == SF_SLOT_FILLING) {
 				/* Wait for the filler, or repair it if it died meanwhile. */
@@ -670,12 +671,13 @@ static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t st
 			if (w == sf__slot_word(SF_SLOT_FREE, 0, lap))
 				break;
 			/* A slot this consumer still holds for the wanted step keeps its
-			 * content; anything else serves the target step from scratch.
+			 * content; anything else (a slot taken over from no owner too: nothing
+			 * says it was filled) serves the target step from scratch.
 			 * Acq_rel: a producer that later claims the slot (acquire) sees every
 			 * access this consumer made to it. */
 			if (atomic_compare_exchange_strong_explicit(
 				    &s->word, &w,
-				    st == SF_SLOT_CLAIMED && sf__slot_lap(w) == lap
+				    mine && sf__slot_lap(w) == lap
 					    ? sf__slot_word(SF_SLOT_READY, 0, lap)
 					    : sf__slot_word(SF_SLOT_FREE, 0, lap),
 				    memory_order_acq_rel, memory_order_relaxed))

@@ -324,6 +324,14 @@ Test(slot, seek_takes_over_a_slot_whose_owner_holds_no_entry)
 		/* The child's seek moved the shared slots: slot 1 serves step 4. */
 		cr_expect_eq(word(0, 1), sf__slot_word(SF_SLOT_FREE, 0, 1), "case %zu", n);
 	}
+	/* A seek to the lap such a word names: the slot is to be filled, not handed out
+	 * as READY with whatever it holds (a review of the change: the CAS meant for this
+	 * consumer's own claims made it READY). */
+	for (size_t n = 0; n < sizeof(words) / sizeof(words[0]); n += 2) {
+		atomic_store(&sf__arena_slot(arena, 0, 1)->word, words[n]);
+		cr_assert_eq(sf__ring_seek(arena, CONSUMER(0), 0, 1), 0);
+		cr_expect_eq(word(0, 1), sf__slot_word(SF_SLOT_FREE, 0, 0), "case %zu", n);
+	}
 }
 
 Test(slot, publisher_skips_the_wake_syscall_when_nobody_sleeps)
