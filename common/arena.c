@@ -562,7 +562,8 @@ static int dead_temporaries(const char *dir, const char *job, char *out, size_t 
 		    strspn(de->d_name + plen, "0123456789") != strlen(de->d_name + plen))
 			continue;
 		pid = (pid_t)atoi(de->d_name + plen);
-		if (pid > 0 && kill(pid, 0) == 0)
+		/* EPERM: alive, another user's. */
+		if (pid > 0 && (kill(pid, 0) == 0 || errno == EPERM))
 			continue;
 		if (!out) {
 			snprintf(name, sizeof(name), "/%s", de->d_name);
