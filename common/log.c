@@ -13,12 +13,12 @@
 #include "common/log.h"
 
 static char log_who[64];
-static int log_quiet, log_bounded;
-/* Lines dropped since the last one written, in bounded mode. */
+static int log_quiet;
+/* Bounded mode: how long a line waits for stderr to take it before it is dropped (0:
+ * not bounded, a line waits as long as it takes); whether the lines go without waiting
+ * (one was dropped since the mode was set or a line written); how many were dropped. */
+static int log_wait_ms, log_hurry;
 static unsigned long log_dropped;
-
-/* How long a line waits for stderr to take it before it is dropped (bounded mode). */
-#define LOG_WAIT_MS 100
 
 void sf__log_set_who(const char *who)
 {
@@ -30,9 +30,16 @@ void sf__log_set_quiet(int quiet)
 	log_quiet = quiet;
 }
 
-void sf__log_set_bounded(int bounded)
+void sf__log_set_bounded(int wait_ms)
 {
-	log_bounded = bounded;
+	log_wait_ms = wait_ms > 0 ? wait_ms : 0;
+	log_hurry = 0;
+}
+
+void sf__log_after_fork(void)
+{
+	log_dropped = 0;
+	log_hurry = 0;
 }
 
 /*
@@ -60,10 +67,12 @@ void sf__log_write(const char *buf, size_t len)
 
 	/* After one line dropped, the next ones do not wait: a stderr that nobody reads
 	 * costs a supervisor or a producer one wait, not one per line. */
-	if (log_bounded && !stderr_ready(log_dropped ? 0 : LOG_WAIT_MS)) {
+	if (log_wait_ms && !stderr_ready(log_hurry ? 0 : log_wait_ms)) {
 		log_dropped++;
+		log_hurry = 1;
 		return;
 	}
+	log_hurry = 0;
 	if (log_dropped) {
 		k = snprintf(note, sizeof(note),
 			     "shmfeed: %s%s%lu log line%s dropped: stderr was not being read\n",
@@ -80,6 +89,12 @@ void sf__log_write(const char *buf, size_t len)
 	/* A short write to stderr leaves nothing useful to do. */
 	if (writev(STDERR_FILENO, iov, 2) < 0)
 		return;
+}
+
+void sf__log_flush(void)
+{
+	if (log_dropped)
+		sf__log_write("", 0);
 }
 
 __attribute__((format(printf, 1, 0))) static void log_line(const char *fmt, va_list ap)

@@ -184,6 +184,7 @@ static void child_setup(struct supervisor *S, int deathsig)
 	if (S->ipc.lock_fd >= 0)
 		close(S->ipc.lock_fd);
 	sf__metrics_after_fork(S->metrics);
+	sf__log_after_fork();
 	signal(SIGPIPE, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
 }
@@ -1607,6 +1608,9 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 	r = supervise(S);
 	if (r < 0)
 		sf__err(e, r, "supervisor loop: %s", strerror(-r));
+	/* The summary's lines wait for stderr up to a second each, afresh: the job's
+	 * figures are not dropped because a line was while it ran. */
+	sf__log_set_bounded(1000);
 	if (l->progress)
 		summary(S);
 	if (S->failed && r == 0)

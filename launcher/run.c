@@ -134,13 +134,17 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 	}
 	l.cfg = &cfg;
 	/* From here the launcher supervises: a stderr that nobody reads must not stop it. */
-	sf__log_set_bounded(1);
+	sf__log_set_bounded(100);
 	r = sf__launcher_run(&l, &status, &sig, &e);
+	/* Everything is cleaned up: the last lines wait for their reader, and say what
+	 * could not be written before them. */
+	sf__log_set_bounded(0);
 	if (r < 0) {
 		sf__log_error("job %s: %s", cfg.job, e.msg[0] ? e.msg : sf_strerror(r));
 		sf__config_free(&cfg);
 		return 1;
 	}
+	sf__log_flush();
 	sf__config_free(&cfg);
 	if (sig) {
 		sigset_t set;

@@ -1113,7 +1113,7 @@ def test_status_names_the_file_of_a_launcher_killed_while_it_made_the_arena(rt, 
         p = subprocess.Popen([SHMFEED, "run", str(cfg), "--set", f"job={job}", "--", "true"],
                              stderr=subprocess.DEVNULL)
         left = f"/dev/shm/shmfeed.{job}.new.{p.pid}"
-        caught = wait_for(lambda: os.path.exists(left), timeout=20)
+        caught = wait_for(lambda: os.path.exists(left) or p.poll() is not None, timeout=20)
         p.kill()
         p.wait()
         if not caught or not os.path.exists(left):
@@ -1177,6 +1177,9 @@ def test_status_of_a_job_starting_up_says_so(rt, tmp_path):
                 return
         finally:
             p.send_signal(signal.SIGCONT)
+            # Its last lines wait for their reader.
+            while os.read(r, 65536):
+                pass
             assert p.wait(timeout=60) == 0
             os.close(r)
             assert not shm_of(job)
@@ -1217,6 +1220,42 @@ def test_a_stderr_nobody_reads_does_not_stop_supervision(rt, tmp_path):
         os.close(r)
     assert re.search(rb"shmfeed: [0-9]+ log lines? dropped: stderr was not being read\n",
                      seen), seen[-2000:]
+    assert not shm_of(job)
+
+
+def test_the_last_lines_wait_for_a_stderr_read_late(rt, tmp_path):
+    """A review of the bounded stderr: after one line dropped, every later line went
+    without waiting, the job's summary and its failure line too, and the count of the
+    dropped was said only before a later line, which never came. The pipe is full while
+    the job runs and read from the moment its command ends: the summary is there, and the
+    count."""
+    import threading
+    cfg = write_config(tmp_path, world=1)
+    job = job_name("lastlines")
+    marker = tmp_path / "ended"
+    r, w = full_pipe()
+    try:
+        p = subprocess.Popen([SHMFEED, "run", cfg, "--set", f"job={job}", "--", "sh", "-c",
+                              f"sleep 1; touch {marker}; exit 3"], stderr=w)
+    finally:
+        os.close(w)
+    seen = []
+    try:
+        assert wait_for(marker.exists, timeout=30)
+        reader = threading.Thread(target=lambda: seen.extend(iter(lambda: os.read(r, 65536),
+                                                                  b"")))
+        reader.start()
+        assert p.wait(timeout=60) == 3
+        reader.join(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(r)
+    text = b"".join(seen).replace(b"x", b"")
+    assert re.search(rb"shmfeed: job " + job.encode() + rb": [0-9]+ batches", text), text
+    assert re.search(rb"shmfeed: [0-9]+ log lines? dropped: stderr was not being read\n",
+                     text), text
     assert not shm_of(job)
 
 

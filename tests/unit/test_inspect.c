@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -169,6 +170,10 @@ int main(int argc, char **argv)
 
 		if (flipper == 0) {
 			volatile uint32_t *ranks = &a->hdr->geo.ranks;
+
+			/* Never outlives the test, nor spins for ever if inspect hangs. */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			alarm(120);
 
 			for (;;)
 				*ranks = *ranks == g.ranks ? 1000000 : g.ranks;
