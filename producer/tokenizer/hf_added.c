@@ -73,6 +73,23 @@ static const char *added_text(const void *ctx, uint32_t i, size_t *len)
 	return hf->added[i].text;
 }
 
+/* The added_tokens list of a file, for written_text(). */
+struct added_list {
+	const struct sf_json_doc *doc;
+	const struct sf_json_node *list;
+};
+
+/* The content of added_tokens[i], as written. */
+static const char *written_text(const void *ctx, uint32_t i, size_t *len)
+{
+	const struct added_list *a = ctx;
+	const struct sf_json_node *c =
+		sf__json_tree_get(a->doc, sf__json_tree_child(a->doc, a->list, i), "content");
+
+	*len = c->len;
+	return sf__json_tree_str(a->doc, c);
+}
+
 /* The model's id of the token string s[0..len), or -1; `odd` holds the vocabulary's
  * strings outside the byte-level alphabet. */
 static long vocab_id(const struct sf_hf_loader *l, const struct str_set *odd, const char *s,
@@ -172,7 +189,9 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 	static const char *const unsupported[] = {"single_word", "lstrip", "rstrip"};
 	struct sf_tok_hf *hf = l->hf;
 	struct sf_tok *tok = l->tok;
-	struct str_set odd = {0}, seen = {0};
+	/* The added contents so far as matched (normalized) and as written. */
+	struct str_set odd = {0}, seen = {0}, written = {0};
+	const struct added_list added = {l->doc, list};
 	uint32_t i, j, *cps = NULL;
 	long max_added = -1;
 	bool *normalized;
@@ -185,7 +204,8 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 	hf->added = calloc(list->len + 1, sizeof(*hf->added));
 	normalized = calloc(list->len + 1, sizeof(*normalized));
 	if (!hf->added || !normalized || str_set_init(&odd, l->n_odd, odd_text, l) < 0 ||
-	    str_set_init(&seen, list->len, added_text, hf) < 0) {
+	    str_set_init(&seen, list->len, added_text, hf) < 0 ||
+	    str_set_init(&written, list->len, written_text, &added) < 0) {
 		rc = sf__hf_oom(l);
 		goto out;
 	}
@@ -232,11 +252,17 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 			rc = sf__hf_refuse(l, path, "expected an id and a non-empty content");
 			goto out;
 		}
-		j = *str_set_slot(&seen, sf__json_tree_str(l->doc, c), c->len);
-		if (j) {
-			rc = sf__hf_refuse(l, path, "content \"%s\" also at added_tokens[%u]",
-					   sf__json_tree_str(l->doc, c), j - 1);
-			goto out;
+		{
+			uint32_t *slot =
+				str_set_slot(&written, sf__json_tree_str(l->doc, c), c->len);
+
+			if (*slot) {
+				rc = sf__hf_refuse(l, path,
+						   "content \"%s\" also at added_tokens[%u]",
+						   sf__json_tree_str(l->doc, c), *slot - 1);
+				goto out;
+			}
+			*slot = i + 1;
 		}
 		/*
 		 * tokenizers does not take the file's id: it adds the tokens again, in order,
@@ -276,11 +302,32 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 		}
 		t->text[t->len] = '\0';
 		t->id = (uint32_t)id;
+		/*
+		 * One whose matched text another's already is would match the same text as
+		 * it (tokenizers picks either, docs/tokenizer.md). Contents were compared as
+		 * written with the others as matched only: the same content written twice
+		 * passed when NFC changed it, with an id tokenizers never gives.
+		 */
 		{
 			uint32_t *slot = str_set_slot(&seen, t->text, t->len);
 
-			if (!*slot)
-				*slot = i + 1;
+			if (*slot && t->len == c->len &&
+			    !memcmp(t->text, sf__json_tree_str(l->doc, c), c->len)) {
+				rc = sf__hf_refuse(l, path,
+						   "content \"%s\" is also what added_tokens[%u] "
+						   "matches (after NFC)",
+						   t->text, *slot - 1);
+				goto out;
+			}
+			if (*slot) {
+				rc = sf__hf_refuse(l, path,
+						   "content \"%s\" is matched as \"%s\" (NFC), as "
+						   "added_tokens[%u] is",
+						   sf__json_tree_str(l->doc, c), t->text,
+						   *slot - 1);
+				goto out;
+			}
+			*slot = i + 1;
 		}
 		t->bit = -1;
 		hf->n_added++;
@@ -312,6 +359,7 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 out:
 	free(odd.slot);
 	free(seen.slot);
+	free(written.slot);
 	free(cps);
 	free(normalized);
 	return rc;

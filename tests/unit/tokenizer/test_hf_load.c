@@ -343,6 +343,20 @@ Test(refuse, each_construct_by_path)
 		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\"}, {\"id\": 257, "
 				  "\"content\": \"<q>\"}]"},
 		 "added_tokens[1]: content \"<q>\" also at added_tokens[0]"},
+		/* Under NFC (a review): the same content twice passed, as only its normalized
+		 * text was kept, with an id tokenizers never gives; two that NFC makes one
+		 * passed too, and matched by either. */
+		{{.normalizer = "{\"type\": \"NFC\"}",
+		  .added_tokens = "[{\"id\": 256, \"content\": \"<e\\u0301>\", \"normalized\": "
+				  "true}, {\"id\": 257, \"content\": \"<e\\u0301>\", "
+				  "\"normalized\": true, \"special\": true}]"},
+		 "added_tokens[1]: content \"<e\xcc\x81>\" also at added_tokens[0]"},
+		{{.normalizer = "{\"type\": \"NFC\"}",
+		  .added_tokens = "[{\"id\": 256, \"content\": \"<\\u00e9>\", \"normalized\": "
+				  "true}, {\"id\": 257, \"content\": \"<e\\u0301>\", "
+				  "\"normalized\": true}]"},
+		 "added_tokens[1]: content \"<e\xcc\x81>\" is matched as \"<\xc3\xa9>\" (NFC), "
+		 "as added_tokens[0] is"},
 		{{.added_tokens = "[{\"id\": 300, \"content\": \"<q>\"}]"},
 		 "added_tokens[0]: id 300, but tokenizers gives \"<q>\" the id 256"},
 		{{.added_tokens = "[{\"id\": 256, \"content\": \"x\"}]"},
