@@ -432,11 +432,13 @@ size_t sf__tok_ids_bound(const struct sf_tok *tok, size_t len)
 bool sf__tok_text_may_give(const struct sf_tok *tok, uint32_t id)
 {
 	/* tokenizer.json: a token the merges build from its own bytes (a special token in
-	 * model.vocab is one where they do); elsewhere every rank, and no special. */
-	if (tok->hf)
-		return id < tok->ranks.n_ranks && tok->hf->whole &&
-		       (tok->hf->whole[id / 8] >> (id % 8) & 1);
-	return id < tok->ranks.n_ranks && tok->ranks.off[id] != tok->ranks.off[id + 1];
+	 * model.vocab is one where they do), or under ignore_merges any with bytes, which a
+	 * piece of those bytes becomes whole; elsewhere every rank, and no special. */
+	if (id >= tok->ranks.n_ranks)
+		return false;
+	if (tok->hf && !tok->hf->ignore_merges)
+		return tok->hf->whole && (tok->hf->whole[id / 8] >> (id % 8) & 1);
+	return tok->ranks.off[id] != tok->ranks.off[id + 1];
 }
 
 int sf__tok_special(const struct sf_tok *tok, const char *text, uint64_t *ret_bit)

@@ -599,6 +599,14 @@ Test(accept, text_may_give_a_special_its_merges_build)
 	cr_expect_not(sf__tok_text_may_give(tok, 258), "no merge builds <e>");
 	cr_expect_not(sf__tok_text_may_give(tok, 257), "no merge builds e>");
 	sf__tok_free(tok);
+	/* Under ignore_merges a piece that is a token's bytes is that token, built or not
+	 * (a review: a pre-tokenizer that leaves "<e>" a piece gave 258 from ordinary text,
+	 * and chunk heads took it for a document's end). */
+	listed.model_extra = ", \"ignore_merges\": true";
+	cr_assert_eq(load(&listed, &tok, &err), 0, "%s", err.msg);
+	cr_expect(sf__tok_text_may_give(tok, 258), "ignore_merges: <e> is a piece's token");
+	cr_expect(sf__tok_text_may_give(tok, 257), "ignore_merges: e> is a piece's token");
+	sf__tok_free(tok);
 }
 
 Test(accept, case_folds_checked_where_i_is_in_force)
