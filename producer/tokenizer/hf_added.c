@@ -136,30 +136,39 @@ static bool is_end_of_text(const char *text)
 	return false;
 }
 
+/* Byte order of the tokens' texts, a prefix before what extends it. */
 static int cmp_added(const void *a, const void *b)
 {
 	const struct sf_hf_added *x = *(struct sf_hf_added *const *)a;
 	const struct sf_hf_added *y = *(struct sf_hf_added *const *)b;
-	unsigned kx = (uint8_t)x->text[0] << 8 | (uint8_t)x->text[1];
-	unsigned ky = (uint8_t)y->text[0] << 8 | (uint8_t)y->text[1];
+	int c = memcmp(x->text, y->text, x->len < y->len ? x->len : y->len);
 
-	if (kx != ky)
-		return kx < ky ? -1 : 1;
-	return x->len > y->len ? -1 : x->len < y->len;
+	if (c)
+		return c;
+	return (x->len > y->len) - (x->len < y->len);
+}
+
+static bool is_prefix(const struct sf_hf_added *p, const struct sf_hf_added *t)
+{
+	return p->len < t->len && !memcmp(p->text, t->text, p->len);
 }
 
 /* Build a leftmost-longest matcher over the added tokens whose `normalized` is `norm`. */
 static int build_matcher(struct sf_hf_loader *l, struct sf_hf_matcher *m, const bool *normalized,
 			 bool norm)
 {
-	uint32_t i, k;
+	uint32_t i, k, depth = 0, *stack;
 
 	for (i = 0; i < 256; i++)
 		m->single[i] = -1;
 	m->tokens = malloc((l->hf->n_added + 1) * sizeof(*m->tokens));
+	m->prefix = malloc((l->hf->n_added + 1) * sizeof(*m->prefix));
 	m->bucket = calloc(65537, sizeof(*m->bucket));
-	if (!m->tokens || !m->bucket)
+	stack = malloc((l->hf->n_added + 1) * sizeof(*stack));
+	if (!m->tokens || !m->prefix || !m->bucket || !stack) {
+		free(stack);
 		return sf__hf_oom(l);
+	}
 	for (i = 0; i < l->hf->n_added; i++) {
 		struct sf_hf_added *a = &l->hf->added[i];
 
@@ -173,6 +182,15 @@ static int build_matcher(struct sf_hf_loader *l, struct sf_hf_matcher *m, const 
 			m->tokens[m->n++] = a;
 	}
 	qsort(m->tokens, m->n, sizeof(*m->tokens), cmp_added);
+	/* In byte order a token's prefixes come before it, and the tokens between a prefix
+	 * and it extend that prefix too: a stack of the prefixes of the last token. */
+	for (i = 0; i < m->n; i++) {
+		while (depth && !is_prefix(m->tokens[stack[depth - 1]], m->tokens[i]))
+			depth--;
+		m->prefix[i] = depth ? (int32_t)stack[depth - 1] : -1;
+		stack[depth++] = i;
+	}
+	free(stack);
 	for (i = 0, k = 0; k <= 65536; k++) {
 		while (i < m->n && ((uint32_t)(uint8_t)m->tokens[i]->text[0] << 8 |
 				    (uint8_t)m->tokens[i]->text[1]) < k)

@@ -508,6 +508,40 @@ static int pretok(struct run *r, unsigned k, const uint8_t *s, size_t n)
 }
 
 /*
+ * The longest token of tokens[lo..hi) (sorted by bytes, sharing their first two) that
+ * s[0..n) starts with, or NULL. The last token not above s in byte order, q, is found by
+ * bisection; every token s starts with lies between it and s, so q starts with it too:
+ * the longest is q itself or the longest of q's prefixes within what q and s share.
+ */
+static const struct sf_hf_added *longest_at(const struct sf_hf_matcher *m, uint32_t lo, uint32_t hi,
+					    const uint8_t *s, size_t n)
+{
+	int32_t q = -1;
+	size_t common = 0;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		const struct sf_hf_added *a = m->tokens[mid];
+		int c = memcmp(a->text, s, a->len < n ? a->len : n);
+
+		if (c < 0 || (c == 0 && a->len <= n)) {
+			q = (int32_t)mid;
+			lo = mid + 1;
+		} else {
+			hi = mid;
+		}
+	}
+	if (q < 0)
+		return NULL;
+	while (common < m->tokens[q]->len && common < n &&
+	       (uint8_t)m->tokens[q]->text[common] == s[common])
+		common++;
+	while (q >= 0 && m->tokens[q]->len > common)
+		q = m->prefix[q];
+	return q >= 0 ? m->tokens[q] : NULL;
+}
+
+/*
  * The leftmost-longest added token of `m` at or after p: its position and the token, or
  * false when there is none.
  */
@@ -515,21 +549,20 @@ static bool find_added(const struct sf_hf_matcher *m, const uint8_t *s, size_t n
 		       size_t *ret_at, const struct sf_hf_added **ret)
 {
 	for (; p < n; p++) {
-		uint32_t i, end;
-
 		if (!m->first[s[p]])
 			continue;
 		if (p + 1 < n) {
 			unsigned k = s[p] << 8 | s[p + 1];
+			const struct sf_hf_added *a =
+				m->bucket[k] < m->bucket[k + 1]
+					? longest_at(m, m->bucket[k], m->bucket[k + 1], s + p,
+						     n - p)
+					: NULL;
 
-			for (i = m->bucket[k], end = m->bucket[k + 1]; i < end; i++) {
-				const struct sf_hf_added *a = m->tokens[i];
-
-				if (a->len <= n - p && !memcmp(s + p, a->text, a->len)) {
-					*ret_at = p;
-					*ret = a;
-					return true;
-				}
+			if (a) {
+				*ret_at = p;
+				*ret = a;
+				return true;
 			}
 		}
 		if (m->single[s[p]] >= 0) {

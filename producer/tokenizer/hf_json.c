@@ -640,8 +640,10 @@ void sf__hf_free(struct sf_tok_hf *hf)
 		free(hf->added[i].text);
 	free(hf->added);
 	free(hf->raw.tokens);
+	free(hf->raw.prefix);
 	free(hf->raw.bucket);
 	free(hf->norm.tokens);
+	free(hf->norm.prefix);
 	free(hf->norm.bucket);
 	free(hf->merges);
 	free(hf->whole);

@@ -55,11 +55,13 @@ struct sf_hf_added {
 };
 
 /*
- * A set of added tokens matched leftmost-longest: tokens of two bytes or more bucketed by
- * their first two bytes, longest first within a bucket; one-byte tokens by their byte.
+ * A set of added tokens matched leftmost-longest: tokens of two bytes or more sorted by
+ * their bytes and bucketed by the first two, each with the longest other token that is a
+ * prefix of it; one-byte tokens by their byte.
  */
 struct sf_hf_matcher {
-	struct sf_hf_added **tokens; /* sorted by first two bytes, then longest first */
+	struct sf_hf_added **tokens; /* sorted by their bytes */
+	int32_t *prefix; /* of tokens[i]: the index of its longest proper prefix, or -1 */
 	uint32_t n;
 	uint32_t *bucket; /* 65537 entries: tokens[bucket[k]..bucket[k + 1]) start with k */
 	int32_t single[256];
