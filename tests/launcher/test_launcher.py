@@ -1097,17 +1097,23 @@ def test_a_launcher_started_with_stderr_closed_or_unread(rt, tmp_path):
     assert not shm_of(job)
 
 
-def test_status_names_the_file_of_a_launcher_killed_while_it_made_the_arena(rt, tmp_path):
-    """Found by review: a launcher killed (SIGKILL, the OOM killer) while it made the
-    arena left /dev/shm/shmfeed.JOB.new.PID, reserved at the arena's full size, and
-    `status JOB` said only "no running shmfeed job": nothing told where /dev/shm had gone
-    until the next run of the same job removed it."""
+def big_arena_config(tmp_path):
+    """A job of an arena of 0.5 GB, so that making it takes a while."""
     tokens = tmp_path / "tokens.bin"
     tokens.write_bytes(bytes(range(256)) * 40000)
     cfg = tmp_path / "big.yaml"
     cfg.write_text(f"sources: [{tokens}]\nbatch: {{size: 64, seq_len: 8192}}\n"
                    "consumers: {world_size: 1}\narena: {slots_per_rank: 512}\n"
                    "sampling: {mode: random}\n")
+    return cfg
+
+
+def test_status_names_the_file_of_a_launcher_killed_while_it_made_the_arena(rt, tmp_path):
+    """Found by review: a launcher killed (SIGKILL, the OOM killer) while it made the
+    arena left /dev/shm/shmfeed.JOB.new.PID, reserved at the arena's full size, and
+    `status JOB` said only "no running shmfeed job": nothing told where /dev/shm had gone
+    until the next run of the same job removed it."""
+    cfg = big_arena_config(tmp_path)
     for attempt in range(10):
         job = job_name("killed-making")
         p = subprocess.Popen([SHMFEED, "run", str(cfg), "--set", f"job={job}", "--", "true"],
@@ -1265,13 +1271,7 @@ def test_a_stop_before_the_command_started_is_no_success(rt, tmp_path):
     run and finished. It exits 128 + the signal. The launcher is caught while its arena
     is made (its `.new` file is there), stopped with SIGSTOP, sent SIGTERM, continued:
     the signal waits, blocked, for the check before the command starts."""
-    tokens = tmp_path / "tokens.bin"
-    tokens.write_bytes(bytes(range(256)) * 40000)
-    cfg = tmp_path / "big.yaml"
-    # An arena of 0.5 GB, so that making it takes a while.
-    cfg.write_text(f"sources: [{tokens}]\nbatch: {{size: 64, seq_len: 8192}}\n"
-                   "consumers: {world_size: 1}\narena: {slots_per_rank: 512}\n"
-                   "sampling: {mode: random}\n")
+    cfg = big_arena_config(tmp_path)
     marker = tmp_path / "ran"
     for attempt in range(10):
         job = job_name("early-stop")
