@@ -403,9 +403,12 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 	}
 	if (r < 0)
 		return walk_failed(c, &w, chunk, &ignored, e);
-	/* The head is the whole chunk: its count is verified here (see encode_tail()). */
-	if (h->n < L && h->n != c->ds->chunks[chunk].n_tokens)
-		return count_mismatch(c->ds, chunk, h->n, e);
+	/* The head is the whole chunk: its count is verified here (see encode_tail()); a
+	 * head that reached L is no more than the chunk holds. */
+	if (h->n < L ? h->n != c->ds->chunks[chunk].n_tokens : h->n > c->ds->chunks[chunk].n_tokens)
+		return h->n < L ? count_mismatch(c->ds, chunk, h->n, e)
+				: index_mismatch(c->ds, chunk, "tokens or more", h->n,
+						 c->ds->chunks[chunk].n_tokens, e);
 	return 0;
 }
 
@@ -422,16 +425,21 @@ static int taken_over(uint64_t chunk, struct sf_err *e)
 /*
  * Append the tokens of `chunk` to `d` up to `limit`, tokenizing them. When the chunk ends
  * before the limit (a chunk shorter than T+1 tokens, in which no window may start, so
- * that it is never tokenized as a chunk of its own), its count is verified here.
+ * that it is never tokenized as a chunk of its own), its count is verified here; when the
+ * limit comes first, the chunk holds at least what was taken, which its count must not
+ * be below (one said too short for a window was read only this way: the rest of its
+ * tokens were left out of every epoch).
  */
 static int encode_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk, uint64_t limit,
 		       struct sf_err *e)
 {
-	const uint64_t n0 = d->n;
+	const uint64_t n0 = d->n, said = c->ds->chunks[chunk].n_tokens;
 	int r = encode_docs(c, d, chunk, limit, 0, NULL, e);
 
-	if (r == 0 && d->n < limit && d->n - n0 != c->ds->chunks[chunk].n_tokens)
+	if (r == 0 && d->n < limit && d->n - n0 != said)
 		return count_mismatch(c->ds, chunk, d->n - n0, e);
+	if (r == 0 && d->n - n0 > said)
+		return index_mismatch(c->ds, chunk, "tokens or more", d->n - n0, said, e);
 	return r;
 }
 

@@ -158,14 +158,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct sf_dataset *ds = NULL;
 	struct sf_err e = {0};
 	unsigned char *forged;
-	uint64_t sum, *hashes;
+	uint64_t sum;
 	FILE *f;
 
 	if (!honest)
 		setup();
 	forged = malloc(honest_len);
-	hashes = calloc(n_steps + 1, sizeof(*hashes));
-	if (!forged || !hashes)
+	if (!forged)
 		die();
 	memcpy(forged, honest, honest_len);
 	for (size_t i = 0; i + 11 <= size; i += 11) {
@@ -188,16 +187,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct sf_dataset_stats st;
 
 		sf__dataset_stats(ds, &st);
-		/* An index that opened and built every batch without an error told the truth,
-		 * or a harmless part of it changed: the batches are the honest ones. */
-		if (st.n_steps == n_steps && build_all(ds, hashes, n_steps) == 0 &&
-		    memcmp(hashes, honest_batches, n_steps * sizeof(*hashes)) && st.index_loaded) {
-			fprintf(stderr, "fuzz_index: a forged index gave other batches\n");
-			die();
+		/* An index that opened and built every batch of its epoch without an error told
+		 * the truth, or a harmless part of it changed: the batches are the honest ones,
+		 * as many. (An epoch of another length counts: a chunk said too short for a
+		 * window dropped its tokens from the stream, without an error.) */
+		if (st.index_loaded && st.n_steps <= 4 * n_steps) {
+			uint64_t *got = calloc(st.n_steps + 1, sizeof(*got));
+
+			if (!got)
+				die();
+			if (build_all(ds, got, st.n_steps) == 0 &&
+			    (st.n_steps != n_steps ||
+			     memcmp(got, honest_batches, n_steps * sizeof(*got)))) {
+				fprintf(stderr,
+					"fuzz_index: a forged index gave other batches (%llu "
+					"steps, "
+					"%llu honest)\n",
+					(unsigned long long)st.n_steps,
+					(unsigned long long)n_steps);
+				die();
+			}
+			free(got);
 		}
 		sf__dataset_close(ds);
 	}
-	free(hashes);
 	free(forged);
 	return 0;
 }

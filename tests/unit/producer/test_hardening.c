@@ -466,6 +466,27 @@ static uint64_t index_field(size_t at)
 }
 
 /*
+ * A chunk whose count says it is too short for a window to start in it, while it holds
+ * far more: it was read only as the tail of the chunk before, as far as that window goes,
+ * and its count was checked only where the chunk ended first (a review: 18k tokens of a
+ * chunk left out of every epoch, the job ended early with exit 0). Each middle chunk in
+ * turn claims one token more than its documents, below a window of 2048 tokens.
+ */
+Test(hardening, a_chunk_said_too_short_for_a_window_is_found)
+{
+	uint64_t n_chunks;
+
+	cfg.seq_len = 2048;
+	text_with_index();
+	n_chunks = index_field(32); /* the header's n_chunks */
+	for (uint64_t k = 1; k + 1 < n_chunks; k++) {
+		forge_index(CHUNK_AT(k, CHUNK_TOKENS), index_field(CHUNK_AT(k, CHUNK_DOCS)) + 1, 0);
+		expect_lie_found_at_tokenization("tokens");
+		find_index();
+	}
+}
+
+/*
  * Chunk 0 cut after its first document and the rest given to chunk 1, with the counts
  * moved to match (`bytes`: a token per byte, and <|endoftext|>): every field in range
  * and every count true, but chunk 1 now runs on past the document end where the rule
