@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
@@ -475,6 +476,33 @@ static struct sf_file_id *dir_ids(const char *dir, size_t *ret_n)
 	return ids ? ids : malloc(1);
 }
 
+/* Temporary files of index `path` that writers killed over an hour ago left behind. */
+static void remove_stale_temporaries(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	size_t dir_len = slash ? (size_t)(slash - path) : 0;
+	char *dir = slash ? strndup(path, dir_len ? dir_len : 1) : strdup(".");
+	const char *base = slash ? slash + 1 : path;
+	size_t base_len = strlen(base);
+	time_t now = time(NULL);
+	struct dirent *de;
+	DIR *d = dir ? opendir(dir) : NULL;
+
+	while (d && (de = readdir(d))) {
+		struct stat st;
+
+		if (strncmp(de->d_name, base, base_len) ||
+		    strncmp(de->d_name + base_len, ".tmp.", 5))
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode) && st.st_mtime + 3600 < now)
+			unlinkat(dirfd(d), de->d_name, 0);
+	}
+	if (d)
+		closedir(d);
+	free(dir);
+}
+
 /* Write the index to `path` (NULL: -ENOMEM), through a temporary file. */
 static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t n, uint64_t key,
 		   const struct sf_index_image *old, char *path, char **ret_path,
@@ -594,16 +622,22 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 		XXH3_64bits_update(&xs, ce, nc * sizeof(*ce));
 		sum = XXH3_64bits_digest(&xs);
 	}
-	snprintf(tmp, strlen(path) + 32, "%s.tmp.%d", path, (int)getpid());
+	/* A name of its own (a name by pid, left by a writer killed in a container whose
+	 * launcher is always pid 1, made every later save fail on it); what killed writers
+	 * left there over an hour ago goes. */
+	remove_stale_temporaries(path);
+	snprintf(tmp, strlen(path) + 32, "%s.tmp.XXXXXX", path);
 	/* A write past RLIMIT_FSIZE raises SIGXFSZ, which kills: blocked, the write fails
 	 * with EFBIG instead, and the index is only not cached (the signal then pending is
 	 * taken below). */
 	sigemptyset(&xfsz);
 	sigaddset(&xfsz, SIGXFSZ);
 	blocked = pthread_sigmask(SIG_BLOCK, &xfsz, &mask) == 0;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (fd < 0) {
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0 || fchmod(fd, 0644) < 0) {
 		r = -errno;
+		if (fd >= 0)
+			unlink(tmp);
 		goto out;
 	}
 	out = fdopen(fd, "w");

@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zlib.h>
@@ -463,6 +464,41 @@ static uint64_t index_field(size_t at)
 	cr_assert_eq(fread(&v, 8, 1, f), 1);
 	fclose(f);
 	return v;
+}
+
+/*
+ * A writer killed while it saved the index left INDEX.tmp.PID, and a later save by a
+ * process of the same pid (a launcher that is always pid 1 in its container) failed on
+ * it for good: no index was ever cached again (a review). A save now takes a name of its
+ * own, and removes what killed writers left over an hour ago.
+ */
+Test(hardening, an_index_save_is_not_stopped_by_a_killed_writers_file)
+{
+	char mine[4200], old[4200];
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	FILE *f;
+
+	text_with_index();
+	snprintf(mine, sizeof(mine), "%s.tmp.%d", ipath, (int)getpid());
+	snprintf(old, sizeof(old), "%s.tmp.123", ipath);
+	cr_assert((f = fopen(mine, "w")) && fclose(f) == 0);
+	cr_assert((f = fopen(old, "w")) && fclose(f) == 0);
+	cr_assert_eq(utimensat(AT_FDCWD, old,
+			       (const struct timespec[]){{.tv_sec = time(NULL) - 7200},
+							 {.tv_sec = time(NULL) - 7200}},
+			       0),
+		     0);
+	cr_assert_eq(unlink(ipath), 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.index_loaded, 0);
+	sf__dataset_close(ds);
+	cr_expect_eq(access(ipath, F_OK), 0, "no index saved beside %s", mine);
+	cr_expect_neq(access(old, F_OK), 0, "%s is still there", old);
+	cr_expect_eq(access(mine, F_OK), 0, "a recent temporary file was removed");
+	unlink(mine);
 }
 
 /*
