@@ -694,7 +694,23 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 		r = sf__err(e, r, "cannot lock /dev/shm%s: %s", tmp, strerror(-r));
 		goto fail_unlink;
 	}
-	r = posix_fallocate(fd, 0, (off_t)layout.total_size);
+	{
+		/* Past RLIMIT_FSIZE the reservation raises SIGXFSZ, which killed the launcher
+		 * without a word: blocked, it fails with EFBIG instead (the pending signal is
+		 * taken). */
+		sigset_t xfsz, mask;
+		int blocked;
+
+		sigemptyset(&xfsz);
+		sigaddset(&xfsz, SIGXFSZ);
+		blocked = pthread_sigmask(SIG_BLOCK, &xfsz, &mask) == 0;
+		r = posix_fallocate(fd, 0, (off_t)layout.total_size);
+		if (blocked) {
+			while (sigtimedwait(&xfsz, NULL, &(struct timespec){0}) == SIGXFSZ)
+				;
+			pthread_sigmask(SIG_SETMASK, &mask, NULL);
+		}
+	}
 	if (r) {
 		struct statvfs vfs;
 		unsigned long long avail = 0;
@@ -702,9 +718,12 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 		if (statvfs(shm_dir(opt), &vfs) == 0)
 			avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
 		r = sf__err(e, -r,
-			    "cannot reserve %llu bytes for job '%s' in %s (%llu bytes free): %s",
+			    "cannot reserve %llu bytes for job '%s' in %s (%llu bytes free): %s%s",
 			    (unsigned long long)layout.total_size, job, shm_dir(opt), avail,
-			    strerror(r));
+			    strerror(r),
+			    r == EFBIG ? " (the file size limit, ulimit -f, is below the arena's "
+					 "size)"
+				       : "");
 		goto fail_unlink;
 	}
 	r = map_object(a, tmp, layout.total_size, &base);

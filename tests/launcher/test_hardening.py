@@ -51,6 +51,24 @@ def test_a_low_descriptor_limit_is_refused_and_leaves_nothing(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_a_file_size_limit_below_the_arena_is_an_error(rt, tmp_path):
+    """`ulimit -f` below the arena's size: reserving it raised SIGXFSZ, which killed the
+    launcher without a word (exit 153) and left /dev/shm/shmfeed.JOB.new.PID (a review).
+    It says why now, and leaves nothing."""
+    cfg = write_config(tmp_path)
+    job = job_name("fsize")
+    out = subprocess.run([SHMFEED, "run", cfg, "--set", f"job={job}", "--", "true"],
+                         capture_output=True, text=True, timeout=30,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
+                                                               (1024, 1024)))
+    assert out.returncode == 1, (out.returncode, out.stderr)
+    assert "File too large (the file size limit, ulimit -f, is below the arena's size)" \
+        in out.stderr, out.stderr
+    assert not shm_of(job) and not any(n.startswith(f"shmfeed.{job}.")
+                                       for n in os.listdir("/dev/shm"))
+    assert os.listdir(rt) == []
+
+
 def test_the_metrics_server_is_in_the_descriptor_budget(rt, tmp_path):
     """The HTTP server's connections (16), listening socket and pipe were not counted: at
     the limit `run` asked for, 16 idle scrapers and a few control clients made libzmq
