@@ -146,8 +146,8 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 		bps, (unsigned long long)u64_of(sd, 0, "batches"),
 		(unsigned long long)u64_of(sd, 0, "tokens"));
 	if (u64_of(sd, 0, "wait_samples")) {
-		sf__stats_human_ns(u64_of(sd, 0, "wait_p50_ns"), p50, sizeof(p50));
-		sf__stats_human_ns(u64_of(sd, 0, "wait_p99_ns"), p99, sizeof(p99));
+		sf__stats_human_below(u64_of(sd, 0, "wait_p50_ns"), p50, sizeof(p50));
+		sf__stats_human_below(u64_of(sd, 0, "wait_p99_ns"), p99, sizeof(p99));
 		fprintf(f, "consumer wait p50 %s, p99 %s (%llu batches)\n", p50, p99,
 			(unsigned long long)u64_of(sd, 0, "wait_samples"));
 	} else {
@@ -176,8 +176,10 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 		wait_bar(dbl_of(sd, r, "waiting"), bar);
 		p50[0] = p99[0] = 0;
 		if (u64_of(sd, r, "interval_batches")) {
-			sf__stats_human_ns(u64_of(sd, r, "interval_wait_p50_ns"), p50, sizeof(p50));
-			sf__stats_human_ns(u64_of(sd, r, "interval_wait_p99_ns"), p99, sizeof(p99));
+			sf__stats_human_below(u64_of(sd, r, "interval_wait_p50_ns"), p50,
+					      sizeof(p50));
+			sf__stats_human_below(u64_of(sd, r, "interval_wait_p99_ns"), p99,
+					      sizeof(p99));
 		}
 		fprintf(f, "%5llu %5llu %7llu %5llu %7llu %11llu  %8s  %8s  [%s] %3.0f%% %8llu  ",
 			(unsigned long long)u64_of(sd, r, "rank"),

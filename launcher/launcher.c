@@ -721,7 +721,7 @@ static void tick(struct supervisor *S)
 			sf__stats_human_rate(
 				dt > 0 ? (double)(S->cur.tokens - S->progress_tokens) / dt : 0,
 				rate, sizeof(rate));
-			sf__stats_human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
+			sf__stats_human_below(S->cur.wait_p50_ns, p50, sizeof(p50));
 			k = snprintf(line, sizeof(line),
 				     "%sshmfeed: %s: %llu batches, %stok/s, wait p50 %s, "
 				     "restarts %llu%s",
@@ -748,8 +748,8 @@ static void summary(struct supervisor *S)
 	if (isatty(STDERR_FILENO) && !S->l->command && S->progress_ticks)
 		sf__log_write("\r\033[K", 4);
 	sf__stats_human_rate(secs > 0 ? (double)S->cur.tokens / secs : 0, rate, sizeof(rate));
-	sf__stats_human_ns(S->cur.wait_p50_ns, p50, sizeof(p50));
-	sf__stats_human_ns(S->cur.wait_p99_ns, p99, sizeof(p99));
+	sf__stats_human_below(S->cur.wait_p50_ns, p50, sizeof(p50));
+	sf__stats_human_below(S->cur.wait_p99_ns, p99, sizeof(p99));
 	sf__log_info("job %s: %llu batches, %llu tokens delivered in %.2f s (%stok/s)", S->cfg->job,
 		     (unsigned long long)S->cur.batches, (unsigned long long)S->cur.tokens, secs,
 		     rate);

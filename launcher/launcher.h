@@ -354,6 +354,12 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
  */
 void sf__stats_human_rate(double v, char *buf, size_t len);
 void sf__stats_human_ns(uint64_t ns, char *buf, size_t len);
+/*
+ * sf__stats_human_below - a wait percentile of the telemetry (the top of its power-of-two
+ * bucket, so no wait counted there reached it) as "<4.1 us": printed as a value it read
+ * up to twice the waits it stands for.
+ */
+void sf__stats_human_below(uint64_t ns, char *buf, size_t len);
 
 /*
  * The control client: one request, one reply (a DEALER socket with a timeout).

@@ -270,6 +270,14 @@ void sf__stats_human_rate(double v, char *buf, size_t len)
 		snprintf(buf, len, "%.1f ", v);
 }
 
+void sf__stats_human_below(uint64_t ns, char *buf, size_t len)
+{
+	char v[32];
+
+	sf__stats_human_ns(ns, v, sizeof(v));
+	snprintf(buf, len, "<%s", v);
+}
+
 void sf__stats_human_ns(uint64_t ns, char *buf, size_t len)
 {
 	if (ns >= 1000000000ull)

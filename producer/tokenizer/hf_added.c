@@ -308,6 +308,8 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 		t->text = malloc(3 * (size_t)c->len + 1);
 		cps = realloc(cps, 4 * ((size_t)c->len + 1) * sizeof(*cps));
 		if (!t->text || !cps) {
+			free(t->text);
+			t->text = NULL;
 			rc = sf__hf_oom(l);
 			goto out;
 		}
@@ -329,20 +331,23 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 		{
 			uint32_t *slot = str_set_slot(&seen, t->text, t->len);
 
-			if (*slot && t->len == c->len &&
-			    !memcmp(t->text, sf__json_tree_str(l->doc, c), c->len)) {
-				rc = sf__hf_refuse(l, path,
-						   "content \"%s\" is also what added_tokens[%u] "
-						   "matches (after NFC)",
-						   t->text, *slot - 1);
-				goto out;
-			}
 			if (*slot) {
-				rc = sf__hf_refuse(l, path,
-						   "content \"%s\" is matched as \"%s\" (NFC), as "
-						   "added_tokens[%u] is",
-						   sf__json_tree_str(l->doc, c), t->text,
-						   *slot - 1);
+				if (t->len == c->len &&
+				    !memcmp(t->text, sf__json_tree_str(l->doc, c), c->len))
+					rc = sf__hf_refuse(l, path,
+							   "content \"%s\" is also what "
+							   "added_tokens[%u] matches (after NFC)",
+							   t->text, *slot - 1);
+				else
+					rc = sf__hf_refuse(l, path,
+							   "content \"%s\" is matched as \"%s\" "
+							   "(NFC), as added_tokens[%u] is",
+							   sf__json_tree_str(l->doc, c), t->text,
+							   *slot - 1);
+				/* Not counted yet: the tokens freed with the tokenizer are those.
+				 */
+				free(t->text);
+				t->text = NULL;
 				goto out;
 			}
 			*slot = i + 1;

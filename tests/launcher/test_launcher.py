@@ -678,6 +678,10 @@ def test_top_shows_which_rank_is_starved(rt, tmp_path):
         assert "waiting (last interval)   stalls  consumer" in out.stdout
         assert "[################] 100%" in rows[0], out.stdout
         assert "[................]   0%" in rows[1], out.stdout
+        # The percentiles are the tops of power-of-two buckets, said as bounds (a new
+        # user's trial: "p50 4.1 us" read up to twice the waits it stood for).
+        assert re.search(r"consumer wait p50 <[\d.]+ [num]?s, p99 <[\d.]+ [num]?s",
+                         out.stdout), out.stdout
     finally:
         rank0.kill()
         rank0.wait(timeout=10)
