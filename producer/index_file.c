@@ -60,8 +60,8 @@ struct index_file_entry {
 	uint64_t n_chunks;
 	uint64_t skipped;
 	uint32_t format;
-	uint32_t reserved; /* 0 */
-	uint64_t ctime_ns; /* version 3 */
+	uint32_t line_ends; /* sf_text_file.line_ends (0 before) */
+	uint64_t ctime_ns;  /* version 3 */
 };
 
 struct index_chunk_entry {
@@ -255,8 +255,9 @@ static int image_valid(const struct sf_dataset *ds, struct sf_index_image *img)
 		const struct index_file_entry *f = &img->files[i];
 		uint64_t at = 0, line = 1;
 
-		if ((f->format != SF_FMT_TEXT && f->format != SF_FMT_JSONL) || f->reserved ||
-		    f->n_chunks > nc - c || f->max_doc > f->len || f->skipped > f->len ||
+		if ((f->format != SF_FMT_TEXT && f->format != SF_FMT_JSONL) ||
+		    f->line_ends > SF_LINE_ENDS_KEEP_CR || f->n_chunks > nc - c ||
+		    f->max_doc > f->len || f->skipped > f->len ||
 		    (f->n_chunks == 0) != (f->len == 0))
 			return 0;
 		img->first_chunk[i] = c;
@@ -410,6 +411,8 @@ int sf__index_take(struct sf_dataset *ds, const struct sf_index_image *img, uint
 	f->len = en->len;
 	f->max_doc = en->max_doc;
 	f->skipped = en->skipped;
+	f->line_ends = en->line_ends;
+	sf__text_say_line_ends(ds, f);
 	if (en->skipped) {
 		struct sf_err why = {.code = 0};
 		size_t n = strlen(f->path);
@@ -594,7 +597,8 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 					       .max_doc = f->max_doc,
 					       .n_chunks = f->n_chunks,
 					       .skipped = f->skipped,
-					       .format = f->format};
+					       .format = f->format,
+					       .line_ends = f->line_ends};
 		for (uint64_t k = 0; k < f->n_chunks; k++) {
 			const struct sf_chunk *c = &ds->chunks[f->first_chunk + k];
 

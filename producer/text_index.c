@@ -215,20 +215,14 @@ static void escaped_sep(char *out, size_t len, const char *s)
  * a blank line is then a document "\r"); one of CRLF line ends over LF lines splits the
  * file nowhere.
  */
-static void note_line_ends(struct sf_dataset *ds, const struct sf_text_file *f,
-			   const struct sf_source_config *src, const char *data, size_t len)
+/* The separator `sep` written with the other line ends into `other`; false when it has
+ * no other spelling to offer. */
+static bool other_spelling(const char *sep, char *other, size_t cap)
 {
-	char other[64], shown[2][160];
-	const char *sep = src->separator;
-	bool crlf_sep;
+	bool crlf_sep = strstr(sep, "\r\n") != NULL;
 	size_t n = 0;
 
-	if (f->format != SF_FMT_TEXT || !sep || !strchr(sep, '\n') || strlen(sep) > 31 ||
-	    !f->part_bytes)
-		return;
-	crlf_sep = strstr(sep, "\r\n") != NULL;
-	/* The separator written with the other line ends. */
-	for (const char *c = sep; *c && n + 2 < sizeof(other); c++) {
+	for (const char *c = sep; *c && n + 2 < cap; c++) {
 		if (crlf_sep && c[0] == '\r' && c[1] == '\n')
 			continue;
 		if (!crlf_sep && *c == '\n')
@@ -237,19 +231,45 @@ static void note_line_ends(struct sf_dataset *ds, const struct sf_text_file *f,
 	}
 	other[n] = 0;
 	if (crlf_sep && strchr(other, '\r'))
-		return; /* a lone \r besides: no other spelling to offer */
-	if (!crlf_sep && strchr(sep, '\r'))
+		return false; /* a lone \r besides: no other spelling to offer */
+	return crlf_sep || !strchr(sep, '\r');
+}
+
+static void note_line_ends(struct sf_dataset *ds, struct sf_text_file *f,
+			   const struct sf_source_config *src, const char *data, size_t len)
+{
+	const char *sep = src->separator;
+	char other[64];
+
+	if (f->format != SF_FMT_TEXT || !sep || !strchr(sep, '\n') || strlen(sep) > 31 ||
+	    !f->part_bytes || !other_spelling(sep, other, sizeof(other)))
 		return;
-	if (!memmem(data, len, other, n) || (crlf_sep && memmem(data, len, "\r\n", 2)))
+	if (!memmem(data, len, other, strlen(other)) ||
+	    (strstr(sep, "\r\n") && memmem(data, len, "\r\n", 2)))
+		return;
+	if (f->max_doc == f->part_bytes)
+		f->line_ends = SF_LINE_ENDS_ONE_DOC;
+	else if (!strstr(sep, "\r\n"))
+		f->line_ends = SF_LINE_ENDS_KEEP_CR;
+	sf__text_say_line_ends(ds, f);
+}
+
+void sf__text_say_line_ends(struct sf_dataset *ds, const struct sf_text_file *f)
+{
+	const char *sep = ds->sources[f->source].separator;
+	char other[64], shown[2][160];
+
+	if (ds->note[0] || !f->line_ends || !sep || strlen(sep) > 31 ||
+	    !other_spelling(sep, other, sizeof(other)))
 		return;
 	escaped_sep(shown[0], sizeof(shown[0]), sep);
 	escaped_sep(shown[1], sizeof(shown[1]), other);
-	if (f->max_doc == f->part_bytes)
+	if (f->line_ends == SF_LINE_ENDS_ONE_DOC)
 		snprintf(ds->note, sizeof(ds->note),
 			 "%s: lines end with %s: the separator \"%s\" is nowhere in it, so it is "
 			 "one document; separator \"%s\" would split it",
-			 f->path, crlf_sep ? "LF" : "CRLF", shown[0], shown[1]);
-	else if (!crlf_sep)
+			 f->path, strstr(sep, "\r\n") ? "LF" : "CRLF", shown[0], shown[1]);
+	else
 		snprintf(ds->note, sizeof(ds->note),
 			 "%s: lines end with CRLF: documents split at \"%s\" keep the \\r of "
 			 "their line ends (a blank line is a document \"\\r\"); separator \"%s\" "

@@ -45,6 +45,12 @@ int sf__text_walk_init(struct sf_doc_walk *w, const struct sf_dataset *ds, uint6
 		       char *scratch, struct sf_err *e);
 
 /*
+ * sf__text_say_line_ends - the dataset's note (said once) that text file `f` has line
+ * ends its source's separator does not match (f->line_ends), unless a note is there.
+ */
+void sf__text_say_line_ends(struct sf_dataset *ds, const struct sf_text_file *f);
+
+/*
  * sf__text_index_lied - chunk `chunk` does not hold what its index says (the error in
  * `e`): remove the cached index it came from, so that the next run rebuilds it, and say
  * so in `e`. Returns e->code.

@@ -38,7 +38,14 @@ struct sf_text_file {
 	uint32_t partial;
 	uint64_t part_lo, part_hi;
 	uint64_t part_bytes; /* bytes of the documents read, when partial */
+	/* Line ends its source's separator does not match (sf__text_say_line_ends()): 0
+	 * none seen, SF_LINE_ENDS_ONE_DOC, SF_LINE_ENDS_KEEP_CR. Kept in its cached index, so
+	 * that a warm start says it too. */
+	uint32_t line_ends;
 };
+
+#define SF_LINE_ENDS_ONE_DOC 1u /* the separator is nowhere: the file is one document */
+#define SF_LINE_ENDS_KEEP_CR 2u /* CRLF lines split at "\n": documents keep their \r */
 
 /*
  * sf__text_file_stat - open f->path, check it is a regular file, record its identity and
