@@ -332,6 +332,19 @@ int sf__cmd_tokenize(int argc, char **argv)
 		free(positional);
 		return 2;
 	}
+	/* `-o out/corpus.bin` wrote out/corpus.bin.bin and out/corpus.bin.idx. */
+	if (prefix && !bad && strlen(prefix) > 4 &&
+	    (!strcmp(prefix + strlen(prefix) - 4, ".bin") ||
+	     !strcmp(prefix + strlen(prefix) - 4, ".idx"))) {
+		fprintf(stderr,
+			"shmfeed: tokenize: -o PREFIX: '%s' is a file name; PREFIX.bin and "
+			"PREFIX.idx are written: -o %.*s\n",
+			prefix, (int)strlen(prefix) - 4, prefix);
+		free(sets);
+		free(file_set);
+		free(positional);
+		return 2;
+	}
 	if (prefix && !bad && out_dir_missing(prefix)) {
 		free(sets);
 		free(file_set);

@@ -49,14 +49,14 @@ static const struct command commands[] = {
 	 "  --json            one JSON object instead of text\n"
 	 "  -h, --help        this help\n"},
 	{"run", sf__cmd_run, "run CONFIG [--set K=V] [-- CMD ...]  run a job, supervise CMD",
-	 "usage: shmfeed run CONFIG [--set KEY=VALUE ...] [--quiet] [--grace-ms N]\n"
+	 "usage: shmfeed run CONFIG [--set KEY=VALUE ...] [-q|--quiet] [--grace-ms N]\n"
 	 "                   [-- COMMAND [ARG ...]]\n\n"
 	 "Runs the job of CONFIG: creates its arena, starts its producers and serves its\n"
 	 "control socket. With a COMMAND (e.g. torchrun ...), runs it with SHMFEED_JOB set\n"
 	 "and stops the job when it exits, with its exit status; without one, serves until\n"
 	 "stopped (Ctrl-C, SIGTERM or `shmfeed stop`).\n\n"
 	 "options:\n" SET_HELP
-	 "  --quiet           no progress line and no informational messages; errors only\n"
+	 "  -q, --quiet       no progress line and no informational messages; errors only\n"
 	 "  --grace-ms N      on a stop, how long the command may take to exit after the\n"
 	 "                    signal is passed on to it before it is killed (SIGKILL);\n"
 	 "                    default 10000\n"

@@ -20,7 +20,7 @@
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: shmfeed run CONFIG [--set KEY=VALUE ...] [--quiet] "
+	fprintf(stderr, "usage: shmfeed run CONFIG [--set KEY=VALUE ...] [-q|--quiet] "
 			"[--grace-ms N] [-- COMMAND [ARG ...]]\n");
 	return 2;
 }
@@ -83,7 +83,7 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 			sets[n_sets++] = argv[++i];
 		} else if (!strncmp(argv[i], "--set=", 6)) {
 			sets[n_sets++] = argv[i] + 6;
-		} else if (!strcmp(argv[i], "--quiet")) {
+		} else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
 			l.progress = 0;
 			sf__log_set_quiet(1);
 		} else if (!strcmp(argv[i], "--grace-ms")) {

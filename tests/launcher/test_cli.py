@@ -126,6 +126,9 @@ def test_help_after_double_dash_belongs_to_the_command(rt):
              "--help")
     assert out.returncode == 3, out.stderr
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+    # -q as tokenize takes it (a new user's trial: "unknown option '-q'").
+    out = sf("run", DEMO, "--set", f"job={job}", "-q", "--", "true")
+    assert out.returncode == 0 and out.stderr == "", out.stderr
 
 
 def finish(p):
@@ -850,6 +853,11 @@ def test_help_names_every_option_and_bad_counts_are_refused(tmp_path):
     for args in ((DEMO,), ("--merge", "x_00000-of-00001")):
         r = sf("tokenize", *args, "-o", f"{tmp_path}/no/x")
         assert r.returncode == 1 and f"the directory {tmp_path}/no does not exist" in r.stderr, r
+        # A file's name for the prefix wrote x.bin.bin and x.bin.idx (a new user's trial).
+        for ext in (".bin", ".idx"):
+            r = sf("tokenize", *args, "-o", f"{tmp_path}/x{ext}")
+            assert r.returncode == 2 and f"'{tmp_path}/x{ext}' is a file name; PREFIX.bin " \
+                f"and PREFIX.idx are written: -o {tmp_path}/x\n" in r.stderr, r
 
 
 def test_usage_errors_of_check_and_tokenize_say_what_is_wrong(tmp_path):
