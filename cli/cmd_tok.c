@@ -323,12 +323,18 @@ static void info(const struct sf_tok *tok, int file)
 	int bos = sf__tok_bos(tok), eot = sf__tok_eot(tok);
 	char how[160];
 
-	printf("tokenizer: %s\nfamily: %s\nvocabulary: %u ids\nbos: %d\neos: %d\n",
+	char b[16] = "none", t[16] = "none";
+
+	if (bos >= 0)
+		snprintf(b, sizeof(b), "%d", bos);
+	if (eot >= 0)
+		snprintf(t, sizeof(t), "%d", eot);
+	printf("tokenizer: %s\nfamily: %s\nvocabulary: %u ids\nbos: %s\neos: %s\n",
 	       sf__tok_name(tok),
 	       *sf__tok_family(tok) ? sf__tok_family(tok)
 	       : file		    ? "unknown family"
 				    : "(built-in)",
-	       sf__tok_n_vocab(tok), bos >= 0 ? bos : -1, eot >= 0 ? eot : -1);
+	       sf__tok_n_vocab(tok), b, t);
 	if (sf__tok_how(tok, how, sizeof(how)))
 		printf("texts: %s\n", how);
 }

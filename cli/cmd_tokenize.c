@@ -450,13 +450,13 @@ int sf__cmd_tokenize(int argc, char **argv)
 			     (unsigned long long)plan.total_bytes,
 			     (unsigned long long)plan.n_files);
 	if (!ps.quiet)
-		sf__log_info(
-			"%llu files, %.1f MB of text, %llu chunks; chunk index %s (%llu bytes, "
-			"%.2f s to build)",
-			(unsigned long long)st.n_files, (double)st.text_bytes / 1e6,
-			(unsigned long long)st.n_chunks,
-			st.index_loaded ? "loaded from cache" : "built",
-			(unsigned long long)st.index_bytes, (double)st.index_build_ns / 1e9);
+		sf__log_info("%llu file%s, %.1f MB of text, %llu chunk%s; chunk index %s (%llu "
+			     "bytes, %.2f s)",
+			     (unsigned long long)st.n_files, st.n_files == 1 ? "" : "s",
+			     (double)st.text_bytes / 1e6, (unsigned long long)st.n_chunks,
+			     st.n_chunks == 1 ? "" : "s",
+			     st.index_loaded ? "loaded from cache" : "built",
+			     (unsigned long long)st.index_bytes, (double)st.index_build_ns / 1e9);
 	if (st.skipped)
 		sf__log_info("%llu bad records skipped; the first: %s",
 			     (unsigned long long)st.skipped, sf__dataset_first_skip(ds));

@@ -767,12 +767,9 @@ static void summary(struct supervisor *S)
 		     S->cfg->job, (unsigned long long)S->stalls,
 		     (double)S->max_healthy_silence_ns / 1e6, S->cfg->stall_timeout_ms);
 	if (S->cur.tokens_encoded && S->cur.tokens_produced)
-		sf__log_info("job %s: %.3f tokens encoded per token produced (raw text tokenized "
-			     "per token written to a slot: 1.000 when each token is tokenized "
-			     "once; more when text is tokenized again, or whole chunks of about "
-			     "64 KiB ahead of the batches, which weighs most in a short run; "
-			     "less when tokens are reused from the shared chunk cache, in later "
-			     "epochs, or come pre-tokenized: %llu encoded, %llu written)",
+		sf__log_info("job %s: %.3f tokens encoded per token produced (%llu encoded, "
+			     "%llu written; above 1: text tokenized again or ahead of the "
+			     "batches, below: tokens reused or pre-tokenized: docs/producers.md)",
 			     S->cfg->job,
 			     (double)S->cur.tokens_encoded / (double)S->cur.tokens_produced,
 			     (unsigned long long)S->cur.tokens_encoded,
