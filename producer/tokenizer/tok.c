@@ -297,11 +297,14 @@ int sf__tok_load(const char *encoding, const char *vocab_path, struct sf_tok **r
 	if (!vocab_path) {
 		dir = getenv(SF_TOK_VOCAB_DIR_ENV);
 		if (!dir || !*dir)
-			return sf__err(e, SF_E_TOKENIZER,
-				       "%s: no vocabulary file given and %s is not set; download "
-				       "https://openaipublic.blob.core.windows.net/encodings/"
-				       "%s.tiktoken",
-				       p->name, SF_TOK_VOCAB_DIR_ENV, p->name);
+			return sf__err(
+				e, SF_E_TOKENIZER,
+				"%s: no vocabulary file given (a job's tokenizer.vocab or "
+				"tokenizer.vocab_dir, --vocab on the command line) and %s is "
+				"not set; download "
+				"https://openaipublic.blob.core.windows.net/encodings/"
+				"%s.tiktoken",
+				p->name, SF_TOK_VOCAB_DIR_ENV, p->name);
 		if ((size_t)snprintf(path, sizeof(path), "%s/%s.tiktoken", dir, p->name) >=
 		    sizeof(path))
 			return sf__err(e, -ENAMETOOLONG, "%s: path too long", SF_TOK_VOCAB_DIR_ENV);
