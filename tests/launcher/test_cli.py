@@ -1280,6 +1280,13 @@ def test_an_encoding_refuses_the_vocabulary_of_another(tmp_path):
                                          + ".tiktoken")],
                            input=b"hello", capture_output=True, timeout=30)
         assert r.returncode == 0 and len(r.stdout) == 4, (enc, r)
+    # No vocabulary at all: the message named only the environment variable (a new
+    # user's trial), not the job's keys or the option.
+    r = subprocess.run([SHMFEED, "encode", "-e", "gpt2"], input=b"hi", capture_output=True,
+                       timeout=30, env={k: v for k, v in os.environ.items()
+                                        if k != "SHMFEED_VOCAB_DIR"})
+    assert r.returncode == 1 and b"(a job's tokenizer.vocab or tokenizer.vocab_dir, --vocab " \
+        b"on the command line) and SHMFEED_VOCAB_DIR is not set" in r.stderr, r
     # bytes and char read no vocabulary: one given was ignored without a word (found by
     # review), where a job's config refuses it.
     with open(tmp_path / "corpus.txt", "w") as f:
