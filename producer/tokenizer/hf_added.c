@@ -208,7 +208,8 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 	struct sf_tok_hf *hf = l->hf;
 	struct sf_tok *tok = l->tok;
 	/* The added contents so far as matched (normalized) and as written. */
-	struct str_set odd = {0}, seen = {0}, written = {0};
+	/* seen[1]: the normalized tokens' texts as matched, seen[0]: the others'. */
+	struct str_set odd = {0}, seen[2] = {{0}, {0}}, written = {0};
 	const struct added_list added = {l->doc, list};
 	uint32_t i, j, *cps = NULL;
 	long max_added = -1;
@@ -222,7 +223,8 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 	hf->added = calloc(list->len + 1, sizeof(*hf->added));
 	normalized = calloc(list->len + 1, sizeof(*normalized));
 	if (!hf->added || !normalized || str_set_init(&odd, l->n_odd, odd_text, l) < 0 ||
-	    str_set_init(&seen, list->len, added_text, hf) < 0 ||
+	    str_set_init(&seen[0], list->len, added_text, hf) < 0 ||
+	    str_set_init(&seen[1], list->len, added_text, hf) < 0 ||
 	    str_set_init(&written, list->len, written_text, &added) < 0) {
 		rc = sf__hf_oom(l);
 		goto out;
@@ -323,13 +325,14 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 		t->text[t->len] = '\0';
 		t->id = (uint32_t)id;
 		/*
-		 * One whose matched text another's already is would match the same text as
-		 * it (tokenizers picks either, docs/tokenizer.md). Contents were compared as
-		 * written with the others as matched only: the same content written twice
-		 * passed when NFC changed it, with an id tokenizers never gives.
+		 * One whose matched text another's of its kind (normalized or not: each kind
+		 * is matched on its own, the raw text first) already is would match the same
+		 * text as it (tokenizers picks either, docs/tokenizer.md). Contents were
+		 * compared as written with the others as matched only: the same content
+		 * written twice passed when NFC changed it, with an id tokenizers never gives.
 		 */
 		{
-			uint32_t *slot = str_set_slot(&seen, t->text, t->len);
+			uint32_t *slot = str_set_slot(&seen[normalized[i]], t->text, t->len);
 
 			if (*slot) {
 				if (t->len == c->len &&
@@ -381,7 +384,8 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 		rc = build_matcher(l, &hf->norm, normalized, true);
 out:
 	free(odd.slot);
-	free(seen.slot);
+	free(seen[0].slot);
+	free(seen[1].slot);
 	free(written.slot);
 	free(cps);
 	free(normalized);
