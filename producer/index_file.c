@@ -479,6 +479,25 @@ static struct sf_file_id *dir_ids(const char *dir, size_t *ret_n)
 	return ids ? ids : malloc(1);
 }
 
+/*
+ * The process's umask, which the index's mode honours as open() would have: read from
+ * /proc (umask() itself sets it, which another thread could see); 022 where it is not
+ * there.
+ */
+static mode_t process_umask(void)
+{
+	unsigned int mask = 022;
+	char line[128];
+	FILE *f = fopen("/proc/self/status", "re");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Umask: %o", &mask) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (mode_t)mask;
+}
+
 /* Temporary files of index `path` that writers killed over an hour ago left behind. */
 static void remove_stale_temporaries(const char *path)
 {
@@ -638,7 +657,7 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 	sigaddset(&xfsz, SIGXFSZ);
 	blocked = pthread_sigmask(SIG_BLOCK, &xfsz, &mask) == 0;
 	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0 || fchmod(fd, 0644) < 0) {
+	if (fd < 0 || fchmod(fd, 0644 & ~process_umask()) < 0) {
 		r = -errno;
 		if (fd >= 0)
 			unlink(tmp);

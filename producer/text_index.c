@@ -213,7 +213,8 @@ static void escaped_sep(char *out, size_t len, const char *s)
  * would show them: a separator of newlines (`"\n\n"`) over lines that end with CRLF
  * splits the file nowhere (one document) or keeps each line's \r in its documents (`"\n"`:
  * a blank line is then a document "\r"); one of CRLF line ends over LF lines splits the
- * file nowhere.
+ * file nowhere. Found for every file (kept in its index entry, so that a warm start of any
+ * subset of the files says it), said for the first.
  */
 /* The separator `sep` written with the other line ends into `other`; false when it has
  * no other spelling to offer. */
@@ -357,7 +358,7 @@ static int cut_scan(void *arg)
 			line += count_lines(start, p);
 			/* Before the last bytes are released (a decompressed file's would read
 			 * as zeros). */
-			if (p == end && !ds->note[0])
+			if (p == end)
 				note_line_ends(ds, f, src, data, len);
 			start = p;
 			release_scanned(data, &released, (size_t)(start - data));

@@ -491,11 +491,19 @@ Test(hardening, an_index_save_is_not_stopped_by_a_killed_writers_file)
 			       0),
 		     0);
 	cr_assert_eq(unlink(ipath), 0);
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	{
+		/* Its mode honours the umask, as open() did (a review of the change). */
+		mode_t old_mask = umask(077);
+		struct stat sb;
+
+		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+		umask(old_mask);
+		cr_expect_eq(stat(ipath, &sb), 0, "no index saved beside %s", mine);
+		cr_expect_eq(sb.st_mode & 0777, 0600, "mode %o", sb.st_mode & 0777);
+	}
 	sf__dataset_stats(ds, &st);
 	cr_expect_eq(st.index_loaded, 0);
 	sf__dataset_close(ds);
-	cr_expect_eq(access(ipath, F_OK), 0, "no index saved beside %s", mine);
 	cr_expect_neq(access(old, F_OK), 0, "%s is still there", old);
 	cr_expect_eq(access(mine, F_OK), 0, "a recent temporary file was removed");
 	unlink(mine);
