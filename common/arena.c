@@ -29,6 +29,7 @@
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
 #include "common/futex.h"
+#include "common/io.h"
 #include "common/proc.h"
 #include "common/slot.h"
 
@@ -696,20 +697,12 @@ int sf__arena_create(const char *job, const struct sf_geometry *geo,
 	}
 	{
 		/* Past RLIMIT_FSIZE the reservation raises SIGXFSZ, which killed the launcher
-		 * without a word: blocked, it fails with EFBIG instead (the pending signal is
-		 * taken). */
-		sigset_t xfsz, mask;
-		int blocked;
+		 * without a word: held, it fails with EFBIG instead. */
+		sigset_t saved;
+		bool held = sf__xfsz_hold(&saved);
 
-		sigemptyset(&xfsz);
-		sigaddset(&xfsz, SIGXFSZ);
-		blocked = pthread_sigmask(SIG_BLOCK, &xfsz, &mask) == 0;
 		r = posix_fallocate(fd, 0, (off_t)layout.total_size);
-		if (blocked) {
-			while (sigtimedwait(&xfsz, NULL, &(struct timespec){0}) == SIGXFSZ)
-				;
-			pthread_sigmask(SIG_SETMASK, &mask, NULL);
-		}
+		sf__xfsz_release(held, &saved);
 	}
 	if (r) {
 		struct statvfs vfs;

@@ -2,12 +2,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/io.h"
@@ -202,4 +205,26 @@ int sf__parent_dir_check(const char *path, char *dir, size_t len)
 	if (stat(dir, &st) < 0)
 		return -ENOENT;
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+bool sf__xfsz_hold(sigset_t *ret_saved)
+{
+	sigset_t xfsz;
+
+	sigemptyset(&xfsz);
+	sigaddset(&xfsz, SIGXFSZ);
+	return pthread_sigmask(SIG_BLOCK, &xfsz, ret_saved) == 0;
+}
+
+void sf__xfsz_release(bool held, const sigset_t *saved)
+{
+	sigset_t xfsz;
+
+	if (!held)
+		return;
+	sigemptyset(&xfsz);
+	sigaddset(&xfsz, SIGXFSZ);
+	while (sigtimedwait(&xfsz, NULL, &(struct timespec){0}) == SIGXFSZ)
+		;
+	pthread_sigmask(SIG_SETMASK, saved, NULL);
 }

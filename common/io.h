@@ -5,6 +5,8 @@
 #ifndef SF_COMMON_IO_H
 #define SF_COMMON_IO_H
 
+#include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,5 +64,14 @@ char *sf__megatron_file(const char *path, const char *ext);
  * -ENOENT when it does not exist, -ENOTDIR when it is something else.
  */
 int sf__parent_dir_check(const char *path, char *dir, size_t len);
+
+/*
+ * sf__xfsz_hold - block SIGXFSZ in this thread, so that a write past RLIMIT_FSIZE fails
+ * with EFBIG instead of killing the process; the old mask goes to *ret_saved. Returns
+ * whether it did. sf__xfsz_release - take the signal such writes left pending, and put
+ * the mask back (when `held`).
+ */
+bool sf__xfsz_hold(sigset_t *ret_saved);
+void sf__xfsz_release(bool held, const sigset_t *saved);
 
 #endif

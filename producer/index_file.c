@@ -23,8 +23,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +32,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "common/io.h"
 #include "producer/index_file.h"
 #include "producer/text_index.h"
 #include "producer/tokenizer/tokenizer.h"
@@ -537,8 +536,8 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 	char *tmp = NULL;
 	int fd = -1, r = -ENOMEM;
 	FILE *out = NULL;
-	sigset_t xfsz, mask;
-	int blocked = 0;
+	sigset_t saved;
+	bool held = false;
 
 	if (!path)
 		return -ENOMEM;
@@ -650,12 +649,9 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 	 * left there over an hour ago goes. */
 	remove_stale_temporaries(path);
 	snprintf(tmp, strlen(path) + 32, "%s.tmp.XXXXXX", path);
-	/* A write past RLIMIT_FSIZE raises SIGXFSZ, which kills: blocked, the write fails
-	 * with EFBIG instead, and the index is only not cached (the signal then pending is
-	 * taken below). */
-	sigemptyset(&xfsz);
-	sigaddset(&xfsz, SIGXFSZ);
-	blocked = pthread_sigmask(SIG_BLOCK, &xfsz, &mask) == 0;
+	/* A write past RLIMIT_FSIZE raises SIGXFSZ, which kills: held, the write fails with
+	 * EFBIG instead, and the index is only not cached. */
+	held = sf__xfsz_hold(&saved);
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0 || fchmod(fd, 0644 & ~process_umask()) < 0) {
 		r = -errno;
@@ -691,11 +687,7 @@ out:
 		fclose(out);
 	if (fd >= 0)
 		close(fd);
-	if (blocked) {
-		while (sigtimedwait(&xfsz, NULL, &(struct timespec){0}) == SIGXFSZ)
-			;
-		pthread_sigmask(SIG_SETMASK, &mask, NULL);
-	}
+	sf__xfsz_release(held, &saved);
 	free(fe);
 	free(ce);
 	free(mine);
