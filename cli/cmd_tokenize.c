@@ -144,8 +144,9 @@ static void remove_on_stop(const char *prefix, const char *lock)
 
 /*
  * Hold PREFIX.lock while PREFIX's files are written: a second run into the same prefix
- * (two jobs of an array given the same index) is refused before it writes. Without it, the two
- * truncated each other's temporary files, and one could exit 0 over a .bin of zeros.
+ * (two jobs of an array given the same index) is refused before it writes. Without it,
+ * the two truncated each other's temporary files, and one could exit 0 over a .bin of
+ * zeros.
  * Returns the lock's descriptor, or -1 when refused (said).
  */
 static int lock_output(const char *prefix, char *lock, size_t len)

@@ -4,10 +4,10 @@
  * it runs on the hot path of producers and consumers.
  */
 #include <errno.h>
-#include <stdbool.h>
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
@@ -659,7 +659,7 @@ static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t st
 					usleep(100);
 					continue;
 				}
-			} else if (st == SF_SLOT_CLAIMED && sf__slot_owner(w) != me) {
+			} else if (st == SF_SLOT_CLAIMED && !mine) {
 				r = repair_owner(a, s, w);
 				if (r < 0)
 					return r;

@@ -233,15 +233,16 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		arena = arena_stale(job, &creator, &state);
 		/* The arena is there before the control socket and the discovery file, and
 		 * stays after them: a launcher starting up or ending. */
-		if (r == -ENOENT && arena == 0 &&
-		    (state == SF_JOB_INIT || state == SF_JOB_STOPPING))
+		if (r == -ENOENT && arena == 0 && state == SF_JOB_INIT)
 			return sf__err(e, -ENOENT,
-				       "job '%s' (launcher pid %d) is %s: its control socket is "
-				       "not %s; try again %s",
-				       job, (int)creator,
-				       state == SF_JOB_INIT ? "starting" : "stopping",
-				       state == SF_JOB_INIT ? "up yet" : "there any more",
-				       state == SF_JOB_INIT ? "in a moment" : "if it does not end");
+				       "job '%s' (launcher pid %d) is starting: its control socket "
+				       "is not up yet; try again in a moment",
+				       job, (int)creator);
+		if (r == -ENOENT && arena == 0 && state == SF_JOB_STOPPING)
+			return sf__err(e, -ENOENT,
+				       "job '%s' (launcher pid %d) is stopping: its control socket "
+				       "is not there any more; try again if it does not end",
+				       job, (int)creator);
 		if (r == -ENOENT && arena == 0) {
 			struct sf_err ignored = {0};
 

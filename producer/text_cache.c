@@ -405,10 +405,11 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 		return walk_failed(c, &w, chunk, &ignored, e);
 	/* The head is the whole chunk: its count is verified here (see encode_tail()); a
 	 * head that reached L is no more than the chunk holds. */
-	if (h->n < L ? h->n != c->ds->chunks[chunk].n_tokens : h->n > c->ds->chunks[chunk].n_tokens)
-		return h->n < L ? count_mismatch(c->ds, chunk, h->n, e)
-				: index_mismatch(c->ds, chunk, "tokens or more", h->n,
-						 c->ds->chunks[chunk].n_tokens, e);
+	if (h->n < L && h->n != c->ds->chunks[chunk].n_tokens)
+		return count_mismatch(c->ds, chunk, h->n, e);
+	if (h->n > c->ds->chunks[chunk].n_tokens)
+		return index_mismatch(c->ds, chunk, "tokens or more", h->n,
+				      c->ds->chunks[chunk].n_tokens, e);
 	return 0;
 }
 

@@ -208,14 +208,6 @@ static void escaped_sep(char *out, size_t len, const char *s)
 	out[o] = 0;
 }
 
-/*
- * Line ends that the separator does not match, said once (ds->note), since nothing else
- * would show them: a separator of newlines (`"\n\n"`) over lines that end with CRLF
- * splits the file nowhere (one document) or keeps each line's \r in its documents (`"\n"`:
- * a blank line is then a document "\r"); one of CRLF line ends over LF lines splits the
- * file nowhere. Found for every file (kept in its index entry, so that a warm start of any
- * subset of the files says it), said for the first.
- */
 /* The separator `sep` written with the other line ends into `other`; false when it has
  * no other spelling to offer. */
 static bool other_spelling(const char *sep, char *other, size_t cap)
@@ -236,6 +228,14 @@ static bool other_spelling(const char *sep, char *other, size_t cap)
 	return crlf_sep || !strchr(sep, '\r');
 }
 
+/*
+ * Line ends that the separator does not match, said once (ds->note), since nothing else
+ * would show them: a separator of newlines (`"\n\n"`) over lines that end with CRLF
+ * splits the file nowhere (one document) or keeps each line's \r in its documents (`"\n"`:
+ * a blank line is then a document "\r"); one of CRLF line ends over LF lines splits the
+ * file nowhere. Found for every file (kept in its index entry, so that a warm start of any
+ * subset of the files says it), said for the first.
+ */
 static void note_line_ends(struct sf_dataset *ds, struct sf_text_file *f,
 			   const struct sf_source_config *src, const char *data, size_t len)
 {

@@ -207,8 +207,8 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 	static const char *const unsupported[] = {"single_word", "lstrip", "rstrip"};
 	struct sf_tok_hf *hf = l->hf;
 	struct sf_tok *tok = l->tok;
-	/* The added contents so far as matched (normalized) and as written. */
-	/* seen[1]: the normalized tokens' texts as matched, seen[0]: the others'. */
+	/* The added contents so far as written, and as matched: seen[1] the normalized
+	 * tokens', seen[0] the others'. */
 	struct str_set odd = {0}, seen[2] = {{0}, {0}}, written = {0};
 	const struct added_list added = {l->doc, list};
 	uint32_t i, j, *cps = NULL;
