@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -532,15 +533,31 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 	struct index_header h;
 	struct index_file_entry *fe = NULL;
 	struct index_chunk_entry *ce = NULL;
+	struct sf_index_image *now = NULL;
 	uint64_t nf = n, nc = 0, sum, *mine = NULL;
-	char *tmp = NULL;
-	int fd = -1, r = -ENOMEM;
+	char *tmp = NULL, *copy, *dir;
+	int fd = -1, dir_fd = -1, r = -ENOMEM;
 	FILE *out = NULL;
 	sigset_t saved;
 	bool held = false;
 
 	if (!path)
 		return -ENOMEM;
+	/*
+	 * What the index holds now, not what it held when this job started: another job over
+	 * the directory may have saved since (its entries were lost to this save). Saves are
+	 * serialized by a lock on the directory, where its file system has one.
+	 */
+	dir = dir_of(path);
+	if (dir) {
+		dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dir_fd >= 0)
+			flock(dir_fd, LOCK_EX);
+		free(dir);
+	}
+	copy = strdup(path);
+	if (copy && load_from(ds, key, copy, &now))
+		old = now;
 	for (uint32_t i = 0; i < n; i++)
 		nc += ds->text_files[files[i]].n_chunks;
 	/* Entries of `old` for files this job does not read (another source over the same
@@ -687,6 +704,9 @@ out:
 		fclose(out);
 	if (fd >= 0)
 		close(fd);
+	if (dir_fd >= 0)
+		close(dir_fd);
+	sf__index_image_free(now);
 	sf__xfsz_release(held, &saved);
 	free(fe);
 	free(ce);

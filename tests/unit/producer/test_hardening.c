@@ -26,6 +26,7 @@
 #include "common/arena.h"
 #include "common/slot.h"
 #include "producer/dataset_impl.h"
+#include "producer/index_file.h"
 #include "producer/producer.h"
 #include "producer/text_cache.h"
 #include "producer/text_index.h"
@@ -768,6 +769,40 @@ Test(hardening, the_index_forgets_files_gone_from_its_directory)
 	cr_assert_eq(unlink(path), 0);
 	put_text("c.txt", 300); /* new: the index is written again */
 	cr_expect_eq(index_size_after_open(), two, "an entry of the deleted b.txt stayed");
+}
+
+/*
+ * Two jobs over one directory, reading other files, that start together: each merged into
+ * the index what it had loaded when it started, so the second save dropped the first's
+ * entries (a warm start lost). A save merges what the index holds when it writes.
+ */
+Test(hardening, a_save_keeps_what_another_job_saved_since_it_loaded)
+{
+	struct sf_dataset *a = NULL, *b = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	char *p = path, *saved = NULL;
+	uint64_t bytes;
+	uint32_t first = 0;
+
+	put_text("a.txt", 300);
+	put_text("b.txt", 300);
+	snprintf(path, sizeof(path), "%s/a.txt", dir);
+	src.paths = &p;
+	cr_assert_eq(sf__dataset_open(&cfg, &a, &e), 0, "%s", e.msg);
+	snprintf(path, sizeof(path), "%s/b.txt", dir);
+	cr_assert_eq(sf__dataset_open(&cfg, &b, &e), 0, "%s", e.msg);
+	sf__dataset_close(b);
+	/* Job a saves as it would have had it loaded the index before b wrote it. */
+	cr_assert_eq(sf__index_save(a, &first, 1, sf__index_key(a, &a->text_files[0]), NULL,
+				    &saved, &bytes),
+		     0);
+	free(saved);
+	sf__dataset_close(a);
+	cr_assert_eq(sf__dataset_open(&cfg, &b, &e), 0, "%s", e.msg);
+	sf__dataset_stats(b, &st);
+	cr_expect_eq(st.index_loaded, 1, "b.txt's entry was lost");
+	sf__dataset_close(b);
 }
 
 /* ---- file names with glob characters ---- */
