@@ -546,13 +546,17 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 	/*
 	 * What the index holds now, not what it held when this job started: another job over
 	 * the directory may have saved since (its entries were lost to this save). Saves are
-	 * serialized by a lock on the directory, where its file system has one.
+	 * serialized by a lock on the directory, where its file system has one; a lock held
+	 * for more than a few seconds (not by a save) is not waited for.
 	 */
 	dir = dir_of(path);
 	if (dir) {
 		dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dir_fd >= 0)
-			flock(dir_fd, LOCK_EX);
+		for (int tries = 0; dir_fd >= 0 && tries < 500; tries++) {
+			if (flock(dir_fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK)
+				break;
+			nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+		}
 		free(dir);
 	}
 	copy = strdup(path);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -803,6 +804,30 @@ Test(hardening, a_save_keeps_what_another_job_saved_since_it_loaded)
 	sf__dataset_stats(b, &st);
 	cr_expect_eq(st.index_loaded, 1, "b.txt's entry was lost");
 	sf__dataset_close(b);
+}
+
+/* A lock on the directory that is not a save's (held by some other program) is waited
+ * for a few seconds only: the job starts, with its index written. */
+Test(hardening, a_lock_held_on_the_directory_does_not_hold_the_job, .timeout = 30)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	char index_dir[4200];
+	int fd;
+
+	put_text("a.txt", 300);
+	snprintf(index_dir, sizeof(index_dir), "%s/index", dir);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_close(ds);
+	find_index();
+	cr_assert_eq(unlink(ipath), 0);
+	fd = open(index_dir, O_RDONLY | O_DIRECTORY);
+	cr_assert_geq(fd, 0, "%s", index_dir);
+	cr_assert_eq(flock(fd, LOCK_EX), 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_close(ds);
+	close(fd);
+	cr_expect_eq(access(ipath, F_OK), 0, "no index written");
 }
 
 /* ---- file names with glob characters ---- */
