@@ -52,10 +52,14 @@ struct sf_text_cache {
 	uint64_t encoded;
 };
 
-/* Tokens and document starts an entry must hold: the largest chunk and T+1 after it. */
+/*
+ * Tokens and document starts an entry must hold: the largest chunk and T+1 after it, and
+ * one more, which tells whether a chunk read whole as a tail holds more than its count
+ * (encode_tail()).
+ */
 static uint64_t dest_tokens_cap(const struct sf_dataset *ds)
 {
-	return ds->max_chunk_tokens + ds->seq_len + 1;
+	return ds->max_chunk_tokens + ds->seq_len + 2;
 }
 
 static uint64_t dest_docs_cap(const struct sf_dataset *ds)
@@ -424,23 +428,25 @@ static int taken_over(uint64_t chunk, struct sf_err *e)
 }
 
 /*
- * Append the tokens of `chunk` to `d` up to `limit`, tokenizing them. When the chunk ends
- * before the limit (a chunk shorter than T+1 tokens, in which no window may start, so
- * that it is never tokenized as a chunk of its own), its count is verified here; when the
- * limit comes first, the chunk holds at least what was taken, which its count must not
- * be below (one said too short for a window was read only this way: the rest of its
- * tokens were left out of every epoch).
+ * Append the tokens of `chunk` to `d` up to `limit`, tokenizing them. A chunk shorter than
+ * T+1 tokens, in which no window may start, is never tokenized as a chunk of its own, so
+ * its count is verified here: when the limit takes the whole chunk as its index counts
+ * it, the chunk is read one token further, which it must not hold (the stream's last
+ * chunk, said too short, was read up to its count, the stream's end: the rest of its
+ * tokens were left out of every epoch); when the chunk ends before the limit, it must
+ * hold what its index says.
  */
 static int encode_tail(struct sf_text_cache *c, struct tok_dest *d, uint64_t chunk, uint64_t limit,
 		       struct sf_err *e)
 {
 	const uint64_t n0 = d->n, said = c->ds->chunks[chunk].n_tokens;
-	int r = encode_docs(c, d, chunk, limit, 0, NULL, e);
+	const bool whole = limit - n0 >= said;
+	int r = encode_docs(c, d, chunk, whole ? n0 + said + 1 : limit, 0, NULL, e);
 
+	if (r == 0 && whole && d->n - n0 > said)
+		return index_mismatch(c->ds, chunk, "tokens or more", d->n - n0, said, e);
 	if (r == 0 && d->n < limit && d->n - n0 != said)
 		return count_mismatch(c->ds, chunk, d->n - n0, e);
-	if (r == 0 && d->n - n0 > said)
-		return index_mismatch(c->ds, chunk, "tokens or more", d->n - n0, said, e);
 	return r;
 }
 

@@ -26,6 +26,7 @@
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
 #include "common/slot.h"
+#include "producer/chunk_share.h"
 #include "producer/dataset_impl.h"
 #include "producer/index_file.h"
 #include "producer/producer.h"
@@ -530,6 +531,35 @@ Test(hardening, a_chunk_said_too_short_for_a_window_is_found)
 		expect_lie_found_at_tokenization("tokens");
 		find_index();
 	}
+}
+
+/*
+ * The same of the stream's last chunk where no head is shared (specials allowed, or bos
+ * the end-of-text id): it was read as a tail only as far as its count said, which was
+ * the stream's end, so its tokens past the count were left out of every epoch.
+ */
+Test(hardening, the_last_chunk_said_too_short_is_found_without_heads)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+	uint64_t last;
+	int r;
+
+	cfg.seq_len = 2048;
+	text_with_index();
+	last = index_field(32) - 1; /* the header's n_chunks */
+	forge_index(CHUNK_AT(last, CHUNK_TOKENS), index_field(CHUNK_AT(last, CHUNK_DOCS)) + 1, 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_assert_eq(st.index_loaded, 1);
+	sf__share_free(ds->heads);
+	ds->heads = NULL;
+	r = fill_until_error(ds, st.n_steps, &e);
+	cr_assert_eq(r, SF_E_SOURCE, "got %d: %s", r, e.msg);
+	cr_expect(strstr(e.msg, "tokens") && strstr(e.msg, ipath), "%s", e.msg);
+	sf__dataset_close(ds);
+	cr_expect_neq(access(ipath, F_OK), 0, "%s is still there", ipath);
 }
 
 /*
