@@ -73,14 +73,19 @@ def main():
     if world > 1:
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     torch.manual_seed(0)
-    model = GPT(args.vocab, loader.seq_len).to(device)
-    if world > 1:
-        model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    raw = GPT(args.vocab, loader.seq_len).to(device)
+    ck = None
     if args.checkpoint and os.path.exists(args.checkpoint):
         ck = torch.load(args.checkpoint, map_location=device)
-        model.load_state_dict(ck["model"])
+        # The bare model's weights, loaded before any DDP wrapping (whose own names
+        # carry a "module." prefix): a checkpoint of any world size loads.
+        raw.load_state_dict(ck["model"])
+    model = raw
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(
+            raw, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    if ck:
         opt.load_state_dict(ck["opt"])
         # Each rank its own state (its provenance chain), saved with this checkpoint
         # (same step); after a change of world size rank 0's, as the position is global.
@@ -110,7 +115,7 @@ def main():
         # rank saves its own loader state beside the checkpoint.
         torch.save(batch.state, f"{args.checkpoint}.loader{loader.rank}")
         if loader.rank == 0:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+            torch.save({"model": raw.state_dict(), "opt": opt.state_dict(),
                         "step": batch.step, "world_size": world}, args.checkpoint)
     st = loader.counters()
     print(f"rank {loader.rank}: {args.steps} batches trained on, {st['batches']} fetched, "

@@ -93,3 +93,31 @@ def test_two_ranks_resume_with_their_own_provenance(tmp_path):
         resumed = run(feed, 4, ckpt)
     assert unbroken[0] != unbroken[1]
     assert resumed == unbroken, (resumed, unbroken)
+
+
+def test_checkpoint_resumes_on_another_world_size(tmp_path):
+    """The checkpoint held the DDP wrapper's weights ("module."-prefixed) under two ranks
+    and the bare model's under one, and a resume loaded them into whichever the new run
+    had: a change between one rank and two failed to load (a review). The bare model's
+    weights are saved and loaded now, before the wrapping, so the global batch (8 rows)
+    goes on at the step it stopped at with either world size."""
+    def run(feed, world, steps, ckpt):
+        port = free_port()
+        cmd = [sys.executable, EXAMPLE, "--steps", str(steps), "--vocab", "64",
+               "--checkpoint", str(ckpt)]
+        procs = [subprocess.Popen(cmd, env=rank_env(feed.job, r, r, world, world, port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(world)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 0, err
+        return [int(s) for s in re.findall(r"step (\d+) loss", outs[0][0])]
+
+    for first, then in ((2, 1), (1, 2)):
+        ckpt = tmp_path / f"ckpt{first}{then}.pt"
+        with Feed(f"ws-a{first}", ranks=first, batch=8 // first, seq_len=32,
+                  extra=["--vocab", "64"]) as feed:
+            assert run(feed, first, 3, ckpt) == [0, 1, 2]
+        with Feed(f"ws-b{then}", ranks=then, batch=8 // then, seq_len=32,
+                  extra=["--vocab", "64"]) as feed:
+            assert run(feed, then, 2, ckpt) == [3, 4]
