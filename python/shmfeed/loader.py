@@ -28,6 +28,7 @@ memory. The copies of int64 and int32 batches on CPU are ordinary memory and hol
 nothing.
 """
 
+import atexit
 import ctypes
 import functools
 import inspect
@@ -238,18 +239,24 @@ class _Attachment:
     reference, so the handle (its mapping of the arena, its device buffers) is detached
     only when the Loader is closed and the last array is gone."""
 
-    __slots__ = ("handle", "key", "outputs", "_detach", "__weakref__")
+    __slots__ = ("handle", "key", "outputs", "_detach", "_release", "__weakref__")
 
     def __init__(self, lib, handle, key):
         self.handle = handle
         self.key = key
         self.outputs = None  # buffers the library widens batches into
         self._detach = lib.sf_consumer_detach
+        self._release = lib.sf_consumer_release
 
     def detach(self):
         h, self.handle = self.handle, None
         if h:
             self._detach(h)
+
+    def release(self):
+        """Release the batch held, keeping the mapping (views of it may still be read)."""
+        if self.handle:
+            self._release(self.handle)
 
     def __del__(self):
         self.detach()
@@ -281,6 +288,19 @@ def _after_fork_in_child():
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _release_at_exit():
+    """The batches still held when the interpreter exits are released: torch 2.x frees
+    no tensor left at exit, and a batch's views keep their attachment, so a script ending
+    with its last batch alive kept the slot claimed and the next attach of the rank,
+    finding its consumer dead, handed that batch out again (against state_dict()). The
+    mapping stays until the process ends."""
+    for owner in list(_attached.values()):
+        owner.release()
+
+
+atexit.register(_release_at_exit)
 
 
 class _HostMemory:
@@ -1121,7 +1141,7 @@ class Loader:
         self._put_back()
         self._owner = self._h = None
         self._tokens = self._x = self._y = self._docs = self._gpu_raw = self._host = None
-        self._widen = None
+        self._sources = self._widen = None
         self._slot_docs = self._slot_sources = None
         self._undelivered = self._returning = None
 

@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -16,7 +17,7 @@ import torch
 import shmfeed
 from shmfeed import _native as N
 
-from conftest import FIXTURE, Feed, reference_doc_starts
+from conftest import FIXTURE, Feed, rank_env, reference_doc_starts
 
 
 def test_struct_mirrors_match_the_c_layout():
@@ -543,3 +544,33 @@ def test_a_global_rank_above_the_nodes_says_how_to_name_the_local_one(monkeypatc
         with shmfeed.Loader(job=feed.job, rank=3, world_size=4, local_rank=1,
                             numpy=True) as L:
             assert L.next().step == 0
+
+
+_LEAK_AT_EXIT = """
+import ctypes, shmfeed
+L = shmfeed.Loader(job={job!r}, numpy=True, dtype="native")
+for _ in range(3):
+    b = next(L)
+# What torch 2.x does with the tensors alive at exit: it frees none, so the batch's
+# arrays, and through them the attachment, are never let go.
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(b.tokens))
+print(b.step, L.state_dict()["step"])
+"""
+
+
+def test_a_batch_alive_at_exit_is_not_delivered_again():
+    """A process that ends with a batch's arrays still alive (a script whose last `batch`
+    is a global, under torch 2.x, which frees no tensor at exit) kept the rank's slot
+    claimed: the next attach, finding its consumer dead, handed that batch out again,
+    against the position state_dict() gave (a review). The batches held are released
+    at exit."""
+    with Feed("leak-exit") as feed:
+        out = subprocess.run([sys.executable, "-c", _LEAK_AT_EXIT.format(job=feed.job)],
+                             capture_output=True, text=True, timeout=60,
+                             env=rank_env(feed.job, 0, 0, 1, 1))
+        assert out.returncode == 0, out.stderr
+        delivered, state_step = map(int, out.stdout.split())
+        assert (delivered, state_step) == (2, 3)
+        with shmfeed.Loader(job=feed.job, numpy=True) as L:
+            assert next(L).step == 3
+

@@ -146,3 +146,29 @@ def test_a_mixture_with_raw_text_sources_labels_each_row(tmp_path):
     states = {str(r): base[r][5]["state"] for r in base}
     resumed = run_text(B=4, W=2, P=2, steps=7, states=states)
     assert shas(resumed) == shas(base, since=5)
+
+
+_CLOSE_THEN_ATTACH = """
+import shmfeed
+L = shmfeed.Loader(numpy=True, dtype="native", rank=0, world_size=1)
+b = next(L)
+assert b.sources is not None
+del b
+L.close()
+with shmfeed.Loader(numpy=True, dtype="native", rank=0, world_size=1) as M:
+    print(next(M).step)
+"""
+
+
+@pytest.mark.skipif(not CLI, reason="SHMFEED_CLI is set by `meson test`")
+def test_close_lets_go_of_the_rank_of_a_mixture_job(corpus):
+    """close() kept the slots' source arrays of a mixture job in native mode, which hold
+    the attachment: the rank stayed held (another Loader got SF_E_BUSY) until the closed
+    Loader was collected (a review)."""
+    cfg = corpus / "close.yaml"
+    cfg.write_text(CONFIG.format(d=corpus, B=2, W=1, P=1))
+    out = subprocess.run([CLI, "run", str(cfg), "--set", f"job={unique_job('mixc')}", "--quiet",
+                          "--", sys.executable, "-c", _CLOSE_THEN_ATTACH],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1"]
