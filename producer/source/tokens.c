@@ -545,9 +545,10 @@ static int file_starts_document(const struct sf_dataset *ds, uint32_t fi, bool *
 
 /*
  * Document starts of the row at global offset `off` whose tokens come from file `fi` at
- * positions [from, to) of the row: the tokens after <|endoftext|> in flat files (a file's
- * first token only after one, or as the stream's first), the documents of a Megatron
- * index.
+ * positions [from, to) of the row: in flat files the tokens after <|endoftext|> (a file's
+ * first token only after one, or as the stream's first) and, with a tokenizer file whose
+ * family begins documents with a bos of its own (Llama's <|begin_of_text|>, which llm.c's
+ * Llama 3 shards put before each document), each bos; the documents of a Megatron index.
  */
 static int file_doc_starts(const struct sf_dataset *ds, uint32_t fi, const struct sf_token_view *v,
 			   const unsigned char *row, uint64_t off, uint32_t from, uint32_t to,
@@ -556,6 +557,9 @@ static int file_doc_starts(const struct sf_dataset *ds, uint32_t fi, const struc
 	const struct sf_token_file *f = &ds->token_files[fi];
 	uint64_t lo = off + from - f->start; /* file offsets of the row's span */
 	uint64_t hi = off + to - f->start;
+	/* A bos that is the end-of-text id too (GPT-2's <|endoftext|> around each document)
+	 * starts nothing of its own: the document starts after it. */
+	const uint32_t bos = ds->bos != ds->eot ? ds->bos : UINT32_MAX;
 
 	if (f->format == SF_FMT_MEGATRON) {
 		for (uint64_t d = megatron_first_doc(f, v, lo); d < f->n_docs; d++) {
@@ -572,16 +576,17 @@ static int file_doc_starts(const struct sf_dataset *ds, uint32_t fi, const struc
 		}
 		return 0;
 	}
-	if (ds->eot == UINT32_MAX)
+	if (ds->eot == UINT32_MAX && bos == UINT32_MAX)
 		return 0;
 	if (lo == 0) {
-		bool first;
+		bool first = id_at(v->tokens, f->width, 0) == bos;
+		const bool after_eot = !first && ds->eot != UINT32_MAX;
 		int r = 0;
 
-		/* The token before is in the row already, or in a file before. */
-		if (from)
+		/* Else the token before tells: in the row already, or in a file before. */
+		if (after_eot && from)
 			first = id_at(row, ds->token_bytes, from - 1) == ds->eot;
-		else
+		else if (after_eot)
 			r = file_starts_document(ds, fi, &first, e);
 		if (r < 0)
 			return r;
@@ -589,7 +594,8 @@ static int file_doc_starts(const struct sf_dataset *ds, uint32_t fi, const struc
 			add_start(starts, n_starts, ds->doc_starts, from);
 	}
 	for (uint64_t i = lo ? lo : 1; i < hi && *n_starts < ds->doc_starts; i++)
-		if (id_at(v->tokens, f->width, i - 1) == ds->eot)
+		if (id_at(v->tokens, f->width, i - 1) == ds->eot ||
+		    id_at(v->tokens, f->width, i) == bos)
 			add_start(starts, n_starts, ds->doc_starts, (uint32_t)(i - lo) + from);
 	return 0;
 }

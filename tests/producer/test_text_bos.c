@@ -152,8 +152,10 @@ static void check_windows(const struct sf_config *cfg, const uint32_t *want, siz
 		}
 	}
 	H_CHECK(bos < 0 || starts_seen > 100, "only %llu starts", (unsigned long long)starts_seen);
-	/* Heads of chunks are shared and tokenized apart from the rest: have many. */
-	H_CHECK(st.n_chunks > 8, "only %llu chunks", (unsigned long long)st.n_chunks);
+	/* Heads of chunks are shared and tokenized apart from the rest: have many (raw
+	 * text; token files have none). */
+	H_CHECK(st.n_chunks > 8 || (!st.n_chunks && st.n_files), "only %llu chunks",
+		(unsigned long long)st.n_chunks);
 	printf("   %llu tokens, %llu chunks, %llu windows, %llu document starts checked\n",
 	       (unsigned long long)st.n_tokens, (unsigned long long)st.n_chunks,
 	       (unsigned long long)st.n_windows, (unsigned long long)starts_seen);
@@ -241,6 +243,35 @@ int main(void)
 	}
 	printf("ok: with specials, </s> spelled in a document is its id, and starts are the "
 	       "documents'\n");
+
+	/* A token file whose documents begin with the family's bos and have no end token
+	 * (llm.c's Llama 3 shards: <|begin_of_text|> before each): a document starts at each
+	 * bos. Starts were looked for after the end token only: none were listed. */
+	{
+		char bin_path[4096];
+		uint16_t *ids;
+		size_t n = 0;
+
+		cfg.bos = NULL;
+		cfg.eos = NULL;
+		want = expected_stream(tok_path, text, text_len, 1, 2, 0, &n_want);
+		ids = malloc(n_want * sizeof(*ids));
+		for (size_t i = 0; i < n_want; i++)
+			if (want[i] != 2)
+				want[n] = want[i], ids[n++] = (uint16_t)want[i];
+		snprintf(bin_path, sizeof(bin_path), "%s/bos_first.bin", dir);
+		h_write_file(bin_path, ids, n * sizeof(*ids));
+		cfg.sources[0].paths[0] = bin_path;
+		cfg.sources[0].format = SF_FMT_NANOGPT;
+		cfg.sources[0].separator = NULL;
+		check_windows(&cfg, want, n, 1, 0);
+		cfg.sources[0].paths[0] = text_path;
+		cfg.sources[0].format = 0;
+		cfg.sources[0].separator = "\n\n";
+		free(ids);
+		free(want);
+	}
+	printf("ok: a token file of <s> ids per document has its starts at each <s>\n");
 
 	cfg.bos = NULL;
 	cfg.eos = NULL;
