@@ -9,6 +9,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "cli/commands.h"
+#include "common/proc.h"
 
 struct command {
 	const char *name;
@@ -191,6 +192,8 @@ int main(int argc, char **argv)
 		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF &&
 		    open("/dev/null", fd ? O_WRONLY : O_RDONLY) != fd)
 			return 127;
+	/* run, tokenize and check fork workers and wait for them. */
+	sf__children_waitable();
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,4 +125,12 @@ size_t sf__proc_children(pid_t parent, pid_t *out, size_t max)
 	}
 	closedir(d);
 	return n;
+}
+
+void sf__children_waitable(void)
+{
+	struct sigaction sa = {.sa_handler = SIG_DFL};
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGCHLD, &sa, NULL);
 }

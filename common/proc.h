@@ -27,6 +27,15 @@ int sf__proc_alive(pid_t pid, uint64_t starttime);
  */
 size_t sf__proc_children(pid_t parent, pid_t *out, size_t max);
 
+/*
+ * sf__children_waitable - SIGCHLD back to its default, so that children can be waited for:
+ * SIG_IGN (or SA_NOCLDWAIT) survives execve, and with it the kernel reaps children
+ * itself, so waitpid() never reports them (a program that ignores SIGCHLD and starts
+ * `shmfeed run` left a launcher that never saw its command end). For the commands that
+ * fork: call before the first fork().
+ */
+void sf__children_waitable(void);
+
 /* sf__now_ns - CLOCK_MONOTONIC in nanoseconds (system-wide, comparable across processes). */
 uint64_t sf__now_ns(void);
 

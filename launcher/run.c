@@ -16,6 +16,7 @@
 #include "shmfeed/shmfeed.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "launcher/launcher.h"
 
 static int usage(void)
@@ -26,19 +27,27 @@ static int usage(void)
 }
 
 /*
- * Whether execvp() would find `cmd`: a path, or a regular file that may be executed in a
- * directory of $PATH (execvp's own default without one). Asked before the job starts: a
+ * What execvp() would make of `cmd`: 0 when it finds a regular file that may be executed,
+ * given as a path or in a directory of $PATH (execvp's own default without one);
+ * -EISDIR for a path to a directory; -EACCES for a file found that may not be executed
+ * (in $PATH: where no other is); -ENOENT for nothing found. Asked before the job starts: a
  * mistyped command ended the job right after its arena was made and its producers had
  * started reading.
  */
-static bool command_found(const char *cmd)
+static int command_lookup(const char *cmd)
 {
 	const char *dirs = getenv("PATH"), *p;
 	char full[4096];
 	struct stat st;
+	int r = -ENOENT;
 
-	if (strchr(cmd, '/'))
-		return stat(cmd, &st) == 0 && S_ISREG(st.st_mode) && access(cmd, X_OK) == 0;
+	if (strchr(cmd, '/')) {
+		if (stat(cmd, &st) < 0)
+			return -ENOENT;
+		if (S_ISDIR(st.st_mode))
+			return -EISDIR;
+		return S_ISREG(st.st_mode) && access(cmd, X_OK) == 0 ? 0 : -EACCES;
+	}
 	if (!dirs)
 		dirs = "/bin:/usr/bin";
 	for (p = dirs;; p++) {
@@ -48,10 +57,13 @@ static bool command_found(const char *cmd)
 		/* An empty entry is the current directory, as for execvp(). */
 		if ((size_t)snprintf(full, sizeof(full), "%.*s%s%s", (int)n, p, n ? "/" : "", cmd) <
 			    sizeof(full) &&
-		    stat(full, &st) == 0 && S_ISREG(st.st_mode) && access(full, X_OK) == 0)
-			return true;
+		    stat(full, &st) == 0 && S_ISREG(st.st_mode)) {
+			if (access(full, X_OK) == 0)
+				return 0;
+			r = -EACCES;
+		}
 		if (!end)
-			return false;
+			return r;
 		p = end;
 	}
 }
@@ -68,6 +80,7 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 
 	if (!sets)
 		return 1;
+	sf__children_waitable();
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--")) {
 			/* An empty `-- $CMD` must not serve forever as if none was meant. */
@@ -120,11 +133,14 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 		free(sets);
 		return usage();
 	}
-	if (l.command && !command_found(l.command[0])) {
+	if (l.command && (r = command_lookup(l.command[0])) < 0) {
 		free(sets);
-		fprintf(stderr, "shmfeed run: %s: command not found (nothing was started)\n",
-			l.command[0]);
-		return 127;
+		/* The shell's statuses: 127 for nothing found, 126 for what cannot be run. */
+		fprintf(stderr, "shmfeed run: %s: %s (nothing was started)\n", l.command[0],
+			r == -ENOENT  ? "command not found"
+			: r == -EISDIR ? "is a directory"
+				       : "permission denied");
+		return r == -ENOENT ? 127 : 126;
 	}
 	r = sf__config_load_overrides(path, sets, n_sets, &cfg, &e);
 	free(sets);

@@ -1456,11 +1456,13 @@ def test_a_command_not_found_starts_nothing(tmp_path):
     command failed to start (a new user's trial). It is looked up first, as execvp()
     would, and nothing starts."""
     job = job_name("nocmd")
-    for cmd in ("shmfeed-no-such-command", str(tmp_path / "missing"), str(tmp_path)):
+    for cmd, status, what in (("shmfeed-no-such-command", 127, "command not found"),
+                              (str(tmp_path / "missing"), 127, "command not found"),
+                              (str(tmp_path), 126, "is a directory")):
         out = sf("run", os.path.join(ROOT, "configs", "demo.yaml"), "--set", f"job={job}",
                  "--", cmd)
-        assert out.returncode == 127, out.stderr
-        assert f"{cmd}: command not found (nothing was started)" in out.stderr, out.stderr
+        assert out.returncode == status, out.stderr
+        assert f"{cmd}: {what} (nothing was started)" in out.stderr, out.stderr
         assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 

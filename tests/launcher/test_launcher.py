@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -120,6 +121,36 @@ def test_exit_status_of_the_command(rt, tmp_path):
     assert "/nonexistent/command: command not found (nothing was started)" in out.stderr
     assert not shm_of(job)
 
+
+
+def test_a_launcher_started_with_sigchld_ignored_sees_its_children_end(rt, tmp_path):
+    """SIG_IGN for SIGCHLD survives execve, and with it the kernel reaps children itself:
+    a launcher started by a program that ignores SIGCHLD never saw its command (or a
+    producer) end, and ran on for ever after the command exited (a review)."""
+    job = job_name("ignchld")
+    cfg = write_config(tmp_path, world=1)
+    start = ("import os, signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); "
+             "os.execv(sys.argv[1], sys.argv[1:])")
+    out = subprocess.run([sys.executable, "-c", start, FAKE, "run", cfg, "--set", f"job={job}",
+                          "--", "sh", "-c", "exit 3"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 3, out.stderr
+    assert not shm_of(job)
+
+
+def test_a_command_that_is_not_executable_is_126(rt, tmp_path):
+    """A file that is there but may not be run was "command not found" (127): the
+    shell's convention, and what the user needs to hear, is "permission denied" (126)."""
+    job = job_name("noexec")
+    cfg = write_config(tmp_path, world=1)
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", str(script)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 126, out.stderr
+    assert f"{script}: permission denied (nothing was started)" in out.stderr
+    assert not shm_of(job)
 
 def test_producer_killed_mid_run_changes_nothing(rt, tmp_path):
     cfg = write_config(tmp_path)
