@@ -84,6 +84,8 @@ struct supervisor {
 	struct sf_arena *a;
 	struct sf_geometry geo;
 	struct sf_job_paths paths;
+	dev_t info_dev; /* the discovery file this job wrote (info_ino 0: none) */
+	ino_t info_ino;
 	char ctl_ep[400], pub_ep[400];
 	struct sf_ipc_claim ipc; /* of an ipc:// endpoint; lock_fd -1 otherwise */
 	struct sf_curve_server curve;
@@ -1067,11 +1069,37 @@ static void serve(struct supervisor *S)
 	}
 }
 
+/*
+ * Whether what is at `path` may be replaced by this job's discovery file: nothing, or one
+ * of this job left by a launcher that was killed (the arena, made exclusively, shows that
+ * no launcher of the job runs). Anything else is somebody's file: a runtime directory only
+ * has to be private (SHMFEED_RUNTIME_DIR=$HOME qualifies), and a job named `package` would
+ * have replaced, then removed, package.json there.
+ */
+static int info_path_free(const char *path, const char *job, struct sf_err *e)
+{
+	struct sf_job_info old;
+	struct sf_err ignored = {0};
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : sf__err(e, -errno, "%s: %s", path, strerror(errno));
+	if (S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+	    sf__job_info_file_read(path, &old, &ignored) == 0 && !strcmp(old.job, job))
+		return 0;
+	return sf__err(e, -EEXIST,
+		       "%s is there and is not a discovery file of job %s, which the job would "
+		       "replace: move it, or name the job otherwise",
+		       path, job);
+}
+
 static int write_info(struct supervisor *S, struct sf_err *e)
 {
 	char tmp[400], buf[2048];
 	size_t n = 0;
+	struct stat st;
 	FILE *f;
+	int fd, r;
 
 	n += (size_t)snprintf(buf, sizeof(buf), "{\"v\":%u,\"job\":", SF_CTL_VERSION);
 	sf__json_escape(buf, sizeof(buf), &n, S->cfg->job);
@@ -1085,16 +1113,30 @@ static int write_info(struct supervisor *S, struct sf_err *e)
 	else
 		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "null");
 	n += (size_t)snprintf(buf + n, sizeof(buf) - n, "}\n");
-	snprintf(tmp, sizeof(tmp), "%s.tmp", S->paths.info_path);
-	f = fopen(tmp, "w");
-	if (!f)
-		return sf__err(e, -errno, "cannot write %s: %s", tmp, strerror(errno));
-	fwrite(buf, 1, n, f);
-	if (fclose(f) != 0 || rename(tmp, S->paths.info_path) < 0) {
-		unlink(tmp);
+	r = info_path_free(S->paths.info_path, S->cfg->job, e);
+	if (r < 0)
+		return r;
+	/* A name of its own: JOB.json.tmp may be somebody's file too. */
+	snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", S->paths.info_path);
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
 		return sf__err(e, -errno, "cannot write %s: %s", S->paths.info_path,
 			       strerror(errno));
+	f = fstat(fd, &st) == 0 ? fdopen(fd, "w") : NULL;
+	if (!f) {
+		r = -errno;
+		close(fd);
+		unlink(tmp);
+		return sf__err(e, r, "cannot write %s: %s", S->paths.info_path, strerror(-r));
 	}
+	fwrite(buf, 1, n, f);
+	if (fclose(f) != 0 || rename(tmp, S->paths.info_path) < 0) {
+		r = -errno;
+		unlink(tmp);
+		return sf__err(e, r, "cannot write %s: %s", S->paths.info_path, strerror(-r));
+	}
+	S->info_dev = st.st_dev;
+	S->info_ino = st.st_ino;
 	return 0;
 }
 
@@ -1197,6 +1239,8 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 
 static void close_sockets(struct supervisor *S)
 {
+	struct stat st;
+
 	if (S->router)
 		zmq_close(S->router);
 	if (S->pub)
@@ -1208,7 +1252,10 @@ static void close_sockets(struct supervisor *S)
 		zmq_ctx_term(S->zctx);
 	S->router = S->pub = S->zctx = NULL;
 	sf__ipc_release(&S->ipc);
-	unlink(S->paths.info_path);
+	/* Only the file this job wrote, still there. */
+	if (S->info_ino && lstat(S->paths.info_path, &st) == 0 && st.st_dev == S->info_dev &&
+	    st.st_ino == S->info_ino)
+		unlink(S->paths.info_path);
 }
 
 static int spawn_command(struct supervisor *S, struct sf_err *e)

@@ -158,6 +158,9 @@ struct sf_job_info {
 	char client_key_file[512];
 };
 
+/* sf__job_info_file_read - read the discovery file at `path`; SF_E_PROTOCOL: not one. */
+int sf__job_info_file_read(const char *path, struct sf_job_info *ret, struct sf_err *e);
+
 /*
  * sf__job_info_read - read the discovery file of `job` (or, when job is NULL, of the
  * only job running for this user). -ENOENT when there is none; SF_E_BUSY with the names

@@ -126,7 +126,7 @@ int sf__job_paths_check(const char *job, struct sf_err *e)
 	return paths_in(&p, job, e);
 }
 
-static int read_info_file(const char *path, struct sf_job_info *ret, struct sf_err *e)
+int sf__job_info_file_read(const char *path, struct sf_job_info *ret, struct sf_err *e)
 {
 	struct sf_json_token tok[32];
 	struct sf_job_info info = {0};
@@ -227,7 +227,7 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 			p.info_path[0] = '\0';
 		else if (r < 0)
 			return r;
-		r = p.info_path[0] ? read_info_file(p.info_path, &found, e) : -ENOENT;
+		r = p.info_path[0] ? sf__job_info_file_read(p.info_path, &found, e) : -ENOENT;
 		if (r < 0 && r != -ENOENT)
 			return r;
 		arena = arena_stale(job, &creator, &state);
@@ -306,7 +306,7 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		if (n < 6 || strcmp(de->d_name + n - 5, ".json"))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		if (read_info_file(path, &info, NULL) < 0)
+		if (sf__job_info_file_read(path, &info, NULL) < 0)
 			continue;
 		if (!pid_alive(info.pid)) {
 			n = strlen(dead);

@@ -152,6 +152,36 @@ def test_a_command_that_is_not_executable_is_126(rt, tmp_path):
     assert f"{script}: permission denied (nothing was started)" in out.stderr
     assert not shm_of(job)
 
+
+def test_a_file_named_like_the_discovery_file_is_kept(rt, tmp_path):
+    """The runtime directory only has to be private (SHMFEED_RUNTIME_DIR=$HOME
+    qualifies): a job named `package` replaced package.json there with its discovery file
+    and removed it at the end (a review). A file that is not this job's discovery file is
+    left alone and the job refused; one a killed launcher of the job left is replaced,
+    and removed at the end."""
+    job = job_name("jsonkeep")
+    cfg = write_config(tmp_path, world=1)
+    mine = os.path.join(rt, f"{job}.json")
+    with open(mine, "w") as f:
+        f.write('{"important": true}\n')
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", "true"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0
+    assert f"{mine} is there and is not a discovery file of job {job}" in out.stderr, out.stderr
+    with open(mine) as f:
+        assert f.read() == '{"important": true}\n'
+    assert not shm_of(job)
+    assert sorted(os.listdir(rt)) == [f"{job}.json"]
+    # What a launcher killed outright leaves: its discovery file, its pid gone.
+    with open(mine, "w") as f:
+        json.dump({"v": 1, "job": job, "pid": 2 ** 22 + 1, "control": "ipc:///nowhere",
+                   "stats": "ipc:///nowhere.pub", "curve_server_public": None}, f)
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--", "sh", "-c",
+                          f"grep -q '\"pid\":'$PPID {mine}"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert os.listdir(rt) == []
+
 def test_producer_killed_mid_run_changes_nothing(rt, tmp_path):
     cfg = write_config(tmp_path)
     ref_dir, kill_dir = tmp_path / "ref", tmp_path / "kill"
