@@ -291,11 +291,21 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _release_at_exit():
-    """The batches still held when the interpreter exits are released: torch 2.x frees
-    no tensor left at exit, and a batch's views keep their attachment, so a script ending
-    with its last batch alive kept the slot claimed and the next attach of the rank,
-    finding its consumer dead, handed that batch out again (against state_dict()). The
-    mapping stays until the process ends."""
+    """The ranks of this process are left where state_dict() says when the interpreter
+    exits: torch 2.x frees no tensor left at exit, and a batch's views keep their
+    attachment (and the Loader may be left too), so a script ending with its last batch
+    alive kept the slot claimed and the next attach of the rank, finding its consumer
+    dead, handed that batch out again. Each live Loader puts back a batch an interrupted
+    next() took (as its collection would), then the batches still held are released. The
+    mappings stay until the process ends."""
+    for loader in list(_loaders):
+        if loader._lock.acquire(blocking=False):  # not a daemon thread's, inside a call
+            try:
+                loader._put_back()
+            except Exception:  # noqa: BLE001 (a job stopping: the library's position)
+                pass
+            finally:
+                loader._lock.release()
     for owner in list(_attached.values()):
         owner.release()
 

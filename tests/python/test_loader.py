@@ -17,7 +17,7 @@ import torch
 import shmfeed
 from shmfeed import _native as N
 
-from conftest import FIXTURE, Feed, rank_env, reference_doc_starts
+from conftest import FIXTURE, HERE, Feed, rank_env, reference_doc_starts
 
 
 def test_struct_mirrors_match_the_c_layout():
@@ -548,12 +548,20 @@ def test_a_global_rank_above_the_nodes_says_how_to_name_the_local_one(monkeypatc
 
 _LEAK_AT_EXIT = """
 import ctypes, shmfeed
+from conftest import InterruptingLock
 L = shmfeed.Loader(job={job!r}, numpy=True, dtype="native")
 for _ in range(3):
     b = next(L)
+if {interrupt}:  # a fourth next() interrupted as it returns: its batch not delivered
+    InterruptingLock(L).armed = True
+    try:
+        next(L)
+    except KeyboardInterrupt:
+        pass
 # What torch 2.x does with the tensors alive at exit: it frees none, so the batch's
-# arrays, and through them the attachment, are never let go.
+# arrays, and through them the attachment, are never let go (nor, here, the Loader).
 ctypes.pythonapi.Py_IncRef(ctypes.py_object(b.tokens))
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(L))
 print(b.step, L.state_dict()["step"])
 """
 
@@ -564,13 +572,17 @@ def test_a_batch_alive_at_exit_is_not_delivered_again():
     claimed: the next attach, finding its consumer dead, handed that batch out again,
     against the position state_dict() gave (a review). The batches held are released
     at exit."""
-    with Feed("leak-exit") as feed:
-        out = subprocess.run([sys.executable, "-c", _LEAK_AT_EXIT.format(job=feed.job)],
-                             capture_output=True, text=True, timeout=60,
-                             env=rank_env(feed.job, 0, 0, 1, 1))
-        assert out.returncode == 0, out.stderr
-        delivered, state_step = map(int, out.stdout.split())
-        assert (delivered, state_step) == (2, 3)
-        with shmfeed.Loader(job=feed.job, numpy=True) as L:
-            assert next(L).step == 3
+    for interrupt in (False, True):
+        with Feed("leak-exit") as feed:
+            env = rank_env(feed.job, 0, 0, 1, 1)
+            env["PYTHONPATH"] = os.pathsep.join([HERE, env.get("PYTHONPATH", "")])
+            out = subprocess.run([sys.executable, "-c",
+                                  _LEAK_AT_EXIT.format(job=feed.job, interrupt=interrupt)],
+                                 capture_output=True, text=True, timeout=60, env=env)
+            assert out.returncode == 0, out.stderr
+            delivered, state_step = map(int, out.stdout.split())
+            assert (delivered, state_step) == (2, 3)
+            # The interrupted call's batch (step 3) was taken, not delivered: it comes next.
+            with shmfeed.Loader(job=feed.job, numpy=True) as L:
+                assert next(L).step == 3
 
