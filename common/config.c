@@ -445,6 +445,8 @@ static int set_string(struct loader *L, const struct field *f, const yaml_node_t
 	}
 	if (strlen(scalar(n)) > PATH_MAX)
 		return fail_at(L, n, "'%s' is longer than %d characters", f->key, PATH_MAX);
+	if (f->type == T_PATH && !scalar(n)[0])
+		return fail_at(L, n, "'%s' must be %s, not an empty path", f->key, f->expect);
 	v = f->type == T_PATH ? resolve_path(&L->o, scalar(n)) : strdup(scalar(n));
 	if (!v)
 		return sf__err(L->e, -ENOMEM, "out of memory");
@@ -599,12 +601,14 @@ static int set_paths(struct loader *L, const struct field *f, const yaml_node_t 
 	for (size_t i = 0; i < count; i++) {
 		if (items)
 			one = yaml_document_get_node(L->doc, items[i]);
-		if (one->type != YAML_SCALAR_NODE || is_null(one) ||
+		/* An empty path would be the job file's directory (`"${DATA}"` with DATA unset). */
+		if (one->type != YAML_SCALAR_NODE || is_null(one) || !scalar(one)[0] ||
 		    strlen(scalar(one)) > PATH_MAX) {
-			int r = fail_at(
-				L, one, "'%s' must be %s; this entry is %s", f->key, f->expect,
-				one->type == YAML_SCALAR_NODE && !is_null(one) ? "too long"
-									       : node_kind(one));
+			int r = fail_at(L, one, "'%s' must be %s; this entry is %s", f->key,
+					f->expect,
+					one->type != YAML_SCALAR_NODE || is_null(one) ? node_kind(one)
+					: !scalar(one)[0]			       ? "empty"
+										       : "too long");
 
 			for (size_t j = 0; j < i; j++)
 				free(paths[j]);

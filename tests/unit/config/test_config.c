@@ -162,6 +162,24 @@ Test(config, wrong_types_are_rejected)
 	cr_expect_eq(cfg.batch_size, 1024);
 }
 
+/*
+ * An empty path was the config file's directory (or, under --set, the current one): a
+ * `paths: "${DATA}"` templated with DATA unset trained on every file beside the job file,
+ * the job file included (a review). Refused, naming the field.
+ */
+Test(config, empty_paths_are_rejected)
+{
+	rejects("sources: [\"\"]\n", "job.yaml:1:11:", "'paths' must be");
+	rejects("sources:\n  - {paths: \"\", format: text}\n", "job.yaml:2:13:",
+		"'paths' must be");
+	rejects("sources:\n  - paths: [a, \"\"]\n", "job.yaml:2:16:", "this entry is empty");
+	rejects("sources: [a]\ntokenizer: {vocab: \"\"}\n", "job.yaml:2:20:",
+		"'vocab' must be");
+	rejects("sources: [a]\ntokenizer: {file: \"\"}\n", "job.yaml:2:19:", "'file' must be");
+	rejects("sources: [a]\ntokenizer: {encoding: \"char:\"}\n", "job.yaml:2:23:",
+		"'encoding' must be");
+}
+
 Test(config, values_out_of_range_are_rejected)
 {
 	rejects("sources: [a]\nbatch: {size: 0}\n",
