@@ -2122,10 +2122,14 @@ int sf__config_load_overrides(const char *path, const char *const *overrides, ui
 	int r;
 
 	if (path) {
+		struct stat st;
+
 		r = read_file(path, &text, &len, e);
 		if (r < 0)
 			return r;
-		dir = dir_of(path);
+		/* A job file from a pipe (`<(...)`, /dev/stdin) has no directory of its own:
+		 * its relative paths are the current directory's, as the shell meant them. */
+		dir = dir_of(stat(path, &st) == 0 && !S_ISREG(st.st_mode) ? "./" : path);
 		if (!dir) {
 			free(text);
 			return sf__err(e, -ENOMEM, "out of memory");

@@ -502,6 +502,29 @@ Test(config, relative_paths_are_taken_from_the_file)
 }
 
 /*
+ * A job file read from a pipe (`shmfeed check <(...)`, /dev/stdin) has no directory of its
+ * own: its relative paths were joined to /proc/PID/fd or /dev (a review). They are taken
+ * from the current directory, as the shell that wrote them means.
+ */
+Test(config, relative_paths_of_a_piped_file_are_taken_from_the_current_directory)
+{
+	static const char yaml[] = "job: piped\nsources: [data/a.txt]\n";
+	char path[64], want[4200], cwd[4096];
+	int fd[2];
+
+	cr_assert_eq(pipe(fd), 0);
+	cr_assert_eq(write(fd[1], yaml, sizeof(yaml) - 1), (ssize_t)sizeof(yaml) - 1);
+	close(fd[1]);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd[0]);
+	sf__config_free(&cfg);
+	cr_assert_eq(sf__config_load(path, &cfg, &err), 0, "%s", err.msg);
+	close(fd[0]);
+	cr_assert_not_null(getcwd(cwd, sizeof(cwd)));
+	snprintf(want, sizeof(want), "%s/data/a.txt", cwd);
+	cr_expect_str_eq(cfg.sources[0].paths[0], want);
+}
+
+/*
  * $SHMFEED_VOCAB_DIR filled vocab_dir as written: a relative value meant another
  * directory to a process elsewhere, and a tokenizer-file job printed a vocab_dir that its
  * own printed config then refused ("'vocab_dir' belongs to 'encoding'").
