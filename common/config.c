@@ -236,7 +236,8 @@ struct origin {
 struct mark {
 	const struct field *f;
 	int32_t source; /* the source whose field it is, or -1 */
-	char file[128]; /* a copy: an override's name does not outlive its parsing */
+	const char *file; /* the job file's name; NULL for an override, named in `set` */
+	char set[96];	  /* "--set KEY", copied: it does not outlive the override's parsing */
 	int override;
 	size_t line, col;
 };
@@ -288,8 +289,10 @@ static void remember(struct loader *L, const struct field *f, const yaml_node_t 
 		m = &L->marks[L->n_marks++];
 	m->f = f;
 	m->source = L->source;
-	snprintf(m->file, sizeof(m->file), "%s", L->o.file);
 	m->override = L->o.override;
+	m->file = m->override ? NULL : L->o.file;
+	if (m->override)
+		snprintf(m->set, sizeof(m->set), "%s", L->o.file);
 	m->line = n->start_mark.line + 1;
 	m->col = n->start_mark.column + 1;
 }
@@ -1137,7 +1140,7 @@ static int fail_mark(struct loader *L, const struct mark *m, const char *what)
 	if (!m)
 		return sf__err(L->e, SF_E_CONFIG, "%s:1:1: %s", L->o.file, what);
 	if (m->override)
-		return sf__err(L->e, SF_E_CONFIG, "%s: %s", m->file, what);
+		return sf__err(L->e, SF_E_CONFIG, "%s: %s", m->set, what);
 	return sf__err(L->e, SF_E_CONFIG, "%s:%zu:%zu: %s", m->file, m->line, m->col, what);
 }
 

@@ -370,8 +370,18 @@ Test(config, rank_base_auto_is_the_default_for_a_node_of_a_larger_world)
 
 Test(config, document_starts_fit_a_sequence)
 {
-	rejects("sources: [a]\nbatch: {seq_len: 8}\nsampling: {doc_starts: 10}\n",
-		"job.yaml:3:24:", "'doc_starts' 10 exceeds the 9 tokens");
+	static const char yaml[] = "sources: [a]\nbatch: {seq_len: 8}\nsampling: {doc_starts: 10}\n";
+	char name[300];
+
+	rejects(yaml, "job.yaml:3:24:", "'doc_starts' 10 exceeds the 9 tokens");
+	/* A cross-field message names the file whole (a copy cut it at 127 characters). */
+	memset(name, 'd', 250);
+	strcpy(name + 250, "/job.yaml");
+	sf__config_free(&cfg);
+	memset(&err, 0, sizeof(err));
+	cr_assert_eq(sf__config_load_string(name, yaml, strlen(yaml), &cfg, &err), SF_E_CONFIG);
+	cr_expect(!strncmp(err.msg, name, strlen(name)) && strstr(err.msg, "job.yaml:3:24:"),
+		  "%s", err.msg);
 }
 
 Test(config, a_batch_must_fit_a_slot)
