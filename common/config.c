@@ -1793,9 +1793,21 @@ static int parse_document(const char *name, const char *text, size_t len, yaml_d
 	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
 	ok = yaml_parser_load(&parser, doc);
 	if (!ok) {
-		r = sf__err(e, SF_E_CONFIG, "%s:%zu:%zu: invalid YAML: %s%s%s", name,
-			    parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-			    parser.problem ? parser.problem : "syntax error",
+		size_t line = parser.problem_mark.line, col = parser.problem_mark.column;
+
+		/* A byte the reader refuses (invalid UTF-8, a control character) has no mark:
+		 * its offset tells where it is. */
+		if (parser.error == YAML_READER_ERROR) {
+			line = col = 0;
+			for (size_t i = 0; i < parser.problem_offset && i < len; i++) {
+				if (text[i] == '\n')
+					line++, col = 0;
+				else if (((unsigned char)text[i] & 0xc0) != 0x80)
+					col++;
+			}
+		}
+		r = sf__err(e, SF_E_CONFIG, "%s:%zu:%zu: invalid YAML: %s%s%s", name, line + 1,
+			    col + 1, parser.problem ? parser.problem : "syntax error",
 			    parser.context ? " " : "", parser.context ? parser.context : "");
 
 		yaml_parser_delete(&parser);

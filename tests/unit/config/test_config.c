@@ -141,6 +141,15 @@ Test(config, unknown_keys_are_rejected_where_they_are)
 		"job.yaml:3:5:", "unknown key 'fromat' in a source");
 }
 
+/* libyaml's reader gives a byte it refuses no position: all were at 1:1 (a review). */
+Test(config, a_byte_that_is_not_text_is_found_where_it_is)
+{
+	rejects("sources: [a]\nsampling:\n  mode: \"wind\xffows\"\n", "job.yaml:3:14:",
+		"invalid YAML: invalid leading UTF-8 octet");
+	rejects("sources: [a]\njob: \"\xc3\xa9t\x01\"\n", "job.yaml:2:9:",
+		"invalid YAML: control characters are not allowed");
+}
+
 Test(config, wrong_types_are_rejected)
 {
 	rejects("sources: [a]\nbatch: {size: \"4\"}\n", "job.yaml:2:15:",
