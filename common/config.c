@@ -554,6 +554,13 @@ static int parse_duration_ms(const char *s, uint64_t *ret_ms)
 	return 0;
 }
 
+/* After "got 'TEXT'": why TEXT, right as written, is refused: its quotes. */
+static const char *quoted_note(const yaml_node_t *n)
+{
+	return n->type == YAML_SCALAR_NODE && !is_plain(n) ? ", quoted: write it without the quotes"
+							   : "";
+}
+
 static int set_duration(struct loader *L, const struct field *f, const yaml_node_t *n, void *base)
 {
 	uint64_t ms;
@@ -564,10 +571,10 @@ static int set_duration(struct loader *L, const struct field *f, const yaml_node
 	if (r == -EINVAL)
 		return fail_at(L, n,
 			       "'%s' must be a duration with a unit, such as 5s, 2.5s or 500ms "
-			       "(0: off)%s%.64s%s",
+			       "(0: off)%s%.64s%s%s",
 			       f->key, n->type == YAML_SCALAR_NODE ? "; got '" : ", not ",
 			       n->type == YAML_SCALAR_NODE ? scalar(n) : node_kind(n),
-			       n->type == YAML_SCALAR_NODE ? "'" : "");
+			       n->type == YAML_SCALAR_NODE ? "'" : "", quoted_note(n));
 	/* 0 (off) is always taken; the range is that of the other values. */
 	if (r == -ERANGE || (ms && ms < f->min) || ms > f->max)
 		return fail_at(
@@ -721,10 +728,10 @@ static int weight_of(struct loader *L, const char *key, const yaml_node_t *n, ui
 	if (r < 0)
 		return fail_at(
 			L, n,
-			"'%s' must be a non-negative decimal weight such as 0.3 or 2%s%.64s%s", key,
+			"'%s' must be a non-negative decimal weight such as 0.3 or 2%s%.64s%s%s", key,
 			n->type == YAML_SCALAR_NODE ? "; got '" : ", not ",
 			n->type == YAML_SCALAR_NODE ? scalar(n) : node_kind(n),
-			n->type == YAML_SCALAR_NODE ? "'" : "");
+			n->type == YAML_SCALAR_NODE ? "'" : "", quoted_note(n));
 	return 0;
 }
 
@@ -1510,6 +1517,11 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 	if (!cfg->n_sources)
 		return fail_field(L, &root_fields[1],
 				  "'sources' is required: a list of paths or source mappings");
+	if (!sf__job_name_valid(cfg->job) && !mark_of(L, &root_fields[0]))
+		return sf__err(L->e, SF_E_CONFIG,
+			       "%s: the job's name, taken from the file's, is '%.64s'; a name must "
+			       "be %s: write `job: NAME`",
+			       L->o.file, cfg->job, root_fields[0].expect);
 	if (!sf__job_name_valid(cfg->job)) {
 		snprintf(msg, sizeof(msg), "'job' must be %s; got '%.64s'", root_fields[0].expect,
 			 cfg->job);
@@ -1965,9 +1977,12 @@ static int apply_override(struct loader *L, const char *ov, struct sf_config *cf
 	yaml_node_t *root;
 	int r;
 
-	if (!eq || eq == ov || (size_t)(eq - ov) >= sizeof(key))
+	if (!eq || eq == ov)
 		return sf__err(L->e, SF_E_CONFIG,
 			       "--set '%.64s': expected KEY=VALUE, e.g. batch.size=16", ov);
+	/* Longer than any field's name (sources.N.KEY included). */
+	if ((size_t)(eq - ov) >= sizeof(key))
+		return sf__err(L->e, SF_E_CONFIG, "--set %.*s...: no such field", 48, ov);
 	memcpy(key, ov, (size_t)(eq - ov));
 	key[eq - ov] = 0;
 	/* sources.N.KEY: one field of source N. */

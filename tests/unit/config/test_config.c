@@ -221,7 +221,9 @@ Test(config, stall_timeout_is_a_duration)
 		"job.yaml:2:", "must be a duration with a unit");
 	rejects("sources: [a]\nproducers: {stall_timeout: 5min}\n", "job.yaml:2:", "such as 5s");
 	rejects("sources: [a]\nproducers: {stall_timeout: -1s}\n", "job.yaml:2:", "duration");
-	rejects("sources: [a]\nproducers: {stall_timeout: '5s'}\n", "job.yaml:2:", "duration");
+	/* A quoted value was refused as if its text were wrong (a review). */
+	rejects("sources: [a]\nproducers: {stall_timeout: '5s'}\n", "job.yaml:2:",
+		"got '5s', quoted: write it without the quotes");
 	rejects("sources: [a]\nproducers: {stall_timeout: 7200s}\n", "job.yaml:2:", "out of range");
 	/* An idle producer's heartbeat moves every 200 ms: a timeout of 250 ms killed idle
 	 * producers (found writing a test of a large compressed shard). */
@@ -307,6 +309,15 @@ Test(config, job_names_are_checked)
 	rejects("job: .hidden\nsources: [a]\n", "job.yaml:1:6:", "not starting with '.'");
 	/* Refused for the arena's temporary names: the message says so (it did not). */
 	rejects("job: x.new.y\nsources: [a]\n", "job.yaml:1:6:", "nor holding '.new.'");
+	/* A name taken from the file's: the message pointed at a `job:` never written. */
+	memset(&err, 0, sizeof(err));
+	sf__config_free(&cfg);
+	cr_assert_eq(sf__config_load_string("a b.yaml", "sources: [a]\n", 13, &cfg, &err),
+		     SF_E_CONFIG);
+	cr_expect(strstr(err.msg, "a b.yaml: the job's name, taken from the file's, is 'a b'; a "
+				  "name must be 1-63 characters"),
+		  "%s", err.msg);
+	cr_expect(strstr(err.msg, "write `job: NAME`"), "%s", err.msg);
 }
 
 Test(config, ranks_must_fit_the_world)
@@ -637,6 +648,8 @@ Test(config, a_fifo_without_writer_does_not_block, .timeout = 20)
  * name of source 1. */
 Test(config, an_error_about_a_source_points_at_that_source)
 {
+	rejects("sources:\n  - {paths: a.txt, weight: \"0.5\"}\n  - {paths: b.txt, weight: 0.5}\n",
+		"job.yaml:2:28:", "got '0.5', quoted: write it without the quotes");
 	rejects("sources:\n  - {paths: a.txt, weight: 0.5}\n  - {paths: b.txt}\n"
 		"  - {paths: c.txt, weight: 0.5}\n",
 		"job.yaml:3:5:", "source 'source1' needs a 'weight'");
@@ -673,7 +686,10 @@ Test(config, overrides_reach_one_source)
 				{"sources.0.bogus=1", "--set sources.0.bogus: no such field"},
 				{"sources.x.weight=1", "--set sources.x.weight: no such field"},
 				{"sources.0.separator=''", "'separator' is empty"},
-				{"sources.0.paths=[]", "not an empty list"}};
+				{"sources.0.paths=[]", "not an empty list"},
+				/* Said to be no KEY=VALUE at all (a review). */
+				{"sources.0.an_option_name_much_longer_than_any_field_has_ever_been=1",
+				 "--set sources.0.an_option_name_much_longer_than_any_fi...: no such field"}};
 	const char *yaml = "sources:\n  - {paths: a.txt, weight: 0.5}\n"
 			   "  - {paths: b.txt, weight: 0.5}\n";
 	const char *one[1];
