@@ -144,6 +144,19 @@ static void series(FILE *f, const struct sf_stats *s, const char *job, const cha
 }
 
 /* The text of one sample. Job names are [A-Za-z0-9_.-]: no label value needs escaping. */
+/* `ns` in seconds, written exactly (trailing zeros dropped): the histogram's bounds are
+ * powers of two in ns, which %g rounded (2^34 ns up, to 17.1798692). */
+static void seconds_exact(char *buf, size_t len, uint64_t ns)
+{
+	int n = snprintf(buf, len, "%llu.%09llu", (unsigned long long)(ns / 1000000000u),
+			 (unsigned long long)(ns % 1000000000u));
+
+	while (n > 1 && buf[n - 1] == '0')
+		buf[--n] = 0;
+	if (buf[n - 1] == '.')
+		buf[--n] = 0;
+}
+
 static void render(FILE *f, const struct sf_stats *s, const char *job)
 {
 	const uint32_t ranks = s->ranks < SF_STATS_MAX_RANKS ? s->ranks : SF_STATS_MAX_RANKS;
@@ -211,11 +224,14 @@ static void render(FILE *f, const struct sf_stats *s, const char *job)
 			 */
 			for (; b < e && b < SF_WAIT_BUCKETS; b++)
 				seen += q->wait_hist[b];
+			char le[32];
+
+			seconds_exact(le, sizeof(le), UINT64_C(1) << e);
 			fprintf(f,
 				"shmfeed_consumer_wait_seconds_bucket{shmfeed_job=\"%s\",rank=\"%"
 				"u\","
-				"le=\"%.9g\"} %llu\n",
-				job, r, (double)(UINT64_C(1) << e) / 1e9, (unsigned long long)seen);
+				"le=\"%s\"} %llu\n",
+				job, r, le, (unsigned long long)seen);
 		}
 		for (; b < SF_WAIT_BUCKETS; b++)
 			seen += q->wait_hist[b];

@@ -926,6 +926,11 @@ def check_metrics(fams, job, batches_per_rank):
                 if labels["rank"] == rank and n.endswith("_bucket")]
         counts = [v for _, v in rows]
         assert counts == sorted(counts) and rows[-1][0]["le"] == "+Inf"
+        # The bounds are powers of two in ns, written exactly in seconds (rounded to 9
+        # digits, 2^30 ns was 1.07374182 and 2^34 ns 17.1798692, above it).
+        assert [labels["le"] for labels, _ in rows[:-1]] == \
+            [f"{2 ** e // 10 ** 9}.{2 ** e % 10 ** 9:09d}".rstrip("0")
+             for e in range(10, 35, 2)]
         assert counts[-1] == batches_per_rank
     for name in ("shmfeed_producer_batches", "shmfeed_producer_utilization_ratio",
                  "shmfeed_producer_restarts", "shmfeed_producer_stalls"):
