@@ -1307,6 +1307,14 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 			cfg->mixture = 1;
 	if (cfg->groups.n || cfg->n_phases)
 		cfg->mixture = 1;
+	/* A name is checked where it is written, mixture or not: it must not become an
+	 * error only when a weight is added. */
+	for (uint32_t i = 0; i < cfg->n_sources; i++)
+		if (cfg->sources[i].name && !sf__job_name_valid(cfg->sources[i].name)) {
+			snprintf(msg, sizeof(msg), "source and group names must be %s; got '%.64s'",
+				 f_name->expect, cfg->sources[i].name);
+			return fail_source_field(L, f_name, i, msg);
+		}
 	if (!cfg->mixture)
 		return 0;
 	if (cfg->epochs)
@@ -1325,14 +1333,10 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 			src->name = NULL;
 			return sf__err(L->e, -ENOMEM, "out of memory");
 		}
-		if (!sf__job_name_valid(src->name) ||
-		    (src->group && !sf__job_name_valid(src->group))) {
+		if (src->group && !sf__job_name_valid(src->group)) {
 			snprintf(msg, sizeof(msg), "source and group names must be %s; got '%.64s'",
-				 source_fields[6].expect,
-				 sf__job_name_valid(src->name) ? src->group : src->name);
-			return fail_source_field(L, sf__job_name_valid(src->name) ? &source_fields[7]
-										  : f_name,
-						 i, msg);
+				 f_name->expect, src->group);
+			return fail_source_field(L, &source_fields[7], i, msg);
 		}
 		if (src->group && !strcmp(src->group, src->name)) {
 			snprintf(msg, sizeof(msg),

@@ -102,6 +102,12 @@ static int keys_fit_format(const struct sf_source_config *src, const char *path,
 			       "the text; this file is %s: drop it, or list the file in a source "
 			       "of its own",
 			       path, format == SF_FMT_TEXT ? "raw text" : "pre-tokenized");
+	if (src->index == SF_INDEX_BESIDE && format != SF_FMT_TEXT && format != SF_FMT_JSONL)
+		return sf__err(e, SF_E_CONFIG,
+			       "%s: 'index' says where the chunk index of raw text goes; this file "
+			       "is pre-tokenized and needs none: drop it, or list the file in a "
+			       "source of its own",
+			       path);
 	return 0;
 }
 

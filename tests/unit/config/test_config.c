@@ -672,6 +672,10 @@ Test(config, an_error_about_a_source_points_at_that_source)
 	rejects("sources:\n  - {paths: a.txt, name: web, weight: 3}\n"
 		"  - {paths: b.txt, name: arxiv, group: web}\n",
 		"job.yaml:3:40:", "the name 'web' is given twice");
+	/* A name is checked without a mixture too (it became an error only once a weight was
+	 * added; a review). */
+	rejects("sources:\n  - {paths: a.txt, name: \"bad name\"}\n", "job.yaml:2:",
+		"source and group names must be");
 	/* A source named like its own group was taken. */
 	rejects("sources:\n  - {paths: a.txt, name: web, group: web}\n"
 		"  - {paths: b.txt, name: arxiv, weight: 1}\nmixture: {groups: {web: 1}}\n",

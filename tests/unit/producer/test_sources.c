@@ -408,6 +408,13 @@ Test(sources, keys_of_another_format_are_refused)
 	expect_fail(SF_E_CONFIG, path, "'text_field' names the field of a JSONL record");
 	put("d.txt", j, strlen(j));
 	expect_fail(SF_E_CONFIG, path, "'text_field' names the field of a JSONL record");
+	/* `index: beside` places the chunk index of raw text: tokens have none (a review). */
+	src.text_field = NULL;
+	src.index = SF_INDEX_BESIDE;
+	put("t.bin", t, sizeof(t));
+	expect_fail(SF_E_CONFIG, path, "'index' says where the chunk index of raw text goes");
+	src.index = SF_INDEX_CACHE;
+	put("d.txt", j, strlen(j));
 	/* The default, which every source carries, and a separator for raw text are fine. */
 	src.text_field = text;
 	src.separator = sep;
