@@ -465,7 +465,7 @@ static int ring_well_stocked(const struct sf_consumer *c)
  * 20 us, then after pauses doubling up to 640 us, well within the work the GPU still has
  * queued behind it.
  */
-static int wait_copied(struct sf_consumer *c, int64_t *timeout_ns)
+static int wait_copied(struct sf_consumer *c, int64_t *timeout_ns, sf_curesult *ret_q)
 {
 	const struct sf_cuda *cu = c->gpu.cu;
 	sf_cuevent copied = c->gpu.copied[c->gpu.held_buf];
@@ -476,6 +476,7 @@ static int wait_copied(struct sf_consumer *c, int64_t *timeout_ns)
 		sf_curesult q = cu->cuEventQuery(copied);
 		int64_t left = -1, waited;
 
+		*ret_q = q;
 		if (q != SF_CUDA_ERROR_NOT_READY) {
 			if (start && timeout_ns && *timeout_ns > 0) {
 				waited = (int64_t)(sf__now_ns() - start);
@@ -509,7 +510,10 @@ static int wait_copied(struct sf_consumer *c, int64_t *timeout_ns)
 /*
  * Release the held slot; in GPU mode first wait until its copy has completed, at most
  * *timeout_ns (NULL: forever; what it waited comes off): SF_E_AGAIN or SF_E_TIMEOUT then,
- * the slot still held.
+ * the slot still held. So too when the context cannot be pushed or the copy's event not
+ * queried but the context lives on (another thread's graph capture refuses the query):
+ * the copy may still be queued, reading the slot, and a refill would change the batch
+ * the caller holds. A later call releases it once the query answers.
  */
 static int release_held(struct sf_consumer *c, int64_t *timeout_ns)
 {
@@ -519,20 +523,22 @@ static int release_held(struct sf_consumer *c, int64_t *timeout_ns)
 		return 0;
 	if (c->gpu.cu) {
 		const struct sf_cuda *cu = c->gpu.cu;
+		sf_curesult q = cu->cuCtxPushCurrent(c->gpu.ctx);
 		sf_cucontext popped;
 
 		/* The calling thread may have no context current (a loader thread): every
 		 * driver call here runs in the primary context, pushed for it. */
-		r = cuda_call(c, cu->cuCtxPushCurrent(c->gpu.ctx), "cuCtxPushCurrent");
+		r = cuda_call(c, q, "cuCtxPushCurrent");
 		if (r >= 0) {
-			r = wait_copied(c, timeout_ns);
+			r = wait_copied(c, timeout_ns, &q);
 			cu->cuCtxPopCurrent(&popped);
 		}
-		if (r == SF_E_AGAIN || r == SF_E_TIMEOUT)
+		if (r == SF_E_AGAIN || r == SF_E_TIMEOUT || (r < 0 && !sf__cuda_sticky(q)))
 			return r;
 	}
-	/* The slot is released even after a failed copy: its content is still in shared
-	 * memory and the caller has the error; holding it would stall the producers. */
+	/* Released after a failed copy, or a context lost (no copy of it will run): its
+	 * content is still in shared memory and the caller has the error; holding it would
+	 * stall the producers. */
 	if (sf__consumer_release_quiet(c->a, c->rank, c->held) < 0 && r >= 0)
 		r = sf__err(&c->err, SF_E_STATE,
 			    "rank %u: the slot of step %llu was taken from this consumer",
@@ -1310,6 +1316,9 @@ void sf_consumer_detach(struct sf_consumer *c)
 	}
 	release_held(c, NULL);
 	gpu_teardown(c);
+	/* A slot release_held() kept (its copy's event could not be queried) goes once the
+	 * teardown has waited for the copies. */
+	release_held(c, NULL);
 	sf__participant_unregister(c->a, c->me);
 	sf__arena_detach(c->a);
 	free(c);

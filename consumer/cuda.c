@@ -107,12 +107,17 @@ const char *sf__cuda_error_text(const struct sf_cuda *cu, sf_curesult r)
 	return "no description from the driver";
 }
 
-int sf__cuda_check(const struct sf_cuda *cu, sf_curesult r, const char *what, struct sf_err *e)
+bool sf__cuda_sticky(sf_curesult r)
 {
 	/* cuda.h: after these, "any further CUDA work will return the same error", whoever
 	 * caused it: most often a kernel of the training on the same context, reported by
 	 * the next driver call, which may be shmfeed's. */
-	const int sticky = r == 700 || r == 710 || (r >= 714 && r <= 719);
+	return r == 700 || r == 702 || r == 710 || (r >= 714 && r <= 719) || r == 721;
+}
+
+int sf__cuda_check(const struct sf_cuda *cu, sf_curesult r, const char *what, struct sf_err *e)
+{
+	const bool sticky = sf__cuda_sticky(r);
 
 	if (r == SF_CUDA_SUCCESS)
 		return 0;

@@ -11,6 +11,7 @@
 #ifndef SF_CONSUMER_CUDA_H
 #define SF_CONSUMER_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -140,6 +141,12 @@ int sf__cuda_load(const struct sf_cuda **ret_cuda, struct sf_err *e);
 const char *sf__cuda_error_name(const struct sf_cuda *cu, sf_curesult r);
 /* sf__cuda_error_text - the driver's description of it ("out of memory"); never NULL. */
 const char *sf__cuda_error_text(const struct sf_cuda *cu, sf_curesult r);
+
+/*
+ * sf__cuda_sticky - whether `r` is an error after which the context is unusable (every
+ * later call fails the same: no work queued in it will run).
+ */
+bool sf__cuda_sticky(sf_curesult r);
 
 /*
  * sf__cuda_check - 0 when r is CUDA_SUCCESS, else SF_E_CUDA with "WHAT: NAME (r)" in `e`.

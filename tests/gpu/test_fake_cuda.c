@@ -24,7 +24,7 @@
  *    batches held at once with SF_ATTACH_EXPLICIT_RELEASE, and the fourth refused.
  *  - the GPU behind the host (the caller's stream busy): next() waits for the copy of the
  *    batch it releases no longer than its timeout, loses nothing, and goes on once the
- *    GPU catches up.
+ *    GPU catches up; a failed query of that copy keeps its slot.
  * An argument runs only the cases whose name contains it.
  */
 #include <dlfcn.h>
@@ -750,6 +750,83 @@ static void case_gpu_behind(void)
 	free(want);
 }
 
+/*
+ * The event query of a copy still queued fails with an error that leaves the context
+ * usable (FAKE_CUDA_FAIL=cuEventQuery:900:3, the third query: the one of step 2's copy,
+ * which waits behind the caller's busy stream; 900 is what another thread's CUDA graph
+ * capture makes of it): the slot was released with its copy still to run, refilled, and
+ * the batch the caller holds read another step's bytes (a review). next() fails, keeps
+ * the slot, and goes on once the query answers.
+ */
+static void case_query_fails(void)
+{
+	enum { N = 6 };
+	struct feed *f;
+	struct sf_consumer *c;
+	struct fake_cuda_stats s;
+	sf_custream user;
+	sf_cudevice dev;
+	unsigned char *out, *want;
+	uint64_t tb, st;
+	char msg[256];
+	int r;
+
+	load();
+	f = start("queryfails", 1);
+	tb = feed_token_bytes(f);
+	out = calloc(N, tb);
+	want = malloc(f->arena->hdr->payload_bytes);
+	push_own_context(&dev);
+	CHECK(!cu->cuStreamCreate(&user, 0), "the test's stream");
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	CHECK(sf_consumer_set_stream(c, (uint64_t)(uintptr_t)user) == 0, "%s",
+	      sf_consumer_errmsg(c));
+	set_busy(user, 1);
+	for (st = 0; st < 3; st++) {
+		struct sf_batch b;
+
+		CHECK(sf_consumer_next(c, 1000, &b) == 0 && b.step == st, "step %llu: %s",
+		      (unsigned long long)st, sf_consumer_errmsg(c));
+		if (failed)
+			bail();
+		CHECK(read_async(out + st * tb, b.device_ptr, tb, user) == 0, "queue the read");
+	}
+	{
+		struct sf_batch b;
+
+		r = sf_consumer_next(c, 1000, &b);
+		CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuEventQuery"),
+		      "next() returned %d: %s", r, sf_consumer_errmsg(c));
+	}
+	set_busy(user, 0);
+	for (; st < N; st++) {
+		struct sf_batch b;
+
+		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == st, "step %llu: %s",
+		      (unsigned long long)st, sf_consumer_errmsg(c));
+		if (failed)
+			bail();
+		CHECK(read_async(out + st * tb, b.device_ptr, tb, user) == 0, "queue the read");
+	}
+	CHECK(!cu->cuStreamSynchronize(user), "synchronize");
+	for (st = 0; st < N; st++) {
+		feed_fill(f, 0, st, want);
+		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
+		      (unsigned long long)st);
+	}
+	get_stats(&s);
+	CHECK(s.violations == 0, "%ld copies read a slot released before they ran", s.violations);
+	sf_consumer_detach(c);
+	cu->cuStreamDestroy(user);
+	pop_own_context(dev);
+	expect_balanced("after detach");
+	feed_stop(f);
+	free(out);
+	free(want);
+}
+
 /* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
  * failure: SF_E_CUDA with its name. */
 static void case_no_device(int want_rc, const char *expect)
@@ -859,6 +936,10 @@ int main(int argc, char **argv)
 		 11,
 		 NULL},
 		{"the GPU behind the host", {"FAKE_CUDA_POLICY=eager"}, 15, NULL},
+		{"the query of a queued copy fails",
+		 {"FAKE_CUDA_POLICY=eager", "FAKE_CUDA_FAIL=cuEventQuery:900:3"},
+		 16,
+		 NULL},
 	};
 	int bad = 0;
 
@@ -897,6 +978,8 @@ int main(int argc, char **argv)
 				case_attach_after_fork();
 			else if (t->kind == 15)
 				case_gpu_behind();
+			else if (t->kind == 16)
+				case_query_fails();
 			else
 				case_no_device(t->kind == 4 ? -ENODEV : SF_E_CUDA, t->expect);
 			_exit(failed);
