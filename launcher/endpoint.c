@@ -235,7 +235,8 @@ int sf__ipc_claim(struct sf_ipc_claim *c, const char *ctl_path, const char *pub_
 
 int sf__ipc_endpoint_check(const char *endpoint, struct sf_err *e)
 {
-	char dir[400];
+	char dir[400], pub[400];
+	struct stat st;
 	int r = endpoint && !strncmp(endpoint, "ipc:///", 7)
 			? sf__parent_dir_check(endpoint + 6, dir, sizeof(dir))
 			: 0;
@@ -243,6 +244,20 @@ int sf__ipc_endpoint_check(const char *endpoint, struct sf_err *e)
 	if (r < 0)
 		return sf__err(e, SF_E_CONFIG, "control.endpoint %s: %s %s", endpoint, dir,
 			       r == -ENOTDIR ? "is not a directory" : "does not exist");
+	if (!endpoint || strncmp(endpoint, "ipc:///", 7))
+		return 0;
+	/* What run's claim refuses whatever its lock says: a path there that is no socket
+	 * (a socket may be a stale one of a killed job, which run takes over). */
+	snprintf(pub, sizeof(pub), "%s.pub", endpoint + 6);
+	for (int i = 0; i < 2; i++) {
+		const char *path = i ? pub : endpoint + 6;
+
+		if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+			return sf__err(e, SF_E_CONFIG,
+				       "control endpoint %s exists and is not a socket this job "
+				       "created; remove it or choose another control.endpoint",
+				       path);
+	}
 	return 0;
 }
 

@@ -1493,12 +1493,7 @@ static int supervise(struct supervisor *S)
 	return 0;
 }
 
-/*
- * Refuse a job that would run out of file descriptors, before anything of it exists.
- * libzmq does not fail cleanly there: it asserts (epoll_create in its I/O thread) and the
- * launcher would die by SIGABRT with its arena left in /dev/shm.
- */
-static int check_fd_budget(uint32_t producers, int metrics_http, struct sf_err *e)
+int sf__launcher_fds_check(uint32_t producers, int metrics_http, struct sf_err *e)
 {
 	uint64_t open_now, limit, need;
 
@@ -1576,7 +1571,7 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 		S->geo.flags |= SF_ARENA_F_RANK_AUTO;
 		S->geo.rank_base = 0;
 	}
-	r = check_fd_budget(S->geo.max_producers, cfg->metrics != NULL, e);
+	r = sf__launcher_fds_check(S->geo.max_producers, cfg->metrics != NULL, e);
 	if (r < 0)
 		goto out_close_ds;
 	r = sf__curve_server_load(cfg, &S->curve, e);

@@ -158,6 +158,15 @@ struct sf_job_info {
 	char client_key_file[512];
 };
 
+/*
+ * sf__launcher_fds_check - refuse a job that would run out of file descriptors, before
+ * anything of it exists: its producers, control sockets, the metrics server's connections
+ * (`metrics_http`) and a margin, beside the descriptors open now, against the soft
+ * RLIMIT_NOFILE. libzmq does not fail cleanly there: it asserts (epoll_create in its I/O
+ * thread) and the launcher would die by SIGABRT with its arena left in /dev/shm.
+ */
+int sf__launcher_fds_check(uint32_t producers, int metrics_http, struct sf_err *e);
+
 /* sf__job_info_file_read - read the discovery file at `path`; SF_E_PROTOCOL: not one. */
 int sf__job_info_file_read(const char *path, struct sf_job_info *ret, struct sf_err *e);
 

@@ -51,6 +51,28 @@ def test_a_low_descriptor_limit_is_refused_and_leaves_nothing(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_check_refuses_what_run_refuses_before_it_starts(rt, tmp_path):
+    """`check` said "valid" for a job `run` then refused before starting: a descriptor
+    limit below what the job needs, and an ipc endpoint at an existing file that is not
+    a socket (a review). docs/config.md: check fails wherever run would refuse to start."""
+    cfg = os.path.join(os.environ["SF_SOURCE_ROOT"], "configs", "demo.yaml")
+    out = subprocess.run([SHMFEED, "check", cfg, "--set", "producers.count=20"],
+                         capture_output=True, text=True, timeout=30,
+                         preexec_fn=with_nofile(40))
+    assert out.returncode == 1, out.stdout
+    assert "file descriptors" in out.stderr and "the limit is 40" in out.stderr, out.stderr
+    victim = tmp_path / "victim.txt"
+    victim.write_text("notes\n")
+    for at in (str(victim), str(tmp_path / "ep")):
+        if at != str(victim):
+            (tmp_path / "ep.pub").write_text("notes\n")
+        out = subprocess.run([SHMFEED, "check", cfg, "--set", f"control.endpoint=ipc://{at}"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 1, out.stdout
+        assert "exists and is not a socket" in out.stderr, out.stderr
+    assert victim.read_text() == "notes\n"
+
+
 def test_a_file_size_limit_below_the_arena_is_an_error(rt, tmp_path):
     """`ulimit -f` below the arena's size: reserving it raised SIGXFSZ, which killed the
     launcher without a word (exit 153) and left /dev/shm/shmfeed.JOB.new.PID (a review).
