@@ -84,6 +84,21 @@ static void wait_bar(double share, char bar[WAIT_BAR_WIDTH + 1])
 }
 
 /* The human form of a stats object (and, when given, the status object). */
+
+/* Below a table of `what` (the JSON array at token `arr`), which of them it shows when the
+ * stats carry fewer than the job has. */
+static void left_out(FILE *f, const struct doc *sd, int arr, const char *what)
+{
+	char key[32];
+	uint64_t total;
+
+	snprintf(key, sizeof(key), "%s_total", what);
+	total = u64_of(sd, 0, key);
+	if (arr >= 0 && sd->tok[arr].size && total > (uint64_t)sd->tok[arr].size)
+		fprintf(f, " (%s 0..%u of %llu shown: the stats carry the first %u)\n", what,
+			sd->tok[arr].size - 1, (unsigned long long)total, sd->tok[arr].size);
+}
+
 /* A mixture's sources: samples delivered against the target, in the prefix read. */
 static void print_sources(FILE *f, const struct doc *sd)
 {
@@ -195,6 +210,7 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 		else
 			fprintf(f, "-\n");
 	}
+	left_out(f, sd, ranks, "ranks");
 	print_sources(f, sd);
 	prods = sf__json_get(sd->buf, sd->tok, 0, "producers");
 	fprintf(f, "\n producer      pid  incarnation     batches   util  state     silent\n");
@@ -217,6 +233,7 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 			(unsigned long long)u64_of(sd, p, "incarnation"),
 			(unsigned long long)u64_of(sd, p, "batches"), util, pstate, silent);
 	}
+	left_out(f, sd, prods, "producers");
 }
 
 static int call(const struct sf_job_info *info, const char *op, char *reply, size_t len,

@@ -242,7 +242,8 @@ int sf__stats_json(const struct sf_stats *s, const char *job, char *buf, size_t 
 						     : "running",
 		    (unsigned long long)(q->silent_ns / 1000000));
 	}
-	OUT("]");
+	/* The arrays hold the first SF_STATS_MAX_RANKS and SF_STATS_MAX_PRODUCERS. */
+	OUT("],\"ranks_total\":%u,\"producers_total\":%u", s->ranks, s->producers);
 	if (s->n_sources) {
 		OUT(",\"samples\":%llu,\"sources\":[", (unsigned long long)s->samples);
 		for (uint32_t i = 0; i < s->n_sources && i < SF_STATS_MAX_SOURCES; i++) {

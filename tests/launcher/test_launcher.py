@@ -666,6 +666,30 @@ def test_status_and_top(rt, tmp_path):
     assert out.returncode == 1 and "no running shmfeed job" in out.stderr
 
 
+
+def test_status_says_how_many_ranks_and_producers_it_leaves_out(rt, tmp_path):
+    """The stats carry 64 ranks and 64 producers: a job of 70 ranks and 66 producers
+    showed 64 of each without a word, so a starved rank 64 could be seen nowhere (a
+    review). status says which are shown, and the JSON gives the totals."""
+    cfg = write_config(tmp_path, "producers: {count: 66}\narena: {slots_per_rank: 1}\n",
+                       world=70)
+    job = job_name("many")
+    p = start_serving(cfg, job)
+    try:
+        out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True,
+                             timeout=10)
+        assert out.returncode == 0, out.stderr
+        assert "ranks 0..63 of 70 shown" in out.stdout, out.stdout
+        assert "producers 0..63 of 66 shown" in out.stdout, out.stdout
+        out = subprocess.run([SHMFEED, "status", job, "--json"], capture_output=True,
+                             text=True, timeout=10)
+        doc = json.loads(out.stdout)
+        assert len(doc["stats"]["ranks"]) == 64 and doc["stats"]["ranks_total"] == 70
+        assert len(doc["stats"]["producers"]) == 64 and doc["stats"]["producers_total"] == 66
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+
 def test_status_and_inspect_show_the_nodes_ranks(rt, tmp_path):
     """A node of 2 ranks in a world of 4 takes its ranks from its first rank (rank_base:
     auto, the default); a later group of ranks with other global ranks re-bases it once
