@@ -8,9 +8,12 @@ multilingual text built from the system's own files (tok_corpora.py).
 Before anything is timed, every tokenizer's ids for every text are compared with
 tiktoken's; one that differs is reported (with the first differing position) and not
 timed. shmfeed is timed through `bench_tokenizer --serve`, which encodes in C with a
-fresh encoder each pass (its piece cache empty, as a producer meets new text); the peers
-through their Python calls for one string, which run on one thread (tiktoken's
-encode_ordinary, bpe-openai's encode, tokendagger's encode_ordinary). This process and
+fresh encoder each pass (its piece cache empty, as a producer meets new text), into a
+uint32 buffer; the peers through their Python calls for one string, which run on one
+thread: tiktoken's core encode_to_tiktoken_buffer (the ids of encode_ordinary in a
+buffer: no Python list is built, as none is on shmfeed's side), bpe-openai's encode and
+tokendagger's encode_ordinary, which return lists (they have no other output; building the
+list costs tiktoken about a tenth of its time, a cost these two pay here). This process and
 bench_tokenizer are pinned to the same CPU (--cpu), and the tokenizers take turns cell by
 cell, round after round (--repeat), so that a load on the machine falls on all of them
 alike. Every tokenizer makes exactly --passes passes of each cell per round, and a
@@ -26,6 +29,7 @@ usage: bench_tiktoken.py [--data DIR] [--bench PATH/TO/bench_tokenizer] [--repea
                          [--cpu N] [--json FILE] [--encodings ...] [--texts ...]
 """
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -62,7 +66,8 @@ def load_peers(data, names):
     versions = {"tiktoken": tiktoken.__version__}
     for name in names:
         enc, meta, ranks = load_tiktoken(data, name)
-        fns["tiktoken"][name] = enc.encode_ordinary
+        fns["tiktoken"][name] = functools.partial(enc._core_bpe.encode_to_tiktoken_buffer,
+                                                  allowed_special=set())
         try:
             import tokendagger
             td = tokendagger.Tokenizer(name, pat_str=meta["pat_str"], mergeable_ranks=ranks,
@@ -118,6 +123,11 @@ def time_call(fn, text, passes):
     return cpu, wall
 
 
+def as_list(ids):
+    """A peer's ids as a list (tiktoken's buffer holds uint32s)."""
+    return ids if isinstance(ids, list) else memoryview(ids).cast("B").cast("I").tolist()
+
+
 def first_difference(a, b):
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -156,7 +166,7 @@ def main():
             for label, path in texts:
                 with open(path, encoding="utf-8") as f:
                     text = f.read()
-                want = fns["tiktoken"][name](text)
+                want = as_list(fns["tiktoken"][name](text))
                 ids_path = os.path.join(tmp, "ids.u32")
                 ours.ask(name, path, 1, ids_path)
                 with open(ids_path, "rb") as f:
@@ -165,7 +175,7 @@ def main():
                         "differs": {}, "cpu": {p: [] for p in ["shmfeed"] + PEERS},
                         "wall": {p: [] for p in ["shmfeed"] + PEERS}}
                 for who, ids in [("shmfeed", got)] + [
-                        (p, fns[p][name](text)) for p in PEERS[1:] if name in fns[p]]:
+                        (p, as_list(fns[p][name](text))) for p in PEERS[1:] if name in fns[p]]:
                     if ids != want:
                         cell["differs"][who] = first_difference(ids, want)
                         print(f"{who} {name} {label}: ids differ from tiktoken's at "
