@@ -659,6 +659,43 @@ static void *catch_up_later(void *stream)
 }
 
 /*
+ * Steps [from, to) of handle `c`, each read into out (tb bytes a step) by a "kernel"
+ * queued on the caller's stream `user`.
+ */
+static void read_steps(struct sf_consumer *c, sf_custream user, unsigned char *out, uint64_t tb,
+		       uint64_t from, uint64_t to)
+{
+	for (uint64_t st = from; st < to; st++) {
+		struct sf_batch b;
+
+		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == st, "step %llu: %s",
+		      (unsigned long long)st, sf_consumer_errmsg(c));
+		if (failed)
+			bail();
+		CHECK(read_async(out + st * tb, b.device_ptr, tb, user) == 0, "queue the read");
+	}
+}
+
+/* Once `user` has run its reads, each of steps [0, n) saw its own batch, and no copy read
+ * a slot released before it ran. */
+static void expect_reads(struct feed *f, sf_custream user, const unsigned char *out, uint64_t tb,
+			 uint64_t n)
+{
+	unsigned char *want = malloc(f->arena->hdr->payload_bytes);
+	struct fake_cuda_stats s;
+
+	CHECK(!cu->cuStreamSynchronize(user), "synchronize");
+	for (uint64_t st = 0; st < n; st++) {
+		feed_fill(f, 0, st, want);
+		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
+		      (unsigned long long)st);
+	}
+	get_stats(&s);
+	CHECK(s.violations == 0, "%ld copies read a slot released before they ran", s.violations);
+	free(want);
+}
+
+/*
  * The host runs ahead of the GPU: the caller's stream is busy (a long kernel), so a copy
  * into a buffer the caller used waits on the device. A next() that must release the
  * batch of such a copy waits for it no longer than its timeout: SF_E_AGAIN with timeout
@@ -671,11 +708,10 @@ static void case_gpu_behind(void)
 	enum { N = 8 };
 	struct feed *f;
 	struct sf_consumer *c;
-	struct fake_cuda_stats s;
 	sf_custream user;
 	sf_cudevice dev;
 	pthread_t t;
-	unsigned char *out, *want;
+	unsigned char *out;
 	uint64_t tb, st = 0, t0, ms;
 	char msg[256];
 	int r = 0;
@@ -684,7 +720,6 @@ static void case_gpu_behind(void)
 	f = start("behind", 1);
 	tb = feed_token_bytes(f);
 	out = calloc(N, tb);
-	want = malloc(f->arena->hdr->payload_bytes);
 	push_own_context(&dev);
 	CHECK(!cu->cuStreamCreate(&user, 0), "the test's stream");
 	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
@@ -723,23 +758,8 @@ static void case_gpu_behind(void)
 	}
 	set_busy(user, 0);
 	atomic_store(&caught_up, 1);
-	for (; st < N; st++) {
-		struct sf_batch b;
-
-		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == st, "step %llu: %s",
-		      (unsigned long long)st, sf_consumer_errmsg(c));
-		if (failed)
-			bail();
-		CHECK(read_async(out + st * tb, b.device_ptr, tb, user) == 0, "queue the read");
-	}
-	CHECK(!cu->cuStreamSynchronize(user), "synchronize");
-	for (st = 0; st < N; st++) {
-		feed_fill(f, 0, st, want);
-		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
-		      (unsigned long long)st);
-	}
-	get_stats(&s);
-	CHECK(s.violations == 0, "%ld copies read a slot released before they ran", s.violations);
+	read_steps(c, user, out, tb, st, N);
+	expect_reads(f, user, out, tb, N);
 	pthread_join(t, NULL);
 	sf_consumer_detach(c);
 	cu->cuStreamDestroy(user);
@@ -747,7 +767,6 @@ static void case_gpu_behind(void)
 	expect_balanced("after detach");
 	feed_stop(f);
 	free(out);
-	free(want);
 }
 
 /*
@@ -763,10 +782,9 @@ static void case_query_fails(void)
 	enum { N = 6 };
 	struct feed *f;
 	struct sf_consumer *c;
-	struct fake_cuda_stats s;
 	sf_custream user;
 	sf_cudevice dev;
-	unsigned char *out, *want;
+	unsigned char *out;
 	uint64_t tb, st;
 	char msg[256];
 	int r;
@@ -775,7 +793,6 @@ static void case_query_fails(void)
 	f = start("queryfails", 1);
 	tb = feed_token_bytes(f);
 	out = calloc(N, tb);
-	want = malloc(f->arena->hdr->payload_bytes);
 	push_own_context(&dev);
 	CHECK(!cu->cuStreamCreate(&user, 0), "the test's stream");
 	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
@@ -784,15 +801,8 @@ static void case_query_fails(void)
 	CHECK(sf_consumer_set_stream(c, (uint64_t)(uintptr_t)user) == 0, "%s",
 	      sf_consumer_errmsg(c));
 	set_busy(user, 1);
-	for (st = 0; st < 3; st++) {
-		struct sf_batch b;
-
-		CHECK(sf_consumer_next(c, 1000, &b) == 0 && b.step == st, "step %llu: %s",
-		      (unsigned long long)st, sf_consumer_errmsg(c));
-		if (failed)
-			bail();
-		CHECK(read_async(out + st * tb, b.device_ptr, tb, user) == 0, "queue the read");
-	}
+	read_steps(c, user, out, tb, 0, 3);
+	st = 3;
 	{
 		struct sf_batch b;
 
@@ -801,30 +811,14 @@ static void case_query_fails(void)
 		      "next() returned %d: %s", r, sf_consumer_errmsg(c));
 	}
 	set_busy(user, 0);
-	for (; st < N; st++) {
-		struct sf_batch b;
-
-		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == st, "step %llu: %s",
-		      (unsigned long long)st, sf_consumer_errmsg(c));
-		if (failed)
-			bail();
-		CHECK(read_async(out + st * tb, b.device_ptr, tb, user) == 0, "queue the read");
-	}
-	CHECK(!cu->cuStreamSynchronize(user), "synchronize");
-	for (st = 0; st < N; st++) {
-		feed_fill(f, 0, st, want);
-		CHECK(!memcmp(out + st * tb, want, tb), "step %llu: the read saw other bytes",
-		      (unsigned long long)st);
-	}
-	get_stats(&s);
-	CHECK(s.violations == 0, "%ld copies read a slot released before they ran", s.violations);
+	read_steps(c, user, out, tb, st, N);
+	expect_reads(f, user, out, tb, N);
 	sf_consumer_detach(c);
 	cu->cuStreamDestroy(user);
 	pop_own_context(dev);
 	expect_balanced("after detach");
 	feed_stop(f);
 	free(out);
-	free(want);
 }
 
 /* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
