@@ -455,6 +455,12 @@ int main(int argc, char **argv)
 	d = distribution(samples, nbig);
 	row("pipe with payload (2 processes)", nbig, el, d, MIB);
 	ratio("pipe", d, el, ref, ref_el, "\n");
+	/* Read by polling, as the arena's consumer spins before it sleeps (a review: the
+	 * blocking reader pays a sleep and wake per read). */
+	el = pipe_run(nbig, MIB, 0, 1);
+	d = distribution(samples, nbig);
+	row("pipe with payload, polled reads", nbig, el, d, MIB);
+	ratio("polled pipe", d, el, ref, ref_el, "\n");
 	el = malloc_run(nbig, 4, MIB);
 	d = distribution(samples, nbig);
 	row("malloc/free per batch (2 threads)", nbig, el, d, MIB);
