@@ -2161,9 +2161,13 @@ int sf__config_load_overrides(const char *path, const char *const *overrides, ui
 		r = read_file(path, &text, &len, e);
 		if (r < 0)
 			return r;
-		/* A job file from a pipe (`<(...)`, /dev/stdin) has no directory of its own:
-		 * its relative paths are the current directory's, as the shell meant them. */
-		dir = dir_of(stat(path, &st) == 0 && !S_ISREG(st.st_mode) ? "./" : path);
+		/* A job file from a pipe (`<(...)`, /dev/stdin, also redirected from a file) has
+		 * no directory of its own: its relative paths are the current directory's, as
+		 * the shell meant them. */
+		dir = dir_of((stat(path, &st) == 0 && !S_ISREG(st.st_mode)) ||
+					     !strncmp(path, "/dev/", 5) || !strncmp(path, "/proc/", 6)
+				     ? "./"
+				     : path);
 		if (!dir) {
 			free(text);
 			return sf__err(e, -ENOMEM, "out of memory");

@@ -552,6 +552,22 @@ Test(config, relative_paths_of_a_piped_file_are_taken_from_the_current_directory
 	cr_assert_not_null(getcwd(cwd, sizeof(cwd)));
 	snprintf(want, sizeof(want), "%s/data/a.txt", cwd);
 	cr_expect_str_eq(cfg.sources[0].paths[0], want);
+	/* /dev/stdin redirected from a file (`run /dev/stdin < x.yaml`): stat sees the regular
+	 * file, and its paths were joined to /dev (a review). */
+	{
+		char tmp[] = "/tmp/sf-cfg-stdin-XXXXXX";
+		int tfd = mkstemp(tmp);
+
+		cr_assert_geq(tfd, 0);
+		cr_assert_eq(write(tfd, yaml, sizeof(yaml) - 1), (ssize_t)sizeof(yaml) - 1);
+		cr_assert_eq(lseek(tfd, 0, SEEK_SET), 0);
+		cr_assert_eq(dup2(tfd, 0), 0);
+		close(tfd);
+		unlink(tmp);
+		sf__config_free(&cfg);
+		cr_assert_eq(sf__config_load("/dev/stdin", &cfg, &err), 0, "%s", err.msg);
+		cr_expect_str_eq(cfg.sources[0].paths[0], want);
+	}
 }
 
 /*
