@@ -2165,7 +2165,8 @@ int sf__config_load_overrides(const char *path, const char *const *overrides, ui
 		 * no directory of its own: its relative paths are the current directory's, as
 		 * the shell meant them. */
 		dir = dir_of((stat(path, &st) == 0 && !S_ISREG(st.st_mode)) ||
-					     !strncmp(path, "/dev/", 5) || !strncmp(path, "/proc/", 6)
+					     !strncmp(path, "/dev/", 5) ||
+					     !strncmp(path, "/proc/", 6)
 				     ? "./"
 				     : path);
 		if (!dir) {
