@@ -658,6 +658,25 @@ static void *catch_up_later(void *stream)
 	return NULL;
 }
 
+/* Rank 0 of `f` on the test's own stream (*ret_user, in the test's context), which is
+ * busy: the GPU behind the host. */
+static struct sf_consumer *attach_on_busy_stream(struct feed *f, sf_custream *ret_user,
+						 sf_cudevice *ret_dev)
+{
+	struct sf_consumer *c = NULL;
+	char msg[256];
+
+	push_own_context(ret_dev);
+	CHECK(!cu->cuStreamCreate(ret_user, 0), "the test's stream");
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	CHECK(sf_consumer_set_stream(c, (uint64_t)(uintptr_t)*ret_user) == 0, "%s",
+	      sf_consumer_errmsg(c));
+	set_busy(*ret_user, 1);
+	return c;
+}
+
 /*
  * Steps [from, to) of handle `c`, each read into out (tb bytes a step) by a "kernel"
  * queued on the caller's stream `user`.
@@ -713,21 +732,13 @@ static void case_gpu_behind(void)
 	pthread_t t;
 	unsigned char *out;
 	uint64_t tb, st = 0, t0, ms;
-	char msg[256];
 	int r = 0;
 
 	load();
 	f = start("behind", 1);
 	tb = feed_token_bytes(f);
 	out = calloc(N, tb);
-	push_own_context(&dev);
-	CHECK(!cu->cuStreamCreate(&user, 0), "the test's stream");
-	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
-	if (failed)
-		bail();
-	CHECK(sf_consumer_set_stream(c, (uint64_t)(uintptr_t)user) == 0, "%s",
-	      sf_consumer_errmsg(c));
-	set_busy(user, 1);
+	c = attach_on_busy_stream(f, &user, &dev);
 	pthread_create(&t, NULL, catch_up_later, user);
 	/* Two buffers: the copy of step 2 waits for the read of step 0, which cannot run,
 	 * so the call that releases step 2 must wait. */
@@ -786,21 +797,13 @@ static void case_query_fails(void)
 	sf_cudevice dev;
 	unsigned char *out;
 	uint64_t tb, st;
-	char msg[256];
 	int r;
 
 	load();
 	f = start("queryfails", 1);
 	tb = feed_token_bytes(f);
 	out = calloc(N, tb);
-	push_own_context(&dev);
-	CHECK(!cu->cuStreamCreate(&user, 0), "the test's stream");
-	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
-	if (failed)
-		bail();
-	CHECK(sf_consumer_set_stream(c, (uint64_t)(uintptr_t)user) == 0, "%s",
-	      sf_consumer_errmsg(c));
-	set_busy(user, 1);
+	c = attach_on_busy_stream(f, &user, &dev);
 	read_steps(c, user, out, tb, 0, 3);
 	st = 3;
 	{
