@@ -19,6 +19,7 @@ import math
 import os
 
 import torch
+import torch.distributed.nn  # noqa: F401  before init_process_group: see the end of main()
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -122,9 +123,14 @@ def main():
           f"provenance {st['provenance']:016x}", flush=True)
     loader.close()
     if world > 1:
-        # Every rank past its last collective before any tears its connections down:
-        # gloo aborts a rank ("terminate called without an active exception") whose
-        # peer closed first, now and then on a loaded machine.
+        # Every rank past its last collective before any tears its connections down.
+        # destroy_process_group frees the group, and gloo's threads end here, only if
+        # nothing else holds it: torch.distributed.nn.functional, which DDP's construction
+        # imports (through torch._dynamo, torch 2.x), binds the default group into the
+        # defaults of ten functions when it is imported after init_process_group. Hence
+        # its import at the top: without it the group and its threads lived on into the
+        # interpreter's teardown, the likely cause of a rank's rare abort at exit
+        # ("terminate called without an active exception", twice in CI, never here).
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
