@@ -8,6 +8,7 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group (README, known limits)
 import torch.nn.functional as F
 
 import shmfeed
@@ -36,6 +37,7 @@ def main():
             opt.step()
             losses.append(loss.item())
             out.write(f"{rank} {batch.step} {batch.first_sample} {batch.digest:016x}\n")
+    dist.barrier()
     dist.destroy_process_group()
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     print(f"rank {rank}: loss {first:.3f} -> {last:.3f} over {len(losses)} steps", flush=True)
