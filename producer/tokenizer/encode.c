@@ -169,12 +169,16 @@ static int encode_bpe(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, si
 		      struct sf_err *e)
 {
 	const struct sf_tok *tok = enc->tok;
+	const pcre2_code *re = NULL;
 	size_t p = 0, end, start, count, reported = 0;
 	int rc;
 
+	if (tok->pretok == SF_PRETOK_PCRE)
+		re = tok->re_fast && !sf__pcre_text_changed(s, n) ? tok->re_fast : tok->re;
+
 	while (p < n) {
-		if (tok->pretok == SF_PRETOK_PCRE) {
-			rc = sf__pcre_next(tok->re, enc->md, s, n, p, &start, &end);
+		if (re) {
+			rc = sf__pcre_next(re, enc->md, s, n, p, &start, &end);
 			if (rc < 0)
 				return sf__pcre_fail(e, tok->name, rc, p);
 			if (rc == 0) {

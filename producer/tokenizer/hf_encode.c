@@ -258,6 +258,7 @@ struct run {
 	const struct sf_tok_hf *hf;
 	size_t n_out;
 	size_t unreported; /* bytes of pieces since the last sf__tok_progress() call */
+	bool changed;	   /* the stretch holds code points of sf__pcre_text_changed() */
 	struct sf_err *e;
 };
 
@@ -407,11 +408,12 @@ static int split_pcre(struct run *r, unsigned k, const uint8_t *s, size_t n)
 {
 	const struct sf_hf_stage *st = &r->hf->stages[k];
 	struct splitter sp = {.r = r, .next_stage = k + 1, .behavior = st->behavior, .s = s};
+	const pcre2_code *re = st->re_fast && !r->changed ? st->re_fast : st->re;
 	size_t p = 0, start, end;
 	int rc;
 
 	for (;;) {
-		rc = sf__pcre_next(st->re, r->enc->hf->md, s, n, p, &start, &end);
+		rc = sf__pcre_next(re, r->enc->hf->md, s, n, p, &start, &end);
 		if (rc < 0)
 			return sf__pcre_fail(r->e, r->enc->tok->name, rc, p);
 		if (rc == 0)
@@ -613,6 +615,7 @@ static int with_added(struct run *r, const struct sf_hf_matcher *m, const uint8_
 static int stretch(struct run *r, const uint8_t *s, size_t n, uint64_t allowed)
 {
 	(void)allowed;
+	r->changed = r->hf->any_fast && sf__pcre_text_changed(s, n);
 	return pretok(r, 0, s, n);
 }
 

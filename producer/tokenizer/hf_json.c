@@ -634,8 +634,10 @@ void sf__hf_free(struct sf_tok_hf *hf)
 
 	if (!hf)
 		return;
-	for (i = 0; i < hf->n_stages; i++)
+	for (i = 0; i < hf->n_stages; i++) {
 		pcre2_code_free(hf->stages[i].re);
+		pcre2_code_free(hf->stages[i].re_fast);
+	}
 	for (i = 0; i < hf->n_added; i++)
 		free(hf->added[i].text);
 	free(hf->added);

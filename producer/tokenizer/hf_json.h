@@ -33,7 +33,7 @@
 struct sf_hf_stage {
 	int kind;
 	int preset; /* SF_PRETOK_*, for SF_HF_STAGE_PRESET */
-	pcre2_code *re;
+	pcre2_code *re, *re_fast; /* re_fast: see sf__pcre_compile_hf() */
 	int behavior;
 	bool invert;
 	bool individual; /* Digits: each digit a piece of its own */
@@ -79,6 +79,7 @@ struct sf_tok_hf {
 	bool nfc; /* the normalizer is NFC (else none) */
 	struct sf_hf_stage stages[SF_HF_MAX_STAGES];
 	unsigned n_stages;
+	bool any_fast;	     /* a stage has a re_fast */
 	unsigned max_growth; /* ids per input byte at most, less one (add_prefix_space) */
 	struct sf_hf_added *added;
 	uint32_t n_added;

@@ -22,6 +22,7 @@ static int add_stage(struct sf_hf_loader *l, const char *path, const struct sf_h
 		return sf__hf_refuse(l, path, "more than %d pre-tokenizer stages",
 				     SF_HF_MAX_STAGES);
 	l->hf->stages[l->hf->n_stages++] = *stage;
+	l->hf->any_fast |= stage->re_fast != NULL;
 	return 0;
 }
 
@@ -310,7 +311,7 @@ static int load_split(struct sf_hf_loader *l, const struct sf_json_node *obj, co
 		}
 		if (strlen(text) != p->len)
 			return sf__hf_refuse(l, where, "a NUL character in the pattern");
-		rc = sf__pcre_compile_hf(text, &stage.re, l->e);
+		rc = sf__pcre_compile_hf(text, &stage.re, &stage.re_fast, l->e);
 		if (rc < 0)
 			return sf__hf_refuse(l, where, "%s", l->e ? l->e->msg : "does not compile");
 	} else if (!strcmp(sf__json_tree_key(l->doc, p), "String")) {
@@ -330,11 +331,14 @@ static int load_split(struct sf_hf_loader *l, const struct sf_json_node *obj, co
 	pcre2_pattern_info(stage.re, PCRE2_INFO_MINLENGTH, &min_len);
 	if (!min_len) {
 		pcre2_code_free(stage.re);
+		pcre2_code_free(stage.re_fast);
 		return sf__hf_refuse(l, where, "can match the empty string: not supported");
 	}
 	rc = add_stage(l, path, &stage);
-	if (rc < 0)
+	if (rc < 0) {
 		pcre2_code_free(stage.re);
+		pcre2_code_free(stage.re_fast);
+	}
 	return rc;
 }
 

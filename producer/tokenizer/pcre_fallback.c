@@ -104,17 +104,116 @@ static bool script_name(const char *name, size_t len)
 	return re != NULL;
 }
 
+/*
+ * The general categories a property name stands for (bits SF_UC_GC_*), 0 for a name that
+ * is none (a script, a binary property such as Alphabetic): L, Lu, L&, LC, compared as
+ * the engines compare them (case, '_', '-' and spaces aside). PCRE2 10.42 knows no long
+ * names (Letter): they fail to compile.
+ */
+static uint32_t gc_mask(const char *name, size_t len)
+{
+	static const char codes[SF_UC_GC_COUNT][3] = {
+		"cc", "cf", "cn", "co", "cs", "ll", "lm", "lo", "lt", "lu",
+		"mc", "me", "mn", "nd", "nl", "no", "pc", "pd", "pe", "pf",
+		"pi", "po", "ps", "sc", "sk", "sm", "so", "zl", "zp", "zs"};
+	char n[8];
+	uint32_t mask = 0;
+	size_t k = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = name[i];
+
+		if (c == '_' || c == '-' || c == ' ')
+			continue;
+		if (k + 1 >= sizeof(n))
+			return 0;
+		n[k++] = (char)(c >= 'A' && c <= 'Z' ? c | 0x20 : c);
+	}
+	n[k] = 0;
+	if (!strcmp(n, "l&") || !strcmp(n, "lc"))
+		return 1u << SF_UC_GC_LU | 1u << SF_UC_GC_LL | 1u << SF_UC_GC_LT;
+	for (size_t i = 0; i < SF_UC_GC_COUNT; i++)
+		if (n[1] ? !strcmp(n, codes[i]) : n[0] && n[0] == codes[i][0])
+			mask |= 1u << i;
+	return mask;
+}
+
+/*
+ * Append to out + *o, as class ranges, the code points whose category is in `mask` in the
+ * scanners' Unicode and was not in PCRE2's (gained), or the other way round (!gained).
+ * With out NULL, only counts them. Returns the number of ranges.
+ */
+static size_t put_changes(char *out, size_t *o, uint32_t mask, bool gained)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < sf__uc_gc_changes_n; i++) {
+		const struct sf_uc_gc_change *c = &sf__uc_gc_changes[i];
+		const bool then = mask >> c->then & 1, now = mask >> c->now & 1;
+
+		if (gained ? now && !then : then && !now) {
+			if (out)
+				*o += (size_t)sprintf(out + *o, "\\x{%x}-\\x{%x}", (unsigned)c->lo,
+						      (unsigned)c->hi);
+			n++;
+		}
+	}
+	return n;
+}
+
+/* The most put_gc() writes: every change once, and its own brackets. */
+#define GC_TEXT_BOUND(escape_len) (sf__uc_gc_changes_n * 22 + 32 + (escape_len))
+
+/*
+ * Give PCRE2 (whose tables are Unicode 14.0) the property escape `esc` (`len` bytes, \p{L},
+ * \P{Lu}, \p{^N}, \pL) of the general categories `mask` as they are in the scanners'
+ * Unicode (16.0, what tiktoken's regex crate and the Oniguruma of `tokenizers` read): the
+ * code points gained since are added, those lost are taken out. Inside a class, what would
+ * have to be taken out of it cannot be: refused.
+ */
+static int put_gc(char *out, size_t *o, const char *esc, size_t len, uint32_t mask, bool neg,
+		  bool in_class, struct sf_err *e)
+{
+	/* What the escape gains, and loses, as a set: its complement's for \P. */
+	const bool add_gained = !neg;
+	const size_t add = put_changes(NULL, NULL, mask, add_gained);
+	const size_t drop = put_changes(NULL, NULL, mask, !add_gained);
+
+	if (in_class && drop)
+		return sf__err(e, SF_E_TOKENIZER,
+			       "pattern: %.*s inside a character class is not supported (%zu "
+			       "ranges of code points changed category between PCRE2's Unicode "
+			       "14.0 and Unicode %s, which a class cannot take out)",
+			       (int)len, esc, drop, sf__uc_version);
+	if (!in_class && drop) {
+		*o += (size_t)sprintf(out + *o, "(?:(?![");
+		put_changes(out, o, mask, !add_gained);
+		*o += (size_t)sprintf(out + *o, "])");
+	}
+	if (!in_class && add)
+		out[(*o)++] = '[';
+	memcpy(out + *o, esc, len);
+	*o += len;
+	put_changes(out, o, mask, add_gained);
+	if (!in_class && add)
+		out[(*o)++] = ']';
+	if (!in_class && drop)
+		out[(*o)++] = ')';
+	return 0;
+}
+
 /* The rewriting of one escape is at most this many times the two characters it replaces
  * (\b: about 230 characters). */
 #define REWRITE_GROWTH 128
 
 /*
  * Rewrite \s, \S, \w, \W, \b and \B of `pattern` into `out` (which has room for
- * REWRITE_GROWTH times the pattern). Returns 0, or SF_E_TOKENIZER for what PCRE2 cannot
+ * REWRITE_GROWTH times the pattern, and GC_TEXT_BOUND per property), and with `gc` the
+ * general categories (put_gc()). Returns 0, or SF_E_TOKENIZER for what PCRE2 cannot
  * express in a bracket class (\S, \W, \b, \B there) or reads differently (nested classes,
  * set operations, POSIX classes).
  */
-static int rewrite_escapes(const char *pattern, bool rust, char *out, struct sf_err *e)
+static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, struct sf_err *e)
 {
 	bool in_class = false, caseless = false;
 	uint64_t outer = 0; /* bit d: (?i) in force in the group enclosing depth d */
@@ -146,6 +245,26 @@ static int rewrite_escapes(const char *pattern, bool rust, char *out, struct sf_
 					"pattern: a cased property (\\%c%.12s) under (?i) is not "
 					"supported (tiktoken's regex folds it, PCRE2 does not)",
 					d, pattern + i + 1);
+			if ((d == 'p' || d == 'P') && pattern[i + 1]) {
+				const bool braces = pattern[i + 1] == '{';
+				const char *name = pattern + i + (braces ? 2 : 1);
+				const char *end = braces ? strchr(name, '}') : name + 1;
+				const bool neg = braces && *name == '^';
+				const uint32_t mask =
+					end ? gc_mask(name + neg, (size_t)(end - name) - neg) : 0;
+
+				if (mask && gc) {
+					const char *esc = pattern + i - 1;
+					const size_t len = (size_t)(end - esc) + braces;
+					int rc = put_gc(out, &o, esc, len, mask, neg != (d == 'P'),
+							in_class, e);
+
+					if (rc < 0)
+						return rc;
+					i = (size_t)(end - pattern) - !braces;
+					continue;
+				}
+			}
 			if ((d == 'p' || d == 'P') && pattern[i + 1] == '{') {
 				const char *name = pattern + i + 2, *end = strchr(name, '}');
 				const bool neg = *name == '^';
@@ -241,18 +360,23 @@ static int rewrite_escapes(const char *pattern, bool rust, char *out, struct sf_
 	return 0;
 }
 
-static int compile(const char *pattern, bool rust, pcre2_code **ret_re, struct sf_err *e)
+/* Rewrite `pattern` (with `gc`, its general categories too) and compile it into *ret_re. */
+static int compile_one(const char *pattern, bool rust, bool gc, pcre2_code **ret_re,
+		       struct sf_err *e)
 {
 	PCRE2_UCHAR msg[256];
 	PCRE2_SIZE where;
 	pcre2_code *re;
 	char *rewritten;
+	size_t props = 0;
 	int err, rc;
 
-	rewritten = malloc(strlen(pattern) * REWRITE_GROWTH + 1);
+	for (const char *p = strchr(pattern, '\\'); p && p[1]; p = strchr(p + 2, '\\'))
+		props += p[1] == 'p' || p[1] == 'P';
+	rewritten = malloc(strlen(pattern) * REWRITE_GROWTH + props * GC_TEXT_BOUND(0) + 1);
 	if (!rewritten)
 		return sf__err(e, -ENOMEM, "pattern: out of memory");
-	rc = rewrite_escapes(pattern, rust, rewritten, e);
+	rc = rewrite_escapes(pattern, rust, gc, rewritten, e);
 	if (rc < 0) {
 		free(rewritten);
 		return rc;
@@ -275,14 +399,84 @@ static int compile(const char *pattern, bool rust, pcre2_code **ret_re, struct s
 	return 0;
 }
 
-int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e)
+/*
+ * The pattern with the general categories of the scanners' Unicode in *ret_re and, where
+ * `ret_fast` is given, the pattern with PCRE2's own in *ret_fast, NULL if it has no
+ * property whose code points changed (it has none of the longer classes' cost: DeepSeek's
+ * file took 30 instead of 51 MB/s of English prose with them; sf__pcre_text_changed()).
+ */
+static int compile(const char *pattern, bool rust, pcre2_code **ret_re, pcre2_code **ret_fast,
+		   struct sf_err *e)
 {
-	return compile(pattern, true, ret_re, e);
+	bool same = true;
+	int rc;
+
+	rc = compile_one(pattern, rust, true, ret_re, e);
+	if (rc < 0 || !ret_fast)
+		return rc;
+	*ret_fast = NULL;
+	for (const char *p = strchr(pattern, '\\'); p && p[1]; p = strchr(p + 2, '\\'))
+		if (p[1] == 'p' || p[1] == 'P')
+			same = false;
+	if (same)
+		return 0;
+	rc = compile_one(pattern, rust, false, ret_fast, e);
+	if (rc < 0) {
+		pcre2_code_free(*ret_re);
+		*ret_re = NULL;
+	}
+	return rc;
 }
 
-int sf__pcre_compile_hf(const char *pattern, pcre2_code **ret_re, struct sf_err *e)
+int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, pcre2_code **ret_fast,
+		     struct sf_err *e)
 {
-	return compile(pattern, false, ret_re, e);
+	return compile(pattern, true, ret_re, ret_fast, e);
+}
+
+int sf__pcre_compile_hf(const char *pattern, pcre2_code **ret_re, pcre2_code **ret_fast,
+			struct sf_err *e)
+{
+	return compile(pattern, false, ret_re, ret_fast, e);
+}
+
+/* Whether the general category of cp changed since PCRE2's Unicode. */
+static bool gc_changed(uint32_t cp)
+{
+	size_t lo = 0, hi = sf__uc_gc_changes_n;
+
+	if (cp >= 0x110000 || !(sf__uc_gc_changed_blocks[cp >> 11] >> (cp >> 8 & 7) & 1))
+		return false;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (cp < sf__uc_gc_changes[mid].lo)
+			hi = mid;
+		else if (cp > sf__uc_gc_changes[mid].hi)
+			lo = mid + 1;
+		else
+			return true;
+	}
+	return false;
+}
+
+bool sf__pcre_text_changed(const uint8_t *s, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		uint32_t cp;
+
+		/* Nothing below U+0800 changed: ASCII and two-byte characters go by. */
+		if (s[i] < 0xe0) {
+			i++;
+			continue;
+		}
+		i += sf__utf8_next(s + i, n - i, &cp);
+		if (gc_changed(cp))
+			return true;
+	}
+	return false;
 }
 
 int sf__pcre_next(const pcre2_code *re, pcre2_match_data *md, const uint8_t *s, size_t n, size_t p,

@@ -112,7 +112,7 @@ int sf__tok_finish_bpe(struct sf_tok *tok, const char *pattern, struct sf_err *e
 		tok->pretok = sf__pretok_family_preset(pattern);
 	if (!tok->pretok) {
 		tok->pretok = SF_PRETOK_PCRE;
-		return sf__pcre_compile(pattern, &tok->re, e);
+		return sf__pcre_compile(pattern, &tok->re, &tok->re_fast, e);
 	}
 	return 0;
 }
@@ -341,6 +341,7 @@ void sf__tok_free(struct sf_tok *tok)
 	sf__sp_split_free(tok->sp_split);
 	sf__tok_ranks_free(&tok->ranks);
 	pcre2_code_free(tok->re);
+	pcre2_code_free(tok->re_fast);
 	free(tok->chars);
 	sf__hf_free(tok->hf);
 	free(tok);

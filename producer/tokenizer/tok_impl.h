@@ -109,7 +109,7 @@ struct sf_tok {
 	int32_t eot; /* id of <|endoftext|>, or -1 */
 	struct sf_tok_ranks ranks;
 	int32_t bos;	/* id put before each document by the family's convention, or -1 */
-	pcre2_code *re; /* for SF_PRETOK_PCRE */
+	pcre2_code *re, *re_fast;	       /* for SF_PRETOK_PCRE: sf__pcre_compile() */
 	struct sf_tok_special_entry *specials; /* n_specials of them, malloc'ed */
 	uint32_t n_specials;
 	uint32_t cap_specials;
@@ -392,10 +392,20 @@ size_t sf__pretok_family_next(int pretok, const uint8_t *s, size_t n, size_t p);
 int sf__pretok_family_preset(const char *pattern);
 
 /* pcre_fallback.c */
-/* A pattern of tiktoken's (Rust regex) syntax, and one of a tokenizer.json (Oniguruma's,
- * checked by hf_pretok.c first). */
-int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, struct sf_err *e);
-int sf__pcre_compile_hf(const char *pattern, pcre2_code **ret_re, struct sf_err *e);
+/*
+ * A pattern of tiktoken's (Rust regex) syntax, and one of a tokenizer.json (Oniguruma's,
+ * checked by hf_pretok.c first), into *ret_re with Unicode 16.0's general categories (those
+ * of tiktoken's regex crate and of the Oniguruma of `tokenizers`; PCRE2 10.42's are 14.0),
+ * and, where ret_fast is given, into *ret_fast with PCRE2's own, NULL where that is the
+ * same pattern: a text that sf__pcre_text_changed() finds nothing in can take it.
+ */
+int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, pcre2_code **ret_fast,
+		     struct sf_err *e);
+int sf__pcre_compile_hf(const char *pattern, pcre2_code **ret_re, pcre2_code **ret_fast,
+			struct sf_err *e);
+/* sf__pcre_text_changed - whether s[0..n) holds a code point whose general category
+ * changed since PCRE2's Unicode: where it holds none, the `fast` pattern matches as `re`. */
+bool sf__pcre_text_changed(const uint8_t *s, size_t n);
 /*
  * The next match of `re` in s[0..n) at or after p: stores its bounds and returns 1, or
  * returns 0 when there is none, or PCRE2's negative error code when it fails (a pattern

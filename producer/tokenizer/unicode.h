@@ -17,6 +17,52 @@
 #define SF_UC_UP 0x08u /* [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] of the o200k_base pattern */
 #define SF_UC_LO 0x10u /* [\p{Ll}\p{Lm}\p{Lo}\p{M}] of the o200k_base pattern */
 
+/* The general categories, in the order of tools/gen_gc_changes.py. */
+enum {
+	SF_UC_GC_CC,
+	SF_UC_GC_CF,
+	SF_UC_GC_CN,
+	SF_UC_GC_CO,
+	SF_UC_GC_CS,
+	SF_UC_GC_LL,
+	SF_UC_GC_LM,
+	SF_UC_GC_LO,
+	SF_UC_GC_LT,
+	SF_UC_GC_LU,
+	SF_UC_GC_MC,
+	SF_UC_GC_ME,
+	SF_UC_GC_MN,
+	SF_UC_GC_ND,
+	SF_UC_GC_NL,
+	SF_UC_GC_NO,
+	SF_UC_GC_PC,
+	SF_UC_GC_PD,
+	SF_UC_GC_PE,
+	SF_UC_GC_PF,
+	SF_UC_GC_PI,
+	SF_UC_GC_PO,
+	SF_UC_GC_PS,
+	SF_UC_GC_SC,
+	SF_UC_GC_SK,
+	SF_UC_GC_SM,
+	SF_UC_GC_SO,
+	SF_UC_GC_ZL,
+	SF_UC_GC_ZP,
+	SF_UC_GC_ZS,
+	SF_UC_GC_COUNT
+};
+
+/* Code points lo..hi, of general category `then` in PCRE2 10.42's Unicode (14.0) and `now`
+ * in the scanners' (sf__uc_version), from unicode_gc_changes.c. */
+struct sf_uc_gc_change {
+	uint32_t lo, hi;
+	uint8_t then, now;
+};
+
+extern const struct sf_uc_gc_change sf__uc_gc_changes[];
+extern const size_t sf__uc_gc_changes_n;
+extern const uint8_t sf__uc_gc_changed_blocks[0x220]; /* bit b: block b has a change */
+
 /* The code point that sf__utf8_next() reports for a byte that starts no valid sequence. */
 #define SF_UC_INVALID UINT32_MAX
 

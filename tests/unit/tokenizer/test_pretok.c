@@ -117,7 +117,8 @@ static void oracle_random(int pretok, int rounds)
 	int i;
 
 	class_init();
-	cr_assert_eq(sf__pcre_compile(sf__pretok_pattern(pretok), &re, &err), 0, "%s", err.msg);
+	cr_assert_eq(sf__pcre_compile(sf__pretok_pattern(pretok), &re, NULL, &err), 0, "%s",
+		     err.msg);
 	md = pcre2_match_data_create_from_pattern(re, NULL);
 	for (i = 0; i < rounds; i++) {
 		size_t n = random_text(buf, 48);
@@ -161,7 +162,8 @@ Test(oracle, reference_texts)
 			pcre2_code *re = NULL;
 			pcre2_match_data *md;
 
-			cr_assert_eq(sf__pcre_compile(sf__pretok_pattern(pretok), &re, NULL), 0);
+			cr_assert_eq(sf__pcre_compile(sf__pretok_pattern(pretok), &re, NULL, NULL),
+				     0);
 			md = pcre2_match_data_create_from_pattern(re, NULL);
 			compare_split(pretok, re, md, text, n);
 			pcre2_match_data_free(md);
@@ -355,7 +357,8 @@ static void pieces(const char *pattern, bool hf, const char *text, char *out, si
 	size_t p = 0, start, end, o = 0;
 	int r;
 
-	r = hf ? sf__pcre_compile_hf(pattern, &re, &err) : sf__pcre_compile(pattern, &re, &err);
+	r = hf ? sf__pcre_compile_hf(pattern, &re, NULL, &err)
+	       : sf__pcre_compile(pattern, &re, NULL, &err);
 	cr_assert_eq(r, 0, "%s: %s", pattern, err.msg);
 	md = pcre2_match_data_create_from_pattern(re, NULL);
 	while (sf__pcre_next(re, md, (const uint8_t *)text, strlen(text), p, &start, &end) > 0) {
@@ -395,6 +398,166 @@ Test(custom, script_properties_are_scripts)
 			cr_expect_str_eq(got, cases[k].want, "%s (%s) on %s", cases[k].pattern,
 					 hf ? "tokenizer.json" : "tiktoken", cases[k].text);
 		}
+}
+
+/* Whether `re` matches all of the character cp (false for a pattern that matches less). */
+static bool matches_whole(const pcre2_code *re, pcre2_match_data *md, uint32_t cp)
+{
+	uint8_t buf[4];
+	size_t len = sf__utf8_encode(cp, buf);
+
+	return pcre2_match(re, buf, len, 0, PCRE2_ANCHORED, md, NULL) >= 0 &&
+	       pcre2_get_ovector_pointer(md)[1] == len;
+}
+
+/*
+ * A general category, \p{L} and the like, is Unicode 16.0's, as in tiktoken's regex crate
+ * and the Oniguruma of `tokenizers` 0.23, not PCRE2 10.42's Unicode 14.0: for every code
+ * point the rewritten patterns agree with the scanners' tables (Unicode 16.0). They missed
+ * the 10,291 code points assigned since, e.g. the Kawi letter U+11F21, which DeepSeek's
+ * file split off another piece than `tokenizers` did (a review).
+ */
+Test(custom, general_categories_are_unicode_16)
+{
+	static const struct {
+		const char *pattern;
+		unsigned bits; /* SF_UC_* */
+		bool outside;  /* the code points outside `bits` match */
+		bool rust_only;
+	} cases[] = {
+		{"\\p{L}", SF_UC_L, false, false},
+		{"\\pL", SF_UC_L, false, true},
+		{"\\p{N}", SF_UC_N, false, false},
+		{"\\P{L}", SF_UC_L, true, false},
+		{"\\PN", SF_UC_N, true, true},
+		{"\\p{^N}", SF_UC_N, true, false},
+		{"\\P{^L}", SF_UC_L, false, false},
+		{"[^\\p{L}\\p{N}]", SF_UC_L | SF_UC_N, true, false},
+		{"[x\\p{N}\\p{L}]", SF_UC_L | SF_UC_N, false, false},
+		{"[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]", SF_UC_UP, false, false},
+		{"[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]", SF_UC_LO, false, false},
+	};
+	pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+		for (int hf = 0; hf < 2; hf++) {
+			pcre2_code *re = NULL;
+			struct sf_err err = {0};
+			uint32_t first = 0;
+			size_t bad = 0;
+
+			if (hf && cases[k].rust_only)
+				continue;
+			cr_assert_eq(hf ? sf__pcre_compile_hf(cases[k].pattern, &re, NULL, &err)
+					: sf__pcre_compile(cases[k].pattern, &re, NULL, &err),
+				     0, "%s: %s", cases[k].pattern, err.msg);
+			for (uint32_t cp = 0; cp < 0x110000; cp++) {
+				bool in = (sf__uc_class(cp) & cases[k].bits) != 0;
+
+				if (cp >= 0xd800 && cp <= 0xdfff)
+					continue;
+				if (matches_whole(re, md, cp) != (in != cases[k].outside) && !bad++)
+					first = cp;
+			}
+			cr_expect_eq(bad, 0,
+				     "%s (%s): %zu code points otherwise than Unicode %s, "
+				     "the first U+%04X",
+				     cases[k].pattern, hf ? "tokenizer.json" : "tiktoken", bad,
+				     sf__uc_version, first);
+			pcre2_code_free(re);
+		}
+	pcre2_match_data_free(md);
+}
+
+/* The ids of `text` under a tokenizer of cl100k_base's ranks split by `pattern`. */
+static size_t encode_with(const char *pattern, const char *text, uint32_t *out, size_t cap,
+			  bool *ret_fast)
+{
+	struct sf_tok_spec spec = {.name = "custom", .pattern = pattern};
+	struct sf_tok_encoder *enc;
+	struct sf_tok *tok = NULL;
+	struct sf_err err = {0};
+	const uint32_t *ids;
+	char path[4096];
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/vocab/cl100k_base.tiktoken", tok_test_data());
+	spec.vocab_path = path;
+	cr_assert_eq(sf__tok_load_spec(&spec, &tok, &err), 0, "%s", err.msg);
+	cr_assert_eq(tok->pretok, SF_PRETOK_PCRE);
+	*ret_fast = tok->re_fast != NULL;
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, &err), 0);
+	cr_assert_eq(sf__tok_encode(enc, text, strlen(text), 0, &ids, &n, &err), 0, "%s", err.msg);
+	cr_assert_leq(n, cap);
+	memcpy(out, ids, n * sizeof(*ids));
+	sf__tok_encoder_free(enc);
+	sf__tok_free(tok);
+	return n;
+}
+
+/* A text with a symbol new since PCRE2's Unicode runs the pattern with Unicode 16.0's
+ * classes (U+1FAE9, a symbol since 16.0, stays with the space before it: " \xf0\x9f" is
+ * one id of cl100k_base's), one without it the pattern as written (which the tokenizer
+ * keeps beside). */
+Test(custom, a_text_with_a_new_symbol_takes_the_exact_pattern)
+{
+	static const char *const texts[] = {" \xf0\x9f\xab\xa9", " \xc2\xa9\xc2\xae",
+					    " \xe2\x98\x83\xe2\x98\x83"};
+	uint32_t split[64], whole[64];
+	bool fast;
+
+	for (size_t k = 0; k < sizeof(texts) / sizeof(texts[0]); k++) {
+		size_t w = encode_with(" ?[^ ]+|(?s:.)", texts[k], whole, 64, &fast);
+		size_t n;
+
+		cr_assert(!fast, "no \\p: no second pattern");
+		n = encode_with(" ?\\p{S}+|(?s:.)", texts[k], split, 64, &fast);
+		cr_assert(fast, "\\p{S}: a second pattern with PCRE2's classes");
+		cr_expect(n == w && !memcmp(split, whole, n * sizeof(*split)),
+			  "text %zu: the symbols split otherwise than whole", k);
+	}
+}
+
+/* U+1171E went from Mn to Mc in Unicode 15.0: \p{Mn} leaves it out, \p{Mc} and \p{M} take
+ * it; inside a class, where PCRE2 cannot take it out of Mn, \p{Mn} is refused, as is any \P
+ * of a category that gained code points. */
+Test(custom, a_category_that_lost_code_points)
+{
+	static const char *const refused[] = {"[\\p{Mn}]", "[^\\p{Mn}x]", "[\\P{L}]", "[x\\p{^N}]",
+					      "[\\p{Cn}]"};
+	pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+	static const struct {
+		const char *pattern;
+		bool match, match_300; /* U+1171E; U+0300, Mn in both versions */
+	} cases[] = {{"\\p{Mn}", false, true}, {"\\p{Mc}", true, false}, {"\\p{M}", true, true},
+		     {"[\\p{M}]", true, true}, {"\\P{Mn}", true, false}, {"\\P{Mc}", false, true}};
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+		for (int hf = 0; hf < 2; hf++) {
+			pcre2_code *re = NULL;
+
+			cr_assert_eq(hf ? sf__pcre_compile_hf(cases[k].pattern, &re, NULL, NULL)
+					: sf__pcre_compile(cases[k].pattern, &re, NULL, NULL),
+				     0, "%s", cases[k].pattern);
+			cr_expect_eq(matches_whole(re, md, 0x1171e), cases[k].match, "%s",
+				     cases[k].pattern);
+			cr_expect_eq(matches_whole(re, md, 0x300), cases[k].match_300,
+				     "%s on U+0300", cases[k].pattern);
+			pcre2_code_free(re);
+		}
+	for (size_t k = 0; k < sizeof(refused) / sizeof(refused[0]); k++)
+		for (int hf = 0; hf < 2; hf++) {
+			pcre2_code *re = NULL;
+			struct sf_err err = {0};
+
+			cr_expect_eq(hf ? sf__pcre_compile_hf(refused[k], &re, NULL, &err)
+					: sf__pcre_compile(refused[k], &re, NULL, &err),
+				     SF_E_TOKENIZER, "%s", refused[k]);
+			cr_expect(strstr(err.msg, "inside a character class"), "%s: %s", refused[k],
+				  err.msg);
+			pcre2_code_free(re);
+		}
+	pcre2_match_data_free(md);
 }
 
 /* $ in tiktoken's syntax is the end of the text, not also before a newline that ends it

@@ -109,7 +109,7 @@ static void against_pcre(const char *pattern, int want_preset, int rounds)
 
 	cr_assert_eq(sf__tok_finish_bpe(&tok, pattern, &err), 0, "%s", err.msg);
 	cr_assert_eq(tok.pretok, want_preset);
-	cr_assert_eq(sf__pcre_compile(pattern, &re, &err), 0, "%s", err.msg);
+	cr_assert_eq(sf__pcre_compile(pattern, &re, NULL, &err), 0, "%s", err.msg);
 	md = pcre2_match_data_create_from_pattern(re, NULL);
 	for (int i = 0; i < rounds; i++) {
 		size_t n = 0, chars = 1 + rnd(64), p = 0, start, end, want;
