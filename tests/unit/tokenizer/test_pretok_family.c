@@ -3,8 +3,7 @@
  * and each scanner against PCRE2 running the family's own pattern on random text
  * (30,000 strings per family). Llama 3's and Llama 4's patterns are cl100k_base's and
  * o200k_base's; Qwen's and tekken's run on the wrappers of pretok_family.c, Qwen 3.5's
- * on its scanner there. Code points whose classes PCRE2 (Unicode 14) and our tables (16.0)
- * disagree on are left out, as in test_pretok.c.
+ * on its scanner there. The random text draws from every code point, as in test_pretok.c.
  */
 #include <criterion/criterion.h>
 
