@@ -180,8 +180,8 @@ static int put_gc(char *out, size_t *o, const char *esc, size_t len, uint32_t ma
 	const size_t drop = put_changes(NULL, NULL, mask, !add_gained);
 
 	/* [\p{L}-z] is an invalid range to PCRE2 (and to Rust); with ranges after the escape
-	 * the - would be a character. */
-	if (in_class && esc[len] == '-' && esc[len + 1] != ']')
+	 * the - would be a character. (-- is a set operation, refused as such.) */
+	if (in_class && esc[len] == '-' && esc[len + 1] != ']' && esc[len + 1] != '-')
 		return sf__err(
 			e, SF_E_TOKENIZER,
 			"pattern: %.*s- inside a character class: a range from a property is "
