@@ -43,12 +43,12 @@ def sf(*args, timeout=30, env=None):
                           env=env)
 
 
-def wait_for(pred, timeout=10.0):
+def wait_for(pred, timeout=10.0, interval=0.05):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if pred():
             return True
-        time.sleep(0.05)
+        time.sleep(interval)
     return False
 
 
@@ -1430,19 +1430,22 @@ def test_a_stop_signal_to_every_process_is_no_producer_crash(rt, tmp_path):
 
 
 def test_a_stop_signal_while_the_arena_is_made_leaves_nothing(rt):
-    """SIGTERM while a large arena was being made (seconds) killed the launcher before it
-    took its stop signals, and left the half-made /dev/shm/shmfeed.JOB.new.PID behind.
-    The command never started: the launcher exits 128 + SIGTERM (it exited 0, as a
-    finished run, until a review of stop 40)."""
+    """SIGTERM while a large arena was being made killed the launcher before it took its
+    stop signals, and left the half-made /dev/shm/shmfeed.JOB.new.PID behind. The command
+    never started: the launcher exits 128 + SIGTERM (it exited 0, as a finished run, until
+    a review of stop 40). The arena is 4 GiB, whose posix_fallocate takes about 170 ms
+    here, and the test looks every 2 ms (with 1 GiB, about 50 ms, and a look every 50 ms,
+    it missed the temporary name now and then in CI)."""
     job = job_name("bigarena")
     p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}", "--set",
                           "consumers.world_size=1", "--set", "batch.size=128", "--set",
-                          "batch.seq_len=8191", "--set", "arena.slots_per_rank=256", "--",
+                          "batch.seq_len=8191", "--set", "arena.slots_per_rank=1024", "--",
                           "sh", "-c", 'trap "exit 0" TERM; sleep 30 & wait'],
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert wait_for(lambda: any(f.startswith(f"shmfeed.{job}.new.")
-                                    for f in os.listdir("/dev/shm")), timeout=30)
+                                    for f in os.listdir("/dev/shm")), timeout=30,
+                        interval=0.002)
         p.send_signal(signal.SIGTERM)
         err = p.communicate(timeout=60)[1]
     finally:
