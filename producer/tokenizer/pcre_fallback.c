@@ -162,14 +162,15 @@ static size_t put_changes(char *out, size_t *o, uint32_t mask, bool gained)
 }
 
 /* The most put_gc() writes: every change once, and its own brackets. */
-#define GC_TEXT_BOUND(escape_len) (sf__uc_gc_changes_n * 22 + 32 + (escape_len))
+#define GC_TEXT_BOUND (sf__uc_gc_changes_n * 22 + 32)
 
 /*
  * Give PCRE2 (whose tables are Unicode 14.0) the property escape `esc` (`len` bytes, \p{L},
  * \P{Lu}, \p{^N}, \pL) of the general categories `mask` as they are in the scanners'
  * Unicode (16.0, what tiktoken's regex crate and the Oniguruma of `tokenizers` read): the
  * code points gained since are added, those lost are taken out. Inside a class, what would
- * have to be taken out of it cannot be: refused.
+ * have to be taken out of it cannot be: refused. Returns 1 where the escape changed, 0
+ * where its categories did not, or SF_E_TOKENIZER.
  */
 static int put_gc(char *out, size_t *o, const char *esc, size_t len, uint32_t mask, bool neg,
 		  bool in_class, struct sf_err *e)
@@ -207,7 +208,7 @@ static int put_gc(char *out, size_t *o, const char *esc, size_t len, uint32_t ma
 		out[(*o)++] = ']';
 	if (!in_class && drop)
 		out[(*o)++] = ')';
-	return 0;
+	return add || drop;
 }
 
 /* The rewriting of one escape is at most this many times the two characters it replaces
@@ -217,11 +218,12 @@ static int put_gc(char *out, size_t *o, const char *esc, size_t len, uint32_t ma
 /*
  * Rewrite \s, \S, \w, \W, \b and \B of `pattern` into `out` (which has room for
  * REWRITE_GROWTH times the pattern, and GC_TEXT_BOUND per property), and with `gc` the
- * general categories (put_gc()). Returns 0, or SF_E_TOKENIZER for what PCRE2 cannot
- * express in a bracket class (\S, \W, \b, \B there) or reads differently (nested classes,
- * set operations, POSIX classes).
+ * general categories (put_gc(); *ret_changed tells whether any changed). Returns 0, or
+ * SF_E_TOKENIZER for what PCRE2 cannot express in a bracket class (\S, \W, \b, \B there) or reads
+ * differently (nested classes, set operations, POSIX classes).
  */
-static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, struct sf_err *e)
+static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, bool *ret_changed,
+			   struct sf_err *e)
 {
 	bool in_class = false, caseless = false;
 	uint64_t outer = 0; /* bit d: (?i) in force in the group enclosing depth d */
@@ -269,6 +271,7 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, s
 
 					if (rc < 0)
 						return rc;
+					*ret_changed |= rc > 0;
 					i = (size_t)(end - pattern) - !braces;
 					continue;
 				}
@@ -368,9 +371,10 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, s
 	return 0;
 }
 
-/* Rewrite `pattern` (with `gc`, its general categories too) and compile it into *ret_re. */
+/* Rewrite `pattern` (with `gc`, its general categories too, *ret_changed saying whether
+ * that changed it) and compile it into *ret_re. */
 static int compile_one(const char *pattern, bool rust, bool gc, pcre2_code **ret_re,
-		       struct sf_err *e)
+		       bool *ret_changed, struct sf_err *e)
 {
 	PCRE2_UCHAR msg[256];
 	PCRE2_SIZE where;
@@ -381,10 +385,11 @@ static int compile_one(const char *pattern, bool rust, bool gc, pcre2_code **ret
 
 	for (const char *p = strchr(pattern, '\\'); p && p[1]; p = strchr(p + 2, '\\'))
 		props += p[1] == 'p' || p[1] == 'P';
-	rewritten = malloc(strlen(pattern) * REWRITE_GROWTH + props * GC_TEXT_BOUND(0) + 1);
+	rewritten = malloc(strlen(pattern) * REWRITE_GROWTH + props * GC_TEXT_BOUND + 1);
 	if (!rewritten)
 		return sf__err(e, -ENOMEM, "pattern: out of memory");
-	rc = rewrite_escapes(pattern, rust, gc, rewritten, e);
+	*ret_changed = false;
+	rc = rewrite_escapes(pattern, rust, gc, rewritten, ret_changed, e);
 	if (rc < 0) {
 		free(rewritten);
 		return rc;
@@ -416,19 +421,16 @@ static int compile_one(const char *pattern, bool rust, bool gc, pcre2_code **ret
 static int compile(const char *pattern, bool rust, pcre2_code **ret_re, pcre2_code **ret_fast,
 		   struct sf_err *e)
 {
-	bool same = true;
+	bool changed;
 	int rc;
 
-	rc = compile_one(pattern, rust, true, ret_re, e);
+	rc = compile_one(pattern, rust, true, ret_re, &changed, e);
 	if (rc < 0 || !ret_fast)
 		return rc;
 	*ret_fast = NULL;
-	for (const char *p = strchr(pattern, '\\'); p && p[1]; p = strchr(p + 2, '\\'))
-		if (p[1] == 'p' || p[1] == 'P')
-			same = false;
-	if (same)
+	if (!changed)
 		return 0;
-	rc = compile_one(pattern, rust, false, ret_fast, e);
+	rc = compile_one(pattern, rust, false, ret_fast, &changed, e);
 	if (rc < 0) {
 		pcre2_code_free(*ret_re);
 		*ret_re = NULL;
