@@ -251,7 +251,7 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 		}
 		rc = sf__hf_only_keys(l, a, path, known);
 		for (j = 0; rc == 0 && j < 3; j++) {
-			rc = sf__hf_get_bool(l, a, unsupported[j], path, &flag);
+			rc = sf__hf_get_bool(l, a, unsupported[j], path, SF_HF_NEEDED, &flag);
 			if (rc == 0 && flag) {
 				char where[96];
 
@@ -260,9 +260,10 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 			}
 		}
 		if (rc == 0)
-			rc = sf__hf_get_bool(l, a, "special", path, &t->special);
+			rc = sf__hf_get_bool(l, a, "special", path, SF_HF_NEEDED, &t->special);
 		if (rc == 0)
-			rc = sf__hf_get_bool(l, a, "normalized", path, &normalized[i]);
+			rc = sf__hf_get_bool(l, a, "normalized", path, SF_HF_NEEDED,
+					     &normalized[i]);
 		if (rc < 0)
 			goto out;
 		id = sf__hf_get_id(l->doc, sf__json_tree_get(l->doc, a, "id"));

@@ -76,20 +76,24 @@ long sf__hf_token_bytes(const struct sf_hf_loader *l, const char *s, size_t len,
 	return n;
 }
 
-static bool is_true(const struct sf_json_node *n)
-{
-	return n && n->type == SF_JSON_TRUE;
-}
-
-/* A boolean member: false when absent or null; refuses anything but a boolean. */
 int sf__hf_get_bool(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *key,
-		    const char *path, bool *ret)
+		    const char *path, int absent, bool *ret)
 {
 	const struct sf_json_node *n = sf__json_tree_get(l->doc, obj, key);
 
-	if (n && n->type != SF_JSON_TRUE && n->type != SF_JSON_FALSE && n->type != SF_JSON_NULL)
+	if (!n && absent == SF_HF_NEEDED)
+		return sf__hf_refuse(l, path, "%s missing: tokenizers requires it", key);
+	if (!n) {
+		*ret = absent;
+		return 0;
+	}
+	if (n->type == SF_JSON_NULL && absent == 0) {
+		*ret = false;
+		return 0;
+	}
+	if (n->type != SF_JSON_TRUE && n->type != SF_JSON_FALSE)
 		return sf__hf_refuse(l, path, "%s: expected true or false", key);
-	*ret = is_true(n);
+	*ret = n->type == SF_JSON_TRUE;
 	return 0;
 }
 
@@ -461,7 +465,7 @@ static int load_model(struct sf_hf_loader *l, const struct sf_json_node *model)
 			return sf__hf_refuse(l, path, "\"%s\" not supported",
 					     sf__json_tree_str(l->doc, n));
 	}
-	rc = sf__hf_get_bool(l, model, "ignore_merges", "model", &l->hf->ignore_merges);
+	rc = sf__hf_get_bool(l, model, "ignore_merges", "model", false, &l->hf->ignore_merges);
 	if (rc < 0)
 		return rc;
 	/*

@@ -39,9 +39,15 @@ int sf__hf_oom(struct sf_hf_loader *l);
  * their count, or -1 when a character is outside the byte-level alphabet.
  */
 long sf__hf_token_bytes(const struct sf_hf_loader *l, const char *s, size_t len, uint8_t *out);
-/* A boolean member: false when absent or null; refuses anything but a boolean. */
+/*
+ * A boolean member as tokenizers reads it: `absent` is what a missing member means, one
+ * of SF_HF_NEEDED (tokenizers refuses the file without it), true or false; null is false
+ * where the member may be missing with false, else refused as tokenizers does.
+ * Anything but a boolean is refused.
+ */
+#define SF_HF_NEEDED (-1)
 int sf__hf_get_bool(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *key,
-		    const char *path, bool *ret);
+		    const char *path, int absent, bool *ret);
 /* Refuse members of `obj` not in the NULL-terminated list `known`. */
 int sf__hf_only_keys(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *path,
 		     const char *const *known);

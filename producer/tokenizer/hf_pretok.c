@@ -290,7 +290,7 @@ static int load_split(struct sf_hf_loader *l, const struct sf_json_node *obj, co
 	rc = behavior_of(l, obj, path, &stage.behavior);
 	if (rc < 0)
 		return rc;
-	rc = sf__hf_get_bool(l, obj, "invert", path, &stage.invert);
+	rc = sf__hf_get_bool(l, obj, "invert", path, SF_HF_NEEDED, &stage.invert);
 	if (rc < 0)
 		return rc;
 	snprintf(where, sizeof(where), "%s.pattern", path);
@@ -388,23 +388,25 @@ int sf__hf_load_pretok(struct sf_hf_loader *l, const struct sf_json_node *obj, c
 
 		rc = sf__hf_only_keys(l, obj, path, known);
 		if (rc == 0)
-			rc = sf__hf_get_bool(l, obj, "individual_digits", path, &stage.individual);
+			rc = sf__hf_get_bool(l, obj, "individual_digits", path, SF_HF_NEEDED,
+					     &stage.individual);
 		return rc < 0 ? rc : add_stage(l, path, &stage);
 	}
 	if (!strcmp(type, "ByteLevel")) {
 		static const char *const known[] = {"type", "add_prefix_space", "trim_offsets",
 						    "use_regex", NULL};
-		bool prefix, use_regex = true;
-		const struct sf_json_node *u = sf__json_tree_get(l->doc, obj, "use_regex");
+		bool prefix, trim, use_regex;
 
 		rc = sf__hf_only_keys(l, obj, path, known);
 		if (rc == 0)
-			rc = sf__hf_get_bool(l, obj, "add_prefix_space", path, &prefix);
-		if (rc < 0)
-			return rc;
-		/* use_regex defaults to true when absent (files older than tokenizers 0.14). */
-		if (u && u->type != SF_JSON_NULL)
-			rc = sf__hf_get_bool(l, obj, "use_regex", path, &use_regex);
+			rc = sf__hf_get_bool(l, obj, "add_prefix_space", path, SF_HF_NEEDED,
+					     &prefix);
+		/* trim_offsets moves offsets only; use_regex is true when absent (files older
+		 * than tokenizers 0.14). */
+		if (rc == 0)
+			rc = sf__hf_get_bool(l, obj, "trim_offsets", path, SF_HF_NEEDED, &trim);
+		if (rc == 0)
+			rc = sf__hf_get_bool(l, obj, "use_regex", path, true, &use_regex);
 		if (rc < 0)
 			return rc;
 		*seen_byte_level = true;

