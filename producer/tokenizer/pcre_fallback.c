@@ -166,7 +166,7 @@ static size_t put_changes(char *out, size_t *o, uint32_t mask, bool gained)
 
 /*
  * Give PCRE2 (whose tables are Unicode 14.0) the property escape `esc` (`len` bytes, \p{L},
- * \P{Lu}, \p{^N}, \pL) of the general categories `mask` as they are in the scanners'
+ * \P{Lu}, \p{^N}, \pL, \d, \D) of the general categories `mask` as they are in the scanners'
  * Unicode (16.0, what tiktoken's regex crate and the Oniguruma of `tokenizers` read): the
  * code points gained since are added, those lost are taken out. Inside a class, what would
  * have to be taken out of it cannot be: refused. Returns 1 where the escape changed, 0
@@ -218,7 +218,7 @@ static int put_gc(char *out, size_t *o, const char *esc, size_t len, uint32_t ma
 /*
  * Rewrite \s, \S, \w, \W, \b and \B of `pattern` into `out` (which has room for
  * REWRITE_GROWTH times the pattern, and GC_TEXT_BOUND per property), and with `gc` the
- * general categories (put_gc(); *ret_changed tells whether any changed). Returns 0, or
+ * general categories, \d and \D (put_gc(); *ret_changed tells whether any changed). Returns 0, or
  * SF_E_TOKENIZER for what PCRE2 cannot express in a bracket class (\S, \W, \b, \B there) or reads
  * differently (nested classes, set operations, POSIX classes).
  */
@@ -255,6 +255,16 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, b
 					"pattern: a cased property (\\%c%.12s) under (?i) is not "
 					"supported (tiktoken's regex folds it, PCRE2 does not)",
 					d, pattern + i + 1);
+			/* \d is \p{Nd} to both (and to PCRE2 with UCP), new digits included. */
+			if (gc && (d == 'd' || d == 'D')) {
+				int rc = put_gc(out, &o, pattern + i - 1, 2, 1u << SF_UC_GC_ND,
+						d == 'D', in_class, e);
+
+				if (rc < 0)
+					return rc;
+				*ret_changed |= rc > 0;
+				continue;
+			}
 			if ((d == 'p' || d == 'P') && pattern[i + 1]) {
 				const bool braces = pattern[i + 1] == '{';
 				const char *name = pattern + i + (braces ? 2 : 1);
@@ -384,7 +394,7 @@ static int compile_one(const char *pattern, bool rust, bool gc, pcre2_code **ret
 	int err, rc;
 
 	for (const char *p = strchr(pattern, '\\'); p && p[1]; p = strchr(p + 2, '\\'))
-		props += p[1] == 'p' || p[1] == 'P';
+		props += p[1] == 'p' || p[1] == 'P' || p[1] == 'd' || p[1] == 'D';
 	rewritten = malloc(strlen(pattern) * REWRITE_GROWTH + props * GC_TEXT_BOUND + 1);
 	if (!rewritten)
 		return sf__err(e, -ENOMEM, "pattern: out of memory");

@@ -429,6 +429,66 @@ Test(custom, general_categories_are_unicode_16)
 	pcre2_match_data_free(md);
 }
 
+/*
+ * \d and \D are \p{Nd} and \P{Nd} to tiktoken's regex and to Oniguruma, of Unicode 16.0: they
+ * match what those do (checked above against the scanners' tables) at every code point, the
+ * digits new since PCRE2's Unicode 14.0 included (Kawi U+11F50, Nag Mundari U+1E4F0, Garay
+ * U+10D40).
+ */
+Test(custom, digit_escapes_are_unicode_16)
+{
+	static const char *const cases[][2] = {
+		{"\\d", "\\p{Nd}"},	  {"\\D", "\\P{Nd}"},	    {"[\\d]", "[\\p{Nd}]"},
+		{"[^\\d]", "[^\\p{Nd}]"}, {"[x\\d]", "[x\\p{Nd}]"},
+	};
+	static const uint32_t new_digits[] = {0x11f50, 0x1e4f0, 0x10d40};
+	pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+		for (int hf = 0; hf < 2; hf++) {
+			pcre2_code *re[2] = {NULL, NULL};
+			struct sf_err err = {0};
+			uint32_t first = 0;
+			size_t bad = 0;
+
+			for (int j = 0; j < 2; j++)
+				cr_assert_eq(
+					hf ? sf__pcre_compile_hf(cases[k][j], &re[j], NULL, &err)
+					   : sf__pcre_compile(cases[k][j], &re[j], NULL, &err),
+					0, "%s: %s", cases[k][j], err.msg);
+			for (uint32_t cp = 0; cp < 0x110000; cp++) {
+				if (cp >= 0xd800 && cp <= 0xdfff)
+					continue;
+				if (matches_whole(re[0], md, cp) != matches_whole(re[1], md, cp) &&
+				    !bad++)
+					first = cp;
+			}
+			cr_expect_eq(bad, 0,
+				     "%s (%s): %zu code points otherwise than %s, the first U+%04X",
+				     cases[k][0], hf ? "tokenizer.json" : "tiktoken", bad,
+				     cases[k][1], first);
+			for (size_t d = 0; d < sizeof(new_digits) / sizeof(new_digits[0]); d++)
+				cr_expect_eq(matches_whole(re[0], md, new_digits[d]),
+					     strstr(cases[k][0], "\\d") &&
+						     !strchr(cases[k][0], '^'),
+					     "%s (%s) at U+%04X", cases[k][0],
+					     hf ? "tokenizer.json" : "tiktoken", new_digits[d]);
+			pcre2_code_free(re[0]);
+			pcre2_code_free(re[1]);
+		}
+	pcre2_match_data_free(md);
+	/* In a class \D would have to take the new digits out: refused, as [\P{Nd}] is. */
+	{
+		pcre2_code *re = NULL;
+		struct sf_err err = {0};
+
+		cr_expect_eq(sf__pcre_compile("[\\Dx]", &re, NULL, &err), SF_E_TOKENIZER);
+		cr_expect(strstr(err.msg, "\\D inside a character class is not supported"), "%s",
+			  err.msg);
+		pcre2_code_free(re);
+	}
+}
+
 /* The ids of `text` under a tokenizer of cl100k_base's ranks split by `pattern`. */
 static size_t encode_with(const char *pattern, const char *text, uint32_t *out, size_t cap,
 			  bool *ret_fast)
