@@ -31,6 +31,16 @@ static const char white_space[] = "\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000
 
 /* Rust's Unicode \w (regex-syntax's perl_word), as the body of a character class. */
 #define WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
+/*
+ * The general categories of the code points WORD gained from PCRE2's Unicode 14.0 to the
+ * scanners' 16.0: every one of them is a letter, a mark, Nl, Nd or Pc, and none lost its
+ * place (checked with the `regex` module of PyPI, 2026.12.2, at stop 44; a new letter is
+ * Alphabetic by definition, and every new Other_Alphabetic code point is a mark).
+ */
+#define WORD_GC                                                                                    \
+	(1u << SF_UC_GC_LU | 1u << SF_UC_GC_LL | 1u << SF_UC_GC_LT | 1u << SF_UC_GC_LM |           \
+	 1u << SF_UC_GC_LO | 1u << SF_UC_GC_MN | 1u << SF_UC_GC_MC | 1u << SF_UC_GC_ME |           \
+	 1u << SF_UC_GC_NL | 1u << SF_UC_GC_ND | 1u << SF_UC_GC_PC)
 
 size_t sf__regex_flags(const char *pat, size_t i, bool caseless, const char *watch,
 		       bool *ret_caseless, char *ret_flag)
@@ -212,15 +222,28 @@ static int put_gc(char *out, size_t *o, const char *esc, size_t len, uint32_t ma
 }
 
 /* The rewriting of one escape is at most this many times the two characters it replaces
- * (\b: about 230 characters). */
+ * (\b: about 230 characters), and GC_TEXT_BOUND for each word class in it. */
 #define REWRITE_GROWTH 128
 
 /*
- * Rewrite \s, \S, \w, \W, \b and \B of `pattern` into `out` (which has room for
- * REWRITE_GROWTH times the pattern, and GC_TEXT_BOUND per property), and with `gc` the
- * general categories, \d and \D (put_gc(); *ret_changed tells whether any changed). Returns 0, or
- * SF_E_TOKENIZER for what PCRE2 cannot express in a bracket class (\S, \W, \b, \B there) or reads
- * differently (nested classes, set operations, POSIX classes).
+ * The word class (\w, \W, \b, \B) as written before `after`: "[" WORD "]" with `open`
+ * "[", "[^" or "" (inside a class), and with `gc` the code points it gained since 14.0.
+ */
+static void put_word(char *out, size_t *o, const char *open, bool gc, const char *after)
+{
+	*o += (size_t)sprintf(out + *o, "%s" WORD, open);
+	if (gc)
+		put_changes(out, o, WORD_GC, true);
+	*o += (size_t)sprintf(out + *o, "%s%s", *open ? "]" : "", after);
+}
+
+/*
+ * Rewrite \s, \S, \w, \W, \b and \B of `pattern` into `out`, and with `gc` the general
+ * categories, \d and \D, and the word class's Unicode (put_gc(), put_word(); *ret_changed
+ * tells whether any changed). `out` has room for REWRITE_GROWTH times the pattern and
+ * GC_TEXT_BOUND per property, \d, \D, \w and \W, four per \b and \B. Returns 0, or
+ * SF_E_TOKENIZER for what PCRE2 cannot express in a bracket class (\S, \W, \b, \B there)
+ * or reads differently (nested classes, set operations, POSIX classes).
  */
 static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, bool *ret_changed,
 			   struct sf_err *e)
@@ -235,7 +258,6 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, b
 
 		if (c == '\\' && pattern[i + 1]) {
 			char d = pattern[++i];
-			const char *put = NULL;
 
 			/* Rust syntax: letters and digits only where PCRE2 reads them alike
 			 * (\h is a hex digit to tiktoken's fancy-regex, \Q..\E none of its). */
@@ -316,18 +338,20 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, b
 						     white_space, in_class ? "" : "]");
 				continue;
 			}
-			if (d == 'w')
-				put = in_class ? WORD : "[" WORD "]";
-			else if (d == 'W')
-				put = "[^" WORD "]";
-			else if (d == 'b')
-				put = "(?:(?<=[" WORD "])(?![" WORD "])|(?<![" WORD "])(?=[" WORD
-				      "]))";
-			else if (d == 'B')
-				put = "(?:(?<=[" WORD "])(?=[" WORD "])|(?<![" WORD "])(?![" WORD
-				      "]))";
-			if (put) {
-				o += (size_t)sprintf(out + o, "%s", put);
+			if (d == 'w' || d == 'W') {
+				put_word(out, &o, in_class ? "" : d == 'w' ? "[" : "[^", gc, "");
+				*ret_changed |= gc;
+				continue;
+			}
+			if (d == 'b' || d == 'B') {
+				/* A boundary: a word character on one side only (\b) or on both or
+				 * neither (\B). */
+				o += (size_t)sprintf(out + o, "(?:(?<=");
+				put_word(out, &o, "[", gc, d == 'b' ? ")(?!" : ")(?=");
+				put_word(out, &o, "[", gc, ")|(?<!");
+				put_word(out, &o, "[", gc, d == 'b' ? ")(?=" : ")(?!");
+				put_word(out, &o, "[", gc, "))");
+				*ret_changed |= gc;
 				continue;
 			}
 			out[o++] = c;
@@ -394,7 +418,7 @@ static int compile_one(const char *pattern, bool rust, bool gc, pcre2_code **ret
 	int err, rc;
 
 	for (const char *p = strchr(pattern, '\\'); p && p[1]; p = strchr(p + 2, '\\'))
-		props += p[1] == 'p' || p[1] == 'P' || p[1] == 'd' || p[1] == 'D';
+		props += strchr("bB", p[1]) ? 4 : !!strchr("pPdDwW", p[1]);
 	rewritten = malloc(strlen(pattern) * REWRITE_GROWTH + props * GC_TEXT_BOUND + 1);
 	if (!rewritten)
 		return sf__err(e, -ENOMEM, "pattern: out of memory");

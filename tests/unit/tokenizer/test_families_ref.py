@@ -293,7 +293,7 @@ def job_check(shmfeed, family, path, ref, docs, tmp):
 # characters (PCRE2 10.42's \w leaves out marks: U+093F); class syntax PCRE2 lacks is
 # refused, never read as characters.
 WORD_PATTERNS = [r"\w+|\S|\s+", r"\b\w+\b|\S|\s+", r"[\w']+|\S|\s+", r"\W+|\w+|\s+",
-                 r"\B.|\b.|\s+"]
+                 r"\B.|\b.|\s+", r" ?\w+|\s|.", r" ?\d+| ?[^\d\s]+|\s+"]
 REFUSED_PATTERNS = {r"[a-z&&[^aeiou]]+|\S|\s+": "&& is not supported",
                     r"[a[bc]]+|\S|\s+": "a class inside a character class",
                     r"[\p{L}--\p{Ll}]+|\S|\s+": "-- is not supported",
@@ -318,7 +318,11 @@ def word_patterns(shmfeed):
     rng = random.Random(18)
     pool = [chr(c) for c in [0x0a, 0x0b, 0x0d] + list(range(0x20, 0x7f)) +
             [0x301, 0x203f, 0x915, 0x93f, 0x928, 0x200d, 0x200c, 0xbd, 0x660, 0x2160,
-             0x5d0, 0x4e2d, 0x3042, 0x1f600, 0xa0, 0x85, 0x2028, 0x16ee, 0x5f, 0xb7]]
+             0x5d0, 0x4e2d, 0x3042, 0x1f600, 0xa0, 0x85, 0x2028, 0x16ee, 0x5f, 0xb7,
+             # new since PCRE2's Unicode 14.0: a Kawi letter, sign and digit, a Garay
+             # letter (16.0), a CJK Ext H ideograph (word characters to tiktoken), and
+             # a Sidetic letter of 17.0 (none to it)
+             0x11f04, 0x11f00, 0x11f50, 0x10d4a, 0x31350, 0x10940]]
     docs = ["".join(rng.choice(pool) for _ in range(rng.randint(1, 40))) for _ in range(2000)]
     bad = 0
     for pat in WORD_PATTERNS:

@@ -489,6 +489,58 @@ Test(custom, digit_escapes_are_unicode_16)
 	}
 }
 
+/*
+ * \w (tiktoken's: Alphabetic, marks, Nd, Pc, Join_Control), \W, \b and \B are Unicode 16.0's
+ * as well: every letter of the scanners' tables is a word character (the letters new since
+ * 14.0 were not), every word character of PCRE2's own 14.0 class still is, \W is its
+ * complement, and a new letter after "a" makes no boundary.
+ */
+Test(custom, word_escapes_are_unicode_16)
+{
+	pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+	pcre2_code *w = NULL, *nw = NULL, *w14, *b = NULL;
+	struct sf_err err = {0};
+	size_t bad_letter = 0, bad_old = 0, bad_not = 0;
+	uint32_t first[3] = {0, 0, 0};
+	int code;
+	PCRE2_SIZE where;
+
+	cr_assert_eq(sf__pcre_compile("\\w", &w, NULL, &err), 0, "%s", err.msg);
+	cr_assert_eq(sf__pcre_compile("\\W", &nw, NULL, &err), 0, "%s", err.msg);
+	cr_assert_eq(sf__pcre_compile("a\\B.", &b, NULL, &err), 0, "%s", err.msg);
+	w14 = pcre2_compile((PCRE2_SPTR) "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]",
+			    PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &where, NULL);
+	cr_assert(w14);
+	for (uint32_t cp = 0; cp < 0x110000; cp++) {
+		bool word;
+
+		if (cp >= 0xd800 && cp <= 0xdfff)
+			continue;
+		word = matches_whole(w, md, cp);
+		if ((sf__uc_class(cp) & SF_UC_L) && !word && !bad_letter++)
+			first[0] = cp;
+		if (matches_whole(w14, md, cp) && !word && !bad_old++)
+			first[1] = cp;
+		if (matches_whole(nw, md, cp) == word && !bad_not++)
+			first[2] = cp;
+	}
+	cr_expect_eq(bad_letter, 0, "%zu letters are no \\w, the first U+%04X", bad_letter,
+		     first[0]);
+	cr_expect_eq(bad_old, 0, "%zu word characters of 14.0 are no \\w, the first U+%04X",
+		     bad_old, first[1]);
+	cr_expect_eq(bad_not, 0, "\\W is not the complement of \\w at %zu, the first U+%04X",
+		     bad_not, first[2]);
+	/* "a" then the Garay letter U+10D4A (16.0): both word characters, no boundary. */
+	cr_expect(pcre2_match(b, (PCRE2_SPTR) "a\xf0\x90\xb5\x8a", 5, 0, PCRE2_ANCHORED, md,
+			      NULL) >= 0,
+		  "a\\B. does not match \"a\" + U+10D4A");
+	pcre2_code_free(w);
+	pcre2_code_free(nw);
+	pcre2_code_free(w14);
+	pcre2_code_free(b);
+	pcre2_match_data_free(md);
+}
+
 /* The ids of `text` under a tokenizer of cl100k_base's ranks split by `pattern`. */
 static size_t encode_with(const char *pattern, const char *text, uint32_t *out, size_t cap,
 			  bool *ret_fast)
