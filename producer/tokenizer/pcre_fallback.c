@@ -256,6 +256,16 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, b
 	for (i = 0; pattern[i]; i++) {
 		char c = pattern[i];
 
+		/* A comment (?#...) ends at the first ')' and is text to no engine: kept. */
+		if (!in_class && c == '(' && pattern[i + 1] == '?' && pattern[i + 2] == '#') {
+			const char *end = strchr(pattern + i, ')');
+			size_t n = end ? (size_t)(end - pattern) - i + 1 : strlen(pattern + i);
+
+			memcpy(out + o, pattern + i, n);
+			o += n;
+			i += n - 1;
+			continue;
+		}
 		if (c == '\\' && pattern[i + 1]) {
 			char d = pattern[++i];
 

@@ -541,6 +541,28 @@ Test(custom, word_escapes_are_unicode_16)
 	pcre2_match_data_free(md);
 }
 
+/* A comment (?#...) is left as it is: \P{L} in one was rewritten into a lookahead whose ')'
+ * ended the comment early, and the pattern was refused (Oniguruma and tiktoken take it). */
+Test(custom, a_comment_is_not_rewritten)
+{
+	pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+
+	for (int hf = 0; hf < 2; hf++) {
+		pcre2_code *re = NULL;
+		struct sf_err err = {0};
+		const char *pattern = "a(?#\\P{L} \\w \\d)b|.";
+
+		cr_assert_eq(hf ? sf__pcre_compile_hf(pattern, &re, NULL, &err)
+				: sf__pcre_compile(pattern, &re, NULL, &err),
+			     0, "%s: %s", pattern, err.msg);
+		cr_expect(pcre2_match(re, (PCRE2_SPTR) "ab", 2, 0, PCRE2_ANCHORED, md, NULL) >= 0 &&
+				  pcre2_get_ovector_pointer(md)[1] == 2,
+			  "%s does not match \"ab\" whole", pattern);
+		pcre2_code_free(re);
+	}
+	pcre2_match_data_free(md);
+}
+
 /* The ids of `text` under a tokenizer of cl100k_base's ranks split by `pattern`. */
 static size_t encode_with(const char *pattern, const char *text, uint32_t *out, size_t cap,
 			  bool *ret_fast)
