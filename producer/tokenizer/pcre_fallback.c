@@ -420,12 +420,14 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, b
 static int compile_one(const char *pattern, bool rust, bool gc, pcre2_code **ret_re,
 		       bool *ret_changed, struct sf_err *e)
 {
+	const uint32_t options =
+		PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (rust ? PCRE2_DOLLAR_ENDONLY : 0);
 	PCRE2_UCHAR msg[256];
-	PCRE2_SIZE where;
+	PCRE2_SIZE where, where_plain;
 	pcre2_code *re;
 	char *rewritten;
 	size_t props = 0;
-	int err, rc;
+	int err, err_plain, rc;
 
 	for (const char *p = strchr(pattern, '\\'); p && p[1]; p = strchr(p + 2, '\\'))
 		props += strchr("bB", p[1]) ? 4 : !!strchr("pPdDwW", p[1]);
@@ -440,15 +442,24 @@ static int compile_one(const char *pattern, bool rust, bool gc, pcre2_code **ret
 	}
 	/* Rust's $ is the end of the text alone (without (?m)); PCRE2's also matches before a
 	 * newline that ends it. tokenizer.json patterns refuse $ (check_pattern()). */
-	re = pcre2_compile((PCRE2_SPTR)rewritten, PCRE2_ZERO_TERMINATED,
-			   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
-				   (rust ? PCRE2_DOLLAR_ENDONLY : 0),
-			   &err, &where, NULL);
+	re = pcre2_compile((PCRE2_SPTR)rewritten, PCRE2_ZERO_TERMINATED, options, &err, &where,
+			   NULL);
 	free(rewritten);
 	if (!re) {
+		/* Where the pattern as written fails too, its own error names an offset in it. */
+		pcre2_code *plain = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+						  options, &err_plain, &where_plain, NULL);
+		const bool plain_fails = !plain;
+
+		pcre2_code_free(plain);
+		if (plain_fails) {
+			err = err_plain;
+			where = where_plain;
+		}
 		pcre2_get_error_message(err, msg, sizeof(msg));
-		return sf__err(e, SF_E_TOKENIZER, "pattern: %s at offset %zu", (char *)msg,
-			       (size_t)where);
+		return sf__err(e, SF_E_TOKENIZER, "pattern: %s at offset %zu%s", (char *)msg,
+			       (size_t)where,
+			       plain ? " of the pattern as rewritten for PCRE2" : "");
 	}
 	/* Without JIT PCRE2 still matches, only slower, so a JIT failure is not an error. */
 	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);

@@ -563,6 +563,24 @@ Test(custom, a_comment_is_not_rewritten)
 	pcre2_match_data_free(md);
 }
 
+/* A pattern PCRE2 refuses is named with an offset in it as written, not in its rewriting
+ * (which put \p{L}'s added ranges before the error: offset 878 here). */
+Test(custom, an_error_offset_is_in_the_pattern_as_written)
+{
+	for (int hf = 0; hf < 2; hf++) {
+		pcre2_code *re = NULL;
+		struct sf_err err = {0};
+		const char *pattern = "\\p{L}\\s(a";
+
+		cr_assert_eq(hf ? sf__pcre_compile_hf(pattern, &re, NULL, &err)
+				: sf__pcre_compile(pattern, &re, NULL, &err),
+			     SF_E_TOKENIZER);
+		cr_expect(strstr(err.msg, "missing closing parenthesis") &&
+				  !strcmp(strstr(err.msg, " at offset "), " at offset 9"),
+			  "%s", err.msg);
+	}
+}
+
 /* The ids of `text` under a tokenizer of cl100k_base's ranks split by `pattern`. */
 static size_t encode_with(const char *pattern, const char *text, uint32_t *out, size_t cap,
 			  bool *ret_fast)
