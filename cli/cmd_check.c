@@ -368,7 +368,7 @@ int sf__cmd_check(int argc, char **argv)
 	 * sockets) in. */
 	if ((cfg.metrics_file && sf__metrics_file_check(cfg.metrics_file, &e) < 0) ||
 	    sf__job_paths_check(cfg.job, &e) < 0 || sf__ipc_endpoint_check(cfg.endpoint, &e) < 0 ||
-	    sf__launcher_fds_check(cfg.producers, cfg.metrics != NULL, &e) < 0) {
+	    sf__launcher_fds_check(cfg.producers, &cfg, &e) < 0) {
 		refuse(path, e.msg);
 		sf__config_free(&cfg);
 		return 1;

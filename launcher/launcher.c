@@ -90,6 +90,7 @@ struct supervisor {
 	struct sf_ipc_claim ipc; /* of an ipc:// endpoint; lock_fd -1 otherwise */
 	struct sf_curve_server curve;
 	void *zctx, *router, *pub;
+	struct sf_conn_cap cap[2]; /* of the router and the PUB socket, with a tcp endpoint */
 	int sfd;
 	sigset_t mask; /* blocked for the signalfd: SIGCHLD and the stop signals not ignored */
 	sigset_t old_mask;
@@ -1154,6 +1155,32 @@ static void pub_endpoint_for(const char *ctl, char *buf, size_t len)
 }
 
 /*
+ * The sockets polled beside the control socket and the first `n` items: the ZAP handler
+ * of CURVE and the monitors of the connection caps, from items[n] on (room for three).
+ * Returns the count of items.
+ */
+static int poll_items(const struct supervisor *S, zmq_pollitem_t *items, int n)
+{
+	void *more[3] = {S->curve.zap, S->cap[0].mon, S->cap[1].mon};
+
+	for (int k = 0; k < 3; k++)
+		if (more[k])
+			items[n++] = (zmq_pollitem_t){more[k], 0, ZMQ_POLLIN, 0};
+	return n;
+}
+
+/* Serve what poll_items() added after the first `n` items, a CURVE handshake's ZAP
+ * request first (the handshake waits for its reply). */
+static void serve_sockets(struct supervisor *S, const zmq_pollitem_t *items, int n)
+{
+	if (S->curve.zap && (items[n++].revents & ZMQ_POLLIN))
+		sf__curve_zap_serve(&S->curve);
+	for (int k = 0; k < 2; k++)
+		if (S->cap[k].mon && (items[n++].revents & ZMQ_POLLIN))
+			sf__conn_cap_serve(&S->cap[k]);
+}
+
+/*
  * Bind the control and stats sockets. An ipc:// socket is made with umask 077, so that
  * only this user can connect wherever its path is (the private runtime directory is
  * 0700 in any case); libzmq binds in the calling thread, and no other thread of ours
@@ -1224,6 +1251,15 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 		if (r < 0)
 			return r;
 	}
+	if (!strncmp(S->ctl_ep, "tcp://", 6)) {
+		r = sf__conn_cap_open(&S->cap[0], S->zctx, S->router, "shmfeed-cap-control",
+				      "control", atoi(strrchr(S->ctl_ep, ':') + 1), e);
+		if (r == 0)
+			r = sf__conn_cap_open(&S->cap[1], S->zctx, S->pub, "shmfeed-cap-stats",
+					      "stats", atoi(strrchr(S->pub_ep, ':') + 1), e);
+		if (r < 0)
+			return r;
+	}
 	/* libzmq unlinks whatever is at an ipc:// path before binding it: claim the paths
 	 * first (launcher/endpoint.c). Abstract sockets (ipc://@NAME) have no file. */
 	if (ipc && S->ctl_ep[6] != '@') {
@@ -1248,6 +1284,8 @@ static void close_sockets(struct supervisor *S)
 	if (S->curve.zap)
 		zmq_close(S->curve.zap);
 	S->curve.zap = NULL;
+	sf__conn_cap_close(&S->cap[0]);
+	sf__conn_cap_close(&S->cap[1]);
 	if (S->zctx)
 		zmq_ctx_term(S->zctx);
 	S->router = S->pub = S->zctx = NULL;
@@ -1439,13 +1477,12 @@ static void end_orphans(struct supervisor *S)
 				     fresh == 1 ? "" : "es");
 		if (S->router) {
 			/* Control requests are answered meanwhile (a CURVE handshake's ZAP
-			 * request first). */
-			zmq_pollitem_t items[2] = {{S->router, 0, ZMQ_POLLIN, 0},
-						   {S->curve.zap, 0, ZMQ_POLLIN, 0}};
+			 * request first, and the connection caps kept). */
+			zmq_pollitem_t items[4] = {{S->router, 0, ZMQ_POLLIN, 0}};
+			int n_items = poll_items(S, items, 1);
 
-			if (zmq_poll(items, S->curve.zap ? 2 : 1, 10) > 0) {
-				if (S->curve.zap && (items[1].revents & ZMQ_POLLIN))
-					sf__curve_zap_serve(&S->curve);
+			if (zmq_poll(items, n_items, 10) > 0) {
+				serve_sockets(S, items, 1);
 				if (items[0].revents & ZMQ_POLLIN)
 					serve(S);
 			}
@@ -1461,9 +1498,9 @@ static int supervise(struct supervisor *S)
 
 	S->next_tick_ns = sf__now_ns() + interval;
 	while (!finished(S)) {
-		zmq_pollitem_t items[3] = {{S->router, 0, ZMQ_POLLIN, 0},
-					   {NULL, S->sfd, ZMQ_POLLIN, 0},
-					   {S->curve.zap, 0, ZMQ_POLLIN, 0}};
+		zmq_pollitem_t items[5] = {{S->router, 0, ZMQ_POLLIN, 0},
+					   {NULL, S->sfd, ZMQ_POLLIN, 0}};
+		int n = poll_items(S, items, 2);
 		uint64_t now = sf__now_ns();
 		long timeout = SUPERVISE_TICK_MS;
 
@@ -1471,11 +1508,9 @@ static int supervise(struct supervisor *S)
 			timeout = (long)((S->next_tick_ns - now) / 1000000);
 		if (S->next_tick_ns <= now)
 			timeout = 0;
-		if (zmq_poll(items, S->curve.zap ? 3 : 2, timeout) < 0 && errno != EINTR)
+		if (zmq_poll(items, n, timeout) < 0 && errno != EINTR)
 			return -errno;
-		/* A CURVE handshake waits for its ZAP reply: answer before anything else. */
-		if (S->curve.zap && (items[2].revents & ZMQ_POLLIN))
-			sf__curve_zap_serve(&S->curve);
+		serve_sockets(S, items, 2);
 		if (items[1].revents & ZMQ_POLLIN)
 			handle_signals(S);
 		if (items[0].revents & ZMQ_POLLIN)
@@ -1493,21 +1528,24 @@ static int supervise(struct supervisor *S)
 	return 0;
 }
 
-int sf__launcher_fds_check(uint32_t producers, int metrics_http, struct sf_err *e)
+int sf__launcher_fds_check(uint32_t producers, const struct sf_config *cfg, struct sf_err *e)
 {
+	const int metrics_http = cfg->metrics != NULL;
+	const int tcp = cfg->endpoint && !strncmp(cfg->endpoint, "tcp://", 6);
 	uint64_t open_now, limit, need;
 
 	need = sf__fds_needed(FDS_FIXED + 2ull * producers + FDS_MARGIN +
-				      (metrics_http ? SF_METRICS_HTTP_FDS : 0),
+				      (metrics_http ? SF_METRICS_HTTP_FDS : 0) +
+				      (tcp ? 2 * (SF_TCP_MAX_CONNECTIONS + 1) : 0),
 			      &open_now, &limit);
 	if (need <= limit)
 		return 0;
 	return sf__err(e, -EMFILE,
 		       "the job needs at least %llu file descriptors (%llu open now, %u "
-		       "producer%s, control sockets%s and a margin) but the limit is %llu "
+		       "producer%s, control sockets%s%s and a margin) but the limit is %llu "
 		       "(RLIMIT_NOFILE); raise it with `ulimit -n %llu` or more",
 		       (unsigned long long)need, (unsigned long long)open_now, producers,
-		       producers == 1 ? "" : "s",
+		       producers == 1 ? "" : "s", tcp ? " and their tcp connections" : "",
 		       metrics_http ? ", the metrics server's connections" : "",
 		       (unsigned long long)limit, (unsigned long long)need);
 }
@@ -1571,7 +1609,7 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 		S->geo.flags |= SF_ARENA_F_RANK_AUTO;
 		S->geo.rank_base = 0;
 	}
-	r = sf__launcher_fds_check(S->geo.max_producers, cfg->metrics != NULL, e);
+	r = sf__launcher_fds_check(S->geo.max_producers, cfg, e);
 	if (r < 0)
 		goto out_close_ds;
 	r = sf__curve_server_load(cfg, &S->curve, e);

@@ -160,12 +160,13 @@ struct sf_job_info {
 
 /*
  * sf__launcher_fds_check - refuse a job that would run out of file descriptors, before
- * anything of it exists: its producers, control sockets, the metrics server's connections
- * (`metrics_http`) and a margin, beside the descriptors open now, against the soft
- * RLIMIT_NOFILE. libzmq does not fail cleanly there: it asserts (epoll_create in its I/O
- * thread) and the launcher would die by SIGABRT with its arena left in /dev/shm.
+ * anything of it exists: its producers, control sockets (with a tcp endpoint, the
+ * connections their caps allow), the metrics server's connections and a margin, beside
+ * the descriptors open now, against the soft RLIMIT_NOFILE. libzmq does not fail cleanly
+ * there: it asserts (epoll_create in its I/O thread) and the launcher would die by SIGABRT
+ * with its arena left in /dev/shm.
  */
-int sf__launcher_fds_check(uint32_t producers, int metrics_http, struct sf_err *e);
+int sf__launcher_fds_check(uint32_t producers, const struct sf_config *cfg, struct sf_err *e);
 
 /* sf__job_info_file_read - read the discovery file at `path`; SF_E_PROTOCOL: not one. */
 int sf__job_info_file_read(const char *path, struct sf_job_info *ret, struct sf_err *e);
@@ -176,6 +177,36 @@ int sf__job_info_file_read(const char *path, struct sf_job_info *ret, struct sf_
  * when job is NULL and several run.
  */
 int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e);
+
+/*
+ * A cap on the connections of a tcp control or stats socket (launcher/conn_cap.c).
+ * libzmq accepts every connection a ROUTER or PUB socket is offered, each a descriptor of
+ * the launcher's until the peer leaves (without a CURVE handshake, for up to the 30 s of
+ * libzmq's handshake interval): a client opening a thousand of them took every descriptor
+ * and the next producer restart failed with EMFILE, stopping the job. The socket's monitor
+ * reports each connection accepted, with its descriptor; one over the cap is shut down at
+ * once (libzmq then sees its end and closes it).
+ */
+#define SF_TCP_MAX_CONNECTIONS 64u /* each; `status`, `top` and `stop` take one a run */
+
+struct sf_conn_cap {
+	void *mon;	  /* PAIR reading the monitor's events; NULL: no cap (not tcp) */
+	const char *what; /* "control" or "stats", for the log */
+	int port;	  /* the socket's tcp port: a descriptor is checked against it */
+	uint32_t open;	  /* connections accepted and not yet gone */
+	uint64_t shut;	  /* connections shut for the cap, not yet said in the log */
+	uint64_t logged_ns;
+};
+
+/*
+ * sf__conn_cap_open - monitor `sock`, to be bound to tcp port `port`, through
+ * inproc://NAME of `zctx`: before the bind, so that every connection is counted.
+ */
+int sf__conn_cap_open(struct sf_conn_cap *c, void *zctx, void *sock, const char *name,
+		      const char *what, int port, struct sf_err *e);
+/* sf__conn_cap_serve - handle the events waiting on c->mon (polled for ZMQ_POLLIN). */
+void sf__conn_cap_serve(struct sf_conn_cap *c);
+void sf__conn_cap_close(struct sf_conn_cap *c);
 
 /*
  * CURVE for the control and stats sockets (launcher/curve.c). The server side holds its

@@ -576,3 +576,55 @@ def test_children_hold_none_of_the_supervisors_locks(rt, tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=10) == 0
+
+
+def children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+def test_a_flood_of_tcp_connections_leaves_the_job_its_descriptors(rt, tmp_path):
+    """A client opening hundreds of connections to a tcp control port took a descriptor of
+    the launcher's each (libzmq accepts them all, and holds one that never speaks for its
+    30 s handshake interval): under a limit of 250 the next producer restart failed with
+    EMFILE and the job stopped (the review of stop 42 found it with ~1,000). Each socket
+    now keeps at most 64 connections; those over are shut at once."""
+    cfg = write_config(tmp_path)
+    port = free_port_pair()
+    job = job_name("flood")
+    p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}",
+                          "--set", f"control.endpoint=tcp://127.0.0.1:{port}",
+                          "--set", "control.insecure_tcp=true"],
+                         stderr=subprocess.PIPE, text=True, preexec_fn=with_nofile(250))
+    flood = []
+    try:
+        assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                               capture_output=True).returncode == 0)
+        base = len(os.listdir(f"/proc/{p.pid}/fd"))
+        producers = children(p.pid)
+        for k in range(300):
+            s = socket.socket()
+            s.connect(("127.0.0.1", port + k % 2))
+            flood.append(s)
+        # Each socket keeps 64 (and the ones over the cap go as soon as they come).
+        assert wait_for(lambda: len(os.listdir(f"/proc/{p.pid}/fd")) <= base + 2 * 64 + 4), \
+            len(os.listdir(f"/proc/{p.pid}/fd"))
+        victim = producers[0]
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: p.poll() is not None or
+                        (len(children(p.pid)) == len(producers) and
+                         victim not in children(p.pid)))
+        assert p.poll() is None, "the job stopped"
+        for s in flood:
+            s.close()
+        assert ctl(job, '{"v":1,"op":"hello"}')["ok"]
+    finally:
+        for s in flood:
+            s.close()
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=20)[1]
+    assert p.returncode == 0, err
+    assert "restarted" in err and "cannot restart" not in err, err
+    assert "control socket: more than 64 connections open: shutting new ones" in err, err
+    assert "stats socket: more than 64 connections open" in err, err
+    assert not shm_of(job)
