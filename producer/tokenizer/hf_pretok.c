@@ -142,6 +142,14 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 	for (i = 0; pat[i]; i++) {
 		char c = pat[i];
 
+		/* A comment is nothing to either engine (and left out of what PCRE2 gets). */
+		if (!in_class && sf__regex_comment(pat, i)) {
+			if (sf__regex_comment(pat, i) == SIZE_MAX)
+				return sf__hf_refuse(l, where,
+						     "a comment (?#...) that is not closed");
+			i = sf__regex_comment(pat, i) - 1;
+			continue;
+		}
 		if ((unsigned char)c >= 0x80 && caseless)
 			return sf__hf_refuse(l, where,
 					     "a character outside ASCII under (?i) not supported "

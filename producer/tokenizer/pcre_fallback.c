@@ -63,6 +63,19 @@ size_t sf__regex_flags(const char *pat, size_t i, bool caseless, const char *wat
 	return j;
 }
 
+size_t sf__regex_comment(const char *pat, size_t i)
+{
+	if (pat[i] != '(' || pat[i + 1] != '?' || pat[i + 2] != '#')
+		return 0;
+	for (i += 3; pat[i]; i++) {
+		if (pat[i] == '\\' && pat[i + 1])
+			i++;
+		else if (pat[i] == ')')
+			return i + 1;
+	}
+	return SIZE_MAX;
+}
+
 bool sf__regex_cased_property(const char *p)
 {
 	/* Names as the engines match them: case, '_', '-' and spaces aside. */
@@ -241,12 +254,14 @@ static void put_word(char *out, size_t *o, const char *open, bool gc, const char
  * Rewrite \s, \S, \w, \W, \b and \B of `pattern` into `out`, and with `gc` the general
  * categories, \d and \D, and the word class's Unicode (put_gc(), put_word(); *ret_changed
  * tells whether any changed). `out` has room for REWRITE_GROWTH times the pattern and
- * GC_TEXT_BOUND per property, \d, \D, \w and \W, four per \b and \B. Returns 0, or
+ * GC_TEXT_BOUND per property, \d, \D, \w and \W, four per \b and \B; starts[k] gets the
+ * offset in `out` where the rewriting of pattern[k] begins (bytes inside an escape or a
+ * comment are left as they were). Comments are left out. Returns 0, or
  * SF_E_TOKENIZER for what PCRE2 cannot express in a bracket class (\S, \W, \b, \B there)
  * or reads differently (nested classes, set operations, POSIX classes).
  */
-static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, bool *ret_changed,
-			   struct sf_err *e)
+static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, size_t *starts,
+			   bool *ret_changed, struct sf_err *e)
 {
 	bool in_class = false, caseless = false;
 	uint64_t outer = 0; /* bit d: (?i) in force in the group enclosing depth d */
@@ -256,14 +271,16 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, b
 	for (i = 0; pattern[i]; i++) {
 		char c = pattern[i];
 
-		/* A comment (?#...) ends at the first ')' and is text to no engine: kept. */
-		if (!in_class && c == '(' && pattern[i + 1] == '?' && pattern[i + 2] == '#') {
-			const char *end = strchr(pattern + i, ')');
-			size_t n = end ? (size_t)(end - pattern) - i + 1 : strlen(pattern + i);
+		starts[i] = o;
+		/* A comment (?#...) is left out: PCRE2 would end it at an escaped ')'. */
+		if (!in_class && sf__regex_comment(pattern, i)) {
+			const size_t end = sf__regex_comment(pattern, i);
 
-			memcpy(out + o, pattern + i, n);
-			o += n;
-			i += n - 1;
+			if (end == SIZE_MAX)
+				return sf__err(e, SF_E_TOKENIZER,
+					       "pattern: the comment at offset %zu is not closed",
+					       i);
+			i = end - 1;
 			continue;
 		}
 		if (c == '\\' && pattern[i + 1]) {
@@ -348,6 +365,12 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, b
 						     white_space, in_class ? "" : "]");
 				continue;
 			}
+			if (in_class && d == 'w' && pattern[i + 1] == '-' &&
+			    pattern[i + 2] != ']' && pattern[i + 2] != '-')
+				return sf__err(
+					e, SF_E_TOKENIZER,
+					"pattern: \\w- inside a character class: a range from "
+					"a class is not supported");
 			if (d == 'w' || d == 'W') {
 				put_word(out, &o, in_class ? "" : d == 'w' ? "[" : "[^", gc, "");
 				*ret_changed |= gc;
@@ -415,6 +438,23 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, b
 	return 0;
 }
 
+/*
+ * The offset in the pattern of offset `at` in its rewriting (`out_len` bytes): starts[k]
+ * is where the rewriting of pattern[k] begins, SIZE_MAX for a byte inside an escape. An
+ * offset inside an escape's rewriting is the escape's.
+ */
+static size_t offset_written(const size_t *starts, size_t len, size_t out_len, size_t at)
+{
+	size_t k = 0;
+
+	if (at >= out_len)
+		return len;
+	for (size_t i = 0; i < len; i++)
+		if (starts[i] <= at)
+			k = i;
+	return k;
+}
+
 /* Rewrite `pattern` (with `gc`, its general categories too, *ret_changed saying whether
  * that changed it) and compile it into *ret_re. */
 static int compile_one(const char *pattern, bool rust, bool gc, pcre2_code **ret_re,
@@ -422,45 +462,40 @@ static int compile_one(const char *pattern, bool rust, bool gc, pcre2_code **ret
 {
 	const uint32_t options =
 		PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (rust ? PCRE2_DOLLAR_ENDONLY : 0);
+	const size_t len = strlen(pattern);
 	PCRE2_UCHAR msg[256];
-	PCRE2_SIZE where, where_plain;
+	PCRE2_SIZE where;
 	pcre2_code *re;
 	char *rewritten;
-	size_t props = 0;
-	int err, err_plain, rc;
+	size_t props = 0, *starts;
+	int err, rc;
 
 	for (const char *p = strchr(pattern, '\\'); p && p[1]; p = strchr(p + 2, '\\'))
 		props += strchr("bB", p[1]) ? 4 : !!strchr("pPdDwW", p[1]);
-	rewritten = malloc(strlen(pattern) * REWRITE_GROWTH + props * GC_TEXT_BOUND + 1);
-	if (!rewritten)
-		return sf__err(e, -ENOMEM, "pattern: out of memory");
-	*ret_changed = false;
-	rc = rewrite_escapes(pattern, rust, gc, rewritten, ret_changed, e);
-	if (rc < 0) {
+	rewritten = malloc(len * REWRITE_GROWTH + props * GC_TEXT_BOUND + 1);
+	starts = malloc((len + 1) * sizeof(*starts));
+	if (!rewritten || !starts) {
 		free(rewritten);
-		return rc;
+		free(starts);
+		return sf__err(e, -ENOMEM, "pattern: out of memory");
 	}
+	memset(starts, 0xff, (len + 1) * sizeof(*starts));
+	*ret_changed = false;
+	rc = rewrite_escapes(pattern, rust, gc, rewritten, starts, ret_changed, e);
 	/* Rust's $ is the end of the text alone (without (?m)); PCRE2's also matches before a
 	 * newline that ends it. tokenizer.json patterns refuse $ (check_pattern()). */
-	re = pcre2_compile((PCRE2_SPTR)rewritten, PCRE2_ZERO_TERMINATED, options, &err, &where,
-			   NULL);
-	free(rewritten);
-	if (!re) {
-		/* Where the pattern as written fails too, its own error names an offset in it. */
-		pcre2_code *plain = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-						  options, &err_plain, &where_plain, NULL);
-		const bool plain_fails = !plain;
-
-		pcre2_code_free(plain);
-		if (plain_fails) {
-			err = err_plain;
-			where = where_plain;
-		}
+	re = rc < 0 ? NULL
+		    : pcre2_compile((PCRE2_SPTR)rewritten, PCRE2_ZERO_TERMINATED, options, &err,
+				    &where, NULL);
+	if (rc == 0 && !re) {
 		pcre2_get_error_message(err, msg, sizeof(msg));
-		return sf__err(e, SF_E_TOKENIZER, "pattern: %s at offset %zu%s", (char *)msg,
-			       (size_t)where,
-			       plain ? " of the pattern as rewritten for PCRE2" : "");
+		rc = sf__err(e, SF_E_TOKENIZER, "pattern: %s at offset %zu", (char *)msg,
+			     offset_written(starts, len, strlen(rewritten), (size_t)where));
 	}
+	free(rewritten);
+	free(starts);
+	if (rc < 0)
+		return rc;
 	/* Without JIT PCRE2 still matches, only slower, so a JIT failure is not an error. */
 	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
 	*ret_re = re;

@@ -478,4 +478,13 @@ bool sf__regex_cased_property(const char *p);
 size_t sf__regex_flags(const char *pat, size_t i, bool caseless, const char *watch,
 		       bool *ret_caseless, char *ret_flag);
 
+/*
+ * sf__regex_comment - for a comment "(?#...)" opening at pat[i] (outside a class), the
+ * index just past the ')' that ends it, as Oniguruma and tiktoken's fancy-regex read it:
+ * a backslash escapes the character after it (PCRE2 ends at the first ')', so comments
+ * are left out of what it is given). 0 when no comment opens there; SIZE_MAX when it is
+ * never closed.
+ */
+size_t sf__regex_comment(const char *pat, size_t i);
+
 #endif

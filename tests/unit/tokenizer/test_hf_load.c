@@ -362,6 +362,24 @@ Test(refuse, each_construct_by_path)
 		 "added_tokens[0]: special: expected true or false"},
 		{{.pre_tokenizer = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}"},
 		 "pre_tokenizer: trim_offsets missing: tokenizers requires it"},
+		{{.pre_tokenizer = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+				   "\"trim_offsets\": true, \"use_regex\": null}"},
+		 "pre_tokenizer: use_regex: expected true or false"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": "
+				   "\"Isolated\", \"invert\": null}, " BYTE_LEVEL "]}"},
+		 "pre_tokenizer.pretokenizers[0]: invert: expected true or false"},
+		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+				   "\"Digits\"}, " BYTE_LEVEL "]}"},
+		 "pre_tokenizer.pretokenizers[0]: individual_digits missing: tokenizers requires "
+		 "it"},
+		/* A comment is nothing to the check either: the [ in one made it read the rest
+		 * as a class, and the anchor passed (a review). */
+		{{.pre_tokenizer = SPLIT("(?#[)^a|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: the anchor ^"},
+		{{.pre_tokenizer = SPLIT("(?#\\\\)a|.")},
+		 "pre_tokenizer.pretokenizers[0].pattern.Regex: a comment (?#...) that is not "
+		 "closed"},
 		{{.added_tokens = "[" TOKEN(256, "", false, false) "]"},
 		 "added_tokens[0]: expected an id and a non-empty content"},
 		{{.added_tokens = "[" TOKEN(256, "<q>", false, false) ", " TOKEN(257, "<q>", false,
@@ -421,7 +439,9 @@ Test(refuse, a_merge_longer_than_the_vocabulary)
 Test(load, inline_flags_read_alike)
 {
 	static const char *const ok[] = {SPLIT("(?i)y|z"), SPLIT("a|(?i)b|c"), SPLIT("x(?i)y"),
-					 SPLIT("(x(?i)y)|z"), SPLIT("x(?i)[|]y")};
+					 SPLIT("(x(?i)y)|z"), SPLIT("x(?i)[|]y"),
+					 /* Comments: no escape in them is checked. */
+					 SPLIT("a(?#\\\\w \\\\))b|.")};
 
 	for (size_t k = 0; k < sizeof(ok) / sizeof(ok[0]); k++) {
 		struct sf_tok *tok = NULL;
