@@ -46,6 +46,10 @@
 #define PRODUCER_GRACE_MS    3000 /* producers get this long to return after STOPPING */
 #define HEALTHY_RUN_NS	     (30ull * 1000000000ull) /* a producer alive this long is healthy */
 #define STARTUP_STALL_FACTOR 4 /* stall timeouts a producer gets before its first heartbeat */
+/* A restart that finds no file descriptor (EMFILE, ENFILE: a burst of tcp connections
+ * before the cap shuts them) is tried again this often, for this long. */
+#define RESPAWN_RETRY_NS   (200ull * 1000000ull)
+#define RESPAWN_GIVE_UP_NS (30ull * 1000000000ull)
 
 /*
  * Descriptors the supervisor holds beyond those open when it starts: the signalfd, the
@@ -74,6 +78,8 @@ struct producer {
 	int stalled;	       /* reported stalled: killed once silent for the stall timeout */
 	int stall_killed;      /* SIGKILLed for stalling; repaired once reaped */
 	uint64_t stalls;       /* times it was killed for stalling */
+	uint64_t respawn_ns;   /* a restart short of descriptors: tried again then (0: none) */
+	uint64_t respawn_since_ns;
 };
 
 struct supervisor {
@@ -340,7 +346,7 @@ static void producer_died(struct supervisor *S, uint32_t i, int wstatus)
 	struct producer *p = &S->prod[i];
 	char how[96], msg[512] = "";
 	ssize_t n;
-	int repaired, stall_killed = p->stall_killed;
+	int r, repaired, stall_killed = p->stall_killed;
 
 	n = read(p->errfd, msg, sizeof(msg) - 1);
 	msg[n > 0 ? n : 0] = 0;
@@ -374,8 +380,16 @@ static void producer_died(struct supervisor *S, uint32_t i, int wstatus)
 		return;
 	}
 	atomic_fetch_add_explicit(&S->a->hdr->producer_restarts, 1, memory_order_relaxed);
-	if (spawn_producer(S, i) < 0) {
-		begin_stop(S, 1, "cannot restart producer %u: %s", i, strerror(errno));
+	r = spawn_producer(S, i);
+	if (r == -EMFILE || r == -ENFILE) {
+		sf__log_error("producer %u: no file descriptor to restart it (%s); trying again", i,
+			      strerror(-r));
+		p->respawn_since_ns = sf__now_ns();
+		p->respawn_ns = p->respawn_since_ns + RESPAWN_RETRY_NS;
+		return;
+	}
+	if (r < 0) {
+		begin_stop(S, 1, "cannot restart producer %u: %s", i, strerror(-r));
 		sf__log_error("%s", S->reason);
 		return;
 	}
@@ -585,6 +599,35 @@ static void describe_fill(const struct supervisor *S, const struct producer *p, 
  * STARTUP_STALL_FACTOR stall timeouts. Nothing is watched while the job is paused (the
  * producers are stopped then) or stopping.
  */
+/* Try again the restarts that found no file descriptor; give up after
+ * RESPAWN_GIVE_UP_NS, or at once for another error, stopping the job. */
+static void respawn(struct supervisor *S)
+{
+	const uint64_t now = sf__now_ns();
+
+	for (uint32_t i = 0; i < S->n_prod; i++) {
+		struct producer *p = &S->prod[i];
+		int r;
+
+		if (!p->respawn_ns || now < p->respawn_ns)
+			continue;
+		p->respawn_ns = 0;
+		if (!serving(S))
+			continue;
+		r = spawn_producer(S, i);
+		if (r == 0) {
+			sf__log_info("producer %u restarted after %.1f s short of file descriptors",
+				     i, (double)(now - p->respawn_since_ns) / 1e9);
+		} else if ((r == -EMFILE || r == -ENFILE) &&
+			   now - p->respawn_since_ns < RESPAWN_GIVE_UP_NS) {
+			p->respawn_ns = now + RESPAWN_RETRY_NS;
+		} else {
+			begin_stop(S, 1, "cannot restart producer %u: %s", i, strerror(-r));
+			sf__log_error("%s", S->reason);
+		}
+	}
+}
+
 static void check_producers(struct supervisor *S)
 {
 	const uint64_t stall_timeout = ms_ns(S->cfg->stall_timeout_ms);
@@ -1518,6 +1561,7 @@ static int supervise(struct supervisor *S)
 		if (S->seek.active)
 			continue_seek(S);
 		check_consumers(S);
+		respawn(S);
 		check_producers(S);
 		now = sf__now_ns();
 		if (now >= S->next_tick_ns) {

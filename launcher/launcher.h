@@ -181,26 +181,38 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 /*
  * A cap on the connections of a tcp control or stats socket (launcher/conn_cap.c).
  * libzmq accepts every connection a ROUTER or PUB socket is offered, each a descriptor of
- * the launcher's until the peer leaves (without a CURVE handshake, for up to the 30 s of
- * libzmq's handshake interval): a client opening a thousand of them took every descriptor
- * and the next producer restart failed with EMFILE, stopping the job. The socket's monitor
- * reports each connection accepted, with its descriptor; one over the cap is shut down at
- * once (libzmq then sees its end and closes it).
+ * the launcher's until the peer leaves or its handshake times out: a client opening a
+ * thousand of them took every descriptor and the next producer restart failed with
+ * EMFILE, stopping the job. The socket's monitor reports each connection accepted and
+ * gone, with its descriptor; over the cap, one is shut at once (libzmq then sees its end
+ * and closes it): the oldest of those still inside SF_TCP_HANDSHAKE_MS (which may not
+ * have authenticated yet), so that a flood of new ones does not lock clients out, else
+ * the newest. One older than that has finished its handshake (with CURVE: an allowed
+ * client) and is kept.
  */
-#define SF_TCP_MAX_CONNECTIONS 64u /* each; `status`, `top` and `stop` take one a run */
+#define SF_TCP_MAX_CONNECTIONS 64u  /* each; `status`, `top` and `stop` take one a run */
+#define SF_TCP_HANDSHAKE_MS    3000 /* libzmq's ZMQ_HANDSHAKE_IVL for them (default 30 s) */
+
+struct sf_conn {
+	int fd;
+	int shut;	   /* shut, not yet reported gone */
+	uint64_t since_ns; /* accepted */
+};
 
 struct sf_conn_cap {
 	void *mon;	  /* PAIR reading the monitor's events; NULL: no cap (not tcp) */
 	const char *what; /* "control" or "stats", for the log */
 	int port;	  /* the socket's tcp port: a descriptor is checked against it */
-	uint32_t open;	  /* connections accepted and not yet gone */
-	uint64_t shut;	  /* connections shut for the cap, not yet said in the log */
+	struct sf_conn *conns; /* accepted and not yet reported gone */
+	uint32_t n, cap;
+	uint64_t shut; /* connections shut for the cap, not yet said in the log */
 	uint64_t logged_ns;
 };
 
 /*
  * sf__conn_cap_open - monitor `sock`, to be bound to tcp port `port`, through
- * inproc://NAME of `zctx`: before the bind, so that every connection is counted.
+ * inproc://NAME of `zctx`, and set its handshake interval: before the bind, so that every
+ * connection is counted.
  */
 int sf__conn_cap_open(struct sf_conn_cap *c, void *zctx, void *sock, const char *name,
 		      const char *what, int port, struct sf_err *e);
