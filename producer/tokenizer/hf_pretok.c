@@ -137,17 +137,17 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 {
 	bool in_class = false, caseless = false, exact;
 	uint64_t outer = 0; /* bit d: (?i) in force in the group enclosing depth d */
-	size_t i, class_start = 0, depth = 0;
+	size_t i, class_start = 0, depth = 0, comment_end;
 
 	for (i = 0; pat[i]; i++) {
 		char c = pat[i];
 
 		/* A comment is nothing to either engine (and left out of what PCRE2 gets). */
-		if (!in_class && sf__regex_comment(pat, i)) {
-			if (sf__regex_comment(pat, i) == SIZE_MAX)
-				return sf__hf_refuse(l, where,
-						     "a comment (?#...) that is not closed");
-			i = sf__regex_comment(pat, i) - 1;
+		comment_end = in_class ? 0 : sf__regex_comment(pat, i);
+		if (comment_end == SIZE_MAX)
+			return sf__hf_refuse(l, where, "a comment (?#...) that is not closed");
+		if (comment_end) {
+			i = comment_end - 1;
 			continue;
 		}
 		if ((unsigned char)c >= 0x80 && caseless)

@@ -266,21 +266,19 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, s
 	bool in_class = false, caseless = false;
 	uint64_t outer = 0; /* bit d: (?i) in force in the group enclosing depth d */
 	size_t class_start = 0, depth = 0;
-	size_t i, o = 0;
+	size_t i, o = 0, comment_end;
 
 	for (i = 0; pattern[i]; i++) {
 		char c = pattern[i];
 
 		starts[i] = o;
 		/* A comment (?#...) is left out: PCRE2 would end it at an escaped ')'. */
-		if (!in_class && sf__regex_comment(pattern, i)) {
-			const size_t end = sf__regex_comment(pattern, i);
-
-			if (end == SIZE_MAX)
-				return sf__err(e, SF_E_TOKENIZER,
-					       "pattern: the comment at offset %zu is not closed",
-					       i);
-			i = end - 1;
+		comment_end = in_class ? 0 : sf__regex_comment(pattern, i);
+		if (comment_end == SIZE_MAX)
+			return sf__err(e, SF_E_TOKENIZER,
+				       "pattern: the comment at offset %zu is not closed", i);
+		if (comment_end) {
+			i = comment_end - 1;
 			continue;
 		}
 		if (c == '\\' && pattern[i + 1]) {

@@ -234,17 +234,11 @@ Test(refuse, each_construct_by_path)
 		{{.pre_tokenizer = "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, "
 				   "\"behavior\": \"Isolated\", \"invert\": false}"},
 		 "pre_tokenizer: no ByteLevel"},
-		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
-				   "\"Split\", \"pattern\": {\"Regex\": \"x*\"}, \"behavior\": "
-				   "\"Isolated\", \"invert\": false}, " BYTE_LEVEL "]}"},
+		{{.pre_tokenizer = SPLIT("x*")},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: can match the empty string"},
-		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
-				   "\"Split\", \"pattern\": {\"Regex\": \"^a\"}, \"behavior\": "
-				   "\"Isolated\", \"invert\": false}, " BYTE_LEVEL "]}"},
+		{{.pre_tokenizer = SPLIT("^a")},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: the anchor ^"},
-		{{.pre_tokenizer = "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
-				   "\"Split\", \"pattern\": {\"Regex\": \"\\\\h+\"}, \"behavior\": "
-				   "\"Isolated\", \"invert\": false}, " BYTE_LEVEL "]}"},
+		{{.pre_tokenizer = SPLIT("\\\\h+")},
 		 "pre_tokenizer.pretokenizers[0].pattern.Regex: \\h not supported"},
 		/* Oniguruma's \w takes U+00BD and its \b a combining mark; PCRE2's do not. */
 		{{.pre_tokenizer =
