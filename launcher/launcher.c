@@ -14,6 +14,7 @@
  * killed after a grace period, the arena, the sockets and the discovery file are
  * removed, and the launcher exits with the command's status.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1137,6 +1138,41 @@ static int info_path_free(const char *path, const char *job, struct sf_err *e)
 		       path, job);
 }
 
+/*
+ * Remove the temporaries "JOB.json.tmp.PID" that launchers of the job killed between
+ * writing and renaming them left (PID gone, or this process's own, reused): digits only
+ * after the prefix, so that a job named "JOB.json.tmp.x" keeps its files.
+ */
+static void info_dead_temporaries(const char *info_path)
+{
+	char dir[sizeof(((struct sf_job_paths *)0)->info_path)], prefix[300], path[600];
+	const char *slash = strrchr(info_path, '/');
+	struct dirent *de;
+	size_t plen;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - info_path), info_path);
+	plen = (size_t)snprintf(prefix, sizeof(prefix), "%s.tmp.", slash + 1);
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		const char *digits = de->d_name + plen;
+		pid_t pid;
+
+		if (strncmp(de->d_name, prefix, plen) || !*digits ||
+		    strspn(digits, "0123456789") != strlen(digits))
+			continue;
+		pid = (pid_t)atoi(digits);
+		/* EPERM: alive, another user's. */
+		if (pid > 0 && pid != getpid() && (kill(pid, 0) == 0 || errno == EPERM))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		unlink(path);
+	}
+	closedir(d);
+}
+
 static int write_info(struct supervisor *S, struct sf_err *e)
 {
 	char tmp[400], buf[2048];
@@ -1160,9 +1196,13 @@ static int write_info(struct supervisor *S, struct sf_err *e)
 	r = info_path_free(S->paths.info_path, S->cfg->job, e);
 	if (r < 0)
 		return r;
-	/* A name of its own: JOB.json.tmp may be somebody's file too. */
-	snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", S->paths.info_path);
-	fd = mkostemp(tmp, O_CLOEXEC);
+	/*
+	 * A name of its own, after its writer: JOB.json.tmp may be somebody's file too, and
+	 * a writer killed before the rename leaves it to the next run of the job to remove.
+	 */
+	info_dead_temporaries(S->paths.info_path);
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", S->paths.info_path, (int)S->self);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return sf__err(e, -errno, "cannot write %s: %s", S->paths.info_path,
 			       strerror(errno));

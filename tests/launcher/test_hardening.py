@@ -662,3 +662,29 @@ def test_a_restart_short_of_descriptors_is_tried_again(rt, tmp_path):
     assert "no file descriptor to restart it (Too many open files); trying again" in err, err
     assert "restarted after" in err and "short of file descriptors" in err, err
     assert not shm_of(job)
+
+
+def test_the_discovery_file_temporary_of_a_killed_launcher_is_reclaimed(rt, tmp_path):
+    """A launcher killed between writing its discovery file's temporary (JOB.json.tmp.*)
+    and renaming it to JOB.json left the temporary in the runtime directory for good: no
+    later run of the job removed it. Now the temporary is named after its writer's pid,
+    and a run removes those of dead writers, not those of live ones or of other jobs."""
+    cfg = write_config(tmp_path)
+    job = job_name("tmp")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = os.path.join(rt, f"{job}.json.tmp.{gone.pid}")
+    kept = [os.path.join(rt, name) for name in (f"{job}.json.tmp.{os.getpid()}",
+                                                 f"{job}.json.tmp.x{gone.pid}",
+                                                 f"{job}x.json.tmp.{gone.pid}")]
+    for path in [dead, *kept]:
+        with open(path, "w") as f:
+            f.write("{}\n")
+    out = run_job(cfg, job)
+    assert out.returncode == 0, out.stderr
+    try:
+        assert sorted(os.listdir(rt)) == sorted(os.path.basename(k) for k in kept)
+    finally:
+        for path in kept:
+            os.unlink(path)
+    assert not shm_of(job)
