@@ -240,6 +240,7 @@ struct mark {
 	char set[96];	  /* "--set KEY", copied: it does not outlive the override's parsing */
 	int override;
 	size_t line, col;
+	size_t alias_line, alias_col; /* where an alias took the value from; 0: none */
 };
 
 struct loader {
@@ -248,8 +249,48 @@ struct loader {
 	struct mark *marks; /* where each field was last written, per source for theirs */
 	unsigned n_marks, cap_marks;
 	int32_t source; /* the source being read, or -1 */
+	/* The aliases of the document ("*name"), in the order of the text. */
+	yaml_mark_t *aliases;
+	size_t n_aliases;
+	/*
+	 * Where an alias brought the value being read, or NULL: messages about that value
+	 * and what it holds are given there, where the user reads it, with the position of
+	 * the anchored value it refers to.
+	 */
+	const yaml_mark_t *via;
 	struct sf_err *e;
 };
+
+/*
+ * Enter `v`, a value or list item whose text starts at offset *floor or after (a value
+ * follows its key, an item the items before it) unless an alias brought it from
+ * elsewhere: then the alias is the first one at *floor or after (nothing else is written
+ * between), and *floor moves past it; else past `v`. Returns the L->via to restore.
+ */
+static const yaml_mark_t *enter(struct loader *L, size_t *floor, const yaml_node_t *v)
+{
+	const yaml_mark_t *was = L->via;
+	size_t lo = 0, hi = L->n_aliases;
+
+	if (v->start_mark.index >= *floor) {
+		*floor = v->end_mark.index;
+		return was;
+	}
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (L->aliases[mid].index < *floor)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < L->n_aliases) {
+		*floor = L->aliases[lo].index + 1;
+		if (!was)
+			L->via = &L->aliases[lo];
+	}
+	return was;
+}
 
 static int fail_at(struct loader *L, const yaml_node_t *n, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -264,6 +305,10 @@ static int fail_at(struct loader *L, const yaml_node_t *n, const char *fmt, ...)
 	va_end(ap);
 	if (L->o.override || !n)
 		return sf__err(L->e, SF_E_CONFIG, "%s: %s", L->o.file, what);
+	if (L->via)
+		return sf__err(L->e, SF_E_CONFIG, "%s:%zu:%zu: %s (through an alias of %zu:%zu)",
+			       L->o.file, L->via->line + 1, L->via->column + 1, what,
+			       n->start_mark.line + 1, n->start_mark.column + 1);
 	return sf__err(L->e, SF_E_CONFIG, "%s:%zu:%zu: %s", L->o.file, n->start_mark.line + 1,
 		       n->start_mark.column + 1, what);
 }
@@ -293,8 +338,10 @@ static void remember(struct loader *L, const struct field *f, const yaml_node_t 
 	m->file = m->override ? NULL : L->o.file;
 	if (m->override)
 		snprintf(m->set, sizeof(m->set), "%s", L->o.file);
-	m->line = n->start_mark.line + 1;
-	m->col = n->start_mark.column + 1;
+	m->line = (L->via ? *L->via : n->start_mark).line + 1;
+	m->col = (L->via ? *L->via : n->start_mark).column + 1;
+	m->alias_line = L->via ? n->start_mark.line + 1 : 0;
+	m->alias_col = L->via ? n->start_mark.column + 1 : 0;
 }
 
 static const char *scalar(const yaml_node_t *n)
@@ -593,7 +640,7 @@ static int set_paths(struct loader *L, const struct field *f, const yaml_node_t 
 {
 	const yaml_node_t *one = n;
 	yaml_node_item_t *items = NULL;
-	size_t count = 1;
+	size_t count = 1, floor = n->start_mark.index;
 	char **paths;
 
 	if (n->type == YAML_SEQUENCE_NODE) {
@@ -609,8 +656,12 @@ static int set_paths(struct loader *L, const struct field *f, const yaml_node_t 
 	if (!paths)
 		return sf__err(L->e, -ENOMEM, "out of memory");
 	for (size_t i = 0; i < count; i++) {
-		if (items)
+		const yaml_mark_t *was = L->via;
+
+		if (items) {
 			one = yaml_document_get_node(L->doc, items[i]);
+			was = enter(L, &floor, one);
+		}
 		/* An empty path would be the job file's directory (`"${DATA}"` with DATA unset). */
 		if (one->type != YAML_SCALAR_NODE || is_null(one) || !scalar(one)[0] ||
 		    strlen(scalar(one)) > PATH_MAX) {
@@ -620,11 +671,13 @@ static int set_paths(struct loader *L, const struct field *f, const yaml_node_t 
 					: !scalar(one)[0]			       ? "empty"
 										       : "too long");
 
+			L->via = was;
 			for (size_t j = 0; j < i; j++)
 				free(paths[j]);
 			free(paths);
 			return r;
 		}
+		L->via = was;
 		paths[i] = resolve_path(&L->o, scalar(one));
 		if (!paths[i]) {
 			for (size_t j = 0; j < i; j++)
@@ -777,8 +830,13 @@ static int set_weights(struct loader *L, const struct field *f, const yaml_node_
 			if (!strcmp(w.v[i].name, scalar(k)))
 				r = fail_at(L, k, "duplicate name '%.64s' in '%s'", scalar(k),
 					    f->key);
-		if (r == 0)
+		if (r == 0) {
+			size_t floor = k->end_mark.index;
+			const yaml_mark_t *was = enter(L, &floor, v);
+
 			r = weight_of(L, scalar(k), v, &w.v[w.n].weight);
+			L->via = was;
+		}
 		if (r == 0 && !(w.v[w.n].name = strdup(scalar(k))))
 			r = sf__err(L->e, -ENOMEM, "out of memory");
 		if (r < 0) {
@@ -816,8 +874,9 @@ static int set_schedule(struct loader *L, const struct field *f, const yaml_node
 		return sf__err(L->e, -ENOMEM, "out of memory");
 	schedule_free(cfg);
 	cfg->schedule = ph;
-	for (size_t i = 0; i < count; i++) {
+	for (size_t i = 0, floor = n->start_mark.index; i < count; i++) {
 		const yaml_node_t *item = yaml_document_get_node(L->doc, items[i]);
+		const yaml_mark_t *was = enter(L, &floor, item);
 		int r;
 
 		ph[i].until_step = UINT64_MAX;
@@ -838,6 +897,7 @@ static int set_schedule(struct loader *L, const struct field *f, const yaml_node
 			r = fail_at(L, item, "a ramp needs 'until_step'");
 		if (r == 0 && ph[i].stages && !ph[i].ramp_to.v)
 			r = fail_at(L, item, "'stages' applies to a ramp ('ramp_to') only");
+		L->via = was;
 		if (r < 0)
 			return r;
 	}
@@ -858,7 +918,9 @@ static int apply_mapping(struct loader *L, const struct field *fields, const cha
 	     p++) {
 		const yaml_node_t *k = yaml_document_get_node(L->doc, p->key);
 		const yaml_node_t *v = yaml_document_get_node(L->doc, p->value);
+		const yaml_mark_t *was;
 		const struct field *f = NULL;
+		size_t floor;
 		int r;
 
 		if (k->type != YAML_SCALAR_NODE)
@@ -879,7 +941,10 @@ static int apply_mapping(struct loader *L, const struct field *fields, const cha
 			return fail_at(L, k, "unknown key '%.64s' in %s; expected one of: %s",
 				       scalar(k), where, keys);
 		}
+		floor = k->end_mark.index;
+		was = enter(L, &floor, v);
 		r = apply_field(L, f, v, base);
+		L->via = was;
 		if (r < 0)
 			return r;
 	}
@@ -927,8 +992,9 @@ static int set_sources(struct loader *L, const struct field *f, const yaml_node_
 			L->marks[k] = L->marks[--L->n_marks];
 		else
 			k++;
-	for (size_t i = 0; i < count; i++) {
+	for (size_t i = 0, floor = n->start_mark.index; i < count; i++) {
 		const yaml_node_t *item = yaml_document_get_node(L->doc, items[i]);
+		const yaml_mark_t *was = enter(L, &floor, item);
 		int r;
 
 		L->source = (int32_t)i;
@@ -946,6 +1012,7 @@ static int set_sources(struct loader *L, const struct field *f, const yaml_node_
 		if (r == 0)
 			r = source_done(L, item, &srcs[i]);
 		L->source = -1;
+		L->via = was;
 		if (r < 0) {
 			for (size_t j = 0; j <= i; j++)
 				source_free(&srcs[j]);
@@ -1148,6 +1215,9 @@ static int fail_mark(struct loader *L, const struct mark *m, const char *what)
 		return sf__err(L->e, SF_E_CONFIG, "%s:1:1: %s", L->o.file, what);
 	if (m->override)
 		return sf__err(L->e, SF_E_CONFIG, "%s: %s", m->set, what);
+	if (m->alias_line)
+		return sf__err(L->e, SF_E_CONFIG, "%s:%zu:%zu: %s (through an alias of %zu:%zu)",
+			       m->file, m->line, m->col, what, m->alias_line, m->alias_col);
 	return sf__err(L->e, SF_E_CONFIG, "%s:%zu:%zu: %s", m->file, m->line, m->col, what);
 }
 
@@ -1751,12 +1821,15 @@ static int check_nodes(const char *name, yaml_document_t *doc, struct sf_err *e)
  * Refuse, before the document is loaded, nesting deeper than CONFIG_MAX_DEPTH (libyaml
  * takes time quadratic in the depth to load it, 33 s for 100,000 '[', while its events
  * reach the limit at once) and YAML tags, which the loader would ignore (`!include x`
- * read as the path "x"). A syntax error is left for the load to report.
+ * read as the path "x"). A syntax error is left for the load to report. The positions
+ * of the aliases go to *ret_aliases (the loaded document keeps none), for messages.
  */
-static int check_events(const char *name, const char *text, size_t len, struct sf_err *e)
+static int check_events(const char *name, const char *text, size_t len, yaml_mark_t **ret_aliases,
+			size_t *ret_n, struct sf_err *e)
 {
 	yaml_parser_t parser;
 	yaml_event_t ev;
+	size_t cap = 0;
 	int depth = 0, r = 0;
 
 	if (!yaml_parser_initialize(&parser))
@@ -1785,6 +1858,19 @@ static int check_events(const char *name, const char *text, size_t len, struct s
 				    "%s:%zu:%zu: nested deeper than %d levels; not a job file", name,
 				    ev.start_mark.line + 1, ev.start_mark.column + 1,
 				    CONFIG_MAX_DEPTH);
+		if (ev.type == YAML_ALIAS_EVENT && r == 0 && *ret_n == cap) {
+			size_t grown = cap ? 2 * cap : 16;
+			yaml_mark_t *more = realloc(*ret_aliases, grown * sizeof(*more));
+
+			if (more) {
+				*ret_aliases = more;
+				cap = grown;
+			} else {
+				r = sf__err(e, -ENOMEM, "out of memory");
+			}
+		}
+		if (ev.type == YAML_ALIAS_EVENT && r == 0)
+			(*ret_aliases)[(*ret_n)++] = ev.start_mark;
 		yaml_event_delete(&ev);
 		if (end || r < 0)
 			break;
@@ -1793,15 +1879,24 @@ static int check_events(const char *name, const char *text, size_t len, struct s
 	return r;
 }
 
-/* Parse `len` bytes of YAML into `doc`; a syntax error is reported at its position. */
-static int parse_document(const char *name, const char *text, size_t len, yaml_document_t *doc,
-			  struct sf_err *e)
+/*
+ * Parse `len` bytes of YAML into `doc`, and the positions of its aliases into `L`, which
+ * the caller frees (forget_aliases()) whether it succeeds or not; a syntax error is
+ * reported at its position.
+ */
+static int parse_document(struct loader *L, const char *name, const char *text, size_t len,
+			  yaml_document_t *doc)
 {
+	struct sf_err *e = L->e;
+	yaml_mark_t *aliases = NULL;
 	yaml_parser_t parser;
 	yaml_document_t more;
+	size_t n_aliases = 0;
 	int ok, r;
 
-	r = check_events(name, text, len, e);
+	r = check_events(name, text, len, &aliases, &n_aliases, e);
+	L->aliases = aliases;
+	L->n_aliases = n_aliases;
 	if (r < 0)
 		return r;
 	if (!yaml_parser_initialize(&parser))
@@ -1884,15 +1979,24 @@ static char *dir_of(const char *path)
 	return abs;
 }
 
+static void forget_aliases(struct loader *L)
+{
+	free(L->aliases);
+	L->aliases = NULL;
+	L->n_aliases = 0;
+}
+
 static int apply_text(struct loader *L, const char *text, size_t len, struct sf_config *cfg)
 {
 	yaml_document_t doc;
 	yaml_node_t *root;
 	int r;
 
-	r = parse_document(L->o.file, text, len, &doc, L->e);
-	if (r < 0)
+	r = parse_document(L, L->o.file, text, len, &doc);
+	if (r < 0) {
+		forget_aliases(L);
 		return r;
+	}
 	L->doc = &doc;
 	root = yaml_document_get_root_node(&doc);
 	if (!root)
@@ -1907,6 +2011,7 @@ static int apply_text(struct loader *L, const char *text, size_t len, struct sf_
 				root, cfg);
 	L->doc = NULL;
 	yaml_document_delete(&doc);
+	forget_aliases(L);
 	return r;
 }
 
@@ -2026,7 +2131,9 @@ static int apply_override(struct loader *L, const char *ov, struct sf_config *cf
 		return unknown_override(L, key);
 	snprintf(name, sizeof(name), "--set %s", key);
 	L->o = (struct origin){name, NULL, 1};
-	r = parse_document(name, eq + 1, strlen(eq + 1), &doc, L->e);
+	r = parse_document(L, name, eq + 1, strlen(eq + 1), &doc);
+	/* An override's messages name no position. */
+	forget_aliases(L);
 	if (r < 0)
 		return r;
 	L->doc = &doc;

@@ -1243,3 +1243,30 @@ Test(config, a_ramp_of_many_sources_takes_few_stages)
 		 "    - {until_step: 5000, weights: {s0: 1}, ramp_to: {s1: 1}, stages: 1024}\n");
 	cr_assert_eq(load(yaml), 0, "%s", err.msg);
 }
+
+/*
+ * A value an alias brings is named where the alias is, with the anchored value's
+ * position: the position of the value alone (its anchor) named a line where nothing is
+ * wrong ("producers: *c" reported at the consumers section's line).
+ */
+Test(config, a_value_through_an_alias_is_named_at_the_alias)
+{
+	rejects("consumers: &c {world_size: 1}\nsources: [a.bin]\nproducers: *c\n",
+		"job.yaml:3:12: unknown key 'world_size' in section 'producers'",
+		"(through an alias of 1:16)");
+	rejects("batch: {size: 8, seq_len: &n 3000}\nsources: [a.bin]\nproducers: {count: *n}\n",
+		"job.yaml:3:20: 'count' is out of range", "(through an alias of 1:27)");
+	/* The second of two aliases of one value on a line, and items of a list. */
+	rejects("consumers: {world_size: &w 2}\nsources: [a.bin]\n"
+		"producers: {count: *w, stall_timeout: *w}\n",
+		"job.yaml:3:39: 'stall_timeout' must be a duration", "(through an alias of 1:25)");
+	rejects("batch: &m {size: 8}\nsources:\n  - {paths: [a.bin, *m]}\n",
+		"job.yaml:3:21: 'paths' must be a path", "(through an alias of 1:8)");
+	/* A check across fields points at the alias too, here the fourth of four sources. */
+	rejects("sources:\n  - &s {paths: a.bin, name: x, weight: 1}\n"
+		"  - &t {paths: b.bin, name: y, weight: 1}\n  - *t\n  - *s\n",
+		"job.yaml:4:5: the name 'y' is given twice", "(through an alias of 3:29)");
+	/* A value written in place has no such note. */
+	rejects("sources: [a.bin]\nproducers: {count: 3000}\n", "job.yaml:2:20:", "out of range");
+	cr_expect(!strstr(err.msg, "alias"), "%s", err.msg);
+}
