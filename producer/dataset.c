@@ -155,8 +155,21 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 		for (size_t i = 0; i < n && r == 0; i++, k++) {
 			uint32_t format = src->format;
 
-			if (plan && (k >= plan->n_files || !plan->files[k].in_part))
+			/*
+			 * A file of another part is only checked for what every part refuses,
+			 * a pre-tokenized file: else only the part it falls in failed, and
+			 * the others wrote parts that no merge takes.
+			 */
+			if (plan && (k >= plan->n_files || !plan->files[k].in_part)) {
+				if (format == SF_FMT_AUTO &&
+				    sf__source_detect_format(paths[i], &format) < 0)
+					continue;
+				if (format != SF_FMT_TEXT && format != SF_FMT_JSONL)
+					r = sf__err(e, SF_E_CONFIG,
+						    "%s: tokenize parts are cut from raw text sources",
+						    paths[i]);
 				continue;
+			}
 			ds->stats.n_files++;
 			if (format == SF_FMT_AUTO)
 				r = sf__source_detect_format(paths[i], &format);

@@ -491,6 +491,24 @@ sources:
     r = run(tmp_path, str(cfg), "-o", str(tmp_path / "o"), check=False)
     assert r.returncode == 1 and "t.bin: tokenize reads raw text" in r.stderr, r.stderr
     assert "chunk index" not in r.stderr, r.stderr
+    # Beside raw text, every part refuses it, not only the part the file falls in: the
+    # others wrote their parts and exited 0, and only the merge refused them.
+    (tmp_path / "a.txt").write_text("one document\n\nand another\n" * 400)
+    (tmp_path / "b.txt").write_text("a third\n\nand a fourth\n" * 400)
+    cfg.write_text(f"""
+sources:
+  - paths: ["{tmp_path}/a.txt", "{tmp_path}/b.txt"]
+  - paths: ["{tmp_path}/t.bin"]
+tokenizer:
+  encoding: bytes
+""")
+    for n in (2, 3):
+        for i in range(n):
+            r = run(tmp_path, str(cfg), "-o", str(tmp_path / "p"), "--shard", f"{i}/{n}",
+                    check=False)
+            assert r.returncode == 1 and "t.bin: tokenize parts are cut from raw text" \
+                in r.stderr, (i, n, r.stderr)
+    assert not [x for x in os.listdir(tmp_path) if x.startswith("p_")]
 
 
 def test_bad_shard_arguments(corpus):
