@@ -202,7 +202,7 @@ static int new_token(struct reader *R, uint32_t type, int *ret)
 static int parse_container(struct reader *R, uint32_t depth, int obj)
 {
 	char close = obj ? '}' : ']';
-	int t, r;
+	int t = 0, r;
 
 	if (depth >= SF_JSON_MAX_DEPTH)
 		return bad(R, "nested too deeply");
@@ -256,7 +256,7 @@ static int parse_value(struct reader *R, uint32_t depth)
 		uint32_t type;
 	} words[] = {{"true", SF_JSON_TRUE}, {"false", SF_JSON_FALSE}, {"null", SF_JSON_NULL}};
 	char c;
-	int t, r;
+	int t = 0, r;
 
 	skip_ws(R);
 	if (R->pos >= R->len)
@@ -480,6 +480,7 @@ int sf__ctl_parse_request(const char *buf, size_t len, struct sf_ctl_request *re
 	int have_v = 0, have_rank = 0, have_step = 0, n;
 	uint32_t t;
 
+	ret->has_id = 0;
 	if (len > SF_CTL_MAX_REQUEST)
 		return sf__err(e, SF_E_PROTOCOL, "request of %zu bytes exceeds the %u-byte limit",
 			       len, SF_CTL_MAX_REQUEST);
@@ -488,6 +489,14 @@ int sf__ctl_parse_request(const char *buf, size_t len, struct sf_ctl_request *re
 		return n;
 	if (tok[0].type != SF_JSON_OBJECT)
 		return sf__err(e, SF_E_PROTOCOL, "a request must be a JSON object");
+	/* The id first, for the reply to a request refused before its id is reached. */
+	t = 1;
+	for (uint32_t i = 0; i < tok[0].size; i++, t = tok[t + 1].next)
+		if (key_is(buf, &tok[t], "id") &&
+		    sf__json_u64(buf, tok, (int)t + 1, &ret->id) == 0) {
+			ret->has_id = 1;
+			break;
+		}
 	t = 1;
 	for (uint32_t i = 0; i < tok[0].size; i++) {
 		const struct sf_json_token *k = &tok[t];

@@ -47,7 +47,9 @@ const char *sf__ctl_op_name(uint32_t op);
 
 /*
  * sf__ctl_parse_request - validate `len` bytes as a request. Returns 0 and fills *ret;
- * SF_E_PROTOCOL with the reason in `e` for anything malformed.
+ * SF_E_PROTOCOL with the reason in `e` for anything malformed, and then only ret->has_id
+ * and ret->id: the request's id, where it is a JSON object with a valid one, for the
+ * error reply.
  */
 int sf__ctl_parse_request(const char *buf, size_t len, struct sf_ctl_request *ret,
 			  struct sf_err *e);

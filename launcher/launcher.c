@@ -962,6 +962,20 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 	case SF_CTL_RESUME:
 		if (S->stopping)
 			return reply_error(buf, len, req, SF_E_STOPPED, "the job is stopping");
+		/*
+		 * Paused, the producer would keep the slot the seek waits for, and the
+		 * watchdog that ends a stall sleeps: the seek and its rank would be held
+		 * until a resume.
+		 */
+		if (req->op == SF_CTL_PAUSE && !S->paused && S->seek.active) {
+			char why[160];
+
+			snprintf(why, sizeof(why),
+				 "a seek of rank %u waits for a producer to finish a slot; pause "
+				 "when it has replied",
+				 S->seek.req.rank);
+			return reply_error(buf, len, req, SF_E_BUSY, why);
+		}
 		if (S->paused != (req->op == SF_CTL_PAUSE)) {
 			set_paused(S, req->op == SF_CTL_PAUSE);
 			sf__log_info("%s", req->op == SF_CTL_PAUSE ? "paused" : "resumed");
@@ -1094,7 +1108,7 @@ static void serve(struct supervisor *S)
 			body_len = zmq_msg_size(&part);
 			n = sf__ctl_parse_request(body, body_len, &req, &e);
 			if (n < 0)
-				n = reply_error(out, sizeof(out), NULL, SF_E_PROTOCOL, e.msg);
+				n = reply_error(out, sizeof(out), &req, SF_E_PROTOCOL, e.msg);
 			else
 				n = execute(S, &req, out, sizeof(out));
 		} else {

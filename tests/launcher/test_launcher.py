@@ -521,6 +521,13 @@ def test_a_seek_held_up_by_a_stalled_producer_blocks_nothing(rt, tmp_path):
         assert time.monotonic() - t0 < 1.0 and st["state"] == "running"
         busy = ctl(job, '{"v":1,"op":"seek","rank":0,"step":5}')
         assert not busy["ok"] and "waits for a producer" in busy["error"], busy
+        # A pause is refused too: the paused producer would hold the slot the seek waits
+        # for, and the watchdog that ends a stall sleeps while the job is paused (a pause
+        # was taken, and held the seek and the rank until a resume).
+        busy = ctl(job, '{"v":1,"op":"pause","id":3}')
+        assert not busy["ok"] and busy["id"] == 3 and busy["code"] == -1005, busy
+        assert "waits for a producer" in busy["error"], busy
+        assert ctl(job, '{"v":1,"op":"status"}')["state"] == "running"
         # The seek's hold of the rank is no consumer (its pid read as the launcher's,
         # negated).
         assert ctl(job, '{"v":1,"op":"stats"}')["ranks"][0]["consumer_pid"] == 0
@@ -623,6 +630,15 @@ def test_malformed_requests_get_errors_and_change_nothing(rt, tmp_path):
             rep = ctl(job, raw)
             assert rep["ok"] is False and rep["code"] == -1017, (raw, rep)
             assert why in json.dumps(rep["error"]) or why in rep["error"], (raw, rep)
+        # The reply to a refused request echoes its "id" wherever it stands (it had none
+        # where the refusal came before the id was read).
+        for raw in ('{"v":2,"op":"status","id":4}', '{"v":1,"op":"bogus","id":4}',
+                    '{"op":"status","id":4}', '{"v":1,"op":"status","x":1,"id":4}',
+                    '{"id":4,"v":1,"op":"seek","rank":0}'):
+            rep = ctl(job, raw)
+            assert rep["ok"] is False and rep.get("id") == 4, (raw, rep)
+        rep = ctl(job, '{"v":1,"op":"bogus","id":-4}')
+        assert rep["ok"] is False and "id" not in rep, rep
         rep = ctl(job, "--size", "5000")
         assert rep["ok"] is False and "limit" in rep["error"]
         # Far past the limit, libzmq drops the connection: no reply, no harm.

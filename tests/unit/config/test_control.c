@@ -219,3 +219,24 @@ Test(control, escaping_round_trips)
 	cr_expect_gt(pos, 4, "truncation is reported");
 	cr_expect_eq(strlen(buf), 3);
 }
+
+/* A refused request still gives its "id", wherever it stands, for the error reply. */
+Test(control, a_refused_request_gives_its_id)
+{
+	static const char *const refused[] = {
+		"{\"v\":2,\"op\":\"status\",\"id\":9}",
+		"{\"v\":1,\"op\":\"bogus\",\"id\":9}",
+		"{\"op\":\"status\",\"id\":9}",
+		"{\"id\":9,\"v\":1,\"op\":\"status\",\"rank\":1}",
+	};
+	struct sf_ctl_request req;
+
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		cr_assert_eq(parse(refused[i], &req), SF_E_PROTOCOL, "accepted %s", refused[i]);
+		cr_expect(req.has_id && req.id == 9, "%s: no id", refused[i]);
+	}
+	cr_assert_eq(parse("{\"v\":1,\"op\":\"bogus\",\"id\":\"9\"}", &req), SF_E_PROTOCOL);
+	cr_expect(!req.has_id);
+	cr_assert_eq(parse("{\"v\":1,\"op\":\"bogus\"", &req), SF_E_PROTOCOL);
+	cr_expect(!req.has_id);
+}
