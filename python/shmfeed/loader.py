@@ -123,8 +123,8 @@ def _state_before(meta, step, epoch, provenance):
 
 
 class Batch:
-    """One step of one rank: `tokens` [B, T+1], `x` = tokens[:, :-1], `y` = tokens[:, 1:]
-    (in the int64 and int32 modes a contiguous copy),
+    """One step of one rank: `tokens` [B, T+1], `x` = tokens[:, :-1] (a view of `tokens`),
+    `y` = tokens[:, 1:] (in the int64 and int32 modes a contiguous copy, else a view),
     `step`, `first_sample` (global index of row 0), `digest` (XXH3-64 of the token bytes
     in the arena), `doc_starts` (a [B, D] uint32 NumPy array of document starts per row,
     padded with 0xFFFFFFFF; on a GPU an int32 tensor on the device, padded with -1; None
@@ -528,6 +528,9 @@ class Loader:
                 return self.device.index
             self.device = t.device("cpu") if t is not None else "cpu"
             return N.SF_DEVICE_NONE
+        if isinstance(device, bool):
+            raise ValueError(f"shmfeed.Loader: device={device!r} is a bool; give a device "
+                             "('cuda', 'cuda:1', 'cpu', a GPU number) or leave it out")
         if isinstance(device, int):
             device = f"cuda:{device}"
         if t is None:

@@ -136,6 +136,11 @@ def test_errors_carry_the_c_message():
             assert e.value.code == N.SF_E_BUSY
         with pytest.raises(ValueError):
             shmfeed.Loader(job=feed.job, local_rank=0, device="tpu")
+        # A bool is no device number (device=True read as 'cuda:True').
+        for flag in (True, False):
+            with pytest.raises(ValueError) as e:
+                shmfeed.Loader(job=feed.job, local_rank=0, device=flag)
+            assert "a bool" in str(e.value) and f"cuda:{flag}" not in str(e.value), e.value
 
 
 def test_no_job_name_says_how_a_job_starts(monkeypatch):
