@@ -106,25 +106,43 @@ bool sf__regex_cased_property(const char *p)
 }
 
 /*
- * Whether the property name `name` (`len` bytes, between \p{ and }) is a script's: PCRE2
- * 10.40 and later read \p{Han} as Script_Extensions (U+3001 is then Han), where tiktoken's
- * regex and Oniguruma read Script (U+3001 is Common). A name that PCRE2 takes as sc=NAME
- * is one; a general category (L, Lu, Letter), sc=... or a binary property is not.
+ * The script that the property name `name` (up to `end`, between \p{ and }) names, as
+ * \p{sc=NAME} compiled, or NULL where it names none. PCRE2 10.40 and later read \p{Han} as
+ * Script_Extensions (U+3001 is then Han), where tiktoken's regex and Oniguruma read Script
+ * (U+3001 is Common). A name that PCRE2 takes as sc=NAME is a script's, and so is the value
+ * of sc=NAME or Script=NAME (sc:, script:; the key compared as the engines compare it);
+ * a general category (L, Lu), any other key=value (scx=Han) or a binary property is not.
+ * *ret_name gets where the script's name starts.
  */
-static bool script_name(const char *name, size_t len)
+static pcre2_code *script_named(const char *name, const char *end, const char **ret_name)
 {
-	char probe[80];
-	pcre2_code *re;
+	const char *value = name;
+	char key[8], probe[80];
+	bool long_key = false;
 	PCRE2_SIZE where;
+	size_t k = 0;
 	int err;
 
-	if (len > 64 || memchr(name, '=', len) || memchr(name, ':', len))
-		return false;
-	snprintf(probe, sizeof(probe), "\\p{sc=%.*s}", (int)len, name);
-	re = pcre2_compile((PCRE2_SPTR)probe, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
-			   &where, NULL);
-	pcre2_code_free(re);
-	return re != NULL;
+	for (const char *p = name; p < end; p++) {
+		if (*p == '=' || *p == ':') {
+			key[k] = 0;
+			if (value != name || long_key ||
+			    (strcmp(key, "sc") && strcmp(key, "script")))
+				return NULL;
+			value = p + 1;
+		} else if (value == name && *p != '_' && *p != '-' && *p != ' ') {
+			if (k + 1 < sizeof(key))
+				key[k++] = (char)(*p >= 'A' && *p <= 'Z' ? *p | 0x20 : *p);
+			else
+				long_key = true;
+		}
+	}
+	if (end - value > 64 || end == value)
+		return NULL;
+	*ret_name = value;
+	snprintf(probe, sizeof(probe), "\\p{sc=%.*s}", (int)(end - value), value);
+	return pcre2_compile((PCRE2_SPTR)probe, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+			     &where, NULL);
 }
 
 /*
@@ -162,76 +180,148 @@ static uint32_t gc_mask(const char *name, size_t len)
 }
 
 /*
- * Append to out + *o, as class ranges, the code points whose category is in `mask` in the
- * scanners' Unicode and was not in PCRE2's (gained), or the other way round (!gained).
+ * A property whose code points may have changed since PCRE2's Unicode: the general
+ * categories `mask` (bits SF_UC_GC_*), or, with `script`, the script that \p{sc=NAME}
+ * compiled matches (`md` its match data).
+ */
+struct prop {
+	uint32_t mask;
+	const pcre2_code *script;
+	pcre2_match_data *md;
+};
+
+/* Whether the script of p holds cp in PCRE2's tables (never SF_UC_SC_NONE). */
+static bool script_has(const struct prop *p, uint32_t cp)
+{
+	uint8_t buf[4];
+
+	if (cp == SF_UC_SC_NONE)
+		return false;
+	return pcre2_match(p->script, buf, sf__utf8_encode(cp, buf), 0, PCRE2_ANCHORED, p->md,
+			   NULL) >= 0;
+}
+
+/*
+ * Append to out + *o, as class ranges, the code points that property p holds in the
+ * scanners' Unicode and did not in PCRE2's (gained), or the other way round (!gained).
  * With out NULL, only counts them. Returns the number of ranges.
  */
-static size_t put_changes(char *out, size_t *o, uint32_t mask, bool gained)
+static size_t put_changes(char *out, size_t *o, const struct prop *p, bool gained)
 {
+	const size_t n_changes = p->script ? sf__uc_sc_changes_n : sf__uc_gc_changes_n;
 	size_t n = 0;
 
-	for (size_t i = 0; i < sf__uc_gc_changes_n; i++) {
-		const struct sf_uc_gc_change *c = &sf__uc_gc_changes[i];
-		const bool then = mask >> c->then & 1, now = mask >> c->now & 1;
+	for (size_t i = 0; i < n_changes; i++) {
+		uint32_t lo, hi;
+		bool then, now;
 
+		if (p->script) {
+			const struct sf_uc_sc_change *c = &sf__uc_sc_changes[i];
+
+			lo = c->lo;
+			hi = c->hi;
+			then = script_has(p, c->then);
+			now = script_has(p, c->now);
+		} else {
+			const struct sf_uc_gc_change *c = &sf__uc_gc_changes[i];
+
+			lo = c->lo;
+			hi = c->hi;
+			then = p->mask >> c->then & 1;
+			now = p->mask >> c->now & 1;
+		}
 		if (gained ? now && !then : then && !now) {
 			if (out)
-				*o += (size_t)sprintf(out + *o, "\\x{%x}-\\x{%x}", (unsigned)c->lo,
-						      (unsigned)c->hi);
+				*o += (size_t)sprintf(out + *o, "\\x{%x}-\\x{%x}", (unsigned)lo,
+						      (unsigned)hi);
 			n++;
 		}
 	}
 	return n;
 }
 
-/* The most put_gc() writes: every change once, and its own brackets. */
-#define GC_TEXT_BOUND (sf__uc_gc_changes_n * 22 + 32)
+/* The most put_prop() writes: every change once, its own brackets and \p{sc=NAME}. */
+#define GC_TEXT_BOUND                                                                              \
+	((sf__uc_gc_changes_n > sf__uc_sc_changes_n ? sf__uc_gc_changes_n : sf__uc_sc_changes_n) * \
+		 22 +                                                                              \
+	 112)
 
 /*
- * Give PCRE2 (whose tables are Unicode 14.0) the property escape `esc` (`len` bytes, \p{L},
- * \P{Lu}, \p{^N}, \pL, \d, \D) of the general categories `mask` as they are in the scanners'
- * Unicode (16.0, what tiktoken's regex crate and the Oniguruma of `tokenizers` read): the
- * code points gained since are added, those lost are taken out. Inside a class, what would
- * have to be taken out of it cannot be: refused. Returns 1 where the escape changed, 0
- * where its categories did not, or SF_E_TOKENIZER.
+ * Give PCRE2 (whose tables are Unicode 14.0) the property escape `written` (`len` bytes,
+ * \p{L}, \P{Lu}, \p{^N}, \pL, \d, \D, \p{Han}) of property p, as `esc` (`esc_len` bytes: the
+ * escape PCRE2 is to read, \p{sc=Han} for \p{Han}), as p is in the scanners' Unicode (16.0,
+ * what tiktoken's regex crate and the Oniguruma of `tokenizers` read): the code points
+ * gained since are added, those lost are taken out. Inside a class, what would have to be
+ * taken out of it cannot be: refused. Returns 1 where the escape changed, 0 where its
+ * code points did not, or SF_E_TOKENIZER.
  */
-static int put_gc(char *out, size_t *o, const char *esc, size_t len, uint32_t mask, bool neg,
-		  bool in_class, struct sf_err *e)
+static int put_prop(char *out, size_t *o, const char *written, size_t len, const char *esc,
+		    size_t esc_len, const struct prop *p, bool neg, bool in_class, struct sf_err *e)
 {
 	/* What the escape gains, and loses, as a set: its complement's for \P. */
 	const bool add_gained = !neg;
-	const size_t add = put_changes(NULL, NULL, mask, add_gained);
-	const size_t drop = put_changes(NULL, NULL, mask, !add_gained);
+	const size_t add = put_changes(NULL, NULL, p, add_gained);
+	const size_t drop = put_changes(NULL, NULL, p, !add_gained);
 
 	/* [\p{L}-z] is an invalid range to PCRE2 (and to Rust); with ranges after the escape
 	 * the - would be a character. (-- is a set operation, refused as such.) */
-	if (in_class && esc[len] == '-' && esc[len + 1] != ']' && esc[len + 1] != '-')
+	if (in_class && written[len] == '-' && written[len + 1] != ']' && written[len + 1] != '-')
 		return sf__err(
 			e, SF_E_TOKENIZER,
 			"pattern: %.*s- inside a character class: a range from a property is "
 			"not supported",
-			(int)len, esc);
+			(int)len, written);
 	if (in_class && drop)
 		return sf__err(e, SF_E_TOKENIZER,
 			       "pattern: %.*s inside a character class is not supported (%zu "
-			       "ranges of code points changed category between PCRE2's Unicode "
+			       "ranges of code points changed %s between PCRE2's Unicode "
 			       "14.0 and Unicode %s, which a class cannot take out)",
-			       (int)len, esc, drop, sf__uc_version);
+			       (int)len, written, drop, p->script ? "script" : "category",
+			       sf__uc_version);
 	if (!in_class && drop) {
 		*o += (size_t)sprintf(out + *o, "(?:(?![");
-		put_changes(out, o, mask, !add_gained);
+		put_changes(out, o, p, !add_gained);
 		*o += (size_t)sprintf(out + *o, "])");
 	}
 	if (!in_class && add)
 		out[(*o)++] = '[';
-	memcpy(out + *o, esc, len);
-	*o += len;
-	put_changes(out, o, mask, add_gained);
+	memcpy(out + *o, esc, esc_len);
+	*o += esc_len;
+	put_changes(out, o, p, add_gained);
 	if (!in_class && add)
 		out[(*o)++] = ']';
 	if (!in_class && drop)
 		out[(*o)++] = ')';
 	return add || drop;
+}
+
+/*
+ * The script escape `written` (\p{Han}, \P{sc=Han}, \p{^Script=Han}, up to `end`, its '}')
+ * of the script `script` named `name`, as \p{sc=NAME} (a Script, not Script_Extensions),
+ * with `gc` the code points that the script gained or lost since PCRE2's Unicode put in
+ * or taken out (put_prop()). Returns as put_prop() does.
+ */
+static int put_script(char *out, size_t *o, const char *written, const char *end, const char *name,
+		      const pcre2_code *script, bool neg, bool gc, bool in_class, struct sf_err *e)
+{
+	char esc[96];
+	const size_t len = (size_t)snprintf(esc, sizeof(esc), "\\%c{%ssc=%.*s}", written[1],
+					    neg ? "^" : "", (int)(end - name), name);
+	struct prop p = {0, script, NULL};
+	int rc;
+
+	if (!gc) {
+		memcpy(out + *o, esc, len);
+		*o += len;
+		return 0;
+	}
+	p.md = pcre2_match_data_create(1, NULL);
+	if (!p.md)
+		return sf__err(e, -ENOMEM, "pattern: out of memory");
+	rc = put_prop(out, o, written, (size_t)(end + 1 - written), esc, len, &p,
+		      neg != (written[1] == 'P'), in_class, e);
+	pcre2_match_data_free(p.md);
+	return rc;
 }
 
 /* The rewriting of one escape is at most this many times the two characters it replaces
@@ -244,9 +334,11 @@ static int put_gc(char *out, size_t *o, const char *esc, size_t len, uint32_t ma
  */
 static void put_word(char *out, size_t *o, const char *open, bool gc, const char *after)
 {
+	const struct prop word = {WORD_GC, NULL, NULL};
+
 	*o += (size_t)sprintf(out + *o, "%s" WORD, open);
 	if (gc)
-		put_changes(out, o, WORD_GC, true);
+		put_changes(out, o, &word, true);
 	*o += (size_t)sprintf(out + *o, "%s%s", *open ? "]" : "", after);
 }
 
@@ -304,8 +396,9 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, s
 					d, pattern + i + 1);
 			/* \d is \p{Nd} to both (and to PCRE2 with UCP), new digits included. */
 			if (gc && (d == 'd' || d == 'D')) {
-				int rc = put_gc(out, &o, pattern + i - 1, 2, 1u << SF_UC_GC_ND,
-						d == 'D', in_class, e);
+				const struct prop nd = {1u << SF_UC_GC_ND, NULL, NULL};
+				int rc = put_prop(out, &o, pattern + i - 1, 2, pattern + i - 1, 2,
+						  &nd, d == 'D', in_class, e);
 
 				if (rc < 0)
 					return rc;
@@ -321,10 +414,11 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, s
 					end ? gc_mask(name + neg, (size_t)(end - name) - neg) : 0;
 
 				if (mask && gc) {
+					const struct prop p = {mask, NULL, NULL};
 					const char *esc = pattern + i - 1;
 					const size_t len = (size_t)(end - esc) + braces;
-					int rc = put_gc(out, &o, esc, len, mask, neg != (d == 'P'),
-							in_class, e);
+					int rc = put_prop(out, &o, esc, len, esc, len, &p,
+							  neg != (d == 'P'), in_class, e);
 
 					if (rc < 0)
 						return rc;
@@ -336,11 +430,18 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, s
 			if ((d == 'p' || d == 'P') && pattern[i + 1] == '{') {
 				const char *name = pattern + i + 2, *end = strchr(name, '}');
 				const bool neg = *name == '^';
+				const char *sc = NULL;
+				pcre2_code *script =
+					end ? script_named(name + neg, end, &sc) : NULL;
 
-				if (end && script_name(name + neg, (size_t)(end - name) - neg)) {
-					o += (size_t)sprintf(out + o, "\\%c{%ssc=%.*s}", d,
-							     neg ? "^" : "",
-							     (int)(end - name) - neg, name + neg);
+				if (script) {
+					int rc = put_script(out, &o, pattern + i - 1, end, sc,
+							    script, neg, gc, in_class, e);
+
+					pcre2_code_free(script);
+					if (rc < 0)
+						return rc;
+					*ret_changed |= rc > 0;
 					i = (size_t)(end - pattern);
 					continue;
 				}

@@ -63,6 +63,22 @@ extern const struct sf_uc_gc_change sf__uc_gc_changes[];
 extern const size_t sf__uc_gc_changes_n;
 extern const uint8_t sf__uc_gc_changed_blocks[0x220]; /* bit b: block b has a change */
 
+/*
+ * Code points lo..hi whose Script in the scanners' Unicode differs from PCRE2 10.42's, from
+ * unicode_sc_changes.c: `then` is a code point of their script in PCRE2, `now` one that
+ * PCRE2 puts in their script of today (SF_UC_SC_NONE where PCRE2 knows no such script).
+ * Every one of them changed general category too (sf__uc_gc_changed_blocks covers it).
+ */
+#define SF_UC_SC_NONE UINT32_MAX
+
+struct sf_uc_sc_change {
+	uint32_t lo, hi;
+	uint32_t then, now;
+};
+
+extern const struct sf_uc_sc_change sf__uc_sc_changes[];
+extern const size_t sf__uc_sc_changes_n;
+
 /* The code point that sf__utf8_next() reports for a byte that starts no valid sequence. */
 #define SF_UC_INVALID UINT32_MAX
 

@@ -294,6 +294,11 @@ def job_check(shmfeed, family, path, ref, docs, tmp):
 # refused, never read as characters.
 WORD_PATTERNS = [r"\w+|\S|\s+", r"\b\w+\b|\S|\s+", r"[\w']+|\S|\s+", r"\W+|\w+|\s+",
                  r"\B.|\b.|\s+", r" ?\w+|\s|.", r" ?\d+| ?[^\d\s]+|\s+"]
+# Scripts are Unicode 16.0's to tiktoken's regex, as general categories are; PCRE2 10.42's
+# are 14.0, which leaves out every character assigned since (CJK Ext H and I to Han).
+SCRIPT_PATTERNS = [r"\p{Han}+|\S|\s+", r"[\p{Han}\p{Latin}]+|\S|\s+", r"\P{Han}+|.",
+                   r"[^\p{Han}\s]+|\S|\s+", r"\p{sc=Han}+|\p{Script=Latin}+|\S|\s+",
+                   r"\p{Egyptian_Hieroglyphs}+|\p{Cyrillic}+|\p{Common}+|\S|\s+"]
 REFUSED_PATTERNS = {r"[a-z&&[^aeiou]]+|\S|\s+": "&& is not supported",
                     r"[a[bc]]+|\S|\s+": "a class inside a character class",
                     r"[\p{L}--\p{Ll}]+|\S|\s+": "-- is not supported",
@@ -322,10 +327,13 @@ def word_patterns(shmfeed):
              # new since PCRE2's Unicode 14.0: a Kawi letter, sign and digit, a Garay
              # letter (16.0), a CJK Ext H ideograph (word characters to tiktoken), and
              # a Sidetic letter of 17.0 (none to it)
-             0x11f04, 0x11f00, 0x11f50, 0x10d4a, 0x31350, 0x10940]]
+             0x11f04, 0x11f00, 0x11f50, 0x10d4a, 0x31350, 0x10940,
+             # and of other scripts: CJK Ext I (Han, 15.1), a Latin and a Cyrillic letter
+             # and an Egyptian hieroglyph of 16.0, a symbol of 16.0 (Common)
+             0x2ebf0, 0xa7cb, 0x1c89, 0x13460, 0x2427]]
     docs = ["".join(rng.choice(pool) for _ in range(rng.randint(1, 40))) for _ in range(2000)]
     bad = 0
-    for pat in WORD_PATTERNS:
+    for pat in WORD_PATTERNS + SCRIPT_PATTERNS:
         enc = tiktoken.Encoding("p", pat_str=pat, mergeable_ranks=ranks, special_tokens={})
         got = shmfeed_encode(shmfeed, path, docs, pat)
         differ = sum(ids != enc.encode_ordinary(d) for d, ids in zip(docs, got))
@@ -352,8 +360,9 @@ def word_patterns(shmfeed):
             print("FAIL pattern %r: %s (want a refusal: %s)" % (
                 pat, proc.stderr.decode().strip() or "accepted", why))
             bad += 1
-    print("%s patterns: %d with word escapes against tiktoken on %d texts, %d refused" % (
-        "FAIL" if bad else "ok", len(WORD_PATTERNS), len(docs), len(REFUSED_PATTERNS)))
+    print("%s patterns: %d with word escapes and %d with scripts against tiktoken on %d "
+          "texts, %d refused" % ("FAIL" if bad else "ok", len(WORD_PATTERNS),
+                                 len(SCRIPT_PATTERNS), len(docs), len(REFUSED_PATTERNS)))
     return bad
 
 

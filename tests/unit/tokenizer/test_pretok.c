@@ -355,6 +355,17 @@ Test(custom, script_properties_are_scripts)
 		{"\\p{sc=Han}+|.", "中、文", "中|、|文"},
 		{"\\p{scx=Han}+|.", "中、文", "中、文"},
 		{"\\p{L}+|.", "中、文", "中|、|文"},
+		/* Unicode 16.0's scripts, not PCRE2's 14.0: U+31350 (CJK Ext H, 15.0) is Han. */
+		{"\\p{Han}+|.", "中\U00031350文", "中\U00031350文"},
+		{"[\\p{Han}]+|.", "中\U00031350文", "中\U00031350文"},
+		{"\\p{sc=Han}+|.", "中\U00031350文", "中\U00031350文"},
+		{"\\p{Script=Han}+|.", "中\U00031350文", "中\U00031350文"},
+		{"\\p{ SC = Han}+|.", "中\U00031350文", "中\U00031350文"},
+		{"\\P{Han}+|.", "a\U00031350b", "a|\U00031350|b"},
+		{"\\p{^Han}+|.", "a\U00031350b", "a|\U00031350|b"},
+		{"[^\\p{Han}]+|.", "a\U00031350b", "a|\U00031350|b"},
+		{"\\p{Unknown}+|.", "\U00031350\U00031351", "\U00031350|\U00031351"},
+		{"\\p{Latin}+|.", "a\ua7cbb", "a\ua7cbb"},
 	};
 	char got[256];
 
@@ -366,7 +377,6 @@ Test(custom, script_properties_are_scripts)
 		}
 }
 
-/* Whether `re` matches all of the character cp (false for a pattern that matches less). */
 /* Whether `re` matches all of `text` from its start. */
 static bool matches_text(const pcre2_code *re, pcre2_match_data *md, const char *text)
 {
@@ -376,6 +386,7 @@ static bool matches_text(const pcre2_code *re, pcre2_match_data *md, const char 
 	       pcre2_get_ovector_pointer(md)[1] == len;
 }
 
+/* Whether `re` matches all of the character cp (false for a pattern that matches less). */
 static bool matches_whole(const pcre2_code *re, pcre2_match_data *md, uint32_t cp)
 {
 	uint8_t buf[4];
@@ -383,6 +394,43 @@ static bool matches_whole(const pcre2_code *re, pcre2_match_data *md, uint32_t c
 
 	return pcre2_match(re, buf, len, 0, PCRE2_ANCHORED, md, NULL) >= 0 &&
 	       pcre2_get_ovector_pointer(md)[1] == len;
+}
+
+/*
+ * Every code point whose script changed since PCRE2's Unicode changed category too, so that
+ * a text that holds one runs the pattern with the scripts of Unicode 16.0
+ * (sf__pcre_text_changed()); and each was unassigned (script Unknown) in PCRE2's own
+ * tables, as is the code point `then` that names its old script there.
+ */
+Test(custom, script_changes_are_pcre2s)
+{
+	pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+	pcre2_code *unknown;
+	PCRE2_SIZE where;
+	int err;
+
+	/* PCRE2 itself: sf__pcre_compile() would give it Unicode 16.0's Unknown. */
+	unknown = pcre2_compile((PCRE2_SPTR) "\\p{sc=Unknown}", PCRE2_ZERO_TERMINATED,
+				PCRE2_UTF | PCRE2_UCP, &err, &where, NULL);
+	cr_assert(unknown);
+	cr_assert_gt(sf__uc_sc_changes_n, 0);
+	for (size_t i = 0; i < sf__uc_sc_changes_n; i++) {
+		const struct sf_uc_sc_change *c = &sf__uc_sc_changes[i];
+
+		cr_expect(c->lo <= c->hi && (i == 0 || sf__uc_sc_changes[i - 1].hi < c->lo),
+			  "range %zu", i);
+		for (uint32_t cp = c->lo; cp <= c->hi; cp++) {
+			uint8_t buf[4];
+			size_t len = sf__utf8_encode(cp, buf);
+
+			cr_expect(sf__pcre_text_changed(buf, len), "U+%04X", cp);
+			cr_expect(matches_whole(unknown, md, cp) &&
+					  matches_whole(unknown, md, c->then),
+				  "U+%04X", cp);
+		}
+	}
+	pcre2_code_free(unknown);
+	pcre2_match_data_free(md);
 }
 
 /*
@@ -679,11 +727,13 @@ Test(custom, a_text_with_a_new_symbol_takes_the_exact_pattern)
 
 /* U+1171E went from Mn to Mc in Unicode 15.0: \p{Mn} leaves it out, \p{Mc} and \p{M} take
  * it; inside a class, where PCRE2 cannot take it out of Mn, \p{Mn} is refused, as is any \P
- * of a category that gained code points, and a range from a category (PCRE2 refuses it). */
+ * of a category that gained code points, and a range from a category (PCRE2 refuses it).
+ * So are a script that lost code points (Unknown) and the \P of one that gained some. */
 Test(custom, a_category_that_lost_code_points)
 {
-	static const char *const refused[] = {"[\\p{Mn}]", "[^\\p{Mn}x]", "[\\P{L}]", "[x\\p{^N}]",
-					      "[\\p{Cn}]", "[\\p{L}-z]"};
+	static const char *const refused[] = {
+		"[\\p{Mn}]",  "[^\\p{Mn}x]", "[\\P{L}]",	"[x\\p{^N}]",	  "[\\p{Cn}]",
+		"[\\p{L}-z]", "[\\P{Han}]",  "[x\\p{^sc=Han}]", "[\\p{Unknown}]", "[\\p{Han}-z]"};
 	pcre2_match_data *md = pcre2_match_data_create(4, NULL);
 	static const struct {
 		const char *pattern;

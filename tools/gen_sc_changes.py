@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Generate producer/tokenizer/unicode_sc_changes.c: the code points whose Script in
+Unicode 16.0 (what tiktoken 0.14's Rust regex and the Oniguruma of `tokenizers` 0.23 read
+\\p{Han} with) differs from the one PCRE2 10.42 has (Unicode 14.0), as ranges of (code
+points, a code point of the script then, a code point of the script now). pcre_fallback.c
+adds them to each script property (\\p{Han}, \\p{sc=Han}) that it gives PCRE2, or takes
+them out, for the texts that hold such a code point. A script is named by a code point
+that PCRE2 puts in it because PCRE2 then resolves the names and their aliases (Han,
+Hani) itself; a script that PCRE2 does not know (new since 14.0: Kawi, Garay, ...) has
+none, and a pattern that names it does not compile.
+
+Scripts now come from PyPI's unicodedataplus 16.0.0, scripts then from PCRE2 itself
+(libpcre2-8.so.0 through ctypes), so that the table says what the library in use does:
+
+    pip install --target /tmp/udp16 unicodedataplus==16.0.0
+    PYTHONPATH=/tmp/udp16 python3 tools/gen_sc_changes.py > producer/tokenizer/unicode_sc_changes.c
+
+tests/unit/tokenizer/test_pretok.c (custom/script_changes_are_pcre2s) checks the result
+against PCRE2, and tokenizer-families compares script patterns with tiktoken.
+"""
+import ctypes
+import sys
+
+import unicodedataplus as now
+
+UTF, UCP, ANCHORED = 0x00080000, 0x00020000, 0x80000000
+NONE = 0xFFFFFFFF
+
+
+class Pcre2:
+    def __init__(self):
+        lib = ctypes.CDLL("libpcre2-8.so.0")
+        lib.pcre2_compile_8.restype = ctypes.c_void_p
+        lib.pcre2_compile_8.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32,
+                                        ctypes.POINTER(ctypes.c_int),
+                                        ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p]
+        lib.pcre2_match_data_create_8.restype = ctypes.c_void_p
+        lib.pcre2_match_data_create_8.argtypes = [ctypes.c_uint32, ctypes.c_void_p]
+        lib.pcre2_match_8.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                                      ctypes.c_size_t, ctypes.c_uint32, ctypes.c_void_p,
+                                      ctypes.c_void_p]
+        lib.pcre2_config_8.argtypes = [ctypes.c_uint32, ctypes.c_void_p]
+        self.lib = lib
+        self.md = lib.pcre2_match_data_create_8(4, None)
+        self.codes = {}
+        buf = ctypes.create_string_buffer(64)
+        lib.pcre2_config_8(10, buf)  # PCRE2_CONFIG_UNICODE_VERSION
+        self.unicode = buf.value.decode()
+
+    def script(self, name):
+        """The compiled \\p{sc=NAME}, or None where PCRE2 does not know the script."""
+        if name not in self.codes:
+            err, off = ctypes.c_int(), ctypes.c_size_t()
+            pat = ("\\p{sc=%s}" % name).encode()
+            self.codes[name] = self.lib.pcre2_compile_8(pat, len(pat), UTF | UCP | ANCHORED,
+                                                        ctypes.byref(err),
+                                                        ctypes.byref(off), None)
+        return self.codes[name]
+
+    def has(self, name, cp):
+        code = self.script(name)
+        text = chr(cp).encode()
+        return bool(code) and self.lib.pcre2_match_8(code, text, len(text), 0, 0, self.md,
+                                                     None) >= 0
+
+
+def main():
+    pcre = Pcre2()
+    if now.unidata_version != "16.0.0" or pcre.unicode != "14.0.0":
+        sys.exit("needs unicodedataplus 16.0.0 and a PCRE2 of Unicode 14.0.0, not %s and %s"
+                 % (now.unidata_version, pcre.unicode))
+    points = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
+    scripts = sorted({now.script(chr(cp)) for cp in points})
+    known = [s for s in scripts if pcre.script(s)]
+    if "Unknown" not in known:
+        sys.exit("PCRE2 does not know the script Unknown")
+    changed, rep = [], {}
+    for cp in points:
+        s = now.script(chr(cp))
+        if pcre.has(s, cp):
+            rep.setdefault(s, cp)
+        else:
+            changed.append((cp, s))
+    ranges = []
+    for cp, s in changed:
+        then = [t for t in known if pcre.has(t, cp)]
+        if len(then) != 1:
+            sys.exit("U+%04X: PCRE2's scripts %s" % (cp, then))
+        if ranges and ranges[-1][1] == cp - 1 and ranges[-1][2:] == [then[0], s]:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp, then[0], s])
+    # sf__pcre_text_changed() lets every character below U+0800 (one or two UTF-8 bytes) by.
+    if ranges[0][0] < 0x800:
+        sys.exit("U+%04X changed script: pcre_fallback.c looks from U+0800 on" % ranges[0][0])
+    out = sys.stdout
+    out.write("/*\n * Code points whose Script in Unicode %s (unicodedataplus) differs from\n"
+              " * PCRE2's (Unicode %s), each script named by a code point PCRE2 puts in it\n"
+              " * (SF_UC_SC_NONE: a script PCRE2 does not know).\n"
+              " * Generated by tools/gen_sc_changes.py. Do not edit by hand.\n */\n"
+              % (now.unidata_version, pcre.unicode))
+    out.write('#include "producer/tokenizer/unicode.h"\n\n')
+    out.write("const struct sf_uc_sc_change sf__uc_sc_changes[] = {\n")
+    for lo, hi, then, is_now in ranges:
+        out.write("\t{0x%x, 0x%x, %s, %s}, /* %s, %s */\n"
+                  % (lo, hi, "0x%x" % rep[then] if then in rep else "SF_UC_SC_NONE",
+                     "0x%x" % rep[is_now] if is_now in rep else "SF_UC_SC_NONE", then, is_now))
+    out.write("};\n\nconst size_t sf__uc_sc_changes_n = %d;\n" % len(ranges))
+
+
+if __name__ == "__main__":
+    main()
