@@ -39,8 +39,12 @@
 #define SF_TP_RECLAIM_FENCED 100
 #define SF_TP_SEEK_HELD	     101
 #define SF_TP_ATTACH_OPENED  102
-/* A text file's index build has mapped the file and is about to scan it. */
-#define SF_TP_INDEX_MAPPED 103
+/* A text file's index build has mapped the file and is about to scan it; has counted
+ * the chunks of the files it cut and is about to walk again those that had skips. A
+ * walk over a chunk's documents has its file mapped and is about to read it. */
+#define SF_TP_INDEX_MAPPED  103
+#define SF_TP_INDEX_COUNTED 104
+#define SF_TP_WALK_MAPPED   105
 
 extern void (*sf__test_hook)(int point);
 

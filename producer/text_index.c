@@ -439,6 +439,7 @@ int sf__text_walk_init(struct sf_doc_walk *w, const struct sf_dataset *ds, uint6
 
 	if (r < 0)
 		return r;
+	SF_TEST_POINT(SF_TP_WALK_MAPPED);
 	return sf__doc_walk_init(w, f, &ds->sources[f->source], data, len, c->off, c->len,
 				 SF_CHUNK_BYTES, c->first_line, scratch, e);
 }
@@ -643,6 +644,27 @@ static int load_or_cut(struct sf_dataset *ds, struct file_group_key *keys, struc
 	return 0;
 }
 
+/* A walk over a chunk that had skips, for the first one's message. */
+struct skip_walk {
+	const struct sf_dataset *ds;
+	uint64_t chunk;
+	char *scratch;
+	struct sf_err *e;
+	struct sf_doc_walk walk;
+};
+
+static int walk_skips(void *arg)
+{
+	struct skip_walk *sw = arg;
+	const char *doc;
+	size_t len;
+	int r = sf__text_walk_init(&sw->walk, sw->ds, sw->chunk, sw->scratch, sw->e);
+
+	while (r == 0 && (r = sf__text_next_doc(&sw->walk, &doc, &len, sw->e)) == 1)
+		r = 0;
+	return r;
+}
+
 /* Count the chunks of the files that were cut, with cfg->producers workers. */
 static int count_cut(struct sf_dataset *ds, const struct sf_config *cfg, const uint8_t *cut,
 		     struct sf_err *e)
@@ -694,26 +716,26 @@ static int count_cut(struct sf_dataset *ds, const struct sf_config *cfg, const u
 					   (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
 	/* Skips in file order; the first one's message comes from walking its chunk again,
 	 * which meets the same record first. */
+	SF_TEST_POINT(SF_TP_INDEX_COUNTED);
 	for (uint64_t i = 0; i < n_items; i++) {
-		struct sf_doc_walk walk;
-		char *scratch;
-		const char *doc;
-		size_t len;
+		struct skip_walk sw = {.ds = ds, .chunk = items[i], .e = e};
+		void *fault;
 
 		if (!results[i].skipped)
 			continue;
-		scratch = malloc(ds->max_doc_bytes + 1);
-		if (!scratch) {
+		sw.scratch = malloc(ds->max_doc_bytes + 1);
+		if (!sw.scratch) {
 			r = sf__err(e, -ENOMEM, "out of memory");
 			goto out;
 		}
-		r = sf__text_walk_init(&walk, ds, items[i], scratch, e);
-		while (r == 0 && sf__text_next_doc(&walk, &doc, &len, e) == 1)
-			;
-		free(scratch);
+		/* The file may have been truncated since it was counted. */
+		r = sf__sigbus_call(walk_skips, &sw, &fault, e);
+		if (fault)
+			r = sf__dataset_fault(ds, fault, e);
+		free(sw.scratch);
 		if (r < 0)
 			goto out;
-		sf__dataset_note_skips(ds, &walk.why, walk.skipped);
+		sf__dataset_note_skips(ds, &sw.walk.why, sw.walk.skipped);
 	}
 out:
 	sf__shared_free(results, results_bytes);

@@ -21,11 +21,22 @@ static const char *jsonl_doc_end(const char *sep, uint32_t sep_len, const char *
 	return q ? q : end;
 }
 
-static int bad_record(struct sf_doc_walk *w, struct sf_err *e, const char *fmt_what,
-		      const char *detail, size_t column)
+/*
+ * The bad record [p, p + n): stops the walk, or is skipped and counted. One that holds a
+ * NUL byte (which JSON never holds raw) may be the zeros past a truncation: a file that
+ * changed is named as such, never skipped.
+ */
+static int bad_record(struct sf_doc_walk *w, const char *p, size_t n, struct sf_err *e,
+		      const char *fmt_what, const char *detail, size_t column)
 {
 	struct sf_err why;
+	int r;
 
+	if (w->src->on_error != SF_ON_ERROR_SKIP || memchr(p, 0, n)) {
+		r = sf__doc_walk_changed(w, e);
+		if (r < 0)
+			return r;
+	}
 	if (column)
 		sf__err(&why, SF_E_SOURCE, "%s:%llu: column %zu: %s%s", w->file->path,
 			(unsigned long long)w->line, column, fmt_what, detail);
@@ -63,25 +74,25 @@ static int jsonl_decode(struct sf_doc_walk *w, const char *p, size_t n, const ch
 		return 1;
 	}
 	if (r == SF_JSON_INVALID && n - i >= 3 && !memcmp(p + i, "\xef\xbb\xbf", 3))
-		r = bad_record(w, e,
+		r = bad_record(w, p, n, e,
 			       "a UTF-8 byte order mark (EF BB BF), which JSON does not allow: "
 			       "remove it",
 			       "", i + 1);
 	else if (r == SF_JSON_INVALID && n - i >= 2 &&
 		 (!memcmp(p + i, "\xff\xfe", 2) || !memcmp(p + i, "\xfe\xff", 2)))
-		r = bad_record(w, e,
+		r = bad_record(w, p, n, e,
 			       p[i] == '\xff' ? "a UTF-16 byte order mark (FF FE): "
 					      : "a UTF-16 byte order mark (FE FF): ",
 			       "the file is UTF-16; JSONL is UTF-8 (iconv -f UTF-16 -t UTF-8)",
 			       i + 1);
 	else if (r == SF_JSON_INVALID)
-		r = bad_record(w, e, "invalid JSON: ", what, at + 1);
+		r = bad_record(w, p, n, e, "invalid JSON: ", what, at + 1);
 	else if (r == SF_JSON_NOT_OBJECT)
-		r = bad_record(w, e, "not a JSON object", "", 0);
+		r = bad_record(w, p, n, e, "not a JSON object", "", 0);
 	else if (r == SF_JSON_NO_FIELD)
-		r = bad_record(w, e, "no field ", field, 0);
+		r = bad_record(w, p, n, e, "no field ", field, 0);
 	else
-		r = bad_record(w, e, "not a string: field ", field, 0);
+		r = bad_record(w, p, n, e, "not a string: field ", field, 0);
 	w->line++;
 	return r;
 }

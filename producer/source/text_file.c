@@ -327,9 +327,18 @@ const struct sf_text_format *sf__text_format(uint32_t format)
 	return format == SF_FMT_JSONL ? &sf__format_jsonl : &sf__format_text;
 }
 
-/* The chunk does not hold what its index says. */
+int sf__doc_walk_changed(const struct sf_doc_walk *w, struct sf_err *e)
+{
+	return w->file->compressed ? 0 : sf__file_id_check(w->file->path, &w->file->id, e);
+}
+
+/* The chunk does not hold what its index says, unless its file changed. */
 static int lie(struct sf_doc_walk *w, struct sf_err *e, uint64_t at, const char *what)
 {
+	int r = sf__doc_walk_changed(w, e);
+
+	if (r < 0)
+		return r;
 	w->index_lie = 1;
 	return sf__err(e, SF_E_SOURCE, "%s: byte %llu: %s", w->file->path, (unsigned long long)at,
 		       what);

@@ -138,4 +138,13 @@ int sf__doc_walk_init(struct sf_doc_walk *w, const struct sf_text_file *f,
 int sf__text_next_doc(struct sf_doc_walk *w, const char **ret_doc, size_t *ret_len,
 		      struct sf_err *e);
 
+/*
+ * sf__doc_walk_changed - whether the walk's file is still the one the job opened: 0, or
+ * SF_E_SOURCE naming what changed. Past a truncation the rest of the last page reads as
+ * zeros, not SIGBUS, so that a record or a chunk a walk finds wrong may be its file's
+ * change, and is asked this before it is reported or skipped. A compressed file was
+ * decompressed whole when it was mapped: 0.
+ */
+int sf__doc_walk_changed(const struct sf_doc_walk *w, struct sf_err *e);
+
 #endif

@@ -408,8 +408,8 @@ int sf__token_file_map(const struct sf_token_file *f, int idx, const char **ret_
 	const char *path = idx ? f->idx_path : f->path;
 	const struct sf_file_id *want = idx ? &f->idx_id : &f->id;
 	struct sf_file_id id;
-	void *m;
-	size_t len;
+	void *m = NULL;
+	size_t len = 0;
 	int r = map_file(path, &m, &len, &id, e);
 
 	if (r < 0)

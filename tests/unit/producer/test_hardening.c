@@ -1225,6 +1225,91 @@ Test(hardening, a_text_file_truncated_while_its_index_is_built_is_an_error_namin
 		  "%s", e.msg);
 }
 
+/* A JSONL file of a short record, then one of `text` bytes that ends the file; to count. */
+static void put_jsonl_with_long_last(size_t text, const char *first)
+{
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/a.jsonl", dir);
+	f = fopen(path, "wb");
+	cr_assert(f);
+	fprintf(f, "%s\n{\"text\": \"", first);
+	for (size_t i = 0; i < text; i++)
+		fputc('a' + (int)(i % 26), f);
+	fputs("\"}\n", f);
+	cr_assert_eq(fclose(f), 0);
+	cfg.encoding = "bytes";
+	cfg.epochs = 1;
+	src.format = SF_FMT_JSONL;
+}
+
+static int walks; /* walks that mapped their file since the test began */
+
+/* The first walk of the index build (its count) has mapped the file: cut it at 5000. */
+static void truncate_path_to_5000(int point)
+{
+	if (point == SF_TP_WALK_MAPPED && walks++ == 0)
+		cr_assert_eq(truncate(path, 5000), 0);
+}
+
+/*
+ * Past a truncation the rest of the file's last page reads as zeros, not SIGBUS: a JSONL
+ * file cut in its last record read as "column N: invalid JSON: control character in
+ * string" (on_error: stop), and with on_error: skip as one more bad record skipped, the
+ * job going on (a review). Either way the file that changed is what is named.
+ */
+Test(hardening, a_jsonl_record_cut_short_by_a_truncation_is_the_files_change)
+{
+	for (int skip = 0; skip < 2; skip++) {
+		struct sf_dataset *ds = NULL;
+		struct sf_err e = {0};
+		int r;
+
+		put_jsonl_with_long_last(6000, "{\"text\": \"a\"}");
+		src.on_error = skip ? SF_ON_ERROR_SKIP : SF_ON_ERROR_STOP;
+		walks = 0;
+		sf__test_hook = truncate_path_to_5000;
+		r = sf__dataset_open(&cfg, &ds, &e);
+		sf__test_hook = NULL;
+		if (r == 0)
+			sf__dataset_close(ds);
+		cr_expect_eq(r, SF_E_SOURCE, "on_error %s: %d: %s", skip ? "skip" : "stop", r,
+			     e.msg);
+		cr_expect(strstr(e.msg, path) &&
+				  strstr(e.msg, "changed under the running job: 5000 bytes"),
+			  "on_error %s: %s", skip ? "skip" : "stop", e.msg);
+	}
+}
+
+static void truncate_path_when_counted(int point)
+{
+	if (point == SF_TP_INDEX_COUNTED)
+		cr_assert_eq(truncate(path, 0), 0);
+}
+
+/*
+ * The message of a file's first skipped record comes from walking its chunk again once
+ * the chunks are counted; a file truncated before that walk killed the process with
+ * SIGBUS (`tokenize` and `run` exited 135 with no message; a review).
+ */
+Test(hardening, a_file_truncated_before_its_skips_are_named_is_an_error_naming_it)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	int r;
+
+	put_jsonl_with_long_last(20000, "not json");
+	src.on_error = SF_ON_ERROR_SKIP;
+	sf__test_hook = truncate_path_when_counted;
+	r = sf__dataset_open(&cfg, &ds, &e);
+	sf__test_hook = NULL;
+	if (r == 0)
+		sf__dataset_close(ds);
+	cr_assert_eq(r, SF_E_SOURCE, "%d: %s", r, e.msg);
+	cr_expect(strstr(e.msg, path) && strstr(e.msg, "shorter than when the job opened"), "%s",
+		  e.msg);
+}
+
 static const unsigned char *lost; /* two pages of a file truncated to none */
 
 static int read_lost(void *arg, void *state, uint64_t i, struct sf_err *e)
