@@ -265,15 +265,32 @@ static int drop_repeats(char **paths, size_t *n, uint32_t format)
  * and deduplicated. A glob that matches nothing is an error: a typo must not silently
  * shrink the dataset.
  */
+/* Whether `paths` (n, sorted) holds the first `len` bytes of `path` followed by `suffix`. */
+static int holds(char **paths, size_t n, const char *path, size_t len, const char *suffix,
+		 char ***ret_hit)
+{
+	char *name = malloc(len + strlen(suffix) + 1);
+
+	if (!name)
+		return -ENOMEM;
+	memcpy(name, path, len);
+	strcpy(name + len, suffix);
+	*ret_hit = bsearch(&name, paths, n, sizeof(*paths), cmp_str);
+	free(name);
+	return *ret_hit != NULL;
+}
+
 /*
- * A file beside its compressed copy (`gzip -k`, `zstd` keeping the input) would be read
- * twice, every document twice an epoch: refused. `paths` is sorted.
+ * A file beside its compressed copy (`gzip -k`, `zstd` keeping the input), or two
+ * compressed copies of one file (x.gz and x.zst), would be read twice, every document
+ * twice an epoch: refused. `paths` is sorted.
  */
 static int refuse_copies(char **paths, size_t n, struct sf_err *e)
 {
 	for (size_t i = 0; i < n; i++) {
 		size_t len = strlen(paths[i]), cut = 0;
-		char *plain, **hit;
+		char **hit;
+		int r;
 
 		if (has_suffix(paths[i], ".gz"))
 			cut = 3;
@@ -282,18 +299,24 @@ static int refuse_copies(char **paths, size_t n, struct sf_err *e)
 
 		if (!cut)
 			continue;
-		plain = strndup(paths[i], len - cut);
-		if (!plain)
-			return sf__err(e, -ENOMEM, "out of memory");
-		hit = bsearch(&plain, paths, n, sizeof(*paths), cmp_str);
-		free(plain);
-		if (hit)
+		r = holds(paths, n, paths[i], len - cut, "", &hit);
+		if (r == 0 && cut == 3)
+			r = holds(paths, n, paths[i], len - cut, ".zst", &hit);
+		if (r < 0)
+			return sf__err(e, r, "out of memory");
+		if (r && !has_suffix(*hit, ".zst"))
+			return sf__err(e, SF_E_SOURCE,
+				       "%s: %s beside it, its compressed copy? Both would be read, "
+				       "every document twice an epoch: remove one, or name the "
+				       "files to read",
+				       *hit, paths[i]);
+		if (r)
 			return sf__err(
 				e, SF_E_SOURCE,
-				"%s: %s beside it, its compressed copy? Both would be read, "
-				"every document twice an epoch: remove one, or name the files "
-				"to read",
-				*hit, paths[i]);
+				"%s: %s beside it, another compressed copy of one file? Both "
+				"would be read, every document twice an epoch: remove one, or "
+				"name the files to read",
+				paths[i], *hit);
 	}
 	return 0;
 }

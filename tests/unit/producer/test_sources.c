@@ -1275,3 +1275,18 @@ Test(sources, a_file_beside_its_compressed_copy_is_refused)
 	snprintf(path, sizeof(path), "%s", dir);
 	expect_fail(SF_E_SOURCE, "shard.jsonl.gz beside it", "every document twice");
 }
+
+/* Two compressed copies of one file (gzip -k and zstd of shard.jsonl, the original
+ * removed) were both read too (a review). */
+Test(sources, two_compressed_copies_of_a_file_are_refused)
+{
+	static const char j[] = "{\"text\": \"a document of the shard, long enough\"}\n";
+	unsigned char gz[256], z[256];
+	size_t gz_len = gzip_text(j, gz, sizeof(gz));
+
+	cfg.encoding = "bytes";
+	put("shard.jsonl.gz", gz, gz_len);
+	put("shard.jsonl.zst", z, zstd_bytes(z, sizeof(z)));
+	snprintf(path, sizeof(path), "%s", dir);
+	expect_fail(SF_E_SOURCE, "shard.jsonl.zst beside it", "every document twice");
+}
