@@ -67,7 +67,7 @@ static int add_token_file(struct sf_dataset *ds, const char *path, uint32_t form
 			*e = why;
 			return r;
 		}
-		sf__dataset_note_skip(ds, &why);
+		sf__dataset_note_skip(ds, (uint32_t)(src - ds->sources), path, &why);
 		return 0;
 	}
 	nf = realloc(ds->token_files, (ds->n_token_files + 1) * sizeof(*nf));
@@ -188,7 +188,7 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 				}
 				/* No file to read, as a file that cannot be opened. */
 				if (r != -ENOMEM && src->on_error == SF_ON_ERROR_SKIP) {
-					sf__dataset_note_skip(ds, &why);
+					sf__dataset_note_skip(ds, s, paths[i], &why);
 					r = 0;
 					continue;
 				}

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/config.h"
 #include "common/errors.h"
@@ -138,6 +139,8 @@ struct sf_dataset {
 
 	struct sf_dataset_stats stats;
 	char first_skip[512]; /* message of the first record skipped by policy */
+	char first_skip_path[4096]; /* its file, and the file's source */
+	uint32_t first_skip_source;
 	char note[512];	      /* what the user should hear of the sources, or "" */
 };
 
@@ -185,19 +188,29 @@ static inline uint64_t sf__dataset_share_key(const struct sf_dataset *ds, uint32
 	return key * ds->n_text_spans + slot;
 }
 
-/* sf__dataset_note_skips - count `n` records or files skipped by policy, keeping the
- * first one's message. */
-static inline void sf__dataset_note_skips(struct sf_dataset *ds, const struct sf_err *why,
-					  uint64_t n)
+/*
+ * sf__dataset_note_skips - count `n` records or files skipped by policy in file `path` of
+ * source `source`, keeping the message of the first in the order of the files: the
+ * first source's, and in it the first file's by name (the order a source lists them
+ * in), whatever the order they are met in (a file that cannot be opened is met before
+ * the records of those before it); in one file, the first noted.
+ */
+static inline void sf__dataset_note_skips(struct sf_dataset *ds, uint32_t source, const char *path,
+					  const struct sf_err *why, uint64_t n)
 {
-	if (n && ds->stats.skipped == 0)
+	if (n && (ds->stats.skipped == 0 || source < ds->first_skip_source ||
+		  (source == ds->first_skip_source && strcmp(path, ds->first_skip_path) < 0))) {
 		snprintf(ds->first_skip, sizeof(ds->first_skip), "%s", why->msg);
+		snprintf(ds->first_skip_path, sizeof(ds->first_skip_path), "%s", path);
+		ds->first_skip_source = source;
+	}
 	ds->stats.skipped += n;
 }
 
-static inline void sf__dataset_note_skip(struct sf_dataset *ds, const struct sf_err *why)
+static inline void sf__dataset_note_skip(struct sf_dataset *ds, uint32_t source, const char *path,
+					 const struct sf_err *why)
 {
-	sf__dataset_note_skips(ds, why, 1);
+	sf__dataset_note_skips(ds, source, path, why, 1);
 }
 
 #endif

@@ -425,7 +425,7 @@ int sf__index_take(struct sf_dataset *ds, const struct sf_index_image *img, uint
 			snprintf(why.msg, sizeof(why.msg),
 				 "%s: %llu bad records skipped (found when its index was built)",
 				 f->path, (unsigned long long)en->skipped);
-		sf__dataset_note_skips(ds, &why, en->skipped);
+		sf__dataset_note_skips(ds, f->source, f->path, &why, en->skipped);
 	}
 	return 1;
 }

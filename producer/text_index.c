@@ -150,7 +150,7 @@ int sf__text_add_part(struct sf_dataset *ds, const char *path, uint32_t format, 
 			*e = why;
 			return r;
 		}
-		sf__dataset_note_skip(ds, &why);
+		sf__dataset_note_skip(ds, source, path, &why);
 		return 0;
 	}
 	/* Whether the range is the whole file is known once the file is read (cut_file()). */
@@ -307,7 +307,7 @@ static int cut_scan(void *arg)
 			*e = why;
 			return r;
 		}
-		sf__dataset_note_skip(ds, &why);
+		sf__dataset_note_skip(ds, f->source, f->path, &why);
 		f->dropped = 1;
 		return 0;
 	}
@@ -329,7 +329,7 @@ static int cut_scan(void *arg)
 			*e = why;
 			return SF_E_SOURCE;
 		}
-		sf__dataset_note_skip(ds, &why);
+		sf__dataset_note_skip(ds, f->source, f->path, &why);
 		f->dropped = 1;
 		return 0;
 	}
@@ -735,7 +735,8 @@ static int count_cut(struct sf_dataset *ds, const struct sf_config *cfg, const u
 		free(sw.scratch);
 		if (r < 0)
 			goto out;
-		sf__dataset_note_skips(ds, &sw.walk.why, sw.walk.skipped);
+		sf__dataset_note_skips(ds, sw.walk.file->source, sw.walk.file->path, &sw.walk.why,
+				       sw.walk.skipped);
 	}
 out:
 	sf__shared_free(results, results_bytes);

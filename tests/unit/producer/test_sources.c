@@ -1236,6 +1236,26 @@ Test(sources, text_utf16_is_named)
 }
 
 /*
+ * The first skip named is the first in the files' order, whenever it is met: a file that
+ * cannot be opened (z.jsonl, a dangling link) is met when the sources are opened, before
+ * the records of the files before it are counted, and was named as the first (a review).
+ */
+Test(sources, the_first_skip_named_is_the_first_in_the_files_order)
+{
+	static const char a[] =
+		"{\"text\": \"a document of file a, long enough\"}\n{\"text\": 1}\n";
+	char link[600];
+
+	cfg.encoding = "bytes";
+	src.format = SF_FMT_JSONL;
+	put("a.jsonl", a, strlen(a));
+	snprintf(link, sizeof(link), "%s/z.jsonl", dir);
+	cr_assert_eq(symlink("/nonexistent/mount/shard", link), 0);
+	snprintf(path, sizeof(path), "%s", dir);
+	expect_skip(2, "a.jsonl:2: not a string");
+}
+
+/*
  * The first skipped record's message is kept once per directory's index: a job that read
  * only B.jsonl after one that read A.jsonl and B.jsonl said its first skip was in A.jsonl,
  * a file it does not read (a review). A file's own skips name the file.
