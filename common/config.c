@@ -1426,7 +1426,9 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 
 				snprintf(def_j, sizeof(def_j), "source%u", j);
 				snprintf(def_i, sizeof(def_i), "source%u", i);
-				if (!as_group && !strcmp(cfg->sources[j].name, def_j))
+				/* Source j's default, when the clash is with j's name. */
+				if (!as_group && !strcmp(cfg->sources[j].name, src->name) &&
+				    !strcmp(cfg->sources[j].name, def_j))
 					snprintf(msg, sizeof(msg),
 						 "the name '%.64s' is source %u's default (it has "
 						 "no `name`): give one of them another",

@@ -1108,6 +1108,11 @@ Test(config, mixture_mistakes_are_named)
 	rejects("sources:\n  - {paths: a.bin, weight: 1}\n  - {paths: b.bin, weight: 1, name: "
 		"source0}\n",
 		"job.yaml:", "the name 'source0' is source 0's default (it has no `name`)");
+	/* Source 1's default clashing with source 0's group was said to be source 0's default
+	 * (a review). */
+	rejects("sources:\n  - {paths: a.bin, weight: 1, group: source1}\n  - {paths: b.bin, "
+		"weight: 1}\nmixture: {groups: {source1: 1}}\n",
+		"job.yaml:", "source 1 has no `name`, and its default 'source1' is another");
 	rejects("sources:\n  - {paths: a.bin, weight: 1}\nsampling: {epochs: 2}\n",
 		"job.yaml:3:", "'epochs' does not apply to a mixture");
 	/* Without a schedule it spoke of the schedule's last until_step (a review). */
