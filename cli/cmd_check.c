@@ -427,8 +427,7 @@ int sf__cmd_check(int argc, char **argv)
 	report_sources(&cfg);
 	shared = sf__sources_shared_files(&cfg, warn_shared);
 	if (shared > SF_SHARED_FILES_SAID)
-		printf("# warning: and %d more files that two sources read\n",
-		       shared - SF_SHARED_FILES_SAID);
+		printf("# warning: " SF_SHARED_MORE "\n", shared - SF_SHARED_FILES_SAID);
 	printf("# batch.dtype %s: the arena holds %s tokens\n",
 	       cfg.dtype == SF_DTYPE_AUTO ? "auto"
 	       : token_bytes == 2	  ? "uint16"

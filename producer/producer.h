@@ -83,14 +83,16 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 
 /*
  * sf__sources_shared_files - each file that two sources of `cfg` read, by any names (a
- * Megatron pair by its .bin, .idx or prefix): report(source a, source b, path, effect) for
- * the first SF_SHARED_FILES_SAID of them, `effect` saying what it does. A source
- * reads each of its files once, but two sources each read theirs: in one stream such a
- * file's documents come twice per epoch, in a mixture both sources sample it. Returns how
- * many there are, or -ENOMEM; sources that do not expand are left to the dataset's own
- * errors.
+ * Megatron pair by its .bin, .idx or prefix), as pairs of sources: a file that k sources
+ * read makes k - 1 pairs, each of them with the next. report(source a, source b, path,
+ * effect) for the first SF_SHARED_FILES_SAID pairs, `effect` saying what it does. A
+ * source reads each of its files once, but two sources each read theirs: in one stream
+ * such a file's documents come twice per epoch, in a mixture both sources sample it.
+ * Returns how many pairs there are, or -ENOMEM; sources that do not expand are left to
+ * the dataset's own errors. SF_SHARED_MORE says how many were not reported.
  */
 #define SF_SHARED_FILES_SAID 8
+#define SF_SHARED_MORE	     "and %d more pairs of sources that read one file"
 int sf__sources_shared_files(const struct sf_config *cfg,
 			     void (*report)(uint32_t a, uint32_t b, const char *path,
 					    const char *effect));

@@ -483,6 +483,5 @@ void sf__sources_warn_shared(const struct sf_config *cfg)
 	int n = sf__sources_shared_files(cfg, log_shared);
 
 	if (n > SF_SHARED_FILES_SAID)
-		sf__log_error("warning: and %d more files that two sources read",
-			      n - SF_SHARED_FILES_SAID);
+		sf__log_error("warning: " SF_SHARED_MORE, n - SF_SHARED_FILES_SAID);
 }

@@ -1228,6 +1228,14 @@ def test_check_warns_of_a_file_two_sources_read(tmp_path):
     r = sf("check", str(cfg))
     warn = [ln for ln in r.stdout.splitlines() if ln.startswith("# warning")]
     assert r.returncode == 0 and len(warn) == 1 and "sources 0 and 1" in warn[0], r
+    # Eleven sources that read one file make ten pairs, each source with the next: eight
+    # named, two more counted (they were called "files that two sources read").
+    cfg.write_text("sources:\n" + "".join(f"  - {{paths: ['{tmp_path}/d/a.txt'], weight: 1}}\n"
+                                         for _ in range(11)) + base)
+    r = sf("check", str(cfg))
+    warn = [ln for ln in r.stdout.splitlines() if ln.startswith("# warning")]
+    assert r.returncode == 0 and len(warn) == 9 and "sources 7 and 8" in warn[7], r
+    assert warn[8] == "# warning: and 2 more pairs of sources that read one file", warn
     # Once within one source, and separate files: no warning.
     cfg.write_text(f"sources: [{{paths: ['{tmp_path}/d', '{tmp_path}/link.txt']}}]\n"
                    + base)
