@@ -182,6 +182,53 @@ static long token_id(const struct sf_hf_loader *l, const char *s, size_t len, ui
 	return rank == SF_RANK_NONE ? -1 : (long)rank;
 }
 
+struct vocab_key {
+	const char *key;
+	size_t len;
+	long id;
+};
+
+static int cmp_vocab_key(const void *a, const void *b)
+{
+	const struct vocab_key *x = a, *y = b;
+	int c = memcmp(x->key, y->key, x->len < y->len ? x->len : y->len);
+
+	if (c)
+		return c;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/*
+ * A key given twice in the vocabulary is refused: tokenizers reads the vocabulary into a
+ * map, which keeps the last id of a key; the tables here would keep one of them by chance.
+ */
+static int refuse_repeated_keys(struct sf_hf_loader *l, const struct sf_json_node *vocab)
+{
+	struct vocab_key *k = malloc(((size_t)vocab->len + 1) * sizeof(*k));
+	int rc = 0;
+
+	if (!k)
+		return sf__hf_oom(l);
+	for (uint32_t i = 0; i < vocab->len; i++) {
+		const struct sf_json_node *m = sf__json_tree_child(l->doc, vocab, i);
+
+		k[i] = (struct vocab_key){sf__json_tree_key(l->doc, m), m->key_len,
+					  sf__hf_get_id(l->doc, m)};
+	}
+	qsort(k, vocab->len, sizeof(*k), cmp_vocab_key);
+	for (uint32_t i = 1; i < vocab->len && rc == 0; i++)
+		if (k[i].len == k[i - 1].len && !memcmp(k[i].key, k[i - 1].key, k[i].len))
+			rc = sf__hf_refuse(l, "model.vocab",
+					   "\"%.*s\" is given twice (ids %ld and %ld): tokenizers "
+					   "keeps the last; remove the other",
+					   (int)(k[i].len < 64 ? k[i].len : 64), k[i].key,
+					   k[i - 1].id, k[i].id);
+	free(k);
+	return rc;
+}
+
 static int load_vocab(struct sf_hf_loader *l, const struct sf_json_node *vocab)
 {
 	struct sf_tok_ranks *r = &l->tok->ranks;
@@ -208,6 +255,9 @@ static int load_vocab(struct sf_hf_loader *l, const struct sf_json_node *vocab)
 			max_id = (uint32_t)id;
 		total += m->key_len;
 	}
+	rc = refuse_repeated_keys(l, vocab);
+	if (rc < 0)
+		return rc;
 	r->n_ranks = max_id + 1;
 	r->off = calloc((size_t)r->n_ranks + 1, sizeof(*r->off));
 	r->bytes = malloc(total + 1);
@@ -353,10 +403,15 @@ static int load_merges(struct sf_hf_loader *l, const struct sf_json_node *merges
 	for (i = 0; i < 65536; i++)
 		hf->byte_merge[i] = (struct sf_hf_merge){.key = UINT64_MAX, .rank = SF_RANK_NONE};
 	for (i = 0; i < merges->len; i++) {
+		const struct sf_json_node *m = sf__json_tree_child(l->doc, merges, i);
 		long left = -1, right = -1, merged = -1;
 
-		rc = merge_parts(l, sf__json_tree_child(l->doc, merges, i), i, buf, cap, &left,
-				 &right, &merged);
+		/* tokenizers leaves out a "left right" merge that starts with #version (the
+		 * header line of a merges.txt). */
+		if (m->type == SF_JSON_STRING && m->len >= 8 &&
+		    !memcmp(sf__json_tree_str(l->doc, m), "#version", 8))
+			continue;
+		rc = merge_parts(l, m, i, buf, cap, &left, &right, &merged);
 		if (rc < 0)
 			break;
 		merge_put(hf, (uint32_t)left, (uint32_t)right, i, (uint32_t)merged);

@@ -60,16 +60,53 @@ static int behavior_of(struct sf_hf_loader *l, const struct sf_json_node *obj, c
  * \x, \u or \o escape, or one of the letter pairs ss, st, ff, fi and fl. Also a pattern
  * that can match the empty string (whose iteration rules differ between the engines).
  */
-/* Whether pat[i] and pat[i + 1] are letters that one character folds to under (?i). */
-static bool folded_pair(const char *pat, size_t i)
+/*
+ * The position of the letter that follows the letter pat[i] in the text a match reads:
+ * past the opening and closing of groups, their flags and comments between them
+ * (Oniguruma folds s(?:s) and (?:f)(?:i) as it folds ss and fi).
+ */
+static size_t next_letter(const char *pat, size_t i)
+{
+	for (i++; pat[i];) {
+		size_t end = sf__regex_comment(pat, i);
+
+		if (end && end != SIZE_MAX) {
+			i = end;
+		} else if (pat[i] == ')') {
+			i++;
+		} else if (pat[i] == '(') {
+			bool on;
+			char flag;
+			size_t j = sf__regex_flags(pat, i, false, "", &on, &flag);
+
+			/* (, (?:, (?flags: or (?flags); a lookaround or (?<name> is no letter. */
+			if (pat[i + 1] != '?')
+				i++;
+			else if ((pat[j] == ':' || pat[j] == ')') && j > i + 1)
+				i = j + 1;
+			else
+				return i;
+		} else {
+			return i;
+		}
+	}
+	return i;
+}
+
+/*
+ * The letter pair that starts at the letter pat[i] when one character folds to it under
+ * (?i) (ss, st, ff, fi, fl), the second letter possibly after group syntax: its second
+ * letter, or 0.
+ */
+static char folded_pair(const char *pat, size_t i)
 {
 	static const char *const pairs[] = {"ss", "st", "ff", "fi", "fl"};
-	char a = (char)(pat[i] | 0x20), b = (char)(pat[i + 1] | 0x20);
+	char a = (char)(pat[i] | 0x20), b = (char)(pat[next_letter(pat, i)] | 0x20);
 
 	for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++)
 		if (a == pairs[k][0] && b == pairs[k][1])
-			return true;
-	return false;
+			return pat[next_letter(pat, i)];
+	return 0;
 }
 
 /* Whether pat[at] is escaped: an odd number of backslashes right before it. */
@@ -216,7 +253,7 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 			return sf__hf_refuse(l, where,
 					     "\"%c%c\" under (?i) not supported (Oniguruma also "
 					     "matches it with one character: ss with ß, fi with ﬁ)",
-					     pat[i], pat[i + 1]);
+					     pat[i], folded_pair(pat, i));
 		if (c == '[') {
 			in_class = true;
 			class_start = i + 1 + (pat[i + 1] == '^');
@@ -244,6 +281,16 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 			 * enclosing group: letters and '-' up to ':' or ')'. */
 			size_t j = sf__regex_flags(pat, i, caseless, "ms", &on, &flag);
 
+			/* Extended syntax: its # comments would hide from these checks what
+			 * the engines read; other letters are no option of Oniguruma's
+			 * (tokenizers refuses (?U), (?J), (?n)), some of them PCRE2's. */
+			for (size_t k = i + 2; pat[i + 1] == '?' && k < j; k++)
+				if (pat[k] != '-' && !strchr("ims", pat[k]))
+					return sf__hf_refuse(
+						l, where, "the flag (?%c) not supported%s", pat[k],
+						pat[k] == 'x' ? " (its # comments are not checked)"
+							      : " (no option of Oniguruma's: "
+								"tokenizers refuses it)");
 			if (flag == 'm')
 				return sf__hf_refuse(l, where,
 						     "the flag (?m) not supported (dot-all in "

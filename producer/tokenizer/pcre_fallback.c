@@ -145,6 +145,20 @@ static pcre2_code *script_named(const char *name, const char *end, const char **
 			     &where, NULL);
 }
 
+/* Whether the property name [name, end) is `lower`, compared as the engines compare names. */
+static bool same_name(const char *name, const char *end, const char *lower)
+{
+	for (; name < end; name++) {
+		const char c = *name >= 'A' && *name <= 'Z' ? (char)(*name | 0x20) : *name;
+
+		if (c == '_' || c == '-' || c == ' ')
+			continue;
+		if (c != *lower++)
+			return false;
+	}
+	return !*lower;
+}
+
 /*
  * The general categories a property name stands for (bits SF_UC_GC_*), 0 for a name that
  * is none (a script, a binary property such as Alphabetic): L, Lu, L&, LC, compared as
@@ -445,6 +459,17 @@ static int rewrite_escapes(const char *pattern, bool rust, bool gc, char *out, s
 					i = (size_t)(end - pattern);
 					continue;
 				}
+				if (end && !gc_mask(name + neg, (size_t)(end - name) - neg) &&
+				    !same_name(name + neg, end, "any") &&
+				    !same_name(name + neg, end, "ascii"))
+					return sf__err(e, SF_E_TOKENIZER,
+						       "pattern: \\%c{%.*s} not supported (PCRE2's "
+						       "properties "
+						       "other than general categories and scripts "
+						       "are Unicode "
+						       "14.0, those of tiktoken's regex and of "
+						       "Oniguruma 16.0)",
+						       d, (int)(end - name), name);
 			}
 			if (rust && d == 'v') { /* Rust: the vertical tab only */
 				o += (size_t)sprintf(out + o, "\\x{0b}");

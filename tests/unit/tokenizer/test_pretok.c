@@ -353,7 +353,6 @@ Test(custom, script_properties_are_scripts)
 		{"\\P{Han}+|.", "、a中", "、a|中"},
 		{"\\p{^Han}+|.", "、a中", "、a|中"},
 		{"\\p{sc=Han}+|.", "中、文", "中|、|文"},
-		{"\\p{scx=Han}+|.", "中、文", "中、文"},
 		{"\\p{L}+|.", "中、文", "中|、|文"},
 		/* Unicode 16.0's scripts, not PCRE2's 14.0: U+31350 (CJK Ext H, 15.0) is Han. */
 		{"\\p{Han}+|.", "中\U00031350文", "中\U00031350文"},
@@ -374,6 +373,41 @@ Test(custom, script_properties_are_scripts)
 			pieces(cases[k].pattern, hf, cases[k].text, got, sizeof(got));
 			cr_expect_str_eq(got, cases[k].want, "%s (%s) on %s", cases[k].pattern,
 					 hf ? "tokenizer.json" : "tiktoken", cases[k].text);
+		}
+}
+
+/*
+ * Properties other than general categories and scripts (binary ones such as Alphabetic,
+ * Script_Extensions, PCRE2's own Xwd) are PCRE2's Unicode 14.0 there: refused rather
+ * than read with other code points than tiktoken's regex and Oniguruma read them with
+ * (\p{scx=Han} was taken as it was). Any and ASCII are the same in every version.
+ */
+Test(custom, other_properties_are_refused)
+{
+	static const char *const refused[] = {"\\p{Alphabetic}+|.", "\\p{scx=Han}+|.",
+					      "[\\p{White_Space}x]|.", "\\P{Alpha}|.",
+					      "\\p{^Xwd}|."};
+	static const char *const accepted[] = {"\\p{Any}", "\\p{ASCII}+|\\P{ascii}+"};
+
+	for (size_t k = 0; k < sizeof(refused) / sizeof(refused[0]); k++)
+		for (int hf = 0; hf < 2; hf++) {
+			pcre2_code *re = NULL;
+			struct sf_err err = {0};
+
+			cr_expect_eq(compile_as(hf, refused[k], &re, &err), SF_E_TOKENIZER, "%s",
+				     refused[k]);
+			cr_expect(strstr(err.msg, "not supported (PCRE2's properties other than"),
+				  "%s: %s", refused[k], err.msg);
+			pcre2_code_free(re);
+		}
+	for (size_t k = 0; k < sizeof(accepted) / sizeof(accepted[0]); k++)
+		for (int hf = 0; hf < 2; hf++) {
+			pcre2_code *re = NULL;
+			struct sf_err err = {0};
+
+			cr_expect_eq(compile_as(hf, accepted[k], &re, &err), 0, "%s: %s",
+				     accepted[k], err.msg);
+			pcre2_code_free(re);
 		}
 }
 
