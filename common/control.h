@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "common/errors.h"
+#include "common/json_escape.h"
 
 #define SF_CTL_VERSION	   1u
 #define SF_CTL_MAX_REQUEST 1024u  /* bytes of one request */
@@ -59,13 +60,6 @@ int sf__ctl_parse_request(const char *buf, size_t len, struct sf_ctl_request *re
  * Returns its length, or -ENOSPC.
  */
 int sf__ctl_format_request(const struct sf_ctl_request *req, char *buf, size_t len);
-
-/*
- * sf__json_escape - append `s` as a JSON string (with quotes) at buf[*pos], never past
- * len-1; *pos advances by what was needed, so the caller detects truncation when
- * *pos >= len.
- */
-void sf__json_escape(char *buf, size_t len, size_t *pos, const char *s);
 
 /* The reader: a flat array of tokens over the caller's buffer (jsmn-style). */
 #define SF_JSON_OBJECT 1u

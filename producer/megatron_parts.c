@@ -17,10 +17,13 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/io.h"
+#include "common/json_escape.h"
+#include "common/log.h"
 #include "common/sha256.h"
 #include "producer/dataset_impl.h"
 #include "producer/json.h"
 #include "producer/megatron_parts.h"
+#include "producer/tokenizer/unicode.h"
 
 #define MANIFEST_FORMAT	 "shmfeed-tokenize-part"
 #define MANIFEST_VERSION 1
@@ -44,6 +47,8 @@ struct manifest {
 	uint64_t tokens;
 	uint64_t bin_bytes;
 	uint64_t idx_bytes;
+	uint64_t skipped;      /* records and files the part skipped (on_error: skip) */
+	char first_skip[1024]; /* the first one's message */
 };
 
 int sf__part_prefix(const char *prefix, uint32_t part, uint32_t n_parts, char *buf, size_t len)
@@ -170,12 +175,33 @@ static int output_is_part(const char *prefix, const struct manifest *ms, size_t 
 	return r;
 }
 
+/* `s` with each byte that starts no valid UTF-8 character as '?': JSON text is UTF-8. */
+static void utf8_only(const char *s, char *out)
+{
+	size_t n = strlen(s), i = 0;
+
+	while (i < n) {
+		uint32_t cp;
+		size_t len = sf__utf8_next((const uint8_t *)s + i, n - i, &cp);
+
+		if (cp == SF_UC_INVALID)
+			*out++ = '?';
+		else
+			memcpy(out, s + i, len), out += len;
+		i += len;
+	}
+	*out = '\0';
+}
+
 int sf__part_manifest_write(const char *part_prefix, const struct sf_part_plan *plan,
 			    const struct sf_dataset *ds, struct sf_err *e)
 {
 	char *bin = path_with(part_prefix, ".bin"), *idx = path_with(part_prefix, ".idx");
 	char *json = path_with(part_prefix, ".json"), *tmp = path_with(part_prefix, ".json.tmp");
 	char digest[33], bin_sha[65], idx_sha[65];
+	/* Escaped, a character takes at most 6 bytes (\u00XX): room for all of it. */
+	char skip[sizeof(ds->first_skip)], first_skip[6 * sizeof(ds->first_skip) + 3];
+	size_t skip_len = 0;
 	uint64_t bin_bytes, idx_bytes;
 	FILE *f = NULL;
 	int r;
@@ -195,16 +221,20 @@ int sf__part_manifest_write(const char *part_prefix, const struct sf_part_plan *
 		r = sf__err(e, -errno, "%s: cannot create: %s", tmp, strerror(errno));
 		goto out;
 	}
+	utf8_only(ds->first_skip, skip);
+	sf__json_escape(first_skip, sizeof(first_skip), &skip_len, skip);
 	errno = 0;
 	fprintf(f,
 		"{\n  \"format\": \"%s\",\n  \"version\": %d,\n  \"config_digest\": \"%s\",\n"
 		"  \"part\": %u,\n  \"parts\": %u,\n  \"documents\": %llu,\n  \"tokens\": %llu,\n"
 		"  \"dtype\": \"%s\",\n  \"text_bytes\": %llu,\n  \"bin_bytes\": %llu,\n"
-		"  \"bin_sha256\": \"%s\",\n  \"idx_bytes\": %llu,\n  \"idx_sha256\": \"%s\"\n}\n",
+		"  \"bin_sha256\": \"%s\",\n  \"idx_bytes\": %llu,\n  \"idx_sha256\": \"%s\",\n"
+		"  \"skipped\": %llu,\n  \"first_skip\": %s\n}\n",
 		MANIFEST_FORMAT, MANIFEST_VERSION, digest, plan->part, plan->n_parts,
 		(unsigned long long)ds->stats.n_docs, (unsigned long long)ds->n_tokens,
 		ds->token_bytes == 2 ? "uint16" : "int32", (unsigned long long)ds->stats.text_bytes,
-		(unsigned long long)bin_bytes, bin_sha, (unsigned long long)idx_bytes, idx_sha);
+		(unsigned long long)bin_bytes, bin_sha, (unsigned long long)idx_bytes, idx_sha,
+		(unsigned long long)ds->stats.skipped, first_skip);
 	r = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0 ? -(errno ? errno : EIO) : 0;
 	if (fclose(f) != 0 && r == 0)
 		r = -(errno ? errno : EIO);
@@ -359,6 +389,11 @@ static int read_manifest(struct manifest *m, struct sf_err *e)
 	m->part = (uint32_t)part;
 	m->n_parts = (uint32_t)parts;
 	m->width = strcmp(dtype, "uint16") ? 4 : 2;
+	/* Manifests before stop 46 have no skip count. */
+	if (json_number(text, "skipped", &m->skipped))
+		m->skipped = 0;
+	if (json_string(text, len, "first_skip", m->first_skip, sizeof(m->first_skip), scratch))
+		m->first_skip[0] = '\0';
 	r = name_agrees(m, e);
 out:
 	if (f)
@@ -618,6 +653,14 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 	r = check_set(ms, n, e);
 	if (r < 0)
 		goto out;
+	/* What a part skipped, one-shot tokenize skips too when the cause is in the data (a
+	 * bad record); not when it was the part's machine (a file it could not read). */
+	for (size_t i = 0; i < n; i++)
+		if (ms[i].skipped)
+			sf__log_error("warning: part %u of %u skipped %llu records or files "
+				      "(on_error: skip); the first: %s",
+				      ms[i].part, ms[i].n_parts, (unsigned long long)ms[i].skipped,
+				      ms[i].first_skip[0] ? ms[i].first_skip : "(not said)");
 	for (size_t i = 0; i < n; i++) {
 		r = check_counts(&ms[i], e);
 		if (r < 0)

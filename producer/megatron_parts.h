@@ -8,14 +8,17 @@
  *   {"format": "shmfeed-tokenize-part", "version": 1,
  *    "config_digest": "<32 hex digits>", "part": I, "parts": N,
  *    "documents": D, "tokens": T, "dtype": "uint16" | "int32", "text_bytes": B,
- *    "bin_bytes": ..., "bin_sha256": "<64 hex>", "idx_bytes": ..., "idx_sha256": "<64 hex>"}
+ *    "bin_bytes": ..., "bin_sha256": "<64 hex>", "idx_bytes": ..., "idx_sha256": "<64 hex>",
+ *    "skipped": S, "first_skip": "<message>"}
  *
  * config_digest is XXH3-128 of what decides the tokens: the listing (each source's
  * reading settings, each file's path, size and modification time; see part_plan.h), the
  * tokenizer (its encoding and vocabulary contents), the token width and <|endoftext|>.
  * Merging concatenates the parts' documents in part order, which is the corpus's
  * document order, so the merged pair is byte for byte what one `shmfeed tokenize` of the
- * whole corpus writes.
+ * whole corpus writes, given that every part read what a one-shot run reads: a part that
+ * skipped records or files (on_error: skip) says so in its manifest, and the merge
+ * repeats it as a warning.
  */
 #ifndef SF_PRODUCER_MEGATRON_PARTS_H
 #define SF_PRODUCER_MEGATRON_PARTS_H

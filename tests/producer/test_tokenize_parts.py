@@ -303,6 +303,32 @@ def test_empty_parts(tmp_path):
         assert read(str(tmp_path / "merged") + ext) == read(str(tmp_path / "whole") + ext)
 
 
+def test_a_merge_says_which_parts_skipped(tmp_path):
+    """A part that skipped records or files (on_error: skip) merged without a word: a
+    file one node could not read (its permissions there) made a merged dataset other
+    than the one-shot one, and nothing said so but that part's own log (a review). The
+    manifest counts the skips and keeps the first one's message, and the merge repeats
+    them for each part."""
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": f"a {i}"}) + "\n"
+                                              for i in range(40)))
+    (tmp_path / "b.jsonl").write_text('{"text": "b 0"}\n{"text": 7}\n{"text": "b 2"}\n'
+                                      "not json\n")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f'sources:\n  - paths: ["{tmp_path}/*.jsonl"]\n    on_error: skip\n'
+                   "tokenizer:\n  encoding: bytes\nproducers:\n  count: 1\n")
+    parts = run_parts(tmp_path, cfg, str(tmp_path / "p"), 2)
+    manifests = [json.loads(read(p + ".json")) for p in parts]
+    assert [m["skipped"] for m in manifests] == [0, 2], manifests
+    assert "b.jsonl:2" in manifests[1]["first_skip"], manifests[1]
+    r = run(tmp_path, "--merge", *parts, "-o", str(tmp_path / "merged"))
+    said = [ln for ln in r.stderr.splitlines() if "skipped" in ln]
+    assert len(said) == 1 and "part 1 of 2 skipped 2 records or files" in said[0] \
+        and "b.jsonl:2" in said[0], r.stderr
+    run(tmp_path, str(cfg), "-o", str(tmp_path / "whole"), "-q")
+    for ext in (".bin", ".idx"):
+        assert read(str(tmp_path / "merged") + ext) == read(str(tmp_path / "whole") + ext)
+
+
 def test_parts_that_get_no_file(tmp_path):
     """A file a part must take whole (gzip; text cut at "\\n\\n") goes to one part, and the
     other part then has no file at all: it is an empty part, as one with files but no
