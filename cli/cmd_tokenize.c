@@ -231,7 +231,7 @@ static int merge(char **parts, size_t n_parts, const char *prefix, int quiet)
 	int r = sf__parts_merge(parts, n_parts, prefix, &docs, &tokens, &e);
 
 	if (r < 0)
-		sf__log_error("merge: %s", e.msg);
+		sf__log_error("merge into %s: %s", prefix, e.msg);
 	else if (!quiet)
 		sf__log_info("merged %d parts into %s.bin and %s.idx: %llu documents, "
 			     "%llu tokens",

@@ -311,6 +311,28 @@ static int is_hex(const char *s, size_t n)
 }
 
 /*
+ * The length of `prefix` less its _IIIII-of-NNNNN, the part and count there, or 0 for a
+ * name tokenize did not make.
+ */
+static size_t part_name(const char *prefix, unsigned *ret_part, unsigned *ret_parts)
+{
+	const char *us = strrchr(prefix, '_');
+	int end = 0;
+
+	if (!us || sscanf(us, "_%5u-of-%5u%n", ret_part, ret_parts, &end) != 2 || us[end] != '\0' ||
+	    strlen(us) != strlen("_00000-of-00000"))
+		return 0;
+	return (size_t)(us - prefix);
+}
+
+static size_t part_stem(const char *prefix)
+{
+	unsigned part, parts;
+
+	return part_name(prefix, &part, &parts);
+}
+
+/*
  * A part named as tokenize names it (PREFIX_IIIII-of-NNNNN) whose manifest says another
  * part: the merge orders parts by their manifests, so two manifests edited (or swapped)
  * gave a merged dataset in another order, without a word. A part renamed otherwise is
@@ -318,14 +340,9 @@ static int is_hex(const char *s, size_t n)
  */
 static int name_agrees(const struct manifest *m, struct sf_err *e)
 {
-	const char *us = strrchr(m->prefix, '_');
 	unsigned part, parts;
-	int end = 0;
 
-	if (!us || sscanf(us, "_%5u-of-%5u%n", &part, &parts, &end) != 2 || us[end] != '\0' ||
-	    strlen(us) != strlen("_00000-of-00000"))
-		return 0;
-	if (part == m->part && parts == m->n_parts)
+	if (!part_name(m->prefix, &part, &parts) || (part == m->part && parts == m->n_parts))
 		return 0;
 	return sf__err(e, SF_E_CONFIG,
 		       "%s: its manifest says part %u of %u, its name part %u of %u: a manifest "
@@ -580,19 +597,71 @@ static int check_counts(const struct manifest *m, struct sf_err *e)
 	} else if (m->docs > (UINT64_MAX - IDX_HEADER - 8) / 20 ||
 		   m->tokens > UINT64_MAX / m->width ||
 		   m->idx_bytes != IDX_HEADER + m->docs * 20 + 8 ||
-		   m->bin_bytes != m->tokens * m->width || stat(bin, &sb) < 0 ||
-		   stat(idx, &si) < 0 || (uint64_t)sb.st_size != m->bin_bytes ||
-		   (uint64_t)si.st_size != m->idx_bytes) {
+		   m->bin_bytes != m->tokens * m->width) {
 		r = sf__err(e, SF_E_CONFIG,
 			    "%s.json: its manifest says %llu documents and %llu tokens of %u "
-			    "bytes (an index of %llu bytes, a .bin of %llu), which its files do not "
-			    "hold",
+			    "bytes (an index of %llu bytes, a .bin of %llu), which do not add up",
 			    m->prefix, (unsigned long long)m->docs, (unsigned long long)m->tokens,
 			    m->width, (unsigned long long)m->idx_bytes,
 			    (unsigned long long)m->bin_bytes);
+	} else if (stat(bin, &sb) < 0 || stat(idx, &si) < 0) {
+		r = sf__err(e, SF_E_CONFIG, "%s: missing (%s), which its manifest %s.json lists",
+			    stat(bin, &sb) < 0 ? bin : idx, strerror(errno), m->prefix);
+	} else if ((uint64_t)sb.st_size != m->bin_bytes || (uint64_t)si.st_size != m->idx_bytes) {
+		const bool b = (uint64_t)sb.st_size != m->bin_bytes;
+
+		r = sf__err(e, SF_E_CONFIG, "%s: %llu bytes, where its manifest %s.json says %llu",
+			    b ? bin : idx, (unsigned long long)(b ? sb.st_size : si.st_size),
+			    m->prefix, (unsigned long long)(b ? m->bin_bytes : m->idx_bytes));
 	}
 	free(bin);
 	free(idx);
+	return r;
+}
+
+static int cmp_stem(const void *a, const void *b)
+{
+	const struct manifest *x = a, *y = b;
+	const size_t nx = part_stem(x->prefix), ny = part_stem(y->prefix);
+	const int c = strncmp(x->prefix, y->prefix, nx < ny ? nx : ny);
+
+	return c ? c : (nx > ny) - (nx < ny);
+}
+
+int sf__parts_check_sources(char *const *paths, size_t n, struct sf_err *e)
+{
+	struct manifest *ms = calloc(n + 1, sizeof(*ms));
+	size_t k = 0;
+	int r = 0;
+
+	if (!ms)
+		return sf__err(e, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n && r == 0; i++) {
+		char *prefix = prefix_of(paths[i]), *json = NULL;
+
+		if (!prefix || !(json = path_with(prefix, ".json"))) {
+			r = sf__err(e, -ENOMEM, "out of memory");
+		} else if (part_stem(prefix) && access(json, F_OK) == 0) {
+			ms[k].prefix = prefix;
+			prefix = NULL;
+			r = read_manifest(&ms[k++], e);
+		}
+		free(prefix);
+		free(json);
+	}
+	/* Each name's set of parts, whole, once, of one tokenization, with its files. */
+	if (r == 0 && k)
+		qsort(ms, k, sizeof(*ms), cmp_stem);
+	for (size_t a = 0, b; r == 0 && a < k; a = b) {
+		for (b = a + 1; b < k && !cmp_stem(&ms[a], &ms[b]);)
+			b++;
+		r = check_set(ms + a, b - a, e);
+		for (size_t i = a; r == 0 && i < b; i++)
+			r = check_counts(&ms[i], e);
+	}
+	for (size_t i = 0; i < k; i++)
+		free(ms[i].prefix);
+	free(ms);
 	return r;
 }
 

@@ -59,4 +59,14 @@ int sf__part_manifest_write(const char *part_prefix, const struct sf_part_plan *
 int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64_t *ret_docs,
 		    uint64_t *ret_tokens, struct sf_err *e);
 
+/*
+ * sf__parts_check_sources - the files a source lists (`paths`, n) that are tokenize parts
+ * (named PREFIX_IIIII-of-NNNNN, as a prefix or its .bin or .idx, with the manifest beside)
+ * are held to what the merge requires of a set, their SHA-256 aside: for each PREFIX,
+ * every part 0..N-1 once, one N, one config digest, and the files their manifests
+ * describe. A job over a set with a part missing read another corpus without a word.
+ * Returns 0, or SF_E_CONFIG naming what is wrong.
+ */
+int sf__parts_check_sources(char *const *paths, size_t n, struct sf_err *e);
+
 #endif

@@ -16,6 +16,7 @@
 #include "shmfeed/shmfeed.h"
 #include "common/io.h"
 #include "common/log.h"
+#include "producer/megatron_parts.h"
 #include "producer/producer.h"
 #include "producer/source/paths.h"
 #include "producer/source/tokens.h"
@@ -391,6 +392,9 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 		r = sf__err(e, r, "out of memory");
 	else
 		r = refuse_copies(paths, n, e);
+	/* Tokenize parts read as sources are held to what their merge requires. */
+	if (r == 0 && (src->format == SF_FMT_AUTO || src->format == SF_FMT_MEGATRON))
+		r = sf__parts_check_sources(paths, n, e);
 	if (r < 0) {
 		for (size_t i = 0; i < n; i++)
 			free(paths[i]);

@@ -290,6 +290,46 @@ def test_bad_sets_of_parts_are_refused(corpus):
     assert r.returncode == 2 and "usage" in r.stderr
 
 
+def test_a_job_over_parts_checks_the_set(corpus):
+    """A job that reads parts as its sources (docs: "Using the parts without merging")
+    read what was there: a part missing, a part's .idx missing (its .bin then read as
+    nanoGPT tokens) or a part of another count caught by the glob gave another corpus,
+    without a word (a review). The set is held to what the merge requires."""
+    tmp, cfg = corpus
+    out = tmp / "asjob"
+    out.mkdir()
+    parts = run_parts(tmp, cfg, str(out / "c"), 3)
+
+    def check(glob):
+        job = tmp / "parts.yaml"
+        job.write_text(f'sources:\n  - paths: ["{out}/{glob}"]\nbatch: {{size: 1, '
+                       "seq_len: 8}\n")
+        return subprocess.run([SHMFEED, "check", str(job)], capture_output=True, text=True,
+                              timeout=60, env=env_for(tmp))
+
+    r = check("c_*-of-00003.bin")
+    assert r.returncode == 0, r.stderr
+    # A part of another count beside them, caught by the glob.
+    run_parts(tmp, cfg, str(out / "c"), 2)
+    r = check("c_*-of-*.bin")
+    assert r.returncode != 0 and "not parts of one tokenization" in r.stderr, r
+    for f in out.glob("c_*-of-00002.*"):
+        f.unlink()
+    # A part's .idx gone: its .bin was read as nanoGPT tokens.
+    os.rename(parts[1] + ".idx", parts[1] + ".idx.away")
+    r = check("c_*-of-00003.bin")
+    assert r.returncode != 0 and parts[1] + ".idx" in r.stderr and "missing" in r.stderr, r
+    os.rename(parts[1] + ".idx.away", parts[1] + ".idx")
+    # A whole part gone.
+    for ext in (".bin", ".idx", ".json"):
+        os.rename(parts[2] + ext, parts[2] + ext + ".away")
+    r = check("c_*-of-00003.bin")
+    assert r.returncode != 0 and "part 2 of 3 is missing" in r.stderr, r
+    for ext in (".bin", ".idx", ".json"):
+        os.rename(parts[2] + ext + ".away", parts[2] + ext)
+    assert check("c_*-of-00003.bin").returncode == 0
+
+
 def test_empty_parts(tmp_path):
     # More parts than documents: some parts hold none, and still merge.
     (tmp_path / "d.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
