@@ -106,18 +106,28 @@ static uint64_t head_docs_cap(const struct sf_dataset *ds)
  * every built-in pattern takes as a single piece, as long as the longest document but
  * at most WARM_PIECE_BYTES: the BPE arrays cost about 40 bytes per byte of piece, and
  * real pieces are words. A piece longer than that (a run of 64 Ki letters) still grows
- * them, once per producer. It costs one encode of max_doc_bytes per process.
+ * them, once per producer. It costs one encode of max_doc_bytes per process. A
+ * vocabulary of characters, which has no pieces and may hold neither 'a' nor a space,
+ * meets a document of its first character instead.
  */
 static int warm_encoder(struct sf_text_cache *c, struct sf_tok_encoder *enc, struct sf_err *e)
 {
 	const uint64_t n = c->ds->max_doc_bytes;
 	const uint64_t piece = n < WARM_PIECE_BYTES ? n : WARM_PIECE_BYTES;
 	const uint32_t *ids;
+	char ch[4];
+	const size_t ch_len = sf__tok_first_char(c->ds->tok, ch);
 	size_t n_ids;
 	int r;
 
 	if (!n)
 		return 0;
+	if (ch_len) {
+		for (uint64_t i = 0; i + ch_len <= n; i += ch_len)
+			memcpy(c->scratch + i, ch, ch_len);
+		return sf__tok_encode(enc, c->scratch, n / ch_len * ch_len, SF_TOK_ALLOW_NONE, &ids,
+				      &n_ids, e);
+	}
 	for (uint64_t i = 0; i < n; i++)
 		c->scratch[i] = i % 2 ? ' ' : 'a';
 	r = sf__tok_encode(enc, c->scratch, n, SF_TOK_ALLOW_NONE, &ids, &n_ids, e);

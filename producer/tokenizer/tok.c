@@ -367,6 +367,13 @@ int sf__tok_bos(const struct sf_tok *tok)
 	return tok->bos >= 0 ? tok->bos : SF_E_TOKENIZER;
 }
 
+size_t sf__tok_first_char(const struct sf_tok *tok, char out[4])
+{
+	if (tok->kind != SF_TOK_CHAR || !tok->n_chars)
+		return 0;
+	return sf__utf8_encode(tok->chars[0], (uint8_t *)out);
+}
+
 const char *sf__tok_special_text(const struct sf_tok *tok, uint32_t id)
 {
 	for (uint32_t i = 0; i < tok->n_specials; i++)

@@ -166,6 +166,13 @@ bool sf__tok_text_may_give(const struct sf_tok *tok, uint32_t id);
  */
 int sf__tok_bos(const struct sf_tok *tok);
 
+/*
+ * sf__tok_first_char - for a vocabulary of characters (char, char:CORPUS), its first
+ * character as UTF-8 in out (1 to 4 bytes), whose length is returned: the only text it
+ * encodes may hold no 'a' nor space. 0 for every other tokenizer, which encodes any text.
+ */
+size_t sf__tok_first_char(const struct sf_tok *tok, char out[4]);
+
 /* sf__tok_special_text - the text of special token `id`, or NULL when `id` is none. */
 const char *sf__tok_special_text(const struct sf_tok *tok, uint32_t id);
 

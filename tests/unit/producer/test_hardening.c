@@ -1196,6 +1196,34 @@ Test(hardening, raw_text_of_a_wide_vocabulary_widens_a_mixture)
 	cr_expect(strstr(e.msg, "uint16"), "%s", e.msg);
 }
 
+/*
+ * A character vocabulary without 'a' or ' ' (encoding: char over a file of "hello"): the
+ * encoders were warmed up on "a a a ...", which it cannot encode, and every batch and
+ * `tokenize` failed with "character at byte 0 is not in the vocabulary" (found by a
+ * review).
+ */
+Test(hardening, a_character_vocabulary_without_a_or_space_reads_its_text)
+{
+	static char spec[4200];
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/hello.txt", dir);
+	f = fopen(path, "w");
+	cr_assert(f);
+	for (int i = 0; i < 40; i++)
+		fputs("hello\nhell\noh\n", f);
+	cr_assert_eq(fclose(f), 0);
+	snprintf(spec, sizeof(spec), "char:%s", path);
+	cfg.encoding = spec;
+	cfg.epochs = 1;
+	src.separator = "\n";
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect_eq(fill_until_error(ds, 4, &e), 0, "%s", e.msg);
+	sf__dataset_close(ds);
+}
+
 /* ---- files truncated while they are read outside a batch ---- */
 
 static void truncate_path_to_zero(int point)
