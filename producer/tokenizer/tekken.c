@@ -27,13 +27,25 @@ static int bad(const struct reader *r, const struct sf_json_node *at, const char
 	return sf__err(r->e, SF_E_TOKENIZER, "%s: byte %u: %s", r->path, at->at, what);
 }
 
-/* Member `name` of object `obj` when it has the JSON type `type`; NULL when absent. */
+/*
+ * Member `name` of object `obj` when it has the JSON type `type`; NULL when absent. A
+ * string that holds a NUL (\u0000) is refused: read as C strings, token_bytes, the
+ * pattern and the version were cut there, into other bytes, another pattern, v3 for
+ * "v3\u0000x" (a review), and token_str into another special's text.
+ */
 static int member(const struct reader *r, const struct sf_json_node *obj, const char *name,
 		  uint32_t type, const struct sf_json_node **ret)
 {
 	const struct sf_json_node *n = sf__json_tree_get(r->d, obj, name);
 
 	*ret = n;
+	if (n && n->type == SF_JSON_STRING && type == SF_JSON_STRING &&
+	    strlen(sf__json_tree_str(r->d, n)) != n->len) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "a NUL character in %s", name);
+		return bad(r, n, what);
+	}
 	if (!n || n->type == type)
 		return 0;
 	return bad(r, n, type == SF_JSON_STRING   ? "expected a string"
@@ -234,12 +246,7 @@ static int read_specials(const struct reader *r, const struct sf_json_node *list
 
 		if (rc < 0)
 			return rc;
-		/* A NUL would cut the text into another special's; two specials of one text
-		 * mistral-common refuses. */
-		if (strlen(text) !=
-		    sf__json_tree_get(r->d, sf__json_tree_child(r->d, list, i), "token_str")->len)
-			return bad(r, sf__json_tree_child(r->d, list, i),
-				   "a NUL character in token_str");
+		/* Two specials of one text mistral-common refuses. */
 		for (uint32_t k = 0; k < i; k++)
 			if (!strcmp(tk->specials[k].text, text))
 				return bad(r, sf__json_tree_child(r->d, list, i),

@@ -422,11 +422,11 @@ static bool tiktoken_line(const uint8_t *s, size_t len)
 }
 
 /*
- * The format of a file from its bytes: JSON is tekken when it has tekken's config keys
- * (anywhere: mistral-common reads a file whose config comes after its vocab) and Hugging
- * Face's otherwise; a first line "base64 SPACE digits", after any blank lines, is
- * .tiktoken; a SentencePiece model is a protobuf whose first field is a piece (tag 0x0a,
- * a length, and the piece's own first field, its text: tag 0x0a again).
+ * The format of a file from its bytes: JSON is tekken when it has tekken's config key or
+ * the token_bytes of its vocabulary (anywhere: mistral-common reads a file whose config
+ * comes after its vocab) and Hugging Face's otherwise; a first line "base64 SPACE digits", after
+ * any blank lines, is .tiktoken; a SentencePiece model is a protobuf whose first field is a piece
+ * (tag 0x0a, a length, and the piece's own first field, its text: tag 0x0a again).
  */
 static int detect(const uint8_t *s, size_t len)
 {
@@ -435,8 +435,10 @@ static int detect(const uint8_t *s, size_t len)
 	while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n'))
 		i++;
 	if (i < len && s[i] == '{')
-		return memmem(s, len, "\"default_num_special_tokens\"", 28) ? SF_TOK_FORMAT_TEKKEN
-									    : SF_TOK_FORMAT_HF;
+		return memmem(s, len, "\"default_num_special_tokens\"", 28) ||
+				       memmem(s, len, "\"token_bytes\"", 13)
+			       ? SF_TOK_FORMAT_TEKKEN
+			       : SF_TOK_FORMAT_HF;
 	if (tiktoken_line(s + i, len - i))
 		return SF_TOK_FORMAT_TIKTOKEN;
 	if (len && s[0] == 0x0a) {

@@ -189,6 +189,9 @@ int sf__tok_ranks_load(struct sf_tok_ranks *r, const char *path, struct sf_err *
 	return rc;
 }
 
+static int ranks_index(struct sf_tok_ranks *r, const char *what, uint32_t rank_offset,
+		       struct sf_err *e);
+
 int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text, size_t len,
 			uint32_t rank_offset, struct sf_err *e)
 {
@@ -299,7 +302,7 @@ int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text,
 		r->off[i + 1] += r->off[i];
 	for (i = 0; i < n_lines; i++)
 		memcpy(r->bytes + r->off[lines[i].rank], text + lines[i].b64_off, lines[i].b64_len);
-	rc = sf__tok_ranks_index(r, path, e);
+	rc = ranks_index(r, path, rank_offset, e);
 fail:
 	free(lines);
 	if (rc < 0)
@@ -308,6 +311,13 @@ fail:
 }
 
 int sf__tok_ranks_index(struct sf_tok_ranks *r, const char *what, struct sf_err *e)
+{
+	return ranks_index(r, what, 0, e);
+}
+
+/* sf__tok_ranks_index() of ranks read plus `rank_offset`, which messages take off. */
+static int ranks_index(struct sf_tok_ranks *r, const char *what, uint32_t rank_offset,
+		       struct sf_err *e)
 {
 	uint32_t rank, other, count = 0;
 	size_t i;
@@ -338,8 +348,10 @@ int sf__tok_ranks_index(struct sf_tok_ranks *r, const char *what, struct sf_err 
 			continue;
 		other = insert(r, rank);
 		if (other != SF_RANK_NONE)
-			return sf__err(e, SF_E_TOKENIZER, "%s: ranks %u and %u have the same bytes",
-				       what, other, rank);
+			return sf__err(e, SF_E_TOKENIZER,
+				       "%s: %sranks %u and %u have the same bytes", what,
+				       rank_offset ? "vocab " : "", other - rank_offset,
+				       rank - rank_offset);
 		if (len == 1)
 			r->byte_rank[s[0]] = rank;
 		if (len == 2)

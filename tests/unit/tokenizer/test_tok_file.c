@@ -261,6 +261,20 @@ Test(tok_file, tekken_refusals)
 		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
 		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": \"</s>\"}], "
 		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"A!==\"}]}",
+		/* A NUL in token_bytes, the pattern or the version cut the string there: other
+		 * bytes, another pattern, v3 for "v3\0x" (a review). */
+		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
+		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
+		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": \"</s>\"}], "
+		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\\u0000AQ==\"}]}",
+		"{\"config\": {\"pattern\": \".|\\u0000\", \"default_vocab_size\": 3, "
+		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
+		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": \"</s>\"}], "
+		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\"}]}",
+		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
+		"\"default_num_special_tokens\": 2, \"version\": \"v13\\u0000x\"}, "
+		"\"special_tokens\": [{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, "
+		"\"token_str\": \"</s>\"}], \"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\"}]}",
 	};
 	static const char *const why[] = {"must list its special_tokens",
 					  "byte",
@@ -269,7 +283,10 @@ Test(tok_file, tekken_refusals)
 					  "none of mistral-common's",
 					  "token_str also at an earlier special token",
 					  "a NUL character in token_str",
-					  "vocab rank 0: token_bytes is not base64"};
+					  "vocab rank 0: token_bytes is not base64",
+					  "a NUL character in token_bytes",
+					  "a NUL character in pattern",
+					  "a NUL character in version"};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct sf_tok_file_opts o = {0};
@@ -352,6 +369,37 @@ Test(tok_file, tekken_files_that_lie_are_refused)
 	cr_expect_eq(tekken_edited(config, many, "", "", "", &e), SF_E_TOKENIZER);
 	cr_expect(strstr(e.msg, "more than 4096 special tokens"), "%s", e.msg);
 	free(many);
+	/* Two vocab entries of one token: named by the file's ranks (they were named by
+	 * their ids, rank + 100 specials: "ranks 356 and 357"; a review). */
+	cr_expect_eq(tekken_edited(config, "",
+				   ", {\"rank\": 256, \"token_bytes\": \"YWI=\"}, {\"rank\": 257, "
+				   "\"token_bytes\": \"YWI=\"}",
+				   "356", "358", &e),
+		     SF_E_TOKENIZER);
+	cr_expect(strstr(e.msg, "vocab ranks 256 and 257 have the same bytes"), "%s", e.msg);
+}
+
+/*
+ * A tekken file is known by its vocabulary's token_bytes too: one without
+ * default_num_special_tokens (or with the key written with an escape) went to the
+ * tokenizer.json loader, which said `unknown key "config"` (a review).
+ */
+Test(tok_file, a_tekken_file_is_known_without_its_special_count)
+{
+	char *text = tekken_json("{\"pattern\": \".\", \"default_vocab_size\": 356, "
+				 "\"version\": \"v3\"}",
+				 "", "");
+	struct sf_tok_file_opts o = {0};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+
+	write_file(text);
+	free(text);
+	o.path = path;
+	cr_expect_lt(sf__tok_load_file(&o, &tok, &e), 0);
+	cr_expect(!strstr(e.msg, "unknown key") && strstr(e.msg, "0 special tokens"), "%s", e.msg);
+	sf__tok_free(tok);
+	remove_file();
 }
 
 /*
