@@ -228,11 +228,13 @@ int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text,
 		text[end] = '\0';
 		errno = 0;
 		rank = strtoul((char *)text + sp + 1, &stop, 10);
-		/* Decimal digits only: strtoul also takes a sign (-1 read as a huge rank,
-		 * -18446744073709551615 as 1) and leading spaces; a line ending "Qg== \r" has
-		 * no rank at all. */
+		/* Decimal digits only, up to the line's end or its \r: strtoul also takes a
+		 * sign (-1 read as a huge rank, -18446744073709551615 as 1) and leading
+		 * spaces, and stops at a NUL ("IQ== 0\0junk" was rank 0); a line ending
+		 * "Qg== \r" has no rank at all. */
 		if (text[sp + 1] < '0' || text[sp + 1] > '9' || errno ||
-		    (*stop && (*stop != '\r' || stop + 1 != (char *)text + end))) {
+		    (stop != (char *)text + end &&
+		     (*stop != '\r' || stop + 1 != (char *)text + end))) {
 			rc = sf__err(e, SF_E_TOKENIZER, "%s:%zu: bad rank", path, lineno);
 			goto fail;
 		}

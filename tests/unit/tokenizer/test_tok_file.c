@@ -533,6 +533,15 @@ Test(tok_file, tiktoken_ranks_are_digits)
 		cr_expect(strstr(e.msg, ":257: bad rank"), "%s: %s", bad[i], e.msg);
 		remove_file();
 	}
+	/* A NUL after the rank ended it for strtoul: "IQ== 0\0junk" was rank 0 (a review). */
+	{
+		struct sf_tok_ranks r;
+		uint8_t nul[] = "IQ== 0\0junk\n";
+
+		cr_expect_eq(sf__tok_ranks_parse(&r, "mem", nul, sizeof(nul) - 1, 0, &e),
+			     SF_E_TOKENIZER);
+		cr_expect(strstr(e.msg, "mem:1: bad rank"), "%s", e.msg);
+	}
 	text = byte_lines("YWI= 256\r\n");
 	write_file(text);
 	free(text);
