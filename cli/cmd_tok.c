@@ -339,6 +339,24 @@ static void info(const struct sf_tok *tok, int file)
 		printf("texts: %s\n", how);
 }
 
+/*
+ * Whether the standard input (when `reads`) or output that the command's data would go
+ * through was closed at start: it is /dev/null then, and the data would be lost or the
+ * input taken for empty, with exit 0. Said, and 1.
+ */
+static int std_closed(bool reads)
+{
+	if (reads && (sf__cli_closed_std & 1u)) {
+		sf__log_error("standard input is closed: nothing to read");
+		return 1;
+	}
+	if (sf__cli_closed_std & 2u) {
+		sf__log_error("standard output is closed: the output would be lost");
+		return 1;
+	}
+	return 0;
+}
+
 int sf__cmd_encode(int argc, char **argv)
 {
 	struct sf_tok_encoder *enc = NULL;
@@ -352,7 +370,7 @@ int sf__cmd_encode(int argc, char **argv)
 
 	if (parse(argc, argv, 1, &a) < 0)
 		return 2;
-	if (load(&a, &tok))
+	if (std_closed(!a.bench && !a.info) || load(&a, &tok))
 		return 1;
 	if (sf__tok_encoder_create(tok, &enc, &err) < 0) {
 		sf__log_error("%s", err.msg);
@@ -407,7 +425,7 @@ int sf__cmd_decode(int argc, char **argv)
 
 	if (parse(argc, argv, 0, &a) < 0)
 		return 2;
-	if (load(&a, &tok))
+	if (std_closed(true) || load(&a, &tok))
 		return 1;
 	rc = read_all(stdin, &raw, &len);
 	if (rc < 0) {

@@ -24,4 +24,8 @@ int sf__cmd_keygen(int argc, char **argv);
  */
 int sf__cli_job_args(int argc, char **argv, const char **ret_job, int *ret_json);
 
+/* Bit fd set: descriptor 0, 1 or 2 was closed when shmfeed started (main() gives it
+ * /dev/null, so that no file opened later takes its place). */
+extern unsigned sf__cli_closed_std;
+
 #endif

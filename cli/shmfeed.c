@@ -184,14 +184,19 @@ static int wants_help(int argc, char **argv)
 	return 0;
 }
 
+unsigned sf__cli_closed_std;
+
 int main(int argc, char **argv)
 {
 	/* Started with 0, 1 or 2 closed (`2>&-`): the first files opened would take them,
-	 * and log lines went into the arena. /dev/null holds their places. */
+	 * and log lines went into the arena. /dev/null holds their places; the commands
+	 * whose data they carry (encode, decode) refuse to run on it. */
 	for (int fd = 0; fd < 3; fd++)
-		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF &&
-		    open("/dev/null", fd ? O_WRONLY : O_RDONLY) != fd)
-			return 127;
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+			sf__cli_closed_std |= 1u << fd;
+			if (open("/dev/null", fd ? O_WRONLY : O_RDONLY) != fd)
+				return 127;
+		}
 	/* run, tokenize and check fork workers and wait for them. */
 	sf__children_waitable();
 	if (argc < 2) {

@@ -886,6 +886,23 @@ def test_usage_errors_of_check_and_tokenize_say_what_is_wrong(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_encode_and_decode_refuse_a_closed_stdin_or_stdout(tmp_path):
+    """shmfeed puts /dev/null in the place of a closed 0, 1 or 2 (its log lines went into
+    the arena); encode and decode then read nothing from a closed stdin, or wrote their
+    whole output to /dev/null, and exited 0 (a review)."""
+    (tmp_path / "ids").write_bytes(b"h\0\0\0i\0\0\0")
+    cases = [(f"printf hi | {SHMFEED} encode -e bytes >&-", "standard output is closed"),
+             (f"{SHMFEED} encode -e bytes <&-", "standard input is closed"),
+             (f"{SHMFEED} decode -e bytes < {tmp_path}/ids >&-", "standard output is closed"),
+             (f"{SHMFEED} decode -e bytes <&-", "standard input is closed")]
+    for cmd, why in cases:
+        r = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1 and why in r.stderr, (cmd, r)
+    r = subprocess.run(["sh", "-c", f"{SHMFEED} decode -e bytes < {tmp_path}/ids"],
+                       capture_output=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == b"hi", r
+
+
 def test_encode_bench_reports_the_median_of_its_passes(tmp_path):
     """encode --bench gave the best pass; a peer timed by the same rule then lost for
     making fewer passes in its second. It reports the median of at least ten passes and a
