@@ -296,7 +296,8 @@ static int encode_records(struct sf_tok_encoder *enc, const uint8_t *in, size_t 
 		      (uint32_t)in[p + 3] << 24;
 		p += 4;
 		if (rec > len - p) {
-			sf__log_error("record %zu: %u bytes past the end of the input", count, rec);
+			sf__log_error("record %zu: a length of %u bytes, where %zu remain", count,
+				      rec, len - p);
 			return 1;
 		}
 		if (sf__tok_encode(enc, in + p, rec, allowed, &ids, &n, &err) < 0) {

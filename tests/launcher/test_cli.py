@@ -903,6 +903,15 @@ def test_encode_and_decode_refuse_a_closed_stdin_or_stdout(tmp_path):
     assert r.returncode == 0 and r.stdout == b"hi", r
 
 
+def test_encode_records_says_how_short_a_record_is():
+    """A record whose length runs past the input was said to be that many bytes "past the
+    end" (10 where 7 were missing; a review)."""
+    r = subprocess.run([SHMFEED, "encode", "-e", "bytes", "--records"],
+                       input=b"\x02\0\0\0hi\x0a\0\0\0abc", capture_output=True, timeout=30)
+    assert r.returncode == 1 and \
+        b"record 1: a length of 10 bytes, where 3 remain" in r.stderr, r
+
+
 def test_encode_bench_reports_the_median_of_its_passes(tmp_path):
     """encode --bench gave the best pass; a peer timed by the same rule then lost for
     making fewer passes in its second. It reports the median of at least ten passes and a
