@@ -1455,6 +1455,10 @@ static int check_mixture(struct loader *L, struct sf_config *cfg)
 				 src->name);
 			return fail_source_field(L, f_weight, i, msg);
 		}
+		/* A grouped source's share of its group is 1 unless given: the config
+		 * holds it, so that check prints it and an explicit 1 has the same digest. */
+		if (src->group && src->weight == SF_WEIGHT_UNSET)
+			src->weight = SF_WEIGHT_SCALE;
 		if (cfg->n_phases && !src->group && src->weight != SF_WEIGHT_UNSET) {
 			snprintf(msg, sizeof(msg),
 				 "source '%.64s' has a 'weight', but with a schedule the phases "

@@ -850,6 +850,42 @@ Test(config, a_written_mixture_of_source_weights_loads_back)
 	sf__config_free(&again);
 }
 
+/*
+ * A grouped source without a weight has its default, 1, in the config: check printed it as
+ * `weight: null` (a review), and a config written with an explicit 1 had another digest
+ * for the same stream.
+ */
+Test(config, a_grouped_source_without_a_weight_weighs_1)
+{
+	struct sf_config again = {0};
+	uint64_t implicit;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	cr_assert_eq(load("sources:\n  - {name: a, paths: [a], group: g}\n"
+			  "  - {name: b, paths: [b], weight: 1}\nmixture: {groups: {g: 2}}\n"),
+		     0, "%s", err.msg);
+	cr_expect_eq(cfg.sources[0].weight, SF_WEIGHT_SCALE);
+	f = open_memstream(&text, &len);
+	cr_assert_eq(sf__config_write(&cfg, f), 0);
+	fclose(f);
+	{
+		/* The line after source a's group. */
+		const char *g = strstr(text, "group: \"g\"\n"), *w = g ? strchr(g, '\n') + 1 : NULL;
+
+		cr_expect(w && !strncmp(w + strspn(w, " "), "weight: 1.0\n", 12), "%s", text);
+	}
+	free(text);
+	load_back(&again);
+	sf__config_free(&again);
+	implicit = sf__config_digest(&cfg);
+	cr_assert_eq(load("sources:\n  - {name: a, paths: [a], group: g, weight: 1}\n"
+			  "  - {name: b, paths: [b], weight: 1}\nmixture: {groups: {g: 2}}\n"),
+		     0, "%s", err.msg);
+	cr_expect_eq(sf__config_digest(&cfg), implicit);
+}
+
 Test(config, the_digest_follows_the_token_stream_only)
 {
 	uint64_t base, d;
