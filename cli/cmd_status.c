@@ -109,7 +109,7 @@ static void print_sources(FILE *f, const struct doc *sd)
 		return;
 	fprintf(f,
 		"\n source              delivered        target   share  (of the first %llu "
-		"samples every rank read)\n",
+		"samples, which every rank has released)\n",
 		(unsigned long long)n);
 	for (uint32_t i = 0; i < sd->tok[srcs].size; i++) {
 		int s = sf__json_at(sd->tok, srcs, i);
@@ -176,8 +176,9 @@ static void print_stats(FILE *f, const struct doc *st, const struct doc *sd)
 	if (u64_of(sd, 0, "tokens_encoded") && u64_of(sd, 0, "tokens_produced"))
 		fprintf(f,
 			"tokens encoded per token produced %.3f (raw text tokenized per token "
-			"written to a slot; 1.000: each token once, less: tokens reused from "
-			"the shared chunk cache or pre-tokenized)\n",
+			"written to a slot; 1.000: each token once, more: text tokenized again "
+			"or ahead of the batches, less: tokens reused from the shared chunk "
+			"cache or pre-tokenized)\n",
 			(double)u64_of(sd, 0, "tokens_encoded") /
 				(double)u64_of(sd, 0, "tokens_produced"));
 	ranks = sf__json_get(sd->buf, sd->tok, 0, "ranks");

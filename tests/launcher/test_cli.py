@@ -262,8 +262,10 @@ def test_the_end_of_the_data(rt, tmp_path):
         assert f"job {job}: ended," in human
         # The demo's raw text: the ratio says what it measures where it appears.
         assert "\ntokens encoded per token produced " in human
+        # More than 1 was left out (a review); run's summary said it.
         assert "(raw text tokenized per token written to a slot; 1.000: each token once, " \
-            "less: tokens reused from the shared chunk cache or pre-tokenized)" in human, human
+            "more: text tokenized again or ahead of the batches, less: tokens reused from " \
+            "the shared chunk cache or pre-tokenized)" in human, human
         assert sf("stop", job).returncode == 0
         err = p.communicate(timeout=30)[1]
     finally:
@@ -403,7 +405,9 @@ def test_a_mixture_shows_each_source_in_check_status_and_metrics(rt, tmp_path):
         assert abs(float(epochs) - int(samples) / win) < 0.001
     human, metrics = serve_and_read_25_steps(
         cfg, job, tmp_path, {"web": (140, 140.0), "code": (40, 40.0), "math": (20, 20.0)})
-    assert "(of the first 200 samples every rank read)" in human, human
+    # The samples counted are those every rank released: a rank holding its 26th batch
+    # had "read" more than they (a review).
+    assert "(of the first 200 samples, which every rank has released)" in human, human
     assert re.search(r"\n web +140 +140\.0 +70\.00%\n", human), human
     assert f'shmfeed_source_samples{{shmfeed_job="{job}",source="web"}} 140' in metrics
     assert f'shmfeed_source_target_samples{{shmfeed_job="{job}",source="code"}} 40' \
