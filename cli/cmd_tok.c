@@ -43,34 +43,49 @@ static int parse(int argc, char **argv, int encode, struct tok_args *a)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
+	/* What is wrong, said before the usage; a value option given twice is (the last one
+	 * won). */
+	const char *why = NULL;
+	const char **value = NULL;
+	char twice[64];
 	int c;
 
 	memset(a, 0, sizeof(*a));
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "e:h", opts, NULL)) != -1) {
+		value = c == 'e'   ? &a->encoding
+			: c == 'v' ? &a->vocab
+			: c == 'b' ? &a->bench
+			: c == 't' ? &a->file
+			: c == 'p' ? &a->pattern
+				   : NULL;
+		if (value && *value) {
+			snprintf(twice, sizeof(twice), "%s given twice",
+				 c == 'e'   ? "-e"
+				 : c == 'v' ? "--vocab"
+				 : c == 'b' ? "--bench"
+				 : c == 't' ? "--tokenizer"
+					    : "--pattern");
+			why = twice;
+			goto usage;
+		}
 		switch (c) {
 		case 'e':
-			a->encoding = optarg;
-			break;
 		case 'v':
-			a->vocab = optarg;
+		case 'b':
+		case 't':
+		case 'p':
+			*value = optarg;
 			break;
 		case 's':
 			a->specials = 1;
 			break;
-		case 'b':
-			a->bench = optarg;
-			break;
-		case 't':
-			a->file = optarg;
-			break;
 		case 'f':
 			a->format = sf__tok_format_parse(optarg);
-			if (a->format < 0)
+			if (a->format < 0) {
+				why = "--format takes auto, tiktoken, tekken, hf or sentencepiece";
 				goto usage;
-			break;
-		case 'p':
-			a->pattern = optarg;
+			}
 			break;
 		case 'r':
 			a->records = 1;
@@ -82,9 +97,19 @@ static int parse(int argc, char **argv, int encode, struct tok_args *a)
 			goto usage;
 		}
 	}
-	if (!a->encoding == !a->file || optind != argc ||
-	    (!encode && (a->specials || a->bench || a->records || a->info)) ||
-	    (a->file && a->vocab) || (!a->file && (a->format || a->pattern)))
+	why = a->encoding && a->file	 ? "-e and --tokenizer: one tokenizer, not both"
+	      : !a->encoding && !a->file ? "no tokenizer: -e ENCODING or --tokenizer FILE"
+	      : optind != argc		 ? "an argument that is no option"
+	      : !encode && (a->specials || a->bench || a->records || a->info)
+		      ? "decode takes no --specials, --bench, --records or --info"
+	      : a->bench && (a->specials || a->records || a->info)
+		      ? "--bench FILE takes no --specials, --records or --info"
+	      : a->info && (a->specials || a->records) ? "--info takes no --specials or --records"
+	      : a->file && a->vocab		       ? "--vocab goes with -e, not --tokenizer"
+	      : !a->file && (a->format || a->pattern)
+		      ? "--format and --pattern go with --tokenizer, not -e"
+		      : NULL;
+	if (why)
 		goto usage;
 	/* A vocabulary the encoding would not read, as a job's config refuses it. */
 	if (a->vocab && (!strcmp(a->encoding, "bytes") || !strncmp(a->encoding, "char:", 5))) {
@@ -96,6 +121,8 @@ static int parse(int argc, char **argv, int encode, struct tok_args *a)
 	}
 	return 0;
 usage:
+	if (why)
+		fprintf(stderr, "shmfeed %s: %s\n", encode ? "encode" : "decode", why);
 	fprintf(stderr,
 		"usage: shmfeed encode TOKENIZER [--specials] [--records] < text > ids.u32\n"
 		"       shmfeed encode TOKENIZER --bench FILE\n"

@@ -890,6 +890,27 @@ def test_usage_errors_of_check_and_tokenize_say_what_is_wrong(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_usage_errors_of_encode_and_decode_say_what_is_wrong(tmp_path):
+    """encode and decode printed their usage alone for conflicting options, and took the
+    last of an option given twice and --bench with --specials (which it ignored; a
+    review): each now says what it did not take."""
+    cases = [
+        (("encode", "-e", "r50k_base", "-e", "cl100k_base"), "-e given twice"),
+        (("encode", "-e", "bytes", "--tokenizer", "x"), "one tokenizer, not both"),
+        (("encode",), "no tokenizer"),
+        (("decode", "-e", "bytes", "--specials"), "decode takes no --specials"),
+        (("encode", "-e", "bytes", "--bench", "/dev/null", "--specials"),
+         "--bench FILE takes no --specials"),
+        (("encode", "-e", "bytes", "--info", "--records"), "--info takes no"),
+        (("encode", "-e", "bytes", "--format", "hf"), "--format and --pattern go with"),
+        (("encode", "--tokenizer", "x", "--format", "xx"), "--format takes auto"),
+        (("encode", "--tokenizer", "x", "--vocab", "y"), "--vocab goes with -e"),
+    ]
+    for args, why in cases:
+        r = sf(*args)
+        assert r.returncode == 2 and why in r.stderr and "usage:" in r.stderr, (args, r)
+
+
 def test_encode_and_decode_refuse_a_closed_stdin_or_stdout(tmp_path):
     """shmfeed puts /dev/null in the place of a closed 0, 1 or 2 (its log lines went into
     the arena); encode and decode then read nothing from a closed stdin, or wrote their
