@@ -590,6 +590,7 @@ static int check_counts(const struct manifest *m, struct sf_err *e)
 {
 	char *bin = path_with(m->prefix, ".bin"), *idx = path_with(m->prefix, ".idx");
 	struct stat sb, si;
+	bool no_bin = false;
 	int r = 0;
 
 	if (!bin || !idx) {
@@ -604,9 +605,11 @@ static int check_counts(const struct manifest *m, struct sf_err *e)
 			    m->prefix, (unsigned long long)m->docs, (unsigned long long)m->tokens,
 			    m->width, (unsigned long long)m->idx_bytes,
 			    (unsigned long long)m->bin_bytes);
-	} else if (stat(bin, &sb) < 0 || stat(idx, &si) < 0) {
+	} else if ((no_bin = stat(bin, &sb) < 0) || stat(idx, &si) < 0) {
+		/* errno is that of the stat() that failed (the second runs only after the first
+		 * succeeded); it was evaluated beside a third stat(), in no set order. */
 		r = sf__err(e, SF_E_CONFIG, "%s: missing (%s), which its manifest %s.json lists",
-			    stat(bin, &sb) < 0 ? bin : idx, strerror(errno), m->prefix);
+			    no_bin ? bin : idx, strerror(errno), m->prefix);
 	} else if ((uint64_t)sb.st_size != m->bin_bytes || (uint64_t)si.st_size != m->idx_bytes) {
 		const bool b = (uint64_t)sb.st_size != m->bin_bytes;
 

@@ -101,11 +101,12 @@ static size_t next_letter(const char *pat, size_t i)
 static char folded_pair(const char *pat, size_t i)
 {
 	static const char *const pairs[] = {"ss", "st", "ff", "fi", "fl"};
-	char a = (char)(pat[i] | 0x20), b = (char)(pat[next_letter(pat, i)] | 0x20);
+	const char second = pat[next_letter(pat, i)];
+	char a = (char)(pat[i] | 0x20), b = (char)(second | 0x20);
 
 	for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++)
 		if (a == pairs[k][0] && b == pairs[k][1])
-			return pat[next_letter(pat, i)];
+			return second;
 	return 0;
 }
 
@@ -173,6 +174,7 @@ static bool alternative_follows(const char *pat, size_t p)
 static int check_pattern(struct sf_hf_loader *l, const char *where, const char *pat)
 {
 	bool in_class = false, caseless = false, exact;
+	char second;	    /* of a letter pair one character folds to */
 	uint64_t outer = 0; /* bit d: (?i) in force in the group enclosing depth d */
 	size_t i, class_start = 0, depth = 0, comment_end;
 
@@ -249,11 +251,11 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 						     "in Oniguruma)");
 			continue;
 		}
-		if (caseless && folded_pair(pat, i))
+		if (caseless && (second = folded_pair(pat, i)))
 			return sf__hf_refuse(l, where,
 					     "\"%c%c\" under (?i) not supported (Oniguruma also "
 					     "matches it with one character: ss with ß, fi with ﬁ)",
-					     pat[i], folded_pair(pat, i));
+					     pat[i], second);
 		if (c == '[') {
 			in_class = true;
 			class_start = i + 1 + (pat[i + 1] == '^');
