@@ -70,43 +70,42 @@ static void report_sources(const struct sf_config *cfg)
 		const struct sf_source_config *src = &cfg->sources[i];
 
 		for (uint32_t j = 0; j < src->n_paths; j++) {
-			struct sf_source_config one = *src;
 			unsigned long long bytes = 0;
 			struct sf_err e = {0};
 			char **paths = NULL;
 			size_t n = 0, files = 0, of_format[SF_FMT_JSONL + 1] = {0};
 
-			one.paths = &src->paths[j];
-			one.n_paths = 1;
-			if (sf__source_expand(&one, &paths, &n, &e) == 0) {
-				for (size_t k = 0; k < n; k++) {
-					uint32_t format = src->format;
-					size_t had = files;
-
-					if (format != SF_FMT_AUTO ||
-					    sf__source_detect_format(paths[k], &format) == 0)
-						of_format[format <= SF_FMT_JSONL ? format : 0]++;
-
-					/* A Megatron pair is its .bin and .idx, however named. */
-					if (format != SF_FMT_MEGATRON)
-						bytes += file_bytes(paths[k], &files);
-					if (files == had) {
-						char *bin = sf__megatron_file(paths[k], ".bin"),
-						     *idx = sf__megatron_file(paths[k], ".idx");
-
-						if (bin && idx) {
-							bytes += file_bytes(bin, &files);
-							bytes += file_bytes(idx, &files);
-						}
-						free(bin);
-						free(idx);
-					}
-					free(paths[k]);
-				}
-				free(paths);
-			}
 			printf("# source %u: ", i);
 			sf__config_write_text(stdout, src->paths[j]);
+			if (sf__source_expand_path(src, j, &paths, &n, &e) < 0) {
+				printf(": %s\n", e.msg);
+				continue;
+			}
+			for (size_t k = 0; k < n; k++) {
+				uint32_t format = src->format;
+				size_t had = files;
+
+				if (format != SF_FMT_AUTO ||
+				    sf__source_detect_format(paths[k], &format) == 0)
+					of_format[format <= SF_FMT_JSONL ? format : 0]++;
+
+				/* A Megatron pair is its .bin and .idx, however named. */
+				if (format != SF_FMT_MEGATRON)
+					bytes += file_bytes(paths[k], &files);
+				if (files == had) {
+					char *bin = sf__megatron_file(paths[k], ".bin"),
+					     *idx = sf__megatron_file(paths[k], ".idx");
+
+					if (bin && idx) {
+						bytes += file_bytes(bin, &files);
+						bytes += file_bytes(idx, &files);
+					}
+					free(bin);
+					free(idx);
+				}
+				free(paths[k]);
+			}
+			free(paths);
 			printf(": %zu file%s, %llu bytes", files, files == 1 ? "" : "s", bytes);
 			print_formats(of_format);
 		}

@@ -631,40 +631,87 @@ static int cmp_stem(const void *a, const void *b)
 	return c ? c : (nx > ny) - (nx < ny);
 }
 
-int sf__parts_check_sources(char *const *paths, size_t n, struct sf_err *e)
+/* A listed path of a part that has its manifest: the part's prefix, the path's index. */
+struct listed {
+	char *prefix;
+	size_t i;
+	bool json; /* the path is the manifest */
+};
+
+static int cmp_listed(const void *a, const void *b)
 {
-	struct manifest *ms = calloc(n + 1, sizeof(*ms));
-	size_t k = 0;
+	const struct listed *x = a, *y = b;
+	const int c = strcmp(x->prefix, y->prefix);
+
+	return c ? c : (x->json > y->json) - (x->json < y->json);
+}
+
+int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e)
+{
+	struct listed *ls = calloc(*n + 1, sizeof(*ls));
+	struct manifest *ms = NULL;
+	bool *drop = calloc(*n + 1, sizeof(*drop));
+	size_t nl = 0, k = 0, kept = 0;
 	int r = 0;
 
-	if (!ms)
-		return sf__err(e, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < n && r == 0; i++) {
+	if (!ls || !drop) {
+		r = sf__err(e, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < *n && r == 0; i++) {
+		const size_t len = strlen(paths[i]);
 		char *prefix = prefix_of(paths[i]), *json = NULL;
 
 		if (!prefix || !(json = path_with(prefix, ".json"))) {
 			r = sf__err(e, -ENOMEM, "out of memory");
 		} else if (part_stem(prefix) && access(json, F_OK) == 0) {
-			ms[k].prefix = prefix;
+			ls[nl++] = (struct listed){prefix, i,
+						   len > 5 && !strcmp(paths[i] + len - 5, ".json")};
 			prefix = NULL;
-			r = read_manifest(&ms[k++], e);
 		}
 		free(prefix);
 		free(json);
 	}
+	/* Each part once, its pair before its manifest, which goes with the pair. */
+	qsort(ls, nl, sizeof(*ls), cmp_listed);
+	ms = calloc(nl + 1, sizeof(*ms));
+	if (r == 0 && !ms)
+		r = sf__err(e, -ENOMEM, "out of memory");
+	for (size_t a = 0, b; r == 0 && a < nl; a = b) {
+		for (b = a + 1; b < nl && !strcmp(ls[a].prefix, ls[b].prefix); b++)
+			drop[ls[b].i] = ls[b].json && !ls[a].json;
+		ms[k].prefix = ls[a].prefix;
+		ls[a].prefix = NULL;
+		if (whole)
+			r = read_manifest(&ms[k], e);
+		k++;
+	}
 	/* Each name's set of parts, whole, once, of one tokenization, with its files. */
-	if (r == 0 && k)
+	if (r == 0 && whole && k)
 		qsort(ms, k, sizeof(*ms), cmp_stem);
-	for (size_t a = 0, b; r == 0 && a < k; a = b) {
+	for (size_t a = 0, b; r == 0 && whole && a < k; a = b) {
 		for (b = a + 1; b < k && !cmp_stem(&ms[a], &ms[b]);)
 			b++;
 		r = check_set(ms + a, b - a, e);
 		for (size_t i = a; r == 0 && i < b; i++)
 			r = check_counts(&ms[i], e);
 	}
+	for (size_t i = 0; r == 0 && i < *n; i++) {
+		if (drop[i])
+			free(paths[i]);
+		else
+			paths[kept++] = paths[i];
+	}
+	if (r == 0)
+		*n = kept;
+out:
+	for (size_t i = 0; i < nl; i++)
+		free(ls[i].prefix);
 	for (size_t i = 0; i < k; i++)
 		free(ms[i].prefix);
+	free(ls);
 	free(ms);
+	free(drop);
 	return r;
 }
 

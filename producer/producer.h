@@ -82,6 +82,14 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 		      struct sf_err *e);
 
 /*
+ * sf__source_expand_path - the files of src's path `j` alone, as sf__source_expand()
+ * lists them, for a report of each path (`check`): a set of tokenize parts named one
+ * part a path is not held whole here, which only the whole listing can be.
+ */
+int sf__source_expand_path(const struct sf_source_config *src, uint32_t j, char ***ret_paths,
+			   size_t *ret_n, struct sf_err *e);
+
+/*
  * sf__sources_shared_files - each file that two sources of `cfg` read, by any names (a
  * Megatron pair by its .bin, .idx or prefix), as pairs of sources: a file that k sources
  * read makes k - 1 pairs, each of them with the next. report(source a, source b, path,

@@ -322,14 +322,15 @@ static int refuse_copies(char **paths, size_t n, struct sf_err *e)
 	return 0;
 }
 
-int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
-		      struct sf_err *e)
+/* The files of src's paths `first` to `end` (excluded); `whole`: all of them. */
+static int expand(const struct sf_source_config *src, uint32_t first, uint32_t end, bool whole,
+		  char ***ret_paths, size_t *ret_n, struct sf_err *e)
 {
 	char **paths = NULL;
 	size_t n = 0, cap = 0;
 	int r = 0;
 
-	for (uint32_t i = 0; i < src->n_paths && r == 0; i++) {
+	for (uint32_t i = first; i < end && r == 0; i++) {
 		const char *p = src->paths[i];
 		struct stat st;
 		glob_t g = {0};
@@ -392,9 +393,10 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 		r = sf__err(e, r, "out of memory");
 	else
 		r = refuse_copies(paths, n, e);
-	/* Tokenize parts read as sources are held to what their merge requires. */
+	/* Tokenize parts read as sources: their manifests go with their pairs, and the
+	 * whole listing's sets are held to what their merge requires. */
 	if (r == 0 && (src->format == SF_FMT_AUTO || src->format == SF_FMT_MEGATRON))
-		r = sf__parts_check_sources(paths, n, e);
+		r = sf__parts_sources(paths, &n, whole, e);
 	if (r < 0) {
 		for (size_t i = 0; i < n; i++)
 			free(paths[i]);
@@ -404,6 +406,18 @@ int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, siz
 	*ret_paths = paths;
 	*ret_n = n;
 	return 0;
+}
+
+int sf__source_expand(const struct sf_source_config *src, char ***ret_paths, size_t *ret_n,
+		      struct sf_err *e)
+{
+	return expand(src, 0, src->n_paths, true, ret_paths, ret_n, e);
+}
+
+int sf__source_expand_path(const struct sf_source_config *src, uint32_t j, char ***ret_paths,
+			   size_t *ret_n, struct sf_err *e)
+{
+	return expand(src, j, j + 1, false, ret_paths, ret_n, e);
 }
 
 /* A file of a source; id.i is the source's index. */

@@ -330,6 +330,39 @@ def test_a_job_over_parts_checks_the_set(corpus):
     assert check("c_*-of-00003.bin").returncode == 0
 
 
+
+def test_a_job_over_a_directory_of_parts_reads_their_pairs(corpus):
+    """The natural way to name parts, their directory or `PREFIX_*`, lists each part's
+    manifest beside its pair: it was counted as a second copy of the part ("X and X are
+    both part 0 of 3", one path named twice). The manifests belong to their parts; the
+    job reads the pairs. And `check` listed each part named on its own as "0 files, 0
+    bytes" (each path expanded alone failed the whole set's check, unsaid)."""
+    tmp, cfg = corpus
+    out = tmp / "asdir"
+    out.mkdir()
+    parts = run_parts(tmp, cfg, str(out / "c"), 3)
+    size = sum(os.path.getsize(p + ext) for p in parts for ext in (".bin", ".idx"))
+
+    def check(paths):
+        job = tmp / "dir.yaml"
+        job.write_text(f"sources:\n  - paths: {json.dumps(paths)}\nbatch: {{size: 1, "
+                       "seq_len: 8}\n")
+        return subprocess.run([SHMFEED, "check", str(job)], capture_output=True, text=True,
+                              timeout=60, env=env_for(tmp))
+
+    for paths in ([str(out)], [f"{out}/c_*"]):
+        r = check(paths)
+        assert r.returncode == 0, r.stderr
+        assert f": 6 files, {size} bytes, megatron\n" in r.stdout, r.stdout
+    r = check(parts)
+    assert r.returncode == 0, r.stderr
+    for p in parts:
+        one = sum(os.path.getsize(p + ext) for ext in (".bin", ".idx"))
+        assert f"{p}: 2 files, {one} bytes, megatron\n" in r.stdout, r.stdout
+    # A part still missing is refused, by the set's message.
+    r = check(parts[:2])
+    assert r.returncode != 0 and "part 2 of 3 is missing" in r.stderr, r
+
 def test_empty_parts(tmp_path):
     # More parts than documents: some parts hold none, and still merge.
     (tmp_path / "d.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
