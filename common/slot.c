@@ -580,6 +580,26 @@ int sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *s)
 	return r;
 }
 
+int sf__consumer_unclaim(struct sf_arena *a, uint32_t rank, struct sf_slot *s, int refill)
+{
+	const uint32_t me = a->geo.max_producers + rank;
+	uint64_t w = atomic_load_explicit(&s->word, memory_order_relaxed);
+
+	if (sf__slot_state(w) != SF_SLOT_CLAIMED || sf__slot_owner(w) != me)
+		return SF_E_STATE;
+	/* Release, as sf__consumer_release_quiet(): a producer that refills the slot sees
+	 * every access this consumer made to it. */
+	if (!atomic_compare_exchange_strong_explicit(
+		    &s->word, &w,
+		    sf__slot_word(refill ? SF_SLOT_FREE : SF_SLOT_READY, 0, sf__slot_lap(w)),
+		    memory_order_release, memory_order_relaxed))
+		return SF_E_STATE;
+	SF_TEST_POINT(SF_TP_CONSUMER_RELEASED);
+	if (refill)
+		wake_producers(a);
+	return 0;
+}
+
 void sf__producers_wake(struct sf_arena *a)
 {
 	wake_producers(a);

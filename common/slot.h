@@ -148,6 +148,16 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 int sf__consumer_release(struct sf_arena *a, uint32_t rank, struct sf_slot *slot);
 
 /*
+ * sf__consumer_unclaim - hand a slot claimed by the consumer of `rank` back for the same
+ * step, in one CAS: READY again with its content (`refill` 0: a copy out of it failed),
+ * or FREE for a producer to fill it again (`refill` 1: its checksum failed). A release
+ * followed by a seek back left, between the two, a ring without that step, which a
+ * successor of a rank killed there skipped. Returns 0, or SF_E_STATE as
+ * sf__consumer_release().
+ */
+int sf__consumer_unclaim(struct sf_arena *a, uint32_t rank, struct sf_slot *slot, int refill);
+
+/*
  * sf__consumer_release_quiet - sf__consumer_release() without waking sleeping producers.
  * Waking one costs a futex syscall (several microseconds, more in a VM), so a consumer
  * whose ring still holds enough READY batches may leave the refill for later; it must

@@ -978,10 +978,8 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 		c->wait_carry = 0;
 	}
 	if (r == SF_E_CHECKSUM) {
-		/* Hand the step back for a refill: release it (FREE for the step K later), then
-		 * seek back, which makes it FREE for this step again. */
-		sf__consumer_release(a, c->rank, s);
-		sf__ring_seek(a, c->me, c->rank, c->step);
+		/* Hand the step back for a refill: FREE for this step again. */
+		sf__consumer_unclaim(a, c->rank, s, 1);
 		return sf__err(&c->err, r, "rank %u step %llu: payload checksum mismatch",
 			       c->global_rank, (unsigned long long)c->step);
 	}
@@ -1035,10 +1033,9 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 	if (c->gpu.cu) {
 		r = gpu_copy(c, payload, &b);
 		if (r < 0) {
-			sf__consumer_release(a, c->rank, s);
+			/* Serve the same step again on the next call, from the slot as it is. */
+			sf__consumer_unclaim(a, c->rank, s, 0);
 			c->held = NULL;
-			/* Serve the same step again on the next call. */
-			sf__ring_seek(a, c->me, c->rank, c->step);
 			return r;
 		}
 	}

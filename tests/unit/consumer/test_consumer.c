@@ -1044,6 +1044,48 @@ Test(consumer, checksum_mismatch_is_refilled)
 	feed_stop(f);
 }
 
+/* The ring's first step as each release of a slot left it (SF_TP_CONSUMER_RELEASED). */
+static struct sf_arena *released_arena;
+static uint64_t released_next[4];
+static int released_count;
+
+static void note_release(int point)
+{
+	if (point == SF_TP_CONSUMER_RELEASED && released_count < 4)
+		released_next[released_count++] = sf__ring_next_step(released_arena, 0);
+}
+
+/*
+ * A failed step is handed back in one step: it was released (FREE for the step K later)
+ * and then sought back, so a rank killed between the two (the seek waits for a producer
+ * filling that slot) left a ring of steps s+1..s+K, and its successor skipped step s
+ * without a word (a review). Each point where a kill can land must leave step s first.
+ */
+Test(consumer, a_checksum_failure_never_leaves_its_step_out_of_the_ring)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c = attach(0);
+	struct sf_slot *s0 = sf__arena_slot(f->arena, 0, 0);
+	struct sf_batch b;
+
+	while (atomic_load(&s0->word) != sf__slot_word(SF_SLOT_READY, 0, 0))
+		usleep(100);
+	sf__arena_payload(f->arena, 0, 0)[5] ^= 0x40;
+	released_arena = f->arena;
+	released_count = 0;
+	sf__test_hook = note_release;
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), SF_E_CHECKSUM);
+	sf__test_hook = NULL;
+	cr_assert_gt(released_count, 0, "the failed step was never handed back");
+	for (int i = 0; i < released_count; i++)
+		cr_assert_eq(released_next[i], 0, "hand-back %d left the ring at step %llu", i,
+			     (unsigned long long)released_next[i]);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
+	expect_batch(f, &b, 0, 0);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
 /*
  * A shared header or slot rewritten after attach (a stray write, a buggy process of the
  * same user): a slot length past the payload was hashed past the mapping (SIGSEGV), a
