@@ -2607,15 +2607,16 @@ static void digest_dir(XXH3_state_t *st, const char *path)
 
 static void digest_source_path(XXH3_state_t *st, const char *path)
 {
+	char *pattern = NULL;
 	struct stat sb;
 	glob_t g;
 
 	digest_str(st, path);
 	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
 		digest_dir(st, path);
-	} else if (stat(path, &sb) == 0 || !strpbrk(path, "*?[")) {
+	} else if (stat(path, &sb) == 0 || sf__glob_pattern(path, &pattern) <= 0) {
 		digest_data_file(st, path);
-	} else if (glob(path, 0, NULL, &g) == 0) {
+	} else if (glob(pattern, 0, NULL, &g) == 0) {
 		/* A directory the pattern matches is read as its files (paths.c). */
 		for (size_t k = 0; k < g.gl_pathc; k++) {
 			if (stat(g.gl_pathv[k], &sb) == 0 && S_ISDIR(sb.st_mode))
@@ -2625,6 +2626,7 @@ static void digest_source_path(XXH3_state_t *st, const char *path)
 		}
 		globfree(&g);
 	}
+	free(pattern);
 }
 
 uint64_t sf__config_digest(const struct sf_config *cfg)

@@ -228,3 +228,38 @@ void sf__xfsz_release(bool held, const sigset_t *saved)
 		;
 	pthread_sigmask(SIG_SETMASK, saved, NULL);
 }
+
+int sf__glob_pattern(const char *path, char **ret_pattern)
+{
+	char *dirs = strdup(path), *out;
+	size_t lit = 0, n = 0;
+	struct stat st;
+
+	if (!dirs)
+		return -ENOMEM;
+	/* The leading directories there under their names, up to the first one that is not. */
+	for (char *slash = strchr(dirs + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+		int there;
+
+		*slash = '\0';
+		there = stat(dirs, &st) == 0 && S_ISDIR(st.st_mode);
+		*slash = '/';
+		if (!there)
+			break;
+		lit = (size_t)(slash - dirs) + 1;
+	}
+	free(dirs);
+	if (!strpbrk(path + lit, "*?["))
+		return 0;
+	out = malloc(2 * lit + strlen(path + lit) + 1);
+	if (!out)
+		return -ENOMEM;
+	for (size_t i = 0; i < lit; i++) {
+		if (strchr("*?[\\", path[i]))
+			out[n++] = '\\';
+		out[n++] = path[i];
+	}
+	strcpy(out + n, path + lit);
+	*ret_pattern = out;
+	return 1;
+}

@@ -74,4 +74,14 @@ int sf__parent_dir_check(const char *path, char *dir, size_t len);
 bool sf__xfsz_hold(sigset_t *ret_saved);
 void sf__xfsz_release(bool held, const sigset_t *saved);
 
+/*
+ * sf__glob_pattern - `path` as a glob(3) pattern whose leading directories that exist
+ * under their literal names are taken literally (their *?[ and backslashes escaped): a
+ * job file in "runs[1]/" with a source "*.txt" names the files of runs[1], not of runs1,
+ * as a file of exactly a path's name is taken literally before any pattern. Returns 1
+ * with the pattern in *ret_pattern (free it), 0 when no glob character is left past
+ * those directories (the path is literal), or -ENOMEM.
+ */
+int sf__glob_pattern(const char *path, char **ret_pattern);
+
 #endif

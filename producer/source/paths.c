@@ -332,11 +332,17 @@ static int expand(const struct sf_source_config *src, uint32_t first, uint32_t e
 
 	for (uint32_t i = first; i < end && r == 0; i++) {
 		const char *p = src->paths[i];
+		char *pattern = NULL;
 		struct stat st;
 		glob_t g = {0};
+		int pat = access(p, F_OK) != 0 ? sf__glob_pattern(p, &pattern) : 0;
 
-		if (strpbrk(p, "*?[") && access(p, F_OK) != 0) {
-			int gr = glob(p, GLOB_ERR, NULL, &g);
+		if (pat < 0) {
+			r = sf__err(e, pat, "out of memory");
+		} else if (pat) {
+			int gr = glob(pattern, GLOB_ERR, NULL, &g);
+
+			free(pattern);
 
 			if (gr == GLOB_NOMATCH) {
 				r = sf__err(e, -ENOENT, "%s: no file matches", p);

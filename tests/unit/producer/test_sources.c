@@ -971,6 +971,71 @@ Test(sources, a_glob_matching_a_directory_takes_its_files)
 	free(paths);
 }
 
+/* The files the source lists: exactly `expect` (n of them), in order. */
+static void expect_listed(const char *const *expect, size_t n_expect)
+{
+	char **paths = NULL;
+	size_t n = 0;
+	struct sf_err e = {0};
+
+	cr_assert_eq(sf__source_expand(&src, &paths, &n, &e), 0, "%s: %s", path, e.msg);
+	cr_assert_eq(n, n_expect, "%s: %zu files", path, n);
+	for (size_t i = 0; i < n; i++) {
+		cr_expect_str_eq(paths[i], expect[i]);
+		free(paths[i]);
+	}
+	free(paths);
+}
+
+/*
+ * A job file in a directory whose name holds a glob character (`runs[1]/`), with a
+ * relative source `*.bin`: the pattern was the whole absolute path, so it read runs1's
+ * files, and the digest followed them (a review); a Megatron prefix there was "no file
+ * matches". A leading directory that exists under its literal name is taken literally, as
+ * a file of that exact name already was; one that does not is still a pattern.
+ */
+Test(sources, a_directory_named_with_glob_characters_is_taken_literally)
+{
+	char mine[4096], other[4096], prefix[4096], *p = path;
+	const char *want[1];
+	uint16_t t[4] = {0}, more[8] = {0};
+	uint64_t digest;
+
+	snprintf(path, sizeof(path), "%s/g[1]", dir);
+	cr_assert_eq(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/g1", dir);
+	cr_assert_eq(mkdir(path, 0700), 0);
+	put("g[1]/mine.bin", t, sizeof(t));
+	put("g1/other.bin", t, sizeof(t));
+	snprintf(mine, sizeof(mine), "%s/g[1]/mine.bin", dir);
+	snprintf(other, sizeof(other), "%s/g1/other.bin", dir);
+	src.paths = &p;
+
+	snprintf(path, sizeof(path), "%s/g[1]/*.bin", dir);
+	want[0] = mine;
+	expect_listed(want, 1);
+	digest = sf__config_digest(&cfg);
+	put("g1/other.bin", more, sizeof(more));
+	snprintf(path, sizeof(path), "%s/g[1]/*.bin", dir);
+	cr_expect_eq(sf__config_digest(&cfg), digest, "the digest read g1's file");
+	put("g[1]/mine.bin", more, sizeof(more));
+	snprintf(path, sizeof(path), "%s/g[1]/*.bin", dir);
+	cr_expect_neq(sf__config_digest(&cfg), digest, "the digest missed g[1]'s file");
+
+	/* A directory that is not there under its name is a pattern, as before. */
+	snprintf(path, sizeof(path), "%s/g[12]/*.bin", dir);
+	want[0] = other;
+	expect_listed(want, 1);
+
+	/* A Megatron prefix, which names no file, in such a directory. */
+	put("g[1]/corp.bin", t, sizeof(t));
+	put("g[1]/corp.idx", t, sizeof(t));
+	snprintf(prefix, sizeof(prefix), "%s/g[1]/corp", dir);
+	snprintf(path, sizeof(path), "%s", prefix);
+	want[0] = prefix;
+	expect_listed(want, 1);
+}
+
 /*
  * Each file is read once however a source names it: a Megatron pair by a glob that takes
  * both its files, by its .bin and its .idx, or by its prefix and a file; a file by two
