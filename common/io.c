@@ -263,3 +263,13 @@ int sf__glob_pattern(const char *path, char **ret_pattern)
 	*ret_pattern = out;
 	return 1;
 }
+
+int sf__create_fresh(const char *path)
+{
+	const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+	int fd = open(path, flags, 0644);
+
+	if (fd < 0 && errno == EEXIST && unlink(path) == 0)
+		fd = open(path, flags, 0644);
+	return fd < 0 ? -errno : fd;
+}

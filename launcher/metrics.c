@@ -259,16 +259,13 @@ static void render(FILE *f, const struct sf_stats *s, const char *job)
  */
 static int write_file(struct sf_metrics *m)
 {
-	const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-	int fd = open(m->tmp_file, flags, 0644);
+	int fd = sf__create_fresh(m->tmp_file);
 	size_t done = 0;
 	struct stat st, now;
 	int r = 0;
 
-	if (fd < 0 && errno == EEXIST && unlink(m->tmp_file) == 0)
-		fd = open(m->tmp_file, flags, 0644);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	while (done < m->len && r == 0) {
 		ssize_t k = write(fd, m->text + done, m->len - done);
 

@@ -204,7 +204,7 @@ int sf__part_manifest_write(const char *part_prefix, const struct sf_part_plan *
 	size_t skip_len = 0;
 	uint64_t bin_bytes, idx_bytes;
 	FILE *f = NULL;
-	int r;
+	int fd, r;
 
 	if (!bin || !idx || !json || !tmp) {
 		r = sf__err(e, -ENOMEM, "out of memory");
@@ -216,9 +216,13 @@ int sf__part_manifest_write(const char *part_prefix, const struct sf_part_plan *
 		r = hash_file(idx, -1, 0, idx_sha, &idx_bytes, e);
 	if (r < 0)
 		goto out;
-	f = fopen(tmp, "w");
+	fd = sf__create_fresh(tmp);
+	f = fd < 0 ? NULL : fdopen(fd, "w");
 	if (!f) {
-		r = sf__err(e, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+		r = fd < 0 ? fd : -errno;
+		if (fd >= 0)
+			close(fd);
+		r = sf__err(e, r, "%s: cannot create: %s", tmp, strerror(-r));
 		goto out;
 	}
 	utf8_only(ds->first_skip, skip);
@@ -799,11 +803,12 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 			    n == 1 ? "" : "s");
 		goto out;
 	}
-	bin_fd = open(bin_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	idx_fd = bin_fd < 0 ? -1 : open(idx_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	bin_fd = sf__create_fresh(bin_tmp);
+	idx_fd = bin_fd < 0 ? -1 : sf__create_fresh(idx_tmp);
 	if (bin_fd < 0 || idx_fd < 0) {
-		r = sf__err(e, -errno, "%s: cannot create: %s", bin_fd < 0 ? bin_tmp : idx_tmp,
-			    strerror(errno));
+		r = bin_fd < 0 ? bin_fd : idx_fd;
+		r = sf__err(e, r, "%s: cannot create: %s", bin_fd < 0 ? bin_tmp : idx_tmp,
+			    strerror(-r));
 		goto out;
 	}
 	r = write_merged_header(idx_fd, ms[0].width, total_docs, e);

@@ -147,13 +147,18 @@ static void put(FILE *f, const void *p, size_t n, int *err)
 static int write_index(const struct sf_dataset *ds, const char *path, const uint32_t *doc_lens,
 		       uint64_t n_docs, struct sf_err *e)
 {
-	FILE *f = fopen(path, "wb");
+	const int fd = sf__create_fresh(path);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
 	const unsigned char code = ds->token_bytes == 2 ? MEGATRON_UINT16 : MEGATRON_INT32;
 	uint64_t v, ptr = 0;
 	int err = 0;
 
-	if (!f)
-		return sf__err(e, -errno, "%s: cannot create: %s", path, strerror(errno));
+	if (!f) {
+		err = fd < 0 ? -fd : errno;
+		if (fd >= 0)
+			close(fd);
+		return sf__err(e, -err, "%s: cannot create: %s", path, strerror(err));
+	}
 	errno = 0;
 	put(f, "MMIDIDX\0\0", 9, &err);
 	v = 1;
@@ -214,9 +219,9 @@ int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, 
 	snprintf(idx, plen, "%s.idx", prefix);
 	snprintf(bin_tmp, plen, "%s.bin.tmp", prefix);
 	snprintf(idx_tmp, plen, "%s.idx.tmp", prefix);
-	job.fd = open(bin_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	job.fd = sf__create_fresh(bin_tmp);
 	if (job.fd < 0) {
-		r = sf__err(e, -errno, "%s: cannot create: %s", bin_tmp, strerror(errno));
+		r = sf__err(e, job.fd, "%s: cannot create: %s", bin_tmp, strerror(-job.fd));
 		goto out;
 	}
 	if (ftruncate(job.fd, (off_t)(ds->n_tokens * ds->token_bytes)) < 0) {

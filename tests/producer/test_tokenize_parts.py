@@ -846,6 +846,56 @@ def test_the_output_never_replaces_an_input(tmp_path):
     assert (d / "v.lock").exists() and not (d / "v.bin").exists()
 
 
+def test_a_link_at_a_temporary_name_is_never_written_through(tmp_path):
+    """A link planted at PREFIX.bin.tmp (or .idx.tmp, .json.tmp) had the tokens written
+    into the file it named, and was renamed into place as the output: tokenize, a part
+    and a merge opened their temporaries through links (a review). Each is created new;
+    what is at the name is removed, the file a link names left alone."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("alpha beta\n\ngamma\n")
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text(f'{{"sources": [{{"paths": "{src}/a.txt", "format": "text", '
+                   '"separator": "\\n\\n"}], "tokenizer": {"encoding": "bytes"}}')
+    out = tmp_path / "out"
+    out.mkdir()
+    run(tmp_path, str(cfg), "-o", str(tmp_path / "ref"))
+    ref = {ext: read(str(tmp_path / "ref") + ext) for ext in (".bin", ".idx")}
+
+    def plant(prefix, exts):
+        victims = {}
+        for ext in exts:
+            victim = tmp_path / f"victim{len(list(tmp_path.glob('victim*')))}"
+            victim.write_text("precious\n")
+            os.symlink(victim, prefix + ext + ".tmp")
+            victims[victim] = "precious\n"
+        return victims
+
+    def intact(victims):
+        for v, text in victims.items():
+            assert v.read_text() == text, v
+
+    prefix = str(out / "one")
+    victims = plant(prefix, (".bin", ".idx"))
+    run(tmp_path, str(cfg), "-o", prefix)
+    intact(victims)
+    for ext in (".bin", ".idx"):
+        assert not os.path.islink(prefix + ext) and read(prefix + ext) == ref[ext]
+
+    part = str(out / "p_00000-of-00001")
+    victims = plant(part, (".bin", ".idx", ".json"))
+    run(tmp_path, str(cfg), "-o", str(out / "p"), "--shard", "0/1")
+    intact(victims)
+    assert not os.path.islink(part + ".json") and json.loads(read(part + ".json"))
+
+    merged = str(out / "m")
+    victims = plant(merged, (".bin", ".idx"))
+    run(tmp_path, "--merge", part, "-o", merged)
+    intact(victims)
+    for ext in (".bin", ".idx"):
+        assert not os.path.islink(merged + ext) and read(merged + ext) == ref[ext]
+
+
 @pytest.mark.parametrize("shard", [[], ["--shard", "0/1"]])
 @pytest.mark.parametrize("fmt", ["text", "auto"])
 def test_the_outputs_lock_is_never_read_as_an_input(tmp_path, fmt, shard):
