@@ -617,6 +617,14 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 	r = sf__arena_attach(job, NULL, &c->a, &c->err);
 	if (r < 0)
 		goto fail;
+	/* What a job killed outright left: READY batches nobody will follow. */
+	if (!sf__arena_creator_alive(c->a)) {
+		r = sf__err(&c->err, SF_E_JOB_GONE,
+			    "job '%s': its launcher (pid %d) is gone, and what it left is no job "
+			    "to train on; the next `shmfeed run` of the job reclaims its arena",
+			    job, (int)c->a->hdr->creator_pid);
+		goto fail;
+	}
 	geo = &c->a->geo;
 	if (local_rank < 0 || (uint64_t)local_rank >= geo->ranks) {
 		r = sf__err(&c->err, SF_E_RANGE, "job '%s' has local ranks 0..%u, not %lld", job,

@@ -219,7 +219,8 @@ struct sf_consumer;
  * the message. -ENOENT: no such job; SF_E_RANGE: no such local rank; SF_E_LAYOUT: an arena
  * of another layout version, or whose header this build cannot accept (other structure
  * sizes, an invalid geometry, a file size other than the header's: a truncated arena);
- * SF_E_BUSY: a live process consumes that rank already.
+ * SF_E_BUSY: a live process consumes that rank already; SF_E_JOB_GONE: the job's
+ * launcher is dead (the arena is what a job killed outright left, READY batches and all).
  * On failure a message naming the cause is written to `errmsg` (when not NULL; always
  * NUL-terminated). SF_E_RANGE also for a number of device buffers out of range, a flag
  * not defined here, and a device below SF_DEVICE_NONE, in any mode.
