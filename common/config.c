@@ -2188,9 +2188,11 @@ static int read_file(const char *path, char **ret_text, size_t *ret_len, struct 
 		fclose(f);
 		return sf__err(e, -ENOMEM, "out of memory");
 	}
+	errno = 0;
 	n = fread(text, 1, CONFIG_MAX_BYTES + 1, f);
 	if (ferror(f)) {
-		int r = sf__err(e, -EIO, "cannot read job file %s", path);
+		const int code = errno ? errno : EIO;
+		int r = sf__err(e, -code, "cannot read job file %s: %s", path, strerror(code));
 
 		fclose(f);
 		free(text);

@@ -635,6 +635,14 @@ Test(config, a_missing_file_is_named)
 
 /* A FIFO nobody writes to blocked `check` for good at open; a pipe that is written to (a
  * shell's <(...), /dev/fd/N) is read as any file. */
+/* A directory named as the job file: "cannot read job file /tmp", with no reason (a
+ * review). */
+Test(config, a_directory_as_the_job_file_says_so)
+{
+	cr_expect_eq(sf__config_load("/tmp", &cfg, &err), -EISDIR);
+	cr_expect(strstr(err.msg, "/tmp") && strstr(err.msg, strerror(EISDIR)), "%s", err.msg);
+}
+
 Test(config, a_fifo_without_writer_does_not_block, .timeout = 20)
 {
 	const char yaml[] = "sources: [a.txt]\ntokenizer: {encoding: bytes}\n";
