@@ -155,7 +155,10 @@ struct sf_ring {
 	 * flag is exact, and registration or repair of that consumer clears what a killed
 	 * sleeper left. */
 	_Atomic uint64_t ready_waiters;
-	uint64_t pad[6];
+	/* 1 + the step a seek of this ring (sf__ring_seek()) is moving it to, 0 when none
+	 * is under way: what a consumer killed mid-seek leaves, for its successor to finish. */
+	_Atomic uint64_t seek_to;
+	uint64_t pad[5];
 };
 
 /*

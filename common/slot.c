@@ -700,8 +700,10 @@ static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t st
 				    mine && sf__slot_lap(w) == lap
 					    ? sf__slot_word(SF_SLOT_READY, 0, lap)
 					    : sf__slot_word(SF_SLOT_FREE, 0, lap),
-				    memory_order_acq_rel, memory_order_relaxed))
+				    memory_order_acq_rel, memory_order_relaxed)) {
+				SF_TEST_POINT(SF_TP_SEEK_MOVED);
 				break;
+			}
 		}
 	}
 	wake_producers(a);
@@ -710,7 +712,22 @@ static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t st
 
 int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step)
 {
-	return seek_pass(a, me, rank, step, 1);
+	_Atomic uint64_t *seek_to = &a->rings[rank].seek_to;
+	int r;
+
+	/* Only the holder of the ring's consumer entry, which this caller is, and its
+	 * successor read it. */
+	atomic_store_explicit(seek_to, step + 1, memory_order_release);
+	r = seek_pass(a, me, rank, step, 1);
+	atomic_store_explicit(seek_to, 0, memory_order_release);
+	return r;
+}
+
+int sf__ring_seek_unfinished(struct sf_arena *a, uint32_t me, uint32_t rank)
+{
+	const uint64_t to = atomic_load_explicit(&a->rings[rank].seek_to, memory_order_acquire);
+
+	return to ? sf__ring_seek(a, me, rank, to - 1) : 0;
 }
 
 int sf__ring_seek_hold(struct sf_arena *a, uint32_t rank, struct sf_err *e)
@@ -738,7 +755,15 @@ int sf__ring_seek_hold(struct sf_arena *a, uint32_t rank, struct sf_err *e)
 
 int sf__ring_seek_try(struct sf_arena *a, uint32_t rank, uint64_t step)
 {
-	return seek_pass(a, a->geo.max_producers + rank, rank, step, 0);
+	_Atomic uint64_t *seek_to = &a->rings[rank].seek_to;
+	int r;
+
+	/* This seek supersedes one a killed consumer left unfinished. */
+	atomic_store_explicit(seek_to, step + 1, memory_order_release);
+	r = seek_pass(a, a->geo.max_producers + rank, rank, step, 0);
+	if (r == 0)
+		atomic_store_explicit(seek_to, 0, memory_order_release);
+	return r;
 }
 
 void sf__ring_seek_release(struct sf_arena *a, uint32_t rank)

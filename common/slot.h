@@ -45,6 +45,8 @@
 #define SF_TP_INDEX_MAPPED  103
 #define SF_TP_INDEX_COUNTED 104
 #define SF_TP_WALK_MAPPED   105
+/* A seek has moved one slot of the ring (a kill point: the others are not moved yet). */
+#define SF_TP_SEEK_MOVED 106
 
 extern void (*sf__test_hook)(int point);
 
@@ -191,6 +193,14 @@ uint64_t sf__ring_next_step(const struct sf_arena *a, uint32_t rank);
  * slots being filled, repairing a dead filler. Returns 0, or SF_E_STOPPED.
  */
 int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step);
+
+/*
+ * sf__ring_seek_unfinished - finish the seek of rank `rank` that its previous consumer
+ * was killed in (the ring's seek_to; some slots moved, others not: no window of K steps),
+ * for its successor `me`, which holds the entry now. Returns 0 (also when there was
+ * none), or what sf__ring_seek() returns.
+ */
+int sf__ring_seek_unfinished(struct sf_arena *a, uint32_t me, uint32_t rank);
 
 /*
  * The launcher's control `seek`, of a rank no consumer is attached to, in three calls

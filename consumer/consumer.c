@@ -653,8 +653,15 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 	/* Only this rank's part of the arena becomes resident here. A failure only means
 	 * page faults on first use, so it is not one of attach's. */
 	sf__arena_populate_rank(c->a, c->rank);
-	/* Registration repaired a dead predecessor's claims (CLAIMED back to READY), so the
-	 * ring's lowest step is the first one nobody finished with. */
+	/* Registration repaired a dead predecessor's claims (CLAIMED back to READY), and a
+	 * seek it was killed in is finished here, so the ring's lowest step is the first one
+	 * nobody finished with. */
+	r = sf__ring_seek_unfinished(c->a, c->me, c->rank);
+	if (r < 0) {
+		r = sf__err(&c->err, r, "rank %u: the seek its previous consumer was killed in: %s",
+			    c->global_rank, sf_strerror(r));
+		goto fail_unregister;
+	}
 	c->step = sf__ring_next_step(c->a, c->rank);
 	/* consumers.device: the job's choice of where batches go, over the caller's. */
 	if (geo->flags & SF_ARENA_F_DEVICE_CPU) {

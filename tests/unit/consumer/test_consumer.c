@@ -1041,6 +1041,52 @@ Test(consumer, a_dead_jobs_arena_is_refused_at_attach)
 	cr_assert_eq(sf__arena_unlink_job(job), 0);
 }
 
+static void exit_mid_seek(int point)
+{
+	if (point == SF_TP_SEEK_MOVED)
+		_exit(9);
+}
+
+/*
+ * A rank killed in the middle of a seek (load_state_dict: one slot moved, the others not
+ * yet) left a ring that was no window of K steps: its successor, which starts at the
+ * ring's position, got step 1 of the old window, skipped the rest, and then failed with
+ * "another handle moved the rank" (a review). The seek is finished at attach.
+ */
+Test(consumer, a_seek_cut_short_by_a_kill_is_finished_by_the_successor)
+{
+	struct feed *f = start(opts(1));
+	struct sf_consumer *c;
+	struct sf_batch b;
+	int status;
+	pid_t pid = fork();
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct sf_consumer *dying = NULL;
+		const struct sf_resume at = {.samples = 10 * 3 * 2,
+					     .epoch = 10 * 3 * 2 / 7,
+					     .config_digest = f->geo.config_digest};
+
+		if (sf_consumer_attach(job, 0, SF_DEVICE_NONE, 0, &dying, NULL, 0) ||
+		    sf_consumer_next(dying, 5000, &b))
+			_exit(1);
+		sf__test_hook = exit_mid_seek;
+		sf_consumer_seek(dying, &at);
+		_exit(2); /* the seek moved no slot */
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 9, "status %d", status);
+	c = attach(0);
+	for (uint64_t step = 10; step < 10 + 2 * 3; step++) {
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "step %llu: %s",
+			     (unsigned long long)step, sf_consumer_errmsg(c));
+		expect_batch(f, &b, 0, step);
+	}
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
 Test(consumer, a_dead_consumers_batch_goes_to_its_successor)
 {
 	struct feed *f = start(opts(1));
