@@ -112,6 +112,7 @@ struct supervisor {
 	int cmd_status;	 /* exit status to return */
 	int cmd_termsig; /* the signal that killed the command, 0 if none */
 	int cmd_done;
+	char cmd_how[96]; /* how it ended, for the summary: "exit status 1", "killed by ..." */
 	/* What the command left behind when it ended, served until it exits: SIGTERMed at
 	 * once, given until orphans_at (0: not yet looked for), then ended with the job. */
 	uint64_t orphans_at;
@@ -422,12 +423,9 @@ static void reap(struct supervisor *S)
 			S->cmd_done = 1;
 			S->cmd_status = status_of(wstatus);
 			S->cmd_termsig = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
-			if (!S->stopping) {
-				char how[96];
-
-				describe_status(wstatus, how, sizeof(how));
-				begin_stop(S, 0, "the command finished (%s)", how);
-			}
+			describe_status(wstatus, S->cmd_how, sizeof(S->cmd_how));
+			if (!S->stopping)
+				begin_stop(S, 0, "the command finished (%s)", S->cmd_how);
 			continue;
 		}
 		for (uint32_t i = 0; i < S->n_prod; i++)
@@ -474,9 +472,10 @@ static void handle_signals(struct supervisor *S)
 			 * the command with it, unless it made a group of its own: passing it on
 			 * would be a second one.
 			 */
-			if (S->term_count > 1)
+			if (S->term_count > 1) {
+				sf__log_info("a second stop signal: killing the command (SIGKILL)");
 				kill(S->cmd_pid, SIGKILL);
-			else if (si.ssi_code != SI_KERNEL || getpgid(S->cmd_pid) != getpgrp())
+			} else if (si.ssi_code != SI_KERNEL || getpgid(S->cmd_pid) != getpgrp())
 				kill(S->cmd_pid, (int)si.ssi_signo);
 			if (!S->stopping) {
 				resume_to_stop(S);
@@ -813,6 +812,9 @@ static void summary(struct supervisor *S)
 		     "itself %.1f ms (stall timeout %u ms)",
 		     S->cfg->job, (unsigned long long)S->stalls,
 		     (double)S->max_healthy_silence_ns / 1e6, S->cfg->stall_timeout_ms);
+	/* Why it ended shows above; how the command did, here, beside what it read. */
+	if (S->cmd_done)
+		sf__log_info("job %s: the command ended: %s", S->cfg->job, S->cmd_how);
 	if (S->cur.tokens_encoded && S->cur.tokens_produced)
 		sf__log_info("job %s: %.3f tokens encoded per token produced (%llu encoded, "
 			     "%llu written; above 1: text tokenized again or ahead of the "
@@ -1795,10 +1797,12 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 	 * scancel at start-up read as a finished training run). */
 	if (l->command && S->cmd_pid <= 0 && S->stop_signo)
 		status = 128 + S->stop_signo;
-	/* Stopped by Ctrl-C, and the command died of it too (or there was none): the launcher
+	/* Stopped by Ctrl-C, and the command died of it too, or failed otherwise (torchrun
+	 * catches it and exits 1; a second Ctrl-C kills it), or there was none: the launcher
 	 * ends by SIGINT in turn, so that a script running it stops as well (a shell goes on
-	 * after a child that exits normally on SIGINT, taking it as handled). */
-	if (S->stop_signo == SIGINT && (S->cmd_pid <= 0 || S->cmd_termsig == SIGINT))
+	 * after a child that exits normally on SIGINT, taking it as handled). A command
+	 * that handled the signal and finished with status 0 has that returned. */
+	if (S->stop_signo == SIGINT && (S->cmd_pid <= 0 || S->cmd_status != 0))
 		*ret_signal = SIGINT;
 out_sockets:
 	/* Anything still running at this point is killed and reaped before the arena

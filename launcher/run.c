@@ -5,6 +5,7 @@
  * launcher, which differ only in their producers.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -34,7 +35,40 @@ static int usage(void)
  * mistyped command ended the job right after its arena was made and its producers had
  * started reading.
  */
-static int command_lookup(const char *cmd)
+/*
+ * The interpreter a script's #! line names (as the kernel reads it: up to the first
+ * space, tab or newline, so a CRLF file's "\r" is part of it) must be there to run:
+ * -ENOEXEC with it in `bad`, escaped, when it is not. 0 for a file without #!.
+ */
+static int interpreter_ok(const char *file, char *bad, size_t len)
+{
+	char line[256], interp[256];
+	size_t n = 0, k = 0, i = 2;
+	int fd = open(file, O_RDONLY | O_CLOEXEC);
+	ssize_t got = fd < 0 ? -1 : read(fd, line, sizeof(line) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	if (got < 2 || line[0] != '#' || line[1] != '!')
+		return 0;
+	while (i < (size_t)got && (line[i] == ' ' || line[i] == '\t'))
+		i++;
+	while (i < (size_t)got && line[i] != ' ' && line[i] != '\t' && line[i] != '\n')
+		interp[n++] = line[i++];
+	interp[n] = '\0';
+	if (n && access(interp, X_OK) == 0)
+		return 0;
+	for (i = 0; i < n && k + 5 < len; i++)
+		k += (size_t)(interp[i] == '\r' ? snprintf(bad + k, len - k, "\\r")
+			      : (unsigned char)interp[i] < 0x20
+				      ? snprintf(bad + k, len - k, "\\x%02x",
+						 (unsigned char)interp[i])
+				      : snprintf(bad + k, len - k, "%c", interp[i]));
+	bad[k] = '\0';
+	return -ENOEXEC;
+}
+
+static int command_lookup(const char *cmd, char *bad, size_t len)
 {
 	const char *dirs = getenv("PATH"), *p;
 	char full[4096];
@@ -46,7 +80,9 @@ static int command_lookup(const char *cmd)
 			return -ENOENT;
 		if (S_ISDIR(st.st_mode))
 			return -EISDIR;
-		return S_ISREG(st.st_mode) && access(cmd, X_OK) == 0 ? 0 : -EACCES;
+		if (!S_ISREG(st.st_mode) || access(cmd, X_OK) != 0)
+			return -EACCES;
+		return interpreter_ok(cmd, bad, len);
 	}
 	if (!dirs)
 		dirs = "/bin:/usr/bin";
@@ -59,7 +95,7 @@ static int command_lookup(const char *cmd)
 			    sizeof(full) &&
 		    stat(full, &st) == 0 && S_ISREG(st.st_mode)) {
 			if (access(full, X_OK) == 0)
-				return 0;
+				return interpreter_ok(full, bad, len);
 			r = -EACCES;
 		}
 		if (!end)
@@ -77,6 +113,7 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 	struct sf_err e = {0};
 	uint32_t n_sets = 0;
 	int status = 0, sig = 0, r;
+	char bad[256];
 
 	if (!sets)
 		return 1;
@@ -133,13 +170,19 @@ int sf__run_command(int argc, char **argv, const struct sf_producer_ops *ops)
 		free(sets);
 		return usage();
 	}
-	if (l.command && (r = command_lookup(l.command[0])) < 0) {
+	if (l.command && (r = command_lookup(l.command[0], bad, sizeof(bad))) < 0) {
 		free(sets);
 		/* The shell's statuses: 127 for nothing found, 126 for what cannot be run. */
-		fprintf(stderr, "shmfeed run: %s: %s (nothing was started)\n", l.command[0],
-			r == -ENOENT  ? "command not found"
-			: r == -EISDIR ? "is a directory"
-				       : "permission denied");
+		if (r == -ENOEXEC)
+			fprintf(stderr,
+				"shmfeed run: %s: bad interpreter '%s' in its #! line (nothing was "
+				"started)\n",
+				l.command[0], bad);
+		else
+			fprintf(stderr, "shmfeed run: %s: %s (nothing was started)\n", l.command[0],
+				r == -ENOENT   ? "command not found"
+				: r == -EISDIR ? "is a directory"
+					       : "permission denied");
 		return r == -ENOENT ? 127 : 126;
 	}
 	r = sf__config_load_overrides(path, sets, n_sets, &cfg, &e);

@@ -1431,13 +1431,18 @@ def test_a_frozen_job_resumed_kills_no_producer(rt):
     assert "producer restarts 0," in err, err
 
 
-def test_ctrl_c_stops_the_script_that_ran_the_job(tmp_path):
+@pytest.mark.parametrize("on_int", ["dies", "exits 1"])
+def test_ctrl_c_stops_the_script_that_ran_the_job(tmp_path, on_int):
     """A shell script that runs `shmfeed run` in a loop goes on after a child that exits
     normally on Ctrl-C, and stops after one killed by SIGINT (it assumes the child handled
     the signal otherwise). The launcher exited 130, and the next iteration started a new
-    training run; it now ends by SIGINT, as the command did."""
+    training run; it now ends by SIGINT, as the command did. torchrun catches SIGINT and
+    exits 1: the launcher exited 1 and the script went on (a review); a command that fails
+    after the Ctrl-C ends the launcher by SIGINT too."""
     job, ready = job_name("loop"), tmp_path / "ready"
     code = f"import time; open({str(ready)!r}, 'w').close(); time.sleep(60)"
+    if on_int == "exits 1":
+        code = f"import signal, sys; signal.signal(signal.SIGINT, lambda *a: sys.exit(1)); {code}"
     script = (f'for i in 1 2; do {SHMFEED} run {DEMO} --set job={job} '
               f'--set consumers.world_size=1 -- {sys.executable} -c "{code}"; '
               'echo "iteration $i: $?"; done; echo SCRIPT-WENT-ON')
@@ -1457,6 +1462,9 @@ def test_ctrl_c_stops_the_script_that_ran_the_job(tmp_path):
         os.close(master)
     assert "SCRIPT-WENT-ON" not in out and "iteration 1" not in out, out
     assert status == -signal.SIGINT, (status, out)
+    # The summary says how the command ended (it said nothing of it).
+    assert ("the command ended: exit status 1" if on_int == "exits 1" else
+            "the command ended: killed by signal 2") in out, out
     assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 
@@ -1518,9 +1526,21 @@ def test_a_command_not_found_starts_nothing(tmp_path):
     command failed to start (a new user's trial). It is looked up first, as execvp()
     would, and nothing starts."""
     job = job_name("nocmd")
+    # A script whose #! line names no interpreter (saved with CRLF line ends, or of
+    # another machine): "cannot run ./crlf.sh: No such file or directory" once the job
+    # had started (a review).
+    crlf, other = tmp_path / "crlf.sh", tmp_path / "other.sh"
+    crlf.write_bytes(b"#!/bin/bash\r\necho hi\r\n")
+    other.write_text("#! /nonexistent/interp -x\necho hi\n")
+    for f in (crlf, other):
+        f.chmod(0o755)
     for cmd, status, what in (("shmfeed-no-such-command", 127, "command not found"),
                               (str(tmp_path / "missing"), 127, "command not found"),
-                              (str(tmp_path), 126, "is a directory")):
+                              (str(tmp_path), 126, "is a directory"),
+                              (str(crlf), 126,
+                               "bad interpreter '/bin/bash\\r' in its #! line"),
+                              (str(other), 126,
+                               "bad interpreter '/nonexistent/interp' in its #! line")):
         out = sf("run", os.path.join(ROOT, "configs", "demo.yaml"), "--set", f"job={job}",
                  "--", cmd)
         assert out.returncode == status, out.stderr
