@@ -1782,6 +1782,69 @@ static int push_node(int **stack, int *top, int *cap, int id, const char *name,
 	return 0;
 }
 
+/* The n-th node under node `n` (a mapping's keys and values in turn), or 0 past them. */
+static int child_node(const yaml_node_t *n, size_t k)
+{
+	if (n->type == YAML_SEQUENCE_NODE)
+		return k < (size_t)(n->data.sequence.items.top - n->data.sequence.items.start)
+			       ? n->data.sequence.items.start[k]
+			       : 0;
+	if (n->type == YAML_MAPPING_NODE &&
+	    k / 2 < (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start))
+		return k % 2 ? n->data.mapping.pairs.start[k / 2].value
+			     : n->data.mapping.pairs.start[k / 2].key;
+	return 0;
+}
+
+/* A node on the walk's path, and the next of its children to visit. */
+struct walk_step {
+	int id;
+	size_t next;
+};
+
+/*
+ * A value that holds an alias of itself (`a: &x [*x]`) expands without end: refused by
+ * where it starts. A depth-first walk that meets a node on its own path.
+ */
+static int refuse_loops(const char *name, yaml_document_t *doc, struct sf_err *e)
+{
+	const size_t n = (size_t)(doc->nodes.top - doc->nodes.start);
+	unsigned char *state = calloc(n + 1, 1); /* 1: on the path, 2: done */
+	struct walk_step *path = malloc((n + 1) * sizeof(*path));
+	size_t depth = 0;
+	int r = 0;
+
+	if (!state || !path) {
+		free(state);
+		free(path);
+		return sf__err(e, -ENOMEM, "out of memory");
+	}
+	path[depth++] = (struct walk_step){1, 0};
+	state[1] = 1;
+	while (depth && r == 0) {
+		const int id = path[depth - 1].id;
+		const int c = child_node(yaml_document_get_node(doc, id), path[depth - 1].next++);
+
+		if (c <= 0 || (size_t)c > n) {
+			state[id] = 2;
+			depth--;
+		} else if (state[c] == 1) {
+			const yaml_node_t *loop = yaml_document_get_node(doc, c);
+
+			r = sf__err(e, SF_E_CONFIG,
+				    "%s:%zu:%zu: this value holds an alias of itself, which never "
+				    "ends",
+				    name, loop->start_mark.line + 1, loop->start_mark.column + 1);
+		} else if (state[c] == 0) {
+			state[c] = 1;
+			path[depth++] = (struct walk_step){c, 0};
+		}
+	}
+	free(state);
+	free(path);
+	return r;
+}
+
 /*
  * Every node the loader will read, aliases followed: fewer than CONFIG_MAX_NODES (a small
  * file of aliases of aliases expands without bound: 290 KB took gigabytes), and no
@@ -1793,6 +1856,8 @@ static int check_nodes(const char *name, yaml_document_t *doc, struct sf_err *e)
 	uint64_t visits = 0;
 
 	if (yaml_document_get_root_node(doc))
+		r = refuse_loops(name, doc, e);
+	if (r == 0 && yaml_document_get_root_node(doc))
 		r = push_node(&stack, &top, &cap, 1, name, e);
 	while (top > 0 && r == 0) {
 		yaml_node_t *n = yaml_document_get_node(doc, stack[--top]);

@@ -1139,6 +1139,10 @@ Test(config, mixture_mistakes_are_named)
 		cr_assert_lt(o, sizeof(bomb));
 		rejects(bomb, "job.yaml:", "through its anchors and aliases");
 	}
+	/* An alias inside the value it names: "expands to more than 1000000 values", for a
+	 * file of one line (a review). */
+	rejects("batch: &a {size: 2, seq_len: *a}\n", "job.yaml:1:8:", "holds an alias of itself");
+	rejects("sources: &s [a.bin, [*s]]\n", "job.yaml:1:10:", "holds an alias of itself");
 	rejects("sources:\n  - {paths: a.txt, format: text, separator: \"\"}\n", "job.yaml:2:",
 		"'separator' is empty");
 	rejects("sources:\n  - {paths: a.bin, weight: 0.1234567891}\n",
