@@ -267,9 +267,9 @@ int sf__glob_pattern(const char *path, char **ret_pattern)
 int sf__create_fresh(const char *path)
 {
 	const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-	int fd = open(path, flags, 0644);
+	int fd = open(path, flags, 0666);
 
 	if (fd < 0 && errno == EEXIST && unlink(path) == 0)
-		fd = open(path, flags, 0644);
+		fd = open(path, flags, 0666);
 	return fd < 0 ? -errno : fd;
 }

@@ -85,11 +85,11 @@ void sf__xfsz_release(bool held, const sigset_t *saved);
 int sf__glob_pattern(const char *path, char **ret_pattern);
 
 /*
- * sf__create_fresh - create the file `path` for writing (mode 0644), new: what is at the
- * name (a file a killed run left, a link) is removed first, the name only, and the file
- * is never opened through a link, so that a link planted at a temporary's guessable name
- * cannot have the output written into the file it names. Returns the descriptor
- * (O_CLOEXEC) or -errno.
+ * sf__create_fresh - create the file `path` for writing (mode 0666 less the umask),
+ * new: what is at the name (a file a killed run left, a link) is removed first, the name
+ * only, and the file is never opened through a link, so that a link planted at a
+ * temporary's guessable name cannot have the output written into the file it names.
+ * Returns the descriptor (O_CLOEXEC) or -errno.
  */
 int sf__create_fresh(const char *path);
 

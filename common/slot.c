@@ -719,7 +719,9 @@ int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step)
 	 * successor read it. */
 	atomic_store_explicit(seek_to, step + 1, memory_order_release);
 	r = seek_pass(a, me, rank, step, 1);
-	atomic_store_explicit(seek_to, 0, memory_order_release);
+	/* A seek that failed (the job stopping) leaves its mark, as one cut short does. */
+	if (r == 0)
+		atomic_store_explicit(seek_to, 0, memory_order_release);
 	return r;
 }
 

@@ -112,6 +112,7 @@ struct supervisor {
 	int cmd_status;	 /* exit status to return */
 	int cmd_termsig; /* the signal that killed the command, 0 if none */
 	int cmd_done;
+	int cmd_interrupted; /* the job's stop signal was a SIGINT that came while it ran */
 	char cmd_how[96]; /* how it ended, for the summary: "exit status 1", "killed by ..." */
 	/* What the command left behind when it ended, served until it exits: SIGTERMed at
 	 * once, given until orphans_at (0: not yet looked for), then ended with the job. */
@@ -466,6 +467,8 @@ static void handle_signals(struct supervisor *S)
 		if (!S->stop_signo)
 			S->stop_signo = (int)si.ssi_signo;
 		if (S->cmd_pid > 0 && !S->cmd_done) {
+			if (S->term_count == 1 && S->stop_signo == SIGINT)
+				S->cmd_interrupted = 1;
 			/*
 			 * The command decides how to end; a second signal is not a request. A
 			 * terminal's signal (Ctrl-C, Ctrl-\) reached the whole foreground group,
@@ -1797,12 +1800,16 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 	 * scancel at start-up read as a finished training run). */
 	if (l->command && S->cmd_pid <= 0 && S->stop_signo)
 		status = 128 + S->stop_signo;
-	/* Stopped by Ctrl-C, and the command died of it too, or failed otherwise (torchrun
-	 * catches it and exits 1; a second Ctrl-C kills it), or there was none: the launcher
-	 * ends by SIGINT in turn, so that a script running it stops as well (a shell goes on
-	 * after a child that exits normally on SIGINT, taking it as handled). A command
-	 * that handled the signal and finished with status 0 has that returned. */
-	if (S->stop_signo == SIGINT && (S->cmd_pid <= 0 || S->cmd_status != 0))
+	/* Stopped by Ctrl-C, and the command died of it too, or there was none, or the
+	 * Ctrl-C came while it ran and it then died of a signal (a second Ctrl-C kills it)
+	 * or exited 1 or 130 (torchrun catches SIGINT and exits 1): the launcher ends by
+	 * SIGINT in turn, so that a script running it stops as well (a shell goes on after
+	 * a child that exits normally on SIGINT, taking it as handled). Any other status,
+	 * 0 or one a trainer chose on the signal ("requeue me"), is returned. */
+	if (S->stop_signo == SIGINT &&
+	    (S->cmd_pid <= 0 || S->cmd_termsig == SIGINT ||
+	     (S->cmd_interrupted &&
+	      (S->cmd_termsig || S->cmd_status == 1 || S->cmd_status == 130))))
 		*ret_signal = SIGINT;
 out_sockets:
 	/* Anything still running at this point is killed and reaped before the arena

@@ -56,7 +56,8 @@ static int interpreter_ok(const char *file, char *bad, size_t len)
 	while (i < (size_t)got && line[i] != ' ' && line[i] != '\t' && line[i] != '\n')
 		interp[n++] = line[i++];
 	interp[n] = '\0';
-	if (n && access(interp, X_OK) == 0)
+	/* An empty one: execvp() runs the file with /bin/sh. */
+	if (n == 0 || access(interp, X_OK) == 0)
 		return 0;
 	for (i = 0; i < n && k + 5 < len; i++)
 		k += (size_t)(interp[i] == '\r' ? snprintf(bad + k, len - k, "\\r")

@@ -650,12 +650,18 @@ static int cmp_listed(const void *a, const void *b)
 	return c ? c : (x->json > y->json) - (x->json < y->json);
 }
 
+static int cmp_path(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e)
 {
 	struct listed *ls = calloc(*n + 1, sizeof(*ls));
 	struct manifest *ms = NULL;
 	bool *drop = calloc(*n + 1, sizeof(*drop));
 	size_t nl = 0, k = 0, kept = 0;
+	bool renamed = false;
 	int r = 0;
 
 	if (!ls || !drop) {
@@ -684,6 +690,18 @@ int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e)
 	for (size_t a = 0, b; r == 0 && a < nl; a = b) {
 		for (b = a + 1; b < nl && !strcmp(ls[a].prefix, ls[b].prefix); b++)
 			drop[ls[b].i] = ls[b].json && !ls[a].json;
+		/* A part named by its manifest alone is read as its pair, by its prefix. */
+		if (ls[a].json) {
+			char *pair = strdup(ls[a].prefix);
+
+			if (!pair) {
+				r = sf__err(e, -ENOMEM, "out of memory");
+				break;
+			}
+			free(paths[ls[a].i]);
+			paths[ls[a].i] = pair;
+			renamed = true;
+		}
 		ms[k].prefix = ls[a].prefix;
 		ls[a].prefix = NULL;
 		if (whole)
@@ -708,6 +726,8 @@ int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e)
 	}
 	if (r == 0)
 		*n = kept;
+	if (r == 0 && renamed)
+		qsort(paths, *n, sizeof(*paths), cmp_path);
 out:
 	for (size_t i = 0; i < nl; i++)
 		free(ls[i].prefix);

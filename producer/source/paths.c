@@ -335,7 +335,10 @@ static int expand(const struct sf_source_config *src, uint32_t first, uint32_t e
 		char *pattern = NULL;
 		struct stat st;
 		glob_t g = {0};
-		int pat = access(p, F_OK) != 0 ? sf__glob_pattern(p, &pattern) : 0;
+		/* A file of that name, or a Megatron pair of that prefix, is what it names. */
+		int pat = access(p, F_OK) != 0 && !megatron_prefix(p)
+				  ? sf__glob_pattern(p, &pattern)
+				  : 0;
 
 		if (pat < 0) {
 			r = sf__err(e, pat, "out of memory");
@@ -379,7 +382,10 @@ static int expand(const struct sf_source_config *src, uint32_t first, uint32_t e
 			r = expand_directory(p, &paths, &n, &cap, e);
 		} else if (lstat(p, &st) != 0 && errno == ENOENT && !megatron_prefix(p)) {
 			/* Whatever on_error says: a mistyped path is no bad record. */
-			r = sf__err(e, -ENOENT, "%s: no such file", p);
+			r = sf__err(e, -ENOENT, "%s: no such file%s", p,
+				    strpbrk(p, "*?[") ? " (its *?[ are in the name of a directory "
+							"that exists, so it is no pattern)"
+						      : "");
 		} else {
 			r = push_path(&paths, &n, &cap, p, strlen(p));
 			if (r == -ENOMEM)

@@ -210,6 +210,7 @@ static int load_char(const char *name, const char *path, struct sf_tok **ret_tok
 	for (;;) {
 		size_t pos = 0;
 
+		errno = 0;
 		got = fread(buf + len, 1, cap - len, f);
 		len += got;
 		while (pos < len) {
@@ -230,7 +231,9 @@ static int load_char(const char *name, const char *path, struct sf_tok **ret_tok
 			break;
 	}
 	if (ferror(f)) {
-		rc = sf__err(e, -EIO, "cannot read %s", path);
+		const int code = errno ? errno : EIO;
+
+		rc = sf__err(e, -code, "cannot read %s: %s", path, strerror(code));
 		goto out;
 	}
 	for (cp = 0; cp < 0x110000; cp++)

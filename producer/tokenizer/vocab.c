@@ -114,11 +114,14 @@ int sf__tok_read_file(const char *path, uint8_t **ret_buf, size_t *ret_len, stru
 			}
 			buf = grown;
 		}
+		errno = 0;
 		got = fread(buf + len, 1, cap - len, f);
 		len += got;
 	} while (got);
 	if (ferror(f)) {
-		rc = sf__err(e, -EIO, "cannot read %s", path);
+		const int code = errno ? errno : EIO;
+
+		rc = sf__err(e, -code, "cannot read %s: %s", path, strerror(code));
 		goto fail;
 	}
 	fclose(f);

@@ -1431,6 +1431,25 @@ def test_a_frozen_job_resumed_kills_no_producer(rt):
     assert "producer restarts 0," in err, err
 
 
+def test_a_status_the_command_chose_on_ctrl_c_is_returned(tmp_path):
+    """A trainer that handles Ctrl-C and exits with a status of its own ("saved, requeue
+    me") has it returned, not turned into a death by SIGINT as torchrun's 1 is."""
+    job, ready = job_name("chosen"), tmp_path / "ready"
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGINT, lambda *a: sys.exit(3))\n"
+            f"open({str(ready)!r}, 'w').close()\n"
+            "time.sleep(60)\n")
+    pid, master = run_in_terminal(job, [sys.executable, "-c", code])
+    try:
+        assert wait_for(ready.exists, timeout=30)
+        os.write(master, b"\x03")
+        out, status = read_until_exit(pid, master)
+    finally:
+        os.close(master)
+    assert status == 3, (status, out)
+    assert "the command ended: exit status 3" in out, out
+
+
 @pytest.mark.parametrize("on_int", ["dies", "exits 1"])
 def test_ctrl_c_stops_the_script_that_ran_the_job(tmp_path, on_int):
     """A shell script that runs `shmfeed run` in a loop goes on after a child that exits
@@ -1546,6 +1565,14 @@ def test_a_command_not_found_starts_nothing(tmp_path):
         assert out.returncode == status, out.stderr
         assert f"{cmd}: {what} (nothing was started)" in out.stderr, out.stderr
         assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+    # A #! line that names nothing is run by /bin/sh, as execvp() does (the check above
+    # refused it at first: a review of it).
+    empty = tmp_path / "empty.sh"
+    empty.write_text("#!\nexit 0\n")
+    empty.chmod(0o755)
+    out = sf("run", os.path.join(ROOT, "configs", "demo.yaml"), "--set", f"job={job}",
+             "--set", "consumers.world_size=1", "--", str(empty))
+    assert out.returncode == 0, out.stderr
 
 
 def test_an_ipc_endpoint_in_no_directory_is_refused_before_start(tmp_path):

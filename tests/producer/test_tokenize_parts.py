@@ -359,6 +359,13 @@ def test_a_job_over_a_directory_of_parts_reads_their_pairs(corpus):
     for p in parts:
         one = sum(os.path.getsize(p + ext) for ext in (".bin", ".idx"))
         assert f"{p}: 2 files, {one} bytes, megatron\n" in r.stdout, r.stdout
+    # Each part named by its manifest, as --merge takes them: it was read as data ("format
+    # auto goes by the name").
+    r = check([p + ".json" for p in parts])
+    assert r.returncode == 0, r.stderr
+    for p in parts:
+        one = sum(os.path.getsize(p + ext) for ext in (".bin", ".idx"))
+        assert f"{p}.json: 2 files, {one} bytes, megatron\n" in r.stdout, r.stdout
     # A part still missing is refused, by the set's message.
     r = check(parts[:2])
     assert r.returncode != 0 and "part 2 of 3 is missing" in r.stderr, r

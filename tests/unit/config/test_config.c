@@ -633,8 +633,6 @@ Test(config, a_missing_file_is_named)
 	cr_expect(strstr(err.msg, "/nonexistent/job.yaml"), "%s", err.msg);
 }
 
-/* A FIFO nobody writes to blocked `check` for good at open; a pipe that is written to (a
- * shell's <(...), /dev/fd/N) is read as any file. */
 /* A directory named as the job file: "cannot read job file /tmp", with no reason (a
  * review). */
 Test(config, a_directory_as_the_job_file_says_so)
@@ -643,6 +641,8 @@ Test(config, a_directory_as_the_job_file_says_so)
 	cr_expect(strstr(err.msg, "/tmp") && strstr(err.msg, strerror(EISDIR)), "%s", err.msg);
 }
 
+/* A FIFO nobody writes to blocked `check` for good at open; a pipe that is written to (a
+ * shell's <(...), /dev/fd/N) is read as any file. */
 Test(config, a_fifo_without_writer_does_not_block, .timeout = 20)
 {
 	const char yaml[] = "sources: [a.txt]\ntokenizer: {encoding: bytes}\n";

@@ -1027,13 +1027,35 @@ Test(sources, a_directory_named_with_glob_characters_is_taken_literally)
 	want[0] = other;
 	expect_listed(want, 1);
 
-	/* A Megatron prefix, which names no file, in such a directory. */
+	/* A Megatron prefix, which names no file, in such a directory, and one whose own
+	 * name holds them (tokenize -o 'corp[1]'; found by a review of this test's fix). */
 	put("g[1]/corp.bin", t, sizeof(t));
 	put("g[1]/corp.idx", t, sizeof(t));
 	snprintf(prefix, sizeof(prefix), "%s/g[1]/corp", dir);
 	snprintf(path, sizeof(path), "%s", prefix);
 	want[0] = prefix;
 	expect_listed(want, 1);
+	put("corp[1].bin", t, sizeof(t));
+	put("corp[1].idx", t, sizeof(t));
+	snprintf(prefix, sizeof(prefix), "%s/corp[1]", dir);
+	snprintf(path, sizeof(path), "%s", prefix);
+	expect_listed(want, 1);
+	digest = sf__config_digest(&cfg);
+	put("corp[1].bin", more, sizeof(more));
+	snprintf(path, sizeof(path), "%s", prefix);
+	cr_expect_neq(sf__config_digest(&cfg), digest, "the digest missed corp[1]'s pair");
+
+	/* Taken literally, a path whose *?[ are a directory's says so when it names nothing. */
+	{
+		char **paths = NULL;
+		size_t n = 0;
+		struct sf_err e = {0};
+
+		snprintf(path, sizeof(path), "%s/g[1]/none.bin", dir);
+		cr_assert_eq(sf__source_expand(&src, &paths, &n, &e), -ENOENT);
+		cr_expect(strstr(e.msg, "no such file") && strstr(e.msg, "no pattern"), "%s",
+			  e.msg);
+	}
 }
 
 /*
