@@ -103,17 +103,18 @@ static int claimed_base(const struct sf_arena *a, uint32_t rank, const struct sf
 			       (long long)c->rank, (long long)lr, (long long)want, last,
 			       g->world_size);
 	}
-	/* torchrun numbers the nodes' ranks contiguously in group-rank order; where every
-	 * node runs LOCAL_WORLD_SIZE ranks, node k's base is k * LOCAL_WORLD_SIZE. */
-	if (c->group_rank >= 0 && c->local_world_size > 0 &&
-	    g->world_size % (uint64_t)c->local_world_size == 0 &&
-	    (want % c->local_world_size || want / c->local_world_size != c->group_rank))
+	/* torchrun numbers the nodes' ranks one after another in group-rank order, each node
+	 * with its own --nproc_per_node: node 0 starts at rank 0, and node k at rank k or
+	 * later (each node before it holds a rank at least). Nothing more is known of the
+	 * other nodes' sizes. */
+	if (c->group_rank >= 0 && ((c->group_rank == 0) != (want == 0) || want < c->group_rank))
 		return sf__err(e, SF_E_RANGE,
-			       "RANK=%lld - LOCAL_RANK=%lld = %lld, but GROUP_RANK=%lld x "
-			       "LOCAL_WORLD_SIZE=%lld is not: the launcher's ranks contradict "
+			       "RANK=%lld - LOCAL_RANK=%lld = %lld is this node's first rank, but "
+			       "GROUP_RANK=%lld: node 0 starts at rank 0, and each node before "
+			       "this one holds at least one rank; the launcher's ranks contradict "
 			       "each other",
 			       (long long)c->rank, (long long)lr, (long long)want,
-			       (long long)c->group_rank, (long long)c->local_world_size);
+			       (long long)c->group_rank);
 	*ret_want = want;
 	return 0;
 }

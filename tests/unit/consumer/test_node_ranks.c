@@ -250,6 +250,33 @@ Test(node_ranks, contradictions_in_the_environment_are_refused)
 	feed_stop(f);
 }
 
+/*
+ * torchrun takes another --nproc_per_node on each node and numbers their ranks one after
+ * another: this node of 2 ranks after nodes of 1 and 1 (W = 4) is node 2 at base 2. Where
+ * W was a multiple of LOCAL_WORLD_SIZE the base had to be GROUP_RANK x LOCAL_WORLD_SIZE
+ * (every node the same size), so such a node's ranks were all refused (a review: 4 + 2
+ * ranks in W = 6). What holds for nodes of any sizes is checked: node 0 starts at rank
+ * 0, and each node before this one holds a rank at least.
+ */
+Test(node_ranks, nodes_of_different_sizes_are_taken)
+{
+	struct feed *f = start(1, 1, 0);
+	struct sf_consumer *c = NULL;
+	struct sf_rank_env env = torchrun_env(2, 0);
+	char msg[512];
+
+	env.group_rank = 2;
+	cr_assert_eq(attach_env(&env, &c, msg, sizeof(msg)), 0, "%s", msg);
+	sf_consumer_detach(c);
+	c = NULL;
+	env = torchrun_env(2, 0);
+	env.group_rank = 3; /* three nodes before, of two ranks in all */
+	cr_assert_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_RANGE);
+	cr_assert(strstr(msg, "GROUP_RANK=3") && strstr(msg, "at least one rank"), "%s", msg);
+	cr_assert_null(c);
+	feed_stop(f);
+}
+
 /* An environment that contradicts itself or the job is refused as such even while the
  * rank is taken: it was refused with SF_E_BUSY, which sends a user after the holder. */
 Test(node_ranks, a_bad_environment_is_refused_before_a_taken_rank)
