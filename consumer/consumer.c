@@ -627,8 +627,20 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 	}
 	geo = &c->a->geo;
 	if (local_rank < 0 || (uint64_t)local_rank >= geo->ranks) {
-		r = sf__err(&c->err, SF_E_RANGE, "job '%s' has local ranks 0..%u, not %lld", job,
-			    geo->ranks - 1, (long long)local_rank);
+		char started[160] = "";
+
+		/* The launcher started more ranks than the job serves: say so, as rank 0's
+		 * world size check does, not only that this one is out of range. */
+		if (env && (env->local_world_size > (int64_t)geo->ranks ||
+			    env->world_size > (int64_t)geo->world_size))
+			snprintf(started, sizeof(started),
+				 ": %lld ranks were started here, %lld in all; start as many as "
+				 "the job serves or set consumers.local_ranks and "
+				 "consumers.world_size to them",
+				 (long long)env->local_world_size, (long long)env->world_size);
+		r = sf__err(&c->err, SF_E_RANGE,
+			    "job '%s' has local ranks 0..%u (world size %u), not %lld%s", job,
+			    geo->ranks - 1, geo->world_size, (long long)local_rank, started);
 		goto fail;
 	}
 	c->rank = (uint32_t)local_rank;
@@ -1156,9 +1168,10 @@ static int seek_in(struct sf_consumer *c, const struct sf_resume *state)
 		return sf__err(
 			&c->err, SF_E_DIGEST,
 			"resume state of config %016llx, but the job runs config %016llx (the "
-			"digest covers the sources and their files, a mixture's weights and "
-			"schedule, the tokenizer, sampling and the global batch: "
-			"docs/config.md)",
+			"digest covers the sources and their files' paths, sizes and "
+			"modification times, so a file rewritten, touched or copied without "
+			"them counts as changed; a mixture's weights and schedule, the "
+			"tokenizer, sampling and the global batch: docs/config.md)",
 			(unsigned long long)state->config_digest,
 			(unsigned long long)geo->config_digest);
 	if (state->samples % global_batch)

@@ -30,6 +30,7 @@
 #define LLMC_HEADER_INTS   256
 #define LLMC_MAGIC_U16	   20240520
 #define LLMC_MAGIC_U32	   20240801
+#define LLMC_MAGIC_EVAL	   20240522 /* write_evalfile's: evaluation examples, no tokens */
 #define LLMC_VERSION_U16   1
 #define LLMC_VERSION_U32   7
 #define MEGATRON_MAGIC	   "MMIDIDX\x00\x00"
@@ -114,7 +115,7 @@ int sf__token_format_detect(const char *path, uint32_t *ret_format)
 	    read(fd, head, sizeof(head)) == (ssize_t)sizeof(head)) {
 		int32_t magic = load_i32(head);
 
-		if (magic == LLMC_MAGIC_U16 || magic == LLMC_MAGIC_U32)
+		if (magic == LLMC_MAGIC_U16 || magic == LLMC_MAGIC_U32 || magic == LLMC_MAGIC_EVAL)
 			*ret_format = SF_FMT_LLMC;
 	}
 	close(fd);
@@ -194,6 +195,12 @@ static int open_llmc(struct sf_token_file *f, struct sf_err *e)
 	magic = load_i32(h);
 	version = load_i32(h + 4);
 	count = load_i32(h + 8);
+	if (magic == LLMC_MAGIC_EVAL)
+		return sf__err(
+			e, SF_E_SOURCE,
+			"%s: an llm.c evaluation file (magic %d, write_evalfile's examples), "
+			"not a shard of tokens: leave it out of the sources",
+			f->path, magic);
 	if (magic != LLMC_MAGIC_U16 && magic != LLMC_MAGIC_U32)
 		return sf__err(e, SF_E_SOURCE,
 			       "%s: byte 0: wrong magic %d (llm.c shards have %d or %d)", f->path,

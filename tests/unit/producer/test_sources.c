@@ -153,6 +153,18 @@ Test(sources, llmc_wrong_magic)
 	expect_fail(SF_E_SOURCE, path, "byte 0: wrong magic 12345");
 }
 
+/* llm.c's evaluation files (write_evalfile: magic 20240522, HellaSwag examples) were read
+ * as nanoGPT tokens by auto, header and all (a review): refused by name, as such. */
+Test(sources, an_llmc_evaluation_file_is_refused_by_name)
+{
+	int32_t h[256 + 20] = {20240522, 1, 20};
+
+	put("hellaswag_val.bin", h, sizeof(h));
+	expect_fail(SF_E_SOURCE, path, "llm.c evaluation file");
+	src.format = SF_FMT_LLMC;
+	expect_fail(SF_E_SOURCE, path, "llm.c evaluation file");
+}
+
 /* What llm.c's write_datafile makes must open: gpt-2 (v1, uint16) and llama-3 (v7, uint32). */
 static void expect_llmc_opens(const char *model_desc, uint32_t width)
 {
