@@ -232,6 +232,15 @@ Test(node_ranks, contradictions_in_the_environment_are_refused)
 	cr_assert(strstr(msg, "9223372036854775807..9223372036854775808"), "%s", msg);
 	attach_refused(0, 1, SF_E_RANGE, msg, sizeof(msg));
 	cr_assert(strstr(msg, "LOCAL_RANK=1"), "%s", msg);
+	/* More ranks started than the job serves: the rank past them said only that it was
+	 * out of range, where rank 0 was told the world size (a review). */
+	env = torchrun_env(4, 2);
+	env.world_size = 6;
+	env.local_world_size = 3;
+	env.group_rank = 1;
+	cr_assert_eq(attach_env(&env, &c, msg, sizeof(msg)), SF_E_RANGE);
+	cr_assert(strstr(msg, "has local ranks 0..1") && strstr(msg, "3 ranks were started here"),
+		  "%s", msg);
 	/* -1 stands for not known; another negative was taken as -1. */
 	for (int k = 0; k < 4; k++) {
 		static const char *const name[] = {"RANK=-2", "WORLD_SIZE=-2",
