@@ -620,9 +620,9 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 	/* What a job killed outright left: READY batches nobody will follow. */
 	if (!sf__arena_creator_alive(c->a)) {
 		r = sf__err(&c->err, SF_E_JOB_GONE,
-			    "job '%s': its launcher (pid %d) is gone, and what it left is no job "
-			    "to train on; the next `shmfeed run` of the job reclaims its arena",
-			    job, (int)c->a->hdr->creator_pid);
+			    "the job's launcher (pid %d) is gone, and what it left is no job to "
+			    "train on; the next `shmfeed run` of job '%s' reclaims its arena",
+			    (int)c->a->hdr->creator_pid, job);
 		goto fail;
 	}
 	geo = &c->a->geo;
