@@ -185,7 +185,11 @@ struct sf_slot {
 	 * setting: the batch digest consumers chain into their provenance without reading
 	 * the payload. */
 	uint64_t digest;
-	uint64_t pad;
+	/* 1 when the slot is READY again after a consumer held it (a dead one's claim
+	 * repaired, a copy out of it that failed): the holder may have written into it
+	 * through its view, so the next claim verifies it and has it refilled if it
+	 * changed. A producer's fill clears it. */
+	uint64_t held_before;
 };
 
 /* Single-writer telemetry block, one per participant. */

@@ -125,6 +125,9 @@ static uint32_t repair_slots(struct sf_arena *a, uint32_t index)
 			continue;
 		to = sf__slot_word(st == SF_SLOT_FILLING ? SF_SLOT_FREE : SF_SLOT_READY, 0,
 				   sf__slot_lap(w));
+		/* Published by the CAS (release) with the READY word. */
+		if (st == SF_SLOT_CLAIMED)
+			s->held_before = 1;
 		/* The owner is fenced, so only a concurrent seek can change this word; if it
 		 * did, the slot is no longer this participant's to repair. */
 		if (atomic_compare_exchange_strong_explicit(&s->word, &w, to, memory_order_acq_rel,
@@ -474,6 +477,7 @@ int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *
 	s->length = length;
 	s->first_sample = first_sample;
 	s->producer = me;
+	s->held_before = 0;
 	/* The filler has just written these bytes, so they are in its cache (all of them
 	 * for batches up to the cache's size): the digest costs it a pass over cached data,
 	 * and each consumer none. */
@@ -495,6 +499,24 @@ int sf__producer_publish(struct sf_arena *a, uint32_t me, const struct sf_fill *
 	return 0;
 }
 
+/*
+ * Check the claimed slot `s` of step `step` against its filler's hashes: with
+ * SF_ARENA_F_CHECKSUM the steps verify_every takes, and any slot a consumer held before
+ * (its digest, and its checksum where there is one). 0, or SF_E_CHECKSUM.
+ */
+static int verify(const struct sf_arena *a, const struct sf_slot *s, uint32_t rank, uint64_t step)
+{
+	const uint32_t K = a->geo.slots_per_rank;
+	const int checksums = !!(a->geo.flags & SF_ARENA_F_CHECKSUM);
+	uint64_t digest, checksum;
+
+	if (!(checksums && step % a->verify_every == 0) && !s->held_before)
+		return 0;
+	sf__payload_hashes(a, sf__arena_payload(a, rank, (uint32_t)(step % K)), s->length,
+			   checksums, &digest, &checksum);
+	return digest != s->digest || (checksums && checksum != s->checksum) ? SF_E_CHECKSUM : 0;
+}
+
 int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step,
 		       int64_t timeout_ns, struct sf_slot **ret_slot)
 {
@@ -508,6 +530,7 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 	for (uint32_t polls = 0;;) {
 		/* Acquire: pairs with the release store of READY in sf__producer_publish(). */
 		uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+		int r;
 
 		if (w == ready) {
 			if (!atomic_compare_exchange_strong_explicit(
@@ -519,16 +542,17 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 			/* A length past the payload is no batch a producer wrote. */
 			if (s->length > a->payload_bytes)
 				return SF_E_CHECKSUM;
-			if ((a->geo.flags & SF_ARENA_F_CHECKSUM) && step % a->verify_every == 0) {
-				uint64_t digest, checksum;
-
-				sf__payload_hashes(a,
-						   sf__arena_payload(a, rank, (uint32_t)(step % K)),
-						   s->length, 1, &digest, &checksum);
-				if (digest != s->digest || checksum != s->checksum)
-					return SF_E_CHECKSUM;
-			}
-			return 0;
+			r = verify(a, s, rank, step);
+			if (r == 0 || !s->held_before)
+				return r;
+			/* Changed by a consumer that held it (written through its view before
+			 * it died): refilled, its content being a function of the step. */
+			w = sf__slot_word(SF_SLOT_CLAIMED, me, lap);
+			if (atomic_compare_exchange_strong_explicit(
+				    &s->word, &w, sf__slot_word(SF_SLOT_FREE, 0, lap),
+				    memory_order_release, memory_order_relaxed))
+				wake_producers(a);
+			continue;
 		}
 		if (sf__slot_lap(w) > lap)
 			return SF_E_STATE;
@@ -543,9 +567,9 @@ int sf__consumer_claim(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t 
 		}
 		{
 			struct consumer_check cc = {a, s, ready};
-			int r = eventcount_sleep(&ring->ready_seq, &ring->ready_waiters, 1,
-						 deadline, consumer_can_go, &cc);
 
+			r = eventcount_sleep(&ring->ready_seq, &ring->ready_waiters, 1, deadline,
+					     consumer_can_go, &cc);
 			if (r < 0)
 				return r;
 		}
@@ -587,8 +611,11 @@ int sf__consumer_unclaim(struct sf_arena *a, uint32_t rank, struct sf_slot *s, i
 
 	if (sf__slot_state(w) != SF_SLOT_CLAIMED || sf__slot_owner(w) != me)
 		return SF_E_STATE;
+	if (!refill)
+		s->held_before = 1;
 	/* Release, as sf__consumer_release_quiet(): a producer that refills the slot sees
-	 * every access this consumer made to it. */
+	 * every access this consumer made to it (and a consumer that claims it again, the
+	 * mark above). */
 	if (!atomic_compare_exchange_strong_explicit(
 		    &s->word, &w,
 		    sf__slot_word(refill ? SF_SLOT_FREE : SF_SLOT_READY, 0, sf__slot_lap(w)),
@@ -691,10 +718,13 @@ static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t st
 			if (w == sf__slot_word(SF_SLOT_FREE, 0, lap))
 				break;
 			/* A slot this consumer still holds for the wanted step keeps its
-			 * content; anything else (a slot taken over from no owner too: nothing
-			 * says it was filled) serves the target step from scratch.
+			 * content (marked as held, to be verified at its next claim); anything
+			 * else (a slot taken over from no owner too: nothing says it was
+			 * filled) serves the target step from scratch.
 			 * Acq_rel: a producer that later claims the slot (acquire) sees every
 			 * access this consumer made to it. */
+			if (mine && sf__slot_lap(w) == lap)
+				s->held_before = 1;
 			if (atomic_compare_exchange_strong_explicit(
 				    &s->word, &w,
 				    mine && sf__slot_lap(w) == lap

@@ -7,8 +7,9 @@ at attach for each place a batch can land (the K slots of the rank's ring on CPU
 device buffers on a GPU), so that next() costs one C call and no allocation of arrays.
 
 With dtype "native", a batch's arrays hold the batch until the next call on the Loader
-(next, release, load_state_dict): on CPU they are read-only, zero-copy views of shared
-memory (NumPy marks them read-only; torch tensors cannot be, so do not write to them),
+(next, release, load_state_dict): on CPU they are zero-copy views of shared memory, not
+to be written to (NumPy marks them read-only; torch tensors cannot be: a batch written
+into and then held by a rank that dies is verified and refilled for its successor),
 on a GPU they are the device buffer the batch was copied to, ordered on the current CUDA
 stream. With "int64" and "int32", the tokens, document starts and sources are copies in
 two buffers that alternate (device tensors on a GPU): a batch stays valid while the next

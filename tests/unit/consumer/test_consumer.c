@@ -1087,6 +1087,50 @@ Test(consumer, a_seek_cut_short_by_a_kill_is_finished_by_the_successor)
 	feed_stop(f);
 }
 
+/*
+ * A rank writes into the batch it holds (a torch view of the slot cannot be made
+ * read-only: `y[y == pad] = -100` on native targets) and dies: its claim came back READY
+ * with the bytes it wrote, and its successor trained on them, unverified with checksums
+ * off or on a step verify_every skips (a review). A batch a consumer held is verified
+ * when it is claimed again, and refilled from its step's content if it changed.
+ */
+Test(consumer, a_batch_written_by_a_dead_holder_is_refilled_for_its_successor)
+{
+	for (int checksum = 0; checksum <= 1; checksum++) {
+		struct feed_options o = opts(1);
+		struct feed *f;
+		struct sf_consumer *c;
+		struct sf_batch b;
+		int status;
+		pid_t pid;
+
+		o.checksum = (uint32_t)checksum;
+		o.verify_every = 2; /* step 1, the one written, is not one verify_every takes */
+		f = start(o);
+		pid = fork();
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			struct sf_consumer *dying = NULL;
+
+			if (sf_consumer_attach(job, 0, SF_DEVICE_NONE, 0, &dying, NULL, 0) ||
+			    sf_consumer_next(dying, 5000, &b) || sf_consumer_next(dying, 5000, &b))
+				_exit(1);
+			((unsigned char *)(uintptr_t)b.tokens)[3] ^= 0x5a;
+			_exit(b.step == 1 ? 0 : 1); /* dies holding step 1, written into */
+		}
+		cr_assert_eq(waitpid(pid, &status, 0), pid);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		c = attach(0);
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "checksum %d: %s", checksum,
+			     sf_consumer_errmsg(c));
+		expect_batch(f, &b, 0, 1);
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
+		expect_batch(f, &b, 0, 2);
+		sf_consumer_detach(c);
+		feed_stop(f);
+	}
+}
+
 Test(consumer, a_dead_consumers_batch_goes_to_its_successor)
 {
 	struct feed *f = start(opts(1));
