@@ -631,13 +631,17 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 
 		/* The launcher started more ranks than the job serves: say so, as rank 0's
 		 * world size check does, not only that this one is out of range. */
-		if (env && (env->local_world_size > (int64_t)geo->ranks ||
-			    env->world_size > (int64_t)geo->world_size))
+		if (env && env->local_world_size > (int64_t)geo->ranks)
 			snprintf(started, sizeof(started),
-				 ": %lld ranks were started here, %lld in all; start as many as "
-				 "the job serves or set consumers.local_ranks and "
-				 "consumers.world_size to them",
-				 (long long)env->local_world_size, (long long)env->world_size);
+				 ": %lld ranks were started here; start as many as the job serves "
+				 "or set consumers.local_ranks to them",
+				 (long long)env->local_world_size);
+		else if (env && env->world_size > (int64_t)geo->world_size)
+			snprintf(
+				started, sizeof(started),
+				": %lld ranks were started in all; start as many as the job serves "
+				"or set consumers.world_size to them",
+				(long long)env->world_size);
 		r = sf__err(&c->err, SF_E_RANGE,
 			    "job '%s' has local ranks 0..%u (world size %u), not %lld%s", job,
 			    geo->ranks - 1, geo->world_size, (long long)local_rank, started);

@@ -248,8 +248,8 @@ struct sf_rank_env {
  * against the rest of `env`: WORLD_SIZE must be the job's world size and LOCAL_WORLD_SIZE
  * its local ranks (SF_E_GEOMETRY otherwise), and RANK - LOCAL_RANK is this node's rank
  * base. With a static base (consumers.rank_base: N) it must be N; with `auto` the first
- * rank that attaches sets it (GROUP_RANK x LOCAL_WORLD_SIZE must agree where every node
- * runs as many ranks), every later rank must agree, and a different base is taken only
+ * rank that attaches sets it (node GROUP_RANK 0 must start at rank 0, node k at rank k
+ * or later), every later rank must agree, and a different base is taken only
  * once no rank of the old one is alive: the node re-bases, discarding the batches made
  * for the old ranks (docs/multinode.md). A rank that disagrees is refused with SF_E_RANGE
  * and a message naming both bases. sf_consumer_attach() is this with only the local

@@ -30,7 +30,6 @@
 #define LLMC_HEADER_INTS   256
 #define LLMC_MAGIC_U16	   20240520
 #define LLMC_MAGIC_U32	   20240801
-#define LLMC_MAGIC_EVAL	   20240522 /* write_evalfile's: evaluation examples, no tokens */
 #define LLMC_VERSION_U16   1
 #define LLMC_VERSION_U32   7
 #define MEGATRON_MAGIC	   "MMIDIDX\x00\x00"
@@ -85,6 +84,32 @@ static int32_t load_i32(const unsigned char *p)
 	return v;
 }
 
+/*
+ * The other files llm.c writes under a .bin name, each with its magic in the first int32
+ * of a 1 KiB header: none holds tokens, and read as nanoGPT's (as auto did) their
+ * weights, examples or state became batches.
+ */
+static const struct {
+	int32_t magic;
+	const char *what;
+} llmc_not_tokens[] = {
+	{20240326, "a GPT-2 model checkpoint (train_gpt2's weights)"},
+	{20240327, "a GPT-2 debug state (train_gpt2's test inputs and outputs)"},
+	{20240328, "a tokenizer (gpt2_tokenizer.bin)"},
+	{20240522, "an evaluation file (write_evalfile's examples)"},
+	{20240527, "a training state (train_gpt2.cu's state_*.bin)"},
+	{20240803, "a Llama 3 model or debug state (train_llama3's)"},
+};
+
+/* What llm.c file of no tokens `magic` marks, or NULL. */
+static const char *llmc_other(int32_t magic)
+{
+	for (size_t i = 0; i < sizeof(llmc_not_tokens) / sizeof(llmc_not_tokens[0]); i++)
+		if (llmc_not_tokens[i].magic == magic)
+			return llmc_not_tokens[i].what;
+	return NULL;
+}
+
 int sf__token_format_detect(const char *path, uint32_t *ret_format)
 {
 	size_t n = strlen(path);
@@ -115,7 +140,7 @@ int sf__token_format_detect(const char *path, uint32_t *ret_format)
 	    read(fd, head, sizeof(head)) == (ssize_t)sizeof(head)) {
 		int32_t magic = load_i32(head);
 
-		if (magic == LLMC_MAGIC_U16 || magic == LLMC_MAGIC_U32 || magic == LLMC_MAGIC_EVAL)
+		if (magic == LLMC_MAGIC_U16 || magic == LLMC_MAGIC_U32 || llmc_other(magic))
 			*ret_format = SF_FMT_LLMC;
 	}
 	close(fd);
@@ -195,12 +220,11 @@ static int open_llmc(struct sf_token_file *f, struct sf_err *e)
 	magic = load_i32(h);
 	version = load_i32(h + 4);
 	count = load_i32(h + 8);
-	if (magic == LLMC_MAGIC_EVAL)
-		return sf__err(
-			e, SF_E_SOURCE,
-			"%s: an llm.c evaluation file (magic %d, write_evalfile's examples), "
-			"not a shard of tokens: leave it out of the sources",
-			f->path, magic);
+	if (llmc_other(magic))
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: llm.c's magic %d: %s, not a shard of tokens: leave it out of "
+			       "the sources",
+			       f->path, magic, llmc_other(magic));
 	if (magic != LLMC_MAGIC_U16 && magic != LLMC_MAGIC_U32)
 		return sf__err(e, SF_E_SOURCE,
 			       "%s: byte 0: wrong magic %d (llm.c shards have %d or %d)", f->path,

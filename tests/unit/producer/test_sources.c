@@ -153,16 +153,28 @@ Test(sources, llmc_wrong_magic)
 	expect_fail(SF_E_SOURCE, path, "byte 0: wrong magic 12345");
 }
 
-/* llm.c's evaluation files (write_evalfile: magic 20240522, HellaSwag examples) were read
- * as nanoGPT tokens by auto, header and all (a review): refused by name, as such. */
-Test(sources, an_llmc_evaluation_file_is_refused_by_name)
+/* llm.c's other .bin files (evaluation examples, model checkpoints, its tokenizer, debug
+ * and training states) were read as nanoGPT tokens by auto, header and all (two
+ * reviews): each is refused by name. */
+Test(sources, llmc_files_of_no_tokens_are_refused_by_name)
 {
-	int32_t h[256 + 20] = {20240522, 1, 20};
+	static const struct {
+		int32_t magic;
+		const char *what;
+	} files[] = {{20240326, "model checkpoint"}, {20240327, "debug state"},
+		     {20240328, "tokenizer"},	     {20240522, "evaluation file"},
+		     {20240527, "training state"},   {20240803, "Llama 3 model"}};
 
-	put("hellaswag_val.bin", h, sizeof(h));
-	expect_fail(SF_E_SOURCE, path, "llm.c evaluation file");
-	src.format = SF_FMT_LLMC;
-	expect_fail(SF_E_SOURCE, path, "llm.c evaluation file");
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		int32_t h[256 + 20] = {files[i].magic, 1, 20};
+
+		put("llmc_other.bin", h, sizeof(h));
+		src.format = SF_FMT_AUTO;
+		expect_fail(SF_E_SOURCE, path, files[i].what);
+		src.format = SF_FMT_LLMC;
+		expect_fail(SF_E_SOURCE, path, files[i].what);
+	}
+	src.format = SF_FMT_AUTO;
 }
 
 /* What llm.c's write_datafile makes must open: gpt-2 (v1, uint16) and llama-3 (v7, uint32). */
