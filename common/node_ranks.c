@@ -212,8 +212,9 @@ static int rebase(struct sf_arena *a, uint32_t rank, uint32_t generation, uint32
 		struct sf_slot *s = &a->slots[i];
 		uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
 
-		/* Only producers make slots READY, and none fills now; a slot that is not
-		 * READY any more (a concurrent seek of the launcher) is left as it is. */
+		/* Producers and repairs make slots READY, and none does now (the repairs
+		 * are above); a slot that is not READY any more (a concurrent seek of the
+		 * launcher) is left as it is. */
 		if (sf__slot_state(w) == SF_SLOT_READY)
 			atomic_compare_exchange_strong_explicit(
 				&s->word, &w, sf__slot_word(SF_SLOT_FREE, 0, sf__slot_lap(w)),

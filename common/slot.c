@@ -508,10 +508,15 @@ static int verify(const struct sf_arena *a, const struct sf_slot *s, uint32_t ra
 {
 	const uint32_t K = a->geo.slots_per_rank;
 	const int checksums = !!(a->geo.flags & SF_ARENA_F_CHECKSUM);
+	const uint64_t tokens = (uint64_t)a->geo.batch * a->geo.seq_tokens * a->geo.token_bytes;
 	uint64_t digest, checksum;
 
 	if (!(checksums && step % a->verify_every == 0) && !s->held_before)
 		return 0;
+	/* Without checksums the digest covers the tokens only: a held slot with document
+	 * starts or row sources after them cannot be verified, and is refilled. */
+	if (s->held_before && !checksums && s->length > tokens)
+		return SF_E_CHECKSUM;
 	sf__payload_hashes(a, sf__arena_payload(a, rank, (uint32_t)(step % K)), s->length,
 			   checksums, &digest, &checksum);
 	return digest != s->digest || (checksums && checksum != s->checksum) ? SF_E_CHECKSUM : 0;

@@ -1096,7 +1096,10 @@ Test(consumer, a_seek_cut_short_by_a_kill_is_finished_by_the_successor)
  */
 Test(consumer, a_batch_written_by_a_dead_holder_is_refilled_for_its_successor)
 {
-	for (int checksum = 0; checksum <= 1; checksum++) {
+	/* Into the tokens, or into the document starts, which the digest does not cover
+	 * (checksums off: a review of the first form of this fix). */
+	for (int k = 0; k < 4; k++) {
+		const int checksum = k % 2, starts = k / 2;
 		struct feed_options o = opts(1);
 		struct feed *f;
 		struct sf_consumer *c;
@@ -1115,14 +1118,17 @@ Test(consumer, a_batch_written_by_a_dead_holder_is_refilled_for_its_successor)
 			if (sf_consumer_attach(job, 0, SF_DEVICE_NONE, 0, &dying, NULL, 0) ||
 			    sf_consumer_next(dying, 5000, &b) || sf_consumer_next(dying, 5000, &b))
 				_exit(1);
-			((unsigned char *)(uintptr_t)b.tokens)[3] ^= 0x5a;
+			if (starts)
+				((uint32_t *)(uintptr_t)b.doc_starts)[1] ^= 0x5a;
+			else
+				((unsigned char *)(uintptr_t)b.tokens)[3] ^= 0x5a;
 			_exit(b.step == 1 ? 0 : 1); /* dies holding step 1, written into */
 		}
 		cr_assert_eq(waitpid(pid, &status, 0), pid);
 		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 		c = attach(0);
-		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "checksum %d: %s", checksum,
-			     sf_consumer_errmsg(c));
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "checksum %d, starts %d: %s",
+			     checksum, starts, sf_consumer_errmsg(c));
 		expect_batch(f, &b, 0, 1);
 		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
 		expect_batch(f, &b, 0, 2);
