@@ -77,6 +77,36 @@ static uint64_t *global_rows(const struct h_run *run, uint64_t n_samples)
 	return g;
 }
 
+/* D2: G = 8 as W=2 B=4 and W=4 B=2 over the source `path`: the same global samples. */
+static void check_global_batch(const char *name, const char *path, uint32_t format,
+			       const char *encoding, uint32_t mode)
+{
+	struct h_run r24, r42;
+	uint64_t *g24, *g42, n = 16 * 8;
+	struct sf_config cfg;
+
+	for (int k = 0; k < 2; k++) {
+		h_config(&cfg, path, k ? 2 : 4, 32, k ? 4 : 2);
+		cfg.sources[0].format = format;
+		if (encoding)
+			cfg.encoding = (char *)encoding;
+		cfg.mode = mode;
+		H_CHECK(h_pipeline(&cfg, 2, 0, 16, k ? &r42 : &r24) == 0, "%s: %s", name,
+			k ? "W=4 B=2" : "W=2 B=4");
+	}
+	g24 = global_rows(&r24, n);
+	g42 = global_rows(&r42, n);
+	for (uint64_t k = 0; k < n; k++)
+		H_CHECK(g24[k] && g24[k] == g42[k], "%s: global sample %llu differs", name,
+			(unsigned long long)k);
+	printf("ok: %s: G=8 as W=2 B=4 and W=4 B=2: the same %llu global samples\n", name,
+	       (unsigned long long)n);
+	free(g24);
+	free(g42);
+	h_run_free(&r24);
+	h_run_free(&r42);
+}
+
 int main(void)
 {
 	char *dir = h_tmpdir(), path[4096], prefix[4096];
@@ -130,29 +160,25 @@ int main(void)
 	cfg.doc_starts = 8;
 	check_producer_counts("megatron windows with document starts", &cfg);
 
-	/* D2: G = 8 as W=2 B=4 and W=4 B=2 gives the same global sample sequence. */
+	/* D2: G = 8 as W=2 B=4 and W=4 B=2 gives the same global sample sequence, for a
+	 * pre-tokenized source and for raw text tokenized by the producers (windows and
+	 * random), which no test had checked (a review of the design's invariants). */
+	check_global_batch("megatron windows", prefix, SF_FMT_MEGATRON, NULL, SF_SAMPLE_WINDOWS);
 	{
-		struct h_run r24, r42;
-		uint64_t *g24, *g42, n = 16 * 8;
+		FILE *f;
 
-		h_config(&cfg, prefix, 4, 32, 2);
-		cfg.sources[0].format = SF_FMT_MEGATRON;
-		H_CHECK(h_pipeline(&cfg, 2, 0, 16, &r24) == 0, "W=2 B=4");
-		h_config(&cfg, prefix, 2, 32, 4);
-		cfg.sources[0].format = SF_FMT_MEGATRON;
-		H_CHECK(h_pipeline(&cfg, 2, 0, 16, &r42) == 0, "W=4 B=2");
-		g24 = global_rows(&r24, n);
-		g42 = global_rows(&r42, n);
-		for (uint64_t k = 0; k < n; k++)
-			H_CHECK(g24[k] && g24[k] == g42[k], "global sample %llu differs",
-				(unsigned long long)k);
-		printf("ok: G=8 as W=2 B=4 and W=4 B=2: the same %llu global samples\n",
-		       (unsigned long long)n);
-		free(g24);
-		free(g42);
-		h_run_free(&r24);
-		h_run_free(&r42);
+		snprintf(path, sizeof(path), "%s/words.txt", dir);
+		f = fopen(path, "w");
+		H_CHECK(f != NULL, "%s", path);
+		for (int i = 0; i < 40000; i++)
+			fprintf(f, "%s%c",
+				(const char *[]){"the", "data", "feed", "of", "tokens", "rank",
+						 "step"}[next_rand() % 7],
+				next_rand() % 11 ? ' ' : '\n');
+		H_CHECK(fclose(f) == 0, "%s", path);
 	}
+	check_global_batch("raw text windows", path, SF_FMT_TEXT, "bytes", SF_SAMPLE_WINDOWS);
+	check_global_batch("raw text random", path, SF_FMT_TEXT, "bytes", SF_SAMPLE_RANDOM);
 
 	/* One epoch of windows over a small file: every window once, then end markers.
 	 * Tokens are their own positions, so a row's first token names its window. */
