@@ -231,10 +231,13 @@ void sf__xfsz_release(bool held, const sigset_t *saved)
 
 int sf__glob_pattern(const char *path, char **ret_pattern)
 {
-	char *dirs = strdup(path), *out;
+	char *dirs, *out;
 	size_t lit = 0, n = 0;
 	struct stat st;
 
+	if (!strpbrk(path, "*?["))
+		return 0;
+	dirs = strdup(path);
 	if (!dirs)
 		return -ENOMEM;
 	/* The leading directories there under their names, up to the first one that is not. */
