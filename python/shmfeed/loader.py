@@ -8,9 +8,12 @@ device buffers on a GPU), so that next() costs one C call and no allocation of a
 
 With dtype "native", a batch's arrays hold the batch until the next call on the Loader
 (next, release, load_state_dict): on CPU they are zero-copy views of shared memory, not
-to be written to (NumPy marks them read-only; torch tensors cannot be: a batch written
-into and then held by a rank that dies is verified and refilled for its successor),
-on a GPU they are the device buffer the batch was copied to, ordered on the current CUDA
+to be written to. NumPy marks them read-only; torch tensors cannot be. A write into the
+batch held changes only that batch (one a rank held when it died is verified, and
+refilled for its successor); after the next call the slot is being refilled, and a
+write lands in a later batch of the rank: SF_E_CHECKSUM with checksums, silently
+without. Copy a batch (.long(), .clone()) before writing into it. On a GPU they are
+the device buffer the batch was copied to, ordered on the current CUDA
 stream. With "int64" and "int32", the tokens, document starts and sources are copies in
 two buffers that alternate (device tensors on a GPU): a batch stays valid while the next
 one is fetched, until the next() after that.
@@ -953,6 +956,11 @@ class Loader:
         rank = getattr(self, "rank", self._info.global_rank)  # not set during attach
         if not msg.startswith(f"rank {rank}"):  # most of the library's messages name it
             msg = f"rank {rank}: {msg or N.strerror(code)}"
+        if code == N.SF_E_CHECKSUM and not getattr(self, "_out_count", 1) and \
+                not getattr(self, "_gpu", True):
+            msg += (" (dtype='native' gives views of the slots: a write into a batch's "
+                    "arrays after the next call lands in a slot being refilled, a later "
+                    "batch; copy a batch before writing into it)")
         raise Error(code, f"shmfeed: job '{self.job}' {msg}")
 
     @_then_close_deferred

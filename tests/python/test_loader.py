@@ -75,6 +75,21 @@ def test_numpy_views_are_zero_copy_and_read_only():
             assert b.tokens.dtype == torch.int32 and b.step == 1
 
 
+def test_a_checksum_failure_of_native_views_names_a_stale_write():
+    """A write into a native batch after the next call lands in a slot being refilled:
+    a later batch of the rank fails its checksum, which read as shared memory gone bad
+    (a review wrote `y[y == 32] = -100` one batch late: 766 SF_E_CHECKSUM in 2,000
+    steps). The error of a native CPU Loader says what writes do; a copying one's not."""
+    with Feed("stalewrite", extra=["--dtype", "i32", "--vocab", "100277"]) as feed:
+        for dtype, named in (("native", True), ("int64", False)):
+            with shmfeed.Loader(job=feed.job, dtype=dtype, device="cpu") as L:
+                with pytest.raises(shmfeed.Error) as e:
+                    L._raise(N.SF_E_CHECKSUM, "rank 0 step 5: payload checksum mismatch")
+                assert e.value.code == N.SF_E_CHECKSUM
+                assert ("after the next call lands in a slot being refilled" in str(e.value)) \
+                    == named, str(e.value)
+
+
 def test_provenance_is_the_chain_of_digests():
     with Feed("prov") as feed:
         with shmfeed.Loader(job=feed.job) as L:
