@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1327,11 +1328,7 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 		snprintf(S->pub_ep, sizeof(S->pub_ep), "ipc://%s", S->paths.pub_path);
 	}
 	ipc = !strncmp(S->ctl_ep, "ipc://", 6);
-	S->zctx = zmq_ctx_new();
-	if (!S->zctx)
-		return sf__err(e, -errno, "zmq_ctx_new: %s", zmq_strerror(errno));
-	S->router = zmq_socket(S->zctx, ZMQ_ROUTER);
-	S->pub = zmq_socket(S->zctx, ZMQ_PUB);
+	S->pub = zmq_socket(S->zctx, ZMQ_PUB); /* the router is start_zmq()'s */
 	if (!S->router || !S->pub)
 		return sf__err(e, -errno, "zmq_socket: %s", zmq_strerror(errno));
 	zmq_setsockopt(S->router, ZMQ_LINGER, &linger, sizeof(linger));
@@ -1373,6 +1370,52 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 	if (r < 0)
 		return r;
 	return write_info(S, e);
+}
+
+static void *wait_for_eof(void *arg)
+{
+	char byte;
+
+	while (read(*(int *)arg, &byte, 1) < 0 && errno == EINTR)
+		;
+	return NULL;
+}
+
+/*
+ * libzmq starts its threads (an I/O thread and a reaper) with the context's first socket
+ * and aborts when it cannot: a limit on processes or on memory (`ulimit -u`, `-v`, `-d`:
+ * thread stacks count) killed the launcher by SIGABRT with the arena made. Two threads
+ * are tried together first, for an error that says why; then the context is started,
+ * before the arena exists (with the stop signals blocked, which its threads inherit).
+ */
+static int start_zmq(struct supervisor *S, struct sf_err *e)
+{
+	pthread_t t[2];
+	int fds[2], n = 0, r = 0;
+
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return sf__err(e, -errno, "pipe: %s", strerror(errno));
+	while (n < 2 && (r = pthread_create(&t[n], NULL, wait_for_eof, &fds[0])) == 0)
+		n++;
+	close(fds[1]);
+	while (n > 0)
+		pthread_join(t[--n], NULL);
+	close(fds[0]);
+	if (r)
+		return sf__err(
+			e, -r,
+			"cannot start the control plane's threads: %s (a limit on processes, "
+			"ulimit -u, or on memory, ulimit -v or -d?)",
+			strerror(r));
+	S->zctx = zmq_ctx_new();
+	if (!S->zctx)
+		return sf__err(e, -errno, "zmq_ctx_new: %s", zmq_strerror(errno));
+	/* The control socket, kept (one closed at once would hold its descriptor until the
+	 * reaper came to it). */
+	S->router = zmq_socket(S->zctx, ZMQ_ROUTER);
+	if (!S->router)
+		return sf__err(e, -errno, "zmq_socket: %s", zmq_strerror(errno));
+	return 0;
 }
 
 static void close_sockets(struct supervisor *S)
@@ -1735,6 +1778,9 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 	/* Before the first log line: a stderr whose reader has gone (`run ... 2>&1 | head`)
 	 * must not kill the launcher by SIGPIPE with the arena made. */
 	signal(SIGPIPE, SIG_IGN);
+	r = start_zmq(S, e);
+	if (r < 0)
+		goto out_close_ds;
 	r = sf__arena_create(cfg->job, &S->geo, &opt, &S->a, note, sizeof(note), e);
 	if (r < 0)
 		goto out_close_ds;
@@ -1832,6 +1878,11 @@ out_arena:
 	if (S->sfd >= 0)
 		close(S->sfd);
 out_close_ds:
+	/* Started before the arena: an error came after it. */
+	if (S->router)
+		zmq_close(S->router);
+	if (S->zctx)
+		zmq_ctx_term(S->zctx);
 	if (S->masked) {
 		/* A stop signal that came during the ending was for the job, which has ended:
 		 * taken when the mask is restored, its default action would kill the launcher

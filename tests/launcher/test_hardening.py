@@ -92,6 +92,27 @@ def test_a_file_size_limit_below_the_arena_is_an_error(rt, tmp_path):
     assert os.listdir(rt) == []
 
 
+def test_a_limit_that_stops_threads_is_an_error_before_the_arena(rt, tmp_path):
+    """libzmq starts its threads with the first socket and aborts when it cannot: under a
+    data-segment limit (`ulimit -d`, which thread stacks count against; `ulimit -u` and
+    `-v` too) the launcher died of SIGABRT, exit 134, with the arena made (a review). The
+    threads are tried before the arena: an error that names the limits, nothing left."""
+    cfg = write_config(tmp_path)
+    refused = 0
+    for mib in (6, 8, 10, 12, 14, 16, 20, 24):
+        job = job_name(f"data{mib}")
+        out = subprocess.run([SHMFEED, "run", cfg, "--set", f"job={job}", "--", "true"],
+                             capture_output=True, text=True, timeout=30,
+                             preexec_fn=lambda m=mib: resource.setrlimit(
+                                 resource.RLIMIT_DATA, (m << 20, m << 20)))
+        assert out.returncode in (0, 1), (mib, out.returncode, out.stderr)
+        refused += "cannot start the control plane's threads" in out.stderr
+        assert not shm_of(job) and not any(n.startswith(f"shmfeed.{job}.")
+                                           for n in os.listdir("/dev/shm")), (mib, out.stderr)
+        assert os.listdir(rt) == []
+    assert refused, "no limit tried stopped the threads"
+
+
 def test_the_metrics_server_is_in_the_descriptor_budget(rt, tmp_path):
     """The HTTP server's connections (16), listening socket and pipe were not counted: at
     the limit `run` asked for, 16 idle scrapers and a few control clients made libzmq
