@@ -764,6 +764,9 @@ int sf__ring_seek_unfinished(struct sf_arena *a, uint32_t me, uint32_t rank)
 {
 	const uint64_t to = atomic_load_explicit(&a->rings[rank].seek_to, memory_order_acquire);
 
+	/* A word rewritten in shared memory is no step to move the ring to. */
+	if (to && to - 1 >= sf__arena_step_limit(&a->geo))
+		return SF_E_LAYOUT;
 	return to ? sf__ring_seek(a, me, rank, to - 1) : 0;
 }
 

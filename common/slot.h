@@ -198,7 +198,7 @@ int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step)
  * sf__ring_seek_unfinished - finish the seek of rank `rank` that its previous consumer
  * was killed in (the ring's seek_to; some slots moved, others not: no window of K steps),
  * for its successor `me`, which holds the entry now. Returns 0 (also when there was
- * none), or what sf__ring_seek() returns.
+ * none), SF_E_LAYOUT for a mark past the job's steps, or what sf__ring_seek() returns.
  */
 int sf__ring_seek_unfinished(struct sf_arena *a, uint32_t me, uint32_t rank);
 

@@ -95,9 +95,20 @@ static int command_lookup(const char *cmd, char *bad, size_t len)
 		if ((size_t)snprintf(full, sizeof(full), "%.*s%s%s", (int)n, p, n ? "/" : "", cmd) <
 			    sizeof(full) &&
 		    stat(full, &st) == 0 && S_ISREG(st.st_mode)) {
-			if (access(full, X_OK) == 0)
-				return interpreter_ok(full, bad, len);
-			r = -EACCES;
+			/* A file whose interpreter is missing is passed over, as execvp() does
+			 * (ENOENT from it): a later one of the name may run. The first such
+			 * interpreter is the one reported. */
+			char later[256];
+
+			if (access(full, X_OK) != 0) {
+				if (r != -ENOEXEC)
+					r = -EACCES;
+			} else if (interpreter_ok(full, r == -ENOEXEC ? later : bad,
+						  r == -ENOEXEC ? sizeof(later) : len) == 0) {
+				return 0;
+			} else {
+				r = -ENOEXEC;
+			}
 		}
 		if (!end)
 			return r;

@@ -1431,6 +1431,21 @@ def test_a_frozen_job_resumed_kills_no_producer(rt):
     assert "producer restarts 0," in err, err
 
 
+def test_a_sigint_after_the_command_ended_is_no_interruption(tmp_path):
+    """The signalfd gives SIGINT before SIGCHLD: a SIGINT that came after the command had
+    exited 1, while the launcher was held (here: stopped), was taken as a Ctrl-C that
+    made it fail, and the launcher died by SIGINT (a review). The command's status is
+    returned."""
+    job = job_name("lateint")
+    code = ("(sleep 0.5; kill -INT $PPID; kill -CONT $PPID) </dev/null >/dev/null 2>&1 & "
+            "kill -STOP $PPID; exit 1")
+    out = subprocess.run([SHMFEED, "run", DEMO, "--set", f"job={job}", "--set",
+                          "consumers.world_size=1", "--", "sh", "-c", code],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, (out.returncode, out.stderr)
+    assert "the command ended: exit status 1" in out.stderr, out.stderr
+
+
 def test_a_status_the_command_chose_on_ctrl_c_is_returned(tmp_path):
     """A trainer that handles Ctrl-C and exits with a status of its own ("saved, requeue
     me") has it returned, not turned into a death by SIGINT as torchrun's 1 is."""
@@ -1565,6 +1580,18 @@ def test_a_command_not_found_starts_nothing(tmp_path):
         assert out.returncode == status, out.stderr
         assert f"{cmd}: {what} (nothing was started)" in out.stderr, out.stderr
         assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+    # A name on PATH whose first file has a bad interpreter and a later one runs: the
+    # later one runs, as execvp() passes such a file over (the check refused it: a review).
+    for d, body in (("d1", b"#!/bin/sh\r\nexit 3\r\n"), ("d2", b"#!/bin/sh\nexit 0\n")):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "sf-twice").write_bytes(body)
+        (tmp_path / d / "sf-twice").chmod(0o755)
+    out = subprocess.run([SHMFEED, "run", os.path.join(ROOT, "configs", "demo.yaml"), "--set",
+                          f"job={job}", "--set", "consumers.world_size=1", "--", "sf-twice"],
+                         capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PATH=f"{tmp_path / 'd1'}:{tmp_path / 'd2'}:"
+                                  f"{os.environ['PATH']}"))
+    assert out.returncode == 0, out.stderr
     # A #! line that names nothing is run by /bin/sh, as execvp() does (the check above
     # refused it at first: a review of it).
     empty = tmp_path / "empty.sh"

@@ -1084,6 +1084,17 @@ Test(consumer, a_seek_cut_short_by_a_kill_is_finished_by_the_successor)
 		expect_batch(f, &b, 0, step);
 	}
 	sf_consumer_detach(c);
+	/* A mark rewritten in shared memory past the job's steps is refused, not followed
+	 * (the lap would wrap: a review). */
+	atomic_store(&f->arena->rings[0].seek_to, sf__arena_step_limit(&f->geo) + 1);
+	{
+		struct sf_consumer *d = NULL;
+		char msg[256];
+
+		cr_assert_eq(sf_consumer_attach(job, 0, SF_DEVICE_NONE, 0, &d, msg, sizeof(msg)),
+			     SF_E_LAYOUT, "%s", msg);
+	}
+	atomic_store(&f->arena->rings[0].seek_to, 0);
 	feed_stop(f);
 }
 
