@@ -696,6 +696,10 @@ static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t st
 			uint32_t st = sf__slot_state(w);
 			bool mine = st == SF_SLOT_CLAIMED && sf__slot_owner(w) == me;
 
+			/* Being filled for the wanted step: its publish (or, should its filler
+			 * die, the repair to FREE at that lap) leaves it as wanted. */
+			if (st == SF_SLOT_FILLING && sf__slot_lap(w) == lap)
+				break;
 			if (st == SF_SLOT_FILLING) {
 				/* Wait for the filler, or repair it if it died meanwhile. */
 				if (sf__arena_stopping(a))
