@@ -468,14 +468,11 @@ static void handle_signals(struct supervisor *S)
 		if (!S->stop_signo)
 			S->stop_signo = (int)si.ssi_signo;
 		if (S->cmd_pid > 0 && !S->cmd_done) {
-			siginfo_t ended = {0};
-
-			/* While it runs: one that has exited, not yet reaped (the signalfd gives
-			 * SIGINT before SIGCHLD), ended on its own. WNOWAIT leaves it to reap(). */
-			if (S->term_count == 1 && S->stop_signo == SIGINT &&
-			    (waitid(P_PID, (id_t)S->cmd_pid, &ended, WEXITED | WNOHANG | WNOWAIT) !=
-				     0 ||
-			     ended.si_pid == 0))
+			/* Not reaped yet. A command that exited just before the signal came is
+			 * taken as interrupted too: a terminal's Ctrl-C reaches the command and
+			 * the launcher together, and torchrun may exit before the launcher
+			 * reads it, which is the case this is for. */
+			if (S->term_count == 1 && S->stop_signo == SIGINT)
 				S->cmd_interrupted = 1;
 			/*
 			 * The command decides how to end; a second signal is not a request. A

@@ -1431,21 +1431,6 @@ def test_a_frozen_job_resumed_kills_no_producer(rt):
     assert "producer restarts 0," in err, err
 
 
-def test_a_sigint_after_the_command_ended_is_no_interruption(tmp_path):
-    """The signalfd gives SIGINT before SIGCHLD: a SIGINT that came after the command had
-    exited 1, while the launcher was held (here: stopped), was taken as a Ctrl-C that
-    made it fail, and the launcher died by SIGINT (a review). The command's status is
-    returned."""
-    job = job_name("lateint")
-    code = ("(sleep 0.5; kill -INT $PPID; kill -CONT $PPID) </dev/null >/dev/null 2>&1 & "
-            "kill -STOP $PPID; exit 1")
-    out = subprocess.run([SHMFEED, "run", DEMO, "--set", f"job={job}", "--set",
-                          "consumers.world_size=1", "--", "sh", "-c", code],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 1, (out.returncode, out.stderr)
-    assert "the command ended: exit status 1" in out.stderr, out.stderr
-
-
 def test_a_status_the_command_chose_on_ctrl_c_is_returned(tmp_path):
     """A trainer that handles Ctrl-C and exits with a status of its own ("saved, requeue
     me") has it returned, not turned into a death by SIGINT as torchrun's 1 is."""
