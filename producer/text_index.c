@@ -837,9 +837,19 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 				if (!ds->text_files[keys[gr->first + i].file].dropped &&
 				    !ds->text_files[keys[gr->first + i].file].partial)
 					files[n++] = keys[gr->first + i].file;
-			if (n && sf__index_save(ds, files, n, keys[gr->first].key, gr->img,
-						&ds->index_paths[g], &bytes) == 0)
+			int saved = n ? sf__index_save(ds, files, n, keys[gr->first].key, gr->img,
+						       &ds->index_paths[g], &bytes)
+				      : 0;
+
+			if (saved == 0)
 				ds->stats.index_bytes += bytes;
+			/* Failing costs speed only, but each start then builds it again: said. */
+			else if (!ds->note[0])
+				snprintf(ds->note, sizeof(ds->note),
+					 "the chunk index could not be written to the cache (%s): "
+					 "each start of the job builds it again (SHMFEED_CACHE_DIR "
+					 "names the cache; docs/producers.md)",
+					 strerror(-saved));
 		}
 		free(files);
 	}

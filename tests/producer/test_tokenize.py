@@ -121,3 +121,20 @@ producers:
     assert list(doc_idx) == list(range(len(docs) + 1))
     for d, s in zip(docs, seqs):
         assert list(s) == list(d.encode("utf-8")) + [256]
+
+
+def test_an_index_that_cannot_be_cached_is_said(tmp_path):
+    """A cache directory that cannot be written (full, read-only, here a file in its
+    place): the job ran and said nothing, so every start built the chunk index again
+    without a word, and tokenize printed "chunk index built (0 bytes)" (a review)."""
+    (tmp_path / "a.txt").write_text("alpha beta\n\ngamma delta\n")
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f'sources:\n  - {{paths: "{tmp_path}/a.txt", format: text, '
+                   'separator: "\\n\\n"}\ntokenizer: {encoding: bytes}\n')
+    (tmp_path / "notadir").write_text("")
+    run = subprocess.run([SHMFEED, "tokenize", str(cfg), "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, SHMFEED_CACHE_DIR=str(tmp_path / "notadir")))
+    assert run.returncode == 0, run.stderr
+    assert "warning: the chunk index could not be written to the cache" in run.stderr, \
+        run.stderr
