@@ -97,6 +97,8 @@ def test_a_limit_that_stops_threads_is_an_error_before_the_arena(rt, tmp_path):
     data-segment limit (`ulimit -d`, which thread stacks count against; `ulimit -u` and
     `-v` too) the launcher died of SIGABRT, exit 134, with the arena made (a review). The
     threads are tried before the arena: an error that names the limits, nothing left."""
+    if os.environ.get("SF_SANITIZE", "none") != "none":
+        pytest.skip("a sanitizer's shadow memory needs more than the data limits tried")
     cfg = write_config(tmp_path)
     refused = 0
     for mib in (6, 8, 10, 12, 14, 16, 20, 24):
