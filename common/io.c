@@ -276,3 +276,8 @@ int sf__create_fresh(const char *path)
 		fd = open(path, flags, 0666);
 	return fd < 0 ? -errno : fd;
 }
+
+const char *sf__fsize_hint(int err)
+{
+	return err == EFBIG || err == -EFBIG ? " (the file size limit, ulimit -f)" : "";
+}

@@ -93,4 +93,10 @@ int sf__glob_pattern(const char *path, char **ret_pattern);
  */
 int sf__create_fresh(const char *path);
 
+/*
+ * sf__fsize_hint - what a write's error `err` (an errno value, either sign) says beyond
+ * strerror(): for EFBIG, " (the file size limit, ulimit -f)"; else "".
+ */
+const char *sf__fsize_hint(int err);
+
 #endif

@@ -117,7 +117,8 @@ static int hash_file(const char *path, int out_fd, uint64_t out_off, char ret_he
 		if (out_fd >= 0) {
 			r = sf__pwrite_full(out_fd, buf, (size_t)n, out_off + total);
 			if (r < 0) {
-				r = sf__err(e, r, "cannot write the merged .bin: %s", strerror(-r));
+				r = sf__err(e, r, "cannot write the merged .bin: %s%s",
+					    strerror(-r), sf__fsize_hint(r));
 				goto out;
 			}
 		}
@@ -243,7 +244,7 @@ int sf__part_manifest_write(const char *part_prefix, const struct sf_part_plan *
 	if (fclose(f) != 0 && r == 0)
 		r = -(errno ? errno : EIO);
 	if (r < 0) {
-		r = sf__err(e, r, "%s: cannot write: %s", tmp, strerror(-r));
+		r = sf__err(e, r, "%s: cannot write: %s%s", tmp, strerror(-r), sf__fsize_hint(r));
 		unlink(tmp);
 		goto out;
 	}
@@ -532,7 +533,8 @@ static int merge_index(const struct manifest *m, int out, uint64_t total_docs, u
 			r = sf__pwrite_full(out, ptrs, k * 8,
 					    IDX_HEADER + total_docs * 4 + (first_doc + i) * 8);
 		if (r < 0) {
-			r = sf__err(e, r, "cannot write the merged .idx: %s", strerror(-r));
+			r = sf__err(e, r, "cannot write the merged .idx: %s%s", strerror(-r),
+				    sf__fsize_hint(r));
 			goto out;
 		}
 	}
@@ -582,7 +584,9 @@ static int write_merged_header(int fd, uint32_t width, uint64_t total_docs, stru
 		r = sf__pwrite_full(fd, doc_idx, k * 8, IDX_HEADER + total_docs * 12 + i * 8);
 	}
 	free(doc_idx);
-	return r < 0 ? sf__err(e, r, "cannot write the merged .idx: %s", strerror(-r)) : 0;
+	return r < 0 ? sf__err(e, r, "cannot write the merged .idx: %s%s", strerror(-r),
+			       sf__fsize_hint(r))
+		     : 0;
 }
 
 /*
@@ -862,7 +866,8 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 	if (r < 0)
 		goto out;
 	if (fsync(bin_fd) < 0 || fsync(idx_fd) < 0) {
-		r = sf__err(e, -errno, "%s: cannot write: %s", prefix, strerror(errno));
+		r = sf__err(e, -errno, "%s: cannot write: %s%s", prefix, strerror(errno),
+			    sf__fsize_hint(errno));
 		goto out;
 	}
 	r = sf__rename_pair(bin_tmp, bin, idx_tmp, idx);

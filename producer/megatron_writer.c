@@ -108,7 +108,8 @@ static int write_item(void *arg, void *state, uint64_t i, struct sf_err *e)
 		return sf__err(e, SF_E_RANGE, "token %u does not fit uint16", ids[bad]);
 	r = sf__pwrite_full(j->fd, s->out, n * tb, ch->start * tb);
 	if (r < 0)
-		return sf__err(e, r, "%s: cannot write: %s", j->bin_path, strerror(-r));
+		return sf__err(e, r, "%s: cannot write: %s%s", j->bin_path, strerror(-r),
+			       sf__fsize_hint(r));
 	/* Relaxed: progress statistics only. */
 	atomic_fetch_add_explicit(&j->counters->bytes, ch->len, memory_order_relaxed);
 	atomic_fetch_add_explicit(&j->counters->docs, n_docs, memory_order_relaxed);
@@ -183,7 +184,8 @@ static int write_index(const struct sf_dataset *ds, const char *path, const uint
 	if (fclose(f) != 0 && !err)
 		err = errno ? errno : EIO;
 	if (err)
-		return sf__err(e, -err, "%s: cannot write: %s", path, strerror(err));
+		return sf__err(e, -err, "%s: cannot write: %s%s", path, strerror(err),
+			       sf__fsize_hint(err));
 	return 0;
 }
 
@@ -225,7 +227,8 @@ int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, 
 		goto out;
 	}
 	if (ftruncate(job.fd, (off_t)(ds->n_tokens * ds->token_bytes)) < 0) {
-		r = sf__err(e, -errno, "%s: cannot size: %s", bin_tmp, strerror(errno));
+		r = sf__err(e, -errno, "%s: cannot size: %s%s", bin_tmp, strerror(errno),
+			    sf__fsize_hint(errno));
 		goto out;
 	}
 	job.doc_first = doc_first;
@@ -248,7 +251,8 @@ int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, 
 	if (r < 0)
 		goto out;
 	if (fsync(job.fd) < 0) {
-		r = sf__err(e, -errno, "%s: cannot write: %s", bin_tmp, strerror(errno));
+		r = sf__err(e, -errno, "%s: cannot write: %s%s", bin_tmp, strerror(errno),
+			    sf__fsize_hint(errno));
 		goto out;
 	}
 	r = write_index(ds, idx_tmp, doc_lens, n_docs, e);

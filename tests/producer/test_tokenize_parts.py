@@ -567,6 +567,8 @@ def test_a_file_size_limit_is_an_error_not_a_kill(tmp_path):
                        preexec_fn=lim)
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert "out.bin.tmp" in r.stderr and "File too large" in r.stderr, r.stderr
+    # The limit is named, as the arena's message names it (a review).
+    assert "(the file size limit, ulimit -f)" in r.stderr, r.stderr
     assert not [p for p in os.listdir(tmp_path) if p.startswith("out")], os.listdir(tmp_path)
 
 
