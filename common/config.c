@@ -2674,16 +2674,15 @@ static void digest_dir(XXH3_state_t *st, const char *path)
 
 static void digest_source_path(XXH3_state_t *st, const char *path)
 {
-	char *pattern = NULL, *bin = sf__megatron_file(path, ".bin");
-	const bool pair = bin && access(bin, F_OK) == 0;
+	char *pattern = NULL;
 	struct stat sb;
 	glob_t g;
 
-	free(bin);
 	digest_str(st, path);
 	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
 		digest_dir(st, path);
-	} else if (stat(path, &sb) == 0 || pair || sf__glob_pattern(path, &pattern) <= 0) {
+	} else if (stat(path, &sb) == 0 || sf__megatron_prefix(path) ||
+		   sf__glob_pattern(path, &pattern) <= 0) {
 		/* A file, or a Megatron pair by its prefix, as the expansion takes them. */
 		digest_data_file(st, path);
 	} else if (glob(pattern, 0, NULL, &g) == 0) {

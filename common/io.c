@@ -194,6 +194,15 @@ char *sf__megatron_file(const char *path, const char *ext)
 	return p;
 }
 
+bool sf__megatron_prefix(const char *path)
+{
+	char *bin = sf__megatron_file(path, ".bin");
+	const bool there = bin && access(bin, F_OK) == 0;
+
+	free(bin);
+	return there;
+}
+
 int sf__parent_dir_check(const char *path, char *dir, size_t len)
 {
 	const char *slash = strrchr(path, '/');

@@ -58,6 +58,10 @@ int sf__rename_pair(const char *data_tmp, const char *data, const char *index_tm
  */
 char *sf__megatron_file(const char *path, const char *ext);
 
+/* sf__megatron_prefix - whether `path`, naming no file, names a Megatron pair by its
+ * prefix (its .bin is there). */
+bool sf__megatron_prefix(const char *path);
+
 /*
  * sf__parent_dir_check - whether the directory `path` goes in (the part before its last
  * '/', copied into `dir`, `len` bytes) is one: 0, also for a path with no such part;

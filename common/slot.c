@@ -749,19 +749,27 @@ static int seek_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t st
 	return pending;
 }
 
-int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step)
+/*
+ * seek_pass() under the ring's mark of the step it moves to, kept until a pass leaves
+ * nothing pending: one cut short (a kill) or failed (the job stopping) leaves it for the
+ * rank's next consumer. Only the holder of the ring's consumer entry, which the caller
+ * is, and its successor read it.
+ */
+static int marked_pass(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step, int wait)
 {
 	_Atomic uint64_t *seek_to = &a->rings[rank].seek_to;
 	int r;
 
-	/* Only the holder of the ring's consumer entry, which this caller is, and its
-	 * successor read it. */
 	atomic_store_explicit(seek_to, step + 1, memory_order_release);
-	r = seek_pass(a, me, rank, step, 1);
-	/* A seek that failed (the job stopping) leaves its mark, as one cut short does. */
+	r = seek_pass(a, me, rank, step, wait);
 	if (r == 0)
 		atomic_store_explicit(seek_to, 0, memory_order_release);
 	return r;
+}
+
+int sf__ring_seek(struct sf_arena *a, uint32_t me, uint32_t rank, uint64_t step)
+{
+	return marked_pass(a, me, rank, step, 1);
 }
 
 int sf__ring_seek_unfinished(struct sf_arena *a, uint32_t me, uint32_t rank)
@@ -799,15 +807,8 @@ int sf__ring_seek_hold(struct sf_arena *a, uint32_t rank, struct sf_err *e)
 
 int sf__ring_seek_try(struct sf_arena *a, uint32_t rank, uint64_t step)
 {
-	_Atomic uint64_t *seek_to = &a->rings[rank].seek_to;
-	int r;
-
-	/* This seek supersedes one a killed consumer left unfinished. */
-	atomic_store_explicit(seek_to, step + 1, memory_order_release);
-	r = seek_pass(a, a->geo.max_producers + rank, rank, step, 0);
-	if (r == 0)
-		atomic_store_explicit(seek_to, 0, memory_order_release);
-	return r;
+	/* Its mark supersedes one a killed consumer left unfinished. */
+	return marked_pass(a, a->geo.max_producers + rank, rank, step, 0);
 }
 
 void sf__ring_seek_release(struct sf_arena *a, uint32_t rank)

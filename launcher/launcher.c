@@ -1333,7 +1333,7 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 	}
 	ipc = !strncmp(S->ctl_ep, "ipc://", 6);
 	S->pub = zmq_socket(S->zctx, ZMQ_PUB); /* the router is start_zmq()'s */
-	if (!S->router || !S->pub)
+	if (!S->pub)
 		return sf__err(e, -errno, "zmq_socket: %s", zmq_strerror(errno));
 	zmq_setsockopt(S->router, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(S->pub, ZMQ_LINGER, &linger, sizeof(linger));

@@ -688,8 +688,7 @@ int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e)
 	}
 	/* Each part once, its pair before its manifest, which goes with the pair. */
 	qsort(ls, nl, sizeof(*ls), cmp_listed);
-	ms = calloc(nl + 1, sizeof(*ms));
-	if (r == 0 && !ms)
+	if (r == 0 && whole && !(ms = calloc(nl + 1, sizeof(*ms))))
 		r = sf__err(e, -ENOMEM, "out of memory");
 	for (size_t a = 0, b; r == 0 && a < nl; a = b) {
 		for (b = a + 1; b < nl && !strcmp(ls[a].prefix, ls[b].prefix); b++)
@@ -706,11 +705,11 @@ int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e)
 			paths[ls[a].i] = pair;
 			renamed = true;
 		}
-		ms[k].prefix = ls[a].prefix;
-		ls[a].prefix = NULL;
-		if (whole)
-			r = read_manifest(&ms[k], e);
-		k++;
+		if (whole) {
+			ms[k].prefix = ls[a].prefix;
+			ls[a].prefix = NULL;
+			r = read_manifest(&ms[k++], e);
+		}
 	}
 	/* Each name's set of parts, whole, once, of one tokenization, with its files. */
 	if (r == 0 && whole && k)

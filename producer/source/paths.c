@@ -164,16 +164,6 @@ static int expand_directory(const char *dir, char ***paths, size_t *n, size_t *c
 	return r;
 }
 
-/* Whether `p`, which names no file, names a Megatron pair by its prefix. */
-static bool megatron_prefix(const char *p)
-{
-	char *bin = sf__megatron_file(p, ".bin");
-	const bool there = bin && access(bin, F_OK) == 0;
-
-	free(bin);
-	return there;
-}
-
 /*
  * The file that path `p` of a source of `format` reads, by device and inode: a Megatron
  * pair's .bin where `p` stands for the pair (any name under format megatron; under auto
@@ -336,9 +326,8 @@ static int expand(const struct sf_source_config *src, uint32_t first, uint32_t e
 		struct stat st;
 		glob_t g = {0};
 		/* A file of that name, or a Megatron pair of that prefix, is what it names. */
-		int pat = access(p, F_OK) != 0 && !megatron_prefix(p)
-				  ? sf__glob_pattern(p, &pattern)
-				  : 0;
+		const bool named = access(p, F_OK) == 0, pair = !named && sf__megatron_prefix(p);
+		int pat = !named && !pair ? sf__glob_pattern(p, &pattern) : 0;
 
 		if (pat < 0) {
 			r = sf__err(e, pat, "out of memory");
@@ -380,7 +369,7 @@ static int expand(const struct sf_source_config *src, uint32_t first, uint32_t e
 					    p);
 		} else if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
 			r = expand_directory(p, &paths, &n, &cap, e);
-		} else if (lstat(p, &st) != 0 && errno == ENOENT && !megatron_prefix(p)) {
+		} else if (lstat(p, &st) != 0 && errno == ENOENT && !pair) {
 			/* Whatever on_error says: a mistyped path is no bad record. */
 			r = sf__err(e, -ENOENT, "%s: no such file%s", p,
 				    strpbrk(p, "*?[") ? " (its *?[ are in the name of a directory "
