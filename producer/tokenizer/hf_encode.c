@@ -430,9 +430,27 @@ static int split_pcre(struct run *r, unsigned k, const uint8_t *s, size_t n)
 }
 
 /*
- * Digits: each number character (\p{N}, Rust's char::is_numeric) is a match of its own and
- * the text between them one range, as tokenizers' character patterns find them; then
- * Isolated (individual_digits) or Contiguous, which joins runs of numbers.
+ * Rust's char::is_numeric (\p{N}), which Digits asks, is of the Unicode of the Rust that
+ * built tokenizers: 17.0 for its 0.23 wheels, where the tables here are 16.0 (Oniguruma's,
+ * which the Split patterns run on). 17.0 made these the only new numbers: Tolong Siki's
+ * digits and U+16FF4-6, all of four bytes in UTF-8.
+ */
+static bool rust_numeric(unsigned cls, const uint8_t *s, size_t len)
+{
+	uint32_t cp;
+
+	if (cls & SF_UC_N)
+		return true;
+	if (len != 4)
+		return false;
+	sf__utf8_next(s, len, &cp);
+	return (cp >= 0x11de0 && cp <= 0x11de9) || (cp >= 0x16ff4 && cp <= 0x16ff6);
+}
+
+/*
+ * Digits: each number character (above) is a match of its own and the text between them
+ * one range, as tokenizers' character patterns find them; then Isolated
+ * (individual_digits) or Contiguous, which joins runs of numbers.
  */
 static int split_digits(struct run *r, unsigned k, const uint8_t *s, size_t n)
 {
@@ -445,7 +463,9 @@ static int split_digits(struct run *r, unsigned k, const uint8_t *s, size_t n)
 	int rc;
 
 	while (p < n) {
-		if (sf__uc_at(s, n, p, &len) & SF_UC_N) {
+		unsigned cls = sf__uc_at(s, n, p, &len);
+
+		if (rust_numeric(cls, s + p, len)) {
 			rc = range(&sp, gap, p, false);
 			if (rc == 0)
 				rc = range(&sp, p, p + len, true);

@@ -174,9 +174,13 @@ def nfc_texts():
 
 # Kawi, Nag Mundari (15.0) and Garay (16.0) digits after a space (which ` ?[^\s\d]+`
 # takes with them under Unicode 14.0), after letters, in runs, and beside old digits; the
-# digit_escapes file is trained on them too, so that its merges join their bytes.
+# digit_escapes and digits files are trained on them too, so that their merges join their
+# bytes. The last line holds the numbers new in 17.0 (Tolong Siki digits, U+16FF4-6):
+# not \d to Oniguruma (16.0), numbers to Digits (Rust's char::is_numeric, 17.0 in the
+# Rust that built tokenizers 0.23).
 NEW_DIGITS = (" \U00011f50 \U00011f51\U00011f52 ab\U00011f53 x1\U0001e4f02\n"
-              "a \U00010d40\U00010d41\U00010d42\U00010d43a \u0663\U00011f59 9 \U0001e4f1\n")
+              "a \U00010d40\U00010d41\U00010d42\U00010d43a \u0663\U00011f59 9 \U0001e4f1\n"
+              "a\U00011de0 \U00011de1\U00011de9b 1\U00016ff4a\U00016ff5\U00016ff6 x\U00011de5\n")
 
 
 def training_text():
@@ -339,11 +343,13 @@ def main():
         files["digits"] = train(
             os.path.join(tmp, "digits.json"),
             pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                     bl(add_prefix_space=False, use_regex=True)]))
+                                     bl(add_prefix_space=False, use_regex=True)]),
+            extra_text=[NEW_DIGITS * 50])
         files["digits_runs_prefix"] = train(
             os.path.join(tmp, "digits_runs.json"),
             pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=False),
-                                     bl(add_prefix_space=True, use_regex=True)]))
+                                     bl(add_prefix_space=True, use_regex=True)]),
+            extra_text=[NEW_DIGITS * 50])
         files["behaviours"] = train(
             os.path.join(tmp, "behaviours.json"),
             pre_tokenizers.Sequence([
@@ -393,8 +399,8 @@ def main():
             compare("%s pair-rank words" % name, path,
                     ["abc", "xyz", "abcabc xyz", "ab c", "bcab", "xyzabc", "aabbcc"],
                     decode=decode)
-            if name == "digit_escapes":
-                compare("digit_escapes new digits", path, [NEW_DIGITS], decode=decode)
+            if name in ("digit_escapes", "digits", "digits_runs_prefix"):
+                compare("%s new digits" % name, path, NEW_DIGITS.split("\n"), decode=decode)
             if name == "nfc":
                 compare("nfc every decomposable character", path, nfc_texts(),
                         decode=False)
