@@ -210,10 +210,12 @@ def test_progress_rate_covers_the_printed_interval(rt):
     out = p.communicate(timeout=30)[0]
     assert p.returncode == 0, out
     lines = progress_lines(out)
-    assert lines and lines[0][0] == 100, out
-    # 100 batches of 8 x 256 tokens in the first second, shown as such, not as the
-    # rate of its last 100 ms.
-    assert lines[0][1] > 0, out
+    done = [l for l in lines if l[0] == 100]
+    assert done, out
+    # The line that first shows all 100 batches (of 8 x 256 tokens) gives the rate of the
+    # second it covers, not of its last 100 ms, in which the rank idled. (A loaded
+    # machine may spread the batches over two lines.)
+    assert done[0][1] > 0, out
     assert not [l for l in out.splitlines() if PROGRESS.search(l) and not l.startswith("shmfeed:")]
 
 
@@ -1420,7 +1422,9 @@ def test_a_frozen_job_resumed_kills_no_producer(rt):
         for pid in [p.pid, *kids]:
             os.kill(pid, signal.SIGSTOP)
         time.sleep(2.5)
-        for pid in [p.pid, *kids]:
+        # The producers first: the launcher, resumed, restarts its count at once, and a
+        # producer still stopped half a second later would be one that looks stalled.
+        for pid in [*kids, p.pid]:
             os.kill(pid, signal.SIGCONT)
         time.sleep(1.5)
         assert sf("stop", job).returncode == 0

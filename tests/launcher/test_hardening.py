@@ -295,9 +295,10 @@ def test_tcp_hosts_are_addresses_ipv6_included(rt, tmp_path):
 
 
 def free_port_pair():
-    """A tcp port P on loopback with P+1 free too (control and stats)."""
+    """A tcp port P on loopback with P+1 free too (control and stats), below the
+    kernel's ephemeral range (32768 and up), which other tests' connections draw from."""
     for _ in range(100):
-        port = random.randrange(20000, 60000)
+        port = random.randrange(20000, 32767)
         socks = []
         try:
             for p in (port, port + 1):

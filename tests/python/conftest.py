@@ -65,11 +65,13 @@ def reference_doc_starts(tokens, D):
 
 class InterruptingLock:
     """Stands in for a Loader's lock: once armed, it raises KeyboardInterrupt as it is
-    let go (the last instant an exception can land inside next(), after the batch was
-    wrapped), first calling `before` (a handler's checkpoint), as a signal would."""
+    let go with a batch taken (the last instant an exception can land inside next(),
+    after the batch was wrapped), first calling `before` (a handler's checkpoint), as a
+    signal would. (A release of next() whose library call found nothing ready yet, as
+    after a seek, passes: raising there would test no batch.)"""
 
     def __init__(self, loader, before=None):
-        self.real, self.before, self.armed = loader._lock, before, False
+        self.loader, self.real, self.before, self.armed = loader, loader._lock, before, False
         loader._lock = self
 
     def __enter__(self):
@@ -77,7 +79,7 @@ class InterruptingLock:
 
     def __exit__(self, *exc):
         self.real.__exit__(*exc)
-        if self.armed:
+        if self.armed and self.loader._returning is not None:
             self.armed = False
             if self.before:
                 self.before()
@@ -146,10 +148,20 @@ def finish(proc, timeout=60):
 
 
 def free_port():
+    """A free tcp port on loopback below the kernel's ephemeral range (32768 and up), so
+    that no connection another test opens meanwhile (gloo, torchrun) takes it before the
+    caller binds it, as a port the kernel picked could be."""
+    import random
     import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(100):
+        port = random.randrange(20000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32767")
 
 
 # For the tests of a GPU behind the host (tests/python/test_gpu_*.py): the part of a rank's

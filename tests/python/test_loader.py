@@ -188,7 +188,8 @@ def test_job_gone_when_the_launcher_is_killed():
                 L.next()
             gone = time.monotonic()
             killer.join()
-            assert gone - killed[0] < 2.0, f"JobGone {gone - killed[0]:.3f} s after the kill"
+            # The liveness check runs every 0.5 s; the rest is a loaded machine's margin.
+            assert gone - killed[0] < 5.0, f"JobGone {gone - killed[0]:.3f} s after the kill"
             assert isinstance(e.value, shmfeed.Error)
             assert e.value.code == N.SF_E_JOB_GONE and "launcher" in str(e.value)
             with pytest.raises(shmfeed.JobGone):

@@ -40,8 +40,9 @@ def test_rank_killed_with_sigkill_resumes_exactly(tmp_path):
     with Feed("kill", ranks=2) as feed:
         env = rank_env(feed.job, 1, 1, 2, 2)
         state_dir = str(tmp_path)
+        # 0.2 s a step: the kill comes before step 16 even on a loaded machine.
         proc = spawn_worker(env, "--steps", "16", "--numpy", "--state-dir", state_dir,
-                            "--pause", "0.05")
+                            "--pause", "0.2")
         deadline = time.time() + 30
         while len([f for f in os.listdir(state_dir) if f.startswith("step_")]) < 5:
             assert time.time() < deadline and proc.poll() is None

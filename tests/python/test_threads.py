@@ -92,9 +92,9 @@ def test_ctrl_c_interrupts_a_waiting_next():
             # script) has SIGINT ignored, and Python then installs no KeyboardInterrupt.
             signal.signal(signal.SIGINT, signal.default_int_handler)
             L = shmfeed.Loader(job=JOB, numpy=True)
-            print("waiting", flush=True)
             t0 = time.monotonic()
             try:
+                print("waiting", flush=True)  # in the try: the signal may come at once
                 L.next(timeout=20)
             except KeyboardInterrupt:
                 print("interrupted after", time.monotonic() - t0, flush=True)
@@ -104,7 +104,8 @@ def test_ctrl_c_interrupts_a_waiting_next():
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=30)
-        assert time.monotonic() - t0 < 3, ("KeyboardInterrupt waited for the timeout", out, err)
+        # Well below next()'s 20 s, with a loaded machine's margin for the exit.
+        assert time.monotonic() - t0 < 10, ("KeyboardInterrupt waited for the timeout", out, err)
         assert p.returncode == 0 and "interrupted after" in out, (out, err)
 
 

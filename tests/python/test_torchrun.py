@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import HERE, unique_job
+from conftest import HERE, free_port, unique_job
 
 CLI = os.environ.get("SHMFEED_CLI")
 ROOT = os.path.join(HERE, "..", "..")
@@ -64,12 +63,6 @@ PY = torch2_python()
 signal.signal(signal.SIGTERM, signal.default_int_handler)
 pytestmark = [pytest.mark.skipif(not CLI, reason="SHMFEED_CLI is set by `meson test`"),
               pytest.mark.skipif(not PY, reason="no torch 2.x interpreter (run scripts/deps)")]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_job(tmp_path, name, world_size, local_ranks=None, rank_base=None):

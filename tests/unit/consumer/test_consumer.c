@@ -938,12 +938,13 @@ static void expect_gone_at_once(struct sf_consumer *c, int32_t timeout_ms)
 
 	cr_expect_eq(r, SF_E_JOB_GONE, "timeout %d: %d: %s", timeout_ms, r,
 		     sf_consumer_errmsg(c));
-	cr_expect_lt(took, 100000000ull, "timeout %d: SF_E_JOB_GONE after %.3f s", timeout_ms,
+	cr_expect_lt(took, 1000000000ull, "timeout %d: SF_E_JOB_GONE after %.3f s", timeout_ms,
 		     (double)took / 1e9);
 }
 
 /* The launcher killed outright (no STOPPING): a consumer waiting with no timeout gets
- * SF_E_JOB_GONE within 2 s, not a wait forever. */
+ * SF_E_JOB_GONE within 5 s (its liveness check runs every 0.5 s; the rest is a loaded
+ * machine's margin), not a wait forever. */
 Test(consumer, job_gone_when_the_launcher_dies)
 {
 	struct feed_options o = opts(0);
@@ -977,7 +978,7 @@ Test(consumer, job_gone_when_the_launcher_dies)
 	gone_ns = sf__now_ns();
 	pthread_join(killer, NULL);
 	cr_expect_eq(r, SF_E_JOB_GONE, "%d: %s", r, sf_consumer_errmsg(c));
-	cr_expect_lt(gone_ns - k.killed_ns, 2000000000ull, "JobGone after %.3f s",
+	cr_expect_lt(gone_ns - k.killed_ns, 5000000000ull, "JobGone after %.3f s",
 		     (double)(gone_ns - k.killed_ns) / 1e9);
 	cr_log_info("SF_E_JOB_GONE %.3f s after the creator's SIGKILL",
 		    (double)(gone_ns - k.killed_ns) / 1e9);
