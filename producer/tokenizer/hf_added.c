@@ -268,9 +268,13 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 			goto out;
 		id = sf__hf_get_id(l->doc, sf__json_tree_get(l->doc, a, "id"));
 		c = sf__json_tree_get(l->doc, a, "content");
-		if (id < 0 || !c || c->type != SF_JSON_STRING || !c->len ||
-		    strlen(sf__json_tree_str(l->doc, c)) != c->len) {
+		if (id < 0 || !c || c->type != SF_JSON_STRING || !c->len) {
 			rc = sf__hf_refuse(l, path, "expected an id and a non-empty content");
+			goto out;
+		}
+		if (strlen(sf__json_tree_str(l->doc, c)) != c->len) {
+			rc = sf__hf_refuse(l, path,
+					   "a content holding the character U+0000 not supported");
 			goto out;
 		}
 		{

@@ -220,10 +220,29 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 					l, where,
 					"a cased property in a class under (?i) not "
 					"supported (Oniguruma folds it, PCRE2 does not)");
-			/* \p{...}: a property, whose name may hold ^ (negation) or letters. */
+			/* \p{...}: a property, whose name may hold ^ (negation) or letters;
+			 * Oniguruma knows no NAME=VALUE (NAME:VALUE) and no L&, which PCRE2
+			 * reads, and tokenizers refuses a file with them. */
 			if ((pat[i + 1] == 'p' || pat[i + 1] == 'P') && pat[i + 2] == '{') {
 				const char *close = strchr(pat + i + 2, '}');
+				const char *name = pat + i + 3 + (pat[i + 3] == '^');
+				size_t sep = close ? strcspn(name, "=:}") : 0;
 
+				if (close && name + sep < close)
+					return sf__hf_refuse(
+						l, where,
+						"%.*s not supported (Oniguruma, which tokenizers "
+						"uses, knows no NAME=VALUE property: write "
+						"\\%c{%.*s%.*s})",
+						(int)(close + 1 - (pat + i)), pat + i, pat[i + 1],
+						(int)(name - (pat + i + 3)), "^",
+						(int)(close - (name + sep + 1)), name + sep + 1);
+				if (close && close - name == 2 && name[0] == 'L' && name[1] == '&')
+					return sf__hf_refuse(
+						l, where,
+						"%.*s not supported (Oniguruma, which tokenizers "
+						"uses, knows no L&: write \\p{LC})",
+						(int)(close + 1 - (pat + i)), pat + i);
 				if (close) {
 					i = (size_t)(close - pat);
 					continue;

@@ -376,6 +376,9 @@ Test(refuse, each_construct_by_path)
 		 "closed"},
 		{{.added_tokens = "[" TOKEN(256, "", false, false) "]"},
 		 "added_tokens[0]: expected an id and a non-empty content"},
+		/* The message said "non-empty" of one that was not (a review). */
+		{{.added_tokens = "[" TOKEN(256, "a\\u0000b", false, false) "]"},
+		 "added_tokens[0]: a content holding the character U+0000 not supported"},
 		{{.added_tokens = "[" TOKEN(256, "<q>", false, false) ", " TOKEN(257, "<q>", false,
 										 false) "]"},
 		 "added_tokens[1]: content \"<q>\" also at added_tokens[0]"},
@@ -539,6 +542,29 @@ Test(refuse, binary_properties)
 			     "%s: %s", accepted[k], err.msg);
 		sf__tok_free(tok);
 	}
+}
+
+/*
+ * Property names Oniguruma does not know, which PCRE2 reads (\p{sc=Han}, \p{Script=Han},
+ * \p{L&}): tokenizers cannot load such a file, so no ids are its; they loaded (a review).
+ * Refused, naming the Oniguruma spelling where there is one.
+ */
+Test(refuse, property_names_oniguruma_does_not_know)
+{
+	static const struct {
+		const char *split, *msg;
+	} cases[] = {
+		{SPLIT("\\\\p{sc=Han}+|."), "\\p{sc=Han} not supported (Oniguruma, which "
+					    "tokenizers uses, knows no NAME=VALUE property: "
+					    "write \\p{Han})"},
+		{SPLIT("[\\\\P{Script=Han}x]|."), "\\P{Script=Han} not supported"},
+		{SPLIT("\\\\p{^script:Latin}|."), "\\p{^script:Latin} not supported"},
+		{SPLIT("\\\\p{L&}+|."), "\\p{L&} not supported (Oniguruma, which tokenizers "
+					"uses, knows no L&: write \\p{LC})"},
+	};
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+		expect_refused(&(struct parts){.pre_tokenizer = cases[k].split}, cases[k].msg);
 }
 
 /*
