@@ -659,16 +659,46 @@ static int cmp_path(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/*
+ * A source that lists parts reads one set of them and nothing else, as a merge of the same
+ * names takes them: a glob `PREFIX_*` that also caught an older pair or a set under a
+ * longer name read those too, where the merge refused them (a review). `ms` (k of them)
+ * sorted by stem; part[i]: paths[i] is a part's.
+ */
+static int one_set_only(char *const *paths, size_t n, const bool *part, const struct manifest *ms,
+			size_t k, struct sf_err *e)
+{
+	const int stem = (int)part_stem(ms[0].prefix);
+
+	if (cmp_stem(&ms[0], &ms[k - 1]))
+		return sf__err(e, SF_E_CONFIG,
+			       "the %u parts of %.*s and the %u parts of %.*s in one source: a "
+			       "source reads one set of parts, as a merge takes one (make each "
+			       "set a source of its own)",
+			       ms[0].n_parts, stem, ms[0].prefix, ms[k - 1].n_parts,
+			       (int)part_stem(ms[k - 1].prefix), ms[k - 1].prefix);
+	for (size_t i = 0; i < n; i++)
+		if (!part[i])
+			return sf__err(e, SF_E_CONFIG,
+				       "%s, which is no part, and the %u parts of %.*s in one "
+				       "source: a source of parts reads them alone, as their merge "
+				       "does (name them %.*s_*-of-%05u.bin, and the other files as "
+				       "a source of their own)",
+				       paths[i], ms[0].n_parts, stem, ms[0].prefix, stem,
+				       ms[0].prefix, ms[0].n_parts);
+	return 0;
+}
+
 int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e)
 {
 	struct listed *ls = calloc(*n + 1, sizeof(*ls));
 	struct manifest *ms = NULL;
-	bool *drop = calloc(*n + 1, sizeof(*drop));
+	bool *drop = calloc(*n + 1, sizeof(*drop)), *part = calloc(*n + 1, sizeof(*part));
 	size_t nl = 0, k = 0, kept = 0;
 	bool renamed = false;
 	int r = 0;
 
-	if (!ls || !drop) {
+	if (!ls || !drop || !part) {
 		r = sf__err(e, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -681,6 +711,7 @@ int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e)
 		} else if (part_stem(prefix) && access(json, F_OK) == 0) {
 			ls[nl++] = (struct listed){prefix, i,
 						   len > 5 && !strcmp(paths[i] + len - 5, ".json")};
+			part[i] = true;
 			prefix = NULL;
 		}
 		free(prefix);
@@ -721,6 +752,8 @@ int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e)
 		for (size_t i = a; r == 0 && i < b; i++)
 			r = check_counts(&ms[i], e);
 	}
+	if (r == 0 && whole && k)
+		r = one_set_only(paths, *n, part, ms, k, e);
 	for (size_t i = 0; r == 0 && i < *n; i++) {
 		if (drop[i])
 			free(paths[i]);
@@ -739,6 +772,7 @@ out:
 	free(ls);
 	free(ms);
 	free(drop);
+	free(part);
 	return r;
 }
 

@@ -67,9 +67,9 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
  * lists both) goes with the pair, removed from `paths` (freed; *n lowered), and one
  * listed alone names its pair, by its prefix (`paths` sorted again). With
  * `whole`, the parts are held to what the merge requires of a set, their SHA-256 aside:
- * for each PREFIX, every part 0..N-1 once, one N, one config digest, and the files their
- * manifests describe (a job over a set with a part missing read another corpus without
- * a word); without, for the report of one path of a source, nothing is checked. Returns
+ * one PREFIX and no other file, every part 0..N-1 once, one N, one config digest, and the
+ * files their manifests describe (a job over a set with a part missing read another
+ * corpus without a word); without, for the report of one path of a source, nothing is checked. Returns
  * 0, or SF_E_CONFIG naming what is wrong.
  */
 int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e);

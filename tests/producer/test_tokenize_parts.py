@@ -328,6 +328,22 @@ def test_a_job_over_parts_checks_the_set(corpus):
     for ext in (".bin", ".idx", ".json"):
         os.rename(parts[2] + ext + ".away", parts[2] + ext)
     assert check("c_*-of-00003.bin").returncode == 0
+    # An older pair beside the parts, and a set under a longer name, caught by `c_*`:
+    # the job read them with the parts (twice the corpus), where a merge of the same
+    # names refuses (a review). A source of parts holds one set, as a merge does.
+    for ext in (".bin", ".idx"):
+        shutil.copy(parts[0] + ext, str(out / "c_old") + ext)
+    r = check("c_*")
+    assert r.returncode != 0 and f"{out}/c_old.bin, which is no part" in r.stderr, r
+    for ext in (".bin", ".idx"):
+        os.unlink(str(out / "c_old") + ext)
+    run_parts(tmp, cfg, str(out / "c_v2"), 2)
+    r = check("c_*")
+    assert r.returncode != 0 and "the 2 parts of" in r.stderr and "c_v2" in r.stderr, r
+    assert check("c_*-of-00003.bin").returncode == 0
+    for f in out.glob("c_v2_*"):
+        f.unlink()
+    assert check("c_*").returncode == 0
 
 
 
