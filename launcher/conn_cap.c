@@ -1,5 +1,5 @@
 /*
- * The connection cap of tcp control and stats sockets (launcher.h). libzmq's monitor
+ * The connection cap of the control and stats sockets, tcp or ipc (launcher.h). libzmq's monitor
  * sends two frames per event: 6 bytes (the event, 16 bits, and its value, 32 bits, in
  * this machine's order) and the endpoint. For ZMQ_EVENT_ACCEPTED and
  * ZMQ_EVENT_DISCONNECTED the value is the connection's descriptor; every connection
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <zmq.h>
 
 #include "shmfeed/shmfeed.h"
@@ -20,7 +21,7 @@
 #include "launcher/launcher.h"
 
 int sf__conn_cap_open(struct sf_conn_cap *c, void *zctx, void *sock, const char *name,
-		      const char *what, int port, struct sf_err *e)
+		      const char *what, int port, const char *path, struct sf_err *e)
 {
 	char ep[64];
 	int linger = 0, handshake = SF_TCP_HANDSHAKE_MS;
@@ -43,18 +44,29 @@ int sf__conn_cap_open(struct sf_conn_cap *c, void *zctx, void *sock, const char 
 	}
 	c->what = what;
 	c->port = port;
+	c->path = path;
 	return 0;
 }
 
-/* Whether descriptor `fd` is still a tcp connection to our port (a check against a
- * descriptor closed and taken again meanwhile). */
+/* Whether descriptor `fd` is still a connection to our tcp port or ipc path (a check
+ * against a descriptor closed and taken again meanwhile). */
 static bool ours(const struct sf_conn_cap *c, int fd)
 {
 	struct sockaddr_storage sa;
 	socklen_t len = sizeof(sa);
 
+	memset(&sa, 0, sizeof(sa));
 	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
 		return false;
+	if (c->path) {
+		const struct sockaddr_un *un = (const struct sockaddr_un *)&sa;
+		/* An abstract socket (ipc://@NAME) has a NUL where a path starts. */
+		const bool abstract = c->path[0] == '@';
+
+		return sa.ss_family == AF_UNIX && (un->sun_path[0] == '\0') == abstract &&
+		       !strncmp(un->sun_path + abstract, c->path + abstract,
+				sizeof(un->sun_path) - 1);
+	}
 	if (sa.ss_family == AF_INET)
 		return ntohs(((struct sockaddr_in *)&sa)->sin_port) == c->port;
 	if (sa.ss_family == AF_INET6)

@@ -200,9 +200,10 @@ struct sf_conn {
 };
 
 struct sf_conn_cap {
-	void *mon;	  /* PAIR reading the monitor's events; NULL: no cap (not tcp) */
+	void *mon;	  /* PAIR reading the monitor's events; NULL: no cap */
 	const char *what; /* "control" or "stats", for the log */
 	int port;	  /* the socket's tcp port: a descriptor is checked against it */
+	const char *path; /* or, NULL for tcp, its ipc path (@NAME: abstract) */
 	struct sf_conn *conns; /* accepted and not yet reported gone */
 	uint32_t n, cap;
 	uint64_t shut; /* connections shut for the cap, not yet said in the log */
@@ -210,12 +211,12 @@ struct sf_conn_cap {
 };
 
 /*
- * sf__conn_cap_open - monitor `sock`, to be bound to tcp port `port`, through
- * inproc://NAME of `zctx`, and set its handshake interval: before the bind, so that every
- * connection is counted.
+ * sf__conn_cap_open - monitor `sock`, to be bound to tcp port `port` or (path not NULL)
+ * to ipc `path`, through inproc://NAME of `zctx`, and set its handshake interval: before
+ * the bind, so that every connection is counted.
  */
 int sf__conn_cap_open(struct sf_conn_cap *c, void *zctx, void *sock, const char *name,
-		      const char *what, int port, struct sf_err *e);
+		      const char *what, int port, const char *path, struct sf_err *e);
 /* sf__conn_cap_serve - handle the events waiting on c->mon (polled for ZMQ_POLLIN). */
 void sf__conn_cap_serve(struct sf_conn_cap *c);
 void sf__conn_cap_close(struct sf_conn_cap *c);

@@ -134,11 +134,19 @@ int sf__job_info_file_read(const char *path, struct sf_job_info *ret, struct sf_
 	uint64_t pid = 0;
 	size_t n;
 	FILE *f;
-	int r;
+	int fd, r;
 
-	f = fopen(path, "r");
-	if (!f)
-		return sf__err(e, -errno, "%s: %s", path, strerror(errno));
+	/* Never through a link: one planted at a job's name made it another job's. */
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == ELOOP)
+		return sf__err(e, SF_E_PROTOCOL, "%s: a link, not a shmfeed job file (remove it)",
+			       path);
+	if (fd < 0 || !(f = fdopen(fd, "r"))) {
+		r = -errno;
+		if (fd >= 0)
+			close(fd);
+		return sf__err(e, r, "%s: %s", path, strerror(-r));
+	}
 	n = fread(buf, 1, sizeof(buf), f);
 	fclose(f);
 	r = sf__json_parse(buf, n, tok, 32, e);
@@ -230,6 +238,14 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		r = p.info_path[0] ? sf__job_info_file_read(p.info_path, &found, e) : -ENOENT;
 		if (r < 0 && r != -ENOENT)
 			return r;
+		/* A file of another job's copied to this name sent this job's commands there,
+		 * and said they were done (a review). */
+		if (r == 0 && strcmp(found.job, job))
+			return sf__err(
+				e, SF_E_PROTOCOL,
+				"%s names the job '%s', not '%s': a file copied from another "
+				"job's; remove it",
+				p.info_path, found.job, job);
 		arena = arena_stale(job, &creator, &state);
 		/* The arena is there before the control socket and the discovery file, and
 		 * stays after them: a launcher starting up or ending. */

@@ -5,13 +5,96 @@
  * N bytes. Exit status 0 when a reply came, 1 otherwise. JOB may be an endpoint instead
  * (tcp://..., ipc://...), with the server's CURVE key in $SF_CTL_SERVER_KEY; a CURVE
  * client's key pair comes from $SHMFEED_CURVE_KEY; $SF_CTL_TIMEOUT_MS bounds the wait.
+ * `ctl JOB --flood SOCKETS SECONDS FRAME` sends FRAME on each of SOCKETS connections for
+ * SECONDS, as fast as their queues take it, and prints the replies counted; `ctl JOB --hold N`
+ * opens N connections and holds them until its standard input ends; `ctl JOB --subscribe SIZE
+ * COUNT` sends COUNT distinct subscriptions of SIZE bytes to the stats socket.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "launcher/launcher.h"
+
+static int flood(void *ctx, const struct sf_job_info *info, int n_socks, int seconds,
+		 const char *frame)
+{
+	enum { IN_FLIGHT = 32, MAX_SOCKS = 64 };
+	zmq_pollitem_t items[MAX_SOCKS];
+	long long replies = 0;
+	time_t end = time(NULL) + seconds;
+	char buf[65536];
+
+	if (n_socks < 1 || n_socks > MAX_SOCKS)
+		return 2;
+	for (int i = 0; i < n_socks; i++) {
+		items[i] = (zmq_pollitem_t){.socket = zmq_socket(ctx, ZMQ_DEALER),
+					    .events = ZMQ_POLLIN};
+		zmq_setsockopt(items[i].socket, ZMQ_LINGER, &(int){0}, sizeof(int));
+		if (zmq_connect(items[i].socket, info->control) < 0)
+			return 1;
+		for (int k = 0; k < IN_FLIGHT; k++)
+			zmq_send(items[i].socket, frame, strlen(frame), 0);
+	}
+	while (time(NULL) < end) {
+		for (int i = 0; i < n_socks; i++) {
+			/* More whenever there is room: the launcher's queue never empties. */
+			for (int k = 0; k < IN_FLIGHT; k++)
+				if (zmq_send(items[i].socket, frame, strlen(frame), ZMQ_DONTWAIT) <
+				    0)
+					break;
+			while (zmq_recv(items[i].socket, buf, sizeof(buf), ZMQ_DONTWAIT) >= 0)
+				replies++;
+		}
+		if (zmq_poll(items, n_socks, 1) < 0)
+			break;
+	}
+	for (int i = 0; i < n_socks; i++)
+		zmq_close(items[i].socket);
+	printf("%lld\n", replies);
+	return 0;
+}
+
+static int hold(void *ctx, const struct sf_job_info *info, int n)
+{
+	char byte;
+
+	for (int i = 0; i < n; i++) {
+		void *sock = zmq_socket(ctx, ZMQ_DEALER);
+
+		zmq_setsockopt(sock, ZMQ_LINGER, &(int){0}, sizeof(int));
+		if (!sock || zmq_connect(sock, info->control) < 0)
+			return 1;
+	}
+	printf("holding %d\n", n);
+	fflush(stdout);
+	while (read(0, &byte, 1) > 0)
+		;
+	return 0;
+}
+
+static int subscribe(void *ctx, const struct sf_job_info *info, size_t size, int count)
+{
+	void *sock = zmq_socket(ctx, ZMQ_XSUB);
+	char *msg = malloc(size);
+
+	zmq_setsockopt(sock, ZMQ_LINGER, &(int){0}, sizeof(int));
+	if (!msg || zmq_connect(sock, info->stats) < 0)
+		return 1;
+	memset(msg, 'x', size);
+	msg[0] = 1; /* subscribe */
+	for (int i = 0; i < count; i++) {
+		snprintf(msg + 1, size > 12 ? 12 : size - 1, "%010d", i);
+		zmq_send(sock, msg, size, 0);
+	}
+	sleep(1); /* let them go before the socket closes */
+	free(msg);
+	zmq_close(sock);
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -54,6 +137,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ctl: connect %s failed\n", info.control);
 		return 1;
 	}
+	if (!strcmp(argv[2], "--flood") && argc == 6)
+		return flood(ctx, &info, atoi(argv[3]), atoi(argv[4]), argv[5]);
+	if (!strcmp(argv[2], "--hold") && argc == 4)
+		return hold(ctx, &info, atoi(argv[3]));
+	if (!strcmp(argv[2], "--subscribe") && argc == 5)
+		return subscribe(ctx, &info, strtoul(argv[3], NULL, 10), atoi(argv[4]));
 	if (!strcmp(argv[2], "--size") && argc == 4) {
 		size_t size = strtoul(argv[3], NULL, 10);
 		char *big = malloc(size);
