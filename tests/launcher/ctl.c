@@ -6,9 +6,9 @@
  * (tcp://..., ipc://...), with the server's CURVE key in $SF_CTL_SERVER_KEY; a CURVE
  * client's key pair comes from $SHMFEED_CURVE_KEY; $SF_CTL_TIMEOUT_MS bounds the wait.
  * `ctl JOB --flood SOCKETS SECONDS FRAME` sends FRAME on each of SOCKETS connections for
- * SECONDS, as fast as their queues take it, and prints the replies counted; `ctl JOB --hold N`
- * opens N connections and holds them until its standard input ends; `ctl JOB --subscribe SIZE
- * COUNT` sends COUNT distinct subscriptions of SIZE bytes to the stats socket.
+ * SECONDS, as fast as their queues take it, and prints the replies counted; `ctl JOB
+ * --subscribe SIZE COUNT` sends COUNT distinct subscriptions of SIZE bytes to the stats
+ * socket.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,24 +55,6 @@ static int flood(void *ctx, const struct sf_job_info *info, int n_socks, int sec
 	for (int i = 0; i < n_socks; i++)
 		zmq_close(items[i].socket);
 	printf("%lld\n", replies);
-	return 0;
-}
-
-static int hold(void *ctx, const struct sf_job_info *info, int n)
-{
-	char byte;
-
-	for (int i = 0; i < n; i++) {
-		void *sock = zmq_socket(ctx, ZMQ_DEALER);
-
-		zmq_setsockopt(sock, ZMQ_LINGER, &(int){0}, sizeof(int));
-		if (!sock || zmq_connect(sock, info->control) < 0)
-			return 1;
-	}
-	printf("holding %d\n", n);
-	fflush(stdout);
-	while (read(0, &byte, 1) > 0)
-		;
 	return 0;
 }
 
@@ -139,8 +121,6 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[2], "--flood") && argc == 6)
 		return flood(ctx, &info, atoi(argv[3]), atoi(argv[4]), argv[5]);
-	if (!strcmp(argv[2], "--hold") && argc == 4)
-		return hold(ctx, &info, atoi(argv[3]));
 	if (!strcmp(argv[2], "--subscribe") && argc == 5)
 		return subscribe(ctx, &info, strtoul(argv[3], NULL, 10), atoi(argv[4]));
 	if (!strcmp(argv[2], "--size") && argc == 4) {
