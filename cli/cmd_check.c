@@ -268,9 +268,13 @@ static int report_tokenizer(const struct sf_config *cfg)
 		sf__tok_free(tok);
 		return -1;
 	}
-	printf("# tokenizer %s: %s, %u ids; each document: bos %d %s, eos %d %s\n",
-	       sf__tok_name(tok), *sf__tok_family(tok) ? sf__tok_family(tok) : "unknown family",
-	       sf__tok_n_vocab(tok), bos, marker_text(tok, bos), eos, marker_text(tok, eos));
+	printf("# tokenizer %s: %s, %u ids; each document: ", sf__tok_name(tok),
+	       *sf__tok_family(tok) ? sf__tok_family(tok) : "unknown family", sf__tok_n_vocab(tok));
+	if (bos < 0) /* none: no id to show (it printed -1) */
+		printf("bos none");
+	else
+		printf("bos %d %s", bos, marker_text(tok, bos));
+	printf(", eos %d %s\n", eos, marker_text(tok, eos));
 	if (sf__tok_how(tok, how, sizeof(how)))
 		printf("# tokenizer %s: texts encoded %s\n", sf__tok_name(tok), how);
 	sf__tok_free(tok);

@@ -388,7 +388,7 @@ const char *sf__tok_special_text(const struct sf_tok *tok, uint32_t id)
 int sf__tok_marker(const struct sf_tok *tok, const char *policy, int is_bos, int32_t *ret_id,
 		   struct sf_err *e)
 {
-	const char *what = is_bos ? "bos" : "eos";
+	const char *what = is_bos ? "bos" : "eos", *special;
 	int id;
 
 	if (!strcmp(policy, "auto")) {
@@ -404,6 +404,13 @@ int sf__tok_marker(const struct sf_tok *tok, const char *policy, int is_bos, int
 		return 0;
 	}
 	id = sf__tok_special(tok, policy, NULL);
+	if (id < 0 && policy[0] && policy[strspn(policy, "0123456789")] == '\0' &&
+	    strlen(policy) < 10 &&
+	    (special = sf__tok_special_text(tok, (uint32_t)strtoul(policy, NULL, 10))))
+		return sf__err(e, SF_E_TOKENIZER,
+			       "%s: %s %s: the id of %s; give its text (%s: "
+			       "\"%s\")",
+			       tok->name, what, policy, special, what, special);
 	if (id < 0)
 		return sf__err(e, SF_E_TOKENIZER, "%s: %s %s is not a special token of %s",
 			       tok->name, what, policy, tok->name);

@@ -173,6 +173,11 @@ Test(tok_file, tekken_ids_follow_the_specials)
 	cr_assert_eq(id, 3);
 	cr_assert_eq(sf__tok_marker(tok, "none", 0, &id, &e), SF_E_TOKENIZER);
 	cr_assert_eq(sf__tok_marker(tok, "<nope>", 1, &id, &e), SF_E_TOKENIZER);
+	/* A special token's id for its text: named as such (the message said "3 is not a
+	 * special token", a review). */
+	cr_assert_eq(sf__tok_marker(tok, "3", 1, &id, &e), SF_E_TOKENIZER);
+	cr_expect(strstr(e.msg, "bos 3: the id of [INST]; give its text (bos: \"[INST]\")"), "%s",
+		  e.msg);
 	sf__tok_free(tok);
 }
 
