@@ -203,6 +203,8 @@ int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text,
 	} *lines = NULL;
 	size_t pos, n_lines = 0, cap_lines = 0, lineno = 0, i;
 	uint32_t max_rank = 0, total = 0;
+	/* A file cut inside its last line ends in part of a rank, most likely one taken. */
+	const bool unended = len && text[len - 1] != '\n';
 	int rc;
 
 	memset(r, 0, sizeof(*r));
@@ -296,8 +298,13 @@ int sf__tok_ranks_parse(struct sf_tok_ranks *r, const char *path, uint8_t *text,
 			goto fail;
 		}
 		if (r->off[lines[i].rank + 1]) {
-			rc = sf__err(e, SF_E_TOKENIZER, "%s: rank %u appears twice", path,
-				     lines[i].rank - rank_offset);
+			rc = sf__err(e, SF_E_TOKENIZER, "%s: rank %u appears twice%s", path,
+				     lines[i].rank - rank_offset,
+				     unended && i == n_lines - 1
+					     ? ", the second time on the last line, which has no "
+					       "line end: the file looks cut short (a download "
+					       "stopped?)"
+					     : "");
 			goto fail;
 		}
 		lines[i].b64_len = (uint32_t)got;

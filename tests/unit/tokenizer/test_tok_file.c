@@ -547,6 +547,18 @@ Test(tok_file, tiktoken_ranks_are_digits)
 			     SF_E_TOKENIZER);
 		cr_expect(strstr(e.msg, "mem:1: bad rank"), "%s", e.msg);
 	}
+	/* A file cut inside its last rank ("61597" as "61") said only "rank 61 appears
+	 * twice" (a review): it says the file looks cut short. */
+	{
+		struct sf_tok_ranks r;
+		uint8_t cut[] = "IQ== 0\nIg== 1\nIw== 2\nJA== 1";
+
+		cr_expect_eq(sf__tok_ranks_parse(&r, "mem", cut, sizeof(cut) - 1, 0, &e),
+			     SF_E_TOKENIZER);
+		cr_expect(strstr(e.msg, "rank 1 appears twice, the second time on the last line, "
+					"which has no line end: the file looks cut short"),
+			  "%s", e.msg);
+	}
 	text = byte_lines("YWI= 256\r\n");
 	write_file(text);
 	free(text);
