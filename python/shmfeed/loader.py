@@ -343,6 +343,12 @@ class _CudaBuffer:
         self.owner = owner
 
 
+def _said(job, msg):
+    """A message of job `job`: "shmfeed: job 'JOB' MSG", naming the job once where the
+    library's message names it already ("job 'x' rank 0: no shmfeed job 'x'" before)."""
+    return f"shmfeed: {msg}" if f"'{job}'" in msg else f"shmfeed: job '{job}' {msg}"
+
+
 class Loader:
     """Batches of one rank of a shmfeed job.
 
@@ -457,7 +463,7 @@ class Loader:
                     detail += (f" (the local rank defaulted to the global rank {rank}, "
                                "LOCAL_RANK being unset: on a node whose ranks start above 0 "
                                "pass local_rank= or set LOCAL_RANK, as torchrun does)")
-                raise Error(r, f"shmfeed: job '{job}' rank {local_rank}: {detail}")
+                raise Error(r, _said(job, f"rank {local_rank}: {detail}"))
             self._owner = owner
             _attached[owner.key] = owner
             self._h = handle
@@ -481,7 +487,7 @@ class Loader:
             if self._gpu and self.counters()["gpu_staged"]:
                 # Said once per process: the library itself never prints. (Raised under
                 # -W error: the rank is then let go as for any failure here.)
-                warnings.warn(f"shmfeed: job '{job}' rank {local_rank}: {self._errmsg()}",
+                warnings.warn(_said(job, f"rank {local_rank}: {self._errmsg()}"),
                               RuntimeWarning, stacklevel=2)
             if world_size is None and info.world_size > 1:
                 # Started without torchrun (`shmfeed run JOB -- python train.py`): the other
@@ -961,7 +967,7 @@ class Loader:
             msg += (" (dtype='native' gives views of the slots: a write into a batch's "
                     "arrays after the next call lands in a slot being refilled, a later "
                     "batch; copy a batch before writing into it)")
-        raise Error(code, f"shmfeed: job '{self.job}' {msg}")
+        raise Error(code, _said(self.job, msg))
 
     @_then_close_deferred
     def release(self):

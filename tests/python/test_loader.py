@@ -132,6 +132,10 @@ def test_errors_carry_the_c_message():
     with pytest.raises(shmfeed.Error) as e:
         shmfeed.Loader(job="py-no-such-job", rank=0, world_size=1)
     assert e.value.code == -errno.ENOENT and "py-no-such-job" in str(e.value)
+    # Named once, where the library's message names it already (it said "job
+    # 'py-no-such-job' rank 0: no shmfeed job 'py-no-such-job'").
+    assert str(e.value).count("py-no-such-job") == 2, e.value  # the job and its arena
+    assert str(e.value).startswith("shmfeed: rank 0: no shmfeed job"), e.value
     with Feed("errors", ranks=2, producers=0) as feed:
         with pytest.raises(shmfeed.Error) as e:
             shmfeed.Loader(job=feed.job, local_rank=2)
