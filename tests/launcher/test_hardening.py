@@ -608,6 +608,22 @@ def children(pid):
         return [int(c) for c in f.read().split()]
 
 
+def stop_capped(p, socks):
+    """Close a flood's connections and stop its job; its log."""
+    for s in socks:
+        s.close()
+    p.send_signal(signal.SIGTERM)
+    return p.communicate(timeout=20)[1]
+
+
+def assert_capped(p, err, job):
+    """The job ended well, and its log said that both caps shut connections."""
+    assert p.returncode == 0, err
+    assert "control socket: more than 64 connections open: shutting some" in err, err
+    assert "stats socket: more than 64 connections open" in err, err
+    assert not shm_of(job)
+
+
 def test_a_flood_of_tcp_connections_leaves_the_job_its_descriptors(rt, tmp_path):
     """A client opening hundreds of connections to a tcp control port took a descriptor of
     the launcher's each (libzmq accepts them all, and holds one that never speaks for its
@@ -648,15 +664,9 @@ def test_a_flood_of_tcp_connections_leaves_the_job_its_descriptors(rt, tmp_path)
         assert wait_for(lambda: len(os.listdir(f"/proc/{p.pid}/fd")) <= base + 4)
         assert ctl(job, '{"v":1,"op":"hello"}')["ok"]
     finally:
-        for s in flood:
-            s.close()
-        p.send_signal(signal.SIGTERM)
-        err = p.communicate(timeout=20)[1]
-    assert p.returncode == 0, err
+        err = stop_capped(p, flood)
     assert "restarted" in err and "cannot restart" not in err, err
-    assert "control socket: more than 64 connections open: shutting some" in err, err
-    assert "stats socket: more than 64 connections open" in err, err
-    assert not shm_of(job)
+    assert_capped(p, err, job)
 
 
 def test_a_restart_short_of_descriptors_is_tried_again(rt, tmp_path):
@@ -738,14 +748,8 @@ def test_a_flood_of_ipc_connections_is_capped(rt, tmp_path):
             assert p.poll() is None, "the launcher died"
         assert ctl(job, '{"v":1,"op":"hello"}')["ok"]
     finally:
-        for s in held:
-            s.close()
-        p.send_signal(signal.SIGTERM)
-        err = p.communicate(timeout=20)[1]
-    assert p.returncode == 0, err
-    assert "control socket: more than 64 connections open: shutting some" in err, err
-    assert "stats socket: more than 64 connections open" in err, err
-    assert not shm_of(job)
+        err = stop_capped(p, held)
+    assert_capped(p, err, job)
 
 
 def test_a_flood_of_requests_leaves_the_supervisor_running(rt, tmp_path):
