@@ -2604,16 +2604,75 @@ static void digest_file(XXH3_state_t *st, const char *path)
 	}
 }
 
+/*
+ * The files a source's digest has named, by identity: a file under a second name (a hard
+ * or symbolic link) is read once (paths.c), so the digest says which of its names repeat
+ * an earlier one. A link broken by a copy that kept size and time (`cp -p`) made the
+ * source read the file twice, under the same digest (a review).
+ */
+struct digest_seen {
+	struct {
+		dev_t dev;
+		ino_t ino;
+		char *path;
+	} * v;
+	size_t n, cap;
+};
+
+static void seen_clear(struct digest_seen *seen)
+{
+	for (size_t i = 0; i < seen->n; i++)
+		free(seen->v[i].path);
+	free(seen->v);
+	memset(seen, 0, sizeof(*seen));
+}
+
+/* A file of a source: its identity (digest_file()), and whether it is one named before
+ * under another name. */
+static void digest_source_file(XXH3_state_t *st, struct digest_seen *seen, const char *path)
+{
+	struct stat sb;
+
+	digest_file(st, path);
+	if (stat(path, &sb) < 0)
+		return;
+	for (size_t i = 0; i < seen->n; i++)
+		if (seen->v[i].dev == sb.st_dev && seen->v[i].ino == sb.st_ino) {
+			/* The same name twice (two globs) is no alias: digests stay as they were.
+			 */
+			if (strcmp(seen->v[i].path, path)) {
+				digest_str(st, "same file as");
+				digest_str(st, seen->v[i].path);
+			}
+			return;
+		}
+	if (seen->n == seen->cap) {
+		size_t cap = seen->cap ? 2 * seen->cap : 16;
+		void *grown = realloc(seen->v, cap * sizeof(*seen->v));
+
+		if (!grown)
+			return;
+		seen->v = grown;
+		seen->cap = cap;
+	}
+	seen->v[seen->n].path = strdup(path);
+	if (seen->v[seen->n].path) {
+		seen->v[seen->n].dev = sb.st_dev;
+		seen->v[seen->n].ino = sb.st_ino;
+		seen->n++;
+	}
+}
+
 /* A data file and, for a Megatron pair, its other file: the .idx beside a .bin, the .bin
  * beside an .idx, both for a prefix that names no file itself. */
-static void digest_data_file(XXH3_state_t *st, const char *path)
+static void digest_data_file(XXH3_state_t *st, struct digest_seen *seen, const char *path)
 {
 	const size_t n = strlen(path);
 	const bool bin = n > 4 && !strcmp(path + n - 4, ".bin"),
 		   idx = n > 4 && !strcmp(path + n - 4, ".idx");
 	struct stat sb;
 
-	digest_file(st, path);
+	digest_source_file(st, seen, path);
 	if (!bin && !idx && stat(path, &sb) == 0)
 		return;
 	for (int k = 0; k < 2; k++) {
@@ -2624,7 +2683,7 @@ static void digest_data_file(XXH3_state_t *st, const char *path)
 			continue; /* the file itself, digested above */
 		other = sf__megatron_file(path, ext);
 		if (other && ((!bin && !idx) || stat(other, &sb) == 0))
-			digest_file(st, other);
+			digest_source_file(st, seen, other);
 		free(other);
 	}
 }
@@ -2651,7 +2710,7 @@ static int by_name(const struct dirent **a, const struct dirent **b)
  * else the matches of the glob, each with its Megatron companion.
  */
 /* The regular files of directory `path`, as a directory source reads them. */
-static void digest_dir(XXH3_state_t *st, const char *path)
+static void digest_dir(XXH3_state_t *st, struct digest_seen *seen, const char *path)
 {
 	struct dirent **list;
 	struct stat sb;
@@ -2663,7 +2722,7 @@ static void digest_dir(XXH3_state_t *st, const char *path)
 		if (full) {
 			sprintf(full, "%s/%s", path, list[i]->d_name);
 			if (stat(full, &sb) == 0 && S_ISREG(sb.st_mode))
-				digest_file(st, full);
+				digest_source_file(st, seen, full);
 			free(full);
 		}
 		free(list[i]);
@@ -2672,7 +2731,7 @@ static void digest_dir(XXH3_state_t *st, const char *path)
 		free(list);
 }
 
-static void digest_source_path(XXH3_state_t *st, const char *path)
+static void digest_source_path(XXH3_state_t *st, struct digest_seen *seen, const char *path)
 {
 	char *pattern = NULL;
 	struct stat sb;
@@ -2680,18 +2739,18 @@ static void digest_source_path(XXH3_state_t *st, const char *path)
 
 	digest_str(st, path);
 	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-		digest_dir(st, path);
+		digest_dir(st, seen, path);
 	} else if (stat(path, &sb) == 0 || sf__megatron_prefix(path) ||
 		   sf__glob_pattern(path, &pattern) <= 0) {
 		/* A file, or a Megatron pair by its prefix, as the expansion takes them. */
-		digest_data_file(st, path);
+		digest_data_file(st, seen, path);
 	} else if (glob(pattern, 0, NULL, &g) == 0) {
 		/* A directory the pattern matches is read as its files (paths.c). */
 		for (size_t k = 0; k < g.gl_pathc; k++) {
 			if (stat(g.gl_pathv[k], &sb) == 0 && S_ISDIR(sb.st_mode))
-				digest_dir(st, g.gl_pathv[k]);
+				digest_dir(st, seen, g.gl_pathv[k]);
 			else
-				digest_data_file(st, g.gl_pathv[k]);
+				digest_data_file(st, seen, g.gl_pathv[k]);
 		}
 		globfree(&g);
 	}
@@ -2708,6 +2767,7 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 	digest_u64(&st, cfg->n_sources);
 	for (uint32_t i = 0; i < cfg->n_sources; i++) {
 		const struct sf_source_config *src = &cfg->sources[i];
+		struct digest_seen seen = {0};
 
 		digest_u64(&st, src->format);
 		digest_str(&st, src->text_field);
@@ -2715,7 +2775,8 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 		digest_u64(&st, src->on_error);
 		/* The files actually read, so that a resume refuses changed data. */
 		for (uint32_t j = 0; j < src->n_paths; j++)
-			digest_source_path(&st, src->paths[j]);
+			digest_source_path(&st, &seen, src->paths[j]);
+		seen_clear(&seen);
 	}
 	digest_str(&st, cfg->encoding);
 	/* The vocabulary found in vocab_dir, or in $SHMFEED_VOCAB_DIR where vocab_dir is null

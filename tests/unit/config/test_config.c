@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -995,6 +996,50 @@ Test(config, the_digest_follows_every_file_read)
 	rmdir(path);
 	snprintf(path, sizeof(path), "%s/v", dir);
 	rmdir(path);
+	rmdir(dir);
+}
+
+/*
+ * A file under two names (a hard link) is read once; a copy that breaks the link and keeps
+ * size and time (`cp -p b a.tmp; mv a.tmp b`) makes the source read two files, twice the
+ * data, under the same digest (a review). The digest says which names repeat a file.
+ */
+Test(config, the_digest_follows_a_link_broken)
+{
+	char dir[] = "/tmp/sf-test-digest-link-XXXXXX", a[512], b[512], tmp[512], yaml[600];
+	struct stat sb;
+	uint64_t linked;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(a, sizeof(a), "%s/a.txt", dir);
+	snprintf(b, sizeof(b), "%s/b.txt", dir);
+	snprintf(tmp, sizeof(tmp), "%s/b.tmp", dir);
+	grow(a);
+	cr_assert_eq(link(a, b), 0);
+	snprintf(yaml, sizeof(yaml), "sources: [\"%s\"]\n", dir);
+	cr_assert_eq(load(yaml), 0, "%s", err.msg);
+	linked = sf__config_digest(&cfg);
+	/* A copy of the same size and modification time, renamed over the link. */
+	cr_assert_eq(stat(a, &sb), 0);
+	{
+		FILE *f = fopen(tmp, "w");
+		char buf[4096];
+		size_t n;
+		FILE *in = fopen(a, "r");
+
+		cr_assert(f && in);
+		while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+			cr_assert_eq(fwrite(buf, 1, n, f), n);
+		fclose(in);
+		fclose(f);
+	}
+	cr_assert_eq(utimensat(AT_FDCWD, tmp, (struct timespec[2]){sb.st_atim, sb.st_mtim}, 0), 0);
+	cr_assert_eq(rename(tmp, b), 0);
+	cr_expect_neq(
+		sf__config_digest(&cfg), linked,
+		"b.txt is a file of its own now, read beside a.txt: the digest did not change");
+	unlink(a);
+	unlink(b);
 	rmdir(dir);
 }
 
