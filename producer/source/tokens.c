@@ -307,6 +307,21 @@ static int open_megatron(struct sf_token_file *f, const char *idx_path, struct s
 		return sf__err(e, SF_E_SOURCE,
 			       "%s: byte %zu: truncated: the header announces %llu bytes", idx_path,
 			       f->idx_map_len, (unsigned long long)need);
+	/* Longer: the counts at byte 18 are not the file's (its arrays would be read at
+	 * other offsets, and a sequence named for it), or Megatron's multimodal index,
+	 * whose sequence modes follow (a review found both taken). */
+	if (f->idx_map_len == need + n_seqs && n_seqs)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: a multimodal index (a mode for each sequence after the "
+			       "document indices): not supported, its modes would be ignored",
+			       idx_path);
+	if (f->idx_map_len != need)
+		return sf__err(e, SF_E_SOURCE,
+			       "%s: byte 18: %llu sequences and %llu document indices make an "
+			       "index of %llu bytes, but the file holds %zu: counts that are not "
+			       "the file's",
+			       idx_path, (unsigned long long)n_seqs, (unsigned long long)doc_count,
+			       (unsigned long long)need, f->idx_map_len);
 	lens = x + hdr;
 	f->seq_ptrs = lens + n_seqs * 4;
 	f->doc_idx = f->seq_ptrs + n_seqs * 8;
@@ -317,6 +332,16 @@ static int open_megatron(struct sf_token_file *f, const char *idx_path, struct s
 		int32_t len = load_i32(lens + i * 4);
 		uint64_t ptr = load_u64(f->seq_ptrs + i * 8); /* an int64 in the format */
 
+		/* The second sequence where its first's tokens have the other width: the
+		 * dtype code is not the .bin's (a review: the message blamed a length). */
+		if (i == 1 && ptr != expect && len >= 0 &&
+		    ptr == (uint64_t)load_i32(lens) * (6 - f->width))
+			return sf__err(e, SF_E_SOURCE,
+				       "%s: byte 17: dtype code %u (%s), but the sequences' "
+				       "pointers advance %u bytes a token: the code is not the "
+				       ".bin's",
+				       idx_path, code, f->width == 2 ? "uint16" : "int32",
+				       6 - f->width);
 		if (len < 0 || ptr != expect)
 			return sf__err(e, SF_E_SOURCE,
 				       "%s: byte %llu: sequence %llu has length %d and starts at "

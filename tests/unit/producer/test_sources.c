@@ -362,6 +362,37 @@ Test(sources, megatron_bad_dtype)
 	expect_fail(SF_E_SOURCE, "m.idx", "byte 17: dtype code 6");
 }
 
+/* A uint16 pair whose code says int32: refused (Megatron's reader reads it as garbage),
+ * but the message blamed sequence 1's length (a review). */
+Test(sources, megatron_dtype_code_of_the_other_width)
+{
+	put_megatron("MMIDIDX\0\0", 4, 32, 0);
+	expect_fail(SF_E_SOURCE,
+		    "m.idx: byte 17: dtype code 4 (int32), but the sequences' "
+		    "pointers advance 2 bytes a token",
+		    NULL);
+}
+
+/* Counts at byte 18 that are not the file's were read as arrays at other offsets, and
+ * named a sequence; bytes after the arrays (Megatron's multimodal modes) were ignored. */
+Test(sources, megatron_counts_must_make_the_file)
+{
+	uint64_t docs = 2;
+	const uint8_t modes[2] = {0, 0};
+	FILE *f;
+
+	put_megatron_patched(26, &docs, sizeof(docs));
+	expect_fail(SF_E_SOURCE,
+		    "m.idx: byte 18: 2 sequences and 2 document indices make an "
+		    "index of 74 bytes, but the file holds 82",
+		    NULL);
+	put_megatron("MMIDIDX\0\0", 8, 32, 0);
+	f = fopen(path, "ab");
+	cr_assert(f && fwrite(modes, sizeof(modes), 1, f) == 1);
+	cr_assert_eq(fclose(f), 0);
+	expect_fail(SF_E_SOURCE, "m.idx: a multimodal index", NULL);
+}
+
 Test(sources, megatron_short_bin)
 {
 	put_megatron("MMIDIDX\0\0", 8, 30, 0);
