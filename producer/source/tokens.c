@@ -408,6 +408,19 @@ int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t form
 	if (!f->path)
 		return sf__err(e, -ENOMEM, "out of memory");
 	if (format == SF_FMT_MEGATRON) {
+		const size_t n = strlen(path);
+		struct stat sb;
+
+		/* A file of another name in a directory of pairs (Megatron's cached *.npy) was
+		 * named as NAME.npy.idx, a file nobody gave (a review). */
+		if (!(n >= 4 && (!strcmp(path + n - 4, ".bin") || !strcmp(path + n - 4, ".idx"))) &&
+		    stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && !sf__megatron_prefix(path)) {
+			r = sf__err(e, SF_E_SOURCE,
+				    "%s: not a Megatron .bin, .idx or prefix (the source's format "
+				    "is megatron): name the pairs alone, or give format auto",
+				    path);
+			goto fail;
+		}
 		f->idx_path = sf__megatron_file(path, ".idx");
 		if (!f->idx_path) {
 			r = sf__err(e, -ENOMEM, "out of memory");

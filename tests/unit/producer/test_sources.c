@@ -393,6 +393,16 @@ Test(sources, megatron_counts_must_make_the_file)
 	expect_fail(SF_E_SOURCE, "m.idx: a multimodal index", NULL);
 }
 
+/* A directory of pairs read as format megatron, with Megatron's cached index beside them:
+ * the message named m_doc_idx.npy.idx, a file nobody gave (a review). */
+Test(sources, megatron_format_names_a_file_of_no_pair)
+{
+	put_megatron("MMIDIDX\0\0", 8, 32, 0);
+	put("m_doc_idx.npy", "\x93NUMPY", 6);
+	src.format = SF_FMT_MEGATRON;
+	expect_fail(SF_E_SOURCE, "m_doc_idx.npy: not a Megatron .bin, .idx or prefix", NULL);
+}
+
 Test(sources, megatron_short_bin)
 {
 	put_megatron("MMIDIDX\0\0", 8, 30, 0);
