@@ -899,11 +899,17 @@ static int gpu_copy(struct sf_consumer *c, const unsigned char *payload, struct 
 	}
 	r = cuda_call(c, cu->cuMemcpyHtoDAsync(g->buf[buf], src, c->copy_bytes, g->stream),
 		      "cuMemcpyHtoDAsync");
-	if (r >= 0)
-		r = cuda_call(c, cu->cuEventRecord(g->copied[buf], g->stream), "cuEventRecord");
+	if (r < 0)
+		goto out;
+	r = cuda_call(c, cu->cuEventRecord(g->copied[buf], g->stream), "cuEventRecord");
 	if (r >= 0)
 		r = cuda_call(c, cu->cuStreamWaitEvent(g->user_stream, g->copied[buf], 0),
 			      "cuStreamWaitEvent");
+	/* The copy is queued but the call fails: the slot goes back to READY (next_in()),
+	 * and a seek then let producers refill it before the copy ran (a review). It is
+	 * waited for first (a context lost, a sticky error, runs no more copies). */
+	if (r < 0)
+		cu->cuStreamSynchronize(g->stream);
 out:
 	cu->cuCtxPopCurrent(&popped);
 	if (r < 0)

@@ -112,7 +112,8 @@ bool sf__cuda_sticky(sf_curesult r)
 	/* cuda.h: after these, "any further CUDA work will return the same error", whoever
 	 * caused it: most often a kernel of the training on the same context, reported by
 	 * the next driver call, which may be shmfeed's. */
-	return r == 700 || r == 702 || r == 710 || (r >= 714 && r <= 719) || r == 721;
+	return r == 226 || r == 700 || r == 702 || r == 710 || (r >= 714 && r <= 719) || r == 721 ||
+	       r == 810 || r == 911;
 }
 
 int sf__cuda_check(const struct sf_cuda *cu, sf_curesult r, const char *what, struct sf_err *e)

@@ -824,6 +824,45 @@ static void case_query_fails(void)
 	free(out);
 }
 
+/*
+ * A call after the copy fails (FAKE_CUDA_FAIL=cuEventRecord:1:5, the record of step 2's
+ * copy; lazy: the copy stays queued): the slot was put back READY with its copy still to
+ * run, and a seek let the producers refill it first (a review). The copy is waited for
+ * before the slot goes back, and a fresh one serves the step after the seek.
+ */
+static void case_record_fails(void)
+{
+	struct fake_cuda_stats s;
+	struct sf_consumer *c;
+	struct sf_resume state;
+	struct sf_batch b;
+	struct feed *f;
+	char msg[256];
+	int r;
+
+	load();
+	f = start("recordfails", 1);
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	for (uint64_t st = 0; st < 2; st++)
+		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == st, "step %llu: %s",
+		      (unsigned long long)st, sf_consumer_errmsg(c));
+	r = sf_consumer_next(c, 10000, &b);
+	CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuEventRecord"),
+	      "next() returned %d: %s", r, sf_consumer_errmsg(c));
+	CHECK(sf_consumer_state(c, &state) == 0, "state: %s", sf_consumer_errmsg(c));
+	state.samples *= 5; /* step 2 to step 10 */
+	CHECK(sf_consumer_seek(c, &state) == 0, "seek: %s", sf_consumer_errmsg(c));
+	CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == 10, "step 10: %s",
+	      sf_consumer_errmsg(c));
+	sf_consumer_detach(c);
+	get_stats(&s);
+	CHECK(s.violations == 0, "%ld slots changed before their copy ran", s.violations);
+	expect_balanced("after detach");
+	feed_stop(f);
+}
+
 /* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
  * failure: SF_E_CUDA with its name. */
 static void case_no_device(int want_rc, const char *expect)
@@ -937,6 +976,10 @@ int main(int argc, char **argv)
 		 {"FAKE_CUDA_POLICY=eager", "FAKE_CUDA_FAIL=cuEventQuery:900:3"},
 		 16,
 		 NULL},
+		{"the record of a queued copy fails, then a seek",
+		 {"FAKE_CUDA_POLICY=lazy", "FAKE_CUDA_FAIL=cuEventRecord:1:5"},
+		 17,
+		 NULL},
 	};
 	int bad = 0;
 
@@ -977,6 +1020,8 @@ int main(int argc, char **argv)
 				case_gpu_behind();
 			else if (t->kind == 16)
 				case_query_fails();
+			else if (t->kind == 17)
+				case_record_fails();
 			else
 				case_no_device(t->kind == 4 ? -ENODEV : SF_E_CUDA, t->expect);
 			_exit(failed);
