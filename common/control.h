@@ -22,7 +22,7 @@
 #define SF_CTL_VERSION	   1u
 #define SF_CTL_MAX_REQUEST 1024u  /* bytes of one request */
 #define SF_CTL_MAX_REPLY   65536u /* bytes of one reply or stats message */
-#define SF_STATS_MAX_SUBSCRIPTION 256	 /* bytes of one message to the stats socket */
+#define SF_STATS_MAX_MESSAGE 4096   /* bytes of one message to the stats socket */
 #define SF_JSON_MAX_DEPTH  8u	  /* nesting the reader accepts */
 #define SF_JSON_MAX_TOKENS 4096u  /* values the reader accepts in one message */
 

@@ -1356,9 +1356,9 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 	zmq_setsockopt(S->router, ZMQ_MAXMSGSIZE, &(int64_t){SF_CTL_MAX_REPLY}, sizeof(int64_t));
 	/* What a subscriber sends the stats socket are its subscriptions, which libzmq keeps
 	 * a byte per node in the supervisor's thread: 200 of 1 MB took 6.3 GB and 42 s (a
-	 * review). Stats subscribers subscribe to "" (top); a longer one disconnects. */
-	zmq_setsockopt(S->pub, ZMQ_MAXMSGSIZE, &(int64_t){SF_STATS_MAX_SUBSCRIPTION},
-		       sizeof(int64_t));
+	 * review). A message longer than a CURVE handshake's commands (which the limit also
+	 * bounds) disconnects its subscriber; `top` subscribes to "". */
+	zmq_setsockopt(S->pub, ZMQ_MAXMSGSIZE, &(int64_t){SF_STATS_MAX_MESSAGE}, sizeof(int64_t));
 	zmq_setsockopt(S->pub, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm));
 	if (S->curve.enabled) {
 		void *socks[2] = {S->router, S->pub};
