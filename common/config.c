@@ -2608,27 +2608,38 @@ static void digest_file(XXH3_state_t *st, const char *path)
  * The files a source's digest has named, by identity: a file under a second name (a hard
  * or symbolic link) is read once (paths.c), so the digest says which of its names repeat
  * an earlier one. A link broken by a copy that kept size and time (`cp -p`) made the
- * source read the file twice, under the same digest (a review).
+ * source read the file twice, under the same digest (a review). Names are compared as
+ * spelled, less repeated slashes and "./" (a directory's "d//a.bin" and a glob's
+ * "d/a.bin" are one name); sorted once, at the source's end (seen_digest()).
  */
 struct digest_seen {
-	struct {
-		dev_t dev;
-		ino_t ino;
-		char *path;
+	struct seen_file {
+		uint64_t dev, ino, name, order; /* name: a hash of the name as compared */
 	} * v;
 	size_t n, cap;
 };
 
-static void seen_clear(struct digest_seen *seen)
+/* A hash of `path` without repeated slashes and "./" components. */
+static uint64_t name_hash(const char *path)
 {
-	for (size_t i = 0; i < seen->n; i++)
-		free(seen->v[i].path);
-	free(seen->v);
-	memset(seen, 0, sizeof(*seen));
+	XXH3_state_t st;
+
+	XXH3_INITSTATE(&st);
+	XXH3_64bits_reset(&st);
+	for (const char *p = path; *p;) {
+		if (*p == '/' && p[1] == '/') {
+			p++;
+		} else if ((p == path || p[-1] == '/') && p[0] == '.' && p[1] == '/') {
+			p += 2;
+		} else {
+			XXH3_64bits_update(&st, p, 1);
+			p++;
+		}
+	}
+	return XXH3_64bits_digest(&st);
 }
 
-/* A file of a source: its identity (digest_file()), and whether it is one named before
- * under another name. */
+/* A file of a source: its identity (digest_file()), and its name and place, kept. */
 static void digest_source_file(XXH3_state_t *st, struct digest_seen *seen, const char *path)
 {
 	struct stat sb;
@@ -2636,18 +2647,8 @@ static void digest_source_file(XXH3_state_t *st, struct digest_seen *seen, const
 	digest_file(st, path);
 	if (stat(path, &sb) < 0)
 		return;
-	for (size_t i = 0; i < seen->n; i++)
-		if (seen->v[i].dev == sb.st_dev && seen->v[i].ino == sb.st_ino) {
-			/* The same name twice (two globs) is no alias: digests stay as they were.
-			 */
-			if (strcmp(seen->v[i].path, path)) {
-				digest_str(st, "same file as");
-				digest_str(st, seen->v[i].path);
-			}
-			return;
-		}
 	if (seen->n == seen->cap) {
-		size_t cap = seen->cap ? 2 * seen->cap : 16;
+		size_t cap = seen->cap ? 2 * seen->cap : 64;
 		void *grown = realloc(seen->v, cap * sizeof(*seen->v));
 
 		if (!grown)
@@ -2655,12 +2656,41 @@ static void digest_source_file(XXH3_state_t *st, struct digest_seen *seen, const
 		seen->v = grown;
 		seen->cap = cap;
 	}
-	seen->v[seen->n].path = strdup(path);
-	if (seen->v[seen->n].path) {
-		seen->v[seen->n].dev = sb.st_dev;
-		seen->v[seen->n].ino = sb.st_ino;
-		seen->n++;
+	seen->v[seen->n] = (struct seen_file){(uint64_t)sb.st_dev, (uint64_t)sb.st_ino,
+					      name_hash(path), seen->n};
+	seen->n++;
+}
+
+static int by_identity(const void *a, const void *b)
+{
+	const struct seen_file *x = a, *y = b;
+
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return (x->order > y->order) - (x->order < y->order);
+}
+
+/* The source's files named under more than one name, by their places; then forgotten. */
+static void seen_digest(XXH3_state_t *st, struct digest_seen *seen)
+{
+	if (seen->n)
+		qsort(seen->v, seen->n, sizeof(*seen->v), by_identity);
+	for (size_t a = 0, b; a < seen->n; a = b) {
+		for (b = a + 1; b < seen->n && seen->v[b].dev == seen->v[a].dev &&
+				seen->v[b].ino == seen->v[a].ino;
+		     b++)
+			;
+		for (size_t k = a + 1; k < b; k++)
+			if (seen->v[k].name != seen->v[a].name) {
+				digest_str(st, "same file as");
+				digest_u64(st, seen->v[a].order);
+				digest_u64(st, seen->v[k].order);
+			}
 	}
+	free(seen->v);
+	memset(seen, 0, sizeof(*seen));
 }
 
 /* A data file and, for a Megatron pair, its other file: the .idx beside a .bin, the .bin
@@ -2776,7 +2806,7 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 		/* The files actually read, so that a resume refuses changed data. */
 		for (uint32_t j = 0; j < src->n_paths; j++)
 			digest_source_path(&st, &seen, src->paths[j]);
-		seen_clear(&seen);
+		seen_digest(&st, &seen);
 	}
 	digest_str(&st, cfg->encoding);
 	/* The vocabulary found in vocab_dir, or in $SHMFEED_VOCAB_DIR where vocab_dir is null
