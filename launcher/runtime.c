@@ -322,7 +322,10 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		if (n < 6 || strcmp(de->d_name + n - 5, ".json"))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		if (sf__job_info_file_read(path, &info, NULL) < 0)
+		/* A file of another job's under this name is no job of its own (it listed the
+		 * other job twice). */
+		if (sf__job_info_file_read(path, &info, NULL) < 0 || strlen(info.job) != n - 5 ||
+		    strncmp(info.job, de->d_name, n - 5))
 			continue;
 		if (!pid_alive(info.pid)) {
 			n = strlen(dead);

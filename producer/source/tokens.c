@@ -332,10 +332,9 @@ static int open_megatron(struct sf_token_file *f, const char *idx_path, struct s
 		int32_t len = load_i32(lens + i * 4);
 		uint64_t ptr = load_u64(f->seq_ptrs + i * 8); /* an int64 in the format */
 
-		/* The second sequence where its first's tokens have the other width: the
-		 * dtype code is not the .bin's (a review: the message blamed a length). */
-		if (i == 1 && ptr != expect && len >= 0 &&
-		    ptr == (uint64_t)load_i32(lens) * (6 - f->width))
+		/* A sequence where the tokens before it have the other width: the dtype code
+		 * is not the .bin's (a review: the message blamed a length). */
+		if (ptr != expect && len >= 0 && ptr == expect / f->width * (6 - f->width))
 			return sf__err(e, SF_E_SOURCE,
 				       "%s: byte 17: dtype code %u (%s), but the sequences' "
 				       "pointers advance %u bytes a token: the code is not the "

@@ -237,7 +237,8 @@ static int check_pattern(struct sf_hf_loader *l, const char *where, const char *
 						(int)(close + 1 - (pat + i)), pat + i, pat[i + 1],
 						(int)(name - (pat + i + 3)), "^",
 						(int)(close - (name + sep + 1)), name + sep + 1);
-				if (close && close - name == 2 && name[0] == 'L' && name[1] == '&')
+				/* No name of Oniguruma's holds '&'; PCRE2 reads l&, L_& as L&. */
+				if (close && memchr(name, '&', (size_t)(close - name)))
 					return sf__hf_refuse(
 						l, where,
 						"%.*s not supported (Oniguruma, which tokenizers "

@@ -346,7 +346,7 @@ class _CudaBuffer:
 def _said(job, msg):
     """A message of job `job`: "shmfeed: job 'JOB' MSG", naming the job once where the
     library's message names it already ("job 'x' rank 0: no shmfeed job 'x'" before)."""
-    return f"shmfeed: {msg}" if f"'{job}'" in msg else f"shmfeed: job '{job}' {msg}"
+    return f"shmfeed: {msg}" if f"job '{job}'" in msg else f"shmfeed: job '{job}' {msg}"
 
 
 class Loader:

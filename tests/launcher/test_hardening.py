@@ -777,8 +777,8 @@ def test_a_flood_of_requests_leaves_the_supervisor_running(rt, tmp_path):
         served = [int(f.communicate(timeout=30)[0]) for f in floods]
     assert p.returncode == 0, err
     assert min(served) > 100, served  # the flood was served
-    # Far less than the flood's 13 s left, with a loaded machine's margin.
-    assert took < 6, (took, err)
+    # Less than the flood's 13 s left, with a loaded machine's margin.
+    assert took < 10, (took, err)
     assert "did not run for" not in err, err
     assert not shm_of(job)
 
@@ -830,6 +830,11 @@ def test_a_discovery_file_of_another_job_is_refused(rt, tmp_path):
                              timeout=30)
         assert out.returncode != 0, out.stdout
         assert f"names the job '{job}', not '{other}'" in out.stderr, out.stderr
+        # Named by no job, status finds the one job, not two of that name.
+        out = subprocess.run([SHMFEED, "status"], capture_output=True, text=True,
+                             timeout=30)
+        assert out.returncode == 0 and f"job {job}: running" in out.stdout, \
+            (out.stdout, out.stderr)
         out = subprocess.run([SHMFEED, "status", linked], capture_output=True, text=True,
                              timeout=30)
         assert out.returncode != 0 and "a link, not a shmfeed job file" in out.stderr, \

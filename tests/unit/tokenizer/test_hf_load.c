@@ -561,6 +561,9 @@ Test(refuse, property_names_oniguruma_does_not_know)
 		{SPLIT("\\\\p{^script:Latin}|."), "\\p{^script:Latin} not supported"},
 		{SPLIT("\\\\p{L&}+|."), "\\p{L&} not supported (Oniguruma, which tokenizers "
 					"uses, knows no L&: write \\p{LC})"},
+		/* PCRE2 matches names loosely (a review of the check above). */
+		{SPLIT("\\\\p{l&}+|."), "\\p{l&} not supported"},
+		{SPLIT("[\\\\P{L_&}]|."), "\\P{L_&} not supported"},
 	};
 
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
