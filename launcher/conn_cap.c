@@ -42,6 +42,7 @@ int sf__conn_cap_open(struct sf_conn_cap *c, void *zctx, void *sock, const char 
 		c->mon = NULL;
 		return sf__err(e, r, "cannot connect to %s: %s", ep, zmq_strerror(-r));
 	}
+	c->sock = sock;
 	c->what = what;
 	c->port = port;
 	c->path = path;
@@ -187,9 +188,17 @@ void sf__conn_cap_serve(struct sf_conn_cap *c)
 
 void sf__conn_cap_close(struct sf_conn_cap *c)
 {
+	char skip[256];
+
 	if (!c->mon)
 		return;
 	say(c, true);
+	/* The monitor stopped, and its last events read, before either socket closes: an
+	 * event libzmq queued for a monitor already closed was never freed (LeakSanitizer,
+	 * ipc connections shut by the cap). */
+	zmq_socket_monitor(c->sock, NULL, 0);
+	while (zmq_recv(c->mon, skip, sizeof(skip), ZMQ_DONTWAIT) >= 0)
+		;
 	zmq_close(c->mon);
 	c->mon = NULL;
 	free(c->conns);

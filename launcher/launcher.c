@@ -1450,6 +1450,8 @@ static void close_sockets(struct supervisor *S)
 {
 	struct stat st;
 
+	sf__conn_cap_close(&S->cap[0]);
+	sf__conn_cap_close(&S->cap[1]);
 	if (S->router)
 		zmq_close(S->router);
 	if (S->pub)
@@ -1457,8 +1459,6 @@ static void close_sockets(struct supervisor *S)
 	if (S->curve.zap)
 		zmq_close(S->curve.zap);
 	S->curve.zap = NULL;
-	sf__conn_cap_close(&S->cap[0]);
-	sf__conn_cap_close(&S->cap[1]);
 	if (S->zctx)
 		zmq_ctx_term(S->zctx);
 	S->router = S->pub = S->zctx = NULL;

@@ -201,6 +201,7 @@ struct sf_conn {
 
 struct sf_conn_cap {
 	void *mon;	  /* PAIR reading the monitor's events; NULL: no cap */
+	void *sock;	  /* the socket monitored */
 	const char *what; /* "control" or "stats", for the log */
 	int port;	  /* the socket's tcp port: a descriptor is checked against it */
 	const char *path; /* or, NULL for tcp, its ipc path (@NAME: abstract) */
@@ -219,6 +220,7 @@ int sf__conn_cap_open(struct sf_conn_cap *c, void *zctx, void *sock, const char 
 		      const char *what, int port, const char *path, struct sf_err *e);
 /* sf__conn_cap_serve - handle the events waiting on c->mon (polled for ZMQ_POLLIN). */
 void sf__conn_cap_serve(struct sf_conn_cap *c);
+/* sf__conn_cap_close - stop monitoring; before the monitored socket is closed. */
 void sf__conn_cap_close(struct sf_conn_cap *c);
 
 /*

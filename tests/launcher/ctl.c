@@ -6,15 +6,12 @@
  * (tcp://..., ipc://...), with the server's CURVE key in $SF_CTL_SERVER_KEY; a CURVE
  * client's key pair comes from $SHMFEED_CURVE_KEY; $SF_CTL_TIMEOUT_MS bounds the wait.
  * `ctl JOB --flood SOCKETS SECONDS FRAME` sends FRAME on each of SOCKETS connections for
- * SECONDS, as fast as their queues take it, and prints the replies counted; `ctl JOB
- * --subscribe SIZE COUNT` sends COUNT distinct subscriptions of SIZE bytes to the stats
- * socket.
+ * SECONDS, as fast as their queues take it, and prints the replies counted.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 #include <zmq.h>
 
 #include "launcher/launcher.h"
@@ -55,26 +52,6 @@ static int flood(void *ctx, const struct sf_job_info *info, int n_socks, int sec
 	for (int i = 0; i < n_socks; i++)
 		zmq_close(items[i].socket);
 	printf("%lld\n", replies);
-	return 0;
-}
-
-static int subscribe(void *ctx, const struct sf_job_info *info, size_t size, int count)
-{
-	void *sock = zmq_socket(ctx, ZMQ_XSUB);
-	char *msg = malloc(size);
-
-	zmq_setsockopt(sock, ZMQ_LINGER, &(int){0}, sizeof(int));
-	if (!msg || zmq_connect(sock, info->stats) < 0)
-		return 1;
-	memset(msg, 'x', size);
-	msg[0] = 1; /* subscribe */
-	for (int i = 0; i < count; i++) {
-		snprintf(msg + 1, size > 12 ? 12 : size - 1, "%010d", i);
-		zmq_send(sock, msg, size, 0);
-	}
-	sleep(1); /* let them go before the socket closes */
-	free(msg);
-	zmq_close(sock);
 	return 0;
 }
 
@@ -121,8 +98,6 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[2], "--flood") && argc == 6)
 		return flood(ctx, &info, atoi(argv[3]), atoi(argv[4]), argv[5]);
-	if (!strcmp(argv[2], "--subscribe") && argc == 5)
-		return subscribe(ctx, &info, strtoul(argv[3], NULL, 10), atoi(argv[4]));
 	if (!strcmp(argv[2], "--size") && argc == 4) {
 		size_t size = strtoul(argv[3], NULL, 10);
 		char *big = malloc(size);
