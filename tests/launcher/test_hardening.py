@@ -764,8 +764,8 @@ def test_a_flood_of_requests_leaves_the_supervisor_running(rt, tmp_path):
     cfg = write_config(tmp_path)
     job = job_name("reqflood")
     p = start_serving(cfg, job)
-    floods = [subprocess.Popen([CTL, job, "--flood", "8", "15", '{"v":1,"op":"stats"}'],
-                               stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    floods = [subprocess.Popen([CTL, job, "--flood", "8", "8", '{"v":1,"op":"stats"}'],
+                               stdout=subprocess.PIPE, text=True)]
     try:
         time.sleep(2)
         t0 = time.monotonic()
@@ -779,8 +779,8 @@ def test_a_flood_of_requests_leaves_the_supervisor_running(rt, tmp_path):
         served = [int(f.communicate(timeout=30)[0]) for f in floods]
     assert p.returncode == 0, err
     assert min(served) > 100, served  # the flood was served
-    # Less than the flood's 13 s left, with a loaded machine's margin.
-    assert took < 10, (took, err)
+    # Well before the flood's end, 6 s later.
+    assert took < 4, (took, err)
     assert "did not run for" not in err, err
     assert not shm_of(job)
 
