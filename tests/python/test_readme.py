@@ -37,6 +37,16 @@ def test_readme_snippet(tmp_path):
 
 
 @pytest.mark.skipif(not CLI or not PY, reason="needs SHMFEED_CLI and a torch 2.x venv")
+def test_readme_demo_without_its_environment_says_how_to_make_it(tmp_path):
+    """`scripts/demo --no-deps` before any run with the dependencies ended in "torchrun:
+    command not found" after the build (a review as a new user): it says what to run."""
+    env = dict(os.environ, SHMFEED_VENV=str(tmp_path / "none"))
+    out = subprocess.run([os.path.join(ROOT, "scripts", "demo"), "--no-deps", "2"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 1, out.stderr
+    assert "run scripts/demo without --no-deps once" in out.stderr, out.stderr
+
+
 def test_readme_demo_command(tmp_path):
     """The README's first command, `scripts/demo` (here with --no-deps and 2 steps), runs
     the demo job to its end and leaves nothing behind: no build log in $TMPDIR, no arena.
