@@ -2591,17 +2591,23 @@ static void digest_weights(XXH3_state_t *st, const struct sf_weights_config *w)
 	}
 }
 
-/* A file's identity for the digest: its path, size and modification time. */
+/* A file's identity for the digest: its path, size and modification time; whether it
+ * is there, with its stat in *sb. */
+static bool digest_file_stat(XXH3_state_t *st, const char *path, struct stat *sb)
+{
+	digest_str(st, path);
+	if (stat(path, sb) != 0)
+		return false;
+	digest_u64(st, (uint64_t)sb->st_size);
+	digest_u64(st, (uint64_t)sb->st_mtim.tv_sec * 1000000000u + (uint64_t)sb->st_mtim.tv_nsec);
+	return true;
+}
+
 static void digest_file(XXH3_state_t *st, const char *path)
 {
 	struct stat sb;
 
-	digest_str(st, path);
-	if (stat(path, &sb) == 0) {
-		digest_u64(st, (uint64_t)sb.st_size);
-		digest_u64(st, (uint64_t)sb.st_mtim.tv_sec * 1000000000u +
-				       (uint64_t)sb.st_mtim.tv_nsec);
-	}
+	digest_file_stat(st, path, &sb);
 }
 
 /*
@@ -2644,8 +2650,7 @@ static void digest_source_file(XXH3_state_t *st, struct digest_seen *seen, const
 {
 	struct stat sb;
 
-	digest_file(st, path);
-	if (stat(path, &sb) < 0)
+	if (!digest_file_stat(st, path, &sb))
 		return;
 	if (seen->n == seen->cap) {
 		size_t cap = seen->cap ? 2 * seen->cap : 64;

@@ -1330,7 +1330,7 @@ out:
 static int open_sockets(struct supervisor *S, struct sf_err *e)
 {
 	const struct sf_config *cfg = S->cfg;
-	int linger = 0, sndhwm = 4, ipc, r;
+	int linger = 0, sndhwm = 4, ipc, tcp, r;
 
 	if (cfg->endpoint) {
 		snprintf(S->ctl_ep, sizeof(S->ctl_ep), "%s", cfg->endpoint);
@@ -1369,21 +1369,17 @@ static int open_sockets(struct supervisor *S, struct sf_err *e)
 	}
 	/* The caps for ipc too: a client of the job's user that leaked a connection per
 	 * request ran the launcher out of descriptors, and libzmq's ipc listener aborts
-	 * there (a review: SIGABRT, the arena left behind). */
-	if (!strncmp(S->ctl_ep, "tcp://", 6)) {
+	 * there (a review: SIGABRT, the arena left behind). A tcp connection is told by its
+	 * port, an ipc one by its path. */
+	tcp = !strncmp(S->ctl_ep, "tcp://", 6);
+	if (tcp || ipc) {
 		r = sf__conn_cap_open(&S->cap[0], S->zctx, S->router, "shmfeed-cap-control",
-				      "control", atoi(strrchr(S->ctl_ep, ':') + 1), NULL, e);
+				      "control", tcp ? atoi(strrchr(S->ctl_ep, ':') + 1) : 0,
+				      tcp ? NULL : S->ctl_ep + 6, e);
 		if (r == 0)
 			r = sf__conn_cap_open(&S->cap[1], S->zctx, S->pub, "shmfeed-cap-stats",
-					      "stats", atoi(strrchr(S->pub_ep, ':') + 1), NULL, e);
-		if (r < 0)
-			return r;
-	} else if (ipc) {
-		r = sf__conn_cap_open(&S->cap[0], S->zctx, S->router, "shmfeed-cap-control",
-				      "control", 0, S->ctl_ep + 6, e);
-		if (r == 0)
-			r = sf__conn_cap_open(&S->cap[1], S->zctx, S->pub, "shmfeed-cap-stats",
-					      "stats", 0, S->pub_ep + 6, e);
+					      "stats", tcp ? atoi(strrchr(S->pub_ep, ':') + 1) : 0,
+					      tcp ? NULL : S->pub_ep + 6, e);
 		if (r < 0)
 			return r;
 	}

@@ -832,15 +832,15 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 		/* Dropped files (unreadable, skipped) have no entry: they are tried again. */
 		{
 			uint32_t n = 0;
+			int saved = 0;
 
 			for (uint32_t i = 0; i < gr->n; i++)
 				if (!ds->text_files[keys[gr->first + i].file].dropped &&
 				    !ds->text_files[keys[gr->first + i].file].partial)
 					files[n++] = keys[gr->first + i].file;
-			int saved = n ? sf__index_save(ds, files, n, keys[gr->first].key, gr->img,
-						       &ds->index_paths[g], &bytes)
-				      : 0;
-
+			if (n)
+				saved = sf__index_save(ds, files, n, keys[gr->first].key, gr->img,
+						       &ds->index_paths[g], &bytes);
 			if (saved == 0)
 				ds->stats.index_bytes += bytes;
 			/* Failing costs speed only, but each start then builds it again: said. */
