@@ -84,6 +84,10 @@ struct sf_consumer {
 	uint64_t copy_bytes;  /* GPU: the tokens, and document starts and sources when there */
 	uint64_t sources_off; /* where a mixture's row sources begin in a payload; 0: none */
 	struct sf_slot *held; /* CPU: the slot handed out; GPU: the slot being copied */
+	/* GPU: the held slot's step was not handed out (a call failed after its copy was
+	 * queued, and waiting for that copy failed too): the slot goes back READY for the
+	 * same step, not FREE, once the copy is known to be done. */
+	uint32_t undelivered;
 	void **out;	      /* CPU: widened copies of batches, in turn */
 	uint32_t out_count;
 	uint32_t out_next;    /* the buffer of the next widened batch */
@@ -508,6 +512,38 @@ static int wait_copied(struct sf_consumer *c, int64_t *timeout_ns, sf_curesult *
 }
 
 /*
+ * The held slot of a step not handed out (c->undelivered) goes back READY for that step
+ * once its stream has been waited for, or its context is lost (no copy of it will run
+ * then), or after the teardown (its device buffers are freed, so nobody reads what a copy
+ * still queued writes). While the wait fails otherwise (another thread's graph capture
+ * refuses it), the slot stays held and the call fails: a refill, after a seek, would
+ * change the bytes under the copy.
+ */
+static int give_back_undelivered(struct sf_consumer *c)
+{
+	int r = 0;
+
+	if (c->gpu.cu) {
+		const struct sf_cuda *cu = c->gpu.cu;
+		sf_curesult q = cu->cuCtxPushCurrent(c->gpu.ctx);
+		sf_cucontext popped;
+
+		r = cuda_call(c, q, "cuCtxPushCurrent");
+		if (r >= 0) {
+			q = cu->cuStreamSynchronize(c->gpu.stream);
+			r = cuda_call(c, q, "cuStreamSynchronize");
+			cu->cuCtxPopCurrent(&popped);
+		}
+		if (r < 0 && !sf__cuda_sticky(q))
+			return r;
+	}
+	sf__consumer_unclaim(c->a, c->rank, c->held, 0);
+	c->held = NULL;
+	c->undelivered = 0;
+	return r;
+}
+
+/*
  * Release the held slot; in GPU mode first wait until its copy has completed, at most
  * *timeout_ns (NULL: forever; what it waited comes off): SF_E_AGAIN or SF_E_TIMEOUT then,
  * the slot still held. So too when the context cannot be pushed or the copy's event not
@@ -521,6 +557,8 @@ static int release_held(struct sf_consumer *c, int64_t *timeout_ns)
 
 	if (!c->held)
 		return 0;
+	if (c->undelivered)
+		return give_back_undelivered(c);
 	if (c->gpu.cu) {
 		const struct sf_cuda *cu = c->gpu.cu;
 		sf_curesult q = cu->cuCtxPushCurrent(c->gpu.ctx);
@@ -907,9 +945,13 @@ static int gpu_copy(struct sf_consumer *c, const unsigned char *payload, struct 
 			      "cuStreamWaitEvent");
 	/* The copy is queued but the call fails: the slot goes back to READY (next_in()),
 	 * and a seek then let producers refill it before the copy ran (a review). It is
-	 * waited for first (a context lost, a sticky error, runs no more copies). */
-	if (r < 0)
-		cu->cuStreamSynchronize(g->stream);
+	 * waited for first (a context lost, a sticky error, runs no more copies); where
+	 * the wait fails too, the slot stays held until one succeeds (release_held()). */
+	if (r < 0) {
+		sf_curesult q = cu->cuStreamSynchronize(g->stream);
+
+		c->undelivered = q != SF_CUDA_SUCCESS && !sf__cuda_sticky(q);
+	}
 out:
 	cu->cuCtxPopCurrent(&popped);
 	if (r < 0)
@@ -1070,9 +1112,12 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 	if (c->gpu.cu) {
 		r = gpu_copy(c, payload, &b);
 		if (r < 0) {
-			/* Serve the same step again on the next call, from the slot as it is. */
-			sf__consumer_unclaim(a, c->rank, s, 0);
-			c->held = NULL;
+			/* Serve the same step again on the next call, from the slot as it is
+			 * (a copy that may still run keeps it held until then). */
+			if (!c->undelivered) {
+				sf__consumer_unclaim(a, c->rank, s, 0);
+				c->held = NULL;
+			}
 			return r;
 		}
 	}

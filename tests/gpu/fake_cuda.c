@@ -110,17 +110,60 @@ static int n_devices = 1, init_code, eager = 1, no_register;
 /* As with the driver, the context stack is per thread: a call made on a thread that has no
  * context current fails, whatever other threads have pushed. */
 static _Thread_local int ctx_depth;
-static char fail_name[64];
-static unsigned fail_code;
-static long fail_nth = 1, fail_calls;
+/* The injected failures (FAKE_CUDA_FAIL), and the code every later call returns once a
+ * sticky one has happened. */
+static struct fail {
+	char name[64];
+	unsigned code;
+	long nth, calls;
+	int sticky;
+} fails[4];
+static unsigned sticky_code;
 
-/* The injected failure, if this call is the one. */
+/* The injected failure, if this call is the one; after a sticky one, every call but the
+ * context stack's and the primary context's release fails with its code, as the driver's
+ * "any further CUDA work will return the same error". */
 static int failing(const char *name, sf_curesult *ret)
 {
-	if (!fail_name[0] || strcmp(name, fail_name) || (++fail_calls != fail_nth && fail_nth))
-		return 0;
-	*ret = fail_code;
-	return 1;
+	if (sticky_code && strcmp(name, "cuCtxPushCurrent") && strcmp(name, "cuCtxPopCurrent") &&
+	    strcmp(name, "cuDevicePrimaryCtxRelease")) {
+		*ret = sticky_code;
+		return 1;
+	}
+	for (size_t i = 0; i < sizeof(fails) / sizeof(fails[0]); i++) {
+		struct fail *f = &fails[i];
+
+		if (!f->name[0] || strcmp(name, f->name) || (++f->calls != f->nth && f->nth))
+			continue;
+		*ret = f->code;
+		if (f->sticky)
+			sticky_code = f->code;
+		return 1;
+	}
+	return 0;
+}
+
+/* FAKE_CUDA_FAIL: NAME:CODE[:NTH[:sticky]], several separated by commas. */
+static void read_fails(const char *v)
+{
+	size_t n = 0;
+
+	while (*v && n < sizeof(fails) / sizeof(fails[0])) {
+		struct fail *f = &fails[n];
+		char flag[16] = "";
+		int got;
+
+		f->nth = 1;
+		got = sscanf(v, "%63[^:,]:%u:%ld:%15[^,]", f->name, &f->code, &f->nth, flag);
+		if (got < 2) {
+			f->name[0] = 0;
+			break;
+		}
+		f->sticky = !strcmp(flag, "sticky");
+		n++;
+		v += strcspn(v, ",");
+		v += *v == ',';
+	}
 }
 
 #define ENTER(name)                                                                                \
@@ -266,9 +309,8 @@ EXPORT sf_curesult cuInit(unsigned int flags)
 		no_register = atoi(v);
 	if ((v = getenv("FAKE_CUDA_POLICY")))
 		eager = strcmp(v, "lazy") != 0;
-	if ((v = getenv("FAKE_CUDA_FAIL")) &&
-	    sscanf(v, "%63[^:]:%u:%ld", fail_name, &fail_code, &fail_nth) < 2)
-		fail_name[0] = 0;
+	if ((v = getenv("FAKE_CUDA_FAIL")))
+		read_fails(v);
 	pthread_mutex_unlock(&lock);
 	return (sf_curesult)init_code;
 }

@@ -10,9 +10,12 @@
  *   FAKE_CUDA_INIT=CODE    what cuInit returns (default 0);
  *   FAKE_CUDA_NO_REGISTER=1  cuMemHostRegister always fails with CUDA_ERROR_NOT_SUPPORTED
  *                          (801), as in confidential-computing mode;
- *   FAKE_CUDA_FAIL=NAME:CODE[:NTH]  the NTH call (default 1st; 0: every call) of the
- *                          driver function NAME (without version suffix) returns CODE and
- *                          does nothing;
+ *   FAKE_CUDA_FAIL=NAME:CODE[:NTH[:sticky]][,...]  the NTH call (default 1st; 0: every
+ *                          call) of the driver function NAME (without version suffix)
+ *                          returns CODE and does nothing; up to four such, separated by
+ *                          commas; after one marked sticky, every call but
+ *                          cuCtxPush/PopCurrent and cuDevicePrimaryCtxRelease returns
+ *                          its CODE and does nothing, as after the driver's sticky errors;
  *   FAKE_CUDA_POLICY=lazy|eager  when queued work runs:
  *     lazy:  nothing runs until a synchronizing call needs it (cuEventSynchronize,
  *            cuStreamSynchronize, the synchronous copies, which order on the NULL stream);

@@ -361,14 +361,71 @@ static void case_copy_fails(void)
 	r = sf_consumer_next(c, 10000, &b);
 	CHECK(r == SF_E_CUDA, "the failed copy returned %d", r);
 	CHECK(strstr(sf_consumer_errmsg(c),
-		     "cuMemcpyHtoDAsync: CUDA_ERROR_ILLEGAL_ADDRESS (700): an "
-		     "illegal memory access was encountered; "
-		     "a sticky error: the GPU context is unusable"),
+		     "cuMemcpyHtoDAsync: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory") &&
+		      !strstr(sf_consumer_errmsg(c), "sticky"),
 	      "message: %s", sf_consumer_errmsg(c));
 	CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == 4, "step 4 again: %s",
 	      sf_consumer_errmsg(c));
 	sf_consumer_detach(c);
 	expect_balanced("after detach");
+	feed_stop(f);
+}
+
+/* The step of a batch whose copy failed is served again to the next consumer of the
+ * rank, on the CPU, with its own bytes: whatever the failed handle did, it lost no step. */
+static void expect_step_on_cpu(struct feed *f, uint64_t step)
+{
+	unsigned char *want = malloc(f->arena->hdr->payload_bytes);
+	struct sf_consumer *c;
+	struct sf_batch b;
+	char msg[256];
+
+	CHECK(sf_consumer_attach(f->opt.job, 0, SF_DEVICE_NONE, 0, &c, msg, sizeof(msg)) == 0, "%s",
+	      msg);
+	if (failed)
+		bail();
+	CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == step, "step %llu on the CPU: %s",
+	      (unsigned long long)step, sf_consumer_errmsg(c));
+	feed_fill(f, 0, step, want);
+	CHECK(memcmp(b.tokens, want, feed_token_bytes(f)) == 0, "step %llu's bytes",
+	      (unsigned long long)step);
+	sf_consumer_detach(c);
+	free(want);
+}
+
+/*
+ * A sticky error in the copy (FAKE_CUDA_FAIL=cuMemcpyHtoDAsync:700:5:sticky): every later
+ * call of the driver fails with it, as on a GPU. next() says so, and says so again (the
+ * context is lost; the slot goes back each time), detach returns, and the step is served
+ * to the rank's next consumer. (Before, the fake failed the one call only and the test
+ * expected the next() after a sticky error to work.)
+ */
+static void case_copy_fails_sticky(void)
+{
+	struct feed *f;
+	struct sf_consumer *c;
+	struct sf_batch b;
+	char msg[256];
+	int r;
+
+	load();
+	f = start("copysticky", 1);
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	for (uint64_t st = 0; st < 4; st++)
+		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == st, "step %llu",
+		      (unsigned long long)st);
+	for (int k = 0; k < 2; k++) {
+		r = sf_consumer_next(c, 10000, &b);
+		CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c),
+					       "CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal "
+					       "memory access was encountered; a sticky error: "
+					       "the GPU context is unusable"),
+		      "next() %d returned %d: %s", k, r, sf_consumer_errmsg(c));
+	}
+	sf_consumer_detach(c);
+	expect_step_on_cpu(f, 4);
 	feed_stop(f);
 }
 
@@ -863,6 +920,63 @@ static void case_record_fails(void)
 	feed_stop(f);
 }
 
+/*
+ * The record of step 2's copy fails, and so does the wait for that copy
+ * (FAKE_CUDA_FAIL=cuEventRecord:1:5,cuStreamSynchronize:900:NTH; lazy: the copy stays
+ * queued). The slot went back READY with its copy still to run, and a seek let the
+ * producers refill it first. It stays held while the wait fails: with `waits` failing
+ * waits (NTH 1), the seek's wait works and step 10 is served; with every wait failing
+ * (NTH 0), next() and seek() fail, detach gives the slot back (the teardown freed the
+ * copy's buffer), and the rank's next consumer gets step 2.
+ */
+static void case_record_and_wait_fail(int every_wait)
+{
+	struct fake_cuda_stats s;
+	struct sf_consumer *c;
+	struct sf_resume state;
+	struct sf_batch b;
+	struct feed *f;
+	char msg[256];
+	int r;
+
+	load();
+	f = start("waitfails", 1);
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	for (uint64_t st = 0; st < 2; st++)
+		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == st, "step %llu: %s",
+		      (unsigned long long)st, sf_consumer_errmsg(c));
+	r = sf_consumer_next(c, 10000, &b);
+	CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuEventRecord"),
+	      "next() returned %d: %s", r, sf_consumer_errmsg(c));
+	CHECK(sf_consumer_state(c, &state) == 0 &&
+		      state.samples == 2ull * f->arena->geo.batch * f->arena->geo.world_size,
+	      "state: %s", sf_consumer_errmsg(c));
+	state.samples *= 5; /* step 2 to step 10 */
+	r = sf_consumer_seek(c, &state);
+	if (every_wait) {
+		CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuStreamSynchronize"),
+		      "seek returned %d: %s", r, sf_consumer_errmsg(c));
+		r = sf_consumer_next(c, 10000, &b);
+		CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuStreamSynchronize"),
+		      "next() returned %d: %s", r, sf_consumer_errmsg(c));
+		get_stats(&s);
+		CHECK(s.violations == 0, "%ld slots changed before their copy ran", s.violations);
+		sf_consumer_detach(c);
+		expect_step_on_cpu(f, 2);
+	} else {
+		CHECK(r == 0, "seek: %s", sf_consumer_errmsg(c));
+		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == 10, "step 10: %s",
+		      sf_consumer_errmsg(c));
+		sf_consumer_detach(c);
+		get_stats(&s);
+		CHECK(s.violations == 0, "%ld slots changed before their copy ran", s.violations);
+		expect_balanced("after detach");
+	}
+	feed_stop(f);
+}
+
 /* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
  * failure: SF_E_CUDA with its name. */
 static void case_no_device(int want_rc, const char *expect)
@@ -943,7 +1057,11 @@ int main(int argc, char **argv)
 		 {"FAKE_CUDA_FAIL=cuDeviceGet:101"},
 		 2,
 		 "cuDeviceGet: CUDA_ERROR_INVALID_DEVICE (101): invalid device ordinal"},
-		{"copy fails mid-run", {"FAKE_CUDA_FAIL=cuMemcpyHtoDAsync:700:5"}, 3, NULL},
+		{"copy fails mid-run", {"FAKE_CUDA_FAIL=cuMemcpyHtoDAsync:2:5"}, 3, NULL},
+		{"copy fails mid-run, a sticky error",
+		 {"FAKE_CUDA_FAIL=cuMemcpyHtoDAsync:700:5:sticky"},
+		 18,
+		 NULL},
 		{"no device", {"FAKE_CUDA_DEVICES=0"}, 4, "no CUDA device"},
 		{"attach in a child of fork()", {"FAKE_CUDA_POLICY=eager"}, 14, NULL},
 		{"cuInit: NO_DEVICE", {"FAKE_CUDA_INIT=100"}, 4, "no CUDA device"},
@@ -979,6 +1097,16 @@ int main(int argc, char **argv)
 		{"the record of a queued copy fails, then a seek",
 		 {"FAKE_CUDA_POLICY=lazy", "FAKE_CUDA_FAIL=cuEventRecord:1:5"},
 		 17,
+		 NULL},
+		{"the record and the wait of a queued copy fail, then a seek",
+		 {"FAKE_CUDA_POLICY=lazy",
+		  "FAKE_CUDA_FAIL=cuEventRecord:1:5,cuStreamSynchronize:900:1"},
+		 19,
+		 NULL},
+		{"the record of a queued copy fails, every wait too",
+		 {"FAKE_CUDA_POLICY=lazy",
+		  "FAKE_CUDA_FAIL=cuEventRecord:1:5,cuStreamSynchronize:900:0"},
+		 20,
 		 NULL},
 	};
 	int bad = 0;
@@ -1022,6 +1150,10 @@ int main(int argc, char **argv)
 				case_query_fails();
 			else if (t->kind == 17)
 				case_record_fails();
+			else if (t->kind == 18)
+				case_copy_fails_sticky();
+			else if (t->kind == 19 || t->kind == 20)
+				case_record_and_wait_fail(t->kind == 20);
 			else
 				case_no_device(t->kind == 4 ? -ENODEV : SF_E_CUDA, t->expect);
 			_exit(failed);
