@@ -198,6 +198,7 @@ static void child_setup(struct supervisor *S, int deathsig)
 		close(S->ipc.lock_fd);
 	sf__metrics_after_fork(S->metrics);
 	sf__log_after_fork();
+	sf__fds_restore();
 	signal(SIGPIPE, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
 }
@@ -1704,6 +1705,7 @@ int sf__launcher_fds_check(uint32_t producers, const struct sf_config *cfg, stru
 	const int tcp = cfg->endpoint && !strncmp(cfg->endpoint, "tcp://", 6);
 	uint64_t open_now, limit, need;
 
+	sf__fds_raise();
 	/* tcp or ipc, the connections the caps allow (and the monitors' pairs). */
 	need = sf__fds_needed(FDS_FIXED + 2ull * producers + FDS_MARGIN +
 				      (metrics_http ? SF_METRICS_HTTP_FDS : 0) +
@@ -1714,8 +1716,8 @@ int sf__launcher_fds_check(uint32_t producers, const struct sf_config *cfg, stru
 	return sf__err(e, -EMFILE,
 		       "the job needs at least %llu file descriptors (%llu open now, %u "
 		       "producer%s, control sockets and their %sconnections%s and a margin) "
-		       "but the limit is %llu (RLIMIT_NOFILE); raise it with `ulimit -n %llu` "
-		       "or more",
+		       "but the limit is %llu (RLIMIT_NOFILE's hard limit, which the launcher "
+		       "raises its soft one to); raise it with `ulimit -n %llu` or more",
 		       (unsigned long long)need, (unsigned long long)open_now, producers,
 		       producers == 1 ? "" : "s", tcp ? "tcp " : "",
 		       metrics_http ? ", the metrics server's connections" : "",

@@ -146,6 +146,20 @@ void sf__ipc_release(struct sf_ipc_claim *c);
  */
 uint64_t sf__fds_needed(uint64_t more, uint64_t *ret_open, uint64_t *ret_limit);
 
+/*
+ * sf__fds_raise - raise the soft RLIMIT_NOFILE to the hard one (once; nothing if that
+ * fails). The launcher's control sockets accept connections in libzmq's I/O thread, and
+ * its ipc listener aborts when accept() finds no descriptor: a burst of connections
+ * larger than what is left under the limit, before the connection caps shut them, killed
+ * the job. The soft limit (1,024 by default on Debian, with a hard one of 524,288) is
+ * there for programs that select(); the launcher polls.
+ *
+ * sf__fds_restore - in a child forked after sf__fds_raise(): the soft limit as it was,
+ * so that producers and the training command run under the limits they were given.
+ */
+void sf__fds_raise(void);
+void sf__fds_restore(void);
+
 /* What a client needs to reach a job, read from its discovery file. */
 struct sf_job_info {
 	char job[SF_JOB_NAME_MAX];
@@ -162,7 +176,8 @@ struct sf_job_info {
  * sf__launcher_fds_check - refuse a job that would run out of file descriptors, before
  * anything of it exists: its producers, control sockets (with a tcp endpoint, the
  * connections their caps allow), the metrics server's connections and a margin, beside
- * the descriptors open now, against the soft RLIMIT_NOFILE. libzmq does not fail cleanly
+ * the descriptors open now, against the soft RLIMIT_NOFILE, which it first raises to the
+ * hard one (sf__fds_raise(): `check` and `run` count alike). libzmq does not fail cleanly
  * there: it asserts (epoll_create in its I/O thread) and the launcher would die by SIGABRT
  * with its arena left in /dev/shm.
  */

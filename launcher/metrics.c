@@ -402,9 +402,10 @@ static int start_http(struct sf_metrics *m, const char *addr, struct sf_err *e)
 		a4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	}
 	/* A few scrapers at a time (their descriptors are in the launcher's budget), each
-	 * closed after 10 s without traffic. */
-	m->http = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | (ipv6 ? MHD_USE_IPv6 : 0),
-				   port, NULL, NULL, serve, m, MHD_OPTION_SOCK_ADDR, &ss,
+	 * closed after 10 s without traffic; polled with epoll, not select(), since the
+	 * launcher's raised limit (sf__fds_raise()) allows descriptors above FD_SETSIZE. */
+	m->http = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | (ipv6 ? MHD_USE_IPv6 : 0), port,
+				   NULL, NULL, serve, m, MHD_OPTION_SOCK_ADDR, &ss,
 				   MHD_OPTION_CONNECTION_LIMIT, SF_METRICS_HTTP_CONNECTIONS,
 				   MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
 	if (!m->http)

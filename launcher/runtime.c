@@ -351,6 +351,37 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 	return 0;
 }
 
+/* The soft RLIMIT_NOFILE before sf__fds_raise() raised it; raised: whether it did. */
+static struct {
+	rlim_t soft;
+	int raised;
+} nofile;
+
+void sf__fds_raise(void)
+{
+	struct rlimit rl;
+	rlim_t soft;
+
+	if (nofile.raised || getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	soft = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		nofile.soft = soft;
+		nofile.raised = 1;
+	}
+}
+
+void sf__fds_restore(void)
+{
+	struct rlimit rl;
+
+	if (!nofile.raised || getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	rl.rlim_cur = nofile.soft;
+	setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 /* Descriptors open now below `limit` (the ones that take room under RLIMIT_NOFILE). */
 static uint64_t fds_open(uint64_t limit)
 {
