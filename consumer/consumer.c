@@ -294,11 +294,19 @@ static int cuda_call(struct sf_consumer *c, sf_curesult r, const char *what)
 	return sf__cuda_check(c->gpu.cu, r, what, &c->err);
 }
 
+/* Whether a wait's result leaves work possibly still to run: a failure that is not
+ * sticky (after a sticky one, no work of the context runs again). */
+static bool unfinished(sf_curesult q)
+{
+	return q != SF_CUDA_SUCCESS && !sf__cuda_sticky(q);
+}
+
 static void gpu_teardown(struct sf_consumer *c)
 {
 	struct sf_consumer_gpu *g = &c->gpu;
 	const struct sf_cuda *cu = g->cu;
 	sf_cucontext popped;
+	bool busy = false;
 
 	if (!cu)
 		return;
@@ -312,26 +320,30 @@ static void gpu_teardown(struct sf_consumer *c)
 		return;
 	}
 	/* The caller's work queued on its stream may still read the device buffers: an
-	 * event recorded there now completes after it. Then the copies. */
+	 * event recorded there now completes after it. Then the copies. Where a wait
+	 * fails but the context lives on (another thread's graph capture refuses it), that
+	 * work may still run: the memory it reads and writes is left to the driver rather
+	 * than freed under it, where the caller's next allocation could take it (cuMemFree
+	 * "may" synchronize, cuda.h says, not that it does). */
 	if (g->used[0] && cu->cuEventRecord(g->used[0], g->user_stream) == SF_CUDA_SUCCESS)
-		cu->cuEventSynchronize(g->used[0]);
+		busy = unfinished(cu->cuEventSynchronize(g->used[0]));
 	if (g->stream)
-		cu->cuStreamSynchronize(g->stream);
+		busy |= unfinished(cu->cuStreamSynchronize(g->stream));
 	for (uint32_t i = 0; i < g->nbuf; i++) {
 		if (g->copied[i])
 			cu->cuEventDestroy(g->copied[i]);
 		if (g->used[i])
 			cu->cuEventDestroy(g->used[i]);
-		if (g->buf[i])
+		if (g->buf[i] && !busy)
 			cu->cuMemFree(g->buf[i]);
-		if (g->staging[i])
+		if (g->staging[i] && !busy)
 			cu->cuMemFreeHost(g->staging[i]);
 	}
 	if (g->switched)
 		cu->cuEventDestroy(g->switched);
 	if (g->stream)
 		cu->cuStreamDestroy(g->stream);
-	if (g->registered)
+	if (g->registered && !busy)
 		cu->cuMemHostUnregister(g->registered);
 	cu->cuCtxPopCurrent(&popped);
 	cu->cuDevicePrimaryCtxRelease(g->dev);
@@ -534,7 +546,7 @@ static int give_back_undelivered(struct sf_consumer *c)
 			r = cuda_call(c, q, "cuStreamSynchronize");
 			cu->cuCtxPopCurrent(&popped);
 		}
-		if (r < 0 && !sf__cuda_sticky(q))
+		if (r < 0 && unfinished(q))
 			return r;
 	}
 	sf__consumer_unclaim(c->a, c->rank, c->held, 0);
@@ -948,9 +960,7 @@ static int gpu_copy(struct sf_consumer *c, const unsigned char *payload, struct 
 	 * waited for first (a context lost, a sticky error, runs no more copies); where
 	 * the wait fails too, the slot stays held until one succeeds (release_held()). */
 	if (r < 0) {
-		sf_curesult q = cu->cuStreamSynchronize(g->stream);
-
-		c->undelivered = q != SF_CUDA_SUCCESS && !sf__cuda_sticky(q);
+		c->undelivered = unfinished(cu->cuStreamSynchronize(g->stream));
 	}
 out:
 	cu->cuCtxPopCurrent(&popped);

@@ -977,6 +977,37 @@ static void case_record_and_wait_fail(int every_wait)
 	feed_stop(f);
 }
 
+/*
+ * Detach while no wait for the copies works (FAKE_CUDA_FAIL=cuEventQuery:900:0,
+ * cuStreamSynchronize:900:0,cuEventSynchronize:900:0, lazy: step 0's copy stays
+ * queued): the teardown freed the
+ * device buffer the copy writes, which the caller's next allocation could have taken
+ * (the fake counts a free of memory that queued work uses). It leaves that memory to the
+ * driver now; the step was handed out, so its slot is released.
+ */
+static void case_detach_waits_fail(void)
+{
+	struct fake_cuda_stats s;
+	struct sf_consumer *c;
+	struct sf_batch b;
+	struct feed *f;
+	char msg[256];
+
+	load();
+	f = start("detachwaits", 1);
+	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
+	if (failed)
+		bail();
+	CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == 0, "step 0: %s",
+	      sf_consumer_errmsg(c));
+	sf_consumer_detach(c);
+	get_stats(&s);
+	CHECK(s.freed_in_use == 0, "%ld frees of memory a queued copy writes", s.freed_in_use);
+	CHECK(s.frees < s.allocs, "%ld of %ld device buffers freed", s.frees, s.allocs);
+	expect_step_on_cpu(f, 1);
+	feed_stop(f);
+}
+
 /* No device (FAKE_CUDA_DEVICES=0 or cuInit's NO_DEVICE): -ENODEV; any other cuInit
  * failure: SF_E_CUDA with its name. */
 static void case_no_device(int want_rc, const char *expect)
@@ -1103,6 +1134,12 @@ int main(int argc, char **argv)
 		  "FAKE_CUDA_FAIL=cuEventRecord:1:5,cuStreamSynchronize:900:1"},
 		 19,
 		 NULL},
+		{"detach while no wait works",
+		 {"FAKE_CUDA_POLICY=lazy",
+		  "FAKE_CUDA_FAIL=cuEventQuery:900:0,cuStreamSynchronize:900:0,"
+		  "cuEventSynchronize:900:0"},
+		 21,
+		 NULL},
 		{"the record of a queued copy fails, every wait too",
 		 {"FAKE_CUDA_POLICY=lazy",
 		  "FAKE_CUDA_FAIL=cuEventRecord:1:5,cuStreamSynchronize:900:0"},
@@ -1152,6 +1189,8 @@ int main(int argc, char **argv)
 				case_record_fails();
 			else if (t->kind == 18)
 				case_copy_fails_sticky();
+			else if (t->kind == 21)
+				case_detach_waits_fail();
 			else if (t->kind == 19 || t->kind == 20)
 				case_record_and_wait_fail(t->kind == 20);
 			else
