@@ -11,6 +11,7 @@
  * byte and no process maps more files than its limits allow.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -278,6 +279,57 @@ void sf__text_say_line_ends(struct sf_dataset *ds, const struct sf_text_file *f)
 			 f->path, shown[0], shown[1]);
 }
 
+/*
+ * Whether a text file's bytes start as no text does: UTF-16 (its byte order mark) or a
+ * compressed stream in a file not named for it (gzip, zstd, xz, bzip2, zip, lz4). Either
+ * would be read as documents of raw bytes without a word; `why` says which.
+ */
+static bool not_text(const struct sf_text_file *f, const char *data, size_t len, struct sf_err *why)
+{
+	static const struct {
+		const char *magic;
+		size_t len;
+		const char *what, *fix;
+	} streams[] = {
+		{"\x1f\x8b", 2, "gzip", "name it .gz, or decompress it"},
+		{"\x28\xb5\x2f\xfd", 4, "zstd", "name it .zst, or decompress it"},
+		{"\xfd"
+		 "7zXZ\0",
+		 6, "xz", "decompress it (unxz)"},
+		{"BZh", 3, "bzip2", "decompress it (bunzip2)"},
+		{"PK\x03\x04", 4, "zip", "extract it (unzip)"},
+		{"\x04\x22\x4d\x18", 4, "lz4", "decompress it (unlz4)"},
+	};
+
+	if (len >= 2 && (!memcmp(data, "\xff\xfe", 2) || !memcmp(data, "\xfe\xff", 2))) {
+		sf__err(why, SF_E_SOURCE,
+			"%s: a UTF-16 byte order mark (%s): the file is UTF-16; text is read as "
+			"UTF-8 (iconv -f UTF-16 -t UTF-8)",
+			f->path, data[0] == '\xff' ? "FF FE" : "FE FF");
+		return true;
+	}
+	for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++) {
+		/* bzip2's "BZh" is followed by its block size and a block's magic. */
+		size_t need = streams[i].len + (streams[i].magic[0] == 'B' ? 7 : 0);
+
+		if (len < need || memcmp(data, streams[i].magic, streams[i].len) ||
+		    (need > streams[i].len &&
+		     (data[3] < '1' || data[3] > '9' || memcmp(data + 4, "1AY&SY", 6))))
+			continue;
+		if (f->compressed)
+			sf__err(why, SF_E_SOURCE,
+				"%s: %s data inside the compressed file, not text (compressed "
+				"twice?)",
+				f->path, streams[i].what);
+		else
+			sf__err(why, SF_E_SOURCE,
+				"%s: %s data in a file not named for it, not text: %s", f->path,
+				streams[i].what, streams[i].fix);
+		return true;
+	}
+	return false;
+}
+
 /* A cut_file() under way: what its fault path frees. */
 struct cut {
 	struct sf_dataset *ds;
@@ -315,13 +367,7 @@ static int cut_scan(void *arg)
 	c->len = len;
 	c->cap = cap;
 	SF_TEST_POINT(SF_TP_INDEX_MAPPED);
-	/* UTF-16 would read as documents of its raw bytes, NULs between the letters. */
-	if (f->format == SF_FMT_TEXT && len >= 2 &&
-	    (!memcmp(data, "\xff\xfe", 2) || !memcmp(data, "\xfe\xff", 2))) {
-		sf__err(&why, SF_E_SOURCE,
-			"%s: a UTF-16 byte order mark (%s): the file is UTF-16; text is read as "
-			"UTF-8 (iconv -f UTF-16 -t UTF-8)",
-			f->path, data[0] == '\xff' ? "FF FE" : "FE FF");
+	if (f->format == SF_FMT_TEXT && not_text(f, data, len, &why)) {
 		if (cap)
 			munmap((void *)data, cap);
 		c->data = NULL;

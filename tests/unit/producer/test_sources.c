@@ -1388,6 +1388,64 @@ Test(sources, text_utf16_is_named)
 }
 
 /*
+ * A compressed file not named for it (a.txt holding gzip data) was tokenized as text: its
+ * compressed bytes became documents without a word (a review). Each stream's magic is
+ * refused, naming the file and the format; skipped and counted under on_error: skip. A
+ * text that starts like one but is none is read, and a .gz holding gzip data says so.
+ */
+Test(sources, compressed_data_in_a_text_file_is_named)
+{
+	static const struct {
+		const char *bytes;
+		size_t len;
+		const char *want;
+	} cases[] = {
+		{"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10,
+		 "gzip data in a file not named for it, not text: name it .gz"},
+		{"\x28\xb5\x2f\xfd\x24\x00\x01\x00", 8,
+		 "zstd data in a file not named for it, not text: name it .zst"},
+		{"\xfd"
+		 "7zXZ\0\0\x04",
+		 8, "xz data"},
+		{"BZh91AY&SY\x01\x02", 12, "bzip2 data"},
+		{"PK\x03\x04\x14\x00", 6, "zip data"},
+		{"\x04\x22\x4d\x18\x64\x40", 6, "lz4 data"},
+	};
+	static const char good[] = "a document of plain UTF-8 text, long enough for a window\n";
+	static const char bzh[] =
+		"BZh is how a bzip2 stream starts, and this is text of a window or more\n";
+	unsigned char z[256];
+	char bad[4200];
+
+	cfg.encoding = "bytes";
+	src.format = SF_FMT_TEXT;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char name[32];
+
+		src.on_error = SF_ON_ERROR_STOP;
+		snprintf(name, sizeof(name), "c%zu.txt", i);
+		put(name, cases[i].bytes, cases[i].len);
+		expect_fail(SF_E_SOURCE, name, cases[i].want);
+		snprintf(bad, sizeof(bad), "%s", path);
+		put("good.txt", good, strlen(good));
+		snprintf(path, sizeof(path), "%s", dir);
+		expect_skip(1, cases[i].want);
+		unlink(bad);
+	}
+	src.on_error = SF_ON_ERROR_STOP;
+	put("bzh.txt", bzh, strlen(bzh));
+	{
+		struct sf_dataset *ds = NULL;
+		struct sf_err e = {0};
+
+		cr_expect_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+		sf__dataset_close(ds);
+	}
+	put("twice.txt.gz", z, gzip_text("\x1f\x8b and then text", z, sizeof(z)));
+	expect_fail(SF_E_SOURCE, "twice.txt.gz", "gzip data inside the compressed file, not text");
+}
+
+/*
  * The first skip named is the first in the files' order, whenever it is met: a file that
  * cannot be opened (z.jsonl, a dangling link) is met when the sources are opened, before
  * the records of the files before it are counted, and was named as the first (a review).
