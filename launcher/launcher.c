@@ -479,17 +479,22 @@ static void handle_signals(struct supervisor *S)
 			 * The command decides how to end; a second signal is not a request. A
 			 * terminal's signal (Ctrl-C, Ctrl-\) reached the whole foreground group,
 			 * the command with it, unless it made a group of its own: passing it on
-			 * would be a second one.
+			 * would be a second one. A hangup is the exception: the kernel sends it
+			 * to the session's leader alone, and to the foreground group only when
+			 * that leader has exited; where the launcher leads the session (`ssh -t
+			 * host shmfeed run`, `tmux new 'exec shmfeed run'`), the command got
+			 * none (a review: killed after the grace period, exit 137).
 			 */
 			if (S->term_count > 1) {
 				sf__log_info("a second stop signal: killing the command (SIGKILL)");
 				kill(S->cmd_pid, SIGKILL);
-			} else if (si.ssi_code != SI_KERNEL || getpgid(S->cmd_pid) != getpgrp())
+			} else if (si.ssi_code != SI_KERNEL || getpgid(S->cmd_pid) != getpgrp() ||
+				   (si.ssi_signo == SIGHUP && getsid(0) == getpid()))
 				kill(S->cmd_pid, (int)si.ssi_signo);
 			if (!S->stopping) {
 				resume_to_stop(S);
 				S->stopping = 1;
-				snprintf(S->reason, sizeof(S->reason), "%s received",
+				snprintf(S->reason, sizeof(S->reason), "SIG%s received",
 					 sigabbrev_np((int)si.ssi_signo));
 				S->cmd_kill_at = sf__now_ns() + ms_ns(S->l->grace_ms);
 			}
@@ -1046,8 +1051,19 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 		return REPLY_LATER;
 	}
 	case SF_CTL_STOP:
-		begin_stop(S, 0, "stop requested over the control socket");
-		sf__log_info("%s", S->reason);
+		if (!S->stopping) {
+			begin_stop(S, 0, "stop requested over the control socket");
+			sf__log_info("%s", S->reason);
+		} else if (S->orphans_at) {
+			/* As a stop signal does then. */
+			sf__log_info("stop requested over the control socket: ending what the "
+				     "command left behind now");
+			S->orphans_at = sf__now_ns();
+		} else {
+			sf__log_info("stop requested over the control socket: the job is "
+				     "stopping already (%s)",
+				     S->reason);
+		}
 		n = describe_job(S, tmp, sizeof(tmp));
 		break;
 	default:
@@ -1523,7 +1539,10 @@ static bool serving_leftovers(struct supervisor *S, uint64_t now)
 	if (S->orphans_done || S->cmd_pid <= 0 || S->failed)
 		return false;
 	n = leftovers(S, kids);
-	if (!n || (S->orphans_at && now >= S->orphans_at)) {
+	/* After a second stop signal (which killed the command), none of it is served. */
+	if (!n || (S->orphans_at && now >= S->orphans_at) || S->term_count > 1) {
+		if (S->term_count > 1 && !S->orphans_at)
+			S->orphans_at = now;
 		S->orphans_done = 1;
 		return false;
 	}

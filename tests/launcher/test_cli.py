@@ -1090,6 +1090,108 @@ def test_a_hangup_delivered_twice_is_one_request(rt, tmp_path):
             p.wait()
 
 
+def test_a_hangup_of_the_terminal_the_launcher_leads_reaches_the_command(rt, tmp_path):
+    """Where the launcher leads the terminal's session (`ssh -t host shmfeed run`, `tmux
+    new 'exec shmfeed run'`), the kernel sends the hangup to it alone: the command got no
+    signal, was killed after the grace period, and the launcher exited 137 (a review).
+    The launcher passes the hangup on; the command saves and exits 0, and so does the
+    job."""
+    script, ready, got = tmp_path / "cmd.py", tmp_path / "ready", tmp_path / "got"
+    script.write_text("import signal, sys, time\n"
+                      f"signal.signal(signal.SIGHUP, lambda *a: (open({str(got)!r}, 'w')"
+                      ".write('HUP'), sys.exit(0)))\n"
+                      f"open({str(ready)!r}, 'w').close()\n"
+                      "time.sleep(60)\nsys.exit(3)\n")
+    job = job_name("huplead")
+    pid, master = pty.fork()
+    if pid == 0:
+        try:
+            os.execvp(SHMFEED, [SHMFEED, "run", DEMO, "--set", f"job={job}", "--grace-ms",
+                                "20000", "--", sys.executable, str(script)])
+        finally:
+            os._exit(127)
+    try:
+        assert wait_for(ready.exists, timeout=30)
+        assert os.getsid(pid) == pid
+        read_pty(master, 0)
+    finally:
+        os.close(master)  # the terminal hangs up
+    t0 = time.monotonic()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
+    assert time.monotonic() - t0 < 10
+    assert got.read_text() == "HUP"
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
+def left_behind_command(ready, marker):
+    """A command that leaves a process of its own session ignoring SIGTERM (a `sleep`
+    with `marker`) and waits, ignoring SIGINT and SIGTERM itself."""
+    return ["sh", "-c", 'trap "" INT TERM; '
+            f'setsid sh -c "trap \\"\\" TERM; sleep {marker}" </dev/null >/dev/null 2>&1 & '
+            f'touch {ready}; while :; do sleep 0.1; done']
+
+
+def test_a_second_stop_signal_ends_what_the_command_left_at_once(rt, tmp_path):
+    """A second stop signal kills the command (SIGKILL) and means "now", but what the
+    command left behind was then served a whole grace period more, SIGTERM first (a
+    review: 9 s after the second Ctrl-C with --grace-ms 6000). It is killed at once."""
+    ready, marker = tmp_path / "ready", f"302.{os.getpid()}"
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job_name('twice')}",
+                          "--grace-ms", "6000", "--", *left_behind_command(ready, marker)],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: ready.exists() and sleeping(marker), timeout=30)
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        err = p.communicate(timeout=30)[1]
+        assert time.monotonic() - t0 < 3, err
+        assert "a second stop signal: killing the command" in err, err
+        assert "left behind: SIGKILL" in err and "served until" not in err, err
+        assert not orphans(marker), err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_a_stop_request_while_leftovers_are_served_ends_them(rt, tmp_path):
+    """`shmfeed stop` while the job served what its command left behind logged the old
+    reason again ("the command finished (exit status 4)") and changed nothing: the
+    launcher waited out the grace period (a review). It ends them now, as a stop signal
+    does then, and says so."""
+    ready, marker = tmp_path / "ready", f"303.{os.getpid()}"
+    job = job_name("stopleft")
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}", "--grace-ms", "8000",
+                          "--", "sh", "-c",
+                          f'setsid sh -c "trap \\"\\" TERM; sleep {marker}" '
+                          f'</dev/null >/dev/null 2>&1 & touch {ready}; sleep 1; exit 4'],
+                         stderr=subprocess.PIPE, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
+    reader.start()
+    try:
+        assert wait_for(lambda: any("left behind: SIGTERM" in l for l in lines), timeout=30), \
+            "".join(lines)
+        t0 = time.monotonic()
+        out = sf("stop", job)
+        assert out.returncode == 0, out.stderr
+        p.wait(timeout=30)
+        reader.join(timeout=30)
+        err = "".join(lines)
+        assert time.monotonic() - t0 < 4, err
+        assert p.returncode == 4, err
+        assert "stop requested over the control socket: ending what the command left " \
+            "behind now" in err, err
+        assert not orphans(marker), err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_signals_the_launcher_was_started_ignoring_stay_ignored(rt, tmp_path):
     """A non-interactive shell starts a background job with SIGINT and SIGQUIT ignored;
     the launcher stopped the job on them anyway (and killed the command, which ignored
