@@ -287,7 +287,7 @@ static int encode_docs(struct sf_text_cache *c, struct tok_dest *d, uint64_t chu
 		else
 			r = sf__tok_encode(enc, doc, len, c->ds->allowed, &ids, &n, e);
 		if (r < 0)
-			return r;
+			return sf__doc_walk_blame(&w, r, e);
 		/* The supervisor reads progress from the heartbeat this renews. */
 		sf__producer_progress(len);
 		c->encoded += nb + n + 1;
@@ -402,7 +402,7 @@ static int encode_head(struct sf_text_cache *c, struct tok_dest *h, uint64_t chu
 
 		r = sf__tok_encode(chunk_encoder(c, chunk), doc, len, c->ds->allowed, &ids, &n, e);
 		if (r < 0)
-			return r;
+			return sf__doc_walk_blame(&w, r, e);
 		/* The supervisor reads progress from the heartbeat this renews. */
 		sf__producer_progress(len);
 		c->encoded += nb + n + 1;

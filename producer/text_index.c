@@ -586,7 +586,7 @@ static int count_item(void *arg, void *state, uint64_t i, struct sf_err *e)
 
 		r = sf__tok_encode(s->enc, doc, len, j->ds->allowed, &ids, &n, e);
 		if (r < 0)
-			return r;
+			return sf__doc_walk_blame(&w, r, e);
 		res->n_tokens += n + 1 + (j->ds->bos != UINT32_MAX);
 		res->n_docs++;
 	}

@@ -400,9 +400,24 @@ int sf__text_next_doc(struct sf_doc_walk *w, const char **ret_doc, size_t *ret_l
 			return lie(w, e, (uint64_t)(next - (w->file_end - w->file->len)),
 				   "a chunk of its index ends before the size where chunks are cut");
 		w->p = next;
+		w->doc_at = (uint64_t)(p - (w->file_end - w->file->len));
+		w->doc_line = w->line;
 		r = w->fmt->decode(w, p, (size_t)(de - p), ret_doc, ret_len, e);
 		if (r)
 			return r;
 	}
 	return 0;
+}
+
+int sf__doc_walk_blame(const struct sf_doc_walk *w, int r, struct sf_err *e)
+{
+	char msg[sizeof(e->msg)];
+
+	memcpy(msg, e->msg, sizeof(msg));
+	if (w->fmt == &sf__format_jsonl)
+		return sf__err(e, r, "%s:%llu: %s", w->file->path, (unsigned long long)w->doc_line,
+			       msg);
+	return sf__err(e, r, "%s: the document at byte %llu%s: %s", w->file->path,
+		       (unsigned long long)w->doc_at,
+		       w->file->compressed ? " of its uncompressed text" : "", msg);
 }

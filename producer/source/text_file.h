@@ -119,6 +119,8 @@ struct sf_doc_walk {
 	const char *file_end;
 	uint64_t cut_bytes;
 	uint64_t line; /* JSONL only: the line of the next record, for messages */
+	uint64_t doc_at;   /* the last document returned: its first byte in the file */
+	uint64_t doc_line; /* ... and, in JSONL, its line */
 	char *scratch; /* f->max_doc bytes (at least), for unescaped JSON strings */
 	uint64_t skipped;
 	struct sf_err why;
@@ -137,6 +139,13 @@ int sf__doc_walk_init(struct sf_doc_walk *w, const struct sf_text_file *f,
 
 int sf__text_next_doc(struct sf_doc_walk *w, const char **ret_doc, size_t *ret_len,
 		      struct sf_err *e);
+
+/*
+ * sf__doc_walk_blame - failure `r` of the document sf__text_next_doc() returned last
+ * (the tokenizer's, which knows no file): e's message after the file and the document's
+ * line (JSONL) or first byte. Returns r.
+ */
+int sf__doc_walk_blame(const struct sf_doc_walk *w, int r, struct sf_err *e);
 
 /*
  * sf__doc_walk_changed - whether the walk's file is still the one the job opened: 0, or

@@ -237,11 +237,15 @@ static int encode_chars(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, 
 			else
 				hi = mid;
 		}
-		if (cp == SF_UC_INVALID || lo == tok->n_chars || tok->chars[lo] != cp)
+		if (cp == SF_UC_INVALID)
 			return sf__err(e, SF_E_TOKENIZER,
-				       "%s: character at byte %zu is not in the "
-				       "vocabulary",
-				       tok->name, p);
+				       "byte %zu (0x%02x) is not UTF-8, which %s reads", p, s[p],
+				       tok->name);
+		if (lo == tok->n_chars || tok->chars[lo] != cp)
+			return sf__err(e, SF_E_TOKENIZER,
+				       "the character U+%04X at byte %zu is not in the vocabulary "
+				       "of %s",
+				       cp, p, tok->name);
 		enc->ids[(*n_out)++] = (uint32_t)lo;
 		p += len;
 	}

@@ -1224,6 +1224,52 @@ Test(hardening, a_character_vocabulary_without_a_or_space_reads_its_text)
 	sf__dataset_close(ds);
 }
 
+/*
+ * A character the char vocabulary lacks, or a byte that is not UTF-8, in a source: the
+ * message named the vocabulary's corpus, not the source file, and a byte counted from
+ * the document's start, which in the corpus named held a character it has ("char:C:
+ * character at byte 3 is not in the vocabulary"; a review). It names the file, the
+ * document (its first byte, or its JSONL line) and the character.
+ */
+Test(hardening, a_character_the_vocabulary_lacks_is_named_where_it_is)
+{
+	static char spec[4300], corpus[4200], want[9000];
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	FILE *f;
+
+	snprintf(corpus, sizeof(corpus), "%s/corpus.txt", dir);
+	f = fopen(corpus, "w");
+	cr_assert(f && fputs("hello \n\"{}:tx", f) >= 0 && fclose(f) == 0);
+	snprintf(spec, sizeof(spec), "char:%s", corpus);
+	cfg.encoding = spec;
+	src.separator = "\n";
+	snprintf(path, sizeof(path), "%s/z.txt", dir);
+	f = fopen(path, "w");
+	cr_assert(f && fputs("hello hello\nhell\nhezlo\n", f) >= 0 && fclose(f) == 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), SF_E_TOKENIZER, "%s", e.msg);
+	snprintf(want, sizeof(want),
+		 "%s: the document at byte 17: the character U+007A at byte 2 is not in the "
+		 "vocabulary of char:%s",
+		 path, corpus);
+	cr_expect(strstr(e.msg, want), "%s", e.msg);
+	f = fopen(path, "w");
+	cr_assert(f && fputs("hello\nhe\xffo\n", f) >= 0 && fclose(f) == 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), SF_E_TOKENIZER, "%s", e.msg);
+	snprintf(want, sizeof(want), "%s: the document at byte 6: byte 2 (0xff) is not UTF-8",
+		 path);
+	cr_expect(strstr(e.msg, want), "%s", e.msg);
+	src.format = SF_FMT_JSONL;
+	src.separator = NULL;
+	snprintf(path, sizeof(path), "%s/z.jsonl", dir);
+	f = fopen(path, "w");
+	cr_assert(f && fputs("{\"text\":\"hello\"}\n\n{\"text\":\"hez\"}\n", f) >= 0 &&
+		  fclose(f) == 0);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), SF_E_TOKENIZER, "%s", e.msg);
+	snprintf(want, sizeof(want), "%s:3: the character U+007A at byte 2", path);
+	cr_expect(strstr(e.msg, want), "%s", e.msg);
+}
+
 /* ---- files truncated while they are read outside a batch ---- */
 
 static void truncate_path_to_zero(int point)
