@@ -237,17 +237,46 @@ static bool other_spelling(const char *sep, char *other, size_t cap)
  * file nowhere. Found for every file (kept in its index entry, so that a warm start of any
  * subset of the files says it), said for the first.
  */
-static void note_line_ends(struct sf_dataset *ds, struct sf_text_file *f,
-			   const struct sf_source_config *src, const char *data, size_t len)
+struct line_ends {
+	char other[64];	     /* the separator's other spelling; empty: nothing to look for */
+	int other_seen;	     /* it occurs in the file */
+	int crlf_seen;	     /* CRLF occurs in the file */
+	const char *scanned; /* the bytes before it have been looked at */
+};
+
+static void line_ends_init(struct line_ends *le, const struct sf_text_file *f,
+			   const struct sf_source_config *src, const char *data)
 {
 	const char *sep = src->separator;
-	char other[64];
 
+	memset(le, 0, sizeof(*le));
+	le->scanned = data;
 	if (f->format != SF_FMT_TEXT || !sep || !strchr(sep, '\n') || strlen(sep) > 31 ||
-	    !f->part_bytes || !other_spelling(sep, other, sizeof(other)))
+	    !other_spelling(sep, le->other, sizeof(le->other)))
+		le->other[0] = 0;
+}
+
+/* Look at the bytes up to `to` (and the few before, that a spelling may span), before
+ * they are released: a decompressed file's would read as zeros after. */
+static void line_ends_scan(struct line_ends *le, const char *data, const char *to)
+{
+	const size_t n = strlen(le->other);
+	const char *from = le->scanned - data > 31 ? le->scanned - 31 : data;
+
+	if (!n || to <= le->scanned)
 		return;
-	if (!memmem(data, len, other, strlen(other)) ||
-	    (strstr(sep, "\r\n") && memmem(data, len, "\r\n", 2)))
+	le->other_seen |= memmem(from, (size_t)(to - from), le->other, n) != NULL;
+	le->crlf_seen |= memmem(from, (size_t)(to - from), "\r\n", 2) != NULL;
+	le->scanned = to;
+}
+
+static void note_line_ends(struct sf_dataset *ds, struct sf_text_file *f,
+			   const struct sf_source_config *src, const struct line_ends *le)
+{
+	const char *sep = src->separator;
+
+	if (!le->other[0] || !f->part_bytes || !le->other_seen ||
+	    (strstr(sep, "\r\n") && le->crlf_seen))
 		return;
 	if (f->max_doc == f->part_bytes)
 		f->line_ends = SF_LINE_ENDS_ONE_DOC;
@@ -351,6 +380,7 @@ static int cut_scan(void *arg)
 	const char *data, *p, *end, *start;
 	uint64_t line = 1, first_chunk = ds->n_chunks;
 	struct sf_err why = {0};
+	struct line_ends le;
 	size_t len, cap, released = 0;
 	int r = sf__text_file_map(f, &data, &len, &cap, &why);
 
@@ -387,6 +417,7 @@ static int cut_scan(void *arg)
 	if (f->partial)
 		line += count_lines(data, p);
 	f->part_bytes = (uint64_t)(end - p);
+	line_ends_init(&le, f, src, data);
 	while (p < end) {
 		const char *next, *de = fmt->doc_end(src->separator, f->sep_len, p, end, &next);
 
@@ -402,10 +433,9 @@ static int cut_scan(void *arg)
 				break;
 			}
 			line += count_lines(start, p);
-			/* Before the last bytes are released (a decompressed file's would read
-			 * as zeros). */
+			line_ends_scan(&le, data, p == end ? data + len : p);
 			if (p == end)
-				note_line_ends(ds, f, src, data, len);
+				note_line_ends(ds, f, src, &le);
 			start = p;
 			release_scanned(data, &released, (size_t)(start - data));
 		}
