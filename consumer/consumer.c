@@ -1413,3 +1413,15 @@ void sf_consumer_detach(struct sf_consumer *c)
 	sf__arena_detach(c->a);
 	free(c);
 }
+
+void sf_consumer_detach_at(struct sf_consumer **c)
+{
+	struct sf_consumer *h;
+
+	if (!c)
+		return;
+	/* Atomically: two threads of a binding may detach the same box (ctypes lets the
+	 * GIL go during the call), and only one of them may get the handle. */
+	h = __atomic_exchange_n(c, NULL, __ATOMIC_ACQ_REL);
+	sf_consumer_detach(h);
+}

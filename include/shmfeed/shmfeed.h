@@ -395,6 +395,15 @@ const char *sf_consumer_errmsg(const struct sf_consumer *c);
  */
 void sf_consumer_detach(struct sf_consumer *c);
 
+/*
+ * sf_consumer_detach_at - sf_consumer_detach(*c), *c set to NULL first (atomically: of
+ * two threads detaching one *c, one detaches it, the other nothing): for a binding
+ * whose own code can be interrupted between two steps (Python's KeyboardInterrupt lands
+ * between any two bytecodes), so that a handle is never both detached and still stored,
+ * nor dropped without being detached. Accepts NULL and a NULL *c.
+ */
+void sf_consumer_detach_at(struct sf_consumer **c);
+
 /* Output types of sf_consumer_set_output() and sf_tokens_widen(). */
 #define SF_DTYPE_I64 3
 

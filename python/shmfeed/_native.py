@@ -182,6 +182,7 @@ def lib():
         "sf_consumer_window": (ctypes.c_int, [vp, ctypes.POINTER(Window)]),
         "sf_consumer_errmsg": (ctypes.c_char_p, [vp]),
         "sf_consumer_detach": (None, [vp]),
+        "sf_consumer_detach_at": (None, [ctypes.POINTER(vp)]),
         "sf_digest": (u64, [vp, u64, u64]),
         "sf_consumer_set_output": (ctypes.c_int, [vp, u32, ctypes.POINTER(vp), u32]),
         "sf_tokens_widen": (ctypes.c_int, [vp, u32, vp, u32, u64]),

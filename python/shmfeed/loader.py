@@ -1,8 +1,9 @@
 """shmfeed.Loader: one rank's view of a job.
 
 A Loader attaches to the arena of job SHMFEED_JOB on this node as local rank LOCAL_RANK,
-checks that the arena's rank mapping agrees with RANK and WORLD_SIZE (as torchrun or
-Slurm set them), and yields the rank's batches in order. Batches are views, built once
+checks that the arena's rank mapping agrees with RANK and WORLD_SIZE (as torchrun sets
+them; srun sets SLURM_PROCID and SLURM_NTASKS instead, which the Loader does not read:
+start the ranks with torchrun, or pass rank= and world_size=), and yields the rank's batches in order. Batches are views, built once
 at attach for each place a batch can land (the K slots of the rank's ring on CPU, the two
 device buffers on a GPU), so that next() costs one C call and no allocation of arrays.
 
@@ -83,6 +84,11 @@ class Error(RuntimeError):
             self.name = N.ERROR_NAMES.get(code, "")
             super().__init__(text)
             return
+        if not isinstance(code, (bool, str)):
+            try:  # numpy's integers as ints, as without a message
+                code = operator.index(code)
+            except TypeError:
+                pass
         self.code, self.message, self._args = code, message, (code, message)
         if isinstance(code, int) and not isinstance(code, bool):
             self.name = N.ERROR_NAMES.get(code, f"errno {-code}" if code < 0 else str(code))
@@ -241,21 +247,29 @@ def _then_close_deferred(method):
 class _Attachment:
     """The C handle of one attached rank. The Loader and every array it hands out hold a
     reference, so the handle (its mapping of the arena, its device buffers) is detached
-    only when the Loader is closed and the last array is gone."""
+    only when the Loader is closed and the last array is gone.
 
-    __slots__ = ("handle", "key", "outputs", "_detach", "_release", "__weakref__")
+    `handle` is the ctypes box the library stores the handle in, and sets to NULL as it
+    detaches (sf_consumer_detach_at(), one call): a KeyboardInterrupt landing between two
+    steps of Python code never leaves a handle both detached and stored, nor dropped
+    undetached. The box is also in _handles until it is detached, so that one whose
+    attachment went without detaching it (its __del__ interrupted) is detached by the
+    next attach in the process, or at exit (a review: the rank stayed taken until the
+    process exited, and its held batch came again in the next process)."""
+
+    __slots__ = ("handle", "key", "outputs", "_detach_at", "_release", "__weakref__")
 
     def __init__(self, lib, handle, key):
         self.handle = handle
         self.key = key
         self.outputs = None  # buffers the library widens batches into
-        self._detach = lib.sf_consumer_detach
+        self._detach_at = lib.sf_consumer_detach_at
         self._release = lib.sf_consumer_release
+        _handles[id(handle)] = (handle, weakref.ref(self))
 
     def detach(self):
-        h, self.handle = self.handle, None
-        if h:
-            self._detach(h)
+        self._detach_at(ctypes.byref(self.handle))
+        _handles.pop(id(self.handle), None)
 
     def release(self):
         """Release the batch held, keeping the mapping (views of it may still be read)."""
@@ -264,6 +278,19 @@ class _Attachment:
 
     def __del__(self):
         self.detach()
+
+
+# The handle boxes not detached yet, by id: (box, weak reference to its _Attachment).
+_handles = {}
+
+
+def _detach_orphans():
+    """Detach the handles whose _Attachment is gone without detaching them."""
+    lib = N.lib()
+    for key, (box, owner) in list(_handles.items()):
+        if owner() is None:
+            lib.sf_consumer_detach_at(ctypes.byref(box))
+            _handles.pop(key, None)
 
 
 # The live attachments of this process by (job, local rank), so that a Loader refused a
@@ -287,6 +314,7 @@ def _after_fork_in_child():
     thread of the parent held (waiting in next()) would never be let go, and every call,
     close() too, would hang."""
     _attached.clear()
+    _handles.clear()
     for loader in list(_loaders):
         loader._lock = threading.RLock()
 
@@ -312,6 +340,7 @@ def _release_at_exit():
                 loader._lock.release()
     for owner in list(_attached.values()):
         owner.release()
+    _detach_orphans()
 
 
 atexit.register(_release_at_exit)
@@ -412,6 +441,7 @@ class Loader:
         # The node's size and index in the rendezvous count only with the environment's
         # RANK: a rank given by the caller is checked against the node's ranks alone.
         local_world_size = group_rank = None
+        rank_given = rank is not None
         if rank is None:
             rank = _env_int("RANK", 0, _RANK_MAX)
             local_world_size = _env_int("LOCAL_WORLD_SIZE", 1, _RANK_MAX)
@@ -424,6 +454,12 @@ class Loader:
             world_size = _checked_int("world_size", world_size, 1, _RANK_MAX)
         if local_rank is None:
             local_rank = _env_int("LOCAL_RANK", 0, _RANK_MAX)
+            # torchrun's LOCAL_RANK numbers torchrun's ranks: beside a rank= of another
+            # numbering (the data-parallel rank under tensor parallelism) it is not this
+            # rank's (a review: the README's Megatron recipe failed as written).
+            if rank_given and local_rank is not None and \
+                    rank != _env_int("RANK", 0, _RANK_MAX):
+                local_rank = None
         else:
             local_rank = _checked_int("local_rank", local_rank, 0, _RANK_MAX)
         local_from_rank = local_rank is None and rank is not None
@@ -443,6 +479,7 @@ class Loader:
         # The handle is owned before it exists: an exception that lands as the attach
         # returns (Ctrl-C's, while a GPU attach took its time) detaches it, where it
         # left the rank taken until the process exited.
+        _detach_orphans()
         owner = _Attachment(self._lib, handle, (job, local_rank))
         try:
             r = self._lib.sf_consumer_attach_ranks(job.encode(), ctypes.byref(env), dev_index,
@@ -460,9 +497,9 @@ class Loader:
                                "consumers.device: auto or cpu")
                 elif r == N.SF_E_RANGE and local_from_rank and "has local ranks" in detail:
                     # A node of several: its local ranks count from 0 (rank_base).
-                    detail += (f" (the local rank defaulted to the global rank {rank}, "
-                               "LOCAL_RANK being unset: on a node whose ranks start above 0 "
-                               "pass local_rank= or set LOCAL_RANK, as torchrun does)")
+                    detail += (f" (the local rank defaulted to the rank {rank}, LOCAL_RANK "
+                               "being unset or torchrun's, whose RANK is not rank=: on a "
+                               "node whose ranks start above 0 pass local_rank=)")
                 raise Error(r, _said(job, f"rank {local_rank}: {detail}"))
             self._owner = owner
             _attached[owner.key] = owner
@@ -1022,13 +1059,15 @@ class Loader:
         if self._h is None or getattr(self, "_batch", None) is None:
             return
         kept = self._kept_state()
-        self._undelivered = self._returning = None
-        self._batch.step = _NO_STEP
         if kept is not None:
             # Nothing to do on failure (a job stopping, a fork's child): the rank's
-            # position is then the library's.
+            # position is then the library's. The batch is forgotten only once the seek
+            # is done, which may be made again: a second Ctrl-C in close() lost it (a
+            # review: the next Loader started a step later).
             self._lib.sf_consumer_seek(self._h, ctypes.byref(N.Resume(
                 kept["samples"], kept["epoch"], kept["config_digest"], kept["provenance"])))
+        self._undelivered = self._returning = None
+        self._batch.step = _NO_STEP
 
     def __del__(self):
         try:

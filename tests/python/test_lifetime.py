@@ -405,3 +405,102 @@ def test_closed_after_an_interrupt_the_next_loader_starts_at_the_kept_batch():
                 gc.collect()
             print("ok")
         """)
+
+
+def test_a_second_interrupt_in_close_keeps_the_kept_batch():
+    """A second Ctrl-C inside close() (landing before its seek to the batch an interrupted
+    next() kept) lost that batch: close() had forgotten it before seeking, and closing
+    again did not seek, so the next Loader started a step later (a review). The batch is
+    forgotten only after the seek; closing again seeks."""
+    with Feed("close-twice", producers=2) as feed:
+        run_case(feed, """
+            class InterruptedBefore:
+                def __init__(self, lib, name):
+                    self._lib, self._name = lib, name
+                def __getattr__(self, attr):
+                    f = getattr(self._lib, attr)
+                    if attr != self._name:
+                        return f
+                    def interrupted(*args):
+                        self._name = None  # once
+                        raise KeyboardInterrupt
+                    return interrupted
+            L = shmfeed.Loader(job=JOB, numpy=True)
+            L.load_state_dict(dict(L.state_dict(), samples=0, provenance=0))
+            assert L.next().step == 0
+            InterruptingLock(L).armed = True
+            try:
+                L.next()
+            except KeyboardInterrupt:
+                pass
+            assert L.state_dict()["step"] == 1
+            real = L._lib
+            L._lib = InterruptedBefore(real, "sf_consumer_seek")
+            try:
+                L.close()
+            except KeyboardInterrupt:
+                print("interrupted")
+            L._lib = real
+            L._closing = False
+            L.close()
+            del L
+            gc.collect()
+            L2 = shmfeed.Loader(job=JOB, numpy=True)
+            b = L2.next()
+            assert b.step == 1 and (b.tokens == expected(1)).all(), b.step
+            print("ok")
+        """)
+
+
+DETACH_INTERRUPTED = """
+from shmfeed import loader as SL
+plain_detach = SL._Attachment.detach
+def interrupted_detach(self):
+    SL._Attachment.detach = plain_detach  # once
+    raise KeyboardInterrupt
+"""
+
+
+def test_an_interrupt_as_a_loader_is_detached_leaves_the_rank_free(feed):
+    """Ctrl-C landing as a closed or dropped Loader's attachment was detached (in its
+    __del__, where Python only prints an exception) lost the handle: the rank stayed taken
+    in the process, every later Loader of it refused with SF_E_BUSY, and its held batch
+    came again in the next process (a review). The handle is detached by the next attach
+    of the process, or at its exit."""
+    out = run_case(feed, DETACH_INTERRUPTED + textwrap.dedent("""
+        for how in ("close", "drop"):
+            L = shmfeed.Loader(job=JOB, numpy=True)
+            L.load_state_dict(dict(L.state_dict(), samples=0, provenance=0))
+            assert [L.next().step for _ in range(3)] == [0, 1, 2]
+            SL._Attachment.detach = interrupted_detach
+            if how == "close":
+                L.close()
+            del L
+            gc.collect()
+            assert SL._Attachment.detach is plain_detach, "the detach was not tried"
+            L = shmfeed.Loader(job=JOB, numpy=True)
+            b = L.next()
+            assert b.step == 3 and (b.tokens == expected(3)).all(), (how, b.step)
+            L.close()
+            del L, b
+            gc.collect()
+        print("ok")
+    """))
+    assert "ok" in out, out
+    # At exit: the batch held is not handed out again by the next process.
+    run_case(feed, DETACH_INTERRUPTED + textwrap.dedent("""
+        L = shmfeed.Loader(job=JOB, numpy=True)
+        L.load_state_dict(dict(L.state_dict(), samples=0, provenance=0))
+        assert [L.next().step for _ in range(3)] == [0, 1, 2]
+        SL._Attachment.detach = interrupted_detach
+        L.close()
+        del L
+        gc.collect()
+    """))
+    out = run_case(feed, """
+        L = shmfeed.Loader(job=JOB, numpy=True)
+        b = L.next()
+        assert b.step == 3, b.step
+        print("ok")
+    """)
+    assert "ok" in out, out

@@ -564,11 +564,38 @@ def test_a_global_rank_above_the_nodes_says_how_to_name_the_local_one(monkeypatc
         with pytest.raises(shmfeed.Error) as e:
             shmfeed.Loader(job=feed.job, rank=3, world_size=4, numpy=True)
         assert e.value.code == N.SF_E_RANGE
-        assert "defaulted to the global rank 3" in str(e.value) and \
+        assert "defaulted to the rank 3" in str(e.value) and \
             "local_rank=" in str(e.value), e.value
         with shmfeed.Loader(job=feed.job, rank=3, world_size=4, local_rank=1,
                             numpy=True) as L:
             assert L.next().step == 0
+
+
+def test_a_data_parallel_rank_under_torchrun_takes_its_own_local_rank(monkeypatch):
+    """Tensor parallelism 2 on 4 GPUs, torchrun's rank 2 (LOCAL_RANK=2): the README says
+    to pass the data-parallel rank and size, Loader(rank=1, world_size=2), but the local
+    rank came from LOCAL_RANK, 2, and the job of 2 ranks refused it (a review). Beside a
+    rank= that is not RANK, the local rank is rank= itself; with RANK equal to rank=,
+    LOCAL_RANK still counts."""
+    with Feed("dp-rank", ranks=2) as feed:
+        monkeypatch.setenv("RANK", "2")
+        monkeypatch.setenv("LOCAL_RANK", "2")
+        monkeypatch.setenv("WORLD_SIZE", "4")
+        with shmfeed.Loader(job=feed.job, rank=1, world_size=2, numpy=True) as L:
+            assert (L.rank, L.local_rank) == (1, 1)
+            assert np.array_equal(L.next().tokens, feed.expected(1, 0))
+        monkeypatch.setenv("RANK", "1")
+        monkeypatch.setenv("LOCAL_RANK", "0")
+        with pytest.raises(shmfeed.Error) as e:
+            shmfeed.Loader(job=feed.job, rank=1, world_size=2, numpy=True)
+        assert e.value.code == N.SF_E_RANGE, e.value
+
+
+def test_an_error_made_of_a_numpy_code_and_a_message_is_named():
+    """Error(np.int32(-1007), "m") kept the NumPy code and said "m [-1007]", where
+    Error(-1007, "m") says "m [SF_E_TIMEOUT]" (a review)."""
+    e = shmfeed.Error(np.int32(N.SF_E_TIMEOUT), "m")
+    assert type(e.code) is int and e.code == N.SF_E_TIMEOUT and str(e) == "m [SF_E_TIMEOUT]", e
 
 
 _LEAK_AT_EXIT = """
