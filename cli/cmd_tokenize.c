@@ -224,6 +224,31 @@ static int output_is_input(const char *prefix, int part, const struct sf_config 
 	return 0;
 }
 
+/*
+ * "tokenizer.file=PATH" for the --set parser, PATH as a double-quoted YAML scalar, so that
+ * the name is taken as given (`tok #1.tiktoken` lost its " #1" as a comment, `null` and
+ * `[v2].tiktoken` were read as YAML; a review). NULL when out of memory.
+ */
+static char *file_override(const char *path)
+{
+	size_t n = strlen(path), k = 0;
+	char *out = malloc(sizeof("tokenizer.file=\"\"") + 4 * n);
+
+	if (!out)
+		return NULL;
+	k = (size_t)sprintf(out, "tokenizer.file=\"");
+	for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			k += (size_t)sprintf(out + k, "\\%c", *p);
+		else if (*p < 0x20 || *p == 0x7f)
+			k += (size_t)sprintf(out + k, "\\x%02x", *p);
+		else
+			out[k++] = (char)*p;
+	}
+	strcpy(out + k, "\"");
+	return out;
+}
+
 static int merge(char **parts, size_t n_parts, const char *prefix, int quiet)
 {
 	struct sf_err e = {0};
@@ -286,12 +311,15 @@ int sf__cmd_tokenize(int argc, char **argv)
 			prefix = argv[++i];
 		else if (!strcmp(argv[i], "--set") && i + 1 < argc)
 			sets[n_sets++] = argv[++i];
+		else if (!strncmp(argv[i], "--set=", 6))
+			sets[n_sets++] = argv[i] + 6;
 		else if (!strcmp(argv[i], "--shard") && i + 1 < argc && !shard)
 			shard = argv[++i];
 		else if (!strcmp(argv[i], "--merge"))
 			merging = 1;
 		else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc && !file_set) {
-			if (asprintf(&file_set, "tokenizer.file=%s", argv[++i]) < 0) {
+			file_set = file_override(argv[++i]);
+			if (!file_set) {
 				free(sets);
 				free(positional);
 				return 1;

@@ -325,8 +325,11 @@ static void gpu_teardown(struct sf_consumer *c)
 	 * work may still run: the memory it reads and writes is left to the driver rather
 	 * than freed under it, where the caller's next allocation could take it (cuMemFree
 	 * "may" synchronize, cuda.h says, not that it does). */
-	if (g->used[0] && cu->cuEventRecord(g->used[0], g->user_stream) == SF_CUDA_SUCCESS)
-		busy = unfinished(cu->cuEventSynchronize(g->used[0]));
+	if (g->used[0]) {
+		sf_curesult q = cu->cuEventRecord(g->used[0], g->user_stream);
+
+		busy = unfinished(q == SF_CUDA_SUCCESS ? cu->cuEventSynchronize(g->used[0]) : q);
+	}
 	if (g->stream)
 		busy |= unfinished(cu->cuStreamSynchronize(g->stream));
 	for (uint32_t i = 0; i < g->nbuf; i++) {
@@ -526,8 +529,9 @@ static int wait_copied(struct sf_consumer *c, int64_t *timeout_ns, sf_curesult *
 /*
  * The held slot of a step not handed out (c->undelivered) goes back READY for that step
  * once its stream has been waited for, or its context is lost (no copy of it will run
- * then), or after the teardown (its device buffers are freed, so nobody reads what a copy
- * still queued writes). While the wait fails otherwise (another thread's graph capture
+ * then), or after the teardown (a copy still queued then writes a device buffer nobody
+ * reads again: freed, or left to the driver where the teardown could not wait). While
+ * the wait fails otherwise (another thread's graph capture
  * refuses it), the slot stays held and the call fails: a refill, after a seek, would
  * change the bytes under the copy.
  */

@@ -208,6 +208,16 @@ def _env_int(name, lo, hi):
     return _checked_int(name, int(v), lo, hi)
 
 
+def _env_rank_other_than(rank):
+    """Whether the environment's RANK is set, and another rank than `rank` (one that is
+    not a rank at all counts as another: the caller's rank= overrides it)."""
+    try:
+        env_rank = _env_int("RANK", 0, _RANK_MAX)
+    except ValueError:
+        return True
+    return env_rank is not None and env_rank != rank
+
+
 def _timeout_ms(timeout):
     """A timeout in seconds (None: forever) as the int32 milliseconds of the C API."""
     if timeout is None:
@@ -257,18 +267,30 @@ class _Attachment:
     next attach in the process, or at exit (a review: the rank stayed taken until the
     process exited, and its held batch came again in the next process)."""
 
-    __slots__ = ("handle", "key", "outputs", "_detach_at", "_release", "__weakref__")
+    __slots__ = ("handle", "key", "outputs", "lock", "loader", "deferred", "_detach_at",
+                 "_release", "__weakref__")
 
     def __init__(self, lib, handle, key):
         self.handle = handle
         self.key = key
         self.outputs = None  # buffers the library widens batches into
+        # While its Loader is open: a finalizer of this attachment that runs before the
+        # Loader's (the cyclic collector's order is any) leaves the detach to the
+        # Loader's, which first puts back a batch an interrupted next() kept.
+        self.loader = False
+        self.deferred = False
+        # Held around the calls a finalizer makes on the handle (this detach, the
+        # Loader's last seek), so that _detach_orphans() in another thread, which may
+        # find the weak reference cleared before those finalizers have run (the cyclic
+        # collector clears it first), leaves the handle to them.
+        self.lock = threading.Lock()
         self._detach_at = lib.sf_consumer_detach_at
         self._release = lib.sf_consumer_release
-        _handles[id(handle)] = (handle, weakref.ref(self))
+        _handles[id(handle)] = (handle, weakref.ref(self), self.lock)
 
     def detach(self):
-        self._detach_at(ctypes.byref(self.handle))
+        with self.lock:
+            self._detach_at(ctypes.byref(self.handle))
         _handles.pop(id(self.handle), None)
 
     def release(self):
@@ -277,6 +299,9 @@ class _Attachment:
             self._release(self.handle)
 
     def __del__(self):
+        if self.loader:
+            self.deferred = True
+            return
         self.detach()
 
 
@@ -285,11 +310,15 @@ _handles = {}
 
 
 def _detach_orphans():
-    """Detach the handles whose _Attachment is gone without detaching them."""
+    """Detach the handles whose _Attachment is gone without detaching them (not those
+    whose finalizers are at work: they detach them)."""
     lib = N.lib()
-    for key, (box, owner) in list(_handles.items()):
-        if owner() is None:
-            lib.sf_consumer_detach_at(ctypes.byref(box))
+    for key, (box, owner, lock) in list(_handles.items()):
+        if owner() is None and lock.acquire(blocking=False):
+            try:
+                lib.sf_consumer_detach_at(ctypes.byref(box))
+            finally:
+                lock.release()
             _handles.pop(key, None)
 
 
@@ -457,8 +486,7 @@ class Loader:
             # torchrun's LOCAL_RANK numbers torchrun's ranks: beside a rank= of another
             # numbering (the data-parallel rank under tensor parallelism) it is not this
             # rank's (a review: the README's Megatron recipe failed as written).
-            if rank_given and local_rank is not None and \
-                    rank != _env_int("RANK", 0, _RANK_MAX):
+            if rank_given and local_rank is not None and _env_rank_other_than(rank):
                 local_rank = None
         else:
             local_rank = _checked_int("local_rank", local_rank, 0, _RANK_MAX)
@@ -497,12 +525,13 @@ class Loader:
                                "consumers.device: auto or cpu")
                 elif r == N.SF_E_RANGE and local_from_rank and "has local ranks" in detail:
                     # A node of several: its local ranks count from 0 (rank_base).
-                    detail += (f" (the local rank defaulted to the rank {rank}, LOCAL_RANK "
-                               "being unset or torchrun's, whose RANK is not rank=: on a "
-                               "node whose ranks start above 0 pass local_rank=)")
+                    detail += (f" (the local rank defaulted to the rank {rank}: LOCAL_RANK "
+                               "is unset, or it came with a RANK other than rank=; on a node "
+                               "whose ranks start above 0 pass local_rank=)")
                 raise Error(r, _said(job, f"rank {local_rank}: {detail}"))
             self._owner = owner
             _attached[owner.key] = owner
+            owner.loader = True
             self._h = handle
             self.job = job
             info = N.Info()
@@ -1063,9 +1092,14 @@ class Loader:
             # Nothing to do on failure (a job stopping, a fork's child): the rank's
             # position is then the library's. The batch is forgotten only once the seek
             # is done, which may be made again: a second Ctrl-C in close() lost it (a
-            # review: the next Loader started a step later).
-            self._lib.sf_consumer_seek(self._h, ctypes.byref(N.Resume(
-                kept["samples"], kept["epoch"], kept["config_digest"], kept["provenance"])))
+            # review: the next Loader started a step later). The attachment may have
+            # been detached first (the cyclic collector finalizes the two in any order):
+            # its handle, which the box holds, is then NULL, and there is nothing to do.
+            with self._owner.lock:
+                if self._h:
+                    self._lib.sf_consumer_seek(self._h, ctypes.byref(N.Resume(
+                        kept["samples"], kept["epoch"], kept["config_digest"],
+                        kept["provenance"])))
         self._undelivered = self._returning = None
         self._batch.step = _NO_STEP
 
@@ -1074,6 +1108,11 @@ class Loader:
             self._put_back()
         except Exception:  # noqa: BLE001 (at interpreter exit, modules may be gone)
             pass
+        owner = getattr(self, "_owner", None)
+        if owner is not None:
+            owner.loader = False
+            if owner.deferred:  # its finalizer ran first (a cycle): detach it now
+                owner.detach()
 
     @_then_close_deferred
     def load_state_dict(self, state):
@@ -1206,7 +1245,10 @@ class Loader:
 
     def _teardown(self):
         self._put_back()
-        self._owner = self._h = None
+        owner = self._owner
+        self._h = self._owner = None  # _h first: _put_back() needs _owner while _h is set
+        if owner is not None:
+            owner.loader = False
         self._tokens = self._x = self._y = self._docs = self._gpu_raw = self._host = None
         self._sources = self._widen = None
         self._slot_docs = self._slot_sources = None

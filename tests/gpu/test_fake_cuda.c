@@ -926,8 +926,8 @@ static void case_record_fails(void)
  * queued). The slot went back READY with its copy still to run, and a seek let the
  * producers refill it first. It stays held while the wait fails: with `waits` failing
  * waits (NTH 1), the seek's wait works and step 10 is served; with every wait failing
- * (NTH 0), next() and seek() fail, detach gives the slot back (the teardown freed the
- * copy's buffer), and the rank's next consumer gets step 2.
+ * (NTH 0), next() and seek() fail, detach gives the slot back (the copy, if it ever runs,
+ * writes a device buffer left to the driver), and the rank's next consumer gets step 2.
  */
 static void case_record_and_wait_fail(int every_wait)
 {

@@ -1294,6 +1294,27 @@ def test_tokenize_tokenizer_sets_aside_the_whole_encoding(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_tokenize_tokenizer_takes_the_file_name_as_given(tmp_path):
+    """--tokenizer FILE went through the --set parser as YAML: 'tok #1.tiktoken' lost
+    ' #1' as a comment, 'null' was no file, '[v2].tiktoken' a flow sequence, 'a:
+    b.tiktoken' a mapping, all under a --set the user never typed (a review). And
+    --set=KEY=VALUE, which check and run take, was an unknown option."""
+    vocab = os.path.join(ROOT, "..", "shared", "data", "vocab", "o200k_base.tiktoken")
+    with open(vocab, "rb") as f:
+        data = f.read()
+    for name in ("tok #1.tiktoken", "null", "[v2].tiktoken", "a: b.tiktoken",
+                 'q"b\\s\ttab.tiktoken'):
+        (tmp_path / name).write_bytes(data)
+        r = sf("tokenize", DEMO, "-o", str(tmp_path / "x"), "--tokenizer",
+               str(tmp_path / name))
+        assert r.returncode == 1 and "a .tiktoken file of no known family" in r.stderr and \
+            str(tmp_path / name) in r.stderr, (name, r)
+        (tmp_path / name).unlink()
+    r = sf("tokenize", DEMO, "-o", str(tmp_path / "x"), "--set=tokenizer.encoding=nonesuch")
+    assert r.returncode == 1 and "nonesuch" in r.stderr, r
+    assert not list(tmp_path.iterdir())
+
+
 def test_check_says_valid_only_of_what_run_takes(tmp_path):
     """A mixture whose weights are all 0, or a schedule phase with no weights: check
     printed '# FILE: valid' and the resolved config, then the error, and exited 1."""

@@ -504,3 +504,41 @@ def test_an_interrupt_as_a_loader_is_detached_leaves_the_rank_free(feed):
         print("ok")
     """)
     assert "ok" in out, out
+
+
+def test_a_loader_collected_after_its_attachment_in_a_cycle():
+    """A Loader in a reference cycle with a batch kept from an interrupted next(): the
+    cyclic collector may finalize its attachment first, which detached the handle, and
+    then the Loader's finalizer seeked with it (a freed handle before; a NULL one, and a
+    segfault, once the detach cleared the box; a review). The attachment's finalizer
+    leaves the detach to the Loader's, which puts the kept batch back first: the next
+    Loader starts at it. A collection forced while the Loader is made puts the
+    attachment first in the collector's order."""
+    with Feed("cycle", producers=2) as feed:
+        out = run_case(feed, """
+        import faulthandler
+        faulthandler.enable()
+        from shmfeed import loader as SL
+        plain = SL.Loader._pick_device
+        def collecting(self, *a):
+            r = plain(self, *a)
+            gc.collect(0)
+            return r
+        SL.Loader._pick_device = collecting
+        L = shmfeed.Loader(job=JOB, numpy=True)
+        SL.Loader._pick_device = plain
+        assert L.next().step == 0
+        InterruptingLock(L).armed = True
+        try:
+            L.next()
+        except KeyboardInterrupt:
+            pass
+        L.cycle = L
+        del L
+        gc.collect()
+        L = shmfeed.Loader(job=JOB, numpy=True)
+        b = L.next()
+        assert b.step == 1 and (b.tokens == expected(1)).all(), b.step
+        print("ok")
+    """)
+    assert "ok" in out, out

@@ -589,6 +589,16 @@ def test_a_data_parallel_rank_under_torchrun_takes_its_own_local_rank(monkeypatc
         with pytest.raises(shmfeed.Error) as e:
             shmfeed.Loader(job=feed.job, rank=1, world_size=2, numpy=True)
         assert e.value.code == N.SF_E_RANGE, e.value
+    # A LOCAL_RANK without RANK (a script's own, under srun) is this rank's: the node's
+    # ranks 2..3, LOCAL_RANK 0 with rank=2 (a review of the rule above: it dropped it).
+    monkeypatch.delenv("RANK")
+    with Feed("dp-rank-node", ranks=2, world_size=4, rank_base=2) as feed:
+        with shmfeed.Loader(job=feed.job, rank=2, world_size=4, numpy=True) as L:
+            assert (L.rank, L.local_rank) == (2, 0)
+        monkeypatch.setenv("RANK", "x")  # rank= overrides it: no error for it
+        with shmfeed.Loader(job=feed.job, rank=2, world_size=4, local_rank=0,
+                            numpy=True) as L:
+            assert (L.rank, L.local_rank) == (2, 0)
 
 
 def test_an_error_made_of_a_numpy_code_and_a_message_is_named():
