@@ -1743,6 +1743,29 @@ int sf__launcher_fds_check(uint32_t producers, const struct sf_config *cfg, stru
 		       (unsigned long long)limit, (unsigned long long)need);
 }
 
+/*
+ * The job file's path for SHMFEED_CONFIG: absolute, so that a command that changes
+ * directory finds it, with its directory resolved but not the file itself. A job file
+ * that is a link reads its relative paths against the link's directory, and
+ * realpath() of the file named the link's target, whose directory may hold other files
+ * of those names: another job (a review). As given where the directory cannot be
+ * resolved.
+ */
+static void absolute_config_path(const char *path, char *out, size_t len)
+{
+	const char *slash = strrchr(path, '/');
+	char dir[PATH_MAX], *abs;
+
+	snprintf(out, len, "%s", path);
+	if (slash && slash == path)
+		return; /* a file of / */
+	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+	abs = realpath(dir, NULL);
+	if (abs && (size_t)snprintf(out, len, "%s/%s", abs, slash ? slash + 1 : path) >= len)
+		snprintf(out, len, "%s", path);
+	free(abs);
+}
+
 int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal, struct sf_err *e)
 {
 	struct supervisor *S = calloc(1, sizeof(*S));
@@ -1762,9 +1785,8 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 			      cfg->endpoint, cfg->job);
 	S->l = l;
 	S->cfg = cfg;
-	/* Absolute, so that a command that changes directory finds it. */
-	if (cfg->path && !realpath(cfg->path, S->config_path))
-		snprintf(S->config_path, sizeof(S->config_path), "%s", cfg->path);
+	if (cfg->path)
+		absolute_config_path(cfg->path, S->config_path, sizeof(S->config_path));
 	S->sfd = -1;
 	S->ipc.lock_fd = -1;
 	S->self = getpid();

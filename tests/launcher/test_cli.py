@@ -549,6 +549,28 @@ def test_the_command_finds_its_job_file_from_any_directory(rt, tmp_path):
     assert (tmp_path / "seen").read_text() == (tmp_path / "j.yaml").read_text()
 
 
+def test_the_command_gets_the_job_file_of_the_job_that_runs(rt, tmp_path):
+    """A job file that is a link (b/job.yaml -> ../a/job.yaml) reads its relative source
+    paths against the link's directory, but SHMFEED_CONFIG named the link's target, in
+    whose directory the same names are other files: `check $SHMFEED_CONFIG` gave another
+    config digest (a review). It names the link, in its directory made absolute."""
+    for d, n in (("a", 4000), ("b", 6000)):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "data.bin").write_bytes(bytes(n))
+    (tmp_path / "a" / "job.yaml").write_text(
+        f"job: {job_name('cfglink')}\nsources: [{{paths: data.bin, format: nanogpt}}]\n")
+    os.symlink("../a/job.yaml", tmp_path / "b" / "job.yaml")
+    out = subprocess.run([SHMFEED, "run", "b/job.yaml", "--quiet", "--", "sh", "-c",
+                          f'echo "$SHMFEED_CONFIG" > {tmp_path}/seen'],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    seen = (tmp_path / "seen").read_text().strip()
+    assert seen == str(tmp_path / "b" / "job.yaml"), seen
+    digests = [re.search(r"config digest ([0-9a-f]+)", sf("check", path).stdout)
+               for path in (str(tmp_path / "b" / "job.yaml"), seen)]
+    assert digests[0] and digests[1] and digests[0].group(1) == digests[1].group(1), digests
+
+
 def test_check_counts_huge_budgets_without_wrapping_and_rounds_the_bound_up(tmp_path):
     """A budget of 2^64 - 1 tokens, or a schedule whose last phase ends at step 2^64 - 2,
     is cut to the 2^64 tokens check counts in (they wrapped to 0 steps, or to a wrong
