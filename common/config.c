@@ -1950,6 +1950,28 @@ static int check_events(const char *name, const char *text, size_t len, yaml_mar
 	return r;
 }
 
+/* The parser's failure, at its position. */
+static int invalid_yaml(const char *name, const char *text, size_t len,
+			const yaml_parser_t *parser, struct sf_err *e)
+{
+	size_t line = parser->problem_mark.line, col = parser->problem_mark.column;
+
+	/* A byte the reader refuses (invalid UTF-8, a control character) has no mark: its
+	 * offset tells where it is. */
+	if (parser->error == YAML_READER_ERROR) {
+		line = col = 0;
+		for (size_t i = 0; i < parser->problem_offset && i < len; i++) {
+			if (text[i] == '\n')
+				line++, col = 0;
+			else if (((unsigned char)text[i] & 0xc0) != 0x80)
+				col++;
+		}
+	}
+	return sf__err(e, SF_E_CONFIG, "%s:%zu:%zu: invalid YAML: %s%s%s", name, line + 1, col + 1,
+		       parser->problem ? parser->problem : "syntax error",
+		       parser->context ? " " : "", parser->context ? parser->context : "");
+}
+
 /*
  * Parse `len` bytes of YAML into `doc`, and the positions of its aliases into `L`, which
  * the caller frees (forget_aliases()) whether it succeeds or not; a syntax error is
@@ -1975,41 +1997,27 @@ static int parse_document(struct loader *L, const char *name, const char *text, 
 	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
 	ok = yaml_parser_load(&parser, doc);
 	if (!ok) {
-		size_t line = parser.problem_mark.line, col = parser.problem_mark.column;
-
-		/* A byte the reader refuses (invalid UTF-8, a control character) has no mark:
-		 * its offset tells where it is. */
-		if (parser.error == YAML_READER_ERROR) {
-			line = col = 0;
-			for (size_t i = 0; i < parser.problem_offset && i < len; i++) {
-				if (text[i] == '\n')
-					line++, col = 0;
-				else if (((unsigned char)text[i] & 0xc0) != 0x80)
-					col++;
-			}
-		}
-		r = sf__err(e, SF_E_CONFIG, "%s:%zu:%zu: invalid YAML: %s%s%s", name, line + 1,
-			    col + 1, parser.problem ? parser.problem : "syntax error",
-			    parser.context ? " " : "", parser.context ? parser.context : "");
-
+		r = invalid_yaml(name, text, len, &parser, e);
 		yaml_parser_delete(&parser);
 		return r;
 	}
-	/* A second document ("---") would be silently ignored: one job, one document. */
+	/* A second document ("---") would be silently ignored: one job, one document. What
+	 * follows the first that is no document is a syntax error, said as one (it was
+	 * called a second document, at the line where the parser stopped; a review). */
 	if (yaml_document_get_root_node(doc)) {
 		ok = yaml_parser_load(&parser, &more);
-		if (!ok || yaml_document_get_root_node(&more)) {
-			size_t line = parser.mark.line + 1;
-
-			if (ok)
-				yaml_document_delete(&more);
+		r = ok ? 0 : invalid_yaml(name, text, len, &parser, e);
+		if (ok && yaml_document_get_root_node(&more))
+			r = sf__err(e, SF_E_CONFIG,
+				    "%s:%zu: a second YAML document: a job file holds one", name,
+				    (size_t)more.start_mark.line + 1);
+		if (ok)
+			yaml_document_delete(&more);
+		if (r < 0) {
 			yaml_parser_delete(&parser);
 			yaml_document_delete(doc);
-			return sf__err(e, SF_E_CONFIG,
-				       "%s:%zu: a second YAML document: a job file holds one", name,
-				       line);
+			return r;
 		}
-		yaml_document_delete(&more);
 	}
 	yaml_parser_delete(&parser);
 	r = check_nodes(name, doc, e);

@@ -1157,8 +1157,16 @@ Test(config, mixture_mistakes_are_named)
 		"holds a NUL character");
 	rejects("sources:\n  - {paths: \"a.txt\\0junk\", format: text}\n", "job.yaml:2:",
 		"holds a NUL character");
-	rejects("sources: [a.bin]\nbatch: {size: 2}\n---\nbatch: {size: 99}\n", "job.yaml:",
+	rejects("sources: [a.bin]\nbatch: {size: 2}\n---\nbatch: {size: 99}\n", "job.yaml:3:",
 		"a second YAML document");
+	/* At the line of its start (it was the line where the parser stopped: past the file's
+	 * end at times), and what follows a document that is no document is a syntax error
+	 * (both were called a second document; a review). */
+	rejects("sources: [a.bin]\nbatch: {size: 2}\n---\n\nbatch: {size: 99}\nepochs: 1\n",
+		"job.yaml:3:", "a second YAML document");
+	rejects("{sources: [a.bin]} trailing\n", "job.yaml:1:20: invalid YAML",
+		"did not find expected <document start>");
+	rejects("sources: [a.bin]\n}\n", "job.yaml:2:1: invalid YAML", "expected key");
 	/* A port zmq would read as 5 (it stops at '_'); a stall timeout that rounded to 0,
 	 * which turned the check off. */
 	rejects("sources: [a.bin]\ncontrol: {endpoint: \"tcp://127.0.0.1:5_0123\", "
