@@ -914,13 +914,17 @@ static int apply_mapping(struct loader *L, const struct field *fields, const cha
 		return fail_at(L, n, "%s must be a mapping with keys %s, not %s", where, keys,
 			       node_kind(n));
 	}
+	/* Where the next key starts at the earliest: before it, a node comes through an
+	 * alias (enter()); a key too, which is named where its alias is (a review). */
+	size_t next = n->start_mark.index;
+
 	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
 	     p++) {
 		const yaml_node_t *k = yaml_document_get_node(L->doc, p->key);
 		const yaml_node_t *v = yaml_document_get_node(L->doc, p->value);
-		const yaml_mark_t *was;
 		const struct field *f = NULL;
-		size_t floor;
+		size_t floor = next;
+		const yaml_mark_t *was = enter(L, &floor, k);
 		int r;
 
 		if (k->type != YAML_SCALAR_NODE)
@@ -941,12 +945,13 @@ static int apply_mapping(struct loader *L, const struct field *fields, const cha
 			return fail_at(L, k, "unknown key '%.64s' in %s; expected one of: %s",
 				       scalar(k), where, keys);
 		}
-		floor = k->end_mark.index;
+		L->via = was;
 		was = enter(L, &floor, v);
 		r = apply_field(L, f, v, base);
 		L->via = was;
 		if (r < 0)
 			return r;
+		next = floor;
 	}
 	return 0;
 }

@@ -1372,6 +1372,13 @@ Test(config, a_value_through_an_alias_is_named_at_the_alias)
 	rejects("sources:\n  - &s {paths: a.bin, name: x, weight: 1}\n"
 		"  - &t {paths: b.bin, name: y, weight: 1}\n  - *t\n  - *s\n",
 		"job.yaml:4:5: the name 'y' is given twice", "(through an alias of 3:29)");
+	/* A key an alias brings, too (it was named at its anchor, without the note; a
+	 * review), and keys after it in place. */
+	rejects("job: &k akey\nsources: [a.bin]\nbatch:\n  *k : 5\n",
+		"job.yaml:4:3: unknown key 'akey' in section 'batch'", "(through an alias of 1:6)");
+	rejects("job: &k size\nsources: [a.bin]\nbatch: {*k : 5, seq: 2}\n",
+		"job.yaml:3:17: unknown key 'seq' in section 'batch'", "expected one of");
+	cr_expect(!strstr(err.msg, "alias"), "%s", err.msg);
 	/* A value written in place has no such note. */
 	rejects("sources: [a.bin]\nproducers: {count: 3000}\n", "job.yaml:2:20:", "out of range");
 	cr_expect(!strstr(err.msg, "alias"), "%s", err.msg);
