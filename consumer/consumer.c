@@ -624,6 +624,31 @@ static void say_who_holds(struct sf_consumer *c, const char *job)
 }
 
 /* Flags and devices attach knows; SF_E_RANGE naming the first other one. */
+/*
+ * A rank whose ring is past its finite job's end marker (the handle that met the marker
+ * released it): the position is the end's, as it was for that handle, and next() says
+ * the data ended. Told by the marker the producers put in the slot of the ring's next
+ * step (until they have, the position is one past the end, and next() finds it).
+ */
+static void at_the_end(struct sf_consumer *c)
+{
+	const struct sf_geometry *geo = &c->a->geo;
+	const uint32_t K = geo->slots_per_rank;
+	const struct sf_slot *s = sf__arena_slot(c->a, c->rank, (uint32_t)(c->step % K));
+	/* Acquire: the marker's fields were written before its READY. */
+	uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+	uint64_t end;
+
+	if (sf__slot_state(w) != SF_SLOT_READY || sf__slot_lap(w) != c->step / K || s->length)
+		return;
+	end = s->first_sample / ((uint64_t)geo->batch * geo->world_size);
+	if (end < c->step) {
+		c->step = end;
+		c->end_step = end;
+		c->ended = 1;
+	}
+}
+
 static int check_attach_args(struct sf_err *e, int32_t device, uint32_t flags)
 {
 	const uint32_t known = SF_ATTACH_CPU | SF_ATTACH_EXPLICIT_RELEASE | SF_ATTACH_GPU_BUFFERS(0xff);
@@ -733,6 +758,7 @@ int sf_consumer_attach_ranks(const char *job, const struct sf_rank_env *env, int
 		goto fail_unregister;
 	}
 	c->step = sf__ring_next_step(c->a, c->rank);
+	at_the_end(c);
 	/* consumers.device: the job's choice of where batches go, over the caller's. */
 	if (geo->flags & SF_ARENA_F_DEVICE_CPU) {
 		device = SF_DEVICE_NONE;
@@ -854,17 +880,18 @@ static void widen_output(struct sf_consumer *c, const unsigned char *payload,
 				c->out_dtype, S - 1);
 }
 
-/* The end of a finite job's data, met at step c->step (past it after a seek). */
-static int data_ended(struct sf_consumer *c)
+/* The end of a finite job's data (c->end_step), met by a next() of step `asked` (past it
+ * after a seek). */
+static int data_ended(struct sf_consumer *c, uint64_t asked)
 {
-	if (c->step > c->end_step)
+	if (asked > c->end_step)
 		return sf__err(&c->err, SF_E_END,
 			       "rank %u: the data ended at step %llu, before step %llu (the job's "
 			       "steps are 0..%llu)",
 			       c->global_rank, (unsigned long long)c->end_step,
-			       (unsigned long long)c->step, (unsigned long long)c->end_step - 1);
+			       (unsigned long long)asked, (unsigned long long)c->end_step - 1);
 	return sf__err(&c->err, SF_E_END, "rank %u: the data ended at step %llu", c->global_rank,
-		       (unsigned long long)c->step);
+		       (unsigned long long)c->end_step);
 }
 
 static int set_stream_in(struct sf_consumer *c, uint64_t stream)
@@ -1051,7 +1078,7 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 	if (r < 0)
 		return r;
 	if (c->ended)
-		return data_ended(c);
+		return data_ended(c, c->step);
 	if (c->step >= sf__arena_step_limit(&a->geo))
 		return sf__err(&c->err, SF_E_RANGE,
 			       "rank %u: step %llu is out of range: this job's steps are 0..%llu",
@@ -1093,11 +1120,23 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 			       (unsigned long long)c->step, sf_strerror(r));
 	}
 	if (s->length == 0) {
-		/* The producers' end marker: every epoch asked for was delivered. */
+		/* The producers' end marker: every epoch asked for was delivered. The first
+		 * one met is released, which moves the ring past the end: how the launcher
+		 * tells the rank ended. A later one (the ring was past the end already) is
+		 * put back as it was: released, each handle that met the end moved the
+		 * rank's position one more step, and the next attach started there, its
+		 * state past the end and an epoch the job does not have (a review). */
+		const uint64_t asked = c->step;
+
 		c->end_step = s->first_sample / ((uint64_t)a->geo.batch * a->geo.world_size);
-		sf__consumer_release(a, c->rank, s);
+		if (c->step > c->end_step)
+			sf__consumer_unclaim(a, c->rank, s, 0);
+		else
+			sf__consumer_release(a, c->rank, s);
+		/* The position, and the state, are the end's from now on. */
+		c->step = c->end_step;
 		c->ended = 1;
-		return data_ended(c);
+		return data_ended(c, asked);
 	}
 	payload = sf__arena_payload(a, c->rank, (uint32_t)(c->step % K));
 	b.step = c->step;

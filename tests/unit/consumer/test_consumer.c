@@ -892,6 +892,72 @@ Test(consumer, end_of_data)
 	feed_stop(f);
 }
 
+/*
+ * Each handle that met a finite job's end released a marker, which moved the rank's
+ * position one step on: the next attach started there, its state past the end (and in
+ * the next epoch), more so with each restart (a review: 20, then 24, 28, 32 ...). Every
+ * later handle starts at the end, its state the end's (once the producers have put the
+ * next marker in place; before, from its first next() on), next() SF_E_END, and a seek
+ * from there still works. A seek past the end says so, and the state is the end's.
+ */
+Test(consumer, the_end_is_where_every_later_handle_starts)
+{
+	struct feed_options o = opts(1);
+	struct feed *f;
+	struct sf_consumer *c;
+	struct sf_resume st;
+	struct sf_batch b;
+
+	o.steps = 3;
+	f = start(o);
+	c = attach(0);
+	for (uint64_t s = 0; s < 3; s++)
+		cr_assert_eq(sf_consumer_next(c, 5000, &b), 0);
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), SF_E_END);
+	sf_consumer_detach(c);
+	/* The producers put the next marker in place (step 4's slot READY). */
+	for (int ms = 0; ms < 5000; ms++) {
+		const uint32_t K = f->arena->geo.slots_per_rank;
+		uint64_t w = atomic_load(&sf__arena_slot(f->arena, 0, 4 % K)->word);
+
+		if (sf__slot_state(w) == SF_SLOT_READY && sf__slot_lap(w) == 4 / K)
+			break;
+		usleep(1000);
+	}
+	for (int k = 0; k < 4; k++) {
+		c = attach(0);
+		cr_assert_eq(sf_consumer_state(c, &st), 0);
+		cr_expect_eq(st.samples, 3 * 6, "attach %d: state at sample %llu", k,
+			     (unsigned long long)st.samples);
+		cr_expect_eq(sf_consumer_next(c, 5000, &b), SF_E_END, "%s", sf_consumer_errmsg(c));
+		cr_expect(strstr(sf_consumer_errmsg(c), "the data ended at step 3"), "%s",
+			  sf_consumer_errmsg(c));
+		cr_assert_eq(sf_consumer_state(c, &st), 0);
+		cr_expect_eq(st.samples, 3 * 6);
+		sf_consumer_detach(c);
+	}
+	c = attach(0);
+	cr_assert_eq(sf_consumer_state(c, &st), 0);
+	st.samples = 6;
+	st.provenance = 0;
+	cr_assert_eq(sf_consumer_seek(c, &st), 0, "%s", sf_consumer_errmsg(c));
+	cr_assert_eq(sf_consumer_next(c, 5000, &b), 0, "%s", sf_consumer_errmsg(c));
+	expect_batch(f, &b, 0, 1);
+	st.samples = 5 * 6;
+	cr_assert_eq(sf_consumer_seek(c, &st), 0, "%s", sf_consumer_errmsg(c));
+	cr_expect_eq(sf_consumer_next(c, 5000, &b), SF_E_END);
+	cr_expect(strstr(sf_consumer_errmsg(c), "the data ended at step 3, before step 5"), "%s",
+		  sf_consumer_errmsg(c));
+	cr_assert_eq(sf_consumer_state(c, &st), 0);
+	cr_expect_eq(st.samples, 3 * 6, "state at sample %llu", (unsigned long long)st.samples);
+	sf_consumer_detach(c);
+	c = attach(0);
+	cr_assert_eq(sf_consumer_state(c, &st), 0);
+	cr_expect_eq(st.samples, 3 * 6, "state at sample %llu", (unsigned long long)st.samples);
+	sf_consumer_detach(c);
+	feed_stop(f);
+}
+
 Test(consumer, job_stopping)
 {
 	struct feed *f = start(opts(0));
