@@ -151,8 +151,10 @@ struct supervisor {
 	uint64_t next_tick_ns, progress_ticks;
 	/* The figures at the last progress line, whose rates cover the time since. */
 	uint64_t progress_t_ns, progress_tokens;
+	/* The last tick's figures (before the first tick, those the job started with: the
+	 * first interval runs from the start), and the figures computed at it. */
 	struct sf_stats prev, cur;
-	int have_prev;
+	int ticked;		    /* a tick has computed a whole interval's figures into cur */
 	struct sf_metrics *metrics; /* control.metrics_file and control.metrics; NULL: none */
 	int32_t consumer_seen[SF_MAX_RANKS];
 };
@@ -749,9 +751,18 @@ static void annotate(const struct supervisor *S, struct sf_stats *s)
 
 static void sample(struct supervisor *S)
 {
-	sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->end_step,
-			 S->started_ns, &S->cur);
+	sf__stats_sample(S->a, &S->prev, S->end_step, S->started_ns, &S->cur);
 	annotate(S, &S->cur);
+}
+
+/* The figures the first interval is counted from, as the job starts (it counted from
+ * the first tick: the first interval's rates, waiting and utilization were 0, for two
+ * stats intervals; a review). */
+static void baseline(struct supervisor *S)
+{
+	sf__stats_sample(S->a, NULL, S->end_step, S->started_ns, &S->cur);
+	annotate(S, &S->cur);
+	S->prev = S->cur;
 }
 
 static void tick(struct supervisor *S)
@@ -765,7 +776,7 @@ static void tick(struct supervisor *S)
 		zmq_send(S->pub, json, (size_t)n, ZMQ_DONTWAIT);
 	/* A failure is logged once by the metrics module; the job goes on without. */
 	sf__metrics_update(S->metrics, &S->cur, S->cfg->job);
-	if (S->l->progress && S->have_prev) {
+	if (S->l->progress && S->ticked) {
 		/* On a terminal of its own the line is rewritten in place. When the output is
 		 * shared with the command's (one runs, or stderr is a log), a whole line every
 		 * ten intervals, so that the command's output never glues onto it. */
@@ -796,7 +807,7 @@ static void tick(struct supervisor *S)
 		}
 	}
 	S->prev = S->cur;
-	S->have_prev = 1;
+	S->ticked = 1;
 }
 
 static void summary(struct supervisor *S)
@@ -960,16 +971,25 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 	case SF_CTL_STATS: {
 		struct sf_stats s;
 
-		sf__stats_sample(S->a, S->have_prev ? &S->prev : NULL, S->end_step,
-				 S->started_ns, &s);
+		sf__stats_sample(S->a, &S->prev, S->end_step, S->started_ns, &s);
 		annotate(S, &s);
-		/* Rates and utilization of the last whole stats interval, as the PUB stream
-		 * has them: since the last tick may be a few milliseconds. */
-		if (S->have_prev) {
+		/* The figures of the last whole stats interval, as the PUB stream has them:
+		 * the time since the last tick may be a few milliseconds (the per-rank ones
+		 * were taken over it: a handful of batches, their p50 and p99; a review).
+		 * Before the first tick: those since the start. */
+		if (S->ticked) {
 			s.batches_per_s = S->cur.batches_per_s;
 			s.tokens_per_s = S->cur.tokens_per_s;
 			for (uint32_t i = 0; i < SF_STATS_MAX_PRODUCERS; i++)
 				s.producer[i].utilization = S->cur.producer[i].utilization;
+			for (uint32_t r = 0; r < SF_STATS_MAX_RANKS; r++) {
+				s.rank[r].waiting = S->cur.rank[r].waiting;
+				s.rank[r].interval_batches = S->cur.rank[r].interval_batches;
+				s.rank[r].interval_wait_p50_ns =
+					S->cur.rank[r].interval_wait_p50_ns;
+				s.rank[r].interval_wait_p99_ns =
+					S->cur.rank[r].interval_wait_p99_ns;
+			}
 		}
 		n = sf__stats_json(&s, S->cfg->job, tmp, sizeof(tmp));
 		break;
@@ -1872,10 +1892,9 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 	/* After the signal mask: the HTTP server's thread inherits it, so the signals stay
 	 * with the signalfd. */
 	r = sf__metrics_open(cfg, &S->metrics, e);
-	if (r == 0 && S->metrics) {
-		sample(S);
+	baseline(S);
+	if (r == 0 && S->metrics)
 		r = sf__metrics_first(S->metrics, &S->cur, cfg->job, e);
-	}
 	if (r < 0)
 		goto out_sockets;
 	sf__arena_set_job_state(S->a, SF_JOB_RUNNING);

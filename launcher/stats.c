@@ -169,11 +169,12 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 	}
 	for (uint32_t p = 0; p < g->max_producers && p < SF_STATS_MAX_PRODUCERS; p++) {
 		struct sf_stats_producer *sp = &s->producer[p];
-		/* A restarted producer starts its busy counter again. */
-		uint64_t busy = sp->incarnation == prev->producer[p].incarnation &&
-						sp->busy_ns >= prev->producer[p].busy_ns
+		/* The busy counter goes on across a restart (the entry's, as its batches):
+		 * taken whole after one, it gave the new producer all its predecessors' time
+		 * in one interval (a review). */
+		uint64_t busy = sp->busy_ns >= prev->producer[p].busy_ns
 					? sp->busy_ns - prev->producer[p].busy_ns
-					: sp->busy_ns;
+					: 0;
 
 		sp->utilization = (double)busy / 1e9 / dt;
 		if (sp->utilization > 1.0)
