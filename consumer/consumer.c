@@ -117,25 +117,46 @@ struct sf_consumer {
 };
 
 /*
- * This thread's last failure on a handle, which sf_consumer_errmsg() gives it: a call's
- * failure is copied here as the call leaves, and a refused call or a const call's bad
- * argument is written here only. So a thread reads its own failure, whatever another
- * thread's call writes into the handle meanwhile, and a refused thread writes nothing
- * a thread inside a call may write. The serial tells a handle from a later one attached
- * at the same address.
+ * This thread's last failure on each handle it failed on lately, which
+ * sf_consumer_errmsg() gives it: a call's failure is copied here as the call leaves,
+ * and a refused call or a const call's bad argument is written here only. So a thread
+ * reads its own failure, whatever another thread's call writes into the handle
+ * meanwhile, and a refused thread writes nothing a thread inside a call may write. The
+ * serial tells a handle from a later one attached at the same address. One entry per
+ * handle, of the ASIDE_HANDLES last ones: with one, a failure on a second handle took
+ * the first's place, and its errmsg() gave another thread's failure (a review).
  */
-static _Thread_local struct {
+#define ASIDE_HANDLES 8
+
+static _Thread_local struct aside {
 	const struct sf_consumer *c;
 	uint64_t serial;
 	char msg[sizeof(((struct sf_err *)0)->msg)];
-} aside;
+} asides[ASIDE_HANDLES];
+static _Thread_local unsigned aside_next; /* the entry a new handle takes */
 
 static atomic_uint_least64_t attaches;
 
-static void aside_mark(const struct sf_consumer *c)
+/* This thread's entry for handle c, or NULL. */
+static struct aside *aside_of(const struct sf_consumer *c)
 {
-	aside.c = c;
-	aside.serial = c->serial;
+	for (unsigned i = 0; i < ASIDE_HANDLES; i++)
+		if (asides[i].c == c && asides[i].serial == c->serial)
+			return &asides[i];
+	return NULL;
+}
+
+/* This thread's entry for handle c: its own, else the oldest taken over. */
+static struct aside *aside_for(const struct sf_consumer *c)
+{
+	struct aside *a = aside_of(c);
+
+	if (!a) {
+		a = &asides[aside_next++ % ASIDE_HANDLES];
+		a->c = c;
+		a->serial = c->serial;
+	}
+	return a;
 }
 
 static int set_aside(const struct sf_consumer *c, int code, const char *fmt, ...)
@@ -143,12 +164,12 @@ static int set_aside(const struct sf_consumer *c, int code, const char *fmt, ...
 
 static int set_aside(const struct sf_consumer *c, int code, const char *fmt, ...)
 {
+	struct aside *a = aside_for(c);
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(aside.msg, sizeof(aside.msg), fmt, ap);
+	vsnprintf(a->msg, sizeof(a->msg), fmt, ap);
 	va_end(ap);
-	aside_mark(c);
 	return code;
 }
 
@@ -189,11 +210,11 @@ static int enter(struct sf_consumer *c)
 static void leave(struct sf_consumer *c, int r)
 {
 	if (r < 0) {
-		size_t n = strnlen(c->err.msg, sizeof(aside.msg) - 1);
+		struct aside *a = aside_for(c);
+		size_t n = strnlen(c->err.msg, sizeof(a->msg) - 1);
 
-		memcpy(aside.msg, c->err.msg, n);
-		aside.msg[n] = '\0';
-		aside_mark(c);
+		memcpy(a->msg, c->err.msg, n);
+		a->msg[n] = '\0';
 	}
 	atomic_store_explicit(&c->in_call, 0, memory_order_release);
 }
@@ -1372,11 +1393,12 @@ int sf_consumer_window(struct sf_consumer *c, struct sf_consumer_window *ret_win
 
 const char *sf_consumer_errmsg(const struct sf_consumer *c)
 {
+	const struct aside *a;
+
 	if (!c)
 		return "no handle";
-	if (aside.c == c && aside.serial == c->serial)
-		return aside.msg;
-	return c->err.msg;
+	a = aside_of(c);
+	return a ? a->msg : c->err.msg;
 }
 
 static int set_output_in(struct sf_consumer *c, uint32_t dtype, void *const *buffers,
@@ -1437,8 +1459,9 @@ void sf_consumer_detach(struct sf_consumer *c)
 {
 	if (!c)
 		return;
-	if (aside.c == c)
-		aside.c = NULL;
+	for (unsigned i = 0; i < ASIDE_HANDLES; i++)
+		if (asides[i].c == c)
+			asides[i].c = NULL;
 	free(c->out);
 	if (c->a->inherited) {
 		/* The parent's slot, entry and device buffers are left alone; CUDA state does

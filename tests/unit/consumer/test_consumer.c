@@ -420,6 +420,54 @@ Test(consumer, a_call_from_a_second_thread_meanwhile_is_refused)
 	feed_stop(f);
 }
 
+struct seeker {
+	struct sf_consumer *c;
+	struct sf_resume at;
+	int r;
+};
+
+static void *seek_on_thread(void *arg)
+{
+	struct seeker *s = arg;
+
+	s->r = sf_consumer_seek(s->c, &s->at);
+	return NULL;
+}
+
+/*
+ * A thread's failures on two handles: the second took the first's place, and errmsg()
+ * of the first then gave what another thread's call had written into it meanwhile (a
+ * review). Each handle keeps this thread's own last failure.
+ */
+Test(consumer, a_thread_reads_its_own_failure_on_each_of_its_handles)
+{
+	struct feed *f = start(opts(0));
+	struct sf_consumer *x = attach(0), *y = attach(1);
+	struct seeker other = {.c = x};
+	struct sf_resume st;
+	struct sf_batch b;
+	pthread_t t;
+
+	cr_expect_eq(sf_consumer_next(x, 0, &b), SF_E_AGAIN);
+	cr_assert_eq(sf_consumer_state(y, &st), 0);
+	st.config_digest ^= 1;
+	cr_expect_eq(sf_consumer_seek(y, &st), SF_E_DIGEST);
+	cr_assert_eq(sf_consumer_state(x, &other.at), 0);
+	other.at.samples = 1; /* not a multiple of the global batch */
+	cr_assert_eq(pthread_create(&t, NULL, seek_on_thread, &other), 0);
+	pthread_join(t, NULL);
+	cr_expect_eq(other.r, SF_E_RANGE);
+	cr_expect(strstr(sf_consumer_errmsg(x), "nothing ready") ||
+			  strstr(sf_consumer_errmsg(x), "not ready"),
+		  "%s", sf_consumer_errmsg(x));
+	cr_expect(!strstr(sf_consumer_errmsg(x), "global batch"), "%s", sf_consumer_errmsg(x));
+	cr_expect(strstr(sf_consumer_errmsg(y), "resume state of config"), "%s",
+		  sf_consumer_errmsg(y));
+	sf_consumer_detach(x);
+	sf_consumer_detach(y);
+	feed_stop(f);
+}
+
 /* fork() while another thread is inside next(): the child's copy of the handle is its
  * parent's, refused as such (not as "two threads"), by every call: state() and stats()
  * gave the parent's figures of the fork's instant as the child's own. */
