@@ -383,8 +383,9 @@ int sf_consumer_window(struct sf_consumer *c, struct sf_consumer_window *ret_win
 /*
  * sf_consumer_errmsg - detail of the last failure of the calling thread's calls on this
  * handle (a call refused because another thread was inside one included), so that what
- * another thread's call writes meanwhile never replaces it; in a thread that has had
- * none, the handle's last failure (attach's notes included). Never NULL.
+ * another thread's call writes meanwhile never replaces it (kept for the last 8 handles
+ * a thread failed on); in a thread that has had none, the handle's last failure
+ * (attach's notes included). Never NULL.
  */
 const char *sf_consumer_errmsg(const struct sf_consumer *c);
 
