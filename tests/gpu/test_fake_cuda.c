@@ -885,7 +885,9 @@ static void case_query_fails(void)
  * A call after the copy fails (FAKE_CUDA_FAIL=cuEventRecord:1:5, the record of step 2's
  * copy; lazy: the copy stays queued): the slot was put back READY with its copy still to
  * run, and a seek let the producers refill it first (a review). The copy is waited for
- * before the slot goes back, and a fresh one serves the step after the seek.
+ * before the slot goes back, and a fresh one serves the step after the seek. So too
+ * where the first wait fails (`,cuStreamSynchronize:900:1`): the slot stays held until
+ * the seek's wait works.
  */
 static void case_record_fails(void)
 {
@@ -921,15 +923,15 @@ static void case_record_fails(void)
 }
 
 /*
- * The record of step 2's copy fails, and so does the wait for that copy
- * (FAKE_CUDA_FAIL=cuEventRecord:1:5,cuStreamSynchronize:900:NTH; lazy: the copy stays
- * queued). The slot went back READY with its copy still to run, and a seek let the
- * producers refill it first. It stays held while the wait fails: with `waits` failing
- * waits (NTH 1), the seek's wait works and step 10 is served; with every wait failing
- * (NTH 0), next() and seek() fail, detach gives the slot back (the copy, if it ever runs,
- * writes a device buffer left to the driver), and the rank's next consumer gets step 2.
+ * The record of step 2's copy fails, and every wait for that copy too
+ * (FAKE_CUDA_FAIL=cuEventRecord:1:5,cuStreamSynchronize:900:0; lazy: the copy stays
+ * queued): the slot went back READY with its copy still to run, and a seek let the
+ * producers refill it first. It stays held while the wait fails: next() and seek() fail,
+ * detach gives the slot back (the copy, if it ever runs, writes a device buffer left to
+ * the driver), and the rank's next consumer gets step 2. (With one failing wait,
+ * case_record_fails() runs: the seek's wait works.)
  */
-static void case_record_and_wait_fail(int every_wait)
+static void case_record_and_every_wait_fail(void)
 {
 	struct fake_cuda_stats s;
 	struct sf_consumer *c;
@@ -955,25 +957,15 @@ static void case_record_and_wait_fail(int every_wait)
 	      "state: %s", sf_consumer_errmsg(c));
 	state.samples *= 5; /* step 2 to step 10 */
 	r = sf_consumer_seek(c, &state);
-	if (every_wait) {
-		CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuStreamSynchronize"),
-		      "seek returned %d: %s", r, sf_consumer_errmsg(c));
-		r = sf_consumer_next(c, 10000, &b);
-		CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuStreamSynchronize"),
-		      "next() returned %d: %s", r, sf_consumer_errmsg(c));
-		get_stats(&s);
-		CHECK(s.violations == 0, "%ld slots changed before their copy ran", s.violations);
-		sf_consumer_detach(c);
-		expect_step_on_cpu(f, 2);
-	} else {
-		CHECK(r == 0, "seek: %s", sf_consumer_errmsg(c));
-		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == 10, "step 10: %s",
-		      sf_consumer_errmsg(c));
-		sf_consumer_detach(c);
-		get_stats(&s);
-		CHECK(s.violations == 0, "%ld slots changed before their copy ran", s.violations);
-		expect_balanced("after detach");
-	}
+	CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuStreamSynchronize"),
+	      "seek returned %d: %s", r, sf_consumer_errmsg(c));
+	r = sf_consumer_next(c, 10000, &b);
+	CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuStreamSynchronize"),
+	      "next() returned %d: %s", r, sf_consumer_errmsg(c));
+	get_stats(&s);
+	CHECK(s.violations == 0, "%ld slots changed before their copy ran", s.violations);
+	sf_consumer_detach(c);
+	expect_step_on_cpu(f, 2);
 	feed_stop(f);
 }
 
@@ -1191,8 +1183,10 @@ int main(int argc, char **argv)
 				case_copy_fails_sticky();
 			else if (t->kind == 21)
 				case_detach_waits_fail();
-			else if (t->kind == 19 || t->kind == 20)
-				case_record_and_wait_fail(t->kind == 20);
+			else if (t->kind == 19)
+				case_record_fails();
+			else if (t->kind == 20)
+				case_record_and_every_wait_fail();
 			else
 				case_no_device(t->kind == 4 ? -ENODEV : SF_E_CUDA, t->expect);
 			_exit(failed);

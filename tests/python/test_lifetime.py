@@ -255,14 +255,17 @@ def test_a_fork_while_another_thread_is_in_a_loader_call():
 # handled at that instant does.
 INTERRUPT = """
 class Interrupting:
-    def __init__(self, lib, name):
-        self._lib, self._name = lib, name
+    def __init__(self, lib, name, before=False):
+        self._lib, self._name, self._before = lib, name, before
     def __getattr__(self, attr):
         f = getattr(self._lib, attr)
         if attr != self._name:
             return f
         def interrupted(*args):
-            f(*args)
+            if self._before:  # a Ctrl-C just before the call: once
+                self._name = None
+            else:
+                f(*args)
             raise KeyboardInterrupt
         return interrupted
 real = N.lib()
@@ -413,18 +416,7 @@ def test_a_second_interrupt_in_close_keeps_the_kept_batch():
     again did not seek, so the next Loader started a step later (a review). The batch is
     forgotten only after the seek; closing again seeks."""
     with Feed("close-twice", producers=2) as feed:
-        run_case(feed, """
-            class InterruptedBefore:
-                def __init__(self, lib, name):
-                    self._lib, self._name = lib, name
-                def __getattr__(self, attr):
-                    f = getattr(self._lib, attr)
-                    if attr != self._name:
-                        return f
-                    def interrupted(*args):
-                        self._name = None  # once
-                        raise KeyboardInterrupt
-                    return interrupted
+        run_case(feed, INTERRUPT + textwrap.dedent("""
             L = shmfeed.Loader(job=JOB, numpy=True)
             L.load_state_dict(dict(L.state_dict(), samples=0, provenance=0))
             assert L.next().step == 0
@@ -434,8 +426,7 @@ def test_a_second_interrupt_in_close_keeps_the_kept_batch():
             except KeyboardInterrupt:
                 pass
             assert L.state_dict()["step"] == 1
-            real = L._lib
-            L._lib = InterruptedBefore(real, "sf_consumer_seek")
+            L._lib = Interrupting(real, "sf_consumer_seek", before=True)
             try:
                 L.close()
             except KeyboardInterrupt:
@@ -449,7 +440,7 @@ def test_a_second_interrupt_in_close_keeps_the_kept_batch():
             b = L2.next()
             assert b.step == 1 and (b.tokens == expected(1)).all(), b.step
             print("ok")
-        """)
+        """))
 
 
 DETACH_INTERRUPTED = """
