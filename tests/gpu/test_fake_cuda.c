@@ -882,37 +882,52 @@ static void case_query_fails(void)
 }
 
 /*
- * A call after the copy fails (FAKE_CUDA_FAIL=cuEventRecord:1:5, the record of step 2's
- * copy; lazy: the copy stays queued): the slot was put back READY with its copy still to
- * run, and a seek let the producers refill it first (a review). The copy is waited for
- * before the slot goes back, and a fresh one serves the step after the seek. So too
- * where the first wait fails (`,cuStreamSynchronize:900:1`): the slot stays held until
- * the seek's wait works.
+ * Steps 0 and 1, then the next() whose record fails (FAKE_CUDA_FAIL=cuEventRecord:1:5,
+ * the record of step 2's copy), then a seek from step 2 to step 10: what the seek
+ * returned, the handle in *ret_c.
  */
-static void case_record_fails(void)
+static int record_fails_then_seek(struct feed *f, struct sf_consumer **ret_c)
 {
-	struct fake_cuda_stats s;
 	struct sf_consumer *c;
 	struct sf_resume state;
 	struct sf_batch b;
-	struct feed *f;
 	char msg[256];
 	int r;
 
-	load();
-	f = start("recordfails", 1);
 	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
 	if (failed)
 		bail();
+	*ret_c = c;
 	for (uint64_t st = 0; st < 2; st++)
 		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == st, "step %llu: %s",
 		      (unsigned long long)st, sf_consumer_errmsg(c));
 	r = sf_consumer_next(c, 10000, &b);
 	CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuEventRecord"),
 	      "next() returned %d: %s", r, sf_consumer_errmsg(c));
-	CHECK(sf_consumer_state(c, &state) == 0, "state: %s", sf_consumer_errmsg(c));
+	CHECK(sf_consumer_state(c, &state) == 0 &&
+		      state.samples == 2ull * f->arena->geo.batch * f->arena->geo.world_size,
+	      "state: %s", sf_consumer_errmsg(c));
 	state.samples *= 5; /* step 2 to step 10 */
-	CHECK(sf_consumer_seek(c, &state) == 0, "seek: %s", sf_consumer_errmsg(c));
+	return sf_consumer_seek(c, &state);
+}
+
+/*
+ * A call after the copy fails (the record of step 2's copy; lazy: the copy stays
+ * queued): the slot was put back READY with its copy still to run, and a seek let the
+ * producers refill it first (a review). The copy is waited for before the slot goes
+ * back, and a fresh one serves the step after the seek. So too where the first wait
+ * fails (`,cuStreamSynchronize:900:1`): the slot stays held until the seek's wait works.
+ */
+static void case_record_fails(void)
+{
+	struct fake_cuda_stats s;
+	struct sf_consumer *c;
+	struct sf_batch b;
+	struct feed *f;
+
+	load();
+	f = start("recordfails", 1);
+	CHECK(record_fails_then_seek(f, &c) == 0, "seek: %s", sf_consumer_errmsg(c));
 	CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == 10, "step 10: %s",
 	      sf_consumer_errmsg(c));
 	sf_consumer_detach(c);
@@ -924,39 +939,21 @@ static void case_record_fails(void)
 
 /*
  * The record of step 2's copy fails, and every wait for that copy too
- * (FAKE_CUDA_FAIL=cuEventRecord:1:5,cuStreamSynchronize:900:0; lazy: the copy stays
- * queued): the slot went back READY with its copy still to run, and a seek let the
- * producers refill it first. It stays held while the wait fails: next() and seek() fail,
- * detach gives the slot back (the copy, if it ever runs, writes a device buffer left to
- * the driver), and the rank's next consumer gets step 2. (With one failing wait,
- * case_record_fails() runs: the seek's wait works.)
+ * (`,cuStreamSynchronize:900:0`): next() and seek() fail while the slot stays held, detach
+ * gives it back (the copy, if it ever runs, writes a device buffer left to the driver),
+ * and the rank's next consumer gets step 2.
  */
 static void case_record_and_every_wait_fail(void)
 {
 	struct fake_cuda_stats s;
 	struct sf_consumer *c;
-	struct sf_resume state;
 	struct sf_batch b;
 	struct feed *f;
-	char msg[256];
 	int r;
 
 	load();
 	f = start("waitfails", 1);
-	CHECK(sf_consumer_attach(f->opt.job, 0, 0, 0, &c, msg, sizeof(msg)) == 0, "%s", msg);
-	if (failed)
-		bail();
-	for (uint64_t st = 0; st < 2; st++)
-		CHECK(sf_consumer_next(c, 10000, &b) == 0 && b.step == st, "step %llu: %s",
-		      (unsigned long long)st, sf_consumer_errmsg(c));
-	r = sf_consumer_next(c, 10000, &b);
-	CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuEventRecord"),
-	      "next() returned %d: %s", r, sf_consumer_errmsg(c));
-	CHECK(sf_consumer_state(c, &state) == 0 &&
-		      state.samples == 2ull * f->arena->geo.batch * f->arena->geo.world_size,
-	      "state: %s", sf_consumer_errmsg(c));
-	state.samples *= 5; /* step 2 to step 10 */
-	r = sf_consumer_seek(c, &state);
+	r = record_fails_then_seek(f, &c);
 	CHECK(r == SF_E_CUDA && strstr(sf_consumer_errmsg(c), "cuStreamSynchronize"),
 	      "seek returned %d: %s", r, sf_consumer_errmsg(c));
 	r = sf_consumer_next(c, 10000, &b);

@@ -23,6 +23,12 @@ from conftest import InterruptingLock, reference_tokens, reference_doc_starts
 JOB = {job!r}
 def expected(step, dtype=np.uint16):
     return reference_tokens(0, step, 4, 64, 1, dtype=dtype)
+def interrupted_next(L):  # a next() that takes its batch and is interrupted as it returns
+    InterruptingLock(L).armed = True
+    try:
+        L.next()
+    except KeyboardInterrupt:
+        pass
 """
 
 
@@ -388,11 +394,7 @@ def test_closed_after_an_interrupt_the_next_loader_starts_at_the_kept_batch():
                 L = shmfeed.Loader(job=JOB, numpy=True)
                 L.load_state_dict(dict(L.state_dict(), samples=0, provenance=0))
                 assert L.next().step == 0
-                InterruptingLock(L).armed = True
-                try:
-                    L.next()
-                except KeyboardInterrupt:
-                    pass
+                interrupted_next(L)
                 saved = L.state_dict()
                 assert saved["step"] == 1, saved
                 if how == "close":
@@ -420,11 +422,7 @@ def test_a_second_interrupt_in_close_keeps_the_kept_batch():
             L = shmfeed.Loader(job=JOB, numpy=True)
             L.load_state_dict(dict(L.state_dict(), samples=0, provenance=0))
             assert L.next().step == 0
-            InterruptingLock(L).armed = True
-            try:
-                L.next()
-            except KeyboardInterrupt:
-                pass
+            interrupted_next(L)
             assert L.state_dict()["step"] == 1
             L._lib = Interrupting(real, "sf_consumer_seek", before=True)
             try:
@@ -519,11 +517,7 @@ def test_a_loader_collected_after_its_attachment_in_a_cycle():
         L = shmfeed.Loader(job=JOB, numpy=True)
         SL.Loader._pick_device = plain
         assert L.next().step == 0
-        InterruptingLock(L).armed = True
-        try:
-            L.next()
-        except KeyboardInterrupt:
-            pass
+        interrupted_next(L)
         L.cycle = L
         del L
         gc.collect()
