@@ -333,7 +333,7 @@ def test_status_gives_the_figures_of_whole_intervals(rt, tmp_path):
     `status` took a rank's interval batches and wait percentiles over the milliseconds
     since the last tick (a handful of batches right after one); and a restarted
     producer's utilization took its predecessors' whole busy time as its own interval's.
-    Here 20,000 batches of the demo's text through r50k_base read as fast as they come,
+    Here 100,000 batches of the demo's text through r50k_base read as fast as they come,
     then at about 150 batches/s under 1.5 s intervals, then the
     producers idle and one of them SIGKILLed and restarted."""
     job = job_name("intervals")
@@ -343,7 +343,7 @@ def test_status_gives_the_figures_of_whole_intervals(rt, tmp_path):
     polls = []
     try:
         t0 = time.monotonic()
-        fast = subprocess.run([CONSUME, "--steps", "20000", "--out", str(tmp_path / "f.txt")],
+        fast = subprocess.run([CONSUME, "--steps", "100000", "--out", str(tmp_path / "f.txt")],
                               env=dict(os.environ, SHMFEED_JOB=job, LOCAL_RANK="0"),
                               capture_output=True, timeout=60)
         assert fast.returncode == 0, fast.stderr
@@ -377,9 +377,10 @@ def test_status_gives_the_figures_of_whole_intervals(rt, tmp_path):
         [(round(t, 2), st["ranks"][0]["interval_batches"]) for t, st in busy]
     assert min(st["batches_per_s"] for _, st in busy) > 0, \
         [(round(t, 2), st["batches_per_s"]) for t, st in busy]
-    # The restarted producer, with nobody reading: next to no work in any interval
-    # (before, 0.03: its predecessor's 20,000 batches, some 45 ms, in one interval).
-    assert max(st["producers"][0]["utilization"] for st in after) < 0.002, \
+    # The restarted producer, with nobody reading: next to no work in any interval (the
+    # refill of the slot its predecessor held: 0.0005-0.003 on a loaded machine; before,
+    # its predecessor's 50,000 batches in one interval).
+    assert max(st["producers"][0]["utilization"] for st in after) < 0.05, \
         [st["producers"][0]["utilization"] for st in after]
 
 

@@ -1075,11 +1075,13 @@ def test_two_jobs_side_by_side(rt, tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     ja, jb = job_name("a"), job_name("b")
+    # 300 steps of at least 5 ms: both jobs run while status looks (at 0.2 ms a step, a
+    # loaded machine once let one end first, and status saw one job).
     pa = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={ja}", "--",
-                           *ranks_command(2, 300, tmp_path / "a", "--sleep-us 200")],
+                           *ranks_command(2, 300, tmp_path / "a", "--sleep-us 5000")],
                           stderr=subprocess.PIPE, text=True)
     pb = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={jb}", "--set", "batch.size=3",
-                           "--", *ranks_command(2, 300, tmp_path / "b", "--sleep-us 200")],
+                           "--", *ranks_command(2, 300, tmp_path / "b", "--sleep-us 5000")],
                           stderr=subprocess.PIPE, text=True)
     assert wait_for(lambda: os.path.exists(os.path.join(rt, f"{ja}.json")) and
                     os.path.exists(os.path.join(rt, f"{jb}.json")))
