@@ -908,6 +908,7 @@ static int apply_mapping(struct loader *L, const struct field *fields, const cha
 			 const yaml_node_t *n, void *base)
 {
 	char keys[400];
+	size_t next;
 
 	if (n->type != YAML_MAPPING_NODE) {
 		keys_list(fields, keys, sizeof(keys));
@@ -916,8 +917,7 @@ static int apply_mapping(struct loader *L, const struct field *fields, const cha
 	}
 	/* Where the next key starts at the earliest: before it, a node comes through an
 	 * alias (enter()); a key too, which is named where its alias is (a review). */
-	size_t next = n->start_mark.index;
-
+	next = n->start_mark.index;
 	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
 	     p++) {
 		const yaml_node_t *k = yaml_document_get_node(L->doc, p->key);

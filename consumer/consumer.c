@@ -552,9 +552,8 @@ static int wait_copied(struct sf_consumer *c, int64_t *timeout_ns, sf_curesult *
  * once its stream has been waited for, or its context is lost (no copy of it will run
  * then), or after the teardown (a copy still queued then writes a device buffer nobody
  * reads again: freed, or left to the driver where the teardown could not wait). While
- * the wait fails otherwise (another thread's graph capture
- * refuses it), the slot stays held and the call fails: a refill, after a seek, would
- * change the bytes under the copy.
+ * the wait fails otherwise (another thread's graph capture refuses it), the slot stays
+ * held and the call fails: a refill, after a seek, would change the bytes under the copy.
  */
 static int give_back_undelivered(struct sf_consumer *c)
 {
@@ -624,6 +623,36 @@ static int release_held(struct sf_consumer *c, int64_t *timeout_ns)
 	return r;
 }
 
+/* The step an end marker (a slot of length 0) says the data ended at. */
+static uint64_t marker_end_step(const struct sf_consumer *c, const struct sf_slot *s)
+{
+	return s->first_sample / ((uint64_t)c->a->geo.batch * c->a->geo.world_size);
+}
+
+/*
+ * A rank whose ring is past its finite job's end marker (the handle that met the marker
+ * released it): the position is the end's, as it was for that handle, and next() says
+ * the data ended. Told by the marker the producers put in the slot of the ring's next
+ * step (until they have, the position is one past the end, and next() finds it).
+ */
+static void at_the_end(struct sf_consumer *c)
+{
+	const uint32_t K = c->a->geo.slots_per_rank;
+	const struct sf_slot *s = sf__arena_slot(c->a, c->rank, (uint32_t)(c->step % K));
+	/* Acquire: the marker's fields were written before its READY. */
+	uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
+	uint64_t end;
+
+	if (sf__slot_state(w) != SF_SLOT_READY || sf__slot_lap(w) != c->step / K || s->length)
+		return;
+	end = marker_end_step(c, s);
+	if (end < c->step) {
+		c->step = end;
+		c->end_step = end;
+		c->ended = 1;
+	}
+}
+
 /*
  * The rank's entry is held by a live process: name it, this one (another handle) or
  * another one. A refusal that is not about this rank's entry (a re-base that could not
@@ -645,31 +674,6 @@ static void say_who_holds(struct sf_consumer *c, const char *job)
 }
 
 /* Flags and devices attach knows; SF_E_RANGE naming the first other one. */
-/*
- * A rank whose ring is past its finite job's end marker (the handle that met the marker
- * released it): the position is the end's, as it was for that handle, and next() says
- * the data ended. Told by the marker the producers put in the slot of the ring's next
- * step (until they have, the position is one past the end, and next() finds it).
- */
-static void at_the_end(struct sf_consumer *c)
-{
-	const struct sf_geometry *geo = &c->a->geo;
-	const uint32_t K = geo->slots_per_rank;
-	const struct sf_slot *s = sf__arena_slot(c->a, c->rank, (uint32_t)(c->step % K));
-	/* Acquire: the marker's fields were written before its READY. */
-	uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
-	uint64_t end;
-
-	if (sf__slot_state(w) != SF_SLOT_READY || sf__slot_lap(w) != c->step / K || s->length)
-		return;
-	end = s->first_sample / ((uint64_t)geo->batch * geo->world_size);
-	if (end < c->step) {
-		c->step = end;
-		c->end_step = end;
-		c->ended = 1;
-	}
-}
-
 static int check_attach_args(struct sf_err *e, int32_t device, uint32_t flags)
 {
 	const uint32_t known = SF_ATTACH_CPU | SF_ATTACH_EXPLICIT_RELEASE | SF_ATTACH_GPU_BUFFERS(0xff);
@@ -1011,9 +1015,8 @@ static int gpu_copy(struct sf_consumer *c, const unsigned char *payload, struct 
 	 * and a seek then let producers refill it before the copy ran (a review). It is
 	 * waited for first (a context lost, a sticky error, runs no more copies); where
 	 * the wait fails too, the slot stays held until one succeeds (release_held()). */
-	if (r < 0) {
+	if (r < 0)
 		c->undelivered = unfinished(cu->cuStreamSynchronize(g->stream));
-	}
 out:
 	cu->cuCtxPopCurrent(&popped);
 	if (r < 0)
@@ -1149,7 +1152,7 @@ static int next_in(struct sf_consumer *c, int32_t timeout_ms, struct sf_batch *r
 		 * state past the end and an epoch the job does not have (a review). */
 		const uint64_t asked = c->step;
 
-		c->end_step = s->first_sample / ((uint64_t)a->geo.batch * a->geo.world_size);
+		c->end_step = marker_end_step(c, s);
 		if (c->step > c->end_step)
 			sf__consumer_unclaim(a, c->rank, s, 0);
 		else

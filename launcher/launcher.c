@@ -116,7 +116,8 @@ struct supervisor {
 	int cmd_interrupted; /* the job's stop signal was a SIGINT that came while it ran */
 	char cmd_how[96]; /* how it ended, for the summary: "exit status 1", "killed by ..." */
 	/* What the command left behind when it ended, served until it exits: SIGTERMed at
-	 * once, given until orphans_at (0: not yet looked for), then ended with the job. */
+	 * once, given until orphans_at (0: not yet looked for; a second stop signal sets it to
+	 * its instant: no time given), then ended with the job. */
 	uint64_t orphans_at;
 	int orphans_done;
 	int stop_signo;	     /* the signal that stopped the job, 0 if none did */
@@ -490,6 +491,8 @@ static void handle_signals(struct supervisor *S)
 			if (S->term_count > 1) {
 				sf__log_info("a second stop signal: killing the command (SIGKILL)");
 				kill(S->cmd_pid, SIGKILL);
+				/* "Now": what it leaves behind is not served either. */
+				S->orphans_at = sf__now_ns();
 			} else if (si.ssi_code != SI_KERNEL || getpgid(S->cmd_pid) != getpgrp() ||
 				   (si.ssi_signo == SIGHUP && getsid(0) == getpid()))
 				kill(S->cmd_pid, (int)si.ssi_signo);
@@ -971,26 +974,14 @@ static int execute(struct supervisor *S, const struct sf_ctl_request *req, char 
 	case SF_CTL_STATS: {
 		struct sf_stats s;
 
-		sf__stats_sample(S->a, &S->prev, S->end_step, S->started_ns, &s);
-		annotate(S, &s);
 		/* The figures of the last whole stats interval, as the PUB stream has them:
 		 * the time since the last tick may be a few milliseconds (the per-rank ones
 		 * were taken over it: a handful of batches, their p50 and p99; a review).
 		 * Before the first tick: those since the start. */
-		if (S->ticked) {
-			s.batches_per_s = S->cur.batches_per_s;
-			s.tokens_per_s = S->cur.tokens_per_s;
-			for (uint32_t i = 0; i < SF_STATS_MAX_PRODUCERS; i++)
-				s.producer[i].utilization = S->cur.producer[i].utilization;
-			for (uint32_t r = 0; r < SF_STATS_MAX_RANKS; r++) {
-				s.rank[r].waiting = S->cur.rank[r].waiting;
-				s.rank[r].interval_batches = S->cur.rank[r].interval_batches;
-				s.rank[r].interval_wait_p50_ns =
-					S->cur.rank[r].interval_wait_p50_ns;
-				s.rank[r].interval_wait_p99_ns =
-					S->cur.rank[r].interval_wait_p99_ns;
-			}
-		}
+		sf__stats_sample(S->a, S->ticked ? NULL : &S->prev, S->end_step, S->started_ns, &s);
+		annotate(S, &s);
+		if (S->ticked)
+			sf__stats_interval_of(&s, &S->cur);
 		n = sf__stats_json(&s, S->cfg->job, tmp, sizeof(tmp));
 		break;
 	}
@@ -1559,10 +1550,7 @@ static bool serving_leftovers(struct supervisor *S, uint64_t now)
 	if (S->orphans_done || S->cmd_pid <= 0 || S->failed)
 		return false;
 	n = leftovers(S, kids);
-	/* After a second stop signal (which killed the command), none of it is served. */
-	if (!n || (S->orphans_at && now >= S->orphans_at) || S->term_count > 1) {
-		if (S->term_count > 1 && !S->orphans_at)
-			S->orphans_at = now;
+	if (!n || (S->orphans_at && now >= S->orphans_at)) {
 		S->orphans_done = 1;
 		return false;
 	}

@@ -379,6 +379,13 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 		      uint64_t end_step, uint64_t started_ns, struct sf_stats *s);
 
 /*
+ * sf__stats_interval_of - give *s the figures of an interval that `last` computed
+ * (rates, utilization, each rank's waiting share, batches and wait percentiles), over
+ * those *s has of the time since `last`'s start.
+ */
+void sf__stats_interval_of(struct sf_stats *s, const struct sf_stats *last);
+
+/*
  * sf__stats_end_step - the first step past the data of a run of `epochs` epochs (0:
  * unlimited, UINT64_MAX): the step whose slot carries the end marker, as the producers
  * compute it.

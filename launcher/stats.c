@@ -182,6 +182,20 @@ void sf__stats_sample(const struct sf_arena *a, const struct sf_stats *prev,
 	}
 }
 
+void sf__stats_interval_of(struct sf_stats *s, const struct sf_stats *last)
+{
+	s->batches_per_s = last->batches_per_s;
+	s->tokens_per_s = last->tokens_per_s;
+	for (uint32_t i = 0; i < SF_STATS_MAX_PRODUCERS; i++)
+		s->producer[i].utilization = last->producer[i].utilization;
+	for (uint32_t r = 0; r < SF_STATS_MAX_RANKS; r++) {
+		s->rank[r].waiting = last->rank[r].waiting;
+		s->rank[r].interval_batches = last->rank[r].interval_batches;
+		s->rank[r].interval_wait_p50_ns = last->rank[r].interval_wait_p50_ns;
+		s->rank[r].interval_wait_p99_ns = last->rank[r].interval_wait_p99_ns;
+	}
+}
+
 static const char *state_name(uint32_t s)
 {
 	static const char *const names[] = {"init", "running", "paused", "stopping"};

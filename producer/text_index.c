@@ -322,9 +322,7 @@ static bool not_text(const struct sf_text_file *f, const char *data, size_t len,
 	} streams[] = {
 		{"\x1f\x8b", 2, "gzip", "name it .gz, or decompress it"},
 		{"\x28\xb5\x2f\xfd", 4, "zstd", "name it .zst, or decompress it"},
-		{"\xfd"
-		 "7zXZ\0",
-		 6, "xz", "decompress it (unxz)"},
+		{"\xfd\x37zXZ\0", 6, "xz", "decompress it (unxz)"},
 		{"BZh", 3, "bzip2", "decompress it (bunzip2)"},
 		{"PK\x03\x04", 4, "zip", "extract it (unzip)"},
 		{"\x04\x22\x4d\x18", 4, "lz4", "decompress it (unlz4)"},

@@ -3,7 +3,8 @@
 A Loader attaches to the arena of job SHMFEED_JOB on this node as local rank LOCAL_RANK,
 checks that the arena's rank mapping agrees with RANK and WORLD_SIZE (as torchrun sets
 them; srun sets SLURM_PROCID and SLURM_NTASKS instead, which the Loader does not read:
-start the ranks with torchrun, or pass rank= and world_size=), and yields the rank's batches in order. Batches are views, built once
+start the ranks with torchrun, or pass rank= and world_size=), and yields the rank's
+batches in order. Batches are views, built once
 at attach for each place a batch can land (the K slots of the rank's ring on CPU, the two
 device buffers on a GPU), so that next() costs one C call and no allocation of arrays.
 
@@ -305,7 +306,8 @@ class _Attachment:
         self.detach()
 
 
-# The handle boxes not detached yet, by id: (box, weak reference to its _Attachment).
+# The handle boxes not detached yet, by id: (box, weak reference to its _Attachment, the
+# attachment's lock).
 _handles = {}
 
 
