@@ -214,7 +214,11 @@ def test_stalled_producer_is_killed_repaired_and_replaced(rt, tmp_path):
     after half the stall timeout, killed at the stall timeout, its slot repaired, and it
     is restarted; both ranks get their batches, byte-identical to an uninterrupted run,
     within the stall timeout plus a margin."""
-    steps, stall_s = 300, 3.0  # reported at 1.5 s: three checks fit on a loaded machine
+    # Reported at 1.5 s: three checks fit on a loaded machine. 1,200 steps: with the
+    # victim stopped between fills (it holds no slot), the other producer alone still
+    # fills for longer than the stall timeout (2,400 fills of 2 ms); with 300 the job
+    # could end first, and nothing was reported (once in CI).
+    steps, stall_s = 1200, 3.0
     cfg = write_config(tmp_path, f"producers: {{count: 2, stall_timeout: {stall_s}s}}\n")
     ref_dir, stop_dir = tmp_path / "ref", tmp_path / "stop"
     ref_dir.mkdir()
