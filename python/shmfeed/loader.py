@@ -209,6 +209,18 @@ def _env_int(name, lo, hi):
     return _checked_int(name, int(v), lo, hi)
 
 
+def _process_gpu_rank(local_rank):
+    """The rank on the node that names this process's GPU: the environment's LOCAL_RANK
+    (torchrun's, whose process a model's GPU follows), else `local_rank`, the ring's. A
+    rank=/local_rank= of another numbering (the data-parallel group's) names the ring,
+    not the GPU."""
+    try:
+        env = _env_int("LOCAL_RANK", 0, _RANK_MAX)
+    except ValueError:
+        env = None
+    return local_rank if env is None else env
+
+
 def _env_rank_other_than(rank):
     """Whether the environment's RANK is set, and another rank than `rank` (one that is
     not a rank at all counts as another: the caller's rank= overrides it)."""
@@ -421,7 +433,9 @@ class Loader:
     an Error (code SF_E_RANGE) naming both; after an elastic restart that gave the node
     other ranks the node re-bases (docs/multinode.md). device: None picks
     cuda:(LOCAL_RANK modulo the GPUs this process sees) when torch sees a GPU, else (and
-    in a DataLoader worker) the CPU; "cuda" the same GPU; or "cpu", "cuda:N", an int or
+    in a DataLoader worker, and with numpy=True) the CPU; the environment's LOCAL_RANK,
+    the process's, even beside a rank= or local_rank= of another numbering (a
+    data-parallel group's), and local_rank without it; "cuda" the same GPU; or "cpu", "cuda:N", an int or
     a torch.device. The job's consumers.device decides over it: `cpu` gives CPU batches,
     `cuda` refuses CPU ones. timeout: seconds next() waits (None: forever). numpy: True
     to get NumPy arrays even when torch is importable.
@@ -498,7 +512,7 @@ class Loader:
         timeout_ms = _timeout_ms(timeout)
         self._torch = None if numpy else torch
         self._lib = N.lib()
-        dev_index = self._pick_device(device, local_rank)
+        dev_index = self._pick_device(device, _process_gpu_rank(local_rank), numpy)
 
         handle = ctypes.c_void_p()
         msg = ctypes.create_string_buffer(512)
@@ -521,10 +535,8 @@ class Loader:
                               "Loader or by arrays of batches of a closed one: close it and "
                               "delete them first")
                 elif r == N.SF_E_CUDA and device is None and dev_index == N.SF_DEVICE_NONE:
-                    # Nobody asked for CPU views: device=None found no GPU to ask for.
-                    detail += (" (device=None gave the CPU: no CUDA device is visible to "
-                               "this process's torch); run it where one is, or set "
-                               "consumers.device: auto or cpu")
+                    # Nobody asked for CPU views by name: say what gave the CPU.
+                    detail += f" ({self._cpu_why}), or set consumers.device: auto or cpu"
                 elif r == N.SF_E_RANGE and local_from_rank and "has local ranks" in detail:
                     # A node of several: its local ranks count from 0 (rank_base).
                     detail += (f" (the local rank defaulted to the rank {rank}: LOCAL_RANK "
@@ -596,12 +608,25 @@ class Loader:
 
     # Setup.
 
-    def _pick_device(self, device, local_rank):
+    def _pick_device(self, device, local_rank, numpy):
+        """The device index to attach with (`local_rank`: the process's rank on the node,
+        _process_gpu_rank()'s), and self.device; with device=None and the CPU chosen,
+        self._cpu_why says why."""
         t = self._torch
         if device is None:
             # In a DataLoader worker, CPU batches: they go to the main process through
             # shared memory, and CUDA does not survive the fork of a parent that used it.
-            if t is not None and not _in_dataloader_worker(t) and t.cuda.is_available():
+            if numpy:
+                self._cpu_why = "numpy=True gives CPU arrays; leave it out"
+            elif t is None:
+                self._cpu_why = "device=None gave the CPU: torch is not installed"
+            elif _in_dataloader_worker(t):
+                self._cpu_why = ("device=None gives the CPU in a DataLoader worker; read "
+                                 "the Loader in the main process")
+            elif not t.cuda.is_available():
+                self._cpu_why = ("device=None gave the CPU: no CUDA device is visible to "
+                                 "this process's torch; run it where one is")
+            else:
                 self.device = t.device("cuda", local_rank % t.cuda.device_count())
                 return self.device.index
             self.device = t.device("cpu") if t is not None else "cpu"
@@ -998,6 +1023,15 @@ class Loader:
             if r < 0:
                 self._raise(r)
             self._stream = s
+            if self._gpu_raw is not None:
+                # The outputs were allocated on the stream current at attach; widened on
+                # this one, torch's caching allocator must wait for its work before it
+                # gives their memory out again, once the Loader and its batches are gone.
+                cur = self._torch.cuda.current_stream(self.device)
+                for outs in (self._tokens, self._y, self._docs, self._sources):
+                    for x in outs:
+                        if x is not None:
+                            x.record_stream(cur)
 
     def _raise_timeout(self, ms, behind=False):
         why = (": the copy of the batch before has not completed on the device (the GPU "

@@ -140,6 +140,97 @@ def test_cuda_without_an_index_is_the_ranks_visible_gpu():
         assert r.stdout.split() == ["cuda", "0", "0"], r.stdout
 
 
+SIDE_STREAM = """
+import ctypes, json, sys
+ctypes.CDLL("libcuda.so.1").fake_cuda_set_eager(None, 1)
+import torch, shmfeed
+L = shmfeed.Loader(job=sys.argv[1], device="cuda:0", dtype=sys.argv[2])
+batches = [next(L)]  # on the stream the outputs were allocated on: nothing to record
+tokens = [batches[0].tokens.host().tolist()]
+before = len(torch.recorded)
+side = torch.cuda.Stream()
+with torch.cuda.stream(side):
+    for _ in range(2):
+        batches.append(next(L))
+        tokens.append(batches[-1].tokens.host().tolist())
+
+
+def on_side(t):
+    return any(p <= t.data_ptr() and t.data_ptr() + t._a.nbytes <= p + n and
+               s == side.cuda_stream for p, n, s in torch.recorded)
+
+
+print(json.dumps({"before": before, "steps": [b.step for b in batches],
+                  "tokens": tokens,
+                  "side": [on_side(t) for b in batches
+                           for t in (b.tokens, b.x, b.y, b.doc_starts)]}))
+L.close()
+"""
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_outputs_widened_on_a_side_stream_are_recorded_on_it(dtype):
+    """The int64/int32 outputs are allocated once, on the stream current at attach, and
+    written by the widening on the stream current at next(): a batch fetched on a side
+    stream (`with torch.cuda.stream(s): next(loader)`, the usual prefetch) left torch's
+    caching allocator free to give their memory out again, on the first stream, as soon
+    as the Loader and its batches were dropped, with the last widening still queued on
+    the side stream (a review). Each output is recorded on each stream the Loader
+    widens on (record_stream, once per stream change)."""
+    fake_torch = os.path.join(HERE, "fake_torch")
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
+               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    with Feed("gpuside", extra=["--doc-starts", "5"]) as feed:
+        r = subprocess.run([sys.executable, "-c", SIDE_STREAM, feed.job, dtype], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert got["steps"] == [0, 1, 2], got
+        for step, tokens in enumerate(got["tokens"]):
+            assert np.array_equal(np.array(tokens), feed.expected(0, step)), step
+    assert got["before"] == 0, got
+    assert all(got["side"]), got
+
+
+def test_a_rank_of_another_numbering_gets_the_processs_gpu():
+    """rank= of the data-parallel group (the README's Megatron recipe: tensor parallelism
+    of 2 on 8 GPUs, so torchrun's rank 2 is data-parallel rank 1) took the ring's local
+    rank as the GPU too: the process with LOCAL_RANK=2, whose model is on cuda:2, got its
+    batches on cuda:1, which another process owns (a review). The GPU is the process's,
+    cuda:(LOCAL_RANK modulo those visible), as documented; the ring is rank 1's. Without
+    LOCAL_RANK the ring's local rank names the GPU, as before."""
+    fake_torch = os.path.join(HERE, "fake_torch")
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
+               FAKE_CUDA_DEVICES="8",
+               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]),
+               RANK="2", LOCAL_RANK="2", WORLD_SIZE="8", LOCAL_WORLD_SIZE="8",
+               GROUP_RANK="0")
+    code = ("import ctypes, json, os, sys\n"
+            "ctypes.CDLL('libcuda.so.1').fake_cuda_set_eager(None, 1)\n"
+            "import shmfeed\n"
+            "out = []\n"
+            "for kw in (dict(), dict(device='cuda'), dict(local_rank=1)):\n"
+            "    L = shmfeed.Loader(job=sys.argv[1], rank=1, world_size=4, **kw)\n"
+            "    b = next(L)\n"
+            "    out.append([L.device.index, b.tokens.device.index, L.rank, b.step])\n"
+            "    del b\n"
+            "    L.close()\n"
+            "for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK'):\n"
+            "    del os.environ[k]\n"
+            "L = shmfeed.Loader(job=sys.argv[1], rank=3, world_size=4, local_rank=3)\n"
+            "b = next(L)\n"
+            "out.append([L.device.index, b.tokens.device.index, L.rank, b.step])\n"
+            "del b\n"
+            "L.close()\n"
+            "print(json.dumps(out))\n")
+    with Feed("gpuoftp", ranks=4) as feed:
+        r = subprocess.run([sys.executable, "-c", code, feed.job], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout) == [[2, 2, 1, 0], [2, 2, 1, 1], [2, 2, 1, 2],
+                                        [3, 3, 3, 0]], r.stdout
+
+
 def _run_device_job(tmp_path, job_device, code, env):
     """`shmfeed run` of a job of `consumers.device: job_device` over a file whose token i
     is i (B=2, T=64), with one rank running `code`: its stdout."""
@@ -366,3 +457,21 @@ def test_a_cuda_job_without_a_gpu_says_why_the_rank_is_on_the_cpu(tmp_path):
     out = _run_device_job(tmp_path, "cuda", code, dict(os.environ))
     assert "consumers.device: cuda" in out and "device=None gave the CPU: no CUDA device " \
         "is visible to this process's torch" in out, out
+
+
+def test_a_cuda_job_refusing_numpy_arrays_says_so(tmp_path):
+    """consumers.device: cuda, and a Loader(numpy=True) where torch sees a GPU: the
+    refusal said no CUDA device was visible to this process's torch, and to run it where
+    one is (a review): the CPU came from numpy=True."""
+    code = ("import ctypes, shmfeed\n"
+            "ctypes.CDLL('libcuda.so.1').fake_cuda_set_eager(None, 1)\n"
+            "try:\n"
+            "    shmfeed.Loader(numpy=True)\n"
+            "except shmfeed.Error as e:\n"
+            "    print(e)\n")
+    fake_torch = os.path.join(HERE, "fake_torch")
+    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
+               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    out = _run_device_job(tmp_path, "cuda", code, env)
+    assert "consumers.device: cuda" in out and "numpy=True gives CPU arrays" in out, out
+    assert "no CUDA device is visible" not in out, out
