@@ -46,7 +46,7 @@ static int parse(int argc, char **argv, int encode, struct tok_args *a)
 	/* What is wrong, said before the usage; a value option given twice is (the last one
 	 * won). */
 	const char *why = NULL;
-	const char **value = NULL;
+	const char **value = NULL, *format = NULL;
 	char twice[64];
 	int c;
 
@@ -58,6 +58,7 @@ static int parse(int argc, char **argv, int encode, struct tok_args *a)
 			: c == 'b' ? &a->bench
 			: c == 't' ? &a->file
 			: c == 'p' ? &a->pattern
+			: c == 'f' ? &format
 				   : NULL;
 		if (value && *value) {
 			snprintf(twice, sizeof(twice), "%s given twice",
@@ -65,6 +66,7 @@ static int parse(int argc, char **argv, int encode, struct tok_args *a)
 				 : c == 'v' ? "--vocab"
 				 : c == 'b' ? "--bench"
 				 : c == 't' ? "--tokenizer"
+				 : c == 'f' ? "--format"
 					    : "--pattern");
 			why = twice;
 			goto usage;
@@ -81,6 +83,7 @@ static int parse(int argc, char **argv, int encode, struct tok_args *a)
 			a->specials = 1;
 			break;
 		case 'f':
+			format = optarg;
 			a->format = sf__tok_format_parse(optarg);
 			if (a->format < 0) {
 				why = "--format takes auto, tiktoken, tekken, hf or sentencepiece";

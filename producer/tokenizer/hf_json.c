@@ -97,12 +97,40 @@ int sf__hf_get_bool(struct sf_hf_loader *l, const struct sf_json_node *obj, cons
 	return 0;
 }
 
-/* Refuse members of `obj` not in the NULL-terminated list `known`. */
+/*
+ * Refuse a member given twice in `obj`, an object read as a struct. tokenizers refuses
+ * some ("duplicate field" in an added token), and takes one of others by rules of its
+ * own (a component's type, the top level's members), where the tree here keeps the
+ * last: a second "special": false made <|endoftext|> ordinary text (a review).
+ */
+static int refuse_repeated_fields(struct sf_hf_loader *l, const struct sf_json_node *obj,
+				  const char *path)
+{
+	for (uint32_t i = 1; i < obj->len; i++) {
+		const struct sf_json_node *m = sf__json_tree_child(l->doc, obj, i);
+		const char *key = sf__json_tree_key(l->doc, m);
+
+		for (uint32_t j = 0; j < i; j++) {
+			const struct sf_json_node *p = sf__json_tree_child(l->doc, obj, j);
+
+			if (p->key_len == m->key_len &&
+			    !memcmp(sf__json_tree_key(l->doc, p), key, m->key_len))
+				return sf__hf_refuse(l, path, "\"%s\" is given twice: give it once",
+						     key);
+		}
+	}
+	return 0;
+}
+
+/* Refuse members of `obj` not in the NULL-terminated list `known`, or given twice. */
 int sf__hf_only_keys(struct sf_hf_loader *l, const struct sf_json_node *obj, const char *path,
 		     const char *const *known)
 {
 	uint32_t i;
+	int rc = refuse_repeated_fields(l, obj, path);
 
+	if (rc < 0)
+		return rc;
 	for (i = 0; i < obj->len; i++) {
 		const char *key = sf__json_tree_key(l->doc, sf__json_tree_child(l->doc, obj, i));
 		const char *const *k;
@@ -404,7 +432,24 @@ static int load_merges(struct sf_hf_loader *l, const struct sf_json_node *merges
 		hf->byte_merge[i] = (struct sf_hf_merge){.key = UINT64_MAX, .rank = SF_RANK_NONE};
 	for (i = 0; i < merges->len; i++) {
 		const struct sf_json_node *m = sf__json_tree_child(l->doc, merges, i);
+		const uint32_t first = sf__json_tree_child(l->doc, merges, 0)->type;
 		long left = -1, right = -1, merged = -1;
+
+		/* tokenizers reads the list as one form or the other (an untagged enum of
+		 * two list types), and refuses one that mixes them. */
+		if (i && m->type != first &&
+		    (m->type == SF_JSON_STRING || m->type == SF_JSON_ARRAY) &&
+		    (first == SF_JSON_STRING || first == SF_JSON_ARRAY)) {
+			char path[64];
+
+			snprintf(path, sizeof(path), "model.merges[%u]", i);
+			rc = sf__hf_refuse(l, path, "%s after %s merges: tokenizers takes one form",
+					   first == SF_JSON_STRING ? "[\"left\", \"right\"]"
+								   : "\"left right\"",
+					   first == SF_JSON_STRING ? "\"left right\""
+								   : "[\"left\", \"right\"]");
+			break;
+		}
 
 		/* tokenizers leaves out a "left right" merge that starts with #version (the
 		 * header line of a merges.txt). */
@@ -543,9 +588,12 @@ static int load_normalizer(struct sf_hf_loader *l, const struct sf_json_node *ob
 	const char *type;
 	char where[300];
 	uint32_t i;
+	int rc;
 
 	if (!obj || obj->type == SF_JSON_NULL)
 		return 0;
+	if (obj->type == SF_JSON_OBJECT && (rc = refuse_repeated_fields(l, obj, path)) < 0)
+		return rc;
 	type = obj->type == SF_JSON_OBJECT ? sf__hf_type_of(l, obj) : NULL;
 	snprintf(where, sizeof(where), "%s.type", path);
 	if (!type)
@@ -557,8 +605,6 @@ static int load_normalizer(struct sf_hf_loader *l, const struct sf_json_node *ob
 		if (!list || list->type != SF_JSON_ARRAY)
 			return sf__hf_refuse(l, where, "expected a list");
 		for (i = 0; i < list->len; i++) {
-			int rc;
-
 			snprintf(where, sizeof(where), "%s.normalizers[%u]", path, i);
 			rc = load_normalizer(l, sf__json_tree_child(l->doc, list, i), where);
 			if (rc < 0)
@@ -576,11 +622,15 @@ static int load_normalizer(struct sf_hf_loader *l, const struct sf_json_node *ob
 static int load_decoder(struct sf_hf_loader *l, const struct sf_json_node *obj)
 {
 	const char *type;
+	int rc;
 
 	if (!obj || obj->type != SF_JSON_OBJECT)
 		return sf__hf_refuse(l, "decoder",
 				     "missing (a byte-level BPE needs the ByteLevel "
 				     "decoder)");
+	rc = refuse_repeated_fields(l, obj, "decoder");
+	if (rc < 0)
+		return rc;
 	type = sf__hf_type_of(l, obj);
 	if (!type)
 		return sf__hf_refuse(l, "decoder.type", "missing");
@@ -604,6 +654,17 @@ static int load_doc(struct sf_hf_loader *l)
 	rc = sf__hf_only_keys(l, root, "(top level)", known);
 	if (rc < 0)
 		return rc;
+	/* tokenizers knows the version "1.0" only (and a file without one). */
+	n = sf__json_tree_get(l->doc, root, "version");
+	if (n && !(n->type == SF_JSON_STRING && !strcmp(sf__json_tree_str(l->doc, n), "1.0") &&
+		   n->len == 3))
+		return sf__hf_refuse(l, "version",
+				     "%s%s%s is not \"1.0\", the one tokenizers knows",
+				     n->type == SF_JSON_STRING ? "\"" : "",
+				     n->type == SF_JSON_STRING || n->type == SF_JSON_NUMBER
+					     ? sf__json_tree_str(l->doc, n)
+					     : "a non-string",
+				     n->type == SF_JSON_STRING ? "\"" : "");
 	n = sf__json_tree_get(l->doc, root, "truncation");
 	if (n && n->type != SF_JSON_NULL)
 		return sf__hf_refuse(l, "truncation", "not supported (must be null)");

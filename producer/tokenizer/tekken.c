@@ -151,6 +151,36 @@ static int read_entry(const struct reader *r, const struct sf_json_node *en, uin
 	return 0;
 }
 
+/* Whether member `m` is named `name` (a key holding a NUL is none of these). */
+static bool key_is(const struct reader *r, const struct sf_json_node *m, const char *name)
+{
+	return m->key_len == strlen(name) && !memcmp(sf__json_tree_key(r->d, m), name, m->key_len);
+}
+
+/* A vocab entry has rank, token_bytes and token_str and nothing else: mistral-common
+ * asserts it (one without token_str, or with another key, loaded here; a review). */
+static int check_entry_keys(const struct reader *r, const struct sf_json_node *en, uint32_t i)
+{
+	bool str = false, other = false;
+	char what[128];
+
+	for (uint32_t k = 0; k < en->len; k++) {
+		const struct sf_json_node *m = sf__json_tree_child(r->d, en, k);
+
+		if (key_is(r, m, "token_str"))
+			str = true;
+		else if (!key_is(r, m, "rank") && !key_is(r, m, "token_bytes"))
+			other = true;
+	}
+	if (str && !other)
+		return 0;
+	snprintf(what, sizeof(what),
+		 "vocab rank %u: an entry has rank, token_bytes and token_str, and nothing else "
+		 "(mistral-common asserts it)",
+		 i);
+	return bad(r, en, what);
+}
+
 /*
  * token_bytes of rank i: base64 alone (a space or a newline in it wrote more lines of
  * ranks into the text below: ids past the vocabulary, from a review), and for the first
@@ -197,6 +227,9 @@ static int read_vocab(const struct reader *r, const struct sf_json_node *vocab, 
 		rc = read_entry(r, sf__json_tree_child(r->d, vocab, i), i, "token_bytes",
 				"vocab entries need rank and token_bytes, ranks in order from 0",
 				&b64);
+		if (rc < 0)
+			break;
+		rc = check_entry_keys(r, sf__json_tree_child(r->d, vocab, i), i);
 		if (rc < 0)
 			break;
 		rc = check_token_bytes(r, sf__json_tree_child(r->d, vocab, i), i, b64);

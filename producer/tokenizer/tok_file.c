@@ -422,10 +422,46 @@ static bool tiktoken_line(const uint8_t *s, size_t len)
 }
 
 /*
- * The format of a file from its bytes: JSON is tekken when it has tekken's config key or
- * the token_bytes of its vocabulary (anywhere: mistral-common reads a file whose config
- * comes after its vocab) and Hugging Face's otherwise; a first line "base64 SPACE digits", after
- * any blank lines, is .tiktoken; a SentencePiece model is a protobuf whose first field is a piece
+ * Whether the JSON object that opens at s[i] has the member `key` (quoted) of its own:
+ * strings (escapes and all) and nested values are stepped over.
+ */
+static bool has_top_key(const uint8_t *s, size_t len, size_t i, const char *key)
+{
+	const size_t key_len = strlen(key);
+	bool at_key = false;
+	int depth = 0;
+
+	for (; i < len; i++) {
+		if (s[i] == '"') {
+			size_t start = i++;
+
+			while (i < len && s[i] != '"')
+				i += s[i] == '\\' ? 2 : 1;
+			if (i >= len)
+				return false;
+			if (at_key && i + 1 - start == key_len && !memcmp(s + start, key, key_len))
+				return true;
+			at_key = false;
+		} else if (s[i] == '{' || s[i] == '[') {
+			depth++;
+			at_key = depth == 1;
+		} else if (s[i] == '}' || s[i] == ']') {
+			if (--depth <= 0)
+				return false;
+		} else if (s[i] == ',') {
+			at_key = depth == 1;
+		}
+	}
+	return false;
+}
+
+/*
+ * The format of a file from its bytes: JSON is Hugging Face's when it has a model of its
+ * own (a tokenizer.json may hold tekken's words as added tokens or vocabulary keys: a
+ * review), else tekken when it has tekken's config key or the token_bytes of its
+ * vocabulary (anywhere: mistral-common reads a file whose config comes after its vocab)
+ * and Hugging Face's otherwise; a first line "base64 SPACE digits", after any blank
+ * lines, is .tiktoken; a SentencePiece model is a protobuf whose first field is a piece
  * (tag 0x0a, a length, and the piece's own first field, its text: tag 0x0a again).
  */
 static int detect(const uint8_t *s, size_t len)
@@ -435,8 +471,9 @@ static int detect(const uint8_t *s, size_t len)
 	while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n'))
 		i++;
 	if (i < len && s[i] == '{')
-		return memmem(s, len, "\"default_num_special_tokens\"", 28) ||
-				       memmem(s, len, "\"token_bytes\"", 13)
+		return !has_top_key(s, len, i, "\"model\"") &&
+				       (memmem(s, len, "\"default_num_special_tokens\"", 28) ||
+					memmem(s, len, "\"token_bytes\"", 13))
 			       ? SF_TOK_FORMAT_TEKKEN
 			       : SF_TOK_FORMAT_HF;
 	if (tiktoken_line(s + i, len - i))

@@ -986,6 +986,8 @@ def test_usage_errors_of_encode_and_decode_say_what_is_wrong(tmp_path):
         (("encode", "-e", "bytes", "--format", "hf"), "--format and --pattern go with"),
         (("encode", "--tokenizer", "x", "--format", "xx"), "--format takes auto"),
         (("encode", "--tokenizer", "x", "--vocab", "y"), "--vocab goes with -e"),
+        (("encode", "--tokenizer", "x", "--format", "tiktoken", "--format", "hf"),
+         "--format given twice"),
     ]
     for args, why in cases:
         r = sf(*args)

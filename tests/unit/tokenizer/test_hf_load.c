@@ -25,6 +25,8 @@ struct parts {
 	const char *added_tokens;
 	const char *decoder;
 	const char *top_extra; /* members added at the top level, leading comma */
+	const char *version;   /* the top level's version value; NULL: "1.0" */
+	const char *dropout;   /* model.dropout's value; NULL: null */
 };
 
 /*
@@ -79,16 +81,18 @@ static char *build(const struct parts *p)
 
 	o += (size_t)snprintf(
 		s + o, cap - o,
-		"{\"version\": \"1.0\", \"truncation\": null, \"padding\": null,"
+		"{\"version\": %s, \"truncation\": null, \"padding\": null,"
 		" \"added_tokens\": %s, \"normalizer\": %s, \"pre_tokenizer\": %s,"
 		" \"post_processor\": null, \"decoder\": %s%s,"
-		" \"model\": {\"type\": \"BPE\", \"dropout\": null%s, \"vocab\": {",
-		p->added_tokens ? p->added_tokens : "[]", p->normalizer ? p->normalizer : "null",
+		" \"model\": {\"type\": \"BPE\", \"dropout\": %s%s, \"vocab\": {",
+		p->version ? p->version : "\"1.0\"", p->added_tokens ? p->added_tokens : "[]",
+		p->normalizer ? p->normalizer : "null",
 		p->pre_tokenizer ? p->pre_tokenizer
 				 : "{\"type\": \"ByteLevel\", \"add_prefix_space\": "
 				   "false, \"trim_offsets\": true, \"use_regex\": true}",
 		p->decoder ? p->decoder : "{\"type\": \"ByteLevel\"}",
-		p->top_extra ? p->top_extra : "", p->model_extra ? p->model_extra : "");
+		p->top_extra ? p->top_extra : "", p->dropout ? p->dropout : "null",
+		p->model_extra ? p->model_extra : "");
 	for (b = 0; b < 256; b++) {
 		char ch[3];
 		size_t n = byte_char(b, ch);
@@ -148,7 +152,7 @@ Test(accept, pair_rank_not_token_rank)
 	/* "abc" is a token made from "ab" + "c", but "b c" merges first: tokenizers leaves
 	 * "a" "bc", where tiktoken's rule (lowest rank of the merged token) would not. */
 	struct parts p = {.extra_vocab = ", \"bc\": 256, \"ab\": 257, \"abc\": 258",
-			  .merges = "[[\"b\", \"c\"], \"a b\", [\"ab\", \"c\"]]"};
+			  .merges = "[[\"b\", \"c\"], [\"a\", \"b\"], [\"ab\", \"c\"]]"};
 	struct sf_tok *tok = NULL;
 	struct sf_err err = {0};
 
@@ -332,7 +336,7 @@ Test(refuse, each_construct_by_path)
 		 "model.continuing_subword_prefix: \"##\" not supported"},
 		{{.model_extra = ", \"end_of_word_suffix\": \"</w>\""},
 		 "model.end_of_word_suffix: \"</w>\" not supported"},
-		{{.model_extra = ", \"dropout\": 0.1"}, "model.dropout: 0.1 not supported"},
+		{{.dropout = "0.1"}, "model.dropout: 0.1 not supported"},
 		{{.model_extra = ", \"lowercase\": true"}, "model: unknown key \"lowercase\""},
 		{{.merges = "[\"a  b\"]"},
 		 "model.merges[0]: expected \"left right\" with one space"},
@@ -402,6 +406,28 @@ Test(refuse, each_construct_by_path)
 		 "(top level): unknown key \"truncation_side\""},
 		{{.extra_vocab = ", \"q\": -1"}, "model.vocab: \"q\": expected an id"},
 		{{.extra_vocab = ", \"qq\": 5"}, "model.vocab: id 5 appears twice"},
+		/* Files tokenizers refuses that loaded (a review): a field of an added token
+		 * given twice (the last "special" made <|endoftext|> ordinary text), a version
+		 * it does not know, merges of both forms in one list. Other fields given twice
+		 * tokenizers takes by rules of its own: refused too, never guessed. */
+		{{.added_tokens = "[{\"id\": 256, \"content\": \"<q>\", \"single_word\": false, "
+				  "\"lstrip\": false, \"rstrip\": false, \"special\": true, "
+				  "\"special\": false, \"normalized\": false}]"},
+		 "added_tokens[0]: \"special\" is given twice"},
+		{{.model_extra = ", \"type\": \"BPE\""}, "model: \"type\" is given twice"},
+		{{.top_extra = ", \"padding\": null"}, "(top level): \"padding\" is given twice"},
+		{{.normalizer = "{\"type\": \"NFC\", \"type\": \"NFC\"}"},
+		 "normalizer: \"type\" is given twice"},
+		{{.decoder = "{\"type\": \"ByteLevel\", \"type\": \"ByteLevel\"}"},
+		 "decoder: \"type\" is given twice"},
+		{{.version = "\"2.0\""}, "version: \"2.0\" is not \"1.0\""},
+		{{.version = "1"}, "version: 1 is not \"1.0\""},
+		{{.extra_vocab = ", \"ab\": 256, \"abc\": 257",
+		  .merges = "[\"a b\", [\"ab\", \"c\"]]"},
+		 "model.merges[1]: [\"left\", \"right\"] after \"left right\" merges"},
+		{{.extra_vocab = ", \"ab\": 256, \"abc\": 257",
+		  .merges = "[[\"a\", \"b\"], \"ab c\"]"},
+		 "model.merges[1]: \"left right\" after [\"left\", \"right\"] merges"},
 	};
 	size_t i;
 

@@ -239,47 +239,50 @@ Test(tok_file, tekken_refusals)
 		/* version v13 without special_tokens */
 		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
 		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"vocab\": [{\"rank\": "
-		"0, \"token_bytes\": \"AA==\"}]}",
+		"0, \"token_bytes\": \"AA==\", \"token_str\": null}]}",
 		/* a trailing comma */
 		"{\"config\": {\"pattern\": \".\",}, \"vocab\": []}",
 		/* ranks out of order */
 		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
 		"\"default_num_special_tokens\": 1, \"version\": \"v3\"}, \"vocab\": [{\"rank\": "
-		"1, \"token_bytes\": \"AA==\"}]}",
+		"1, \"token_bytes\": \"AA==\", \"token_str\": null}]}",
 		/* more vocabulary than the file has */
 		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 300, "
 		"\"default_num_special_tokens\": 1, \"version\": \"v3\"}, \"vocab\": [{\"rank\": "
-		"0, \"token_bytes\": \"AA==\"}]}",
+		"0, \"token_bytes\": \"AA==\", \"token_str\": null}]}",
 		/* a version mistral-common does not know (v4 was read as 4, v7abc as 7) */
 		"{\"config\": {\"pattern\": \".\", \"version\": \"v7abc\"}, \"vocab\": []}",
 		/* two special tokens of one text, and one with a NUL (it read as "<s>") */
 		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
 		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
 		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": \"<s>\"}], "
-		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\"}]}",
+		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\", \"token_str\": null}]}",
 		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
 		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
 		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": "
-		"\"<s>\\u0000x\"}], \"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\"}]}",
+		"\"<s>\\u0000x\"}], \"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\", "
+		"\"token_str\": null}]}",
 		/* bad base64 at vocab rank 0, which was named by its id (rank + 2 specials) */
 		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
 		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
 		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": \"</s>\"}], "
-		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"A!==\"}]}",
+		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"A!==\", \"token_str\": null}]}",
 		/* A NUL in token_bytes, the pattern or the version cut the string there: other
 		 * bytes, another pattern, v3 for "v3\0x" (a review). */
 		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
 		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
 		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": \"</s>\"}], "
-		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\\u0000AQ==\"}]}",
+		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\\u0000AQ==\", \"token_str\": "
+		"null}]}",
 		"{\"config\": {\"pattern\": \".|\\u0000\", \"default_vocab_size\": 3, "
 		"\"default_num_special_tokens\": 2, \"version\": \"v13\"}, \"special_tokens\": "
 		"[{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, \"token_str\": \"</s>\"}], "
-		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\"}]}",
+		"\"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\", \"token_str\": null}]}",
 		"{\"config\": {\"pattern\": \".\", \"default_vocab_size\": 3, "
 		"\"default_num_special_tokens\": 2, \"version\": \"v13\\u0000x\"}, "
 		"\"special_tokens\": [{\"rank\": 0, \"token_str\": \"<s>\"}, {\"rank\": 1, "
-		"\"token_str\": \"</s>\"}], \"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\"}]}",
+		"\"token_str\": \"</s>\"}], \"vocab\": [{\"rank\": 0, \"token_bytes\": \"AA==\", "
+		"\"token_str\": null}]}",
 	};
 	static const char *const why[] = {"must list its special_tokens",
 					  "byte",
@@ -345,7 +348,8 @@ Test(tok_file, tekken_files_that_lie_are_refused)
 	static const char huge[] =
 		"{\"pattern\": \".\", \"default_vocab_size\": 500000300, "
 		"\"default_num_special_tokens\": 500000000, \"version\": \"v3\"}";
-	const char *injected = ", {\"rank\": 256, \"token_bytes\": \"YWI= 300\\nYWJj\"}";
+	const char *injected =
+		", {\"rank\": 256, \"token_bytes\": \"YWI= 300\\nYWJj\", \"token_str\": null}";
 	struct sf_err e = {0};
 	char *many;
 	size_t n = 0;
@@ -377,11 +381,63 @@ Test(tok_file, tekken_files_that_lie_are_refused)
 	/* Two vocab entries of one token: named by the file's ranks (they were named by
 	 * their ids, rank + 100 specials: "ranks 356 and 357"; a review). */
 	cr_expect_eq(tekken_edited(config, "",
-				   ", {\"rank\": 256, \"token_bytes\": \"YWI=\"}, {\"rank\": 257, "
-				   "\"token_bytes\": \"YWI=\"}",
+				   ", {\"rank\": 256, \"token_bytes\": \"YWI=\", \"token_str\": "
+				   "null}, {\"rank\": 257, "
+				   "\"token_bytes\": \"YWI=\", \"token_str\": null}",
 				   "356", "358", &e),
 		     SF_E_TOKENIZER);
 	cr_expect(strstr(e.msg, "vocab ranks 256 and 257 have the same bytes"), "%s", e.msg);
+}
+
+/*
+ * mistral-common asserts that each vocabulary entry has rank, token_bytes and
+ * token_str, and no other key: one without token_str, or with another key, loaded here
+ * (a review).
+ */
+Test(tok_file, tekken_vocab_entries_have_mistral_commons_keys)
+{
+	static const char config[] = "{\"pattern\": \".\", \"default_vocab_size\": 356, "
+				     "\"default_num_special_tokens\": 100, \"version\": \"v3\"}";
+	static const char *const to[] = {"}", ", \"token_str\": null, \"is_control\": false}"};
+	struct sf_err e = {0};
+
+	for (size_t i = 0; i < 2; i++) {
+		cr_expect_eq(tekken_edited(config, "", "", ", \"token_str\": null}", to[i], &e),
+			     SF_E_TOKENIZER, "case %zu loaded", i);
+		cr_expect(strstr(e.msg, "vocab rank 0: an entry has rank, token_bytes and "
+					"token_str, and nothing else"),
+			  "case %zu: %s", i, e.msg);
+	}
+	cr_expect_eq(tekken_edited(config, "", "", ", \"token_str\": null}",
+				   ", \"token_str\": \"\\u0000\"}", &e),
+		     0, "%s", e.msg);
+}
+
+/*
+ * A tokenizer.json is known by its model: one holding "token_bytes" (an added token's
+ * content) or "default_num_special_tokens" (a vocabulary key) was read as a tekken file
+ * and refused with tekken's message (a review).
+ */
+Test(tok_file, a_tokenizer_json_with_tekken_words_is_a_tokenizer_json)
+{
+	static const char *const files[] = {
+		"{\"added_tokens\": [{\"content\": \"token_bytes\"}], \"model\": {\"type\": "
+		"\"BPE\"}}",
+		"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"default_num_special_tokens\": "
+		"0, \"a\\\"b}\": 1, \"token_bytes\": 2}}}",
+	};
+	struct sf_tok_file_opts o = {0};
+	struct sf_tok *tok = NULL;
+	struct sf_err e = {0};
+
+	o.path = path;
+	for (size_t i = 0; i < 2; i++) {
+		write_file(files[i]);
+		cr_expect_eq(sf__tok_load_file(&o, &tok, &e), SF_E_TOKENIZER, "case %zu", i);
+		cr_expect(strstr(e.msg, "model") && !strstr(e.msg, "config"), "case %zu: %s", i,
+			  e.msg);
+		remove_file();
+	}
 }
 
 /*
