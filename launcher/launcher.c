@@ -52,6 +52,8 @@
  * before the cap shuts them) is tried again this often, for this long. */
 #define RESPAWN_RETRY_NS   (200ull * 1000000ull)
 #define RESPAWN_GIVE_UP_NS (30ull * 1000000000ull)
+/* The command's leftovers listed at once (end_orphans()). */
+#define ORPHANS_MAX 256
 
 /*
  * Descriptors the supervisor holds beyond those open when it starts: the signalfd, the
@@ -120,6 +122,10 @@ struct supervisor {
 	 * its instant: no time given), then ended with the job. */
 	uint64_t orphans_at;
 	int orphans_done;
+	/* Those leftovers SIGTERMed, each once as it appeared: a leftover's own children are
+	 * the launcher's when it dies (ORPHANS_MAX remembered; the rest wait for SIGKILL). */
+	pid_t termed[ORPHANS_MAX];
+	size_t n_termed;
 	int stop_signo;	     /* the signal that stopped the job, 0 if none did */
 	int masked;	     /* the stop signals blocked (old_mask to restore) */
 	uint64_t checked_ns; /* the last check_producers() */
@@ -1517,7 +1523,6 @@ static int spawn_command(struct supervisor *S, struct sf_err *e)
 
 /* How long SIGKILLed orphans are waited for: one in uninterruptible sleep may never go. */
 #define ORPHAN_KILL_WAIT_MS 5000u
-#define ORPHANS_MAX	    256
 
 /* The launcher's children that are the command's leftovers (end_orphans()): neither a
  * producer nor a process that was its child before it started. */
@@ -1536,16 +1541,39 @@ static size_t leftovers(struct supervisor *S, pid_t *kids)
 	return kept;
 }
 
+/* SIGTERM those of the `n` leftovers `kids` that have had none; how many got it. */
+static size_t term_new(struct supervisor *S, const pid_t *kids, size_t n)
+{
+	size_t fresh = 0;
+
+	/* The listed are unreaped children: their pids cannot be reused meanwhile. */
+	for (size_t i = 0; i < n && S->n_termed < ORPHANS_MAX; i++) {
+		bool seen = false;
+
+		for (size_t k = 0; k < S->n_termed && !seen; k++)
+			seen = S->termed[k] == kids[i];
+		if (seen)
+			continue;
+		kill(kids[i], SIGTERM);
+		S->termed[S->n_termed++] = kids[i];
+		fresh++;
+	}
+	return fresh;
+}
+
 /*
  * Whether what the command left behind is still served: the real trainer under a wrapper
  * that died (`bash train.sh` killed by the SIGTERM passed on to it) is the launcher's
  * child now, and may still be reading. It gets SIGTERM once and batches until it exits,
- * or for the grace period, after which end_orphans() ends it with the job.
+ * or for the grace period, after which end_orphans() ends it with the job. A leftover's
+ * child that is the launcher's once its parent died of that SIGTERM (`bash launch.sh`
+ * running `bash train.sh`) gets its own as it appears, in the same grace period (it got
+ * none, and SIGKILL at the period's end: a review).
  */
 static bool serving_leftovers(struct supervisor *S, uint64_t now)
 {
 	pid_t kids[ORPHANS_MAX];
-	size_t n;
+	size_t n, fresh;
 
 	if (S->orphans_done || S->cmd_pid <= 0 || S->failed)
 		return false;
@@ -1554,14 +1582,17 @@ static bool serving_leftovers(struct supervisor *S, uint64_t now)
 		S->orphans_done = 1;
 		return false;
 	}
+	fresh = term_new(S, kids, n);
 	if (!S->orphans_at) {
-		for (size_t i = 0; i < n; i++)
-			kill(kids[i], SIGTERM);
 		sf__log_info("%zu process%s the command left behind: SIGTERM; served until %s "
 			     "(at most %u ms)",
 			     n, n == 1 ? "" : "es", n == 1 ? "it exits" : "they exit",
 			     S->l->grace_ms);
 		S->orphans_at = now + ms_ns(S->l->grace_ms);
+	} else if (fresh) {
+		sf__log_info("%zu more process%s the command left behind (a leftover's "
+			     "children): SIGTERM",
+			     fresh, fresh == 1 ? "" : "es");
 	}
 	return true;
 }
@@ -1623,12 +1654,12 @@ static void end_orphans(struct supervisor *S)
 {
 	uint64_t deadline = sf__now_ns() + (S->orphans_at ? 0 : ms_ns(S->l->grace_ms));
 	uint64_t give_up = 0;
-	pid_t kids[ORPHANS_MAX], termed[ORPHANS_MAX];
-	size_t n, n_termed = 0;
+	pid_t kids[ORPHANS_MAX];
+	size_t n;
 
 	for (;;) {
 		uint64_t now;
-		size_t fresh = 0;
+		size_t fresh;
 		pid_t gone;
 
 		while ((gone = waitpid(-1, NULL, WNOHANG)) > 0)
@@ -1651,23 +1682,12 @@ static void end_orphans(struct supervisor *S)
 				      n > 1 ? " and others" : "");
 			return;
 		}
-		/* The listed are unreaped children: their pids cannot be reused meanwhile. */
-		for (size_t i = 0; i < n; i++) {
-			bool seen = false;
-
-			if (give_up) {
+		if (give_up) {
+			for (size_t i = 0; i < n; i++)
 				kill(kids[i], SIGKILL);
-				continue;
-			}
-			for (size_t k = 0; k < n_termed && !seen; k++)
-				seen = termed[k] == kids[i];
-			/* Past ORPHANS_MAX remembered, the rest wait for SIGKILL: a pid never
-			 * remembered would get SIGTERM every round. */
-			if (seen || n_termed == ORPHANS_MAX)
-				continue;
-			kill(kids[i], SIGTERM);
-			fresh++;
-			termed[n_termed++] = kids[i];
+			fresh = 0;
+		} else {
+			fresh = term_new(S, kids, n);
 		}
 		if (fresh)
 			sf__log_info("%zu process%s the command left behind: SIGTERM", fresh,

@@ -1081,6 +1081,42 @@ def test_processes_started_before_the_launcher_are_not_the_commands_leftovers(rt
             pass
 
 
+def test_a_leftover_of_a_leftover_gets_sigterm_before_sigkill(rt, tmp_path):
+    """`shmfeed run job.yaml -- bash launch.sh` where launch.sh runs `bash train.sh`: on a
+    stop the launcher SIGTERMed the leftovers it found once (train.sh, dead of it), and
+    the trainer, orphaned a moment later, got none: SIGKILLed after the grace period, its
+    checkpoint handler never run (a review). Each leftover now gets SIGTERM as it
+    appears."""
+    log = tmp_path / "trainer.log"
+    trainer = ("import signal, sys, time\n"
+               "def stop(*_):\n"
+               f"    open({str(log)!r}, 'a').write('SIGTERM\\n')\n"
+               "    sys.exit(0)\n"
+               "signal.signal(signal.SIGTERM, stop)\n"
+               f"open({str(log)!r}, 'a').write('up\\n')\n"
+               "while True:\n"
+               "    time.sleep(0.05)\n")
+    (tmp_path / "trainer.py").write_text(trainer)
+    (tmp_path / "train.sh").write_text(f"{sys.executable} {tmp_path / 'trainer.py'}\n")
+    (tmp_path / "launch.sh").write_text(f"bash {tmp_path / 'train.sh'}\n")
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job_name('nested')}",
+                          "--grace-ms", "20000", "--", "bash", str(tmp_path / "launch.sh")],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: log.exists() and "up" in log.read_text(), timeout=30)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert log.read_text() == "up\nSIGTERM\n", err
+    assert took < 10, (took, err)
+    assert "SIGKILL" not in err, err
+
+
 def test_a_signal_while_leftovers_are_ended_keeps_the_status_and_removes_the_arena(rt, tmp_path):
     """SIGTERM while the launcher waited for a leftover that ignores SIGTERM: the signal,
     blocked with its signalfd closed, was taken with its default action when the mask was
