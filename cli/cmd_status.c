@@ -438,9 +438,18 @@ int sf__cmd_top(int argc, char **argv)
 
 		if (n < 0) {
 			silent_ms += (uint32_t)timeout;
-			/* The job ended if its supervisor is gone. */
+			/* The job ended if its supervisor is gone, and left nothing: one that
+			 * died left its discovery file or arena ("ended" and 0 for a launcher
+			 * killed under `top`: a review). */
 			if (kill(info.pid, 0) < 0 && errno == ESRCH) {
-				fprintf(stderr, "shmfeed: job %s ended\n", info.job);
+				struct sf_job_info left;
+
+				if (sf__job_info_read(info.job, &left, &e) == SF_E_JOB_GONE) {
+					sf__log_error("%s", e.msg);
+					r = 1;
+				} else {
+					fprintf(stderr, "shmfeed: job %s ended\n", info.job);
+				}
 				break;
 			}
 			if (silent_ms >= silent_limit_ms) {

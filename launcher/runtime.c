@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,9 +214,58 @@ static void describe_sockets(const struct sf_job_info *j, const char *info_path,
 			 dir_len ? (int)dir_len : 1, !slash ? "." : dir_len ? path : "/");
 }
 
+/* Whether `job` is one of the comma-separated names of `list` (each may be followed by
+ * words in parentheses). */
+static bool listed(const char *list, const char *job)
+{
+	const size_t n = strlen(job);
+
+	for (const char *at = list; (at = strstr(at, job)); at += n)
+		if ((at == list || at[-1] == ' ') && (at[n] == ',' || at[n] == ' ' || !at[n]))
+			return true;
+	return false;
+}
+
+/*
+ * Append to `dead` the jobs of this user's in /dev/shm that it does not list: an arena
+ * whose launcher is dead and left no discovery file (killed between the two), or a dead
+ * temporary of one (killed while it made the arena). Listed by their discovery files
+ * only, they were invisible to `status` without a name (a review).
+ */
+static void dead_arenas(char *dead, size_t len)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		const char *name = de->d_name + 8, *infix = strstr(name, ".new.");
+		const size_t n = infix ? (size_t)(infix - name) : strlen(name);
+		char job[SF_JOB_NAME_MAX + 1], tmp[8];
+		uint32_t state;
+		int32_t creator;
+		struct stat st;
+		size_t used;
+
+		if (strncmp(de->d_name, "shmfeed.", 8) || !n || n > SF_JOB_NAME_MAX ||
+		    fstatat(dirfd(d), de->d_name, &st, 0) < 0 || st.st_uid != geteuid())
+			continue;
+		memcpy(job, name, n);
+		job[n] = '\0';
+		if (listed(dead, job) || (infix ? !sf__arena_dead_temporaries(job, tmp, sizeof(tmp))
+						: arena_stale(job, &creator, &state) != 1))
+			continue;
+		used = strlen(dead);
+		snprintf(dead + used, len - used, "%s%s%s", used ? ", " : "", job,
+			 infix ? " (the temporary of its arena)" : " (its arena)");
+	}
+	closedir(d);
+}
+
 int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e)
 {
-	char dir[256], path[600], names[256] = "", dead[256] = "";
+	char dir[256], path[600], names[256] = "", dead[512] = "";
 	struct sf_job_info found = {0};
 	struct dirent *de;
 	int count = 0, r;
@@ -338,6 +388,8 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		snprintf(names + n, sizeof(names) - n, "%s%s", n ? ", " : "", info.job);
 	}
 	closedir(d);
+	if (count == 0)
+		dead_arenas(dead, sizeof(dead));
 	if (count == 0 && dead[0])
 		return sf__err(e, SF_E_JOB_GONE,
 			       "no running shmfeed job in %s; dead (their launcher crashed or was "

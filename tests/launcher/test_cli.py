@@ -298,6 +298,27 @@ def test_top_of_a_job_with_a_long_stats_interval(rt):
         finish(p)
 
 
+def test_top_of_a_job_whose_launcher_is_killed_says_it_is_dead(rt):
+    """A launcher killed under `top` (SIGKILL, the OOM killer): top said "job X ended"
+    and exited 0, as after a clean end, where status says the job is dead (a review)."""
+    job = job_name("topdead")
+    p = serve(job)
+    try:
+        top = subprocess.Popen([SHMFEED, "top", job, "--count", "1000"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(1)
+        p.kill()
+        p.wait()
+        err = top.communicate(timeout=30)[1]
+        assert top.returncode == 1, err
+        assert f"job '{job}' is dead" in err and "ended" not in err, err
+    finally:
+        finish(p)
+        # What the killed launcher left, reclaimed as the next run of the job does.
+        assert sf("run", DEMO, "--set", f"job={job}", "--", "true").returncode == 0
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
 def test_top_shows_the_utilization_of_mostly_idle_producers(rt, tmp_path):
     """A trainer at 5 batches/s keeps the demo's producers busy a few thousandths of a
     percent of the time: top shows that (<0.01%), not 0.0%, and the stats carry it."""

@@ -406,6 +406,11 @@ def test_sigkill_of_the_launcher(rt, tmp_path):
     os.unlink(os.path.join(rt, f"{job}.json"))  # the arena alone says the same
     out = subprocess.run([SHMFEED, "status", job], capture_output=True, text=True, timeout=10)
     assert out.returncode == 1 and "is dead" in out.stderr and "reclaims it" in out.stderr
+    # Unnamed too: `status` listed dead jobs by their discovery files alone, and an
+    # arena without one (a launcher killed between the two) was nowhere (a review).
+    out = subprocess.run([SHMFEED, "status"], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1 and "dead (their launcher crashed" in out.stderr, out.stderr
+    assert f"{job} (its arena)" in out.stderr, out.stderr
     out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job}", "--",
                           *ranks_command(2, 20, tmp_path)],
                          capture_output=True, text=True, timeout=60)
@@ -1249,6 +1254,9 @@ def test_status_names_the_file_of_a_launcher_killed_while_it_made_the_arena(rt, 
         assert (f"no running shmfeed job '{job}'; a launcher of it was killed while it made "
                 f"the arena and left {left} (") in out.stderr, out.stderr
         assert "the next `shmfeed run` of this job removes it" in out.stderr, out.stderr
+        out = subprocess.run([SHMFEED, "status"], capture_output=True, text=True, timeout=10)
+        assert out.returncode == 1 and f"{job} (the temporary of its arena)" in out.stderr, \
+            out.stderr
         out = subprocess.run([SHMFEED, "run", str(cfg), "--set", f"job={job}", "--", "true"],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
