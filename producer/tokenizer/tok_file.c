@@ -255,12 +255,18 @@ static int load_tiktoken(struct sf_tok *tok, const char *path, uint8_t *text, si
 		if (families[i].n_ranks == tok->ranks.n_ranks && families[i].digest == digest)
 			fam = &families[i];
 	if (!fam) {
+		uint32_t tokens = 0;
+
+		/* Ranks may leave gaps: the tokens are those of non-empty spans. */
+		for (uint32_t r = 0; r < tok->ranks.n_ranks; r++)
+			tokens += tok->ranks.off[r + 1] > tok->ranks.off[r];
 		if (!pattern)
-			return sf__err(e, SF_E_TOKENIZER,
-				       "%s: a .tiktoken file of no known family (%u ranks): give "
-				       "its pre-tokenization pattern (tokenizer.pattern in a job, "
-				       "--pattern on the command line)",
-				       path, tok->ranks.n_ranks);
+			return sf__err(
+				e, SF_E_TOKENIZER,
+				"%s: a .tiktoken file of no known family (%u tokens, ranks "
+				"0..%u): give its pre-tokenization pattern "
+				"(tokenizer.pattern in a job, --pattern on the command line)",
+				path, tokens, tok->ranks.n_ranks - 1);
 		return sf__tok_finish_bpe(tok, pattern, e);
 	}
 	snprintf(tok->family, sizeof(tok->family), "%s", fam->name);
