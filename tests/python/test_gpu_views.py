@@ -23,6 +23,16 @@ if not FAKE_CUDA:
     pytest.skip("SHMFEED_FAKE_CUDA (the fake driver's directory) is set by `meson test`",
                 allow_module_level=True)
 
+FAKE_TORCH = os.path.join(HERE, "fake_torch")
+
+
+def fake_gpu_env(**extra):
+    """The environment of a rank on the fake driver, whose streams run at once, and the
+    fake torch."""
+    return dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
+                PYTHONPATH=os.pathsep.join([FAKE_TORCH, os.environ["PYTHONPATH"]]), **extra)
+
+
 RANK = """
 import ctypes, json, sys
 ctypes.CDLL("libcuda.so.1").fake_cuda_set_eager(None, 1)  # the NULL stream runs at once
@@ -48,12 +58,9 @@ print(json.dumps(out))
 def test_a_batch_fetched_ahead_stays_whole_on_a_gpu(buffers, dtype, wide):
     extra = ["--doc-starts", "5"] + (["--dtype", "i32", "--vocab", "100277"] if wide else [])
     kw = {"vocab": 100277, "dtype": np.int32} if wide else {}
-    fake_torch = os.path.join(HERE, "fake_torch")
-    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, SHMFEED_GPU_BUFFERS=buffers,
-               FAKE_CUDA_POLICY="eager",
-               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    env = fake_gpu_env(SHMFEED_GPU_BUFFERS=buffers)
     with Feed("gpuviews", extra=extra) as feed:
-        r = subprocess.run([sys.executable, "-c", RANK, fake_torch, feed.job, dtype],
+        r = subprocess.run([sys.executable, "-c", RANK, FAKE_TORCH, feed.job, dtype],
                            env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         got = json.loads(r.stdout)
@@ -102,9 +109,7 @@ def test_a_mixtures_row_sources_reach_the_gpu(tmp_path, dtype, seq_len):
                    f"  - {{name: web, paths: {tmp_path}/web.bin, weight: 1}}\n"
                    f"  - {{name: code, paths: {tmp_path}/code.bin, weight: 1}}\n"
                    f"batch: {{size: 2, seq_len: {seq_len}}}\nconsumers: {{world_size: 1}}\n")
-    fake_torch = os.path.join(HERE, "fake_torch")
-    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
-               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    env = fake_gpu_env()
     job = f"gpumix-{os.getpid()}-{dtype}-{seq_len}"
     r = subprocess.run([cli, "run", str(cfg), "--set", f"job={job}", "--quiet", "--",
                         sys.executable, "-c", MIX_RANK, dtype],
@@ -122,10 +127,7 @@ def test_cuda_without_an_index_is_the_ranks_visible_gpu():
     """device="cuda" took LOCAL_RANK as the ordinal: with one GPU visible to each rank
     (CUDA_VISIBLE_DEVICES, Slurm's --gpus-per-task) rank 1 asked for a second GPU and
     failed to attach. It is the rank's GPU among those visible, as for device=None."""
-    fake_torch = os.path.join(HERE, "fake_torch")
-    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
-               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]),
-               RANK="1", LOCAL_RANK="1", WORLD_SIZE="2")
+    env = fake_gpu_env(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2")
     code = ("import ctypes, sys\n"
             "ctypes.CDLL('libcuda.so.1').fake_cuda_set_eager(None, 1)\n"
             "import shmfeed\n"
@@ -177,9 +179,7 @@ def test_outputs_widened_on_a_side_stream_are_recorded_on_it(dtype):
     as the Loader and its batches were dropped, with the last widening still queued on
     the side stream (a review). Each output is recorded on each stream the Loader
     widens on (record_stream, once per stream change)."""
-    fake_torch = os.path.join(HERE, "fake_torch")
-    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
-               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    env = fake_gpu_env()
     with Feed("gpuside", extra=["--doc-starts", "5"]) as feed:
         r = subprocess.run([sys.executable, "-c", SIDE_STREAM, feed.job, dtype], env=env,
                            capture_output=True, text=True, timeout=60)
@@ -199,12 +199,8 @@ def test_a_rank_of_another_numbering_gets_the_processs_gpu():
     batches on cuda:1, which another process owns (a review). The GPU is the process's,
     cuda:(LOCAL_RANK modulo those visible), as documented; the ring is rank 1's. Without
     LOCAL_RANK the ring's local rank names the GPU, as before."""
-    fake_torch = os.path.join(HERE, "fake_torch")
-    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
-               FAKE_CUDA_DEVICES="8",
-               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]),
-               RANK="2", LOCAL_RANK="2", WORLD_SIZE="8", LOCAL_WORLD_SIZE="8",
-               GROUP_RANK="0")
+    env = fake_gpu_env(FAKE_CUDA_DEVICES="8", RANK="2", LOCAL_RANK="2", WORLD_SIZE="8",
+                       LOCAL_WORLD_SIZE="8", GROUP_RANK="0")
     code = ("import ctypes, json, os, sys\n"
             "ctypes.CDLL('libcuda.so.1').fake_cuda_set_eager(None, 1)\n"
             "import shmfeed\n"
@@ -268,10 +264,7 @@ def test_the_jobs_consumers_device_decides(tmp_path, job_device):
             "    print(asked, L.device.type, L.counters()['gpu'])\n"
             "    del b\n"
             "    L.close()\n")
-    fake_torch = os.path.join(HERE, "fake_torch")
-    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
-               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
-    out = _run_device_job(tmp_path, job_device, code, env)
+    out = _run_device_job(tmp_path, job_device, code, fake_gpu_env())
     want = {"cpu": ["None cpu False", "cpu cpu False"],
             "cuda": ["None cuda True", "cpu refused True"],
             "auto": ["None cuda True", "cpu cpu False"]}[job_device]
@@ -330,11 +323,9 @@ with shmfeed.Loader(job=sys.argv[1], device="cpu") as L:
 def run_rank(tag, script, dtype):
     """Run `script` (it prints "ok") against a job of its own, on the fake driver and
     the stand-in torch, with the eager policy."""
-    fake_torch = os.path.join(HERE, "fake_torch")
-    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
-               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    env = fake_gpu_env()
     with Feed(tag) as feed:
-        r = subprocess.run([sys.executable, "-c", script, fake_torch, feed.job, dtype],
+        r = subprocess.run([sys.executable, "-c", script, FAKE_TORCH, feed.job, dtype],
                            env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and "ok" in r.stdout, r.stderr
 
@@ -427,9 +418,7 @@ def test_a_gpu_behind_the_host_neither_blocks_next_past_its_timeout_nor_ctrl_c()
     cuEventSynchronize: past its timeout, and past Ctrl-C (Python's handlers run only
     between C calls). Now a timeout says why, Ctrl-C lands within a slice, and no step is
     lost or skipped."""
-    fake_torch = os.path.join(HERE, "fake_torch")
-    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
-               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
+    env = fake_gpu_env()
     with Feed("gpubehind") as feed:
         r = subprocess.run([sys.executable, "-c", BEHIND, feed.job], env=env,
                            capture_output=True, text=True, timeout=60)
@@ -469,9 +458,6 @@ def test_a_cuda_job_refusing_numpy_arrays_says_so(tmp_path):
             "    shmfeed.Loader(numpy=True)\n"
             "except shmfeed.Error as e:\n"
             "    print(e)\n")
-    fake_torch = os.path.join(HERE, "fake_torch")
-    env = dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA, FAKE_CUDA_POLICY="eager",
-               PYTHONPATH=os.pathsep.join([fake_torch, os.environ["PYTHONPATH"]]))
-    out = _run_device_job(tmp_path, "cuda", code, env)
+    out = _run_device_job(tmp_path, "cuda", code, fake_gpu_env())
     assert "consumers.device: cuda" in out and "numpy=True gives CPU arrays" in out, out
     assert "no CUDA device is visible" not in out, out
