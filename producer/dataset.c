@@ -178,12 +178,17 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 
 				r = why_no_format(paths[i], &why);
 				if (r == -EINVAL) {
-					r = sf__err(e, SF_E_CONFIG,
-						    "%s: format auto goes by the name (.bin, .idx, a "
-						    "Megatron prefix, .jsonl and .txt, these two also "
-						    ".gz or .zst) and knows no other: give the source a "
-						    "format, or move the file out",
-						    paths[i]);
+					r = sf__err(
+						e, SF_E_CONFIG,
+						"%s: format auto goes by the name (.bin, .idx, a "
+						"Megatron prefix, .jsonl and .txt, these two also "
+						".gz or .zst) and knows no other: leave it out of "
+						"the source (name the files to read, a glob such "
+						"as "
+						"DIR/*.bin, or move it away); a format given to "
+						"the "
+						"source would read this file too, as that format",
+						paths[i]);
 					break;
 				}
 				/* No file to read, as a file that cannot be opened. */

@@ -537,6 +537,10 @@ class Loader:
                 elif r == N.SF_E_CUDA and device is None and dev_index == N.SF_DEVICE_NONE:
                     # Nobody asked for CPU views by name: say what gave the CPU.
                     detail += f" ({self._cpu_why}), or set consumers.device: auto or cpu"
+                elif r == N.SF_E_BUSY and torch is not None and _in_dataloader_worker(torch):
+                    detail += (" (this is a DataLoader worker: a rank's batches go to one "
+                               "consumer, so one worker of the rank reads them: "
+                               "num_workers=1)")
                 elif r == N.SF_E_RANGE and local_from_rank and "has local ranks" in detail:
                     # A node of several: its local ranks count from 0 (rank_base).
                     detail += (f" (the local rank defaulted to the rank {rank}: LOCAL_RANK "

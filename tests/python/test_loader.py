@@ -446,6 +446,20 @@ def test_batches_from_a_dataloader_worker_are_right(dtype):
         assert steps == list(range(8))
 
 
+def test_a_second_dataloader_worker_of_one_rank_says_num_workers_1():
+    """num_workers=2: the second worker's Loader was refused with "local rank 0 is
+    consumed by another process", which says nothing of DataLoader workers (a review).
+    A rank's batches go to one consumer: the refusal names num_workers=1."""
+    with Feed("workers2") as feed:
+        dl = torch.utils.data.DataLoader(_WorkerDataset(feed.job, "int64", 50),
+                                         batch_size=None, num_workers=2)
+        with pytest.raises(shmfeed.Error) as info:
+            for _ in dl:
+                pass
+        assert "SF_E_BUSY" in str(info.value), info.value
+        assert "num_workers=1" in str(info.value), info.value
+
+
 def test_errors_survive_pickling_and_a_dataloader_worker():
     """multiprocessing and torch return a worker's exception pickled: Error's arguments
     did not match its signature, so unpickling raised TypeError (a Pool's result thread
