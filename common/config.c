@@ -845,6 +845,12 @@ static int set_weights(struct loader *L, const struct field *f, const yaml_node_
 		}
 		w.n++;
 	}
+	if (L->o.override)
+		snprintf(w.at, sizeof(w.at), "%s", L->o.file);
+	else
+		snprintf(w.at, sizeof(w.at), "%s:%zu:%zu", L->o.file,
+			 (L->via ? *L->via : n->start_mark).line + 1,
+			 (L->via ? *L->via : n->start_mark).column + 1);
 	weights_free(dst);
 	*dst = w;
 	return 0;

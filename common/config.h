@@ -66,7 +66,9 @@ struct sf_weight_config {
 struct sf_weights_config {
 	struct sf_weight_config *v;
 	uint32_t n;
-	uint32_t pad;
+	/* Where it was given ("job.yaml:12:5", "--set KEY"), for the messages of checks
+	 * made on the weights later (producer/mixture_config.c); "" if not from a file. */
+	char at[124];
 };
 
 /* One phase of mixture.schedule (docs/mixtures.md). */

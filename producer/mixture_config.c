@@ -33,6 +33,14 @@ static uint64_t in_group(const struct sf_source_config *src)
 	return src->weight == SF_WEIGHT_UNSET ? SF_WEIGHT_SCALE : src->weight;
 }
 
+/* Where the weights of `map` (NULL: mixture.groups) were given, or the job's file. */
+static const char *given_at(const struct sf_config *cfg, const struct sf_weights_config *map)
+{
+	if (!map)
+		map = &cfg->groups;
+	return map->at[0] ? map->at : cfg->path ? cfg->path : "config";
+}
+
 /* The weight that `map` (or, when NULL, the sources and mixture.groups) gives `name`. */
 static uint64_t weight_named(const struct sf_config *cfg, const struct sf_weights_config *map,
 			     const char *name)
@@ -82,7 +90,7 @@ static int resolve(const struct sf_config *cfg, const struct sf_weights_config *
 			return sf__err(e, SF_E_CONFIG,
 				       "%s: mixture%s: group '%s' has weight %llu%s but all its "
 				       "sources weigh 0 in it: give one a weight, or the group 0",
-				       cfg->path ? cfg->path : "config", where, group,
+				       given_at(cfg, map), where, group,
 				       (unsigned long long)(gw / SF_WEIGHT_SCALE), frac);
 		}
 		lcm = lcm / gcd128(lcm, sum) * sum;
@@ -116,8 +124,7 @@ static int resolve(const struct sf_config *cfg, const struct sf_weights_config *
 				e, SF_E_CONFIG,
 				"%s: mixture schedule phase %u: every source weighs 0 in its "
 				"%s",
-				cfg->path ? cfg->path : "config", phase + 1,
-				ramp_to ? "ramp_to" : "weights");
+				given_at(cfg, map), phase + 1, ramp_to ? "ramp_to" : "weights");
 		return sf__err(e, SF_E_CONFIG, "%s: mixture: every source weighs 0",
 			       cfg->path ? cfg->path : "config");
 	}
@@ -138,7 +145,9 @@ too_precise:
 		       "%s: the mixture's weights are too precise to hold exactly (as whole "
 		       "numbers over their common denominator they sum past 2^62): give them "
 		       "fewer digits",
-		       cfg->path ? cfg->path : "config");
+		       map || cfg->groups.n ? given_at(cfg, map)
+		       : cfg->path	    ? cfg->path
+					    : "config");
 }
 
 int sf__mixture_from_config(const struct sf_config *cfg, struct sf_mixture **ret_m,

@@ -65,9 +65,9 @@ static void mix_config(struct sf_config *cfg, uint32_t B, uint32_t W)
 static struct sf_weight_config w_web[] = {{"web", 1}}, w_cm[] = {{"code", 1}, {"math", 1}},
 			       w_all[] = {{"web", 1}, {"code", 1}, {"math", 1}};
 static struct sf_phase_config schedule[] = {
-	{.until_step = 10, .weights = {w_web, 1, 0}},
-	{.until_step = 20, .weights = {w_web, 1, 0}, .ramp_to = {w_cm, 2, 0}, .stages = 5},
-	{.until_step = UINT64_MAX, .weights = {w_all, 3, 0}},
+	{.until_step = 10, .weights = {w_web, 1}},
+	{.until_step = 20, .weights = {w_web, 1}, .ramp_to = {w_cm, 2}, .stages = 5},
+	{.until_step = UINT64_MAX, .weights = {w_all, 3}},
 };
 
 /*

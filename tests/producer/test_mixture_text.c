@@ -288,9 +288,9 @@ static uint64_t *check_rows(const struct sf_config *cfg, uint64_t steps, uint64_
 static struct sf_weight_config w_pt[] = {{"prose", 1}, {"tokens", 1}}, w_m[] = {{"multi", 1}},
 			       w_all[] = {{"prose", 2}, {"multi", 1}, {"tokens", 1}};
 static struct sf_phase_config schedule[] = {
-	{.until_step = 6, .weights = {w_pt, 2, 0}},
-	{.until_step = 12, .weights = {w_pt, 2, 0}, .ramp_to = {w_m, 1, 0}, .stages = 3},
-	{.until_step = UINT64_MAX, .weights = {w_all, 3, 0}},
+	{.until_step = 6, .weights = {w_pt, 2}},
+	{.until_step = 12, .weights = {w_pt, 2}, .ramp_to = {w_m, 1}, .stages = 3},
+	{.until_step = UINT64_MAX, .weights = {w_all, 3}},
 };
 
 int main(int argc, char **argv)

@@ -616,11 +616,14 @@ Test(mixture, a_weighted_group_of_sources_that_all_weigh_0_is_refused)
 		"    - {until_step: 10, weights: {web: 1}}\n"
 		"    - {until_step: 20, weights: {web: 1}, ramp_to: {arxiv: 0}}\n",
 	};
-	static const char *const want[] = {"group 'hq' has weight 1 but all its sources weigh 0",
-					   "phase 2: group 'hq' has weight 1 but all its sources "
-					   "weigh 0",
+	/* Named where the weights are (the file alone before: a review). */
+	static const char *const want[] = {"job.yaml:5:19: mixture: group 'hq' has weight 1 but "
+					   "all its sources weigh 0",
+					   "job.yaml:7:33: mixture schedule phase 2: group 'hq' "
+					   "has weight 1 but all its sources weigh 0",
 					   NULL, NULL,
-					   "phase 2: every source weighs 0 in its ramp_to"};
+					   "job.yaml:7:52: mixture schedule phase 2: every source "
+					   "weighs 0 in its ramp_to"};
 
 	for (int k = 0; k < 5; k++) {
 		struct sf_config cfg;
