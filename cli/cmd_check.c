@@ -155,7 +155,9 @@ static int parse_tokens(const char *s, uint64_t *ret)
 static void print_bound(const struct sf_dataset *ds)
 {
 	uint32_t exact;
-	const double raw = sf__dataset_mix_bound(ds, &exact);
+	double slack;
+	const double raw = sf__dataset_mix_bound(ds, &exact, &slack);
+	const char *how = exact ? "exact, walked over every prefix" : "proved from the tree";
 	/* Rounded up, so that the printed bound is never below the true one; with as many
 	 * digits past six as a bound below 1 needs to show below 1 (rounded up to six, a
 	 * bound of 1 - 10^-8 read 1.000000). */
@@ -166,10 +168,20 @@ static void print_bound(const struct sf_dataset *ds)
 		digits++;
 		bound = ceil(raw * pow(10, digits)) / pow(10, digits);
 	}
-	printf("# mixture: at every prefix of every phase each source's count is within %.*f "
-	       "of weight x samples (%s)\n",
-	       digits, bound, exact ? "exact, walked over every prefix" : "proved from the tree");
-	if (raw >= 1)
+	/* Below 1 by less than fifteen digits show (weights 10^18 apart): said as such, the
+	 * slack cut to two digits (never more than it is). */
+	if (bound >= 1 && slack > 0) {
+		const double unit = pow(10, floor(log10(slack)) - 1);
+
+		printf("# mixture: at every prefix of every phase each source's count is within "
+		       "1 - %.2g of weight x samples (%s)\n",
+		       floor(slack / unit) * unit, how);
+	} else {
+		printf("# mixture: at every prefix of every phase each source's count is within "
+		       "%.*f of weight x samples (%s)\n",
+		       digits, bound, how);
+	}
+	if (slack <= 0)
 		printf("# warning: with these weights a source's count may differ from weight x "
 		       "samples by %.6f, not less than 1 (docs/mixtures.md: below 1 for up to 4 "
 		       "sources, and where a period, or a phase, of at most 2^24 samples fits a "

@@ -148,9 +148,9 @@ void sf__dataset_mix_expect(const struct sf_dataset *ds, uint64_t k, uint64_t *r
 		ret_windows[i] = ds->mix_sources[i].n_windows;
 }
 
-double sf__dataset_mix_bound(const struct sf_dataset *ds, uint32_t *ret_exact)
+double sf__dataset_mix_bound(const struct sf_dataset *ds, uint32_t *ret_exact, double *ret_slack)
 {
-	return sf__mix_bound(ds->mix, ret_exact);
+	return sf__mix_bound(ds->mix, ret_exact, ret_slack);
 }
 
 void sf__dataset_mix_target(const struct sf_dataset *ds, uint64_t k, double *ret_target)

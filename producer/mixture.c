@@ -343,6 +343,31 @@ static double proved_below(const struct sf_mix_set *s, int32_t v, double e)
 	return e > worst ? e : worst;
 }
 
+/* The slack of the tree's proved bound (struct sf_mix_set): from the weights where the
+ * tree is at most two deep (a leaf under the root: 1/2), else 1 - proved. */
+static double tree_slack(const struct sf_mix_set *s, double proved)
+{
+	double slack = 0.5;
+
+	if (IS_LEAF(s->root))
+		return 1;
+	for (int c = 0; c < 2; c++) {
+		const int32_t v = s->nodes[s->root].child[c];
+
+		for (int k = 0; !IS_LEAF(v) && k < 2; k++) {
+			const struct sf_mix_node *node = &s->nodes[v];
+			double x;
+
+			if (!IS_LEAF(node->child[k]))
+				return 1 - proved;
+			x = (double)child_weight(s, node->child[1 - k]) /
+			    (2.0 * (double)node->weight);
+			slack = x < slack ? x : slack;
+		}
+	}
+	return slack;
+}
+
 /*
  * The larger of `worst` and the errors (times Q) of a source of weight P just before and
  * just after its sample at position n (0-based), `idx` of its samples before it.
@@ -642,7 +667,7 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	/* Every shape, its proved bound; then exact bounds, smallest proved first, while
 	 * none is below 1 and the period is short enough to walk. */
 	for (int shape = 0; shape < N_SHAPES; shape++) {
-		double bound, proved;
+		double bound, proved, slack;
 		uint32_t exact = 0;
 
 		if (shape == SHAPE_SEARCHED && n_pos > search_limit)
@@ -654,14 +679,19 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 						    : build_range(&b, 0, n_pos);
 		proved = proved_below(s, s->root, 0);
 		bound = proved;
+		slack = tree_slack(s, proved);
 		if (proved >= 1 && total <= exact_limit) {
 			bound = exact_bound(s);
+			slack = 1 - bound;
 			exact = 1;
 		}
-		if (best_shape < 0 || bound < best || (bound == best && exact && !s->exact)) {
+		/* Equal bounds: the exact one, or the one whose slack shows it lower. */
+		if (best_shape < 0 || bound < best ||
+		    (bound == best && ((exact && !s->exact) || slack > s->slack))) {
 			best = bound;
 			best_shape = shape;
 			s->exact = exact;
+			s->slack = slack;
 			memcpy(trial, s->nodes, s->n_nodes * sizeof(*trial));
 			best_nodes = s->n_nodes;
 			best_root = s->root;
@@ -673,6 +703,7 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	/* An exact bound below 1 needs no walk; report it when the walk is cheap. */
 	if (!s->exact && total <= exact_limit) {
 		s->bound = exact_bound(s);
+		s->slack = 1 - s->bound;
 		s->exact = 1;
 	} else {
 		s->bound = best;
@@ -689,6 +720,7 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 			goto out;
 		if (r == 0 && bound < s->bound) {
 			s->bound = bound;
+			s->slack = 1 - bound;
 			s->exact = 1;
 		} else if (r == 0) {
 			drop_table(s);
@@ -986,15 +1018,19 @@ uint64_t sf__mix_end_step(const struct sf_mixture *m)
 	return m->phases[m->n_phases - 1].end_step;
 }
 
-double sf__mix_bound(const struct sf_mixture *m, uint32_t *ret_exact)
+double sf__mix_bound(const struct sf_mixture *m, uint32_t *ret_exact, double *ret_slack)
 {
-	double worst = 0;
+	double worst = 0, slack = 1;
 	uint32_t exact = 1;
 
 	for (uint32_t p = 0; p < m->n_phases; p++) {
-		worst = m->phases[p].set.bound > worst ? m->phases[p].set.bound : worst;
-		exact &= m->phases[p].set.exact;
+		const struct sf_mix_set *s = &m->phases[p].set;
+
+		worst = s->bound > worst ? s->bound : worst;
+		slack = s->slack < slack ? s->slack : slack;
+		exact &= s->exact;
 	}
 	*ret_exact = exact;
+	*ret_slack = slack;
 	return worst;
 }

@@ -50,6 +50,11 @@ struct sf_mix_set {
 	 * one whole period of Q samples, after which the pattern repeats), else the bound
 	 * proved from the tree (docs/mixtures.md). */
 	double bound;
+	/* 1 - bound, where a double would round it: for a tree of depth 2 at most the
+	 * smallest of w_sibling / (2 W_parent) over its leaves, from the weights, so that a
+	 * bound of 1 - 5e-19 (weights 10^18 apart) is not 1; 1 - bound otherwise. Above 0:
+	 * below 1 (docs/mixtures.md). */
+	double slack;
 	uint32_t exact;
 	uint32_t n_nodes;
 	uint64_t walked; /* samples walked to find exact bounds (sf__mix_set_init's cost) */
@@ -175,7 +180,7 @@ void sf__mix_target(const struct sf_mixture *m, uint64_t k, double *ret_target);
 uint64_t sf__mix_end_step(const struct sf_mixture *m);
 
 /* sf__mix_bound - the largest bound (struct sf_mix_set) over the phases; *ret_exact: 1
- * when every phase's bound is exact. */
-double sf__mix_bound(const struct sf_mixture *m, uint32_t *ret_exact);
+ * when every phase's bound is exact; *ret_slack: the smallest slack. */
+double sf__mix_bound(const struct sf_mixture *m, uint32_t *ret_exact, double *ret_slack);
 
 #endif

@@ -137,9 +137,10 @@ void sf__dataset_mix_target(const struct sf_dataset *ds, uint64_t k, double *ret
 /*
  * sf__dataset_mix_bound - the largest |count_i(n) - w_i n| any phase of the mixture
  * allows; *ret_exact is 1 when it was found exactly (over a whole period), 0 when it is
- * the bound proved from the tree.
+ * the bound proved from the tree; *ret_slack how far below 1 the bound of the phase
+ * closest to 1 is (above 0: every bound is below 1, where a double may show 1).
  */
-double sf__dataset_mix_bound(const struct sf_dataset *ds, uint32_t *ret_exact);
+double sf__dataset_mix_bound(const struct sf_dataset *ds, uint32_t *ret_exact, double *ret_slack);
 
 /* sf__dataset_close - unmap and free; accepts NULL. */
 void sf__dataset_close(struct sf_dataset *ds);

@@ -396,6 +396,35 @@ Test(mixture, bad_weights_are_refused)
 	cr_assert_eq(sf__mix_set_init(&s, huge, 2, 0, 0, 0), -EINVAL);
 }
 
+/*
+ * Four sources, one of them 10^18 times the others (a review: weights 0.000000001,
+ * 999999999.999999999, 0.000000007, 0.000000011): every tree of depth two proves a bound
+ * of 1 - 5e-19 or so, which a double rounds to 1, and `check` warned that the bound was
+ * 1 or more, against the proof for up to 4 sources. The set keeps how far below 1 its
+ * bound is (`slack`), computed from the weights, and prefers the shape that shows it.
+ */
+Test(mixture, a_bound_below_1_by_less_than_a_double_shows_stays_below_1)
+{
+	const uint64_t w[] = {1, UINT64_C(999999999999999999), 7, 11};
+	struct sf_mixture *m = NULL;
+	struct sf_mix_phase_spec spec = {.weights = w, .end_step = UINT64_MAX};
+	struct sf_mix_set s;
+	uint32_t exact;
+	double slack;
+	const char *why;
+
+	cr_assert_eq(sf__mix_set_init(&s, w, 4, 0, SF_MIX_SEARCH_MAX, UINT64_MAX), 0);
+	cr_expect_geq(s.bound, 1.0, "a double shows it as 1 (%.17g)", s.bound);
+	cr_expect_gt(s.slack, 0, "slack %g", s.slack);
+	cr_expect_lt(s.slack, 1e-17, "slack %g", s.slack);
+	check_prefixes(&s, 100000, "1e18 apart");
+	sf__mix_set_free(&s);
+	cr_assert_eq(sf__mix_create(&spec, 1, 4, 8, &m, &why), 0, "%s", why);
+	cr_expect_geq(sf__mix_bound(m, &exact, &slack), 1.0);
+	cr_expect_gt(slack, 0);
+	sf__mix_free(m);
+}
+
 Test(mixture, large_weights_use_exact_128_bit_splits)
 {
 	/* Totals near 2^62: products of weight and count do not fit 64 bits. */
