@@ -425,6 +425,18 @@ static bool started_before(struct supervisor *S, pid_t pid, bool reaped)
 	return false;
 }
 
+/* A child reaped: its pid may come back as another process's, which is neither a child
+ * from before the launcher nor a leftover SIGTERMed already. */
+static void forget_child(struct supervisor *S, pid_t pid)
+{
+	started_before(S, pid, true);
+	for (size_t k = 0; k < S->n_termed; k++)
+		if (S->termed[k] == pid) {
+			S->termed[k] = S->termed[--S->n_termed];
+			break;
+		}
+}
+
 static void reap(struct supervisor *S)
 {
 	int wstatus;
@@ -443,7 +455,7 @@ static void reap(struct supervisor *S)
 		for (uint32_t i = 0; i < S->n_prod; i++)
 			if (S->prod[i].pid == pid)
 				producer_died(S, i, wstatus);
-		started_before(S, pid, true);
+		forget_child(S, pid);
 	}
 }
 
@@ -1663,7 +1675,7 @@ static void end_orphans(struct supervisor *S)
 		pid_t gone;
 
 		while ((gone = waitpid(-1, NULL, WNOHANG)) > 0)
-			started_before(S, gone, true);
+			forget_child(S, gone);
 		n = leftovers(S, kids);
 		if (!n)
 			return;
