@@ -214,25 +214,44 @@ static void describe_sockets(const struct sf_job_info *j, const char *info_path,
 			 dir_len ? (int)dir_len : 1, !slash ? "." : dir_len ? path : "/");
 }
 
-/* Whether `job` is one of the comma-separated names of `list` (each may be followed by
- * words in parentheses). */
-static bool listed(const char *list, const char *job)
-{
-	const size_t n = strlen(job);
+/* Job names for a message, "a, b (its arena), ...", and how many did not fit in it. */
+#define NAMES_SHOWN 256
+struct name_list {
+	char text[NAMES_SHOWN + 32]; /* room for ", and N more" */
+	unsigned more;
+};
 
-	for (const char *at = list; (at = strstr(at, job)); at += n)
-		if ((at == list || at[-1] == ' ') && (at[n] == ',' || at[n] == ' ' || !at[n]))
-			return true;
-	return false;
+static void name_add(struct name_list *l, const char *job, const char *note)
+{
+	const size_t used = strlen(l->text);
+	const int n =
+		snprintf(l->text + used, NAMES_SHOWN - used, "%s%s%s", used ? ", " : "", job, note);
+
+	if (n < 0 || used + (size_t)n >= NAMES_SHOWN) {
+		l->text[used] = '\0';
+		l->more++;
+	}
+}
+
+/* The list, with how many more where some did not fit (they were cut mid-name). */
+static const char *name_text(struct name_list *l)
+{
+	const size_t used = strlen(l->text);
+
+	if (l->more)
+		snprintf(l->text + used, sizeof(l->text) - used, "%sand %u more", used ? ", " : "",
+			 l->more);
+	return l->text;
 }
 
 /*
- * Append to `dead` the jobs of this user's in /dev/shm that it does not list: an arena
- * whose launcher is dead and left no discovery file (killed between the two), or a dead
- * temporary of one (killed while it made the arena). Listed by their discovery files
- * only, they were invisible to `status` without a name (a review).
+ * Add to `dead` the jobs of this user's in /dev/shm that have no discovery file in
+ * `dir` (those with one were listed from it): an arena whose launcher is dead (killed
+ * between the two), or a dead temporary of one, shmfeed.JOB.new.PID (killed while it
+ * made the arena). Listed by their discovery files only, they were invisible to `status`
+ * without a name (a review).
  */
-static void dead_arenas(char *dead, size_t len)
+static void dead_arenas(const char *dir, struct name_list *dead)
 {
 	DIR *d = opendir("/dev/shm");
 	struct dirent *de;
@@ -240,32 +259,39 @@ static void dead_arenas(char *dead, size_t len)
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
-		const char *name = de->d_name + 8, *infix = strstr(name, ".new.");
-		const size_t n = infix ? (size_t)(infix - name) : strlen(name);
-		char job[SF_JOB_NAME_MAX + 1], tmp[8];
+		const char *name = de->d_name + 8, *infix = NULL;
+		char job[SF_JOB_NAME_MAX + 1], path[SF_JOB_NAME_MAX + 300], tmp[8];
 		uint32_t state;
 		int32_t creator;
 		struct stat st;
-		size_t used;
+		size_t n;
 
-		if (strncmp(de->d_name, "shmfeed.", 8) || !n || n > SF_JOB_NAME_MAX ||
+		if (strncmp(de->d_name, "shmfeed.", 8) ||
 		    fstatat(dirfd(d), de->d_name, &st, 0) < 0 || st.st_uid != geteuid())
+			continue;
+		/* The last ".new." with a pid after it: a job's name may end in ".new". */
+		for (const char *at = strstr(name, ".new."); at; at = strstr(at + 1, ".new."))
+			if (at[5] && strspn(at + 5, "0123456789") == strlen(at + 5))
+				infix = at;
+		n = infix ? (size_t)(infix - name) : strlen(name);
+		if (!n || n > SF_JOB_NAME_MAX)
 			continue;
 		memcpy(job, name, n);
 		job[n] = '\0';
-		if (listed(dead, job) || (infix ? !sf__arena_dead_temporaries(job, tmp, sizeof(tmp))
-						: arena_stale(job, &creator, &state) != 1))
+		snprintf(path, sizeof(path), "%s/%s.json", dir, job);
+		if (access(path, F_OK) == 0 ||
+		    (infix ? !sf__arena_dead_temporaries(job, tmp, sizeof(tmp))
+			   : arena_stale(job, &creator, &state) != 1))
 			continue;
-		used = strlen(dead);
-		snprintf(dead + used, len - used, "%s%s%s", used ? ", " : "", job,
-			 infix ? " (the temporary of its arena)" : " (its arena)");
+		name_add(dead, job, infix ? " (the temporary of its arena)" : " (its arena)");
 	}
 	closedir(d);
 }
 
 int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e)
 {
-	char dir[256], path[600], names[256] = "", dead[512] = "";
+	char dir[256], path[600];
+	struct name_list names = {0}, dead = {0};
 	struct sf_job_info found = {0};
 	struct dirent *de;
 	int count = 0, r;
@@ -378,27 +404,26 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 		    strncmp(info.job, de->d_name, n - 5))
 			continue;
 		if (!pid_alive(info.pid)) {
-			n = strlen(dead);
-			snprintf(dead + n, sizeof(dead) - n, "%s%s", n ? ", " : "", info.job);
+			name_add(&dead, info.job, "");
 			continue;
 		}
 		if (count++ == 0)
 			found = info;
-		n = strlen(names);
-		snprintf(names + n, sizeof(names) - n, "%s%s", n ? ", " : "", info.job);
+		name_add(&names, info.job, "");
 	}
 	closedir(d);
 	if (count == 0)
-		dead_arenas(dead, sizeof(dead));
-	if (count == 0 && dead[0])
+		dead_arenas(dir, &dead);
+	if (count == 0 && (dead.text[0] || dead.more))
 		return sf__err(e, SF_E_JOB_GONE,
 			       "no running shmfeed job in %s; dead (their launcher crashed or was "
 			       "killed; the next `shmfeed run` of each reclaims what it left): %s",
-			       dir, dead);
+			       dir, name_text(&dead));
 	if (count == 0)
 		return sf__err(e, -ENOENT, "no running shmfeed job in %s", dir);
 	if (count > 1)
-		return sf__err(e, SF_E_BUSY, "%d jobs are running (%s): name one", count, names);
+		return sf__err(e, SF_E_BUSY, "%d jobs are running (%s): name one", count,
+			       name_text(&names));
 	*ret = found;
 	return 0;
 }

@@ -182,12 +182,12 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 						e, SF_E_CONFIG,
 						"%s: format auto goes by the name (.bin, .idx, a "
 						"Megatron prefix, .jsonl and .txt, these two also "
-						".gz or .zst) and knows no other: leave it out of "
-						"the source (name the files to read, a glob such "
-						"as "
-						"DIR/*.bin, or move it away); a format given to "
-						"the "
-						"source would read this file too, as that format",
+						".gz or .zst) and knows no other: if the file is "
+						"meant, give the source its format (format: text, "
+						"jsonl, nanogpt, llmc or megatron), which reads "
+						"every file of the source so; if not, leave it out "
+						"(name the files to read, a glob such as "
+						"DIR/*.bin, or move it away)",
 						paths[i]);
 					break;
 				}

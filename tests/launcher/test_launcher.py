@@ -1265,6 +1265,44 @@ def test_status_names_the_file_of_a_launcher_killed_while_it_made_the_arena(rt, 
     pytest.skip("the arena was made before the launcher could be caught making it")
 
 
+def test_status_names_every_dead_temporary_and_says_how_many_it_cut(rt, tmp_path):
+    """The unnamed status listed dead jobs by their discovery files only; then (this
+    session) it also named this user's dead arena files in /dev/shm, but a job called
+    `of` was taken as listed once "x (the temporary of its arena)" was, a job ending in
+    `.new` was read as another job's, and a long list was cut mid-name without a word
+    (a review)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    tag = f"{os.getpid()}"
+    short = [f"x{tag}", "of", f"r{tag}.new"]
+    long = [f"long-name-of-a-training-run-{tag}-number-{i}" for i in range(8)]
+    made = []
+
+    def dead_list(names):
+        for n in names:
+            made.append(f"/dev/shm/shmfeed.{n}.new.{gone.pid}")
+            with open(made[-1], "wb") as f:
+                f.write(b"\0" * 4096)
+        out = subprocess.run([SHMFEED, "status"], capture_output=True, text=True, timeout=10)
+        assert out.returncode == 1 and "dead (their launcher crashed" in out.stderr, out
+        assert len(out.stderr) < 512, out.stderr  # what a message holds
+        return out.stderr.split("reclaims what it left): ")[1].strip()
+
+    try:
+        listed = dead_list(short)
+        assert all(f"{n} (the temporary of its arena)" in listed for n in short), listed
+        # Past what a message holds, those not named are counted (other tests' dead
+        # jobs may be listed too: at least as many as are not named here).
+        listed = dead_list(long)
+        shown = [n for n in short + long if f"{n} (the temporary of its arena)" in listed]
+        more = re.search(r"and (\d+) more$", listed)
+        assert more and int(more.group(1)) >= len(short + long) - len(shown), listed
+    finally:
+        for path in made:
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 def full_pipe():
     """A pipe whose buffer is full: the read end, and the write end to give a process as
     its stderr (blocking again)."""

@@ -1259,11 +1259,14 @@ Test(sources, auto_refuses_a_name_it_does_not_know)
 	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
 		put(names[k], text, sizeof(text) - 1);
 		expect_fail(SF_E_CONFIG, names[k], "format auto goes by the name");
-		/* What to do: not "give the source a format", which read a README among
-		 * nanoGPT shards as tokens (a review). */
+		/* What to do: not "give the source a format" alone, which read a README
+		 * among nanoGPT shards as tokens (a review); that for a file meant, with what
+		 * it does to the rest of the source. */
 		expect_fail(SF_E_CONFIG, names[k],
-			    "leave it out of the source (name the files to "
-			    "read, a glob such as DIR/*.bin");
+			    "if not, leave it out (name the files to read, a glob such as "
+			    "DIR/*.bin");
+		expect_fail(SF_E_CONFIG, names[k],
+			    "if the file is meant, give the source its format");
 	}
 }
 
