@@ -1466,10 +1466,12 @@ def test_check_says_valid_only_of_what_run_takes(tmp_path):
         head.replace(", weight: 0", "")
         + "mixture:\n  schedule:\n    - {until_step: 10, weights: {a: 1}}\n"
         + "    - {until_step: 20, weights: {}}\n")
-    for name in ("zero.yaml", "empty.yaml"):
+    # Named where the phase's weights are (the file alone before); all-zero source
+    # weights by the file.
+    for name, at in (("zero.yaml", "zero.yaml: "), ("empty.yaml", "empty.yaml:8:33: ")):
         r = sf("check", str(tmp_path / name))
         assert r.returncode == 1 and "valid" not in r.stdout, (name, r)
-        assert f"{name}: " in r.stderr, (name, r)
+        assert at in r.stderr, (name, r)
 
 
 def test_an_end_of_text_id_the_tokens_cannot_hold_is_refused(tmp_path):
