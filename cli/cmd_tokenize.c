@@ -9,6 +9,7 @@
  * --tokenizer FILE stands for --set tokenizer.file=FILE with the job's encoding set aside.
  */
 #include <errno.h>
+#include <glob.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -249,19 +250,69 @@ static char *file_override(const char *path)
 	return out;
 }
 
-static int merge(char **parts, size_t n_parts, const char *prefix, int quiet)
+/*
+ * The parts named: each argument as given, or, where it names no file and holds a glob
+ * character, the files its pattern matches. A quoted `'out/corpus_*'` is expanded here:
+ * the shell's expansion of 100,000 parts (300,000 paths) passes the kernel's limit on a
+ * command line ("Argument list too long": a review). glob_t's lists are kept in `gs`.
+ */
+static int expand_parts(char **args, size_t n, glob_t *gs, char ***ret, size_t *ret_n)
 {
+	size_t total = 0, k = 0;
+	char **out;
+
+	for (size_t i = 0; i < n; i++) {
+		if (access(args[i], F_OK) == 0 || !strpbrk(args[i], "*?[")) {
+			total++;
+			continue;
+		}
+		if (glob(args[i], 0, NULL, &gs[i]) != 0) {
+			sf__log_error("tokenize --merge: %s names no file and matches none",
+				      args[i]);
+			return -ENOENT;
+		}
+		total += gs[i].gl_pathc;
+	}
+	out = calloc(total + 1, sizeof(*out));
+	if (!out)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		if (!gs[i].gl_pathc)
+			out[k++] = args[i];
+		for (size_t j = 0; j < gs[i].gl_pathc; j++)
+			out[k++] = gs[i].gl_pathv[j];
+	}
+	*ret = out;
+	*ret_n = k;
+	return 0;
+}
+
+static int merge(char **args, size_t n_args, const char *prefix, int quiet)
+{
+	glob_t *gs = calloc(n_args, sizeof(*gs));
 	struct sf_err e = {0};
 	uint64_t docs, tokens;
-	int r = sf__parts_merge(parts, n_parts, prefix, &docs, &tokens, &e);
+	char **parts = NULL;
+	size_t n_parts = 0;
+	int r = gs ? expand_parts(args, n_args, gs, &parts, &n_parts) : -ENOMEM;
 
-	if (r < 0)
-		sf__log_error("merge into %s: %s", prefix, e.msg);
-	else if (!quiet)
+	if (r == 0)
+		r = sf__parts_merge(parts, n_parts, prefix, &docs, &tokens, &e);
+	else if (r == -ENOMEM)
+		r = sf__err(&e, r, "out of memory");
+	for (size_t i = 0; gs && i < n_args; i++)
+		globfree(&gs[i]); /* a NULL list (not expanded) included */
+	free(gs);
+	free(parts);
+	if (r < 0) {
+		if (e.msg[0]) /* else said already */
+			sf__log_error("merge into %s: %s", prefix, e.msg);
+	} else if (!quiet) {
 		sf__log_info("merged %d parts into %s.bin and %s.idx: %llu documents, "
 			     "%llu tokens",
 			     r, prefix, prefix, (unsigned long long)docs,
 			     (unsigned long long)tokens);
+	}
 	return r < 0 ? 1 : 0;
 }
 

@@ -659,6 +659,17 @@ static int cmp_path(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* What a part that did not finish leaves (its .bin.tmp, .idx.tmp, .json.tmp or
+ * .lock.PID.tmp), or one still running or killed after its manifest holds (its .lock):
+ * no part, though a glob PREFIX_* takes it. */
+static bool part_leftover(const char *path)
+{
+	const size_t len = strlen(path);
+
+	return (len > 4 && !strcmp(path + len - 4, ".tmp")) ||
+	       (len > 5 && !strcmp(path + len - 5, ".lock"));
+}
+
 /*
  * A source that lists parts reads one set of them and nothing else, as a merge of the same
  * names takes them: a glob `PREFIX_*` that also caught an older pair or a set under a
@@ -717,6 +728,11 @@ int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e)
 		free(prefix);
 		free(json);
 	}
+	/* Beside parts, what parts left is skipped, as their merge skips it (a source
+	 * refused it as no part: a review). */
+	for (size_t i = 0; nl && i < *n; i++)
+		if (!part[i] && part_leftover(paths[i]))
+			drop[i] = part[i] = true;
 	/* Each part once, its pair before its manifest, which goes with the pair. */
 	qsort(ls, nl, sizeof(*ls), cmp_listed);
 	if (r == 0 && whole && !(ms = calloc(nl + 1, sizeof(*ms))))
@@ -791,15 +807,11 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 		goto out;
 	}
 	for (size_t i = 0; i < n_args; i++) {
-		const size_t len = strlen(args[i]);
 		char *p;
 		size_t j;
 
-		/* What a part that did not finish leaves (its .bin.tmp, .idx.tmp or .json.tmp),
-		 * or one still running holds (its .lock), names no part, though a glob PREFIX_*
-		 * takes it: if that part is missing, the check below says so. */
-		if ((len > 4 && !strcmp(args[i] + len - 4, ".tmp")) ||
-		    (len > 5 && !strcmp(args[i] + len - 5, ".lock")))
+		/* If that part is missing, the check below says so. */
+		if (part_leftover(args[i]))
 			continue;
 		p = prefix_of(args[i]);
 		if (!p) {

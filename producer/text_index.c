@@ -108,6 +108,19 @@ static uint64_t doc_start_from(const struct sf_dataset *ds, const struct sf_text
 }
 
 /*
+ * A file skipped whole (on_error: skip) is counted by the part that holds its first byte
+ * (`lo` 0, as in a run of no parts): the other parts its bytes span drop it without a
+ * count, where each counted it (a review: a file over 3 parts, 3 skips in the manifests
+ * for the one-shot run's 1).
+ */
+static void skip_whole(struct sf_dataset *ds, uint32_t source, const char *path, uint64_t lo,
+		       const struct sf_err *why)
+{
+	if (lo == 0)
+		sf__dataset_note_skip(ds, source, path, why);
+}
+
+/*
  * Whether a failure to read a file is the file's own, which `on_error: skip` passes over:
  * not one of this process (memory, descriptors), which another moment would not meet,
  * so that skipping it would make the stream, and every batch, depend on the moment.
@@ -151,7 +164,7 @@ int sf__text_add_part(struct sf_dataset *ds, const char *path, uint32_t format, 
 			*e = why;
 			return r;
 		}
-		sf__dataset_note_skip(ds, source, path, &why);
+		skip_whole(ds, source, path, lo, &why);
 		return 0;
 	}
 	/* Whether the range is the whole file is known once the file is read (cut_file()). */
@@ -387,7 +400,7 @@ static int cut_scan(void *arg)
 			*e = why;
 			return r;
 		}
-		sf__dataset_note_skip(ds, f->source, f->path, &why);
+		skip_whole(ds, f->source, f->path, f->part_lo, &why);
 		f->dropped = 1;
 		return 0;
 	}
@@ -403,7 +416,7 @@ static int cut_scan(void *arg)
 			*e = why;
 			return SF_E_SOURCE;
 		}
-		sf__dataset_note_skip(ds, f->source, f->path, &why);
+		skip_whole(ds, f->source, f->path, f->part_lo, &why);
 		f->dropped = 1;
 		return 0;
 	}

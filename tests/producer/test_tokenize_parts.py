@@ -344,6 +344,19 @@ def test_a_job_over_parts_checks_the_set(corpus):
     for f in out.glob("c_v2_*"):
         f.unlink()
     assert check("c_*").returncode == 0
+    # What a part killed after its manifest (its lock) or while it wrote (its
+    # temporaries) leaves beside the parts: the merge of `c_*` skips them, and a source
+    # of the same glob refused them as "no part" (a review); it skips them too.
+    leftovers = [parts[1] + ".lock", parts[1] + ".lock.123.tmp", parts[1] + ".bin.tmp",
+                 parts[1] + ".json.tmp"]
+    for f in leftovers:
+        with open(f, "wb") as w:
+            w.write(b"x" * 10)
+    r = check("c_*")
+    assert r.returncode == 0, r.stderr
+    assert ": 6 files," in r.stdout, r.stdout  # the three pairs, no leftover
+    for f in leftovers:
+        os.unlink(f)
 
 
 
@@ -420,6 +433,29 @@ def test_a_merge_says_which_parts_skipped(tmp_path):
     said = [ln for ln in r.stderr.splitlines() if "skipped" in ln]
     assert len(said) == 1 and "part 1 of 2 skipped 2 records or files" in said[0] \
         and "b.jsonl:2" in said[0], r.stderr
+    run(tmp_path, str(cfg), "-o", str(tmp_path / "whole"), "-q")
+    for ext in (".bin", ".idx"):
+        assert read(str(tmp_path / "merged") + ext) == read(str(tmp_path / "whole") + ext)
+
+
+def test_a_file_skipped_whole_counts_once_over_the_parts_it_spans(tmp_path):
+    """A .txt file of UTF-16 text (refused whole, skipped under on_error: skip) that
+    spans parts was skipped by each part that maps it: the manifests counted it once a
+    part, where the one-shot tokenize counts it once (a review). The part holding its
+    first byte counts it."""
+    text = "".join(f"line {i} of a licence text\n" for i in range(3000))
+    (tmp_path / "a.txt").write_text(text)
+    (tmp_path / "u16.txt").write_bytes(b"\xff\xfe" + text.encode("utf-16-le"))
+    (tmp_path / "z.txt").write_text(text)
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f'sources:\n  - paths: ["{tmp_path}/*.txt"]\n    format: text\n'
+                   '    separator: "\\n"\n    on_error: skip\n'
+                   "tokenizer:\n  encoding: bytes\nproducers:\n  count: 1\n")
+    parts = run_parts(tmp_path, cfg, str(tmp_path / "p"), 5)
+    manifests = [json.loads(read(p + ".json")) for p in parts]
+    assert sum(m["skipped"] for m in manifests) == 1, [m["skipped"] for m in manifests]
+    r = run(tmp_path, "--merge", *parts, "-o", str(tmp_path / "merged"))
+    assert len([ln for ln in r.stderr.splitlines() if "warning: part" in ln]) == 1, r.stderr
     run(tmp_path, str(cfg), "-o", str(tmp_path / "whole"), "-q")
     for ext in (".bin", ".idx"):
         assert read(str(tmp_path / "merged") + ext) == read(str(tmp_path / "whole") + ext)
@@ -805,6 +841,38 @@ def test_slurm_scripts_of_the_docs(corpus):
        os.path.join(SLURM_DIR, "tokenize-merge.sbatch"), prefix, "3")
     for ext in (".bin", ".idx"):
         assert read(prefix + ext) == whole[ext]
+
+    # A prefix holding glob characters: the merge script's pattern escapes them.
+    odd = out / "run[1] *"
+    odd.mkdir()
+    prefix = str(odd / "c")
+    said = sh(os.path.join(SLURM_DIR, "submit.sh"), str(cfg), prefix, "3")
+    for ext in (".bin", ".idx"):
+        assert read(prefix + ext) == whole[ext]
+
+
+def test_a_merge_expands_a_quoted_glob(corpus):
+    """The merge script passed one name a part, and the README's `--merge out/corpus_*`
+    three paths a part, through the shell: past about 30,000 parts the command line
+    passed the kernel's limit ("Argument list too long", exit 126; a review). A pattern
+    that names no file is expanded by shmfeed, with no such limit."""
+    tmp, cfg = corpus
+    out = tmp / "quoted"
+    out.mkdir()
+    parts = run_parts(tmp, cfg, str(out / "c"), 3)
+    run(tmp, "--merge", str(out / "c_*"), "-o", str(out / "m"), "-q")
+    for ext in (".bin", ".idx"):
+        assert read(str(out / "m") + ext) == read(str(tmp / "whole") + ext)
+    os.unlink(str(out / "m.bin"))
+    os.unlink(str(out / "m.idx"))
+    # A part missing from the pattern's matches is named, as from a list.
+    for ext in (".bin", ".idx", ".json"):
+        os.rename(parts[1] + ext, parts[1] + ext + ".away")
+    r = run(tmp, "--merge", str(out / "c_*-of-00003.json"), "-o", str(out / "m"), check=False)
+    assert r.returncode != 0 and "part 1 of 3 is missing" in r.stderr, r.stderr
+    r = run(tmp, "--merge", str(out / "nothing_*"), "-o", str(out / "m"), check=False)
+    assert r.returncode != 0 and "names no file and matches none" in r.stderr, r.stderr
+    assert not os.path.exists(str(out / "m.bin"))
 
 
 def test_the_output_never_replaces_an_input(tmp_path):
