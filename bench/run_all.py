@@ -258,11 +258,13 @@ def md_memory(r):
 def md_tokenizer(r):
     out = ["## 3. Tokenizer throughput per core", "",
            "bench_tiktoken.py: shmfeed's BPE (bench_tokenizer --serve, C, a fresh encoder per "
-           "pass so its piece cache starts empty) beside tiktoken's `encode_ordinary`, "
-           "bpe-openai's Rust `encode` and tokendagger's `encode_ordinary`, one string on one "
-           "thread each, all pinned to one CPU and taking turns cell by cell over the rounds; "
-           "every tokenizer makes the same number of passes of a cell (10 per round), and a "
-           "cell is the median pass by process CPU time. Every tokenizer's ids were compared "
+           "pass so its piece cache starts empty) beside tiktoken's core "
+           "`encode_to_tiktoken_buffer` (the ids of `encode_ordinary` in a buffer, as "
+           "shmfeed's), bpe-openai's Rust `encode` and tokendagger's `encode_ordinary`, one "
+           "string on one thread each, all pinned to one CPU and taking turns cell by cell "
+           "over the rounds; every tokenizer makes the same number of passes of a cell each "
+           "round (bench_tiktoken.py --passes), and a cell is the median pass by process CPU "
+           "time. Every tokenizer's ids were compared "
            "with tiktoken's before timing (a tokenizer that differs is marked and not timed). "
            "Texts: the shared tinyshakespeare and unicode_mix, and about 1 MB each of English "
            "prose, source code and multilingual text built from the system's own files "

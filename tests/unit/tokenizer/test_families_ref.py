@@ -23,6 +23,7 @@ pattern, and class syntax PCRE2 lacks refused (--only patterns: that alone).
 usage: test_families_ref.py SHMFEED [DATA_DIR] [--random N] [--only FAMILY|patterns]
 """
 import argparse
+import functools
 import json
 import os
 import struct
@@ -62,12 +63,17 @@ def tiktoken_family(module, cls, path_parts, attr, **kw):
     return make
 
 
+def tekken_encode(tok, s):
+    """mistral-common's ids of `s`, without bos or eos."""
+    return tok.encode(s, bos=False, eos=False)
+
+
 def tekken(name):
     def make():
         from mistral_common.tokens.tokenizers.tekken import Tekkenizer
         path = site_file("mistral_common", "data", name)
         tok = Tekkenizer.from_file(path)
-        return path, lambda s: tok.encode(s, bos=False, eos=False)
+        return path, functools.partial(tekken_encode, tok)
     return make
 
 
