@@ -250,9 +250,19 @@ static char *file_override(const char *path)
 	return out;
 }
 
+/* Whether `arg` names a file, or is a part's prefix (PREFIX.json is there). */
+static bool names_a_part(const char *arg)
+{
+	char json[4200];
+
+	return access(arg, F_OK) == 0 ||
+	       ((size_t)snprintf(json, sizeof(json), "%s.json", arg) < sizeof(json) &&
+		access(json, F_OK) == 0);
+}
+
 /*
- * The parts named: each argument as given, or, where it names no file and holds a glob
- * character, the files its pattern matches. A quoted `'out/corpus_*'` is expanded here:
+ * The parts named: each argument as given, or, where it names no file nor part and holds
+ * a glob character, the files its pattern matches. A quoted `'out/corpus_*'` is expanded here:
  * the shell's expansion of 100,000 parts (300,000 paths) passes the kernel's limit on a
  * command line ("Argument list too long": a review). glob_t's lists are kept in `gs`.
  */
@@ -262,7 +272,7 @@ static int expand_parts(char **args, size_t n, glob_t *gs, char ***ret, size_t *
 	char **out;
 
 	for (size_t i = 0; i < n; i++) {
-		if (access(args[i], F_OK) == 0 || !strpbrk(args[i], "*?[")) {
+		if (!strpbrk(args[i], "*?[") || names_a_part(args[i])) {
 			total++;
 			continue;
 		}

@@ -214,26 +214,35 @@ static void describe_sockets(const struct sf_job_info *j, const char *info_path,
 			 dir_len ? (int)dir_len : 1, !slash ? "." : dir_len ? path : "/");
 }
 
-/* Job names for a message, "a, b (its arena), ...", and how many did not fit in it. */
-#define NAMES_SHOWN 256
+/* The message of no running job and dead ones, before their names. */
+#define DEAD_JOBS                                                                                  \
+	"no running shmfeed job in %s; dead (their launcher crashed or was killed; the next "      \
+	"`shmfeed run` of each reclaims what it left): "
+
+/* Job names for a message, "a, b (its arena), ...": those that fit in `limit` bytes
+ * (room for "and N more" left), and how many did not. */
 struct name_list {
-	char text[NAMES_SHOWN + 32]; /* room for ", and N more" */
+	char text[512];
+	size_t limit;
 	unsigned more;
 };
+
+/* The longest ", and N more" name_text() adds. */
+#define NAMES_MORE 24
 
 static void name_add(struct name_list *l, const char *job, const char *note)
 {
 	const size_t used = strlen(l->text);
-	const int n =
-		snprintf(l->text + used, NAMES_SHOWN - used, "%s%s%s", used ? ", " : "", job, note);
+	const int n = snprintf(l->text + used, l->limit > used ? l->limit - used : 0, "%s%s%s",
+			       used ? ", " : "", job, note);
 
-	if (n < 0 || used + (size_t)n >= NAMES_SHOWN) {
+	if (n < 0 || used + (size_t)n >= l->limit) {
 		l->text[used] = '\0';
 		l->more++;
 	}
 }
 
-/* The list, with how many more where some did not fit (they were cut mid-name). */
+/* The list, with how many more where some did not fit. */
 static const char *name_text(struct name_list *l)
 {
 	const size_t used = strlen(l->text);
@@ -244,23 +253,36 @@ static const char *name_text(struct name_list *l)
 	return l->text;
 }
 
+/* Whether `dir` holds a discovery file of `job` (the listing took it). */
+static bool has_job_file(const char *dir, const char *job)
+{
+	char path[SF_JOB_NAME_MAX + 300];
+	struct sf_job_info info;
+
+	snprintf(path, sizeof(path), "%s/%s.json", dir, job);
+	return sf__job_info_file_read(path, &info, NULL) == 0 && !strcmp(info.job, job);
+}
+
 /*
  * Add to `dead` the jobs of this user's in /dev/shm that have no discovery file in
  * `dir` (those with one were listed from it): an arena whose launcher is dead (killed
  * between the two), or a dead temporary of one, shmfeed.JOB.new.PID (killed while it
- * made the arena). Listed by their discovery files only, they were invisible to `status`
- * without a name (a review).
+ * made the arena), each job once. Listed by their discovery files only, they were
+ * invisible to `status` without a name (a review).
  */
 static void dead_arenas(const char *dir, struct name_list *dead)
 {
 	DIR *d = opendir("/dev/shm");
+	char(*seen)[SF_JOB_NAME_MAX + 1] = NULL;
+	size_t n_seen = 0, cap = 0;
 	struct dirent *de;
 
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
 		const char *name = de->d_name + 8, *infix = NULL;
-		char job[SF_JOB_NAME_MAX + 1], path[SF_JOB_NAME_MAX + 300], tmp[8];
+		char job[SF_JOB_NAME_MAX + 1], tmp[8];
+		bool again = false;
 		uint32_t state;
 		int32_t creator;
 		struct stat st;
@@ -278,13 +300,23 @@ static void dead_arenas(const char *dir, struct name_list *dead)
 			continue;
 		memcpy(job, name, n);
 		job[n] = '\0';
-		snprintf(path, sizeof(path), "%s/%s.json", dir, job);
-		if (access(path, F_OK) == 0 ||
+		for (size_t k = 0; k < n_seen && !again; k++)
+			again = !strcmp(seen[k], job);
+		if (again || has_job_file(dir, job) ||
 		    (infix ? !sf__arena_dead_temporaries(job, tmp, sizeof(tmp))
 			   : arena_stale(job, &creator, &state) != 1))
 			continue;
+		if (n_seen == cap) {
+			void *more = realloc(seen, (cap = cap ? 2 * cap : 16) * sizeof(*seen));
+
+			if (!more)
+				break;
+			seen = more;
+		}
+		memcpy(seen[n_seen++], job, n + 1);
 		name_add(dead, job, infix ? " (the temporary of its arena)" : " (its arena)");
 	}
+	free(seen);
 	closedir(d);
 }
 
@@ -388,6 +420,10 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 	r = sf__runtime_dir(dir, sizeof(dir), 0, e);
 	if (r < 0)
 		return r == -ENOENT ? sf__err(e, -ENOENT, "no running shmfeed job") : r;
+	/* The lists take what the message leaves them (a long runtime directory cut the
+	 * count off). */
+	names.limit = dead.limit =
+		sizeof(e->msg) - NAMES_MORE - (size_t)snprintf(NULL, 0, DEAD_JOBS "%s", dir, "");
 	d = opendir(dir);
 	if (!d)
 		return sf__err(e, -errno, "%s: %s", dir, strerror(errno));
@@ -415,10 +451,7 @@ int sf__job_info_read(const char *job, struct sf_job_info *ret, struct sf_err *e
 	if (count == 0)
 		dead_arenas(dir, &dead);
 	if (count == 0 && (dead.text[0] || dead.more))
-		return sf__err(e, SF_E_JOB_GONE,
-			       "no running shmfeed job in %s; dead (their launcher crashed or was "
-			       "killed; the next `shmfeed run` of each reclaims what it left): %s",
-			       dir, name_text(&dead));
+		return sf__err(e, SF_E_JOB_GONE, DEAD_JOBS "%s", dir, name_text(&dead));
 	if (count == 0)
 		return sf__err(e, -ENOENT, "no running shmfeed job in %s", dir);
 	if (count > 1)

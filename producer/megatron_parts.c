@@ -670,6 +670,14 @@ static bool part_leftover(const char *path)
 	       (len > 5 && !strcmp(path + len - 5, ".lock"));
 }
 
+/* Whether `path` is a leftover of the part `prefix`: PREFIX.lock, PREFIX.bin.tmp, ... */
+static bool left_by(const char *path, const char *prefix)
+{
+	const size_t n = strlen(prefix);
+
+	return !strncmp(path, prefix, n) && path[n] == '.';
+}
+
 /*
  * A source that lists parts reads one set of them and nothing else, as a merge of the same
  * names takes them: a glob `PREFIX_*` that also caught an older pair or a set under a
@@ -728,11 +736,12 @@ int sf__parts_sources(char **paths, size_t *n, bool whole, struct sf_err *e)
 		free(prefix);
 		free(json);
 	}
-	/* Beside parts, what parts left is skipped, as their merge skips it (a source
-	 * refused it as no part: a review). */
+	/* What a listed part left is skipped, as their merge skips it (a source refused it
+	 * as no part: a review); another file of such a name is no part. */
 	for (size_t i = 0; nl && i < *n; i++)
-		if (!part[i] && part_leftover(paths[i]))
-			drop[i] = part[i] = true;
+		for (size_t j = 0; !part[i] && part_leftover(paths[i]) && j < nl; j++)
+			if (left_by(paths[i], ls[j].prefix))
+				drop[i] = part[i] = true;
 	/* Each part once, its pair before its manifest, which goes with the pair. */
 	qsort(ls, nl, sizeof(*ls), cmp_listed);
 	if (r == 0 && whole && !(ms = calloc(nl + 1, sizeof(*ms))))

@@ -1278,12 +1278,13 @@ def test_status_names_every_dead_temporary_and_says_how_many_it_cut(rt, tmp_path
     long = [f"long-name-of-a-training-run-{tag}-number-{i}" for i in range(8)]
     made = []
 
-    def dead_list(names):
+    def dead_list(names, env=None):
         for n in names:
             made.append(f"/dev/shm/shmfeed.{n}.new.{gone.pid}")
             with open(made[-1], "wb") as f:
                 f.write(b"\0" * 4096)
-        out = subprocess.run([SHMFEED, "status"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run([SHMFEED, "status"], capture_output=True, text=True, timeout=10,
+                             env=env)
         assert out.returncode == 1 and "dead (their launcher crashed" in out.stderr, out
         assert len(out.stderr) < 512, out.stderr  # what a message holds
         return out.stderr.split("reclaims what it left): ")[1].strip()
@@ -1291,12 +1292,28 @@ def test_status_names_every_dead_temporary_and_says_how_many_it_cut(rt, tmp_path
     try:
         listed = dead_list(short)
         assert all(f"{n} (the temporary of its arena)" in listed for n in short), listed
+        # Two temporaries of one job: named once (a review of this session's diff).
+        made.append(f"/dev/shm/shmfeed.x{tag}.new.{gone.pid + 1}")
+        with open(made[-1], "wb") as f:
+            f.write(b"\0")
+        listed = dead_list([])
+        assert listed.count(f"x{tag} (the temporary") == 1, listed
+        # A discovery file the listing does not take (not a job file) hides nothing.
+        (tmp_path / "rt2").mkdir(mode=0o700)
+        (tmp_path / "rt2" / f"x{tag}.json").write_text("not json")
+        listed = dead_list([], env=dict(os.environ, SHMFEED_RUNTIME_DIR=str(tmp_path / "rt2")))
+        assert f"x{tag} (the temporary of its arena)" in listed, listed
         # Past what a message holds, those not named are counted (other tests' dead
         # jobs may be listed too: at least as many as are not named here).
         listed = dead_list(long)
         shown = [n for n in short + long if f"{n} (the temporary of its arena)" in listed]
         more = re.search(r"and (\d+) more$", listed)
         assert more and int(more.group(1)) >= len(short + long) - len(shown), listed
+        # Under a long runtime directory too (the count was cut off the message).
+        deep = tmp_path / ("d" * 100) / ("e" * 60)
+        deep.mkdir(parents=True, mode=0o700)
+        listed = dead_list([], env=dict(os.environ, SHMFEED_RUNTIME_DIR=str(deep)))
+        assert re.search(r"and \d+ more$", listed), listed
     finally:
         for path in made:
             if os.path.exists(path):

@@ -357,6 +357,12 @@ def test_a_job_over_parts_checks_the_set(corpus):
     assert ": 6 files," in r.stdout, r.stdout  # the three pairs, no leftover
     for f in leftovers:
         os.unlink(f)
+    # A .lock of no part's is no leftover: refused as no part, not dropped unsaid.
+    with open(out / "c_notes.lock", "w") as w:
+        w.write("notes\n")
+    r = check("c_*")
+    assert r.returncode != 0 and "c_notes.lock, which is no part" in r.stderr, r
+    os.unlink(out / "c_notes.lock")
 
 
 
@@ -849,6 +855,21 @@ def test_slurm_scripts_of_the_docs(corpus):
     said = sh(os.path.join(SLURM_DIR, "submit.sh"), str(cfg), prefix, "3")
     for ext in (".bin", ".idx"):
         assert read(prefix + ext) == whole[ext]
+    # Parts of another prefix starting with this one, of the same N, beside them: the
+    # script's pattern took them (refused as two part 0s; merged as this prefix where
+    # they alone were there: a review of this session's diff).
+    run_parts(tmp, cfg, prefix + "_v2", 3)
+    for ext in (".bin", ".idx"):
+        os.unlink(prefix + ext)
+    sh("bash", os.path.join(SLURM_DIR, "tokenize-merge.sbatch"), prefix, "3")
+    for ext in (".bin", ".idx"):
+        assert read(prefix + ext) == whole[ext]
+        os.unlink(prefix + ext)
+    for f in odd.glob("c_0*"):
+        f.unlink()
+    r = subprocess.run(["bash", os.path.join(SLURM_DIR, "tokenize-merge.sbatch"), prefix, "3"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode != 0 and not os.path.exists(prefix + ".bin"), r
 
 
 def test_a_merge_expands_a_quoted_glob(corpus):
@@ -873,6 +894,19 @@ def test_a_merge_expands_a_quoted_glob(corpus):
     r = run(tmp, "--merge", str(out / "nothing_*"), "-o", str(out / "m"), check=False)
     assert r.returncode != 0 and "names no file and matches none" in r.stderr, r.stderr
     assert not os.path.exists(str(out / "m.bin"))
+    for ext in (".bin", ".idx", ".json"):
+        os.rename(parts[1] + ext + ".away", parts[1] + ext)
+    # Parts named by their prefixes, which hold a glob character: taken as named (they
+    # were expanded as patterns, which match no file, by the first version of this).
+    odd = out / "odd[1]"
+    odd.mkdir()
+    for p in parts:
+        for ext in (".bin", ".idx", ".json"):
+            shutil.copy(p + ext, str(odd / os.path.basename(p)) + ext)
+    run(tmp, "--merge", *[str(odd / os.path.basename(p)) for p in parts], "-o",
+        str(out / "m"), "-q")
+    for ext in (".bin", ".idx"):
+        assert read(str(out / "m") + ext) == read(str(tmp / "whole") + ext)
 
 
 def test_the_output_never_replaces_an_input(tmp_path):
