@@ -193,8 +193,12 @@ static void describe_status(int wstatus, char *buf, size_t len)
 
 static const int stop_signals[] = {SIGINT, SIGTERM, SIGQUIT, SIGHUP};
 
-/* In a forked child: die with the supervisor, and undo what the supervisor set up. */
-static void child_setup(struct supervisor *S, int deathsig)
+/* In a forked child: die with the supervisor, and undo what the supervisor set up.
+ * `producer` keeps the descriptor limit the launcher raised
+ * (its file cache is sized by it; the soft limit a shell left gave it too few to lock
+ * its entry, and restarts for a failure that would always come: a review); the command
+ * gets the soft limit it was given back, for programs that select(). */
+static void child_setup(struct supervisor *S, int deathsig, bool producer)
 {
 	prctl(PR_SET_PDEATHSIG, deathsig);
 	/* The supervisor may have died between fork() and prctl(). */
@@ -207,9 +211,20 @@ static void child_setup(struct supervisor *S, int deathsig)
 		close(S->ipc.lock_fd);
 	sf__metrics_after_fork(S->metrics);
 	sf__log_after_fork();
-	sf__fds_restore();
+	if (!producer)
+		sf__fds_restore();
 	signal(SIGPIPE, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
+}
+
+/* The producers running. */
+static uint32_t started_producers(const struct supervisor *S)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < S->n_prod; i++)
+		n += S->prod[i].pid > 0;
+	return n;
 }
 
 static int spawn_producer(struct supervisor *S, uint32_t i)
@@ -234,7 +249,7 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 		int r;
 
 		close(pfd[0]);
-		child_setup(S, SIGKILL);
+		child_setup(S, SIGKILL, true);
 		/* The launcher stops producers through the job state (and SIGKILL): a stop
 		 * signal sent to every process (systemd's control group, Slurm's scancel)
 		 * would otherwise kill them mid-fill and count as crashes. */
@@ -1519,7 +1534,7 @@ static int spawn_command(struct supervisor *S, struct sf_err *e)
 		return sf__err(e, -errno, "fork: %s", strerror(errno));
 	if (pid == 0) {
 		/* The command ends with its supervisor: nothing would feed it after. */
-		child_setup(S, SIGTERM);
+		child_setup(S, SIGTERM, false);
 		setenv("SHMFEED_JOB", S->cfg->job, 1);
 		setenv("SHMFEED_CONTROL", S->ctl_ep, 1);
 		setenv("SHMFEED_STATS", S->pub_ep, 1);
@@ -1930,8 +1945,14 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 	S->end_step = sf__stats_end_step(&S->geo, cfg->epochs);
 	if (l->ops->end_step)
 		S->end_step = l->ops->end_step(S->ds);
-	sf__log_info("job %s: %u producer%s started; control %s", cfg->job, S->n_prod,
-		     S->n_prod == 1 ? "" : "s", S->ctl_ep);
+	/* The producers that run: "2 producers started" where the second could not be
+	 * (RLIMIT_NPROC) misled (a review). */
+	if (S->stopping)
+		sf__log_info("job %s: %u of %u producers started; stopping", cfg->job,
+			     started_producers(S), S->n_prod);
+	else
+		sf__log_info("job %s: %u producer%s started; control %s", cfg->job, S->n_prod,
+			     S->n_prod == 1 ? "" : "s", S->ctl_ep);
 	/* A stop signal that came while the job was made: no command to start. */
 	handle_signals(S);
 	if (!S->stopping && l->command) {

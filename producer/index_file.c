@@ -544,7 +544,7 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 	bool held = false;
 
 	if (!path)
-		return -ENOMEM;
+		return errno ? -errno : -ENOMEM;
 	/*
 	 * What the index holds now, not what it held when this job started: another job over
 	 * the directory may have saved since (its entries were lost to this save). Saves are
@@ -689,10 +689,12 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 		goto out;
 	}
 	fd = -1;
+	errno = 0;
 	if (fwrite(&h, sizeof(h), 1, out) != 1 || fwrite(fe, sizeof(*fe), nf, out) != nf ||
 	    fwrite(ce, sizeof(*ce), nc, out) != nc || fwrite(&sum, sizeof(sum), 1, out) != 1 ||
 	    fflush(out) != 0 || fsync(fileno(out)) < 0) {
-		r = -EIO;
+		/* ENOSPC of a full disk, not "Input/output error" for all (a review). */
+		r = errno ? -errno : -EIO;
 		unlink(tmp);
 		goto out;
 	}
@@ -727,8 +729,17 @@ int sf__index_save(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 {
 	const struct sf_text_file *f = &ds->text_files[files[0]];
 
-	if (ds->sources[f->source].index == SF_INDEX_BESIDE &&
-	    save_to(ds, files, n, key, old, index_path(f, key, 1, 0), ret_path, ret_bytes) == 0)
-		return 0;
-	return save_to(ds, files, n, key, old, index_path(f, key, 0, 1), ret_path, ret_bytes);
+	char *path;
+
+	if (ds->sources[f->source].index == SF_INDEX_BESIDE) {
+		errno = 0;
+		path = index_path(f, key, 1, 0);
+		if (save_to(ds, files, n, key, old, path, ret_path, ret_bytes) == 0)
+			return 0;
+	}
+	/* errno: why index_path() found none (its directory not made), where it did not
+	 * run out of memory. */
+	errno = 0;
+	path = index_path(f, key, 0, 1);
+	return save_to(ds, files, n, key, old, path, ret_path, ret_bytes);
 }

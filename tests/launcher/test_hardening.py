@@ -766,8 +766,8 @@ def test_a_burst_of_ipc_connections_past_the_soft_limit_is_survived(rt, tmp_path
     """A burst of connections larger than the descriptors left under the soft limit, all
     at once, before the caps could shut them, aborted libzmq's ipc listener: SIGABRT, the
     job gone, its arena left (a review; Debian's default soft limit is 1,024 under a hard
-    one of 524,288). The launcher raises its soft limit to the hard one; its producers and
-    the training command keep the soft limit they were given."""
+    one of 524,288). The launcher raises its soft limit to the hard one, and its producers
+    keep it; the training command gets the soft limit it was given."""
     cfg = write_config(tmp_path)
     job = job_name("burst")
     p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}"], stderr=subprocess.PIPE,
@@ -779,7 +779,8 @@ def test_a_burst_of_ipc_connections_past_the_soft_limit_is_survived(rt, tmp_path
         assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
                                                capture_output=True).returncode == 0)
         assert soft_nofile(p.pid) == 4096
-        assert [soft_nofile(c) for c in children(p.pid)] == [300] * len(children(p.pid))
+        # Its producers keep the raised limit (test below); the command gets 300.
+        assert [soft_nofile(c) for c in children(p.pid)] == [4096] * len(children(p.pid))
         for k in range(600):
             s = socket.socket(socket.AF_UNIX)
             s.connect(os.path.join(rt, f"{job}.{'ctl' if k % 2 else 'pub'}"))
@@ -796,6 +797,22 @@ def test_a_burst_of_ipc_connections_past_the_soft_limit_is_survived(rt, tmp_path
                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
                                                                (300, 4096)))
     assert out.returncode == 0 and out.stdout.strip() == "300", (out.stdout, out.stderr)
+
+
+def test_producers_run_under_a_low_soft_descriptor_limit(rt, tmp_path):
+    """`ulimit -Sn 8` under a high hard limit: the launcher raised its own soft limit,
+    but gave its producers the 8 back: each failed to lock its entry ("Too many open
+    files") and was restarted five times for a failure that would always come, and the
+    job stopped (a review). Producers keep the raised limit; the command gets 8."""
+    cfg = write_config(tmp_path, world=1)
+    out = subprocess.run([SHMFEED, "run", cfg, "--set", f"job={job_name('softfds')}", "--",
+                          "sh", "-c", "sleep 2; ulimit -Sn"], capture_output=True, text=True,
+                         timeout=60,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                               (8, 4096)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "8", (out.stdout, out.stderr)
+    assert "died" not in out.stderr and "restarted" not in out.stderr, out.stderr
 
 
 def test_a_flood_of_requests_leaves_the_supervisor_running(rt, tmp_path):

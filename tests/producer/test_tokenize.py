@@ -138,3 +138,6 @@ def test_an_index_that_cannot_be_cached_is_said(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "warning: the chunk index could not be written to the cache" in run.stderr, \
         run.stderr
+    # Said with its reason: the file in the directory's place is not a directory (it
+    # said "Cannot allocate memory", and a full disk "Input/output error": a review).
+    assert "(Not a directory)" in run.stderr, run.stderr
