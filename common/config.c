@@ -1660,10 +1660,19 @@ static int check_config(struct loader *L, struct sf_config *cfg)
 	if (!cfg->local_ranks)
 		cfg->local_ranks = cfg->world_size - cfg->rank_base;
 	if ((uint64_t)cfg->rank_base + cfg->local_ranks > cfg->world_size) {
-		snprintf(msg, sizeof(msg),
-			 "'local_ranks' %u from rank_base %u goes past world_size %u: this node's "
-			 "ranks must be global ranks rank_base .. rank_base+local_ranks-1",
-			 cfg->local_ranks, cfg->rank_base, cfg->world_size);
+		/* A base of auto, or none given, is no base to name (it read "from rank_base
+		 * 0" of one the job never had: a review). */
+		if (cfg->rank_base_auto || !mark_of(L, &consumer_fields[2]))
+			snprintf(msg, sizeof(msg),
+				 "'local_ranks' %u is more than world_size %u: a node serves some "
+				 "of the world's ranks",
+				 cfg->local_ranks, cfg->world_size);
+		else
+			snprintf(msg, sizeof(msg),
+				 "'local_ranks' %u from rank_base %u goes past world_size %u: this "
+				 "node's ranks must be global ranks rank_base .. "
+				 "rank_base+local_ranks-1",
+				 cfg->local_ranks, cfg->rank_base, cfg->world_size);
 		return fail_first(L, &consumer_fields[1], &consumer_fields[2], &consumer_fields[0],
 				  msg);
 	}

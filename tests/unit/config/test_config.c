@@ -327,6 +327,11 @@ Test(config, ranks_must_fit_the_world)
 		"job.yaml:2:39:", "'rank_base' 4 must be below world_size 4");
 	rejects("sources: [a]\nconsumers: {world_size: 4, rank_base: 2, local_ranks: 3}\n",
 		"job.yaml:2:55:", "goes past world_size 4");
+	/* No base to name where it is auto or not given (a review: "from rank_base 0"). */
+	rejects("sources: [a]\nconsumers: {world_size: 4, rank_base: auto, local_ranks: 5}\n",
+		"job.yaml:2:58:", "'local_ranks' 5 is more than world_size 4");
+	rejects("sources: [a]\nconsumers: {world_size: 4, local_ranks: 5}\n",
+		"job.yaml:2:41:", "'local_ranks' 5 is more than world_size 4");
 	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 4, rank_base: 2}\n"), 0);
 	cr_expect_eq(cfg.local_ranks, 2, "auto local ranks: the rest of the world");
 	cr_assert_eq(load("sources: [a]\nconsumers: {world_size: 4, local_ranks: auto}\n"), 0);
