@@ -1867,6 +1867,10 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 		}
 		S->pin_producers = 1;
 	}
+	/* Before the sources are opened: the file cache the producers inherit is sized by
+	 * the soft limit (sf__fds_raise() in sf__launcher_fds_check() came after it, and the
+	 * producers kept a cache of half the shell's limit: a review). */
+	sf__fds_raise();
 	r = l->ops->open(cfg, &S->ds, e);
 	if (r < 0)
 		goto out_free;

@@ -155,7 +155,8 @@ uint64_t sf__fds_needed(uint64_t more, uint64_t *ret_open, uint64_t *ret_limit);
  * there for programs that select(); the launcher polls.
  *
  * sf__fds_restore - in a child forked after sf__fds_raise(): the soft limit as it was,
- * so that producers and the training command run under the limits they were given.
+ * so that the training command runs under the limit it was given (producers keep the
+ * raised one).
  */
 void sf__fds_raise(void);
 void sf__fds_restore(void);

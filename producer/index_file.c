@@ -152,13 +152,15 @@ static char *dir_of(const char *path)
 /*
  * The index file of the directory of `f` for `key`: in the directory itself (`beside`:
  * DIR/.shmfeed.KEY.sfidx, a dot-file that globs such as DIR/\* and directory sources pass
- * over), else in the user's cache directory (created with `create`). NULL: no cache
- * directory, or out of memory.
+ * over), else in the user's cache directory (created with `create`). NULL, with errno
+ * saying why: no cache directory (ENOENT: none named; ENAMETOOLONG), one that could not
+ * be made, or out of memory.
  */
 static char *index_path(const struct sf_text_file *f, uint64_t key, int beside, int create)
 {
 	char cache[PATH_MAX], *dir = dir_of(f->path), *abs = NULL, *p = NULL;
 	size_t n;
+	int r;
 
 	if (!dir)
 		return NULL;
@@ -167,7 +169,10 @@ static char *index_path(const struct sf_text_file *f, uint64_t key, int beside, 
 		p = malloc(n);
 		if (p)
 			snprintf(p, n, "%s/.shmfeed.%016llx.sfidx", dir, (unsigned long long)key);
-	} else if (sf__index_dir(cache, sizeof(cache)) == 0 && (!create || make_dirs(cache) == 0)) {
+	} else if ((r = sf__index_dir(cache, sizeof(cache))) < 0 ||
+		   (create && (r = make_dirs(cache)) < 0)) {
+		errno = -r;
+	} else {
 		const char *name;
 
 		abs = realpath(dir, NULL);

@@ -815,6 +815,30 @@ def test_producers_run_under_a_low_soft_descriptor_limit(rt, tmp_path):
     assert "died" not in out.stderr and "restarted" not in out.stderr, out.stderr
 
 
+def test_the_producers_file_cache_is_sized_by_the_raised_limit(rt, tmp_path):
+    """The launcher opened the sources (sizing the file cache its producers inherit, half
+    the soft descriptor limit) before it raised that limit: under `ulimit -Sn 40` a
+    producer kept 20 of 60 files mapped, and mapped the others again and again (a review
+    of this session's diff). It raises the limit first."""
+    txt = tmp_path / "txt"
+    txt.mkdir()
+    for i in range(60):
+        (txt / f"f{i}.txt").write_text(f"file {i} line one\nline two of {i}\n")
+    cfg = tmp_path / "many.yaml"
+    cfg.write_text(f"sources: [{txt}]\nproducers: {{count: 1}}\n"
+                   "batch: {size: 2, seq_len: 8}\nconsumers: {world_size: 1}\n")
+    # The command counts the files its sibling, the producer, maps once it has read them.
+    probe = ("sleep 1.5; for p in $(pgrep -P $PPID); do [ $p = $$ ] && continue; "
+             f"grep -c '{txt}/' /proc/$p/maps; done")
+    out = subprocess.run([SHMFEED, "run", str(cfg), "--set", f"job={job_name('cachesize')}",
+                          "-q", "--", "sh", "-c", probe], capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ, SHMFEED_CACHE_DIR=str(tmp_path / "c")),
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                               (40, 4096)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["60"], (out.stdout, out.stderr)
+
+
 def test_a_flood_of_requests_leaves_the_supervisor_running(rt, tmp_path):
     """The supervisor served requests until none was waiting: clients that kept sending
     on eight connections each held its loop, and a SIGTERM (signals, the stall watchdog, restarts)

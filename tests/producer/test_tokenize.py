@@ -141,3 +141,9 @@ def test_an_index_that_cannot_be_cached_is_said(tmp_path):
     # Said with its reason: the file in the directory's place is not a directory (it
     # said "Cannot allocate memory", and a full disk "Input/output error": a review).
     assert "(Not a directory)" in run.stderr, run.stderr
+    # A cache directory's name too long for a path: that, not out of memory.
+    run = subprocess.run([SHMFEED, "tokenize", str(cfg), "-o", str(tmp_path / "out2")],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, SHMFEED_CACHE_DIR="/tmp/" + "d" * 4100))
+    assert run.returncode == 0, run.stderr
+    assert "(File name too long)" in run.stderr, run.stderr
