@@ -185,8 +185,9 @@ _NO_STEP = 2**64 - 1  # in Loader._batch.step: no batch taken from the library u
 
 
 def _checked_int(what, value, lo, hi):
-    """`value` as an int in lo..hi, or ValueError naming it and the range."""
-    if isinstance(value, bool):
+    """`value` as an int in lo..hi, or ValueError naming it and the range. A bool, Python's
+    or NumPy's (which numpy 1.x's operator.index takes as 0 or 1), is none."""
+    if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"shmfeed: {what}={value!r} is not an integer in {lo}..{hi}")
     try:
         n = operator.index(value)

@@ -252,6 +252,7 @@ def test_out_of_range_inputs_are_refused(monkeypatch):
                     shmfeed.Loader()
                 assert f"{name}=" in str(e.value) and "..2147483647" in str(e.value), e.value
         for kw in [{"local_rank": 2**32}, {"local_rank": -1}, {"local_rank": True},
+                   {"local_rank": np.True_},
                    {"local_rank": 0.0}, {"rank": 2**31}, {"world_size": 0},
                    {"timeout": -1}, {"timeout": 1e10}, {"timeout": float("nan")},
                    {"timeout": "soon"}, {"timeout": "5"}, {"timeout": True},
@@ -283,8 +284,11 @@ def test_out_of_range_inputs_are_refused(monkeypatch):
                 assert f"{field}=" in str(e.value) and "18446744073709551615" in str(e.value)
             # rank and world_size, when the state has them, are integers too (an array
             # made NumPy's "truth value is ambiguous" the message).
+            # NumPy's bool is no integer either (numpy 1.x's operator.index took it as
+            # 1: a review).
             for field, value in [("rank", np.array([1, 2])), ("world_size", "2"),
-                                 ("rank", -1)]:
+                                 ("rank", -1), ("world_size", np.True_),
+                                 ("step", np.True_)]:
                 with pytest.raises(ValueError) as e:
                     L.load_state_dict(dict(state, **{field: value}))
                 assert str(e.value).startswith(f"shmfeed: load_state_dict: {field}="), e.value
