@@ -152,27 +152,24 @@ static char *dir_of(const char *path)
 /*
  * The index file of the directory of `f` for `key`: in the directory itself (`beside`:
  * DIR/.shmfeed.KEY.sfidx, a dot-file that globs such as DIR/\* and directory sources pass
- * over), else in the user's cache directory (created with `create`). NULL, with errno
- * saying why: no cache directory (ENOENT: none named; ENAMETOOLONG), one that could not
- * be made, or out of memory.
+ * over), else in the user's cache directory (created with `create`). NULL, with why in
+ * *ret_err where it is not NULL: no cache directory (-ENOENT: none named; -ENAMETOOLONG),
+ * one that could not be made, or out of memory.
  */
-static char *index_path(const struct sf_text_file *f, uint64_t key, int beside, int create)
+static char *index_path(const struct sf_text_file *f, uint64_t key, int beside, int create,
+			int *ret_err)
 {
 	char cache[PATH_MAX], *dir = dir_of(f->path), *abs = NULL, *p = NULL;
 	size_t n;
-	int r;
+	int r = 0; /* the cache directory's error */
 
-	if (!dir)
-		return NULL;
-	if (beside) {
+	if (dir && beside) {
 		n = strlen(dir) + 64;
 		p = malloc(n);
 		if (p)
 			snprintf(p, n, "%s/.shmfeed.%016llx.sfidx", dir, (unsigned long long)key);
-	} else if ((r = sf__index_dir(cache, sizeof(cache))) < 0 ||
-		   (create && (r = make_dirs(cache)) < 0)) {
-		errno = -r;
-	} else {
+	} else if (dir && (r = sf__index_dir(cache, sizeof(cache))) == 0 &&
+		   (!create || (r = make_dirs(cache)) == 0)) {
 		const char *name;
 
 		abs = realpath(dir, NULL);
@@ -184,6 +181,8 @@ static char *index_path(const struct sf_text_file *f, uint64_t key, int beside, 
 				 (unsigned long long)XXH3_64bits(name, strlen(name)),
 				 (unsigned long long)key);
 	}
+	if (!p && ret_err)
+		*ret_err = r < 0 ? r : -ENOMEM;
 	free(abs);
 	free(dir);
 	return p;
@@ -370,8 +369,8 @@ int sf__index_load(const struct sf_dataset *ds, uint32_t file, uint64_t key,
 
 	/* An index beside the files wins; one in the cache directory serves too (written there
 	 * when the directory was not writable, or before the source said `beside`). */
-	return (beside && load_from(ds, key, index_path(f, key, 1, 0), ret_img)) ||
-	       load_from(ds, key, index_path(f, key, 0, 0), ret_img);
+	return (beside && load_from(ds, key, index_path(f, key, 1, 0, NULL), ret_img)) ||
+	       load_from(ds, key, index_path(f, key, 0, 0, NULL), ret_img);
 }
 
 /* The entry of `img` for the file of path hash `hash`, or UINT64_MAX. */
@@ -532,7 +531,7 @@ static void remove_stale_temporaries(const char *path)
 	free(dir);
 }
 
-/* Write the index to `path` (NULL: -ENOMEM), through a temporary file. */
+/* Write the index to `path` (freed), through a temporary file. */
 static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t n, uint64_t key,
 		   const struct sf_index_image *old, char *path, char **ret_path,
 		   uint64_t *ret_bytes)
@@ -548,8 +547,6 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 	sigset_t saved;
 	bool held = false;
 
-	if (!path)
-		return errno ? -errno : -ENOMEM;
 	/*
 	 * What the index holds now, not what it held when this job started: another job over
 	 * the directory may have saved since (its entries were lost to this save). Saves are
@@ -733,18 +730,13 @@ int sf__index_save(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 		   const struct sf_index_image *old, char **ret_path, uint64_t *ret_bytes)
 {
 	const struct sf_text_file *f = &ds->text_files[files[0]];
-
 	char *path;
+	int r;
 
-	if (ds->sources[f->source].index == SF_INDEX_BESIDE) {
-		errno = 0;
-		path = index_path(f, key, 1, 0);
-		if (save_to(ds, files, n, key, old, path, ret_path, ret_bytes) == 0)
-			return 0;
-	}
-	/* errno: why index_path() found none (its directory not made), where it did not
-	 * run out of memory. */
-	errno = 0;
-	path = index_path(f, key, 0, 1);
-	return save_to(ds, files, n, key, old, path, ret_path, ret_bytes);
+	if (ds->sources[f->source].index == SF_INDEX_BESIDE &&
+	    (path = index_path(f, key, 1, 0, NULL)) &&
+	    save_to(ds, files, n, key, old, path, ret_path, ret_bytes) == 0)
+		return 0;
+	path = index_path(f, key, 0, 1, &r);
+	return path ? save_to(ds, files, n, key, old, path, ret_path, ret_bytes) : r;
 }
