@@ -436,8 +436,8 @@ class Loader:
     cuda:(LOCAL_RANK modulo the GPUs this process sees) when torch sees a GPU, else (and
     in a DataLoader worker, and with numpy=True) the CPU; the environment's LOCAL_RANK,
     the process's, even beside a rank= or local_rank= of another numbering (a
-    data-parallel group's), and local_rank without it; "cuda" the same GPU; or "cpu", "cuda:N", an int or
-    a torch.device. The job's consumers.device decides over it: `cpu` gives CPU batches,
+    data-parallel group's), and local_rank without it; "cuda" the same GPU; or "cpu",
+    "cuda:N", an int or a torch.device. The job's consumers.device decides over it: `cpu` gives CPU batches,
     `cuda` refuses CPU ones. timeout: seconds next() waits (None: forever). numpy: True
     to get NumPy arrays even when torch is importable.
 

@@ -33,6 +33,15 @@ def fake_gpu_env(**extra):
                 PYTHONPATH=os.pathsep.join([FAKE_TORCH, os.environ["PYTHONPATH"]]), **extra)
 
 
+def rank_output(code, env, *args):
+    """The stdout of `code` run by this Python with `args` in `env` (a rank of a job),
+    which must exit 0."""
+    r = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 RANK = """
 import ctypes, json, sys
 ctypes.CDLL("libcuda.so.1").fake_cuda_set_eager(None, 1)  # the NULL stream runs at once
@@ -60,10 +69,7 @@ def test_a_batch_fetched_ahead_stays_whole_on_a_gpu(buffers, dtype, wide):
     kw = {"vocab": 100277, "dtype": np.int32} if wide else {}
     env = fake_gpu_env(SHMFEED_GPU_BUFFERS=buffers)
     with Feed("gpuviews", extra=extra) as feed:
-        r = subprocess.run([sys.executable, "-c", RANK, FAKE_TORCH, feed.job, dtype],
-                           env=env, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        got = json.loads(r.stdout)
+        got = json.loads(rank_output(RANK, env, FAKE_TORCH, feed.job, dtype))
         assert [b["step"] for b in got] == list(range(9))
         for b in got:
             want = feed.expected(0, b["step"], **kw).astype(np.int64)
@@ -136,10 +142,8 @@ def test_cuda_without_an_index_is_the_ranks_visible_gpu():
             "print(L.device.type, L.device.index, b.step)\n"
             "L.close()\n")
     with Feed("gpudev", ranks=2) as feed:
-        r = subprocess.run([sys.executable, "-c", code, feed.job], env=env,
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        assert r.stdout.split() == ["cuda", "0", "0"], r.stdout
+        out = rank_output(code, env, feed.job)
+        assert out.split() == ["cuda", "0", "0"], out
 
 
 SIDE_STREAM = """
@@ -181,10 +185,7 @@ def test_outputs_widened_on_a_side_stream_are_recorded_on_it(dtype):
     widens on (record_stream, once per stream change)."""
     env = fake_gpu_env()
     with Feed("gpuside", extra=["--doc-starts", "5"]) as feed:
-        r = subprocess.run([sys.executable, "-c", SIDE_STREAM, feed.job, dtype], env=env,
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        got = json.loads(r.stdout)
+        got = json.loads(rank_output(SIDE_STREAM, env, feed.job, dtype))
         assert got["steps"] == [0, 1, 2], got
         for step, tokens in enumerate(got["tokens"]):
             assert np.array_equal(np.array(tokens), feed.expected(0, step)), step
@@ -220,11 +221,8 @@ def test_a_rank_of_another_numbering_gets_the_processs_gpu():
             "L.close()\n"
             "print(json.dumps(out))\n")
     with Feed("gpuoftp", ranks=4) as feed:
-        r = subprocess.run([sys.executable, "-c", code, feed.job], env=env,
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        assert json.loads(r.stdout) == [[2, 2, 1, 0], [2, 2, 1, 1], [2, 2, 1, 2],
-                                        [3, 3, 3, 0]], r.stdout
+        out = rank_output(code, env, feed.job)
+        assert json.loads(out) == [[2, 2, 1, 0], [2, 2, 1, 1], [2, 2, 1, 2], [3, 3, 3, 0]], out
 
 
 def _run_device_job(tmp_path, job_device, code, env):
@@ -314,20 +312,15 @@ with shmfeed.Loader(job=sys.argv[1], device="cpu") as L:
     assert L.next().step == 0
 """
     with Feed("cpu-torch") as feed:
-        r = subprocess.run([sys.executable, "-c", code, feed.job],
-                           env=dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA),
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
+        rank_output(code, dict(os.environ, LD_LIBRARY_PATH=FAKE_CUDA), feed.job)
 
 
 def run_rank(tag, script, dtype):
     """Run `script` (it prints "ok") against a job of its own, on the fake driver and
     the stand-in torch, with the eager policy."""
-    env = fake_gpu_env()
     with Feed(tag) as feed:
-        r = subprocess.run([sys.executable, "-c", script, FAKE_TORCH, feed.job, dtype],
-                           env=env, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+        out = rank_output(script, fake_gpu_env(), FAKE_TORCH, feed.job, dtype)
+        assert "ok" in out, out
 
 
 SEEK = """
@@ -420,10 +413,7 @@ def test_a_gpu_behind_the_host_neither_blocks_next_past_its_timeout_nor_ctrl_c()
     lost or skipped."""
     env = fake_gpu_env()
     with Feed("gpubehind") as feed:
-        r = subprocess.run([sys.executable, "-c", BEHIND, feed.job], env=env,
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        got = json.loads(r.stdout)
+        got = json.loads(rank_output(BEHIND, env, feed.job))
     assert got["steps"] == list(range(7)), got  # step 5 neither lost nor skipped
     code, msg = got["timed_out"]
     assert code == -1007 and "has not completed on the device" in msg, got

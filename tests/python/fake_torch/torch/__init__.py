@@ -1,8 +1,8 @@
-"""A stand-in for torch with the fake driver's CUDA devices (FAKE_CUDA_DEVICES, 1), for the Loader's GPU path on a machine
-without a GPU, with tests/gpu/fake_cuda.c as libcuda.so.1: its "device memory" is host
-memory, so a "CUDA tensor" here is a NumPy array over it. It has only what shmfeed.Loader
-uses; operations run at once, so the test makes the fake driver's streams run at once too
-(fake_cuda_set_eager)."""
+"""A stand-in for torch with the fake driver's CUDA devices (FAKE_CUDA_DEVICES, 1), for
+the Loader's GPU path on a machine without a GPU, with tests/gpu/fake_cuda.c as
+libcuda.so.1: its "device memory" is host memory, so a "CUDA tensor" here is a NumPy
+array over it. It has only what shmfeed.Loader uses; operations run at once, so the test
+makes the fake driver's streams run at once too (fake_cuda_set_eager)."""
 
 import ctypes
 import os
