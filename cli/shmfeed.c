@@ -9,6 +9,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "cli/commands.h"
+#include "common/config.h"
 #include "common/proc.h"
 
 struct command {
@@ -208,7 +209,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
-		printf("shmfeed %s\n", sf_version());
+		printf("shmfeed %s (stream version %d)\n", sf_version(), SF_STREAM_VERSION);
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)

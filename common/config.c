@@ -2827,6 +2827,9 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 
 	XXH3_INITSTATE(&st);
 	XXH3_64bits_reset(&st);
+	/* From version 2 on, so that the digests of version 1 stay what they were. */
+	if (SF_STREAM_VERSION > 1)
+		digest_u64(&st, SF_STREAM_VERSION);
 	digest_u64(&st, cfg->n_sources);
 	for (uint32_t i = 0; i < cfg->n_sources; i++) {
 		const struct sf_source_config *src = &cfg->sources[i];

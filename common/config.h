@@ -16,6 +16,16 @@
 
 #include "common/errors.h"
 
+/*
+ * The version of what jobs deliver: which tokens each step of a job gets, for every
+ * config. Raise it with any change that moves a sample of some job (an order, a
+ * tokenizer's ids, a packing rule, a default); tests/producer/test_stream.c pins the
+ * batches of a set of jobs and fails on such a change. From version 2 on it is part of
+ * every config digest, so that a state saved by a shmfeed of another version is refused
+ * (as a changed config is) rather than resumed onto other samples.
+ */
+#define SF_STREAM_VERSION 1
+
 /* Source formats. */
 /* The longest path of a unix socket (sun_path holds 108 bytes with its NUL). */
 #define SF_IPC_PATH_MAX 107

@@ -1303,7 +1303,9 @@ static int seek_in(struct sf_consumer *c, const struct sf_resume *state)
 			"digest covers the sources and their files' paths, sizes and "
 			"modification times, so a file rewritten, touched or copied without "
 			"them counts as changed; a mixture's weights and schedule, the "
-			"tokenizer, sampling and the global batch: docs/config.md)",
+			"tokenizer, sampling and the global batch, and shmfeed's stream "
+			"version, raised when a release delivers other samples: "
+			"docs/config.md)",
 			(unsigned long long)state->config_digest,
 			(unsigned long long)geo->config_digest);
 	if (state->samples % global_batch)
