@@ -137,6 +137,21 @@ static int why_no_format(const char *path, struct sf_err *e)
 	return r;
 }
 
+/*
+ * A source that format auto reads as Megatron pairs (`pair`) and as nanoGPT tokens
+ * (`lone`, a .bin without an .idx beside it): most likely a pair whose index was lost,
+ * whose documents would be read as one headerless stream without a word.
+ */
+static int mixed_pairs(const char *pair, const char *lone, struct sf_err *e)
+{
+	return sf__err(e, SF_E_CONFIG,
+		       "%s: format auto reads it as nanoGPT tokens, having no .idx beside it, "
+		       "while %s is a Megatron pair of the same source: a Megatron .bin without "
+		       "its index would lose its documents. Put its .idx back, or, if the source "
+		       "holds both kinds, make them two sources, each with its format",
+		       lone, pair);
+}
+
 static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 			const struct sf_part_plan *plan, struct sf_err *e)
 {
@@ -148,6 +163,8 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 		size_t n;
 		const uint32_t first_token_file = ds->n_token_files,
 			       first_text_file = ds->n_text_files;
+		/* Under auto, the first Megatron pair and the first nanoGPT .bin. */
+		size_t pair = SIZE_MAX, lone = SIZE_MAX;
 		int r = sf__source_expand(src, &paths, &n, e);
 
 		if (r < 0)
@@ -202,6 +219,16 @@ static int open_sources(struct sf_dataset *ds, const struct sf_config *cfg,
 			}
 			if (r < 0) {
 				sf__err(e, r, "%s: cannot detect its format", paths[i]);
+				break;
+			}
+			if (src->format == SF_FMT_AUTO && format == SF_FMT_MEGATRON &&
+			    pair == SIZE_MAX)
+				pair = i;
+			if (src->format == SF_FMT_AUTO && format == SF_FMT_NANOGPT &&
+			    lone == SIZE_MAX)
+				lone = i;
+			if (pair != SIZE_MAX && lone != SIZE_MAX) {
+				r = mixed_pairs(paths[pair], paths[lone], e);
 				break;
 			}
 			r = keys_fit_format(src, paths[i], format, e);

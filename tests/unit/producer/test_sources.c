@@ -1271,6 +1271,55 @@ Test(sources, auto_refuses_a_name_it_does_not_know)
 }
 
 /*
+ * A directory of Megatron pairs one of whose .idx was lost: format auto read that .bin as
+ * nanoGPT tokens beside the pairs (its documents one headerless stream), saying only
+ * "nanogpt 1, megatron 1" in check's summary. Refused, naming both files; each kind in a
+ * source of its own, with its format, is read.
+ */
+Test(sources, auto_refuses_a_lone_bin_among_megatron_pairs)
+{
+	uint16_t tokens[64] = {0};
+	char lone[4200], pair[4200], *d = dir, *p1 = lone, *p2 = pair;
+	struct sf_source_config two[2];
+	struct sf_dataset *ds = NULL;
+	struct sf_dataset_stats st;
+	struct sf_err e = {0};
+
+	put_megatron("MMIDIDX\0\0", 8, 32, 0);
+	put("lost.bin", tokens, sizeof(tokens));
+	src.paths = &d;
+	src.n_paths = 1;
+	expect_fail(SF_E_CONFIG, "/lost.bin: format auto reads it as nanoGPT tokens",
+		    "/m.bin is a Megatron pair of the same source");
+	/* The same with the files named. */
+	snprintf(lone, sizeof(lone), "%s/lost.bin", dir);
+	snprintf(pair, sizeof(pair), "%s/m.bin", dir);
+	{
+		char *both[2] = {pair, lone};
+
+		src.paths = both;
+		src.n_paths = 2;
+		expect_fail(SF_E_CONFIG, "/lost.bin: format auto", "no .idx beside it");
+	}
+	/* Two sources, each with its format: 32 + 64 tokens. */
+	two[0] = src;
+	two[0].paths = &p2;
+	two[0].n_paths = 1;
+	two[0].format = SF_FMT_MEGATRON;
+	two[1] = two[0];
+	two[1].paths = &p1;
+	two[1].format = SF_FMT_NANOGPT;
+	cfg.sources = two;
+	cfg.n_sources = 2;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	sf__dataset_stats(ds, &st);
+	cr_expect_eq(st.n_tokens, 96, "%llu tokens", (unsigned long long)st.n_tokens);
+	sf__dataset_close(ds);
+	cfg.sources = &src;
+	cfg.n_sources = 1;
+}
+
+/*
  * A finite run's step count is epochs x windows / G, which passes 2^64 with 2^31 epochs
  * of 2^33 windows (a sparse nanoGPT file of 2^33 + 1 tokens, T = 1, G = 1): it wrapped to
  * 0 steps, a run that delivered nothing.
