@@ -440,6 +440,16 @@ int sf_tokens_widen(const void *src, uint32_t src_dtype, void *dst, uint32_t dst
  */
 uint64_t sf_digest(const void *p, uint64_t len, uint64_t seed);
 
+/*
+ * sf_abi_entry - the layout of the public structs below, for bindings that mirror them
+ * (python/shmfeed/_native.py compares every mirror with it when it loads the library, so
+ * that a package and a library of different builds refuse to work together instead of
+ * misreading each other's structs). Entry `i`, from 0, is a struct ("sf_batch": its size
+ * in *ret_size, 0 in *ret_offset) or a field of one ("sf_batch.step": its offset and
+ * size); NULL past the last entry.
+ */
+const char *sf_abi_entry(uint32_t i, size_t *ret_offset, size_t *ret_size);
+
 /* The public structs' layouts are ABI: python/shmfeed/_native.py mirrors them. */
 #ifndef __cplusplus
 _Static_assert(offsetof(struct sf_batch, tokens) == 32, "sf_batch layout");

@@ -151,15 +151,75 @@ def _load():
                   "its path): " + "; ".join(errors))
 
 
+def _layout(L):
+    """The library's own layout of its public structs (sf_abi_entry()): {name: (offset,
+    size)}, or None for a library that does not say."""
+    try:
+        entry = L.sf_abi_entry
+    except AttributeError:
+        return None
+    size_t = ctypes.c_size_t
+    entry.restype = ctypes.c_char_p
+    entry.argtypes = [ctypes.c_uint32, ctypes.POINTER(size_t), ctypes.POINTER(size_t)]
+    layout, off, size = {}, size_t(), size_t()
+    i = 0
+    while True:
+        name = entry(i, ctypes.byref(off), ctypes.byref(size))
+        if name is None:
+            return layout
+        layout[name.decode()] = (off.value, size.value)
+        i += 1
+
+
+def check_layout(L, mirrors=None):
+    """Refuse a library whose public structs are laid out otherwise than this package's
+    mirrors of them: a library of another build, whose batches the package would misread
+    (another slot's tokens, writes past a struct) without a word."""
+    mirrors = MIRRORS if mirrors is None else mirrors
+    layout = _layout(L)
+    try:
+        L.sf_version.restype = ctypes.c_char_p
+        where = f"libshmfeed at {L._name} (shmfeed {L.sf_version().decode()})"
+    except AttributeError:
+        where = f"libshmfeed at {L._name}"
+    fix = ("load the library built with this package (SHMFEED_LIB=BUILD/libshmfeed.so for "
+           "a build tree, or reinstall the package and the library together)")
+    if layout is None:
+        raise OSError(f"{where} does not say how its structs are laid out (no sf_abi_entry: "
+                      f"it is older than this Python package), so its batches cannot be "
+                      f"read safely; {fix}")
+    wrong = []
+    for cname, mirror in mirrors.items():
+        if layout.get(cname) != (0, ctypes.sizeof(mirror)):
+            there = layout.get(cname)
+            wrong.append(f"struct {cname} is " + (f"{there[1]} bytes there" if there else
+                                                  "unknown there") +
+                         f", {ctypes.sizeof(mirror)} here")
+        for fname, _ in mirror._fields_:
+            field, there = getattr(mirror, fname), layout.get(f"{cname}.{fname}")
+            if there != (field.offset, field.size):
+                wrong.append(f"{cname}.{fname} " + (f"at {there[0]} ({there[1]} bytes) there"
+                                                    if there else "unknown there") +
+                             f", at {field.offset} ({field.size} bytes) here")
+    if wrong:
+        shown = "; ".join(wrong[:4]) + (f"; and {len(wrong) - 4} more" if len(wrong) > 4
+                                         else "")
+        raise OSError(f"{where} lays out its structs otherwise than this Python package "
+                      f"expects ({shown}): the two come from different builds of shmfeed, "
+                      f"and its batches would be misread; {fix}")
+
+
 _lib = None
 
 
 def lib():
-    """The loaded library, with prototypes set; loaded on first use."""
+    """The loaded library, with prototypes set; loaded on first use, and refused when its
+    structs are laid out otherwise than the mirrors here (check_layout())."""
     global _lib
     if _lib is not None:
         return _lib
     L = _load()
+    check_layout(L)
     vp, u32, i32, u64 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64
     protos = {
         "sf_strerror": (ctypes.c_char_p, [ctypes.c_int]),

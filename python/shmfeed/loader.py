@@ -327,6 +327,8 @@ _handles = {}
 def _detach_orphans():
     """Detach the handles whose _Attachment is gone without detaching them (not those
     whose finalizers are at work: they detach them)."""
+    if not _handles:
+        return  # nothing to detach, and no library to load (one refused raises again)
     lib = N.lib()
     for key, (box, owner, lock) in list(_handles.items()):
         if owner() is None and lock.acquire(blocking=False):

@@ -1,6 +1,7 @@
 """shmfeed.Loader in one process: content, views, errors, resume, end of data."""
 
 import ctypes
+import ctypes.util
 import decimal
 import errno
 import json
@@ -21,17 +22,62 @@ from conftest import FIXTURE, HERE, Feed, rank_env, reference_doc_starts
 
 
 def test_struct_mirrors_match_the_c_layout():
-    abi = json.loads(subprocess.check_output([FIXTURE, "--abi"], text=True))
+    layout = N._layout(N.lib())
+    mirrored = set()
     for cname, mirror in N.MIRRORS.items():
-        assert ctypes.sizeof(mirror) == abi[cname], cname
+        assert layout[cname] == (0, ctypes.sizeof(mirror)), cname
+        mirrored.add(cname)
         for fname, _ in mirror._fields_:
-            off, size = abi[f"{cname}.{fname}"]
             field = getattr(mirror, fname)
-            assert (field.offset, field.size) == (off, size), f"{cname}.{fname}"
-    consts = {k[6:]: v for k, v in abi.items() if k.startswith("const.")}
+            assert layout[f"{cname}.{fname}"] == (field.offset, field.size), f"{cname}.{fname}"
+            mirrored.add(f"{cname}.{fname}")
+    # Every field the library lists is mirrored: one left out would be read nowhere.
+    assert set(layout) == mirrored
+    consts = json.loads(subprocess.check_output([FIXTURE, "--abi"], text=True))
     assert "SF_OUTPUT_TARGETS" in consts
     for name, value in consts.items():
         assert getattr(N, name) == value, name
+
+
+def test_a_library_of_another_layout_is_refused():
+    """A package of one build and a library of another (a pip-installed package with
+    SHMFEED_LIB, a stale libshmfeed.so.0 on the loader's path) misread each other's structs:
+    a review saw another slot's tokens served and sf_consumer_info write 8 bytes past the
+    package's struct, silently. The package compares its mirrors with the library's own
+    layout when it loads it."""
+    class WiderBatch(ctypes.Structure):
+        _fields_ = N.Batch._fields_[:11] + [("flags", ctypes.c_uint64)] + N.Batch._fields_[11:]
+
+    mirrors = dict(N.MIRRORS, sf_batch=WiderBatch)
+    with pytest.raises(OSError) as exc:
+        N.check_layout(N.lib(), mirrors)
+    msg = str(exc.value)
+    assert f"libshmfeed at {N.lib()._name} (shmfeed {shmfeed.version()})" in msg
+    assert "lays out its structs otherwise than this Python package expects" in msg
+    assert "struct sf_batch is 104 bytes there, 112 here" in msg
+    assert "sf_batch.flags unknown there, at 72 (8 bytes) here" in msg
+    assert "sf_batch.buffer at 72 (4 bytes) there, at 80 (4 bytes) here" in msg
+    assert "; and 3 more)" in msg  # four shown: size, flags, buffer, output
+    assert "load the library built with this package" in msg
+    N.check_layout(N.lib())  # its own mirrors pass
+
+
+def test_a_library_that_does_not_say_its_layout_is_refused():
+    """An older library (no sf_abi_entry) is refused at the first use of the package, before
+    any struct crosses."""
+    other = ctypes.util.find_library("xxhash")
+    assert other
+    code = ("import shmfeed\n"
+            "try:\n"
+            "    shmfeed.Loader(job='nothing')\n"
+            "except OSError as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, SHMFEED_LIB=other), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"libshmfeed at {other}" in out.stdout
+    assert "does not say how its structs are laid out (no sf_abi_entry" in out.stdout
+    assert "Traceback" not in out.stderr, out.stderr  # nor again at exit
 
 
 def test_batches_match_the_reference_on_both_ranks():
