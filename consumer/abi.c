@@ -13,8 +13,14 @@ struct entry {
 	size_t offset, size;
 };
 
-#define S(s)	{#s, 0, sizeof(struct s)}
-#define F(s, f) {#s "." #f, offsetof(struct s, f), sizeof(((struct s *)0)->f)}
+#define S(s)                                                                                       \
+	{                                                                                          \
+#s, 0, sizeof(struct s)                                                            \
+	}
+#define F(s, f)                                                                                    \
+	{                                                                                          \
+#s "." #f, offsetof(struct s, f), sizeof(((struct s *)0)->f)                       \
+	}
 
 static const struct entry entries[] = {
 	S(sf_batch),
