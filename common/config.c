@@ -2728,7 +2728,14 @@ static void seen_digest(XXH3_state_t *st, struct digest_seen *seen)
 
 /* A data file and, for a Megatron pair, its other file: the .idx beside a .bin, the .bin
  * beside an .idx, both for a prefix that names no file itself. */
-static void digest_data_file(XXH3_state_t *st, struct digest_seen *seen, const char *path)
+/*
+ * A file a source names, and the Megatron pair it stands for: a .bin's .idx, an .idx's
+ * .bin, a prefix's two files; under format megatron (`pair`) a name that is a file of its
+ * own too (notes `corpus` beside corpus.bin and corpus.idx), since that format reads
+ * every name as the pair.
+ */
+static void digest_data_file(XXH3_state_t *st, struct digest_seen *seen, const char *path,
+			     bool pair)
 {
 	const size_t n = strlen(path);
 	const bool bin = n > 4 && !strcmp(path + n - 4, ".bin"),
@@ -2736,7 +2743,7 @@ static void digest_data_file(XXH3_state_t *st, struct digest_seen *seen, const c
 	struct stat sb;
 
 	digest_source_file(st, seen, path);
-	if (!bin && !idx && stat(path, &sb) == 0)
+	if (!bin && !idx && !pair && stat(path, &sb) == 0)
 		return;
 	for (int k = 0; k < 2; k++) {
 		const char *ext = k ? ".idx" : ".bin";
@@ -2794,7 +2801,8 @@ static void digest_dir(XXH3_state_t *st, struct digest_seen *seen, const char *p
 		free(list);
 }
 
-static void digest_source_path(XXH3_state_t *st, struct digest_seen *seen, const char *path)
+static void digest_source_path(XXH3_state_t *st, struct digest_seen *seen, const char *path,
+			       bool pair)
 {
 	char *pattern = NULL;
 	struct stat sb;
@@ -2806,14 +2814,14 @@ static void digest_source_path(XXH3_state_t *st, struct digest_seen *seen, const
 	} else if (stat(path, &sb) == 0 || sf__megatron_prefix(path) ||
 		   sf__glob_pattern(path, &pattern) <= 0) {
 		/* A file, or a Megatron pair by its prefix, as the expansion takes them. */
-		digest_data_file(st, seen, path);
+		digest_data_file(st, seen, path, pair);
 	} else if (glob(pattern, 0, NULL, &g) == 0) {
 		/* A directory the pattern matches is read as its files (paths.c). */
 		for (size_t k = 0; k < g.gl_pathc; k++) {
 			if (stat(g.gl_pathv[k], &sb) == 0 && S_ISDIR(sb.st_mode))
 				digest_dir(st, seen, g.gl_pathv[k]);
 			else
-				digest_data_file(st, seen, g.gl_pathv[k]);
+				digest_data_file(st, seen, g.gl_pathv[k], pair);
 		}
 		globfree(&g);
 	}
@@ -2841,7 +2849,8 @@ uint64_t sf__config_digest(const struct sf_config *cfg)
 		digest_u64(&st, src->on_error);
 		/* The files actually read, so that a resume refuses changed data. */
 		for (uint32_t j = 0; j < src->n_paths; j++)
-			digest_source_path(&st, &seen, src->paths[j]);
+			digest_source_path(&st, &seen, src->paths[j],
+					   src->format == SF_FMT_MEGATRON);
 		seen_digest(&st, &seen);
 	}
 	digest_str(&st, cfg->encoding);

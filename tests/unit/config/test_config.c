@@ -934,14 +934,16 @@ static void grow(const char *path)
 /*
  * The digest covers every file the job reads, however it is named, so that a resume on
  * changed data is refused: a directory source's files, both files of a Megatron pair
- * named by its prefix or by one file, a path with '[' that exists as written (not what
- * the pattern matches), a char: corpus and a vocabulary found in vocab_dir. Each of
- * these changed without changing the digest.
+ * named by its prefix or by one file (under format megatron also by a prefix that is a
+ * file of its own), a path with '[' that exists as written (not what the pattern
+ * matches), a char: corpus and a vocabulary found in vocab_dir. Each of these changed
+ * without changing the digest.
  */
 Test(config, the_digest_follows_every_file_read)
 {
-	static const char *const files[] = {"d/a.txt", "m.bin", "m.idx", "x[1].txt", "x1.txt",
-					    "c.txt", "v/r50k_base.tiktoken"};
+	static const char *const files[] = {
+		"d/a.txt", "m.bin", "m.idx", "x[1].txt", "x1.txt", "c.txt", "v/r50k_base.tiktoken",
+		"n",	   "n.bin", "n.idx"};
 	static const struct {
 		const char *before_dir, *after_dir, *changed;
 	} cases[] = {
@@ -953,6 +955,10 @@ Test(config, the_digest_follows_every_file_read)
 		{"sources: [a.bin]\ntokenizer: {encoding: \"char:", "/c.txt\"}\n", "c.txt"},
 		{"sources: [a.bin]\ntokenizer: {encoding: gpt2, vocab_dir: \"", "/v\"}\n",
 		 "v/r50k_base.tiktoken"},
+		/* Format megatron reads a prefix that is a file too (notes `n` beside the
+		 * pair) as the pair: only the notes counted (a review). */
+		{"sources: [{format: megatron, paths: \"", "/n\"}]\n", "n.bin"},
+		{"sources: [{format: megatron, paths: \"", "/n\"}]\n", "n.idx"},
 	};
 	char dir[] = "/tmp/sf-test-digest-XXXXXX", path[512], yaml[1024];
 
