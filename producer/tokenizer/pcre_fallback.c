@@ -626,6 +626,47 @@ static int compile_one(const char *pattern, bool rust, bool gc, pcre2_code **ret
 	return 0;
 }
 
+/* "MAJOR.MINOR[.PATCH]" as MAJOR * 1000 + MINOR, or -1. */
+static long unicode_number(const char *v)
+{
+	char *end;
+	long major = strtol(v, &end, 10), minor;
+
+	if (end == v || *end != '.' || major < 0 || major > 999)
+		return -1;
+	v = end + 1;
+	minor = strtol(v, &end, 10);
+	if (end == v || minor < 0 || minor > 999)
+		return -1;
+	return major * 1000 + minor;
+}
+
+int sf__pcre_unicode_fits(const char *pcre_version, struct sf_err *e)
+{
+	const long have = unicode_number(pcre_version), want = unicode_number(sf__uc_version);
+
+	if (have >= 14000 && have <= want)
+		return 0;
+	return sf__err(e, SF_E_TOKENIZER,
+		       "pattern: this PCRE2 library's Unicode is %s, and patterns are matched as "
+		       "in Unicode %s (tiktoken's and tokenizers' own) by correcting PCRE2's "
+		       "tables from Unicode 14.0 up: a PCRE2 of Unicode 14.0 to %s is needed "
+		       "(Debian 12 has 10.42, Unicode 14.0), or the pattern's ids could differ "
+		       "from the reference's",
+		       pcre_version, sf__uc_version, sf__uc_version);
+}
+
+/* sf__pcre_unicode_fits() for the PCRE2 this process runs with. */
+static int pcre_unicode_fits(struct sf_err *e)
+{
+	char version[32] = "";
+
+	if (pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, version) < 0)
+		return sf__err(e, SF_E_TOKENIZER,
+			       "pattern: PCRE2 does not say its Unicode version");
+	return sf__pcre_unicode_fits(version, e);
+}
+
 /*
  * The pattern with the general categories of the scanners' Unicode in *ret_re and, where
  * `ret_fast` is given, the pattern with PCRE2's own in *ret_fast, NULL if it has no
@@ -636,8 +677,10 @@ static int compile(const char *pattern, bool rust, pcre2_code **ret_re, pcre2_co
 		   struct sf_err *e)
 {
 	bool changed;
-	int rc;
+	int rc = pcre_unicode_fits(e);
 
+	if (rc < 0)
+		return rc;
 	rc = compile_one(pattern, rust, true, ret_re, &changed, e);
 	if (rc < 0 || !ret_fast)
 		return rc;

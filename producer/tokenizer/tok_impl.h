@@ -403,6 +403,14 @@ int sf__pcre_compile(const char *pattern, pcre2_code **ret_re, pcre2_code **ret_
 		     struct sf_err *e);
 int sf__pcre_compile_hf(const char *pattern, pcre2_code **ret_re, pcre2_code **ret_fast,
 			struct sf_err *e);
+/*
+ * sf__pcre_unicode_fits - 0 where a PCRE2 whose tables are of Unicode `pcre_version`
+ * ("15.0.0") matches the patterns as the scanners' Unicode does once corrected from 14.0
+ * (every version from 14.0 to sf__uc_version: the corrections add what it already has and
+ * take out what it has already lost), else SF_E_TOKENIZER saying so. sf__pcre_compile()
+ * asks it of the PCRE2 it runs with.
+ */
+int sf__pcre_unicode_fits(const char *pcre_version, struct sf_err *e);
 /* sf__pcre_text_changed - whether s[0..n) holds a code point whose general category
  * changed since PCRE2's Unicode: where it holds none, the `fast` pattern matches as `re`. */
 bool sf__pcre_text_changed(const uint8_t *s, size_t n);

@@ -435,6 +435,35 @@ static bool matches_whole(const pcre2_code *re, pcre2_match_data *md, uint32_t c
 }
 
 /*
+ * Patterns are matched as in Unicode 16.0 by correcting PCRE2's tables from 14.0 (Debian
+ * 12's 10.42) up, which is right for a PCRE2 of any Unicode from 14.0 to 16.0 and wrong
+ * for one of another (a later PCRE2's Unicode 17.0 would let a custom pattern take code
+ * points as letters that tiktoken and tokenizers do not): such a PCRE2 is refused, saying
+ * why, and the one here fits.
+ */
+Test(custom, a_pcre2_of_another_unicode_is_refused)
+{
+	static const char *const fit[] = {"14.0.0", "15.0.0", "15.1.0", "16.0.0", "16.0"};
+	static const char *const unfit[] = {"13.0.0", "17.0.0", "16.1.0", "", "sixteen", "16"};
+	struct sf_err e = {0};
+	char here[32] = "";
+	pcre2_code *re = NULL, *fast = NULL;
+
+	for (size_t i = 0; i < sizeof(fit) / sizeof(*fit); i++)
+		cr_expect_eq(sf__pcre_unicode_fits(fit[i], &e), 0, "%s: %s", fit[i], e.msg);
+	for (size_t i = 0; i < sizeof(unfit) / sizeof(*unfit); i++) {
+		cr_expect_eq(sf__pcre_unicode_fits(unfit[i], &e), SF_E_TOKENIZER, "%s", unfit[i]);
+		cr_expect(strstr(e.msg, "a PCRE2 of Unicode 14.0 to 16.0.0 is needed"), "%s",
+			  e.msg);
+	}
+	cr_assert_geq(pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, here), 0);
+	cr_expect_eq(sf__pcre_unicode_fits(here, &e), 0, "this PCRE2's %s: %s", here, e.msg);
+	cr_expect_eq(sf__pcre_compile("\\p{L}+", &re, &fast, &e), 0, "%s", e.msg);
+	pcre2_code_free(re);
+	pcre2_code_free(fast);
+}
+
+/*
  * Every code point whose script changed since PCRE2's Unicode changed category too, so that
  * a text that holds one runs the pattern with the scripts of Unicode 16.0
  * (sf__pcre_text_changed()); and each was unassigned (script Unknown) in PCRE2's own
