@@ -511,8 +511,10 @@ int sf__ctl_parse_request(const char *buf, size_t len, struct sf_ctl_request *re
 		if (key_is(buf, k, "v")) {
 			if (sf__json_u64(buf, tok, v, &u) < 0 || u != SF_CTL_VERSION)
 				return sf__err(e, SF_E_PROTOCOL,
-					       "unsupported protocol version: \"v\" must be %u",
-					       SF_CTL_VERSION);
+					       "unsupported protocol version: \"v\" must be %u "
+					       "(this job runs shmfeed %s: control it with the "
+					       "shmfeed that started it)",
+					       SF_CTL_VERSION, sf_version());
 			have_v = 1;
 		} else if (key_is(buf, k, "op")) {
 			char op[16];

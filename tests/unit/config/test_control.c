@@ -110,7 +110,10 @@ Test(control, malformed_requests_are_rejected)
 	rejects("{\"v\":1,\"op\":\"stats\"", "expected ',' or '}'");
 	rejects("\"status\"", "must be a JSON object");
 	rejects("{\"v\":1,\"op\":\"stats\"}x", "trailing bytes");
-	rejects("{\"v\":2,\"op\":\"stats\"}", "unsupported protocol version");
+	/* A CLI of another build: told whose protocol this is and what to use. */
+	rejects("{\"v\":2,\"op\":\"stats\"}",
+		"unsupported protocol version: \"v\" must be 1 (this job runs "
+		"shmfeed " SF_VERSION_STRING ": control it with the shmfeed that started it)");
 	rejects("{\"v\":\"1\",\"op\":\"stats\"}", "unsupported protocol version");
 	rejects("{\"op\":\"stats\"}", "missing \"v\"");
 	rejects("{\"v\":1}", "missing \"op\"");
