@@ -623,33 +623,34 @@ static void describe_fill(const struct supervisor *S, const struct producer *p, 
 {
 	const uint32_t K = S->geo.slots_per_rank;
 	uint64_t mean = mean_fill_ns(S);
+	char mean_text[64] = "no fill of this job has ended yet";
 
 	if (!p->fill_word) {
 		snprintf(buf, len, "holding no slot");
 		return;
 	}
-	snprintf(buf, len,
-		 "holding rank %u step %llu for %.2f s (this job's fills take %.2f ms "
-		 "on average)",
-		 p->fill_slot / K,
+	if (mean)
+		snprintf(mean_text, sizeof(mean_text), "this job's fills take %.2f ms on average",
+			 (double)mean / 1e6);
+	snprintf(buf, len, "holding rank %u step %llu for %.2f s (%s)", p->fill_slot / K,
 		 (unsigned long long)(sf__slot_lap(p->fill_word) * K + p->fill_slot % K),
-		 (double)(now - p->fill_seen_ns) / 1e9, (double)mean / 1e6);
+		 (double)(now - p->fill_seen_ns) / 1e9, mean_text);
 }
 
 /*
  * Stalled producers: a producer renews its heartbeat at least every 200 ms while idle
- * and every 64 KiB of input while it builds a batch (producer/producer.c, and the BPE
- * encoder inside one long document), so a silent heartbeat means it does not run
- * (SIGSTOP) or does not progress (a hung read). One silent for half the stall timeout is
- * reported stalled (log, status, top), with the slot it holds and for how long against
- * this job's mean fill time; one silent for the whole stall timeout is killed with
- * SIGKILL. Its slot is repaired only once waitpid() has confirmed the death (reap()), as
- * for any dead producer, and it is then restarted like one. A slot held long by a
- * producer whose heartbeat moves is a long fill, not a stall: the first fills of a raw
- * text job tokenize whole chunks and take hundreds of times the mean. Before its first
- * heartbeat (it opens its sources and allocates its buffers) a producer gets
- * STARTUP_STALL_FACTOR stall timeouts. Nothing is watched while the job is paused (the
- * producers are stopped then) or stopping.
+ * and every 64 KiB of input while it builds a batch (producer/producer.c, the copy of
+ * pre-tokenized rows, and the BPE encoder inside one long document), so a silent
+ * heartbeat means it does not run (SIGSTOP) or does not progress (a hung read). One
+ * silent for half the stall timeout is reported stalled (log, status, top), with the
+ * slot it holds and for how long against this job's mean fill time; one silent for the
+ * whole stall timeout is killed with SIGKILL. Its slot is repaired only once waitpid()
+ * has confirmed the death (reap()), as for any dead producer, and it is then restarted
+ * like one. A slot held long by a producer whose heartbeat moves is a long fill, not a
+ * stall: the first fills of a raw text job tokenize whole chunks and take hundreds of
+ * times the mean. Before its first heartbeat (it opens its sources and allocates its
+ * buffers) a producer gets STARTUP_STALL_FACTOR stall timeouts. Nothing is watched while
+ * the job is paused (the producers are stopped then) or stopping.
  */
 /* Try again the restarts that found no file descriptor; give up after
  * RESPAWN_GIVE_UP_NS, or at once for another error, stopping the job. */

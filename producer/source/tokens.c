@@ -669,6 +669,9 @@ static int file_doc_starts(const struct sf_dataset *ds, uint32_t fi, const struc
 }
 
 /* Copy the T+1 tokens at global offset `off` of the pre-tokenized stream into `row`. */
+/* Tokens copied between two heartbeats (sf__producer_progress()). */
+#define ROW_SLICE_TOKENS (SF_HEARTBEAT_BYTES / 2)
+
 int sf__tokens_read_row(const struct sf_dataset *ds, uint64_t off, unsigned char *row,
 			uint32_t *starts, struct sf_err *e)
 {
@@ -692,15 +695,25 @@ int sf__tokens_read_row(const struct sf_dataset *ds, uint64_t off, unsigned char
 		r = sf__tokens_view(ds, fi, starts != NULL, &v, e);
 		if (r < 0)
 			return r;
-		if (sf__copy_tokens(row + (size_t)done * tb, tb, v.tokens + in * f->width, f->width,
-				    take, &bad) < 0) {
-			uint32_t id;
+		/* In slices, each a heartbeat's worth: a row of gigabytes from cold storage
+		 * took longer than the stall timeout, and its producer was killed as stalled
+		 * again and again (a review). */
+		for (uint32_t at = 0, n; at < take; at += n) {
+			n = take - at < ROW_SLICE_TOKENS ? take - at : ROW_SLICE_TOKENS;
+			if (sf__copy_tokens(row + (size_t)(done + at) * tb, tb,
+					    v.tokens + (in + at) * f->width, f->width, n,
+					    &bad) < 0) {
+				uint32_t id;
 
-			memcpy(&id, v.tokens + (in + bad) * 4, 4);
-			return sf__err(e, SF_E_SOURCE,
-				       "%s: byte %llu: token %u does not fit the uint16 dtype",
-				       f->path,
-				       (unsigned long long)(f->tokens_off + (in + bad) * 4), id);
+				bad += at;
+				memcpy(&id, v.tokens + (in + bad) * 4, 4);
+				return sf__err(
+					e, SF_E_SOURCE,
+					"%s: byte %llu: token %u does not fit the uint16 dtype",
+					f->path,
+					(unsigned long long)(f->tokens_off + (in + bad) * 4), id);
+			}
+			sf__producer_progress((uint64_t)n * f->width);
 		}
 		if (starts) {
 			r = file_doc_starts(ds, fi, &v, row, off, done, done + take, starts,

@@ -282,6 +282,22 @@ def test_stalled_producer_is_killed_repaired_and_replaced(rt, tmp_path):
     assert not shm_of(job)
 
 
+def test_a_stall_in_the_first_fill_says_no_fill_has_ended(rt, tmp_path):
+    """A producer stalled in the job's first fill was said to hold its slot against "this
+    job's fills take 0.00 ms on average" (a review): there is no average yet."""
+    cfg = write_config(tmp_path, "producers: {count: 1, max_restarts: 0, stall_timeout: 1s}\n",
+                       world=1)
+    env = dict(os.environ, SHMFEED_TEST_SLOW_US="30000000")  # the first fill hangs
+    out = subprocess.run([FAKE, "run", cfg, "--set", f"job={job_name('stall1')}", "--",
+                          *ranks_command(1, 1, tmp_path)],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode != 0, out.stderr
+    assert "stalled: no heartbeat for" in out.stderr, out.stderr
+    assert "holding rank 0 step 0 for" in out.stderr, out.stderr
+    assert "(no fill of this job has ended yet)" in out.stderr, out.stderr
+    assert "ms on average" not in out.stderr, out.stderr
+
+
 def test_idle_producers_are_not_stalled(rt, tmp_path):
     """Producers waiting for free slots (no consumer takes batches, every ring is full)
     and producers of a paused job are not stalled, however long that lasts."""
