@@ -2726,13 +2726,28 @@ static void seen_digest(XXH3_state_t *st, struct digest_seen *seen)
 	memset(seen, 0, sizeof(*seen));
 }
 
-/* A data file and, for a Megatron pair, its other file: the .idx beside a .bin, the .bin
- * beside an .idx, both for a prefix that names no file itself. */
+/* Whether both files of the Megatron pair of prefix `path` exist. */
+static bool pair_beside(const char *path)
+{
+	bool both = true;
+	struct stat sb;
+
+	for (int k = 0; k < 2 && both; k++) {
+		char *f = sf__megatron_file(path, k ? ".idx" : ".bin");
+
+		both = f && stat(f, &sb) == 0;
+		free(f);
+	}
+	return both;
+}
+
 /*
- * A file a source names, and the Megatron pair it stands for: a .bin's .idx, an .idx's
- * .bin, a prefix's two files; under format megatron (`pair`) a name that is a file of its
- * own too (notes `corpus` beside corpus.bin and corpus.idx), since that format reads
- * every name as the pair.
+ * A data file a source names, and the Megatron pair it stands for: the .idx beside a
+ * .bin, the .bin beside an .idx, both for a prefix that names no file itself; and, under
+ * format megatron (`pair`), both for a name that is a file of its own with a pair beside
+ * it (notes `corpus` beside corpus.bin and corpus.idx), which that format reads as the
+ * pair. (A part's manifest, corpus_00000-of-00002.json, has no pair of its own name: its
+ * digest stays what it was.)
  */
 static void digest_data_file(XXH3_state_t *st, struct digest_seen *seen, const char *path,
 			     bool pair)
@@ -2743,7 +2758,7 @@ static void digest_data_file(XXH3_state_t *st, struct digest_seen *seen, const c
 	struct stat sb;
 
 	digest_source_file(st, seen, path);
-	if (!bin && !idx && !pair && stat(path, &sb) == 0)
+	if (!bin && !idx && stat(path, &sb) == 0 && !(pair && pair_beside(path)))
 		return;
 	for (int k = 0; k < 2; k++) {
 		const char *ext = k ? ".idx" : ".bin";
