@@ -93,6 +93,14 @@ uint64_t sf__index_key(const struct sf_dataset *ds, const struct sf_text_file *f
 	XXH3_64bits_reset(&st);
 	XXH3_64bits_update(&st, &ds->tok_digest, sizeof(ds->tok_digest));
 	XXH3_64bits_update(&st, words, sizeof(words));
+	/* From stream version 2 on (common/config.h), so that the token counts a shmfeed that
+	 * tokenized otherwise cached are not taken; the keys of version 1 stay what they
+	 * were. */
+	if (SF_STREAM_VERSION > 1) {
+		const uint32_t stream = SF_STREAM_VERSION;
+
+		XXH3_64bits_update(&st, &stream, sizeof(stream));
+	}
 	/* A directory may hold both formats: the key covers what cuts either. */
 	XXH3_64bits_update(&st, src->text_field ? src->text_field : "text",
 			   strlen(src->text_field ? src->text_field : "text") + 1);

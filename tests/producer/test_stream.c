@@ -9,13 +9,16 @@
  * and a ramp, and a mixture served from its period table, each written with the defaults
  * a user leaves in place, the batches of every rank at steps [0, 40) and at four steps
  * far out are hashed (tokens, document starts, row sources, length, first sample) and
- * compared with the values recorded below. A change of shmfeed that moves any sample of
- * them fails here. Such a change must raise SF_STREAM_VERSION (common/config.h), which
- * changes every job's config digest, so that a state saved by an earlier shmfeed is
- * refused instead of resumed onto other data, and record the values this test prints.
+ * compared with the table of this stream version below. A change of shmfeed that moves
+ * any sample of them fails here. Such a change must raise SF_STREAM_VERSION
+ * (common/config.h), which changes every job's config digest, so that a state saved by
+ * an earlier shmfeed is refused instead of resumed onto other data, and add the new
+ * version's table; the test checks that the table of this version is there and that the
+ * stream differs from every earlier version's.
  */
 #include <glob.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,52 +108,47 @@ struct job {
 	/* "$D" stands for the shared data directory, "$L" for Llama 3's tokenizer.model */
 	const char *yaml;
 	uint64_t far; /* a step far out (0: none, a finite job) */
-	uint64_t pinned;
 };
 
-/*
- * The recorded values. Each job has two ranks and batches of 4 sequences of 32 tokens
- * unless it says otherwise.
- */
+/* Each job has two ranks and batches of 4 sequences of 32 tokens unless it says
+ * otherwise. */
 #define GEO "batch: {size: 4, seq_len: 32}\nconsumers: {world_size: 2}\n"
 static const struct job jobs[] = {
-	{"nanogpt, windows", "sources: [{paths: [a.bin], format: nanogpt}]\n" GEO, 100000,
-	 UINT64_C(0xc2e5741f47d34a4e)},
+	{"nanogpt, windows", "sources: [{paths: [a.bin], format: nanogpt}]\n" GEO, 100000},
 	{"nanogpt, random",
 	 "sources: [{paths: [a.bin], format: nanogpt}]\n" GEO "sampling: {mode: random, seed: 7}\n",
-	 123457, UINT64_C(0xff572d0fe82697b9)},
+	 123457},
 	{"llm.c int32, windows, 2 epochs, document starts",
 	 "sources: [{paths: [b.bin]}]\n" GEO "tokenizer: {eot_id: 128001}\n"
 	 "sampling: {epochs: 2, doc_starts: 3}\n",
-	 0, UINT64_C(0x860c0336a4f2ad9e)},
+	 0},
 	{"megatron int32, random, document starts",
-	 "sources: [{paths: [c]}]\n" GEO "sampling: {mode: random, doc_starts: 4}\n", 250000,
-	 UINT64_C(0x4f0a1d2a0e97ea39)},
+	 "sources: [{paths: [c]}]\n" GEO "sampling: {mode: random, doc_starts: 4}\n", 250000},
 	{"text, cl100k_base, windows",
 	 "sources: [{paths: [\"$D/corpus/tinyshakespeare.txt\"]}]\n" GEO
 	 "tokenizer: {encoding: cl100k_base, vocab_dir: \"$D/vocab\"}\n",
-	 100003, UINT64_C(0x43e5eddc607efda3)},
+	 100003},
 	{"jsonl, o200k_base, random, document starts",
 	 "sources: [{paths: [d.jsonl]}]\n" GEO
 	 "tokenizer: {encoding: o200k_base, vocab_dir: \"$D/vocab\"}\n"
 	 "sampling: {mode: random, doc_starts: 2}\n",
-	 77777, UINT64_C(0x0d22cab8e70c610f)},
+	 77777},
 	{"text with a separator, r50k_base, 1 epoch",
 	 "sources: [{paths: [e.txt], separator: \"\\n\\n\"}]\n"
 	 "batch: {size: 8, seq_len: 128}\nconsumers: {world_size: 2}\n"
 	 "tokenizer: {encoding: r50k_base, vocab_dir: \"$D/vocab\"}\n"
 	 "sampling: {epochs: 1}\n",
-	 0, UINT64_C(0x530fba699168c413)},
+	 0},
 	{"text, Llama 3's tokenizer file (bos and eos of its family)",
 	 "sources: [{paths: [e.txt], separator: \"\\n\\n\"}]\n" GEO "tokenizer: {file: \"$L\"}\n",
-	 54321, UINT64_C(0x2677071a4dcdd3a4)},
+	 54321},
 	{"mixture: weights, text and tokens",
 	 "sources:\n"
 	 "  - {name: web, paths: [a.bin], format: nanogpt, weight: 0.7}\n"
 	 "  - {name: books, paths: [e.txt], separator: \"\\n\\n\", weight: 0.2}\n"
 	 "  - {name: small, paths: [mix0.bin], format: nanogpt, weight: 0.1}\n" GEO
 	 "tokenizer: {encoding: r50k_base, vocab_dir: \"$D/vocab\"}\n",
-	 99999, UINT64_C(0x53e7f61952a8d0ea)},
+	 99999},
 	{"mixture: groups and a schedule with a ramp",
 	 "sources:\n"
 	 "  - {name: web, paths: [a.bin], format: nanogpt}\n"
@@ -161,7 +159,7 @@ static const struct job jobs[] = {
 	 "    - {until_step: 30, weights: {web: 0.8, hq: 0.2}, ramp_to: {web: 0.3, hq: 0.7},"
 	 " stages: 5}\n"
 	 "    - {weights: {web: 0.3, hq: 0.7}}\n",
-	 100000, UINT64_C(0x93ae0a0c5b7f060a)},
+	 100000},
 	{"mixture: five sources served from the period table",
 	 "sources:\n"
 	 "  - {paths: [mix0.bin], format: nanogpt, weight: 14631}\n"
@@ -169,7 +167,28 @@ static const struct job jobs[] = {
 	 "  - {paths: [mix2.bin], format: nanogpt, weight: 47789}\n"
 	 "  - {paths: [mix3.bin], format: nanogpt, weight: 1}\n"
 	 "  - {paths: [mix4.bin], format: nanogpt, weight: 34663}\n" GEO "sampling: {seed: 99}\n",
-	 1000003, UINT64_C(0x93e7830c1cfa9a0d)},
+	 1000003},
+};
+
+#define N_JOBS (sizeof(jobs) / sizeof(jobs[0]))
+#define N_PINS (sizeof(pins) / sizeof(pins[0]))
+
+/*
+ * The hashes of each stream version's batches, in the order of jobs[]. A change that
+ * moves a sample raises SF_STREAM_VERSION and adds the table of the new version; the
+ * tables of earlier versions stay as they are, and each must differ from the current
+ * stream in some job (else the version was raised, and every resume state refused, for
+ * nothing).
+ */
+static const struct {
+	int version;
+	uint64_t hash[N_JOBS];
+} pins[] = {
+	{1,
+	 {UINT64_C(0xc2e5741f47d34a4e), UINT64_C(0xff572d0fe82697b9), UINT64_C(0x860c0336a4f2ad9e),
+	  UINT64_C(0x4f0a1d2a0e97ea39), UINT64_C(0x43e5eddc607efda3), UINT64_C(0x0d22cab8e70c610f),
+	  UINT64_C(0x530fba699168c413), UINT64_C(0x2677071a4dcdd3a4), UINT64_C(0x53e7f61952a8d0ea),
+	  UINT64_C(0x93ae0a0c5b7f060a), UINT64_C(0x93e7830c1cfa9a0d)}},
 };
 
 /* The hash of one batch: its tokens, document starts and row sources, length and first
@@ -214,18 +233,21 @@ static void job_yaml(const char *yaml, const char *data, const char *llama3, cha
 
 /*
  * Llama 3's tokenizer.model, from the llama-models package in the virtual environment
- * that scripts/deps makes ($SHMFEED_VENV, else ~/.cache/shmfeed/venv-torch; CI has it),
- * or NULL.
+ * that scripts/deps makes ($SHMFEED_VENV, else ${XDG_CACHE_HOME:-~/.cache}/shmfeed/
+ * venv-torch, where the other tests look; CI has it), or NULL.
  */
 static char *llama3_file(void)
 {
-	const char *venv = getenv("SHMFEED_VENV"), *home = getenv("HOME");
+	const char *venv = getenv("SHMFEED_VENV"), *xdg = getenv("XDG_CACHE_HOME");
+	const char *home = getenv("HOME");
 	char pattern[PATH_MAX];
 	glob_t g;
 	char *found = NULL;
 
-	if (venv)
+	if (venv && venv[0])
 		snprintf(pattern, sizeof(pattern), "%s", venv);
+	else if (xdg && xdg[0])
+		snprintf(pattern, sizeof(pattern), "%s/shmfeed/venv-torch", xdg);
 	else
 		snprintf(pattern, sizeof(pattern), "%s/.cache/shmfeed/venv-torch",
 			 home ? home : "/root");
@@ -282,7 +304,12 @@ static uint64_t job_hash(const struct job *j, const char *data, const char *llam
 int main(int argc, char **argv)
 {
 	char data[PATH_MAX], *dir, *llama3 = llama3_file();
-	int fails = 0;
+	uint64_t got[N_JOBS] = {0};
+	bool ran[N_JOBS] = {false};
+	/* The table of this version: the last, whose version must be this one. */
+	const __typeof__(pins[0]) *now =
+		pins[N_PINS - 1].version == SF_STREAM_VERSION ? &pins[N_PINS - 1] : NULL;
+	int changed = 0, fails = 0, skipped = 0;
 
 	if (argc < 2 || !realpath(argv[1], data) || access(data, R_OK) != 0) {
 		printf("skip: no shared test data (../shared/data)\n");
@@ -293,34 +320,58 @@ int main(int argc, char **argv)
 	write_tokens();
 	write_text();
 	printf("stream version %d\n", SF_STREAM_VERSION);
-	for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
-		uint64_t h;
-
+	for (size_t i = 0; i < N_JOBS; i++) {
 		if (strstr(jobs[i].yaml, "$L") && !llama3) {
 			printf("skip: %s: no llama-models in the virtual environment (scripts/deps "
 			       "installs it)\n",
 			       jobs[i].name);
+			skipped++;
 			continue;
 		}
-		h = job_hash(&jobs[i], data, llama3);
-
-		if (h == jobs[i].pinned) {
-			printf("ok: %s: 0x%016llx\n", jobs[i].name, (unsigned long long)h);
-			continue;
-		}
-		printf("CHANGED: %s: 0x%016llx, pinned 0x%016llx\n", jobs[i].name,
-		       (unsigned long long)h, (unsigned long long)jobs[i].pinned);
-		fails++;
+		got[i] = job_hash(&jobs[i], data, llama3);
+		ran[i] = true;
+		if (!now)
+			printf("new: %s: 0x%016llx\n", jobs[i].name, (unsigned long long)got[i]);
+		else if (got[i] == now->hash[i])
+			printf("ok: %s: 0x%016llx\n", jobs[i].name, (unsigned long long)got[i]);
+		else
+			printf("CHANGED: %s: 0x%016llx, pinned 0x%016llx\n", jobs[i].name,
+			       (unsigned long long)got[i], (unsigned long long)now->hash[i]);
+		changed += now && got[i] != now->hash[i];
 	}
 	H_CHECK(chdir("/") == 0, "chdir /");
 	h_rmtree(dir);
 	free(dir);
 	free(llama3);
-	if (fails)
-		printf("%d of %zu jobs deliver other samples than shmfeed did at stream version "
-		       "%d: "
-		       "if that is intended, raise SF_STREAM_VERSION in common/config.h and record "
-		       "the new values in %s\n",
-		       fails, sizeof(jobs) / sizeof(jobs[0]), SF_STREAM_VERSION, __FILE__);
-	return fails ? 1 : 0;
+	if (changed)
+		printf("shmfeed delivers other samples than it did at stream version %d: if that "
+		       "is intended, raise SF_STREAM_VERSION in common/config.h and add the new "
+		       "version's table (the hashes above) to pins[] in %s, leaving the tables of "
+		       "earlier versions as they are\n",
+		       SF_STREAM_VERSION, __FILE__);
+	if (!now)
+		printf("no table of stream version %d in pins[] of %s: add it (the hashes above), "
+		       "leaving the tables of earlier versions as they are\n",
+		       SF_STREAM_VERSION, __FILE__);
+	/* Each earlier version's stream differs from this one's in some job. */
+	for (size_t v = 0; v < N_PINS; v++) {
+		bool differs = false;
+
+		if (&pins[v] == now)
+			continue;
+		for (size_t i = 0; i < N_JOBS; i++)
+			differs |= ran[i] && got[i] != pins[v].hash[i];
+		if (!differs) {
+			printf("stream version %d delivers what version %d did in every job: a "
+			       "version is raised only for a change of the stream (it refuses "
+			       "every "
+			       "resume state of the versions before)\n",
+			       SF_STREAM_VERSION, pins[v].version);
+			fails++;
+		}
+	}
+	if (changed || !now || fails)
+		return 1;
+	/* A job not run is no pass: skipped, seen as such. */
+	return skipped ? 77 : 0;
 }
