@@ -217,6 +217,14 @@ static int grow(struct sf_tok_encoder *enc, size_t len)
 	return 0;
 }
 
+int sf__bpe_too_long(struct sf_err *e, const char *name, size_t len)
+{
+	return sf__err(e, SF_E_TOKENIZER,
+		       "%s: a piece of %zu bytes, more than the %llu one piece may have (a piece "
+		       "is one match of the pre-tokenizer: here a run of one kind of character)",
+		       name, len, (unsigned long long)SF_BPE_PIECE_MAX);
+}
+
 int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, uint32_t *out,
 		 size_t *ret_n)
 {
@@ -227,6 +235,8 @@ int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, u
 	uint32_t i, end = (uint32_t)len;
 	int rc;
 
+	if (len > SF_BPE_PIECE_MAX)
+		return -EFBIG;
 	rc = grow(enc, len);
 	if (rc < 0)
 		return rc;

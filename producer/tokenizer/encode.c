@@ -199,6 +199,8 @@ static int encode_bpe(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, si
 				return sf__err(e, rc,
 					       "%s: a byte of the piece at %zu is not a token",
 					       tok->name, start);
+			if (rc == -EFBIG)
+				return sf__bpe_too_long(e, tok->name, end - start);
 			return sf__err(e, rc, "%s: out of memory", tok->name);
 		}
 		*n_out += count;

@@ -204,7 +204,7 @@ static int scratch_grow(struct sf_hf_scratch *sc, size_t len)
 int sf__hf_bpe(const struct sf_tok_hf *hf, struct sf_hf_scratch *sc, const uint8_t *piece,
 	       size_t len, uint32_t *out, size_t *ret_n)
 {
-	int rc = scratch_grow(sc, len);
+	int rc = len > SF_BPE_PIECE_MAX ? -EFBIG : scratch_grow(sc, len);
 
 	if (rc < 0)
 		return rc;
@@ -306,6 +306,8 @@ static int merge_piece(struct run *r, const uint8_t *s, size_t len, uint32_t *ou
 		}
 	}
 	rc = sf__hf_bpe(r->hf, enc->hf, s, len, out, ret_n);
+	if (rc == -EFBIG)
+		return sf__bpe_too_long(r->e, enc->tok->name, len);
 	if (rc < 0)
 		return sf__err(r->e, rc, "%s: out of memory", enc->tok->name);
 	if (c && *ret_n <= SF_TOK_CACHE_IDS) {

@@ -439,6 +439,17 @@ int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, u
 		 size_t *ret_n);
 
 /*
+ * The longest piece (one match of the pre-tokenizer, a run of one character class) the
+ * merges take: their positions are 32-bit, and the heap's keys hold one beside a rank.
+ * sf__bpe_heap() and sf__hf_bpe() return -EFBIG for a longer one (which they cut short
+ * before, or never finished: a 4 GiB run of one punctuation byte).
+ */
+#define SF_BPE_PIECE_MAX (UINT32_MAX - 1)
+
+/* The error of a piece of `len` bytes, longer than SF_BPE_PIECE_MAX. */
+int sf__bpe_too_long(struct sf_err *e, const char *name, size_t len);
+
+/*
  * A binary min-heap of uint64_t keys in `heap` (n entries): the long-piece merges of bpe.c
  * and hf_encode.c keep (rank << 32 | position) in it, lowest rank first, leftmost on a tie.
  */

@@ -13,6 +13,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "producer/tokenizer/hf_json.h"
+#include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/tokenizer.h"
 
 /* The pieces of a file; NULL members get the defaults of a plain byte-level file. */
@@ -174,6 +175,27 @@ Test(accept, ignore_merges_takes_whole_tokens)
 
 	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
 	EXPECT(tok, "abc", 0, 258);
+	sf__tok_free(tok);
+}
+
+/* A piece past the merges' 32-bit positions is refused (it looped on 32-bit counters
+ * before); the length is checked before any byte is read. */
+Test(accept, a_piece_past_32_bit_positions_is_refused)
+{
+	struct parts p = {0};
+	struct sf_tok *tok = NULL;
+	struct sf_hf_scratch *sc = NULL;
+	struct sf_err err = {0};
+	const uint8_t piece[4] = "!!!!";
+	uint32_t out[4];
+	size_t n;
+
+	cr_assert_eq(load(&p, &tok, &err), 0, "%s", err.msg);
+	cr_assert_eq(sf__hf_scratch_create(tok, &sc), 0);
+	cr_expect_eq(sf__hf_bpe(tok->hf, sc, piece, (size_t)SF_BPE_PIECE_MAX + 1, out, &n), -EFBIG);
+	cr_expect_eq(sf__hf_bpe(tok->hf, sc, piece, 4, out, &n), 0);
+	cr_expect_eq(n, 4);
+	sf__hf_scratch_free(sc);
 	sf__tok_free(tok);
 }
 

@@ -7,6 +7,7 @@
  * scanners have).
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <time.h>
 
 #include "shmfeed/shmfeed.h"
@@ -170,6 +171,29 @@ Test(bpe, tree_and_heap_equal_scan)
 		sf__tok_encoder_free(enc);
 		sf__tok_free(tok);
 	}
+}
+
+/*
+ * A piece past the merges' 32-bit positions (a 4 GiB run of one punctuation byte) was
+ * merged as its length modulo 2^32, the rest dropped, or never finished at 2^32 - 1: it
+ * is refused. (The length is checked before any byte is read, so a short buffer stands
+ * in for the piece.)
+ */
+Test(bpe, a_piece_past_32_bit_positions_is_refused)
+{
+	struct sf_tok *tok = tok_test_load("r50k_base");
+	struct sf_tok_encoder *enc;
+	const uint8_t piece[4] = "!!!!";
+	uint32_t out[4];
+	size_t n;
+
+	cr_assert_not_null(tok);
+	cr_assert_eq(sf__tok_encoder_create(tok, &enc, NULL), 0);
+	cr_expect_eq(sf__bpe_heap(enc, piece, (size_t)SF_BPE_PIECE_MAX + 1, out, &n), -EFBIG);
+	cr_expect_eq(sf__bpe_heap(enc, piece, (size_t)1 << 32, out, &n), -EFBIG);
+	cr_expect_eq(sf__bpe_heap(enc, piece, 4, out, &n), 0);
+	sf__tok_encoder_free(enc);
+	sf__tok_free(tok);
 }
 
 /*
