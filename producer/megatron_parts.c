@@ -80,6 +80,13 @@ static void config_digest(const struct sf_part_plan *plan, const struct sf_datas
 	XXH3_128bits_update(&st, plan->listing_digest, sizeof(plan->listing_digest));
 	XXH3_128bits_update(&st, &ds->tok_digest, sizeof(ds->tok_digest));
 	XXH3_128bits_update(&st, words, sizeof(words));
+	/* From stream version 2 on (common/config.h): parts tokenized by shmfeeds that
+	 * tokenize otherwise do not merge. The digests of version 1 stay what they were. */
+	if (SF_STREAM_VERSION > 1) {
+		const uint32_t stream = SF_STREAM_VERSION;
+
+		XXH3_128bits_update(&st, &stream, sizeof(stream));
+	}
 	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&st));
 	hex_of(c.digest, sizeof(c.digest), ret_hex);
 }

@@ -221,7 +221,7 @@ int sf__bpe_too_long(struct sf_err *e, const char *name, size_t len)
 {
 	return sf__err(e, SF_E_TOKENIZER,
 		       "%s: a piece of %zu bytes, more than the %llu one piece may have (a piece "
-		       "is one match of the pre-tokenizer: here a run of one kind of character)",
+		       "is one match of the pre-tokenizer, often a run of one kind of character)",
 		       name, len, (unsigned long long)SF_BPE_PIECE_MAX);
 }
 
