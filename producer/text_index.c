@@ -321,6 +321,44 @@ void sf__text_say_line_ends(struct sf_dataset *ds, const struct sf_text_file *f)
 			 f->path, shown[0], shown[1]);
 }
 
+/* A document this large, beside as much other text, is worth a word in windows mode. */
+#define LARGE_DOC_BYTES (16ull * SF_CHUNK_BYTES)
+
+/*
+ * Documents larger than LARGE_DOC_BYTES, said once (ds->note) in windows mode where the
+ * text holds as much again besides them. A chunk of the index ends at a document's end,
+ * so such a document is a chunk of its own, and the windows order takes a chunk's
+ * windows together (text_order.c): the batches of those steps hold that document alone
+ * (a review: 99 % of the batches of 8 from one file, over 20 files of 50-300 KB without a
+ * separator). A corpus of one document has nothing to mix it with: no word.
+ */
+static void note_large_documents(struct sf_dataset *ds)
+{
+	const struct sf_text_file *largest = NULL;
+	uint64_t total = 0, files = 0;
+
+	for (uint32_t i = 0; i < ds->n_text_files; i++) {
+		const struct sf_text_file *f = &ds->text_files[i];
+
+		total += f->partial ? f->part_bytes : f->len;
+		if (f->max_doc <= LARGE_DOC_BYTES)
+			continue;
+		files++;
+		if (!largest || f->max_doc > largest->max_doc)
+			largest = f;
+	}
+	if (ds->note[0] || !largest || total < 2 * largest->max_doc)
+		return;
+	snprintf(ds->note, sizeof(ds->note),
+		 "%s: a document of %.1f MB (the largest; %llu file(s) hold documents above "
+		 "%llu MiB) fills a chunk of the text index, whose windows windows mode takes "
+		 "together: the batches drawn from it hold that document alone. Split it with "
+		 "a separator, or use sampling.mode: random, or read it tokenized (shmfeed "
+		 "tokenize: its windows are shuffled one by one)",
+		 largest->path, (double)largest->max_doc / 1e6, (unsigned long long)files,
+		 LARGE_DOC_BYTES >> 20);
+}
+
 /*
  * Whether a text file's bytes start as no text does: UTF-16 (its byte order mark) or a
  * compressed stream in a file not named for it (gzip, zstd, xz, bzip2, zip, lz4). Either
@@ -879,6 +917,8 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 	for (uint32_t i = 0; r >= 0 && i < ds->n_text_files; i++)
 		if (ds->text_files[i].max_doc > ds->max_doc_bytes)
 			ds->max_doc_bytes = ds->text_files[i].max_doc;
+	if (r >= 0 && cfg->mode == SF_SAMPLE_WINDOWS)
+		note_large_documents(ds);
 	if (r >= 0)
 		r = count_cut(ds, cfg, cut, e);
 	/* The launcher keeps no source mapped: producers map what they read. */

@@ -734,6 +734,49 @@ Test(sources, crlf_text_under_a_newline_separator_is_named)
 }
 
 /*
+ * Windows mode takes a chunk's windows together, and a chunk ends at a document's end: a
+ * document of more than 1 MiB among other text fills a chunk of its own, and the batches
+ * drawn from it hold it alone (a review: 99 % of the batches of 8 from one file over
+ * 20 files without a separator). Said, at the first open and from the cached index; not
+ * for a corpus of that one document, nor in random mode.
+ */
+Test(sources, a_large_document_among_others_is_named_in_windows_mode)
+{
+	const size_t big = (1u << 20) + 4096;
+	char *text = malloc(big), *d = dir;
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	cr_assert_not_null(text);
+	for (size_t i = 0; i < big; i++)
+		text[i] = (char)('a' + i % 26);
+	cfg.encoding = "bytes";
+	put("book.txt", text, big);
+	/* Alone: nothing to mix it with. */
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect_str_empty(sf__dataset_note(ds));
+	sf__dataset_close(ds);
+	put("other.txt", text, big / 2);
+	put("more.txt", text, big / 2 + 10);
+	src.paths = &d;
+	for (int warm = 0; warm < 2; warm++) {
+		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+		cr_expect(strstr(sf__dataset_note(ds),
+				 "/book.txt: a document of 1.1 MB (the "
+				 "largest; 1 file(s) hold documents above 1 MiB)"),
+			  "'%s'", sf__dataset_note(ds));
+		cr_expect(strstr(sf__dataset_note(ds), "or use sampling.mode: random"), "'%s'",
+			  sf__dataset_note(ds));
+		sf__dataset_close(ds);
+	}
+	cfg.mode = SF_SAMPLE_RANDOM;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect_str_empty(sf__dataset_note(ds));
+	sf__dataset_close(ds);
+	free(text);
+}
+
+/*
  * Open file `name` holding `text` under `separator`: its note must hold both needles, at
  * the first open, which cuts the file, and at the next, which takes its cached index (a
  * new user's trial: `check` made the index and said it, and every run after was silent).
