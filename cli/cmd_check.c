@@ -205,9 +205,15 @@ static int report_budget(const struct sf_config *cfg, const struct sf_dataset *d
 
 	sf__dataset_stats(ds, &st);
 	ns = sf__dataset_mix_sources(ds);
-	/* The bound is the weights', whatever the budget: said even without one. */
-	if (ns)
+	/* The bound is the weights', whatever the budget: said even without one, as is a
+	 * pattern the ranks share. */
+	if (ns) {
+		char ranks[640];
+
 		print_bound(ds);
+		if (sf__dataset_mix_ranks(ds, ranks, sizeof(ranks)))
+			printf("# warning: %s\n", ranks);
+	}
 	if (!tokens && st.n_steps == UINT64_MAX) {
 		printf("# the run has no end (its last phase is open): give --tokens N for a "
 		       "budget\n");

@@ -13,6 +13,7 @@ static int real_open(const struct sf_config *cfg, void **ret_ds, struct sf_err *
 
 	if (r == 0) {
 		struct sf_dataset_stats st;
+		char ranks[640];
 
 		sf__sources_warn_shared(cfg);
 		/* Known once the sources are open: said now, as tokenize says it. */
@@ -22,6 +23,8 @@ static int real_open(const struct sf_config *cfg, void **ret_ds, struct sf_err *
 				     (unsigned long long)st.skipped, sf__dataset_first_skip(ds));
 		if (sf__dataset_note(ds)[0])
 			sf__log_error("warning: %s", sf__dataset_note(ds));
+		if (sf__dataset_mix_ranks(ds, ranks, sizeof(ranks)))
+			sf__log_error("warning: %s", ranks);
 		*ret_ds = ds;
 	}
 	return r;

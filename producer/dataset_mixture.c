@@ -8,6 +8,8 @@
  * source's samples it is. The dataset calls in here only when its config has a mixture.
  */
 #include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -156,4 +158,75 @@ double sf__dataset_mix_bound(const struct sf_dataset *ds, uint32_t *ret_exact, d
 void sf__dataset_mix_target(const struct sf_dataset *ds, uint64_t k, double *ret_target)
 {
 	sf__mix_target(ds->mix, k, ret_target);
+}
+
+/* Samples looked at by sf__dataset_mix_ranks(), and the ranks x sources it counts. */
+#define RANK_SAMPLES (1u << 20)
+#define RANK_CELLS   (1u << 20)
+
+int sf__dataset_mix_ranks(const struct sf_dataset *ds, char *buf, size_t len)
+{
+	const uint64_t B = ds->batch, W = ds->world_size, G = B * W;
+	const uint32_t n = ds->mix ? ds->mix->n_sources : 0;
+	uint64_t steps = RANK_SAMPLES / G ? RANK_SAMPLES / G : 1, *count, *all, j;
+	uint32_t off = 0, worst_r = 0, worst_i = 0;
+	double worst = 0;
+
+	if (!n || W < 2 || W * n > RANK_CELLS)
+		return 0;
+	if (sf__mix_end_step(ds->mix) < steps)
+		steps = sf__mix_end_step(ds->mix);
+	count = calloc(W * n + n, sizeof(*count));
+	if (!count)
+		return 0;
+	all = count + W * n;
+	for (uint64_t s = 0; s < steps; s++)
+		for (uint64_t r = 0; r < W; r++)
+			for (uint64_t i = 0; i < B; i++) {
+				const uint32_t src = sf__mix_locate(ds->mix, s * G + r * B + i, &j);
+
+				count[r * n + src]++;
+				all[src]++;
+			}
+	for (uint64_t r = 0; r < W; r++) {
+		bool r_off = false;
+
+		for (uint32_t i = 0; i < n; i++) {
+			const double g = (double)all[i] / (double)(steps * G),
+				     p = (double)count[r * n + i] / (double)(steps * B),
+				     d = fabs(p - g);
+			double key;
+
+			/* Off by half its share or more, and by five times what chance would
+			 * give over as many rows: a pattern, not noise. */
+			if (d < 0.5 * g || d < 5 * sqrt(g * (1 - g) / (double)(steps * B)))
+				continue;
+			r_off = true;
+			/* The rank most off, to a thousandth of the share; of ties, one short
+			 * of the source ("0 %" says it best). */
+			key = floor(d / g * 1000) + (p < g ? 0.5 : 0);
+			if (key > worst) {
+				worst = key;
+				worst_r = (uint32_t)r;
+				worst_i = i;
+			}
+		}
+		off += r_off;
+	}
+	if (off)
+		snprintf(buf, len,
+			 "mixture: rank %u gets source '%s' in %.1f %% of its rows against %.1f %% "
+			 "of all rows (the first %llu steps; %u of %llu ranks are off so): the "
+			 "count rule's pattern falls on the ranks alike at B x W = %llu. Every "
+			 "global batch holds the mixture's share, so averaged gradients are the "
+			 "mixture's, but each rank's own rows are not (a loss logged by rank 0 "
+			 "alone): docs/mixtures.md, \"Which rank gets which source\"",
+			 worst_r, ds->sources[worst_i].name,
+			 100.0 * (double)count[(uint64_t)worst_r * n + worst_i] /
+				 (double)(steps * B),
+			 100.0 * (double)all[worst_i] / (double)(steps * G),
+			 (unsigned long long)steps, off, (unsigned long long)W,
+			 (unsigned long long)G);
+	free(count);
+	return off > 0;
 }
