@@ -141,7 +141,7 @@ struct sf_dataset {
 	char first_skip[512]; /* message of the first record skipped by policy */
 	char first_skip_path[4096]; /* its file, and the file's source */
 	uint32_t first_skip_source;
-	char note[512];	      /* what the user should hear of the sources, or "" */
+	char note[1024]; /* what the user should hear of the sources, or "" */
 };
 
 /* dataset_mixture.c: the dataset's side of a mixture; no-ops without one. */

@@ -40,8 +40,8 @@
 
 #define INDEX_MAGIC   "SFCHIDX2"
 /* 4: text files holding compressed data are refused (an index of version 3 may have
- * taken one as text). */
-#define INDEX_VERSION 4u
+ * taken one as text). 5: each file's encoding at its start (bytes not UTF-8, NULs). */
+#define INDEX_VERSION 5u
 #define SKIP_MSG_LEN  512u
 
 struct index_header {
@@ -64,6 +64,7 @@ struct index_file_entry {
 	uint32_t format;
 	uint32_t line_ends; /* sf_text_file.line_ends (0 before) */
 	uint64_t ctime_ns;  /* version 3 */
+	uint64_t scanned, not_utf8, nuls, first_odd; /* version 5: sf_text_file's */
 };
 
 struct index_chunk_entry {
@@ -271,7 +272,9 @@ static int image_valid(const struct sf_dataset *ds, struct sf_index_image *img)
 
 		if ((f->format != SF_FMT_TEXT && f->format != SF_FMT_JSONL) ||
 		    f->line_ends > SF_LINE_ENDS_KEEP_CR || f->n_chunks > nc - c ||
-		    f->max_doc > f->len || f->skipped > f->len ||
+		    f->max_doc > f->len || f->skipped > f->len || f->scanned > f->len ||
+		    f->not_utf8 > f->scanned || f->nuls > f->scanned ||
+		    ((f->not_utf8 || f->nuls) && f->first_odd >= f->scanned) ||
 		    (f->n_chunks == 0) != (f->len == 0))
 			return 0;
 		img->first_chunk[i] = c;
@@ -426,6 +429,10 @@ int sf__index_take(struct sf_dataset *ds, const struct sf_index_image *img, uint
 	f->max_doc = en->max_doc;
 	f->skipped = en->skipped;
 	f->line_ends = en->line_ends;
+	f->scanned = en->scanned;
+	f->not_utf8 = en->not_utf8;
+	f->nuls = en->nuls;
+	f->first_odd = en->first_odd;
 	sf__text_say_line_ends(ds, f);
 	if (en->skipped) {
 		struct sf_err why = {.code = 0};
@@ -649,7 +656,11 @@ static int save_to(const struct sf_dataset *ds, const uint32_t *files, uint32_t 
 					       .n_chunks = f->n_chunks,
 					       .skipped = f->skipped,
 					       .format = f->format,
-					       .line_ends = f->line_ends};
+					       .line_ends = f->line_ends,
+					       .scanned = f->scanned,
+					       .not_utf8 = f->not_utf8,
+					       .nuls = f->nuls,
+					       .first_odd = f->first_odd};
 		for (uint64_t k = 0; k < f->n_chunks; k++) {
 			const struct sf_chunk *c = &ds->chunks[f->first_chunk + k];
 

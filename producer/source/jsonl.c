@@ -78,6 +78,10 @@ static int jsonl_decode(struct sf_doc_walk *w, const char *p, size_t n, const ch
 			       "a UTF-8 byte order mark (EF BB BF), which JSON does not allow: "
 			       "remove it",
 			       "", i + 1);
+	else if (r == SF_JSON_INVALID && n - i >= 4 && !memcmp(p + i, "\xff\xfe\0\0", 4))
+		r = bad_record(w, p, n, e, "a UTF-32 byte order mark (FF FE 00 00): ",
+			       "the file is UTF-32; JSONL is UTF-8 (iconv -f UTF-32 -t UTF-8)",
+			       i + 1);
 	else if (r == SF_JSON_INVALID && n - i >= 2 &&
 		 (!memcmp(p + i, "\xff\xfe", 2) || !memcmp(p + i, "\xfe\xff", 2)))
 		r = bad_record(w, p, n, e,

@@ -42,7 +42,14 @@ struct sf_text_file {
 	 * none seen, SF_LINE_ENDS_ONE_DOC, SF_LINE_ENDS_KEEP_CR. Kept in its cached index, so
 	 * that a warm start says it too. */
 	uint32_t line_ends;
+	/* Of the file's first SF_TEXT_SCAN_BYTES (uncompressed): bytes that are in no valid
+	 * UTF-8 sequence, NUL bytes, and the offset of the first such byte (either kind).
+	 * Kept in its cached index; said by sf__text_say_quality(). */
+	uint64_t scanned, not_utf8, nuls, first_odd;
 };
+
+/* The bytes at a text file's start whose encoding is looked at (sf_text_file.scanned). */
+#define SF_TEXT_SCAN_BYTES (64u * 1024u)
 
 #define SF_LINE_ENDS_ONE_DOC 1u /* the separator is nowhere: the file is one document */
 #define SF_LINE_ENDS_KEEP_CR 2u /* CRLF lines split at "\n": documents keep their \r */

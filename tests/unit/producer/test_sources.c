@@ -513,6 +513,15 @@ Test(sources, jsonl_utf16_is_named)
 	expect_fail(SF_E_SOURCE, path, ":1: column 1: a UTF-16 byte order mark (FF FE)");
 	put("be.jsonl", be, sizeof(be) - 1);
 	expect_fail(SF_E_SOURCE, path, ":1: column 1: a UTF-16 byte order mark (FE FF)");
+	/* UTF-32's mark starts as UTF-16's: it was named UTF-16, whose conversion gives text
+	 * full of NULs (a review). */
+	put("le32.jsonl", "\xff\xfe\0\0{\0\0\0", 8);
+	expect_fail(SF_E_SOURCE, path, ":1: column 1: a UTF-32 byte order mark (FF FE 00 00)");
+	src.format = SF_FMT_TEXT;
+	put("le32.txt", "\xff\xfe\0\0h\0\0\0", 8);
+	expect_fail(SF_E_SOURCE, path,
+		    ": a UTF-32 byte order mark (FF FE 00 00): the file is "
+		    "UTF-32");
 }
 
 /*
@@ -730,6 +739,51 @@ Test(sources, crlf_text_under_a_newline_separator_is_named)
 	src.separator = "\r\n\r\n";
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	cr_expect_str_empty(sf__dataset_note(ds));
+	sf__dataset_close(ds);
+}
+
+/*
+ * Text that is not UTF-8 is read as raw bytes, each invalid one a token of its own: a
+ * review fed Latin-1 files (38.7 % of their tokens lone bytes), an ELF binary and UTF-16
+ * without a byte order mark, all without a word (JSONL refuses such bytes). Said from the
+ * file's first 64 KiB, at the first open and from the cached index; clean UTF-8 (NULs
+ * below a tenth of it too) says nothing.
+ */
+Test(sources, text_that_is_not_utf8_is_named)
+{
+	static const char latin[] = "Caf\xe9 r\xe9sum\xe9.\n\nna\xefve\n";
+	static const char clean[] = "caf\xc3\xa9 and a NUL \0 in text\n\nsecond\n";
+	char u16[200];
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	char *d = dir;
+
+	cfg.encoding = "bytes";
+	src.separator = "\n\n";
+	put("clean.txt", clean, sizeof(clean) - 1);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect_str_empty(sf__dataset_note(ds));
+	sf__dataset_close(ds);
+	put("latin.txt", latin, sizeof(latin) - 1);
+	src.paths = &d;
+	for (int warm = 0; warm < 2; warm++) {
+		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+		cr_expect(strstr(sf__dataset_note(ds), "/latin.txt: 4 of its first 20 bytes are "
+						       "not UTF-8, the first at byte 3 (1 file(s)"),
+			  "'%s'", sf__dataset_note(ds));
+		sf__dataset_close(ds);
+	}
+	/* UTF-16 without its mark: NULs, and this file the one named. */
+	for (size_t i = 0; i < sizeof(u16) / 2; i++) {
+		u16[2 * i] = "hello, world\n"[i % 13];
+		u16[2 * i + 1] = 0;
+	}
+	put("wide.txt", u16, sizeof(u16));
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect(strstr(sf__dataset_note(ds),
+			 "/wide.txt: 50 % of its first 200 bytes are NUL (2 file(s) start so or "
+			 "not as UTF-8): UTF-16 or UTF-32 without a byte order mark"),
+		  "'%s'", sf__dataset_note(ds));
 	sf__dataset_close(ds);
 }
 
