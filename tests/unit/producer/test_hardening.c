@@ -174,7 +174,7 @@ Test(hardening, text_file_replaced_stops_before_its_chunk_is_tokenized)
 /* The layout of producer/index_file.c: struct index_header, then one struct
  * index_file_entry per file, then one struct index_chunk_entry per chunk. */
 #define INDEX_HEADER_BYTES 552
-#define FILE_ENTRY_BYTES   88
+#define FILE_ENTRY_BYTES   120
 #define FILE_MAX_DOC	   48 /* in a file entry */
 #define FILE_SKIPPED	   64
 #define CHUNK_ENTRY_BYTES  40
