@@ -208,7 +208,7 @@ static int report_budget(const struct sf_config *cfg, const struct sf_dataset *d
 	/* The bound is the weights', whatever the budget: said even without one, as is a
 	 * pattern the ranks share. */
 	if (ns) {
-		char ranks[640];
+		char ranks[768];
 
 		print_bound(ds);
 		if (sf__dataset_mix_ranks(ds, ranks, sizeof(ranks)))
@@ -312,6 +312,7 @@ static void refuse(const char *path, const char *msg)
 
 int sf__cmd_check(int argc, char **argv)
 {
+	char advice[768];
 	const char *path = NULL;
 	const char **sets = calloc((size_t)argc, sizeof(*sets));
 	struct sf_arena_header layout = {0};
@@ -444,6 +445,8 @@ int sf__cmd_check(int argc, char **argv)
 	printf("# %s: valid\n", path);
 	if (ds && sf__dataset_note(ds)[0])
 		printf("# warning: %s\n", sf__dataset_note(ds));
+	if (ds && sf__dataset_large_docs(ds, advice, sizeof(advice)))
+		printf("# warning: %s\n", advice);
 	sf__config_write(&cfg, stdout);
 	report_sources(&cfg);
 	shared = sf__sources_shared_files(&cfg, warn_shared);

@@ -13,7 +13,7 @@ static int real_open(const struct sf_config *cfg, void **ret_ds, struct sf_err *
 
 	if (r == 0) {
 		struct sf_dataset_stats st;
-		char ranks[640];
+		char advice[768];
 
 		sf__sources_warn_shared(cfg);
 		/* Known once the sources are open: said now, as tokenize says it. */
@@ -23,8 +23,10 @@ static int real_open(const struct sf_config *cfg, void **ret_ds, struct sf_err *
 				     (unsigned long long)st.skipped, sf__dataset_first_skip(ds));
 		if (sf__dataset_note(ds)[0])
 			sf__log_error("warning: %s", sf__dataset_note(ds));
-		if (sf__dataset_mix_ranks(ds, ranks, sizeof(ranks)))
-			sf__log_error("warning: %s", ranks);
+		if (sf__dataset_mix_ranks(ds, advice, sizeof(advice)))
+			sf__log_error("warning: %s", advice);
+		if (sf__dataset_large_docs(ds, advice, sizeof(advice)))
+			sf__log_error("warning: %s", advice);
 		*ret_ds = ds;
 	}
 	return r;

@@ -160,73 +160,128 @@ void sf__dataset_mix_target(const struct sf_dataset *ds, uint64_t k, double *ret
 	sf__mix_target(ds->mix, k, ret_target);
 }
 
-/* Samples looked at by sf__dataset_mix_ranks(), and the ranks x sources it counts. */
-#define RANK_SAMPLES (1u << 20)
-#define RANK_CELLS   (1u << 20)
+/*
+ * What sf__dataset_mix_ranks() looks at: at most RANK_SAMPLES samples in all (the first
+ * steps of each phase, from its start, where the count rule's pattern starts again),
+ * RANK_PHASES phases, RANK_RANKS ranks spread over the world and RANK_ROWS rows of each
+ * (a rank of more rows holds long runs of consecutive samples, which the count rule keeps
+ * near the mixture's share).
+ */
+#define RANK_SAMPLES (1u << 21)
+#define RANK_PHASES  64u
+#define RANK_RANKS   1024u
+#define RANK_ROWS    256u
+
+/* The off share of one phase's first steps, if any, into *worst (and its wording). */
+struct rank_worst {
+	double key;
+	uint64_t phase, rank;
+	uint32_t source;
+	double p, g;
+	uint32_t off; /* ranks off, in the phase of the worst */
+};
+
+static void ranks_of_phase(const struct sf_dataset *ds, const struct sf_mix_phase *ph,
+			   uint64_t steps, uint64_t *count, uint64_t *all, struct rank_worst *w)
+{
+	const uint64_t B = ds->batch, W = ds->world_size, G = B * W;
+	const uint32_t n = ds->mix->n_sources;
+	const uint64_t ranks = W < RANK_RANKS ? W : RANK_RANKS,
+		       rows = B < RANK_ROWS ? B : RANK_ROWS;
+	uint64_t j, looked = 0;
+	uint32_t off = 0;
+	struct rank_worst here = {0};
+
+	memset(count, 0, (ranks * n + n) * sizeof(*count));
+	for (uint64_t s = ph->first_step; s < ph->first_step + steps; s++)
+		for (uint64_t q = 0; q < ranks; q++)
+			for (uint64_t i = 0; i < rows; i++) {
+				/* Rank q x W / ranks: every rank, or ranks spread evenly. */
+				const uint64_t r = q * W / ranks;
+				const uint32_t src = sf__mix_locate(ds->mix, s * G + r * B + i, &j);
+
+				count[q * n + src]++;
+				all[src]++;
+				looked++;
+			}
+	for (uint64_t q = 0; q < ranks; q++) {
+		bool q_off = false;
+
+		for (uint32_t i = 0; i < n; i++) {
+			const double g = (double)all[i] / (double)looked,
+				     p = (double)count[q * n + i] / (double)(steps * rows),
+				     d = fabs(p - g);
+			double key;
+
+			/* Off by half its share or more, and by five times what chance would
+			 * give over as many rows: a pattern, not noise. A source of no share
+			 * here (weight 0 in this phase) is off nowhere. */
+			if (all[i] == 0 || d < 0.5 * g ||
+			    d < 5 * sqrt(g * (1 - g) / (double)(steps * rows)))
+				continue;
+			q_off = true;
+			/* The rank most off, to a thousandth of the share; of ties, one short
+			 * of the source ("0 %" says it best). */
+			key = floor(d / g * 1000) + (p < g ? 0.5 : 0);
+			if (key > here.key)
+				here = (struct rank_worst){.key = key,
+							   .phase =
+								   (uint64_t)(ph - ds->mix->phases),
+							   .rank = q * W / ranks,
+							   .source = i,
+							   .p = p,
+							   .g = g};
+		}
+		off += q_off;
+	}
+	here.off = off;
+	if (off && here.key > w->key)
+		*w = here;
+}
 
 int sf__dataset_mix_ranks(const struct sf_dataset *ds, char *buf, size_t len)
 {
 	const uint64_t B = ds->batch, W = ds->world_size, G = B * W;
 	const uint32_t n = ds->mix ? ds->mix->n_sources : 0;
-	uint64_t steps = RANK_SAMPLES / G ? RANK_SAMPLES / G : 1, *count, *all, j;
-	uint32_t off = 0, worst_r = 0, worst_i = 0;
-	double worst = 0;
+	const uint64_t ranks = W < RANK_RANKS ? W : RANK_RANKS,
+		       rows = B < RANK_ROWS ? B : RANK_ROWS;
+	const uint32_t phases =
+		n && ds->mix->n_phases < RANK_PHASES ? ds->mix->n_phases : RANK_PHASES;
+	struct rank_worst w = {0};
+	uint64_t *count;
+	char phase[48] = "";
 
-	if (!n || W < 2 || W * n > RANK_CELLS)
+	if (!n || W < 2)
 		return 0;
-	if (sf__mix_end_step(ds->mix) < steps)
-		steps = sf__mix_end_step(ds->mix);
-	count = calloc(W * n + n, sizeof(*count));
+	count = calloc(ranks * n + n, sizeof(*count));
 	if (!count)
 		return 0;
-	all = count + W * n;
-	for (uint64_t s = 0; s < steps; s++)
-		for (uint64_t r = 0; r < W; r++)
-			for (uint64_t i = 0; i < B; i++) {
-				const uint32_t src = sf__mix_locate(ds->mix, s * G + r * B + i, &j);
+	for (uint32_t k = 0; k < phases && k < ds->mix->n_phases; k++) {
+		const struct sf_mix_phase *ph = &ds->mix->phases[k];
+		const uint64_t per_step = ranks * rows,
+			       budget = RANK_SAMPLES / phases / per_step
+						? RANK_SAMPLES / phases / per_step
+						: 1,
+			       steps = ph->end_step - ph->first_step < budget
+					       ? ph->end_step - ph->first_step
+					       : budget;
 
-				count[r * n + src]++;
-				all[src]++;
-			}
-	for (uint64_t r = 0; r < W; r++) {
-		bool r_off = false;
-
-		for (uint32_t i = 0; i < n; i++) {
-			const double g = (double)all[i] / (double)(steps * G),
-				     p = (double)count[r * n + i] / (double)(steps * B),
-				     d = fabs(p - g);
-			double key;
-
-			/* Off by half its share or more, and by five times what chance would
-			 * give over as many rows: a pattern, not noise. */
-			if (d < 0.5 * g || d < 5 * sqrt(g * (1 - g) / (double)(steps * B)))
-				continue;
-			r_off = true;
-			/* The rank most off, to a thousandth of the share; of ties, one short
-			 * of the source ("0 %" says it best). */
-			key = floor(d / g * 1000) + (p < g ? 0.5 : 0);
-			if (key > worst) {
-				worst = key;
-				worst_r = (uint32_t)r;
-				worst_i = i;
-			}
-		}
-		off += r_off;
+		ranks_of_phase(ds, ph, steps, count, count + ranks * n, &w);
 	}
-	if (off)
-		snprintf(buf, len,
-			 "mixture: rank %u gets source '%s' in %.1f %% of its rows against %.1f %% "
-			 "of all rows (the first %llu steps; %u of %llu ranks are off so): the "
-			 "count rule's pattern falls on the ranks alike at B x W = %llu. Every "
-			 "global batch holds the mixture's share, so averaged gradients are the "
-			 "mixture's, but each rank's own rows are not (a loss logged by rank 0 "
-			 "alone): docs/mixtures.md, \"Which rank gets which source\"",
-			 worst_r, ds->sources[worst_i].name,
-			 100.0 * (double)count[(uint64_t)worst_r * n + worst_i] /
-				 (double)(steps * B),
-			 100.0 * (double)all[worst_i] / (double)(steps * G),
-			 (unsigned long long)steps, off, (unsigned long long)W,
-			 (unsigned long long)G);
 	free(count);
-	return off > 0;
+	if (!w.off)
+		return 0;
+	if (ds->mix->n_phases > 1)
+		snprintf(phase, sizeof(phase), " from step %llu",
+			 (unsigned long long)ds->mix->phases[w.phase].first_step);
+	snprintf(buf, len,
+		 "mixture: rank %llu gets source '%s' in %.3g %% of its rows against %.3g %% of "
+		 "all rows%s (%u of the ranks looked at are off so): the count rule's pattern "
+		 "falls on the ranks alike at B x W = %llu. Every global batch holds the "
+		 "mixture's share, so averaged gradients are the mixture's, but each rank's own "
+		 "rows are not (a loss logged by rank 0 alone): docs/mixtures.md, \"Which rank "
+		 "gets which source\"",
+		 (unsigned long long)w.rank, ds->sources[w.source].name, 100.0 * w.p, 100.0 * w.g,
+		 phase, w.off, (unsigned long long)G);
+	return 1;
 }

@@ -274,7 +274,7 @@ static int image_valid(const struct sf_dataset *ds, struct sf_index_image *img)
 		    f->line_ends > SF_LINE_ENDS_KEEP_CR || f->n_chunks > nc - c ||
 		    f->max_doc > f->len || f->skipped > f->len || f->scanned > f->len ||
 		    f->not_utf8 > f->scanned || f->nuls > f->scanned ||
-		    ((f->not_utf8 || f->nuls) && f->first_odd >= f->scanned) ||
+		    (f->not_utf8 && f->first_odd >= f->scanned) ||
 		    (f->n_chunks == 0) != (f->len == 0))
 			return 0;
 		img->first_chunk[i] = c;

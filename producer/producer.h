@@ -153,6 +153,14 @@ double sf__dataset_mix_bound(const struct sf_dataset *ds, uint32_t *ret_exact, d
  */
 int sf__dataset_mix_ranks(const struct sf_dataset *ds, char *buf, size_t len);
 
+/*
+ * sf__dataset_large_docs - whether, in windows mode, a raw text document (or JSONL
+ * record) of 1 MiB or more, and of about a global batch of windows, sits among as much
+ * other text: it fills a chunk of the text index, whose windows come together, so the
+ * batches drawn from it hold it alone. Returns 1 and says the largest in `buf`, else 0.
+ */
+int sf__dataset_large_docs(const struct sf_dataset *ds, char *buf, size_t len);
+
 /* sf__dataset_close - unmap and free; accepts NULL. */
 void sf__dataset_close(struct sf_dataset *ds);
 

@@ -353,17 +353,18 @@ static void note_text_quality(struct sf_dataset *ds)
 	if (worst->nuls * 10 >= worst->scanned)
 		n = snprintf(note, sizeof(note),
 			     "%s: %.0f %% of its first %llu bytes are NUL (%llu file(s) start so "
-			     "or not as UTF-8): UTF-16 or UTF-32 without a byte order mark, or not "
-			     "text, read as bytes; convert it (iconv -f UTF-16LE -t UTF-8) or "
-			     "leave it out",
+			     "or not as UTF-8): %s without a byte order mark, or not text, read as "
+			     "bytes; convert it (iconv -f %s -t UTF-8) or leave it out",
 			     worst->path, 100.0 * (double)worst->nuls / (double)worst->scanned,
-			     (unsigned long long)worst->scanned, (unsigned long long)files);
+			     (unsigned long long)worst->scanned, (unsigned long long)files,
+			     worst->nuls * 10 >= worst->scanned * 6 ? "UTF-32" : "UTF-16",
+			     worst->nuls * 10 >= worst->scanned * 6 ? "UTF-32" : "UTF-16");
 	else
 		n = snprintf(note, sizeof(note),
 			     "%s: %llu of its first %llu bytes are not UTF-8, the first at byte "
 			     "%llu (%llu file(s) start so): each is read as a token of its own, "
-			     "which no UTF-8 text makes; Latin-1 or Windows-1252 text (iconv -f "
-			     "WINDOWS-1252 -t UTF-8), or not text at all",
+			     "which no UTF-8 text makes; Latin-1 or Windows-1252 text? (iconv -f "
+			     "WINDOWS-1252 -t UTF-8)",
 			     worst->path, (unsigned long long)worst->not_utf8,
 			     (unsigned long long)worst->scanned,
 			     (unsigned long long)worst->first_odd, (unsigned long long)files);
@@ -374,42 +375,52 @@ static void note_text_quality(struct sf_dataset *ds)
 	memcpy(ds->note, note, sizeof(note));
 }
 
-/* A document this large, beside as much other text, is worth a word in windows mode. */
-#define LARGE_DOC_BYTES (16ull * SF_CHUNK_BYTES)
-
 /*
- * Documents larger than LARGE_DOC_BYTES, said once (ds->note) in windows mode where the
- * text holds as much again besides them. A chunk of the index ends at a document's end,
- * so such a document is a chunk of its own, and the windows order takes a chunk's
- * windows together (text_order.c): the batches of those steps hold that document alone
- * (a review: 99 % of the batches of 8 from one file, over 20 files of 50-300 KB without a
- * separator). A corpus of one document has nothing to mix it with: no word.
+ * A document that fills a chunk of the text index (which ends only at a document's end)
+ * and is worth a word in windows mode: at least 1 MiB, and about a global batch of
+ * windows (4 bytes a token), beside as much other text. The windows order takes a
+ * chunk's windows together (text_order.c), so the batches drawn from it hold it alone (a
+ * review: 99 % of the batches of 8 from one file over 20 files without a separator). A
+ * corpus of that one document has nothing to mix it with.
  */
-static void note_large_documents(struct sf_dataset *ds)
+int sf__dataset_large_docs(const struct sf_dataset *ds, char *buf, size_t len)
 {
+	const uint64_t G = (uint64_t)ds->batch * ds->world_size,
+		       large = 4 * (uint64_t)(ds->seq_len + 1) * G > (1u << 20)
+				       ? 4 * (uint64_t)(ds->seq_len + 1) * G
+				       : (1u << 20);
 	const struct sf_text_file *largest = NULL;
 	uint64_t total = 0, files = 0;
 
+	if (ds->mode != SF_SAMPLE_WINDOWS)
+		return 0;
 	for (uint32_t i = 0; i < ds->n_text_files; i++) {
 		const struct sf_text_file *f = &ds->text_files[i];
 
+		if (f->dropped)
+			continue;
 		total += f->partial ? f->part_bytes : f->len;
-		if (f->max_doc <= LARGE_DOC_BYTES)
+		if (f->max_doc < large)
 			continue;
 		files++;
 		if (!largest || f->max_doc > largest->max_doc)
 			largest = f;
 	}
-	if (ds->note[0] || !largest || total < 2 * largest->max_doc)
-		return;
-	snprintf(ds->note, sizeof(ds->note),
-		 "%s: a document of %.1f MB (the largest; %llu file(s) hold documents above "
-		 "%llu MiB) fills a chunk of the text index, whose windows windows mode takes "
-		 "together: the batches drawn from it hold that document alone. Split it with "
-		 "a separator, or use sampling.mode: random, or read it tokenized (shmfeed "
-		 "tokenize: its windows are shuffled one by one)",
-		 largest->path, (double)largest->max_doc / 1e6, (unsigned long long)files,
-		 LARGE_DOC_BYTES >> 20);
+	if (!largest || total < 2 * largest->max_doc)
+		return 0;
+	snprintf(buf, len,
+		 "%s: a %s of %.1f MB (the largest; %llu file(s) hold %ss of %.1f MB or more) "
+		 "fills a chunk of the text index, whose windows windows mode takes together: "
+		 "the batches drawn from it hold that %s alone. %s, or use sampling.mode: "
+		 "random, or read it tokenized (shmfeed tokenize: its windows are shuffled one by "
+		 "one)",
+		 largest->path, largest->format == SF_FMT_JSONL ? "record" : "document",
+		 (double)largest->max_doc / 1e6, (unsigned long long)files,
+		 largest->format == SF_FMT_JSONL ? "record" : "document", (double)large / 1e6,
+		 largest->format == SF_FMT_JSONL ? "record" : "document",
+		 largest->format == SF_FMT_JSONL ? "Split such records"
+						 : "Split it with a separator");
+	return 1;
 }
 
 /*
@@ -482,13 +493,18 @@ static void scan_encoding(struct sf_text_file *f, const char *data, size_t len)
 	uint32_t cp;
 
 	f->not_utf8 = f->nuls = f->first_odd = 0;
+	/* JSONL refuses such bytes in its records itself (bad records). */
+	if (f->format != SF_FMT_TEXT) {
+		f->scanned = 0;
+		return;
+	}
 	while (i < n) {
 		if (s[i] && s[i] < 0x80) {
 			i++;
 			continue;
 		}
 		step = sf__utf8_next(s + i, len - i, &cp);
-		if ((cp == SF_UC_INVALID || !s[i]) && !f->not_utf8 && !f->nuls)
+		if (cp == SF_UC_INVALID && !f->not_utf8)
 			f->first_odd = i;
 		f->not_utf8 += cp == SF_UC_INVALID;
 		f->nuls += !s[i];
@@ -1009,8 +1025,6 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 			ds->max_doc_bytes = ds->text_files[i].max_doc;
 	if (r >= 0)
 		note_text_quality(ds);
-	if (r >= 0 && cfg->mode == SF_SAMPLE_WINDOWS)
-		note_large_documents(ds);
 	if (r >= 0)
 		r = count_cut(ds, cfg, cut, e);
 	/* The launcher keeps no source mapped: producers map what they read. */

@@ -42,9 +42,9 @@ struct sf_text_file {
 	 * none seen, SF_LINE_ENDS_ONE_DOC, SF_LINE_ENDS_KEEP_CR. Kept in its cached index, so
 	 * that a warm start says it too. */
 	uint32_t line_ends;
-	/* Of the file's first SF_TEXT_SCAN_BYTES (uncompressed): bytes that are in no valid
-	 * UTF-8 sequence, NUL bytes, and the offset of the first such byte (either kind).
-	 * Kept in its cached index; said by sf__text_say_quality(). */
+	/* Of a text (not JSONL) file's first SF_TEXT_SCAN_BYTES (uncompressed): bytes in no
+	 * valid UTF-8 sequence, NUL bytes, and the offset of the first of the former. Kept
+	 * in its cached index; said in the dataset's note (text_index.c). */
 	uint64_t scanned, not_utf8, nuls, first_odd;
 };
 

@@ -233,8 +233,60 @@ static void check_rank_pattern(void)
 		sf__builder_free(b);
 		sf__dataset_close(ds);
 	}
-	printf("ok: a pattern the ranks share is said (%s), one that moves over them is not\n",
-	       msg);
+	/* A pattern of a later phase only (0.6/0.2/0.2 moves over 8 ranks, 0.7/0.2/0.1 does
+	 * not), counted from that phase's start: it was missed, only the first 2^20 samples
+	 * were looked at (a review). */
+	{
+		static struct sf_weight_config even[] = {{"web", 6}, {"code", 2}, {"math", 2}},
+					       odd[] = {{"web", 7}, {"code", 2}, {"math", 1}},
+					       two[] = {{"web", 5}, {"code", 5}},
+					       three[] = {{"web", 4}, {"code", 3}, {"math", 3}};
+		static struct sf_phase_config later[] =
+			{
+				{.until_step = 200000, .weights = {even, 3}},
+				{.until_step = UINT64_MAX, .weights = {odd, 3}},
+			},
+					      zero[] = {
+						      {.until_step = 2000000, .weights = {two, 2}},
+						      {.until_step = UINT64_MAX,
+						       .weights = {three, 3}},
+					      };
+
+		mix_config(&cfg, 1, 8);
+		for (int k = 0; k < 3; k++)
+			srcs[k].weight = SF_WEIGHT_UNSET;
+		cfg.schedule = later;
+		cfg.n_phases = 2;
+		buf = h_builder(&cfg, &ds, &b);
+		H_CHECK(sf__dataset_mix_ranks(ds, msg, sizeof(msg)) == 1 &&
+				strstr(msg,
+				       "'math' in 0 % of its rows against 10 % of all rows from "
+				       "step 200000"),
+			"a later phase's pattern: %s", msg);
+		free(buf);
+		sf__builder_free(b);
+		sf__dataset_close(ds);
+		/* A source of no weight in a phase is off nowhere: every rank was said off,
+		 * naming a source that was not (a review). */
+		mix_config(&cfg, 3, 2);
+		for (int k = 0; k < 3; k++)
+			srcs[k].weight = SF_WEIGHT_UNSET;
+		cfg.schedule = zero;
+		cfg.n_phases = 2;
+		buf = h_builder(&cfg, &ds, &b);
+		msg[0] = 0;
+		H_CHECK(sf__dataset_mix_ranks(ds, msg, sizeof(msg)) == 0, "a 0 weight: %s", msg);
+		free(buf);
+		sf__builder_free(b);
+		sf__dataset_close(ds);
+		cfg.schedule = NULL;
+		cfg.n_phases = 0;
+		srcs[0].weight = 600000000;
+		srcs[1].weight = 300000000;
+		srcs[2].weight = 100000000;
+	}
+	printf("ok: a pattern the ranks share is said, in any phase; one that moves over them "
+	       "is not, nor a source of no weight\n");
 }
 
 int main(void)

@@ -782,8 +782,35 @@ Test(sources, text_that_is_not_utf8_is_named)
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	cr_expect(strstr(sf__dataset_note(ds),
 			 "/wide.txt: 50 % of its first 200 bytes are NUL (2 file(s) start so or "
-			 "not as UTF-8): UTF-16 or UTF-32 without a byte order mark"),
+			 "not as UTF-8): UTF-16 without a byte order mark"),
 		  "'%s'", sf__dataset_note(ds));
+	sf__dataset_close(ds);
+	unlink(path);
+	/* The first byte said is the first one not UTF-8, not a NUL before it. */
+	put("latin.txt",
+	    "abc\0defghijklmnop\xe9"
+	    "q\n",
+	    20);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect(strstr(sf__dataset_note(ds), "1 of its first 20 bytes are not UTF-8, the first "
+					       "at byte 17"),
+		  "'%s'", sf__dataset_note(ds));
+	sf__dataset_close(ds);
+}
+
+/* JSONL refuses bytes that are not UTF-8 as bad records, named and counted as such: no
+ * encoding note, which said they were read as tokens (a review). */
+Test(sources, jsonl_not_utf8_has_no_encoding_note)
+{
+	static const char j[] = "{\"text\": \"caf\xe9\"}\n{\"text\": \"good text here\"}\n";
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+
+	cfg.encoding = "bytes";
+	src.on_error = SF_ON_ERROR_SKIP;
+	put("a.jsonl", j, sizeof(j) - 1);
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect(!strstr(sf__dataset_note(ds), "not UTF-8"), "'%s'", sf__dataset_note(ds));
 	sf__dataset_close(ds);
 }
 
@@ -797,7 +824,7 @@ Test(sources, text_that_is_not_utf8_is_named)
 Test(sources, a_large_document_among_others_is_named_in_windows_mode)
 {
 	const size_t big = (1u << 20) + 4096;
-	char *text = malloc(big), *d = dir;
+	char *text = malloc(big), *d = dir, msg[768] = "";
 	struct sf_dataset *ds = NULL;
 	struct sf_err e = {0};
 
@@ -808,24 +835,33 @@ Test(sources, a_large_document_among_others_is_named_in_windows_mode)
 	put("book.txt", text, big);
 	/* Alone: nothing to mix it with. */
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	cr_expect_str_empty(sf__dataset_note(ds));
+	cr_expect_eq(sf__dataset_large_docs(ds, msg, sizeof(msg)), 0, "%s", msg);
 	sf__dataset_close(ds);
 	put("other.txt", text, big / 2);
 	put("more.txt", text, big / 2 + 10);
+	/* A Latin-1 file beside: its note does not hide this one (a review). */
+	put("latin.txt", "caf\xe9\n", 5);
 	src.paths = &d;
 	for (int warm = 0; warm < 2; warm++) {
 		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-		cr_expect(strstr(sf__dataset_note(ds),
-				 "/book.txt: a document of 1.1 MB (the "
-				 "largest; 1 file(s) hold documents above 1 MiB)"),
-			  "'%s'", sf__dataset_note(ds));
-		cr_expect(strstr(sf__dataset_note(ds), "or use sampling.mode: random"), "'%s'",
-			  sf__dataset_note(ds));
+		cr_expect_eq(sf__dataset_large_docs(ds, msg, sizeof(msg)), 1);
+		cr_expect(strstr(msg,
+				 "/book.txt: a document of 1.1 MB (the largest; 1 file(s) hold "
+				 "documents of 1.0 MB or more)"),
+			  "'%s'", msg);
+		cr_expect(strstr(msg, "or use sampling.mode: random"), "'%s'", msg);
+		cr_expect(strstr(sf__dataset_note(ds), "latin.txt"), "'%s'", sf__dataset_note(ds));
 		sf__dataset_close(ds);
 	}
+	/* Not a batch's worth: B x W x (T + 1) x 4 bytes above the document. */
+	cfg.batch_size = 65536;
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect_eq(sf__dataset_large_docs(ds, msg, sizeof(msg)), 0, "%s", msg);
+	sf__dataset_close(ds);
+	cfg.batch_size = 2;
 	cfg.mode = SF_SAMPLE_RANDOM;
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	cr_expect_str_empty(sf__dataset_note(ds));
+	cr_expect_eq(sf__dataset_large_docs(ds, msg, sizeof(msg)), 0, "%s", msg);
 	sf__dataset_close(ds);
 	free(text);
 }
