@@ -179,12 +179,55 @@ static void check_elastic(void)
 	free(w42);
 }
 
+/* sf__dataset_mix_ranks() of the job of `cfg`: its return, its message in `msg`. */
+static int ranks_said(const struct sf_config *cfg, char *msg, size_t len)
+{
+	struct sf_dataset *ds;
+	struct sf_err e = {0};
+	int r;
+
+	H_CHECK(sf__dataset_open(cfg, &ds, &e) == 0, "%s", e.msg);
+	msg[0] = 0;
+	r = sf__dataset_mix_ranks(ds, msg, len);
+	sf__dataset_close(ds);
+	return r;
+}
+
+/* The mixture of mix_config() under a schedule of `n` phases instead of its weights. */
+static void scheduled(struct sf_config *cfg, uint32_t B, uint32_t W, struct sf_phase_config *phases,
+		      uint32_t n)
+{
+	mix_config(cfg, B, W);
+	for (int k = 0; k < 3; k++)
+		srcs[k].weight = SF_WEIGHT_UNSET;
+	cfg->schedule = phases;
+	cfg->n_phases = n;
+}
+
+/* Phases: 0.6/0.2/0.2 (moves over 8 ranks) then 0.7/0.2/0.1 (falls on them alike); and
+ * web and code alone, then 0.4/0.3/0.3. */
+static struct sf_weight_config w_622[] = {{"web", 6}, {"code", 2}, {"math", 2}},
+			       w_721[] = {{"web", 7}, {"code", 2}, {"math", 1}},
+			       w_55[] = {{"web", 5}, {"code", 5}},
+			       w_433[] = {{"web", 4}, {"code", 3}, {"math", 3}};
+static struct sf_phase_config later_pattern[] = {
+	{.until_step = 200000, .weights = {w_622, 3}},
+	{.until_step = UINT64_MAX, .weights = {w_721, 3}},
+};
+static struct sf_phase_config zero_weight[] = {
+	{.until_step = 2000000, .weights = {w_55, 2}},
+	{.until_step = UINT64_MAX, .weights = {w_433, 3}},
+};
+
 /*
  * The count rule's pattern and the ranks: with 0.6/0.3/0.1 (period 10) and B = 1, W = 8
  * the same samples of every period fall on the same ranks (a review found even ranks
  * never getting the third source of 0.7/0.2/0.1): said, with a rank's share matching
  * what it is delivered; with B = 4, W = 2 the pattern moves over the ranks, and with one
- * rank there is nothing to say.
+ * rank there is nothing to say. A pattern of a later phase only is said, counted from
+ * that phase's start (it was missed: only the first 2^20 samples were looked at), and a
+ * source of no weight in a phase is off nowhere (every rank was said off, naming a
+ * source that was not; both found by a review).
  */
 static void check_rank_pattern(void)
 {
@@ -192,21 +235,22 @@ static void check_rank_pattern(void)
 	struct sf_dataset *ds;
 	struct sf_builder *b;
 	struct sf_err e = {0};
-	char msg[640] = "";
+	char msg[768];
 	unsigned char *buf;
 	uint32_t rank, rows[3] = {0};
 	double share, all;
 	char name[16];
 
 	mix_config(&cfg, 1, 8);
-	buf = h_builder(&cfg, &ds, &b);
-	H_CHECK(sf__dataset_mix_ranks(ds, msg, sizeof(msg)) == 1, "B = 1, W = 8: no word");
+	H_CHECK(ranks_said(&cfg, msg, sizeof(msg)) == 1, "B = 1, W = 8: no word");
 	H_CHECK(sscanf(msg,
 		       "mixture: rank %u gets source '%15[a-z]' in %lf %% of its rows against "
 		       "%lf %%",
 		       &rank, name, &share, &all) == 4,
 		"%s", msg);
+	H_CHECK(strstr(msg, "docs/mixtures.md"), "%s", msg);
 	/* The rank's rows as the builder makes them, over 1000 steps. */
+	buf = h_builder(&cfg, &ds, &b);
 	for (uint64_t s = 0; s < 1000; s++) {
 		uint32_t len;
 		uint64_t first, j;
@@ -217,74 +261,25 @@ static void check_rank_pattern(void)
 	for (uint32_t i = 0; i < 3; i++)
 		if (!strcmp(srcs[i].name, name))
 			H_CHECK(fabs(rows[i] / 10.0 - share) < 0.5,
-				"rank %u: %u of 1000 rows of %s, "
-				"said %.1f %%",
-				rank, rows[i], name, share);
-	H_CHECK(strstr(msg, "docs/mixtures.md"), "%s", msg);
+				"rank %u: %u of 1000 rows of %s, said %.1f %%", rank, rows[i], name,
+				share);
 	free(buf);
 	sf__builder_free(b);
 	sf__dataset_close(ds);
 	for (uint32_t W = 1; W <= 2; W++) {
 		mix_config(&cfg, 4, W);
-		buf = h_builder(&cfg, &ds, &b);
-		H_CHECK(sf__dataset_mix_ranks(ds, msg, sizeof(msg)) == 0, "B = 4, W = %u: %s", W,
-			msg);
-		free(buf);
-		sf__builder_free(b);
-		sf__dataset_close(ds);
+		H_CHECK(ranks_said(&cfg, msg, sizeof(msg)) == 0, "B = 4, W = %u: %s", W, msg);
 	}
-	/* A pattern of a later phase only (0.6/0.2/0.2 moves over 8 ranks, 0.7/0.2/0.1 does
-	 * not), counted from that phase's start: it was missed, only the first 2^20 samples
-	 * were looked at (a review). */
-	{
-		static struct sf_weight_config even[] = {{"web", 6}, {"code", 2}, {"math", 2}},
-					       odd[] = {{"web", 7}, {"code", 2}, {"math", 1}},
-					       two[] = {{"web", 5}, {"code", 5}},
-					       three[] = {{"web", 4}, {"code", 3}, {"math", 3}};
-		static struct sf_phase_config later[] =
-			{
-				{.until_step = 200000, .weights = {even, 3}},
-				{.until_step = UINT64_MAX, .weights = {odd, 3}},
-			},
-					      zero[] = {
-						      {.until_step = 2000000, .weights = {two, 2}},
-						      {.until_step = UINT64_MAX,
-						       .weights = {three, 3}},
-					      };
-
-		mix_config(&cfg, 1, 8);
-		for (int k = 0; k < 3; k++)
-			srcs[k].weight = SF_WEIGHT_UNSET;
-		cfg.schedule = later;
-		cfg.n_phases = 2;
-		buf = h_builder(&cfg, &ds, &b);
-		H_CHECK(sf__dataset_mix_ranks(ds, msg, sizeof(msg)) == 1 &&
-				strstr(msg,
-				       "'math' in 0 % of its rows against 10 % of all rows from "
-				       "step 200000"),
-			"a later phase's pattern: %s", msg);
-		free(buf);
-		sf__builder_free(b);
-		sf__dataset_close(ds);
-		/* A source of no weight in a phase is off nowhere: every rank was said off,
-		 * naming a source that was not (a review). */
-		mix_config(&cfg, 3, 2);
-		for (int k = 0; k < 3; k++)
-			srcs[k].weight = SF_WEIGHT_UNSET;
-		cfg.schedule = zero;
-		cfg.n_phases = 2;
-		buf = h_builder(&cfg, &ds, &b);
-		msg[0] = 0;
-		H_CHECK(sf__dataset_mix_ranks(ds, msg, sizeof(msg)) == 0, "a 0 weight: %s", msg);
-		free(buf);
-		sf__builder_free(b);
-		sf__dataset_close(ds);
-		cfg.schedule = NULL;
-		cfg.n_phases = 0;
-		srcs[0].weight = 600000000;
-		srcs[1].weight = 300000000;
-		srcs[2].weight = 100000000;
-	}
+	scheduled(&cfg, 1, 8, later_pattern, 2);
+	H_CHECK(ranks_said(&cfg, msg, sizeof(msg)) == 1 &&
+			strstr(msg, "'math' in 0 % of its rows against 10 % of all rows from "
+				    "step 200000"),
+		"a later phase's pattern: %s", msg);
+	scheduled(&cfg, 3, 2, zero_weight, 2);
+	H_CHECK(ranks_said(&cfg, msg, sizeof(msg)) == 0, "a source of weight 0: %s", msg);
+	srcs[0].weight = 600000000;
+	srcs[1].weight = 300000000;
+	srcs[2].weight = 100000000;
 	printf("ok: a pattern the ranks share is said, in any phase; one that moves over them "
 	       "is not, nor a source of no weight\n");
 }
