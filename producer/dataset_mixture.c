@@ -161,11 +161,13 @@ void sf__dataset_mix_target(const struct sf_dataset *ds, uint64_t k, double *ret
 }
 
 /*
- * What sf__dataset_mix_ranks() looks at: at most RANK_SAMPLES samples in all (the first
- * steps of each phase, from its start, where the count rule's pattern starts again),
- * RANK_PHASES phases, RANK_RANKS ranks spread over the world and RANK_ROWS rows of each
- * (a rank of more rows holds long runs of consecutive samples, which the count rule keeps
- * near the mixture's share).
+ * What sf__dataset_mix_ranks() looks at: up to RANK_PHASES phases (all, or as many spread
+ * over the schedule, the first and the last among them: a ramp's stages are phases), the
+ * first steps of each from its start (where the count rule's pattern starts again), about
+ * RANK_SAMPLES samples in all but at least one step a phase, of RANK_RANKS ranks spread
+ * over the world and RANK_ROWS rows of each (a rank of more rows holds long runs of
+ * consecutive samples, which the count rule keeps near the mixture's share): at most
+ * max(RANK_SAMPLES, RANK_PHASES x RANK_RANKS x RANK_ROWS) = 2^24 samples.
  */
 #define RANK_SAMPLES (1u << 21)
 #define RANK_PHASES  64u
@@ -256,7 +258,11 @@ int sf__dataset_mix_ranks(const struct sf_dataset *ds, char *buf, size_t len)
 	count = calloc(ranks * n + n, sizeof(*count));
 	if (!count)
 		return 0;
-	for (uint32_t k = 0; k < phases && k < ds->mix->n_phases; k++) {
+	for (uint32_t q = 0; q < phases; q++) {
+		const uint32_t k =
+			phases > 1
+				? (uint32_t)((uint64_t)q * (ds->mix->n_phases - 1) / (phases - 1))
+				: 0;
 		const struct sf_mix_phase *ph = &ds->mix->phases[k];
 		const uint64_t per_step = ranks * rows,
 			       budget = RANK_SAMPLES / phases / per_step
@@ -266,6 +272,10 @@ int sf__dataset_mix_ranks(const struct sf_dataset *ds, char *buf, size_t len)
 					       ? ph->end_step - ph->first_step
 					       : budget;
 
+		/* A phase whose samples pass 2^64 (an until_step near it) is never reached:
+		 * its indexes would wrap onto the first phase's (a review). */
+		if (!steps || ph->first_step > UINT64_MAX / G - steps)
+			continue;
 		ranks_of_phase(ds, ph, steps, count, count + ranks * n, &w);
 	}
 	free(count);

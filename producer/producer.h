@@ -144,12 +144,12 @@ double sf__dataset_mix_bound(const struct sf_dataset *ds, uint32_t *ret_exact, d
 
 /*
  * sf__dataset_mix_ranks - whether some rank's own rows hold a source far from its share
- * of all rows (by half that share, and well beyond chance), over the first steps (about
- * 2^20 samples): the count rule's pattern repeats, and rank r's rows of step s are samples
- * s G + r B + i, so where its period shares factors with G it falls on the ranks alike
- * (0.7/0.2/0.1 with B = 1 and W = 8: the even ranks never get the third source). Returns
- * 1 and says the rank and source most off in `buf`, else 0 (also for no mixture, one
- * rank, or more than 2^20 ranks x sources).
+ * of all rows (by half that share, and well beyond chance), over the first steps of each
+ * phase (up to 64 phases spread over the schedule, at most 2^24 samples): the count
+ * rule's pattern repeats, and rank r's rows of step s are samples s G + r B + i, so where
+ * its period shares factors with G it falls on the ranks alike (0.7/0.2/0.1 with B = 1
+ * and W = 8: the even ranks never get the third source). Returns 1 and says the rank,
+ * source and phase most off in `buf`, else 0 (also for no mixture or one rank).
  */
 int sf__dataset_mix_ranks(const struct sf_dataset *ds, char *buf, size_t len);
 

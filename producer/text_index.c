@@ -354,14 +354,15 @@ static void note_text_quality(struct sf_dataset *ds)
 		n = snprintf(note, sizeof(note),
 			     "%s: %.0f %% of its first %llu bytes are NUL (%llu file(s) start so "
 			     "or not as UTF-8): %s without a byte order mark, or not text, read as "
-			     "bytes; convert it (iconv -f %s -t UTF-8) or leave it out",
+			     "bytes; convert it (iconv -f %sLE, or %sBE, -t UTF-8) or leave it out",
 			     worst->path, 100.0 * (double)worst->nuls / (double)worst->scanned,
 			     (unsigned long long)worst->scanned, (unsigned long long)files,
+			     worst->nuls * 10 >= worst->scanned * 6 ? "UTF-32" : "UTF-16",
 			     worst->nuls * 10 >= worst->scanned * 6 ? "UTF-32" : "UTF-16",
 			     worst->nuls * 10 >= worst->scanned * 6 ? "UTF-32" : "UTF-16");
 	else
 		n = snprintf(note, sizeof(note),
-			     "%s: %llu of its first %llu bytes are not UTF-8, the first at byte "
+			     "%s: %llu of its first %llu bytes are not UTF-8, the first at offset "
 			     "%llu (%llu file(s) start so): each is read as a token of its own, "
 			     "which no UTF-8 text makes; Latin-1 or Windows-1252 text? (iconv -f "
 			     "WINDOWS-1252 -t UTF-8)",
@@ -1076,13 +1077,18 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 						       &ds->index_paths[g], &bytes);
 			if (saved == 0)
 				ds->stats.index_bytes += bytes;
-			/* Failing costs speed only, but each start then builds it again: said. */
-			else if (!ds->note[0])
-				snprintf(ds->note, sizeof(ds->note),
-					 "the chunk index could not be written to the cache (%s): "
-					 "each start of the job builds it again (SHMFEED_CACHE_DIR "
-					 "names the cache; docs/producers.md)",
-					 strerror(-saved));
+			/* Failing costs speed only, but each start then builds it again: said,
+			 * after any note made before (an encoding note hid it; a review). */
+			else if (!strstr(ds->note, "the chunk index could not be written")) {
+				const size_t at = strlen(ds->note);
+
+				snprintf(
+					ds->note + at, sizeof(ds->note) - at,
+					"%sthe chunk index could not be written to the cache (%s): "
+					"each start of the job builds it again (SHMFEED_CACHE_DIR "
+					"names the cache; docs/producers.md)",
+					at ? "; " : "", strerror(-saved));
+			}
 		}
 		free(files);
 	}

@@ -214,6 +214,12 @@ static struct sf_phase_config later_pattern[] = {
 	{.until_step = 200000, .weights = {w_622, 3}},
 	{.until_step = UINT64_MAX, .weights = {w_721, 3}},
 };
+/* A ramp of 1024 stages (each a phase) before the pattern: the first 64 phases were
+ * looked at, all stages of the ramp (a review). */
+static struct sf_phase_config after_a_ramp[] = {
+	{.until_step = 2000, .weights = {w_622, 3}, .ramp_to = {w_433, 3}, .stages = 1024},
+	{.until_step = UINT64_MAX, .weights = {w_721, 3}},
+};
 static struct sf_phase_config zero_weight[] = {
 	{.until_step = 2000000, .weights = {w_55, 2}},
 	{.until_step = UINT64_MAX, .weights = {w_433, 3}},
@@ -275,6 +281,9 @@ static void check_rank_pattern(void)
 			strstr(msg, "'math' in 0 % of its rows against 10 % of all rows from "
 				    "step 200000"),
 		"a later phase's pattern: %s", msg);
+	scheduled(&cfg, 1, 8, after_a_ramp, 2);
+	H_CHECK(ranks_said(&cfg, msg, sizeof(msg)) == 1 && strstr(msg, "from step 2000"),
+		"a pattern after a ramp: %s", msg);
 	scheduled(&cfg, 3, 2, zero_weight, 2);
 	H_CHECK(ranks_said(&cfg, msg, sizeof(msg)) == 0, "a source of weight 0: %s", msg);
 	srcs[0].weight = 600000000;

@@ -147,3 +147,16 @@ def test_an_index_that_cannot_be_cached_is_said(tmp_path):
                          env=dict(os.environ, SHMFEED_CACHE_DIR="/tmp/" + "d" * 4100))
     assert run.returncode == 0, run.stderr
     assert "(File name too long)" in run.stderr, run.stderr
+    # Beside a note said before it (a text not UTF-8), both are said: the encoding note
+    # hid this one (a review).
+    (tmp_path / "b.txt").write_bytes(b"caf\xe9\n\nna\xefve\n")
+    cfg.write_text(f'sources:\n  - {{paths: ["{tmp_path}/a.txt", "{tmp_path}/b.txt"], '
+                   'format: text, separator: "\\n\\n"}\ntokenizer: {encoding: bytes}\n')
+    run = subprocess.run([SHMFEED, "tokenize", str(cfg), "-o", str(tmp_path / "out3")],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, SHMFEED_CACHE_DIR=str(tmp_path / "notadir")))
+    assert run.returncode == 0, run.stderr
+    assert "b.txt: 2 of its first 12 bytes are not UTF-8, the first at offset 3" in \
+        run.stderr, run.stderr
+    assert "; the chunk index could not be written to the cache (Not a directory)" in \
+        run.stderr, run.stderr

@@ -768,8 +768,9 @@ Test(sources, text_that_is_not_utf8_is_named)
 	src.paths = &d;
 	for (int warm = 0; warm < 2; warm++) {
 		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-		cr_expect(strstr(sf__dataset_note(ds), "/latin.txt: 4 of its first 20 bytes are "
-						       "not UTF-8, the first at byte 3 (1 file(s)"),
+		cr_expect(strstr(sf__dataset_note(ds),
+				 "/latin.txt: 4 of its first 20 bytes are "
+				 "not UTF-8, the first at offset 3 (1 file(s)"),
 			  "'%s'", sf__dataset_note(ds));
 		sf__dataset_close(ds);
 	}
@@ -793,7 +794,7 @@ Test(sources, text_that_is_not_utf8_is_named)
 	    20);
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	cr_expect(strstr(sf__dataset_note(ds), "1 of its first 20 bytes are not UTF-8, the first "
-					       "at byte 17"),
+					       "at offset 17"),
 		  "'%s'", sf__dataset_note(ds));
 	sf__dataset_close(ds);
 }
