@@ -174,7 +174,7 @@ void sf__dataset_mix_target(const struct sf_dataset *ds, uint64_t k, double *ret
 #define RANK_RANKS   1024u
 #define RANK_ROWS    256u
 
-/* The off share of one phase's first steps, if any, into *worst (and its wording). */
+/* The rank most off of the phases looked at, and how many ranks are off in its phase. */
 struct rank_worst {
 	double key;
 	uint64_t phase, rank;
@@ -183,13 +183,17 @@ struct rank_worst {
 	uint32_t off; /* ranks off, in the phase of the worst */
 };
 
+/*
+ * The first `steps` steps of phase `ph`, `rows` rows of each of `ranks` ranks spread over
+ * the world, counted into count[rank][source] and all[source]; its most off rank into *w
+ * where it is more off than the one there.
+ */
 static void ranks_of_phase(const struct sf_dataset *ds, const struct sf_mix_phase *ph,
-			   uint64_t steps, uint64_t *count, uint64_t *all, struct rank_worst *w)
+			   uint64_t steps, uint64_t ranks, uint64_t rows, uint64_t *count,
+			   uint64_t *all, struct rank_worst *w)
 {
 	const uint64_t B = ds->batch, W = ds->world_size, G = B * W;
 	const uint32_t n = ds->mix->n_sources;
-	const uint64_t ranks = W < RANK_RANKS ? W : RANK_RANKS,
-		       rows = B < RANK_ROWS ? B : RANK_ROWS;
 	uint64_t j, looked = 0;
 	uint32_t off = 0;
 	struct rank_worst here = {0};
@@ -199,8 +203,8 @@ static void ranks_of_phase(const struct sf_dataset *ds, const struct sf_mix_phas
 		for (uint64_t q = 0; q < ranks; q++)
 			for (uint64_t i = 0; i < rows; i++) {
 				/* Rank q x W / ranks: every rank, or ranks spread evenly. */
-				const uint64_t r = q * W / ranks;
-				const uint32_t src = sf__mix_locate(ds->mix, s * G + r * B + i, &j);
+				const uint32_t src =
+					sf__mix_locate(ds->mix, s * G + q * W / ranks * B + i, &j);
 
 				count[q * n + src]++;
 				all[src]++;
@@ -250,11 +254,14 @@ int sf__dataset_mix_ranks(const struct sf_dataset *ds, char *buf, size_t len)
 	const uint32_t phases =
 		n && ds->mix->n_phases < RANK_PHASES ? ds->mix->n_phases : RANK_PHASES;
 	struct rank_worst w = {0};
-	uint64_t *count;
+	uint64_t *count, budget;
 	char phase[48] = "";
 
 	if (!n || W < 2)
 		return 0;
+	/* Steps a phase: its share of RANK_SAMPLES, at least one. */
+	budget =
+		RANK_SAMPLES / phases / (ranks * rows) ? RANK_SAMPLES / phases / (ranks * rows) : 1;
 	count = calloc(ranks * n + n, sizeof(*count));
 	if (!count)
 		return 0;
@@ -264,19 +271,14 @@ int sf__dataset_mix_ranks(const struct sf_dataset *ds, char *buf, size_t len)
 				? (uint32_t)((uint64_t)q * (ds->mix->n_phases - 1) / (phases - 1))
 				: 0;
 		const struct sf_mix_phase *ph = &ds->mix->phases[k];
-		const uint64_t per_step = ranks * rows,
-			       budget = RANK_SAMPLES / phases / per_step
-						? RANK_SAMPLES / phases / per_step
-						: 1,
-			       steps = ph->end_step - ph->first_step < budget
-					       ? ph->end_step - ph->first_step
-					       : budget;
+		const uint64_t length = ph->end_step - ph->first_step,
+			       steps = length < budget ? length : budget;
 
 		/* A phase whose samples pass 2^64 (an until_step near it) is never reached:
 		 * its indexes would wrap onto the first phase's (a review). */
 		if (!steps || ph->first_step > UINT64_MAX / G - steps)
 			continue;
-		ranks_of_phase(ds, ph, steps, count, count + ranks * n, &w);
+		ranks_of_phase(ds, ph, steps, ranks, rows, count, count + ranks * n, &w);
 	}
 	free(count);
 	if (!w.off)

@@ -322,6 +322,13 @@ void sf__text_say_line_ends(struct sf_dataset *ds, const struct sf_text_file *f)
 			 f->path, shown[0], shown[1]);
 }
 
+/* The bytes of f's start that make it look like no UTF-8 text: those not UTF-8, and its
+ * NULs where they are a tenth of it or more (UTF-16 or UTF-32 without a mark). */
+static uint64_t odd_bytes(const struct sf_text_file *f)
+{
+	return f->not_utf8 + (f->nuls * 10 >= f->scanned ? f->nuls : 0);
+}
+
 /*
  * Text files whose start is not UTF-8 (sf_text_file.scanned): said once (ds->note, before
  * any other note), the file most off named. A review fed Latin-1 files (38.7 % of their
@@ -333,33 +340,29 @@ static void note_text_quality(struct sf_dataset *ds)
 	const struct sf_text_file *worst = NULL;
 	uint64_t files = 0;
 	char note[sizeof(ds->note)];
+	const char *wide;
 	int n;
 
 	for (uint32_t i = 0; i < ds->n_text_files; i++) {
 		const struct sf_text_file *f = &ds->text_files[i];
-		const uint64_t odd = f->not_utf8 + (f->nuls * 10 >= f->scanned ? f->nuls : 0);
 
-		if (f->dropped || !odd)
+		if (f->dropped || !odd_bytes(f))
 			continue;
 		files++;
-		if (!worst || odd * worst->scanned >
-				      (worst->not_utf8 +
-				       (worst->nuls * 10 >= worst->scanned ? worst->nuls : 0)) *
-					      f->scanned)
+		if (!worst || odd_bytes(f) * worst->scanned > odd_bytes(worst) * f->scanned)
 			worst = f;
 	}
 	if (!worst)
 		return;
+	wide = worst->nuls * 10 >= worst->scanned * 6 ? "UTF-32" : "UTF-16";
 	if (worst->nuls * 10 >= worst->scanned)
 		n = snprintf(note, sizeof(note),
 			     "%s: %.0f %% of its first %llu bytes are NUL (%llu file(s) start so "
 			     "or not as UTF-8): %s without a byte order mark, or not text, read as "
 			     "bytes; convert it (iconv -f %sLE, or %sBE, -t UTF-8) or leave it out",
 			     worst->path, 100.0 * (double)worst->nuls / (double)worst->scanned,
-			     (unsigned long long)worst->scanned, (unsigned long long)files,
-			     worst->nuls * 10 >= worst->scanned * 6 ? "UTF-32" : "UTF-16",
-			     worst->nuls * 10 >= worst->scanned * 6 ? "UTF-32" : "UTF-16",
-			     worst->nuls * 10 >= worst->scanned * 6 ? "UTF-32" : "UTF-16");
+			     (unsigned long long)worst->scanned, (unsigned long long)files, wide,
+			     wide, wide);
 	else
 		n = snprintf(note, sizeof(note),
 			     "%s: %llu of its first %llu bytes are not UTF-8, the first at offset "
@@ -386,12 +389,11 @@ static void note_text_quality(struct sf_dataset *ds)
  */
 int sf__dataset_large_docs(const struct sf_dataset *ds, char *buf, size_t len)
 {
-	const uint64_t G = (uint64_t)ds->batch * ds->world_size,
-		       large = 4 * (uint64_t)(ds->seq_len + 1) * G > (1u << 20)
-				       ? 4 * (uint64_t)(ds->seq_len + 1) * G
-				       : (1u << 20);
+	const uint64_t batch_bytes = 4 * (uint64_t)(ds->seq_len + 1) * ds->batch * ds->world_size,
+		       large = batch_bytes > (1u << 20) ? batch_bytes : (1u << 20);
 	const struct sf_text_file *largest = NULL;
 	uint64_t total = 0, files = 0;
+	const char *what;
 
 	if (ds->mode != SF_SAMPLE_WINDOWS)
 		return 0;
@@ -409,16 +411,15 @@ int sf__dataset_large_docs(const struct sf_dataset *ds, char *buf, size_t len)
 	}
 	if (!largest || total < 2 * largest->max_doc)
 		return 0;
+	what = largest->format == SF_FMT_JSONL ? "record" : "document";
 	snprintf(buf, len,
 		 "%s: a %s of %.1f MB (the largest; %llu file(s) hold %ss of %.1f MB or more) "
 		 "fills a chunk of the text index, whose windows windows mode takes together: "
 		 "the batches drawn from it hold that %s alone. %s, or use sampling.mode: "
 		 "random, or read it tokenized (shmfeed tokenize: its windows are shuffled one by "
 		 "one)",
-		 largest->path, largest->format == SF_FMT_JSONL ? "record" : "document",
-		 (double)largest->max_doc / 1e6, (unsigned long long)files,
-		 largest->format == SF_FMT_JSONL ? "record" : "document", (double)large / 1e6,
-		 largest->format == SF_FMT_JSONL ? "record" : "document",
+		 largest->path, what, (double)largest->max_doc / 1e6, (unsigned long long)files,
+		 what, (double)large / 1e6, what,
 		 largest->format == SF_FMT_JSONL ? "Split such records"
 						 : "Split it with a separator");
 	return 1;
@@ -484,7 +485,7 @@ static bool not_text(const struct sf_text_file *f, const char *data, size_t len,
  * The encoding of the file's start (sf_text_file.scanned): the bytes in no valid UTF-8
  * sequence and the NUL bytes of its first SF_TEXT_SCAN_BYTES (a character that crosses
  * that end is read whole). A text file in another encoding, or not text, is read as raw
- * bytes, each invalid one a token of its own: said by sf__text_say_quality().
+ * bytes, each invalid one a token of its own: said by note_text_quality().
  */
 static void scan_encoding(struct sf_text_file *f, const char *data, size_t len)
 {
@@ -983,6 +984,7 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 	uint32_t n_groups = 0;
 	uint8_t *cut = NULL;
 	uint64_t pos = 0;
+	bool cache_said = false; /* the cache could not be written: said once */
 	int r = 0;
 
 	if (ds->eot == UINT32_MAX)
@@ -1077,11 +1079,12 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 						       &ds->index_paths[g], &bytes);
 			if (saved == 0)
 				ds->stats.index_bytes += bytes;
-			/* Failing costs speed only, but each start then builds it again: said,
-			 * after any note made before (an encoding note hid it; a review). */
-			else if (!strstr(ds->note, "the chunk index could not be written")) {
+			/* Failing costs speed only, but each start then builds it again: said
+			 * once, after any note made before (an encoding note hid it; a review). */
+			else if (!cache_said) {
 				const size_t at = strlen(ds->note);
 
+				cache_said = true;
 				snprintf(
 					ds->note + at, sizeof(ds->note) - at,
 					"%sthe chunk index could not be written to the cache (%s): "

@@ -190,8 +190,8 @@ def check_layout(L, mirrors=None):
                       f"read safely; {fix}")
     wrong = []
     for cname, mirror in mirrors.items():
-        if layout.get(cname) != (0, ctypes.sizeof(mirror)):
-            there = layout.get(cname)
+        there = layout.get(cname)
+        if there != (0, ctypes.sizeof(mirror)):
             wrong.append(f"struct {cname} is " + (f"{there[1]} bytes there" if there else
                                                   "unknown there") +
                          f", {ctypes.sizeof(mirror)} here")
