@@ -360,20 +360,29 @@ static int sp_part(struct sf_tok_encoder *enc, bool first, const uint8_t *s, siz
 	return sp_library(enc, !first, s, n, n_out, e);
 }
 
+/* Cuts found per pass of the split over a text. */
+#define SP_CUTS 256
+
 static int encode_sp(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, size_t *n_out,
 		     struct sf_err *e)
 {
 	const struct sf_tok *tok = enc->tok;
-	size_t p, end;
+	size_t p = 0, ends[SP_CUTS], k, i;
 	int rc;
 
 	if (!enc->sp_short)
 		return sp_library(enc, false, s, n, n_out, e);
-	for (p = 0; p < n; p = end) {
-		end = p + sf__sp_split_next(tok->sp_split, s + p, n - p);
-		rc = sp_part(enc, p == 0 && tok->sp_dummy_prefix, s + p, end - p, n_out, e);
-		if (rc < 0)
-			return rc;
+	while (p < n) {
+		k = sf__sp_split_cuts(tok->sp_split, s + p, n - p, ends, SP_CUTS);
+		for (i = 0; i < k; i++) {
+			const size_t start = i ? ends[i - 1] : 0;
+
+			rc = sp_part(enc, p == 0 && i == 0 && tok->sp_dummy_prefix, s + p + start,
+				     ends[i] - start, n_out, e);
+			if (rc < 0)
+				return rc;
+		}
+		p += ends[k - 1];
 	}
 	return 0;
 }

@@ -372,23 +372,35 @@ extern "C" bool sf__sp_control(const struct sf_sp *sp, uint32_t id)
 	return id < (uint32_t)sp->proc.GetPieceSize() && sp->proc.IsControl((int)id);
 }
 
+/* The most ids whose buffer sf__sp_encode() keeps for the next call. */
+#define SP_IDS_KEPT 4096
+
 extern "C" int sf__sp_encode(const struct sf_sp *sp, bool part, const void *text, size_t len,
 			     uint32_t *out, size_t cap, size_t *ret_n, char *msg, size_t msg_cap)
 {
 	try {
-		std::vector<int> ids;
+		/*
+		 * The library clears it. Kept per thread, its buffer is not allocated again
+		 * for each of the many short parts of a text; the buffer of a long text
+		 * (a model encoded whole) is not kept.
+		 */
+		static thread_local std::vector<int> ids;
 		const auto &proc = part ? *sp->parts : sp->proc;
 		const auto status = proc.Encode(
 			absl::string_view(static_cast<const char *>(text), len), &ids);
+		int rc = 0;
 
 		if (!status.ok())
 			return fail(msg, msg_cap, SF_E_TOKENIZER, status.ToString());
 		*ret_n = ids.size();
 		if (ids.size() > cap)
-			return -ENOBUFS;
-		for (size_t i = 0; i < ids.size(); i++)
-			out[i] = (uint32_t)ids[i];
-		return 0;
+			rc = -ENOBUFS;
+		else
+			for (size_t i = 0; i < ids.size(); i++)
+				out[i] = (uint32_t)ids[i];
+		if (ids.capacity() > SP_IDS_KEPT)
+			std::vector<int>().swap(ids);
+		return rc;
 	} catch (const std::bad_alloc &) {
 		return fail(msg, msg_cap, -ENOMEM, "out of memory");
 	} catch (const std::exception &ex) {

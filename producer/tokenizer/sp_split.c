@@ -1,8 +1,9 @@
 /*
- * The cut tables of a SentencePiece model (sp_split.h). Singles, pairs and held codes of
- * ASCII are bits; the others are keys of one open-addressed set: a single is SINGLE |
- * code, a code some piece holds HELD | code, a pair PAIR | a << 21 | b (code points fit
- * in 21 bits).
+ * The cut tables of a SentencePiece model (sp_split.h). Below SF_SP_KIND_CODES a code's
+ * two bits say whether some piece holds it (KIND_HELD) and whether it is a piece of its
+ * own (KIND_SINGLE); pairs of ASCII are bits. The others are keys of one open-addressed
+ * set: a single is SINGLE | code, a code some piece holds HELD | code, a pair PAIR | a <<
+ * 21 | b (code points fit in 21 bits).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -46,10 +47,28 @@ static void set_add(struct sf_sp_split *t, uint64_t key)
 	t->set[i] = key;
 }
 
+/*
+ * What a character is to the cut: a piece of its own, held by no piece, or neither (held
+ * by some piece but no single; or a byte that starts no UTF-8 sequence). As the table's
+ * two bits: a single is held too.
+ */
+enum cut_kind {
+	CUT_FREE = 0,
+	KIND_HELD = 1,
+	CUT_NEVER = KIND_HELD,
+	KIND_SINGLE = 2,
+	CUT_SINGLE = KIND_HELD | KIND_SINGLE
+};
+
+static void add_kind(struct sf_sp_split *t, uint32_t c, unsigned bits)
+{
+	t->kind[c >> 2] |= (uint8_t)(bits << 2 * (c & 3));
+}
+
 static void add_single(struct sf_sp_split *t, uint32_t c)
 {
-	if (c < 128)
-		t->ascii_single[c >> 6] |= UINT64_C(1) << (c & 63);
+	if (c < SF_SP_KIND_CODES)
+		add_kind(t, c, KIND_SINGLE);
 	else
 		set_add(t, SINGLE | c);
 }
@@ -64,8 +83,8 @@ static void add_pair(struct sf_sp_split *t, uint32_t a, uint32_t b)
 
 static void add_held(struct sf_sp_split *t, uint32_t c)
 {
-	if (c < 128)
-		t->ascii_held[c >> 6] |= UINT64_C(1) << (c & 63);
+	if (c < SF_SP_KIND_CODES)
+		add_kind(t, c, KIND_HELD);
 	else
 		set_add(t, HELD | c);
 }
@@ -76,22 +95,21 @@ static bool has_pair(const struct sf_sp_split *t, uint32_t a, uint32_t b)
 				  : set_has(t, PAIR | (uint64_t)a << 21 | b);
 }
 
-/* What a character is to the cut: a piece of its own, held by no piece, or neither (held
- * by some piece but no single; or a byte that starts no UTF-8 sequence). */
-enum cut_kind { CUT_NEVER, CUT_FREE, CUT_SINGLE };
-
-static enum cut_kind kind_of(const struct sf_sp_split *t, uint32_t c)
+/* kind_of() above the table: rare, kept out of the split's loop. */
+static __attribute__((noinline)) enum cut_kind kind_above(const struct sf_sp_split *t, uint32_t c)
 {
 	if (c == SF_UC_INVALID)
 		return CUT_NEVER;
-	if (c < 128) {
-		if (t->ascii_single[c >> 6] >> (c & 63) & 1)
-			return CUT_SINGLE;
-		return t->ascii_held[c >> 6] >> (c & 63) & 1 ? CUT_NEVER : CUT_FREE;
-	}
 	if (set_has(t, SINGLE | c))
 		return CUT_SINGLE;
 	return set_has(t, HELD | c) ? CUT_NEVER : CUT_FREE;
+}
+
+static inline enum cut_kind kind_of(const struct sf_sp_split *t, uint32_t c)
+{
+	if (c < SF_SP_KIND_CODES)
+		return (enum cut_kind)(t->kind[c >> 2] >> 2 * (c & 3) & 3);
+	return kind_above(t, c);
 }
 
 /* The code of the character at s[0] (SF_UC_INVALID for a byte that starts none), and its
@@ -128,7 +146,7 @@ static size_t piece_keys(struct sf_sp_split *t, const struct sf_sp *sp, uint32_t
 		 * parts: sf__sp_parts().) */
 		if (c != SF_UC_INVALID) {
 			if (count)
-				keys += c >= 128;
+				keys += c >= SF_SP_KIND_CODES;
 			else
 				add_held(t, c);
 		}
@@ -146,7 +164,7 @@ static size_t piece_keys(struct sf_sp_split *t, const struct sf_sp *sp, uint32_t
 	 */
 	if (chars == 1 && c != SF_UC_INVALID && piece[0] != ' ' && sf__sp_plain(sp, id)) {
 		if (count)
-			keys += c >= 128;
+			keys += c >= SF_SP_KIND_CODES;
 		else
 			add_single(t, c);
 	}
@@ -187,9 +205,10 @@ void sf__sp_split_free(struct sf_sp_split *t)
 	free(t);
 }
 
-size_t sf__sp_split_next(const struct sf_sp_split *t, const uint8_t *s, size_t n)
+size_t sf__sp_split_cuts(const struct sf_sp_split *t, const uint8_t *s, size_t n, size_t *ends,
+			 size_t max)
 {
-	size_t len, p;
+	size_t len, p, k = 0;
 	uint32_t prev = next_code(s, n, &len), c;
 	enum cut_kind kp = kind_of(t, prev), kc;
 
@@ -198,14 +217,16 @@ size_t sf__sp_split_next(const struct sf_sp_split *t, const uint8_t *s, size_t n
 		kc = kind_of(t, c);
 		if (kp == CUT_NEVER || kc == CUT_NEVER)
 			continue;
-		if (kp == CUT_SINGLE && kc == CUT_SINGLE) {
-			if (!has_pair(t, prev, c))
-				return p;
-		} else if (kp == CUT_SINGLE || kc == CUT_SINGLE || t->byte_fallback) {
-			/* No pair holds a free character. Two free ones: each is its bytes'
-			 * pieces, or together one <unk>. */
-			return p;
+		/* Two singles: cut where no piece holds the pair. No pair holds a free
+		 * character; two free ones are each its bytes' pieces, or together one <unk>. */
+		if (kp == CUT_SINGLE && kc == CUT_SINGLE
+			    ? !has_pair(t, prev, c)
+			    : kp == CUT_SINGLE || kc == CUT_SINGLE || t->byte_fallback) {
+			ends[k++] = p;
+			if (k == max)
+				return k;
 		}
 	}
-	return n;
+	ends[k++] = n;
+	return k;
 }

@@ -24,11 +24,13 @@
 
 struct sf_sp;
 
+/* Codes below this have their cut kind in a table of two bits each (16 KiB). */
+#define SF_SP_KIND_CODES 0x10000
+
 struct sf_sp_split {
-	uint64_t ascii_single[2];    /* bit c: code c (< 128) is a piece of its own */
+	uint8_t kind[SF_SP_KIND_CODES / 4]; /* code c's cut kind in bits 2 (c & 3) and up */
 	uint64_t ascii_pair[128][2]; /* row a, bit b: a piece holds a then b (both < 128) */
-	uint64_t ascii_held[2];	     /* bit c: some piece holds code c (< 128) */
-	uint64_t *set;		     /* the other singles, pairs and held codes; 0: empty */
+	uint64_t *set; /* the other pairs, and singles and held codes above the table; 0: empty */
 	size_t mask;
 	bool byte_fallback; /* sf__sp_byte_fallback() */
 };
@@ -40,9 +42,11 @@ int sf__sp_split_build(const struct sf_sp *sp, uint32_t n_vocab, struct sf_sp_sp
 void sf__sp_split_free(struct sf_sp_split *t);
 
 /*
- * sf__sp_split_next - where the part of s[0..n) that starts at 0 ends: the first cut
- * after 0, or n.
+ * sf__sp_split_cuts - the ends of the parts of s[0..n) (n >= 1), the first part starting
+ * at 0: the cuts after 0 in order, then n, in ends[0..k); stops after max (>= 1) ends,
+ * where ends[k - 1] may be a cut before n. Returns k.
  */
-size_t sf__sp_split_next(const struct sf_sp_split *t, const uint8_t *s, size_t n);
+size_t sf__sp_split_cuts(const struct sf_sp_split *t, const uint8_t *s, size_t n, size_t *ends,
+			 size_t max);
 
 #endif

@@ -496,8 +496,19 @@ static int check_crafted(const char *dir_path)
  */
 static int check_cuts(const char *dir_path)
 {
-	static const struct piece pieces[] = {P("a", -1, NORMAL), P("b", -1, NORMAL),
-					      P("ab", 0, NORMAL), P("\xe2\x96\x81", -1, NORMAL)};
+	/* Above U+FFFF (the split's table of kinds; sets beyond it): U+1F600 and U+1F601
+	 * are singles and a pair, U+1F603 and U+1F604 held by a piece but no single,
+	 * U+1F602 no piece's. */
+	static const struct piece pieces[] = {
+		P("a", -1, NORMAL),
+		P("b", -1, NORMAL),
+		P("ab", 0, NORMAL),
+		P("\xe2\x96\x81", -1, NORMAL),
+		P("\xf0\x9f\x98\x80", -1, NORMAL),
+		P("\xf0\x9f\x98\x81", -1, NORMAL),
+		P("\xf0\x9f\x98\x80\xf0\x9f\x98\x81", 0, NORMAL),
+		P("\xf0\x9f\x98\x83\xf0\x9f\x98\x84", 0, NORMAL),
+	};
 	static const struct {
 		bool byte_fallback;
 		const char *text, *parts;
@@ -513,6 +524,22 @@ static int check_cuts(const char *dir_path)
 		{false, "a\n\nb", "a|\n\n|b"},
 		{false, "ab\nab", "ab|\n|ab"},
 		{false, "\xc3\xa9\n", "\xc3\xa9\n"},
+		{true,
+		 "a\xf0\x9f\x98\x80\xf0\x9f\x98\x81"
+		 "b",
+		 "a|\xf0\x9f\x98\x80\xf0\x9f\x98\x81|b"},
+		{true, "\xf0\x9f\x98\x81\xf0\x9f\x98\x80", "\xf0\x9f\x98\x81|\xf0\x9f\x98\x80"},
+		{true,
+		 "a\xf0\x9f\x98\x82"
+		 "b",
+		 "a|\xf0\x9f\x98\x82|b"},
+		{true, "\xf0\x9f\x98\x82\xf0\x9f\x98\x82", "\xf0\x9f\x98\x82|\xf0\x9f\x98\x82"},
+		{false, "\xf0\x9f\x98\x82\xf0\x9f\x98\x82", "\xf0\x9f\x98\x82\xf0\x9f\x98\x82"},
+		{true,
+		 "a\xf0\x9f\x98\x83"
+		 "b",
+		 "a\xf0\x9f\x98\x83"
+		 "b"},
 	};
 	int bad = 0;
 
@@ -535,8 +562,9 @@ static int check_cuts(const char *dir_path)
 			return 1;
 		}
 		for (p = 0; tok->sp_split && p < n; p = end) {
-			end = p +
-			      sf__sp_split_next(tok->sp_split, (const uint8_t *)text + p, n - p);
+			/* One end a call: every cut is also where a call starts again. */
+			sf__sp_split_cuts(tok->sp_split, (const uint8_t *)text + p, n - p, &end, 1);
+			end += p;
 			g += (size_t)snprintf(got + g, sizeof(got) - g, "%s%.*s", p ? "|" : "",
 					      (int)(end - p), text + p);
 		}
