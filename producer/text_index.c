@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -682,7 +683,24 @@ int sf__text_index_lied(const struct sf_dataset *ds, uint64_t chunk, struct sf_e
 	const struct sf_text_file *f = &ds->text_files[ds->chunks[chunk].file];
 	const char *path = f->index < ds->n_index_paths ? ds->index_paths[f->index] : NULL;
 	size_t n = strlen(e->msg);
+	struct sf_file_id now;
+	struct stat st;
 
+	/* An edit in place that put the size and modification time back passes the checks
+	 * of a running job, not the status change time: then the file changed, not the
+	 * index (which the next run rebuilds, its ctime being part of its key). */
+	if (stat(f->path, &st) == 0) {
+		sf__file_id_of(&st, &now);
+		if (now.ctime_ns != f->id.ctime_ns) {
+			if (path)
+				unlink(path);
+			snprintf(e->msg + n, sizeof(e->msg) - n,
+				 ": the file changed under the running job (its status change "
+				 "time moved since it was opened: an edit in place that put its "
+				 "size and modification time back?)");
+			return e->code;
+		}
+	}
 	if (!path)
 		return e->code;
 	unlink(path);
