@@ -718,9 +718,31 @@ int sf__dataset_open_part(const struct sf_config *cfg, const struct sf_part_plan
 	return open_dataset(cfg, plan, 0, ret_ds, e);
 }
 
+/*
+ * The config digest of the files opened. It is computed from the config, which lists and
+ * stats the files again: a file added, removed or rewritten while the job listed, opened
+ * and indexed them (minutes for a large corpus) gave a digest of other files than those
+ * read, and a resume state of that run was taken by a run of the files digested, onto
+ * another stream (a review). So the digest taken `before` the sources were listed must
+ * be the one taken after.
+ */
+static int settle_digest(struct sf_dataset *ds, const struct sf_config *cfg, uint64_t before,
+			 struct sf_err *e)
+{
+	ds->config_digest = sf__config_digest(cfg);
+	if (ds->config_digest != before)
+		return sf__err(e, SF_E_SOURCE,
+			       "the sources changed while the job opened them (a file added, "
+			       "removed, renamed or rewritten): the files read and the config "
+			       "digest, which a resume state is checked against, would not agree; "
+			       "start it again once they stay as they are");
+	return 0;
+}
+
 static int open_dataset(const struct sf_config *cfg, const struct sf_part_plan *plan, int sample,
 			struct sf_dataset **ret_ds, struct sf_err *e)
 {
+	const uint64_t digest = sf__config_digest(cfg);
 	struct sf_dataset *ds;
 	int r;
 
@@ -746,7 +768,9 @@ static int open_dataset(const struct sf_config *cfg, const struct sf_part_plan *
 	sf__dataset_mix_layout(ds);
 	/* What is only tokenized, never sampled, may hold less than a sequence. */
 	if (!sample) {
-		ds->config_digest = sf__config_digest(cfg);
+		r = settle_digest(ds, cfg, digest, e);
+		if (r < 0)
+			goto fail;
 		ds->stats.n_tokens = ds->n_tokens;
 		ds->stats.token_bytes = ds->token_bytes;
 		*ret_ds = ds;
@@ -763,7 +787,9 @@ static int open_dataset(const struct sf_config *cfg, const struct sf_part_plan *
 		if (r < 0)
 			goto fail;
 	}
-	ds->config_digest = sf__config_digest(cfg);
+	r = settle_digest(ds, cfg, digest, e);
+	if (r < 0)
+		goto fail;
 	ds->stats.n_tokens = ds->n_tokens;
 	ds->stats.n_windows = ds->n_windows;
 	ds->stats.n_steps = ds->n_steps;

@@ -1384,6 +1384,48 @@ Test(hardening, a_file_truncated_before_its_skips_are_named_is_an_error_naming_i
 		  e.msg);
 }
 
+static void add_first_file_when_counted(int point)
+{
+	char added[4200];
+	FILE *f;
+
+	if (point != SF_TP_INDEX_COUNTED)
+		return;
+	snprintf(added, sizeof(added), "%s/0.txt", dir);
+	f = fopen(added, "wx");
+	if (f) /* once */
+		cr_assert(fputs("a document that sorts first\n\n", f) >= 0 && fclose(f) == 0);
+}
+
+/*
+ * A file that joins a source's glob while the job opens its files: the config digest,
+ * taken after the index was built, listed it, while the job read the files without it;
+ * a resume state of that run was then taken by a run of all three files, onto another
+ * stream (a review).
+ */
+Test(hardening, sources_that_change_while_the_job_opens_them_are_refused)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	int r;
+
+	put_text("a.txt", 2000);
+	put_text("b.txt", 2000);
+	snprintf(path, sizeof(path), "%s/*.txt", dir);
+	sf__test_hook = add_first_file_when_counted;
+	r = sf__dataset_open(&cfg, &ds, &e);
+	sf__test_hook = NULL;
+	if (r == 0)
+		sf__dataset_close(ds);
+	cr_assert_eq(r, SF_E_SOURCE, "%d: %s", r, e.msg);
+	cr_expect(strstr(e.msg, "the sources changed while the job opened them"), "%s", e.msg);
+	/* Once they stay as they are, the job opens, with the digest of what it reads. */
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	cr_expect_eq(ds->n_text_files, 3);
+	cr_expect_eq(ds->config_digest, sf__config_digest(&cfg));
+	sf__dataset_close(ds);
+}
+
 static const unsigned char *lost; /* two pages of a file truncated to none */
 
 static int read_lost(void *arg, void *state, uint64_t i, struct sf_err *e)
