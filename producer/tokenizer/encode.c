@@ -301,11 +301,22 @@ static int sp_library(struct sf_tok_encoder *enc, bool part, const uint8_t *s, s
 	return 0;
 }
 
-/* Copy n cached ids to the encoder's output. */
+/*
+ * Copy n cached ids to the encoder's output, from an entry of at least SF_TOK_CACHE_IDS
+ * ids. The common case, a short entry with room to spare, copies all of them at a
+ * constant size (a call to memcpy per part cost more than the copy).
+ */
 static int sp_hit(struct sf_tok_encoder *enc, const uint32_t *ids, uint32_t n, size_t *n_out,
 		  struct sf_err *e)
 {
-	int rc = reserve_ids(enc, *n_out + n + 1, e);
+	int rc;
+
+	if (n <= SF_TOK_CACHE_IDS && *n_out + SF_TOK_CACHE_IDS < enc->ids_cap) {
+		memcpy(enc->ids + *n_out, ids, SF_TOK_CACHE_IDS * sizeof(*ids));
+		*n_out += n;
+		return 0;
+	}
+	rc = reserve_ids(enc, *n_out + n + 1, e);
 
 	if (rc < 0)
 		return rc;
