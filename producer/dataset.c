@@ -733,9 +733,10 @@ static int settle_digest(struct sf_dataset *ds, const struct sf_config *cfg, uin
 	if (ds->config_digest != before)
 		return sf__err(e, SF_E_SOURCE,
 			       "the sources changed while the job opened them (a file added, "
-			       "removed, renamed or rewritten): the files read and the config "
-			       "digest, which a resume state is checked against, would not agree; "
-			       "start it again once they stay as they are");
+			       "removed, renamed or rewritten, or one the job wrote itself: its "
+			       "index cache in a directory the sources name?): the files read and "
+			       "the config digest, which a resume state is checked against, would "
+			       "not agree; start it again once they stay as they are");
 	return 0;
 }
 
