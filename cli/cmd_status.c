@@ -5,7 +5,8 @@
  * interval and redraws in place like top(1), costing the job one message per interval
  * and nothing on its data path. JOB may be left out when only one job runs. A job served
  * with CURVE takes clients whose key pair (--key FILE, else $SHMFEED_CURVE_KEY) it allows.
- * `shmfeed stop|pause|resume [JOB]` send the job one control request each.
+ * `shmfeed stop|pause|resume [JOB]` send the job one control request each, `shmfeed
+ * seek` one with a rank and a step.
  */
 #include <errno.h>
 #include <signal.h>
@@ -337,6 +338,82 @@ int sf__cmd_control(int argc, char **argv)
 	str_of(&d, 0, "job", name, sizeof(name));
 	str_of(&d, 0, "state", state, sizeof(state));
 	printf("job %s: %s\n", name, state);
+	return 0;
+}
+
+/* The longest a seek's reply may take: it waits for a slot a producer is filling, which
+ * the stall watchdog ends after producers.stall_timeout (5 s by default). */
+#define SEEK_TIMEOUT_MS 60000
+
+/* A decimal number of digits only, at most `max`. Returns 0, or 1 when it is not. */
+static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!s || *s < '0' || *s > '9')
+		return 1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v > max)
+		return 1;
+	*ret = v;
+	return 0;
+}
+
+/*
+ * `shmfeed seek [JOB] --rank R --step S [--key FILE]`: the control request seek, which
+ * positions a rank that has no consumer attached; then the job's state.
+ */
+int sf__cmd_seek(int argc, char **argv)
+{
+	static char reply_buf[SF_CTL_MAX_REPLY];
+	static struct doc d;
+	const char *job = NULL, *key;
+	const char *rank_arg = NULL, *step_arg = NULL;
+	struct sf_job_info info;
+	struct sf_err e = {0};
+	char name[80], state[16], req[160];
+	uint64_t rank, step;
+
+	argc = take_key_arg(argc, argv, &key);
+	for (int i = 1; argc > 0 && i < argc; i++) {
+		if (!strcmp(argv[i], "--rank") && i + 1 < argc && !rank_arg) {
+			rank_arg = argv[++i];
+		} else if (!strcmp(argv[i], "--step") && i + 1 < argc && !step_arg) {
+			step_arg = argv[++i];
+		} else if (argv[i][0] != '-' && !job) {
+			job = argv[i];
+		} else {
+			argc = -1;
+		}
+	}
+	if (argc < 0 || !rank_arg || !step_arg) {
+		fprintf(stderr, "usage: shmfeed seek [JOB] --rank R --step S [--key FILE]\n");
+		return 2;
+	}
+	if (parse_u64(rank_arg, UINT32_MAX, &rank)) {
+		fprintf(stderr, "shmfeed: seek: --rank takes a local rank in digits, not '%s'\n",
+			rank_arg);
+		return 2;
+	}
+	if (parse_u64(step_arg, UINT64_MAX, &step)) {
+		fprintf(stderr, "shmfeed: seek: --step takes 0..%llu in digits, not '%s'\n",
+			(unsigned long long)UINT64_MAX, step_arg);
+		return 2;
+	}
+	snprintf(req, sizeof(req), "{\"v\":%u,\"op\":\"seek\",\"rank\":%llu,\"step\":%llu}",
+		 SF_CTL_VERSION, (unsigned long long)rank, (unsigned long long)step);
+	if (job_info(job, key, &info, &e) < 0 ||
+	    sf__ctl_call(&info, req, SEEK_TIMEOUT_MS, reply_buf, sizeof(reply_buf), &e) < 0 ||
+	    parse_reply(&d, reply_buf, &e) < 0) {
+		sf__log_error("%s", e.msg);
+		return 1;
+	}
+	str_of(&d, 0, "job", name, sizeof(name));
+	str_of(&d, 0, "state", state, sizeof(state));
+	printf("job %s: rank %llu reads step %llu next; %s\n", name, (unsigned long long)rank,
+	       (unsigned long long)step, state);
 	return 0;
 }
 

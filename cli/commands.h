@@ -12,6 +12,7 @@ int sf__cmd_status(int argc, char **argv);
 int sf__cmd_top(int argc, char **argv);
 /* stop, pause and resume: argv[0] names the control request. */
 int sf__cmd_control(int argc, char **argv);
+int sf__cmd_seek(int argc, char **argv);
 int sf__cmd_encode(int argc, char **argv);
 int sf__cmd_decode(int argc, char **argv);
 int sf__cmd_tokenize(int argc, char **argv);

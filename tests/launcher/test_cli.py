@@ -65,7 +65,7 @@ def serve(job, *sets):
 
 
 SUBCOMMANDS = ["inspect", "run", "check", "encode", "decode", "status", "top", "stop",
-               "pause", "resume", "keygen", "tokenize"]
+               "pause", "resume", "seek", "keygen", "tokenize"]
 
 
 @pytest.mark.parametrize("name", SUBCOMMANDS)
@@ -168,6 +168,51 @@ def test_stop_pause_resume_subcommands(rt):
     out = sf("stop", job, "--bogus")
     assert out.returncode == 2
     assert out.stderr.startswith("usage: shmfeed stop")
+
+
+def test_seek_subcommand(rt, tmp_path):
+    """The control plane's seek had no command: an operator positioning a rank before its
+    consumer attaches wrote the JSON request by hand (a review)."""
+    job = job_name("seek")
+    p = serve(job, "consumers.world_size=2")
+    env = dict(os.environ, SHMFEED_JOB=job)
+    reader = None
+    try:
+        out = sf("seek", job, "--rank", "1", "--step", "100")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == f"job {job}: rank 1 reads step 100 next; running\n"
+        ranks = json.loads(sf("status", job, "--json").stdout)["stats"]["ranks"]
+        assert ranks[1]["next_step"] == 100 and ranks[0]["next_step"] == 0, ranks
+        # The consumer that attaches next starts there.
+        rank = subprocess.run([CONSUME, "--steps", "1", "--out", str(tmp_path / "r1.txt")],
+                              env=dict(env, LOCAL_RANK="1"), capture_output=True, text=True,
+                              timeout=60)
+        assert rank.returncode == 0, rank.stderr
+        assert (tmp_path / "r1.txt").read_text().split()[1] == "100"
+        # A rank with its consumer attached keeps its own position.
+        reader = subprocess.Popen([CONSUME, "--steps", "100000", "--sleep-us", "10000",
+                                   "--out", str(tmp_path / "r0.txt")],
+                                  env=dict(env, LOCAL_RANK="0"), stderr=subprocess.PIPE)
+        assert wait_for(lambda: (tmp_path / "r0.txt").exists() and
+                        (tmp_path / "r0.txt").read_text())
+        out = sf("seek", job, "--rank", "0", "--step", "5")
+        assert out.returncode == 1 and "a consumer is attached to rank 0" in out.stderr, out
+        reader.kill()
+        reader.wait()
+        out = sf("seek", job, "--rank", "9", "--step", "1")
+        assert out.returncode == 1 and "rank 9 is not a local rank" in out.stderr, out
+        out = sf("seek", job, "--rank", "0", "--step", "-1")
+        assert out.returncode == 2 and "--step takes 0.." in out.stderr, out
+        out = sf("seek", job, "--rank", "0")
+        assert out.returncode == 2 and out.stderr.startswith("usage: shmfeed seek"), out
+        assert sf("stop", job).returncode == 0
+        p.communicate(timeout=30)
+    finally:
+        if reader and reader.poll() is None:
+            reader.kill()
+            reader.wait()
+        finish(p)
+    assert p.returncode == 0
 
 
 def test_ctrl_c_reaches_only_the_launcher(rt):
