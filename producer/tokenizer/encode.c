@@ -83,6 +83,26 @@ void sf__tok_encoder_free(struct sf_tok_encoder *enc)
 	free(enc);
 }
 
+/*
+ * The ids of a cache entry to `out`: n of them, the entry holding `held` (at least n).
+ * Below a piece of len bytes there is room for len + 1 ids (the encoder holds room for
+ * one id a byte of the text, and one more, and each id before covers a byte at least), so
+ * up to len + 1 ids may be written: at most `held` at a constant size, which a compiler
+ * does without a call to memcpy, where that room allows (a call per piece cost more than
+ * the copy).
+ */
+static inline void copy_ids(uint32_t *out, const uint32_t *ids, uint32_t n, size_t len,
+			    uint32_t held)
+{
+	if (held == SF_TOK_CACHE_IDS && len + 1 >= SF_TOK_CACHE_IDS)
+		memcpy(out, ids, SF_TOK_CACHE_IDS * sizeof(*out));
+	else if (held == SF_TOK_LONG_IDS && n <= SF_TOK_LONG_IDS / 2 &&
+		 len + 1 >= SF_TOK_LONG_IDS / 2)
+		memcpy(out, ids, SF_TOK_LONG_IDS / 2 * sizeof(*out));
+	else
+		memcpy(out, ids, n * sizeof(*out));
+}
+
 /* A piece of SF_TOK_CACHE_MAX_LEN + 1 to SF_TOK_LONG_MAX bytes, through the long cache. */
 static int merge_long(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, uint32_t *out,
 		      size_t *ret_n)
@@ -94,7 +114,7 @@ static int merge_long(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, 
 	int rc;
 
 	if (c->len == len && !memcmp(c->bytes, s, len)) {
-		memcpy(out, c->ids, c->n * sizeof(*out));
+		copy_ids(out, c->ids, c->n, len, SF_TOK_LONG_IDS);
 		*ret_n = c->n;
 		return 0;
 	}
@@ -127,7 +147,7 @@ static int merge_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len,
 	h = (head ^ tail * 0xc2b2ae3d27d4eb4full ^ len) * 0x9e3779b97f4a7c15ull;
 	c = &enc->cache[h >> (64 - SF_TOK_CACHE_BITS)];
 	if (c->len == len && c->head == head && c->tail == tail) {
-		memcpy(out, c->ids, c->n * sizeof(*out));
+		copy_ids(out, c->ids, c->n, len, SF_TOK_CACHE_IDS);
 		*ret_n = c->n;
 		return 0;
 	}
