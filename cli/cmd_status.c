@@ -18,6 +18,7 @@
 
 #include "shmfeed/shmfeed.h"
 #include "cli/commands.h"
+#include "common/arena.h"
 #include "common/control.h"
 #include "common/log.h"
 #include "launcher/launcher.h"
@@ -341,9 +342,11 @@ int sf__cmd_control(int argc, char **argv)
 	return 0;
 }
 
-/* The longest a seek's reply may take: it waits for a slot a producer is filling, which
- * the stall watchdog ends after producers.stall_timeout (5 s by default). */
-#define SEEK_TIMEOUT_MS 60000
+/* How long seek waits for its reply by default (--timeout): the reply waits for a slot a
+ * producer is filling, which the stall watchdog ends after producers.stall_timeout (5 s
+ * by default). */
+#define SEEK_TIMEOUT_S	   60
+#define SEEK_TIMEOUT_S_MAX 86400
 
 /* A decimal number of digits only, at most `max`. Returns 0, or 1 when it is not. */
 static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
@@ -362,19 +365,20 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
 }
 
 /*
- * `shmfeed seek [JOB] --rank R --step S [--key FILE]`: the control request seek, which
- * positions a rank that has no consumer attached; then the job's state.
+ * `shmfeed seek [JOB] --rank R --step S [--timeout SEC] [--key FILE]`: the control
+ * request seek, which positions a rank that has no consumer attached; then the job's
+ * state.
  */
 int sf__cmd_seek(int argc, char **argv)
 {
 	static char reply_buf[SF_CTL_MAX_REPLY];
 	static struct doc d;
 	const char *job = NULL, *key;
-	const char *rank_arg = NULL, *step_arg = NULL;
+	const char *rank_arg = NULL, *step_arg = NULL, *timeout_arg = NULL;
 	struct sf_job_info info;
 	struct sf_err e = {0};
 	char name[80], state[16], req[160];
-	uint64_t rank, step;
+	uint64_t rank, step, timeout_s = SEEK_TIMEOUT_S;
 
 	argc = take_key_arg(argc, argv, &key);
 	for (int i = 1; argc > 0 && i < argc; i++) {
@@ -382,6 +386,8 @@ int sf__cmd_seek(int argc, char **argv)
 			rank_arg = argv[++i];
 		} else if (!strcmp(argv[i], "--step") && i + 1 < argc && !step_arg) {
 			step_arg = argv[++i];
+		} else if (!strcmp(argv[i], "--timeout") && i + 1 < argc && !timeout_arg) {
+			timeout_arg = argv[++i];
 		} else if (argv[i][0] != '-' && !job) {
 			job = argv[i];
 		} else {
@@ -389,24 +395,53 @@ int sf__cmd_seek(int argc, char **argv)
 		}
 	}
 	if (argc < 0 || !rank_arg || !step_arg) {
-		fprintf(stderr, "usage: shmfeed seek [JOB] --rank R --step S [--key FILE]\n");
+		fprintf(stderr, "usage: shmfeed seek [JOB] --rank R --step S [--timeout SEC] "
+				"[--key FILE]\n");
 		return 2;
 	}
-	if (parse_u64(rank_arg, UINT32_MAX, &rank)) {
-		fprintf(stderr, "shmfeed: seek: --rank takes a local rank in digits, not '%s'\n",
-			rank_arg);
+	/* The protocol's bounds; the job then checks its own ranks and step limit. */
+	if (parse_u64(rank_arg, SF_MAX_RANKS - 1, &rank)) {
+		fprintf(stderr,
+			"shmfeed: seek: --rank takes a local rank, 0..%u in digits, not '%s'\n",
+			SF_MAX_RANKS - 1, rank_arg);
 		return 2;
 	}
-	if (parse_u64(step_arg, UINT64_MAX, &step)) {
+	if (parse_u64(step_arg, SF_STEP_MAX - 1, &step)) {
 		fprintf(stderr, "shmfeed: seek: --step takes 0..%llu in digits, not '%s'\n",
-			(unsigned long long)UINT64_MAX, step_arg);
+			(unsigned long long)(SF_STEP_MAX - 1), step_arg);
+		return 2;
+	}
+	if (timeout_arg &&
+	    (parse_u64(timeout_arg, SEEK_TIMEOUT_S_MAX, &timeout_s) || timeout_s == 0)) {
+		fprintf(stderr,
+			"shmfeed: seek: --timeout takes 1..%u seconds in digits, not '%s'\n",
+			SEEK_TIMEOUT_S_MAX, timeout_arg);
 		return 2;
 	}
 	snprintf(req, sizeof(req), "{\"v\":%u,\"op\":\"seek\",\"rank\":%llu,\"step\":%llu}",
 		 SF_CTL_VERSION, (unsigned long long)rank, (unsigned long long)step);
+	/* hello first, at the usual timeout: a job that is gone, or refuses this client's
+	 * CURVE key, says so at once; the long wait is for the seek alone. */
 	if (job_info(job, key, &info, &e) < 0 ||
-	    sf__ctl_call(&info, req, SEEK_TIMEOUT_MS, reply_buf, sizeof(reply_buf), &e) < 0 ||
+	    call(&info, "hello", reply_buf, sizeof(reply_buf), &e) < 0 ||
 	    parse_reply(&d, reply_buf, &e) < 0) {
+		sf__log_error("%s", e.msg);
+		return 1;
+	}
+	if (sf__ctl_call(&info, req, (int)timeout_s * 1000, reply_buf, sizeof(reply_buf), &e) < 0) {
+		if (e.code == SF_E_TIMEOUT)
+			sf__log_error(
+				"job '%s' has not repositioned rank %llu within %llu s: a "
+				"producer still fills a slot of it (a stalled one is ended "
+				"after producers.stall_timeout). The seek stays pending in the "
+				"job and takes effect once the slot is done; `shmfeed status` "
+				"shows the rank's next step",
+				info.job, (unsigned long long)rank, (unsigned long long)timeout_s);
+		else
+			sf__log_error("%s", e.msg);
+		return 1;
+	}
+	if (parse_reply(&d, reply_buf, &e) < 0) {
 		sf__log_error("%s", e.msg);
 		return 1;
 	}

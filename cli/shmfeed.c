@@ -125,14 +125,17 @@ static const struct command commands[] = {
 	 CONTROL_HELP("resume")},
 	{"seek", sf__cmd_seek,
 	 "seek [JOB] --rank R --step S [--key FILE]  position a rank not yet attached",
-	 "usage: shmfeed seek [JOB] --rank R --step S [--key FILE]\n\n"
+	 "usage: shmfeed seek [JOB] --rank R --step S [--timeout SEC] [--key FILE]\n\n"
 	 "Repositions local rank R's ring so that the consumer that attaches next reads step S\n"
 	 "first (a rank with a consumer attached is refused: a consumer keeps its own\n"
 	 "position, see Loader.load_state_dict). Waits for the reply, which comes once the\n"
-	 "ring is repositioned (a slot a producer is filling is waited for, up to 60 s),\n"
-	 "then prints the job's state.\n\n"
+	 "ring is repositioned (a slot a producer is filling is waited for), then prints the\n"
+	 "job's state; after --timeout it says the seek is still pending in the job, which\n"
+	 "goes on with it.\n\n"
 	 "options:\n" JOB_HELP "  --rank R          the local rank, 0..ranks-1\n"
-	 "  --step S          the step it reads next\n" KEY_HELP "  -h, --help        this help\n"},
+	 "  --step S          the step it reads next\n"
+	 "  --timeout SEC     how long to wait for the reply, in seconds (default 60)\n" KEY_HELP
+	 "  -h, --help        this help\n"},
 	{"keygen", sf__cmd_keygen,
 	 "keygen FILE               a CURVE key pair for tcp control: FILE, FILE.pub",
 	 "usage: shmfeed keygen FILE\n\n"

@@ -203,6 +203,14 @@ def test_seek_subcommand(rt, tmp_path):
         assert out.returncode == 1 and "rank 9 is not a local rank" in out.stderr, out
         out = sf("seek", job, "--rank", "0", "--step", "-1")
         assert out.returncode == 2 and "--step takes 0.." in out.stderr, out
+        # The protocol's bounds are the command's: usage errors, not the job's refusals.
+        out = sf("seek", job, "--rank", "1024", "--step", "1")
+        assert out.returncode == 2 and "--rank takes a local rank, 0..1023" in out.stderr, out
+        out = sf("seek", job, "--rank", "0", "--step", str(4096 * (2**48 - 1)))
+        assert out.returncode == 2 and f"--step takes 0..{4096 * (2**48 - 1) - 1}" \
+            in out.stderr, out
+        out = sf("seek", job, "--rank", "0", "--step", "1", "--timeout", "0")
+        assert out.returncode == 2 and "--timeout takes 1..86400 seconds" in out.stderr, out
         out = sf("seek", job, "--rank", "0")
         assert out.returncode == 2 and out.stderr.startswith("usage: shmfeed seek"), out
         assert sf("stop", job).returncode == 0

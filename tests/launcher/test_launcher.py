@@ -572,6 +572,41 @@ def test_a_seek_held_up_by_a_stalled_producer_blocks_nothing(rt, tmp_path):
             os.system(f"rm -f /dev/shm/shmfeed.{job}")
 
 
+def test_the_seek_command_says_a_seek_it_stopped_waiting_for_is_still_pending(rt, tmp_path):
+    """`shmfeed seek` gave up after its timeout saying the job "did not answer", exit 1,
+    while the seek stayed pending in the job and took effect once the producer went on
+    (a review)."""
+    cfg = write_config(tmp_path, "producers: {count: 1, stall_timeout: 0}\n", world=1)
+    job = job_name("seekpend")
+    p = start_serving(cfg, job, env=dict(os.environ, SHMFEED_TEST_SLOW_US="300000"))
+    victim = None
+    try:
+        assert wait_for(lambda: ctl(job, '{"v":1,"op":"stats"}')["ranks"][0]["filling"] == 1)
+        victim = ctl(job, '{"v":1,"op":"stats"}')["producers"][0]["pid"]
+        os.kill(victim, signal.SIGSTOP)
+        out = subprocess.run([SHMFEED, "seek", job, "--rank", "0", "--step", "100", "--timeout",
+                              "1"], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 1 and out.stdout == "", out
+        assert f"job '{job}' has not repositioned rank 0 within 1 s" in out.stderr, out.stderr
+        assert "The seek stays pending in the job and takes effect once the slot is done" \
+            in out.stderr, out.stderr
+        os.kill(victim, signal.SIGCONT)
+        assert wait_for(lambda: ctl(job, '{"v":1,"op":"stats"}')["ranks"][0]["next_step"]
+                        == 100)
+        assert ctl(job, '{"v":1,"op":"stop"}')["ok"]
+        err = p.communicate(timeout=30)[1]
+        assert "rank 0 repositioned to step 100" in err, err
+        assert p.returncode == 0, err
+        assert not shm_of(job)
+    finally:
+        if victim:
+            os.kill(victim, signal.SIGCONT) if p.poll() is None else None
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+            os.system(f"rm -f /dev/shm/shmfeed.{job}")
+
+
 def test_top_shows_a_producer_that_stalls_while_it_runs(rt, tmp_path):
     """top read the job's status once: every frame's header kept "2/2 producers alive"
     with no "(1 stalled)" while its own producer rows said stalled."""
