@@ -1278,6 +1278,21 @@ static void truncate_path_to_zero(int point)
 		cr_assert_eq(truncate(path, 0), 0);
 }
 
+/* sf__dataset_open() of the fixture's config with `hook` at the test points; the
+ * dataset, when it opens, closed again. */
+static int open_with_hook(void (*hook)(int), struct sf_err *e)
+{
+	struct sf_dataset *ds = NULL;
+	int r;
+
+	sf__test_hook = hook;
+	r = sf__dataset_open(&cfg, &ds, e);
+	sf__test_hook = NULL;
+	if (r == 0)
+		sf__dataset_close(ds);
+	return r;
+}
+
 /*
  * A text file truncated while its index is built (the launcher's scan at `run`, `check
  * --tokens`, `tokenize`): the scan of the mapped file raised SIGBUS and the process died
@@ -1285,14 +1300,11 @@ static void truncate_path_to_zero(int point)
  */
 Test(hardening, a_text_file_truncated_while_its_index_is_built_is_an_error_naming_it)
 {
-	struct sf_dataset *ds = NULL;
 	struct sf_err e = {0};
 	int r;
 
 	put_text("a.txt", 3000);
-	sf__test_hook = truncate_path_to_zero;
-	r = sf__dataset_open(&cfg, &ds, &e);
-	sf__test_hook = NULL;
+	r = open_with_hook(truncate_path_to_zero, &e);
 	cr_assert_eq(r, SF_E_SOURCE, "%d: %s", r, e.msg);
 	cr_expect(strstr(e.msg, path) && strstr(e.msg, "byte 0: cannot read") &&
 			  strstr(e.msg, "shorter than when the job opened"),
@@ -1335,18 +1347,13 @@ static void truncate_path_to_5000(int point)
 Test(hardening, a_jsonl_record_cut_short_by_a_truncation_is_the_files_change)
 {
 	for (int skip = 0; skip < 2; skip++) {
-		struct sf_dataset *ds = NULL;
 		struct sf_err e = {0};
 		int r;
 
 		put_jsonl_with_long_last(6000, "{\"text\": \"a\"}");
 		src.on_error = skip ? SF_ON_ERROR_SKIP : SF_ON_ERROR_STOP;
 		walks = 0;
-		sf__test_hook = truncate_path_to_5000;
-		r = sf__dataset_open(&cfg, &ds, &e);
-		sf__test_hook = NULL;
-		if (r == 0)
-			sf__dataset_close(ds);
+		r = open_with_hook(truncate_path_to_5000, &e);
 		cr_expect_eq(r, SF_E_SOURCE, "on_error %s: %d: %s", skip ? "skip" : "stop", r,
 			     e.msg);
 		cr_expect(strstr(e.msg, path) &&
@@ -1368,17 +1375,12 @@ static void truncate_path_when_counted(int point)
  */
 Test(hardening, a_file_truncated_before_its_skips_are_named_is_an_error_naming_it)
 {
-	struct sf_dataset *ds = NULL;
 	struct sf_err e = {0};
 	int r;
 
 	put_jsonl_with_long_last(20000, "not json");
 	src.on_error = SF_ON_ERROR_SKIP;
-	sf__test_hook = truncate_path_when_counted;
-	r = sf__dataset_open(&cfg, &ds, &e);
-	sf__test_hook = NULL;
-	if (r == 0)
-		sf__dataset_close(ds);
+	r = open_with_hook(truncate_path_when_counted, &e);
 	cr_assert_eq(r, SF_E_SOURCE, "%d: %s", r, e.msg);
 	cr_expect(strstr(e.msg, path) && strstr(e.msg, "shorter than when the job opened"), "%s",
 		  e.msg);
@@ -1412,11 +1414,7 @@ Test(hardening, sources_that_change_while_the_job_opens_them_are_refused)
 	put_text("a.txt", 2000);
 	put_text("b.txt", 2000);
 	snprintf(path, sizeof(path), "%s/*.txt", dir);
-	sf__test_hook = add_first_file_when_counted;
-	r = sf__dataset_open(&cfg, &ds, &e);
-	sf__test_hook = NULL;
-	if (r == 0)
-		sf__dataset_close(ds);
+	r = open_with_hook(add_first_file_when_counted, &e);
 	cr_assert_eq(r, SF_E_SOURCE, "%d: %s", r, e.msg);
 	cr_expect(strstr(e.msg, "the sources changed while the job opened them"), "%s", e.msg);
 	/* Once they stay as they are, the job opens, with the digest of what it reads. */
