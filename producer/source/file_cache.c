@@ -1,9 +1,10 @@
 /*
  * A bounded cache of mapped source files (producer/source/file_cache.h). A table of
- * `capacity` entries, each a mapped file and the tick of its last use, and for every file
- * the entry that holds it. A miss takes a free entry, else the least recently used
- * one, found by a scan: a miss costs an open and a mapping anyway, and the capacity is
- * at most 4096.
+ * `capacity` entries, each a mapped file, in a list from the most to the least recently
+ * used, a stack of the free ones, and for every file the entry that holds it. A miss takes
+ * a free entry, else the least recently used one: O(1) either way. (A scan for them cost
+ * more than the open and the mapping of a miss: 28 % of the start of a job of 5,000 small
+ * files, scanning up to 4,096 entries a miss.)
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,9 +22,9 @@ struct cache_entry {
 	const char *data; /* NULL: free */
 	size_t len;
 	size_t cap; /* bytes to munmap */
-	uint64_t last_use;
 	uint32_t file;
-	uint32_t private; /* cap counts toward private_bytes */
+	uint32_t private;      /* cap counts toward private_bytes */
+	uint32_t newer, older; /* its neighbours in the list of used entries */
 };
 
 struct sf_file_cache {
@@ -32,8 +33,10 @@ struct sf_file_cache {
 	uint32_t n_files;
 	uint32_t capacity;
 	uint32_t n_open;
-	uint64_t tick;
-	uint32_t cursor;    /* sf__file_cache_rotate() */
+	uint32_t newest, oldest; /* the list of used entries, NO_ENTRY when empty */
+	uint32_t *free;		 /* the free entries, a stack of n_free */
+	uint32_t n_free;
+	uint32_t cursor; /* sf__file_cache_rotate() */
 	uint64_t private_bytes;
 	uint32_t *entry_of; /* per file: its entry, or NO_ENTRY */
 	struct cache_entry *entries;
@@ -77,14 +80,45 @@ int sf__file_cache_create(uint32_t n_files, uint32_t capacity, sf_file_map_fn ma
 		c->capacity = n_files > MIN_CAP ? n_files : MIN_CAP;
 	c->entry_of = malloc(((size_t)n_files + 1) * sizeof(*c->entry_of));
 	c->entries = calloc(c->capacity, sizeof(*c->entries));
-	if (!c->entry_of || !c->entries) {
+	c->free = malloc(c->capacity * sizeof(*c->free));
+	if (!c->entry_of || !c->entries || !c->free) {
 		sf__file_cache_free(c);
 		return sf__err(e, -ENOMEM, "out of memory");
 	}
 	for (uint32_t i = 0; i < n_files; i++)
 		c->entry_of[i] = NO_ENTRY;
+	for (uint32_t k = 0; k < c->capacity; k++)
+		c->free[c->n_free++] = c->capacity - 1 - k;
+	c->newest = c->oldest = NO_ENTRY;
 	*ret_c = c;
 	return 0;
+}
+
+static void unlink_entry(struct sf_file_cache *c, uint32_t k)
+{
+	const struct cache_entry *en = &c->entries[k];
+
+	if (en->newer != NO_ENTRY)
+		c->entries[en->newer].older = en->older;
+	else
+		c->newest = en->older;
+	if (en->older != NO_ENTRY)
+		c->entries[en->older].newer = en->newer;
+	else
+		c->oldest = en->newer;
+}
+
+static void link_newest(struct sf_file_cache *c, uint32_t k)
+{
+	struct cache_entry *en = &c->entries[k];
+
+	en->newer = NO_ENTRY;
+	en->older = c->newest;
+	if (c->newest != NO_ENTRY)
+		c->entries[c->newest].newer = k;
+	else
+		c->oldest = k;
+	c->newest = k;
 }
 
 static void release(struct sf_file_cache *c, uint32_t k)
@@ -93,6 +127,8 @@ static void release(struct sf_file_cache *c, uint32_t k)
 
 	if (!en->data)
 		return;
+	unlink_entry(c, k);
+	c->free[c->n_free++] = k;
 	c->entry_of[en->file] = NO_ENTRY;
 	if (en->private)
 		c->private_bytes -= en->cap;
@@ -122,6 +158,7 @@ void sf__file_cache_free(struct sf_file_cache *c)
 		sf__file_cache_drop(c);
 	free(c->entries);
 	free(c->entry_of);
+	free(c->free);
 	free(c);
 }
 
@@ -132,21 +169,15 @@ void sf__file_cache_free(struct sf_file_cache *c)
  */
 static void shed_private(struct sf_file_cache *c, uint32_t now)
 {
-	uint32_t before = NO_ENTRY;
+	/* `now` is the newest entry: the one before it in use is the next in the list. */
+	const uint32_t before = c->entries[now].older;
 
-	for (uint32_t k = 0; k < c->capacity; k++)
-		if (c->entries[k].data && k != now &&
-		    (before == NO_ENTRY || c->entries[k].last_use > c->entries[before].last_use))
-			before = k;
 	while (c->private_bytes > SF_FILE_CACHE_PRIVATE_BYTES) {
-		uint32_t victim = NO_ENTRY;
+		uint32_t victim = c->oldest;
 
-		for (uint32_t k = 0; k < c->capacity; k++)
-			if (c->entries[k].data && c->entries[k].private && k != now &&
-			    k != before &&
-			    (victim == NO_ENTRY ||
-			     c->entries[k].last_use < c->entries[victim].last_use))
-				victim = k;
+		while (victim != NO_ENTRY &&
+		       (!c->entries[victim].private || victim == now || victim == before))
+			victim = c->entries[victim].newer;
 		if (victim == NO_ENTRY)
 			return;
 		release(c, victim);
@@ -159,7 +190,7 @@ static const char empty_file[1];
 int sf__file_cache_get(struct sf_file_cache *c, uint32_t i, const char **ret_data, size_t *ret_len,
 		       struct sf_err *e)
 {
-	uint32_t k = c->entry_of[i], victim = 0;
+	uint32_t k = c->entry_of[i];
 	struct cache_entry *en;
 	const char *data;
 	size_t len, cap;
@@ -167,29 +198,25 @@ int sf__file_cache_get(struct sf_file_cache *c, uint32_t i, const char **ret_dat
 
 	if (k != NO_ENTRY) {
 		en = &c->entries[k];
-		en->last_use = ++c->tick;
+		if (k != c->newest) {
+			unlink_entry(c, k);
+			link_newest(c, k);
+		}
 		*ret_data = en->data;
 		*ret_len = en->len;
 		return 0;
 	}
-	for (k = 0; k < c->capacity; k++) {
-		if (!c->entries[k].data)
-			break;
-		if (c->entries[k].last_use < c->entries[victim].last_use)
-			victim = k;
-	}
-	if (k == c->capacity) {
-		release(c, victim);
-		k = victim;
-	}
+	if (!c->n_free)
+		release(c, c->oldest);
 	r = c->map(c->arg, i, &data, &len, &cap, &private, e);
 	if (r < 0)
 		return r;
+	k = c->free[--c->n_free];
 	en = &c->entries[k];
 	en->len = len;
 	en->cap = data ? cap : 0;
 	en->file = i;
-	en->last_use = ++c->tick;
+	link_newest(c, k);
 	en->data = data ? data : empty_file;
 	en->private = private && en->cap;
 	if (en->private)
