@@ -154,15 +154,28 @@ void sf__path_unlock(const char *path, int fd)
 }
 
 int sf__rename_pair(const char *data_tmp, const char *data, const char *index_tmp,
-		    const char *index)
+		    const char *index, const char **ret_failed)
 {
+	struct stat st;
 	char *copy;
 	int dir;
 
-	if (unlink(index) < 0 && errno != ENOENT)
+	/* Both written files still there, or the old pair stays as it is. */
+	*ret_failed = lstat(data_tmp, &st) < 0	  ? data_tmp
+		      : lstat(index_tmp, &st) < 0 ? index_tmp
+						  : NULL;
+	if (*ret_failed)
 		return -errno;
-	if (rename(data_tmp, data) < 0 || rename(index_tmp, index) < 0)
+	*ret_failed = data;
+	if (unlink(data) < 0 && errno != ENOENT)
 		return -errno;
+	*ret_failed = index;
+	if (rename(index_tmp, index) < 0)
+		return -errno;
+	*ret_failed = data;
+	if (rename(data_tmp, data) < 0)
+		return -errno;
+	*ret_failed = NULL;
 	copy = strdup(index);
 	if (!copy)
 		return -ENOMEM;

@@ -42,14 +42,16 @@ void sf__path_unlock(const char *path, int fd);
 
 /*
  * sf__rename_pair - move a written data file and its index (a Megatron .bin and .idx)
- * from their temporary names into place, replacing an older pair, so that no crash can
- * leave the new data beside the old index, which would read as a whole dataset: the old
- * index goes first, then the data, then the index; then the directory is synced. A
- * crash between leaves the data without an index, which a reader refuses. Returns 0 or
- * -errno.
+ * from their temporary names into place, replacing an older pair. Nothing is touched
+ * unless both temporaries are still there. Then the old data goes first, then the new
+ * index and the new data take their names, and the directory is synced: a crash or a
+ * failure between leaves an index without its data, which every reader refuses ("cannot
+ * open"), never data without its index (format auto reads a lone .bin of uint16 tokens as
+ * a nanoGPT file: a review lost a pair's index to a temporary that vanished) nor new data
+ * beside the old index. Returns 0, or -errno with the path that failed in *ret_failed.
  */
 int sf__rename_pair(const char *data_tmp, const char *data, const char *index_tmp,
-		    const char *index);
+		    const char *index, const char **ret_failed);
 
 /*
  * sf__megatron_file - the file `ext` (".bin" or ".idx") of the Megatron pair that `path`

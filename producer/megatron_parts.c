@@ -817,6 +817,7 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 	uint64_t total_docs = 0, total_tokens = 0, doc = 0, byte = 0;
 	size_t n = 0;
 	int bin_fd = -1, idx_fd = -1, r = 0;
+	const char *failed;
 
 	if (!ms || !bin || !idx || !bin_tmp || !idx_tmp) {
 		r = sf__err(e, -ENOMEM, "out of memory");
@@ -931,9 +932,10 @@ int sf__parts_merge(char *const *args, size_t n_args, const char *prefix, uint64
 			    sf__fsize_hint(errno));
 		goto out;
 	}
-	r = sf__rename_pair(bin_tmp, bin, idx_tmp, idx);
+	r = sf__rename_pair(bin_tmp, bin, idx_tmp, idx, &failed);
 	if (r < 0) {
-		r = sf__err(e, r, "%s: cannot rename into place: %s", prefix, strerror(-r));
+		r = sf__err(e, r, "%s: cannot move the merged pair into place: %s: %s", prefix,
+			    failed, strerror(-r));
 		goto out;
 	}
 	*ret_docs = total_docs;

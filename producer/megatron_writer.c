@@ -201,6 +201,7 @@ int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, 
 	struct write_counters *counters = sf__shared_alloc(sizeof(*counters));
 	uint32_t *doc_lens = NULL;
 	struct write_job job = {.ds = ds, .fd = -1, .progress = progress, .arg = arg};
+	const char *failed;
 	int r = 0;
 
 	if (!bin || !idx || !bin_tmp || !idx_tmp || !doc_first || !counters) {
@@ -258,9 +259,10 @@ int sf__dataset_write_megatron(const struct sf_dataset *ds, const char *prefix, 
 	r = write_index(ds, idx_tmp, doc_lens, n_docs, e);
 	if (r < 0)
 		goto out;
-	r = sf__rename_pair(bin_tmp, bin, idx_tmp, idx);
+	r = sf__rename_pair(bin_tmp, bin, idx_tmp, idx, &failed);
 	if (r < 0) {
-		r = sf__err(e, r, "%s: cannot rename into place: %s", prefix, strerror(-r));
+		r = sf__err(e, r, "%s: cannot move the written pair into place: %s: %s", prefix,
+			    failed, strerror(-r));
 		goto out;
 	}
 	report(&job, 1);

@@ -1,12 +1,13 @@
 /*
- * sf__rename_pair (common/io.h): a new data file and index replace an old pair, and when
- * the index cannot be moved into place the old index is gone rather than left beside the
- * new data, where it would read as a whole dataset.
+ * sf__rename_pair (common/io.h): a new data file and index replace an old pair; with a
+ * temporary gone, the old pair stays whole, and no step leaves data without its index
+ * (which format auto reads as nanoGPT tokens) or new data beside the old index.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/io.h"
@@ -59,22 +60,54 @@ TestSuite(rename_pair, .init = setup, .fini = teardown);
 
 Test(rename_pair, replaces_both)
 {
+	const char *failed = "?";
 	char buf[64];
 
 	put(path[3], "new index");
-	cr_assert_eq(sf__rename_pair(path[2], path[0], path[3], path[1]), 0);
+	cr_assert_eq(sf__rename_pair(path[2], path[0], path[3], path[1], &failed), 0);
+	cr_expect_null(failed);
 	cr_expect_str_eq(get(path[0], buf, sizeof(buf)), "new data");
 	cr_expect_str_eq(get(path[1], buf, sizeof(buf)), "new index");
 	cr_expect_eq(access(path[2], F_OK), -1);
 	cr_expect_eq(access(path[3], F_OK), -1);
 }
 
-/* The new index is missing (as if the writer died before it): no old index survives. */
-Test(rename_pair, never_leaves_the_old_index_beside_new_data)
+/*
+ * A temporary that is gone (removed under the writer; a writer that died before it):
+ * the old pair stays as it was. The old index was removed first, and the new data moved
+ * beside nothing, or the old data left alone: format auto read such a lone .bin as a
+ * nanoGPT file of other tokens (a review).
+ */
+Test(rename_pair, a_missing_temporary_leaves_the_old_pair_whole)
 {
-	char buf[64];
+	for (int gone = 2; gone <= 3; gone++) {
+		const char *failed = NULL;
+		char buf[64];
 
-	cr_assert_lt(sf__rename_pair(path[2], path[0], path[3], path[1]), 0);
-	cr_expect_str_eq(get(path[0], buf, sizeof(buf)), "new data");
-	cr_expect_null(get(path[1], buf, sizeof(buf)), "the old index is still there");
+		put(path[0], "old data");
+		put(path[1], "old index");
+		put(path[2], "new data");
+		put(path[3], "new index");
+		unlink(path[gone]);
+		cr_assert_lt(sf__rename_pair(path[2], path[0], path[3], path[1], &failed), 0);
+		cr_expect_str_eq(failed, path[gone]);
+		cr_expect_str_eq(get(path[0], buf, sizeof(buf)), "old data");
+		cr_expect_str_eq(get(path[1], buf, sizeof(buf)), "old index");
+	}
+}
+
+/* The index moves before the data, the old data having gone first: a failure there
+ * (the data's directory gone) leaves the index without data, which every reader
+ * refuses, never data without its index. */
+Test(rename_pair, a_failure_between_leaves_an_index_without_data)
+{
+	const char *failed = NULL;
+	char buf[64], data[4200];
+
+	put(path[3], "new index");
+	snprintf(data, sizeof(data), "%s/gone/d.bin", dir);
+	cr_assert_lt(sf__rename_pair(path[2], data, path[3], path[1], &failed), 0);
+	cr_expect_str_eq(failed, data);
+	cr_expect_str_eq(get(path[2], buf, sizeof(buf)), "new data");
+	cr_expect_str_eq(get(path[1], buf, sizeof(buf)), "new index");
 }
