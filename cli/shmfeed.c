@@ -189,6 +189,25 @@ static void usage(FILE *f)
 	fprintf(f, "\n`shmfeed COMMAND --help` describes a command's options.\n");
 }
 
+/*
+ * A command's exit status, once what it printed has reached standard output: one that
+ * succeeded but whose output could not be written (a full disk, /dev/full, a closed
+ * pipe's EPIPE) exits 1 saying so; `check > resolved.yaml` on a full disk exited 0 with
+ * an empty file (a review).
+ */
+static int stdout_written(int status)
+{
+	const int flushed = fflush(stdout) == 0;
+
+	if (status || (flushed && !ferror(stdout)))
+		return status;
+	if (!flushed)
+		fprintf(stderr, "shmfeed: cannot write standard output: %s\n", strerror(errno));
+	else
+		fprintf(stderr, "shmfeed: cannot write standard output\n");
+	return 1;
+}
+
 /* 1 when a subcommand's arguments ask for its help; those after "--" are the command's. */
 static int wants_help(int argc, char **argv)
 {
@@ -219,16 +238,17 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
 		usage(stdout);
-		return 0;
+		return stdout_written(0);
 	}
 	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
 		printf("shmfeed %s (stream version %d)\n", sf_version(), SF_STREAM_VERSION);
-		return 0;
+		return stdout_written(0);
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(argv[1], commands[i].name))
-			return wants_help(argc, argv) ? (fputs(commands[i].help, stdout), 0)
-						      : commands[i].run(argc - 1, argv + 1);
+			return stdout_written(wants_help(argc, argv)
+						      ? (fputs(commands[i].help, stdout), 0)
+						      : commands[i].run(argc - 1, argv + 1));
 	fprintf(stderr, "shmfeed: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

@@ -86,6 +86,22 @@ def test_subcommand_help(name):
     assert out.stderr.count("usage: ") == 1 and f"shmfeed {name} " in out.stderr
 
 
+def test_output_that_cannot_be_written_is_a_failure():
+    """`check > resolved.yaml` on a full disk exited 0 with an empty file, as did every
+    command but encode and decode whose standard output failed (a review)."""
+    for args in (["version"], ["--help"], ["check", DEMO], ["check", "--help"]):
+        with open("/dev/full", "w") as full:
+            out = subprocess.run([SHMFEED, *args], stdout=full, stderr=subprocess.PIPE,
+                                 text=True, timeout=30)
+        assert out.returncode == 1, (args, out.stderr)
+        assert "shmfeed: cannot write standard output: No space left on device" in out.stderr
+    # A command that failed already keeps its own status and message.
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([SHMFEED, "check", "/nonexistent.yaml"], stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=30)
+    assert out.returncode != 0 and "cannot write standard output" not in out.stderr
+
+
 def test_run_says_which_argument_it_did_not_take(tmp_path):
     """A command without `--` before it, or a mistyped option, printed the bare usage."""
     cfg = tmp_path / "job.yaml"
