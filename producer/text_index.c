@@ -11,6 +11,7 @@
  * byte and no process maps more files than its limits allow.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1101,14 +1102,16 @@ int sf__text_build_index(struct sf_dataset *ds, const struct sf_config *cfg, str
 			 * once, after any note made before (an encoding note hid it; a review). */
 			else if (!cache_said) {
 				const size_t at = strlen(ds->note);
+				char dir[PATH_MAX] = " ";
 
 				cache_said = true;
-				snprintf(
-					ds->note + at, sizeof(ds->note) - at,
-					"%sthe chunk index could not be written to the cache (%s): "
-					"each start of the job builds it again (SHMFEED_CACHE_DIR "
-					"names the cache; docs/producers.md)",
-					at ? "; " : "", strerror(-saved));
+				if (sf__index_dir(dir + 1, sizeof(dir) - 1) < 0)
+					dir[0] = '\0';
+				snprintf(ds->note + at, sizeof(ds->note) - at,
+					 "%sthe chunk index could not be written to the cache%s "
+					 "(%s): each start of the job builds it again "
+					 "(SHMFEED_CACHE_DIR names the cache; docs/producers.md)",
+					 at ? "; " : "", dir, strerror(-saved));
 			}
 		}
 		free(files);

@@ -141,6 +141,9 @@ def test_an_index_that_cannot_be_cached_is_said(tmp_path):
     # Said with its reason: the file in the directory's place is not a directory (it
     # said "Cannot allocate memory", and a full disk "Input/output error": a review).
     assert "(Not a directory)" in run.stderr, run.stderr
+    # Naming the directory (a review).
+    assert f"could not be written to the cache {tmp_path}/notadir/index (Not a " \
+        "directory)" in run.stderr, run.stderr
     # A cache directory's name too long for a path: that, not out of memory.
     run = subprocess.run([SHMFEED, "tokenize", str(cfg), "-o", str(tmp_path / "out2")],
                          capture_output=True, text=True, timeout=120,
@@ -158,5 +161,5 @@ def test_an_index_that_cannot_be_cached_is_said(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "b.txt: 2 of its first 12 bytes are not UTF-8, the first at offset 3" in \
         run.stderr, run.stderr
-    assert "; the chunk index could not be written to the cache (Not a directory)" in \
-        run.stderr, run.stderr
+    assert f"; the chunk index could not be written to the cache {tmp_path}/notadir/index " \
+        "(Not a directory)" in run.stderr, run.stderr
