@@ -214,6 +214,23 @@ static void child_setup(struct supervisor *S, int deathsig, bool producer)
 	if (!producer)
 		sf__fds_restore();
 	signal(SIGPIPE, SIG_DFL);
+	if (producer) {
+		/* The launcher stops producers through the job state (and SIGKILL): a stop
+		 * signal sent to every process (systemd's control group, Slurm's scancel)
+		 * would otherwise kill them mid-fill and count as crashes. */
+		for (size_t k = 0; k < sizeof(stop_signals) / sizeof(stop_signals[0]); k++)
+			signal(stop_signals[k], SIG_IGN);
+		/* A log line to a stderr whose reader has gone fails (EPIPE); dying of SIGPIPE
+		 * would turn a data error, sent to the launcher after it, into a crash. */
+		signal(SIGPIPE, SIG_IGN);
+		/* A process group of its own: the signals a terminal sends its foreground
+		 * group (Ctrl-C, Ctrl-\, Ctrl-Z) reach the supervisor, which stops the
+		 * producers through the job state, and not the producers mid-fill. */
+		setpgid(0, 0);
+	}
+	/* Last: a stop signal pending since the fork (a Ctrl-C in the first milliseconds
+	 * of a run) is then discarded for a producer, whose dispositions and group are set
+	 * already; it killed one before, counted as a crash and restarted (a review). */
 	sigprocmask(SIG_SETMASK, &S->old_mask, NULL);
 }
 
@@ -250,18 +267,6 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 
 		close(pfd[0]);
 		child_setup(S, SIGKILL, true);
-		/* The launcher stops producers through the job state (and SIGKILL): a stop
-		 * signal sent to every process (systemd's control group, Slurm's scancel)
-		 * would otherwise kill them mid-fill and count as crashes. */
-		for (size_t k = 0; k < sizeof(stop_signals) / sizeof(stop_signals[0]); k++)
-			signal(stop_signals[k], SIG_IGN);
-		/* A log line to a stderr whose reader has gone fails (EPIPE); dying of SIGPIPE
-		 * would turn a data error, sent to the launcher after it, into a crash. */
-		signal(SIGPIPE, SIG_IGN);
-		/* A process group of its own: the signals a terminal sends its foreground
-		 * group (Ctrl-C, Ctrl-\, Ctrl-Z) reach the supervisor, which stops the
-		 * producers through the job state, and not the producers mid-fill. */
-		setpgid(0, 0);
 		snprintf(who, sizeof(who), "producer %u", i);
 		sf__log_set_who(who);
 		/* producers.cpus: set in the child, before it reads anything, so that its
@@ -284,6 +289,9 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 		}
 		_exit(0);
 	}
+	/* Its own group from the parent's side too, before anything can signal the
+	 * terminal's group again (either call may come first; the loser's fails). */
+	setpgid(pid, pid);
 	close(pfd[1]);
 	p->pid = pid;
 	p->errfd = pfd[0];
