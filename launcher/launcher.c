@@ -885,6 +885,10 @@ static void summary(struct supervisor *S)
 	/* Why it ended shows above; how the command did, here, beside what it read. */
 	if (S->cmd_done)
 		sf__log_info("job %s: the command ended: %s", S->cfg->job, S->cmd_how);
+	else if (S->l->command && S->cmd_pid <= 0)
+		/* A stop before it started: said, so that a log of a job stopped at its start
+		 * (scancel) tells that training never ran (a review). */
+		sf__log_info("job %s: the command was not started: %s", S->cfg->job, S->reason);
 	if (S->cur.tokens_encoded && S->cur.tokens_produced)
 		sf__log_info("job %s: %.3f tokens encoded per token produced (%llu encoded, "
 			     "%llu written; above 1: text tokenized again or ahead of the "

@@ -262,6 +262,35 @@ def test_ctrl_c_at_start_kills_no_producer(rt):
         assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
 
 
+def test_a_stop_before_the_command_started_says_it_never_ran(rt):
+    """SIGTERM while the job was made (scancel at a job's start): the run ended 143 with
+    its summary, and nothing said that the command never ran (a review). The signal comes
+    as soon as the launcher blocks it, while it makes an arena of 512 MiB."""
+    job = job_name("early")
+    p = subprocess.Popen([SHMFEED, "run", DEMO, "--set", f"job={job}", "--set",
+                          "batch.seq_len=65536", "--set", "batch.size=64", "--set",
+                          "arena.slots_per_rank=32", "--", "sleep", "10"],
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def blocked():
+        try:
+            with open(f"/proc/{p.pid}/status") as f:
+                return any(l.startswith("SigBlk:") and
+                           int(l.split()[1], 16) >> (signal.SIGTERM - 1) & 1 for l in f)
+        except FileNotFoundError:
+            return False
+    try:
+        assert wait_for(blocked, interval=0)
+        os.kill(p.pid, signal.SIGTERM)
+        err = p.communicate(timeout=60)[1]
+    finally:
+        finish(p)
+    assert p.returncode == 143, err
+    assert f"job {job}: the command was not started: SIGTERM" in err, err
+    assert "the command ended" not in err, err
+    assert not os.path.exists(f"/dev/shm/shmfeed.{job}")
+
+
 def test_ctrl_c_reaches_only_the_launcher(rt):
     """The terminal sends SIGINT to its whole foreground process group: the producers
     must not die of it mid-fill, and the stop is as clean as a SIGTERM to the launcher."""
