@@ -153,44 +153,105 @@ void sf__path_unlock(const char *path, int fd)
 	close(fd);
 }
 
-int sf__rename_pair(const char *data_tmp, const char *data, const char *index_tmp,
-		    const char *index, const char **ret_failed)
+/* `path` as a hidden file of its directory, DIR/.NAME.replaced, which neither a
+ * directory source nor a glob lists (malloc'd). */
+static char *aside_of(const char *path)
 {
-	struct stat st;
-	char *copy;
-	int dir;
+	const char *slash = strrchr(path, '/');
+	const int dir = slash ? (int)(slash - path) + 1 : 0;
+	char *p = malloc(strlen(path) + 16);
 
-	/* Both written files still there, or the old pair stays as it is. */
-	*ret_failed = lstat(data_tmp, &st) < 0	  ? data_tmp
-		      : lstat(index_tmp, &st) < 0 ? index_tmp
-						  : NULL;
-	if (*ret_failed)
-		return -errno;
-	*ret_failed = data;
-	if (unlink(data) < 0 && errno != ENOENT)
-		return -errno;
-	*ret_failed = index;
-	if (rename(index_tmp, index) < 0)
-		return -errno;
-	*ret_failed = data;
-	if (rename(data_tmp, data) < 0)
-		return -errno;
-	*ret_failed = NULL;
-	copy = strdup(index);
+	if (p)
+		sprintf(p, "%.*s.%s.replaced", dir, path, path + dir);
+	return p;
+}
+
+/* rename(from, to) where `from` may not exist: 1 moved, 0 none there, or -errno. */
+static int move_if_there(const char *from, const char *to)
+{
+	if (rename(from, to) == 0)
+		return 1;
+	return errno == ENOENT ? 0 : -errno;
+}
+
+static int sync_dir_of(const char *path)
+{
+	char *copy = strdup(path);
+	int dir, r = 0;
+
 	if (!copy)
 		return -ENOMEM;
 	dir = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	free(copy);
 	if (dir < 0)
 		return -errno;
-	if (fsync(dir) < 0) {
-		int r = -errno;
-
-		close(dir);
-		return r;
-	}
+	if (fsync(dir) < 0)
+		r = -errno;
 	close(dir);
-	return 0;
+	return r;
+}
+
+int sf__rename_pair(const char *data_tmp, const char *data, const char *index_tmp,
+		    const char *index, const char **ret_failed)
+{
+	char *data_aside = aside_of(data), *index_aside = aside_of(index);
+	int had_data = 0, had_index = 0, r;
+	struct stat st;
+
+	*ret_failed = NULL;
+	r = -ENOMEM;
+	if (!data_aside || !index_aside)
+		goto out;
+	/* Both written files still there, or the old pair stays as it is. */
+	*ret_failed = data_tmp;
+	r = lstat(data_tmp, &st) < 0 ? -errno : 0;
+	if (r == 0) {
+		*ret_failed = index_tmp;
+		r = lstat(index_tmp, &st) < 0 ? -errno : 0;
+	}
+	if (r < 0)
+		goto out;
+	/* The old pair aside, data first: in between, an index without its data. */
+	*ret_failed = data;
+	had_data = r = move_if_there(data, data_aside);
+	if (r < 0)
+		goto out;
+	*ret_failed = index;
+	had_index = r = move_if_there(index, index_aside);
+	if (r < 0)
+		goto undo;
+	/* The new pair in, index first: in between, again an index alone. */
+	r = rename(index_tmp, index) < 0 ? -errno : 0;
+	if (r < 0)
+		goto undo;
+	*ret_failed = data;
+	if (rename(data_tmp, data) < 0) {
+		r = -errno;
+		/* The new index back to its temporary name, so that the old pair can
+		 * return; else the new index stays alone. */
+		if (rename(index, index_tmp) < 0)
+			goto out;
+		goto undo;
+	}
+	if (had_data)
+		unlink(data_aside);
+	if (had_index)
+		unlink(index_aside);
+	*ret_failed = NULL;
+	r = sync_dir_of(index);
+	if (r < 0)
+		*ret_failed = "its directory, syncing it after the move";
+	goto out;
+undo:
+	/* The old pair back, index first. */
+	if (had_index > 0)
+		rename(index_aside, index);
+	if (had_data > 0)
+		rename(data_aside, data);
+out:
+	free(data_aside);
+	free(index_aside);
+	return r;
 }
 
 char *sf__megatron_file(const char *path, const char *ext)

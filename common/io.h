@@ -43,12 +43,14 @@ void sf__path_unlock(const char *path, int fd);
 /*
  * sf__rename_pair - move a written data file and its index (a Megatron .bin and .idx)
  * from their temporary names into place, replacing an older pair. Nothing is touched
- * unless both temporaries are still there. Then the old data goes first, then the new
- * index and the new data take their names, and the directory is synced: a crash or a
- * failure between leaves an index without its data, which every reader refuses ("cannot
- * open"), never data without its index (format auto reads a lone .bin of uint16 tokens as
- * a nanoGPT file: a review lost a pair's index to a temporary that vanished) nor new data
- * beside the old index. Returns 0, or -errno with the path that failed in *ret_failed.
+ * unless both temporaries are still there. The old pair moves aside (as hidden files
+ * DIR/.NAME.replaced), data first; the new index and then the new data take their names;
+ * the old pair is removed and the directory synced. A failure on the way puts the old
+ * pair back (a review lost it to an index that could not be replaced); a crash on the way
+ * leaves an index without its data, which every reader refuses ("cannot open"), never
+ * data without its index (format auto reads a lone .bin of uint16 tokens as a nanoGPT
+ * file: a review lost a pair's index to a temporary that vanished) nor new data beside
+ * the old index. Returns 0, or -errno with what failed in *ret_failed.
  */
 int sf__rename_pair(const char *data_tmp, const char *data, const char *index_tmp,
 		    const char *index, const char **ret_failed);
