@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -496,10 +497,13 @@ def test_batches_from_a_dataloader_worker_are_right(dtype):
         assert steps == list(range(8))
 
 
-def test_a_second_dataloader_worker_of_one_rank_says_num_workers_1():
+def test_a_second_dataloader_worker_of_one_rank_says_num_workers_1(tmp_path, monkeypatch):
     """num_workers=2: the second worker's Loader was refused with "local rank 0 is
     consumed by another process", which says nothing of DataLoader workers (a review).
     A rank's batches go to one consumer: the refusal names num_workers=1."""
+    # The worker the DataLoader ends leaves its multiprocessing directory (pymp-*) behind:
+    # in the test's own directory, not in /tmp.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with Feed("workers2") as feed:
         dl = torch.utils.data.DataLoader(_WorkerDataset(feed.job, "int64", 50),
                                          batch_size=None, num_workers=2)
