@@ -342,12 +342,6 @@ int sf__cmd_control(int argc, char **argv)
 	return 0;
 }
 
-/* How long seek waits for its reply by default (--timeout): the reply waits for a slot a
- * producer is filling, which the stall watchdog ends after producers.stall_timeout (5 s
- * by default). */
-#define SEEK_TIMEOUT_S	   60
-#define SEEK_TIMEOUT_S_MAX 86400
-
 /* A decimal number of digits only, at most `max`. Returns 0, or 1 when it is not. */
 static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
 {
@@ -363,6 +357,12 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *ret)
 	*ret = v;
 	return 0;
 }
+
+/* How long seek waits for its reply by default (--timeout): the reply waits for a slot a
+ * producer is filling, which the stall watchdog ends after producers.stall_timeout (5 s
+ * by default). */
+#define SEEK_TIMEOUT_S	   60
+#define SEEK_TIMEOUT_S_MAX 86400
 
 /*
  * `shmfeed seek [JOB] --rank R --step S [--timeout SEC] [--key FILE]`: the control
@@ -460,24 +460,8 @@ static void on_interrupt(int sig)
 	top_interrupted = 1;
 }
 
-/* top's --count: 1 to 10^9 updates, digits only. Returns 0, or 1 when it is not. */
-static int parse_count(const char *s, long *ret)
-{
-	char *end;
-	long v;
-
-	if (*s < '0' || *s > '9')
-		return 1;
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || v < 1 || v > 1000000000)
-		return 1;
-	*ret = v;
-	return 0;
-}
-
 /* One frame of top: over the last on a terminal, else after it. */
-static void show_frame(int tty, long shown, const struct doc *st, const struct doc *sd)
+static void show_frame(int tty, uint64_t shown, const struct doc *st, const struct doc *sd)
 {
 	if (tty)
 		fputs("\033[H\033[2J", stdout);
@@ -494,7 +478,7 @@ int sf__cmd_top(int argc, char **argv)
 	const char *job = NULL, *key;
 	struct sf_job_info info;
 	struct sf_err e = {0};
-	long count = -1, shown = 0;
+	uint64_t count = UINT64_MAX, shown = 0;
 	int tty = isatty(STDOUT_FILENO), one = 1, timeout = 500, r = 0, bad = 0;
 	void *ctx, *sub;
 	uint32_t silent_ms = 0, interval_ms, silent_limit_ms;
@@ -502,7 +486,7 @@ int sf__cmd_top(int argc, char **argv)
 	argc = take_key_arg(argc, argv, &key);
 	for (int i = 1; i < argc && !bad; i++) {
 		if (!strcmp(argv[i], "--count") && i + 1 < argc)
-			bad = parse_count(argv[++i], &count);
+			bad = parse_u64(argv[++i], 1000000000, &count) || count == 0;
 		else if (argv[i][0] != '-' && !job)
 			job = argv[i];
 		else
@@ -545,7 +529,7 @@ int sf__cmd_top(int argc, char **argv)
 	}
 	signal(SIGINT, on_interrupt);
 	signal(SIGTERM, on_interrupt);
-	while (!top_interrupted && (count < 0 || shown < count)) {
+	while (!top_interrupted && shown < count) {
 		int n = zmq_recv(sub, msg, sizeof(msg) - 1, 0);
 
 		if (n < 0) {
