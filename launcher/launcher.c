@@ -213,16 +213,15 @@ static void child_setup(struct supervisor *S, int deathsig, bool producer)
 	sf__log_after_fork();
 	if (!producer)
 		sf__fds_restore();
-	signal(SIGPIPE, SIG_DFL);
+	/* A producer's log line to a stderr whose reader has gone fails (EPIPE); dying of
+	 * SIGPIPE would turn a data error, sent to the launcher after it, into a crash. */
+	signal(SIGPIPE, producer ? SIG_IGN : SIG_DFL);
 	if (producer) {
 		/* The launcher stops producers through the job state (and SIGKILL): a stop
 		 * signal sent to every process (systemd's control group, Slurm's scancel)
 		 * would otherwise kill them mid-fill and count as crashes. */
 		for (size_t k = 0; k < sizeof(stop_signals) / sizeof(stop_signals[0]); k++)
 			signal(stop_signals[k], SIG_IGN);
-		/* A log line to a stderr whose reader has gone fails (EPIPE); dying of SIGPIPE
-		 * would turn a data error, sent to the launcher after it, into a crash. */
-		signal(SIGPIPE, SIG_IGN);
 		/* A process group of its own: the signals a terminal sends its foreground
 		 * group (Ctrl-C, Ctrl-\, Ctrl-Z) reach the supervisor, which stops the
 		 * producers through the job state, and not the producers mid-fill. */

@@ -743,8 +743,8 @@ static int settle_digest(struct sf_dataset *ds, const struct sf_config *cfg, uin
 static int open_dataset(const struct sf_config *cfg, const struct sf_part_plan *plan, int sample,
 			struct sf_dataset **ret_ds, struct sf_err *e)
 {
-	const uint64_t digest = sf__config_digest(cfg);
 	struct sf_dataset *ds;
+	uint64_t digest;
 	int r;
 
 	if (!cfg->batch_size || !cfg->seq_len || !cfg->world_size || !cfg->local_ranks ||
@@ -752,6 +752,8 @@ static int open_dataset(const struct sf_config *cfg, const struct sf_part_plan *
 		return sf__err(e, SF_E_CONFIG,
 			       "batch size, sequence length and ranks must be positive, with "
 			       "rank_base + local_ranks <= world_size");
+	/* Before the sources are listed: settle_digest() compares. */
+	digest = sf__config_digest(cfg);
 	ds = calloc(1, sizeof(*ds));
 	if (!ds)
 		return sf__err(e, -ENOMEM, "out of memory");

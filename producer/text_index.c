@@ -686,27 +686,25 @@ int sf__text_index_lied(const struct sf_dataset *ds, uint64_t chunk, struct sf_e
 	size_t n = strlen(e->msg);
 	struct sf_file_id now;
 	struct stat st;
+	bool changed = false;
 
+	if (path)
+		unlink(path);
 	/* An edit in place that put the size and modification time back passes the checks
 	 * of a running job, not the status change time: then the file changed, not the
 	 * index (which the next run rebuilds, its ctime being part of its key). */
 	if (stat(f->path, &st) == 0) {
 		sf__file_id_of(&st, &now);
-		if (now.ctime_ns != f->id.ctime_ns) {
-			if (path)
-				unlink(path);
-			snprintf(e->msg + n, sizeof(e->msg) - n,
-				 ": the file changed under the running job (its status change "
-				 "time moved since it was opened: an edit in place that put its "
-				 "size and modification time back?)");
-			return e->code;
-		}
+		changed = now.ctime_ns != f->id.ctime_ns;
 	}
-	if (!path)
-		return e->code;
-	unlink(path);
-	snprintf(e->msg + n, sizeof(e->msg) - n,
-		 " (its cached index %s is removed; the next run rebuilds it)", path);
+	if (changed)
+		snprintf(e->msg + n, sizeof(e->msg) - n,
+			 ": the file changed under the running job (its status change time moved "
+			 "since it was opened: an edit in place that put its size and modification "
+			 "time back?)");
+	else if (path)
+		snprintf(e->msg + n, sizeof(e->msg) - n,
+			 " (its cached index %s is removed; the next run rebuilds it)", path);
 	return e->code;
 }
 
