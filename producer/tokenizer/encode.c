@@ -84,24 +84,25 @@ void sf__tok_encoder_free(struct sf_tok_encoder *enc)
 }
 
 /*
- * The ids of a cache entry to `out`: n of them, the entry holding `held` (at least n).
- * Below a piece of len bytes there is room for len + 1 ids (the encoder holds room for
- * one id a byte of the text, and one more, and each id before covers a byte at least), so
- * up to len + 1 ids may be written: at most `held` at a constant size, which a compiler
- * does without a call to memcpy, where that room allows (a call per piece cost more than
- * the copy).
+ * The ids of a cache entry to `out`: n of them, the entry holding `held` (at least n),
+ * with room for `room` ids (at least n) at `out`. Where the room allows, at most `held`
+ * are copied at a constant size, which a compiler does without a call to memcpy (a call
+ * per piece cost more than the copy).
  */
-static inline void copy_ids(uint32_t *out, const uint32_t *ids, uint32_t n, size_t len,
+static inline void copy_ids(uint32_t *out, const uint32_t *ids, uint32_t n, size_t room,
 			    uint32_t held)
 {
-	if (held == SF_TOK_CACHE_IDS && len + 1 >= SF_TOK_CACHE_IDS)
+	if (held == SF_TOK_CACHE_IDS && room >= SF_TOK_CACHE_IDS)
 		memcpy(out, ids, SF_TOK_CACHE_IDS * sizeof(*out));
-	else if (held == SF_TOK_LONG_IDS && n <= SF_TOK_LONG_IDS / 2 &&
-		 len + 1 >= SF_TOK_LONG_IDS / 2)
+	else if (held == SF_TOK_LONG_IDS && n <= SF_TOK_LONG_IDS / 2 && room >= SF_TOK_LONG_IDS / 2)
 		memcpy(out, ids, SF_TOK_LONG_IDS / 2 * sizeof(*out));
 	else
 		memcpy(out, ids, n * sizeof(*out));
 }
+
+/* Below a BPE piece of len bytes there is room for len + 1 ids: the encoder holds room
+ * for one id a byte of the text and one more, and each id before covers a byte at least. */
+#define PIECE_ROOM(len) ((len) + 1)
 
 /* A piece of SF_TOK_CACHE_MAX_LEN + 1 to SF_TOK_LONG_MAX bytes, through the long cache. */
 static int merge_long(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, uint32_t *out,
@@ -114,7 +115,7 @@ static int merge_long(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, 
 	int rc;
 
 	if (c->len == len && !memcmp(c->bytes, s, len)) {
-		copy_ids(out, c->ids, c->n, len, SF_TOK_LONG_IDS);
+		copy_ids(out, c->ids, c->n, PIECE_ROOM(len), SF_TOK_LONG_IDS);
 		*ret_n = c->n;
 		return 0;
 	}
@@ -147,7 +148,7 @@ static int merge_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len,
 	h = (head ^ tail * 0xc2b2ae3d27d4eb4full ^ len) * 0x9e3779b97f4a7c15ull;
 	c = &enc->cache[h >> (64 - SF_TOK_CACHE_BITS)];
 	if (c->len == len && c->head == head && c->tail == tail) {
-		copy_ids(out, c->ids, c->n, len, SF_TOK_CACHE_IDS);
+		copy_ids(out, c->ids, c->n, PIECE_ROOM(len), SF_TOK_CACHE_IDS);
 		*ret_n = c->n;
 		return 0;
 	}
@@ -321,26 +322,15 @@ static int sp_library(struct sf_tok_encoder *enc, bool part, const uint8_t *s, s
 	return 0;
 }
 
-/*
- * Copy n cached ids to the encoder's output, from an entry of at least SF_TOK_CACHE_IDS
- * ids. The common case, a short entry with room to spare, copies all of them at a
- * constant size (a call to memcpy per part cost more than the copy).
- */
-static int sp_hit(struct sf_tok_encoder *enc, const uint32_t *ids, uint32_t n, size_t *n_out,
-		  struct sf_err *e)
+/* Copy the n cached ids of an entry holding `held` to the encoder's output. */
+static int sp_hit(struct sf_tok_encoder *enc, const uint32_t *ids, uint32_t n, uint32_t held,
+		  size_t *n_out, struct sf_err *e)
 {
-	int rc;
-
-	if (n <= SF_TOK_CACHE_IDS && *n_out + SF_TOK_CACHE_IDS < enc->ids_cap) {
-		memcpy(enc->ids + *n_out, ids, SF_TOK_CACHE_IDS * sizeof(*ids));
-		*n_out += n;
-		return 0;
-	}
-	rc = reserve_ids(enc, *n_out + n + 1, e);
+	int rc = reserve_ids(enc, *n_out + n + 1, e);
 
 	if (rc < 0)
 		return rc;
-	memcpy(enc->ids + *n_out, ids, n * sizeof(*ids));
+	copy_ids(enc->ids + *n_out, ids, n, enc->ids_cap - *n_out, held);
 	*n_out += n;
 	return 0;
 }
@@ -361,7 +351,7 @@ static int sp_part(struct sf_tok_encoder *enc, bool first, const uint8_t *s, siz
 				       (64 - SF_TOK_SP_BITS)];
 
 		if (c->len == key && c->head == head && c->tail == tail)
-			return sp_hit(enc, c->ids, c->n, n_out, e);
+			return sp_hit(enc, c->ids, c->n, SF_TOK_CACHE_IDS, n_out, e);
 		rc = sp_library(enc, !first, s, n, n_out, e);
 		if (rc == 0 && *n_out - at <= SF_TOK_CACHE_IDS) {
 			c->head = head;
@@ -378,7 +368,7 @@ static int sp_part(struct sf_tok_encoder *enc, bool first, const uint8_t *s, siz
 				      (64 - SF_TOK_SP_LONG_BITS)];
 
 		if (c->len == key && !memcmp(c->bytes, s, n))
-			return sp_hit(enc, c->ids, c->n, n_out, e);
+			return sp_hit(enc, c->ids, c->n, SF_TOK_LONG_IDS, n_out, e);
 		rc = sp_library(enc, !first, s, n, n_out, e);
 		if (rc == 0 && *n_out - at <= SF_TOK_LONG_IDS) {
 			c->len = key;
