@@ -717,29 +717,39 @@ Test(sources, gzip_zero_padding)
 	sf__dataset_close(ds);
 }
 
+/* One open of the fixture's config: its note holds `want` and `also` (when not NULL), or
+ * is empty where `want` is "". */
+static void open_expect_note(const char *want, const char *also)
+{
+	struct sf_dataset *ds = NULL;
+	struct sf_err e = {0};
+	const char *note;
+
+	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
+	note = sf__dataset_note(ds);
+	if (!want[0])
+		cr_expect_str_empty(note);
+	else
+		cr_expect(strstr(note, want), "'%s' lacks '%s'", note, want);
+	if (also)
+		cr_expect(strstr(note, also), "'%s' lacks '%s'", note, also);
+	sf__dataset_close(ds);
+}
+
 /* A text file whose lines end with CRLF holds none of a "\n\n" separator: it is one
  * document (the separator is the user's), which the dataset says once, naming the file and
  * the separator that would split it; it said nothing. */
 Test(sources, crlf_text_under_a_newline_separator_is_named)
 {
 	static const char text[] = "first document\r\nof two lines\r\n\r\nsecond document\r\n";
-	struct sf_dataset *ds = NULL;
-	struct sf_err e = {0};
 
 	cfg.encoding = "bytes";
 	src.separator = "\n\n";
 	put("crlf.txt", text, strlen(text));
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	cr_expect(strstr(sf__dataset_note(ds), "crlf.txt: lines end with CRLF"), "'%s'",
-		  sf__dataset_note(ds));
-	cr_expect(strstr(sf__dataset_note(ds), "\"\\r\\n\\r\\n\" would split it"), "'%s'",
-		  sf__dataset_note(ds));
-	sf__dataset_close(ds);
+	open_expect_note("crlf.txt: lines end with CRLF", "\"\\r\\n\\r\\n\" would split it");
 	/* With the separator it holds, nothing to say. */
 	src.separator = "\r\n\r\n";
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	cr_expect_str_empty(sf__dataset_note(ds));
-	sf__dataset_close(ds);
+	open_expect_note("", NULL);
 }
 
 /*
@@ -754,49 +764,34 @@ Test(sources, text_that_is_not_utf8_is_named)
 	static const char latin[] = "Caf\xe9 r\xe9sum\xe9.\n\nna\xefve\n";
 	static const char clean[] = "caf\xc3\xa9 and a NUL \0 in text\n\nsecond\n";
 	char u16[200];
-	struct sf_dataset *ds = NULL;
-	struct sf_err e = {0};
 	char *d = dir;
 
 	cfg.encoding = "bytes";
 	src.separator = "\n\n";
 	put("clean.txt", clean, sizeof(clean) - 1);
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	cr_expect_str_empty(sf__dataset_note(ds));
-	sf__dataset_close(ds);
+	open_expect_note("", NULL);
 	put("latin.txt", latin, sizeof(latin) - 1);
 	src.paths = &d;
-	for (int warm = 0; warm < 2; warm++) {
-		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-		cr_expect(strstr(sf__dataset_note(ds),
-				 "/latin.txt: 4 of its first 20 bytes are "
-				 "not UTF-8, the first at offset 3 (1 file(s)"),
-			  "'%s'", sf__dataset_note(ds));
-		sf__dataset_close(ds);
-	}
+	for (int warm = 0; warm < 2; warm++)
+		open_expect_note("/latin.txt: 4 of its first 20 bytes are not UTF-8, the first at "
+				 "offset 3 (1 file(s)",
+				 NULL);
 	/* UTF-16 without its mark: NULs, and this file the one named. */
 	for (size_t i = 0; i < sizeof(u16) / 2; i++) {
 		u16[2 * i] = "hello, world\n"[i % 13];
 		u16[2 * i + 1] = 0;
 	}
 	put("wide.txt", u16, sizeof(u16));
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	cr_expect(strstr(sf__dataset_note(ds),
-			 "/wide.txt: 50 % of its first 200 bytes are NUL (2 file(s) start so or "
-			 "not as UTF-8): UTF-16 without a byte order mark"),
-		  "'%s'", sf__dataset_note(ds));
-	sf__dataset_close(ds);
+	open_expect_note("/wide.txt: 50 % of its first 200 bytes are NUL (2 file(s) start so or "
+			 "not as UTF-8): UTF-16 without a byte order mark",
+			 NULL);
 	unlink(path);
 	/* The first byte said is the first one not UTF-8, not a NUL before it. */
 	put("latin.txt",
 	    "abc\0defghijklmnop\xe9"
 	    "q\n",
 	    20);
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	cr_expect(strstr(sf__dataset_note(ds), "1 of its first 20 bytes are not UTF-8, the first "
-					       "at offset 17"),
-		  "'%s'", sf__dataset_note(ds));
-	sf__dataset_close(ds);
+	open_expect_note("1 of its first 20 bytes are not UTF-8, the first at offset 17", NULL);
 }
 
 /* JSONL refuses bytes that are not UTF-8 as bad records, named and counted as such: no
@@ -934,15 +929,7 @@ Test(sources, line_ends_at_the_start_of_a_large_compressed_file_are_named)
 	src.separator = "\n";
 	put("big.txt.gz", z, zn);
 	free(z);
-	{
-		struct sf_dataset *ds = NULL;
-		struct sf_err e = {0};
-
-		cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-		cr_expect(strstr(sf__dataset_note(ds), "big.txt.gz: lines end with CRLF"), "'%s'",
-			  sf__dataset_note(ds));
-		sf__dataset_close(ds);
-	}
+	open_expect_note("big.txt.gz: lines end with CRLF", NULL);
 }
 
 /*
@@ -963,10 +950,7 @@ Test(sources, a_warm_start_of_any_file_says_its_line_ends)
 	put("b.txt", text, strlen(text));
 	snprintf(second, sizeof(second), "%s", path);
 	snprintf(path, sizeof(path), "%s", dir);
-	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
-	cr_expect(strstr(sf__dataset_note(ds), "a.txt: lines end with CRLF"), "'%s'",
-		  sf__dataset_note(ds));
-	sf__dataset_close(ds);
+	open_expect_note("a.txt: lines end with CRLF", NULL);
 	snprintf(path, sizeof(path), "%s", second);
 	cr_assert_eq(sf__dataset_open(&cfg, &ds, &e), 0, "%s", e.msg);
 	sf__dataset_stats(ds, &st);
