@@ -208,7 +208,7 @@ static int report_budget(const struct sf_config *cfg, const struct sf_dataset *d
 	/* The bound is the weights', whatever the budget: said even without one, as is a
 	 * pattern the ranks share. */
 	if (ns) {
-		char ranks[768];
+		char ranks[SF_DATASET_ADVICE_MAX];
 
 		print_bound(ds);
 		if (sf__dataset_mix_ranks(ds, ranks, sizeof(ranks)))
@@ -312,7 +312,7 @@ static void refuse(const char *path, const char *msg)
 
 int sf__cmd_check(int argc, char **argv)
 {
-	char advice[768];
+	char advice[SF_DATASET_ADVICE_MAX];
 	const char *path = NULL;
 	const char **sets = calloc((size_t)argc, sizeof(*sets));
 	struct sf_arena_header layout = {0};

@@ -13,7 +13,7 @@ static int real_open(const struct sf_config *cfg, void **ret_ds, struct sf_err *
 
 	if (r == 0) {
 		struct sf_dataset_stats st;
-		char advice[768];
+		char advice[SF_DATASET_ADVICE_MAX];
 
 		sf__sources_warn_shared(cfg);
 		/* Known once the sources are open: said now, as tokenize says it. */

@@ -142,6 +142,9 @@ void sf__dataset_mix_target(const struct sf_dataset *ds, uint64_t k, double *ret
  */
 double sf__dataset_mix_bound(const struct sf_dataset *ds, uint32_t *ret_exact, double *ret_slack);
 
+/* Room for what sf__dataset_mix_ranks() and sf__dataset_large_docs() say. */
+#define SF_DATASET_ADVICE_MAX 768
+
 /*
  * sf__dataset_mix_ranks - whether some rank's own rows hold a source far from its share
  * of all rows (by half that share, and well beyond chance), over the first steps of each
