@@ -6,7 +6,8 @@
  * producer tests), and across an upgrade of shmfeed between save and resume (this test).
  * For jobs of every input format, both orders, epochs, document starts, the three
  * encodings and a tokenizer file with its document convention, mixtures with a schedule
- * and a ramp, and a mixture served from its period table, each written with the defaults
+ * and a ramp, a mixture served from its period table and one whose period is too long for
+ * a table, each written with the defaults
  * a user leaves in place, the batches of every rank at steps [0, 40) and at four steps
  * far out are hashed (tokens, document starts, row sources, length, first sample) and
  * compared with the table of this stream version below. A change of shmfeed that moves
@@ -168,6 +169,14 @@ static const struct job jobs[] = {
 	 "  - {paths: [mix3.bin], format: nanogpt, weight: 1}\n"
 	 "  - {paths: [mix4.bin], format: nanogpt, weight: 34663}\n" GEO "sampling: {seed: 99}\n",
 	 1000003},
+	{"mixture: five sources, a period too long for a table",
+	 "sources:\n"
+	 "  - {paths: [mix0.bin], format: nanogpt, weight: 2926210}\n"
+	 "  - {paths: [mix1.bin], format: nanogpt, weight: 583800}\n"
+	 "  - {paths: [mix2.bin], format: nanogpt, weight: 9557610}\n"
+	 "  - {paths: [mix3.bin], format: nanogpt, weight: 201}\n"
+	 "  - {paths: [mix4.bin], format: nanogpt, weight: 6932410}\n" GEO "sampling: {seed: 99}\n",
+	 7000001},
 };
 
 #define N_JOBS (sizeof(jobs) / sizeof(jobs[0]))
@@ -188,7 +197,8 @@ static const struct {
 	 {UINT64_C(0xc2e5741f47d34a4e), UINT64_C(0xff572d0fe82697b9), UINT64_C(0x860c0336a4f2ad9e),
 	  UINT64_C(0x4f0a1d2a0e97ea39), UINT64_C(0x43e5eddc607efda3), UINT64_C(0x0d22cab8e70c610f),
 	  UINT64_C(0x530fba699168c413), UINT64_C(0x2677071a4dcdd3a4), UINT64_C(0x53e7f61952a8d0ea),
-	  UINT64_C(0x93ae0a0c5b7f060a), UINT64_C(0x93e7830c1cfa9a0d)}},
+	  UINT64_C(0x93ae0a0c5b7f060a), UINT64_C(0x93e7830c1cfa9a0d),
+	  UINT64_C(0x73de0e7d911dac44)}},
 };
 
 /* The hash of one batch: its tokens, document starts and row sources, length and first
