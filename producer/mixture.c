@@ -10,9 +10,7 @@
 
 #include "producer/last_at_or_before.h"
 #include "producer/mixture.h"
-
-__extension__ typedef unsigned __int128 u128;
-__extension__ typedef __int128 i128;
+#include "producer/mixture_impl.h"
 
 #define LEAF(i)	       (-(int32_t)(i)-1)
 #define IS_LEAF(c)     ((c) < 0)
@@ -58,34 +56,20 @@ static inline int32_t descend(const struct sf_mix_set *s, const struct sf_mix_no
 	return node->child[went_left ? 0 : 1];
 }
 
-/* Bytes of a table entry for k sources: an index into `ranked`. */
-static inline size_t entry_size(uint32_t k)
-{
-	return k > 256 ? 2 : 1;
-}
-
-/* The table's entry at position x. */
-static inline uint32_t entry(const struct sf_mix_set *s, uint64_t x)
-{
-	return entry_size(s->n_ranked) == 2 ? ((const uint16_t *)s->period)[x]
-					    : ((const uint8_t *)s->period)[x];
-}
-
-/* How many of positions [at, r) of the table hold entry a. */
-static uint64_t entries(const struct sf_mix_set *s, uint64_t at, uint64_t r, uint32_t a)
+uint64_t sf__mix_entries(const void *t, uint32_t k, uint64_t at, uint64_t r, uint32_t a)
 {
 	uint64_t c = 0;
 
-	if (entry_size(s->n_ranked) == 2) {
-		const uint16_t *t = s->period;
+	if (entry_size(k) == 2) {
+		const uint16_t *e = t;
 
 		for (uint64_t x = at; x < r; x++)
-			c += t[x] == a;
+			c += e[x] == a;
 	} else {
-		const uint8_t *t = s->period;
+		const uint8_t *e = t;
 
 		for (uint64_t x = at; x < r; x++)
-			c += t[x] == a;
+			c += e[x] == a;
 	}
 	return c;
 }
@@ -94,8 +78,9 @@ static uint64_t entries(const struct sf_mix_set *s, uint64_t at, uint64_t r, uin
 static uint32_t table_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index)
 {
 	const uint64_t p = n / s->table_len, r = n % s->table_len, at = r - r % s->stride;
-	const uint32_t a = entry(s, r);
-	const uint64_t c = s->marks[at / s->stride * s->n_ranked + a] + entries(s, at, r, a);
+	const uint32_t a = entry_at(s->period, s->n_ranked, r);
+	const uint64_t c = s->marks[at / s->stride * s->n_ranked + a] +
+			   sf__mix_entries(s->period, s->n_ranked, at, r, a);
 
 	*ret_index = p * s->weights[s->ranked[a]] + c;
 	return s->ranked[a];
@@ -106,6 +91,8 @@ uint32_t sf__mix_set_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *re
 	uint64_t c = n; /* samples that reached the node before n's */
 	int32_t v = s->root;
 
+	if (s->block)
+		return sf__mix_block_locate(s, n, ret_index);
 	/* A table of a phase's samples only, shorter than a period, serves no more. */
 	if (s->period && (s->table_len == s->total || n < s->table_len))
 		return table_locate(s, n, ret_index);
@@ -130,6 +117,10 @@ static void counts_below(const struct sf_mix_set *s, int32_t v, uint64_t c, uint
 
 void sf__mix_set_counts(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_counts)
 {
+	if (s->block) {
+		sf__mix_block_counts(s, n, ret_counts);
+		return;
+	}
 	memset(ret_counts, 0, s->n_sources * sizeof(*ret_counts));
 	if (s->period && (s->table_len == s->total || n <= s->table_len)) {
 		const uint64_t p = s->table_len == s->total ? n / s->total : 0,
@@ -139,7 +130,7 @@ void sf__mix_set_counts(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_co
 		for (uint32_t a = 0; a < s->n_ranked; a++)
 			ret_counts[s->ranked[a]] = p * s->weights[s->ranked[a]] + mark[a];
 		for (uint64_t x = at; x < r; x++)
-			ret_counts[s->ranked[entry(s, x)]]++;
+			ret_counts[s->ranked[entry_at(s->period, s->n_ranked, x)]]++;
 		return;
 	}
 	counts_below(s, s->root, n, ret_counts);
@@ -424,21 +415,6 @@ static inline uint64_t position(u128 v)
 }
 
 /*
- * The earliest-deadline assignment's state while a table is built: the sources of weight
- * > 0 in ranked order (heaviest first), each one's count so far and the window of its
- * next sample (below), and two binary heaps of them: those whose window is open, by
- * deadline, and the others, by opening.
- */
-struct edf {
-	const uint64_t *w; /* weights, in ranked order */
-	uint64_t Q, a, b;  /* sigma = a / b */
-	uint32_t *count;
-	uint64_t *opens, *due;
-	uint32_t *ready, *waiting;
-	uint32_t n_ready, n_waiting;
-};
-
-/*
  * Whether x's window ends before y's, exactly: (c_x b + a) / P_x < (c_y b + a) / P_y; on
  * a tie the heavier, then the lower source, which is the lower rank. (Counts below 2^24,
  * b below 2^14 for up to 8,192 sources, weights below 2^62: 128 bits hold the products.)
@@ -449,43 +425,6 @@ static bool due_first(const struct edf *e, uint32_t x, uint32_t y)
 	     r = (u128)((uint64_t)e->count[y] * e->b + e->a) * e->w[x];
 
 	return l != r ? l < r : x < y;
-}
-
-static bool opens_first(const struct edf *e, uint32_t x, uint32_t y)
-{
-	return e->opens[x] != e->opens[y] ? e->opens[x] < e->opens[y] : x < y;
-}
-
-typedef bool edf_less(const struct edf *e, uint32_t x, uint32_t y);
-
-static void edf_push(const struct edf *e, uint32_t *h, uint32_t *n, uint32_t x, edf_less *less)
-{
-	uint32_t i = (*n)++;
-
-	for (; i && less(e, x, h[(i - 1) / 2]); i = (i - 1) / 2)
-		h[i] = h[(i - 1) / 2];
-	h[i] = x;
-}
-
-static uint32_t edf_pop(const struct edf *e, uint32_t *h, uint32_t *n, edf_less *less)
-{
-	uint32_t top = h[0], x = h[--*n], i = 0;
-
-	for (;;) {
-		uint32_t c = 2 * i + 1;
-
-		if (c >= *n)
-			break;
-		if (c + 1 < *n && less(e, h[c + 1], h[c]))
-			c++;
-		if (!less(e, h[c], x))
-			break;
-		h[i] = h[c];
-		i = c;
-	}
-	if (*n)
-		h[i] = x;
-	return top;
 }
 
 /*
@@ -502,14 +441,10 @@ static bool edf_window(struct edf *e, uint32_t x, uint64_t len)
 	return e->opens[x] > e->due[x] && e->due[x] < len;
 }
 
-/* The stride between the marks of a table of `len` positions of k sources that fits
- * SF_MIX_TABLE_BYTES, or 0 where none up to SF_MIX_TABLE_STRIDE_MAX does. */
-static uint32_t table_stride(uint64_t len, uint32_t k)
+uint32_t sf__mix_stride(uint64_t len, uint32_t k, uint64_t bytes)
 {
-	const uint64_t bytes = len * entry_size(k);
-
 	for (uint32_t stride = SF_MIX_TABLE_STRIDE; stride <= SF_MIX_TABLE_STRIDE_MAX; stride *= 2)
-		if (bytes + (len / stride + 1) * k * sizeof(uint32_t) <= SF_MIX_TABLE_BYTES)
+		if (len * entry_size(k) + (len / stride + 1) * k * sizeof(uint32_t) <= bytes)
 			return stride;
 	return 0;
 }
@@ -520,7 +455,7 @@ static uint32_t table_stride(uint64_t len, uint32_t k)
  * 1980): the j-th sample of source i is due in the window of positions t (1-based) where
  * |count_i - w_i t| <= sigma holds before and after it (edf_window()), and each position
  * goes to the source whose open window ends first (due_first()). With len = Q, one whole
- * period, after which the pattern repeats. `stride` from table_stride(). Returns 0,
+ * period, after which the pattern repeats. `stride` from sf__mix_stride(). Returns 0,
  * -ENOMEM, or 1 when a position found no open window or a window closed unserved (kept
  * as the tree then).
  */
@@ -570,10 +505,7 @@ static int build_table(struct sf_mix_set *s, const uint32_t *order, uint32_t k, 
 		if (!e.n_ready || e.due[e.ready[0]] < t)
 			goto out;
 		best = edf_pop(&e, e.ready, &e.n_ready, due_first);
-		if (entry_size(k) == 2)
-			((uint16_t *)s->period)[t - 1] = (uint16_t)best;
-		else
-			((uint8_t *)s->period)[t - 1] = (uint8_t)best;
+		entry_put(s->period, k, t - 1, best);
 		worst = sample_errors(worst, e.Q, w[best], e.count[best], t - 1);
 		e.count[best]++;
 		if (edf_window(&e, best, len))
@@ -711,7 +643,8 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 	/* No tree below 1: a table of one period, or of the samples served where fewer, if
 	 * it does better. */
 	len = span < total ? span : total;
-	stride = len && len <= SF_MIX_TABLE_MAX ? table_stride(len, n_pos) : 0;
+	stride =
+		len && len <= SF_MIX_TABLE_MAX ? sf__mix_stride(len, n_pos, SF_MIX_TABLE_BYTES) : 0;
 	if (s->bound >= 1 && stride) {
 		double bound;
 
@@ -724,6 +657,17 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 			s->exact = 1;
 		} else if (r == 0) {
 			drop_table(s);
+		}
+	}
+	/* Still none below 1: blocks, where the lightest source is heavy enough. */
+	if (s->bound >= 1 && !s->period) {
+		r = sf__mix_block_init(s, order, n_pos);
+		if (r < 0)
+			goto out;
+		if (r == 0) {
+			s->bound = (double)(total - 1) / (double)total;
+			s->slack = 1 / (double)total;
+			s->exact = 0;
 		}
 	}
 	r = 0;
@@ -838,8 +782,8 @@ static const struct sf_mix_set *same_set(const struct sf_mixture *m, const uint6
 		const struct sf_mix_set *s = &m->phases[p].set;
 
 		if (!memcmp(s->weights, w, m->n_sources * sizeof(*w)) &&
-		    (s->period ? s->table_len == s->total || s->table_len >= samples
-			       : s->bound < 1))
+		    (s->block || (s->period ? s->table_len == s->total || s->table_len >= samples
+					    : s->bound < 1)))
 			return s;
 	}
 	return NULL;

@@ -70,6 +70,12 @@ struct sf_mix_set {
 	uint32_t n_ranked;
 	uint32_t stride;
 	uint64_t table_len;
+	/* Where neither a tree below 1 nor a table serves: blocks of `block` samples
+	 * (docs/mixtures.md), each built when first asked for by the thread that asks and
+	 * kept in that thread's cache under `id`; `ranked` and `stride` as for a table. 0: no
+	 * blocks. */
+	uint64_t block;
+	uint64_t id;
 	/* A copy of an earlier phase's set of the same weights, whose arrays it shares:
 	 * sf__mix_set_free() leaves them to that one. */
 	uint32_t shared;
@@ -84,6 +90,16 @@ struct sf_mix_set {
 #define SF_MIX_TABLE_BYTES	(UINT64_C(1) << 25)
 #define SF_MIX_TABLE_STRIDE	256u
 #define SF_MIX_TABLE_STRIDE_MAX 4096u
+
+/*
+ * Blocks: at least SF_MIX_BLOCK_MIN samples, and at least Q / (the lightest weight), so
+ * that every source has a sample in each; at most SF_MIX_BLOCK_MAX, whose entries and
+ * marks take at most SF_MIX_BLOCK_BYTES in each thread that asks (a set with a lighter
+ * source keeps its tree). Built in O(block x log sources + sources^2).
+ */
+#define SF_MIX_BLOCK_MIN   (UINT64_C(1) << 12)
+#define SF_MIX_BLOCK_MAX   (UINT64_C(1) << 22)
+#define SF_MIX_BLOCK_BYTES (UINT64_C(1) << 23)
 
 /*
  * A mixture's constant phases walk their periods for exact bounds only while the phases

@@ -199,6 +199,14 @@ static const struct {
 	  UINT64_C(0x530fba699168c413), UINT64_C(0x2677071a4dcdd3a4), UINT64_C(0x53e7f61952a8d0ea),
 	  UINT64_C(0x93ae0a0c5b7f060a), UINT64_C(0x93e7830c1cfa9a0d),
 	  UINT64_C(0x73de0e7d911dac44)}},
+	/* 2: a weight set that no tree keeps below 1 and whose period is too long for a
+	 * table takes blocks (docs/mixtures.md). */
+	{2,
+	 {UINT64_C(0xc2e5741f47d34a4e), UINT64_C(0xff572d0fe82697b9), UINT64_C(0x860c0336a4f2ad9e),
+	  UINT64_C(0x4f0a1d2a0e97ea39), UINT64_C(0x43e5eddc607efda3), UINT64_C(0x0d22cab8e70c610f),
+	  UINT64_C(0x530fba699168c413), UINT64_C(0x2677071a4dcdd3a4), UINT64_C(0x53e7f61952a8d0ea),
+	  UINT64_C(0x93ae0a0c5b7f060a), UINT64_C(0x93e7830c1cfa9a0d),
+	  UINT64_C(0x6e7524a48d860222)}},
 };
 
 /* The hash of one batch: its tokens, document starts and row sources, length and first

@@ -7,6 +7,8 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -221,13 +223,19 @@ static const uint64_t seventy[70] = {
 	91570, 7,     6,    9,	   16506, 1,  3,     5,	    1,	   3,	  10,	 6,    9,     10,
 	1,     1,     9,    33609, 67033, 10, 7,     87667, 6,	   4,	  38178, 7,    9,     10};
 
-static void check_many(const uint64_t *w, uint32_t n)
+static void check_many(const uint64_t *w, uint32_t n, bool blocks)
 {
 	struct sf_mix_set s;
 
+	/* Without a table (span 0): blocks where they fit SF_MIX_BLOCK_BYTES (not the 300,
+	 * of which the lightest takes a block of 3.7 million samples), else the tree. */
 	cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX, 0), 0);
 	cr_assert_null(s.period);
-	cr_assert_geq(s.bound, 1.0, "%u sources: the tree's bound %.6f", n, s.bound);
+	cr_assert_eq(!!s.block, blocks, "%u sources: blocks %llu, the tree's bound %.6f", n,
+		     (unsigned long long)s.block, s.bound);
+	cr_assert(blocks ? s.bound < 1 : s.bound >= 1, "%u sources: bound %.6f", n, s.bound);
+	if (blocks)
+		check_prefixes(&s, PREFIXES / 4, "many sources, blocks");
 	sf__mix_set_free(&s);
 	cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX, UINT64_MAX),
 		     0);
@@ -244,13 +252,13 @@ Test(mixture, a_table_serves_more_than_64_sources)
 	uint64_t w[300];
 	uint32_t x = 12345;
 
-	check_many(seventy, 70);
+	check_many(seventy, 70, true);
 	/* Mostly 1 to 10, a quarter up to 10^5, from a fixed generator. */
 	for (uint32_t i = 0; i < 300; i++) {
 		x = x * 1103515245u + 12345u;
 		w[i] = 1 + ((x >> 16) % 4 == 0 ? (x >> 8) % 100000 : (x >> 12) % 10);
 	}
-	check_many(w, 300);
+	check_many(w, 300, false);
 }
 
 /* docs/mixtures.md proves every printed bound below psi / 2 = 1.67994 (the Huffman shape is
@@ -274,7 +282,7 @@ Test(mixture, a_phase_shorter_than_its_period_takes_a_table_of_its_samples)
 		     0);
 	cr_assert_null(s.period, "a period of %llu samples in a table",
 		       (unsigned long long)s.total);
-	cr_assert_geq(s.bound, 1.0, "the tree: %.6f", s.bound);
+	cr_assert(s.block && !s.exact, "no blocks: the tree's bound %.6f", s.bound);
 	sf__mix_set_free(&s);
 	cr_assert_eq(sf__mix_set_init(&s, long_period, 17, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX,
 				      PREFIXES),
@@ -282,6 +290,152 @@ Test(mixture, a_phase_shorter_than_its_period_takes_a_table_of_its_samples)
 	cr_assert(s.period && s.table_len == PREFIXES && s.exact);
 	cr_assert_leq(s.bound, 31.0 / 32, "bound %.6f", s.bound);
 	check_prefixes(&s, PREFIXES, "phase table");
+	sf__mix_set_free(&s);
+}
+
+/* From the counts before sample n0, walk `len` samples: each index is its source's
+ * running count and every count stays within one of w_i n (strictly); the counts after
+ * agree. */
+static void check_far(const struct sf_mix_set *s, uint64_t n0, uint64_t len, const char *what)
+{
+	uint64_t *count = calloc(s->n_sources, sizeof(*count));
+	uint64_t *direct = calloc(s->n_sources, sizeof(*direct));
+	const i128 Q = (i128)s->total;
+
+	sf__mix_set_counts(s, n0, count);
+	for (uint64_t n = n0; n < n0 + len; n++) {
+		uint64_t idx;
+		uint32_t i = sf__mix_set_locate(s, n, &idx);
+
+		cr_assert_eq(idx, count[i], "%s: sample %llu: index %llu, count %llu", what,
+			     (unsigned long long)n, (unsigned long long)idx,
+			     (unsigned long long)count[i]);
+		count[i]++;
+		for (uint32_t j = 0; j < s->n_sources; j++) {
+			i128 err = (i128)count[j] * Q - (i128)s->weights[j] * (i128)(n + 1);
+
+			cr_assert_lt(err < 0 ? -err : err, Q, "%s: source %u after %llu samples",
+				     what, j, (unsigned long long)(n + 1));
+		}
+	}
+	sf__mix_set_counts(s, n0 + len, direct);
+	cr_assert_arr_eq(direct, count, s->n_sources * sizeof(*count), "%s: counts at %llu", what,
+			 (unsigned long long)(n0 + len));
+	free(count);
+	free(direct);
+}
+
+/*
+ * docs/mixtures.md, "Blocks": a weight set that no tree keeps below 1 and whose period is
+ * too long for a table takes blocks, below 1 at every prefix: the five sources of the
+ * stream test (Q = 20,000,231, the tree 1.0287), the 17 above (Q = 85,855,536), and random
+ * sets of 5 to 64 sources of weights up to 10^6 or with one far heavier (seeded), from the
+ * start and across block edges far out (up to 2^62).
+ */
+static bool check_blocks(const uint64_t *w, uint32_t n, uint64_t seed, uint64_t len,
+			 const char *what)
+{
+	struct sf_mix_set s;
+
+	cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX, UINT64_MAX),
+		     0);
+	if (s.bound >= 1 || s.period)
+		cr_assert(s.period || s.block, "%s: neither a table nor blocks, bound %.6f", what,
+			  s.bound);
+	if (!s.block) {
+		sf__mix_set_free(&s);
+		return false;
+	}
+	cr_assert_lt(s.bound, 1.0, "%s", what);
+	cr_assert_geq(s.block, s.total / s.weights[s.ranked[s.n_ranked - 1]], "%s", what);
+	check_prefixes(&s, s.block < len ? 2 * s.block + 17 : 2 * len, what);
+	for (int far = 0; far < 3; far++) {
+		/* An edge far out, and `len` samples (or a third of a block) either side. */
+		const uint64_t n0 = (seed * 0x9e3779b97f4a7c15u >> (2 + 20 * far)) / s.block *
+				    s.block,
+			       side = s.block / 3 < len ? s.block / 3 : len;
+
+		check_far(&s, n0 - side, 2 * side, what);
+		seed = seed * 6364136223846793005u + 1442695040888963407u;
+	}
+	sf__mix_set_free(&s);
+	return true;
+}
+
+Test(mixture, blocks_keep_every_count_within_1_where_the_period_is_too_long_for_a_table)
+{
+	static const uint64_t stream[5] = {2926210, 583800, 9557610, 201, 6932410};
+	uint64_t w[64], x = 777;
+	uint32_t blocks = 0;
+
+	cr_assert(check_blocks(stream, 5, 1, 100000, "the stream test's five"));
+	cr_assert(check_blocks(long_period, 17, 2, 100000, "seventeen"));
+	/* Periods above 2^24: 34 sources or more of weights 10^4 to 10^6. */
+	for (int round = 0; round < 60; round++) {
+		const uint32_t n = 34 + (uint32_t)(round * 7 % 31);
+
+		for (uint32_t i = 0; i < n; i++) {
+			x = x * 6364136223846793005u + 1442695040888963407u;
+			w[i] = 10000 + (x >> 33) % (round % 3 == 2 && i == 0 ? 100000000 : 1000000);
+		}
+		blocks += check_blocks(w, n, x, 10000, "random");
+	}
+	cr_assert_geq(blocks, 50, "only %u of 60 random sets took blocks", blocks);
+}
+
+/* A block is built by the thread that asks and kept for it: samples asked in any order,
+ * and from two threads at once, are the ones a walk in order finds. */
+struct asked {
+	const struct sf_mix_set *s;
+	const uint64_t *at;
+	uint32_t *src;
+	uint64_t *idx;
+	size_t n;
+};
+
+static void *ask(void *arg)
+{
+	struct asked *a = arg;
+
+	for (size_t i = 0; i < a->n; i++)
+		a->src[i] = sf__mix_set_locate(a->s, a->at[i], &a->idx[i]);
+	return NULL;
+}
+
+Test(mixture, blocks_answer_the_same_in_any_order_and_thread)
+{
+	enum { N = 400 };
+	static const uint64_t w[5] = {2926210, 583800, 9557610, 201, 6932410};
+	static uint64_t at[N], idx[3][N];
+	static uint32_t src[3][N];
+	struct sf_mix_set s;
+	struct asked a[3];
+	pthread_t t[2];
+	uint64_t x = 99;
+
+	cr_assert_eq(sf__mix_set_init(&s, w, 5, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX, UINT64_MAX),
+		     0);
+	cr_assert(s.block);
+	for (size_t i = 0; i < N; i++) {
+		x = x * 6364136223846793005u + 1442695040888963407u;
+		at[i] = i < N - 100 ? (x >> 40) % (8 * s.block) : x >> 4;
+	}
+	for (int k = 0; k < 3; k++)
+		a[k] = (struct asked){&s, at, src[k], idx[k], N};
+	for (int k = 0; k < 2; k++)
+		cr_assert_eq(pthread_create(&t[k], NULL, ask, &a[k]), 0);
+	for (int k = 0; k < 2; k++)
+		pthread_join(t[k], NULL);
+	for (size_t i = 0; i < N; i++) {
+		uint64_t c[5];
+
+		sf__mix_set_counts(&s, at[i], c);
+		src[2][i] = sf__mix_set_locate(&s, at[i], &idx[2][i]);
+		cr_assert_eq(idx[2][i], c[src[2][i]], "sample %llu", (unsigned long long)at[i]);
+		for (int k = 0; k < 2; k++)
+			cr_assert(src[k][i] == src[2][i] && idx[k][i] == idx[2][i],
+				  "thread %d, sample %llu", k, (unsigned long long)at[i]);
+	}
 	sf__mix_set_free(&s);
 }
 
@@ -701,7 +855,7 @@ Test(mixture, walks_for_exact_bounds_stop_at_the_budget)
 	for (uint32_t p = 0; p < m->n_phases; p++) {
 		walked += m->phases[p].set.walked;
 		most = m->phases[p].set.walked > most ? m->phases[p].set.walked : most;
-		cr_assert(m->phases[p].set.exact || m->phases[p].set.bound >= 1);
+		cr_assert(m->phases[p].set.exact || m->phases[p].set.block);
 	}
 	cr_assert_lt(walked, SF_MIX_WALK_BUDGET + most, "%llu samples walked",
 		     (unsigned long long)walked);
