@@ -157,7 +157,7 @@ static void print_bound(const struct sf_dataset *ds)
 	uint32_t exact;
 	double slack;
 	const double raw = sf__dataset_mix_bound(ds, &exact, &slack);
-	const char *how = exact ? "exact, walked over every prefix" : "proved from the tree";
+	const char *how = exact ? "exact, walked over every prefix" : "proved";
 	/* Rounded up, so that the printed bound is never below the true one; with as many
 	 * digits past six as a bound below 1 needs to show below 1 (rounded up to six, a
 	 * bound of 1 - 10^-8 read 1.000000). */
@@ -184,9 +184,9 @@ static void print_bound(const struct sf_dataset *ds)
 	if (slack <= 0)
 		printf("# warning: with these weights a source's count may differ from weight x "
 		       "samples by %.6f, not less than 1 (docs/mixtures.md: below 1 for up to 4 "
-		       "sources, and where a period, or a phase, of at most 2^24 samples fits a "
-		       "table of 32 MiB, while a schedule's distinct weight sets have walked "
-		       "fewer than 2^24 samples)\n",
+		       "sources, where a period, or a phase, of at most 2^24 samples fits a "
+		       "table of 32 MiB, and where the lightest source has at least 1/2^22 of "
+		       "the weight and a block fits 8 MiB)\n",
 		       bound);
 }
 
