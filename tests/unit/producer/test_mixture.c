@@ -20,15 +20,17 @@
 
 __extension__ typedef __int128 i128;
 
-/* Walk n = 0 .. limit: each sample's index is its source's running count, and after each
- * sample every source's count is within one of w_i n (strictly). */
-static void check_prefixes(const struct sf_mix_set *s, uint64_t limit, const char *what)
+/* From the counts before sample n0, walk `len` samples: each sample's index is its
+ * source's running count, and after each sample every source's count is within one of
+ * w_i n (strictly); the direct counts agree now and then and at the end. */
+static void check_walk(const struct sf_mix_set *s, uint64_t n0, uint64_t len, const char *what)
 {
 	uint64_t *count = calloc(s->n_sources, sizeof(*count));
 	uint64_t *direct = calloc(s->n_sources, sizeof(*direct));
 	const i128 Q = (i128)s->total;
 
-	for (uint64_t n = 0; n < limit; n++) {
+	sf__mix_set_counts(s, n0, count);
+	for (uint64_t n = n0; n < n0 + len; n++) {
 		uint64_t idx;
 		uint32_t i = sf__mix_set_locate(s, n, &idx);
 
@@ -47,13 +49,20 @@ static void check_prefixes(const struct sf_mix_set *s, uint64_t limit, const cha
 			cr_assert_lt(err, Q, "%s: source %u after %llu samples: count %llu", what,
 				     j, (unsigned long long)(n + 1), (unsigned long long)count[j]);
 		}
-		if ((n + 1) % 99991 == 0) {
+		if ((n + 1) % 99991 == 0 || n + 1 == n0 + len) {
 			sf__mix_set_counts(s, n + 1, direct);
-			cr_assert_arr_eq(direct, count, s->n_sources * sizeof(*count));
+			cr_assert_arr_eq(direct, count, s->n_sources * sizeof(*count),
+					 "%s: counts at %llu", what, (unsigned long long)(n + 1));
 		}
 	}
 	free(count);
 	free(direct);
+}
+
+/* Every prefix n = 0 .. limit. */
+static void check_prefixes(const struct sf_mix_set *s, uint64_t limit, const char *what)
+{
+	check_walk(s, 0, limit, what);
 }
 
 static void check_weights(const uint64_t *w, uint32_t n, const char *what)
@@ -293,38 +302,6 @@ Test(mixture, a_phase_shorter_than_its_period_takes_a_table_of_its_samples)
 	sf__mix_set_free(&s);
 }
 
-/* From the counts before sample n0, walk `len` samples: each index is its source's
- * running count and every count stays within one of w_i n (strictly); the counts after
- * agree. */
-static void check_far(const struct sf_mix_set *s, uint64_t n0, uint64_t len, const char *what)
-{
-	uint64_t *count = calloc(s->n_sources, sizeof(*count));
-	uint64_t *direct = calloc(s->n_sources, sizeof(*direct));
-	const i128 Q = (i128)s->total;
-
-	sf__mix_set_counts(s, n0, count);
-	for (uint64_t n = n0; n < n0 + len; n++) {
-		uint64_t idx;
-		uint32_t i = sf__mix_set_locate(s, n, &idx);
-
-		cr_assert_eq(idx, count[i], "%s: sample %llu: index %llu, count %llu", what,
-			     (unsigned long long)n, (unsigned long long)idx,
-			     (unsigned long long)count[i]);
-		count[i]++;
-		for (uint32_t j = 0; j < s->n_sources; j++) {
-			i128 err = (i128)count[j] * Q - (i128)s->weights[j] * (i128)(n + 1);
-
-			cr_assert_lt(err < 0 ? -err : err, Q, "%s: source %u after %llu samples",
-				     what, j, (unsigned long long)(n + 1));
-		}
-	}
-	sf__mix_set_counts(s, n0 + len, direct);
-	cr_assert_arr_eq(direct, count, s->n_sources * sizeof(*count), "%s: counts at %llu", what,
-			 (unsigned long long)(n0 + len));
-	free(count);
-	free(direct);
-}
-
 /*
  * docs/mixtures.md, "Blocks": a weight set that no tree keeps below 1 and whose period is
  * too long for a table takes blocks, below 1 at every prefix: the five sources of the
@@ -355,7 +332,7 @@ static bool check_blocks(const uint64_t *w, uint32_t n, uint64_t seed, uint64_t 
 				    s.block,
 			       side = s.block / 3 < len ? s.block / 3 : len;
 
-		check_far(&s, n0 - side, 2 * side, what);
+		check_walk(&s, n0 - side, 2 * side, what);
 		seed = seed * 6364136223846793005u + 1442695040888963407u;
 	}
 	sf__mix_set_free(&s);
