@@ -4,6 +4,7 @@
  * a sample from one source to another; floats appear only in the reported bound.
  */
 #include <errno.h>
+#include <float.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,7 @@ uint32_t sf__mix_set_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *re
 	uint64_t c = n; /* samples that reached the node before n's */
 	int32_t v = s->root;
 
-	if (s->block)
+	if (s->block && n < SF_MIX_BLOCK_END)
 		return sf__mix_block_locate(s, n, ret_index);
 	/* A table of a phase's samples only, shorter than a period, serves no more. */
 	if (s->period && (s->table_len == s->total || n < s->table_len))
@@ -117,7 +118,7 @@ static void counts_below(const struct sf_mix_set *s, int32_t v, uint64_t c, uint
 
 void sf__mix_set_counts(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_counts)
 {
-	if (s->block) {
+	if (s->block && n < SF_MIX_BLOCK_END) {
 		sf__mix_block_counts(s, n, ret_counts);
 		return;
 	}
@@ -665,7 +666,11 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 		if (r < 0)
 			goto out;
 		if (r == 0) {
-			s->bound = (double)(total - 1) / (double)total;
+			/* 1 - 1/Q, which a double rounds to 1 above Q = 2^53: then the largest
+			 * double below 1. */
+			s->bound = (double)(total - 1) / (double)total < 1
+					   ? (double)(total - 1) / (double)total
+					   : 1 - DBL_EPSILON / 2;
 			s->slack = 1 / (double)total;
 			s->exact = 0;
 		}

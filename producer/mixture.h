@@ -101,6 +101,11 @@ struct sf_mix_set {
 #define SF_MIX_BLOCK_MAX   (UINT64_C(1) << 22)
 #define SF_MIX_BLOCK_BYTES (UINT64_C(1) << 23)
 
+/* Blocks serve positions below this (no run reaches 2^63 samples: 292 years at 10^9 a
+ * second); at and past it, where a block's far edge could pass 2^64, the set's tree
+ * answers (its bound holds there, not the blocks'). */
+#define SF_MIX_BLOCK_END (UINT64_C(1) << 63)
+
 /*
  * A mixture's constant phases walk their periods for exact bounds only while the phases
  * before have walked fewer samples than this in all (a second or so): a schedule of many

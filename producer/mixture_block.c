@@ -444,16 +444,26 @@ uint32_t sf__mix_block_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *
 void sf__mix_block_counts(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_counts)
 {
 	const uint32_t k = s->n_ranked;
-	const uint64_t r = n % s->block;
-	/* At an edge, the block before it: its end. */
-	const struct block_cache *c = block_of(s, r || !n ? n / s->block : n / s->block - 1);
+	const uint64_t r = n % s->block, b = n / s->block;
+	const struct block_cache *c;
 
 	memset(ret_counts, 0, s->n_sources * sizeof(*ret_counts));
-	if (!r && n) {
+	if (!r) {
+		/* At an edge: the held block's start or end, else the cut alone (no fill). */
+		struct block_cache *h = cache(k, s->block, s->block / s->stride + 1);
+		const uint64_t *at = h->id != s->id  ? NULL
+				     : h->b == b     ? h->start
+				     : h->b + 1 == b ? h->end
+						     : NULL;
+
+		if (!at && cut_at(s, h, n, h->cnt) < 0)
+			die("no counts at a block's edge (a bug: docs/mixtures.md proves there "
+			    "are)");
 		for (uint32_t a = 0; a < k; a++)
-			ret_counts[s->ranked[a]] = c->end[a];
+			ret_counts[s->ranked[a]] = at ? at[a] : h->cnt[a];
 		return;
 	}
+	c = block_of(s, b);
 	for (uint32_t a = 0; a < k; a++)
 		ret_counts[s->ranked[a]] = c->start[a] + c->marks[(r - r % s->stride) / s->stride * k + a];
 	for (uint64_t x = r - r % s->stride; x < r; x++)

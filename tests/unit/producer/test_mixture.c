@@ -346,6 +346,10 @@ Test(mixture, blocks_keep_every_count_within_1_where_the_period_is_too_long_for_
 	uint32_t blocks = 0;
 
 	cr_assert(check_blocks(stream, 5, 1, 100000, "the stream test's five"));
+	/* The same scaled past 2^53 (1 - 1/Q is 1 as a double) keep a bound below 1. */
+	for (uint32_t i = 0; i < 5; i++)
+		w[i] = (stream[i] << 34) + i;
+	cr_assert(check_blocks(w, 5, 3, 20000, "the five, Q above 2^53"));
 	cr_assert(check_blocks(long_period, 17, 2, 100000, "seventeen"));
 	/* Periods above 2^24: 34 sources or more of weights 10^4 to 10^6. */
 	for (int round = 0; round < 60; round++) {
@@ -377,6 +381,25 @@ static void *ask(void *arg)
 	for (size_t i = 0; i < a->n; i++)
 		a->src[i] = sf__mix_set_locate(a->s, a->at[i], &a->idx[i]);
 	return NULL;
+}
+
+/* Blocks serve positions below SF_MIX_BLOCK_END, up to its last sample; past it, where a
+ * block's far edge could pass 2^64, the tree answers (a review: positions within two
+ * blocks of 2^64 aborted, "a sample missed its window"). */
+Test(mixture, blocks_serve_up_to_2_to_the_63_and_the_tree_past_it)
+{
+	static const uint64_t w[5] = {2926210, 583800, 9557610, 201, 6932410};
+	struct sf_mix_set s;
+	uint64_t idx;
+
+	cr_assert_eq(sf__mix_set_init(&s, w, 5, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX, UINT64_MAX),
+		     0);
+	cr_assert(s.block);
+	check_walk(&s, SF_MIX_BLOCK_END - 150000, 149999, "below 2^63");
+	for (uint64_t n = UINT64_MAX - 2 * SF_MIX_BLOCK_MAX; n > SF_MIX_BLOCK_END;
+	     n += n < UINT64_MAX - SF_MIX_BLOCK_MAX / 3 ? SF_MIX_BLOCK_MAX / 3 : 1)
+		cr_assert_neq(s.weights[sf__mix_set_locate(&s, n, &idx)], 0);
+	sf__mix_set_free(&s);
 }
 
 Test(mixture, blocks_answer_the_same_in_any_order_and_thread)
