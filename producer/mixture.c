@@ -57,7 +57,7 @@ static inline int32_t descend(const struct sf_mix_set *s, const struct sf_mix_no
 	return node->child[went_left ? 0 : 1];
 }
 
-uint64_t sf__mix_entries(const void *t, uint32_t k, uint64_t at, uint64_t r, uint32_t a)
+static uint64_t entries(const void *t, uint32_t k, uint64_t at, uint64_t r, uint32_t a)
 {
 	uint64_t c = 0;
 
@@ -75,15 +75,33 @@ uint64_t sf__mix_entries(const void *t, uint32_t k, uint64_t at, uint64_t r, uin
 	return c;
 }
 
+uint64_t sf__mix_since_mark(const void *t, const uint32_t *marks, uint32_t k, uint32_t stride,
+			    uint64_t r, uint32_t a)
+{
+	const uint64_t at = r - r % stride;
+
+	return marks[at / stride * k + a] + entries(t, k, at, r, a);
+}
+
+void sf__mix_add_since_mark(const void *t, const uint32_t *marks, const uint32_t *ranked,
+			    uint32_t k, uint32_t stride, uint64_t r, uint64_t *counts)
+{
+	const uint64_t at = r - r % stride;
+
+	for (uint32_t a = 0; a < k; a++)
+		counts[ranked[a]] += marks[at / stride * k + a];
+	for (uint64_t x = at; x < r; x++)
+		counts[ranked[entry_at(t, k, x)]]++;
+}
+
 /* Sample n from the table: its whole periods' counts (a periodic table), then its block's. */
 static uint32_t table_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index)
 {
-	const uint64_t p = n / s->table_len, r = n % s->table_len, at = r - r % s->stride;
+	const uint64_t p = n / s->table_len, r = n % s->table_len;
 	const uint32_t a = entry_at(s->period, s->n_ranked, r);
-	const uint64_t c = s->marks[at / s->stride * s->n_ranked + a] +
-			   sf__mix_entries(s->period, s->n_ranked, at, r, a);
 
-	*ret_index = p * s->weights[s->ranked[a]] + c;
+	*ret_index = p * s->weights[s->ranked[a]] +
+		     sf__mix_since_mark(s->period, s->marks, s->n_ranked, s->stride, r, a);
 	return s->ranked[a];
 }
 
@@ -125,13 +143,12 @@ void sf__mix_set_counts(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_co
 	memset(ret_counts, 0, s->n_sources * sizeof(*ret_counts));
 	if (s->period && (s->table_len == s->total || n <= s->table_len)) {
 		const uint64_t p = s->table_len == s->total ? n / s->total : 0,
-			       r = n - p * s->table_len, at = r - r % s->stride;
-		const uint32_t *mark = s->marks + at / s->stride * s->n_ranked;
+			       r = n - p * s->table_len;
 
 		for (uint32_t a = 0; a < s->n_ranked; a++)
-			ret_counts[s->ranked[a]] = p * s->weights[s->ranked[a]] + mark[a];
-		for (uint64_t x = at; x < r; x++)
-			ret_counts[s->ranked[entry_at(s->period, s->n_ranked, x)]]++;
+			ret_counts[s->ranked[a]] = p * s->weights[s->ranked[a]];
+		sf__mix_add_since_mark(s->period, s->marks, s->ranked, s->n_ranked, s->stride, r,
+				       ret_counts);
 		return;
 	}
 	counts_below(s, s->root, n, ret_counts);
@@ -668,9 +685,9 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 		if (r == 0) {
 			/* 1 - 1/Q, which a double rounds to 1 above Q = 2^53: then the largest
 			 * double below 1. */
-			s->bound = (double)(total - 1) / (double)total < 1
-					   ? (double)(total - 1) / (double)total
-					   : 1 - DBL_EPSILON / 2;
+			const double below = (double)(total - 1) / (double)total;
+
+			s->bound = below < 1 ? below : 1 - DBL_EPSILON / 2;
 			s->slack = 1 / (double)total;
 			s->exact = 0;
 		}

@@ -159,19 +159,26 @@ static int by_deadline(const void *a, const void *b, void *arg)
 	return x < y ? -1 : x > y;
 }
 
-/* Source x's next deadline after an event at its current one (ceil(j Q / P), kept as
- * floor fq and remainder gr, relative to the edge). */
-static inline void next_deadline(const struct sf_mix_set *s, struct block_cache *c, uint32_t x)
+/* j Q / P as floor *q and remainder *r, to (j + 1) Q / P: Q / P = qq, Q mod P = rr. */
+static inline void next_multiple(uint64_t *q, uint64_t *r, uint64_t qq, uint64_t rr, uint64_t P)
 {
-	const uint64_t P = s->weights[s->ranked[x]];
-
-	c->fq[x] += c->qq[x];
-	c->gr[x] += c->rr[x];
-	if (c->gr[x] >= P) {
-		c->fq[x]++;
-		c->gr[x] -= P;
+	*q += qq;
+	*r += rr;
+	if (*r >= P) {
+		(*q)++;
+		*r -= P;
 	}
+}
+
+/* The sample due first in rooms()'s heap falls due: its source's next one (ceil(j Q / P),
+ * kept as floor fq and remainder gr, relative to the edge) takes its place. */
+static inline void fall_due(const struct sf_mix_set *s, struct block_cache *c, struct edf *e)
+{
+	const uint32_t x = edf_pop(e, e->waiting, &e->n_waiting, due_before);
+
+	next_multiple(&c->fq[x], &c->gr[x], c->qq[x], c->rr[x], s->weights[s->ranked[x]]);
 	c->due[x] = c->fq[x] + (c->gr[x] != 0);
+	edf_push(e, e->waiting, &e->n_waiting, x, due_before);
 }
 
 /*
@@ -207,26 +214,15 @@ static void rooms(const struct sf_mix_set *s, struct block_cache *c, uint64_t T,
 		while (i < n_p && c->pdue[c->by_due[i]] == d)
 			i++;
 		until = i < n_p ? c->pdue[c->by_due[i]] : d + 1;
-		while (c->due[e.waiting[0]] <= d) {
-			const uint32_t x = edf_pop(&e, e.waiting, &e.n_waiting, due_before);
-
-			taken++;
-			next_deadline(s, c, x);
-			edf_push(&e, e.waiting, &e.n_waiting, x, due_before);
-		}
+		for (; c->due[e.waiting[0]] <= d; taken++)
+			fall_due(s, c, &e);
 		low = (int64_t)d - (int64_t)taken;
 		/* Between two deadlines the room is lowest just after samples fall due. */
 		while (c->due[e.waiting[0]] < until) {
 			const uint64_t t = c->due[e.waiting[0]];
 
-			while (c->due[e.waiting[0]] == t) {
-				const uint32_t x =
-					edf_pop(&e, e.waiting, &e.n_waiting, due_before);
-
-				taken++;
-				next_deadline(s, c, x);
-				edf_push(&e, e.waiting, &e.n_waiting, x, due_before);
-			}
+			for (; c->due[e.waiting[0]] == t; taken++)
+				fall_due(s, c, &e);
 			low = (int64_t)t - (int64_t)taken < low ? (int64_t)t - (int64_t)taken : low;
 		}
 		c->room[g++] = low;
@@ -368,12 +364,7 @@ static int fill(const struct sf_mix_set *s, struct block_cache *c, uint64_t T)
 		if (++c->cnt[x] == c->end[x])
 			continue;
 		c->fq[x] = c->gq[x];
-		c->gq[x] += c->qq[x];
-		c->gr[x] += c->rr[x];
-		if (c->gr[x] >= s->weights[s->ranked[x]]) {
-			c->gq[x]++;
-			c->gr[x] -= s->weights[s->ranked[x]];
-		}
+		next_multiple(&c->gq[x], &c->gr[x], c->qq[x], c->rr[x], s->weights[s->ranked[x]]);
 		window(c, x, T, L);
 		edf_push(&e, e.waiting, &e.n_waiting, x, opens_first);
 	}
@@ -433,11 +424,11 @@ int sf__mix_block_init(struct sf_mix_set *s, const uint32_t *order, uint32_t k)
 uint32_t sf__mix_block_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index)
 {
 	const struct block_cache *c = block_of(s, n / s->block);
-	const uint64_t r = n % s->block, at = r - r % s->stride;
-	const uint32_t k = s->n_ranked, a = entry_at(c->pos, k, r);
+	const uint64_t r = n % s->block;
+	const uint32_t a = entry_at(c->pos, s->n_ranked, r);
 
-	*ret_index = c->start[a] + c->marks[at / s->stride * k + a] +
-		     sf__mix_entries(c->pos, k, at, r, a);
+	*ret_index =
+		c->start[a] + sf__mix_since_mark(c->pos, c->marks, s->n_ranked, s->stride, r, a);
 	return s->ranked[a];
 }
 
@@ -465,7 +456,6 @@ void sf__mix_block_counts(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_
 	}
 	c = block_of(s, b);
 	for (uint32_t a = 0; a < k; a++)
-		ret_counts[s->ranked[a]] = c->start[a] + c->marks[(r - r % s->stride) / s->stride * k + a];
-	for (uint64_t x = r - r % s->stride; x < r; x++)
-		ret_counts[s->ranked[entry_at(c->pos, k, x)]]++;
+		ret_counts[s->ranked[a]] = c->start[a];
+	sf__mix_add_since_mark(c->pos, c->marks, s->ranked, k, s->stride, r, ret_counts);
 }

@@ -35,8 +35,15 @@ static inline void entry_put(void *t, uint32_t k, uint64_t x, uint32_t a)
 		((uint8_t *)t)[x] = (uint8_t)a;
 }
 
-/* How many of entries [at, r) of table `t` of k sources are a. */
-uint64_t sf__mix_entries(const void *t, uint32_t k, uint64_t at, uint64_t r, uint32_t a);
+/*
+ * A table `t` of k sources' entries with their counts every `stride`-th entry (`marks`):
+ * sf__mix_since_mark() - how many of entries [0, r) are a; sf__mix_add_since_mark() - adds
+ * each source's count among entries [0, r) to counts[ranked[a]].
+ */
+uint64_t sf__mix_since_mark(const void *t, const uint32_t *marks, uint32_t k, uint32_t stride,
+			    uint64_t r, uint32_t a);
+void sf__mix_add_since_mark(const void *t, const uint32_t *marks, const uint32_t *ranked,
+			    uint32_t k, uint32_t stride, uint64_t r, uint64_t *counts);
 
 /*
  * The stride between the marks (every source's count, 4 bytes each) of a table of `len`
