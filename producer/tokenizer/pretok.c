@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "producer/tokenizer/pretok_ascii.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/unicode.h"
 
@@ -26,43 +27,6 @@ static const char pat_o200k[] =
 
 /* Neither letter, number nor space: the [^\s\p{L}\p{N}] class. */
 #define OTHER(c) (!((c) & (SF_UC_L | SF_UC_N | SF_UC_WS)))
-
-/*
- * Fast paths for the commonest piece, ASCII letters with an optional one-byte prefix.
- * They give the same end as the general scanners, which they leave the piece to (by
- * returning 0) whenever a byte of 0x80 or above could change it: a non-ASCII letter or
- * mark may continue a run, and only the tables know.
- */
-static inline bool ascii_upper(uint8_t b)
-{
-	return (unsigned)(b - 'A') < 26u;
-}
-
-static inline bool ascii_lower(uint8_t b)
-{
-	return (unsigned)(b - 'a') < 26u;
-}
-
-static inline bool ascii_alpha(uint8_t b)
-{
-	return ascii_lower(b | 0x20);
-}
-
-/* An ASCII byte that [^\r\n\p{L}\p{N}] matches. */
-static inline bool ascii_prefix(uint8_t b)
-{
-	return b < 0x80 && !ascii_alpha(b) && (unsigned)(b - '0') >= 10u && b != '\r' && b != '\n';
-}
-
-/* The end of a run of ASCII letters at s[q], or 0 when it is empty or a byte >= 0x80 ends it. */
-static inline size_t ascii_word(const uint8_t *s, size_t n, size_t q)
-{
-	size_t e = q;
-
-	while (e < n && ascii_alpha(s[e]))
-		e++;
-	return e > q && (e == n || s[e] < 0x80) ? e : 0;
-}
 
 static size_t run(const uint8_t *s, size_t n, size_t p, unsigned mask)
 {
@@ -272,11 +236,7 @@ static size_t next_o200k(const uint8_t *s, size_t n, size_t p)
 	 * ASCII letters: [A-Z] is in the first class of either letter alternative and [a-z]
 	 * in the second only, so both come down to [A-Z]*[a-z]* when that is not empty.
 	 */
-	end = p + ascii_prefix(s[p]);
-	while (end < n && ascii_upper(s[end]))
-		end++;
-	while (end < n && ascii_lower(s[end]))
-		end++;
+	end = ascii_upper_lower_end(s, n, p + ascii_prefix(s[p]));
 	if (end > p + ascii_prefix(s[p]) && (end == n || s[end] < 0x80))
 		return with_contraction(s, n, end);
 

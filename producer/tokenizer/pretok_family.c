@@ -25,6 +25,7 @@
  */
 #include <string.h>
 
+#include "producer/tokenizer/pretok_ascii.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/unicode.h"
 
@@ -105,7 +106,7 @@ static size_t run_other_newlines(const uint8_t *s, size_t n, size_t p)
 
 static size_t next_qwen3_5(const uint8_t *s, size_t n, size_t p)
 {
-	size_t len, len1;
+	size_t len, len1, end;
 	unsigned c, c1;
 
 	/* (?i:'s|'t|'re|'ve|'m|'ll|'d): as in the end of a tekken piece, read backwards. */
@@ -114,6 +115,10 @@ static size_t next_qwen3_5(const uint8_t *s, size_t n, size_t p)
 			if (p + k <= n && contraction_before(s, p, p + k) == k)
 				return p + k;
 	}
+	/* [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+ on ASCII letters (a mark is never ASCII). */
+	end = ascii_word(s, n, p + ascii_prefix(s[p]));
+	if (end)
+		return end;
 	c = sf__uc_at(s, n, p, &len);
 	if (letter_or_mark(c))
 		return run_letters_marks(s, n, p + len);

