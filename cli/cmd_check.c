@@ -185,8 +185,8 @@ static void print_bound(const struct sf_dataset *ds)
 		printf("# warning: with these weights a source's count may differ from weight x "
 		       "samples by %.6f, not less than 1 (docs/mixtures.md: below 1 for up to 4 "
 		       "sources, where a period, or a phase, of at most 2^24 samples fits a "
-		       "table of 32 MiB, and where the lightest source has at least 1/2^22 of "
-		       "the weight and a block fits 8 MiB)\n",
+		       "table of 32 MiB, and where every source but the lightest has at least "
+		       "1/2^22 of the weight and a block fits 8 MiB)\n",
 		       bound);
 }
 

@@ -24,7 +24,7 @@
  * every config digest, so that a state saved by a shmfeed of another version is refused
  * (as a changed config is) rather than resumed onto other samples.
  */
-#define SF_STREAM_VERSION 2
+#define SF_STREAM_VERSION 3
 
 /* Source formats. */
 /* The longest path of a unix socket (sun_path holds 108 bytes with its NUL). */

@@ -677,7 +677,7 @@ int sf__mix_set_init(struct sf_mix_set *s, const uint64_t *weights, uint32_t n,
 			drop_table(s);
 		}
 	}
-	/* Still none below 1: blocks, where the lightest source is heavy enough. */
+	/* Still none below 1: blocks, where the sources but the lightest are heavy enough. */
 	if (s->bound >= 1 && !s->period) {
 		r = sf__mix_block_init(s, order, n_pos);
 		if (r < 0)

@@ -92,14 +92,17 @@ struct sf_mix_set {
 #define SF_MIX_TABLE_STRIDE_MAX 4096u
 
 /*
- * Blocks: at least SF_MIX_BLOCK_MIN samples, and at least Q / (the lightest weight), so
- * that every source has a sample in each; at most SF_MIX_BLOCK_MAX, whose entries and
- * marks take at most SF_MIX_BLOCK_BYTES in each thread that asks (a set with a lighter
- * source keeps its tree). Built in O(block x log sources + sources^2).
+ * Blocks: at least SF_MIX_BLOCK_MIN samples, and at least Q / (the second lightest
+ * weight), so that every source but the lightest has a sample in each; at most
+ * SF_MIX_BLOCK_MAX, whose entries and marks take at most SF_MIX_BLOCK_BYTES in each
+ * thread that asks (a set with two lighter sources keeps its tree, as does one whose
+ * lightest source has less than 1 / SF_MIX_BLOCK_LIGHT_MAX of the weight). Built in
+ * O(block x log sources + sources^2).
  */
-#define SF_MIX_BLOCK_MIN   (UINT64_C(1) << 12)
-#define SF_MIX_BLOCK_MAX   (UINT64_C(1) << 22)
-#define SF_MIX_BLOCK_BYTES (UINT64_C(1) << 23)
+#define SF_MIX_BLOCK_MIN       (UINT64_C(1) << 12)
+#define SF_MIX_BLOCK_MAX       (UINT64_C(1) << 22)
+#define SF_MIX_BLOCK_BYTES     (UINT64_C(1) << 23)
+#define SF_MIX_BLOCK_LIGHT_MAX (UINT64_C(1) << 62)
 
 /* Blocks serve positions below this (no run reaches 2^63 samples: 292 years at 10^9 a
  * second); at and past it, where a block's far edge could pass 2^64, the set's tree

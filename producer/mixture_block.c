@@ -2,8 +2,8 @@
  * Blocks: the assignment of a weight set that no tree keeps within 1 of its targets and
  * whose period is too long for a table (docs/mixtures.md, "Blocks").
  *
- * The positions are cut into blocks of L samples, L at least Q / (the lightest weight).
- * At each block's edge T = bL the counts are a pure function of T (cut_at()): each
+ * The positions are cut into blocks of L samples, L at least Q / (the second lightest
+ * weight). At each block's edge T = bL the counts are a pure function of T (cut_at()): each
  * source has floor(w_i T) samples or one more, and the sources one above are chosen so
  * that the samples before the edge could all have been placed in their windows
  * (|count_i - w_i t| < 1 at every position t) and the samples after it still can: a
@@ -194,7 +194,7 @@ static void rooms(const struct sf_mix_set *s, struct block_cache *c, uint64_t T,
 	const uint64_t Q = s->total;
 	struct edf e = {.due = c->due, .waiting = c->waiting};
 	uint64_t taken = 0;
-	uint32_t g = 0;
+	uint32_t g = 0, n_s = n_p;
 
 	for (uint32_t x = 0; x < k; x++) {
 		const uint64_t P = s->weights[s->ranked[x]];
@@ -206,14 +206,21 @@ static void rooms(const struct sf_mix_set *s, struct block_cache *c, uint64_t T,
 		c->due[x] = c->fq[x] + (c->gr[x] != 0);
 		edf_push(&e, e.waiting, &e.n_waiting, x, due_before);
 	}
-	for (uint32_t i = 0; i < n_p;) {
+	/*
+	 * A spanning sample due more than a block after the edge is the lightest source's
+	 * (every other one is due within Q / P <= L): past the other deadlines the room is
+	 * at least the number of untaken spanning samples, so none binds it (docs).
+	 */
+	if (n_p && c->pdue[c->by_due[n_p - 1]] > s->block)
+		n_s--;
+	for (uint32_t i = 0; i < n_s;) {
 		const uint64_t d = c->pdue[c->by_due[i]];
 		uint64_t until;
 		int64_t low;
 
-		while (i < n_p && c->pdue[c->by_due[i]] == d)
+		while (i < n_s && c->pdue[c->by_due[i]] == d)
 			i++;
-		until = i < n_p ? c->pdue[c->by_due[i]] : d + 1;
+		until = i < n_s ? c->pdue[c->by_due[i]] : d + 1;
 		for (; c->due[e.waiting[0]] <= d; taken++)
 			fall_due(s, c, &e);
 		low = (int64_t)d - (int64_t)taken;
@@ -227,8 +234,10 @@ static void rooms(const struct sf_mix_set *s, struct block_cache *c, uint64_t T,
 		}
 		c->room[g++] = low;
 	}
-	while (g-- > 1)
-		c->room[g - 1] = c->room[g] < c->room[g - 1] ? c->room[g] : c->room[g - 1];
+	for (uint32_t h = g; h-- > 1;)
+		c->room[h - 1] = c->room[h] < c->room[h - 1] ? c->room[h] : c->room[h - 1];
+	if (n_s < n_p)
+		c->room[g] = INT64_MAX;
 }
 
 /*
@@ -402,10 +411,15 @@ static const struct block_cache *block_of(const struct sf_mix_set *s, uint64_t b
 
 int sf__mix_block_init(struct sf_mix_set *s, const uint32_t *order, uint32_t k)
 {
-	const uint64_t lightest = s->weights[order[k - 1]];
-	uint64_t len = (s->total - 1) / lightest + 1;
+	/* The lightest source may be lighter than 1 / L (docs); its windows' ends must stay
+	 * below 2^64 past SF_MIX_BLOCK_END. */
+	const uint64_t second = s->weights[order[k > 1 ? k - 2 : 0]],
+		       lightest = s->weights[order[k - 1]];
+	uint64_t len = (s->total - 1) / second + 1;
 	uint32_t stride;
 
+	if (k < 2 || s->total / lightest >= SF_MIX_BLOCK_LIGHT_MAX)
+		return 1;
 	len = len < SF_MIX_BLOCK_MIN ? SF_MIX_BLOCK_MIN : len;
 	stride = len <= SF_MIX_BLOCK_MAX ? sf__mix_stride(len, k, SF_MIX_BLOCK_BYTES) : 0;
 	if (!stride)

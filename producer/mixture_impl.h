@@ -108,9 +108,9 @@ static inline uint32_t edf_pop(const struct edf *e, uint32_t *h, uint32_t *n, ed
 /*
  * Blocks (mixture_block.c, docs/mixtures.md): sf__mix_block_init() gives set `s`, whose
  * positive weights are `order[0..k)` heaviest first, the block assignment: 0, 1 where its
- * lightest source is too light for a block of at most SF_MIX_BLOCK_MAX samples (nothing
- * changed), or -ENOMEM. Then sf__mix_set_locate() and sf__mix_set_counts() answer from
- * these two.
+ * second lightest source is too light for a block of at most SF_MIX_BLOCK_MAX samples or
+ * its lightest lighter than 1 / SF_MIX_BLOCK_LIGHT_MAX (nothing changed), or -ENOMEM. Then
+ * sf__mix_set_locate() and sf__mix_set_counts() answer from these two.
  */
 int sf__mix_block_init(struct sf_mix_set *s, const uint32_t *order, uint32_t k);
 uint32_t sf__mix_block_locate(const struct sf_mix_set *s, uint64_t n, uint64_t *ret_index);

@@ -177,6 +177,16 @@ static const struct job jobs[] = {
 	 "  - {paths: [mix3.bin], format: nanogpt, weight: 201}\n"
 	 "  - {paths: [mix4.bin], format: nanogpt, weight: 6932410}\n" GEO "sampling: {seed: 99}\n",
 	 7000001},
+	/* Read across a block's edge (sample 50,946,048 = 12,438 x 4096) that the light
+	 * source's 8th window (samples 46,666,744 to 53,333,422) spans. */
+	{"mixture: one source lighter than a block, across a block's edge far out",
+	 "sources:\n"
+	 "  - {paths: [mix0.bin], format: nanogpt, weight: 2926210}\n"
+	 "  - {paths: [mix1.bin], format: nanogpt, weight: 583800}\n"
+	 "  - {paths: [mix2.bin], format: nanogpt, weight: 9557610}\n"
+	 "  - {paths: [mix3.bin], format: nanogpt, weight: 3}\n"
+	 "  - {paths: [mix4.bin], format: nanogpt, weight: 6932410}\n" GEO "sampling: {seed: 99}\n",
+	 6368254},
 };
 
 #define N_JOBS (sizeof(jobs) / sizeof(jobs[0]))
@@ -197,16 +207,24 @@ static const struct {
 	 {UINT64_C(0xc2e5741f47d34a4e), UINT64_C(0xff572d0fe82697b9), UINT64_C(0x860c0336a4f2ad9e),
 	  UINT64_C(0x4f0a1d2a0e97ea39), UINT64_C(0x43e5eddc607efda3), UINT64_C(0x0d22cab8e70c610f),
 	  UINT64_C(0x530fba699168c413), UINT64_C(0x2677071a4dcdd3a4), UINT64_C(0x53e7f61952a8d0ea),
-	  UINT64_C(0x93ae0a0c5b7f060a), UINT64_C(0x93e7830c1cfa9a0d),
-	  UINT64_C(0x73de0e7d911dac44)}},
+	  UINT64_C(0x93ae0a0c5b7f060a), UINT64_C(0x93e7830c1cfa9a0d), UINT64_C(0x73de0e7d911dac44),
+	  UINT64_C(0x9fb2d7b407067275)}},
 	/* 2: a weight set that no tree keeps below 1 and whose period is too long for a
 	 * table takes blocks (docs/mixtures.md). */
 	{2,
 	 {UINT64_C(0xc2e5741f47d34a4e), UINT64_C(0xff572d0fe82697b9), UINT64_C(0x860c0336a4f2ad9e),
 	  UINT64_C(0x4f0a1d2a0e97ea39), UINT64_C(0x43e5eddc607efda3), UINT64_C(0x0d22cab8e70c610f),
 	  UINT64_C(0x530fba699168c413), UINT64_C(0x2677071a4dcdd3a4), UINT64_C(0x53e7f61952a8d0ea),
-	  UINT64_C(0x93ae0a0c5b7f060a), UINT64_C(0x93e7830c1cfa9a0d),
-	  UINT64_C(0x6e7524a48d860222)}},
+	  UINT64_C(0x93ae0a0c5b7f060a), UINT64_C(0x93e7830c1cfa9a0d), UINT64_C(0x6e7524a48d860222),
+	  UINT64_C(0x9fb2d7b407067275)}},
+	/* 3: blocks are cut by the second lightest source, the lightest may be lighter than
+	 * a block (docs/mixtures.md, "Blocks"). */
+	{3,
+	 {UINT64_C(0xc2e5741f47d34a4e), UINT64_C(0xff572d0fe82697b9), UINT64_C(0x860c0336a4f2ad9e),
+	  UINT64_C(0x4f0a1d2a0e97ea39), UINT64_C(0x43e5eddc607efda3), UINT64_C(0x0d22cab8e70c610f),
+	  UINT64_C(0x530fba699168c413), UINT64_C(0x2677071a4dcdd3a4), UINT64_C(0x53e7f61952a8d0ea),
+	  UINT64_C(0x93ae0a0c5b7f060a), UINT64_C(0x93e7830c1cfa9a0d), UINT64_C(0x6e7524a48d860222),
+	  UINT64_C(0x0bb7bd20e7e77ee5)}},
 };
 
 /* The hash of one batch: its tokens, document starts and row sources, length and first

@@ -324,7 +324,7 @@ static bool check_blocks(const uint64_t *w, uint32_t n, uint64_t seed, uint64_t 
 		return false;
 	}
 	cr_assert_lt(s.bound, 1.0, "%s", what);
-	cr_assert_geq(s.block, s.total / s.weights[s.ranked[s.n_ranked - 1]], "%s", what);
+	cr_assert_geq(s.block, s.total / s.weights[s.ranked[s.n_ranked - 2]], "%s", what);
 	check_prefixes(&s, s.block < len ? 2 * s.block + 17 : 2 * len, what);
 	for (int far = 0; far < 3; far++) {
 		/* An edge far out, and `len` samples (or a third of a block) either side. */
@@ -890,4 +890,63 @@ Test(mixture, phases_of_the_same_weights_share_one_set)
 		cr_assert_eq(m->phases[p].set.period, m->phases[0].set.period, "phase %u", p);
 	check_prefixes(&m->phases[PHASES - 1].set, 300000, "the open phase");
 	sf__mix_free(m);
+}
+
+/*
+ * docs/mixtures.md, "Blocks": the lightest source may be lighter than a block (its
+ * windows span many edges), and then it may be arbitrarily light: the five above (201 of
+ * 20,000,231, windows of 99,504 samples across blocks of 4096), the same with 4 in place
+ * of 201 (windows of 5 million: the tree before), and random sets of 5 to 20
+ * sources with one of weight 1 to 99, walked over several of its windows from the start
+ * and from far out.
+ */
+Test(mixture, blocks_take_a_source_lighter_than_a_block)
+{
+	static const uint64_t five[5] = {2926210, 583800, 9557610, 201, 6932410},
+			      four[5] = {2926210, 583800, 9557610, 4, 6932410};
+	const struct {
+		const uint64_t *w;
+		uint64_t len, far;
+	} sets[] = {{five, 400000, UINT64_C(1) << 61}, {four, 6000000, UINT64_C(5) << 58}};
+	uint64_t w[20], x = 4242;
+	struct sf_mix_set s;
+
+	for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+		cr_assert_eq(sf__mix_set_init(&s, sets[i].w, 5, UINT64_C(1) << 20,
+					      SF_MIX_SEARCH_MAX, UINT64_MAX),
+			     0);
+		cr_assert(s.block == SF_MIX_BLOCK_MIN && s.bound < 1,
+			  "set %zu: block %llu, bound %.6f", i, (unsigned long long)s.block,
+			  s.bound);
+		check_walk(&s, 0, sets[i].len, "light, from the start");
+		check_walk(&s, sets[i].far / s.block * s.block - sets[i].len / 2, sets[i].len,
+			   "light, far out");
+		sf__mix_set_free(&s);
+	}
+	for (int round = 0; round < 24; round++) {
+		const uint32_t n = 5 + (uint32_t)(round % 16);
+		uint64_t light, Q = 0;
+
+		for (uint32_t j = 0; j < n; j++) {
+			x = x * 6364136223846793005u + 1442695040888963407u;
+			w[j] = j ? 10000 + (x >> 33) % 1000000 : 1 + (x >> 33) % 99;
+			Q += w[j];
+		}
+		light = w[0];
+		cr_assert_eq(sf__mix_set_init(&s, w, n, UINT64_C(1) << 20, SF_MIX_SEARCH_MAX, 0),
+			     0);
+		if (s.block) {
+			const uint64_t window = Q / light + 1,
+				       len = 3 * window < 1500000 ? 3 * window : 1500000;
+
+			cr_assert_lt(s.bound, 1.0);
+			check_walk(&s, 0, len, "random, one light source");
+			check_walk(&s, (x >> 2) / s.block * s.block - len / 2, len,
+				   "random, one light source, far out");
+		} else {
+			cr_assert_lt(s.bound, 1.0, "%u sources: neither blocks nor a tree below 1",
+				     n);
+		}
+		sf__mix_set_free(&s);
+	}
 }
