@@ -38,8 +38,17 @@ struct part {
 	uint32_t pair;
 };
 
-int sf__bpe_scan(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
-		 size_t *ret_n)
+/* The rank of a join of at least 3 bytes; `padded`: 8 bytes can be read at s (tok_impl.h). */
+static inline __attribute__((always_inline)) uint32_t
+joined(const struct sf_tok_ranks *r, const uint8_t *s, size_t len, bool padded)
+{
+	return padded ? sf__tok_rank_joined_8(r, s, len) : sf__tok_rank_joined(r, s, len);
+}
+
+/* Each merge loop below is built twice, with `padded` a constant. */
+static inline __attribute__((always_inline)) int scan(const struct sf_tok_ranks *r,
+						      const uint8_t *piece, size_t len,
+						      uint32_t *out, size_t *ret_n, bool padded)
 {
 	struct part p[SF_BPE_SHORT_MAX + 1];
 	size_t parts = len, i, best;
@@ -73,13 +82,11 @@ int sf__bpe_scan(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 		parts--;
 		memmove(p + best + 1, p + best + 2, (parts - best) * sizeof(*p));
 		if (best > 0)
-			p[best - 1].pair =
-				sf__tok_rank_joined(r, piece + p[best - 1].start,
-						    p[best + 1].start - p[best - 1].start);
-		p[best].pair = best + 1 < parts
-				       ? sf__tok_rank_joined(r, piece + p[best].start,
-							     p[best + 2].start - p[best].start)
-				       : SF_RANK_NONE;
+			p[best - 1].pair = joined(r, piece + p[best - 1].start,
+						  p[best + 1].start - p[best - 1].start, padded);
+		p[best].pair = best + 1 < parts ? joined(r, piece + p[best].start,
+							 p[best + 2].start - p[best].start, padded)
+						: SF_RANK_NONE;
 	}
 	for (i = 0; i < parts; i++) {
 		if (p[i].rank == SF_RANK_NONE)
@@ -88,6 +95,13 @@ int sf__bpe_scan(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 	}
 	*ret_n = parts;
 	return 0;
+}
+
+int sf__bpe_scan(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
+		 size_t *ret_n, bool padded)
+{
+	return padded ? scan(r, piece, len, out, ret_n, true)
+		      : scan(r, piece, len, out, ret_n, false);
 }
 
 /*
@@ -122,8 +136,9 @@ static inline void tree_set(uint64_t *t, size_t size, size_t i, uint64_t v)
 	}
 }
 
-int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
-		 size_t *ret_n)
+static inline __attribute__((always_inline)) int tree(const struct sf_tok_ranks *r,
+						      const uint8_t *piece, size_t len,
+						      uint32_t *out, size_t *ret_n, bool padded)
 {
 	uint64_t t[2 * SF_BPE_SHORT_MAX];
 	uint32_t next[SF_BPE_SHORT_MAX + 1], prev[SF_BPE_SHORT_MAX + 1];
@@ -152,7 +167,7 @@ int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 			prev[c] = a;
 		tree_set(t, size, b, TREE_NONE | b);
 		tree_set(t, size, a,
-			 (uint64_t)(c < len ? sf__tok_rank_joined(r, piece + a, next[c] - a)
+			 (uint64_t)(c < len ? joined(r, piece + a, next[c] - a, padded)
 					    : SF_RANK_NONE)
 					 << 32 |
 				 a);
@@ -160,7 +175,7 @@ int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 			uint32_t p = prev[a];
 
 			tree_set(t, size, p,
-				 (uint64_t)sf__tok_rank_joined(r, piece + p, c - p) << 32 | p);
+				 (uint64_t)joined(r, piece + p, c - p, padded) << 32 | p);
 		}
 	}
 	for (i = 0; i < len; i = next[i]) {
@@ -170,6 +185,13 @@ int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len,
 	}
 	*ret_n = n;
 	return 0;
+}
+
+int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
+		 size_t *ret_n, bool padded)
+{
+	return padded ? tree(r, piece, len, out, ret_n, true)
+		      : tree(r, piece, len, out, ret_n, false);
 }
 
 /* The rank of node i joined with its successor, given that the successor is not the end. */
@@ -298,9 +320,9 @@ int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, u
 }
 
 int sf__bpe_short(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
-		  size_t *ret_n)
+		  size_t *ret_n, bool padded)
 {
 	if (len <= SF_BPE_SCAN_MAX)
-		return sf__bpe_scan(r, piece, len, out, ret_n);
-	return sf__bpe_tree(r, piece, len, out, ret_n);
+		return sf__bpe_scan(r, piece, len, out, ret_n, padded);
+	return sf__bpe_tree(r, piece, len, out, ret_n, padded);
 }

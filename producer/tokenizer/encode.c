@@ -104,9 +104,12 @@ static inline void copy_ids(uint32_t *out, const uint32_t *ids, uint32_t n, size
  * for one id a byte of the text and one more, and each id before covers a byte at least. */
 #define PIECE_ROOM(len) ((len) + 1)
 
-/* A piece of SF_TOK_CACHE_MAX_LEN + 1 to SF_TOK_LONG_MAX bytes, through the long cache. */
+/*
+ * A piece of SF_TOK_CACHE_MAX_LEN + 1 to SF_TOK_LONG_MAX bytes, through the long cache.
+ * `padded`, here and below: 8 bytes past the piece can be read (sf__bpe_short()).
+ */
 static int merge_long(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, uint32_t *out,
-		      size_t *ret_n)
+		      size_t *ret_n, bool padded)
 {
 	uint64_t h = sf__tok_load64(s) ^ sf__tok_load64(s + len / 2 - 4) * 0xc2b2ae3d27d4eb4full ^
 		     sf__tok_load64(s + len - 8) * 0x165667b19e3779f9ull ^ len;
@@ -119,7 +122,7 @@ static int merge_long(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, 
 		*ret_n = c->n;
 		return 0;
 	}
-	rc = sf__bpe_short(&enc->tok->ranks, s, len, out, ret_n);
+	rc = sf__bpe_short(&enc->tok->ranks, s, len, out, ret_n, padded);
 	if (rc == 0 && *ret_n <= SF_TOK_LONG_IDS) {
 		c->len = (uint32_t)len;
 		c->n = (uint32_t)*ret_n;
@@ -131,7 +134,7 @@ static int merge_long(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, 
 
 /* Merge a piece that is not a token, through the piece cache when it is short enough. */
 static int merge_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, uint32_t *out,
-		       size_t *ret_n)
+		       size_t *ret_n, bool padded)
 {
 	const struct sf_tok_ranks *r = &enc->tok->ranks;
 	struct sf_tok_cache_entry *c;
@@ -139,12 +142,19 @@ static int merge_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len,
 	int rc;
 
 	if (len > SF_TOK_LONG_MAX)
-		return len <= SF_BPE_SHORT_MAX ? sf__bpe_short(r, s, len, out, ret_n)
+		return len <= SF_BPE_SHORT_MAX ? sf__bpe_short(r, s, len, out, ret_n, padded)
 					       : sf__bpe_heap(enc, s, len, out, ret_n);
 	if (len > SF_TOK_CACHE_MAX_LEN)
-		return merge_long(enc, s, len, out, ret_n);
-	head = sf__tok_key(s, len);
-	tail = len > 8 ? sf__tok_load64(s + len - 8) : 0;
+		return merge_long(enc, s, len, out, ret_n, padded);
+	if (padded) {
+		const uint64_t last = sf__tok_load64(s + (len > 8 ? len - 8 : 0));
+
+		head = sf__tok_key_8(s, len);
+		tail = len > 8 ? last : 0;
+	} else {
+		head = sf__tok_key(s, len);
+		tail = len > 8 ? sf__tok_load64(s + len - 8) : 0;
+	}
 	h = (head ^ tail * 0xc2b2ae3d27d4eb4full ^ len) * 0x9e3779b97f4a7c15ull;
 	c = &enc->cache[h >> (64 - SF_TOK_CACHE_BITS)];
 	if (c->len == len && c->head == head && c->tail == tail) {
@@ -152,7 +162,7 @@ static int merge_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len,
 		*ret_n = c->n;
 		return 0;
 	}
-	rc = sf__bpe_short(r, s, len, out, ret_n);
+	rc = sf__bpe_short(r, s, len, out, ret_n, padded);
 	if (rc == 0 && *ret_n <= SF_TOK_CACHE_IDS) {
 		c->head = head;
 		c->tail = tail;
@@ -165,9 +175,12 @@ static int merge_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len,
 
 /* Append the ids of one piece s[0..len) at out; their count goes to *ret_n. */
 static int encode_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len, uint32_t *out,
-			size_t *ret_n)
+			size_t *ret_n, bool padded)
 {
-	uint32_t rank = sf__tok_rank(&enc->tok->ranks, s, len);
+	const struct sf_tok_ranks *r = &enc->tok->ranks;
+	uint32_t rank = len < 3	 ? sf__tok_rank(r, s, len)
+			: padded ? sf__tok_rank_joined_8(r, s, len)
+				 : sf__tok_rank_joined(r, s, len);
 
 	if (rank != SF_RANK_NONE) {
 		*out = rank;
@@ -176,7 +189,7 @@ static int encode_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len
 	}
 	if (len == 1)
 		return SF_E_TOKENIZER;
-	return merge_piece(enc, s, len, out, ret_n);
+	return merge_piece(enc, s, len, out, ret_n, padded);
 }
 
 /*
@@ -214,7 +227,8 @@ static int encode_bpe(struct sf_tok_encoder *enc, const uint8_t *s, size_t n, si
 			start = p;
 			end = sf__pretok_next(tok->pretok, s, n, p);
 		}
-		rc = encode_piece(enc, s + start, end - start, enc->ids + *n_out, &count);
+		rc = encode_piece(enc, s + start, end - start, enc->ids + *n_out, &count,
+				  n - end >= 8);
 		if (rc < 0) {
 			if (rc == SF_E_TOKENIZER)
 				return sf__err(e, rc,

@@ -230,6 +230,18 @@ static inline uint64_t sf__tok_key_3(const uint8_t *s, size_t len) /* len >= 3 *
 	return (uint64_t)s[0] | (uint64_t)s[1] << 8 | (uint64_t)s[2] << 16;
 }
 
+/*
+ * sf__tok_key_3() (or sf__tok_key()) where 8 bytes can be read at s, past s[0..len) too:
+ * one load and a mask. The branches on the length above are a coin toss on text (words of
+ * 3 to 12 letters), and a missed one costs more than the lookup's arithmetic.
+ */
+static inline uint64_t sf__tok_key_8(const uint8_t *s, size_t len) /* len >= 1 */
+{
+	const size_t m = len < 8 ? len : 8;
+
+	return sf__tok_load64(s) & (~UINT64_C(0) >> (64 - 8 * m));
+}
+
 static inline uint64_t sf__tok_key(const uint8_t *s, size_t len)
 {
 	if (len >= 3)
@@ -238,17 +250,30 @@ static inline uint64_t sf__tok_key(const uint8_t *s, size_t len)
 }
 
 /*
- * The hash of bytes s[0..len) whose first 8 bytes are `key`: a multiplicative hash of the
- * key, the last 8 bytes and the length. Its top bits index the table.
+ * The hash of len bytes whose first 8 bytes are `key` and whose last 8 are `tail` (0 for
+ * 8 bytes or fewer): a multiplicative hash of the key, the tail and the length. Its top
+ * bits index the table.
  */
-static inline uint64_t sf__tok_mix(const uint8_t *s, size_t len, uint64_t key)
+static inline uint64_t sf__tok_mix_tail(uint64_t key, size_t len, uint64_t tail)
 {
-	uint64_t h = key ^ ((uint64_t)len << 56);
+	uint64_t h = key ^ ((uint64_t)len << 56) ^ tail * 0xc2b2ae3d27d4eb4full;
 
-	if (len > 8)
-		h ^= sf__tok_load64(s + len - 8) * 0xc2b2ae3d27d4eb4full;
 	h *= 0x9e3779b97f4a7c15ull;
 	return h ^ (h >> 31);
+}
+
+/* The hash of bytes s[0..len) whose first 8 bytes are `key`. */
+static inline uint64_t sf__tok_mix(const uint8_t *s, size_t len, uint64_t key)
+{
+	return sf__tok_mix_tail(key, len, len > 8 ? sf__tok_load64(s + len - 8) : 0);
+}
+
+/* sf__tok_mix() where 8 bytes can be read at s: the tail loaded without a branch. */
+static inline uint64_t sf__tok_mix_8(const uint8_t *s, size_t len, uint64_t key)
+{
+	const uint64_t tail = sf__tok_load64(s + (len > 8 ? len - 8 : 0));
+
+	return sf__tok_mix_tail(key, len, len > 8 ? tail : 0);
 }
 
 static inline uint64_t sf__tok_hash(const struct sf_tok_ranks *r, const uint8_t *s, size_t len,
@@ -292,18 +317,12 @@ static inline bool sf__tok_long_equal(const struct sf_tok_ranks *r, uint32_t ran
 	       sf__tok_tail_equal(r->bytes + r->off[rank], s, len);
 }
 
-/*
- * sf__tok_rank_joined - sf__tok_rank() of at least 3 bytes, which is what joining a merged
- * part to its neighbour always asks: the merge loops call it without the tests for one
- * and two bytes.
- */
+/* The rank of bytes s[0..len), at least 3, whose key and hash are `key` and `h`. */
 static inline __attribute__((always_inline)) uint32_t
-sf__tok_rank_joined(const struct sf_tok_ranks *r, const uint8_t *s, size_t len)
+sf__tok_find(const struct sf_tok_ranks *r, const uint8_t *s, size_t len, uint64_t key, uint64_t h)
 {
-	uint64_t key, h, bits, i;
+	uint64_t bits, i;
 
-	key = sf__tok_key_3(s, len);
-	h = sf__tok_mix(s, len, key);
 	if ((*sf__tok_bloom_word(r, h, &bits) & bits) != bits)
 		return SF_RANK_NONE;
 	for (i = h >> r->shift;; i = (i + 1) & r->mask) {
@@ -317,6 +336,28 @@ sf__tok_rank_joined(const struct sf_tok_ranks *r, const uint8_t *s, size_t len)
 		if (!slot->len_rank)
 			return SF_RANK_NONE;
 	}
+}
+
+/*
+ * sf__tok_rank_joined - sf__tok_rank() of at least 3 bytes, which is what joining a merged
+ * part to its neighbour always asks: the merge loops call it without the tests for one
+ * and two bytes. sf__tok_rank_joined_8() where 8 bytes can be read at s (the text goes
+ * on past the piece): the same rank without a branch on the length.
+ */
+static inline __attribute__((always_inline)) uint32_t
+sf__tok_rank_joined(const struct sf_tok_ranks *r, const uint8_t *s, size_t len)
+{
+	const uint64_t key = sf__tok_key_3(s, len);
+
+	return sf__tok_find(r, s, len, key, sf__tok_mix(s, len, key));
+}
+
+static inline __attribute__((always_inline)) uint32_t
+sf__tok_rank_joined_8(const struct sf_tok_ranks *r, const uint8_t *s, size_t len)
+{
+	const uint64_t key = sf__tok_key_8(s, len);
+
+	return sf__tok_find(r, s, len, key, sf__tok_mix_8(s, len, key));
 }
 
 /*
@@ -428,13 +469,15 @@ int sf__pcre_fail(struct sf_err *e, const char *name, int rc, size_t at);
 /*
  * bpe.c: append the ranks of one piece (not in the vocabulary as a whole) to `out`.
  * sf__bpe_short() picks the scan or the tree by length; the tests call each directly.
+ * `padded`: 8 bytes past the piece's end can be read (the text goes on), so that the
+ * lookups of its joins load their keys without branching on their length.
  */
 int sf__bpe_scan(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
-		 size_t *ret_n);
+		 size_t *ret_n, bool padded);
 int sf__bpe_tree(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
-		 size_t *ret_n);
+		 size_t *ret_n, bool padded);
 int sf__bpe_short(const struct sf_tok_ranks *r, const uint8_t *piece, size_t len, uint32_t *out,
-		  size_t *ret_n);
+		  size_t *ret_n, bool padded);
 int sf__bpe_heap(struct sf_tok_encoder *enc, const uint8_t *piece, size_t len, uint32_t *out,
 		 size_t *ret_n);
 

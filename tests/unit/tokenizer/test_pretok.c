@@ -138,13 +138,17 @@ Test(oracle, reference_texts)
 	}
 }
 
-/* The tree and heap merges must pick the same pairs as tiktoken's loop on every piece. */
+/*
+ * The tree and heap merges must pick the same pairs as tiktoken's loop on every piece,
+ * and so must the scan and the tree told that 8 bytes past the piece can be read, with
+ * random bytes there that no key may take in.
+ */
 Test(bpe, tree_and_heap_equal_scan)
 {
 	static const char *const encodings[] = {"r50k_base", "cl100k_base", "o200k_base"};
 	static const char alphabet[] = "aaaabbcdee    \n!!=-0011st'";
 	uint32_t a[SF_BPE_SHORT_MAX], b[SF_BPE_SHORT_MAX], c[SF_BPE_SHORT_MAX];
-	uint8_t piece[SF_BPE_SHORT_MAX];
+	uint8_t piece[SF_BPE_SHORT_MAX + 8];
 	size_t e, na, nb, nc, i;
 	int round;
 
@@ -158,18 +162,24 @@ Test(bpe, tree_and_heap_equal_scan)
 			/* Mostly up to 64 bytes; one in 16 up to the tree's longest. */
 			size_t len = 2 + rnd(rnd(16) ? 63 : SF_BPE_SHORT_MAX - 1);
 
-			for (i = 0; i < len; i++)
+			for (i = 0; i < len + 8; i++)
 				piece[i] = rnd(4) ? (uint8_t)alphabet[rnd(sizeof(alphabet) - 1)]
 						  : (uint8_t)rnd(256);
-			cr_assert_eq(sf__bpe_scan(&tok->ranks, piece, len, a, &na), 0);
-			cr_assert_eq(sf__bpe_tree(&tok->ranks, piece, len, b, &nb), 0);
 			cr_assert_eq(sf__bpe_heap(enc, piece, len, c, &nc), 0);
-			cr_assert(na == nb && !memcmp(a, b, na * sizeof(*a)),
-				  "%s: tree merges differ on a piece of %zu bytes", encodings[e],
-				  len);
-			cr_assert(na == nc && !memcmp(a, c, na * sizeof(*a)),
-				  "%s: heap merges differ on a piece of %zu bytes", encodings[e],
-				  len);
+			for (int padded = 0; padded < 2; padded++) {
+				cr_assert_eq(sf__bpe_scan(&tok->ranks, piece, len, a, &na, padded),
+					     0);
+				cr_assert_eq(sf__bpe_tree(&tok->ranks, piece, len, b, &nb, padded),
+					     0);
+				cr_assert(na == nc && !memcmp(a, c, na * sizeof(*a)),
+					  "%s: scan merges (padded %d) differ on a piece of %zu "
+					  "bytes",
+					  encodings[e], padded, len);
+				cr_assert(nb == nc && !memcmp(b, c, nb * sizeof(*b)),
+					  "%s: tree merges (padded %d) differ on a piece of %zu "
+					  "bytes",
+					  encodings[e], padded, len);
+			}
 		}
 		sf__tok_encoder_free(enc);
 		sf__tok_free(tok);

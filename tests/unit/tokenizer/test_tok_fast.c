@@ -268,7 +268,8 @@ Test(caches, equal_fresh_merges)
 			0);
 		/* The scanner keeps the piece whole, so its ids are one merge's. */
 		cr_assert_eq(sf__pretok_next(SF_PRETOK_O200K, set[k], set_len[k], 0), set_len[k]);
-		cr_assert_eq(sf__bpe_scan(&tok->ranks, set[k], set_len[k], want, &want_n), 0);
+		cr_assert_eq(sf__bpe_scan(&tok->ranks, set[k], set_len[k], want, &want_n, false),
+			     0);
 		cr_assert_eq(n, want_n, "piece %zu of %zu bytes: %zu ids, merging gives %zu", k,
 			     set_len[k], n, want_n);
 		for (j = 0; j < n; j++)
@@ -279,4 +280,52 @@ Test(caches, equal_fresh_merges)
 	cr_expect(hits > 5000, "only %zu pieces in the long cache's range", hits);
 	sf__tok_encoder_free(enc);
 	sf__tok_free(tok);
+}
+
+/*
+ * A piece's lookups load 8 bytes at a time where the text goes on for 8 bytes past the
+ * piece, and byte by byte near its end: every text of 1 to 40 bytes (words, runs of
+ * letters, characters of several scripts), each in a buffer of exactly its length (so
+ * that ASan, which the suite also runs under, sees a read past it), gets the ids it gets
+ * from a longer buffer with other bytes after it.
+ */
+Test(caches, lookups_read_nothing_past_the_text)
+{
+	static const char *const texts[] = {
+		"international", "the",	       "Constantinople",
+		"héllo wörld",	 "東京タワー", "abcdefghijklmnopqrstuvwxyzabcdefghijklmn",
+		"a b c",	 "don't",      "привет мир"};
+
+	for (size_t e = 0; e < 3; e++) {
+		struct sf_tok *tok = tok_test_load(encodings[e]);
+		struct sf_tok_encoder *enc;
+
+		cr_assert_not_null(tok);
+		cr_assert_eq(sf__tok_encoder_create(tok, &enc, NULL), 0);
+		for (size_t t = 0; t < sizeof(texts) / sizeof(texts[0]); t++) {
+			for (size_t len = 1; len <= strlen(texts[t]) && len <= 40; len++) {
+				uint8_t *exact = malloc(len), padded[64];
+				uint32_t want[64];
+				const uint32_t *ids;
+				size_t n, want_n;
+
+				memcpy(exact, texts[t], len);
+				memcpy(padded, texts[t], len);
+				memset(padded + len, 'x', sizeof(padded) - len);
+				cr_assert_eq(sf__tok_encode(enc, padded, len, SF_TOK_ALLOW_NONE,
+							    &ids, &want_n, NULL),
+					     0);
+				memcpy(want, ids, want_n * sizeof(*ids));
+				cr_assert_eq(sf__tok_encode(enc, exact, len, SF_TOK_ALLOW_NONE,
+							    &ids, &n, NULL),
+					     0);
+				cr_assert(n == want_n && !memcmp(ids, want, n * sizeof(*ids)),
+					  "%s: '%.*s' in a buffer of its length", encodings[e],
+					  (int)len, texts[t]);
+				free(exact);
+			}
+		}
+		sf__tok_encoder_free(enc);
+		sf__tok_free(tok);
+	}
 }
