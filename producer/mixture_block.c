@@ -411,15 +411,14 @@ static const struct block_cache *block_of(const struct sf_mix_set *s, uint64_t b
 
 int sf__mix_block_init(struct sf_mix_set *s, const uint32_t *order, uint32_t k)
 {
-	/* The lightest source may be lighter than 1 / L (docs); its windows' ends must stay
-	 * below 2^64 past SF_MIX_BLOCK_END. */
-	const uint64_t second = s->weights[order[k > 1 ? k - 2 : 0]],
-		       lightest = s->weights[order[k - 1]];
-	uint64_t len = (s->total - 1) / second + 1;
+	uint64_t len;
 	uint32_t stride;
 
-	if (k < 2 || s->total / lightest >= SF_MIX_BLOCK_LIGHT_MAX)
+	/* The lightest source may be lighter than 1 / L (docs); its windows' ends must stay
+	 * below 2^64 past SF_MIX_BLOCK_END. L is set by the second lightest. */
+	if (k < 2 || s->total / s->weights[order[k - 1]] >= SF_MIX_BLOCK_LIGHT_MAX)
 		return 1;
+	len = (s->total - 1) / s->weights[order[k - 2]] + 1;
 	len = len < SF_MIX_BLOCK_MIN ? SF_MIX_BLOCK_MIN : len;
 	stride = len <= SF_MIX_BLOCK_MAX ? sf__mix_stride(len, k, SF_MIX_BLOCK_BYTES) : 0;
 	if (!stride)

@@ -147,10 +147,8 @@ static int merge_piece(struct sf_tok_encoder *enc, const uint8_t *s, size_t len,
 	if (len > SF_TOK_CACHE_MAX_LEN)
 		return merge_long(enc, s, len, out, ret_n, padded);
 	if (padded) {
-		const uint64_t last = sf__tok_load64(s + (len > 8 ? len - 8 : 0));
-
 		head = sf__tok_key_8(s, len);
-		tail = len > 8 ? last : 0;
+		tail = sf__tok_tail_8(s, len);
 	} else {
 		head = sf__tok_key(s, len);
 		tail = len > 8 ? sf__tok_load64(s + len - 8) : 0;

@@ -268,13 +268,20 @@ static inline uint64_t sf__tok_mix(const uint8_t *s, size_t len, uint64_t key)
 	return sf__tok_mix_tail(key, len, len > 8 ? sf__tok_load64(s + len - 8) : 0);
 }
 
-/* sf__tok_mix() where 8 bytes can be read at s: the tail's load need not stay within the
- * string (gcc keeps a branch on the length here, which measured faster than masks). */
-static inline uint64_t sf__tok_mix_8(const uint8_t *s, size_t len, uint64_t key)
+/* The last 8 bytes of s[0..len), 0 for 8 bytes or fewer, where 8 bytes can be read at s:
+ * the load need not stay within the string (gcc keeps a branch on the length here, which
+ * measured faster than masks). */
+static inline uint64_t sf__tok_tail_8(const uint8_t *s, size_t len)
 {
 	const uint64_t tail = sf__tok_load64(s + (len > 8 ? len - 8 : 0));
 
-	return sf__tok_mix_tail(key, len, len > 8 ? tail : 0);
+	return len > 8 ? tail : 0;
+}
+
+/* sf__tok_mix() where 8 bytes can be read at s. */
+static inline uint64_t sf__tok_mix_8(const uint8_t *s, size_t len, uint64_t key)
+{
+	return sf__tok_mix_tail(key, len, sf__tok_tail_8(s, len));
 }
 
 static inline uint64_t sf__tok_hash(const struct sf_tok_ranks *r, const uint8_t *s, size_t len,

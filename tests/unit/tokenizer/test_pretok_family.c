@@ -38,10 +38,7 @@ static uint64_t rng_state = 0x243f6a8885a308d3ull;
 
 static uint32_t rnd(uint32_t bound)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return (uint32_t)(rng_state % bound);
+	return tok_test_rnd(&rng_state, bound);
 }
 
 /* Characters for every alternative: case, apostrophes and contraction letters (with the
