@@ -15,7 +15,9 @@
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
-#ifdef __SSE2__
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
@@ -294,7 +296,7 @@ void sf__text_file_free(struct sf_text_file *f)
  * last bytes at 16 positions at once (SSE2, in every x86-64) and checks the rest of each
  * candidate.
  */
-const char *sf__find_sep(const char *p, const char *end, const char *sep, size_t m)
+const char *sf__find_sep_base(const char *p, const char *end, const char *sep, size_t m)
 {
 	size_t n = (size_t)(end - p), i = 0;
 
@@ -320,6 +322,45 @@ const char *sf__find_sep(const char *p, const char *end, const char *sep, size_t
 	}
 #endif
 	return memmem(p + i, n - i, sep, m);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/*
+ * The same at 32 positions at once, where the CPU has AVX2: the search runs ahead of the
+ * tokenizer over every byte a producer reads (3-4 % of a Llama 3 producer's samples on
+ * tinyshakespeare with the SSE2 loop), and this halves its cost there (8.7 against 18.5
+ * GB/s over its "\n\n" paragraphs on the AMD EPYC VM).
+ */
+__attribute__((target("avx2"))) static const char *find_sep_avx2(const char *p, const char *end,
+								 const char *sep, size_t m)
+{
+	const __m256i first = _mm256_set1_epi8(sep[0]), last = _mm256_set1_epi8(sep[m - 1]);
+	size_t n = (size_t)(end - p), i = 0;
+
+	for (; n >= m - 1 + 32 && i <= n - (m - 1) - 32; i += 32) {
+		__m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(p + i));
+		__m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(p + i + m - 1));
+		unsigned mask = (unsigned)_mm256_movemask_epi8(
+			_mm256_and_si256(_mm256_cmpeq_epi8(a, first), _mm256_cmpeq_epi8(b, last)));
+
+		for (; mask; mask &= mask - 1) {
+			size_t k = i + (size_t)__builtin_ctz(mask);
+
+			if (m == 2 || !memcmp(p + k + 1, sep + 1, m - 2))
+				return p + k;
+		}
+	}
+	return sf__find_sep_base(p + i, end, sep, m);
+}
+#endif
+
+const char *sf__find_sep(const char *p, const char *end, const char *sep, size_t m)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (m > 1 && __builtin_cpu_supports("avx2"))
+		return find_sep_avx2(p, end, sep, m);
+#endif
+	return sf__find_sep_base(p, end, sep, m);
 }
 
 const struct sf_text_format *sf__text_format(uint32_t format)

@@ -74,8 +74,13 @@ int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_
 /* sf__text_file_free - free what `f` holds, and zero it. */
 void sf__text_file_free(struct sf_text_file *f);
 
-/* sf__find_sep - the first occurrence of the m-byte `sep` (m >= 1) in [p, end), or NULL. */
+/*
+ * sf__find_sep - the first occurrence of the m-byte `sep` (m >= 1) in [p, end), or NULL:
+ * 32 bytes at a time where the CPU has AVX2, else sf__find_sep_base() (16 at a time on
+ * x86-64). Both are declared for the tests.
+ */
 const char *sf__find_sep(const char *p, const char *end, const char *sep, size_t m);
+const char *sf__find_sep_base(const char *p, const char *end, const char *sep, size_t m);
 
 struct sf_doc_walk;
 
