@@ -138,7 +138,7 @@ struct sf_bpe_node {
  * 16 bytes that merge into at most SF_TOK_CACHE_IDS ids are kept: their first and last 8
  * bytes (overlapping, or zero-padded below 8) and their length name them exactly.
  */
-#define SF_TOK_CACHE_BITS    12
+#define SF_TOK_CACHE_BITS    14
 #define SF_TOK_CACHE_IDS     6
 #define SF_TOK_CACHE_MAX_LEN 16
 
