@@ -5,8 +5,9 @@
  *    rank that claims and releases) with P = 1 and 2, checksums off and on;
  *  - raw text (tinyshakespeare paragraphs repeated, as .txt with a separator): the
  *    tokenizer alone over the same documents (sf__tok_encode() only, the documents cut
- *    beforehand), the builder over one epoch of windows, and the pipeline with P = 1
- *    and 2, its consumers either waiting at every step or polling every millisecond;
+ *    beforehand), the separator search alone over the same text, the builder over one
+ *    epoch of windows, and the pipeline with P = 1 and 2, its consumers either waiting
+ *    at every step or polling every millisecond;
  *    the ratio pipeline / tokenizer is what the producers keep of the tokenizer's
  *    speed;
  *  - a mixture of three pre-tokenized sources against each source alone
@@ -41,6 +42,7 @@
 #include "common/proc.h"
 #include "common/slot.h"
 #include "producer/producer.h"
+#include "producer/source/text_file.h"
 #include "producer/tokenizer/tokenizer.h"
 
 static double secs_since(uint64_t t0)
@@ -251,6 +253,31 @@ static double tokenizer_pass(struct sf_tok_encoder *enc, const char *corpus,
 	}
 	*ret_n = n_tok;
 	return (double)n_tok / cpu_secs_since(t0);
+}
+
+/*
+ * The separator search alone over `len` bytes of "\n\n"-separated text, as a producer
+ * finds the documents before tokenizing them: bytes per CPU second, the best of three
+ * passes, with `find` (sf__find_sep(), or sf__find_sep_base() without AVX2).
+ */
+static double separator_rate(const char *text, size_t len,
+			     const char *(*find)(const char *, const char *, const char *, size_t))
+{
+	double best = 0;
+
+	for (int pass = 0; pass < 3; pass++) {
+		uint64_t t0 = cpu_now_ns();
+		double r;
+
+		for (const char *p = text, *end = text + len; p < end;) {
+			const char *q = find(p, end, "\n\n", 2);
+
+			p = q ? q + 2 : end;
+		}
+		r = (double)len / cpu_secs_since(t0);
+		best = r > best ? r : best;
+	}
+	return best;
 }
 
 /*
@@ -739,6 +766,9 @@ int main(int argc, char **argv)
 		       copies, (double)len * copies / 1e6, (unsigned long long)n_tok,
 		       tok_file ? tok_file : "r50k_base");
 		printf("  tokenizer alone, 1 core:          %7.2f M tokens/s\n", tok_rate / 1e6);
+		printf("  separator search alone, 1 core:   %7.2f GB/s (%.2f GB/s without AVX2)\n",
+		       separator_rate(all, all_len, sf__find_sep) / 1e9,
+		       separator_rate(all, all_len, sf__find_sep_base) / 1e9);
 		{
 			struct sf_dataset *ds;
 			struct sf_dataset_stats st;
