@@ -264,6 +264,22 @@ def wait_lines(path, n, nodes, timeout=180):
     raise AssertionError(f"{path}: fewer than {n} lines after {timeout} s:\n{have}{logs}")
 
 
+def wait_checkpoint(path, step, nodes, timeout=180):
+    """Poll until the checkpoint at `path` says `step` or later: the rank wrote its
+    record of the step before and then checkpointed it (a record alone may be followed by
+    a kill before the checkpoint, and that step is then read again)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            with open(path) as f:
+                if json.load(f)["step"] >= step:
+                    return
+        time.sleep(0.05)
+    logs = "".join(f"\n--- {p.job} (exit {p.poll()}):\n" + p.log.read_text()[-6000:]
+                   for p in nodes.procs)
+    raise AssertionError(f"{path}: no checkpoint of step {step} after {timeout} s:{logs}")
+
+
 def read_records(out, ranks):
     """{rank: [record, ...]} in the order written, each with `gen`: 0 for the first
     process of the rank, 1 for the next (torchrun's restart count says 0 on a node that
@@ -404,8 +420,10 @@ def test_a_node_rebases_when_a_restart_changes_its_group_rank(tmp_path, ref4):
         nodes.wait_log(n1, "Rendezvous'ing worker group")
         n0 = nodes.start(job0, "127.0.0.1")
         wait_lines(starts, 4, nodes)
+        # Every rank waits before step 3 once it has checkpointed step 2 (its record of
+        # step 2 alone could be followed by the kill before the checkpoint).
         for r in range(4):
-            wait_lines(out / f"rank{r}.jsonl", 3, nodes)
+            wait_checkpoint(ckpt / f"rank{r}.json", 3, nodes)
         nodes.kill(n0)
         n0 = nodes.start(job0, "127.0.0.3")
         wait_lines(starts, 8, nodes)
