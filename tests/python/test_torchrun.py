@@ -251,33 +251,45 @@ class Nodes:
         shutil.rmtree(self.runtime, ignore_errors=True)
 
 
-def wait_lines(path, n, nodes, timeout=180):
-    """Poll until file `path` has at least n lines; else fail with the nodes' logs."""
+def poll_until(ready, timeout):
+    """Whether ready() became true within `timeout` seconds, asked every 50 ms."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if os.path.exists(path) and len(open(path).read().splitlines()) >= n:
-            return
+        if ready():
+            return True
         time.sleep(0.05)
-    logs = "".join(f"\n--- {p.job} (exit {p.poll()}):\n" + p.log.read_text()[-6000:]
+    return False
+
+
+def node_logs(nodes):
+    """The end of each node's log, for a failure message."""
+    return "".join(f"\n--- {p.job} (exit {p.poll()}):\n" + p.log.read_text()[-6000:]
                    for p in nodes.procs)
+
+
+def wait_lines(path, n, nodes, timeout=180):
+    """Poll until file `path` has at least n lines; else fail with the nodes' logs."""
+    if poll_until(lambda: os.path.exists(path)
+                  and len(open(path).read().splitlines()) >= n, timeout):
+        return
     have = open(path).read() if os.path.exists(path) else ""
-    raise AssertionError(f"{path}: fewer than {n} lines after {timeout} s:\n{have}{logs}")
+    raise AssertionError(f"{path}: fewer than {n} lines after {timeout} s:\n{have}"
+                         f"{node_logs(nodes)}")
 
 
 def wait_checkpoint(path, step, nodes, timeout=180):
     """Poll until the checkpoint at `path` says `step` or later: the rank wrote its
     record of the step before and then checkpointed it (a record alone may be followed by
     a kill before the checkpoint, and that step is then read again)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if os.path.exists(path):
-            with open(path) as f:
-                if json.load(f)["step"] >= step:
-                    return
-        time.sleep(0.05)
-    logs = "".join(f"\n--- {p.job} (exit {p.poll()}):\n" + p.log.read_text()[-6000:]
-                   for p in nodes.procs)
-    raise AssertionError(f"{path}: no checkpoint of step {step} after {timeout} s:{logs}")
+    def done():
+        if not os.path.exists(path):
+            return False
+        with open(path) as f:
+            return json.load(f)["step"] >= step
+
+    if not poll_until(done, timeout):
+        raise AssertionError(f"{path}: no checkpoint of step {step} after {timeout} s:"
+                             f"{node_logs(nodes)}")
 
 
 def read_records(out, ranks):
