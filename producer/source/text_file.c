@@ -291,6 +291,22 @@ void sf__text_file_free(struct sf_text_file *f)
 }
 
 /*
+ * The first of the candidates in `mask` (bit j: the separator's first and last bytes
+ * match at p + i + j) whose middle bytes match too, or NULL. Shared by the vector loops.
+ */
+static inline __attribute__((always_inline)) const char *
+first_match(const char *p, size_t i, unsigned mask, const char *sep, size_t m)
+{
+	for (; mask; mask &= mask - 1) {
+		size_t k = i + (size_t)__builtin_ctz(mask);
+
+		if (m == 2 || !memcmp(p + k + 1, sep + 1, m - 2))
+			return p + k;
+	}
+	return NULL;
+}
+
+/*
  * glibc's memmem walks a two-byte needle one byte at a time, which took a tenth of a
  * producer's time on "\n\n"-separated text; this compares the separator's first and
  * last bytes at 16 positions at once (SSE2, in every x86-64) and checks the rest of each
@@ -311,13 +327,10 @@ const char *sf__find_sep_base(const char *p, const char *end, const char *sep, s
 			__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(p + i + m - 1));
 			unsigned mask = (unsigned)_mm_movemask_epi8(
 				_mm_and_si128(_mm_cmpeq_epi8(a, first), _mm_cmpeq_epi8(b, last)));
+			const char *q = first_match(p, i, mask, sep, m);
 
-			for (; mask; mask &= mask - 1) {
-				size_t k = i + (size_t)__builtin_ctz(mask);
-
-				if (m == 2 || !memcmp(p + k + 1, sep + 1, m - 2))
-					return p + k;
-			}
+			if (q)
+				return q;
 		}
 	}
 #endif
@@ -342,13 +355,10 @@ __attribute__((target("avx2"))) static const char *find_sep_avx2(const char *p, 
 		__m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(p + i + m - 1));
 		unsigned mask = (unsigned)_mm256_movemask_epi8(
 			_mm256_and_si256(_mm256_cmpeq_epi8(a, first), _mm256_cmpeq_epi8(b, last)));
+		const char *q = first_match(p, i, mask, sep, m);
 
-		for (; mask; mask &= mask - 1) {
-			size_t k = i + (size_t)__builtin_ctz(mask);
-
-			if (m == 2 || !memcmp(p + k + 1, sep + 1, m - 2))
-				return p + k;
-		}
+		if (q)
+			return q;
 	}
 	return sf__find_sep_base(p + i, end, sep, m);
 }
