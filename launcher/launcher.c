@@ -140,6 +140,9 @@ struct supervisor {
 	int failed; /* the job stopped for a reason of its own */
 	char reason[512];
 	uint64_t cmd_kill_at, prod_kill_at;
+	/* The producers left at the end got SIGKILL; prod_kill_at is then when the launcher
+	 * stops waiting for them (ORPHAN_KILL_WAIT_MS later). */
+	int prod_killed;
 	uint32_t term_count;
 
 	uint64_t started_ns;
@@ -545,9 +548,12 @@ static void handle_signals(struct supervisor *S)
 			}
 		} else {
 			begin_stop(S, 0, "SIG%s received", sigabbrev_np((int)si.ssi_signo));
-			/* While what the command left behind is served: end it now. */
+			/* While what the command left behind is served: end it now; while the
+			 * producers end: SIGKILL now, or stop waiting for those it did not end. */
 			if (S->orphans_at)
 				S->orphans_at = sf__now_ns();
+			if (S->prod_kill_at)
+				S->prod_kill_at = sf__now_ns();
 		}
 	}
 	reap(S);
@@ -1658,13 +1664,74 @@ static int finished(struct supervisor *S)
 	stop_producers(S);
 	for (uint32_t i = 0; i < S->n_prod; i++)
 		producers_left += S->prod[i].pid > 0;
-	if (producers_left && now >= S->prod_kill_at) {
+	if (!producers_left || now < S->prod_kill_at)
+		return !producers_left;
+	if (!S->prod_killed) {
 		for (uint32_t i = 0; i < S->n_prod; i++)
 			if (S->prod[i].pid > 0)
 				kill(S->prod[i].pid, SIGKILL);
-		S->prod_kill_at = UINT64_MAX;
+		S->prod_killed = 1;
+		S->prod_kill_at = now + ms_ns(ORPHAN_KILL_WAIT_MS);
+		return 0;
 	}
-	return !producers_left;
+	/*
+	 * SIGKILL takes effect when a process leaves the kernel: a read that hangs (a FUSE
+	 * mount whose daemon is stuck, a dead NFS server) holds it in uninterruptible sleep
+	 * for as long as it hangs. The job ended for everything else; waiting for it kept
+	 * the launcher, its arena and its control files there with no way to stop it but
+	 * SIGKILL (a review). end_producers() names it and leaves it; its mapping of the
+	 * arena stays valid until it dies.
+	 */
+	return 1;
+}
+
+/*
+ * Anything still running as the job ends is killed and reaped before the arena goes, so no
+ * process outlives its job's shared memory, but one that SIGKILL does not end within
+ * ORPHAN_KILL_WAIT_MS (finished() waited that long already where it gave up) is named and
+ * left behind, as end_orphans() does for the command's. Its pid stays in prod[], so that
+ * end_orphans() does not take it for one of the command's.
+ */
+static void end_producers(struct supervisor *S)
+{
+	uint64_t now = sf__now_ns();
+	const bool waited = S->prod_killed && now >= S->prod_kill_at;
+	const uint64_t give_up = waited ? now : now + ms_ns(ORPHAN_KILL_WAIT_MS);
+	uint32_t left;
+
+	for (uint32_t i = 0; i < S->n_prod; i++)
+		if (S->prod[i].pid > 0)
+			kill(S->prod[i].pid, SIGKILL);
+	for (;;) {
+		left = 0;
+		for (uint32_t i = 0; i < S->n_prod; i++) {
+			struct producer *p = &S->prod[i];
+
+			if (p->pid <= 0)
+				continue;
+			if (waitpid(p->pid, NULL, WNOHANG) == 0) {
+				left++;
+				continue;
+			}
+			close(p->errfd);
+			p->errfd = -1;
+			p->pid = 0;
+		}
+		if (!left || sf__now_ns() >= give_up)
+			break;
+		usleep(10000);
+	}
+	for (uint32_t i = 0; i < S->n_prod; i++) {
+		struct producer *p = &S->prod[i];
+
+		if (p->pid <= 0)
+			continue;
+		sf__log_error("producer %u (pid %d) did not end %u ms after SIGKILL (in "
+			      "uninterruptible sleep?): not waiting for it",
+			      i, (int)p->pid, ORPHAN_KILL_WAIT_MS);
+		close(p->errfd);
+		p->errfd = -1;
+	}
 }
 
 /* Whether a stop signal came (the signalfd read empty): while the job ends, one means
@@ -2003,15 +2070,7 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 	      (S->cmd_termsig || S->cmd_status == 1 || S->cmd_status == 130))))
 		*ret_signal = SIGINT;
 out_sockets:
-	/* Anything still running at this point is killed and reaped before the arena
-	 * goes, so no process outlives its job's shared memory. */
-	for (uint32_t i = 0; i < S->n_prod; i++)
-		if (S->prod[i].pid > 0) {
-			kill(S->prod[i].pid, SIGKILL);
-			waitpid(S->prod[i].pid, NULL, 0);
-			close(S->prod[i].errfd);
-			S->prod[i].pid = 0;
-		}
+	end_producers(S);
 	/* With the control socket still open: `status` and `stop` get the job's answer
 	 * while it ends what the command left behind (they said its control files were
 	 * missing, and `run` of the name said to ask them). */

@@ -852,7 +852,8 @@ def test_a_flood_of_requests_leaves_the_supervisor_running(rt, tmp_path):
         time.sleep(2)
         t0 = time.monotonic()
         p.send_signal(signal.SIGTERM)
-        err = p.communicate(timeout=30)[1]
+        p.wait(timeout=30)
+        err = log.read_text()
         took = time.monotonic() - t0
     finally:
         if p.poll() is None:
@@ -950,3 +951,80 @@ def test_a_discovery_file_of_another_job_is_refused(rt, tmp_path):
         err = p.communicate(timeout=20)[1]
     assert p.returncode == 0, err
     assert not shm_of(job)
+
+
+
+FREEZER = "/sys/fs/cgroup/freezer"
+
+
+@pytest.mark.parametrize("insist", [False, True])
+def test_a_producer_that_sigkill_cannot_end_does_not_hold_the_job(rt, tmp_path, insist):
+    """A producer in uninterruptible sleep (a read from a FUSE mount whose daemon hangs;
+    the cgroup v1 freezer stands in for it) does not die of SIGKILL until it wakes. The
+    launcher waited for it without a limit once the command had ended: it never exited,
+    never removed the arena, and took no further SIGTERM (a review). It now names the
+    producer, leaves it behind and ends the job with the command's status: 5 s after the
+    SIGKILL that follows the producers' 3 s, or at once when stop signals insist (the
+    first ends the 3 s, the second the wait)."""
+    if os.geteuid() != 0 or not os.access(FREEZER, os.W_OK):
+        pytest.skip("needs root and the cgroup v1 freezer")
+    cfg = write_config(tmp_path, "producers: {count: 2}\n", world=1)
+    job = job_name("unkillable")
+    cg = os.path.join(FREEZER, job)
+    os.mkdir(cg)
+    env = dict(os.environ, SHMFEED_TEST_SLOW_US="2000")
+    # A file, not a pipe: the frozen producer holds the launcher's stderr open.
+    log = tmp_path / "run.err"
+    with open(log, "w") as f:
+        p = subprocess.Popen([FAKE, "run", cfg, "--set", f"job={job}", "--", "sleep", "2"],
+                             stderr=f, env=env)
+    frozen = None
+    try:
+        assert wait_for(lambda: subprocess.run([CTL, job, '{"v":1,"op":"hello"}'],
+                                               capture_output=True).returncode == 0)
+        frozen = ctl(job, '{"v":1,"op":"stats"}')["producers"][0]["pid"]
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+            f.write(str(frozen))
+        with open(os.path.join(cg, "freezer.state"), "w") as f:
+            f.write("FROZEN")
+
+        def state():
+            with open(f"/proc/{frozen}/status") as f:
+                return next(line.split()[1] for line in f if line.startswith("State:"))
+        assert wait_for(lambda: state() == "D"), state()
+        if insist:
+            def command_running():
+                for c in children(p.pid):
+                    with open(f"/proc/{c}/comm") as f:
+                        if f.read().strip() == "sleep":
+                            return True
+                return False
+            assert wait_for(lambda: not command_running())
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=30)
+            assert time.monotonic() - t0 < 3
+        else:
+            p.wait(timeout=30)
+        err = log.read_text()
+        assert p.returncode == 0, (p.returncode, err)
+        assert f"producer 0 (pid {frozen}) did not end 5000 ms after SIGKILL " \
+               "(in uninterruptible sleep?): not waiting for it" in err, err
+        assert "the command left behind" not in err, err
+        assert state() == "D"
+        assert not shm_of(job)
+        assert os.listdir(rt) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        with open(os.path.join(cg, "freezer.state"), "w") as f:
+            f.write("THAWED")
+        # The thawed producer dies of its SIGKILL; its cgroup can go once it has.
+        assert wait_for(lambda: not open(os.path.join(cg, "cgroup.procs")).read())
+        os.rmdir(cg)
+        if os.path.exists(f"/dev/shm/shmfeed.{job}"):
+            os.unlink(f"/dev/shm/shmfeed.{job}")
