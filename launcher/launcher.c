@@ -229,6 +229,11 @@ static void child_setup(struct supervisor *S, int deathsig, bool producer)
 		 * group (Ctrl-C, Ctrl-\, Ctrl-Z) reach the supervisor, which stops the
 		 * producers through the job state, and not the producers mid-fill. */
 		setpgid(0, 0);
+		/* That group is a background one on the terminal: under `stty tostop` a log
+		 * line would stop the producer (SIGTTOU), and a data error it was saying
+		 * became a stall, a restart and the same again, the error never told and the
+		 * job not stopped (a review). Ignored, the line is written. */
+		signal(SIGTTOU, SIG_IGN);
 	}
 	/* Last: a stop signal pending since the fork (a Ctrl-C in the first milliseconds
 	 * of a run) is then discarded for a producer, whose dispositions and group are set

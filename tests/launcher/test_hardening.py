@@ -5,15 +5,18 @@ CURVE keys, and a descriptor limit too low for the job.
 Helpers and the private runtime directory fixture come from test_launcher.py."""
 
 import os
+import pty
 import pwd
 import random
 import re
 import resource
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import termios
 import time
 
 import pytest
@@ -1028,3 +1031,56 @@ def test_a_producer_that_sigkill_cannot_end_does_not_hold_the_job(rt, tmp_path, 
         os.rmdir(cg)
         if os.path.exists(f"/dev/shm/shmfeed.{job}"):
             os.unlink(f"/dev/shm/shmfeed.{job}")
+
+
+def run_on_a_terminal(argv, env, tostop, timeout=30):
+    """argv on a new pseudo-terminal, as its session's foreground job, with `stty tostop`
+    or without; its exit status and what it wrote there (None for the status if it did
+    not end within timeout: then it is killed)."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            attrs = termios.tcgetattr(0)
+            attrs[3] = attrs[3] | termios.TOSTOP if tostop else attrs[3] & ~termios.TOSTOP
+            termios.tcsetattr(0, termios.TCSANOW, attrs)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    out, status = b"", None
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:  # EIO: every process of the session has closed it
+                data = b""
+            out += data
+            if not data:
+                break
+    if time.monotonic() >= end:
+        os.kill(pid, signal.SIGKILL)
+    _, wstatus = os.waitpid(pid, 0)
+    if time.monotonic() < end:
+        status = os.waitstatus_to_exitcode(wstatus)
+    os.close(fd)
+    return status, out.decode(errors="replace")
+
+
+@pytest.mark.parametrize("tostop", [False, True])
+def test_a_producers_error_is_told_under_stty_tostop(rt, tmp_path, tostop):
+    """The producers run in a process group of their own, a background one on the
+    terminal: under `stty tostop` a producer's log line stopped it (SIGTTOU), so a data
+    error became a stall, a restart and the same again, never told, and the job ran its
+    command to the end and exited 0 (a review). The line is written now and the job
+    stops on the error, with or without tostop."""
+    cfg = write_config(tmp_path, "producers: {count: 1, stall_timeout: 1s}\n", world=1)
+    job = job_name("tostop")
+    env = dict(os.environ, SHMFEED_TEST_FAIL="1")
+    status, out = run_on_a_terminal([FAKE, "run", cfg, "--set", f"job={job}", "--",
+                                     "sleep", "20"], env, tostop)
+    assert status == 1, (status, out)
+    assert "producer 0: data error: bad.bin: byte 0: not a token file (test fault); " \
+           "stopping the job" in out, out
+    assert "stalled" not in out, out
+    assert not shm_of(job)
+    assert os.listdir(rt) == []
