@@ -472,10 +472,14 @@ class Loader:
         # not _NO_STEP) until it is wrapped; a wrapped one whose next() was interrupted
         # before it returned waits in _undelivered; one being returned is in _returning
         # for the few instructions after the lock's release, for a signal handler's
-        # state_dict() there (another thread's sees the state before it too: as if it
-        # had run just before next() returned).
+        # state_dict() or close() there, in the thread of that next() (_returning_in):
+        # an exception can still land there and keep the batch. Another thread that
+        # runs then (a thread switch there) counts it delivered, since next() returns it
+        # with no further place for a signal: its close() put the rank back at it, and
+        # the next Loader of the rank served it again (a review).
         self._undelivered = None
         self._returning = None
+        self._returning_in = None
         if dtype not in ("int64", "int32", "native"):
             raise ValueError(f"shmfeed.Loader: dtype={dtype!r} is not one of 'int64', "
                              "'int32', 'native'")
@@ -873,6 +877,7 @@ class Loader:
                         batch = self._take(self._batch)
                         self._batch.step = _NO_STEP
                     # No call from the wrapping to here: a signal lands before or after.
+                    self._returning_in = threading.get_ident()
                     self._returning = batch
                 # The lock's release above is the last place an exception can land.
                 self._returning = None
@@ -1120,8 +1125,8 @@ class Loader:
         if self._batch.step != _NO_STEP:
             b = self._batch
             return _state_before(self._meta, b.step, b.epoch, b.provenance)
-        if self._returning is not None:  # next() is returning it (a handler in it)
-            return self._returning.state
+        if self._returning is not None and self._returning_in == threading.get_ident():
+            return self._returning.state  # next() is returning it (a handler in it)
         return None
 
     def _put_back(self):

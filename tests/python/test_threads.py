@@ -260,6 +260,47 @@ def test_an_interrupt_as_next_lets_its_lock_go_keeps_the_batch():
         assert "ok" in out, out
 
 
+def test_a_close_from_another_thread_as_next_returns_puts_no_batch_back():
+    """next() lets its lock go with the batch it returns marked as being returned (for a
+    signal handler's state_dict() or close() there, in its own thread). A close() from
+    another thread that took the lock in that instant saw the mark and put the rank back
+    at that batch, which next() then returned all the same: the next Loader of the rank
+    served it again (a review). A lock that runs the other thread's close() as next()
+    lets it go stands in for the thread switch."""
+    with Feed("close-returning", producers=2) as feed:
+        out = run_case(feed, """
+            class CloseAsItReturns:
+                def __init__(self, loader):
+                    self.loader, self.real, self.armed = loader, loader._lock, False
+                    loader._lock = self
+                def __enter__(self):
+                    return self.real.__enter__()
+                def __exit__(self, *exc):
+                    self.real.__exit__(*exc)
+                    if self.armed and self.loader._returning is not None:
+                        self.armed = False
+                        t = threading.Thread(target=self.loader.close)
+                        t.start()
+                        t.join(10)
+                        assert not t.is_alive()
+                def __getattr__(self, name):
+                    return getattr(self.real, name)
+
+            L = shmfeed.Loader(job=JOB, numpy=True)
+            assert L.next().step == 0
+            lock = CloseAsItReturns(L)
+            lock.armed = True
+            b = L.next()
+            assert not lock.armed and L.closed
+            assert b.step == 1, b.step
+            L2 = shmfeed.Loader(job=JOB, numpy=True)
+            steps = [L2.next().step for _ in range(2)]
+            assert steps == [2, 3], steps
+            print("ok")
+        """)
+        assert "ok" in out, out
+
+
 def test_close_from_a_handler_inside_any_call_waits_for_the_call():
     """close() from a signal handler that runs inside stats(), state_dict() or another
     call tore the handle down under the call, which then passed it to the library (a
