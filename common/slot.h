@@ -47,6 +47,11 @@
 #define SF_TP_WALK_MAPPED   105
 /* A seek has moved one slot of the ring (a kill point: the others are not moved yet). */
 #define SF_TP_SEEK_MOVED 106
+/* A pre-tokenized file is mapped for its checks at open, or a view of its first tokens
+ * taken for `check`'s vocabulary test; a compressed text file is mapped and about to be
+ * decompressed. */
+#define SF_TP_TOKENS_MAPPED	107
+#define SF_TP_DECOMPRESS_MAPPED 108
 
 extern void (*sf__test_hook)(int point);
 

@@ -25,10 +25,12 @@
 #include "shmfeed/shmfeed.h"
 #include "common/arena.h"
 #include "common/io.h"
+#include "common/slot.h"
 #include "producer/chunk_share.h"
 #include "producer/dataset_impl.h"
 #include "producer/part_plan.h"
 #include "producer/sampler.h"
+#include "producer/sigbus.h"
 #include "producer/source/file_cache.h"
 #include "producer/source/paths.h"
 #include "producer/text_cache.h"
@@ -660,8 +662,15 @@ static int id_refused(const struct sf_dataset *ds, const struct sf_token_file *f
  * job naming another encoding than its files were made with fails in `check`, not in the
  * first batch of `run`.
  */
-static int check_ids_head(const struct sf_dataset *ds, struct sf_err *e)
+struct ids_head {
+	const struct sf_dataset *ds;
+	struct sf_err *e;
+};
+
+static int check_ids_head_of(void *arg)
 {
+	const struct sf_dataset *ds = ((struct ids_head *)arg)->ds;
+	struct sf_err *e = ((struct ids_head *)arg)->e;
 	uint64_t budget = CHECK_ALL_TOKENS;
 
 	for (uint32_t i = 0; i < ds->n_token_files && budget; i++) {
@@ -672,6 +681,7 @@ static int check_ids_head(const struct sf_dataset *ds, struct sf_err *e)
 
 		if (r < 0)
 			return r;
+		SF_TEST_POINT(SF_TP_TOKENS_MAPPED);
 		n = n < budget ? n : budget;
 		budget -= n;
 		for (uint64_t k = 0; k < n; k++) {
@@ -683,6 +693,16 @@ static int check_ids_head(const struct sf_dataset *ds, struct sf_err *e)
 		}
 	}
 	return 0;
+}
+
+/* A file truncated since it was opened faults here: named, where `check` died of it. */
+static int check_ids_head(const struct sf_dataset *ds, struct sf_err *e)
+{
+	struct ids_head h = {ds, e};
+	void *fault;
+	int r = sf__sigbus_call(check_ids_head_of, &h, &fault, e);
+
+	return fault ? sf__dataset_fault(ds, fault, e) : r;
 }
 
 int sf__dataset_check(const struct sf_config *cfg, uint32_t *ret_token_bytes, struct sf_err *e)
@@ -937,12 +957,9 @@ int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_e
 		if (sf__file_cache_find(ds->text_maps, addr, &i, &off))
 			path = ds->text_files[i].path;
 	}
-	if (!path)
+	if (!path && !sf__text_file_fault(addr, &path, &off))
 		return sf__err(e, -EFAULT, "SIGBUS at address %p, outside every source", addr);
-	return sf__err(e, SF_E_SOURCE,
-		       "%s: byte %llu: cannot read: the file is shorter than when the job opened "
-		       "it (truncated under the running job?)",
-		       path, (unsigned long long)off);
+	return sf__sigbus_truncated(path, (unsigned long long)off, e);
 }
 
 uint64_t sf__dataset_payload_bytes(const struct sf_dataset *ds)

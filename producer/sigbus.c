@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <string.h>
 
+#include "shmfeed/shmfeed.h"
 #include "common/errors.h"
 #include "producer/sigbus.h"
 
@@ -64,4 +65,12 @@ int sf__sigbus_call(int (*fn)(void *arg), void *arg, void **ret_addr, struct sf_
 	r = fn(arg);
 	armed = 0;
 	return r;
+}
+
+int sf__sigbus_truncated(const char *path, unsigned long long off, struct sf_err *e)
+{
+	return sf__err(e, SF_E_SOURCE,
+		       "%s: byte %llu: cannot read: the file is shorter than when the job opened "
+		       "it (truncated under the running job?)",
+		       path, off);
 }

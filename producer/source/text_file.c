@@ -22,6 +22,7 @@
 #endif
 
 #include "shmfeed/shmfeed.h"
+#include "common/slot.h"
 #include "producer/producer.h"
 #include "producer/source/text_file.h"
 
@@ -231,6 +232,26 @@ int sf__text_file_is_compressed(const char *path)
 	return has_suffix(path, ".zst") || has_suffix(path, ".gz");
 }
 
+/* The compressed file being decompressed on this thread (sf__text_file_fault()). A fault
+ * leaves it set: the jump skips the end of the decompression. */
+static _Thread_local struct {
+	const char *path, *base;
+	size_t len;
+} decompressing;
+
+bool sf__text_file_fault(const void *addr, const char **ret_path, uint64_t *ret_off)
+{
+	const char *a = addr;
+
+	if (!decompressing.base || a < decompressing.base ||
+	    a >= decompressing.base + decompressing.len)
+		return false;
+	*ret_path = decompressing.path;
+	*ret_off = (uint64_t)(a - decompressing.base);
+	decompressing.base = NULL;
+	return true;
+}
+
 int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_t *ret_len,
 		      size_t *ret_cap, struct sf_err *e)
 {
@@ -263,9 +284,16 @@ int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_
 		char *buf = NULL;
 		size_t len = 0, cap = 0;
 
+		/* A file truncated meanwhile faults in the decoder: said as "SIGBUS outside
+		 * every source" before, and a producer restarted as crashed (a review). */
+		decompressing.path = f->path;
+		decompressing.base = m;
+		decompressing.len = (size_t)st.st_size;
+		SF_TEST_POINT(SF_TP_DECOMPRESS_MAPPED);
 		r = has_suffix(f->path, ".zst")
 			    ? decompress_zstd(f->path, m, (size_t)st.st_size, &buf, &len, &cap, e)
 			    : decompress_gzip(f->path, m, (size_t)st.st_size, &buf, &len, &cap, e);
+		decompressing.base = NULL;
 		if (m)
 			munmap(m, (size_t)st.st_size);
 		if (r < 0)

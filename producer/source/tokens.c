@@ -16,8 +16,10 @@
 
 #include "shmfeed/shmfeed.h"
 #include "common/io.h"
+#include "common/slot.h"
 #include "producer/dataset_impl.h"
 #include "producer/last_at_or_before.h"
+#include "producer/sigbus.h"
 #include "producer/source/file_cache.h"
 #include "producer/source/tokens.h"
 #include "producer/token_copy.h"
@@ -396,9 +398,61 @@ static void unmap_checked(struct sf_token_file *f)
 	f->tokens = f->seq_ptrs = f->doc_idx = NULL;
 }
 
+/* The checks of sf__token_file_open() over the mapped files, under a SIGBUS guard. */
+struct format_check {
+	struct sf_token_file *f;
+	const char *path;
+	uint32_t format;
+	bool detected;
+	struct sf_err *e;
+};
+
+static int check_format(void *arg)
+{
+	struct format_check *c = arg;
+	int r;
+
+	switch (c->format) {
+	case SF_FMT_NANOGPT:
+		r = open_nanogpt(c->f, c->e);
+		if (r == 0 && c->detected)
+			r = looks_32_bit(c->f, c->e);
+		return r;
+	case SF_FMT_LLMC:
+		return open_llmc(c->f, c->e);
+	case SF_FMT_MEGATRON:
+		return open_megatron(c->f, c->f->idx_path, c->e);
+	default:
+		return sf__err(c->e, SF_E_CONFIG, "%s: not a pre-tokenized format", c->path);
+	}
+}
+
+/* A file truncated while it is checked: its lost pages fault. The launcher died of that
+ * SIGBUS, with no word of which file (a review). */
+static int check_format_guarded(struct format_check *c)
+{
+	const struct sf_token_file *f = c->f;
+	void *fault;
+	int r = sf__sigbus_call(check_format, c, &fault, c->e);
+	const char *a = fault;
+
+	if (!fault)
+		return r;
+	if (f->map && a >= (const char *)f->map && a < (const char *)f->map + f->map_len)
+		return sf__sigbus_truncated(f->path, (unsigned long long)(a - (const char *)f->map),
+					    c->e);
+	if (f->idx_map && a >= (const char *)f->idx_map &&
+	    a < (const char *)f->idx_map + f->idx_map_len)
+		return sf__sigbus_truncated(
+			f->idx_path, (unsigned long long)(a - (const char *)f->idx_map), c->e);
+	return sf__err(c->e, -EFAULT, "SIGBUS at address %p, outside %s", fault, f->path);
+}
+
 int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t format, bool detected,
 			struct sf_err *e)
 {
+	struct format_check c = {f, path, format, detected, e};
+
 	int r;
 
 	memset(f, 0, sizeof(*f));
@@ -432,21 +486,8 @@ int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t form
 	r = map_file(f->path, &f->map, &f->map_len, &f->id, e);
 	if (r < 0)
 		goto fail;
-	switch (format) {
-	case SF_FMT_NANOGPT:
-		r = open_nanogpt(f, e);
-		if (r == 0 && detected)
-			r = looks_32_bit(f, e);
-		break;
-	case SF_FMT_LLMC:
-		r = open_llmc(f, e);
-		break;
-	case SF_FMT_MEGATRON:
-		r = open_megatron(f, f->idx_path, e);
-		break;
-	default:
-		r = sf__err(e, SF_E_CONFIG, "%s: not a pre-tokenized format", path);
-	}
+	SF_TEST_POINT(SF_TP_TOKENS_MAPPED);
+	r = check_format_guarded(&c);
 	if (r < 0)
 		goto fail;
 	/* What the checks found, as offsets; the files are mapped again to be read. */

@@ -1459,3 +1459,110 @@ Test(hardening, a_sigbus_in_a_work_item_is_its_error)
 	}
 	munmap((void *)lost, 8192);
 }
+
+static int mapped_points; /* the test point's passes since the test began */
+static int truncate_at;	  /* the pass at which the hook truncates `path` to 0 */
+
+static void truncate_at_point(int point)
+{
+	if ((point == SF_TP_TOKENS_MAPPED || point == SF_TP_DECOMPRESS_MAPPED) &&
+	    mapped_points++ == truncate_at)
+		cr_assert_eq(truncate(path, 0), 0);
+}
+
+/* An llm.c file of 4,096 GPT-2 tokens, the job's tokenizer r50k_base. */
+static void put_llmc_r50k(void)
+{
+	uint32_t tokens[4096];
+
+	for (size_t i = 0; i < 4096; i++)
+		tokens[i] = (uint32_t)(i * 7 % 50257);
+	snprintf(path, sizeof(path), "%s/a.llmc.bin", dir);
+	write_llmc_datafile(path, tokens, 4096, "gpt-2");
+	src.format = SF_FMT_LLMC;
+	cfg.encoding = "r50k_base";
+	cfg.vocab = r50k;
+}
+
+/*
+ * A pre-tokenized file truncated while its format is checked at open (its header, a
+ * Megatron .idx walked whole), or while `check` holds its first tokens to the
+ * vocabulary: those reads of the mapped file were not guarded, and `run` and `check`
+ * died of SIGBUS, "Bus error", naming no file (a review).
+ */
+Test(hardening, a_token_file_truncated_while_it_is_checked_is_an_error_naming_it)
+{
+	if (!have_r50k())
+		cr_skip_test("no shared test data at %s", r50k);
+	for (truncate_at = 0; truncate_at < 2; truncate_at++) {
+		uint32_t token_bytes;
+		struct sf_err e = {0};
+		int r;
+
+		put_llmc_r50k();
+		mapped_points = 0;
+		sf__test_hook = truncate_at_point;
+		r = sf__dataset_check(&cfg, &token_bytes, &e);
+		sf__test_hook = NULL;
+		cr_assert_eq(mapped_points, truncate_at + 1, "%d", mapped_points);
+		cr_expect_eq(r, SF_E_SOURCE, "at pass %d: %d: %s", truncate_at, r, e.msg);
+		/* The header first, then the tokens after its 1,024 bytes. */
+		cr_expect(strstr(e.msg, path) &&
+				  strstr(e.msg, truncate_at ? ": byte 1024: cannot read"
+							    : ": byte 0: cannot read") &&
+				  strstr(e.msg, "shorter than when the job opened"),
+			  "at pass %d: %s", truncate_at, e.msg);
+	}
+}
+
+/* A gzip text file of `n_docs` documents as put_text() writes them. */
+static void put_text_gz(size_t n_docs)
+{
+	gzFile g;
+
+	snprintf(path, sizeof(path), "%s/a.txt.gz", dir);
+	g = gzopen(path, "wb1");
+	cr_assert(g);
+	for (size_t d = 0; d < n_docs; d++) {
+		for (size_t w = 0; w < 40 + d % 13; w++)
+			cr_assert_gt(gzprintf(g, "word%zu ", (d * 31 + w) % 97), 0);
+		cr_assert_gt(gzputs(g, "\n\n"), 0);
+	}
+	cr_assert_eq(gzclose(g), Z_OK);
+	cfg.encoding = "bytes";
+	cfg.epochs = 1;
+	src.separator = "\n\n";
+}
+
+/*
+ * A compressed source truncated while it is decompressed, for its index (pass 0) or
+ * for a batch (pass 1): the mapping it is read from belongs to no file cache, and a
+ * producer's fault was "SIGBUS at address ..., outside every source" (not a data
+ * error: the producer was restarted as crashed; a review); the index build named the
+ * file but no byte.
+ */
+Test(hardening, a_compressed_file_truncated_while_it_is_decompressed_is_named)
+{
+	for (truncate_at = 0; truncate_at < 2; truncate_at++) {
+		struct sf_dataset *ds = NULL;
+		struct sf_err e = {0};
+		int r;
+
+		put_text_gz(3000);
+		mapped_points = 0;
+		sf__test_hook = truncate_at_point;
+		r = sf__dataset_open(&cfg, &ds, &e);
+		if (r == 0) {
+			r = fill_until_error(ds, 1000, &e);
+			sf__dataset_close(ds);
+		}
+		sf__test_hook = NULL;
+		cr_assert_eq(mapped_points, truncate_at + 1, "%d", mapped_points);
+		cr_expect_eq(r, SF_E_SOURCE, "at pass %d: %d: %s", truncate_at, r, e.msg);
+		cr_expect(strstr(e.msg, path) && strstr(e.msg, ": byte 0: cannot read") &&
+				  strstr(e.msg, "shorter than when the job opened"),
+			  "at pass %d: %s", truncate_at, e.msg);
+		/* A fresh index next time: the cached one names the file before truncation. */
+		cr_assert_eq(unlink(path), 0);
+	}
+}
