@@ -105,6 +105,29 @@ static int out_dir_missing(const char *prefix)
 }
 
 /*
+ * Whether a name the run writes (PREFIX.bin, .idx, a part's .json) is a directory, which
+ * the output would not replace: said before any tokenizing, where the run failed at its
+ * end (a directory was moved aside then, a review).
+ */
+static int out_is_a_directory(const char *prefix, bool part)
+{
+	static const char *const ext[] = {".bin", ".idx", ".json"};
+	char path[4200];
+	struct stat st;
+
+	for (size_t i = 0; i < (part ? 3u : 2u); i++) {
+		snprintf(path, sizeof(path), "%s%s", prefix, ext[i]);
+		if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+			sf__log_error("-o %s: %s is a directory, which the output would replace; "
+				      "choose another -o",
+				      prefix, path);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
  * What a run stopped by a signal removes (Ctrl-C, SIGTERM from scancel, SIGHUP): its
  * temporary files and its lock; an earlier run's outputs stay. They were left behind, a
  * .bin.tmp of the whole corpus's size among them.
@@ -449,7 +472,9 @@ int sf__cmd_tokenize(int argc, char **argv)
 			free(positional);
 			return 2;
 		}
-		lock_fd = lock_output(prefix, lock, sizeof(lock));
+		lock_fd = out_is_a_directory(prefix, false)
+				  ? -1
+				  : lock_output(prefix, lock, sizeof(lock));
 		if (lock_fd >= 0)
 			remove_on_stop(prefix, lock);
 		r = lock_fd < 0 ? 1 : merge(positional, n_positional, prefix, ps.quiet);
@@ -488,6 +513,10 @@ int sf__cmd_tokenize(int argc, char **argv)
 			return 1;
 		}
 		prefix = part_prefix;
+	}
+	if (out_is_a_directory(prefix, shard)) {
+		sf__config_free(&cfg);
+		return 1;
 	}
 	/* The sources are listed before PREFIX.lock is made: a source that reads the
 	 * output's directory listed the lock, and read it as a document. */

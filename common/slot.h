@@ -52,6 +52,8 @@
  * decompressed. */
 #define SF_TP_TOKENS_MAPPED	107
 #define SF_TP_DECOMPRESS_MAPPED 108
+/* sf__rename_pair() has moved the old pair aside, and is about to move the new one in. */
+#define SF_TP_PAIR_ASIDE 109
 
 extern void (*sf__test_hook)(int point);
 

@@ -909,6 +909,38 @@ def test_a_merge_expands_a_quoted_glob(corpus):
         assert read(str(out / "m") + ext) == read(str(tmp / "whole") + ext)
 
 
+def test_a_directory_at_an_output_name_is_refused_before_tokenizing(tmp_path):
+    """A directory at PREFIX.bin or PREFIX.idx was moved aside as the output took its name
+    (hidden as .NAME.replaced) and the run exited 0: a source directory named corpus.bin
+    vanished from its own job, and the next run read the new .bin as its source (a
+    review). Refused now, before any tokenizing, by tokenize, --shard and --merge alike."""
+    d = tmp_path / "d"
+    (d / "corpus.bin").mkdir(parents=True)
+    (d / "corpus.bin" / "a.jsonl").write_text('{"text": "hello"}\n{"text": "world"}\n')
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f'{{"sources": [{{"paths": "{d}/corpus.bin"}}], '
+                   '"tokenizer": {"encoding": "bytes"}}')
+    listing = sorted(str(p.relative_to(d)) for p in d.rglob("*"))
+    r = run(tmp_path, str(cfg), "-o", str(d / "corpus"), check=False)
+    assert r.returncode == 1, r.stderr
+    assert f"{d}/corpus.bin is a directory, which the output would replace" in r.stderr, \
+        r.stderr
+    assert sorted(str(p.relative_to(d)) for p in d.rglob("*")) == listing
+    (d / "m.idx").mkdir()
+    r = run(tmp_path, str(cfg), "-o", str(d / "m"), "--shard", "0/1", check=False)
+    assert r.returncode == 0, r.stderr
+    r = run(tmp_path, "--merge", str(d / "m_00000-of-00001"), "-o", str(d / "m"),
+            check=False)
+    assert r.returncode == 1 and f"{d}/m.idx is a directory" in r.stderr, r.stderr
+    assert (d / "m.idx").is_dir() and not (d / "m.bin").exists()
+    (d / "s_00000-of-00001.json").mkdir()
+    r = run(tmp_path, str(cfg), "-o", str(d / "s"), "--shard", "0/1", check=False)
+    assert r.returncode == 1 and f"{d}/s_00000-of-00001.json is a directory" in r.stderr, \
+        r.stderr
+    assert not [p for p in d.iterdir() if p.name.endswith(".replaced") or
+                p.name.startswith("s_") and not p.is_dir()]
+
+
 def test_the_output_never_replaces_an_input(tmp_path):
     """-o naming an input: one-shot tokenize replaced its source `t.idx` (and the job file)
     with the index it wrote; --merge took another spelling of a part's prefix

@@ -4,6 +4,8 @@
  * (which format auto reads as nanoGPT tokens) or new data beside the old index.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/io.h"
+#include "common/slot.h"
 
 static char dir[] = "/tmp/sf-test-io-XXXXXX";
 static char path[6][4096];
@@ -127,4 +130,77 @@ Test(rename_pair, a_failure_on_the_way_puts_the_old_pair_back)
 	cr_expect_str_eq(get(path[1], buf, sizeof(buf)), "old index");
 	cr_expect_str_eq(get(path[2], buf, sizeof(buf)), "new data");
 	cr_expect_str_eq(get(path[3], buf, sizeof(buf)), "new index");
+}
+
+/*
+ * A directory at the data's or the index's name is someone's (a source directory named
+ * corpus.bin): it was moved aside, hidden as .NAME.replaced, its removal failing unsaid,
+ * and the call returned 0 (a review). Nothing is moved now.
+ */
+Test(rename_pair, a_directory_at_either_name_is_left_alone)
+{
+	for (int at = 0; at <= 1; at++) {
+		const char *failed = NULL;
+		char buf[64], kept[4200];
+
+		unlink(path[at]);
+		cr_assert_eq(mkdir(path[at], 0700), 0);
+		snprintf(kept, sizeof(kept), "%s/keep", path[at]);
+		put(kept, "notes");
+		put(path[3], "new index");
+		cr_expect_eq(sf__rename_pair(path[2], path[0], path[3], path[1], &failed), -EISDIR);
+		cr_expect_str_eq(failed, path[at]);
+		cr_expect_str_eq(get(kept, buf, sizeof(buf)), "notes");
+		cr_expect_str_eq(get(path[1 - at], buf, sizeof(buf)),
+				 at ? "old data" : "old index");
+		cr_expect_str_eq(get(path[2], buf, sizeof(buf)), "new data");
+		cr_expect_str_eq(get(path[3], buf, sizeof(buf)), "new index");
+		cr_assert_eq(unlink(kept), 0);
+		cr_assert_eq(rmdir(path[at]), 0);
+		put(path[at], at ? "old index" : "old data");
+	}
+}
+
+static char on_term_saw[2][64];
+
+/* What `tokenize`'s handler does (cli/cmd_tokenize.c): remove the temporaries. */
+static void on_term(int sig)
+{
+	(void)sig;
+	for (int i = 0; i < 2; i++)
+		if (!get(path[i], on_term_saw[i], sizeof(on_term_saw[i])))
+			strcpy(on_term_saw[i], "(none)");
+	unlink(path[2]);
+	unlink(path[3]);
+}
+
+static void term_when_aside(int point)
+{
+	if (point == SF_TP_PAIR_ASIDE)
+		raise(SIGTERM);
+}
+
+/*
+ * A stop signal while the pair moves, whose handler removes the temporaries: it ran with
+ * the old pair aside and removed the new one, leaving neither at the names (a review).
+ * It waits for the move's end now, and finds the new pair in place.
+ */
+Test(rename_pair, a_stop_signal_waits_for_the_move)
+{
+	struct sigaction sa = {.sa_handler = on_term}, old;
+	const char *failed = "?";
+	char buf[64];
+
+	put(path[3], "new index");
+	sigemptyset(&sa.sa_mask);
+	cr_assert_eq(sigaction(SIGTERM, &sa, &old), 0);
+	sf__test_hook = term_when_aside;
+	cr_expect_eq(sf__rename_pair(path[2], path[0], path[3], path[1], &failed), 0);
+	sf__test_hook = NULL;
+	sigaction(SIGTERM, &old, NULL);
+	cr_expect_null(failed);
+	cr_expect_str_eq(on_term_saw[0], "new data");
+	cr_expect_str_eq(on_term_saw[1], "new index");
+	cr_expect_str_eq(get(path[0], buf, sizeof(buf)), "new data");
+	cr_expect_str_eq(get(path[1], buf, sizeof(buf)), "new index");
 }
