@@ -48,10 +48,10 @@
 /* A seek has moved one slot of the ring (a kill point: the others are not moved yet). */
 #define SF_TP_SEEK_MOVED 106
 /* A pre-tokenized file is mapped for its checks at open, or a view of its first tokens
- * taken for `check`'s vocabulary test; a compressed text file is mapped and about to be
- * decompressed. */
-#define SF_TP_TOKENS_MAPPED	107
-#define SF_TP_DECOMPRESS_MAPPED 108
+ * taken for `check`'s vocabulary test; a compressed text file is open and about to be
+ * read to be decompressed. */
+#define SF_TP_TOKENS_MAPPED   107
+#define SF_TP_DECOMPRESS_READ 108
 /* sf__rename_pair() has moved the old pair aside, and is about to move the new one in. */
 #define SF_TP_PAIR_ASIDE 109
 

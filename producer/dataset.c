@@ -957,7 +957,7 @@ int sf__dataset_fault(const struct sf_dataset *ds, const void *addr, struct sf_e
 		if (sf__file_cache_find(ds->text_maps, addr, &i, &off))
 			path = ds->text_files[i].path;
 	}
-	if (!path && !sf__text_file_fault(addr, &path, &off))
+	if (!path)
 		return sf__err(e, -EFAULT, "SIGBUS at address %p, outside every source", addr);
 	return sf__sigbus_truncated(path, (unsigned long long)off, e);
 }

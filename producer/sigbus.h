@@ -19,8 +19,8 @@ struct sf_err;
  */
 int sf__sigbus_call(int (*fn)(void *arg), void *arg, void **ret_addr, struct sf_err *e);
 
-/* The error of a read at byte `off` of `path` that faulted: SF_E_SOURCE, the file shorter
- * than when it was opened. */
+/* The error of a read at byte `off` of `path` that faulted, or found the end of the file
+ * there: SF_E_SOURCE, the file shorter than when it was opened. */
 int sf__sigbus_truncated(const char *path, unsigned long long off, struct sf_err *e);
 
 #endif

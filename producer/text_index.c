@@ -615,27 +615,23 @@ static int cut_file(struct sf_dataset *ds, uint32_t file, struct sf_err *e)
 {
 	struct cut c = {.ds = ds, .file = file, .e = e};
 	const uint64_t first_chunk = ds->n_chunks;
-	const char *path = ds->text_files[file].path;
 	char at[40] = "";
-	uint64_t off;
 	void *fault;
 	int r = sf__sigbus_call(cut_scan, &c, &fault, e);
 
 	if (!fault)
 		return r;
 	ds->n_chunks = first_chunk;
-	/* The offset where the fault lies in the file's bytes, or in a compressed one's. */
+	/* The offset where the fault lies in the file's bytes (not in a compressed one's). */
 	if (c.data && (const char *)fault >= c.data && (const char *)fault < c.data + c.len)
 		snprintf(at, sizeof(at),
 			 " byte %llu:", (unsigned long long)((const char *)fault - c.data));
-	else if (sf__text_file_fault(fault, &path, &off))
-		snprintf(at, sizeof(at), " byte %llu:", (unsigned long long)off);
 	if (c.data && c.cap)
 		munmap((void *)c.data, c.cap);
 	return sf__err(e, SF_E_SOURCE,
 		       "%s:%s cannot read: the file is shorter than when the job opened it "
 		       "(truncated while its index was built?)",
-		       path, at);
+		       ds->text_files[file].path, at);
 }
 
 void sf__text_close(struct sf_dataset *ds)

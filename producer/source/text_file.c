@@ -24,6 +24,7 @@
 #include "shmfeed/shmfeed.h"
 #include "common/slot.h"
 #include "producer/producer.h"
+#include "producer/sigbus.h"
 #include "producer/source/text_file.h"
 
 static int has_suffix(const char *s, const char *suffix)
@@ -232,24 +233,48 @@ int sf__text_file_is_compressed(const char *path)
 	return has_suffix(path, ".zst") || has_suffix(path, ".gz");
 }
 
-/* The compressed file being decompressed on this thread (sf__text_file_fault()). A fault
- * leaves it set: the jump skips the end of the decompression. */
-static _Thread_local struct {
-	const char *path, *base;
-	size_t len;
-} decompressing;
-
-bool sf__text_file_fault(const void *addr, const char **ret_path, uint64_t *ret_off)
+/*
+ * A compressed file is read whole, not mapped: it is decompressed whole at once anyway
+ * (into at least four times its size), and a file truncated meanwhile is then a short
+ * read naming it. From a mapping, the lost pages faulted inside the decoder, in memory of
+ * no source's: a producer said "SIGBUS ... outside every source" and was restarted as
+ * crashed (a review), and the decoder's state leaked.
+ */
+static int decompress_file(const struct sf_text_file *f, int fd, size_t size, const char **ret_data,
+			   size_t *ret_len, size_t *ret_cap, struct sf_err *e)
 {
-	const char *a = addr;
+	unsigned char *in = malloc(size ? size : 1);
+	char *buf = NULL;
+	size_t len = 0, cap = 0, got = 0;
+	int r;
 
-	if (!decompressing.base || a < decompressing.base ||
-	    a >= decompressing.base + decompressing.len)
-		return false;
-	*ret_path = decompressing.path;
-	*ret_off = (uint64_t)(a - decompressing.base);
-	decompressing.base = NULL;
-	return true;
+	if (!in)
+		return sf__err(e, -ENOMEM, "%s: cannot allocate %zu bytes to read it", f->path,
+			       size);
+	SF_TEST_POINT(SF_TP_DECOMPRESS_READ);
+	while (got < size) {
+		ssize_t n = pread(fd, in + got, size - got, (off_t)got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			r = n < 0 ? -errno : 0;
+			free(in);
+			if (r < 0)
+				return sf__err(e, r, "%s: cannot read: %s", f->path, strerror(-r));
+			return sf__sigbus_truncated(f->path, got, e);
+		}
+		got += (size_t)n;
+	}
+	r = has_suffix(f->path, ".zst") ? decompress_zstd(f->path, in, size, &buf, &len, &cap, e)
+					: decompress_gzip(f->path, in, size, &buf, &len, &cap, e);
+	free(in);
+	if (r < 0)
+		return r;
+	*ret_data = buf;
+	*ret_len = len;
+	*ret_cap = cap;
+	return 0;
 }
 
 int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_t *ret_len,
@@ -271,6 +296,11 @@ int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_
 			       : sf__err(e, SF_E_SOURCE, "%s: changed under the running job",
 					 f->path);
 	}
+	if (f->compressed) {
+		r = decompress_file(f, fd, (size_t)st.st_size, ret_data, ret_len, ret_cap, e);
+		close(fd);
+		return r;
+	}
 	if (st.st_size) {
 		m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 		if (m == MAP_FAILED) {
@@ -280,29 +310,6 @@ int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_
 		}
 	}
 	close(fd);
-	if (f->compressed) {
-		char *buf = NULL;
-		size_t len = 0, cap = 0;
-
-		/* A file truncated meanwhile faults in the decoder: said as "SIGBUS outside
-		 * every source" before, and a producer restarted as crashed (a review). */
-		decompressing.path = f->path;
-		decompressing.base = m;
-		decompressing.len = (size_t)st.st_size;
-		SF_TEST_POINT(SF_TP_DECOMPRESS_MAPPED);
-		r = has_suffix(f->path, ".zst")
-			    ? decompress_zstd(f->path, m, (size_t)st.st_size, &buf, &len, &cap, e)
-			    : decompress_gzip(f->path, m, (size_t)st.st_size, &buf, &len, &cap, e);
-		decompressing.base = NULL;
-		if (m)
-			munmap(m, (size_t)st.st_size);
-		if (r < 0)
-			return r;
-		*ret_data = buf;
-		*ret_len = len;
-		*ret_cap = cap;
-		return 0;
-	}
 	/* Chunks are read front to back, and a producer reads a few at a time. */
 	if (m)
 		madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL);

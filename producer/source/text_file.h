@@ -8,7 +8,6 @@
 #ifndef SF_PRODUCER_SOURCE_TEXT_FILE_H
 #define SF_PRODUCER_SOURCE_TEXT_FILE_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,13 +70,6 @@ int sf__text_file_is_compressed(const char *path);
  */
 int sf__text_file_map(const struct sf_text_file *f, const char **ret_data, size_t *ret_len,
 		      size_t *ret_cap, struct sf_err *e);
-
-/*
- * sf__text_file_fault - whether `addr` (a SIGBUS's) lies in the compressed file that
- * sf__text_file_map() was decompressing on this thread: then its path and the offset in
- * it. That mapping lives for the decompression alone, in no file cache.
- */
-bool sf__text_file_fault(const void *addr, const char **ret_path, uint64_t *ret_off);
 
 /* sf__text_file_free - free what `f` holds, and zero it. */
 void sf__text_file_free(struct sf_text_file *f);

@@ -1465,7 +1465,7 @@ static int truncate_at;	  /* the pass at which the hook truncates `path` to 0 */
 
 static void truncate_at_point(int point)
 {
-	if ((point == SF_TP_TOKENS_MAPPED || point == SF_TP_DECOMPRESS_MAPPED) &&
+	if ((point == SF_TP_TOKENS_MAPPED || point == SF_TP_DECOMPRESS_READ) &&
 	    mapped_points++ == truncate_at)
 		cr_assert_eq(truncate(path, 0), 0);
 }
@@ -1535,11 +1535,11 @@ static void put_text_gz(size_t n_docs)
 }
 
 /*
- * A compressed source truncated while it is decompressed, for its index (pass 0) or
- * for a batch (pass 1): the mapping it is read from belongs to no file cache, and a
- * producer's fault was "SIGBUS at address ..., outside every source" (not a data
- * error: the producer was restarted as crashed; a review); the index build named the
- * file but no byte.
+ * A compressed source truncated as it is read to be decompressed, for its index (pass
+ * 0) or for a batch (pass 1). It was mapped, in no file cache, and the fault came inside
+ * the decoder: a producer's was "SIGBUS at address ..., outside every source" (not a
+ * data error: the producer was restarted as crashed; a review), the index build named
+ * the file but no byte, and the decoder's state leaked.
  */
 Test(hardening, a_compressed_file_truncated_while_it_is_decompressed_is_named)
 {
