@@ -93,6 +93,11 @@ static int resolve(const struct sf_config *cfg, const struct sf_weights_config *
 				       given_at(cfg, map), where, group,
 				       (unsigned long long)(gw / SF_WEIGHT_SCALE), frac);
 		}
+		/* The lcm is at least the sum: one of 2^64 or more is too precise, and the
+		 * product below, past 2^128, wrapped to a value that passed the check, the
+		 * other groups' sources then weighing lcm / sum = 0 (a review). */
+		if (sum >> 64)
+			goto too_precise;
 		lcm = lcm / gcd128(lcm, sum) * sum;
 		if (lcm >> 64)
 			goto too_precise;

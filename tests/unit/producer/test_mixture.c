@@ -754,6 +754,43 @@ Test(mixture, weights_whose_sum_wraps_128_bits_are_refused)
 	}
 }
 
+/*
+ * A group whose scaled weights sum to 2^64 or more: the common denominator, kept below
+ * 2^64, was multiplied by that sum in 128 bits, which wrapped to a value below 2^64 and
+ * passed the check, and every source of the other group got lcm / sum = 0: weighed 1 : 1
+ * : 1, the third never appeared, and `check` said valid (a review). g1's ten weights sum
+ * to 2^63 once scaled, g2's thirty-seven to 2^65 + 1.
+ */
+Test(mixture, a_group_whose_weights_sum_past_64_bits_is_refused)
+{
+	size_t cap = 16384, len = 0;
+	char *yaml = malloc(cap);
+	struct sf_config cfg;
+	struct sf_mixture *m = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_not_null(yaml);
+	len += (size_t)snprintf(yaml + len, cap - len,
+				"sources:\n  - {paths: a.bin, name: u, weight: 1}\n");
+	for (int i = 0; i < 10; i++)
+		len += (size_t)snprintf(yaml + len, cap - len,
+					"  - {paths: b.bin, name: g1_%d, group: g1, weight: %s}\n", i,
+					i < 9 ? "1000000000" : "223372036.854775808");
+	for (int i = 0; i < 37; i++)
+		len += (size_t)snprintf(yaml + len, cap - len,
+					"  - {paths: c.bin, name: g2_%d, group: g2, weight: %s}\n", i,
+					i < 36 ? "1000000000" : "893488147.419103233");
+	len += (size_t)snprintf(yaml + len, cap - len, "mixture: {groups: {g1: 1, g2: 1}}\n");
+	cr_assert_lt(len, cap);
+	cr_assert_eq(sf__config_load_string("job.yaml", yaml, len, &cfg, &err), 0, "%s",
+		     err.msg);
+	cr_expect_lt(sf__mixture_from_config(&cfg, &m, &err), 0, "accepted");
+	cr_expect(strstr(err.msg, "too precise"), "%s", err.msg);
+	sf__mix_free(m);
+	sf__config_free(&cfg);
+	free(yaml);
+}
+
 /* A group given a weight whose sources all weigh 0 in it is refused, naming the group
  * (its share went silently to the other sources); in a schedule, the phase too. A group
  * of weight 0 whose sources weigh 0 is no contradiction. */
