@@ -67,6 +67,23 @@ static int read_record(int fd, int *ret_pid, uint64_t dev[2], uint64_t ino[2])
 	return 0;
 }
 
+/* Whether the open file `fd` (its status in *st) is an endpoint lock this user's shmfeed
+ * wrote: its record read into the rest. */
+static bool own_lock(int fd, struct stat *st, int *ret_pid, uint64_t dev[2], uint64_t ino[2])
+{
+	return fstat(fd, st) == 0 && S_ISREG(st->st_mode) && st->st_uid == geteuid() &&
+	       read_record(fd, ret_pid, dev, ino) == 0;
+}
+
+/* The refusal of a file at the lock's name that own_lock() does not take, with `code`. */
+static int not_a_lock(const char *lock, int code, struct sf_err *e)
+{
+	return sf__err(e, code,
+		       "%s exists and is not a shmfeed endpoint lock of this user; remove it or "
+		       "choose another control.endpoint",
+		       lock);
+}
+
 /* Make, lock and fill a fresh lock file, then link it into place (-EEXIST: one is there). */
 static int create_lock(struct sf_ipc_claim *c, struct sf_err *e)
 {
@@ -109,13 +126,9 @@ static int take_lock(struct sf_ipc_claim *c, uint64_t stale_dev[2], uint64_t sta
 		return sf__err(e, -errno, "control endpoint lock %s: %s", c->lock,
 			       errno == ELOOP ? "a symbolic link" : strerror(errno));
 	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    read_record(fd, &pid, stale_dev, stale_ino) < 0) {
+	if (!own_lock(fd, &st, &pid, stale_dev, stale_ino)) {
 		close(fd);
-		return sf__err(e, -EEXIST,
-			       "%s exists and is not a shmfeed endpoint lock of this user; remove "
-			       "it or choose another control.endpoint",
-			       c->lock);
+		return not_a_lock(c->lock, -EEXIST, e);
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		int r = errno;
@@ -235,8 +248,10 @@ int sf__ipc_claim(struct sf_ipc_claim *c, const char *ctl_path, const char *pub_
 
 int sf__ipc_endpoint_check(const char *endpoint, struct sf_err *e)
 {
-	char dir[400], pub[400];
+	char dir[400], pub[400], lock[400];
+	uint64_t dev[2], ino[2];
 	struct stat st;
+	int fd, pid;
 	int r = endpoint && !strncmp(endpoint, "ipc:///", 7)
 			? sf__parent_dir_check(endpoint + 6, dir, sizeof(dir))
 			: 0;
@@ -258,7 +273,17 @@ int sf__ipc_endpoint_check(const char *endpoint, struct sf_err *e)
 				       "created; remove it or choose another control.endpoint",
 				       path);
 	}
-	return 0;
+	/* And a lock file there that is someone's (it passed check and failed run once
+	 * the sources were open; a review). */
+	snprintf(lock, sizeof(lock), "%s.lock", endpoint + 6);
+	fd = open(lock, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ELOOP ? sf__err(e, SF_E_CONFIG,
+						"control endpoint lock %s: a symbolic link", lock)
+				      : 0;
+	r = own_lock(fd, &st, &pid, dev, ino) ? 0 : not_a_lock(lock, SF_E_CONFIG, e);
+	close(fd);
+	return r;
 }
 
 int sf__ipc_claim_bound(struct sf_ipc_claim *c, int i, struct sf_err *e)

@@ -1231,30 +1231,6 @@ static void serve(struct supervisor *S)
 }
 
 /*
- * Whether what is at `path` may be replaced by this job's discovery file: nothing, or one
- * of this job left by a launcher that was killed (the arena, made exclusively, shows that
- * no launcher of the job runs). Anything else is somebody's file: a runtime directory only
- * has to be private (SHMFEED_RUNTIME_DIR=$HOME qualifies), and a job named `package` would
- * have replaced, then removed, package.json there.
- */
-static int info_path_free(const char *path, const char *job, struct sf_err *e)
-{
-	struct sf_job_info old;
-	struct sf_err ignored = {0};
-	struct stat st;
-
-	if (lstat(path, &st) < 0)
-		return errno == ENOENT ? 0 : sf__err(e, -errno, "%s: %s", path, strerror(errno));
-	if (S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-	    sf__job_info_file_read(path, &old, &ignored) == 0 && !strcmp(old.job, job))
-		return 0;
-	return sf__err(e, -EEXIST,
-		       "%s is there and is not a discovery file of job %s, which the job would "
-		       "replace: move it, or name the job otherwise",
-		       path, job);
-}
-
-/*
  * Remove the temporaries "JOB.json.tmp.PID" that launchers of the job killed between
  * writing and renaming them left (PID gone, or this process's own, reused): digits only
  * after the prefix, so that a job named "JOB.json.tmp.x" keeps its files.
@@ -1309,7 +1285,7 @@ static int write_info(struct supervisor *S, struct sf_err *e)
 	else
 		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "null");
 	n += (size_t)snprintf(buf + n, sizeof(buf) - n, "}\n");
-	r = info_path_free(S->paths.info_path, S->cfg->job, e);
+	r = sf__job_info_path_free(S->paths.info_path, S->cfg->job, e);
 	if (r < 0)
 		return r;
 	/*
@@ -1936,6 +1912,8 @@ int sf__launcher_run(const struct sf_launch *l, int *ret_status, int *ret_signal
 	for (uint32_t i = 0; i < SF_MAX_PRODUCERS; i++)
 		S->prod[i].errfd = -1;
 	r = sf__job_paths(cfg->job, 1, &S->paths, e);
+	if (r >= 0)
+		r = sf__job_info_path_free(S->paths.info_path, cfg->job, e);
 	if (r >= 0)
 		r = sf__ipc_endpoint_check(cfg->endpoint, e);
 	if (r < 0)

@@ -95,8 +95,18 @@ struct sf_job_paths {
 int sf__job_paths(const char *job, int create, struct sf_job_paths *ret, struct sf_err *e);
 
 /* sf__job_paths_check - what sf__job_paths(job, 1, ...) would refuse, making nothing (a
- * runtime directory not made yet is no refusal). */
+ * runtime directory not made yet is no refusal), and sf__job_info_path_free(). */
 int sf__job_paths_check(const char *job, struct sf_err *e);
+
+/*
+ * sf__job_info_path_free - whether what is at `path` may be replaced by job `job`'s
+ * discovery file: nothing, or one of this job left by a launcher that was killed (the
+ * arena, made exclusively, shows that no launcher of the job runs). Anything else is
+ * somebody's file (-EEXIST, said): a runtime directory only has to be private
+ * (SHMFEED_RUNTIME_DIR=$HOME qualifies), and a job named `package` would have replaced,
+ * then removed, package.json there.
+ */
+int sf__job_info_path_free(const char *path, const char *job, struct sf_err *e);
 
 /*
  * The claim of a job on its ipc:// endpoint (launcher/endpoint.c): an flock on PATH.lock

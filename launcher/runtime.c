@@ -124,7 +124,26 @@ int sf__job_paths_check(const char *job, struct sf_err *e)
 	}
 	if (r < 0)
 		return r;
-	return paths_in(&p, job, e);
+	r = paths_in(&p, job, e);
+	/* check said valid and run refused once the sources were open (a review). */
+	return r < 0 ? r : sf__job_info_path_free(p.info_path, job, e);
+}
+
+int sf__job_info_path_free(const char *path, const char *job, struct sf_err *e)
+{
+	struct sf_job_info old;
+	struct sf_err ignored = {0};
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : sf__err(e, -errno, "%s: %s", path, strerror(errno));
+	if (S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+	    sf__job_info_file_read(path, &old, &ignored) == 0 && !strcmp(old.job, job))
+		return 0;
+	return sf__err(e, -EEXIST,
+		       "%s is there and is not a discovery file of job %s, which the job would "
+		       "replace: move it, or name the job otherwise",
+		       path, job);
 }
 
 int sf__job_info_file_read(const char *path, struct sf_job_info *ret, struct sf_err *e)

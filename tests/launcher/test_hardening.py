@@ -76,6 +76,15 @@ def test_check_refuses_what_run_refuses_before_it_starts(rt, tmp_path):
         assert out.returncode == 1, out.stdout
         assert "exists and is not a socket" in out.stderr, out.stderr
     assert victim.read_text() == "notes\n"
+    # A user's file at the endpoint's lock name (check said valid; a review).
+    (tmp_path / "mine.lock").write_text("notes\n")
+    out = subprocess.run([SHMFEED, "check", cfg, "--set",
+                          f"control.endpoint=ipc://{tmp_path / 'mine'}"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1, out.stdout
+    assert f"{tmp_path / 'mine.lock'} exists and is not a shmfeed endpoint lock of this " \
+        "user" in out.stderr, out.stderr
+    assert (tmp_path / "mine.lock").read_text() == "notes\n"
 
 
 def test_a_file_size_limit_below_the_arena_is_an_error(rt, tmp_path):

@@ -168,6 +168,11 @@ def test_a_file_named_like_the_discovery_file_is_kept(rt, tmp_path):
                          capture_output=True, text=True, timeout=30)
     assert out.returncode != 0
     assert f"{mine} is there and is not a discovery file of job {job}" in out.stderr, out.stderr
+    # check refuses it too (it said valid; a review).
+    out = subprocess.run([SHMFEED, "check", cfg, "--set", f"job={job}"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1, out.stdout
+    assert f"{mine} is there and is not a discovery file of job {job}" in out.stderr, out.stderr
     with open(mine) as f:
         assert f.read() == '{"important": true}\n'
     assert not shm_of(job)
