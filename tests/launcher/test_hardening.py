@@ -982,7 +982,10 @@ def test_a_producer_that_sigkill_cannot_end_does_not_hold_the_job(rt, tmp_path, 
     cfg = write_config(tmp_path, "producers: {count: 2}\n", world=1)
     job = job_name("unkillable")
     cg = os.path.join(FREEZER, job)
-    os.mkdir(cg)
+    try:
+        os.mkdir(cg)
+    except OSError as e:
+        pytest.skip(f"cannot make a freezer cgroup: {e}")
     env = dict(os.environ, SHMFEED_TEST_SLOW_US="2000")
     # A file, not a pipe: the frozen producer holds the launcher's stderr open.
     log = tmp_path / "run.err"
