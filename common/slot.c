@@ -425,9 +425,13 @@ int sf__producer_claim(struct sf_arena *a, uint32_t me, int64_t timeout_ns,
 			uint64_t filling = sf__slot_word(SF_SLOT_FILLING, me, f.lap);
 
 			/* Acquire: pairs with the consumer's release store of FREE, so its
-			 * reads of the old payload happen before this producer writes it. */
+			 * reads of the old payload happen before this producer writes it.
+			 * Release: this producer's registration (its pid in its entry) happens
+			 * before anyone who reads FILLING here reads the entry, as a seek's
+			 * repair_owner() does to tell a live filler from a dead one's
+			 * successor; x86 orders it anyway, the C11 model only so (a review). */
 			if (!atomic_compare_exchange_strong_explicit(&f.slot->word, &expect,
-								     filling, memory_order_acquire,
+								     filling, memory_order_acq_rel,
 								     memory_order_relaxed))
 				continue;
 			/* Full fence, then the base for this slot: pairs with the seq_cst
