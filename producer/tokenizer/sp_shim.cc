@@ -416,6 +416,7 @@ extern "C" int sf__sp_decode(const struct sf_sp *sp, const uint32_t *ids, size_t
 		const uint32_t size = (uint32_t)sp->proc.GetPieceSize();
 		std::vector<int> in(n);
 		std::string text;
+		bool control = false;
 
 		for (size_t i = 0; i < n; i++) {
 			if (ids[i] >= size)
@@ -423,11 +424,25 @@ extern "C" int sf__sp_decode(const struct sf_sp *sp, const uint32_t *ids, size_t
 					    "unknown id " + std::to_string(ids[i]) + " at index " +
 						    std::to_string(i));
 			in[i] = (int)ids[i];
+			control |= sp->proc.IsControl(in[i]);
 		}
 		const auto status = sp->proc.Decode(in, &text);
 
 		if (!status.ok())
 			return fail(msg, msg_cap, SF_E_TOKENIZER, status.ToString());
+		/*
+		 * The library writes nothing for a control piece; decode writes the bytes of
+		 * every id, as for the other formats (`</s>` and `[INST]` vanished from
+		 * decoded text; a review). Each piece's surface is its share of `text`.
+		 */
+		if (control) {
+			const auto spt = sp->proc.DecodeIdsAsImmutableProto(in);
+			std::string with;
+
+			for (const auto &p : spt.pieces())
+				with += sp->proc.IsControl((int)p.id()) ? p.piece() : p.surface();
+			text.swap(with);
+		}
 		*ret_len = text.size();
 		if (text.size() > cap)
 			return -ENOBUFS;

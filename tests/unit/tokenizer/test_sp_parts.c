@@ -624,6 +624,45 @@ static int check_specials(const char *dir_path)
 }
 
 /*
+ * decode writes the bytes of the ids, the special tokens' texts among them, as it does for
+ * the other formats: the library's Decode() writes nothing for a control piece, so `</s>`
+ * document ends and `[INST]` vanished from decoded text (a review). Byte pieces of a
+ * character around them still make the character.
+ */
+static int check_decode_specials(const char *dir_path)
+{
+	static const struct piece pieces[] = {P("a", -1, NORMAL), P("[INST]", 0, CONTROL),
+					      P("<|endoftext|>", 0, CONTROL)};
+	static const char want[] = "<s>[INST]a\xc3\xa9"
+				   "a<|endoftext|>a</s>";
+	char model[4096], got[64];
+	struct sf_tok_file_opts opts = {model, SF_TOK_FORMAT_SENTENCEPIECE, NULL};
+	struct sf_err err = {0};
+	struct sf_tok *tok;
+	/* <s> [INST] a <0xC3> <0xA9> a <|endoftext|> a </s>: the byte pieces are ids 3-258. */
+	const uint32_t ids[9] = {1, 260, 259, 3 + 0xc3, 3 + 0xa9, 259, 261, 259, 2};
+	size_t n = 0;
+	int bad = 0;
+
+	snprintf(model, sizeof(model), "%s/decode.model", dir_path);
+	write_model(model, pieces, 3, true);
+	if (sf__tok_load_file(&opts, &tok, &err) < 0) {
+		fprintf(stderr, "decode specials: %s\n", err.msg);
+		return 1;
+	}
+	if (sf__tok_decode(tok, ids, 9, got, sizeof(got), &n, &err) < 0 || n != sizeof(want) - 1 ||
+	    memcmp(got, want, n)) {
+		fprintf(stderr, "decode specials: got '%.*s' (%s), want '%s'\n", (int)n, got,
+			err.msg, want);
+		bad = 1;
+	}
+	printf("%s decode specials\n", bad ? "FAIL" : "ok");
+	unlink(model);
+	sf__tok_free(tok);
+	return bad;
+}
+
+/*
  * A model of more control pieces than the special tokens a tokenizer holds (4,096): refused
  * at load, naming the limit. Those past it were left out silently, encoded as text.
  */
@@ -893,6 +932,7 @@ int main(void)
 	failed |= check_crafted(dir);
 	failed |= check_cuts(dir);
 	failed |= check_specials(dir);
+	failed |= check_decode_specials(dir);
 	failed |= check_too_many_controls(dir);
 	failed |= check_full_buffer(dir);
 	failed |= check_library_exception(dir);
