@@ -460,15 +460,20 @@ static void on_interrupt(int sig)
 	top_interrupted = 1;
 }
 
-/* One frame of top: over the last on a terminal, else after it. */
-static void show_frame(int tty, uint64_t shown, const struct doc *st, const struct doc *sd)
+/*
+ * One frame of top: over the last on a terminal, else after it. -1 when it could not be
+ * written: `top | head -1` went on writing into the closed pipe until the job ended,
+ * where SIGPIPE is ignored (a review). top then ends, and main()'s stdout_written() says
+ * why and exits 1.
+ */
+static int show_frame(int tty, uint64_t shown, const struct doc *st, const struct doc *sd)
 {
 	if (tty)
 		fputs("\033[H\033[2J", stdout);
 	else if (shown)
 		fputs("\n", stdout);
 	print_stats(stdout, st, sd);
-	fflush(stdout);
+	return fflush(stdout) == 0 && !ferror(stdout) ? 0 : -1;
 }
 
 int sf__cmd_top(int argc, char **argv)
@@ -507,8 +512,9 @@ int sf__cmd_top(int argc, char **argv)
 	 * Silence is judged against the job's own interval (10 s at least). */
 	interval_ms = (uint32_t)u64_of(&st, 0, "stats_interval_ms");
 	silent_limit_ms = interval_ms > 4000 ? 2 * interval_ms + 2000 : 10000;
-	if (call(&info, "stats", msg, sizeof(msg), &e) >= 0 && parse_reply(&sd, msg, &e) >= 0)
-		show_frame(tty, shown++, &st, &sd);
+	if (call(&info, "stats", msg, sizeof(msg), &e) >= 0 && parse_reply(&sd, msg, &e) >= 0 &&
+	    show_frame(tty, shown++, &st, &sd) < 0)
+		return 0;
 	ctx = zmq_ctx_new();
 	sub = zmq_socket(ctx, ZMQ_SUB);
 	/* Only the latest stats matter to a display. */
@@ -567,7 +573,8 @@ int sf__cmd_top(int argc, char **argv)
 			memcpy(status_buf, fresh, sizeof(status_buf));
 			parse_reply(&st, status_buf, &e);
 		}
-		show_frame(tty, shown++, &st, &sd);
+		if (show_frame(tty, shown++, &st, &sd) < 0)
+			break;
 	}
 out:
 	zmq_close(sub);

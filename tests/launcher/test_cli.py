@@ -419,6 +419,29 @@ def test_top_of_a_job_with_a_long_stats_interval(rt):
         finish(p)
 
 
+def test_top_into_a_closed_pipe_ends(rt):
+    """`top | head -1` where SIGPIPE is ignored (a parent that ignores it, as Python
+    does): every frame failed with EPIPE and top went on until the job ended, exiting
+    124 under `timeout` (a review). It ends at the first frame it cannot write, exit 1."""
+    job = job_name("toppipe")
+    p = serve(job)
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        top = subprocess.Popen([SHMFEED, "top", job, "--count", "1000"], stdout=w,
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGPIPE,
+                                                                signal.SIG_IGN))
+        os.close(w)
+        err = top.communicate(timeout=30)[1]
+        assert top.returncode == 1, err
+        assert "cannot write standard output" in err, err
+        assert sf("stop", job).returncode == 0
+        p.communicate(timeout=30)
+    finally:
+        finish(p)
+
+
 def test_top_of_a_job_whose_launcher_is_killed_says_it_is_dead(rt):
     """A launcher killed under `top` (SIGKILL, the OOM killer): top said "job X ended"
     and exited 0, as after a clean end, where status says the job is dead (a review)."""
