@@ -274,7 +274,16 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 
 		close(pfd[0]);
 		child_setup(S, SIGKILL, true);
-		snprintf(who, sizeof(who), "producer %u", i);
+		/*
+		 * The launcher's other descriptors are not the producer's: libzmq's sockets
+		 * and event descriptors, the metrics server's connections, the other
+		 * producers' pipes. A producer restarted while a scrape was open held that
+		 * connection for its life (a review). It keeps its end of this pipe; the
+		 * arena's descriptors, closed at the fork, it opens again by name.
+		 */
+		if (pfd[1] > 3)
+			close_range(3, (unsigned)pfd[1] - 1, 0);
+		close_range((unsigned)pfd[1] + 1, ~0u, 0);
 		sf__log_set_who(who);
 		/* producers.cpus: set in the child, before it reads anything, so that its
 		 * pages are first touched on the CPUs it will run on. */

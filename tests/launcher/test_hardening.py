@@ -1095,3 +1095,49 @@ def test_a_producers_error_is_told_under_stty_tostop(rt, tmp_path, tostop):
     assert "stalled" not in out, out
     assert not shm_of(job)
     assert os.listdir(rt) == []
+
+
+def test_producers_hold_none_of_the_launchers_descriptors(rt, tmp_path):
+    """Producers are forked without exec and held the launcher's descriptors: libzmq's
+    sockets and event descriptors, the metrics server's connections (a producer restarted
+    while a scrape was open kept that connection for its life; a review) and the other
+    producers' pipes. A producer holds its standard streams, its error pipe and what it
+    opens itself (the arena's descriptors) now, started first or restarted."""
+    cfg = write_config(tmp_path, "producers: {count: 2}\n", world=1)
+    job = job_name("prodfds")
+    env = dict(os.environ, SHMFEED_TEST_SLOW_US="2000")
+    p = start_serving(cfg, job, env=env, extra=("--set", "control.metrics=127.0.0.1:0"))
+    scrape = None
+    try:
+        port = None
+        for line in p.stderr:
+            if "without libmicrohttpd" in line:
+                pytest.skip("built without libmicrohttpd: " + line.strip())
+            m = re.search(r"metrics on http://127\.0\.0\.1:([0-9]+)/metrics", line)
+            if m:
+                port = int(m.group(1))
+                break
+        assert port, "the job never said where it serves its metrics"
+        scrape = socket.create_connection(("127.0.0.1", port))
+        first = ctl(job, '{"v":1,"op":"stats"}')["producers"][0]["pid"]
+        os.kill(first, signal.SIGKILL)
+        assert wait_for(lambda: ctl(job, '{"v":1,"op":"stats"}')["producers"][0]["pid"]
+                        not in (first, 0))
+        for prod in ctl(job, '{"v":1,"op":"stats"}')["producers"]:
+            held = {}
+            for fd in os.listdir(f"/proc/{prod['pid']}/fd"):
+                try:
+                    held[int(fd)] = os.readlink(f"/proc/{prod['pid']}/fd/{fd}")
+                except FileNotFoundError:
+                    pass
+            # Beyond 0-2: the error pipe's end, and the arena's descriptors.
+            pipes = [t for fd, t in held.items() if fd > 2 and t.startswith("pipe:")]
+            others = {fd: t for fd, t in held.items() if fd > 2 and not
+                      t.startswith("pipe:") and not t.startswith("/dev/shm/shmfeed.")}
+            assert not others and len(pipes) == 1, held
+    finally:
+        if scrape:
+            scrape.close()
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)
+    assert not shm_of(job)
