@@ -212,7 +212,8 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 	struct str_set odd = {0}, seen[2] = {{0}, {0}}, written = {0};
 	const struct added_list added = {l->doc, list};
 	uint32_t i, j, *cps = NULL;
-	long max_added = -1;
+	long n_new = 0;	       /* added tokens so far that the vocabulary lacks */
+	uint8_t *taken = NULL; /* a bit per id an added token has */
 	bool *normalized;
 	int rc = 0;
 
@@ -222,7 +223,10 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 		return sf__hf_refuse(l, "added_tokens", "expected a list");
 	hf->added = calloc(list->len + 1, sizeof(*hf->added));
 	normalized = calloc(list->len + 1, sizeof(*normalized));
-	if (!hf->added || !normalized || str_set_init(&odd, l->n_odd, odd_text, l) < 0 ||
+	/* An added token's id is its vocabulary id (below 2^24) or the vocabulary's size
+	 * (at most 2^24) plus fewer than list->len. */
+	taken = calloc((((size_t)1 << 24) + list->len + 8) / 8, 1);
+	if (!hf->added || !normalized || !taken || str_set_init(&odd, l->n_odd, odd_text, l) < 0 ||
 	    str_set_init(&seen[0], list->len, added_text, hf) < 0 ||
 	    str_set_init(&seen[1], list->len, added_text, hf) < 0 ||
 	    str_set_init(&written, list->len, written_text, &added) < 0) {
@@ -290,26 +294,35 @@ int sf__hf_load_added(struct sf_hf_loader *l, const struct sf_json_node *list)
 			*slot = i + 1;
 		}
 		/*
-		 * tokenizers does not take the file's id: it adds the tokens again, in order,
-		 * each getting its id in the model's vocabulary, else the next free one. A file
-		 * whose ids disagree would be encoded with other ids than it says: refuse it.
+		 * tokenizers does not take the file's id: it adds the tokens again, all in one
+		 * call, each getting its id in the model's vocabulary, else the vocabulary's
+		 * size plus the number of earlier ones the vocabulary lacks (since 0.22; the
+		 * rule was the next id above every earlier one, which differs where the
+		 * vocabulary's ids have gaps: a review found a token encoded as 301 that
+		 * tokenizers gives 257). A file whose ids disagree would be encoded with other
+		 * ids than it says: refuse it. Two added tokens of one id tokenizers matches as
+		 * one of them: refuse that too.
 		 */
 		{
 			long want = vocab_id(l, &odd, sf__json_tree_str(l->doc, c), c->len);
-			long size = (long)l->vocab->len;
 
 			if (want < 0)
-				want = max_added < 0	   ? size
-				       : max_added >= size ? max_added + 1
-							   : size;
+				want = (long)l->vocab->len + n_new++;
 			if (want != id) {
 				rc = sf__hf_refuse(l, path,
 						   "id %ld, but tokenizers gives \"%s\" the id %ld",
 						   id, sf__json_tree_str(l->doc, c), want);
 				goto out;
 			}
-			if (id > max_added)
-				max_added = id;
+			if (taken[id >> 3] >> (id & 7) & 1) {
+				rc = sf__hf_refuse(
+					l, path,
+					"id %ld is an earlier added token's too: tokenizers "
+					"matches one of the two",
+					id);
+				goto out;
+			}
+			taken[id >> 3] |= (uint8_t)(1u << (id & 7));
 		}
 		/* A normalized token is matched in normalized text: normalize it too. */
 		t->text = malloc(3 * (size_t)c->len + 1);
@@ -394,6 +407,7 @@ out:
 	free(written.slot);
 	free(cps);
 	free(normalized);
+	free(taken);
 	return rc;
 }
 

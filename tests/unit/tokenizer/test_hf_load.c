@@ -424,6 +424,18 @@ Test(refuse, each_construct_by_path)
 		 "added_tokens[0]: id 300, but tokenizers gives \"<q>\" the id 256"},
 		{{.added_tokens = "[" TOKEN(256, "x", false, false) "]"},
 		 "added_tokens[0]: id 256, but tokenizers gives \"x\" the id 120"},
+		/* Past a gap in the vocabulary's ids: tokenizers (0.22 on) gives a new token
+		 * the vocabulary's size plus the new ones before it, not the id above every
+		 * earlier added one (a review), and one id twice it matches as one token. */
+		{{.extra_vocab = ", \"ab\": 300",
+		  .added_tokens = "[" TOKEN(300, "ab", true, false) ", " TOKEN(301, "<B>", true,
+									       false) "]"},
+		 "added_tokens[1]: id 301, but tokenizers gives \"<B>\" the id 257"},
+		{{.extra_vocab = ", \"ab\": 258",
+		  .added_tokens = "[" TOKEN(257, "<A>", true, false) ", " TOKEN(
+			  258, "ab", true, false) ", " TOKEN(258, "<B>", true, false) "]"},
+		 "added_tokens[2]: id 258 is an earlier added token's too: tokenizers matches one "
+		 "of the two"},
 		{{.top_extra = ", \"truncation_side\": 1"},
 		 "(top level): unknown key \"truncation_side\""},
 		{{.extra_vocab = ", \"q\": -1"}, "model.vocab: \"q\": expected an id"},
