@@ -63,15 +63,15 @@ def reference_doc_starts(tokens, D):
     return out
 
 
-class InterruptingLock:
-    """Stands in for a Loader's lock: once armed, it raises KeyboardInterrupt as it is
-    let go with a batch taken (the last instant an exception can land inside next(),
-    after the batch was wrapped), first calling `before` (a handler's checkpoint), as a
-    signal would. (A release of next() whose library call found nothing ready yet, as
-    after a seek, passes: raising there would test no batch.)"""
+class ReturningLock:
+    """Stands in for a Loader's lock: once armed, it calls `at_release` as it is let go
+    with a batch taken (the last instant an exception can land inside next(), after the
+    batch was wrapped), once. (A release of next() whose library call found nothing
+    ready yet, as after a seek, passes: it would test no batch.)"""
 
-    def __init__(self, loader, before=None):
-        self.loader, self.real, self.before, self.armed = loader, loader._lock, before, False
+    def __init__(self, loader, at_release):
+        self.loader, self.real, self.at_release, self.armed = \
+            loader, loader._lock, at_release, False
         loader._lock = self
 
     def __enter__(self):
@@ -81,12 +81,22 @@ class InterruptingLock:
         self.real.__exit__(*exc)
         if self.armed and self.loader._returning is not None:
             self.armed = False
-            if self.before:
-                self.before()
-            raise KeyboardInterrupt
+            self.at_release()
 
     def __getattr__(self, name):
         return getattr(self.real, name)
+
+
+class InterruptingLock(ReturningLock):
+    """A ReturningLock that raises KeyboardInterrupt there, first calling `before` (a
+    handler's checkpoint), as a signal would."""
+
+    def __init__(self, loader, before=None):
+        def interrupt():
+            if before:
+                before()
+            raise KeyboardInterrupt
+        super().__init__(loader, interrupt)
 
 
 class Feed:

@@ -23,7 +23,8 @@ import numpy as np
 import shmfeed
 from shmfeed import _native as N
 sys.path.insert(0, {here!r})
-from conftest import InterruptingLock, reference_tokens, reference_doc_starts
+from conftest import (InterruptingLock, ReturningLock, reference_tokens,
+                      reference_doc_starts)
 JOB = {job!r}
 """
 
@@ -269,26 +270,15 @@ def test_a_close_from_another_thread_as_next_returns_puts_no_batch_back():
     lets it go stands in for the thread switch."""
     with Feed("close-returning", producers=2) as feed:
         out = run_case(feed, """
-            class CloseAsItReturns:
-                def __init__(self, loader):
-                    self.loader, self.real, self.armed = loader, loader._lock, False
-                    loader._lock = self
-                def __enter__(self):
-                    return self.real.__enter__()
-                def __exit__(self, *exc):
-                    self.real.__exit__(*exc)
-                    if self.armed and self.loader._returning is not None:
-                        self.armed = False
-                        t = threading.Thread(target=self.loader.close)
-                        t.start()
-                        t.join(10)
-                        assert not t.is_alive()
-                def __getattr__(self, name):
-                    return getattr(self.real, name)
+            def close_in_another_thread():
+                t = threading.Thread(target=L.close)
+                t.start()
+                t.join(10)
+                assert not t.is_alive()
 
             L = shmfeed.Loader(job=JOB, numpy=True)
             assert L.next().step == 0
-            lock = CloseAsItReturns(L)
+            lock = ReturningLock(L, close_in_another_thread)
             lock.armed = True
             b = L.next()
             assert not lock.armed and L.closed

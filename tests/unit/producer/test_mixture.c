@@ -709,6 +709,20 @@ Test(mixture, a_ramp_defaults_to_a_stage_per_step_within_its_caps)
 	sf__mix_free(m);
 }
 
+/* The mixture of the config `yaml` (`len` bytes) is refused as too precise. */
+static void expect_too_precise(const char *yaml, size_t len, const char *label)
+{
+	struct sf_config cfg;
+	struct sf_mixture *m = NULL;
+	struct sf_err err = {0};
+
+	cr_assert_eq(sf__config_load_string("job.yaml", yaml, len, &cfg, &err), 0, "%s", err.msg);
+	cr_expect_lt(sf__mixture_from_config(&cfg, &m, &err), 0, "%s: accepted", label);
+	cr_expect(strstr(err.msg, "too precise"), "%s: %s", label, err.msg);
+	sf__mix_free(m);
+	sf__config_free(&cfg);
+}
+
 /*
  * Weights that resolve to terms whose 128-bit sum wraps: 74 sources of weight 10^9 (each
  * scaled by the groups' lcm, 2^62, to a multiple of 2^64) and a group of weight 10^-9 whose
@@ -724,10 +738,7 @@ Test(mixture, weights_whose_sum_wraps_128_bits_are_refused)
 
 	for (int k = 0; k < 2; k++) {
 		size_t cap = 16384, len = 0;
-		char *yaml = malloc(cap);
-		struct sf_config cfg;
-		struct sf_mixture *m = NULL;
-		struct sf_err err = {0};
+		char *yaml = malloc(cap), label[64];
 
 		cr_assert_not_null(yaml);
 		len += (size_t)snprintf(yaml + len, cap - len, "sources:\n");
@@ -743,13 +754,8 @@ Test(mixture, weights_whose_sum_wraps_128_bits_are_refused)
 		len += (size_t)snprintf(yaml + len, cap - len, "mixture: {groups: {hq: %s}}\n",
 					hq[k]);
 		cr_assert_lt(len, cap);
-		cr_assert_eq(sf__config_load_string("job.yaml", yaml, len, &cfg, &err), 0, "%s",
-			     err.msg);
-		cr_expect_lt(sf__mixture_from_config(&cfg, &m, &err), 0, "group weight %s: accepted",
-			     hq[k]);
-		cr_expect(strstr(err.msg, "too precise"), "group weight %s: %s", hq[k], err.msg);
-		sf__mix_free(m);
-		sf__config_free(&cfg);
+		snprintf(label, sizeof(label), "group weight %s", hq[k]);
+		expect_too_precise(yaml, len, label);
 		free(yaml);
 	}
 }
@@ -765,9 +771,6 @@ Test(mixture, a_group_whose_weights_sum_past_64_bits_is_refused)
 {
 	size_t cap = 16384, len = 0;
 	char *yaml = malloc(cap);
-	struct sf_config cfg;
-	struct sf_mixture *m = NULL;
-	struct sf_err err = {0};
 
 	cr_assert_not_null(yaml);
 	len += (size_t)snprintf(yaml + len, cap - len,
@@ -782,12 +785,7 @@ Test(mixture, a_group_whose_weights_sum_past_64_bits_is_refused)
 					i < 36 ? "1000000000" : "893488147.419103233");
 	len += (size_t)snprintf(yaml + len, cap - len, "mixture: {groups: {g1: 1, g2: 1}}\n");
 	cr_assert_lt(len, cap);
-	cr_assert_eq(sf__config_load_string("job.yaml", yaml, len, &cfg, &err), 0, "%s",
-		     err.msg);
-	cr_expect_lt(sf__mixture_from_config(&cfg, &m, &err), 0, "accepted");
-	cr_expect(strstr(err.msg, "too precise"), "%s", err.msg);
-	sf__mix_free(m);
-	sf__config_free(&cfg);
+	expect_too_precise(yaml, len, "groups g1, g2");
 	free(yaml);
 }
 
