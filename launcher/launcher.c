@@ -284,6 +284,7 @@ static int spawn_producer(struct supervisor *S, uint32_t i)
 		if (pfd[1] > 3)
 			close_range(3, (unsigned)pfd[1] - 1, 0);
 		close_range((unsigned)pfd[1] + 1, ~0u, 0);
+		snprintf(who, sizeof(who), "producer %u", i);
 		sf__log_set_who(who);
 		/* producers.cpus: set in the child, before it reads anything, so that its
 		 * pages are first touched on the CPUs it will run on. */
