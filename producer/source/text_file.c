@@ -22,6 +22,7 @@
 #endif
 
 #include "shmfeed/shmfeed.h"
+#include "common/io.h"
 #include "common/slot.h"
 #include "producer/producer.h"
 #include "producer/sigbus.h"
@@ -235,8 +236,8 @@ int sf__text_file_is_compressed(const char *path)
 
 /*
  * A compressed file is read whole, not mapped: it is decompressed whole at once anyway
- * (into at least four times its size), and a file truncated meanwhile is then a short
- * read naming it. From a mapping, the lost pages faulted inside the decoder, in memory of
+ * (into a buffer of at least four times its size), and a file truncated meanwhile is then
+ * a short read naming it. From a mapping, the lost pages faulted inside the decoder, in memory of
  * no source's: a producer said "SIGBUS ... outside every source" and was restarted as
  * crashed (a review), and the decoder's state leaked.
  */
@@ -245,26 +246,21 @@ static int decompress_file(const struct sf_text_file *f, int fd, size_t size, co
 {
 	unsigned char *in = malloc(size ? size : 1);
 	char *buf = NULL;
-	size_t len = 0, cap = 0, got = 0;
+	size_t len = 0, cap = 0;
+	struct stat now;
 	int r;
 
 	if (!in)
 		return sf__err(e, -ENOMEM, "%s: cannot allocate %zu bytes to read it", f->path,
 			       size);
 	SF_TEST_POINT(SF_TP_DECOMPRESS_READ);
-	while (got < size) {
-		ssize_t n = pread(fd, in + got, size - got, (off_t)got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			r = n < 0 ? -errno : 0;
-			free(in);
-			if (r < 0)
-				return sf__err(e, r, "%s: cannot read: %s", f->path, strerror(-r));
-			return sf__sigbus_truncated(f->path, got, e);
-		}
-		got += (size_t)n;
+	r = sf__pread_full(fd, in, size, 0);
+	if (r < 0) {
+		free(in);
+		/* Ended first: where the file ends now is where the read stopped. */
+		if (r == -EIO && fstat(fd, &now) == 0 && (uint64_t)now.st_size < size)
+			return sf__sigbus_truncated(f->path, (unsigned long long)now.st_size, e);
+		return sf__err(e, r, "%s: cannot read: %s", f->path, strerror(-r));
 	}
 	r = has_suffix(f->path, ".zst") ? decompress_zstd(f->path, in, size, &buf, &len, &cap, e)
 					: decompress_gzip(f->path, in, size, &buf, &len, &cap, e);

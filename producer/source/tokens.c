@@ -452,7 +452,6 @@ int sf__token_file_open(struct sf_token_file *f, const char *path, uint32_t form
 			struct sf_err *e)
 {
 	struct format_check c = {f, path, format, detected, e};
-
 	int r;
 
 	memset(f, 0, sizeof(*f));
